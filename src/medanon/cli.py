@@ -1,0 +1,205 @@
+"""The ``medanon`` command line. Thin: parse and validate, call one library function, write outputs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from medanon import __version__
+from medanon.config import DataConfig, PhantomConfig, SplitConfig, build
+from medanon.errors import MedanonError
+
+log = logging.getLogger("medanon")
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 110}
+
+
+class MedanonGroup(click.Group):
+    """Prints MedanonError as a clean message (no traceback) and exits with status 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except MedanonError as e:
+            click.secho(f"error: {e}", fg="red", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=MedanonGroup, context_settings=CONTEXT)
+@click.version_option(__version__, prog_name="medanon")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              help="Logging verbosity (to stderr).")
+@click.option("--device", default="auto", metavar="auto|cpu|cuda[:N]",
+              help="Where models run; 'auto' picks a CUDA GPU if there is one.")
+@click.pass_context
+def cli(ctx: click.Context, log_level: str, device: str) -> None:
+    """medanon: share medical images without exposing patients."""
+    from medanon.runtime import setup_logging
+
+    setup_logging(log_level)
+    ctx.ensure_object(dict)
+    ctx.obj["device"] = device
+
+
+# ---------------------------------------------------------------------------------------------- phantom
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--modality", type=click.Choice(["fundus", "xray"]), default=None,
+              help="Fundus photographs (RGB) or chest X-rays (grayscale).  [default: fundus]")
+@click.option("--patients", type=click.IntRange(min=1), default=None, help="Number of patients.  [default: 200]")
+@click.option("--per-patient", type=click.IntRange(min=1), default=None,
+              help="Acquisitions per patient.  [default: 4]")
+@click.option("--size", type=click.IntRange(16, 1024), default=None, help="Image side in pixels.  [default: 64]")
+@click.option("--seed", type=int, default=None, help="Random seed; same seed, same bytes.  [default: 0]")
+@click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes (0 = all cores).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="YAML file with PhantomConfig fields.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config field, e.g. --set marker_rate=0.1 (repeatable).")
+def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite, config_file, overrides) -> None:
+    """Generate a phantom dataset (synthetic patients with ground truth) in medanon's layout."""
+    from medanon.phantoms.generate import generate
+
+    cfg = build(PhantomConfig, path=config_file, overrides=overrides, modality=modality, patients=patients,
+                per_patient=per_patient, size=size, seed=seed, workers=workers)
+    generate(cfg, out, overwrite=overwrite, progress=True)
+    click.echo(f"wrote {cfg.patients * cfg.per_patient} {cfg.modality} phantom images of {cfg.patients} "
+               f"patients to {out}")
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def data_options(f):
+    """Options shared by every command that reads a dataset folder."""
+    opts = [
+        click.option("--layout", type=click.Choice(["auto", "medanon", "aptos", "eyepacs", "brset", "rsna", "mimic",
+                                                    "generic"]), default="auto",
+                     help="Folder layout; 'auto' detects it from the files present."),
+        click.option("--labels", "labels_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     default=None, help="Generic layout: the labels CSV."),
+        click.option("--image-col", default=None, help="Generic layout: column with image paths."),
+        click.option("--label-cols", default=None,
+                     help="Generic layout: comma-separated labels, each NAME or NAME=COLUMN (e.g. grade=level,sex)."),
+        click.option("--patient-col", default=None, help="Generic layout: column with patient ids."),
+        click.option("--images", "images_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     default=None, help="Generic layout: folder the image paths are relative to."),
+        click.option("--size", type=int, default=None, help="Output side in pixels.  [default: 64]"),
+        click.option("--channels", type=click.Choice(["0", "1", "3"]), default=None,
+                     help="1 or 3 to convert every image; 0 = by modality.  [default: 0]"),
+        click.option("--crop", type=click.Choice(["auto", "fov", "center", "pad", "none"]), default=None,
+                     help="fov: fundus field of view; center; pad; none.  [default: auto]"),
+        click.option("--modality", type=click.Choice(["auto", "fundus", "xray"]), default=None,
+                     help="Overrides what the layout implies.  [default: auto]"),
+        click.option("--skip-bad", is_flag=True, default=None,
+                     help="Leave out missing, unreadable or unlabelled files (and list them) instead of failing."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def open_from_cli(data_dir: Path, *, layout, labels_csv, image_col, label_cols, patient_col, images_dir, size,
+                  channels, crop, modality, skip_bad, progress: bool = True):
+    from medanon.data.dataset import open_dataset
+    from medanon.data.layouts import GenericOptions
+
+    cfg = build(DataConfig, layout=layout if layout != "auto" else None, size=size,
+                channels=int(channels) if channels is not None else None, crop=crop, modality=modality,
+                skip_bad=skip_bad or None)
+    generic = None
+    if labels_csv is not None or layout == "generic":
+        if labels_csv is None or image_col is None:
+            raise click.UsageError("the generic layout needs --labels CSV and --image-col NAME")
+        cols = tuple(c.strip() for c in (label_cols or "").split(",") if c.strip())
+        generic = GenericOptions(labels_csv=labels_csv, image_col=image_col, label_cols=cols,
+                                 patient_col=patient_col, images_dir=images_dir)
+    elif any(v is not None for v in (image_col, label_cols, patient_col, images_dir)):
+        raise click.UsageError("--image-col, --label-cols, --patient-col and --images need --labels CSV")
+    return open_dataset(data_dir, cfg, generic=generic, progress=progress)
+
+
+@cli.group(context_settings=CONTEXT)
+def data() -> None:
+    """Inspect and split datasets."""
+
+
+@data.command("summary", context_settings=CONTEXT)
+@click.argument("data_dir", type=click.Path(path_type=Path))
+@data_options
+@click.option("--decode", is_flag=True, help="Decode every image too (finds corrupt pixel data; slower).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
+    """Counts by label and patient, image sizes and problems of the dataset in DATA_DIR."""
+    from medanon.data.dataset import drop_records, raise_for_problems, verify_decoding
+    from medanon.data.summary import format_summary, summarize
+
+    ds = open_from_cli(data_dir, **opts)
+    if decode:
+        bad = verify_decoding(ds, progress=True)
+        if bad and not opts["skip_bad"]:
+            raise_for_problems(bad, root=data_dir)
+        ds = drop_records(ds, bad)
+    s = summarize(ds)
+    click.echo(json.dumps(s, indent=2) if as_json else format_summary(s))
+
+
+@data.command("split", context_settings=CONTEXT)
+@click.argument("data_dir", type=click.Path(path_type=Path))
+@data_options
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="CSV to write: record_id, patient_id, split (private: holds patient ids).")
+@click.option("--val", type=click.FloatRange(0, 1, max_open=True), default=None, help="Fraction of patients.  [default: 0.15]")
+@click.option("--test", type=click.FloatRange(0, 1, max_open=True), default=None, help="Fraction of patients.  [default: 0.15]")
+@click.option("--stratify", default=None, help="Label to stratify by ('' for none).  [default: grade]")
+@click.option("--seed", type=int, default=None, help="Random seed.  [default: 0]")
+def data_split(data_dir: Path, out: Path, val, test, stratify, seed, **opts) -> None:
+    """Patient-level train/val/test split of DATA_DIR, stratified by a label."""
+    from collections import Counter
+
+    from medanon.data.splits import split_patients, write_splits_csv
+
+    sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
+    ds = open_from_cli(data_dir, **opts)
+    if sc.stratify and sc.stratify not in ds.label_names:
+        raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",
+                           fix=f"use one of {ds.label_names} or --stratify ''")
+    assignment = split_patients(ds.records, val=sc.val, test=sc.test, stratify=sc.stratify, seed=sc.seed)
+    write_splits_csv(out, ds.records, assignment)
+    per_split = Counter(assignment[r.patient_id] for r in ds.records)
+    patients = Counter(assignment.values())
+    click.echo(f"wrote {out}: " + ", ".join(f"{s} {patients[s]} patients / {per_split[s]} images"
+                                            for s in ("train", "val", "test")))
+
+
+# ---------------------------------------------------------------------------------------------- demo
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-output"),
+              help="Run directory for everything the demo writes.")
+@click.option("--patients", type=click.IntRange(min=2), default=200, help="Phantom patients per modality.")
+@click.option("--per-patient", type=click.IntRange(min=1), default=4, help="Acquisitions per patient.")
+@click.option("--size", type=click.IntRange(16, 1024), default=64, help="Image side in pixels.")
+@click.option("--seed", type=int, default=0, help="Random seed for everything the demo does.")
+@click.pass_context
+def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: int, seed: int) -> None:
+    """The main job on the embedded phantom datasets (all results are PHANTOM results)."""
+    from medanon.demo import run_demo
+
+    run_demo(out, patients=patients, per_patient=per_patient, size=size, seed=seed, device=ctx.obj["device"])
+
+
+def main() -> None:
+    cli(prog_name="medanon")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Typed configuration: dataclasses that load from YAML and take ``key.sub=value`` overrides.
+
+Each command builds its config as: dataclass defaults <- YAML file (``--config``) <- overrides
+(``--set data.size=128``) <- explicit command-line options. Values are converted to the field's
+declared type and validated, and the final config is written to the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from medanon.errors import ConfigError
+
+T = TypeVar("T")
+
+MIN_SIZE, MAX_SIZE = 16, 1024
+
+
+@dataclass
+class DataConfig:
+    layout: str = "auto"                        # auto | medanon | aptos | eyepacs | brset | rsna | mimic | generic
+    size: int = 64                              # output side in pixels (power of two, 16..1024)
+    channels: int = 0                           # 0 = by modality (fundus 3, X-ray 1), else 1 or 3
+    crop: str = "auto"                          # auto | fov | center | pad | none ("auto": fov for fundus, center for X-ray)
+    modality: str = "auto"                      # auto | fundus | xray
+    skip_bad: bool = False                      # skip unreadable/missing/unlabelled files instead of failing
+
+    def validate(self) -> None:
+        if self.size < MIN_SIZE or self.size > MAX_SIZE or self.size & (self.size - 1):
+            raise ConfigError(
+                f"data.size={self.size} is not possible: the generative models need a power of two "
+                f"between {MIN_SIZE} and {MAX_SIZE}", fix="use --size 32, 64, 128, 256 or 512")
+        if self.channels not in (0, 1, 3):
+            raise ConfigError(f"data.channels={self.channels} must be 0 (by modality), 1 or 3")
+        if self.crop not in ("auto", "fov", "center", "pad", "none"):
+            raise ConfigError(f"data.crop={self.crop!r} must be one of auto, fov, center, pad, none")
+        if self.modality not in ("auto", "fundus", "xray"):
+            raise ConfigError(f"data.modality={self.modality!r} must be auto, fundus or xray")
+
+
+@dataclass
+class SplitConfig:
+    val: float = 0.15                           # fraction of patients in validation
+    test: float = 0.15                          # fraction of patients in test
+    stratify: str = "grade"                     # label to stratify by ("" for none)
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not (0 <= self.val < 1 and 0 <= self.test < 1 and self.val + self.test < 1):
+            raise ConfigError(f"split fractions val={self.val}, test={self.test} must be >= 0 and sum below 1")
+
+
+@dataclass
+class PhantomConfig:
+    modality: str = "fundus"                    # fundus | xray
+    patients: int = 200                         # number of patients
+    per_patient: int = 4                        # acquisitions per patient
+    size: int = 64                              # image side in pixels
+    seed: int = 0
+    workers: int = 0                            # processes; 0 = number of CPU cores
+    grade_weights: tuple[float, ...] = (0.49, 0.10, 0.27, 0.06, 0.08)
+    pneumonia_rate: float = 0.3
+    marker_rate: float = 0.05
+    situs_inversus_rate: float = 0.03
+
+    def validate(self) -> None:
+        if self.modality not in ("fundus", "xray"):
+            raise ConfigError(f"phantom modality {self.modality!r} must be fundus or xray")
+        if self.patients < 1 or self.per_patient < 1:
+            raise ConfigError("--patients and --per-patient must be at least 1")
+        if self.size < 16 or self.size > 1024:
+            raise ConfigError(f"--size {self.size} is not possible for phantoms", fix="use 16..1024, e.g. 64")
+        if len(self.grade_weights) != 5 or min(self.grade_weights) < 0 or sum(self.grade_weights) <= 0:
+            raise ConfigError("grade_weights must be five non-negative numbers with a positive sum")
+        for name in ("pneumonia_rate", "marker_rate", "situs_inversus_rate"):
+            v = getattr(self, name)
+            if not 0 <= v <= 1:
+                raise ConfigError(f"{name}={v} must be a probability in [0, 1]")
+
+
+@dataclass
+class RunConfig:
+    device: str = "auto"                        # auto | cpu | cuda | cuda:N
+    seed: int = 0
+    log_level: str = "info"
+    data: DataConfig = field(default_factory=DataConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# generic machinery
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    """Convert ``value`` (from YAML or a ``--set`` string) to the annotated type ``tp``."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, where=where)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        last: Exception | None = None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(value, a, where)
+            except ConfigError as e:
+                last = e
+        raise last or ConfigError(f"{where}: cannot convert {value!r}")
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if isinstance(value, str):
+            value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        inner = args[0] if args else str
+        return tuple(_convert(v, inner, where) for v in value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        s = str(value).strip().lower()
+        if s in ("1", "true", "yes", "on"):
+            return True
+        if s in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: {value!r} is not a boolean (use true/false)")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: {value!r} is not a number")
+        try:
+            out = tp(value) if tp is float else int(str(value).strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: {value!r} is not {'an integer' if tp is int else 'a number'}") from None
+        if tp is int and isinstance(value, float) and value != out:
+            raise ConfigError(f"{where}: {value!r} is not an integer")
+        return out
+    if tp is str:
+        return str(value)
+    if tp is Path:
+        return Path(value)
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], *, where: str = "config") -> T:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys with a helpful message."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known keys are {sorted(names)}")
+    kwargs = {k: _convert(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass -> plain YAML-safe structures (tuples become lists, paths strings)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Apply ``a.b=value`` strings to a nested dict (values parsed as YAML scalars)."""
+    out = dict(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        for p in parts[:-1]:
+            child = node.get(p)
+            child = dict(child) if isinstance(child, dict) else {}
+            node[p] = child
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def build(cls: type[T], *, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+          **explicit: Any) -> T:
+    """defaults <- YAML file <- ``key=value`` overrides <- explicit keyword values (None = not given)."""
+    data: dict[str, Any] = load_yaml(path) if path else {}
+    data = apply_overrides(data, overrides)
+    for k, v in explicit.items():
+        if v is not None:
+            _set_path(data, k.split("__"), v)
+    cfg = from_dict(cls, data)
+    validate(cfg)
+    return cfg
+
+
+def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = data
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def validate(cfg: Any) -> None:
+    """Call ``validate()`` on a dataclass and every nested dataclass that has one."""
+    if not dataclasses.is_dataclass(cfg):
+        return
+    for f in dataclasses.fields(cfg):
+        validate(getattr(cfg, f.name))
+    if hasattr(cfg, "validate"):
+        cfg.validate()
+
+
+def dump_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

@@ -1,0 +1,245 @@
+"""The dataset: records from a layout reader, checked, then loaded and preprocessed on access.
+
+``open_dataset`` is the one entry point: it scans the folder with the right layout reader,
+checks every file's header (existence, readability, channel count), and either raises one
+:class:`DataError` listing every bad file with the fix, or, with ``skip_bad``, leaves them out
+and reports them in ``dataset.skipped``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from medanon.config import DataConfig
+from medanon.data import imageio
+from medanon.data.imageio import ImageInfo
+from medanon.data.layouts import GenericOptions, scan
+from medanon.data.records import Problem, Record, Scan
+from medanon.data.transforms import preprocess
+from medanon.errors import DataError
+
+log = logging.getLogger(__name__)
+
+_FIXES = {
+    "missing": "restore the file or delete its row from the labels CSV",
+    "unlabelled": "add a row for it to the labels CSV or move it out of the image folder",
+    "unreadable": "replace the corrupt file or delete it and its CSV row",
+    "label": "correct the value in the labels CSV",
+    "size": "remove the image: it is too small to be useful",
+}
+
+MIN_SOURCE_SIDE = 8
+
+
+class ImageDataset(Dataset):
+    """Images of one dataset, preprocessed to ``size`` x ``size`` with ``channels`` channels.
+
+    Items are dicts: ``image`` (C,H,W) float32 in [-1, 1], ``fov`` (1,H,W) bool, ``labels``
+    (name -> float), ``patient_id``, ``record_id``, ``index``; plus ``mask`` (1,H,W) bool when the
+    layout provides segmentation masks (phantom vessel or lung masks).
+    """
+
+    def __init__(self, records: Sequence[Record], *, size: int, channels: int, crop: str,
+                 modality: str | None = None, layout: str = "", root: Path | None = None,
+                 skipped: Sequence[Problem] = (), infos: Sequence[ImageInfo] = ()):
+        self.records = list(records)
+        self.size = size
+        self.channels = channels
+        self.crop = crop
+        self.modality = modality
+        self.layout = layout
+        self.root = root
+        self.skipped = list(skipped)
+        self.infos = list(infos)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def label_names(self) -> list[str]:
+        names: dict[str, None] = {}
+        for r in self.records:
+            names.update(dict.fromkeys(r.labels))
+        return list(names)
+
+    @property
+    def patients(self) -> list[str]:
+        return sorted({r.patient_id for r in self.records})
+
+    def load(self, index: int) -> dict:
+        rec = self.records[index]
+        pre = preprocess(imageio.read(rec.path), size=self.size, channels=self.channels, crop=self.crop)
+        item = {
+            "image": torch.from_numpy(pre.image),
+            "fov": torch.from_numpy(pre.fov[None]),
+            "labels": {k: float(v) for k, v in rec.labels.items()},
+            "patient_id": rec.patient_id,
+            "record_id": rec.record_id,
+            "index": index,
+        }
+        if rec.mask_path is not None:
+            item["mask"] = torch.from_numpy(_load_mask(rec.mask_path, self.size, self.crop)[None])
+        return item
+
+    __getitem__ = load
+
+    def tensors(self, *, workers: int = 2, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Load every image: returns ``images`` (N, C, H, W) float32 and ``fov`` (N, 1, H, W) bool."""
+        n = len(self)
+        images = torch.empty((n, self.channels, self.size, self.size), dtype=torch.float32)
+        fov = torch.empty((n, 1, self.size, self.size), dtype=torch.bool)
+
+        def work(i: int) -> int:
+            item = self.load(i)
+            images[i] = item["image"]
+            fov[i] = item["fov"]
+            return i
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            it = pool.map(work, range(n))
+            for _ in tqdm(it, total=n, desc="loading images", disable=not progress, unit="img"):
+                pass
+        return images, fov
+
+    def label_array(self, name: str) -> np.ndarray:
+        return np.array([r.labels.get(name, math.nan) for r in self.records], dtype=np.float64)
+
+
+def _load_mask(path: Path, size: int, crop: str) -> np.ndarray:
+    """Masks shipped with a layout are already square and aligned; resize only."""
+    with Image.open(path) as im:
+        m = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+    if m.shape != (size, size):
+        m = np.asarray(Image.fromarray(m, mode="F").resize((size, size), Image.Resampling.BOX))
+    return m >= 0.5
+
+
+def check_records(records: Sequence[Record], *, workers: int = 8,
+                  progress: bool = False) -> tuple[list[Record], list[ImageInfo], list[Problem]]:
+    """Probe every record's header. Returns the good records, their infos, and the problems."""
+    def one(rec: Record) -> ImageInfo | Problem:
+        try:
+            info = imageio.probe(rec.path)
+        except DataError as e:
+            kind = "missing" if not rec.path.exists() else "unreadable"
+            return Problem(str(rec.path), kind, e.message.split(": ", 1)[-1])
+        if min(info.width, info.height) < MIN_SOURCE_SIDE:
+            return Problem(str(rec.path), "size", f"{info.width}x{info.height} pixels")
+        return info
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = list(tqdm(pool.map(one, records), total=len(records), desc="checking images",
+                            disable=not progress, unit="img"))
+    good, infos, problems = [], [], []
+    for rec, res in zip(records, results, strict=True):
+        if isinstance(res, Problem):
+            problems.append(res)
+        else:
+            good.append(rec)
+            infos.append(res)
+    return good, infos, problems
+
+
+def raise_for_problems(problems: Sequence[Problem], *, root: Path) -> None:
+    """One DataError for all problems, grouped by kind, each with its fix."""
+    if not problems:
+        return
+    by_kind = Counter(p.kind for p in problems)
+    parts = ", ".join(f"{n} {k}" for k, n in by_kind.most_common())
+    fixes = "; ".join(f"{k}: {_FIXES.get(k, 'fix the file')}" for k in by_kind)
+    raise DataError(f"{len(problems)} problem(s) in dataset {root} ({parts}):",
+                    files=[str(p) for p in problems],
+                    fix=f"{fixes}; or pass --skip-bad to leave these files out and continue")
+
+
+def resolve_channels(requested: int, modality: str | None, infos: Sequence[ImageInfo],
+                     records: Sequence[Record]) -> int:
+    """Explicit --channels wins; else the images must agree, and the modality decides conversions."""
+    counts = Counter(i.channels for i in infos)
+    if requested:
+        return requested
+    if len(counts) > 1:
+        minority = min(counts, key=lambda c: counts[c])
+        odd = [str(r.path) for r, i in zip(records, infos, strict=True) if i.channels == minority]
+        desc = ", ".join(f"{n} with {c} channel{'s' if c > 1 else ''}" for c, n in sorted(counts.items()))
+        raise DataError(f"the images have mixed channel counts ({desc}); the {minority}-channel ones are:",
+                        files=odd, fix="pass --channels 3 to convert every image to RGB, or --channels 1 for "
+                                       "grayscale (a grayscale image in a colour fundus set may be a red-free "
+                                       "or angiography frame that does not belong)")
+    if modality == "fundus":
+        return 3
+    if modality == "xray":
+        return 1
+    return next(iter(counts)) if counts else 3
+
+
+def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: GenericOptions | None = None,
+                 progress: bool = False) -> ImageDataset:
+    """Scan, check and wrap a dataset folder. See the module docstring for error handling."""
+    cfg = cfg or DataConfig()
+    cfg.validate()
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"dataset folder {root} does not exist or is not a folder",
+                        fix="pass the folder that holds the images and the labels CSV")
+    layout = "generic" if generic is not None and cfg.layout == "auto" else cfg.layout
+    sc: Scan = scan(root, layout, generic=generic)
+    modality = cfg.modality if cfg.modality != "auto" else sc.modality
+    good, infos, problems = check_records(sc.records, progress=progress)
+    problems = list(sc.problems) + problems
+    if problems and not cfg.skip_bad:
+        raise_for_problems(problems, root=root)
+    if problems:
+        log.warning("skipping %d problem file(s) in %s (--skip-bad):\n%s", len(problems), root,
+                    "\n".join(f"  - {p}" for p in problems[:20]) + (f"\n  ... and {len(problems) - 20} more"
+                                                                     if len(problems) > 20 else ""))
+    if not good:
+        raise DataError(f"no usable images in {root} (layout {sc.layout})",
+                        fix="check the folder and --layout; run `medanon data summary` to see what was found")
+    channels = resolve_channels(cfg.channels, modality, infos, good)
+    crop = cfg.crop
+    if crop == "auto":
+        crop = "fov" if modality == "fundus" else "center"
+    if cfg.modality == "auto" and modality is None and cfg.crop == "auto":
+        log.info("modality unknown for %s: using a centre crop (pass --modality fundus for FOV cropping)", root)
+    return ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
+                        root=root, skipped=problems, infos=infos)
+
+
+def verify_decoding(ds: ImageDataset, *, workers: int = 2, progress: bool = False) -> list[Problem]:
+    """Decode and preprocess every image; return a problem for each one that fails.
+
+    Header checks (``open_dataset``) catch missing and non-image files; this also catches
+    truncated or corrupt pixel data, at the cost of reading every image once.
+    """
+    def one(i: int) -> Problem | None:
+        try:
+            ds.load(i)
+        except DataError as e:
+            return Problem(str(ds.records[i].path), "unreadable", e.message.split(": ", 1)[-1])
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        res = list(tqdm(pool.map(one, range(len(ds))), total=len(ds), desc="decoding images",
+                        disable=not progress, unit="img"))
+    return [p for p in res if p is not None]
+
+
+def drop_records(ds: ImageDataset, problems: Sequence[Problem]) -> ImageDataset:
+    """A copy of ``ds`` without the records named in ``problems`` (which join ``skipped``)."""
+    bad = {p.path for p in problems}
+    keep = [i for i, r in enumerate(ds.records) if str(r.path) not in bad]
+    return ImageDataset([ds.records[i] for i in keep], size=ds.size, channels=ds.channels, crop=ds.crop,
+                        modality=ds.modality, layout=ds.layout, root=ds.root,
+                        skipped=list(ds.skipped) + list(problems), infos=[ds.infos[i] for i in keep])

@@ -1,0 +1,74 @@
+"""Patient-level train/val/test splits, stratified by a label, so no patient crosses splits."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from medanon.data.records import Record
+from medanon.fsutil import atomic_write_text
+
+SPLITS = ("train", "val", "test")
+
+
+def patient_strata(records: Sequence[Record], stratify: str) -> dict[str, str]:
+    """Stratum of each patient: the highest value of ``stratify`` over their records (the worst DR
+    grade, pneumonia if any image shows it), or ``"n/a"`` when the label is missing everywhere."""
+    worst: dict[str, float] = {}
+    for r in records:
+        v = r.labels.get(stratify, math.nan) if stratify else math.nan
+        prev = worst.get(r.patient_id, math.nan)
+        worst[r.patient_id] = v if math.isnan(prev) else (prev if math.isnan(v) else max(prev, v))
+    return {p: ("n/a" if math.isnan(v) else f"{v:g}") for p, v in worst.items()}
+
+
+def split_patients(records: Sequence[Record], *, val: float = 0.15, test: float = 0.15, stratify: str = "",
+                   seed: int = 0) -> dict[str, str]:
+    """Assign every patient to train, val or test.
+
+    Within each stratum the patients are shuffled (seeded) and cut at the cumulative fractions
+    ``test`` and ``test + val`` with a random offset, so every stratum is split in the same
+    proportions up to one patient and the totals match the fractions up to one patient per stratum.
+    Returns patient_id -> split name.
+    """
+    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
+        raise ValueError(f"split fractions val={val}, test={test} must be >= 0 and sum below 1")
+    strata = patient_strata(records, stratify)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for p, s in strata.items():
+        groups[s].append(p)
+    rng = np.random.default_rng(seed)
+    out: dict[str, str] = {}
+    for s in sorted(groups):
+        patients = sorted(groups[s])
+        order = rng.permutation(len(patients))
+        offset = rng.random()
+        n = len(patients)
+        for rank, idx in enumerate(order):
+            u = (rank + offset) / n               # stratified systematic sampling in [0, 1)
+            out[patients[idx]] = "test" if u < test else "val" if u < test + val else "train"
+    return out
+
+
+def split_records(records: Sequence[Record], **kwargs) -> dict[str, list[Record]]:
+    """Records grouped by split (every record of a patient lands in the patient's split)."""
+    assignment = split_patients(records, **kwargs)
+    out: dict[str, list[Record]] = {s: [] for s in SPLITS}
+    for r in records:
+        out[assignment[r.patient_id]].append(r)
+    return out
+
+
+def write_splits_csv(path, records: Sequence[Record], assignment: dict[str, str]) -> None:
+    """``record_id,patient_id,split`` for every record (a private file: it holds patient ids)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["record_id", "patient_id", "split"])
+    for r in records:
+        w.writerow([r.record_id, r.patient_id, assignment[r.patient_id]])
+    atomic_write_text(path, buf.getvalue())

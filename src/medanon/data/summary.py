@@ -1,0 +1,85 @@
+"""A summary of a dataset: counts by patient and label, image sizes, problems found."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from medanon.data.dataset import ImageDataset
+from medanon.data.labels import spec
+
+# Labels summarised as class counts when present; others (continuous) as min/mean/max.
+_SHOWN_FIRST = ("grade", "pneumonia", "sex", "age", "laterality", "view", "marker_block", "situs_inversus")
+
+
+def summarize(ds: ImageDataset) -> dict[str, Any]:
+    per_patient = Counter(r.patient_id for r in ds.records)
+    counts = np.array(list(per_patient.values()))
+    sizes = Counter(f"{i.width}x{i.height}" for i in ds.infos)
+    channels = Counter(i.channels for i in ds.infos)
+    kinds = Counter(i.kind for i in ds.infos)
+    labels: dict[str, Any] = {}
+    names = [n for n in _SHOWN_FIRST if n in ds.label_names] + [n for n in ds.label_names if n not in _SHOWN_FIRST]
+    for name in names:
+        sp = spec(name)
+        values = ds.label_array(name)
+        missing = int(np.isnan(values).sum())
+        present = values[~np.isnan(values)]
+        if sp.kind == "continuous" or len(np.unique(present)) > 12:
+            entry: dict[str, Any] = {"kind": "continuous", "missing": missing}
+            if present.size:
+                entry.update(min=float(present.min()), mean=round(float(present.mean()), 3),
+                             max=float(present.max()), sd=round(float(present.std()), 3))
+        else:
+            c = Counter(sp.decode(float(v)) for v in present)
+            entry = {"kind": sp.kind, "missing": missing, "counts": dict(sorted(c.items()))}
+        labels[name] = entry
+    return {
+        "root": str(ds.root),
+        "layout": ds.layout,
+        "modality": ds.modality or "unknown",
+        "images": len(ds),
+        "patients": len(per_patient),
+        "images_per_patient": {"min": int(counts.min()), "mean": round(float(counts.mean()), 3),
+                               "max": int(counts.max())} if counts.size else {},
+        "source_sizes": dict(sizes.most_common(10)),
+        "distinct_source_sizes": len(sizes),
+        "source_channels": {str(k): v for k, v in sorted(channels.items())},
+        "file_types": dict(kinds),
+        "output": {"size": ds.size, "channels": ds.channels, "crop": ds.crop},
+        "labels": labels,
+        "skipped": [str(p) for p in ds.skipped],
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    lines = [
+        f"dataset   {s['root']}",
+        f"layout    {s['layout']}   modality {s['modality']}",
+        f"images    {s['images']}   patients {s['patients']}   images/patient "
+        f"min {s['images_per_patient'].get('min')} mean {s['images_per_patient'].get('mean')} "
+        f"max {s['images_per_patient'].get('max')}",
+        "sizes     " + ", ".join(f"{k} ({v})" for k, v in s["source_sizes"].items())
+        + (f"  ... {s['distinct_source_sizes']} distinct" if s["distinct_source_sizes"] > 10 else ""),
+        "channels  " + ", ".join(f"{k}: {v}" for k, v in s["source_channels"].items())
+        + "   files " + ", ".join(f"{k}: {v}" for k, v in s["file_types"].items()),
+        f"output    {s['output']['size']}x{s['output']['size']} px, {s['output']['channels']} channel(s), "
+        f"crop {s['output']['crop']}",
+        "labels",
+    ]
+    for name, e in s["labels"].items():
+        miss = f"   missing {e['missing']}" if e["missing"] else ""
+        if "counts" in e:
+            lines.append(f"  {name:<16}" + "  ".join(f"{k}: {v}" for k, v in e["counts"].items()) + miss)
+        elif "mean" in e:
+            lines.append(f"  {name:<16}min {e['min']:g}  mean {e['mean']:g}  max {e['max']:g}  sd {e['sd']:g}" + miss)
+        else:
+            lines.append(f"  {name:<16}all missing")
+    if s["skipped"]:
+        lines.append(f"skipped   {len(s['skipped'])} file(s):")
+        lines += [f"  - {p}" for p in s["skipped"][:20]]
+        if len(s["skipped"]) > 20:
+            lines.append(f"  ... and {len(s['skipped']) - 20} more")
+    return "\n".join(lines)

@@ -1,0 +1,172 @@
+"""Runtime plumbing: device resolution, seeding, logging, run directories and their manifest.
+
+A run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one JSON object
+per line, appended as the run goes) and ``manifest.json`` (software versions, seeds, input
+checksums, command line, timing). Library code never picks a device itself; the CLI resolves
+``--device`` here and passes tensors on.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import platform
+import random
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medanon import __version__
+from medanon.config import dump_yaml
+from medanon.errors import ConfigError
+from medanon.fsutil import atomic_write_text, sha256_file
+
+log = logging.getLogger("medanon")
+
+# Above this many bytes of input, dataset checksums hash the file listing (path, size, mtime)
+# instead of every byte; the manifest records which was done.
+CONTENT_HASH_LIMIT = 2 * 1024**3
+
+
+def resolve_device(name: str = "auto"):
+    """``auto`` -> cuda if available else cpu; ``cuda`` without a GPU is an error, not a silent fallback."""
+    import torch
+
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name} was asked for but no CUDA GPU is available",
+                              fix="use --device cpu (or auto)")
+        return torch.device(name)
+    if name == "cpu":
+        return torch.device("cpu")
+    raise ConfigError(f"--device {name!r} is not understood", fix="use auto, cpu, cuda or cuda:N")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch global generators (library code still takes explicit generators)."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+
+
+def setup_logging(level: str = "info") -> None:
+    lvl = getattr(logging, level.upper(), None)
+    if not isinstance(lvl, int):
+        raise ConfigError(f"--log-level {level!r} is not a logging level", fix="use debug, info, warning or error")
+    logging.basicConfig(level=lvl, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("medanon").setLevel(lvl)
+
+
+def software_versions() -> dict[str, str]:
+    versions = {"medanon": __version__, "python": platform.python_version()}
+    for mod in ("torch", "numpy", "scipy", "skimage", "sklearn", "PIL", "pydicom"):
+        try:
+            m = __import__(mod)
+            versions[mod] = str(getattr(m, "__version__", "?"))
+        except ImportError:
+            versions[mod] = "not installed"
+    return versions
+
+
+def files_digest(paths: Iterable[Path], root: Path | None = None) -> dict[str, Any]:
+    """A single checksum over many files, by content if small enough, else by listing."""
+    paths = sorted(Path(p) for p in paths)
+    total = sum(p.stat().st_size for p in paths)
+    mode = "content" if total <= CONTENT_HASH_LIMIT else "listing"
+    h = hashlib.sha256()
+    for p in paths:
+        rel = str(p.relative_to(root)) if root else str(p)
+        h.update(rel.encode() + b"\0")
+        if mode == "content":
+            h.update(bytes.fromhex(sha256_file(p)))
+        else:
+            st = p.stat()
+            h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    return {"files": len(paths), "bytes": total, "mode": mode, "sha256": h.hexdigest()}
+
+
+class RunDir:
+    """A run directory: ``config.yaml``, ``metrics.jsonl``, ``manifest.json``.
+
+    The manifest is rewritten atomically whenever it changes, so it is always complete.
+    """
+
+    def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path / "config.yaml", dump_yaml(config))
+        self.manifest: dict[str, Any] = {
+            "command": command,
+            "argv": sys.argv[1:],
+            "software": software_versions(),
+            "platform": platform.platform(),
+            "seeds": dict(seeds or {}),
+            "inputs": {},
+            "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "finished": None,
+        }
+        self._write_manifest()
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    def record_input(self, name: str, path: str | Path, files: Iterable[Path] | None = None) -> None:
+        """Checksum an input file, or a set of files under a directory, into the manifest."""
+        path = Path(path)
+        if files is not None:
+            entry = {"path": str(path), **files_digest(files, root=path)}
+        else:
+            entry = {"path": str(path), "sha256": sha256_file(path), "bytes": path.stat().st_size}
+        self.manifest["inputs"][name] = entry
+        self._write_manifest()
+
+    def log_metrics(self, **metrics: Any) -> None:
+        line = json.dumps(metrics, sort_keys=True, default=_json_default)
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def update(self, **fields: Any) -> None:
+        self.manifest.update(fields)
+        self._write_manifest()
+
+    def finish(self) -> None:
+        self.manifest["finished"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        atomic_write_text(self.path / "manifest.json",
+                          json.dumps(self.manifest, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)

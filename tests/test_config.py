@@ -1,0 +1,61 @@
+from pathlib import Path
+
+import pytest
+
+from medanon.config import DataConfig, PhantomConfig, RunConfig, apply_overrides, build, dump_yaml, from_dict, load_yaml
+from medanon.errors import ConfigError
+
+
+def test_defaults_round_trip_through_yaml(tmp_path: Path):
+    cfg = RunConfig()
+    p = tmp_path / "c.yaml"
+    p.write_text(dump_yaml(cfg))
+    again = build(RunConfig, path=p)
+    assert again == cfg
+
+
+def test_yaml_then_overrides_then_explicit(tmp_path: Path):
+    p = tmp_path / "c.yaml"
+    p.write_text("size: 128\nmodality: xray\nseed: 3\n")
+    cfg = build(PhantomConfig, path=p, overrides=["seed=7", "marker_rate=0.25"], size=32)
+    assert (cfg.size, cfg.modality, cfg.seed, cfg.marker_rate) == (32, "xray", 7, 0.25)
+
+
+def test_nested_override_and_tuple_conversion():
+    data = apply_overrides({}, ["data.size=32", "data.crop=pad", "split.val=0.2"])
+    cfg = from_dict(RunConfig, data)
+    assert cfg.data.size == 32 and cfg.data.crop == "pad" and cfg.split.val == 0.2
+    pc = build(PhantomConfig, overrides=["grade_weights=[1,1,1,1,1]"])
+    assert pc.grade_weights == (1.0, 1.0, 1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["sizee=3"], "unknown key"),
+    (["size=abc"], "not an integer"),
+    (["size=63.5"], "not an integer"),
+    (["marker_rate=2"], "probability"),
+    (["modality=ct"], "fundus or xray"),
+    (["grade_weights=[1,2]"], "five"),
+])
+def test_bad_values_name_the_field(overrides, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        build(PhantomConfig, overrides=overrides)
+
+
+@pytest.mark.parametrize("size", [0, -64, 8, 100, 2048])
+def test_impossible_sizes_are_rejected(size):
+    with pytest.raises(ConfigError, match="power of two"):
+        build(DataConfig, size=size)
+
+
+def test_missing_or_invalid_yaml(tmp_path: Path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_yaml(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(bad)
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_yaml(lst)

@@ -1,0 +1,84 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from medanon.config import RunConfig
+from medanon.errors import ConfigError, OutputExistsError
+from medanon.fsutil import atomic_dir, atomic_write_text, sha256_file
+from medanon.runtime import RunDir, files_digest, resolve_device, seed_everything
+
+
+def test_resolve_device():
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ConfigError):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA"):
+            resolve_device("cuda")
+
+
+def test_seed_everything_makes_torch_repeatable():
+    seed_everything(5)
+    a = torch.rand(3)
+    seed_everything(5)
+    assert torch.equal(a, torch.rand(3))
+
+
+def test_run_dir_contents(tmp_path: Path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"hello")
+    run = RunDir(tmp_path / "run", config=RunConfig(), command="test", seeds={"x": 3})
+    run.record_input("data", data, files=[data / "a.bin"])
+    run.log_metrics(step=1, loss=0.5)
+    run.log_metrics(step=2, loss=0.25)
+    run.finish()
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert m["seeds"] == {"x": 3} and m["software"]["medanon"]
+    assert m["inputs"]["data"]["files"] == 1 and m["inputs"]["data"]["mode"] == "content"
+    assert m["finished"] is not None
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["loss"] for x in lines] == [0.5, 0.25]
+    assert "size: 64" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_files_digest_changes_with_content(tmp_path: Path):
+    f = tmp_path / "a"
+    f.write_bytes(b"1")
+    d1 = files_digest([f], root=tmp_path)["sha256"]
+    f.write_bytes(b"2")
+    assert files_digest([f], root=tmp_path)["sha256"] != d1
+
+
+def test_atomic_dir_leaves_nothing_on_failure(tmp_path: Path):
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with atomic_dir(out) as tmp:
+            (tmp / "half.txt").write_text("x")
+            raise RuntimeError("interrupted")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_dir_refuses_then_overwrites(tmp_path: Path):
+    out = tmp_path / "out"
+    with atomic_dir(out) as tmp:
+        (tmp / "a").write_text("1")
+    with pytest.raises(OutputExistsError, match="--overwrite"):
+        with atomic_dir(out):
+            pass
+    with atomic_dir(out, overwrite=True) as tmp:
+        (tmp / "b").write_text("2")
+    assert sorted(p.name for p in out.iterdir()) == ["b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_atomic_write_text(tmp_path: Path):
+    p = tmp_path / "sub" / "f.txt"
+    atomic_write_text(p, "abc")
+    assert p.read_text() == "abc"
+    assert len(sha256_file(p)) == 64
+    assert [x.name for x in p.parent.iterdir()] == ["f.txt"]

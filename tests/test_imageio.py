@@ -32,7 +32,7 @@ def write_dicom(path: Path, arr: np.ndarray, photometric="MONOCHROME2", slope=1.
 def test_png_jpeg_tiff_round_trip(tmp_path: Path):
     rgb = (np.random.default_rng(0).random((12, 10, 3)) * 255).astype(np.uint8)
     Image.fromarray(rgb).save(tmp_path / "a.png")
-    smooth = np.stack(np.meshgrid(np.linspace(0, 255, 10), np.linspace(0, 255, 12)) + [np.full((12, 10), 90.0)],
+    smooth = np.stack(np.meshgrid(np.linspace(0, 255, 10), np.linspace(0, 255, 12)) + (np.full((12, 10), 90.0),),
                       -1).astype(np.uint8)
     Image.fromarray(smooth).save(tmp_path / "a.jpg", quality=95)
     tifffile.imwrite(tmp_path / "a.tif", rgb)

@@ -352,12 +352,14 @@ def _encode(labels: dict[str, float], errors: list[str], name: str, column: str,
         errors.append(f"column {column!r}: {e}")
 
 
+_BLANK = {"", "nan", "na", "n/a", "none", "null", "unknown", "?"}   # as LabelSpec.encode treats them
+
+
 def _is_blank(raw: str) -> bool:
-    return math.isnan(spec("age").encode(raw)) if raw.strip().lower() in {
-        "", "nan", "na", "n/a", "none", "null", "unknown", "?"} else False
+    return raw.strip().lower() in _BLANK
 
 
-def _looked(value: str, bases: Sequence[Path], root: Path, default_ext: str = "") -> str:
+def _looked(value: str, bases: Sequence[Path], root: Path) -> str:
     where = " or ".join(Path(os.path.relpath(b, root)).as_posix() + "/" for b in bases)
     if _ext(value) in IMAGE_EXTENSIONS:
         return f"looked in {where}"
@@ -765,7 +767,7 @@ def _scan_rsna(root: Path) -> Scan:
                 targets.append(v)
             else:
                 errors.append(f"row {line}, column 'Target': {raw!r} is not 0 or 1")
-        labels = {"pneumonia": max(targets) if targets else NAN}
+        labels: dict[str, float] = {"pneumonia": max(targets) if targets else NAN}
         try:
             ds = pydicom.dcmread(path, stop_before_pixels=True,
                                  specific_tags=["PatientSex", "PatientAge", "ViewPosition"])
@@ -777,7 +779,10 @@ def _scan_rsna(root: Path) -> Scan:
         labels["sex"] = _dicom_sex(ds.get("PatientSex", ""))
         labels["age"] = _dicom_age(ds.get("PatientAge", ""))
         labels["view"] = _view(ds.get("ViewPosition", ""))
-        col.add(path, pid, labels, first_line, errors=errors)
+        entry = col.add(path, pid, labels, first_line)
+        for err in errors:
+            col.problem(path, "label", f"{csv_path.name} {err}")
+            entry.bad = True
     if (root / "stage_2_train_images").is_dir():
         col.image_dirs.add(root / "stage_2_train_images")
     col.check_unlabelled(dirs)

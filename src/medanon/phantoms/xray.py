@@ -156,7 +156,7 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     shoulder_drop = 0.14 + n(0, 0.03)
     axilla_y = -0.42 + n(0, 0.04)
     waist = 0.06 + n(0, 0.03)
-    soft = 0.46 + n(0, 0.035)
+    soft = 0.50 + n(0, 0.035)
     if sex == 0:
         breast = 0.11 + abs(n(0, 0.04)) + 0.02 * (ag > 0.4)
         breast_size = 1.0 + n(0, 0.12)
@@ -166,11 +166,11 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     breast_y = 0.40 + n(0, 0.04)
 
     width_scale = (chest_hw - 0.12) / 0.70
-    base_hw = (0.29 + 0.012 * male) * width_scale + n(0, 0.012)
+    base_hw = (0.325 + 0.012 * male) * width_scale + n(0, 0.012)
     lung_hw = np.array([base_hw * (1.04 + n(0, 0.02)), base_hw * (0.97 + n(0, 0.02))])
     lung_cx = np.array([0.40, 0.40]) * width_scale + n(0, 0.012, 2)
     lung_apex = np.array([-0.70, -0.72]) + 0.02 * ag + n(0, 0.02, 2)
-    lung_air = 0.34 + n(0, 0.025)
+    lung_air = 0.30 + n(0, 0.025)
     dome_r = 0.40 + 0.04 * ag - 0.02 * male + n(0, 0.03)
     dome_y = np.array([dome_r, dome_r + 0.05 + n(0, 0.02)])
     dome_cx = np.array([0.40, 0.42]) * width_scale + n(0, 0.03, 2)
@@ -180,7 +180,7 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
 
     heart_scale = (1.0 + 0.12 * ag + 0.04 * male) * math.exp(n(0, 0.06))
     heart_cx = 0.09 + 0.02 * ag + n(0, 0.02)
-    heart_dy = 0.20 + n(0, 0.02)
+    heart_dy = 0.07 + n(0, 0.02)
     heart_a = 0.27 * heart_scale * width_scale ** 0.5
     heart_b = 0.19 * heart_scale * (1.0 + n(0, 0.05))
     heart_rot = math.radians(22.0 + n(0, 5.0))
@@ -203,10 +203,10 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     spacing *= np.linspace(0.85, 1.15, n_ribs)[None, :]       # wider intercostal spaces lower down
     rib_y = rib_top + np.cumsum(spacing, axis=1) - spacing[:, :1]
     rib_y[1] += n(0, 0.01)
-    rise0 = (0.52 - 0.12 * ag) * (1.0 + n(0, 0.1))              # ribs flatter with age (kyphosis)
-    curv0 = 0.62 * (1.0 + n(0, 0.1))
+    rise0 = (0.38 - 0.10 * ag) * (1.0 + n(0, 0.1))              # ribs flatter with age (kyphosis)
+    curv0 = 0.45 * (1.0 + n(0, 0.1))
     rib_rise = rise0 * (1.0 + n(0, 0.05, (2, n_ribs)))
-    rib_curv = curv0 * (1.0 + n(0, 0.05, (2, n_ribs))) * np.linspace(1.5, 0.9, n_ribs)[None, :]
+    rib_curv = curv0 * (1.0 + n(0, 0.05, (2, n_ribs))) * np.linspace(1.4, 0.9, n_ribs)[None, :]
     rib_w = 0.026 + 0.003 * male + n(0, 0.002)
     n_ant = 6
     ant_rib_y = -0.50 + 0.02 * ag + np.cumsum(np.full((2, n_ant), 0.13) * (1.0 + n(0, 0.05, (2, n_ant))), axis=1)
@@ -256,11 +256,11 @@ def _sample_vessels(rng: np.random.Generator, lung_cx, hilum_y, lung_hw) -> np.n
         s = -1.0 if side == 0 else 1.0
         hx = s * (0.15 + 0.01 * side)
         hy = hilum_y[side]
-        n_trunks = 9
+        n_trunks = 8
         # directions measured from "straight lateral", spanning up-lateral to down-lateral
-        angles = np.linspace(-1.15, 1.25, n_trunks) + rng.normal(0, 0.08, n_trunks)
+        angles = np.linspace(-1.2, 1.3, n_trunks) + rng.normal(0, 0.08, n_trunks)
         for a0 in angles:
-            stack = [(hx, hy, a0, 0.011, 0.085, 0.20 + 0.1 * rng.random(), 0)]
+            stack = [(hx, hy, a0, 0.015, 0.11, 0.22 + 0.1 * rng.random(), 0)]
             while stack:
                 x, y, a, w, amp, length, depth = stack.pop()
                 # the direction vector: lateral is +s in u; angle rotates towards +v (down)
@@ -272,8 +272,8 @@ def _sample_vessels(rng: np.random.Generator, lung_cx, hilum_y, lung_hw) -> np.n
                     y1 = y + step * math.sin(a)
                     segs.append((x, y, x1, y1, w, amp))
                     x, y = x1, y1
-                    w *= 0.85
-                    amp *= 0.8
+                    w *= 0.88
+                    amp *= 0.87
                 if depth < 2:
                     for da in (-0.45, 0.4):
                         if rng.random() < 0.8:
@@ -296,11 +296,11 @@ def _sample_opacities(rng: np.random.Generator, p: XrayPatient) -> tuple[np.ndar
             lung = _lung_soft(p, np.array([cu]), np.array([cv]), 0.0, 1e-3)
             if lung[0] > 0.9:
                 break
-        r = rng.uniform(0.07, 0.15)
-        amp = rng.uniform(0.18, 0.30)
-        for _ in range(int(rng.integers(4, 9))):
-            blobs.append((cu + rng.normal(0, 0.6 * r), cv + rng.normal(0, 0.6 * r),
-                          r * rng.uniform(0.4, 0.8), amp * rng.uniform(0.6, 1.0), i))
+        r = rng.uniform(0.09, 0.18)
+        amp = rng.uniform(0.14, 0.24)
+        for _ in range(int(rng.integers(5, 10))):
+            blobs.append((cu + rng.normal(0, 0.5 * r), cv + rng.normal(0, 0.5 * r),
+                          r * rng.uniform(0.35, 0.7), amp * rng.uniform(0.5, 1.0), i))
     return np.asarray(blobs, dtype=float), n_op
 
 
@@ -356,7 +356,8 @@ def _lung_parts(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: 
         Yp = np.where(Y < 0, Y * Y, np.abs(Y) ** 4)
         r = np.abs(X) ** 2.4 + Yp
         dome = dr if side == 0 else dl
-        med = p.med_hw + (0.02 * np.clip((v - p.hilum_y[side]) / 0.3, 0, 1))
+        # superior mediastinum: narrow at the top, widening towards the hila (SVC / aortic arch)
+        med = p.med_hw * (0.85 + 0.35 * np.clip((v - p.lung_apex[side]) / 0.6, 0, 1))
         inner = s * (u - p.med_shift) - med
         f = _sig(1.0 - r, 2.5 * e) * _sig(dome - v, e) * _sig(inner, e)
         lungs.append(f)
@@ -372,32 +373,40 @@ def _lung_soft(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: f
     return np.maximum(lungs[0], lungs[1]) * (1.0 - cover)
 
 
-def _segments(acc: np.ndarray, u: np.ndarray, v: np.ndarray, segs: np.ndarray, pix: float,
-              to_img, size: int) -> None:
-    """Add anti-aliased line segments (x0, y0, x1, y1, w, amp) to ``acc`` within their pixel boxes."""
+def _splat_segments(segs: np.ndarray, pix: float, to_img, size: int) -> np.ndarray:
+    """Line segments (x0, y0, x1, y1, w, amp) rendered by splatting points along them, then blurring.
+
+    Each segment of Gaussian cross-section ``amp * exp(-d^2 / w^2)`` contributes its line integral
+    ``amp * w * sqrt(pi)`` per unit length; points every half pixel are splatted bilinearly into the
+    image and one Gaussian blur of the typical vessel width restores the profile. Exact for vessels
+    thinner than a pixel, a good approximation above, and independent of the number of segments.
+    """
+    out = np.zeros(size * size)
     if len(segs) == 0:
-        return
+        return out.reshape(size, size)
     x0, y0, x1, y1, w, amp = (segs[:, i] for i in range(6))
-    # bounding boxes in pixel coordinates (through the pose)
-    cx = np.stack([x0, x1]); cy = np.stack([y0, y1])
-    ix, iy = to_img(cx, cy)
-    marg = (3.0 * np.maximum(w, pix)) * size / 2.0 + 2.0
-    cols = (ix + 1.0) * size / 2.0
-    rows = (iy + 1.0) * size / 2.0
-    c0 = np.clip(np.floor(cols.min(0) - marg), 0, size).astype(int)
-    c1 = np.clip(np.ceil(cols.max(0) + marg), 0, size).astype(int)
-    r0 = np.clip(np.floor(rows.min(0) - marg), 0, size).astype(int)
-    r1 = np.clip(np.ceil(rows.max(0) + marg), 0, size).astype(int)
-    for k in range(len(segs)):
-        if c1[k] <= c0[k] or r1[k] <= r0[k]:
-            continue
-        su = u[r0[k]:r1[k], c0[k]:c1[k]]
-        sv = v[r0[k]:r1[k], c0[k]:c1[k]]
-        dx, dy = x1[k] - x0[k], y1[k] - y0[k]
-        L2 = dx * dx + dy * dy + 1e-12
-        t = np.clip(((su - x0[k]) * dx + (sv - y0[k]) * dy) / L2, 0.0, 1.0)
-        d = np.hypot(su - x0[k] - t * dx, sv - y0[k] - t * dy)
-        acc[r0[k]:r1[k], c0[k]:c1[k]] += amp[k] * _band(d, w[k], pix)
+    dx, dy = x1 - x0, y1 - y0
+    length = np.hypot(dx, dy)
+    n = np.maximum(1, np.ceil(length / (0.5 * pix))).astype(int)
+    idx = np.repeat(np.arange(len(segs)), n)
+    start = np.concatenate([[0], np.cumsum(n)[:-1]])
+    frac = (np.arange(idx.size) - start[idx] + 0.5) / n[idx]
+    pu = x0[idx] + frac * dx[idx]
+    pv = y0[idx] + frac * dy[idx]
+    wgt = (amp * w * math.sqrt(math.pi) * length / n)[idx] / (pix * pix)
+    ix, iy = to_img(pu, pv)
+    c = (ix + 1.0) * size / 2.0 - 0.5
+    r = (iy + 1.0) * size / 2.0 - 0.5
+    c0 = np.floor(c).astype(int)
+    r0 = np.floor(r).astype(int)
+    fc, fr = c - c0, r - r0
+    for dr_, dc_, wk in ((0, 0, (1 - fr) * (1 - fc)), (0, 1, (1 - fr) * fc), (1, 0, fr * (1 - fc)), (1, 1, fr * fc)):
+        rr, cc = r0 + dr_, c0 + dc_
+        ok = (rr >= 0) & (rr < size) & (cc >= 0) & (cc < size)
+        out += np.bincount(rr[ok] * size + cc[ok], weights=(wgt * wk)[ok], minlength=size * size)
+    img = out.reshape(size, size)
+    sigma = max(0.0065 / pix, 0.45)
+    return ndimage.gaussian_filter(img, sigma, mode="constant")
 
 
 def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: float, op_gain: float,
@@ -437,8 +446,8 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
 
     # --- mediastinum, heart, great vessels -------------------------------------------------------
     med = _sig(p.med_hw + 0.005 - np.abs(u - p.med_shift), 1.5 * e) * _sig(v - (p.shoulder_y + 0.05), 0.05)
-    D += 0.16 * np.maximum(np.maximum(med, cover), 0.0) * trunk
-    D += 0.07 * heart  # the heart is thicker than the upper mediastinum
+    D += 0.17 * np.maximum(med, cover) * trunk
+    D += 0.03 * heart  # the heart is a little thicker than the upper mediastinum
     trach = _band(u - p.trachea_x - 0.04 * np.clip(v - p.carina_y + 0.15, 0, None), 0.022, pix, 4)
     D -= 0.10 * trach * _sig(p.carina_y - v, 0.02) * _sig(v - (p.shoulder_y - 0.2), 0.05)
     for s in (-1.0, 1.0):   # main bronchi
@@ -479,7 +488,7 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
     for j in range(p.ant_rib_y.shape[1]):
         yc = np.where(left, p.ant_rib_y[1, j], p.ant_rib_y[0, j]) + p.ant_rib_slope * (lat - au)
         bones += fade * _band((v - yc) * ca, 0.9 * p.rib_w, pix, 4)
-    D += 0.13 * p.bone * bones * cage
+    D += 0.09 * p.bone * bones * cage
 
     # --- clavicles, humeral heads, costal cartilage ------------------------------------------------
     for side, s in ((0, -1.0), (1, 1.0)):
@@ -507,8 +516,7 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
             D += p.breast * lower * (0.55 + 0.45 * np.clip((v - p.breast_y + ry) / (2 * ry), 0, 1))
 
     # --- lung markings and pneumonia -------------------------------------------------------------
-    marks = np.zeros_like(u)
-    _segments(marks, u, v, p.vessels, pix, to_img, size)
+    marks = _splat_segments(p.vessels, pix, to_img, size)
     D += marks * (0.35 + 0.65 * lung_vis)
     if len(p.opacity_blobs) and op_gain > 0:
         acc = np.zeros_like(u)

@@ -1,0 +1,142 @@
+"""The dataset over a folder: loading, and every bad-input case of the foundation issue."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from medanon.config import DataConfig
+from medanon.data.dataset import drop_records, open_dataset, verify_decoding
+from medanon.data.summary import format_summary, summarize
+from medanon.errors import DataError
+
+
+def make_dataset(root: Path, n_patients=4, per=2, modality="fundus", gray_every=0) -> Path:
+    """A medanon-layout folder with small disc-shaped 'fundus' images."""
+    (root / "images").mkdir(parents=True)
+    rows = ["image,patient_id,grade,sex,age"]
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:40, 0:48]
+    disc = (xx - 24) ** 2 + (yy - 20) ** 2 <= 18**2
+    k = 0
+    for p in range(n_patients):
+        for a in range(per):
+            img = np.zeros((40, 48, 3), np.uint8)
+            img[disc] = rng.integers(60, 255, size=3)
+            name = f"images/P{p}_{a}.png"
+            k += 1
+            if gray_every and k % gray_every == 0:
+                Image.fromarray(img[..., 0]).save(root / name)
+            else:
+                Image.fromarray(img).save(root / name)
+            rows.append(f"{name},P{p},{p % 5},{'FM'[p % 2]},{40 + p}")
+    (root / "labels.csv").write_text("\n".join(rows) + "\n")
+    (root / "dataset.yaml").write_text(yaml.safe_dump({
+        "format": "medanon-dataset", "version": 1, "modality": modality, "labels": "labels.csv",
+        "image_col": "image", "patient_col": "patient_id", "label_cols": ["grade", "sex", "age"]}))
+    return root
+
+
+def test_items_and_collation(tmp_path: Path):
+    ds = open_dataset(make_dataset(tmp_path / "d"), DataConfig(size=32))
+    assert len(ds) == 8 and ds.channels == 3 and ds.crop == "fov" and ds.modality == "fundus"
+    item = ds[0]
+    assert item["image"].shape == (3, 32, 32) and item["image"].dtype == torch.float32
+    assert item["image"].min() >= -1 and item["image"].max() <= 1
+    assert item["fov"].shape == (1, 32, 32) and item["fov"].dtype == torch.bool
+    assert item["labels"]["sex"] in (0.0, 1.0) and item["patient_id"] == "P0"
+    assert item["record_id"].startswith("r") and "P0" not in item["record_id"]
+    batch = next(iter(DataLoader(ds, batch_size=4)))
+    assert batch["image"].shape == (4, 3, 32, 32) and batch["labels"]["grade"].shape == (4,)
+    images, fov = ds.tensors(workers=2, progress=False)
+    assert torch.equal(images[3], ds[3]["image"]) and fov.shape == (8, 1, 32, 32)
+
+
+def test_summary_counts(tmp_path: Path):
+    ds = open_dataset(make_dataset(tmp_path / "d"), DataConfig(size=32))
+    s = summarize(ds)
+    assert s["images"] == 8 and s["patients"] == 4
+    assert s["images_per_patient"] == {"min": 2, "mean": 2.0, "max": 2}
+    assert s["labels"]["grade"]["counts"] == {"0": 2, "1": 2, "2": 2, "3": 2}
+    assert s["labels"]["sex"]["counts"] == {"F": 4, "M": 4}
+    assert s["labels"]["age"]["mean"] == 41.5
+    assert s["source_sizes"] == {"48x40": 8}
+    text = format_summary(s)
+    assert "patients 4" in text and "F: 4" in text
+
+
+def test_grayscale_conversion_for_xray(tmp_path: Path):
+    ds = open_dataset(make_dataset(tmp_path / "d", modality="xray"), DataConfig(size=16))
+    assert ds.channels == 1 and ds.crop == "center" and ds[0]["image"].shape == (1, 16, 16)
+
+
+def test_corrupt_image_is_named_then_skipped(tmp_path: Path):
+    root = make_dataset(tmp_path / "d")
+    (root / "images" / "P1_0.png").write_bytes(b"garbage")
+    with pytest.raises(DataError, match="P1_0.png") as e:
+        open_dataset(root, DataConfig(size=32))
+    assert "--skip-bad" in str(e.value) and "unreadable" in str(e.value)
+    ds = open_dataset(root, DataConfig(size=32, skip_bad=True))
+    assert len(ds) == 7 and any("P1_0.png" in p.path for p in ds.skipped)
+
+
+def test_truncated_pixels_found_by_decoding(tmp_path: Path):
+    root = make_dataset(tmp_path / "d")
+    big = (np.random.default_rng(0).random((64, 64, 3)) * 255).astype(np.uint8)
+    Image.fromarray(big).save(root / "images" / "P2_1.png")
+    data = (root / "images" / "P2_1.png").read_bytes()
+    (root / "images" / "P2_1.png").write_bytes(data[: len(data) // 2])
+    ds = open_dataset(root, DataConfig(size=32))            # the header is fine
+    bad = verify_decoding(ds)
+    assert [Path(p.path).name for p in bad] == ["P2_1.png"]
+    assert len(drop_records(ds, bad)) == 7
+    with pytest.raises(DataError, match="P2_1.png"):
+        ds[[r.path.name for r in ds.records].index("P2_1.png")]
+
+
+def test_missing_image_is_named(tmp_path: Path):
+    root = make_dataset(tmp_path / "d")
+    (root / "images" / "P3_1.png").unlink()
+    with pytest.raises(DataError, match="P3_1.png") as e:
+        open_dataset(root, DataConfig(size=32))
+    assert "missing" in str(e.value)
+    assert len(open_dataset(root, DataConfig(size=32, skip_bad=True))) == 7
+
+
+def test_image_without_label_is_named(tmp_path: Path):
+    root = make_dataset(tmp_path / "d")
+    Image.new("RGB", (40, 40)).save(root / "images" / "stray.png")
+    with pytest.raises(DataError, match="stray.png") as e:
+        open_dataset(root, DataConfig(size=32))
+    assert "unlabelled" in str(e.value)
+    ds = open_dataset(root, DataConfig(size=32, skip_bad=True))
+    assert len(ds) == 8 and any("stray.png" in p.path for p in ds.skipped)
+
+
+def test_mixed_channels_are_named_and_convertible(tmp_path: Path):
+    root = make_dataset(tmp_path / "d", gray_every=3)
+    with pytest.raises(DataError, match="mixed channel counts") as e:
+        open_dataset(root, DataConfig(size=32))
+    assert "--channels 3" in str(e.value) and "P1_0.png" in str(e.value)
+    ds = open_dataset(root, DataConfig(size=32, channels=3))
+    assert all(ds[i]["image"].shape[0] == 3 for i in range(len(ds)))
+
+
+def test_unknown_layout_and_missing_folder(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("hi")
+    with pytest.raises(DataError, match="empty"):
+        open_dataset(tmp_path / "empty")
+    with pytest.raises(DataError, match="does not exist"):
+        open_dataset(tmp_path / "nowhere")
+
+
+def test_too_small_source_image(tmp_path: Path):
+    root = make_dataset(tmp_path / "d")
+    Image.new("RGB", (4, 4)).save(root / "images" / "P0_0.png")
+    with pytest.raises(DataError, match="P0_0.png"):
+        open_dataset(root, DataConfig(size=32))

@@ -1,0 +1,69 @@
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from medanon.data.records import Record
+from medanon.data.splits import split_patients, split_records, write_splits_csv
+
+
+def make_records(n_patients: int, per_patient: int, seed: int = 0) -> list[Record]:
+    rng = np.random.default_rng(seed)
+    recs = []
+    for p in range(n_patients):
+        grade = float(rng.choice(5, p=[0.5, 0.1, 0.25, 0.07, 0.08]))
+        for a in range(per_patient):
+            # acquisitions of one patient may carry different grades (e.g. two eyes)
+            g = grade if a == 0 else float(max(0, grade - rng.integers(0, 2)))
+            recs.append(Record(Path(f"/x/P{p}_{a}.png"), f"P{p}", {"grade": g}, f"r{p}_{a}"))
+    return recs
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 80), per=st.integers(1, 4), seed=st.integers(0, 10**6),
+       val=st.floats(0, 0.4), test=st.floats(0, 0.4))
+def test_no_patient_crosses_splits(n, per, seed, val, test):
+    recs = make_records(n, per, seed)
+    parts = split_records(recs, val=val, test=test, stratify="grade", seed=seed)
+    owners = {}
+    for name, rs in parts.items():
+        for r in rs:
+            assert owners.setdefault(r.patient_id, name) == name
+    assert sum(len(v) for v in parts.values()) == len(recs)
+
+
+def test_fractions_and_stratification():
+    recs = make_records(1000, 2)
+    a = split_patients(recs, val=0.15, test=0.15, stratify="grade", seed=1)
+    sizes = Counter(a.values())
+    assert abs(sizes["test"] - 150) <= 5 and abs(sizes["val"] - 150) <= 5
+    # each stratum (the patient's worst grade) is split in the same proportions, up to one patient
+    worst = {}
+    for r in recs:
+        worst[r.patient_id] = max(worst.get(r.patient_id, 0), r.labels["grade"])
+    for g in set(worst.values()):
+        members = [p for p in worst if worst[p] == g]
+        n_test = sum(a[p] == "test" for p in members)
+        assert abs(n_test - 0.15 * len(members)) <= 1
+
+
+def test_deterministic_and_seed_dependent():
+    recs = make_records(100, 2)
+    assert split_patients(recs, stratify="grade", seed=3) == split_patients(recs, stratify="grade", seed=3)
+    assert split_patients(recs, stratify="grade", seed=3) != split_patients(recs, stratify="grade", seed=4)
+
+
+def test_missing_labels_form_their_own_stratum():
+    recs = [Record(Path(f"/x/{i}.png"), f"P{i}", {"grade": float("nan")}, f"r{i}") for i in range(40)]
+    a = split_patients(recs, val=0.25, test=0.25, stratify="grade", seed=0)
+    assert Counter(a.values()) == {"train": 20, "val": 10, "test": 10}
+
+
+def test_splits_csv(tmp_path: Path):
+    recs = make_records(10, 2)
+    a = split_patients(recs, stratify="", seed=0)
+    write_splits_csv(tmp_path / "s.csv", recs, a)
+    lines = (tmp_path / "s.csv").read_text().splitlines()
+    assert lines[0] == "record_id,patient_id,split" and len(lines) == 21

@@ -52,20 +52,21 @@ class GenericOptions:
 
     labels_csv: Path
     image_col: str
-    label_cols: tuple[str, ...] = ()   # each "canonical" or "canonical=csv_column", e.g. ("grade=level", "sex")
+    label_cols: tuple[str, ...] = ()   # each "canonical" or "canonical=csv_column": ("grade=level", "sex")
     patient_col: str | None = None     # if None, each image is its own patient (a LayoutWarning says so)
-    images_dir: Path | None = None     # default: the CSV's folder; image values are relative paths, extension optional
+    images_dir: Path | None = None     # default: the CSV's folder; image cells are paths relative to it,
+                                       # extension optional
     mask_col: str | None = None
 
 
 LAYOUTS: dict[str, str] = {
-    "medanon": "medanon's own format: dataset.yaml + labels.csv + images/ (+ masks/), as the phantom writer makes",
+    "medanon": "medanon's own format (the phantom writer's): dataset.yaml + labels.csv + images/ (+ masks/)",
     "aptos": "APTOS 2019 Blindness Detection: train.csv (id_code, diagnosis) + train_images/<id_code>.png",
     "eyepacs": "Kaggle EyePACS DR: trainLabels.csv (image, level) + train/<patient>_<left|right>.jpeg",
-    "brset": "BRSET (PhysioNet): labels.csv with DR_ICDR, patient_sex, exam_eye + fundus_photos/<image_id>.jpg",
-    "rsna": "RSNA Pneumonia stage 2: stage_2_train_labels.csv (patientId, Target) + stage_2_train_images/*.dcm",
+    "brset": "BRSET (PhysioNet): labels.csv with DR_ICDR, patient_sex, exam_eye + fundus_photos/<id>.jpg",
+    "rsna": "RSNA Pneumonia stage 2: stage_2_train_labels.csv (patientId, Target) + stage_2_train_images/",
     "mimic": "MIMIC-CXR-JPG 2.x: files/pXX/pNNNNNNNN/sNNNNNNNN/<dicom_id>.jpg + metadata/chexpert CSVs (.gz)",
-    "generic": "any folder described by --labels CSV --image-col NAME [--label-cols ...] [--patient-col NAME]",
+    "generic": "any folder described by --labels CSV --image-col NAME [--label-cols ...] [--patient-col]",
 }
 
 
@@ -111,6 +112,9 @@ class _Table:
 def _decode_bytes(path: Path) -> str:
     try:
         raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path.name} not found in {path.parent}", files=[path],
+                        fix="check the dataset folder and --layout, or pass the CSV with --labels") from None
     except OSError as e:
         raise DataError(f"cannot read {path.name}: {e.strerror or e}", files=[path],
                         fix="check that the file exists and is readable") from None
@@ -174,6 +178,12 @@ def _read_header(path: Path) -> list[str]:
     return _clean_header(cells)
 
 
+def _has_columns(path: Path, names: Iterable[str]) -> bool:
+    """Whether a CSV's header has all ``names`` (ignoring case, as :meth:`_Table.col` does)."""
+    header = {h.casefold() for h in _read_header(path)}
+    return all(n.casefold() in header for n in names)
+
+
 def _first_existing(root: Path, names: Sequence[str]) -> Path | None:
     for n in names:
         if (root / n).is_file():
@@ -233,7 +243,6 @@ def _resolve(dirs: _Dirs, bases: Sequence[Path], value: str,
     value = value.strip().replace("\\", "/")
     if not value:
         return None
-    rank = {e: i for i, e in enumerate(list(prefer) + [e for e in IMAGE_EXTENSIONS if e not in prefer])}
     for base in bases:
         target = base / value
         if dirs.has(target):
@@ -241,7 +250,8 @@ def _resolve(dirs: _Dirs, bases: Sequence[Path], value: str,
         if _ext(target.name) not in IMAGE_EXTENSIONS:
             found = dirs.by_stem(target.parent, target.name)
             if found:
-                return target.parent / min(found, key=lambda n: (rank.get(_ext(n), 99), n))
+                order = list(prefer) + list(IMAGE_EXTENSIONS)
+                return target.parent / min(found, key=lambda n: (order.index(_ext(n)), n))
     return None
 
 
@@ -289,11 +299,12 @@ class _Collector:
         self.problems.append(Problem(self.rel(path) if isinstance(path, Path) else path, kind, detail))
 
     def row_problem(self, line: int, detail: str) -> None:
-        self.problems.append(Problem(f"{self.csv_name}:{line}", "label", f"{self.csv_name} row {line}: {detail}"))
+        self.problems.append(Problem(f"{self.csv_name}:{line}", "label",
+                                     f"{self.csv_name} row {line}: {detail}"))
 
     def missing(self, expected: Path, line: int, what: str = "image", looked: str = "") -> None:
-        self.problem(expected, "missing",
-                     f"{what} listed in {self.csv_name} row {line} is not on disk" + (f" ({looked})" if looked else ""))
+        self.problem(expected, "missing", f"{what} listed in {self.csv_name} row {line} is not on disk"
+                     + (f" ({looked})" if looked else ""))
 
     def add(self, path: Path, patient_id: str, labels: dict[str, float], line: int, *,
             errors: Sequence[str] = (), mask_path: Path | None = None) -> _Entry:
@@ -304,7 +315,8 @@ class _Collector:
             self.problem(path, "label", f"{self.csv_name} row {line}: {err}")
         old = self.entries.get(path)
         if old is None:
-            entry = self.entries[path] = _Entry(path, rel, patient_id, dict(labels), line, mask_path, bool(errors))
+            entry = _Entry(path, rel, patient_id, dict(labels), line, mask_path, bool(errors))
+            self.entries[path] = entry
             return entry
         conflicts = []
         if old.patient_id != patient_id:
@@ -417,7 +429,7 @@ def _scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", 
     pat_idx = (table.require(opts.patient_col, fix="pass --patient-col with the column of patient ids, "
                                                    "or leave it out if every image is its own patient")
                if opts.patient_col else None)
-    mask_idx = (table.require(opts.mask_col, fix="pass --mask-col with the column of mask files, or leave it out")
+    mask_idx = (table.require(opts.mask_col, fix="name the column of mask files, or leave it out")
                 if opts.mask_col else None)
     if all_labels:
         used = {img_idx, pat_idx, mask_idx}
@@ -570,18 +582,18 @@ def _scan_one_per_row(root: Path, layout: str, csv_path: Path, *, image_col: str
 def _scan_aptos(root: Path) -> Scan:
     # APTOS 2019 Blindness Detection (Kaggle): train.csv with columns id_code, diagnosis (ICDR 0-4),
     # images train_images/<id_code>.png. No patient ids are published, so each image is its own patient.
-    warnings.warn("APTOS 2019 has no patient ids: every image counts as its own patient, so both eyes of one "
-                  "person may land in different splits", LayoutWarning, stacklevel=3)
-
     def describe(table: _Table, row: list[str], value: str):
         labels: dict[str, float] = {}
         errors: list[str] = []
         _encode(labels, errors, "grade", "diagnosis", table.cell(row, table.col("diagnosis")))
         return value, labels, errors
 
-    return _scan_one_per_row(root, "aptos", root / "train.csv", image_col="id_code",
-                             bases=[root / "train_images", root], default_ext=".png",
-                             primary=root / "train_images", describe=describe, required=["diagnosis"])
+    result = _scan_one_per_row(root, "aptos", root / "train.csv", image_col="id_code",
+                               bases=[root / "train_images", root], default_ext=".png",
+                               primary=root / "train_images", describe=describe, required=["diagnosis"])
+    warnings.warn("APTOS 2019 has no patient ids: every image counts as its own patient, so both eyes of one "
+                  "person may land in different splits", LayoutWarning, stacklevel=3)
+    return result
 
 
 _EYEPACS_NAME = re.compile(r"^(?P<patient>.+?)_(?P<side>left|right)$", re.IGNORECASE)
@@ -658,7 +670,7 @@ def _lenient_age(raw: str) -> float:
 def _brset_csv(root: Path) -> Path | None:
     for name in _BRSET_CSVS:
         p = root / name
-        if p.is_file() and "DR_ICDR" in _read_header(p):
+        if p.is_file() and _has_columns(p, ["DR_ICDR"]):
             return p
     return None
 
@@ -771,7 +783,7 @@ def _scan_rsna(root: Path) -> Scan:
         try:
             ds = pydicom.dcmread(path, stop_before_pixels=True,
                                  specific_tags=["PatientSex", "PatientAge", "ViewPosition"])
-        except Exception as e:  # pydicom raises InvalidDicomError, OSError, ValueError, struct errors...
+        except Exception as e:  # noqa: BLE001 - pydicom raises InvalidDicomError, OSError, struct.error...
             col.image_dirs.add(path.parent)
             col.entries[path] = _Entry(path, col.rel(path), pid, labels, first_line, bad=True)
             col.problem(path, "unreadable", f"DICOM header cannot be read: {type(e).__name__}: {e}")
@@ -831,7 +843,8 @@ def _scan_mimic(root: Path) -> Scan:
 
     chex = _read_table(chex_path)
     c_subj, c_study = chex.require("subject_id", fix=fix), chex.require("study_id", fix=fix)
-    findings = [(_finding_name(h), h, i) for i, h in enumerate(chex.header) if _finding_name(h) in CHEXPERT_FINDINGS]
+    findings = [(_finding_name(h), h, i) for i, h in enumerate(chex.header)
+                if _finding_name(h) in CHEXPERT_FINDINGS]
     if not findings:
         raise DataError(f"{chex_path.name} has none of the 14 CheXpert finding columns", files=[chex_path],
                         fix=f"the CSV has columns {chex.header}; use mimic-cxr-2.0.0-chexpert.csv(.gz) "
@@ -846,9 +859,10 @@ def _scan_mimic(root: Path) -> Scan:
             _encode(labels, errors, name, column, chex.cell(row, idx))
         errors = [f"{chex_path.name} row {line}: {e}" for e in errors]
         if key in study_labels:
-            old_line, old, old_err = study_labels[key]
+            old_line, old, _ = study_labels[key]
             if any(not _same(old.get(k, NAN), v) for k, v in labels.items()):
-                study_conflicts[key] = f"{chex_path.name} rows {old_line} and {line} give different labels for this study"
+                study_conflicts[key] = (f"{chex_path.name} rows {old_line} and {line} give different labels "
+                                        "for this study")
             continue
         study_labels[key] = (line, labels, errors)
 
@@ -892,7 +906,8 @@ def _scan_mimic(root: Path) -> Scan:
             labels["sex"], labels["age"] = patients.get(subj, (NAN, NAN))
         labels["view"] = _view(meta.cell(row, m_view))
         entry = col.add(path, subj, labels, line)
-        for err in chex_errors + ([study_conflicts[(subj, study)]] if (subj, study) in study_conflicts else []):
+        conflict = study_conflicts.get((subj, study))
+        for err in chex_errors + ([conflict] if conflict else []):
             col.problem(path, "label", err)
             entry.bad = True
     col.check_unlabelled(dirs)
@@ -920,7 +935,7 @@ def _is_medanon(root: Path) -> bool:
         import yaml
 
         meta = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except Exception:  # unreadable or invalid YAML: not ours to detect (scan with --layout medanon says why)
+    except Exception:  # noqa: BLE001 - unreadable/invalid YAML: not detected (--layout medanon says why)
         return False
     return isinstance(meta, dict) and meta.get("format") == _MEDANON_FORMAT
 
@@ -932,14 +947,16 @@ def _detectors() -> list[tuple[str, Callable[[Path], bool]]]:
         ("mimic", lambda r: _first_existing(r, _MIMIC_META) is not None),
         ("eyepacs", lambda r: (r / "trainLabels.csv").is_file()),
         ("brset", lambda r: _brset_csv(r) is not None),
-        ("aptos", lambda r: (r / "train.csv").is_file() and {"id_code", "diagnosis"} <= set(_read_header(r / "train.csv"))),
+        ("aptos", lambda r: (r / "train.csv").is_file()
+                            and _has_columns(r / "train.csv", ["id_code", "diagnosis"])),
     ]
 
 
 def _check_root(root: Path | str) -> Path:
     root = Path(root).expanduser().absolute()
     if not root.exists():
-        raise DataError(f"dataset folder {root} does not exist", files=[root], fix="check the path you passed")
+        raise DataError(f"dataset folder {root} does not exist", files=[root],
+                        fix="check the path you passed")
     if not root.is_dir():
         raise DataError(f"{root} is not a folder", files=[root],
                         fix="pass the dataset's folder (for a CSV alone use --layout generic --labels FILE)")
@@ -976,10 +993,12 @@ def scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = N
     if name == "generic":
         if generic is None:
             raise DataError(f"the generic layout needs a description of {root}", files=[root],
-                            fix="pass --labels FILE.csv --image-col COLUMN [--label-cols ...] [--patient-col COLUMN]")
+                            fix="pass --labels FILE.csv --image-col COLUMN [--label-cols ...] "
+                                "[--patient-col COLUMN]")
         return _scan_generic(root, generic)
     if generic is not None:
         raise DataError(f"--labels/--image-col describe a generic layout, but --layout {name} was asked for "
                         f"({root})", files=[root],
-                        fix=f"drop --labels/--image-col/--label-cols to read {name}, or pass --layout generic")
+                        fix=f"drop --labels/--image-col/--label-cols to read {name}, "
+                            "or pass --layout generic")
     return _READERS[name](root)

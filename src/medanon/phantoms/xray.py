@@ -49,6 +49,10 @@ class XrayPatient:
     pneumonia: bool
     situs_inversus: bool
     marker_block: bool
+    # build and placement: anatomy is drawn at (u / habitus_x, (v - habitus_dy) / habitus_y)
+    habitus_x: float
+    habitus_y: float
+    habitus_dy: float
     # body outline and soft tissue
     chest_hw: float                   # half-width of the body at lung level
     neck_hw: float
@@ -71,11 +75,13 @@ class XrayPatient:
     med_hw: float                     # upper mediastinum half-width
     med_shift: float                  # lateral offset of the mediastinum (towards the patient's left)
     # heart and great vessels
-    heart_cx: float
-    heart_dy: float                   # heart centre height above the left dome
-    heart_a: float
-    heart_b: float
-    heart_rot: float                  # radians
+    heart_cx: float                   # left-ventricular border: centre of its elliptic arc
+    heart_dy: float                   # height of the widest point above the left dome
+    heart_a: float                    # lateral reach of the left heart border from heart_cx
+    heart_b: float                    # vertical half-extent of the left heart border
+    ra_a: float                       # right atrial bulge (right heart border)
+    ra_b: float
+    pt_r: float                       # pulmonary trunk bump on the left border
     knob_x: float
     knob_y: float
     knob_r: float
@@ -102,6 +108,7 @@ class XrayPatient:
     cartilage: np.ndarray             # (k, 3) calcified costal cartilage dots (|u|, v, side)
     # lung markings: segments (x0, y0, x1, y1, width, amplitude) in patient coordinates
     vessels: np.ndarray
+    texture: np.ndarray               # (k, 4) parenchymal texture waves (ku, kv, phase, amplitude)
     # pneumonia: sub-blobs (u, v, radius, amplitude, opacity index)
     opacity_blobs: np.ndarray
     n_opacities: int
@@ -150,6 +157,9 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     ag = float(np.clip((age - 25.0) / 60.0, -0.5, 1.5))   # 0 at 25, 1 at 85
     male = float(sex)
 
+    habitus_x = math.exp(n(0, 0.045))
+    habitus_y = math.exp(n(0, 0.05)) * (1.0 - 0.03 * ag)         # shorter thorax with age (kyphosis)
+    habitus_dy = n(0, 0.04)
     chest_hw = 0.78 + 0.05 * male + 0.015 * ag + n(0, 0.03)
     neck_hw = 0.16 + 0.03 * male + n(0, 0.015)
     shoulder_y = -0.80 + 0.03 * ag + n(0, 0.03)
@@ -158,32 +168,34 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     waist = 0.06 + n(0, 0.03)
     soft = 0.50 + n(0, 0.035)
     if sex == 0:
-        breast = 0.11 + abs(n(0, 0.04)) + 0.02 * (ag > 0.4)
+        breast = 0.13 + abs(n(0, 0.04)) + 0.02 * (ag > 0.4)
         breast_size = 1.0 + n(0, 0.12)
     else:
         breast = max(0.0, n(0.02, 0.015))
         breast_size = 0.9 + n(0, 0.1)
-    breast_y = 0.40 + n(0, 0.04)
+    breast_y = 0.30 + n(0, 0.04)
 
     width_scale = (chest_hw - 0.12) / 0.70
     base_hw = (0.325 + 0.012 * male) * width_scale + n(0, 0.012)
     lung_hw = np.array([base_hw * (1.04 + n(0, 0.02)), base_hw * (0.97 + n(0, 0.02))])
     lung_cx = np.array([0.40, 0.40]) * width_scale + n(0, 0.012, 2)
     lung_apex = np.array([-0.70, -0.72]) + 0.02 * ag + n(0, 0.02, 2)
-    lung_air = 0.30 + n(0, 0.025)
+    lung_air = 0.27 + n(0, 0.025)
     dome_r = 0.40 + 0.04 * ag - 0.02 * male + n(0, 0.03)
     dome_y = np.array([dome_r, dome_r + 0.05 + n(0, 0.02)])
     dome_cx = np.array([0.40, 0.42]) * width_scale + n(0, 0.03, 2)
-    dome_curv = (1.1 - 0.3 * ag) * (1.0 + n(0, 0.12))
+    dome_curv = (1.9 - 0.5 * ag) * (1.0 + n(0, 0.12))
     med_hw = 0.085 + 0.02 * ag + n(0, 0.008)
     med_shift = 0.015 + n(0, 0.01)
 
     heart_scale = (1.0 + 0.12 * ag + 0.04 * male) * math.exp(n(0, 0.06))
-    heart_cx = 0.09 + 0.02 * ag + n(0, 0.02)
-    heart_dy = 0.07 + n(0, 0.02)
+    heart_cx = 0.02 + 0.02 * ag + n(0, 0.02)
+    heart_dy = 0.18 + n(0, 0.025)
     heart_a = 0.27 * heart_scale * width_scale ** 0.5
-    heart_b = 0.19 * heart_scale * (1.0 + n(0, 0.05))
-    heart_rot = math.radians(22.0 + n(0, 5.0))
+    heart_b = 0.38 * (1.0 + 0.5 * (heart_scale - 1.0)) * (1.0 + n(0, 0.05))
+    ra_a = 0.165 * heart_scale * (1.0 + n(0, 0.06))
+    ra_b = 0.25 * (1.0 + n(0, 0.06))
+    pt_r = 0.045 * (1.0 + n(0, 0.15))
     knob_x = 0.10 + 0.05 * ag + n(0, 0.012)
     knob_y = -0.30 + n(0, 0.025)
     knob_r = 0.045 * (1.0 + 0.45 * ag) * math.exp(n(0, 0.1))
@@ -213,12 +225,17 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     ant_rib_slope = 0.55 + n(0, 0.06)
     clav_y = np.array([-0.58, -0.58]) - 0.05 * ag + n(0, 0.02) + n(0, 0.01, 2)
     clav_slope = np.array([-0.22, -0.22]) + n(0, 0.04) + n(0, 0.02, 2)
-    clav_w = 0.026 + 0.003 * male + n(0, 0.002)
+    clav_w = 0.030 + 0.004 * male + n(0, 0.002)
     humerus_r = 0.11 + 0.01 * male + n(0, 0.008)
     k = int(rng.poisson(8 * max(ag - 0.35, 0.0)))
     cartilage = np.column_stack([u(0.22, 0.35, k), u(-0.2, 0.5, k), rng.integers(0, 2, k)]).astype(float)
 
     vessels = _sample_vessels(rng, lung_cx, hilum_y, lung_hw)
+    k_tex = 8
+    freq = rng.uniform(6.0, 16.0, k_tex)
+    ang = rng.uniform(0, math.pi, k_tex)
+    texture = np.column_stack([freq * np.cos(ang), freq * np.sin(ang), rng.uniform(0, 2 * math.pi, k_tex),
+                               rng.uniform(0.006, 0.014, k_tex)])
 
     # pathology and markers last (see docstring)
     pneumonia = bool(rng.random() < params.pneumonia_rate)
@@ -229,17 +246,18 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
 
     patient = XrayPatient(
         sex=sex, age=age, pneumonia=pneumonia, situs_inversus=situs, marker_block=marker,
+        habitus_x=habitus_x, habitus_y=habitus_y, habitus_dy=habitus_dy,
         chest_hw=chest_hw, neck_hw=neck_hw, shoulder_y=shoulder_y, shoulder_drop=shoulder_drop,
         axilla_y=axilla_y, waist=waist, soft=soft, breast=breast, breast_y=breast_y,
         breast_size=breast_size, lung_cx=lung_cx, lung_hw=lung_hw, lung_apex=lung_apex,
         lung_air=lung_air, dome_y=dome_y, dome_cx=dome_cx, dome_curv=dome_curv, med_hw=med_hw,
         med_shift=med_shift, heart_cx=heart_cx, heart_dy=heart_dy, heart_a=heart_a, heart_b=heart_b,
-        heart_rot=heart_rot, knob_x=knob_x, knob_y=knob_y, knob_r=knob_r, hilum_y=hilum_y,
+        ra_a=ra_a, ra_b=ra_b, pt_r=pt_r, knob_x=knob_x, knob_y=knob_y, knob_r=knob_r, hilum_y=hilum_y,
         trachea_x=trachea_x, carina_y=carina_y, gastric=gastric, gastric_x=gastric_x, bone=bone,
         spine_hw=spine_hw, vert_pitch=vert_pitch, vert_phase=vert_phase, rib_y=rib_y,
         rib_rise=rib_rise, rib_curv=rib_curv, rib_w=rib_w, ant_rib_y=ant_rib_y,
         ant_rib_slope=ant_rib_slope, clav_y=clav_y, clav_slope=clav_slope, clav_w=clav_w,
-        humerus_r=humerus_r, cartilage=cartilage, vessels=vessels,
+        humerus_r=humerus_r, cartilage=cartilage, vessels=vessels, texture=texture,
         opacity_blobs=np.zeros((0, 5)), n_opacities=0,
     )
     if pneumonia:
@@ -260,20 +278,22 @@ def _sample_vessels(rng: np.random.Generator, lung_cx, hilum_y, lung_hw) -> np.n
         # directions measured from "straight lateral", spanning up-lateral to down-lateral
         angles = np.linspace(-1.2, 1.3, n_trunks) + rng.normal(0, 0.08, n_trunks)
         for a0 in angles:
-            stack = [(hx, hy, a0, 0.015, 0.11, 0.22 + 0.1 * rng.random(), 0)]
+            x_start = hx + s * rng.uniform(0.0, 0.05)
+            y_start = hy + 0.25 * (a0 / 1.3) * 0.3 + rng.normal(0, 0.02)
+            stack = [(x_start, y_start, a0, 0.022, 0.07, 0.24 + 0.1 * rng.random(), 0)]
             while stack:
                 x, y, a, w, amp, length, depth = stack.pop()
                 # the direction vector: lateral is +s in u; angle rotates towards +v (down)
-                n_steps = 3
+                n_steps = 4
                 for _ in range(n_steps):
-                    a += rng.normal(0, 0.15)
+                    a += rng.normal(0, 0.2)
                     step = length / n_steps
                     x1 = x + s * step * math.cos(a)
                     y1 = y + step * math.sin(a)
                     segs.append((x, y, x1, y1, w, amp))
                     x, y = x1, y1
                     w *= 0.88
-                    amp *= 0.87
+                    amp *= 0.84
                 if depth < 2:
                     for da in (-0.45, 0.4):
                         if rng.random() < 0.8:
@@ -294,13 +314,14 @@ def _sample_opacities(rng: np.random.Generator, p: XrayPatient) -> tuple[np.ndar
             cu = s * (p.lung_cx[side] + rng.uniform(-0.8, 0.8) * p.lung_hw[side])
             cv = rng.uniform(p.lung_apex[side] + 0.25, p.dome_y[side] + 0.02)
             lung = _lung_soft(p, np.array([cu]), np.array([cv]), 0.0, 1e-3)
-            if lung[0] > 0.9:
+            hilum = math.hypot(abs(cu) - 0.16, cv - p.hilum_y[side])
+            if lung[0] > 0.9 and hilum > 0.15:
                 break
-        r = rng.uniform(0.09, 0.18)
-        amp = rng.uniform(0.14, 0.24)
-        for _ in range(int(rng.integers(5, 10))):
-            blobs.append((cu + rng.normal(0, 0.5 * r), cv + rng.normal(0, 0.5 * r),
-                          r * rng.uniform(0.35, 0.7), amp * rng.uniform(0.5, 1.0), i))
+        r = rng.uniform(0.10, 0.20)
+        amp = rng.uniform(0.7, 1.3)
+        for _ in range(int(rng.integers(6, 12))):
+            blobs.append((cu + rng.normal(0, 0.45 * r), cv + rng.normal(0, 0.45 * r),
+                          r * rng.uniform(0.3, 0.6), amp * rng.uniform(0.5, 1.0), i))
     return np.asarray(blobs, dtype=float), n_op
 
 
@@ -327,17 +348,38 @@ def _domes(p: XrayPatient, u: np.ndarray, insp: float) -> tuple[np.ndarray, np.n
     return dr, dl
 
 
-def _heart_r(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float) -> np.ndarray:
-    """Normalised elliptic radius of the heart silhouette (< 1 inside)."""
+def _silhouette(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, e: float) -> np.ndarray:
+    """Soft map of the cardiomediastinal silhouette (mediastinum, aortic knob, heart)."""
+    top = p.lung_apex.min() - 0.05
+    med = p.med_hw * (0.85 + 0.6 * np.clip((v - top) / 0.7, 0, 1) ** 2)
+    # left border (patient left, +u): upper mediastinum, aortic knob, pulmonary trunk, left ventricle
     hy = p.dome_y[1] + 0.6 * insp - p.heart_dy
-    c, s = math.cos(p.heart_rot), math.sin(p.heart_rot)
-    du, dv = u - p.heart_cx, v - hy
-    a = c * du + s * dv
-    b = -s * du + c * dv
-    return np.sqrt((a / p.heart_a) ** 2 + (b / p.heart_b) ** 2)
+    z = (v - hy) / p.heart_b
+    lv = p.heart_cx + p.heart_a * np.sqrt(np.clip(1.0 - z * z, 0.0, None)) * (1.0 + 0.3 * z)
+    lv = np.where(z > 0, np.maximum(lv, p.heart_cx + 0.5 * p.heart_a), lv)     # merges into the dome
+    # aortic knob and pulmonary trunk: rounded bulges out of the mediastinal border
+    edge = p.med_shift + med
+    kr = 1.4 * p.knob_r
+    knob = edge + np.clip(p.knob_x + p.knob_r - edge, 0, None) * np.sqrt(
+        np.clip(1.0 - ((v - p.knob_y) / kr) ** 2, 0.0, None))
+    pty = p.knob_y + p.knob_r + 0.08
+    pr = 1.4 * p.pt_r
+    pt = edge + np.clip(0.06 + p.pt_r - edge, 0, None) * np.sqrt(np.clip(1.0 - ((v - pty) / pr) ** 2, 0.0, None))
+    tk = 0.015                              # smooth maximum of the border components
+    parts = np.stack([edge, lv, knob, pt])
+    left = tk * np.log(np.exp((parts - 0.5) / tk).sum(0)) + 0.5
+    # right border: superior vena cava, then the right atrium down to the right dome
+    ray = p.dome_y[0] + 0.6 * insp - 0.10
+    zr = (v - ray) / p.ra_b
+    ra = p.ra_a * np.sqrt(np.clip(1.0 - zr * zr, 0.0, None))
+    ra = np.where(zr > 0, np.maximum(ra, 0.6 * p.ra_a), ra)
+    right = -(tk * np.logaddexp((med - p.med_shift) / tk, ra / tk))
+    return _sig(left - u, 1.2 * e) * _sig(u - right, 1.2 * e) * _sig(v - top, 0.05)
 
 
 def _lung_parts(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: float):
+    """Soft maps of both lung envelopes (before the silhouette is cut out), their vertical
+    coordinates, the cardiomediastinal silhouette and the dome heights."""
     e = max(0.012, 0.6 * pix)
     dr, dl = _domes(p, u, insp)
     lungs = []
@@ -356,20 +398,15 @@ def _lung_parts(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: 
         Yp = np.where(Y < 0, Y * Y, np.abs(Y) ** 4)
         r = np.abs(X) ** 2.4 + Yp
         dome = dr if side == 0 else dl
-        # superior mediastinum: narrow at the top, widening towards the hila (SVC / aortic arch)
-        med = p.med_hw * (0.85 + 0.35 * np.clip((v - p.lung_apex[side]) / 0.6, 0, 1))
-        inner = s * (u - p.med_shift) - med
-        f = _sig(1.0 - r, 2.5 * e) * _sig(dome - v, e) * _sig(inner, e)
+        f = _sig(1.0 - r, 2.5 * e) * _sig(dome - v, e) * _sig(s * u, e)
         lungs.append(f)
         ys.append(Y)
-    heart = _sig(1.0 - _heart_r(p, u, v, insp), 1.3 * e)
-    knob = _sig(p.knob_r - np.hypot(u - p.knob_x, v - p.knob_y), e)
-    cover = np.maximum(heart, knob)
-    return lungs, ys, heart, knob, cover, (dr, dl)
+    cover = _silhouette(p, u, v, insp, e)
+    return lungs, ys, cover, (dr, dl)
 
 
 def _lung_soft(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: float) -> np.ndarray:
-    lungs, _, _, _, cover, _ = _lung_parts(p, u, v, insp, pix)
+    lungs, _, cover, _ = _lung_parts(p, u, v, insp, pix)
     return np.maximum(lungs[0], lungs[1]) * (1.0 - cover)
 
 
@@ -405,7 +442,7 @@ def _splat_segments(segs: np.ndarray, pix: float, to_img, size: int) -> np.ndarr
         ok = (rr >= 0) & (rr < size) & (cc >= 0) & (cc < size)
         out += np.bincount(rr[ok] * size + cc[ok], weights=(wgt * wk)[ok], minlength=size * size)
     img = out.reshape(size, size)
-    sigma = max(0.0065 / pix, 0.45)
+    sigma = max(0.009 / pix, 0.45)
     return ndimage.gaussian_filter(img, sigma, mode="constant")
 
 
@@ -414,7 +451,7 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
     """Display density of the anatomy at patient coordinates, and the soft lung-field map."""
     e = max(0.012, 0.6 * pix)
     au = np.abs(u)
-    lungs, ys, heart, knob, cover, (dr, dl) = _lung_parts(p, u, v, insp, pix)
+    lungs, ys, cover, (dr, dl) = _lung_parts(p, u, v, insp, pix)
 
     # --- body outline and soft tissue ------------------------------------------------------------
     sh = p.shoulder_y + p.shoulder_drop * np.clip((au - p.neck_hw) / 0.7, 0, None) ** 1.5
@@ -440,14 +477,12 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
     # --- below the diaphragm: liver / spleen / stomach -------------------------------------------
     dome = np.minimum(dr, dl)
     abdomen = _sig(v - dome, 1.5 * e) * trunk
-    D += 0.12 * abdomen * (1.0 - 0.5 * _sig(u, 0.1))
+    D += 0.14 * abdomen * (1.0 - 0.3 * _sig(u, 0.1))
     bubble = np.exp(-(((u - p.gastric_x) / 0.12) ** 2 + ((v - dl - 0.09) / 0.06) ** 2))
     D -= p.gastric * bubble * abdomen
 
     # --- mediastinum, heart, great vessels -------------------------------------------------------
-    med = _sig(p.med_hw + 0.005 - np.abs(u - p.med_shift), 1.5 * e) * _sig(v - (p.shoulder_y + 0.05), 0.05)
-    D += 0.17 * np.maximum(med, cover) * trunk
-    D += 0.03 * heart  # the heart is a little thicker than the upper mediastinum
+    D += 0.15 * cover * trunk * (1.0 - 0.5 * abdomen)
     trach = _band(u - p.trachea_x - 0.04 * np.clip(v - p.carina_y + 0.15, 0, None), 0.022, pix, 4)
     D -= 0.10 * trach * _sig(p.carina_y - v, 0.02) * _sig(v - (p.shoulder_y - 0.2), 0.05)
     for s in (-1.0, 1.0):   # main bronchi
@@ -509,20 +544,26 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
     # --- breast / pectoral shadows ------------------------------------------------------------------
     if p.breast > 0:
         for s in (-1.0, 1.0):
-            rx, ry = 0.30 * p.breast_size, 0.20 * p.breast_size
+            rx, ry = 0.30 * p.breast_size, 0.24 * p.breast_size
             cx = s * (p.lung_cx[0] + 0.05)
             r = np.hypot((u - cx) / rx, (v - p.breast_y) / ry)
-            lower = _sig(1.0 - r, 0.06) * _sig(v - p.breast_y + 0.8 * ry, 0.08)
-            D += p.breast * lower * (0.55 + 0.45 * np.clip((v - p.breast_y + ry) / (2 * ry), 0, 1))
+            # sharp, curved lower edge; the shadow fades out upwards
+            ramp = np.clip((v - p.breast_y + 1.3 * ry) / (2.1 * ry), 0, 1)
+            D += p.breast * _sig(1.0 - r, 0.05) * ramp * ramp * (1.0 - 0.4 * abdomen)
 
     # --- lung markings and pneumonia -------------------------------------------------------------
     marks = _splat_segments(p.vessels, pix, to_img, size)
+    tex = np.zeros_like(u)
+    for ku, kv, ph, amp in p.texture:
+        if math.hypot(ku, kv) * pix < 1.2:        # skip waves the pixel grid cannot carry
+            tex += amp * np.cos(ku * u + kv * v + ph)
+    D += tex * lung_vis
     D += marks * (0.35 + 0.65 * lung_vis)
     if len(p.opacity_blobs) and op_gain > 0:
         acc = np.zeros_like(u)
         for bu, bv, br, ba, _ in p.opacity_blobs:
             acc += ba * np.exp(-(((u - bu) ** 2 + (v - bv) ** 2) / (br * br)))
-        D += op_gain * (1.0 - np.exp(-2.5 * acc)) / 2.5 * 2.0 * lung
+        D += op_gain * 0.28 * (1.0 - np.exp(-acc)) * lung
 
     return D, lung_vis
 
@@ -565,9 +606,9 @@ def render(patient: XrayPatient, rng: np.random.Generator, size: int) -> Phantom
     if size < 4:
         raise ValueError(f"size must be at least 4, got {size}")
     # per-acquisition draws, all up front (their number does not depend on the patient)
-    angle = math.radians(float(np.clip(rng.normal(0, 2.0), -5.0, 5.0)))
-    shift = np.clip(rng.normal(0, 0.03, 2), -0.08, 0.08)
-    scale = float(np.clip(1.0 + rng.normal(0, 0.03), 0.92, 1.08))
+    angle = math.radians(float(np.clip(rng.normal(0, 1.8), -5.0, 5.0)))
+    shift = np.clip(rng.normal(0, 0.02, 2), -0.06, 0.06)
+    scale = float(np.clip(1.0 + rng.normal(0, 0.02), 0.94, 1.06))
     insp = float(rng.uniform(-0.045, 0.045))
     contrast = float(rng.uniform(0.88, 1.12))
     bright = float(rng.normal(0, 0.03))
@@ -575,11 +616,12 @@ def render(patient: XrayPatient, rng: np.random.Generator, size: int) -> Phantom
     heel = rng.normal(0, 0.03, 2)
     blur = float(rng.uniform(0.25, 0.75))          # in units of size/128 pixels
     noise_sd = float(rng.uniform(0.006, 0.02))
-    collim = rng.uniform(0, 0.05, 4) * (rng.random(4) < 0.25)
+    collim = rng.uniform(0, 0.04, 4) * (rng.random(4) < 0.06)
     op_gain = float(rng.uniform(0.85, 1.15))
     noise_seed = int(rng.integers(0, 2**63))
 
-    pix = 2.0 / size / scale                          # pixel size in patient units
+    hx, hy, hdy = patient.habitus_x, patient.habitus_y, patient.habitus_dy
+    pix = 2.0 / size / scale / min(hx, hy)            # pixel size in anatomy units
     g = (np.arange(size) + 0.5) * (2.0 / size) - 1.0
     x, y = np.meshgrid(g, g)
     R = _rot(angle)
@@ -588,10 +630,12 @@ def render(patient: XrayPatient, rng: np.random.Generator, size: int) -> Phantom
     u = R[0, 0] * xs + R[1, 0] * ys
     v = R[0, 1] * xs + R[1, 1] * ys
     mirror = -1.0 if patient.situs_inversus else 1.0
-    u = u * mirror
+    u = u * (mirror / hx)
+    v = (v - hdy) / hy
 
     def to_img(pu, pv):
-        pu = pu * mirror
+        pu = pu * (mirror * hx)
+        pv = pv * hy + hdy
         return (scale * (R[0, 0] * pu + R[0, 1] * pv) + shift[0],
                 scale * (R[1, 0] * pu + R[1, 1] * pv) + shift[1])
 
@@ -599,6 +643,8 @@ def render(patient: XrayPatient, rng: np.random.Generator, size: int) -> Phantom
 
     # exposure: window/level, gamma, heel effect
     I = np.clip(D, 0.0, None) * (1.0 + heel[0] * y + heel[1] * x)
+    knee = 0.72                                     # detector / display shoulder: no hard clipping
+    I = np.where(I > knee, knee + (1.0 - knee) * (1.0 - np.exp(-(I - knee) / (1.0 - knee))), I)
     I = np.clip(0.5 + contrast * (I - 0.5) + bright, 0.0, 1.0) ** gamma
     # collimation: unexposed borders (left, right, top, bottom)
     for k, (sl, wdt) in enumerate(zip(("l", "r", "t", "b"), collim)):

@@ -1,0 +1,92 @@
+"""The command line, end to end on tiny phantoms (as a user would run it)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from medanon.cli import cli
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+@pytest.mark.parametrize("modality", ["fundus", "xray"])
+def test_phantom_then_summary(tmp_path: Path, runner, modality):
+    out = tmp_path / modality
+    r = runner.invoke(cli, ["phantom", "--modality", modality, "--patients", "6", "--per-patient", "2",
+                            "--size", "32", "--out", str(out), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["data", "summary", str(out), "--size", "32", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["images"] == 12 and s["patients"] == 6 and s["layout"] == "medanon" and s["modality"] == modality
+    assert s["images_per_patient"] == {"min": 2, "mean": 2.0, "max": 2}
+    assert s["source_sizes"] == {"32x32": 12}
+    key = "grade" if modality == "fundus" else "pneumonia"
+    assert sum(s["labels"][key]["counts"].values()) == 12
+    assert sum(s["labels"]["sex"]["counts"].values()) == 12
+    r = runner.invoke(cli, ["data", "summary", str(out), "--size", "32"])
+    assert r.exit_code == 0 and "patients 6" in r.output
+
+
+def test_phantom_refuses_existing_output(tmp_path: Path, runner):
+    out = tmp_path / "p"
+    args = ["phantom", "--patients", "2", "--per-patient", "1", "--size", "16", "--out", str(out), "--workers", "1"]
+    assert runner.invoke(cli, args).exit_code == 0
+    r = runner.invoke(cli, args)
+    assert r.exit_code == 1 and "already exists" in r.output and "--overwrite" in r.output
+    assert runner.invoke(cli, args + ["--overwrite"]).exit_code == 0
+
+
+def test_split_command(tmp_path: Path, runner):
+    out = tmp_path / "p"
+    runner.invoke(cli, ["phantom", "--patients", "20", "--per-patient", "2", "--size", "16", "--out", str(out),
+                        "--workers", "1"])
+    r = runner.invoke(cli, ["data", "split", str(out), "--size", "16", "--out", str(tmp_path / "s.csv"),
+                            "--stratify", "grade", "--test", "0.2", "--val", "0.2"])
+    assert r.exit_code == 0, r.output
+    rows = [line.split(",") for line in (tmp_path / "s.csv").read_text().splitlines()[1:]]
+    assert len(rows) == 40
+    owner = {}
+    for _, patient, split in rows:
+        assert owner.setdefault(patient, split) == split
+    r = runner.invoke(cli, ["data", "split", str(out), "--size", "16", "--out", str(tmp_path / "t.csv"),
+                            "--stratify", "nonsense"])
+    assert r.exit_code == 1 and "nonsense" in r.output
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["data", "summary", "{tmp}/nowhere"], "does not exist"),
+    (["data", "summary", "{tmp}/empty"], "empty"),
+    (["data", "summary", "{tmp}/empty", "--size", "100"], "power of two"),
+    (["phantom", "--out", "{tmp}/x", "--size", "8"], "8"),
+    (["data", "summary", "{tmp}/empty", "--image-col", "x"], "--labels"),
+    (["--device", "tpu", "demo", "--out", "{tmp}/demo"], "tpu"),
+])
+def test_bad_arguments_give_clear_errors(tmp_path: Path, runner, args, fragment):
+    (tmp_path / "empty").mkdir()
+    r = runner.invoke(cli, [a.format(tmp=tmp_path) for a in args])
+    assert r.exit_code != 0
+    assert fragment in r.output
+    assert "Traceback" not in r.output
+
+
+def test_demo_runs_and_resumes(tmp_path: Path, runner):
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--patients", "6", "--per-patient", "2", "--size", "16"]
+    r = runner.invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    assert "PHANTOM" in r.output
+    for f in ("config.yaml", "manifest.json", "metrics.jsonl", "summary.json", "splits_fundus.csv",
+              "splits_xray.csv"):
+        assert (out / f).exists(), f
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seeds"]["phantoms"] == 0 and manifest["inputs"]["fundus_phantom"]["files"] == 12
+    before = (out / "data" / "fundus" / "labels.csv").stat().st_mtime_ns
+    r = runner.invoke(cli, args)
+    assert r.exit_code == 0
+    assert (out / "data" / "fundus" / "labels.csv").stat().st_mtime_ns == before  # reused, not regenerated

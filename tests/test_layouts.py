@@ -1,0 +1,455 @@
+"""Layout readers: each real format on a tiny fixture, detection, problems, errors, determinism."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from medanon.data.layouts import IMAGE_EXTENSIONS, LAYOUTS, GenericOptions, LayoutWarning, detect_layout, scan
+from medanon.data.records import make_record_id
+from medanon.errors import DataError
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fixtures_layouts as fx
+
+
+def quiet_scan(root, layout="auto", **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LayoutWarning)
+        return scan(root, layout, **kw)
+
+
+def same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def rels(s) -> list[str]:
+    return [r.path.relative_to(s.root).as_posix() for r in s.records]
+
+
+def kinds(s) -> list[str]:
+    return [p.kind for p in s.problems]
+
+
+def generic_opts(root: Path, **kw) -> GenericOptions:
+    base = {"labels_csv": root / "meta.csv", "image_col": "file", "label_cols": fx.GENERIC_LABEL_COLS,
+            "patient_col": "subject"}
+    base.update(kw)
+    return GenericOptions(**base)
+
+
+# ---------------------------------------------------------------------------------------------- readers
+
+
+def test_api_names():
+    assert set(LAYOUTS) == {"medanon", "aptos", "eyepacs", "brset", "rsna", "mimic", "generic"}
+    assert IMAGE_EXTENSIONS == (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".dcm")
+
+
+def test_aptos(tmp_path):
+    root = fx.make_aptos(tmp_path, n=6)
+    with pytest.warns(LayoutWarning, match="patient"):
+        s = scan(root, "aptos")
+    assert (s.layout, s.modality, s.problems) == ("aptos", "fundus", [])
+    exp = fx.aptos_expected(6)
+    assert len(s.records) == 6
+    for r in s.records:
+        code = r.path.stem
+        assert r.path == root / "train_images" / f"{code}.png" and r.path.is_absolute()
+        assert r.patient_id == code                     # APTOS: each image its own patient
+        assert r.labels == {"grade": exp[code]}
+        assert r.mask_path is None
+
+
+def test_eyepacs(tmp_path):
+    root = fx.make_eyepacs(tmp_path, n_patients=3)
+    s = scan(root, "eyepacs")
+    assert (s.layout, s.modality, s.problems) == ("eyepacs", "fundus", [])
+    exp = fx.eyepacs_expected(3)
+    assert sorted(r.path.stem for r in s.records) == sorted(exp)
+    for r in s.records:
+        pid, grade, lat = exp[r.path.stem]
+        assert r.path.suffix == ".jpeg"
+        assert (r.patient_id, r.labels["grade"], r.labels["laterality"]) == (pid, grade, lat)
+    assert len({r.patient_id for r in s.records}) == 3
+
+
+def test_eyepacs_images_at_root_with_other_extension(tmp_path):
+    root = fx.make_eyepacs(tmp_path, n_patients=2, folder="", ext=".png")
+    s = scan(root)
+    assert s.layout == "eyepacs" and s.problems == []
+    assert sorted(rels(s)) == sorted(f"{n}.png" for n in fx.eyepacs_expected(2))
+
+
+def test_brset_codes(tmp_path):
+    root = fx.make_brset(tmp_path, n_patients=3)
+    s = scan(root, "brset")
+    assert (s.layout, s.modality, s.problems) == ("brset", "fundus", [])
+    exp = fx.brset_expected(3)
+    assert len(s.records) == 6
+    for r in s.records:
+        e = exp[r.path.stem]
+        assert r.path.parent.name == "fundus_photos"
+        assert r.patient_id == e["patient_id"]
+        for name in ("grade", "sex", "laterality", "age"):
+            assert same(r.labels[name], e[name]), (r.path.stem, name)
+    # sex code 1 is male (canonical 1), exam_eye 1 is the right eye (canonical 1)
+    first = next(r for r in s.records if r.path.stem == "img00001")
+    assert first.labels["sex"] == 1.0 and first.labels["laterality"] == 1.0
+    assert math.isnan(next(r for r in s.records if r.path.stem == "img00005").labels["age"])
+
+
+def test_brset_physionet_file_name(tmp_path):
+    root = fx.make_brset(tmp_path, n_patients=1, csv_name="labels_brset.csv")
+    assert detect_layout(root) == "brset"
+    assert len(scan(root).records) == 2
+
+
+def test_brset_bad_sex_code_is_a_label_problem(tmp_path):
+    root = fx.make_brset(tmp_path, n_patients=2)
+    header, rows = fx.read_csv(root / "labels.csv")
+    rows[1][header.index("patient_sex")] = "3"
+    fx.write_csv(root / "labels.csv", header, rows)
+    s = scan(root)
+    assert kinds(s) == ["label"]
+    assert s.problems[0].path == "fundus_photos/img00002.jpg"
+    assert "row 3" in s.problems[0].detail and "patient_sex" in s.problems[0].detail
+    assert len(s.records) == 3 and "img00002" not in {r.path.stem for r in s.records}
+
+
+def test_rsna(tmp_path):
+    root = fx.make_rsna(tmp_path, n=4)
+    s = scan(root, "rsna")
+    assert (s.layout, s.modality, s.problems) == ("rsna", "xray", [])
+    exp = fx.rsna_expected(4)
+    assert len(s.records) == 4                            # 6 CSV rows: positives have two boxes
+    for r in s.records:
+        e = exp[r.path.stem]
+        assert r.path.suffix == ".dcm" and r.patient_id == r.path.stem
+        assert r.labels == {k: e[k] for k in ("pneumonia", "sex", "age", "view")}
+
+
+def test_rsna_unreadable_dicom(tmp_path):
+    root = fx.make_rsna(tmp_path, n=2)
+    bad = root / "stage_2_train_images" / f"{next(iter(fx.rsna_expected(2)))}.dcm"
+    bad.write_bytes(b"not a dicom file at all")
+    s = scan(root)
+    assert kinds(s) == ["unreadable"] and bad.name in s.problems[0].path
+    assert len(s.records) == 1
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mimic(tmp_path, gz):
+    root = fx.make_mimic(tmp_path, gz=gz)
+    s = scan(root, "mimic")
+    assert (s.layout, s.modality, s.problems) == ("mimic", "xray", [])
+    exp = fx.mimic_expected()
+    assert len(s.records) == len(exp) == 6
+    for r in s.records:
+        e = exp[r.path.stem]
+        assert r.patient_id == e["subject"]
+        subj = e["subject"]
+        assert r.path.parent == root / "files" / f"p{subj[:2]}" / f"p{subj}" / f"s{e['study']}"
+        for name, v in e.items():
+            if name not in ("subject", "study"):
+                assert same(r.labels[name], v), (r.path.stem, name)
+    assert {-1.0, 0.0, 1.0} <= {v for r in s.records for v in r.labels.values() if not math.isnan(v)}
+
+
+def test_mimic_without_patients_table(tmp_path):
+    root = fx.make_mimic(tmp_path, patients=False)
+    with pytest.warns(LayoutWarning, match="patients"):
+        s = scan(root)
+    assert s.problems == [] and all("sex" not in r.labels for r in s.records)
+
+
+def test_generic_renamed_label_columns(tmp_path):
+    root = fx.make_generic(tmp_path)
+    s = scan(root, "generic", generic=generic_opts(root))
+    assert (s.layout, s.modality, s.problems) == ("generic", None, [])
+    exp = fx.generic_expected()
+    assert rels(s) == sorted(exp)                         # cells without extension resolve too
+    for r in s.records:
+        e = exp[r.path.relative_to(root).as_posix()]
+        assert r.patient_id == e["patient"]
+        assert r.labels == {"grade": e["grade"], "sex": e["sex"], "score": e["score"]}
+
+
+def test_generic_without_patient_column_warns(tmp_path):
+    root = fx.make_generic(tmp_path)
+    with pytest.warns(LayoutWarning, match="own patient"):
+        s = scan(root, generic=generic_opts(root, patient_col=None))
+    assert s.layout == "generic"
+    assert len({r.patient_id for r in s.records}) == len(s.records) == 5
+
+
+def test_generic_images_dir(tmp_path):
+    root = fx.make_generic(tmp_path)
+    header, rows = fx.read_csv(root / "meta.csv")
+    for row in rows:
+        row[0] = row[0].removeprefix("pics/")
+    fx.write_csv(tmp_path / "elsewhere" / "table.csv", header, rows)
+    s = scan(root, generic=generic_opts(root, labels_csv=tmp_path / "elsewhere" / "table.csv",
+                                        images_dir=root / "pics"))
+    assert s.problems == [] and rels(s) == sorted(fx.generic_expected())
+
+
+@pytest.mark.parametrize("modality", ["fundus", "xray"])
+def test_medanon(tmp_path, modality):
+    root = fx.make_medanon(tmp_path, modality)
+    s = scan(root, "medanon")
+    assert (s.layout, s.modality, s.problems) == ("medanon", modality, [])   # masks are not "unlabelled"
+    exp = fx.medanon_expected(modality)
+    assert rels(s) == sorted(exp)
+    for r in s.records:
+        e = exp[r.path.relative_to(root).as_posix()]
+        assert r.patient_id == e["patient_id"]
+        assert r.mask_path == root / e["mask"]
+        assert list(r.labels) == fx.medanon_label_cols(modality)
+    r0 = next(r for r in s.records if r.patient_id == "P0001")
+    assert r0.labels["sex"] == 1.0 and r0.labels["marker_block"] == 1.0 and r0.labels["age"] == 40.0
+
+
+def test_medanon_bad_version(tmp_path):
+    root = fx.make_medanon(tmp_path, masks=False)
+    text = (root / "dataset.yaml").read_text().replace("version: 1", "version: 7")
+    (root / "dataset.yaml").write_text(text)
+    with pytest.raises(DataError, match="version") as e:
+        scan(root, "medanon")
+    assert "dataset.yaml" in str(e.value) and e.value.fix
+
+
+# ---------------------------------------------------------------------------------------------- detection
+
+
+@pytest.mark.parametrize("name", sorted(fx.BUILDERS))
+def test_auto_detection(tmp_path, name):
+    root = fx.BUILDERS[name](tmp_path)
+    assert detect_layout(root) == name
+    s = quiet_scan(root)
+    assert s.layout == name and s.records and s.problems == []
+
+
+def test_generic_options_imply_generic(tmp_path):
+    root = fx.make_generic(tmp_path)
+    assert scan(root, generic=generic_opts(root)).layout == "generic"
+
+
+def test_undetectable_folder_names_folder_and_fix(tmp_path):
+    root = fx.make_generic(tmp_path)          # a home-made CSV: not auto-detectable
+    with pytest.raises(DataError) as e:
+        detect_layout(root)
+    msg = str(e.value)
+    assert str(root) in msg and "trainLabels.csv" in msg and "stage_2_train_labels.csv" in msg
+    assert "--layout" in e.value.fix and "--labels" in e.value.fix
+    with pytest.raises(DataError):
+        scan(root)
+
+
+def test_unknown_layout_name(tmp_path):
+    root = fx.make_aptos(tmp_path, n=2)
+    with pytest.raises(DataError, match="unknown layout") as e:
+        scan(root, "kaggle")
+    assert str(root) in str(e.value) and "aptos" in e.value.fix
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(DataError, match="does not exist") as e:
+        scan(tmp_path / "nope")
+    assert str(tmp_path / "nope") in str(e.value)
+
+
+def test_generic_needs_options_and_named_layout_refuses_them(tmp_path):
+    root = fx.make_generic(tmp_path)
+    with pytest.raises(DataError) as e:
+        scan(root, "generic")
+    assert "--image-col" in e.value.fix
+    aptos = fx.make_aptos(tmp_path, n=2)
+    with pytest.raises(DataError):
+        scan(aptos, "aptos", generic=generic_opts(root))
+
+
+# ---------------------------------------------------------------------------------------------- problems
+
+
+def test_missing_image(tmp_path):
+    root = fx.make_aptos(tmp_path, n=4)
+    gone = fx.aptos_id(2)
+    (root / "train_images" / f"{gone}.png").unlink()
+    s = quiet_scan(root)
+    assert kinds(s) == ["missing"]
+    assert s.problems[0].path == f"train_images/{gone}.png" and "train.csv row 4" in s.problems[0].detail
+    assert len(s.records) == 3 and gone not in {r.patient_id for r in s.records}
+
+
+def test_missing_image_generic_names_the_file(tmp_path):
+    root = fx.make_generic(tmp_path)
+    (root / "pics" / "scan_02.png").unlink()
+    s = scan(root, generic=generic_opts(root))
+    assert kinds(s) == ["missing"] and "scan_02" in s.problems[0].path
+    assert "meta.csv row 4" in s.problems[0].detail
+
+
+def test_extra_image_is_unlabelled(tmp_path):
+    root = fx.make_eyepacs(tmp_path, n_patients=2)
+    fx.write_image(root / "train" / "99_left.jpeg", 5)
+    s = scan(root)
+    assert kinds(s) == ["unlabelled"] and s.problems[0].path == "train/99_left.jpeg"
+    assert len(s.records) == 4
+
+
+def test_extra_image_in_medanon_images_folder(tmp_path):
+    root = fx.make_medanon(tmp_path)
+    fx.write_image(root / "images" / "stray.png", 5)
+    (root / "notes.txt").write_text("not an image")
+    s = scan(root)
+    assert [(p.kind, p.path) for p in s.problems] == [("unlabelled", "images/stray.png")]
+
+
+def test_missing_mask(tmp_path):
+    root = fx.make_medanon(tmp_path)
+    rel, e = next(iter(fx.medanon_expected().items()))
+    (root / e["mask"]).unlink()
+    s = scan(root)
+    assert kinds(s) == ["missing"] and s.problems[0].path == e["mask"]
+    assert rel not in rels(s) and len(s.records) == 5
+
+
+@pytest.mark.parametrize("bad", ["7", "severe", "2.5"])
+def test_bad_label_value(tmp_path, bad):
+    root = fx.make_aptos(tmp_path, n=4)
+    header, rows = fx.read_csv(root / "train.csv")
+    rows[1][1] = bad
+    fx.write_csv(root / "train.csv", header, rows)
+    s = quiet_scan(root)
+    assert kinds(s) == ["label"]
+    p = s.problems[0]
+    assert p.path == f"train_images/{rows[1][0]}.png"
+    assert "row 3" in p.detail and "'diagnosis'" in p.detail and bad in p.detail
+    assert len(s.records) == 3                          # the caller decides: raise, or skip it
+
+
+def test_blank_label_is_nan_not_a_problem(tmp_path):
+    root = fx.make_generic(tmp_path)
+    header, rows = fx.read_csv(root / "meta.csv")
+    rows[0][header.index("level")] = ""
+    fx.write_csv(root / "meta.csv", header, rows)
+    s = scan(root, generic=generic_opts(root))
+    assert s.problems == [] and math.isnan(s.records[0].labels["grade"])
+
+
+def test_duplicate_rows_merge_or_conflict(tmp_path):
+    root = fx.make_generic(tmp_path)
+    header, rows = fx.read_csv(root / "meta.csv")
+    same_row = list(rows[1])
+    partial = list(rows[3])
+    partial[header.index("score")] = ""                 # consistent: blank fills from the other row
+    fx.write_csv(root / "meta.csv", header, rows + [same_row, partial])
+    s = scan(root, generic=generic_opts(root))
+    assert s.problems == [] and len(s.records) == 5
+
+    conflicting = list(rows[2])
+    conflicting[header.index("level")] = "4"
+    fx.write_csv(root / "meta.csv", header, rows + [conflicting])
+    s = scan(root, generic=generic_opts(root))
+    assert kinds(s) == ["label"] and s.problems[0].path == "pics/scan_02.png"
+    assert "rows 4 and 7" in s.problems[0].detail and "grade" in s.problems[0].detail
+    assert len(s.records) == 4
+
+
+def test_empty_patient_id_is_a_problem(tmp_path):
+    root = fx.make_generic(tmp_path)
+    header, rows = fx.read_csv(root / "meta.csv")
+    rows[0][header.index("subject")] = " "
+    fx.write_csv(root / "meta.csv", header, rows)
+    s = scan(root, generic=generic_opts(root))
+    assert kinds(s) == ["label"] and "subject" in s.problems[0].detail and len(s.records) == 4
+
+
+# ------------------------------------------------------------------------------------- structure errors
+
+
+def test_missing_required_column(tmp_path):
+    root = fx.make_aptos(tmp_path, n=2)
+    _, rows = fx.read_csv(root / "train.csv")
+    fx.write_csv(root / "train.csv", ["id_code", "grade"], rows)
+    with pytest.raises(DataError) as e:
+        quiet_scan(root, "aptos")
+    assert "train.csv" in str(e.value) and "'diagnosis'" in str(e.value)
+    assert e.value.files == [str(root / "train.csv")] and "id_code" in e.value.fix
+
+
+def test_generic_wrong_image_column(tmp_path):
+    root = fx.make_generic(tmp_path)
+    with pytest.raises(DataError) as e:
+        scan(root, generic=generic_opts(root, image_col="path"))
+    assert "meta.csv" in str(e.value) and "'path'" in str(e.value)
+    assert "--image-col" in e.value.fix and "file" in e.value.fix
+
+
+def test_generic_unknown_label_column(tmp_path):
+    root = fx.make_generic(tmp_path)
+    with pytest.raises(DataError) as e:
+        scan(root, generic=generic_opts(root, label_cols=("grade=dr_level",)))
+    assert "dr_level" in str(e.value) and "meta.csv" in str(e.value) and "--label-cols" in e.value.fix
+
+
+def test_missing_csv(tmp_path):
+    root = fx.make_generic(tmp_path)
+    with pytest.raises(DataError, match="not found") as e:
+        scan(root, generic=generic_opts(root, labels_csv=root / "nope.csv"))
+    assert "nope.csv" in str(e.value)
+    rsna = fx.make_rsna(tmp_path, n=1)
+    (rsna / "stage_2_train_labels.csv").unlink()
+    with pytest.raises(DataError):
+        scan(rsna, "rsna")
+
+
+def test_headers_with_bom_and_spaces(tmp_path):
+    root = fx.make_aptos(tmp_path, n=3)
+    text = (root / "train.csv").read_text()
+    body = text.split("\n", 1)[1]
+    (root / "train.csv").write_bytes(("\ufeff id_code , Diagnosis \n" + body).encode("utf-8"))
+    s = quiet_scan(root)
+    assert s.layout == "aptos" and s.problems == [] and len(s.records) == 3
+
+
+# ------------------------------------------------------------------------------------- determinism, ids
+
+
+def test_order_and_ids_deterministic(tmp_path):
+    root = fx.make_mimic(tmp_path)
+    a, b = scan(root), scan(root)
+    assert [(r.record_id, r.path) for r in a.records] == [(r.record_id, r.path) for r in b.records]
+    assert rels(a) == sorted(rels(a))
+    for r in a.records:
+        assert r.record_id == make_record_id(r.path.relative_to(root).as_posix())
+    # reversing the CSV rows changes nothing
+    header, rows = fx.read_csv(root / "mimic-cxr-2.0.0-metadata.csv.gz")
+    fx.write_csv(root / "mimic-cxr-2.0.0-metadata.csv.gz", header, rows[::-1], gz=True)
+    c = scan(root)
+    assert [r.record_id for r in c.records] == [r.record_id for r in a.records]
+    assert [r.labels.keys() for r in c.records] == [r.labels.keys() for r in a.records]
+
+
+def test_ids_do_not_depend_on_where_the_dataset_lives(tmp_path):
+    root = fx.make_brset(tmp_path, n_patients=2)
+    moved = shutil.copytree(root, tmp_path / "elsewhere" / "brset_copy")
+    assert [r.record_id for r in scan(root).records] == [r.record_id for r in scan(moved).records]
+
+
+@pytest.mark.parametrize("name", sorted(fx.BUILDERS))
+def test_record_id_hides_file_name(tmp_path, name):
+    s = quiet_scan(fx.BUILDERS[name](tmp_path))
+    ids = [r.record_id for r in s.records]
+    assert len(set(ids)) == len(ids)
+    for r in s.records:
+        assert r.record_id.startswith("r") and len(r.record_id) == 17
+        for part in [r.path.name, r.path.stem, r.patient_id, *r.path.stem.split("-")]:
+            if len(part) >= 6:
+                assert part not in r.record_id

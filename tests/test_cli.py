@@ -39,7 +39,7 @@ def test_phantom_refuses_existing_output(tmp_path: Path, runner):
     assert runner.invoke(cli, args).exit_code == 0
     r = runner.invoke(cli, args)
     assert r.exit_code == 1 and "already exists" in r.output and "--overwrite" in r.output
-    assert runner.invoke(cli, args + ["--overwrite"]).exit_code == 0
+    assert runner.invoke(cli, [*args, "--overwrite"]).exit_code == 0
 
 
 def test_split_command(tmp_path: Path, runner):

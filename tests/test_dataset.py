@@ -77,7 +77,7 @@ def test_grayscale_conversion_for_xray(tmp_path: Path):
 def test_corrupt_image_is_named_then_skipped(tmp_path: Path):
     root = make_dataset(tmp_path / "d")
     (root / "images" / "P1_0.png").write_bytes(b"garbage")
-    with pytest.raises(DataError, match="P1_0.png") as e:
+    with pytest.raises(DataError, match=r"P1_0\.png") as e:
         open_dataset(root, DataConfig(size=32))
     assert "--skip-bad" in str(e.value) and "unreadable" in str(e.value)
     ds = open_dataset(root, DataConfig(size=32, skip_bad=True))
@@ -94,14 +94,14 @@ def test_truncated_pixels_found_by_decoding(tmp_path: Path):
     bad = verify_decoding(ds)
     assert [Path(p.path).name for p in bad] == ["P2_1.png"]
     assert len(drop_records(ds, bad)) == 7
-    with pytest.raises(DataError, match="P2_1.png"):
+    with pytest.raises(DataError, match=r"P2_1\.png"):
         ds[[r.path.name for r in ds.records].index("P2_1.png")]
 
 
 def test_missing_image_is_named(tmp_path: Path):
     root = make_dataset(tmp_path / "d")
     (root / "images" / "P3_1.png").unlink()
-    with pytest.raises(DataError, match="P3_1.png") as e:
+    with pytest.raises(DataError, match=r"P3_1\.png") as e:
         open_dataset(root, DataConfig(size=32))
     assert "missing" in str(e.value)
     assert len(open_dataset(root, DataConfig(size=32, skip_bad=True))) == 7
@@ -110,7 +110,7 @@ def test_missing_image_is_named(tmp_path: Path):
 def test_image_without_label_is_named(tmp_path: Path):
     root = make_dataset(tmp_path / "d")
     Image.new("RGB", (40, 40)).save(root / "images" / "stray.png")
-    with pytest.raises(DataError, match="stray.png") as e:
+    with pytest.raises(DataError, match=r"stray\.png") as e:
         open_dataset(root, DataConfig(size=32))
     assert "unlabelled" in str(e.value)
     ds = open_dataset(root, DataConfig(size=32, skip_bad=True))
@@ -138,5 +138,5 @@ def test_unknown_layout_and_missing_folder(tmp_path: Path):
 def test_too_small_source_image(tmp_path: Path):
     root = make_dataset(tmp_path / "d")
     Image.new("RGB", (4, 4)).save(root / "images" / "P0_0.png")
-    with pytest.raises(DataError, match="P0_0.png"):
+    with pytest.raises(DataError, match=r"P0_0\.png"):
         open_dataset(root, DataConfig(size=32))

@@ -55,10 +55,9 @@ def test_files_digest_changes_with_content(tmp_path: Path):
 
 def test_atomic_dir_leaves_nothing_on_failure(tmp_path: Path):
     out = tmp_path / "out"
-    with pytest.raises(RuntimeError):
-        with atomic_dir(out) as tmp:
-            (tmp / "half.txt").write_text("x")
-            raise RuntimeError("interrupted")
+    with pytest.raises(RuntimeError), atomic_dir(out) as tmp:
+        (tmp / "half.txt").write_text("x")
+        raise RuntimeError("interrupted")
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
 
@@ -67,9 +66,8 @@ def test_atomic_dir_refuses_then_overwrites(tmp_path: Path):
     out = tmp_path / "out"
     with atomic_dir(out) as tmp:
         (tmp / "a").write_text("1")
-    with pytest.raises(OutputExistsError, match="--overwrite"):
-        with atomic_dir(out):
-            pass
+    with pytest.raises(OutputExistsError, match="--overwrite"), atomic_dir(out):
+        pass
     with atomic_dir(out, overwrite=True) as tmp:
         (tmp / "b").write_text("2")
     assert sorted(p.name for p in out.iterdir()) == ["b"]

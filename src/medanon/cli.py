@@ -156,8 +156,10 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
 @data_options
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="CSV to write: record_id, patient_id, split (private: holds patient ids).")
-@click.option("--val", type=click.FloatRange(0, 1, max_open=True), default=None, help="Fraction of patients.  [default: 0.15]")
-@click.option("--test", type=click.FloatRange(0, 1, max_open=True), default=None, help="Fraction of patients.  [default: 0.15]")
+@click.option("--val", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help="Fraction of patients.  [default: 0.15]")
+@click.option("--test", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help="Fraction of patients.  [default: 0.15]")
 @click.option("--stratify", default=None, help="Label to stratify by ('' for none).  [default: grade]")
 @click.option("--seed", type=int, default=None, help="Random seed.  [default: 0]")
 def data_split(data_dir: Path, out: Path, val, test, stratify, seed, **opts) -> None:

@@ -28,7 +28,7 @@ class DataConfig:
     layout: str = "auto"                        # auto | medanon | aptos | eyepacs | brset | rsna | mimic | generic
     size: int = 64                              # output side in pixels (power of two, 16..1024)
     channels: int = 0                           # 0 = by modality (fundus 3, X-ray 1), else 1 or 3
-    crop: str = "auto"                          # auto | fov | center | pad | none ("auto": fov for fundus, center for X-ray)
+    crop: str = "auto"                          # auto | fov | center | pad | none (auto: fov fundus, center X-ray)
     modality: str = "auto"                      # auto | fundus | xray
     skip_bad: bool = False                      # skip unreadable/missing/unlabelled files instead of failing
 

@@ -76,7 +76,7 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
         run.log_metrics(step="phantoms", modality=modality, images=len(ds), patients=summary["patients"],
                         seconds=round(gen_s, 3))
         click.echo("")
-        click.echo(f"== {modality} phantom ({'%.1f' % gen_s} s) ==")
+        click.echo(f"== {modality} phantom ({gen_s:.1f} s) ==")
         click.echo(format_summary(summary))
         click.echo("split     " + ", ".join(f"{k} {v} patients" for k, v in summary["split_patients"].items()))
     atomic_write_text(out / "summary.json", json.dumps(results, indent=2) + "\n")

@@ -69,10 +69,10 @@ def _centre(lo: int, hi: int, n: int, radius: float) -> float:
 def crop_square(img: np.ndarray, cx: float, cy: float, half: float) -> np.ndarray:
     """Square crop of side ``2*half`` around (cx, cy), zero-padded where it leaves the image."""
     h, w = img.shape[:2]
-    side = max(1, int(round(2 * half)))
-    x0 = int(round(cx - side / 2))
-    y0 = int(round(cy - side / 2))
-    out = np.zeros((side, side) + img.shape[2:], dtype=img.dtype)
+    side = max(1, round(2 * half))
+    x0 = round(cx - side / 2)
+    y0 = round(cy - side / 2)
+    out = np.zeros((side, side, *img.shape[2:]), dtype=img.dtype)
     sx0, sy0 = max(0, x0), max(0, y0)
     sx1, sy1 = min(w, x0 + side), min(h, y0 + side)
     if sx1 > sx0 and sy1 > sy0:

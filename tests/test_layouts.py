@@ -349,13 +349,13 @@ def test_duplicate_rows_merge_or_conflict(tmp_path):
     same_row = list(rows[1])
     partial = list(rows[3])
     partial[header.index("score")] = ""                 # consistent: blank fills from the other row
-    fx.write_csv(root / "meta.csv", header, rows + [same_row, partial])
+    fx.write_csv(root / "meta.csv", header, [*rows, same_row, partial])
     s = scan(root, generic=generic_opts(root))
     assert s.problems == [] and len(s.records) == 5
 
     conflicting = list(rows[2])
     conflicting[header.index("level")] = "4"
-    fx.write_csv(root / "meta.csv", header, rows + [conflicting])
+    fx.write_csv(root / "meta.csv", header, [*rows, conflicting])
     s = scan(root, generic=generic_opts(root))
     assert kinds(s) == ["label"] and s.problems[0].path == "pics/scan_02.png"
     assert "rows 4 and 7" in s.problems[0].detail and "grade" in s.problems[0].detail

@@ -1,0 +1,151 @@
+"""Layout readers: list the images of a dataset folder with their labels and patient ids.
+
+A *layout* is the way a public dataset (or medanon's own phantom writer) arranges its image files
+and label tables on disk. :func:`scan` reads the label tables and the folder listings, never the
+pixels, and returns a :class:`~medanon.data.records.Scan`:
+
+* ``records``: the usable images, sorted by their path relative to the dataset root, each with its
+  patient id, canonical labels (see :mod:`medanon.data.labels`) and an opaque ``record_id``;
+* ``problems``: what is wrong with individual files, for the caller to raise or skip
+  (``--skip-bad``). An image with a problem is never in ``records``. Kinds used here:
+
+  ``missing``     a CSV row names an image (or mask) that is not on disk;
+  ``unlabelled``  an image file in the layout's image folder(s) that no CSV row mentions;
+  ``label``       a value that cannot be encoded, rows of the same image that disagree, or an
+                  empty image / patient id cell (the detail names CSV, row and column);
+  ``unreadable``  a DICOM header that cannot be parsed (RSNA, where sex/age/view come from it).
+
+Structural errors (unknown layout, CSV or required column missing, unknown label column, bad
+``dataset.yaml``) raise :class:`~medanon.errors.DataError` naming the file and the fix.
+
+Only the standard ``csv`` module is used (``.csv.gz`` through ``gzip``); header cells are stripped of
+whitespace and a byte-order mark, and column names match exactly or, failing that, ignoring case.
+
+This package holds the public API (:data:`LAYOUTS`, :func:`detect_layout`, :func:`scan`, re-exporting
+``IMAGE_EXTENSIONS``, :class:`GenericOptions` and :class:`LayoutWarning`); the readers live in its
+modules, whose names without a leading underscore are package-internal, not public API:
+
+``common``   image extensions, LayoutWarning, fix hints shared by the readers;
+``table``    CSV reading and column lookup;
+``collect``  folder index, image resolution, record/problem collector, label-cell encoding;
+``generic``  the generic layout (GenericOptions) and medanon's dataset.yaml;
+``fundus``   APTOS 2019, EyePACS, BRSET;
+``chest``    RSNA Pneumonia, MIMIC-CXR-JPG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from medanon.data.layouts.chest import MIMIC_META, scan_mimic, scan_rsna
+from medanon.data.layouts.common import GENERIC_FIX, IMAGE_EXTENSIONS, LayoutWarning
+from medanon.data.layouts.fundus import brset_csv, scan_aptos, scan_brset, scan_eyepacs
+from medanon.data.layouts.generic import MEDANON_FORMAT, GenericOptions, scan_generic, scan_medanon
+from medanon.data.layouts.table import first_existing, has_columns
+from medanon.data.records import Scan
+from medanon.errors import DataError
+
+__all__ = [
+    "IMAGE_EXTENSIONS", "LAYOUTS", "GenericOptions", "LayoutWarning", "detect_layout", "scan",
+]
+
+LAYOUTS: dict[str, str] = {
+    "medanon": "medanon's own format (the phantom writer's): dataset.yaml + labels.csv + images/ (+ masks/)",
+    "aptos": "APTOS 2019 Blindness Detection: train.csv (id_code, diagnosis) + train_images/<id_code>.png",
+    "eyepacs": "Kaggle EyePACS DR: trainLabels.csv (image, level) + train/<patient>_<left|right>.jpeg",
+    "brset": "BRSET (PhysioNet): labels.csv with DR_ICDR, patient_sex, exam_eye + fundus_photos/<id>.jpg",
+    "rsna": "RSNA Pneumonia stage 2: stage_2_train_labels.csv (patientId, Target) + stage_2_train_images/",
+    "mimic": "MIMIC-CXR-JPG 2.x: files/pXX/pNNNNNNNN/sNNNNNNNN/<dicom_id>.jpg + metadata/chexpert CSVs (.gz)",
+    "generic": "any folder described by --labels CSV --image-col NAME [--label-cols ...] [--patient-col]",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Detection and entry point
+
+_LOOKED_FOR = {
+    "medanon": "dataset.yaml with 'format: medanon-dataset'",
+    "rsna": "stage_2_train_labels.csv",
+    "mimic": "mimic-cxr-2.0.0-metadata.csv(.gz)",
+    "eyepacs": "trainLabels.csv",
+    "brset": "labels.csv or labels_brset.csv with a DR_ICDR column",
+    "aptos": "train.csv with id_code and diagnosis columns",
+}
+
+
+def _is_medanon(root: Path) -> bool:
+    p = root / "dataset.yaml"
+    if not p.is_file():
+        return False
+    try:
+        import yaml
+
+        meta = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except Exception:  # unreadable/invalid YAML: not detected (--layout medanon says why)
+        return False
+    return isinstance(meta, dict) and meta.get("format") == MEDANON_FORMAT
+
+
+def _detectors() -> list[tuple[str, Callable[[Path], bool]]]:
+    return [
+        ("medanon", _is_medanon),
+        ("rsna", lambda r: (r / "stage_2_train_labels.csv").is_file()),
+        ("mimic", lambda r: first_existing(r, MIMIC_META) is not None),
+        ("eyepacs", lambda r: (r / "trainLabels.csv").is_file()),
+        ("brset", lambda r: brset_csv(r) is not None),
+        ("aptos", lambda r: (r / "train.csv").is_file()
+                            and has_columns(r / "train.csv", ["id_code", "diagnosis"])),
+    ]
+
+
+def _check_root(root: Path | str) -> Path:
+    root = Path(root).expanduser().absolute()
+    if not root.exists():
+        raise DataError(f"dataset folder {root} does not exist", files=[root],
+                        fix="check the path you passed")
+    if not root.is_dir():
+        raise DataError(f"{root} is not a folder", files=[root],
+                        fix="pass the dataset's folder (for a CSV alone use --layout generic --labels FILE)")
+    return root
+
+
+def detect_layout(root: Path) -> str:
+    """The layout of a dataset folder, from the files at its top level."""
+    root = _check_root(root)
+    for name, test in _detectors():
+        if test(root):
+            return name
+    looked = "; ".join(f"{name}: {what}" for name, what in _LOOKED_FOR.items())
+    raise DataError(f"cannot tell the layout of {root}: none of the files that identify a layout are there "
+                    f"(looked for {looked})", files=[root],
+                    fix=f"pass --layout NAME (one of {', '.join(LAYOUTS)}), or {GENERIC_FIX}")
+
+
+_READERS: dict[str, Callable[[Path], Scan]] = {
+    "medanon": scan_medanon, "aptos": scan_aptos, "eyepacs": scan_eyepacs, "brset": scan_brset,
+    "rsna": scan_rsna, "mimic": scan_mimic,
+}
+
+
+def scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = None) -> Scan:
+    """List the images of a dataset folder with labels and patient ids, without decoding pixels."""
+    root = _check_root(root)
+    name = (layout or "auto").strip().lower()
+    if name == "auto":
+        name = "generic" if generic is not None else detect_layout(root)
+    if name not in LAYOUTS:
+        raise DataError(f"unknown layout {layout!r} for {root}", files=[root],
+                        fix=f"pass --layout auto or one of {', '.join(LAYOUTS)}")
+    if name == "generic":
+        if generic is None:
+            raise DataError(f"the generic layout needs a description of {root}", files=[root],
+                            fix="pass --labels FILE.csv --image-col COLUMN [--label-cols ...] "
+                                "[--patient-col COLUMN]")
+        return scan_generic(root, generic)
+    if generic is not None:
+        raise DataError(f"--labels/--image-col describe a generic layout, but --layout {name} was asked for "
+                        f"({root})", files=[root],
+                        fix=f"drop --labels/--image-col/--label-cols to read {name}, "
+                            "or pass --layout generic")
+    return _READERS[name](root)

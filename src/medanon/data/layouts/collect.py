@@ -1,0 +1,211 @@
+"""The folder index (one cached ``os.scandir`` per folder), resolution of the image a CSV cell names,
+and the collector that merges CSV rows into records and problems; also the label-cell encoding and
+message helpers every reader uses.
+
+Package-internal (see :mod:`medanon.data.layouts`): names without a leading underscore are shared by
+the package's modules, not public API.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from medanon.data.labels import NAN, spec
+from medanon.data.layouts.common import IMAGE_EXTENSIONS
+from medanon.data.records import Problem, Record, Scan, make_record_id
+
+# --------------------------------------------------------------------------------------------
+# Folder listings (one os.scandir per folder, cached) and image resolution
+
+
+def file_ext(name: str) -> str:
+    _, dot, ext = name.rpartition(".")
+    return "." + ext.lower() if dot else ""
+
+
+class Dirs:
+    def __init__(self) -> None:
+        self._cache: dict[Path, tuple[set[str], dict[str, list[str]]]] = {}
+
+    def _get(self, d: Path) -> tuple[set[str], dict[str, list[str]]]:
+        got = self._cache.get(d)
+        if got is None:
+            names: set[str] = set()
+            stems: dict[str, list[str]] = {}
+            try:
+                with os.scandir(d) as it:
+                    for e in it:
+                        try:
+                            if not e.is_file():
+                                continue
+                        except OSError:
+                            continue
+                        names.add(e.name)
+                        stem = e.name.rpartition(".")[0]
+                        if stem and file_ext(e.name) in IMAGE_EXTENSIONS:
+                            stems.setdefault(stem, []).append(e.name)
+            except OSError:
+                pass
+            got = self._cache[d] = (names, stems)
+        return got
+
+    def has(self, path: Path) -> bool:
+        return path.name in self._get(path.parent)[0]
+
+    def by_stem(self, d: Path, stem: str) -> list[str]:
+        return self._get(d)[1].get(stem, [])
+
+    def images(self, d: Path) -> list[str]:
+        return sorted(n for n in self._get(d)[0] if file_ext(n) in IMAGE_EXTENSIONS and not n.startswith("."))
+
+
+def resolve(dirs: Dirs, bases: Sequence[Path], value: str,
+            prefer: Sequence[str] = IMAGE_EXTENSIONS) -> Path | None:
+    """Find the file a CSV cell names: ``base/value`` as is, or, if it has no image extension,
+    ``base/value.<ext>`` for any of IMAGE_EXTENSIONS (any case; ``prefer`` orders ties)."""
+    value = value.strip().replace("\\", "/")
+    if not value:
+        return None
+    for base in bases:
+        target = base / value
+        if dirs.has(target):
+            return target
+        if file_ext(target.name) not in IMAGE_EXTENSIONS:
+            found = dirs.by_stem(target.parent, target.name)
+            if found:
+                order = list(prefer) + list(IMAGE_EXTENSIONS)
+                return target.parent / min(found, key=lambda n: (order.index(file_ext(n)), n))
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Collecting records and problems
+
+
+@dataclass
+class Entry:
+    path: Path
+    rel: str
+    patient_id: str
+    labels: dict[str, float]
+    line: int
+    mask_path: Path | None = None
+    bad: bool = False
+
+
+def same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _show(name: str, v: float) -> str:
+    try:
+        return spec(name).decode(v)
+    except (IndexError, ValueError, TypeError):
+        return f"{v:g}"
+
+
+@dataclass
+class Collector:
+    root: Path
+    csv_name: str
+    entries: dict[Path, Entry] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    image_dirs: set[Path] = field(default_factory=set)   # folders to check for unlabelled images
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return Path(os.path.relpath(path, self.root)).as_posix()
+
+    def problem(self, path: Path | str, kind: str, detail: str) -> None:
+        self.problems.append(Problem(self.rel(path) if isinstance(path, Path) else path, kind, detail))
+
+    def row_problem(self, line: int, detail: str) -> None:
+        self.problems.append(Problem(f"{self.csv_name}:{line}", "label",
+                                     f"{self.csv_name} row {line}: {detail}"))
+
+    def missing(self, expected: Path, line: int, what: str = "image", looked: str = "") -> None:
+        self.problem(expected, "missing", f"{what} listed in {self.csv_name} row {line} is not on disk"
+                     + (f" ({looked})" if looked else ""))
+
+    def add(self, path: Path, patient_id: str, labels: dict[str, float], line: int, *,
+            errors: Sequence[str] = (), mask_path: Path | None = None) -> Entry:
+        """Record one CSV row for ``path``; rows of the same image are merged if they agree."""
+        self.image_dirs.add(path.parent)
+        rel = self.rel(path)
+        for err in errors:
+            self.problem(path, "label", f"{self.csv_name} row {line}: {err}")
+        old = self.entries.get(path)
+        if old is None:
+            entry = Entry(path, rel, patient_id, dict(labels), line, mask_path, bool(errors))
+            self.entries[path] = entry
+            return entry
+        conflicts = []
+        if old.patient_id != patient_id:
+            conflicts.append("different patient ids")
+        if old.mask_path != mask_path:
+            conflicts.append("different masks")
+        for name, v in labels.items():
+            w = old.labels.get(name, NAN)
+            if math.isnan(w):
+                old.labels[name] = v
+            elif not math.isnan(v) and not same(v, w):
+                conflicts.append(f"{name} {_show(name, w)} vs {_show(name, v)}")
+        if conflicts:
+            self.problem(path, "label", f"{self.csv_name} rows {old.line} and {line} describe the same image "
+                                        f"but disagree: {'; '.join(conflicts)}")
+        old.bad = old.bad or bool(errors) or bool(conflicts)
+        return old
+
+    def check_unlabelled(self, dirs: Dirs, extra_referenced: Iterable[Path] = ()) -> None:
+        referenced = set(self.entries) | {e.mask_path for e in self.entries.values() if e.mask_path}
+        referenced |= set(extra_referenced)
+        for d in sorted(self.image_dirs):
+            for name in dirs.images(d):
+                p = d / name
+                if p not in referenced:
+                    self.problem(p, "unlabelled", f"no row of {self.csv_name} mentions this image")
+
+    def records(self) -> list[Record]:
+        good = sorted((e for e in self.entries.values() if not e.bad), key=lambda e: e.rel)
+        return [Record(path=e.path, patient_id=e.patient_id, labels=dict(e.labels),
+                       record_id=make_record_id(e.rel), mask_path=e.mask_path) for e in good]
+
+    def scan(self, layout: str, modality: str | None) -> Scan:
+        return Scan(layout=layout, root=self.root, records=self.records(), problems=list(self.problems),
+                    modality=modality)
+
+
+def encode(labels: dict[str, float], errors: list[str], name: str, column: str, raw: str,
+           decoder: Callable[[str], float] | None = None) -> None:
+    """Encode one cell into ``labels[name]``; on failure store nan and note the error."""
+    try:
+        labels[name] = decoder(raw) if decoder else spec(name).encode(raw)
+    except ValueError as e:
+        labels[name] = NAN
+        errors.append(f"column {column!r}: {e}")
+
+
+_BLANK = {"", "nan", "na", "n/a", "none", "null", "unknown", "?"}   # as LabelSpec.encode treats them
+
+
+def is_blank(raw: str) -> bool:
+    return raw.strip().lower() in _BLANK
+
+
+def where_looked(value: str, bases: Sequence[Path], root: Path) -> str:
+    where = " or ".join(Path(os.path.relpath(b, root)).as_posix() + "/" for b in bases)
+    if file_ext(value) in IMAGE_EXTENSIONS:
+        return f"looked in {where}"
+    return f"looked for {value}.* ({', '.join(IMAGE_EXTENSIONS)}) in {where}"
+
+
+def expected_path(bases: Sequence[Path], value: str, default_ext: str) -> Path:
+    value = value.strip().replace("\\", "/")
+    return bases[0] / (value if file_ext(value) in IMAGE_EXTENSIONS or not default_ext
+                       else value + default_ext)

@@ -1,0 +1,20 @@
+"""What every layout reader shares: the image extensions, :class:`LayoutWarning` and the fix hints
+of the readers' :class:`~medanon.errors.DataError` messages.
+
+Package-internal (see :mod:`medanon.data.layouts`): names without a leading underscore are shared by
+the package's modules; only ``IMAGE_EXTENSIONS`` and ``LayoutWarning`` are re-exported as public API.
+"""
+
+from __future__ import annotations
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".dcm")
+
+
+class LayoutWarning(UserWarning):
+    """Something the user should know about a scan that is not an error (e.g. no patient ids)."""
+
+
+GENERIC_FIX = ("describe the folder with --layout generic --labels FILE.csv --image-col COLUMN "
+               "[--label-cols grade=COLUMN ...] [--patient-col COLUMN]")
+
+LAYOUT_FIX = "check that this is the {layout} labels file, or " + GENERIC_FIX

@@ -10,7 +10,6 @@ patient of each sex.  Every tile is labelled; all images are phantoms.
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +17,15 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from medanon.phantoms.common import PhantomParams, acquisition_rng, patient_rng  # noqa: E402
-from medanon.phantoms.xray import render, sample_patient  # noqa: E402
+from medanon.phantoms.common import PhantomParams, acquisition_rng, patient_rng
+from medanon.phantoms.xray import render, sample_patient
 
 SIZE = 128
 SEED = 7
 
 
-def _find(pred, params=PhantomParams(), start=0):
+def _find(pred, params=None, start=0):
+    params = params or PhantomParams()
     for i in range(start, start + 5000):
         p = sample_patient(patient_rng(SEED, i), params)
         if pred(p):
@@ -45,8 +45,8 @@ def _tile(img: np.ndarray, text: str) -> Image.Image:
 def main() -> None:
     tiles = []
     plain = PhantomParams(pneumonia_rate=0.0, marker_rate=0.0, situs_inversus_rate=0.0)
-    for k in range(5):
-        i, p = _find(lambda q: True, plain, start=10 * k)
+    for k in range(5):   # alternate sexes, spread of ages
+        i, p = _find(lambda q, k=k: q.sex == k % 2 and abs(q.age - (30 + 12 * k)) < 6, plain, start=10 * k)
         tiles.append(_tile(render(p, acquisition_rng(SEED, i, 0), SIZE).image,
                            f"pt {i} {'MF'[1 - p.sex]} {p.age:.0f}y"))
     i, p = _find(lambda q: True, plain, start=3)

@@ -32,7 +32,7 @@ from scipy import ndimage
 
 from medanon.phantoms.common import PhantomImage, PhantomParams, to_uint8
 
-__all__ = ["XrayPatient", "sample_patient", "render", "marker_pixel_box"]
+__all__ = ["XrayPatient", "marker_pixel_box", "render", "sample_patient"]
 
 
 @dataclass
@@ -76,7 +76,7 @@ class XrayPatient:
     med_shift: float                  # lateral offset of the mediastinum (towards the patient's left)
     # heart and great vessels
     heart_cx: float                   # left-ventricular border: centre of its elliptic arc
-    heart_dy: float                   # height of the widest point above the left dome
+    heart_dy: float                   # centre of the left heart border arc, above the left dome top
     heart_a: float                    # lateral reach of the left heart border from heart_cx
     heart_b: float                    # vertical half-extent of the left heart border
     ra_a: float                       # right atrial bulge (right heart border)
@@ -143,7 +143,10 @@ def _rot(a: float) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # the patient
 
-def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomParams()) -> XrayPatient:
+def sample_patient(
+    rng: np.random.Generator,
+    params: PhantomParams = PhantomParams(),  # noqa: B008 (frozen dataclass: a safe default)
+) -> XrayPatient:
     """Draw one patient: attributes, persistent anatomy, pathology and identifying markers.
 
     The draws are ordered so that anatomy does not depend on the pathology or marker rates: two
@@ -304,7 +307,7 @@ def _sample_vessels(rng: np.random.Generator, lung_cx, hilum_y, lung_hw) -> np.n
 
 def _sample_opacities(rng: np.random.Generator, p: XrayPatient) -> tuple[np.ndarray, int]:
     """Patchy consolidations at positions inside the lung fields (nominal pose and inspiration)."""
-    n_op = int(1 + rng.poisson(0.6))
+    n_op = int(1 + rng.poisson(0.8))
     n_op = min(n_op, 4)
     blobs = []
     for i in range(n_op):
@@ -317,7 +320,7 @@ def _sample_opacities(rng: np.random.Generator, p: XrayPatient) -> tuple[np.ndar
             hilum = math.hypot(abs(cu) - 0.16, cv - p.hilum_y[side])
             if lung[0] > 0.9 and hilum > 0.15:
                 break
-        r = rng.uniform(0.10, 0.20)
+        r = rng.uniform(0.11, 0.22)
         amp = rng.uniform(0.7, 1.3)
         for _ in range(int(rng.integers(6, 12))):
             blobs.append((cu + rng.normal(0, 0.45 * r), cv + rng.normal(0, 0.45 * r),
@@ -455,7 +458,8 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
 
     # --- body outline and soft tissue ------------------------------------------------------------
     sh = p.shoulder_y + p.shoulder_drop * np.clip((au - p.neck_hw) / 0.7, 0, None) ** 1.5
-    neck = _sig(p.neck_hw - au, 1.5 * e)
+    flare = 1.5 * np.clip(v - (p.shoulder_y - 0.15), 0.0, 0.15) ** 2    # neck widens into the shoulders
+    neck = _sig(p.neck_hw + flare - au, 1.5 * e)
     below_sh = _sig(v - sh, 2.0 * e)
     hw = p.chest_hw * (1.0 - p.waist * np.clip(v - 0.5, 0, None)) + 0.6 * _sig(p.axilla_y - v, 0.04)
     trunk = below_sh * _sig(hw - au, 1.5 * e)
@@ -518,12 +522,12 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
         d = (v - yc) / np.sqrt(1.0 + slope * slope)
         bones += _band(d, w_rib, pix, 4)
     lat = p.chest_hw - 0.07
-    fade = 0.45 * np.clip((au - 0.22) / 0.25, 0, 1)
+    fade = 0.6 * np.clip((au - 0.22) / 0.25, 0, 1)
     ca = 1.0 / math.sqrt(1.0 + p.ant_rib_slope ** 2)
     for j in range(p.ant_rib_y.shape[1]):
         yc = np.where(left, p.ant_rib_y[1, j], p.ant_rib_y[0, j]) + p.ant_rib_slope * (lat - au)
         bones += fade * _band((v - yc) * ca, 0.9 * p.rib_w, pix, 4)
-    D += 0.09 * p.bone * bones * cage
+    D += 0.08 * p.bone * bones * cage
 
     # --- clavicles, humeral heads, costal cartilage ------------------------------------------------
     for side, s in ((0, -1.0), (1, 1.0)):
@@ -563,7 +567,7 @@ def _density(p: XrayPatient, u: np.ndarray, v: np.ndarray, insp: float, pix: flo
         acc = np.zeros_like(u)
         for bu, bv, br, ba, _ in p.opacity_blobs:
             acc += ba * np.exp(-(((u - bu) ** 2 + (v - bv) ** 2) / (br * br)))
-        D += op_gain * 0.28 * (1.0 - np.exp(-acc)) * lung
+        D += op_gain * 0.28 * (1.0 - np.exp(-acc)) * lung_vis
 
     return D, lung_vis
 
@@ -616,7 +620,7 @@ def render(patient: XrayPatient, rng: np.random.Generator, size: int) -> Phantom
     heel = rng.normal(0, 0.03, 2)
     blur = float(rng.uniform(0.25, 0.75))          # in units of size/128 pixels
     noise_sd = float(rng.uniform(0.006, 0.02))
-    collim = rng.uniform(0, 0.04, 4) * (rng.random(4) < 0.06)
+    collim = rng.uniform(0.01, 0.035, 4) * (rng.random(4) < 0.04)
     op_gain = float(rng.uniform(0.85, 1.15))
     noise_seed = int(rng.integers(0, 2**63))
 
@@ -642,31 +646,26 @@ def render(patient: XrayPatient, rng: np.random.Generator, size: int) -> Phantom
     D, lung = _density(patient, u, v, insp, pix, op_gain, to_img, size)
 
     # exposure: window/level, gamma, heel effect
-    I = np.clip(D, 0.0, None) * (1.0 + heel[0] * y + heel[1] * x)
+    lum = np.clip(D, 0.0, None) * (1.0 + heel[0] * y + heel[1] * x)
     knee = 0.72                                     # detector / display shoulder: no hard clipping
-    I = np.where(I > knee, knee + (1.0 - knee) * (1.0 - np.exp(-(I - knee) / (1.0 - knee))), I)
-    I = np.clip(0.5 + contrast * (I - 0.5) + bright, 0.0, 1.0) ** gamma
-    # collimation: unexposed borders (left, right, top, bottom)
-    for k, (sl, wdt) in enumerate(zip(("l", "r", "t", "b"), collim)):
-        if wdt <= 0:
-            continue
-        n = int(round(wdt * size / 2))
-        if n == 0:
-            continue
-        if sl == "l":
-            I[:, :n] = 0.88
-        elif sl == "r":
-            I[:, -n:] = 0.88
-        elif sl == "t":
-            I[:n, :] = 0.88
-        else:
-            I[-n:, :] = 0.88
+    lum = np.where(lum > knee, knee + (1.0 - knee) * (1.0 - np.exp(-(lum - knee) / (1.0 - knee))), lum)
+    lum = np.clip(0.5 + contrast * (lum - 0.5) + bright, 0.0, 1.0) ** gamma
+    # collimation: unexposed (bright) borders, left / right / top / bottom
+    n_l, n_r, n_t, n_b = (round(w * size / 2) for w in collim)
+    if n_l:
+        lum[:, :n_l] = 0.88
+    if n_r:
+        lum[:, size - n_r:] = 0.88
+    if n_t:
+        lum[:n_t, :] = 0.88
+    if n_b:
+        lum[size - n_b:, :] = 0.88
     sigma = blur * size / 128.0
     if sigma > 0.2:
-        I = ndimage.gaussian_filter(I, sigma, mode="nearest")
+        lum = ndimage.gaussian_filter(lum, sigma, mode="nearest")
     nrng = np.random.default_rng(noise_seed)
-    I = I + noise_sd * np.sqrt(np.clip(I, 0.02, 1.0)) * nrng.standard_normal(I.shape)
-    img = to_uint8(I)
+    lum = lum + noise_sd * np.sqrt(np.clip(lum, 0.02, 1.0)) * nrng.standard_normal(lum.shape)
+    img = to_uint8(lum)
     _burn_marker(img, patient)
 
     labels = {

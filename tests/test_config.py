@@ -2,7 +2,16 @@ from pathlib import Path
 
 import pytest
 
-from medanon.config import DataConfig, PhantomConfig, RunConfig, apply_overrides, build, dump_yaml, from_dict, load_yaml
+from medanon.config import (
+    DataConfig,
+    PhantomConfig,
+    RunConfig,
+    apply_overrides,
+    build,
+    dump_yaml,
+    from_dict,
+    load_yaml,
+)
 from medanon.errors import ConfigError
 
 

@@ -41,7 +41,8 @@ _TAU = 2.0 * math.pi
 _STOP_R2 = 1.18 ** 2            # vessels are grown up to this radius (poses can bring it into view)
 _TEX_EXTENT = 1.25              # the choroidal texture covers [-extent, extent]^2 in patient space
 _TEX_SIZE = 64                  # texture grid cells per side
-_MASK_THRESHOLD = 0.4           # vessel coverage of a pixel above which it is in the vessel mask
+_DEFAULT_PARAMS = PhantomParams()
+_MASK_THRESHOLD = 0.28          # vessel coverage of a pixel above which it is in the vessel mask
 
 # Reflectance multipliers (R, G, B) of blood vessels and lesions on the fundus background.
 _VEIN = np.array([0.85, 0.42, 0.55])
@@ -119,11 +120,10 @@ class FundusPatient:
 class _Tree:
     """Accumulates vessels while growing the tree (canonical right eye)."""
 
-    def __init__(self, rng: np.random.Generator, fovea: tuple[float, float], disc: tuple[float, float],
-                 faz: float, w_min: float, p_branch: float, tort: float, max_points: int = 2600):
+    def __init__(self, rng: np.random.Generator, fovea: tuple[float, float], faz: float, w_min: float,
+                 p_branch: float, tort: float, max_points: int = 2600):
         self.rng = rng
         self.fovea = fovea
-        self.disc = disc
         self.faz = faz
         self.w_min = w_min
         self.p_branch = p_branch
@@ -175,7 +175,7 @@ class _Tree:
         widths = w0 * np.exp(-taper * s[1:])
         self.n_points += len(pts)
         heads = np.arctan2(seg[:, 1], seg[:, 0])
-        # Branch points: gaps shrink with the calibre so that big vessels branch less often.
+        # Branch points along the vessel; wide vessels branch a little less often.
         branches = []
         pos = first_branch + rng.uniform(0.0, 0.06)
         while pos < s[-1] - 0.04 and depth < 6:
@@ -194,7 +194,7 @@ class _Tree:
             # zone; few of those exist, and branching thins out with depth.
             tx, ty = fx - p[0], fy - p[1]
             towards = centre is self.fovea and (math.cos(h) * tx + math.sin(h) * ty) > 0.3 * math.hypot(tx, ty)
-            go = rng.random() < self.p_branch * (0.45 if towards else 1.0) * (0.85 ** depth)
+            go = rng.random() < self.p_branch * (0.3 if towards else 1.0) * (0.85 ** depth)
             if wc < self.w_min or not go or self.n_points > self.max_points:
                 continue
             widths[idx:] *= max(0.72, (1.0 - r ** 3) ** (1.0 / 3.0))
@@ -202,9 +202,11 @@ class _Tree:
             step = 0.022
             n = max(3, int(length / step))
             if towards:
-                child = self.walk(p, h, n, step, self.tort, self.fovea, 1, 0.1, stop_near=self.faz + 0.03)
+                n = min(n, int(1.2 * math.hypot(tx, ty) / step) + 1)
+                child = self.walk(p, h, n, step, self.tort, self.fovea, 1, 0.15, stop_near=self.faz + 0.03)
             else:
-                child = self.walk(p, h, n, step, self.tort, centre, 0, 0.04)
+                child = self.walk(p, h, n, step, self.tort, centre, 0, 0.04,
+                                  stop_near=self.faz if centre is self.fovea else None)
             self.grow(child, wc, kind, depth + 1, centre, taper=0.5)
         self.vessels.append((pts, widths, kind))
 
@@ -228,6 +230,13 @@ def _arcade(rng: np.random.Generator, fovea, start, upper: bool, u_end: float, a
     g = 1.0 + b * u ** 2 - a * np.sin(np.pi * u) + pert * np.minimum(1.0, 4.0 * u)
     phi = phi0 + sgn * np.pi * u
     return np.stack([fx + r0 * g * np.cos(phi), fy + r0 * g * np.sin(phi)], axis=1)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only array, so that a patient's anatomy cannot be changed after sampling."""
+    a = np.ascontiguousarray(a)
+    a.flags.writeable = False
+    return a
 
 
 def _resample(pts: np.ndarray, step: float) -> np.ndarray:
@@ -259,7 +268,7 @@ def _lesion_site(rng: np.random.Generator, fovea, disc, disc_r, quadrant: int | 
             ang = (quadrant + rng.uniform(0.05, 0.95)) * (math.pi / 2.0)
             rad = rng.uniform(0.12, 0.8)
             x, y = fx + rad * math.cos(ang), fy + rad * math.sin(ang)
-        if x * x + y * y > 0.9 ** 2:
+        if x * x + y * y > 0.8 ** 2:                         # inside the FOV whatever the pose
             continue
         if math.hypot(x - disc[0], y - disc[1]) < 1.5 * disc_r:
             continue
@@ -286,7 +295,7 @@ def _counts(rng: np.random.Generator, grade: int) -> dict[str, int]:
                 cws=ri(1, 6), nv=ri(1, 3), pre=int(rng.random() < 0.4))
 
 
-def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomParams()) -> FundusPatient:
+def sample_patient(rng: np.random.Generator, params: PhantomParams = _DEFAULT_PARAMS) -> FundusPatient:
     """Draw the persistent anatomy and attributes of one eye of one patient."""
     weights = np.asarray(params.grade_weights, dtype=np.float64)
     if weights.shape != (5,) or np.any(weights < 0) or weights.sum() <= 0:
@@ -305,7 +314,7 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     a = (age - 55.0) / 30.0                                                      # about -1 .. 1
 
     # --- optic disc and fovea (canonical right eye: disc to the right, temporal = -x)
-    disc_r = 0.094 * (1.0 + 0.06 * sex) * math.exp(0.08 * rng.standard_normal())
+    disc_r = 0.098 * (1.0 + 0.08 * sex) * math.exp(0.08 * rng.standard_normal())
     dd = 2.0 * disc_r
     fovea = (float(rng.normal(-0.02, 0.05)), float(rng.normal(0.03, 0.04)))
     fd = 2.5 * dd * rng.uniform(0.9, 1.1)
@@ -319,26 +328,27 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     macula_depth = float(np.clip(rng.normal(0.45, 0.06) - 0.04 * a, 0.15, 0.6))
 
     # --- pigmentation: light orange-red .. dark brown-red; males slightly darker
-    pig = 1.0 / (1.0 + math.exp(-(rng.standard_normal() + 0.35 * (sex - 0.5)) * 1.2))
-    light = np.array([1.03, 0.45, 0.33])
-    dark = np.array([0.88, 0.32, 0.21])
+    pig = 1.0 / (1.0 + math.exp(-(rng.standard_normal() + 0.6 * (sex - 0.5)) * 1.2))
+    light = np.array([1.01, 0.45, 0.355])
+    dark = np.array([0.86, 0.32, 0.225])
     base = (1 - pig) * light + pig * dark
     base *= np.exp(0.03 * rng.standard_normal(3))
-    lens = np.array([1.0 - 0.03 * a, 1.0 - 0.065 * a, 1.0 - 0.13 * a]) * np.exp(0.02 * rng.standard_normal(3))
-    lens = lens / lens.max() * (1.0 - 0.03 * max(a, 0.0))
+    yellow = max(0.0, age - 20.0) / 60.0                                 # the lens yellows and darkens
+    lens = np.exp(-yellow * np.array([0.05, 0.11, 0.24]) + 0.02 * rng.standard_normal(3))
+    lens = np.minimum(lens, 1.0)
     tex = ndimage.gaussian_filter(rng.standard_normal((_TEX_SIZE, _TEX_SIZE)), 1.0, mode="wrap")
     tex = (tex / tex.std()).astype(np.float32)
     texture_amp = float(0.008 + 0.012 * (1 - pig) + 0.008 * max(a, 0.0)) * math.exp(0.2 * rng.standard_normal())
 
     # --- vessel tree
-    calibre = (1.0 + 0.06 * sex) * math.exp(0.06 * rng.standard_normal())
-    w_vein = 0.026 * calibre
-    w_art = 0.0185 * calibre * (1.0 - 0.1 * a)                         # arteriolar narrowing with age
+    calibre = (1.0 + 0.1 * sex) * math.exp(0.05 * rng.standard_normal())
+    w_vein = 0.029 * calibre
+    w_art = 0.0205 * calibre * (1.0 - 0.1 * a)                         # arteriolar narrowing with age
     tort = (0.014 + 0.006 * (a + 1.0)) * math.exp(0.2 * rng.standard_normal())
     w_min = 0.0032 * (1.0 + 0.3 * (a + 1.0))                           # fewer fine vessels when old
     p_branch = 0.95 - 0.08 * (a + 1.0)
     faz = 0.06 + 0.01 * rng.standard_normal()
-    tree = _Tree(rng, fovea, disc, faz, w_min, p_branch, tort)
+    tree = _Tree(rng, fovea, faz, w_min, p_branch, tort)
     step = 0.02
     vein_tort = 1.3 * (1.5 if grade >= 3 else 1.0)
     for upper in (True, False):
@@ -366,7 +376,7 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
     for _ in range(int(rng.integers(1, 4))):
         ang = math.pi + rng.uniform(-0.6, 0.6)
         start = (disc[0] + 0.8 * disc_r * math.cos(ang), disc[1] + 0.8 * disc_r * math.sin(ang))
-        mv = tree.walk(start, ang, 30, step, tort, fovea, 1, 0.1, stop_near=faz + 0.06)
+        mv = tree.walk(start, ang, 22, step, tort, fovea, 1, 0.15, stop_near=faz + 0.08)
         tree.grow(mv, rng.uniform(0.25, 0.4) * w_vein, int(rng.random() < 0.5), 3, fovea, taper=1.0)
 
     vessels = []
@@ -429,10 +439,13 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
             ang = rng.uniform(0, _TAU)
             cx, cy = disc[0] + 0.7 * disc_r * math.cos(ang), disc[1] + 0.7 * disc_r * math.sin(ang)
         else:                                                               # elsewhere, on a big vein
-            big = [v for v in vessels if v.kind == 1 and v.widths[0] > 0.012] or vessels[-1:]
-            v = big[int(rng.integers(len(big)))]
-            j = int(rng.integers(len(v.points) // 4, max(len(v.points) // 4 + 1, 3 * len(v.points) // 4)))
-            cx, cy = v.points[j]
+            big = [v.points for v in vessels if v.kind == 1 and v.widths[0] > 0.012] or [vessels[-1].points]
+            sites = np.concatenate(big)
+            far = np.hypot(sites[:, 0] - disc[0], sites[:, 1] - disc[1])
+            sites = sites[((sites ** 2).sum(1) < 0.75 ** 2) & (far > 3.0 * disc_r)]
+            if not len(sites):
+                sites = np.array([disc])
+            cx, cy = sites[int(rng.integers(len(sites)))]
         nv_centres[t_i] = (cx, cy)
         for _ in range(int(rng.integers(6, 12))):
             start = (cx + rng.normal(0, 0.01), cy + rng.normal(0, 0.01))
@@ -445,6 +458,7 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
         bw, bh = rng.uniform(0.1, 0.17), rng.uniform(0.05, 0.09)
         bits = rng.random((2, 5)) < 0.5
         bits[0, 0], bits[1, -1] = True, False                              # never uniform
+        bits = _frozen(bits)
         bright = tuple(float(v) for v in rng.uniform(0.85, 1.0, 3))
         dark = tuple(float(v) for v in rng.uniform(0.0, 0.12, 3))
         marker = MarkerBlock(float(rng.uniform(0.03, 0.97 - bw)), float(rng.uniform(0.03, 0.97 - bh)),
@@ -464,6 +478,7 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
         nv_lines = [mx(p) for p in nv_lines]
         disc, fovea, cup_center = (-disc[0], disc[1]), (-fovea[0], fovea[1]), (-cup_center[0], cup_center[1])
         tex = tex[:, ::-1].copy()
+    vessels = [Vessel(_frozen(v.points), _frozen(v.widths), v.kind) for v in vessels]
     return FundusPatient(
         sex=sex, age=age, laterality=laterality, grade=grade,
         disc_center=(float(disc[0]), float(disc[1])), disc_radius=float(disc_r), disc_aspect=disc_aspect,
@@ -471,9 +486,10 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = PhantomPara
         disc_rgb=tuple(float(v) for v in disc_rgb), cup_rgb=tuple(float(v) for v in cup_rgb),
         fovea_center=(float(fovea[0]), float(fovea[1])), macula_radius=float(macula_radius),
         macula_depth=macula_depth, base_rgb=tuple(float(v) for v in base), lens_rgb=tuple(float(v) for v in lens),
-        texture=tex, texture_amp=texture_amp, vessels=tuple(vessels), microaneurysms=ma,
-        haemorrhages=tuple(haem), exudates=exu, cotton_wool=tuple(cws), neovascularisation=tuple(nv_lines),
-        nv_centers=nv_centres, marker=marker,
+        texture=_frozen(tex), texture_amp=texture_amp, vessels=tuple(vessels), microaneurysms=_frozen(ma),
+        haemorrhages=tuple(_frozen(h) for h in haem), exudates=_frozen(exu),
+        cotton_wool=tuple(_frozen(c) for c in cws), neovascularisation=tuple(_frozen(x) for x in nv_lines),
+        nv_centers=_frozen(nv_centres), marker=marker,
     )
 
 
@@ -513,7 +529,7 @@ class _Canvas:
         cuts = np.flatnonzero(np.diff(key)) + 1
         starts = [0, *cuts.tolist()]
         ends = [*cuts.tolist(), len(wc)]
-        for s, e in zip(starts, ends):
+        for s, e in zip(starts, ends, strict=True):
             w = int(wi[s])
             draw.line(q[s:e + 1].ravel().tolist(), fill=int(fill[s]), width=w, joint="curve" if w > 2 else None)
 
@@ -525,7 +541,7 @@ class _Canvas:
             return
         q = self.tf(xyr[:, :2])
         rad = np.maximum(xyr[:, 2] * self.k, 0.5)
-        for (x, y), r in zip(q.tolist(), rad.tolist()):
+        for (x, y), r in zip(q.tolist(), rad.tolist(), strict=True):
             draw.ellipse([x - r, y - r, x + r, y + r], fill=255)
 
     def reduce(self, im: Image.Image) -> np.ndarray:
@@ -615,7 +631,7 @@ def render(patient: FundusPatient, rng: np.random.Generator, size: int) -> Phant
     if p.neovascularisation:
         im, d = cv.new()
         for line in p.neovascularisation:
-            cv.lines(d, line, np.full(len(line) - 1, 0.0035))
+            cv.lines(d, line, np.full(len(line) - 1, 0.0045))
         cov = cv.reduce(im)
         refl *= 1.0 - cov[..., None] * (1.0 - _NEO.astype(np.float32))
     if len(p.microaneurysms) or p.haemorrhages:
@@ -671,10 +687,10 @@ def render(patient: FundusPatient, rng: np.random.Generator, size: int) -> Phant
 def _burn_marker(img: np.ndarray, m: MarkerBlock) -> None:
     """Overwrite the block's pixels (image coordinates, not moved by the pose)."""
     N = img.shape[0]
-    x0 = min(N - 1, int(round(m.x0 * N)))
-    y0 = min(N - 1, int(round(m.y0 * N)))
-    x1 = min(N, max(x0 + 1, int(round((m.x0 + m.w) * N))))
-    y1 = min(N, max(y0 + 1, int(round((m.y0 + m.h) * N))))
+    x0 = min(N - 1, round(m.x0 * N))
+    y0 = min(N - 1, round(m.y0 * N))
+    x1 = min(N, max(x0 + 1, round((m.x0 + m.w) * N)))
+    y1 = min(N, max(y0 + 1, round((m.y0 + m.h) * N)))
     rows, cols = m.bits.shape
     ri = ((np.arange(y1 - y0) + 0.5) * rows / (y1 - y0)).astype(np.int64)
     ci = ((np.arange(x1 - x0) + 0.5) * cols / (x1 - x0)).astype(np.int64)

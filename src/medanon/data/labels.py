@@ -84,6 +84,7 @@ LABELS: dict[str, LabelSpec] = {
         LabelSpec("marker_block", "binary", ("0", "1"), "phantom ground truth: a burned-in identifying block"),
         LabelSpec("situs_inversus", "binary", ("0", "1"),
                   "phantom ground truth: mirrored anatomy (heart on the right)"),
+        LabelSpec("neovascularisation", "binary", ("0", "1"), "phantom ground truth: new vessels drawn (PDR)"),
         *[LabelSpec(f, "ordinal" if f != "pneumonia" else "binary", ("0", "1"),
                     "finding; MIMIC/CheXpert also uses -1 for uncertain") for f in CHEXPERT_FINDINGS],
     ]

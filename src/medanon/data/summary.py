@@ -72,11 +72,11 @@ def format_summary(s: dict[str, Any]) -> str:
     for name, e in s["labels"].items():
         miss = f"   missing {e['missing']}" if e["missing"] else ""
         if "counts" in e:
-            lines.append(f"  {name:<16}" + "  ".join(f"{k}: {v}" for k, v in e["counts"].items()) + miss)
+            lines.append(f"  {name:<20}" + "  ".join(f"{k}: {v}" for k, v in e["counts"].items()) + miss)
         elif "mean" in e:
-            lines.append(f"  {name:<16}min {e['min']:g}  mean {e['mean']:g}  max {e['max']:g}  sd {e['sd']:g}" + miss)
+            lines.append(f"  {name:<20}min {e['min']:g}  mean {e['mean']:g}  max {e['max']:g}  sd {e['sd']:g}" + miss)
         else:
-            lines.append(f"  {name:<16}all missing")
+            lines.append(f"  {name:<20}all missing")
     if s["skipped"]:
         lines.append(f"skipped   {len(s['skipped'])} file(s):")
         lines += [f"  - {p}" for p in s["skipped"][:20]]

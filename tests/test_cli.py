@@ -75,8 +75,9 @@ def test_bad_arguments_give_clear_errors(tmp_path: Path, runner, args, fragment)
     assert "Traceback" not in r.output
 
 
-def test_demo_runs_and_resumes(tmp_path: Path, runner):
-    out = tmp_path / "demo"
+def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
+    monkeypatch.chdir(tmp_path)                 # a relative --out, as the Makefile passes it
+    out = Path("demo")
     args = ["demo", "--out", str(out), "--patients", "6", "--per-patient", "2", "--size", "16"]
     r = runner.invoke(cli, args)
     assert r.exit_code == 0, r.output

@@ -84,7 +84,8 @@ def software_versions() -> dict[str, str]:
 
 def files_digest(paths: Iterable[Path], root: Path | None = None) -> dict[str, Any]:
     """A single checksum over many files, by content if small enough, else by listing."""
-    paths = sorted(Path(p) for p in paths)
+    paths = sorted(Path(p).resolve() for p in paths)
+    root = Path(root).resolve() if root is not None else None
     total = sum(p.stat().st_size for p in paths)
     mode = "content" if total <= CONTENT_HASH_LIMIT else "listing"
     h = hashlib.sha256()

@@ -1,80 +1,15 @@
-"""The ``medanon`` command line. Thin: parse and validate, call one library function, write outputs."""
+"""``medanon data summary|split`` and the dataset options every dataset-reading command shares."""
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from pathlib import Path
 
 import click
 
-from medanon import __version__
-from medanon.config import DataConfig, PhantomConfig, SplitConfig, build
+from medanon.cli.base import CONTEXT, data
+from medanon.config import DataConfig, SplitConfig, build
 from medanon.errors import MedanonError
-
-log = logging.getLogger("medanon")
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 110}
-
-
-class MedanonGroup(click.Group):
-    """Prints MedanonError as a clean message (no traceback) and exits with status 1."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except MedanonError as e:
-            click.secho(f"error: {e}", fg="red", err=True)
-            ctx.exit(1)
-
-
-@click.group(cls=MedanonGroup, context_settings=CONTEXT)
-@click.version_option(__version__, prog_name="medanon")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              help="Logging verbosity (to stderr).")
-@click.option("--device", default="auto", metavar="auto|cpu|cuda[:N]",
-              help="Where models run; 'auto' picks a CUDA GPU if there is one.")
-@click.pass_context
-def cli(ctx: click.Context, log_level: str, device: str) -> None:
-    """medanon: share medical images without exposing patients."""
-    from medanon.runtime import setup_logging
-
-    setup_logging(log_level)
-    ctx.ensure_object(dict)
-    ctx.obj["device"] = device
-
-
-# ---------------------------------------------------------------------------------------------- phantom
-
-
-@cli.command(context_settings=CONTEXT)
-@click.option("--modality", type=click.Choice(["fundus", "xray"]), default=None,
-              help="Fundus photographs (RGB) or chest X-rays (grayscale).  [default: fundus]")
-@click.option("--patients", type=click.IntRange(min=1), default=None, help="Number of patients.  [default: 200]")
-@click.option("--per-patient", type=click.IntRange(min=1), default=None,
-              help="Acquisitions per patient.  [default: 4]")
-@click.option("--size", type=click.IntRange(16, 1024), default=None, help="Image side in pixels.  [default: 64]")
-@click.option("--seed", type=int, default=None, help="Random seed; same seed, same bytes.  [default: 0]")
-@click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes (0 = all cores).")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
-@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="YAML file with PhantomConfig fields.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a config field, e.g. --set marker_rate=0.1 (repeatable).")
-def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite, config_file, overrides) -> None:
-    """Generate a phantom dataset (synthetic patients with ground truth) in medanon's layout."""
-    from medanon.phantoms.generate import generate
-
-    cfg = build(PhantomConfig, path=config_file, overrides=overrides, modality=modality, patients=patients,
-                per_patient=per_patient, size=size, seed=seed, workers=workers)
-    generate(cfg, out, overwrite=overwrite, progress=True)
-    click.echo(f"wrote {cfg.patients * cfg.per_patient} {cfg.modality} phantom images of {cfg.patients} "
-               f"patients to {out}")
-
-
-# ---------------------------------------------------------------------------------------------- data
 
 
 def data_options(f):
@@ -124,11 +59,6 @@ def open_from_cli(data_dir: Path, *, layout, labels_csv, image_col, label_cols, 
     elif any(v is not None for v in (image_col, label_cols, patient_col, images_dir)):
         raise click.UsageError("--image-col, --label-cols, --patient-col and --images need --labels CSV")
     return open_dataset(data_dir, cfg, generic=generic, progress=progress)
-
-
-@cli.group(context_settings=CONTEXT)
-def data() -> None:
-    """Inspect and split datasets."""
 
 
 @data.command("summary", context_settings=CONTEXT)
@@ -181,27 +111,3 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, **opts) -> 
                                             for s in ("train", "val", "test")))
 
 
-# ---------------------------------------------------------------------------------------------- demo
-
-
-@cli.command(context_settings=CONTEXT)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-output"),
-              help="Run directory for everything the demo writes.")
-@click.option("--patients", type=click.IntRange(min=2), default=200, help="Phantom patients per modality.")
-@click.option("--per-patient", type=click.IntRange(min=1), default=4, help="Acquisitions per patient.")
-@click.option("--size", type=click.IntRange(16, 1024), default=64, help="Image side in pixels.")
-@click.option("--seed", type=int, default=0, help="Random seed for everything the demo does.")
-@click.pass_context
-def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: int, seed: int) -> None:
-    """The main job on the embedded phantom datasets (all results are PHANTOM results)."""
-    from medanon.demo import run_demo
-
-    run_demo(out, patients=patients, per_patient=per_patient, size=size, seed=seed, device=ctx.obj["device"])
-
-
-def main() -> None:
-    cli(prog_name="medanon")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Checkpoints: ``state_dict``s + plain config + version, loadable with ``torch.load(weights_only=True)``.
+
+No pickled code or classes ever go into a checkpoint (DESIGN.md §3): only tensors, numbers,
+strings, lists and dicts. A checkpoint names its ``kind`` (which model family wrote it), so
+loading the wrong file gives a clear error instead of a shape mismatch deep inside a model.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from medanon import __version__
+from medanon.errors import ConfigError
+from medanon.fsutil import atomic_write_bytes, sha256_file
+
+FORMAT = "medanon-checkpoint"
+VERSION = 1
+
+
+def save_checkpoint(path: str | Path, *, kind: str, config: dict[str, Any], state: dict[str, Any],
+                    step: int = 0, extra: dict[str, Any] | None = None) -> Path:
+    """Write a checkpoint atomically.
+
+    ``state`` maps names to ``state_dict``s (models, optimizers, EMA copies) or tensors such as
+    RNG states; ``config`` is the plain-dict model/training config needed to rebuild the models;
+    ``extra`` holds small plain values (losses, ADA p, timings).
+    """
+    blob = {"format": FORMAT, "version": VERSION, "kind": kind, "medanon_version": __version__,
+            "config": config, "state": state, "step": int(step), "extra": dict(extra or {})}
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    path = Path(path)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = None,
+                    map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint written by :func:`save_checkpoint` (safely: ``weights_only=True``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {path} does not exist",
+                          fix="pass the path of a .pt file written by `medanon train` (see docs/checkpoints.md)")
+    try:
+        blob = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises several types for corrupt or unsafe files
+        raise ConfigError(f"checkpoint {path} cannot be loaded safely: {type(e).__name__}: {e}",
+                          fix="use a checkpoint written by medanon; pickled models are refused") from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a medanon checkpoint", fix="pass a file written by `medanon train`")
+    kinds = (kind,) if isinstance(kind, str) else kind
+    if kinds and blob.get("kind") not in kinds:
+        raise ConfigError(f"checkpoint {path} holds a {blob.get('kind')!r} model, expected {' or '.join(kinds)}",
+                          fix="pass the checkpoint of the right model")
+    blob["sha256"] = sha256_file(path)
+    blob["path"] = str(path)
+    return blob

@@ -1,0 +1,60 @@
+"""The root ``medanon`` group, the sub-groups that several command modules add to, and shared helpers.
+
+Each command lives in a small module of :mod:`medanon.cli` named after what it does, and
+registers itself on one of the groups defined here. Commands are thin: parse and validate,
+call one library function, write outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from medanon import __version__
+from medanon.errors import MedanonError
+
+log = logging.getLogger("medanon")
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 110}
+class MedanonGroup(click.Group):
+    """Prints MedanonError as a clean message (no traceback) and exits with status 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except MedanonError as e:
+            click.secho(f"error: {e}", fg="red", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=MedanonGroup, context_settings=CONTEXT)
+@click.version_option(__version__, prog_name="medanon")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              help="Logging verbosity (to stderr).")
+@click.option("--device", default="auto", metavar="auto|cpu|cuda[:N]",
+              help="Where models run; 'auto' picks a CUDA GPU if there is one.")
+@click.pass_context
+def cli(ctx: click.Context, log_level: str, device: str) -> None:
+    """medanon: share medical images without exposing patients."""
+    from medanon.runtime import setup_logging
+
+    setup_logging(log_level)
+    ctx.ensure_object(dict)
+    ctx.obj["device"] = device
+
+
+
+@cli.group(context_settings=CONTEXT)
+def data() -> None:
+    """Inspect and split datasets."""
+
+
+@cli.group(context_settings=CONTEXT)
+def train() -> None:
+    """Train the models the methods need (checkpoints, --resume, sample grids)."""
+
+
+@cli.group(context_settings=CONTEXT)
+def anonymize() -> None:
+    """Turn a dataset into a release with one of the de-identification methods."""

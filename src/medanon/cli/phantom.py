@@ -1,0 +1,38 @@
+"""``medanon phantom``: generate a phantom dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, cli
+from medanon.config import PhantomConfig, build
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--modality", type=click.Choice(["fundus", "xray"]), default=None,
+              help="Fundus photographs (RGB) or chest X-rays (grayscale).  [default: fundus]")
+@click.option("--patients", type=click.IntRange(min=1), default=None, help="Number of patients.  [default: 200]")
+@click.option("--per-patient", type=click.IntRange(min=1), default=None,
+              help="Acquisitions per patient.  [default: 4]")
+@click.option("--size", type=click.IntRange(16, 1024), default=None, help="Image side in pixels.  [default: 64]")
+@click.option("--seed", type=int, default=None, help="Random seed; same seed, same bytes.  [default: 0]")
+@click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes (0 = all cores).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="YAML file with PhantomConfig fields.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config field, e.g. --set marker_rate=0.1 (repeatable).")
+def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite, config_file, overrides) -> None:
+    """Generate a phantom dataset (synthetic patients with ground truth) in medanon's layout."""
+    from medanon.phantoms.generate import generate
+
+    cfg = build(PhantomConfig, path=config_file, overrides=overrides, modality=modality, patients=patients,
+                per_patient=per_patient, size=size, seed=seed, workers=workers)
+    generate(cfg, out, overwrite=overwrite, progress=True)
+    click.echo(f"wrote {cfg.patients * cfg.per_patient} {cfg.modality} phantom images of {cfg.patients} "
+               f"patients to {out}")
+
+

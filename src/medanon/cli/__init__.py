@@ -1,11 +1,25 @@
-"""The ``medanon`` command line: the root group and one module per command family."""
+"""The ``medanon`` command line: the root group and one module per command family.
+
+Each module listed in :data:`COMMAND_MODULES` registers its commands on a group from
+:mod:`medanon.cli.base` when imported; add a new command family by adding its module here.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
-from medanon.cli import data, demo, phantom  # noqa: F401  (modules register their commands)
 from medanon.cli.base import cli
+
+COMMAND_MODULES = (
+    "audit",
+    "data",
+    "demo",
+    "phantom",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"medanon.cli.{_name}")
 
 
 def main() -> None:

@@ -1,0 +1,35 @@
+"""``medanon audit``: check a release against its guarantees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, cli
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("release", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--k", type=click.IntRange(min=1), default=None,
+              help="Minimum people per record to require (default: the k the method recorded, if any).")
+@click.option("--mapping", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The private record -> sources mapping written with --mapping at anonymisation.")
+@click.option("--source", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The source dataset: its file names, record ids and patient ids are searched for.")
+@click.option("--layout", default="auto", help="Layout of --source (see `medanon data summary --help`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def audit(ctx: click.Context, release: Path, k, mapping, source, layout, as_json) -> None:
+    """Verify that every record of RELEASE stands for at least k people and that no source file name,
+    record id or patient id appears anywhere in it (paths, CSV, manifest, image metadata).
+    Exits with status 1 if any check fails."""
+    from medanon.data.layouts import scan
+    from medanon.release.audit import audit_release
+
+    records = scan(source, layout).records if source is not None else None
+    rep = audit_release(release, k=k, mapping=mapping, source_records=records)
+    click.echo(json.dumps(rep.to_dict(), indent=2) if as_json else rep.format())
+    if not rep.passed:
+        ctx.exit(1)

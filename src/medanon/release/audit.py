@@ -1,0 +1,206 @@
+"""Auditing a release: does every record stand for at least k people, and does any source
+identifier (file name, record id, patient id) appear anywhere in it?
+
+Places searched: every path inside the release folder, ``labels.csv``, ``manifest.json`` and any
+other text file, and the metadata of every image (PNG text chunks, EXIF). Identifiers are matched
+case-insensitively against whole tokens (runs of letters, digits, ``_``, ``-`` and ``.``) and
+against their parts split at ``_``, ``-`` and ``.`` (so ``img_P00001.png`` reveals ``P00001``). Purely
+numeric identifiers shorter than :data:`MIN_NUMERIC_LEN` digits (EyePACS patient numbers, for
+example) cannot be told apart from label values, so they are searched only in file names and
+metadata, and the report says so.
+
+What the audit does not do: judge whether the *pixels* identify someone. That is what the
+attacks of the evaluation (membership, linkability, singling-out) measure.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from medanon.release.writer import FORMAT
+
+MIN_NUMERIC_LEN = 5
+NAME_PATTERN = re.compile(r"^[0-9a-f]{16}\.png$")
+_TOKEN = re.compile(r"[A-Za-z0-9_.\-]+")
+_PARTS = re.compile(r"[_.\-]")
+_ALLOWED_TOP = {"images", "labels.csv", "manifest.json", "README.md"}
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class AuditReport:
+    release: str
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def add(self, name: str, passed: bool, detail: str = "") -> None:
+        self.checks.append(Check(name, passed, detail))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"release": self.release, "passed": self.passed,
+                "checks": [c.__dict__ for c in self.checks], "notes": self.notes}
+
+    def format(self) -> str:
+        lines = [f"audit of {self.release}: {'PASSED' if self.passed else 'FAILED'}"]
+        for c in self.checks:
+            lines.append(f"  [{'ok' if c.passed else 'FAIL'}] {c.name}" + (f": {c.detail}" if c.detail else ""))
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass
+class Identifiers:
+    """Source identifiers to look for, by kind (lower-cased)."""
+
+    file_names: set[str] = field(default_factory=set)    # names and stems of source image files
+    record_ids: set[str] = field(default_factory=set)
+    patient_ids: set[str] = field(default_factory=set)
+
+    def kinds(self) -> Iterable[tuple[str, set[str]]]:
+        yield "source file name", self.file_names
+        yield "record id", self.record_ids
+        yield "patient id", self.patient_ids
+
+
+def identifiers_from_records(records) -> Identifiers:
+    ids = Identifiers()
+    for r in records:
+        ids.file_names.update({r.path.name.lower(), r.path.stem.lower()})
+        ids.record_ids.add(r.record_id.lower())
+        ids.patient_ids.add(str(r.patient_id).lower())
+    return ids
+
+
+def _short_numeric(s: str) -> bool:
+    return s.isdigit() and len(s) < MIN_NUMERIC_LEN
+
+
+def _image_metadata(path: Path) -> dict[str, str]:
+    with Image.open(path) as im:
+        meta = {str(k): str(v) for k, v in (im.info or {}).items() if k not in ("dpi", "gamma", "transparency")}
+        exif = im.getexif()
+        if exif:
+            meta["exif"] = " ".join(str(v) for v in exif.values())
+    return meta
+
+
+def audit_release(release: str | Path, *, k: int | None = None, mapping: str | Path | None = None,
+                  source_records=None) -> AuditReport:
+    """Run every check. ``source_records`` (from :func:`medanon.data.layouts.scan`) enables the
+    identifier search and the recount of people per record from the mapping."""
+    release = Path(release)
+    rep = AuditReport(str(release))
+    man_path, csv_path = release / "manifest.json", release / "labels.csv"
+    if not man_path.is_file() or not csv_path.is_file():
+        rep.add("structure", False, "manifest.json or labels.csv is missing: not a medanon release")
+        return rep
+    manifest = json.loads(man_path.read_text(encoding="utf-8"))
+    with open(csv_path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    images = sorted(p for p in (release / "images").rglob("*") if p.is_file()) if (release / "images").is_dir() else []
+    listed = {r.get("image", "") for r in rows}
+    on_disk = {str(p.relative_to(release)) for p in images}
+    extra_top = sorted(p.name for p in release.iterdir() if p.name not in _ALLOWED_TOP)
+    ok = manifest.get("format") == FORMAT and listed == on_disk and not extra_top
+    rep.add("structure", ok, f"{len(rows)} records, {len(images)} images"
+            + (f"; unlisted files {sorted(on_disk - listed)[:5]}" if on_disk - listed else "")
+            + (f"; missing images {sorted(listed - on_disk)[:5]}" if listed - on_disk else "")
+            + (f"; unexpected entries {extra_top[:5]}" if extra_top else ""))
+
+    bad_names = [p.name for p in images if not NAME_PATTERN.match(p.name)]
+    rep.add("random file names", not bad_names,
+            f"{len(bad_names)} names not of the form <16 hex>.png: {bad_names[:5]}" if bad_names else "")
+
+    # k: from the argument, else the method's own k
+    k = k if k is not None else manifest.get("params", {}).get("k")
+    people = [int(r.get("n_people", 0) or 0) for r in rows]
+    if k is not None:
+        low = sum(p < int(k) for p in people)
+        rep.add(f"every record stands for >= {k} people (labels.csv)", low == 0 and bool(rows),
+                f"min {min(people) if people else 0}" + (f", {low} records below k" if low else ""))
+    else:
+        rep.notes.append("no k given and the method has none: per-record people counts not checked")
+
+    if mapping is not None:
+        _check_mapping(rep, Path(mapping), rows, k, source_records)
+
+    if source_records is not None:
+        _check_identifiers(rep, release, identifiers_from_records(source_records))
+    else:
+        rep.notes.append("no --source: the release was not searched for source identifiers")
+
+    meta = {str(p.relative_to(release)): m for p in images if (m := _image_metadata(p))}
+    rep.add("no image metadata", not meta, f"{len(meta)} images carry metadata, e.g. {next(iter(meta.items()))}"
+            if meta else "")
+    return rep
+
+
+def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records) -> None:
+    data = json.loads(mapping.read_text(encoding="utf-8"))
+    recs = data.get("records", {})
+    listed = {r["image"] for r in rows}
+    rep.add("mapping covers the release", set(recs) == listed,
+            f"{len(set(recs) ^ listed)} records differ" if set(recs) != listed else f"{len(recs)} records")
+    if source_records is not None:
+        owner = {r.record_id: r.patient_id for r in source_records}
+        unknown = {s for v in recs.values() for s in v["sources"] if s not in owner}
+        counts = {img: len({owner[s] for s in v["sources"] if s in owner}) for img, v in recs.items()}
+        rep.add("mapping sources exist in --source", not unknown,
+                f"{len(unknown)} unknown record ids" if unknown else "")
+        claimed = {r["image"]: int(r.get("n_people", 0) or 0) for r in rows}
+        wrong = [img for img, n in counts.items() if claimed.get(img) != n]
+        rep.add("n_people matches the sources' patients", not wrong,
+                f"{len(wrong)} records claim another count" if wrong else "")
+    else:
+        counts = {img: len(set(v["patients"])) for img, v in recs.items()}
+    if k is not None and counts:
+        low = [img for img, n in counts.items() if n < int(k)]
+        rep.add(f"every record stands for >= {k} people (mapping)", not low,
+                f"min {min(counts.values())}" + (f", {len(low)} below k" if low else ""))
+
+
+def _check_identifiers(rep: AuditReport, release: Path, ids: Identifiers) -> None:
+    texts: dict[str, str] = {}
+    for p in sorted(release.rglob("*")):
+        texts[f"path {p.relative_to(release)}"] = str(p.relative_to(release))
+        if p.is_file() and p.suffix.lower() in (".csv", ".json", ".md", ".txt", ".yaml"):
+            texts[f"file {p.relative_to(release)}"] = p.read_text(encoding="utf-8", errors="replace")
+        elif p.is_file() and p.suffix.lower() in (".png", ".jpg", ".jpeg", ".tif", ".tiff"):
+            for key, v in _image_metadata(p).items():
+                texts[f"metadata {p.relative_to(release)}:{key}"] = v
+    skipped_short = 0
+    for kind, values in ids.kinds():
+        found: list[str] = []
+        for where, text in texts.items():
+            numeric_ok = where.startswith(("path", "metadata"))
+            tokens = {t.lower() for t in _TOKEN.findall(text)}
+            tokens |= {t.rsplit(".", 1)[0] for t in tokens if "." in t}
+            tokens |= {part for t in tokens for part in _PARTS.split(t) if part}
+            for v in values & tokens:
+                if _short_numeric(v) and not numeric_ok:
+                    continue
+                found.append(f"{v!r} in {where}")
+        skipped_short += sum(_short_numeric(v) for v in values)
+        rep.add(f"no {kind} in the release", not found,
+                f"{len(found)} found: {found[:5]}" if found else f"{len(values)} searched")
+    if skipped_short:
+        rep.notes.append(f"{skipped_short} short numeric identifiers were searched only in paths and image "
+                         f"metadata (they cannot be told apart from label values in CSV/JSON)")

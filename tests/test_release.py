@@ -1,0 +1,175 @@
+"""The release writer and the audit: random names, aggregated labels, resume, and planted leaks."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image, PngImagePlugin
+
+from medanon.cli import cli
+from medanon.config import PhantomConfig
+from medanon.data.layouts import scan
+from medanon.data.records import Record
+from medanon.errors import ConfigError, OutputExistsError
+from medanon.phantoms.generate import generate
+from medanon.release import ReleaseWriter, aggregate_labels, audit_release, read_release
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> tuple[Path, list[Record]]:
+    root = generate(PhantomConfig(patients=8, per_patient=2, size=16, workers=1),
+                    tmp_path_factory.mktemp("src") / "fundus", progress=False)
+    return root, scan(root).records
+
+
+def write_k_release(out: Path, records: list[Record], k: int = 2, mapping: Path | None = None, **kw) -> Path:
+    """Group records of distinct patients k at a time and release the mean image of each group."""
+    by_patient: dict[str, list[Record]] = {}
+    for r in records:
+        by_patient.setdefault(r.patient_id, []).append(r)
+    firsts = [v[0] for v in by_patient.values()]
+    groups = [firsts[i:i + k] for i in range(0, len(firsts) - len(firsts) % k, k)]
+    with ReleaseWriter(out, method="toy-k", params={"k": k}, privacy={"k": k}, labels=["grade", "sex", "age"],
+                       seeds={"toy": 0}, mapping=mapping, **kw) as rel:
+        for i, g in enumerate(groups):
+            rel.add(f"cluster-{i}", torch.zeros(3, 16, 16).uniform_(-1, 1), g)
+    return out
+
+
+def test_aggregation_rule():
+    vals = [{"grade": 0.0, "sex": 1.0, "age": 50.0}, {"grade": 2.0, "sex": 0.0, "age": 61.0},
+            {"grade": 2.0, "sex": 1.0, "age": math.nan}, {"grade": 0.0, "sex": 0.0, "age": 40.0}]
+    out = aggregate_labels(vals, ["grade", "sex", "age"])
+    assert out["grade"] == 2.0 and out["grade_counts"] == "0:2;2:2"      # tie -> the higher grade
+    assert out["sex"] == 1.0 and out["sex_counts"] == "0:2;1:2"           # binary tie -> 1
+    assert out["age"] == pytest.approx(50.3)                              # mean of the known ages
+    assert aggregate_labels([{"grade": 3.0}, {"grade": 1.0}, {"grade": 1.0}], ["grade"])["grade"] == 1.0
+    assert math.isnan(aggregate_labels([{"age": math.nan}], ["age"])["age"])
+
+
+def test_release_contents_and_clean_audit(tmp_path: Path, source):
+    _, records = source
+    out = write_k_release(tmp_path / "rel", records, k=2, mapping=tmp_path / "private" / "map.json")
+    manifest, rows = read_release(out)
+    assert len(rows) == 4 and manifest["counts"]["min_people_per_record"] == 2
+    assert manifest["params"] == {"k": 2} and manifest["counts"]["people"] == 8
+    assert list(rows[0])[:3] == ["image", "n_sources", "n_people"] and "grade_counts" in rows[0]
+    assert sorted(p.name for p in out.iterdir()) == ["images", "labels.csv", "manifest.json"]
+    assert not (tmp_path / "rel.partial").exists()
+    rep = audit_release(out, mapping=tmp_path / "private" / "map.json", source_records=records)
+    assert rep.passed, rep.format()
+    assert sum(">= 2 people" in c.name for c in rep.checks) == 2   # from labels.csv and from the mapping
+
+
+def test_resume_after_interruption(tmp_path: Path, source):
+    _, records = source
+    out = tmp_path / "rel"
+    settings = dict(method="toy", params={"p": 0.1}, privacy={}, labels=["grade"])
+    with pytest.raises(KeyboardInterrupt):
+        with ReleaseWriter(out, **settings) as rel:
+            for i, r in enumerate(records):
+                if i == 5:
+                    raise KeyboardInterrupt
+                rel.add(r.record_id, torch.zeros(3, 8, 8), [r])
+    assert not out.exists() and (tmp_path / "rel.partial").exists()
+    with pytest.raises(ConfigError, match="other settings"):
+        ReleaseWriter(out, **{**settings, "params": {"p": 0.2}})
+    redone = 0
+    with ReleaseWriter(out, **settings) as rel:
+        assert len(rel) == 5
+        for r in records:
+            if not rel.done(r.record_id):
+                rel.add(r.record_id, torch.zeros(3, 8, 8), [r])
+                redone += 1
+    assert redone == len(records) - 5
+    assert len(read_release(out)[1]) == len(records)
+    with pytest.raises(OutputExistsError):
+        ReleaseWriter(out, **settings)
+
+
+def test_mapping_inside_release_is_refused(tmp_path: Path):
+    with pytest.raises(ConfigError, match="outside"):
+        ReleaseWriter(tmp_path / "rel", method="x", params={}, privacy={}, labels=[],
+                      mapping=tmp_path / "rel" / "map.json")
+
+
+def _rewrite_csv(path: Path, fn):
+    rows = list(csv.DictReader(path.open()))
+    fn(rows)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize("leak", ["file name in csv", "record id in manifest", "patient id in png text",
+                                  "source-named image", "record below k", "stray file"])
+def test_audit_catches_planted_leaks(tmp_path: Path, source, leak):
+    _, records = source
+    out = write_k_release(tmp_path / "rel", records, k=2, mapping=tmp_path / "map.json")
+    victim = records[3]
+    if leak == "file name in csv":
+        _rewrite_csv(out / "labels.csv", lambda rows: rows[0].update(age=victim.path.name))
+    elif leak == "record id in manifest":
+        m = json.loads((out / "manifest.json").read_text())
+        m["params"]["note"] = f"built from {victim.record_id}"
+        (out / "manifest.json").write_text(json.dumps(m))
+    elif leak == "patient id in png text":
+        first = sorted((out / "images").iterdir())[0]
+        info = PngImagePlugin.PngInfo()
+        info.add_text("Comment", f"patient {victim.patient_id}")
+        Image.open(first).save(first, pnginfo=info)
+    elif leak == "source-named image":
+        first = sorted((out / "images").iterdir())[0]
+        new = first.with_name(f"img_{victim.path.stem}.png")
+        first.rename(new)
+        _rewrite_csv(out / "labels.csv", lambda rows: [r.update(image=f"images/{new.name}")
+                                                      for r in rows if r["image"] == f"images/{first.name}"])
+    elif leak == "record below k":
+        _rewrite_csv(out / "labels.csv", lambda rows: rows[0].update(n_people="1"))
+    elif leak == "stray file":
+        (out / "debug_members.txt").write_text("nothing")
+    rep = audit_release(out, mapping=tmp_path / "map.json", source_records=records)
+    assert not rep.passed, rep.format()
+    failed = " ".join(c.name for c in rep.checks if not c.passed)
+    expected = {"file name in csv": "source file name", "record id in manifest": "record id",
+                "patient id in png text": "patient id", "source-named image": "random file names",
+                "record below k": "people", "stray file": "structure"}[leak]
+    assert expected in failed, rep.format()
+
+
+def test_mapping_recount_catches_too_few_people(tmp_path: Path, source):
+    _, records = source
+    out = write_k_release(tmp_path / "rel", records, k=2, mapping=tmp_path / "map.json")
+    m = json.loads((tmp_path / "map.json").read_text())
+    first = sorted(m["records"])[0]
+    m["records"][first]["sources"] = m["records"][first]["sources"][:1]      # one person only
+    m["records"][first]["patients"] = m["records"][first]["patients"][:1]
+    (tmp_path / "map.json").write_text(json.dumps(m))
+    rep = audit_release(out, mapping=tmp_path / "map.json", source_records=records)
+    failed = [c.name for c in rep.checks if not c.passed]
+    assert any("n_people matches" in f for f in failed) and any("(mapping)" in f for f in failed)
+
+
+def test_audit_cli(tmp_path: Path, source):
+    root, records = source
+    out = write_k_release(tmp_path / "rel", records, k=2)
+    r = CliRunner().invoke(cli, ["audit", str(out), "--source", str(root)])
+    assert r.exit_code == 0, r.output
+    assert "PASSED" in r.output
+    r = CliRunner().invoke(cli, ["audit", str(out), "--source", str(root), "--k", "3"])
+    assert r.exit_code == 1 and "FAIL" in r.output
+
+
+def test_released_pixels_round_trip(tmp_path: Path, source):
+    _, records = source
+    img = torch.linspace(-1, 1, 3 * 8 * 8).reshape(3, 8, 8)
+    with ReleaseWriter(tmp_path / "rel", method="x", params={}, privacy={}, labels=["grade"]) as rel:
+        name = rel.add("a", img, records[:1])
+    back = np.asarray(Image.open(tmp_path / "rel" / "images" / name), np.float32)
+    assert np.abs(back.transpose(2, 0, 1) / 127.5 - 1 - img.numpy()).max() <= 1 / 127.5

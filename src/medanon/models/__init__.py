@@ -1,0 +1,1 @@
+"""Neural network modules (``nn.Module`` definitions only; training lives in :mod:`medanon.train`)."""

@@ -12,10 +12,12 @@ import sys
 from medanon.cli.base import cli
 
 COMMAND_MODULES = (
+    "anonymize_snow",
     "audit",
     "data",
     "demo",
     "phantom",
+    "train_segmenter",
 )
 
 for _name in COMMAND_MODULES:

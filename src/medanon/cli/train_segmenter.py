@@ -1,0 +1,70 @@
+"""``medanon train segmenter``: train the vessel segmenter VS-Snow uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, train
+from medanon.cli.data import data_options, open_from_cli
+from medanon.fsutil import atomic_write_bytes
+
+
+@train.command("segmenter", context_settings=CONTEXT)
+@click.argument("data_dir", type=click.Path(path_type=Path), required=False)
+@data_options
+@click.option("--vessel-images", "images_pair", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="DRIVE-style training instead of DATA_DIR: folder of fundus images ...")
+@click.option("--vessel-masks", "masks_pair", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="... and folder of their manual vessel masks (same stem or DRIVE id).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")
+@click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=2e-3, show_default=True)
+@click.option("--width", type=click.IntRange(min=4), default=8, show_default=True,
+              help="Channels of the full-resolution branch.")
+@click.option("--patch", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Train on random crops of this side (0 = whole images); use 64-128 for 512 px images.")
+@click.option("--val", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.15, show_default=True,
+              help="Fraction of patients for validation (early stopping, threshold).")
+@click.option("--test", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.15, show_default=True,
+              help="Fraction of patients for the reported test scores.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Splits, initialisation and batches.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
+@click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also copy the final checkpoint here (e.g. checkpoints/unet-vessels64.pt).")
+@click.pass_context
+def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width,
+                        patch, val, test, seed, resume, export, **opts) -> None:
+    """Train the full-resolution U-Net vessel segmenter on DATA_DIR (a dataset whose layout has vessel
+    masks, e.g. `medanon phantom --modality fundus`) or on --vessel-images/--vessel-masks folders,
+    then report test Dice and AUROC for it and for the Frangi and Sato baselines."""
+    from medanon.config import build
+    from medanon.runtime import resolve_device
+    from medanon.train.segmenter import SegmenterTrainConfig, data_from_dataset, data_from_folders, train_segmenter
+
+    if (images_pair is None) != (masks_pair is None):
+        raise click.UsageError("--vessel-images and --vessel-masks go together")
+    if (data_dir is None) == (images_pair is None):
+        raise click.UsageError("give DATA_DIR, or --vessel-images and --vessel-masks (not both)")
+    device = resolve_device(ctx.obj["device"])
+    if data_dir is not None:
+        ds = open_from_cli(data_dir, **opts)
+        data = data_from_dataset(ds)
+        size = ds.size
+    else:
+        size = opts["size"] or 64
+        data = data_from_folders(images_pair, masks_pair, size=size)
+    cfg = build(SegmenterTrainConfig, size=size, epochs=epochs, batch_size=batch_size, lr=lr, width=width,
+                patch=patch, val=val, test=test, seed=seed)
+    path = train_segmenter(data, out, cfg, device=device, resume=resume, progress=True)
+    summary = json.loads((out / "test_metrics.json").read_text())
+    click.echo(f"wrote {path} (threshold {summary['threshold']:.2f}); test split, {summary['test_images']} images "
+               f"of {summary['test_patients']} patients:")
+    for method, r in summary["test"].items():
+        click.echo(f"  {method:7s} Dice {r['dice']:.3f}  AUROC {r['auroc']:.3f}")
+    if export is not None:
+        atomic_write_bytes(export, path.read_bytes())
+        click.echo(f"copied to {export}")

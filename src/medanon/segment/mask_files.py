@@ -1,0 +1,119 @@
+"""Vessel masks from files the user provides, paired with images and aligned with their preprocessing.
+
+Pairing rule (one rule for ``medanon anonymize vs-snow --vessels files --masks DIR`` and for
+``medanon train segmenter --images DIR --masks DIR``): a mask belongs to the image with the same
+file stem (``img01.png`` <- ``img01.gif``), else, for DRIVE-style names, to the image with the same
+leading id before the first ``_`` (``21_training.tif`` <- ``21_manual1.gif``) when that id names
+exactly one mask. Images without a mask, or with two candidates, are one :class:`DataError` that
+lists them.
+
+Alignment: a mask is drawn on the *source* image, which medanon crops (the fundus field of view, a
+centre square, ...) and resizes. :func:`load_aligned_mask` applies the same crop to the mask, found
+on the image exactly as :func:`medanon.data.transforms.preprocess` finds it, then resizes it by area
+and keeps pixels at least half covered.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from medanon.data import imageio
+from medanon.data.layouts import IMAGE_EXTENSIONS
+from medanon.data.transforms import circle_mask, crop_square, detect_fov, resize_mask
+from medanon.errors import DataError
+
+MASK_EXTENSIONS = (*IMAGE_EXTENSIONS, ".gif", ".bmp")
+
+
+def _files(folder: Path, extensions: Sequence[str]) -> list[Path]:
+    if not folder.is_dir():
+        raise DataError(f"folder {folder} does not exist", files=[str(folder)],
+                        fix="pass an existing folder of images / vessel masks")
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in extensions)
+
+
+class MaskIndex:
+    """Mask files of one folder, looked up by image file name (see the module docstring)."""
+
+    def __init__(self, masks_dir: str | Path):
+        self.folder = Path(masks_dir)
+        files = _files(self.folder, MASK_EXTENSIONS)
+        if not files:
+            raise DataError(f"no mask files in {self.folder}", files=[str(self.folder)],
+                            fix=f"put one mask per image there ({', '.join(MASK_EXTENSIONS)})")
+        self.by_stem: dict[str, list[Path]] = defaultdict(list)
+        self.by_id: dict[str, list[Path]] = defaultdict(list)
+        for f in files:
+            self.by_stem[f.stem.lower()].append(f)
+            self.by_id[f.stem.split("_")[0].lower()].append(f)
+
+    def find(self, image: Path) -> Path | None:
+        """The mask of ``image``, or None when there is none or it is ambiguous."""
+        same = self.by_stem.get(image.stem.lower(), [])
+        if len(same) == 1:
+            return same[0]
+        if same:
+            return None
+        cand = self.by_id.get(image.stem.split("_")[0].lower(), [])
+        return cand[0] if len(cand) == 1 else None
+
+    def pair(self, images: Sequence[Path]) -> list[Path]:
+        """The mask of every image, in order; one DataError listing every image without one."""
+        found = [self.find(Path(p)) for p in images]
+        missing = [str(p) for p, m in zip(images, found, strict=True) if m is None]
+        if missing:
+            raise DataError(f"{len(missing)} image(s) have no vessel mask (or several) in {self.folder}:",
+                            files=missing, fix="name each mask like its image (same stem, any image "
+                                               "extension) or with the same leading id before '_' (DRIVE)")
+        return [m for m in found if m is not None]
+
+
+def pair_folder(images_dir: str | Path, masks_dir: str | Path) -> list[tuple[Path, Path]]:
+    """(image, mask) pairs of a DRIVE-style pair of folders."""
+    images = _files(Path(images_dir), IMAGE_EXTENSIONS)
+    if not images:
+        raise DataError(f"no images in {images_dir}", files=[str(images_dir)],
+                        fix=f"pass the folder of images ({', '.join(IMAGE_EXTENSIONS)})")
+    return list(zip(images, MaskIndex(masks_dir).pair(images), strict=True))
+
+
+def read_mask(path: str | Path) -> np.ndarray:
+    """A mask file as (H, W) bool: pixels at least half of full brightness."""
+    path = Path(path)
+    try:
+        with Image.open(path) as im:
+            a = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read mask {path}: {e}", files=[str(path)],
+                        fix="replace the file with a readable 8-bit mask (PNG or GIF)") from None
+    return a >= 0.5
+
+
+def load_aligned_mask(mask_path: str | Path, image_path: str | Path, *, size: int, crop: str) -> np.ndarray:
+    """``mask_path`` cropped and resized as ``preprocess`` crops and resizes ``image_path``: (size, size) bool."""
+    m = read_mask(mask_path)
+    img = imageio.read(image_path)
+    h, w = img.shape[:2]
+    if m.shape != (h, w):
+        raise DataError(f"mask {mask_path} is {m.shape[1]}x{m.shape[0]} but its image {image_path} is {w}x{h}",
+                        files=[str(mask_path)], fix="give each mask the size of its image")
+    found = False
+    if crop == "fov":
+        fov = detect_fov(img)
+        found = fov.found
+        sq = (crop_square(m, fov.cx, fov.cy, fov.radius) if found else crop_square(m, w / 2, h / 2, min(h, w) / 2))
+    elif crop == "center":
+        sq = crop_square(m, w / 2, h / 2, min(h, w) / 2)
+    elif crop == "pad":
+        sq = crop_square(m, w / 2, h / 2, max(h, w) / 2)
+    elif crop == "none":
+        sq = m
+    else:
+        raise ValueError(f"unknown crop {crop!r}")
+    out = resize_mask(sq, size)
+    return out & circle_mask(size) if found else out

@@ -1,0 +1,100 @@
+"""One front for every way of getting vessel masks: ``segment_vessels(images, method=...)`` and
+:class:`VesselSource` (which adds masks read from the dataset's layout or from the user's files).
+
+========  ==========================================================================================
+method    where the mask comes from
+========  ==========================================================================================
+unet      the trained full-resolution U-Net (:mod:`medanon.segment.learned`), shipped checkpoint by
+          default, threshold calibrated on its validation split
+frangi    Frangi vesselness on the green channel, top ``fraction`` of the FOV (:mod:`.vesselness`)
+sato      Sato vesselness, likewise
+dataset   the masks the dataset layout provides (the phantoms' ground truth, a generic CSV's mask column)
+files     one mask file per image in a folder (:mod:`medanon.segment.mask_files`)
+========  ==========================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from medanon.data.records import Record
+from medanon.errors import ConfigError, DataError
+from medanon.segment.learned import LearnedSegmenter
+from medanon.segment.mask_files import MaskIndex, load_aligned_mask
+from medanon.segment.vesselness import Vesselness
+
+SEGMENTERS = ("unet", "frangi", "sato")
+SOURCES = (*SEGMENTERS, "dataset", "files")
+
+
+def get_segmenter(method: str = "unet", *, checkpoint: str | Path | None = None,
+                  fraction: float = 0.10) -> LearnedSegmenter | Vesselness:
+    """A segmenter with ``probability(images, fov)`` and ``binarize(prob, fov)``."""
+    if method == "unet":
+        return LearnedSegmenter.from_checkpoint(checkpoint)
+    if method in ("frangi", "sato"):
+        if checkpoint is not None:
+            raise ConfigError(f"--checkpoint is for the unet segmenter, not {method}")
+        return Vesselness(method=method, fraction=fraction)
+    raise ConfigError(f"vessel segmenter {method!r} is not one of {SEGMENTERS}")
+
+
+def segment_vessels(images: torch.Tensor, *, method: str = "unet", fov: torch.Tensor | None = None,
+                    checkpoint: str | Path | None = None,
+                    segmenter: LearnedSegmenter | Vesselness | None = None) -> torch.Tensor:
+    """Boolean vessel masks (N, 1, H, W) of images (N, C, H, W) in [-1, 1], on the images' device.
+
+    Pass a ``segmenter`` from :func:`get_segmenter` to avoid reloading a checkpoint in a loop.
+    """
+    seg = segmenter or get_segmenter(method, checkpoint=checkpoint)
+    return seg.binarize(seg.probability(images, fov), fov)
+
+
+class VesselSource:
+    """Vessel masks for batches of a dataset, from any of :data:`SOURCES`."""
+
+    def __init__(self, method: str = "unet", *,
+                 checkpoint: str | Path | None = None,       # unet: checkpoint (default: the shipped one)
+                 masks_dir: str | Path | None = None,        # files: folder with one mask per image
+                 fraction: float = 0.10):                    # frangi / sato: share of FOV labelled vessel
+        if method not in SOURCES:
+            raise ConfigError(f"--vessels {method!r} is not one of {SOURCES}")
+        if (method == "files") != (masks_dir is not None):
+            raise ConfigError("--masks DIR goes with --vessels files (and only with it)",
+                              fix="pass both --vessels files --masks DIR, or neither")
+        if checkpoint is not None and method != "unet":
+            raise ConfigError(f"--checkpoint is for --vessels unet, not {method}")
+        self.method = method
+        self.segmenter = get_segmenter(method, checkpoint=checkpoint, fraction=fraction) \
+            if method in SEGMENTERS else None
+        self.index = MaskIndex(masks_dir) if masks_dir is not None else None
+
+    def describe(self) -> dict[str, Any]:
+        """What goes into a release manifest about the masks."""
+        d: dict[str, Any] = {"method": self.method}
+        if isinstance(self.segmenter, LearnedSegmenter):
+            d.update(checkpoint_sha256=self.segmenter.sha256, threshold=self.segmenter.threshold,
+                     trained_size=self.segmenter.size)
+        elif isinstance(self.segmenter, Vesselness):
+            d.update(fraction=self.segmenter.fraction, sigmas_at_64px=list(self.segmenter.sigmas))
+        return d
+
+    def masks(self, images: torch.Tensor, fov: torch.Tensor, *, records: Sequence[Record],
+              layout_masks: torch.Tensor | None, size: int, crop: str) -> torch.Tensor:
+        """(N, 1, H, W) bool on the images' device for the batch ``images`` of ``records``."""
+        if self.segmenter is not None:
+            return segment_vessels(images, fov=fov, segmenter=self.segmenter)
+        if self.method == "dataset":
+            if layout_masks is None:
+                raise DataError("--vessels dataset: this dataset's layout provides no masks",
+                                fix="use --vessels unet|frangi|sato, or --vessels files --masks DIR")
+            return layout_masks.to(images.device).bool()
+        assert self.index is not None
+        paths = self.index.pair([r.path for r in records])
+        out = [torch.from_numpy(load_aligned_mask(m, r.path, size=size, crop=crop))
+               for m, r in zip(paths, records, strict=True)]
+        return torch.stack(out)[:, None].to(images.device)

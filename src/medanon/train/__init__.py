@@ -1,0 +1,1 @@
+"""Training loops, one per model family, each with checkpoints, ``resume`` and a run directory."""

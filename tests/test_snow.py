@@ -1,0 +1,223 @@
+"""Snow and VS-Snow: exact fractions, only vessel pixels, seeds, nesting, the per-pixel claim, releases, CLI."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from medanon.anonymize.snow import (
+    ChannelMean,
+    count_for,
+    image_generators,
+    random_order,
+    snow,
+    snow_privacy,
+    snow_selection,
+    snow_sweep,
+    vessel_neighbour_mean,
+    vs_snow,
+    vs_snow_selection,
+)
+from medanon.cli import cli
+from medanon.config import DataConfig, PhantomConfig
+from medanon.data.dataset import open_dataset
+from medanon.errors import ConfigError
+from medanon.phantoms.generate import generate
+from medanon.release import audit_release, read_release
+from medanon.segment import VesselSource
+
+
+def _images(n=3, c=3, h=12, w=10, seed=0) -> torch.Tensor:
+    return torch.rand(n, c, h, w, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.floats(0.01, 1.0), n=st.integers(1, 3), c=st.sampled_from([1, 3]), h=st.integers(3, 17),
+       w=st.integers(3, 17), seed=st.integers(0, 2**31))
+def test_snow_replaces_exactly_round_p_hw_positions_in_every_channel(p, n, c, h, w, seed):
+    x = _images(n, c, h, w, seed)                # continuous values: no pixel equals the fill by chance
+    means = torch.linspace(-0.5, 0.5, c)
+    y = snow(x, p=p, means=means, generator=image_generators(seed, range(n)))
+    changed = y != x
+    k = math.floor(p * h * w + 0.5)
+    assert (changed.all(dim=1) == changed.any(dim=1)).all()          # one subset for all channels (Eq. 1)
+    assert changed[:, 0].flatten(1).sum(1).tolist() == [k] * n
+    assert torch.equal(y[changed], means.view(1, c, 1, 1).expand_as(y)[changed])
+
+
+def test_same_seed_same_output_and_independent_of_batching():
+    x = _images(5)
+    a = snow(x, p=0.3, means=[0.0, 0.1, 0.2], generator=image_generators(7, range(5)))
+    b = snow(x, p=0.3, means=[0.0, 0.1, 0.2], generator=image_generators(7, range(5)))
+    assert torch.equal(a, b)
+    c = snow(x, p=0.3, means=[0.0, 0.1, 0.2], generator=image_generators(8, range(5)))
+    assert not torch.equal(a, c)
+    one = snow(x[3:4], p=0.3, means=[0.0, 0.1, 0.2], generator=image_generators(7, [3]))
+    assert torch.equal(one[0], a[3])             # an image's output depends on (seed, index) only
+
+
+def test_subsets_are_nested_across_p():
+    order = random_order(4, 16, 16, generator=image_generators(0, range(4)))
+    sets = [snow_selection(order, p, 16, 16) for p in (0.1, 0.3, 0.5)]
+    assert (sets[0] <= sets[1]).all() and (sets[1] <= sets[2]).all()
+    assert [int(s[0].sum()) for s in sets] == [count_for(p, 256) for p in (0.1, 0.3, 0.5)]
+    v = torch.rand(4, 1, 16, 16, generator=torch.Generator().manual_seed(2)) < 0.2
+    vsets = [vs_snow_selection(v, p, generator=None, order=order) for p in (0.1, 0.3, 0.5)]
+    assert (vsets[0] <= vsets[1]).all() and (vsets[1] <= vsets[2]).all() and (vsets[2] <= v).all()
+
+
+def test_every_position_is_hidden_with_probability_k_over_hw():
+    """The per-pixel (0, 1 - p) claim needs each position hidden with probability k/(H*W) whatever its place:
+    over 4000 images every one of the 64 positions' hit rate is within 5 binomial sigmas of 0.25."""
+    n, h, w, p = 4000, 8, 8, 0.25
+    hits = snow_selection(random_order(n, h, w, generator=torch.Generator().manual_seed(1)), p, h, w)
+    rate = hits.double().mean(0).flatten()
+    sigma = math.sqrt(p * (1 - p) / n)
+    assert (rate - p).abs().max() < 5 * sigma
+    assert snow_privacy(p, h, w, fill="grey")["delta"] == pytest.approx(1 - count_for(p, 64) / 64)
+    v = torch.zeros(n, 1, h, w, dtype=torch.bool)
+    v[:, :, 2:6, 1:7] = True                      # 24 vessel pixels: each chosen with probability 6 / 24
+    rate = vs_snow_selection(v, p, generator=torch.Generator().manual_seed(2)).double().mean(0)
+    assert (rate[v[0]] - p).abs().max() < 5 * sigma and rate[~v[0]].max() == 0
+
+
+def _reference_neighbour_mean(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    n, _, h, w = x.shape
+    out = np.zeros_like(x)
+    for i in range(n):
+        for r in range(h):
+            for s in range(w):
+                nb = [(a, b) for a in range(r - 1, r + 2) for b in range(s - 1, s + 2)
+                      if (a, b) != (r, s) and 0 <= a < h and 0 <= b < w]
+                ves = [(a, b) for a, b in nb if v[i, 0, a, b]]
+                use = ves or nb
+                out[i, :, r, s] = np.mean([x[i, :, a, b] for a, b in use], axis=0)
+    return out
+
+
+def test_neighbour_mean_matches_a_loop_reference():
+    x = _images(2, 3, 7, 9)
+    v = torch.rand(2, 1, 7, 9, generator=torch.Generator().manual_seed(3)) < 0.35
+    v[0, 0] = False
+    v[0, 0, 3, 4] = True                          # an isolated vessel pixel: falls back to all 8 neighbours
+    v[1, 0, 0, 0] = True                          # a corner
+    ref = _reference_neighbour_mean(x.double().numpy(), v.numpy())
+    np.testing.assert_allclose(vessel_neighbour_mean(x.double(), v).numpy(), ref, atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.floats(0.01, 1.0), seed=st.integers(0, 2**31), density=st.floats(0.05, 0.6))
+def test_vs_snow_changes_only_a_fraction_p_of_vessel_pixels(p, seed, density):
+    x = _images(3, 3, 16, 16, seed)
+    v = torch.rand(3, 1, 16, 16, generator=torch.Generator().manual_seed(seed + 1)) < density
+    y = vs_snow(x, v, p=p, generator=image_generators(seed, range(3)))
+    changed = (y != x).any(dim=1, keepdim=True)
+    assert not (changed & ~v).any()                                   # never outside the vessel mask
+    for i in range(3):
+        k = math.floor(p * int(v[i].sum()) + 0.5)
+        assert int(changed[i].sum()) == k                             # continuous data: every selected one moves
+    target = vessel_neighbour_mean(x, v)
+    assert torch.allclose(y[changed.expand_as(y)], target[changed.expand_as(y)])
+
+
+def test_channel_mean_matches_numpy():
+    acc = ChannelMean()
+    parts = [_images(2, 3, 5, 5, s) for s in range(3)]
+    for part in parts:
+        acc.update(part)
+    ref = torch.cat(parts).double().numpy().mean(axis=(0, 2, 3))
+    np.testing.assert_allclose(acc.compute().numpy(), ref, rtol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def phantoms(tmp_path_factory) -> Path:
+    return generate(PhantomConfig(patients=6, per_patient=2, size=32, workers=1),
+                    tmp_path_factory.mktemp("snow") / "fundus", progress=False)
+
+
+def test_sweep_releases_each_p_with_its_privacy_statement(tmp_path: Path, phantoms: Path):
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    with pytest.warns(UserWarning, match="publish at most one"):
+        outs = snow_sweep(ds, tmp_path / "snow-p{p}", ps=[0.5, 0.1], seed=3, progress=False, batch_size=5)
+    assert sorted(outs) == [0.1, 0.5]
+    for p, out in outs.items():
+        manifest, rows = read_release(out)
+        assert len(rows) == len(ds) and manifest["labels"] == ["grade"] and manifest["phantom"]
+        assert manifest["params"]["p"] == p and manifest["seeds"] == {"snow": 3}
+        assert manifest["privacy"]["delta"] == pytest.approx(1 - count_for(p, 1024) / 1024)
+        assert "ONE PIXEL POSITION" in manifest["privacy"]["guarantee"]
+        images, _ = ds.tensors(progress=False)
+        assert manifest["params"]["fill_value"] == pytest.approx(images.double().mean((0, 2, 3)).tolist(), abs=1e-6)
+        assert audit_release(out, source_records=ds.records).passed
+    with pytest.raises(ConfigError, match=r"\{p\}"):
+        snow_sweep(ds, tmp_path / "flat", ps=[0.1, 0.3], seed=0, progress=False)
+
+
+def test_vs_snow_release_resumes_after_interruption(tmp_path: Path, phantoms: Path, monkeypatch):
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    kw = dict(method="vs-snow", ps=[0.5], seed=1, vessels=VesselSource("dataset"), progress=False, batch_size=4)
+    full = snow_sweep(ds, tmp_path / "full", **kw)[0.5]
+    import medanon.anonymize.snow as mod
+
+    calls = {"n": 0}
+    real = mod.vs_snow
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(mod, "vs_snow", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        snow_sweep(ds, tmp_path / "again", **kw)
+    assert (tmp_path / "again.partial").exists() and not (tmp_path / "again").exists()
+    monkeypatch.setattr(mod, "vs_snow", real)
+    again = snow_sweep(ds, tmp_path / "again", **kw)[0.5]
+    manifest, _ = read_release(again)
+    assert manifest["privacy"]["guarantee"].startswith("none") and manifest["privacy"]["delta"] is None
+    pixels = sorted(p.read_bytes() for p in (full / "images").iterdir())
+    assert pixels == sorted(p.read_bytes() for p in (again / "images").iterdir())   # same seed, same release
+
+
+def test_cli_snow_and_vs_snow(tmp_path: Path, phantoms: Path):
+    runner = CliRunner()
+    with pytest.warns(UserWarning) as caught:
+        r = runner.invoke(cli, ["anonymize", "snow", str(phantoms), "--size", "32", "--p", "0.1,0.3", "--seed", "0",
+                                "--out", str(tmp_path / "s-{p}"), "--release-labels", "grade,sex"])
+    said = " ".join(str(w.message) for w in caught)
+    assert "releasing sex" in said and "publish at most one" in said
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "s-0.1").is_dir() and (tmp_path / "s-0.3").is_dir()
+    assert read_release(tmp_path / "s-0.3")[0]["labels"] == ["grade", "sex"]
+    r = runner.invoke(cli, ["anonymize", "vs-snow", str(phantoms), "--size", "32", "--p", "0.5", "--seed", "0",
+                            "--vessels", "frangi", "--out", str(tmp_path / "v")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "v" / "manifest.json").read_text())["params"]["vessels"]["method"] == "frangi"
+    r = runner.invoke(cli, ["anonymize", "vs-snow", str(phantoms), "--size", "32", "--p", "0.3", "--seed", "0",
+                            "--vessels", "files", "--masks", str(phantoms / "masks"), "--out", str(tmp_path / "f")])
+    assert r.exit_code == 0, r.output                  # the phantom masks, read as user files (same stems)
+    r = runner.invoke(cli, ["anonymize", "snow", str(phantoms), "--size", "32", "--p", "1.5", "--seed", "0",
+                            "--out", str(tmp_path / "x")])
+    assert r.exit_code != 0 and "(0, 1]" in r.output
+    r = runner.invoke(cli, ["anonymize", "vs-snow", str(phantoms), "--size", "32", "--p", "0.5", "--seed", "0",
+                            "--vessels", "files", "--out", str(tmp_path / "y")])
+    assert r.exit_code == 1 and "--masks" in r.output
+
+
+def test_xray_snow_releases_pneumonia_and_vs_snow_refuses(tmp_path: Path):
+    root = generate(PhantomConfig(modality="xray", patients=3, per_patient=1, size=32, workers=1),
+                    tmp_path / "xray", progress=False)
+    ds = open_dataset(root, DataConfig(size=32))
+    out = snow_sweep(ds, tmp_path / "rel", ps=[0.2], seed=0, fill="grey", progress=False)[0.2]
+    manifest, _ = read_release(out)
+    assert manifest["labels"] == ["pneumonia"] and manifest["params"]["fill_value"] == [0.0]
+    with pytest.raises(ConfigError, match="colour fundus"):
+        snow_sweep(ds, tmp_path / "vs", method="vs-snow", ps=[0.2], seed=0, vessels=VesselSource("frangi"),
+                   progress=False)

@@ -12,11 +12,13 @@ import sys
 from medanon.cli.base import cli
 
 COMMAND_MODULES = (
+    "anonymize_dp",
     "anonymize_snow",
     "audit",
     "data",
     "demo",
     "phantom",
+    "train_flow",
     "train_segmenter",
 )
 

@@ -1,0 +1,98 @@
+"""``medanon train flow``: train a GLOW flow (DP-GLOW's codec, or one of the two flows of the
+likelihood-ratio pathology classifier) on a dataset's patient-level training split."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, train
+from medanon.cli.data import data_options, open_from_cli
+
+
+def parse_where(items: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r} must look like LABEL=NUMBER, e.g. pneumonia=0", param_hint="--where")
+    return out
+
+
+@train.command("flow", context_settings=CONTEXT)
+@click.argument("data_dir", type=click.Path(path_type=Path))
+@data_options
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory (checkpoints, flow.pt).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="YAML with GlowConfig fields, e.g. configs/glow/cpu64.yaml.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a GlowConfig field, e.g. --set depth=16 (repeatable).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimisation steps.  [default: from config]")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Images per step.  [default: from config]")
+@click.option("--seed", type=int, default=None, help="Seeds weights, batches and dequantisation.  [default: 0]")
+@click.option("--where", multiple=True, metavar="LABEL=VALUE",
+              help="Train only on images with this label value, e.g. --where pneumonia=0 for the normal-only flow "
+                   "of the likelihood-ratio classifier (repeatable; applied after the patient split).")
+@click.option("--subset", type=click.Choice(["train", "all"]), default="train",
+              help="Train on the patient-level training split (val gives bits/dim, test is left for evaluation) "
+                   "or on every image.")
+@click.option("--val", "val_frac", type=click.FloatRange(0, 0.9), default=0.15, help="Fraction of patients in val.")
+@click.option("--test", "test_frac", type=click.FloatRange(0, 0.9), default=0.15, help="Fraction of patients in test.")
+@click.option("--split-seed", type=int, default=0, help="Seed of the patient split (the same as other commands').")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads for torch (0 = torch's default).")
+@click.pass_context
+def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, seed, where, subset, val_frac, test_frac,
+                   split_seed, resume, threads, **data_opts) -> None:
+    """Train a GLOW flow on the images in DATA_DIR (maximum likelihood, bits/dim)."""
+    import torch
+
+    from medanon.config import build
+    from medanon.data.splits import split_records
+    from medanon.errors import ConfigError
+    from medanon.models.glow import GlowConfig
+    from medanon.runtime import files_digest, resolve_device
+    from medanon.train.flow import train_flow
+
+    if threads:
+        torch.set_num_threads(threads)
+    filters = parse_where(where)
+    cfg = build(GlowConfig, path=config_file, overrides=overrides, steps=steps, batch=batch, seed=seed,
+                resolution=data_opts.get("size"))
+    data_opts["size"] = cfg.resolution
+    ds = open_from_cli(data_dir, **data_opts)
+    cfg = dataclasses.replace(cfg, channels=ds.channels)
+    cfg.validate()
+    stratify = {"xray": "pneumonia", "fundus": "grade"}.get(ds.modality or "", "")
+    if subset == "train":
+        parts = split_records(ds.records, val=val_frac, test=test_frac, stratify=stratify, seed=split_seed)
+    else:
+        parts = {"train": list(ds.records), "val": [], "test": []}
+
+    def keep(recs):
+        bad = [n for n in filters if n not in ds.label_names]
+        if bad:
+            raise ConfigError(f"--where names unknown label(s) {bad}", fix=f"use one of {ds.label_names}")
+        return [r for r in recs if all(r.labels.get(n) == v for n, v in filters.items())]
+
+    index = {r.record_id: i for i, r in enumerate(ds.records)}
+    images, _ = ds.tensors()
+    train_recs, val_recs = keep(parts["train"]), keep(parts["val"])
+    if not train_recs:
+        raise ConfigError("no training images are left after the split and --where filter")
+    sel = lambda recs: images[[index[r.record_id] for r in recs]] if recs else None  # noqa: E731
+    data = {"source": files_digest([r.path for r in ds.records], root=data_dir), "modality": ds.modality,
+            "where": filters, "subset": subset, "split": {"val": val_frac, "test": test_frac, "seed": split_seed,
+                                                          "stratify": stratify},
+            "train_images": len(train_recs), "val_images": len(val_recs)}
+    res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume,
+                     device=resolve_device(ctx.obj["device"]), data=data)
+    val = "n/a" if res.val_bpd is None else f"{res.val_bpd:.3f}"
+    click.echo(f"wrote {res.path}: {res.steps} steps, {res.train_bpd:.3f} bits/dim on {len(train_recs)} training "
+               f"images, {val} on {len(val_recs)} validation images")

@@ -1,0 +1,207 @@
+"""Training a GLOW flow by maximum likelihood, with checkpoints, ``resume`` and bits/dim.
+
+::
+
+    OUT/
+      config.yaml  metrics.jsonl  manifest.json    the run directory (medanon.runtime.RunDir)
+      checkpoint.pt                               training state (model, Adam, step, RNG): --resume
+      flow.pt                                     the trained flow + calibration statistics (kind "glow")
+
+The loss is the discrete bits/dim of the dequantised 8-bit images (:mod:`medanon.models.glow.dequantize`).
+When training ends, the flow's standardised latents of the training images are reduced to their
+per-element min and max — DP-GLOW's calibration statistics (paper steps 3–4) — and stored in
+``flow.pt`` with their checksum, so that ``medanon anonymize dpglow`` calibrates on the flow's own
+training set unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from medanon.anonymize.dpglow import calibrate_latent
+from medanon.anonymize.ldp import ClipCalibration
+from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.config import from_dict, to_dict
+from medanon.errors import ConfigError
+from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequantize, image_to_flow
+from medanon.runtime import RunDir
+
+log = logging.getLogger(__name__)
+
+KIND = "glow"                                   # a trained flow (what anonymize and evaluate load)
+KIND_TRAINING = "glow-training"                 # the resumable training state
+MAX_BAD_STEPS = 20                              # consecutive non-finite losses before giving up
+VAL_IMAGES_AT_CHECKPOINT = 64                   # validation bits/dim at checkpoints uses this many images
+
+
+@dataclass
+class FlowRun:
+    """What :func:`train_flow` returns."""
+
+    path: Path                                  # flow.pt
+    steps: int
+    train_bpd: float                            # bits/dim of the training images (bin centres, no noise)
+    val_bpd: float | None                       # bits/dim of the validation images, if any
+    seconds: float                              # training time of this run (not counting resumed parts)
+
+
+# ------------------------------------------------------------------------------------------------ I/O
+
+
+def save_flow(path: str | Path, flow: Glow, *, calibration: ClipCalibration | None = None, step: int = 0,
+              extra: dict[str, Any] | None = None) -> Path:
+    state: dict[str, Any] = {"model": flow.state_dict()}
+    extra = dict(extra or {})
+    if calibration is not None:
+        state["calibration"] = calibration.to_state()
+        extra["calibration_sha256"] = calibration.checksum()
+    return save_checkpoint(path, kind=KIND, config=to_dict(flow.cfg), state=state, step=step, extra=extra)
+
+
+def load_flow(path: str | Path, *, map_location: str | torch.device = "cpu"
+              ) -> tuple[GlowCodec, ClipCalibration | None, dict[str, Any]]:
+    """A trained flow as a codec, its stored calibration statistics (or None) and the checkpoint blob."""
+    blob = load_checkpoint(path, kind=KIND, map_location=map_location)
+    cfg = from_dict(GlowConfig, blob["config"], where=f"{path}: config")
+    flow = Glow(cfg).to(map_location)
+    flow.load_state_dict(blob["state"]["model"])
+    cal = blob["state"].get("calibration")
+    calibration = ClipCalibration.from_state(cal) if cal is not None else None
+    return GlowCodec(flow, sha256=blob["sha256"]), calibration, blob
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+@torch.no_grad()
+def evaluate_bpd(flow: Glow, images: torch.Tensor, *, batch: int = 64) -> float:
+    """Mean bits/dim of 8-bit images (N, C, H, W) in [-1, 1], at the bin centres (deterministic)."""
+    was = flow.training
+    flow.eval()
+    dev = next(flow.parameters()).device
+    total = 0.0
+    for i in range(0, len(images), batch):
+        y = image_to_flow(images[i:i + batch].to(dev))
+        total += float(bits_per_dim(flow.log_prob(y), flow.dims).double().sum())
+    flow.train(was)
+    return total / len(images)
+
+
+# ------------------------------------------------------------------------------------------------ loop
+
+
+def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_images: torch.Tensor | None = None,
+               resume: bool = False, device: torch.device | str = "cpu", progress: bool = True,
+               data: dict[str, Any] | None = None) -> FlowRun:
+    """Train a flow on ``images`` (N, C, H, W) in [-1, 1]; see the module docstring for the outputs.
+
+    ``data`` (dataset digest, filter, split) goes into the manifest and ``flow.pt``. With ``resume``
+    an interrupted run continues from ``OUT/checkpoint.pt``; the number of steps may be raised.
+    """
+    cfg.validate()
+    out = Path(out)
+    if images.ndim != 4 or tuple(images.shape[1:]) != (cfg.channels, cfg.resolution, cfg.resolution):
+        raise ConfigError(f"training images are {tuple(images.shape[1:])} but the flow expects "
+                          f"({cfg.channels}, {cfg.resolution}, {cfg.resolution})",
+                          fix="load the data at the flow's resolution and channel count")
+    if len(images) < cfg.batch:
+        raise ConfigError(f"{len(images)} training images are fewer than one batch of {cfg.batch}",
+                          fix="use more images or a smaller --batch")
+    ckpt_path = out / "checkpoint.pt"
+    if ckpt_path.exists() and not resume:
+        raise ConfigError(f"{out} already holds a training run", fix="pass --resume to continue it, or another --out")
+    device = torch.device(device)
+    flow = Glow(cfg).to(device)
+    opt = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    step, order, pos = 0, torch.randperm(len(images), generator=gen), 0
+    if resume and ckpt_path.exists():
+        blob = load_checkpoint(ckpt_path, kind=KIND_TRAINING, map_location=device)
+        old = {k: v for k, v in blob["config"].items() if k != "steps"}
+        if old != {k: v for k, v in to_dict(cfg).items() if k != "steps"}:
+            raise ConfigError(f"{ckpt_path} was trained with another config ({blob['config']})",
+                              fix="resume with the same config (only --steps may change), or use another --out")
+        if data is not None and blob["extra"].get("data") not in (None, data):
+            raise ConfigError(f"{ckpt_path} was trained on other data ({blob['extra'].get('data')})",
+                              fix="resume with the same dataset, filter and split, or use another --out")
+        flow.load_state_dict(blob["state"]["model"])
+        opt.load_state_dict(blob["state"]["optimizer"])
+        gen.set_state(blob["state"]["generator"])
+        order, pos, step = blob["state"]["order"], int(blob["extra"]["pos"]), blob["step"]
+        log.info("resuming %s at step %d", out, step)
+    run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed})
+    run.update(data=data or {}, device=str(device), resumed_from_step=step)
+    flow.train()
+    t0, seen, bad, window = time.perf_counter(), 0, 0, []
+    bar = tqdm(total=cfg.steps, initial=step, desc="train flow", unit="step", disable=not progress)
+    while step < cfg.steps:
+        if pos + cfg.batch > len(order):
+            order, pos = torch.randperm(len(images), generator=gen), 0
+        idx = order[pos:pos + cfg.batch]
+        pos += cfg.batch
+        y = dequantize(images[idx], generator=gen).to(device)
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
+        loss = bits_per_dim(flow.log_prob(y), cfg.dims).mean()
+        if not torch.isfinite(loss):
+            bad += 1
+            if bad >= MAX_BAD_STEPS:
+                raise RuntimeError(f"{bad} consecutive non-finite losses at step {step}: training diverged "
+                                   "(lower --set lr=..., raise warmup_steps, or resume from the last checkpoint)")
+            opt.zero_grad(set_to_none=True)
+            continue
+        bad = 0
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(flow.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        seen += len(idx)
+        window.append(loss.item())
+        bar.update(1)
+        bar.set_postfix(bpd=f"{sum(window[-50:]) / len(window[-50:]):.3f}")
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            metrics: dict[str, Any] = {"step": step, "train_bpd_dequant": sum(window) / len(window),
+                                       "lr": opt.param_groups[0]["lr"],
+                                       "images_per_s": seen / (time.perf_counter() - t0)}
+            if val_images is not None and len(val_images):
+                metrics["val_bpd_subset"] = evaluate_bpd(flow, val_images[:VAL_IMAGES_AT_CHECKPOINT])
+            run.log_metrics(**metrics)
+            window = []
+            save_checkpoint(ckpt_path, kind=KIND_TRAINING, config=to_dict(cfg), step=step,
+                            state={"model": flow.state_dict(), "optimizer": opt.state_dict(),
+                                   "generator": gen.get_state(), "order": order},
+                            extra={"pos": pos, "data": data})
+    bar.close()
+    seconds = time.perf_counter() - t0
+    return _finish(flow, images, val_images, out=out, run=run, step=step, seconds=seconds, data=data)
+
+
+def _finish(flow: Glow, images: torch.Tensor, val_images: torch.Tensor | None, *, out: Path, run: RunDir,
+            step: int, seconds: float, data: dict[str, Any] | None) -> FlowRun:
+    """Final bits/dim, calibration statistics of the training set, and ``flow.pt``."""
+    flow.eval()
+    train_bpd = evaluate_bpd(flow, images)
+    val_bpd = evaluate_bpd(flow, val_images) if val_images is not None and len(val_images) else None
+    calibration = calibrate_latent(GlowCodec(flow), images)
+    extra = {"train_bpd": train_bpd, "val_bpd": val_bpd, "train_images": len(images),
+             "val_images": 0 if val_images is None else len(val_images), "data": data or {},
+             "seconds_last_run": round(seconds, 1)}
+    path = save_flow(out / "flow.pt", flow, calibration=calibration, step=step, extra=extra)
+    run.log_metrics(step=step, train_bpd=train_bpd, val_bpd=val_bpd, final=True)
+    run.update(result={k: v for k, v in extra.items() if k != "data"},
+               calibration={"samples": calibration.count, "sha256": calibration.checksum()})
+    run.finish()
+    log.info("flow %s: %d steps, train %.3f bits/dim, val %s", path, step, train_bpd,
+             "n/a" if val_bpd is None else f"{val_bpd:.3f}")
+    return FlowRun(path=path, steps=step, train_bpd=train_bpd,
+                   val_bpd=val_bpd if val_bpd is None or math.isfinite(val_bpd) else None, seconds=seconds)

@@ -1,0 +1,128 @@
+"""The flow likelihood-ratio classifier (DP-GLOW Appendix A), Table 3 and the marker figure."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from sklearn.metrics import roc_auc_score
+
+from medanon.anonymize.dpglow import DPGlow, calibrate_latent
+from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
+from medanon.config import PhantomConfig
+from medanon.evaluate.flow_lr import (
+    FlowLikelihoodRatio,
+    evaluate_dpglow,
+    log_likelihood,
+    quantize8,
+    render_marker_figure,
+    table3,
+)
+from medanon.models.glow import GlowCodec, GlowConfig, image_to_flow
+from medanon.phantoms.generate import generate
+from medanon.train.flow import load_flow, train_flow
+
+
+def blobs(n: int, *, spot: bool, seed: int) -> torch.Tensor:
+    """16 px grey discs; 'abnormal' ones carry a bright spot at a random place inside."""
+    g = torch.Generator().manual_seed(seed)
+    yy, xx = torch.meshgrid(torch.linspace(-1, 1, 16), torch.linspace(-1, 1, 16), indexing="ij")
+    img = torch.where(xx**2 + yy**2 < 0.7, 0.0, -0.8).expand(n, 1, 16, 16).clone()
+    img = img + 0.05 * torch.randn(n, 1, 16, 16, generator=g)
+    if spot:
+        c = (torch.rand(n, 2, generator=g) - 0.5) * 0.8
+        d = (xx - c[:, 0, None, None]) ** 2 + (yy - c[:, 1, None, None]) ** 2
+        img = img + 0.9 * torch.exp(-d / 0.02)[:, None]
+    return quantize8(img.clamp(-1, 1))
+
+
+def cfg(**kw) -> GlowConfig:
+    return GlowConfig(**{**dict(resolution=16, channels=1, levels=2, depth=2, hidden=(16,), batch=16, lr=3e-3,
+                                warmup_steps=5, steps=80, checkpoint_every=80), **kw})
+
+
+@pytest.fixture(scope="module")
+def flows(tmp_path_factory) -> tuple[GlowCodec, GlowCodec, torch.Tensor, np.ndarray]:
+    tmp = tmp_path_factory.mktemp("flows")
+    normal = blobs(64, spot=False, seed=0)
+    mixture = torch.cat([normal[:32], blobs(32, spot=True, seed=1)])
+    n = load_flow(train_flow(cfg(), normal, out=tmp / "normal", progress=False).path)[0]
+    m = load_flow(train_flow(cfg(seed=1), mixture, out=tmp / "mixture", progress=False).path)[0]
+    test = torch.cat([blobs(24, spot=False, seed=2), blobs(24, spot=True, seed=3)])
+    labels = np.r_[np.zeros(24), np.ones(24)]
+    return n, m, test, labels
+
+
+def test_score_is_the_log_likelihood_difference(flows):
+    normal, mixture, test, labels = flows
+    clf = FlowLikelihoodRatio(normal, mixture)
+    s = clf.score(test, batch=7)
+    with torch.no_grad():
+        ref = (normal.flow.log_prob(image_to_flow(test)) - mixture.flow.log_prob(image_to_flow(test))).double()
+    assert torch.allclose(s, ref, rtol=1e-5, atol=1e-3)
+    assert torch.equal(log_likelihood(normal, test), log_likelihood(normal, quantize8(test + 1e-4)))
+    assert clf.auroc(test, labels) == pytest.approx(roc_auc_score(labels, -s.numpy()))
+    same = FlowLikelihoodRatio(mixture, mixture)
+    assert torch.all(same.score(test) == 0) and same.auroc(test, labels) == 0.5
+
+
+def test_classifier_detects_the_abnormal_images(flows):
+    normal, mixture, test, labels = flows
+    assert FlowLikelihoodRatio(normal, mixture).auroc(test, labels) > 0.8
+
+
+def test_table3_rows_and_baseline(flows):
+    normal, mixture, test, labels = flows
+    clf = FlowLikelihoodRatio(normal, mixture)
+    lat = calibrate_latent(mixture, blobs(40, spot=False, seed=5))
+    pix = calibrate_pixels(blobs(40, spot=True, seed=6))
+    res = table3(clf, test, labels, latent_calibration=lat, pixel_calibration=pix, epsilons=(1e3, 1e1), seed=0)
+    assert [r["epsilon"] for r in res["rows"]] == ["inf (no clip)", "1e3", "1e1"]
+    first = res["rows"][0]
+    assert first["auroc_ldp_image"] == pytest.approx(clf.auroc(test, labels))          # identity
+    assert abs(first["auroc_dpglow"] - first["auroc_ldp_image"]) < 0.02              # exact reconstruction
+    assert res["rows"][1]["epsilon_image"] == pytest.approx(1e3 * 256)
+    assert all(0 <= r[k] <= 1 for r in res["rows"] for k in ("auroc_ldp_image", "auroc_dpglow"))
+    assert all(r[k + "_ci95"][0] <= r[k] <= r[k + "_ci95"][1] for r in res["rows"]
+               for k in ("auroc_ldp_image", "auroc_dpglow"))
+    assert res["calibration"]["latent_sha256"] == lat.checksum() and res["images"] == 48
+    again = table3(clf, test, labels, latent_calibration=lat, pixel_calibration=pix, epsilons=(1e3, 1e1), seed=0)
+    assert again["rows"] == res["rows"]                                              # seeded: reproducible
+
+
+def test_marker_figure_png(tmp_path: Path, flows):
+    _, mixture, test, _ = flows
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dp = DPGlow(mixture, calibrate_latent(mixture, test), epsilon=1e2, per_element=True)
+        ldp = ImageLDP(calibrate_pixels(test), epsilon=1e2, per_element=True)
+    p = render_marker_figure(tmp_path / "fig.png", test[:3], dpglow=dp, image_ldp=ldp, case_names=["block"],
+                             scale=2)
+    with Image.open(p) as im:
+        assert im.size == (90 + 3 * (32 + 4), 16 + 3 * (32 + 4)) and im.mode == "RGB"
+        a = np.asarray(im)
+    assert a[16:48, 90:122].std() > 0                                              # the original is drawn
+
+
+def test_evaluate_dpglow_end_to_end(tmp_path: Path):
+    data = generate(PhantomConfig(modality="xray", patients=16, per_patient=2, size=16, workers=1, seed=1,
+                                  pneumonia_rate=0.5, marker_rate=0.3, situs_inversus_rate=0.3),
+                    tmp_path / "xray", progress=False)
+    from medanon.config import DataConfig
+    from medanon.data.dataset import open_dataset
+
+    ds = open_dataset(data, DataConfig(size=16))
+    images, _ = ds.tensors(progress=False)
+    small = cfg(steps=10, checkpoint_every=10, batch=8)
+    split = {"val": 0.15, "test": 0.3, "seed": 0, "stratify": "pneumonia"}
+    mix = train_flow(small, images, out=tmp_path / "mix", progress=False, data={"split": split})
+    keep = torch.tensor([r.labels["pneumonia"] == 0 for r in ds.records])
+    nor = train_flow(small, images[keep], out=tmp_path / "nor", progress=False, data={"split": split})
+    res = evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, figure=tmp_path / "f.png",
+                          epsilons=(1e2,))
+    assert res["phantom"] is True and res["data"]["split"] == split and len(res["rows"]) == 2
+    assert res["images"] < len(ds) and Path(res["figure"]).is_file()
+    assert all(math.isfinite(r["auroc_dpglow"]) for r in res["rows"])

@@ -1,0 +1,257 @@
+"""The Laplace mechanism of DP-GLOW and its image-domain baseline: Eq. 7, the ε bound, per-sample clipping, CLI."""
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from medanon.anonymize.dpglow import DPGlow, calibrate_latent
+from medanon.anonymize.ldp import CENTERS, ClipCalibration, LaplaceMechanism, calibrate, laplace_noise, record_generator
+from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
+from medanon.cli import cli
+from medanon.config import PhantomConfig
+from medanon.data.layouts import scan
+from medanon.errors import ConfigError
+from medanon.fsutil import sha256_file
+from medanon.models.glow import Glow, GlowCodec, GlowConfig
+from medanon.phantoms.generate import generate
+from medanon.release import audit_release, read_release
+from medanon.train.flow import save_flow
+
+
+def quiet(factory, *args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return factory(*args, **kw)
+
+
+def make_calibration(d: int = 6, seed: int = 0) -> ClipCalibration:
+    g = torch.Generator().manual_seed(seed)
+    return calibrate([torch.randn(50, d, generator=g, dtype=torch.float64)], space="glow-eps")
+
+
+@pytest.fixture(scope="module")
+def codec() -> GlowCodec:
+    flow = Glow(GlowConfig(resolution=16, channels=1, levels=2, depth=2, hidden=8))
+    flow.train()
+    flow.log_prob(torch.rand(16, 1, 16, 16, generator=torch.Generator().manual_seed(0)) - 0.5)
+    return GlowCodec(flow.eval(), sha256="0" * 64)
+
+
+# ------------------------------------------------------------------------------------------------ calibration
+
+
+def test_calibration_matches_numpy_and_eqs_11_12():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(37, 5)) * [1, 2, 3, 4, 0]
+    cal = calibrate([torch.from_numpy(a[:20]), torch.from_numpy(a[20:])], space="pixel")
+    np.testing.assert_array_equal(cal.lo.numpy(), a.min(0))
+    np.testing.assert_array_equal(cal.hi.numpy(), a.max(0))
+    mech = quiet(LaplaceMechanism, cal, epsilon=10.0, alpha=0.4)
+    w = 0.4 * (a.max(0) - a.min(0))
+    c = (a.max(0) + a.min(0)) / 2
+    np.testing.assert_allclose(mech.lower.numpy(), c - w / 2)
+    np.testing.assert_allclose(mech.upper.numpy(), c + w / 2)
+    assert cal.count == 37 and len(cal.checksum()) == 64
+    again = ClipCalibration.from_state(cal.to_state())
+    assert again.checksum() == cal.checksum()
+    moved = ClipCalibration(lo=cal.lo, hi=cal.hi + 1e-12, count=37, space="pixel")
+    assert moved.checksum() != cal.checksum()
+
+
+# ------------------------------------------------------------------------------------------------ Eq. 7
+
+
+def test_noise_scale_is_eq_7():
+    cal = make_calibration(d=8)
+    delta = cal.hi - cal.lo
+    per_image = quiet(LaplaceMechanism, cal, epsilon=40.0)
+    per_elem = quiet(LaplaceMechanism, cal, epsilon=5.0, per_element=True)
+    assert torch.allclose(per_image.scale, delta * 8 / 40.0)
+    assert torch.allclose(per_elem.scale, delta * 8 / 40.0)            # 5 per element * D = 40 per image
+    assert per_elem.epsilon_image == 40.0 and per_elem.epsilon_element == 5.0
+    assert per_image.epsilon_image_tight == pytest.approx(0.4 * 40.0)   # Σ w_k / b_k = α ε
+    wide = quiet(LaplaceMechanism, cal, epsilon=40.0, alpha=2.0)        # box wider than Δ: scale by the box
+    assert torch.allclose(wide.scale, 2.0 * delta * 8 / 40.0)
+    assert wide.epsilon_image_tight == pytest.approx(40.0)
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_noise_is_laplace_with_that_scale(seeded: bool):
+    scale = torch.tensor([0.5, 2.0], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0) if seeded else None
+    noise = laplace_noise((20000, 2), scale, generator=gen)
+    for k in range(2):
+        res = stats.kstest(noise[:, k].numpy(), stats.laplace(scale=float(scale[k])).cdf)
+        assert res.pvalue > 1e-3, res
+    if not seeded:                                                      # secret noise: never the same twice
+        assert not torch.equal(noise, laplace_noise((20000, 2), scale))
+
+
+def test_unclipped_noise_through_the_mechanism_has_eq_7_scale():
+    """Inputs at the box centre with a box far wider than the noise: the output is centre + Lap(b_k)."""
+    cal = ClipCalibration(lo=-torch.ones(3, dtype=torch.float64) * 50, hi=torch.ones(3, dtype=torch.float64) * 50,
+                          count=2, space="pixel")
+    mech = quiet(LaplaceMechanism, cal, epsilon=3000.0)                 # b = 100 * 3 / 3000 = 0.1, box ±20
+    out = mech(torch.zeros(30000, 3, dtype=torch.float64), generator=torch.Generator().manual_seed(1))
+    assert stats.kstest(out[:, 0].numpy(), stats.laplace(scale=0.1).cdf).pvalue > 1e-3
+    assert float(out.abs().mean()) == pytest.approx(0.1, rel=0.03)     # E|Lap(b)| = b
+
+
+# ------------------------------------------------------------------------------------------------ ε bound
+
+
+finite = st.floats(min_value=-1e4, max_value=1e4, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), d=st.integers(1, 6), alpha=st.floats(0.05, 3.0), log_eps=st.floats(-3.0, 4.0),
+       per_element=st.booleans(), center=st.sampled_from(CENTERS))
+def test_log_ratio_of_output_densities_never_exceeds_epsilon(data, d, alpha, log_eps, per_element, center):
+    lo = torch.tensor(data.draw(st.lists(st.floats(-10, 10), min_size=d, max_size=d)), dtype=torch.float64)
+    span = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1e-3, 0.5, 3.0, 20.0]), min_size=d, max_size=d)),
+                        dtype=torch.float64)
+    cal = ClipCalibration(lo=lo, hi=lo + span, count=10, space="glow-eps")
+    mech = quiet(LaplaceMechanism, cal, epsilon=10.0**log_eps, alpha=alpha, per_element=per_element, center=center)
+    v = torch.tensor([data.draw(st.lists(finite, min_size=d, max_size=d)) for _ in range(2)], dtype=torch.float64)
+    # outputs: anywhere in the box, including exactly on its ends (the point masses of the second clip)
+    u = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=d, max_size=d)),
+                     dtype=torch.float64)
+    out = (mech.lower + u * (mech.upper - mech.lower))[None]
+    ratio = float(mech.log_prob(out, v[:1]) - mech.log_prob(out, v[1:]))
+    assert ratio <= mech.epsilon_image_tight * (1 + 1e-9) + 1e-9
+    assert mech.epsilon_image_tight <= mech.epsilon_image * (1 + 1e-12)
+
+
+def test_zero_centre_box_and_divergence_guard(codec: GlowCodec):
+    cal = make_calibration(d=5)
+    mech = quiet(LaplaceMechanism, cal, epsilon=3.0, center="zero")
+    assert torch.allclose(mech.upper, -mech.lower) and torch.allclose(mech.upper - mech.lower, 0.4 * cal.sensitivity)
+    assert quiet(LaplaceMechanism, cal, epsilon=3.0).scale.equal(mech.scale)       # same Eq. 7 noise
+    assert "c_k = 0" in mech.privacy(space_description="x")["statement"]
+    with pytest.raises(ConfigError, match="center"):
+        LaplaceMechanism(cal, epsilon=1.0, center="mean")
+    codec.diverged = 0
+    out = codec.decode(torch.full((2, codec.dims), 1e30))                           # far off the training latents
+    assert codec.diverged == 2 and torch.isfinite(out).all() and out.abs().max() <= 1
+    assert torch.allclose(out, codec.decode(torch.zeros(2, codec.dims)))             # shrunk to the mode
+
+
+def test_the_bound_is_attained():
+    """Inputs on opposite ends of the box and an output on one end: log-ratio = Σ w_k / b_k = α ε."""
+    cal = make_calibration(d=4)
+    mech = quiet(LaplaceMechanism, cal, epsilon=2.0)
+    out = mech.upper[None]
+    ratio = float(mech.log_prob(out, mech.upper[None]) - mech.log_prob(out, mech.lower[None]))
+    assert ratio == pytest.approx(0.4 * 2.0)
+
+
+def test_point_mass_matches_sampling():
+    cal = make_calibration(d=2)
+    mech = quiet(LaplaceMechanism, cal, epsilon=1.0)
+    v = ((mech.lower + mech.upper) / 2 + 0.25 * (mech.upper - mech.lower))[None]
+    out = mech(v.expand(40000, 2).clone(), generator=torch.Generator().manual_seed(3))
+    frac = (out[:, 0] >= mech.upper[0]).double().mean()
+    expected = 0.5 * math.exp(-float((mech.upper[0] - v[0, 0]) / mech.scale[0]))
+    assert float(frac) == pytest.approx(expected, abs=0.01)
+
+
+# ------------------------------------------------------------------------------------------------ clipping
+
+
+def test_clipping_is_per_sample_in_the_mechanism_dpglow_and_baseline(codec: GlowCodec):
+    images = torch.rand(4, 1, 16, 16, generator=torch.Generator().manual_seed(0)) * 1.6 - 0.8
+    extreme = images.clone()
+    extreme[1] = torch.where(torch.arange(256).reshape(1, 16, 16) % 2 == 0, 1.0, -1.0)   # far outside the set
+    cal = calibrate_latent(codec, torch.rand(32, 1, 16, 16, generator=torch.Generator().manual_seed(1)) - 0.5)
+    dp = quiet(DPGlow, codec, cal, epsilon=1e2, per_element=True)
+    ldp = quiet(ImageLDP, calibrate_pixels(images * 0.5), epsilon=1e2, per_element=True)
+    for mechanism in (dp, ldp):
+        a = mechanism(images, generator=torch.Generator().manual_seed(5))
+        b = mechanism(extreme, generator=torch.Generator().manual_seed(5))
+        keep = [0, 2, 3]
+        assert torch.equal(a[keep], b[keep])
+        assert not torch.equal(a[1], b[1])
+    # per-record generators: a record's output does not depend on its batch at all
+    gens = lambda: [record_generator(7, f"r{i}") for i in range(4)]  # noqa: E731
+    whole = dp(images, generator=gens())
+    alone = dp(images[2:3], generator=[record_generator(7, "r2")])
+    assert torch.equal(whole[2:3], alone)
+    assert not torch.equal(dp(images, generator=gens()), dp(images))   # default noise is secret, not seeded
+
+
+def test_infinite_budget_without_clip_reconstructs(codec: GlowCodec):
+    images = torch.rand(3, 1, 16, 16, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    cal = calibrate_latent(codec, images)
+    with pytest.warns(UserWarning, match="NO differential-privacy"):
+        dp = DPGlow(codec, cal, epsilon=math.inf, clip=False)
+    assert (dp(images) - images).abs().max() < 1e-4
+    assert dp.privacy()["guarantee"] == "none"
+
+
+def test_bad_settings_are_refused_or_warned(codec: GlowCodec):
+    cal = make_calibration()
+    for eps in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="epsilon"):
+            LaplaceMechanism(cal, epsilon=eps)
+    with pytest.raises(ConfigError, match="unbounded"):
+        LaplaceMechanism(cal, epsilon=1.0, clip=False)
+    with pytest.warns(UserWarning, match="alpha=2.0 > 1"):
+        LaplaceMechanism(cal, epsilon=0.5, alpha=2.0)
+    with pytest.warns(UserWarning, match="no formal"):
+        LaplaceMechanism(cal, epsilon=100.0, per_element=True)
+    with pytest.raises(ConfigError, match="elements"):
+        quiet(DPGlow, codec, cal, epsilon=1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        quiet(LaplaceMechanism, cal, epsilon=1.0)(torch.full((1, 6), math.inf))
+    with pytest.raises(TypeError):
+        LaplaceMechanism(cal, 1.0)                                     # privacy arguments are keyword-only
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+@pytest.fixture(scope="module")
+def xray(tmp_path_factory) -> Path:
+    return generate(PhantomConfig(modality="xray", patients=6, per_patient=2, size=16, workers=1, seed=3),
+                    tmp_path_factory.mktemp("src") / "xray", progress=False)
+
+
+def test_cli_releases_with_the_privacy_record(tmp_path: Path, xray: Path, codec: GlowCodec):
+    cal = calibrate_latent(codec, torch.rand(20, 1, 16, 16, generator=torch.Generator().manual_seed(2)) * 2 - 1)
+    flow_path = save_flow(tmp_path / "flow.pt", codec.flow, calibration=cal)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--device", "cpu", "anonymize", "dpglow", str(xray), "--flow", str(flow_path),
+                              "--epsilon", "100", "--per-pixel", "--out", str(tmp_path / "rel")])
+    assert res.exit_code == 0, res.output
+    assert "WARNING" in res.output and "no formal protection" in res.output.replace("\n", " ")
+    manifest, rows = read_release(tmp_path / "rel")
+    priv = manifest["privacy"]
+    assert priv["epsilon_image"] == 100 * 256 and priv["epsilon_element"] == 100 and priv["D"] == 256
+    assert priv["alpha"] == 0.4 and priv["calibration"]["sha256"] == cal.checksum()
+    assert "for ANY two inputs" in priv["statement"] and "does NOT cover" in priv["statement"]
+    assert manifest["labels"] == ["pneumonia"] and len(rows) == 12 and manifest["phantom"] is True
+    assert manifest["seeds"] == {} and "urandom" in priv["noise_source"]
+    assert manifest["models"]["glow"] == sha256_file(flow_path)
+    rep = audit_release(tmp_path / "rel", source_records=scan(xray).records)
+    assert rep.passed, rep.format()
+
+    res = runner.invoke(cli, ["anonymize", "ldp-image", str(xray), "--epsilon", "10", "--per-pixel",
+                              "--calibrate-on", str(xray), "--seed", "1", "--release-labels", "pneumonia,sex",
+                              "--out", str(tmp_path / "rel2")])
+    assert res.exit_code == 0, res.output
+    assert "TESTING ONLY" in res.output.replace("\n", " ").upper() or "testing only" in res.output
+    manifest, rows = read_release(tmp_path / "rel2")
+    assert manifest["method"] == "ldp-image" and manifest["labels"] == ["pneumonia", "sex"]
+    assert manifest["privacy"]["space"].startswith("pixel") and "1" not in manifest["seeds"].values()
+
+    res = runner.invoke(cli, ["anonymize", "ldp-image", str(xray), "--epsilon", "10", "--no-clip",
+                              "--out", str(tmp_path / "rel3")])
+    assert res.exit_code != 0 and "--no-clip" in res.output

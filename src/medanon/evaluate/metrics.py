@@ -1,0 +1,101 @@
+"""Classification metrics as pure numpy functions (tested against scikit-learn).
+
+Conventions follow scikit-learn: ``quadratic_kappa`` is ``cohen_kappa_score(weights="quadratic")``,
+``f1(average="macro")`` averages the per-class F1 over the classes present in the truth or the
+predictions, ``roc_auc`` is the Mann-Whitney statistic (ties count one half), ``average_precision``
+is the step-wise sum ``sum_n (R_n - R_{n-1}) P_n`` over distinct score thresholds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _int(a) -> np.ndarray:
+    return np.asarray(a).astype(np.int64).ravel()
+
+
+def accuracy(y_true, y_pred) -> float:
+    t, p = _int(y_true), _int(y_pred)
+    return float((t == p).mean()) if len(t) else float("nan")
+
+
+def confusion(y_true, y_pred, labels) -> np.ndarray:
+    """Counts ``C[i, j]`` of truth ``labels[i]`` predicted as ``labels[j]``."""
+    t, p = _int(y_true), _int(y_pred)
+    index = {int(v): i for i, v in enumerate(labels)}
+    c = np.zeros((len(labels), len(labels)), dtype=np.int64)
+    for a, b in zip(t, p, strict=True):
+        if a in index and b in index:
+            c[index[a], index[b]] += 1
+    return c
+
+
+def quadratic_kappa(y_true, y_pred, *, labels=None) -> float:
+    """Cohen's kappa with quadratic weights ``w_ij = (i - j)^2 / (K - 1)^2`` over ``labels`` (default:
+    the classes seen). 1 is perfect agreement, 0 chance agreement; ``nan`` when undefined."""
+    t, p = _int(y_true), _int(y_pred)
+    labels = np.unique(np.concatenate([t, p])) if labels is None else np.asarray(labels)
+    k = len(labels)
+    if k < 2:
+        return float("nan")
+    o = confusion(t, p, labels).astype(np.float64)
+    n = o.sum()
+    e = np.outer(o.sum(1), o.sum(0)) / n
+    i, j = np.indices((k, k))
+    w = (i - j) ** 2 / (k - 1) ** 2
+    den = (w * e).sum()
+    return float(1.0 - (w * o).sum() / den) if den > 0 else float("nan")
+
+
+def f1(y_true, y_pred, *, average: str = "macro", positive: int = 1) -> float:
+    """F1 score. ``average``: ``"macro"`` (unweighted mean over classes), ``"weighted"`` (by support) or
+    ``"binary"`` (of class ``positive``). A class with no true and no predicted member is skipped."""
+    t, p = _int(y_true), _int(y_pred)
+    if average == "binary":
+        tp = int(((t == positive) & (p == positive)).sum())
+        den = int((t == positive).sum() + (p == positive).sum())
+        return 2 * tp / den if den else 0.0
+    labels = np.unique(np.concatenate([t, p]))
+    scores, support = [], []
+    for c in labels:
+        tp = int(((t == c) & (p == c)).sum())
+        den = int((t == c).sum() + (p == c).sum())
+        scores.append(2 * tp / den if den else 0.0)
+        support.append(int((t == c).sum()))
+    if average == "macro":
+        return float(np.mean(scores)) if scores else float("nan")
+    if average == "weighted":
+        s = np.asarray(support, np.float64)
+        return float((np.asarray(scores) * s).sum() / s.sum()) if s.sum() else float("nan")
+    raise ValueError(f"average={average!r} must be macro, weighted or binary")
+
+
+def roc_auc(y_true, score) -> float:
+    """Area under the ROC curve for binary truth (1 positive): P(score_pos > score_neg) + 0.5 P(tie)."""
+    t = _int(y_true).astype(bool)
+    s = np.asarray(score, np.float64).ravel()
+    n_pos, n_neg = int(t.sum()), int((~t).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    from scipy.stats import rankdata
+
+    ranks = rankdata(s)                                    # average ranks handle ties
+    return float((ranks[t].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def average_precision(y_true, score) -> float:
+    """Average precision ``sum_n (R_n - R_{n-1}) P_n`` over decreasing distinct thresholds."""
+    t = _int(y_true).astype(bool)
+    s = np.asarray(score, np.float64).ravel()
+    n_pos = int(t.sum())
+    if n_pos == 0:
+        return float("nan")
+    order = np.argsort(-s, kind="mergesort")
+    s, t = s[order], t[order]
+    last = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]   # last index of each distinct score
+    tp = np.cumsum(t)[last]
+    fp = (last + 1) - tp
+    precision = tp / (tp + fp)
+    recall = tp / n_pos
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))

@@ -1,40 +1,61 @@
 """``medanon demo``: the main job, on the embedded phantom datasets.
 
-Today it generates the fundus and chest X-ray phantoms, checks them through the same loaders
-real data use, splits them by patient and prints their summaries. The anonymisation methods
-and their evaluation join this run as they land. Every number it prints is a PHANTOM result.
+1. generate the fundus and chest X-ray phantoms and split them by patient;
+2. write the training split of each as its own dataset folder (what a data team would anonymise);
+3. run every method whose model ships in ``checkpoints/`` through the same commands a user runs
+   (each printed as ``$ medanon ...``): k-Same-Pixel and k-Same-PCA (and k-Centroid and k-SALSA when
+   the inversion encoder ships) at k = 2, 5, 10; Snow and VS-Snow at p = 0.1, 0.3, 0.5 on fundus
+   images; DP-GLOW and image-domain LDP at ε = 10³, 10², 10¹ per pixel on X-rays;
+4. audit every release, evaluate them with :func:`medanon.evaluate.harness.evaluate`, and write
+   the HTML reports.
 
-Re-running with the same settings reuses the phantom data already generated (resumable).
+Every number it prints is a PHANTOM result. Each step is skipped when its output exists, so an
+interrupted demo resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import yaml
 
 from medanon.config import DataConfig, PhantomConfig, to_dict
 from medanon.data.dataset import open_dataset
+from medanon.data.records import Record
 from medanon.data.splits import split_patients, write_splits_csv
 from medanon.data.summary import format_summary, summarize
-from medanon.fsutil import atomic_write_text
+from medanon.errors import ConfigError, DataError
+from medanon.fsutil import atomic_dir, atomic_write_text
 from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
 
 log = logging.getLogger(__name__)
+
+KS = (2, 5, 10)
+SNOW_PS = (0.1, 0.3, 0.5)
+EPSILONS = ("1e3", "1e2", "1e1")                 # per pixel (x H*W per image)
 
 
 @dataclass
 class DemoConfig:
     patients: int = 200                         # phantom patients per modality
     per_patient: int = 4                        # acquisitions per patient
-    size: int = 64                              # image side in pixels
-    seed: int = 0                               # seeds phantoms, splits and every later step
+    size: int = 64                              # image side in pixels (the shipped checkpoints are 64 px)
+    seed: int = 0                               # seeds phantoms, splits and every method
     device: str = "auto"                        # resolved at run time
+    ksalsa_steps: int = 100                     # Adam steps per k-SALSA cluster
+    checkpoints: str = ""                       # folder with the shipped checkpoints
+
+
+def default_checkpoints() -> Path:
+    """The ``checkpoints/`` folder of the source checkout medanon runs from."""
+    return Path(__file__).resolve().parents[2] / "checkpoints"
 
 
 def _phantoms(cfg: PhantomConfig, out: Path) -> Path:
@@ -42,44 +63,168 @@ def _phantoms(cfg: PhantomConfig, out: Path) -> Path:
     info = out / "phantom.json"
     if info.exists():
         settings = json.loads(info.read_text())["settings"]
-        wanted = {k: v for k, v in to_dict(cfg).items() if k != "workers"}
-        if settings == wanted:
+        if settings == {k: v for k, v in to_dict(cfg).items() if k != "workers"}:
             log.info("reusing phantom data in %s", out)
             return out
         click.echo(f"{out} holds phantoms with other settings: regenerating")
     return generate(cfg, out, overwrite=True, progress=True)
 
 
+def write_subset(root: Path, records: list[Record], out: Path) -> Path:
+    """Copy ``records`` of a medanon-layout dataset into their own dataset folder (atomically)."""
+    if (out / "dataset.yaml").exists():
+        return out
+    descriptor = yaml.safe_load((root / "dataset.yaml").read_text())
+    root = root.resolve()
+    keep = {str(r.path.resolve().relative_to(root)) for r in records}
+    lines = (root / descriptor["labels"]).read_text().splitlines()
+    header = lines[0].split(",")
+    img_col = header.index(descriptor["image_col"])
+    mask_col = header.index(descriptor["mask_col"]) if descriptor.get("mask_col") in header else None
+    with atomic_dir(out, overwrite=True) as tmp:
+        rows = [lines[0]]
+        for line in lines[1:]:
+            cells = line.split(",")
+            if cells[img_col] not in keep:
+                continue
+            rows.append(line)
+            for col in (img_col, mask_col):
+                if col is not None and cells[col]:
+                    (tmp / cells[col]).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(root / cells[col], tmp / cells[col])
+        (tmp / descriptor["labels"]).write_text("\n".join(rows) + "\n")
+        (tmp / "dataset.yaml").write_text(yaml.safe_dump(descriptor, sort_keys=False))
+    return out
+
+
+def _run(args: list[str], done: Path, device: str) -> None:
+    """Run one ``medanon`` command in this process unless its output ``done`` exists."""
+    from medanon.cli import cli
+
+    click.secho("$ medanon " + " ".join(args), fg="cyan")
+    if done.exists():
+        click.echo("  (done already)")
+        return
+    cli.main(args=["--device", device, *args], prog_name="medanon", standalone_mode=False)
+
+
+def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
+    out: list[Path] = []
+    restyle = ckpt / "restyle-fundus64.pt"
+    methods = ["kpixel", "kpca"] + (["kcentroid", "ksalsa"] if restyle.exists() else [])
+    if not restyle.exists():
+        click.echo(f"k-Centroid and k-SALSA skipped: {restyle} is not shipped yet")
+    for method in methods:
+        for k in KS:
+            dest = rel / f"{method}-k{k}"
+            args = ["anonymize", method, "--data", str(data), "--k", str(k), "--seed", str(cfg.seed),
+                    "--out", str(dest), "--mapping", str(rel / f"{dest.name}.mapping.json")]
+            if method in ("kcentroid", "ksalsa"):
+                args += ["--model", str(restyle)]
+            if method == "ksalsa":
+                args += ["--steps", str(cfg.ksalsa_steps)]
+            _run(args, dest, cfg.device)
+            out.append(dest)
+    unet = ckpt / "unet-vessels64.pt"
+    for method in ("snow", "vs-snow"):
+        dests = [rel / f"{method}-p{p}" for p in SNOW_PS]
+        args = ["anonymize", method, str(data), "--p", ",".join(str(p) for p in SNOW_PS), "--seed", str(cfg.seed),
+                "--out", str(rel / f"{method}-p{{p}}"), "--mapping", str(rel / f"{method}-p{{p}}.mapping.json")]
+        if method == "vs-snow":
+            args += ["--checkpoint", str(unet)]
+        _run(args, dests[-1], cfg.device)
+        out += dests
+    return out
+
+
+def _releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
+    out: list[Path] = []
+    for method in ("dpglow", "ldp-image"):
+        for eps in EPSILONS:
+            dest = rel / f"{method}-eps{eps}"
+            args = ["anonymize", method, str(data), "--epsilon", eps, "--per-pixel", "--out", str(dest),
+                    "--mapping", str(rel / f"{dest.name}.mapping.json")]
+            if method == "dpglow":
+                args += ["--flow", str(ckpt / "glow-xray64.pt")]
+            _run(args, dest, cfg.device)
+            out.append(dest)
+    return out
+
+
 def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size: int = 64, seed: int = 0,
-             device: str = "auto") -> dict:
-    cfg = DemoConfig(patients=patients, per_patient=per_patient, size=size, seed=seed, device=device)
+             device: str = "auto", ksalsa_steps: int = 100, checkpoints: str | Path | None = None,
+             evaluation: bool = True) -> dict:
+    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.harness import evaluate
+    from medanon.release.audit import audit_release
+
+    ckpt = Path(checkpoints) if checkpoints else default_checkpoints()
+    cfg = DemoConfig(patients=patients, per_patient=per_patient, size=size, seed=seed, device=device,
+                     ksalsa_steps=ksalsa_steps, checkpoints=str(ckpt))
+    if size != 64:
+        raise ConfigError(f"the demo's shipped checkpoints are 64 px; --size {size} is not possible",
+                          fix="run the demo at --size 64, or train models at your size with `medanon train`")
+    if not (ckpt / "glow-xray64.pt").exists():
+        raise DataError(f"the shipped checkpoints are not in {ckpt}",
+                        fix="run the demo from a medanon source checkout, or pass --checkpoints DIR")
     out = Path(out)
     seed_everything(seed)
     dev = resolve_device(device)
-    run = RunDir(out, config=cfg, command="demo", seeds={"phantoms": seed, "splits": seed})
-    run.update(device=str(dev))
+    cfg.device = str(dev)
+    run = RunDir(out, config=cfg, command="demo", seeds={"phantoms": seed, "splits": seed, "methods": seed})
+    t_start = time.perf_counter()
     click.echo(f"medanon demo -> {out}   (device {dev}; all results below are on PHANTOM data)")
-    results = {}
+    results: dict = {"phantom": True, "data": {}, "reports": {}}
+    releases: dict[str, list[Path]] = {}
     for modality in ("fundus", "xray"):
         t0 = time.perf_counter()
         pcfg = PhantomConfig(modality=modality, patients=patients, per_patient=per_patient, size=size, seed=seed)
         data_dir = _phantoms(pcfg, out / "data" / modality)
-        gen_s = time.perf_counter() - t0
         ds = open_dataset(data_dir, DataConfig(size=size))
         run.record_input(f"{modality}_phantom", data_dir, files=[r.path for r in ds.records])
         stratify = "grade" if modality == "fundus" else "pneumonia"
         assignment = split_patients(ds.records, val=0.15, test=0.15, stratify=stratify, seed=seed)
-        write_splits_csv(out / f"splits_{modality}.csv", ds.records, assignment)
+        splits_csv = out / f"splits_{modality}.csv"
+        write_splits_csv(splits_csv, ds.records, assignment)
+        train = write_subset(data_dir, [r for r in ds.records if assignment[r.patient_id] == "train"],
+                             out / "data" / f"{modality}-train")
         summary = summarize(ds)
         summary["split_patients"] = {s: sum(v == s for v in assignment.values()) for s in ("train", "val", "test")}
-        results[modality] = summary
-        run.log_metrics(step="phantoms", modality=modality, images=len(ds), patients=summary["patients"],
-                        seconds=round(gen_s, 3))
-        click.echo("")
-        click.echo(f"== {modality} phantom ({gen_s:.1f} s) ==")
-        click.echo(format_summary(summary))
+        results["data"][modality] = summary
+        run.log_metrics(step="phantoms", modality=modality, images=len(ds), seconds=round(time.perf_counter() - t0, 2))
+        click.echo(f"\n== {modality} phantom ==\n{format_summary(summary)}")
         click.echo("split     " + ", ".join(f"{k} {v} patients" for k, v in summary["split_patients"].items()))
+
+        click.echo(f"\n== {modality}: anonymising the training split ==")
+        t0 = time.perf_counter()
+        make = _releases_fundus if modality == "fundus" else _releases_xray
+        releases[modality] = make(train, out / "releases", ckpt, cfg)
+        run.log_metrics(step="anonymise", modality=modality, releases=len(releases[modality]),
+                        seconds=round(time.perf_counter() - t0, 1))
+
+        click.echo(f"\n== {modality}: audit ==")
+        for rel in releases[modality]:
+            mapping = rel.with_name(rel.name + ".mapping.json")
+            rep = audit_release(rel, mapping=mapping if mapping.exists() else None, source_records=ds.records)
+            click.echo(f"  {rel.name:<18} {'PASSED' if rep.passed else 'FAILED'}"
+                       + "".join(f"; {c.name}: {c.detail}" for c in rep.checks if not c.passed))
+            if not rep.passed:
+                raise DataError(f"release {rel} failed its audit", fix="this is a bug: please report it")
+
+        if not evaluation:
+            continue
+        click.echo(f"\n== {modality}: evaluation ==")
+        t0 = time.perf_counter()
+        report_dir = out / f"report-{modality}"
+        evaluate(data_dir, releases[modality], report_dir, config=EvalConfig.fast(size=size), splits=splits_csv,
+                 device=dev, cache_dir=out / "cache" / modality)
+        results["reports"][modality] = str(report_dir / "report.html")
+        run.log_metrics(step="evaluate", modality=modality, seconds=round(time.perf_counter() - t0, 1))
+
+    results["seconds"] = round(time.perf_counter() - t_start, 1)
     atomic_write_text(out / "summary.json", json.dumps(results, indent=2) + "\n")
+    run.update(seconds=results["seconds"], reports=results["reports"])
     run.finish()
-    click.echo(f"\nwrote {out / 'summary.json'}, {out / 'manifest.json'}, splits_*.csv")
+    click.echo(f"\nreports: {', '.join(results['reports'].values())}")
+    click.echo(f"demo finished in {results['seconds']:.0f} s; wrote {out / 'summary.json'} and {out / 'manifest.json'}")
     return results

@@ -13,13 +13,19 @@ from medanon.cli.base import cli
 
 COMMAND_MODULES = (
     "anonymize_dp",
+    "anonymize_gmia",
+    "anonymize_ksame",
     "anonymize_snow",
     "audit",
     "data",
     "demo",
+    "evaluate",
     "phantom",
-    "train_flow",
+    "train_identity",
     "train_segmenter",
+    "train_encoder",
+    "train_gan",
+    "train_flow",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,181 @@
+"""k-SALSA speed: prints one JSON line.
+
+Targets (issue 4), ratios measured in one run:
+
+- batched vs per-cluster reference averaging at equal settings (aim >= 10x): the same clusters, the
+  same steps, the batched path (source Grams once, all clusters in one batch, matching as one
+  batched product) against :func:`medanon.anonymize.salsa.reference_average` (one cluster at a
+  time, per-patch loops, Grams rebuilt every step as in the official code); their results agree;
+- seconds per cluster at k = 5, 64 px, 100 steps (the paper: 19 s/cluster on one GPU at 512 px);
+- clustering time and peak memory at N = 1k, 10k and 35k 512-dimensional latents (aim: 35k in
+  <= 30 s and <= 2 GB), each in a fresh process, and the naive O(N²) reference at the largest N
+  it can hold (its float64 N×N matrix: 0.8 GB at 10k, 9.9 GB at 35k).
+
+Without ``--model`` the generator is a randomly initialised StyleGAN2 of the shipped 64 px CPU
+architecture (speed does not depend on the weights); the feature network is EfficientNet-Lite0
+at the images' own size. The clustering data are isotropic Gaussian latents, the hardest case
+for the lazy updates (every sum is close to every other). Reported ``cpu_s`` next to ``wall_s``
+helps reading numbers taken on a shared machine.
+
+    python benchmarks/ksalsa.py [--model CKPT] [--clusters 8] [--ref-steps 10] [--sizes 1000,10000,35126]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def _timed(fn):
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+def cluster_worker(n: int, naive: bool) -> None:
+    """In a fresh process: cluster n Gaussian 512-d points; print time and peak RSS."""
+    from medanon.anonymize.clustering import naive_same_size_clusters, same_size_clusters
+
+    x = np.random.default_rng(0).standard_normal((n, 512)).astype(np.float32)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    fn = (lambda: naive_same_size_clusters(x, 5)) if naive else (lambda: same_size_clusters(x, 5))
+    c, wall, cpu = _timed(fn)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert min(len(m) for m in c.clusters) >= 5
+    print(json.dumps({"n": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_mb": round(peak),
+                      "rss_before_mb": round(base)}))
+
+
+def clustering(sizes: list[int], naive_max: int, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    out = {}
+    for n in sizes:
+        r = subprocess.run([sys.executable, __file__, "--cluster-worker", str(n)], capture_output=True, text=True,
+                           env=env, check=True)
+        out[str(n)] = json.loads(r.stdout.strip().splitlines()[-1])
+    n = max([s for s in sizes if s <= naive_max], default=None)
+    if n is not None:
+        r = subprocess.run([sys.executable, __file__, "--cluster-worker", str(n), "--naive"], capture_output=True,
+                           text=True, env=env, check=True)
+        out["naive"] = json.loads(r.stdout.strip().splitlines()[-1])
+        out["naive_vs_ours_at_n"] = round(out["naive"]["wall_s"] / out[str(n)]["wall_s"], 2)
+    return out
+
+
+def style_loss_only(net, images: torch.Tensor, weights: torch.Tensor, targets: torch.Tensor, repeats: int = 3) -> dict:
+    """The loss alone (features given): batched (Grams of sources once, one matching product) vs the
+    per-cluster, per-patch loops, forward and backward, at the same features."""
+    from medanon.anonymize.style import StyleConfig, reference_style_loss, source_grams, style_loss
+
+    cfg = StyleConfig()
+    with torch.no_grad():
+        src = net(images.flatten(0, 1), layers=["block1"])["block1"]
+        src = src.reshape(*images.shape[:2], *src.shape[1:])
+        tgt = net(targets, layers=["block1"])["block1"]
+
+    def batched():
+        t = tgt.clone().requires_grad_(True)
+        style_loss(t, source_grams(src, weights, cfg), cfg).sum().backward()
+
+    def reference():
+        for i in range(len(src)):
+            t = tgt[i].clone().requires_grad_(True)
+            reference_style_loss(t, list(src[i]), weights[i].tolist(), cfg).backward()
+
+    _, b_wall, b_cpu = _timed(lambda: [batched() for _ in range(repeats)])
+    _, r_wall, r_cpu = _timed(lambda: [reference() for _ in range(repeats)])
+    return {"feature_map": list(src.shape[2:]), "batched_ms_per_cluster": round(1000 * b_wall / repeats / len(src), 2),
+            "reference_ms_per_cluster": round(1000 * r_wall / repeats / len(src), 2),
+            "batched_vs_reference": round(r_wall / b_wall, 1), "batched_vs_reference_cpu": round(r_cpu / b_cpu, 1)}
+
+
+def averaging(model: str | None, clusters: int, k: int, steps: int, ref_steps: int) -> dict:
+    from medanon.anonymize.salsa import KSalsa, SalsaConfig, reference_average
+    from medanon.models.features import get_feature_network
+
+    if model:
+        from medanon.codecs.stylegan import load_codec
+
+        codec = load_codec(model)
+        synth, g = codec.render, codec.generator
+    else:
+        from medanon.models.stylegan import Generator, StyleGANConfig
+
+        torch.manual_seed(0)
+        g = Generator.from_config(StyleGANConfig(resolution=64, channels=3, z_dim=128, w_dim=128, channel_base=1024,
+                                                 channel_max=64)).eval().requires_grad_(False)
+
+        def synth(ws):
+            return g.synthesis(ws, noise_mode="const")
+    net = get_feature_network("efficientnet-lite0", input_size=None)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        z = torch.randn(clusters * k, g.z_dim, generator=gen)
+        latents = g.mapping(z).reshape(clusters, k, g.num_ws, g.w_dim)
+        images = synth(latents.flatten(0, 1)).clamp(-1, 1).reshape(clusters, k, g.img_channels, 64, 64)
+    weights = torch.ones(clusters, k, dtype=torch.float64)
+
+    def batched(n_steps):
+        return KSalsa(synth, net, SalsaConfig(steps=n_steps)).average(images, latents, weights)
+
+    cfg = SalsaConfig(steps=ref_steps)
+    batched(1)                                  # warm-up: first calls build kernels for each shape
+    reference_average(synth, net, SalsaConfig(steps=1), images[0], latents[0], weights[0])
+    res, b_wall, b_cpu = _timed(lambda: batched(ref_steps))
+    ref, r_wall, r_cpu = _timed(lambda: torch.stack([reference_average(synth, net, cfg, images[i], latents[i],
+                                                                       weights[i]) for i in range(clusters)]))
+    full, f_wall, f_cpu = _timed(lambda: batched(steps))
+    loss_only = style_loss_only(net, images, weights, synth(full.ws).detach())
+    return {
+        "clusters": clusters, "k": k, "resolution": 64, "generator": model or "random StyleGAN2 (shipped cpu64 arch.)",
+        "features": "EfficientNet-Lite0 block1 (style) + pool (content), native size",
+        "equal_settings_steps": ref_steps,
+        "batched_s": round(b_wall, 2), "reference_s": round(r_wall, 2),
+        "batched_vs_reference": round(r_wall / b_wall, 1),
+        "batched_vs_reference_cpu": round(r_cpu / b_cpu, 1),
+        "max_abs_ws_difference": float((res.ws - ref).abs().max()),
+        "batched_cpu_s": round(b_cpu, 2), "reference_cpu_s": round(r_cpu, 2),
+        "style_loss_only": loss_only,
+        "steps": steps, "seconds_per_cluster": round(f_wall / clusters, 2),
+        "cpu_seconds_per_cluster": round(f_cpu / clusters, 2),
+        "style_loss_start_end": [round(float(full.style_start.mean()), 4), round(float(full.style_end.mean()), 4)],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="Codec checkpoint (default: random generator of the same shape).")
+    ap.add_argument("--clusters", type=int, default=8)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--ref-steps", type=int, default=10, help="Steps of the batched-vs-reference comparison.")
+    ap.add_argument("--sizes", default="1000,10000,35126")
+    ap.add_argument("--naive-max", type=int, default=10000, help="Largest N the naive reference is run at.")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip", choices=["none", "averaging", "clustering"], default="none")
+    ap.add_argument("--cluster-worker", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--naive", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.cluster_worker is not None:
+        cluster_worker(args.cluster_worker, args.naive)
+        return
+    out = {"benchmark": "ksalsa", "threads": args.threads, "load_average": [round(v, 1) for v in os.getloadavg()]}
+    if args.skip != "averaging":
+        out["averaging"] = averaging(args.model, args.clusters, args.k, args.steps, args.ref_steps)
+    if args.skip != "clustering":
+        out["clustering"] = clustering([int(s) for s in args.sizes.split(",")], args.naive_max, args.threads)
+    out["load_average_end"] = [round(v, 1) for v in os.getloadavg()]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

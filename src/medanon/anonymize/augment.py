@@ -1,0 +1,48 @@
+"""Latent augmentation (k-SALSA supplement E): several views of each released average.
+
+Each cluster's final latent ``w`` (k-SALSA or k-Centroid) gives ``views`` images: the average itself
+and ``views − 1`` noisy copies ``w + σ·s⊙ε``, one Gaussian ``ε`` (w_dim,) per copy shared by all
+``num_ws`` style inputs (a shift in W, which keeps the copies on the generator's W+ diagonal
+rather than scattering each layer), ``s`` the per-dimension standard deviation of the generator's
+own prior ``mapping(z)`` (:func:`prior_w_std`, computed from random z, not from any private image)
+and ``σ`` the relative noise level.
+
+Privacy: the noise is drawn independently of the data, so given the released average the views
+carry no further information about the sources (the supplement's argument); each view stands for
+the same ≥ k people as its average. The views are not independent records: a downstream user
+must not count them as separate people, which the release's ``n_people`` column makes explicit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from medanon.errors import ConfigError
+
+
+def prior_w_std(generator, *, samples: int = 10000, seed: int = 0, batch: int = 1000) -> torch.Tensor:
+    """Per-dimension standard deviation (w_dim,) of ``generator.mapping(z)``, z ~ N(0, I), seeded."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dev = generator.w_avg.device
+    ws = []
+    with torch.no_grad():
+        for n in range(0, samples, batch):
+            z = torch.randn(min(batch, samples - n), generator.z_dim, generator=g).to(dev)
+            ws.append(generator.mapping(z)[:, 0].double())
+    return torch.cat(ws).std(0).float()
+
+
+def latent_views(ws: torch.Tensor, *, views: int, sigma: float, scale: torch.Tensor,
+                 generator: torch.Generator) -> torch.Tensor:
+    """``views`` latents per item: (B, num_ws, w_dim) -> (B, views, num_ws, w_dim), view 0 unchanged.
+
+    ``scale`` (w_dim,) or a number multiplies the noise per dimension; ``generator`` (CPU) draws it.
+    """
+    if views < 1:
+        raise ConfigError(f"views={views} must be at least 1 (1 = the average only)")
+    if sigma < 0:
+        raise ConfigError(f"augmentation noise sigma={sigma} must not be negative")
+    b, _, w_dim = ws.shape
+    eps = torch.randn(b, views - 1, 1, w_dim, generator=generator).to(ws)
+    noisy = ws[:, None] + sigma * torch.as_tensor(scale).to(ws) * eps
+    return torch.cat([ws[:, None], noisy], dim=1)

@@ -1,0 +1,571 @@
+"""GMIA latent optimisation (Li et al. 2025, gmia.txt §2.2): move each image's latent away from its identity.
+
+An image ``X_R`` is projected by the encoder of a StyleGAN codec to its latent ``W = E(X_R)``
+(``ws``, (N, num_ws, w_dim); GMIA §2.1 co-trains E with the generator, a ReStyle codec also works).
+The anonymised latent ``W_A`` starts at ``W`` and is **the only trainable tensor**: the generator,
+the encoder and both loss networks are frozen (eval mode, no gradients to their weights, batch-norm
+statistics untouched). Adam minimises, per image,
+
+    L = λ_id · max(0, cos(E_id(X_R), E_id(X_A)) − m)  +  λ_ut · ‖E_ut(X_R) − E_ut(X_A)‖₂,   X_A = clamp(G(W_A), −1, 1)
+
+with ``E_id`` the project's identity network (ArcFace embeddings, :mod:`medanon.models.identity`)
+and ``E_ut`` the penultimate (pooled) features of a classifier trained on the utility label
+(:class:`~medanon.models.classifier.ResNet` ``.features``). The released image is ``X_A``.
+
+Batching: the batch loss is the *sum* of the per-image losses, nothing in the frozen networks mixes
+images (batch norm runs on its stored statistics) and Adam is element-wise, so every image follows
+exactly the trajectory it would follow alone; the batch size changes speed, never the result.
+The optimisation is deterministic (no random step): the same models and image give the same X_A.
+
+The ablations of GMIA Table 2 are ``losses="ut"`` (L_ut only), ``"id"`` (L_id only) and ``"id+ut"``
+(both, the method); ``steps=0`` releases the plain reconstructions ``G(E(X_R))`` (the X̂_R rows).
+
+Privacy: **none is guaranteed.** The margin is a target for one network's similarity, not a bound
+on what any other recogniser (or a person) can link; protection is what the linkability,
+singling-out and membership attacks of ``medanon evaluate`` measure. See :func:`gmia_privacy`
+and docs/gmia.md.
+
+Example (tiny untrained networks, shapes only):
+    >>> from medanon.models.stylegan import Generator
+    >>> from medanon.models.encoder import Encoder
+    >>> from medanon.models.identity import IdentityConfig, IdentityNet
+    >>> from medanon.models.classifier import ResNet, ResNetConfig
+    >>> from medanon.codecs.stylegan import StyleGANCodec
+    >>> _ = torch.manual_seed(0)
+    >>> G = Generator(z_dim=16, w_dim=16, img_resolution=16, img_channels=1, channel_base=128, channel_max=16)
+    >>> E = Encoder(16, 1, G.num_ws, G.w_dim, iterative=False, channel_base=128, channel_max=16, head_dim=16)
+    >>> small = ResNetConfig(in_channels=1, widths=(8, 16), blocks=(1, 1))
+    >>> E_id = IdentityEncoder(IdentityNet(IdentityConfig(small, embed_dim=8, image_size=16)))
+    >>> E_ut = UtilityEncoder(ResNet(small), image_size=16)
+    >>> gmia = GMIA(StyleGANCodec(G, E), identity=E_id, utility=E_ut, cfg=GMIAConfig(steps=3))
+    >>> out = gmia.anonymise(torch.zeros(2, 1, 16, 16))
+    >>> out.images.shape, out.ws.shape, out.id_cos.shape
+    (torch.Size([2, 1, 16, 16]), torch.Size([2, 6, 16]), torch.Size([2]))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from medanon.anonymize.ldp import default_labels, release_dataset
+from medanon.data.dataset import ImageDataset
+from medanon.errors import ConfigError
+from medanon.models.classifier import ResNet, load_classifier
+from medanon.models.identity import IdentityNet, load_identity
+from medanon.release import ReleaseWriter
+from medanon.runtime import files_digest
+from medanon.train.classifier import resize_to
+
+log = logging.getLogger(__name__)
+
+LOSSES = ("id+ut", "id", "ut")                  # GMIA Table 2: both (the method), L_id only, L_ut only
+SENSITIVE_LABELS = ("sex", "age")
+OPTIMISER = "adam"
+COS_EPS = 1e-8                                  # the ε of gmia.txt Eq. 1's cosine
+
+
+@dataclass(kw_only=True)
+class GMIAConfig:
+    losses: str = "id+ut"                       # id+ut (GMIA) | id (L_id only) | ut (L_ut only): Table 2 ablations
+    steps: int = 100                            # Adam steps on W_A (0 = release the reconstructions G(E(X_R)))
+    lr: float = 0.01                            # Adam learning rate on W_A
+    margin: float = 0.0                         # m: L_id is zero once cos(E_id(X_R), E_id(X_A)) <= m
+    lambda_id: float = 1.0                      # weight of L_id
+    lambda_ut: float = 0.05                     # weight of L_ut (a Euclidean distance of unnormalised features)
+    batch_size: int = 16                        # images optimised together (speed only; results do not depend on it)
+
+    def validate(self) -> None:
+        if self.losses not in LOSSES:
+            raise ConfigError(f"losses={self.losses!r} is not one of {', '.join(LOSSES)}",
+                              fix="use id+ut (GMIA), id (identity loss only) or ut (utility loss only)")
+        if self.steps < 0:
+            raise ConfigError(f"steps={self.steps} must be >= 0")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr={self.lr} must be a positive number")
+        if not -1.0 <= self.margin < 1.0:
+            raise ConfigError(f"margin={self.margin} must be a cosine in [-1, 1)",
+                              fix="e.g. --margin 0 (identity embeddings orthogonal to the source's)")
+        if self.lambda_id < 0 or self.lambda_ut < 0:
+            raise ConfigError(f"lambda_id={self.lambda_id} and lambda_ut={self.lambda_ut} must be >= 0")
+        if self.uses_id and self.lambda_id == 0:
+            raise ConfigError(f"losses={self.losses} with lambda_id=0 switches the identity loss off",
+                              fix="use --losses ut for the utility-only ablation, or a positive --lambda-id")
+        if self.uses_ut and self.lambda_ut == 0:
+            raise ConfigError(f"losses={self.losses} with lambda_ut=0 switches the utility loss off",
+                              fix="use --losses id for the identity-only ablation, or a positive --lambda-ut")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size={self.batch_size} must be at least 1")
+
+    @property
+    def uses_id(self) -> bool:
+        return "id" in self.losses.split("+")
+
+    @property
+    def uses_ut(self) -> bool:
+        return "ut" in self.losses.split("+")
+
+    def params(self) -> dict[str, Any]:
+        """What defines the result (the batch size does not): recorded in the release manifest."""
+        d = asdict(self)
+        d.pop("batch_size")
+        return {**d, "optimiser": OPTIMISER}
+
+    def warnings(self) -> list[str]:
+        """Settings under which little or no identity is removed (shown loudly by the callers)."""
+        out = []
+        if self.steps == 0:
+            out.append("steps=0: the release is the plain reconstruction G(E(X_R)); no identity is removed "
+                       "(the reconstruction baseline, GMIA's X̂_R rows)")
+        elif not self.uses_id:
+            out.append("losses=ut: no identity loss; the latent is only pulled towards the source's utility "
+                       "features and identity is not removed (GMIA Table 2's L_ut ablation)")
+        if self.uses_id and self.margin >= 0.5:
+            out.append(f"margin={self.margin:g}: released images may keep an identity embedding with cosine up to "
+                       f"{self.margin:g} to their source's; same-patient pairs of real images typically score in "
+                       "that range, so the identity network may still link them")
+        return out
+
+
+# ------------------------------------------------------------------------------------------- loss networks
+
+
+def _match_channels(images: torch.Tensor, want: int, what: str) -> torch.Tensor:
+    c = images.shape[1]
+    if c == want:
+        return images
+    if c == 3 and want == 1:
+        return images.mean(dim=1, keepdim=True)
+    if c == 1 and want == 3:
+        return images.expand(-1, 3, -1, -1)
+    raise ConfigError(f"the {what} expects {want}-channel images, got {c} channels")
+
+
+class IdentityEncoder(nn.Module):
+    """E_id: images (N, C, H, W) in [-1, 1] -> unit identity embeddings (N, D), differentiable.
+
+    Wraps the project's :class:`~medanon.models.identity.IdentityNet` (its ``embed`` runs without
+    gradients; this runs the same preparation and projection with them).
+    """
+
+    def __init__(self,
+        net: IdentityNet,                       # the identity network (ArcFace embeddings)
+        *,
+        provenance: dict[str, Any] | None = None,  # checkpoint path / sha256, reported in the manifest
+    ):
+        super().__init__()
+        self.net = net
+        self.provenance = dict(provenance or {})
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, *, map_location: str | torch.device = "cpu") -> IdentityEncoder:
+        net, blob = load_identity(path, map_location=map_location)
+        return cls(net, provenance={"kind": "identity", "path": str(path), "sha256": blob["sha256"],
+                                    "embed_dim": net.cfg.embed_dim, "image_size": net.cfg.image_size})
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.net(self.net.prepare(images)), dim=1)
+
+
+class UtilityEncoder(nn.Module):
+    """E_ut: images (N, C, H, W) in [-1, 1] -> the classifier's penultimate features (N, F), differentiable.
+
+    The features are the globally pooled output of the last residual stage, the input of the
+    classifier's linear head (:meth:`ResNet.features`). Images are resized to the side the
+    classifier was trained at, as :mod:`medanon.train.classifier` does.
+    """
+
+    def __init__(self,
+        model: ResNet,                          # a classifier trained on the utility label
+        *,
+        image_size: int | None = None,          # side the classifier was trained at (None: as given)
+        label: str | None = None,               # the label it predicts (reported, checked against sensitive ones)
+        provenance: dict[str, Any] | None = None,  # checkpoint path / sha256, reported in the manifest
+    ):
+        super().__init__()
+        self.model = model
+        self.image_size = image_size
+        self.label = label
+        self.provenance = {"label": label, "image_size": image_size, **(provenance or {})}
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, *, map_location: str | torch.device = "cpu") -> UtilityEncoder:
+        model, blob = load_classifier(path, map_location=map_location)
+        extra = blob.get("extra", {})
+        size = extra.get("train_config", {}).get("image_size")
+        return cls(model, image_size=int(size) if size else None, label=extra.get("label"),
+                   provenance={"kind": "classifier", "path": str(path), "sha256": blob["sha256"],
+                               "feature_dim": model.feature_dim})
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = _match_channels(images, self.model.cfg.in_channels, "utility classifier")
+        if self.image_size:
+            x = resize_to(x, self.image_size)
+        return self.model.features(x)
+
+
+@contextlib.contextmanager
+def frozen(*modules: nn.Module | None) -> Iterator[None]:
+    """Eval mode and no weight gradients for ``modules`` inside the block; every flag restored after."""
+    mods = [m for m in modules if m is not None]
+    modes = [(sub, sub.training) for m in mods for sub in m.modules()]
+    grads = [(p, p.requires_grad) for m in mods for p in m.parameters()]
+    try:
+        for m in mods:
+            m.eval()
+            m.requires_grad_(False)
+        yield
+    finally:
+        for sub, training in modes:
+            sub.training = training
+        for p, flag in grads:
+            p.requires_grad_(flag)
+
+
+# ------------------------------------------------------------------------------------------- optimisation
+
+
+@dataclass
+class GMIAResult:
+    """What :meth:`GMIA.optimise` returns; per-image tensors are on the CPU."""
+
+    ws: torch.Tensor                            # optimised latents W_A (N, num_ws, w_dim)
+    images: torch.Tensor                        # released images X_A = clamp(G(W_A)) (N, C, H, W)
+    id_cos_start: torch.Tensor | None           # cos(E_id(X_R), E_id(G(W))) before optimisation (N,)
+    id_cos: torch.Tensor | None                 # cos(E_id(X_R), E_id(X_A)) after (N,)
+    ut_dist_start: torch.Tensor | None          # ‖E_ut(X_R) − E_ut(G(W))‖₂ before (N,)
+    ut_dist: torch.Tensor | None                # ‖E_ut(X_R) − E_ut(X_A)‖₂ after (N,)
+    history: list[dict[str, float]] = field(default_factory=list)  # per step: batch means of the terms
+
+
+class GMIA:
+    """Identity-removing latent optimisation through a StyleGAN codec (see the module docstring).
+
+    ``codec`` needs ``encode(images) -> ws`` and a differentiable ``render(ws) -> images``
+    (:class:`~medanon.codecs.stylegan.StyleGANCodec`). ``identity`` and ``utility`` are modules
+    mapping images to (N, D) vectors (:class:`IdentityEncoder` and :class:`UtilityEncoder` adapt
+    the project's networks; the cosine is taken as in Eq. 1). ``identity`` is required when the losses
+    include L_id, ``utility`` when they include L_ut; a network given but not in the losses is
+    still used to report its distance (e.g. the utility drift of the L_id-only ablation).
+    Everything runs on the codec's device; the loss networks must be on it too.
+    """
+
+    def __init__(self, codec: Any, *,
+                 identity: nn.Module | None,           # E_id: images -> embeddings (IdentityEncoder; needed for L_id)
+                 utility: nn.Module | None,            # E_ut: images -> features (UtilityEncoder; needed for L_ut)
+                 cfg: GMIAConfig | None = None):
+        self.cfg = cfg or GMIAConfig()
+        self.cfg.validate()
+        if self.cfg.uses_id and identity is None:
+            raise ConfigError(f"losses={self.cfg.losses} needs the identity network E_id",
+                              fix="pass --identity CHECKPOINT (from `medanon train identity`)")
+        if self.cfg.uses_ut and utility is None:
+            raise ConfigError(f"losses={self.cfg.losses} needs the utility network E_ut",
+                              fix="pass --utility CHECKPOINT (from `medanon train classifier --label grade|pneumonia`)")
+        for name in ("encode", "render"):
+            if not callable(getattr(codec, name, None)):
+                raise ConfigError(f"GMIA needs a StyleGAN codec with encode() and a differentiable render(); "
+                                  f"{type(codec).__name__} has no {name}()",
+                                  fix="pass a co-trained (or ReStyle) codec from medanon.codecs.stylegan.load_codec")
+        self.codec, self.identity, self.utility = codec, identity, utility
+        dev = self.device
+        for what, net in (("identity", identity), ("utility", utility)):
+            p = next(net.parameters(), None) if net is not None else None
+            if p is not None and p.device != dev:
+                raise ConfigError(f"the {what} network is on {p.device}, the codec on {dev}",
+                                  fix="load every network with the same map_location (the CLI's --device)")
+
+    @classmethod
+    def from_checkpoints(cls, model: str | Path, *,
+                         identity: str | Path | None,    # kind "identity" checkpoint (E_id)
+                         utility: str | Path | None,     # kind "classifier" checkpoint on the utility label (E_ut)
+                         cfg: GMIAConfig | None = None,
+                         device: torch.device | str = "cpu") -> GMIA:
+        """Load the codec (co-trained or ReStyle), E_id and E_ut onto ``device`` (what the CLI and demo use)."""
+        from medanon.codecs.stylegan import load_codec
+
+        codec = load_codec(model, map_location=device)
+        ident = IdentityEncoder.from_checkpoint(identity, map_location=device) if identity is not None else None
+        util = UtilityEncoder.from_checkpoint(utility, map_location=device) if utility is not None else None
+        return cls(codec, identity=ident, utility=util, cfg=cfg)
+
+    @property
+    def device(self) -> torch.device:
+        dev = getattr(self.codec, "device", None)
+        if dev is not None:
+            return torch.device(dev)
+        return next(self.codec.parameters()).device
+
+    def anonymise(self, images: torch.Tensor) -> GMIAResult:
+        """``X_R`` (N, C, H, W) in [-1, 1] -> :class:`GMIAResult` (encode, optimise in batches, render)."""
+        if images.ndim != 4:
+            raise ValueError(f"images must be (N, C, H, W), got shape {tuple(images.shape)}")
+        parts = []
+        for chunk in images.split(self.cfg.batch_size):
+            x = chunk.to(self.device, torch.float32)
+            parts.append(self.optimise(self.codec.encode(x), x))
+        return _concat(parts)
+
+    def optimise(self, ws: torch.Tensor, sources: torch.Tensor) -> GMIAResult:
+        """Optimise ``W_A`` from ``ws`` (not modified) against the sources ``X_R`` (one batch, any size)."""
+        cfg = self.cfg
+        x_r = sources.to(self.device, torch.float32)
+        if ws.shape[0] != x_r.shape[0]:
+            raise ValueError(f"{ws.shape[0]} latents for {x_r.shape[0]} source images")
+        codec_module = self.codec if isinstance(self.codec, nn.Module) else None
+        with frozen(codec_module, self.identity, self.utility):
+            with torch.no_grad():
+                id_r = self.identity(x_r) if self.identity is not None else None
+                ut_r = self.utility(x_r) if self.utility is not None else None
+            w_a = ws.detach().to(self.device, torch.float32).clone().requires_grad_(True)
+            opt = torch.optim.Adam([w_a], lr=cfg.lr)
+            history: list[dict[str, float]] = []
+            start: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+            for step in range(cfg.steps + 1):
+                report = step in (0, cfg.steps)             # measure both terms at the start and the end
+                with torch.set_grad_enabled(step < cfg.steps):
+                    x_a = self.codec.render(w_a).clamp(-1, 1)
+                    cos, dist = self._terms(x_a, id_r, ut_r, report)
+                if step == 0:
+                    start = (cos, dist)
+                if step == cfg.steps:
+                    break
+                per_image = x_a.new_zeros(x_a.shape[0])
+                if cfg.uses_id:
+                    per_image = per_image + cfg.lambda_id * F.relu(cos - cfg.margin)
+                if cfg.uses_ut:
+                    per_image = per_image + cfg.lambda_ut * dist
+                opt.zero_grad(set_to_none=True)
+                per_image.sum().backward()      # a sum: each latent's gradient is its own image's
+                opt.step()
+                history.append(_step_stats(per_image, cos if cfg.uses_id else None, dist if cfg.uses_ut else None,
+                                           cfg.margin))
+        return GMIAResult(ws=w_a.detach().cpu(), images=x_a.detach().cpu(), id_cos_start=_cpu(start[0]),
+                          id_cos=_cpu(cos), ut_dist_start=_cpu(start[1]), ut_dist=_cpu(dist), history=history)
+
+    def _terms(self, x_a: torch.Tensor, id_r: torch.Tensor | None, ut_r: torch.Tensor | None,
+               report: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Per-image identity cosine and utility distance of ``x_a``: with gradients for the terms in the
+        loss, without for a network that only reports (at the first and last step)."""
+        cos = dist = None
+        if id_r is not None and (self.cfg.uses_id or report):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.cfg.uses_id):
+                cos = F.cosine_similarity(id_r, self.identity(x_a), dim=1, eps=COS_EPS)
+        if ut_r is not None and (self.cfg.uses_ut or report):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.cfg.uses_ut):
+                dist = (ut_r - self.utility(x_a)).norm(dim=1)
+        return cos, dist
+
+    def describe(self) -> dict[str, Any]:
+        """The networks behind this run, for the release manifest."""
+        codec = self.codec.describe() if hasattr(self.codec, "describe") else {"name": type(self.codec).__name__}
+        return {"codec": codec, "identity": _provenance(self.identity), "utility": _provenance(self.utility)}
+
+
+def _provenance(net: nn.Module | None) -> dict[str, Any] | None:
+    if net is None:
+        return None
+    return dict(getattr(net, "provenance", None) or {"module": type(net).__name__})
+
+
+def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().float().cpu()
+
+
+def _step_stats(per_image: torch.Tensor, cos: torch.Tensor | None, dist: torch.Tensor | None,
+                margin: float) -> dict[str, float]:
+    out = {"loss": float(per_image.detach().mean())}
+    if cos is not None:
+        out["id_cos"] = float(cos.detach().mean())
+        out["below_margin"] = float((cos.detach() <= margin).float().mean())
+    if dist is not None:
+        out["ut_dist"] = float(dist.detach().mean())
+    return out
+
+
+def _concat(parts: Sequence[GMIAResult]) -> GMIAResult:
+    def cat(name: str) -> torch.Tensor | None:
+        vals = [getattr(p, name) for p in parts]
+        return None if not vals or vals[0] is None else torch.cat(vals)
+
+    if not parts:
+        raise ValueError("no images to anonymise")
+    n = [p.images.shape[0] for p in parts]
+    history = []                                # image-weighted means over the batches, step by step
+    for s in range(len(parts[0].history)):
+        keys = parts[0].history[s].keys()
+        history.append({k: sum(p.history[s][k] * w for p, w in zip(parts, n, strict=True)) / sum(n) for k in keys})
+    return GMIAResult(ws=cat("ws"), images=cat("images"), id_cos_start=cat("id_cos_start"), id_cos=cat("id_cos"),
+                      ut_dist_start=cat("ut_dist_start"), ut_dist=cat("ut_dist"), history=history)
+
+
+def summarise(result: GMIAResult, margin: float) -> dict[str, Any]:
+    """Aggregate outcome (no per-image values): how far identity and utility features moved."""
+    def q(t: torch.Tensor) -> dict[str, float]:
+        a = t.double().numpy()
+        return {"mean": round(float(a.mean()), 4), "median": round(float(np.median(a)), 4),
+                "p90": round(float(np.quantile(a, 0.9)), 4), "max": round(float(a.max()), 4)}
+
+    out: dict[str, Any] = {"images": int(result.images.shape[0])}
+    if result.id_cos is not None:
+        out["id_cos_before"] = q(result.id_cos_start)
+        out["id_cos_after"] = q(result.id_cos)
+        out["fraction_at_or_below_margin"] = round(float((result.id_cos <= margin).double().mean()), 4)
+    if result.ut_dist is not None:
+        out["ut_dist_before"] = q(result.ut_dist_start)
+        out["ut_dist_after"] = q(result.ut_dist)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- privacy
+
+
+def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
+    """The exact privacy statement of a GMIA release (written into its manifest): no formal guarantee."""
+    ident = networks.get("identity") or {}
+    return {
+        "mechanism": ("GMIA latent optimisation (gmia.txt §2.2): per source image X_R, W_A starts at the encoder's "
+                      "latent E(X_R) and Adam minimises lambda_id*max(0, cos(E_id(X_R), E_id(X_A)) - m) + "
+                      f"lambda_ut*||E_ut(X_R) - E_ut(X_A)||_2 over W_A only (losses={cfg.losses}, steps={cfg.steps}, "
+                      f"m={cfg.margin:g}); the release is X_A = G(W_A), one image per source image"),
+        "guarantee": "none: GMIA has no formal privacy guarantee (no differential privacy, no k-anonymity)",
+        "epsilon": None, "delta": None, "k": None,
+        "margin_meaning": (f"an optimisation target, not a bound: the released image's identity embedding under the "
+                           f"identity network E_id (sha256 {ident.get('sha256', 'n/a')}) is pushed to cosine <= "
+                           f"{cfg.margin:g} with its source's. It says nothing about other recognisers, and is not "
+                           "reached for every image (see optimisation_outcome)"),
+        "protection_measured_by": ("the attacks of `medanon evaluate` on this release and its private mapping: "
+                                   "linkability (inner and outer risk, TAR at a fixed FAR), singling out (hidden rate, "
+                                   "local cloaking) and top-K membership inference. Use an identity network for the "
+                                   "evaluation other than this E_id: against E_id itself the outer risk is low by "
+                                   "construction and says little about other attackers"),
+        "assumptions": [
+            "the attacker does not have the models (encoder, generator, E_id, E_ut): the optimisation is "
+            "deterministic, so whoever has them and a candidate source image can recompute X_A exactly and link it",
+            "identity is what E_id recognises: features it ignores are not removed",
+        ],
+        "not_protected": [
+            "each released image stands for exactly one source image and keeps its utility features, its label and "
+            "whatever the identity network does not encode",
+            "images of the same patient may stay linkable to each other (GMIA Table 3 reports a high inner risk)",
+            "the sources' count, label distribution and, through the generator, the training data's appearance",
+            "labels released with the images are released as they are",
+        ],
+    }
+
+
+# ------------------------------------------------------------------------------------------- releases
+
+
+def _labels_for(ds: ImageDataset, labels: Sequence[str] | None) -> list[str]:
+    if labels is None:
+        return default_labels(ds)
+    unknown = [n for n in labels if n not in ds.label_names]
+    if unknown:
+        raise ConfigError(f"--release-labels {','.join(unknown)}: not label(s) of {ds.root}",
+                          fix=f"choose from {', '.join(ds.label_names)}")
+    leaked = [n for n in labels if n in SENSITIVE_LABELS]
+    if leaked:
+        warnings.warn(f"releasing {', '.join(leaked)} next to the images hands them to any attacker; the default is "
+                      "the utility label only", stacklevel=3)
+    return list(labels)
+
+
+def subset(ds: ImageDataset, indices: Sequence[int]) -> ImageDataset:
+    """The records ``indices`` of ``ds`` as a dataset of their own (e.g. one patient-level split)."""
+    keep = list(indices)
+    return ImageDataset([ds.records[i] for i in keep], size=ds.size, channels=ds.channels, crop=ds.crop,
+                        modality=ds.modality, layout=ds.layout, root=ds.root, skipped=ds.skipped,
+                        infos=[ds.infos[i] for i in keep] if ds.infos else [])
+
+
+def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[str]:
+    """Mismatches between the data and the networks: errors raised, doubts returned as warnings."""
+    g = gmia.codec.generator if hasattr(gmia.codec, "generator") else None
+    if g is not None and (dataset.size, dataset.channels) != (g.img_resolution, g.img_channels):
+        raise ConfigError(f"the codec renders {g.img_channels}x{g.img_resolution}px images, the data are "
+                          f"{dataset.channels}x{dataset.size}px", fix=f"read the data with --size {g.img_resolution}")
+    doubts = []
+    ut = gmia.utility
+    ut_model = getattr(ut, "model", None)
+    if isinstance(ut_model, ResNet) and ut_model.cfg.in_channels != dataset.channels:
+        raise ConfigError(f"the utility classifier (--utility) takes {ut_model.cfg.in_channels}-channel images, "
+                          f"the data have {dataset.channels}",
+                          fix="train the classifier on this modality (`medanon train classifier`)")
+    label = getattr(ut, "label", None)
+    if label in SENSITIVE_LABELS:
+        doubts.append(f"the utility network predicts {label!r}: L_ut will PRESERVE that sensitive attribute in "
+                      "the released images. Train it on the utility label (grade or pneumonia)")
+    elif label is not None and default_labels(dataset) and label not in default_labels(dataset):
+        doubts.append(f"the utility network predicts {label!r}, not this modality's utility label "
+                      f"{default_labels(dataset)}")
+    id_net = getattr(gmia.identity, "net", None)
+    if isinstance(id_net, IdentityNet) and id_net.in_channels != dataset.channels:
+        doubts.append(f"the identity network was trained on {id_net.in_channels}-channel images, the data "
+                      f"have {dataset.channels}: it sees converted images and may recognise patients poorly")
+    return doubts
+
+
+def _sha256(info: dict[str, Any] | None) -> str | None:
+    if not info:
+        return None
+    return info.get("sha256") or (info.get("checkpoint") or {}).get("sha256")
+
+
+def gmia_release(dataset: ImageDataset, out: str | Path, *,
+                 gmia: GMIA,                             # the optimiser (codec, E_id, E_ut, config)
+                 labels: Sequence[str] | None = None,    # released labels (default: the utility label only)
+                 mapping: str | Path | None = None,      # private record -> source mapping, outside the release
+                 overwrite: bool = False,
+                 progress: bool = True) -> tuple[Path, dict[str, Any]]:
+    """Anonymise every record of ``dataset`` with ``gmia`` into the release ``out``.
+
+    Resumable: records already written by an interrupted run with the same settings are skipped
+    (results do not depend on how the images are batched). Returns the release folder and the
+    aggregate outcome of the images optimised in this call (also written into the manifest).
+    """
+    for doubt in check_networks(gmia, dataset):
+        warnings.warn(doubt, stacklevel=2)
+    for w in gmia.cfg.warnings():
+        warnings.warn(w, stacklevel=2)
+    names = _labels_for(dataset, labels)
+    networks = gmia.describe()
+    params = {**gmia.cfg.params(), "latent_space": "ws (W+: one style vector per synthesis layer)",
+              "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,
+              "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None}
+    models = {name: sha for name in ("codec", "identity", "utility")
+              if (sha := _sha256(networks[name]))}
+    source = {"layout": dataset.layout, "modality": dataset.modality,
+              **files_digest([r.path for r in dataset.records], root=dataset.root)}
+    phantom = dataset.root is not None and (Path(dataset.root) / "phantom.json").is_file()
+    parts: list[GMIAResult] = []
+
+    def privatise(images: torch.Tensor, generator=None) -> torch.Tensor:
+        res = gmia.anonymise(images)
+        parts.append(res)
+        return res.images
+
+    with ReleaseWriter(out, method="gmia", params=params, privacy=gmia_privacy(gmia.cfg, networks), labels=names,
+                       seeds={}, models=models, source=source, phantom=phantom, mapping=mapping,
+                       overwrite=overwrite) as writer:
+        if len(writer):
+            log.info("resuming: %d of %d images already released", len(writer), len(dataset))
+        release_dataset(dataset, privatise, writer, batch=gmia.cfg.batch_size, device=gmia.device, progress=progress)
+        outcome = summarise(_concat(parts), gmia.cfg.margin) if parts else {"images": 0}
+        outcome["scope"] = ("images optimised by the last run only" if len(writer) > outcome["images"]
+                            else "every released image")
+        outcome["measured_with"] = "E_id and E_ut of this run (the optimisation's own networks)"
+        writer.privacy["optimisation_outcome"] = outcome
+        writer.privacy["randomness"] = "none: the optimisation is deterministic given the models and the image"
+    return Path(out), outcome

@@ -1,0 +1,116 @@
+"""``medanon anonymize gmia``: GMIA identity-removing latent optimisation, through the release writer."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, anonymize
+from medanon.cli.data import data_options, open_from_cli
+
+SPLITS = ("all", "train", "val", "test")
+STRATIFY = {"fundus": "grade", "xray": "pneumonia"}
+
+
+def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
+    """The records of one patient-level split (all of them for ``all``)."""
+    import numpy as np
+
+    from medanon.anonymize.gmia import subset
+    from medanon.data.splits import split_patients
+
+    if split == "all":
+        if splits_csv is not None:
+            raise click.UsageError("--splits is only used with --split train|val|test")
+        return ds
+    if splits_csv is not None:
+        from medanon.evaluate.inputs import _read_splits_csv
+
+        names = _read_splits_csv(splits_csv, ds.records)
+    else:
+        stratify = STRATIFY.get(ds.modality or "", "")
+        a = split_patients(ds.records, stratify=stratify if stratify in ds.label_names else "", seed=split_seed)
+        names = np.array([a[r.patient_id] for r in ds.records])
+    rows = np.flatnonzero(names == split)
+    if len(rows) == 0:
+        raise click.UsageError(f"the {split!r} split of {ds.root} is empty")
+    return subset(ds, rows.tolist())
+
+
+@anonymize.command("gmia", context_settings=CONTEXT)
+@click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+              help="Dataset folder to anonymise.")
+@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="Codec checkpoint: co-trained encoder + generator (`medanon train autoencoder --export`), or a "
+                   "ReStyle encoder (E-training, GMIA's comparison).")
+@click.option("--identity", "identity_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="E_id: identity network checkpoint (`medanon train identity`). Needed for L_id.")
+@click.option("--utility", "utility_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="E_ut: classifier checkpoint trained on the utility label (`medanon train classifier "
+                                 "--label grade|pneumonia`); its penultimate features. Needed for L_ut.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder.")
+@click.option("--losses", type=click.Choice(["id+ut", "id", "ut"]), default=None,
+              help="GMIA Table 2: both losses (the method), L_id only, or L_ut only.  [default: id+ut]")
+@click.option("--steps", type=click.IntRange(min=0), default=None,
+              help="Adam steps on W_A; 0 releases the reconstructions G(E(X)) (no anonymisation).  [default: 100]")
+@click.option("--lr", type=float, default=None, help="Adam learning rate.  [default: 0.01]")
+@click.option("--margin", type=float, default=None,
+              help="m of L_id = max(0, cos - m): the identity cosine the optimisation aims below.  [default: 0]")
+@click.option("--lambda-id", type=float, default=None, help="Weight of L_id.  [default: 1]")
+@click.option("--lambda-ut", type=float, default=None, help="Weight of L_ut.  [default: 0.05]")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Images optimised together (speed only: the result does not depend on it).  [default: 16]")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="YAML with GMIAConfig fields (losses, steps, lr, margin, lambda_id, lambda_ut, batch_size).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config field (repeatable).")
+@click.option("--split", type=click.Choice(SPLITS), default="all",
+              help="Anonymise only one patient-level split (e.g. train, to evaluate against held-out test patients).")
+@click.option("--splits", "splits_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Splits CSV (record_id, patient_id, split); else --split is recomputed from --split-seed.")
+@click.option("--split-seed", type=int, default=0, help="Seed of the recomputed split (as `medanon data split`).")
+@click.option("--release-labels", default=None, metavar="NAME[,NAME...]",
+              help="Labels to release.  [default: the utility label only: grade (fundus), pneumonia (X-ray)]")
+@click.option("--mapping", type=click.Path(path_type=Path), default=None,
+              help="Private record -> source mapping file, outside the release (the evaluation's attacks need it).")
+@click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads for torch; 0 = torch's default.")
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
+@data_options
+@click.pass_context
+def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_path, out, losses, steps, lr, margin,
+             lambda_id, lambda_ut, batch_size, config_file, overrides, split, splits_csv, split_seed, release_labels,
+             mapping, threads, overwrite, **data_opts) -> None:
+    """GMIA: each image's latent W_A starts at the encoder's W and is optimised (the only trainable tensor)
+    so that the identity network no longer matches it to its source while the utility features stay close.
+    NO formal privacy guarantee: measure the protection with `medanon evaluate` (linkability, singling out)."""
+    import torch
+
+    from medanon.anonymize.gmia import GMIA, GMIAConfig, gmia_release
+    from medanon.config import build
+    from medanon.runtime import resolve_device
+
+    cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr, margin=margin,
+                lambda_id=lambda_id, lambda_ut=lambda_ut, batch_size=batch_size)
+    device = resolve_device(ctx.obj["device"])
+    if device.type == "cpu" and threads:
+        torch.set_num_threads(threads)
+    gmia = GMIA.from_checkpoints(model_path, identity=identity_path, utility=utility_path, cfg=cfg, device=device)
+    g = gmia.codec.generator
+    for opt, want in (("size", g.img_resolution), ("channels", str(g.img_channels))):
+        if data_opts.get(opt) not in (None, want):
+            raise click.BadParameter(f"the codec renders {g.img_channels}x{g.img_resolution}px images",
+                                     param_hint=f"--{opt}")
+        data_opts[opt] = want
+    ds = _select(open_from_cli(data_dir, **data_opts), split, splits_csv, split_seed)
+    labels = [s.strip() for s in release_labels.split(",") if s.strip()] if release_labels is not None else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite)
+    for w in caught:
+        click.secho(f"WARNING: {w.message}", fg="yellow", err=True)
+    click.echo(f"wrote {len(ds)} GMIA images ({cfg.losses}, {cfg.steps} steps, m={cfg.margin:g}) to {path}")
+    click.echo(json.dumps({"optimisation_outcome": outcome}, indent=2))
+    click.echo("privacy: NO formal guarantee. Measure it: medanon evaluate (linkability, singling out, membership) "
+               "with the private --mapping, and an identity network other than --identity.")

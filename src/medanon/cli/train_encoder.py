@@ -1,0 +1,190 @@
+"""``medanon train encoder`` (ReStyle, frozen generator) and ``medanon train autoencoder`` (GMIA co-training).
+
+Both train on every image of ``--data`` (hold patients out by passing another folder), write a run
+directory with ``checkpoint.pt``, ``metrics.jsonl``, source | reconstruction sample grids and a
+manifest, continue with ``--resume``, and with ``--export`` also write a small copy of the final
+checkpoint (no optimizer state) that ``medanon.codecs.stylegan.load_codec`` loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, train
+from medanon.cli.data import data_options, open_from_cli
+
+
+def loop_options(f):
+    """Options shared by both commands: config, run directory, length, intervals, export, threads."""
+    opts = [
+        click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     required=True, help="Dataset folder (every image is used for training)."),
+        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     default=None, help="YAML with the config fields, e.g. configs/encoder/cpu64.yaml "
+                                        "(with --resume: the run's own config.yaml)."),
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                     help="Override a config field, e.g. --set batch=16 (repeatable)."),
+        click.option("--out", type=click.Path(path_type=Path), required=True,
+                     help="Run directory (checkpoint.pt, metrics.jsonl, samples/)."),
+        click.option("--steps", type=click.IntRange(min=0), default=2000, help="Train until this many steps in total."),
+        click.option("--minutes", type=click.FloatRange(min=0), default=0.0,
+                     help="Stop (with a final checkpoint) after this much wall-clock time; 0 = no limit."),
+        click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint."),
+        click.option("--checkpoint-every", type=click.IntRange(min=1), default=500, help="Steps between checkpoints."),
+        click.option("--sample-every", type=click.IntRange(min=1), default=500,
+                     help="Steps between source | reconstruction grids."),
+        click.option("--log-every", type=click.IntRange(min=1), default=10, help="Steps between metrics lines."),
+        click.option("--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="At the end, also write a small copy of the checkpoint (no optimizer state) here."),
+        click.option("--eval-data", "eval_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     default=None, help="Held-out dataset folder (other patients): at the end, write PSNR, SSIM, "
+                                        "IW-SSIM and feature distance of the reconstructions to OUT/heldout.json."),
+        click.option("--threads", type=click.IntRange(min=0), default=0,
+                     help="CPU threads for torch; 0 = all cores. On a busy shared machine 1 is often fastest."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _setup(ctx, *, threads: int, config_file: Path | None, overrides, resume: bool, out: Path, steps: int,
+           minutes: float, checkpoint_every: int, sample_every: int, log_every: int):
+    """Threads; the config file to read (on --resume without --config: the run's own); the training-loop
+    keyword arguments (device included) both trainers take."""
+    import torch
+
+    from medanon.runtime import cpu_count, resolve_device
+
+    device = resolve_device(ctx.obj["device"])
+    if device.type == "cpu":
+        torch.set_num_threads(threads or cpu_count())
+    if config_file is None and resume and not overrides and (out / "config.yaml").is_file():
+        config_file = out / "config.yaml"
+    loop = {"steps": steps, "resume": resume, "device": device, "checkpoint_every": checkpoint_every,
+            "sample_every": sample_every, "log_every": log_every, "max_seconds": minutes * 60 or None}
+    return config_file, loop
+
+
+def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, gan_ckpt: Path | None,
+                          fallback, data_opts: dict):
+    """Every image of ``data_dir`` at the resolution and channels of the run's generator: the resumed run's,
+    else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed)."""
+    from medanon.checkpoint import load_checkpoint
+    from medanon.train.encoder import CHECKPOINT
+    from medanon.train.gan import KIND as GAN_KIND
+
+    if resume and (out / CHECKPOINT).exists():
+        g = load_checkpoint(out / CHECKPOINT, kind=kind)["config"]["generator"]
+    elif gan_ckpt is not None:
+        g = load_checkpoint(gan_ckpt, kind=GAN_KIND)["config"]
+    elif fallback is not None:
+        g = {"resolution": fallback.resolution, "channels": fallback.channels}
+    else:
+        raise click.UsageError("pass --generator CHECKPOINT.pt (a `medanon train gan` checkpoint), or --resume a run")
+    return _load_images(data_dir, int(g["resolution"]), int(g["channels"]), data_opts)
+
+
+def _load_images(data_dir: Path, resolution: int, channels: int, data_opts: dict):
+    """Every image of ``data_dir`` at the generator's resolution and channel count."""
+    if data_opts.get("size") not in (None, resolution):
+        raise click.BadParameter(f"the generator renders {resolution} px images; --size {data_opts['size']} "
+                                 "cannot be inverted by it", param_hint="--size")
+    if data_opts.get("channels") not in (None, str(channels)):
+        raise click.BadParameter(f"the generator renders {channels}-channel images", param_hint="--channels")
+    data_opts = {**data_opts, "size": resolution, "channels": str(channels)}
+    images, _ = open_from_cli(data_dir, **data_opts).tensors()
+    return images
+
+
+def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | None, data_opts: dict,
+            what: str) -> None:
+    """Export, evaluate on held-out data (every ReStyle iteration count up to the trained one), report."""
+    import json
+
+    from medanon.codecs.stylegan import load_codec
+    from medanon.fsutil import atomic_write_text
+    from medanon.train.encoder import export_codec, reconstruction_report
+
+    click.echo(f"wrote {ckpt} ({what}); load it with medanon.codecs.stylegan.load_codec")
+    if export_path is not None:
+        click.echo(f"exported {export_codec(ckpt, export_path)}")
+    if eval_dir is None:
+        return
+    codec = load_codec(ckpt)
+    g = codec.generator
+    images = _load_images(eval_dir, g.img_resolution, g.img_channels, data_opts)
+    trained = codec.iterations
+    reports = []
+    for n in range(1, trained + 1):
+        codec.iterations = n
+        reports.append(reconstruction_report(codec, images, baseline=n == trained))
+    result = {"data": str(eval_dir), "checkpoint": str(ckpt), "phantom_results": _is_phantom(eval_dir),
+              "reports": reports}
+    atomic_write_text(out / "heldout.json", json.dumps(result, indent=2) + "\n")
+    for r in reports:
+        m = r["codec"]
+        click.echo(f"held-out ({r['images']} images, {r['iterations']} iteration(s)): PSNR {m['psnr']['mean']:.2f} dB, "
+                   f"SSIM {m['ssim']['mean']:.4f}, IW-SSIM {m['iw_ssim']['mean']:.4f}, "
+                   f"{r['labels']['feature_distance']} {m['feature_distance']['mean']:.4f}")
+    base = reports[-1]["mean_latent"]
+    click.echo(f"mean latent G(w_avg) for comparison: PSNR {base['psnr']['mean']:.2f} dB, "
+               f"SSIM {base['ssim']['mean']:.4f}; written to {out / 'heldout.json'}")
+
+
+def _is_phantom(folder: Path) -> bool:
+    return (folder / "phantom.json").is_file()
+
+
+@train.command("encoder", context_settings=CONTEXT)
+@loop_options
+@click.option("--generator", "generator_ckpt", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="StyleGAN2 checkpoint to invert (from `medanon train gan`); it stays frozen. "
+                                 "Not needed with --resume.")
+@data_options
+@click.pass_context
+def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, generator_ckpt, threads,
+                      steps, minutes, resume, checkpoint_every, sample_every, log_every, **data_opts) -> None:
+    """Train a ReStyle iterative inversion encoder for a frozen StyleGAN2 generator (k-SALSA's encoder).
+
+    The perceptual term is a feature distance on EfficientNet-Lite0 ImageNet features, not LPIPS.
+    """
+    from medanon.codecs.stylegan import KIND_RESTYLE
+    from medanon.config import build
+    from medanon.train.encoder import EncoderConfig, train_restyle
+
+    config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
+                               out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
+                               sample_every=sample_every, log_every=log_every)
+    cfg = build(EncoderConfig, path=config_file, overrides=overrides)
+    images = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None, data_opts)
+    ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder")
+    _finish(ckpt, out, export_path, eval_dir, data_opts, f"ReStyle encoder, {cfg.iterations} iterations")
+
+
+@train.command("autoencoder", context_settings=CONTEXT)
+@loop_options
+@click.option("--generator", "init_ckpt", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Start G and D from this StyleGAN2 checkpoint (saves CPU time); without it they "
+                                 "start from random weights with the config's `generator` architecture.")
+@data_options
+@click.pass_context
+def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, init_ckpt, threads,
+                          steps, minutes, resume, checkpoint_every, sample_every, log_every, **data_opts) -> None:
+    """Co-train an encoder and a StyleGAN2 generator as an autoencoder-GAN (GMIA's projection).
+
+    Losses: pixel, EfficientNet-Lite0 feature distance (not LPIPS) and adversarial for E and G, then
+    the discriminator step.
+    """
+    from medanon.codecs.stylegan import KIND_COTRAINED
+    from medanon.config import build
+    from medanon.train.autoencoder import AutoencoderConfig, train_autoencoder
+
+    config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
+                               out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
+                               sample_every=sample_every, log_every=log_every)
+    cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
+    images = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt, cfg.generator, data_opts)
+    ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder")
+    _finish(ckpt, out, export_path, eval_dir, data_opts, "co-trained encoder + generator")

@@ -1,0 +1,61 @@
+"""``medanon train gan``: train the StyleGAN2-ADA backbone of the latent methods (k-SALSA, GMIA)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, train
+
+
+@train.command("gan", context_settings=CONTEXT)
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True,
+              help="Dataset folder (any layout `medanon data summary` reads).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="StyleGANConfig YAML, e.g. configs/stylegan/cpu64.yaml (with --resume: the run's own).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")
+@click.option("--steps", type=click.IntRange(min=0), default=2000, help="Train until this many steps in total.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint.pt.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config field, e.g. --set channels=1 (repeatable).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, help="Steps between checkpoints.")
+@click.option("--sample-every", type=click.IntRange(min=1), default=100, help="Steps between sample grids.")
+@click.option("--minutes", type=click.FloatRange(min=0), default=0.0,
+              help="Stop (with a final checkpoint) after this much wall-clock time; 0 = no limit.")
+@click.option("--threads", type=click.IntRange(min=0), default=0,
+              help="CPU threads for torch; 0 = all cores. On a busy shared machine 1 is often fastest.")
+@click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write a small copy of the final model (EMA generator, discriminator, config) here.")
+@click.pass_context
+def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
+                  overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float, threads: int,
+                  export: Path | None) -> None:
+    """Train StyleGAN2-ADA on the images in --data; images are loaded at the config's resolution and channels.
+
+    Writes checkpoint.pt, sample grids, metrics.jsonl, config.yaml and manifest.json to --out.
+    """
+    import torch
+
+    from medanon.config import DataConfig, build
+    from medanon.data.dataset import open_dataset
+    from medanon.models.stylegan import StyleGANConfig
+    from medanon.runtime import cpu_count, resolve_device
+    from medanon.train.gan import export_checkpoint, train_stylegan
+
+    if config_file is None and not resume:
+        raise click.UsageError("--config is needed for a new run (e.g. --config configs/stylegan/cpu64.yaml)")
+    if config_file is None and not overrides:
+        config_file = out / "config.yaml"
+    cfg = build(StyleGANConfig, path=config_file, overrides=overrides)
+    device = resolve_device(ctx.obj["device"])
+    if device.type == "cpu":
+        torch.set_num_threads(threads or cpu_count())
+    ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=True)
+    images, _ = ds.tensors()
+    path = train_stylegan(images, cfg, out, steps=steps, resume=resume, device=device,
+                          checkpoint_every=checkpoint_every, sample_every=sample_every,
+                          max_seconds=minutes * 60 if minutes else None, command="medanon train gan")
+    click.echo(f"wrote {path}")
+    if export is not None:
+        click.echo(f"exported {export_checkpoint(path, export)}")

@@ -1,0 +1,143 @@
+"""``medanon train identity`` and ``medanon train classifier``: the evaluation's networks, on their own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from medanon.cli.base import CONTEXT, train
+from medanon.cli.data import data_options, open_from_cli
+
+
+def _split_rows(ds, splits: Path | None, split: str, seed: int, stratify: str):
+    import numpy as np
+
+    from medanon.data.splits import split_patients
+    from medanon.evaluate.inputs import _read_splits_csv
+
+    if split == "all":
+        return np.arange(len(ds.records))
+    if splits is not None:
+        names = _read_splits_csv(splits, ds.records)
+    else:
+        if stratify == "auto":
+            stratify = "grade" if ds.modality == "fundus" else "pneumonia" if ds.modality == "xray" else ""
+        a = split_patients(ds.records, stratify=stratify, seed=seed)
+        names = np.array([a[r.patient_id] for r in ds.records])
+    rows = np.flatnonzero(names == split)
+    if len(rows) == 0:
+        raise click.UsageError(f"the {split!r} split is empty")
+    return rows
+
+
+def _split_options(f):
+    opts = [
+        click.option("--split", type=click.Choice(["train", "val", "test", "all"]), default="train",
+                     help="Which patients to train on."),
+        click.option("--splits", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+                     help="Splits CSV (record_id, patient_id, split); else the split is recomputed from --seed."),
+        click.option("--split-seed", type=int, default=0, help="Seed of the recomputed split."),
+        click.option("--stratify", default="auto", help="Label the recomputed split is stratified by."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+@train.command("identity", context_settings=CONTEXT)
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@data_options
+@_split_options
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Checkpoint to write (kind 'identity'); an interrupted run with the same settings resumes.")
+@click.option("--steps", type=click.IntRange(min=1), default=1500, help="Optimiser steps.")
+@click.option("--arch", type=click.Choice(["small", "resnet10", "resnet18"]), default="small", help="Backbone.")
+@click.option("--embed-dim", type=click.IntRange(min=2), default=128, help="Embedding size.")
+@click.option("--image-size", type=click.IntRange(min=8), default=None, help="Training side (default: --size).")
+@click.option("--margin", type=click.FloatRange(0, 1.5), default=0.3, help="ArcFace angular margin (radians).")
+@click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
+@click.option("--fresh", is_flag=True, help="Start over instead of resuming a checkpoint at --out.")
+@click.pass_context
+def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, out, steps, arch, embed_dim,
+                       image_size, margin, seed, fresh, **opts) -> None:
+    """Train the identity network (ArcFace on patient ids) on the repeated acquisitions of DATA_DIR's patients,
+    then report verification AUC and rank-1 identification on the held-out test split."""
+    import numpy as np
+
+    from medanon.evaluate.metrics import roc_auc
+    from medanon.runtime import resolve_device
+    from medanon.train.identity import IdentityTrainConfig, train_identity
+
+    device = resolve_device(ctx.obj["device"])
+    ds = open_from_cli(data_dir, **opts)
+    images, _ = ds.tensors()
+    rows = _split_rows(ds, splits, split, split_seed, stratify)
+    patients = np.array([r.patient_id for r in ds.records])
+    cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
+                              margin=margin, seed=seed)
+    if fresh and out.exists():
+        out.unlink()
+    net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=True, device=device,
+                         progress=True)
+    result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
+    if split != "all":
+        test = _split_rows(ds, splits, "test", split_seed, stratify) if split != "test" else rows
+        e = net.embed(images[test]).double().numpy()
+        p = patients[test]
+        sim = e @ e.T
+        iu = np.triu_indices(len(p), 1)
+        result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])
+        np.fill_diagonal(sim, -np.inf)
+        result["test_rank1_identification"] = float((p[sim.argmax(1)] == p).mean())
+    click.echo(json.dumps(result, indent=2))
+
+
+@train.command("classifier", context_settings=CONTEXT)
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@data_options
+@_split_options
+@click.option("--label", required=True, help="Label to predict, e.g. grade, pneumonia, sex.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Checkpoint to write (kind 'classifier').")
+@click.option("--steps", type=click.IntRange(min=1), default=300, help="Optimiser steps.")
+@click.option("--arch", type=click.Choice(["small", "resnet10", "resnet18"]), default="small", help="Architecture.")
+@click.option("--loss", type=click.Choice(["ce", "weighted", "focal"]), default="ce",
+              help="Cross-entropy, class-weighted cross-entropy, or class-weighted focal loss.")
+@click.option("--image-size", type=click.IntRange(min=8), default=None, help="Training side (default: --size).")
+@click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
+@click.pass_context
+def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, label, out, steps, arch,
+                         loss, image_size, seed, **opts) -> None:
+    """Train the small ResNet classifier on one label of DATA_DIR and report its held-out test metrics."""
+    import numpy as np
+
+    from medanon.evaluate.utility import KNOWN_TASKS, Task, score
+    from medanon.models.classifier import predict_proba, save_classifier
+    from medanon.runtime import resolve_device
+    from medanon.train.classifier import ClassifierTrainConfig, resize_to, train_classifier
+
+    device = resolve_device(ctx.obj["device"])
+    ds = open_from_cli(data_dir, **opts)
+    if label not in ds.label_names:
+        raise click.UsageError(f"--label {label!r} is not a label of {data_dir}; it has {ds.label_names}")
+    images, _ = ds.tensors()
+    values = ds.label_array(label)
+    known = values[~np.isnan(values)]
+    task = KNOWN_TASKS.get(label, Task(label, int(known.max()) + 1 if len(known) else 0, "multiclass"))
+    if label == "sex":
+        task = Task("sex", 2, "binary")
+    rows = _split_rows(ds, splits, split, split_seed, stratify)
+    ok, y = task.targets(values[rows])
+    cfg = ClassifierTrainConfig(arch=arch, steps=steps, loss=loss, image_size=image_size or ds.size, seed=seed)
+    model = train_classifier(images[rows[ok]], y, num_classes=task.num_classes, cfg=cfg, device=device, progress=True)
+    save_classifier(out, model, extra={"label": label, "train_config": cfg.to_dict()})
+    result = {"checkpoint": str(out), "label": label, "trained_on": f"{split} split, {int(ok.sum())} images"}
+    if split != "all":
+        test = _split_rows(ds, splits, "test", split_seed, stratify)
+        tok, ty = task.targets(values[test])
+        if tok.sum():
+            probs = predict_proba(model, resize_to(images[test[tok]], cfg.image_size))
+            result["test"] = score(task, ty, probs.numpy())
+    click.echo(json.dumps(result, indent=2))

@@ -1,0 +1,125 @@
+"""Membership inference, k-SALSA §4.5: rank real images for membership in each released record.
+
+Paper protocol: an attacker network is trained on the training set to score whether an image
+belongs to a synthetic average's cluster; the test set is split into two halves, averages are
+built on the first, and for every average the images of *both* halves are ranked; the score is
+the top-K accuracy (mean fraction of the K best-ranked images that are members) with K = k.
+
+The same protocol on a release folder (the evaluator reads only the release, its private mapping as
+ground truth, and the real data):
+
+1. The release's records are split at random (seeded) into an attacker half and a target half.
+2. **Attacker training** (what the paper's attacker sees): the attacker half's released images
+   with the membership of their clusters — pairs (record, member image) are positives, pairs
+   (record, member of another attacker-half record) negatives. The attacker is a logistic regression
+   on the pair features ``[|d(a) - d(c)|, d(a) * d(c)]`` of an image descriptor ``d`` (unit identity
+   embedding and a standardised 8x8 thumbnail), i.e. a learned similarity, trained only on those pairs.
+3. **Target**: target-half records are taken in random order while their members fit in a pool
+   balanced with as many held-out real images (patients never in the release), like the paper's two
+   halves. For each of these records all pool images are ranked by the attacker's score.
+4. Top-K accuracy with K = the record's number of sources (k), its bootstrap interval over records,
+   and the control: a random ranking, whose expected top-K accuracy is members / pool size.
+
+Worst case as in the paper: the member images offered to the attacker are the exact source images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from medanon.evaluate.attacks.risk import risk_entry, success_rate
+
+ASSUMPTIONS = ("attacker knows the method well enough to hold released records with their cluster membership for "
+               "half of the release (as k-SALSA's attacker trained on training-set averages) and ranks candidate "
+               "images: the exact source images of the other half plus as many images of held-out patients; K = k")
+
+
+def descriptors(images: torch.Tensor, identity_emb: np.ndarray, *, thumb: int = 8) -> np.ndarray:
+    """Per-image descriptor: unit identity embedding and an area-downsampled, standardised thumbnail."""
+    t = F.adaptive_avg_pool2d(images.float(), thumb).flatten(1).double().numpy()
+    t = (t - t.mean(1, keepdims=True)) / np.maximum(t.std(1, keepdims=True), 1e-6) / np.sqrt(t.shape[1])
+    e = np.asarray(identity_emb, np.float64)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+    return np.concatenate([e, t], axis=1)
+
+
+def pair_features(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.abs(a - c), a * c], axis=1)
+
+
+def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Sequence[int]],
+                     source_desc: np.ndarray, heldout_desc: np.ndarray, seed: int = 0, negatives: int = 4,
+                     n_boot: int = 200, confidence: float = 0.95) -> dict:
+    """Run the attack. ``record_sources[r]`` indexes ``source_desc`` rows of record ``r``'s source images."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(seed)
+    n_rec = len(record_sources)
+    if n_rec < 4 or len(heldout_desc) < 2:
+        raise ValueError("membership inference needs at least 4 released records and 2 held-out images")
+    order = rng.permutation(n_rec)
+    train_recs, target_recs = order[: n_rec // 2], order[n_rec // 2:]
+
+    # 2. attacker training pairs
+    feats, labels = [], []
+    train_members = np.concatenate([np.asarray(record_sources[r], np.int64) for r in train_recs])
+    for r in train_recs:
+        mem = np.asarray(record_sources[r], np.int64)
+        others = np.setdiff1d(train_members, mem)
+        for m in mem:
+            feats.append(pair_features(release_desc[r:r + 1], source_desc[m:m + 1]))
+            labels.append(1)
+        if len(others):
+            neg = rng.choice(others, min(len(others), negatives * len(mem)), replace=False)
+            feats.append(pair_features(np.repeat(release_desc[r:r + 1], len(neg), 0), source_desc[neg]))
+            labels += [0] * len(neg)
+    x = np.concatenate(feats)
+    y = np.asarray(labels)
+    clf = LogisticRegression(C=1.0, max_iter=2000, class_weight="balanced")
+    clf.fit(x, y)
+
+    # 3. balanced target pool
+    budget = len(heldout_desc)
+    chosen, members = [], []
+    for r in target_recs:
+        mem = list(record_sources[r])
+        if len(members) + len(mem) > budget:
+            continue
+        chosen.append(int(r))
+        members += mem
+    if not chosen:
+        raise ValueError("not enough held-out images to balance even one target record's members")
+    mem_idx = np.asarray(members, np.int64)
+    held = rng.choice(len(heldout_desc), len(mem_idx), replace=False)
+    pool = np.concatenate([source_desc[mem_idx], heldout_desc[held]])
+    pool_owner = np.r_[mem_idx, -1 - np.arange(len(held))]          # source index, or negative for held-out
+
+    # 4. rank and score
+    accs, hits_total, k_total, chance = [], 0, 0, []
+    for r in chosen:
+        srcs = set(int(s) for s in record_sources[r])
+        k = len(srcs)
+        scores = clf.decision_function(pair_features(np.repeat(release_desc[r:r + 1], len(pool), 0), pool))
+        top = np.argsort(-scores, kind="stable")[:k]
+        hits = sum(int(pool_owner[t]) in srcs for t in top)
+        accs.append(hits / k)
+        hits_total += hits
+        k_total += k
+        chance.append(k / len(pool))
+    accs_a = np.asarray(accs)
+    boots = [accs_a[rng.integers(0, len(accs_a), len(accs_a))].mean() for _ in range(n_boot)]
+    q = (1 - confidence) / 2
+    expected_random = float(np.mean(chance))
+    attack = success_rate(hits_total, k_total, confidence=confidence)
+    control = success_rate(round(expected_random * k_total), k_total, confidence=confidence)
+    ci = [float(np.quantile(boots, q)), float(np.quantile(boots, 1 - q))]
+    return {"top_k_accuracy": float(accs_a.mean()), "ci": ci,
+            "chance": expected_random, "records_evaluated": len(chosen), "records_attacker": len(train_recs),
+            "pool": len(pool), "members_in_pool": len(mem_idx), "heldout_in_pool": len(held),
+            "k": sorted({len(record_sources[r]) for r in chosen}), "assumptions": ASSUMPTIONS,
+            "risk": risk_entry(attack, control, what="a top-K ranked image is a member of the record",
+                               control_is="a random ranking of the same pool (expected hits)")}

@@ -1,0 +1,110 @@
+"""``EvalConfig``: every setting of an evaluation, in one dataclass tree (YAML in, ``--set`` overrides).
+
+The expensive knobs are here so a CPU run can be sized: the FID sample size and the Inception
+switch (Inception-v3 at 299 px costs roughly 0.1-1 s per image on two CPU cores), the classifier's
+steps and input size, the number of seeds, the identity network's steps. ``EvalConfig.fast()`` is
+the preset the demo and the tests start from; the defaults are the full protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from medanon.config import SplitConfig
+from medanon.errors import ConfigError
+from medanon.train.classifier import ClassifierTrainConfig
+from medanon.train.identity import IdentityTrainConfig
+
+
+@dataclass
+class FidelityConfig:
+    inception: bool = True                      # FID and KID on Inception-v3 features (the slow part on a CPU)
+    samples: int = 0                            # released images per method for FID/KID/FD (0: the smallest release)
+    max_samples: int = 1000                     # cap on samples (the same N for every release)
+    reference_samples: int = 1000               # real source-split images in the reference set (cap)
+    bootstrap: int = 50                         # bootstrap resamples for the FID / FD intervals
+    kid_subsets: int = 100                      # KID subsets
+    kid_subset_size: int = 1000                 # KID subset size (capped by the set sizes)
+    in_domain: bool = True                      # Fréchet distance on the identity network's embeddings
+    batch: int = 32                             # images per feature-network batch
+
+    def validate(self) -> None:
+        if self.samples < 0 or self.max_samples < 2 or self.reference_samples < 2:
+            raise ConfigError("fidelity.samples must be >= 0, max_samples and reference_samples >= 2")
+        if self.bootstrap < 0 or self.kid_subsets < 1 or self.kid_subset_size < 2 or self.batch < 1:
+            raise ConfigError("fidelity.bootstrap >= 0, kid_subsets >= 1, kid_subset_size >= 2, batch >= 1")
+
+
+@dataclass
+class UtilityConfig:
+    tasks: tuple[str, ...] = ()                 # labels to predict; () = grade / pneumonia; ('none',) = off
+    seeds: tuple[int, ...] = (0, 1, 2)          # one classifier per seed on the release and on the real baseline
+    classifier: ClassifierTrainConfig = field(default_factory=ClassifierTrainConfig)
+    full_real: bool = True                      # also train on every real source image: a reference row, and
+                                                # that model tested on the released images (DP-GLOW's direction)
+
+    def validate(self) -> None:
+        if not self.seeds:
+            raise ConfigError("utility.seeds must name at least one seed")
+
+
+@dataclass
+class AttackConfig:
+    membership: bool = True                     # k-SALSA top-K membership inference (needs the mapping)
+    attribute: str = "sex"                      # VS-Snow attribute attacker's label ("" = off)
+    attribute_classifier: ClassifierTrainConfig = field(default_factory=ClassifierTrainConfig)
+    linkability: bool = True                    # GMIA inner / outer risk (needs the mapping)
+    singling_out: bool = True                   # GMIA hidden rate / local cloaking (needs the mapping)
+    inference: bool = True                      # anonymeter-style inference of `attribute` from released labels
+    target_far: float = 0.01                    # FAR at which the verification threshold is fixed
+    max_pairs: int = 5000                       # cap on genuine pairs per verification set
+    confidence: float = 0.95                    # level of every Wilson / bootstrap interval
+    identity: IdentityTrainConfig = field(default_factory=IdentityTrainConfig)
+    identity_checkpoint: str = ""               # a trained identity network (kind "identity") instead of training
+
+    def validate(self) -> None:
+        if not 0 < self.target_far < 1:
+            raise ConfigError(f"attacks.target_far={self.target_far} must be in (0, 1)")
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"attacks.confidence={self.confidence} must be in [0.5, 1)")
+        if self.max_pairs < 10:
+            raise ConfigError("attacks.max_pairs must be at least 10")
+
+
+def _auto_split() -> SplitConfig:
+    """The demo's split: stratified by grade (fundus) or pneumonia (X-ray), which ``stratify="auto"`` selects."""
+    return SplitConfig(stratify="auto")
+
+
+@dataclass
+class EvalConfig:
+    size: int = 64                              # images are evaluated at this side (releases resized to it)
+    seed: int = 0                               # seeds every random choice of the evaluation
+    source_split: str = "train"                 # split the releases were built from (their members)
+    heldout_split: str = "test"                 # real patients never released: test set and attack controls
+    split: SplitConfig = field(default_factory=_auto_split)  # recomputed split (no --splits CSV)
+    grid: int = 6                               # released records shown per release in the report's image grid
+    fidelity: FidelityConfig = field(default_factory=FidelityConfig)
+    utility: UtilityConfig = field(default_factory=UtilityConfig)
+    attacks: AttackConfig = field(default_factory=AttackConfig)
+
+    def validate(self) -> None:
+        if self.size < 16 or self.size > 1024:
+            raise ConfigError(f"size={self.size} must be between 16 and 1024")
+        splits = ("train", "val", "test")
+        if self.source_split not in splits or self.heldout_split not in splits or \
+                self.source_split == self.heldout_split:
+            raise ConfigError(f"source_split={self.source_split!r} and heldout_split={self.heldout_split!r} must be "
+                              f"two different splits among {splits}")
+        if self.grid < 0:
+            raise ConfigError("grid must be >= 0")
+
+    @classmethod
+    def fast(cls, *, size: int = 64) -> EvalConfig:
+        """A CPU-sized protocol: small FID samples, short classifier and identity training, two seeds."""
+        clf = ClassifierTrainConfig(image_size=min(size, 32), steps=150, batch=32)
+        return cls(size=size,
+                   fidelity=FidelityConfig(max_samples=50, reference_samples=100, bootstrap=20, kid_subsets=20),
+                   utility=UtilityConfig(seeds=(0, 1), classifier=clf),
+                   attacks=AttackConfig(attribute_classifier=ClassifierTrainConfig(image_size=min(size, 32), steps=150),
+                                        identity=IdentityTrainConfig(image_size=min(size, 32), steps=400)))

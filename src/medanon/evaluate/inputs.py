@@ -1,0 +1,204 @@
+"""What an evaluation reads: the real dataset with its patient-level split, and release folders.
+
+The real dataset is opened with the same loaders as everywhere (:func:`medanon.data.dataset.open_dataset`)
+and split by patient, either from a splits CSV (``record_id,patient_id,split``, as written by
+``medanon data split`` and the demo) or recomputed with :func:`medanon.data.splits.split_patients`
+from the seed. The release's *source* split holds the patients a release may contain; the
+*held-out* split holds patients no release may contain: the utility test set and the controls of
+the attacks.
+
+A release is read only through its folder (:func:`medanon.release.read_release`): images,
+``labels.csv``, ``manifest.json``. The private mapping (record -> source record ids), which the
+data custodian keeps outside the release, is the ground truth of the attacks that need it; it is
+found at ``<release>.mapping.json`` next to the release folder unless given explicitly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from medanon.config import DataConfig
+from medanon.data.dataset import ImageDataset, open_dataset
+from medanon.data.records import Record
+from medanon.data.splits import split_patients
+from medanon.errors import ConfigError, DataError
+from medanon.release.writer import read_release
+from medanon.runtime import files_digest
+from medanon.train.classifier import resize_to
+
+log = logging.getLogger(__name__)
+
+MAPPING_SUFFIX = ".mapping.json"
+
+
+@dataclass
+class RealData:
+    root: Path
+    dataset: ImageDataset                       # the opened dataset (records, labels)
+    images: torch.Tensor                        # (N, C, H, W) float32 in [-1, 1]
+    patients: np.ndarray                        # (N,) patient ids (str)
+    split: np.ndarray                           # (N,) "train" | "val" | "test"
+    modality: str | None
+    phantom: bool
+    digest: str                                 # content digest of the image files
+    split_source: str                           # where the split came from (file or seed)
+    index: dict[str, int] = field(default_factory=dict)    # record_id -> row
+
+    @property
+    def records(self) -> list[Record]:
+        return self.dataset.records
+
+    def label(self, name: str) -> np.ndarray:
+        return self.dataset.label_array(name)
+
+    @property
+    def label_names(self) -> list[str]:
+        return self.dataset.label_names
+
+    def rows(self, split: str) -> np.ndarray:
+        return np.flatnonzero(self.split == split)
+
+
+def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or not {"record_id", "split"} <= set(rows[0]):
+        raise DataError(f"{path} is not a splits CSV (columns record_id, patient_id, split)",
+                        fix="pass a file written by `medanon data split` or the demo (splits_<modality>.csv)")
+    by_id = {r["record_id"]: r["split"] for r in rows}
+    missing = [r.path.name for r in records if r.record_id not in by_id]
+    if missing:
+        raise DataError(f"{len(missing)} image(s) of the real dataset are not in {path}", files=missing,
+                        fix="pass the splits CSV written for this dataset (same folder, same layout)")
+    return np.array([by_id[r.record_id] for r in records])
+
+
+def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = None, stratify: str = "auto",
+              val: float = 0.15, test: float = 0.15, seed: int = 0, progress: bool = False) -> RealData:
+    """Open, load and split the real dataset at ``size`` pixels."""
+    root = Path(root)
+    ds = open_dataset(root, DataConfig(size=size), progress=progress)
+    images, _ = ds.tensors(progress=progress)
+    if splits_csv is not None:
+        split = _read_splits_csv(Path(splits_csv), ds.records)
+        where = str(splits_csv)
+    else:
+        if stratify == "auto":
+            stratify = "grade" if ds.modality == "fundus" else "pneumonia" if ds.modality == "xray" else ""
+        assignment = split_patients(ds.records, val=val, test=test, stratify=stratify, seed=seed)
+        split = np.array([assignment[r.patient_id] for r in ds.records])
+        where = f"split_patients(val={val}, test={test}, stratify={stratify!r}, seed={seed})"
+    phantom = (root / "phantom.json").is_file()
+    dig = files_digest([r.path for r in ds.records], root=root)["sha256"]
+    return RealData(root=root, dataset=ds, images=images,
+                    patients=np.array([r.patient_id for r in ds.records]), split=split, modality=ds.modality,
+                    phantom=phantom, digest=dig, split_source=where,
+                    index={r.record_id: i for i, r in enumerate(ds.records)})
+
+
+@dataclass
+class ReleaseData:
+    path: Path
+    name: str                                   # display name (folder name unless given)
+    manifest: dict
+    rows: list[dict[str, str]]
+    images: torch.Tensor                        # (R, C, H, W) float32 in [-1, 1], at the evaluation size
+    digest: str
+    sources: list[list[int]] | None = None      # per record, rows of the real dataset it stands for (mapping)
+    mapping_path: Path | None = None
+
+    @property
+    def method(self) -> str:
+        return str(self.manifest.get("method", "?"))
+
+    @property
+    def params(self) -> dict:
+        return dict(self.manifest.get("params", {}))
+
+    @property
+    def setting(self) -> str:
+        """Short parameter string for tables, e.g. ``k=5`` (scalar parameters only)."""
+        return ", ".join(f"{k}={v}" for k, v in self.params.items() if isinstance(v, (int, float, str, bool)))
+
+    def label(self, name: str) -> np.ndarray:
+        return np.array([float(r[name]) if r.get(name, "") not in ("", None) else math.nan for r in self.rows])
+
+    @property
+    def label_names(self) -> list[str]:
+        return [c for c in (self.rows[0] if self.rows else {}) if c not in ("image", "n_sources", "n_people")
+                and not c.endswith("_counts")]
+
+
+def _read_png(path: Path) -> np.ndarray:
+    with Image.open(path) as im:
+        a = np.asarray(im if im.mode in ("L", "RGB") else im.convert("RGB"))   # palette, RGBA, 16-bit: converted
+    if a.ndim == 2:
+        a = a[None]
+    elif a.ndim == 3:
+        a = a[..., :3].transpose(2, 0, 1)
+    return a.astype(np.float32) / 127.5 - 1.0
+
+
+def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | Path | None = None,
+                 name: str | None = None) -> ReleaseData:
+    """Read a release folder (and its mapping, if present) and check it against the real data."""
+    path = Path(path)
+    manifest, rows = read_release(path)
+    if not rows:
+        raise DataError(f"release {path} has no records", fix="pass a release written by `medanon anonymize`")
+    files = [path / r["image"] for r in rows]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise DataError(f"release {path} lists images that are missing", files=missing,
+                        fix="re-run the anonymisation; a release folder must be complete")
+    arrays = [_read_png(f) for f in files]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise DataError(f"release {path} mixes image shapes {sorted(shapes)}", files=[str(files[0])])
+    images = torch.from_numpy(np.stack(arrays))
+    c_real = real.images.shape[1]
+    if images.shape[1] != c_real:
+        if images.shape[1] == 3 and c_real == 1:
+            images = images.mean(1, keepdim=True)
+        elif images.shape[1] == 1 and c_real == 3:
+            images = images.expand(-1, 3, -1, -1).contiguous()
+        else:
+            raise DataError(f"release {path} has {images.shape[1]}-channel images, the real data {c_real}")
+        log.warning("release %s: converted %d-channel images to the real data's %d channels", path,
+                    arrays[0].shape[0], c_real)
+    images = resize_to(images, size)
+    dig = files_digest([*files, path / "labels.csv", path / "manifest.json"], root=path)["sha256"]
+    rel = ReleaseData(path=path, name=name or path.name, manifest=manifest, rows=rows, images=images, digest=dig)
+    mp = Path(mapping) if mapping is not None else path.with_name(path.name + MAPPING_SUFFIX)
+    if mapping is not None and not mp.is_file():
+        raise ConfigError(f"mapping file {mp} for release {path} does not exist",
+                          fix="pass the file written with --mapping when the release was made")
+    if mp.is_file():
+        rel.sources = _read_mapping(mp, rows, real)
+        rel.mapping_path = mp
+    return rel
+
+
+def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[list[int]]:
+    data = json.loads(mp.read_text(encoding="utf-8"))
+    recs = data.get("records", {})
+    listed = [r["image"] for r in rows]
+    absent = [img for img in listed if img not in recs]
+    if absent:
+        raise DataError(f"mapping {mp} does not cover {len(absent)} released record(s)", files=absent,
+                        fix="pass the mapping written together with this release")
+    unknown = sorted({s for img in listed for s in recs[img]["sources"] if s not in real.index})
+    if unknown:
+        raise DataError(f"mapping {mp} names {len(unknown)} source record(s) that are not in the real dataset "
+                        f"{real.root}", files=unknown[:20],
+                        fix="evaluate against the dataset the release was made from (same folder and layout)")
+    return [[real.index[s] for s in recs[img]["sources"]] for img in listed]

@@ -1,0 +1,145 @@
+"""The synthesis network: ws (N, num_ws, w_dim) -> images (N, C, H, W), StyleGAN2 skip architecture.
+
+A learned 4x4 constant is refined block by block up to the output resolution; every block has
+two modulated 3x3 convolutions (the first upsamples) with per-pixel noise, and a 1x1 ``toRGB``
+whose output is added to the upsampled image of the blocks before it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from medanon.models.stylegan.layers import FullyConnected, lrelu, modulated_conv2d, upsample2x
+
+NOISE_MODES = ("random", "const", "none")
+
+
+class SynthesisLayer(nn.Module):
+    """Modulated 3x3 convolution with demodulation, per-pixel noise, bias and leaky ReLU."""
+
+    def __init__(self,
+        in_channels: int,                       # input feature maps
+        out_channels: int,                      # output feature maps
+        w_dim: int,                             # intermediate latent (w) dimensionality
+        resolution: int,                        # output side in pixels
+        up: bool = False,                       # upsample 2x first
+        kernel_size: int = 3,                   # convolution kernel side
+    ):
+        super().__init__()
+        self.up = up
+        self.resolution = resolution
+        self.affine = FullyConnected(w_dim, in_channels, bias_init=1.0)
+        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel_size, kernel_size))
+        self.weight_gain = 1.0 / math.sqrt(in_channels * kernel_size * kernel_size)
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+        self.noise_strength = nn.Parameter(torch.zeros([]))
+        self.register_buffer("noise_const", torch.randn(resolution, resolution))
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, noise_mode: str = "random") -> torch.Tensor:
+        x = modulated_conv2d(x, self.weight * self.weight_gain, self.affine(w), up=self.up)
+        if noise_mode == "random":
+            noise = torch.randn(x.shape[0], 1, self.resolution, self.resolution, device=x.device, dtype=x.dtype)
+            x = x + noise * self.noise_strength
+        elif noise_mode == "const":
+            x = x + self.noise_const * self.noise_strength
+        return lrelu(x + self.bias[None, :, None, None])
+
+
+class ToRGBLayer(nn.Module):
+    """Modulated 1x1 convolution (no demodulation) from feature maps to image channels."""
+
+    def __init__(self,
+        in_channels: int,                       # input feature maps
+        img_channels: int,                      # output image channels
+        w_dim: int,                             # intermediate latent (w) dimensionality
+    ):
+        super().__init__()
+        self.affine = FullyConnected(w_dim, in_channels, bias_init=1.0)
+        self.weight = nn.Parameter(torch.randn(img_channels, in_channels, 1, 1))
+        self.bias = nn.Parameter(torch.zeros(img_channels))
+        self.weight_gain = 1.0 / math.sqrt(in_channels)
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        styles = self.affine(w) * self.weight_gain
+        return modulated_conv2d(x, self.weight, styles, demodulate=False) + self.bias[None, :, None, None]
+
+
+class SynthesisBlock(nn.Module):
+    """One resolution: (const | upsampling conv) -> conv -> toRGB added to the upsampled image."""
+
+    def __init__(self,
+        in_channels: int,                       # input feature maps; 0 for the first block (learned constant)
+        out_channels: int,                      # feature maps of this block
+        w_dim: int,                             # intermediate latent (w) dimensionality
+        resolution: int,                        # side of this block's output
+        img_channels: int,                      # output image channels
+    ):
+        super().__init__()
+        self.resolution = resolution
+        if in_channels == 0:
+            self.const = nn.Parameter(torch.randn(out_channels, resolution, resolution))
+            self.conv0 = None
+        else:
+            self.const = None
+            self.conv0 = SynthesisLayer(in_channels, out_channels, w_dim, resolution, up=True)
+        self.conv1 = SynthesisLayer(out_channels, out_channels, w_dim, resolution)
+        self.torgb = ToRGBLayer(out_channels, img_channels, w_dim)
+        self.num_conv = 1 if self.conv0 is None else 2
+
+    def forward(self, x: torch.Tensor | None, img: torch.Tensor | None, ws: torch.Tensor,
+                noise_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ws`` holds this block's ``num_conv + 1`` styles (the last one is for toRGB)."""
+        if self.conv0 is None:
+            x = self.const[None].expand(ws.shape[0], -1, -1, -1)
+            x = self.conv1(x, ws[:, 0], noise_mode)
+        else:
+            x = self.conv0(x, ws[:, 0], noise_mode)
+            x = self.conv1(x, ws[:, 1], noise_mode)
+        y = self.torgb(x, ws[:, self.num_conv])
+        img = y if img is None else upsample2x(img) + y
+        return x, img
+
+
+class SynthesisNetwork(nn.Module):
+    """ws (N, num_ws, w_dim) -> images (N, img_channels, img_resolution, img_resolution) in about [-1, 1].
+
+    ``num_ws = 2 * log2(img_resolution) - 2``: one style per convolution plus one for the last toRGB
+    (each block's toRGB shares its style with the next block's first convolution, as in StyleGAN2).
+    """
+
+    def __init__(self,
+        w_dim: int,                             # intermediate latent (w) dimensionality
+        img_resolution: int,                    # output side in pixels (power of two)
+        img_channels: int,                      # output image channels
+        channel_base: int = 16384,              # feature maps at resolution r: min(channel_base // r, channel_max)
+        channel_max: int = 512,                 # most feature maps in any layer
+    ):
+        super().__init__()
+        self.w_dim = w_dim
+        self.img_resolution = img_resolution
+        self.img_channels = img_channels
+        self.block_resolutions = [2 ** i for i in range(2, int(math.log2(img_resolution)) + 1)]
+        channels = {r: min(channel_base // r, channel_max) for r in self.block_resolutions}
+        self.blocks = nn.ModuleList()
+        self.num_ws = 0
+        for r in self.block_resolutions:
+            block = SynthesisBlock(channels[r // 2] if r > 4 else 0, channels[r], w_dim, r, img_channels)
+            self.blocks.append(block)
+            self.num_ws += block.num_conv
+        self.num_ws += 1
+
+    def forward(self, ws: torch.Tensor, noise_mode: str = "random") -> torch.Tensor:
+        """Render ``ws``; ``noise_mode`` is 'random' (fresh noise), 'const' (fixed per layer) or 'none'."""
+        if noise_mode not in NOISE_MODES:
+            raise ValueError(f"noise_mode={noise_mode!r} must be one of {NOISE_MODES}")
+        if ws.ndim != 3 or ws.shape[1:] != (self.num_ws, self.w_dim):
+            raise ValueError(f"ws must have shape (N, {self.num_ws}, {self.w_dim}), got {tuple(ws.shape)}")
+        x = img = None
+        i = 0
+        for block in self.blocks:
+            x, img = block(x, img, ws[:, i:i + block.num_conv + 1], noise_mode)
+            i += block.num_conv
+        return img

@@ -1,0 +1,261 @@
+"""GMIA co-training (Li et al. 2025, §2.1): encoder and generator trained jointly as an autoencoder-GAN.
+
+Each step has two updates:
+
+1. **encoder + generator**: ``x̂ = G(w_avg + E(x))`` and
+   ``L_E,G = pixel_weight · MSE(x̂, x) + perceptual_weight · feature distance(x̂, x)
+   + adversarial_weight · softplus(-D(aug(x̂)))`` (the StyleGAN2 non-saturating generator loss);
+2. **discriminator**: the StyleGAN2 logistic loss on the real batch ``x`` against ``x̂`` (the
+   reconstructions of step 1, rendered before its update, so no extra generator pass), with lazy R1
+   and adaptive augmentation (ADA), exactly as in :mod:`medanon.train.gan_loss`.
+
+The encoder is the one-pass variant of :class:`medanon.models.encoder.Encoder` (the residual
+trunk of the GMIA paper's encoder, with a pSp-style head); only the generator's synthesis network
+is trained (the encoder replaces its mapping network), and ``G.w_avg`` stays fixed as the origin of
+the encoder's offsets. Rendering uses the constant per-layer noise the codec decodes with.
+
+Deviations from the paper, stated: the perceptual term is the EfficientNet-Lite0 feature distance,
+**not LPIPS** (DESIGN.md §4); the loss weights are not given in the paper and are ours (see the
+configs). To save CPU time the generator and discriminator can start from a trained ``stylegan2``
+checkpoint (``init_ckpt``: its EMA generator and its discriminator); the paper trains the AE-GAN
+without saying from where. After co-training, ``G(mapping(z))`` samples are no longer what the
+GAN was trained for: the co-trained generator is a decoder for the encoder's latents.
+
+The run directory has the same layout as a ReStyle run (:mod:`medanon.train.encoder`); the
+checkpoint's kind is ``"cotrained-autoencoder"`` and it also holds D, the three optimizers and the
+ADA state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.codecs.stylegan import KIND_COTRAINED, StyleGANCodec
+from medanon.config import from_dict, to_dict, validate
+from medanon.errors import ConfigError
+from medanon.fsutil import sha256_bytes
+from medanon.models.encoder import Encoder
+from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
+from medanon.runtime import RunDir
+from medanon.train.encoder import (
+    InversionTrainer,
+    ReconstructionLoss,
+    check_encoder_fields,
+    check_resume_config,
+    previous_run,
+    require_training_state,
+    rng_state,
+    run_loop,
+    set_rng_state,
+)
+from medanon.train.gan import KIND as GAN_KIND
+from medanon.train.gan import _keep_metrics_until, _to_uint8, load_config
+from medanon.train.gan_loss import discriminator_loss, generator_loss
+
+# The StyleGANConfig fields that define the networks; the rest of the nested config is not used here.
+ARCHITECTURE = ("resolution", "channels", "z_dim", "w_dim", "mapping_layers", "mapping_lr_mult", "channel_base",
+                "channel_max", "mbstd_group")
+
+
+@dataclass
+class AutoencoderConfig:
+    generator: StyleGANConfig = field(default_factory=StyleGANConfig)  # G/D architecture; an init checkpoint's wins
+    # encoder architecture (medanon.models.encoder.Encoder, one pass)
+    channel_base: int = 4096                    # feature maps at resolution r: min(channel_base // r, channel_max)
+    channel_max: int = 256                      # most feature maps in any layer
+    head_dim: int = 256                         # hidden width of each style head
+    # losses of the encoder + generator update
+    pixel_weight: float = 1.0                   # weight of the mean squared pixel error (images in [-1, 1])
+    perceptual_weight: float = 0.8              # weight of the feature distance (not LPIPS)
+    perceptual_network: str = "efficientnet-lite0"  # feature network of the distance (efficientnet-lite0 | vgg19)
+    perceptual_layers: tuple[str, ...] = ("block1", "block2", "block3", "block5")  # layers compared
+    perceptual_input_size: int = 128            # side images are resized to for the feature network (0 = unchanged)
+    adversarial_weight: float = 0.05            # weight of the non-saturating generator loss on reconstructions
+    # optimisation
+    batch: int = 8                              # images per step
+    e_lr: float = 0.001                         # encoder Adam learning rate, betas (0.9, 0.99)
+    g_lr: float = 0.0005                        # synthesis network Adam learning rate, betas (0, 0.99)
+    d_lr: float = 0.001                         # discriminator Adam learning rate, betas (0, 0.99)
+    r1_gamma: float = 1.0                       # R1 regularisation weight
+    r1_interval: int = 16                       # lazy regularisation: R1 every this many steps
+    # adaptive discriminator augmentation
+    augment: tuple[str, ...] = ("translate", "scale", "rotate", "brightness", "contrast", "saturation", "cutout")
+    augment_p: float = -1.0                     # initial augmentation probability; -1 = the init checkpoint's, or 0
+    ada_target: float = 0.6                     # target of r_t = E[sign(D(real))]; 0 keeps p fixed
+    ada_interval: int = 4                       # steps between updates of p
+    ada_kimg: float = 100.0                     # thousands of images for p to move from 0 to 1 at the most
+    seed: int = 0                               # seeds the weights, batches and augmentations
+
+    def validate(self) -> None:
+        check_encoder_fields(self)
+        if self.adversarial_weight < 0:
+            raise ConfigError(f"adversarial_weight={self.adversarial_weight} must not be negative")
+        for name in ("e_lr", "g_lr", "d_lr", "ada_kimg"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be positive")
+        if self.r1_gamma < 0 or self.r1_interval < 1 or self.ada_interval < 1:
+            raise ConfigError("r1_gamma must be >= 0, r1_interval and ada_interval >= 1")
+        if not (self.augment_p == -1 or 0 <= self.augment_p <= 1) or not 0 <= self.ada_target <= 1:
+            raise ConfigError("augment_p must be -1 (from the init checkpoint) or in [0, 1]; ada_target in [0, 1]")
+        unknown = sorted(set(self.augment) - set(AUGMENTS))
+        if unknown:
+            raise ConfigError(f"unknown augmentation(s) {unknown}", fix=f"choose from {', '.join(AUGMENTS)}")
+
+
+class _CotrainTrainer(InversionTrainer):
+    """Encoder, generator, discriminator, optimizers, ADA and random state of one co-training run."""
+
+    def __init__(self, cfg: AutoencoderConfig, images: torch.Tensor, device: torch.device,
+                 init: dict[str, Any] | None):
+        super().__init__(images, cfg.batch, device, cfg.seed)
+        self.cfg = cfg
+        self.init_provenance = None if init is None else init["provenance"]
+        g = cfg.generator
+        torch.manual_seed(cfg.seed)             # weights of whatever does not come from the init checkpoint
+        self.G = Generator.from_config(g).to(device)
+        self.D = Discriminator.from_config(g).to(device)
+        if init is not None:
+            self.G.load_state_dict(init["G"])
+            self.D.load_state_dict(init["D"])
+        self.G.mapping.requires_grad_(False)    # the encoder replaces the mapping network; w_avg stays fixed
+        self.E = Encoder(g.resolution, g.channels, self.G.num_ws, g.w_dim, iterative=False,
+                         channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim).to(device)
+        self.codec = StyleGANCodec(self.G, self.E, 1)
+        self.loss = ReconstructionLoss(cfg, device)
+        p0 = cfg.augment_p if cfg.augment_p >= 0 else (init or {}).get("ada_p", 0.0)
+        self.augment = AugmentPipe(cfg.augment, p=p0)
+        self.ada = AdaController(self.augment, cfg.ada_target, cfg.ada_interval, cfg.ada_kimg, cfg.batch)
+        self.opt_E = torch.optim.Adam(self.E.parameters(), lr=cfg.e_lr, betas=(0.9, 0.99))
+        self.opt_G = torch.optim.Adam(self.G.synthesis.parameters(), lr=cfg.g_lr, betas=(0.0, 0.99), eps=1e-8)
+        self.opt_D = torch.optim.Adam(self.D.parameters(), lr=cfg.d_lr, betas=(0.0, 0.99), eps=1e-8)
+        self.rng = torch.Generator(device).manual_seed(cfg.seed + 1)   # augmentations
+
+    def step(self) -> dict[str, float]:
+        cfg = self.cfg
+        x = self.real_batch()
+        # encoder + generator: reconstruction and adversarial losses (D frozen)
+        self.E.train()
+        self.G.train()
+        self.D.requires_grad_(False)
+        self.G.synthesis.requires_grad_(True)
+        recon = self.codec.render(self.codec.refine(x, *self.codec.start(x.shape[0])))
+        loss_rec, parts = self.loss(recon, x)
+        loss = loss_rec
+        out: dict[str, float] = {}
+        if cfg.adversarial_weight > 0:
+            loss_adv = generator_loss(self.D, self.augment, recon, self.rng)
+            loss = loss + cfg.adversarial_weight * loss_adv
+            out["loss_adv"] = float(loss_adv.detach())
+        self.opt_E.zero_grad(set_to_none=True)
+        self.opt_G.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt_E.step()
+        self.opt_G.step()
+        # discriminator: real batch against its reconstructions, lazy R1
+        self.G.synthesis.requires_grad_(False)
+        self.D.requires_grad_(True)
+        do_r1 = cfg.r1_gamma > 0 and self.step_count % cfg.r1_interval == 0
+        loss_D, stats = discriminator_loss(self.D, self.augment, x, recon.detach(),
+                                           r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0,
+                                           generator=self.rng)
+        self.opt_D.zero_grad(set_to_none=True)
+        loss_D.backward()
+        self.opt_D.step()
+        self.ada.accumulate(stats["real_logits"])
+        if cfg.ada_target > 0:
+            self.ada.step()
+        self.step_count += 1
+        out.update({"loss": float(loss.detach()), **parts, "loss_D": float(loss_D.detach()),
+                    "ada_p": self.augment.p})
+        if do_r1:
+            out["r1"] = float(stats["r1"])
+        return out
+
+    def save(self, path: Path) -> Path:
+        state = {"E": self.E.state_dict(), "G": self.G.state_dict(), "D": self.D.state_dict(),
+                 "opt_E": self.opt_E.state_dict(), "opt_G": self.opt_G.state_dict(),
+                 "opt_D": self.opt_D.state_dict(), "rng": rng_state(self.rng, self.data_rng)}
+        config = {"generator": to_dict(self.cfg.generator), "encoder": dict(self.E.kwargs), "codec": {"iterations": 1},
+                  "train": to_dict(self.cfg)}
+        extra = {"losses": self.loss.describe(), "images": len(self.images), "ada_p": self.augment.p,
+                 "ada_state": self.ada.state_dict(), "seconds": self.seconds}
+        if self.init_provenance is not None:
+            extra["generator_checkpoint"] = self.init_provenance
+        return save_checkpoint(path, kind=KIND_COTRAINED, config=config, state=state, step=self.step_count,
+                               extra=extra)
+
+    def load(self, blob: dict[str, Any]) -> None:
+        require_training_state(blob, ("D", "opt_E", "opt_G", "opt_D", "rng"))
+        s = blob["state"]
+        self.E.load_state_dict(s["E"])
+        self.G.load_state_dict(s["G"])
+        self.D.load_state_dict(s["D"])
+        self.opt_E.load_state_dict(s["opt_E"])
+        self.opt_G.load_state_dict(s["opt_G"])
+        self.opt_D.load_state_dict(s["opt_D"])
+        set_rng_state(s["rng"], self.rng, self.data_rng)
+        self.ada.load_state_dict(blob["extra"]["ada_state"])
+        self.step_count = int(blob["step"])
+        self.seconds = float(blob["extra"]["seconds"])
+
+
+def _init_from_gan(path: str | Path, device: torch.device) -> dict[str, Any]:
+    """Weights, config and provenance of a ``stylegan2`` checkpoint: its EMA generator and its discriminator."""
+    blob = load_checkpoint(path, kind=GAN_KIND, map_location=device)
+    return {"G": blob["state"]["G_ema"], "D": blob["state"]["D"], "config": load_config(blob),
+            "ada_p": float(blob["extra"].get("ada_p", 0.0)),
+            "provenance": {"path": str(path), "sha256": blob["sha256"], "step": blob["step"]}}
+
+
+def with_generator(cfg: AutoencoderConfig, arch: StyleGANConfig) -> AutoencoderConfig:
+    """``cfg`` with the architecture fields of its generator config taken from ``arch``."""
+    g = dataclasses.replace(cfg.generator, **{k: getattr(arch, k) for k in ARCHITECTURE})
+    return dataclasses.replace(cfg, generator=g)
+
+
+def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | Path, *, steps: int,
+                      init_ckpt: str | Path | None = None, resume: bool = False, device: str | torch.device = "cpu",
+                      checkpoint_every: int = 500, sample_every: int = 500, log_every: int = 10,
+                      max_seconds: float | None = None, progress: bool = True,
+                      command: str = "train autoencoder") -> Path:
+    """Co-train an encoder and a StyleGAN2 generator (with its discriminator) on ``images`` (N, C, H, W) in
+    [-1, 1] until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
+    Returns the checkpoint path.
+
+    ``init_ckpt`` starts G and D from a trained ``stylegan2`` checkpoint (its architecture replaces
+    ``cfg.generator``'s). With ``resume`` the run continues from ``out/checkpoint.pt``; ``init_ckpt``
+    is then not needed (and, if given, must be the file the run started from).
+    """
+    device = torch.device(device)
+    out = Path(out)
+    blob = previous_run(out, resume=resume, kind=KIND_COTRAINED, device=device, gan_ckpt=init_ckpt)
+    init = None
+    if blob is not None:
+        arch = from_dict(StyleGANConfig, blob["config"]["generator"], where=f"{blob['path']} generator config")
+        cfg = with_generator(cfg, arch)
+        check_resume_config(blob, cfg, ignore=("generator",))
+    elif init_ckpt is not None:
+        init = _init_from_gan(init_ckpt, device)
+        cfg = with_generator(cfg, init["config"])
+    validate(cfg)
+    data = _to_uint8(images, cfg.generator)
+    trainer = _CotrainTrainer(cfg, data, device, init)
+    if blob is not None:
+        trainer.init_provenance = blob["extra"].get("generator_checkpoint")
+        trainer.load(blob)
+        _keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+    run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+    run.update(resumed_from_step=trainer.step_count if resume else None,
+               generator_checkpoint=trainer.init_provenance,
+               training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
+               losses={**trainer.loss.describe(), "adversarial": {"kind": "non-saturating logistic (StyleGAN2)",
+                                                                  "weight": cfg.adversarial_weight}})
+    return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
+                    log_every=log_every, progress=progress, desc="co-train", max_seconds=max_seconds,
+                    show=lambda m: {"loss": f"{m['loss']:.4f}", "psnr": f"{m['psnr']:.2f}", "D": f"{m['loss_D']:.3f}"})

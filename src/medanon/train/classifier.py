@@ -1,0 +1,144 @@
+"""Training the small ResNet classifier on in-memory images (utility evaluation, attribute attacker).
+
+One function, :func:`train_classifier`: a fixed number of optimiser steps (so every release gets the
+same training budget whatever its size), AdamW, a cosine learning-rate schedule, optional class
+weighting or focal loss (Lin et al. 2017; VS-Snow uses class-weighted focal loss with gamma 0.6), and
+light re-acquisition augmentation (translation, brightness, contrast; no flips, which would change
+laterality or situs). Every random step draws from one ``torch.Generator`` seeded from
+``cfg.seed``, so a run is reproducible on a given device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from medanon.errors import ConfigError
+from medanon.models.classifier import PRESETS, ResNet, ResNetConfig
+
+LOSSES = ("ce", "weighted", "focal")
+
+
+@dataclass
+class ClassifierTrainConfig:
+    arch: str = "small"                         # small | resnet10 | resnet18 (see medanon.models.classifier)
+    image_size: int = 64                        # images are area-resized to this side before training
+    steps: int = 300                            # optimiser steps (same budget for every training set)
+    batch: int = 32                             # images per step
+    lr: float = 2e-3                            # AdamW peak learning rate (cosine decay to 0)
+    weight_decay: float = 1e-4                  # AdamW weight decay
+    loss: str = "ce"                            # ce | weighted (inverse class frequency) | focal (class-weighted)
+    focal_gamma: float = 0.6                    # focal loss exponent (VS-Snow uses 0.6)
+    augment: bool = True                        # random translation, brightness and contrast
+    seed: int = 0                               # weights, batches and augmentation
+
+    def validate(self) -> None:
+        if self.arch not in PRESETS:
+            raise ConfigError(f"classifier arch={self.arch!r} is unknown", fix=f"use one of {sorted(PRESETS)}")
+        if self.loss not in LOSSES:
+            raise ConfigError(f"classifier loss={self.loss!r} is unknown", fix=f"use one of {', '.join(LOSSES)}")
+        if self.steps < 1 or self.batch < 2:
+            raise ConfigError(f"classifier steps={self.steps} must be >= 1 and batch={self.batch} >= 2")
+        if self.image_size < 8:
+            raise ConfigError(f"classifier image_size={self.image_size} must be at least 8")
+        if self.lr <= 0 or self.weight_decay < 0 or self.focal_gamma < 0:
+            raise ConfigError("classifier lr must be positive, weight_decay and focal_gamma non-negative")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resize_to(images: torch.Tensor, size: int) -> torch.Tensor:
+    """Area-resize (downsampling) or bilinear-resize (upsampling) ``(N, C, H, W)`` images to ``size``."""
+    if images.shape[-1] == size and images.shape[-2] == size:
+        return images
+    if images.shape[-1] > size:
+        return F.interpolate(images, size=(size, size), mode="area")
+    return F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+
+
+def jitter(x: torch.Tensor, gen: torch.Generator, *, shift: float = 0.0625, light: float = 0.1) -> torch.Tensor:
+    """Re-acquisition-like augmentation of a batch: translation by up to ``shift`` of the side
+    (reflect-padded), brightness offset and contrast gain of up to ``light``."""
+    n, _, h, w = x.shape
+    p = max(1, round(shift * h))
+    padded = F.pad(x, (p, p, p, p), mode="reflect")
+    dx = torch.randint(0, 2 * p + 1, (n,), generator=gen).tolist()
+    dy = torch.randint(0, 2 * p + 1, (n,), generator=gen).tolist()
+    out = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+    gain = 1.0 + light * (2 * torch.rand(n, 1, 1, 1, generator=gen) - 1)
+    bias = light * (2 * torch.rand(n, 1, 1, 1, generator=gen) - 1)
+    return (out * gain.to(x.device) + bias.to(x.device)).clamp(-1, 1)
+
+
+def class_weights(targets: np.ndarray, num_classes: int) -> torch.Tensor:
+    """Inverse class frequency, ``n / (C * count)`` (scikit-learn's "balanced"); absent classes get 0."""
+    counts = np.bincount(targets, minlength=num_classes).astype(np.float64)
+    w = np.where(counts > 0, len(targets) / (num_classes * np.maximum(counts, 1)), 0.0)
+    return torch.tensor(w, dtype=torch.float32)
+
+
+def focal_loss(logits: torch.Tensor, target: torch.Tensor, *, gamma: float,
+               weight: torch.Tensor | None = None) -> torch.Tensor:
+    """``mean_i  w_{y_i} (1 - p_{i,y_i})^gamma (-log p_{i,y_i})``; gamma = 0 and no weight is cross-entropy."""
+    logp = torch.log_softmax(logits, dim=1).gather(1, target[:, None])[:, 0]
+    loss = -((1.0 - logp.exp()) ** gamma) * logp
+    if weight is not None:
+        loss = loss * weight.to(loss.device)[target]
+    return loss.mean()
+
+
+def train_classifier(images: torch.Tensor, targets: np.ndarray | torch.Tensor, *, num_classes: int,
+                     cfg: ClassifierTrainConfig | None = None, device: torch.device | str | None = None,
+                     progress: bool = False, desc: str = "classifier") -> ResNet:
+    """Train a :class:`ResNet` on ``images`` (N, C, H, W) in [-1, 1] with integer ``targets`` (N,).
+
+    Runs on ``device`` (default: the device of ``images``). Returns the model in eval mode.
+    """
+    cfg = cfg or ClassifierTrainConfig()
+    cfg.validate()
+    y = np.asarray(targets.cpu() if isinstance(targets, torch.Tensor) else targets).astype(np.int64)
+    if images.ndim != 4 or len(images) != len(y):
+        raise ValueError(f"images {tuple(images.shape)} and targets ({len(y)}) do not match")
+    if len(y) < 2:
+        raise ValueError("at least two training images are needed")
+    if y.min() < 0 or y.max() >= num_classes:
+        raise ValueError(f"targets must be in 0..{num_classes - 1}, got {y.min()}..{y.max()}")
+    dev = torch.device(device) if device is not None else images.device
+    gen = torch.Generator().manual_seed(int(cfg.seed))
+    torch.manual_seed(int(cfg.seed))                # weight initialisation
+    model = ResNet(ResNetConfig.preset(cfg.arch, in_channels=images.shape[1], num_classes=num_classes)).to(dev)
+    x_all = resize_to(images.float(), cfg.image_size)
+    y_all = torch.from_numpy(y)
+    weight = class_weights(y, num_classes) if cfg.loss in ("weighted", "focal") else None
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) /
+                                                                               cfg.steps)))
+    model.train()
+    bs = min(cfg.batch, len(y))
+    order = torch.randperm(len(y), generator=gen)
+    pos = 0
+    for _ in tqdm(range(cfg.steps), desc=desc, disable=not progress, unit="step", leave=False):
+        if pos + bs > len(order):                   # epochs without replacement, reshuffled each time
+            order, pos = torch.randperm(len(y), generator=gen), 0
+        idx = order[pos:pos + bs]
+        pos += bs
+        xb = x_all[idx]
+        if cfg.augment:
+            xb = jitter(xb, gen)
+        xb, yb = xb.to(dev), y_all[idx].to(dev)
+        logits = model(xb)
+        if cfg.loss == "focal":
+            loss = focal_loss(logits, yb, gamma=cfg.focal_gamma, weight=weight)
+        else:
+            loss = F.cross_entropy(logits, yb, weight=None if weight is None else weight.to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+    return model.eval()

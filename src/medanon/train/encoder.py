@@ -1,0 +1,436 @@
+"""Training the ReStyle inversion encoder against a frozen StyleGAN2 generator (k-SALSA §3.3, supplement B).
+
+The generator is frozen. For each batch the latent starts at ``w_avg`` and the reconstruction at
+``G(w_avg)``; each of ``iterations`` refinement steps predicts ``Δ = E(concat(x, y_t))``, renders
+``y_{t+1} = G(w_t + Δ)``, and back-propagates its own loss into the encoder, the latent and image
+being detached before the next step (as the official ReStyle code does); the optimizer steps once
+per batch. The loss is ``pixel_weight · mean squared error + perceptual_weight · feature distance``.
+
+The feature distance is :func:`medanon.evaluate.reconstruction.perceptual_distance` on
+EfficientNet-Lite0 ImageNet features by default: unit-normalised features compared per position, no
+learned layer weights. It is **not LPIPS**, and not the MoCo similarity loss of the k-SALSA encoder:
+neither network's weights can be obtained offline (DESIGN.md §4). ``perceptual_network: vgg19``
+uses a user-supplied VGG19 weights file instead.
+
+``train_restyle(images, generator_ckpt, cfg, out, steps=...)`` writes a run directory::
+
+    out/config.yaml           the EncoderConfig
+    out/metrics.jsonl         losses, training-batch PSNR, images/s, one line per ``log_every`` steps
+    out/manifest.json         software, seeds, input checksums (images, generator checkpoint), timing
+    out/checkpoint.pt         the latest full state (E, the frozen G, optimizer, RNGs), kind "restyle-encoder"
+    out/samples/step-NNNNNNN.png   source | reconstruction pairs of fixed training images
+
+``resume=True`` continues from ``out/checkpoint.pt`` at the same step with the same optimizer and
+RNG state. :func:`export_codec` strips the training state for shipping; the checkpoint (full or
+exported) loads with :func:`medanon.codecs.stylegan.load_codec`.
+
+The pieces both inversion trainers share (the reconstruction loss, the training-loop driver,
+source | reconstruction grids, export) live here; :mod:`medanon.train.autoencoder` imports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.codecs.stylegan import KIND_COTRAINED, KIND_RESTYLE, StyleGANCodec, build_generator
+from medanon.config import to_dict, validate
+from medanon.errors import ConfigError
+from medanon.evaluate.reconstruction import feature_distance_name, iw_ssim, perceptual_distance, psnr, ssim
+from medanon.fsutil import sha256_bytes
+from medanon.models.encoder import Encoder
+from medanon.models.stylegan import Generator
+from medanon.runtime import RunDir
+from medanon.train.gan import KIND as GAN_KIND
+from medanon.train.gan import _keep_metrics_until, _to_uint8, load_config, save_image_grid
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+PAIRS = 16                                      # source | reconstruction pairs per sample grid (4 per row)
+TRAINING_STATE = ("opt_E", "opt_G", "opt_D", "rng", "D")   # dropped by export_codec
+
+
+@dataclass
+class EncoderConfig:
+    # encoder architecture (medanon.models.encoder.Encoder)
+    channel_base: int = 4096                    # feature maps at resolution r: min(channel_base // r, channel_max)
+    channel_max: int = 256                      # most feature maps in any layer
+    head_dim: int = 256                         # hidden width of each style head
+    # ReStyle refinement
+    iterations: int = 3                         # refinement steps per batch; also the codec's default at inference
+    # losses
+    pixel_weight: float = 1.0                   # weight of the mean squared pixel error (images in [-1, 1])
+    perceptual_weight: float = 0.8              # weight of the feature distance (not LPIPS; see module docstring)
+    perceptual_network: str = "efficientnet-lite0"  # feature network of the distance (efficientnet-lite0 | vgg19)
+    perceptual_layers: tuple[str, ...] = ("block1", "block2", "block3", "block5")  # layers compared
+    perceptual_input_size: int = 128            # side images are resized to for the feature network (0 = unchanged)
+    # optimisation
+    batch: int = 8                              # images per step
+    lr: float = 0.001                           # Adam learning rate (layers use StyleGAN's equalised learning rate)
+    beta1: float = 0.9                          # Adam beta1
+    beta2: float = 0.99                         # Adam beta2
+    seed: int = 0                               # seeds the encoder's weights and the batches
+
+    def validate(self) -> None:
+        check_encoder_fields(self)
+        if self.iterations < 1:
+            raise ConfigError(f"iterations={self.iterations} must be at least 1")
+        for name in ("lr", "beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1 or (name == "lr" and self.lr == 0):
+                raise ConfigError(f"{name}={getattr(self, name)} must be in (0, 1) for lr, [0, 1) for the betas")
+
+
+def check_encoder_fields(cfg: Any) -> None:
+    """Validation shared by the encoder and autoencoder configs (architecture, losses, batch)."""
+    for name in ("channel_base", "channel_max", "head_dim", "batch"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name}={getattr(cfg, name)} must be at least 1")
+    if cfg.pixel_weight < 0 or cfg.perceptual_weight < 0:
+        raise ConfigError("pixel_weight and perceptual_weight must not be negative")
+    if cfg.pixel_weight == 0 and cfg.perceptual_weight == 0:
+        raise ConfigError("pixel_weight and perceptual_weight are both 0: nothing to train for",
+                          fix="set pixel_weight=1 (and perceptual_weight=0.8)")
+    if cfg.perceptual_weight > 0 and not cfg.perceptual_layers:
+        raise ConfigError("perceptual_layers is empty", fix="name feature layers, e.g. [block1, block2, block3]")
+    if cfg.perceptual_input_size != 0 and cfg.perceptual_input_size < 32:
+        raise ConfigError(f"perceptual_input_size={cfg.perceptual_input_size} must be 0 (unchanged) or >= 32")
+
+
+# ---------------------------------------------------------------------------------------------
+# the reconstruction loss
+
+
+class ReconstructionLoss:
+    """``pixel_weight · MSE(recon, target) + perceptual_weight · feature distance(recon, target)``.
+
+    The feature distance is :func:`~medanon.evaluate.reconstruction.perceptual_distance` on the
+    configured network; with ``perceptual_weight = 0`` no network is loaded.
+    """
+
+    def __init__(self, cfg: Any, device: torch.device):
+        self.pixel_weight = cfg.pixel_weight
+        self.perceptual_weight = cfg.perceptual_weight
+        self.layers = tuple(cfg.perceptual_layers)
+        self.network = None
+        if cfg.perceptual_weight > 0:
+            from medanon.models.features import get_feature_network
+
+            self.network = get_feature_network(cfg.perceptual_network, device=device,
+                                               input_size=cfg.perceptual_input_size or None)
+            bad = [layer for layer in self.layers if layer not in self.network.layers]
+            if bad:
+                raise ConfigError(f"perceptual_layers {bad} are not layers of {cfg.perceptual_network}",
+                                  fix=f"choose from {', '.join(self.network.layers)}")
+
+    def __call__(self, recon: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        pixel = (recon - target).square().mean()
+        loss = self.pixel_weight * pixel
+        mse = float(pixel.detach())
+        parts = {"pixel": mse, "psnr": 10 * math.log10(4.0 / max(mse, 1e-12))}
+        if self.network is not None:
+            perceptual = perceptual_distance(recon, target, network=self.network, layers=self.layers).mean()
+            loss = loss + self.perceptual_weight * perceptual.to(loss.dtype)
+            parts["perceptual"] = float(perceptual.detach())
+        return loss, parts
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pixel": {"kind": "mean squared error", "weight": self.pixel_weight}}
+        if self.network is not None:
+            out["perceptual"] = {"kind": feature_distance_name(self.network), "not": "LPIPS",
+                                 "weight": self.perceptual_weight, "layers": list(self.layers),
+                                 "network": self.network.describe()}
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# what both inversion trainers share
+
+
+class InversionTrainer:
+    """What both inversion trainers share: the training images, seeded batches, the images shown in the
+    sample grids, and the step and time counters. Subclasses set ``codec`` and implement ``step`` and
+    ``save``."""
+
+    codec: StyleGANCodec
+
+    def __init__(self, images: torch.Tensor, batch: int, device: torch.device, seed: int):
+        self.images = images                    # (N, C, H, W) uint8 on the CPU
+        self.batch = batch
+        self.device = device
+        self.data_rng = torch.Generator().manual_seed(seed + 2)   # which real images
+        self.shown = images[sample_indices(len(images), seed)]
+        self.step_count = 0
+        self.seconds = 0.0                      # training wall-clock time so far, over resumed runs
+
+    def real_batch(self) -> torch.Tensor:
+        idx = torch.randint(len(self.images), (self.batch,), generator=self.data_rng)
+        return self.images[idx].to(self.device, torch.float32) / 127.5 - 1
+
+    def sample_pairs(self) -> torch.Tensor:
+        x = self.shown.to(self.device, torch.float32) / 127.5 - 1
+        return interleave(x, self.codec.reconstruct(x))
+
+    def step(self) -> dict[str, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def save(self, path: Path) -> Path:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def sample_indices(n_images: int, seed: int) -> torch.Tensor:
+    """The fixed training images shown in every sample grid."""
+    g = torch.Generator().manual_seed(seed + 3)
+    return torch.randperm(n_images, generator=g)[:PAIRS]
+
+
+def interleave(sources: torch.Tensor, recons: torch.Tensor) -> torch.Tensor:
+    """(N, ...) sources and reconstructions -> (2N, ...) as source, reconstruction, source, ..."""
+    return torch.stack([sources.to(recons.device), recons], dim=1).flatten(0, 1)
+
+
+def previous_run(out: Path, *, resume: bool, kind: str, device: torch.device,
+                 gan_ckpt: str | Path | None) -> dict[str, Any] | None:
+    """The checkpoint of the run in ``out`` to resume (None for a new run, which must not overwrite one).
+    ``gan_ckpt``, if given when resuming, must be the ``stylegan2`` checkpoint the run started from."""
+    ckpt_path = out / CHECKPOINT
+    if not resume:
+        if ckpt_path.exists():
+            raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
+                              fix="pass --resume to continue it, or choose another --out")
+        return None
+    blob = load_checkpoint(ckpt_path, kind=kind, map_location=device)
+    started = blob["extra"].get("generator_checkpoint")
+    if gan_ckpt is not None:
+        sha = load_checkpoint(gan_ckpt, kind=GAN_KIND)["sha256"]
+        if started is None or sha != started["sha256"]:
+            raise ConfigError(f"--generator {gan_ckpt} is not the checkpoint the run in {out} started from",
+                              fix="leave out --generator when resuming")
+    return blob
+
+
+def check_resume_config(blob: dict[str, Any], cfg: Any, *, ignore: tuple[str, ...] = ()) -> None:
+    diff = sorted(k for k, v in to_dict(cfg).items() if k not in ignore and blob["config"]["train"].get(k) != v)
+    if diff:
+        raise ConfigError(f"the config differs from the run being resumed in {diff}",
+                          fix="resume with the run's own config (its config.yaml)")
+
+
+def require_training_state(blob: dict[str, Any], keys: tuple[str, ...]) -> None:
+    missing = [k for k in keys if k not in blob["state"]]
+    if missing:
+        raise ConfigError(f"checkpoint {blob['path']} has no training state ({', '.join(missing)}): it is an "
+                          "exported model", fix="resume from the run's own checkpoint.pt")
+
+
+def rng_state(*generators: torch.Generator) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "generators": [g.get_state() for g in generators]}
+
+
+def set_rng_state(state: dict[str, Any], *generators: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    for g, s in zip(generators, state["generators"], strict=True):
+        g.set_state(s)
+
+
+def run_loop(trainer: InversionTrainer, run: RunDir, out: Path, *, steps: int, checkpoint_every: int, sample_every: int,
+             log_every: int, progress: bool, desc: str, show: Callable[[dict[str, float]], dict[str, str]],
+             max_seconds: float | None = None) -> Path:
+    """Step ``trainer`` until ``steps`` (or, with ``max_seconds``, until the step that reaches that much
+    wall-clock time): metrics every ``log_every`` steps (means since the last line, and images/s),
+    sample grids every ``sample_every`` and the checkpoint every ``checkpoint_every`` steps and at the
+    end. ``trainer.seconds`` accumulates training time over resumed runs. Returns the checkpoint path."""
+    ckpt_path = out / CHECKPOINT
+    bar = tqdm(total=steps, initial=trainer.step_count, desc=desc, unit="step", disable=not progress,
+               dynamic_ncols=True)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    t_start = t_last = time.perf_counter()
+    n_last, seconds_before = trainer.step_count, trainer.seconds
+    while trainer.step_count < steps:
+        losses = trainer.step()
+        step = trainer.step_count
+        elapsed = time.perf_counter() - t_start
+        trainer.seconds = seconds_before + elapsed
+        last = step == steps or (max_seconds is not None and elapsed >= max_seconds)
+        for k, v in losses.items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
+        bar.update(1)
+        if step % log_every == 0 or last:
+            now = time.perf_counter()
+            rate = (step - n_last) * trainer.batch / max(now - t_last, 1e-9)
+            means = {k: v / counts[k] for k, v in sums.items()}
+            run.log_metrics(step=step, kimg=step * trainer.batch / 1000, **means, img_per_s=rate)
+            bar.set_postfix(**show(means), ips=f"{rate:.1f}")
+            sums, counts, t_last, n_last = {}, {}, now, step
+        if step % sample_every == 0 or last:
+            save_image_grid(trainer.sample_pairs(), out / "samples" / f"step-{step:07d}.png", cols=8)
+        if step % checkpoint_every == 0 or last:
+            trainer.save(ckpt_path)
+        if last:
+            break
+    bar.close()
+    if not ckpt_path.exists():                  # steps=0: an untrained encoder, still a valid checkpoint
+        trainer.save(ckpt_path)
+    run.update(steps=trainer.step_count, kimg=trainer.step_count * trainer.batch / 1000,
+               train_seconds=round(trainer.seconds, 1))
+    run.finish()
+    return ckpt_path
+
+
+def reconstruction_report(codec: StyleGANCodec, images: torch.Tensor, *, batch: int = 16,
+                          iw_ssim_scales: int | None = None, baseline: bool = True) -> dict[str, Any]:
+    """Reconstruction quality of ``codec.reconstruct`` on ``images`` (N, C, H, W) in [-1, 1]: PSNR (dB),
+    SSIM, IW-SSIM and the EfficientNet-Lite0 feature distance (not LPIPS), mean and standard deviation
+    over images, with the names to report them under; with ``baseline`` also the same metrics for the
+    generator's mean latent ``G(w_avg)`` (what an encoder has to beat). IW-SSIM uses ``iw_ssim_scales`` pyramid levels,
+    by default as many as the image size allows, at most 5 (5 need 176 px; 3 fit 64 px, 2 fit 32 px)."""
+    if iw_ssim_scales is None:
+        iw_ssim_scales = max(1, min(5, 1 + int(math.log2(min(images.shape[-2:]) / 11))))
+    values: dict[str, dict[str, list[torch.Tensor]]] = {"codec": {}, **({"mean_latent": {}} if baseline else {})}
+    with torch.no_grad():
+        mean_image = codec.decode(codec.start(1)[0])
+        for chunk in images.split(batch):
+            x = chunk.to(codec.device, torch.float32)
+            pairs = [("codec", codec.reconstruct(x))] + ([("mean_latent", mean_image.expand_as(x))] if baseline else [])
+            for which, rec in pairs:
+                scores = {"psnr": psnr(rec, x), "ssim": ssim(rec, x),
+                          "iw_ssim": iw_ssim(rec, x, scales=iw_ssim_scales),
+                          "feature_distance": perceptual_distance(rec, x)}
+                for k, v in scores.items():
+                    values[which].setdefault(k, []).append(v.cpu())
+    labels = {"psnr": "PSNR (dB)", "ssim": "SSIM", "iw_ssim": f"IW-SSIM ({iw_ssim_scales} scales)",
+              "feature_distance": feature_distance_name()}
+    out: dict[str, Any] = {"images": len(images), "codec": codec.name, "iterations": codec.iterations,
+                           "labels": labels}
+    for which, per in values.items():
+        out[which] = {}
+        for k, chunks in per.items():
+            v = torch.cat(chunks)
+            out[which][k] = {"mean": v.mean().item(), "std": v.std().item() if len(v) > 1 else math.nan}
+    return out
+
+
+def export_codec(src: str | Path, dst: str | Path) -> Path:
+    """Write a small copy of a ReStyle or co-training checkpoint: E, G and config, no optimizer, RNG or D."""
+    blob = load_checkpoint(src, kind=(KIND_RESTYLE, KIND_COTRAINED))
+    state = {k: v for k, v in blob["state"].items() if k not in TRAINING_STATE}
+    extra = {k: v for k, v in blob["extra"].items() if k != "ada_state"}
+    extra["exported_from"] = {"sha256": blob["sha256"], "step": blob["step"]}
+    return save_checkpoint(dst, kind=blob["kind"], config=blob["config"], state=state, step=blob["step"], extra=extra)
+
+
+def load_frozen_generator(path: str | Path, device: torch.device) -> tuple[Generator, dict[str, Any], dict[str, Any]]:
+    """The EMA generator of a ``stylegan2`` checkpoint, its config dict and provenance (path, sha256, step)."""
+    blob = load_checkpoint(path, kind=GAN_KIND, map_location=device)
+    cfg = load_config(blob)
+    G = Generator.from_config(cfg)
+    G.load_state_dict(blob["state"]["G_ema"])
+    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"]}
+    return G.to(device).eval().requires_grad_(False), to_dict(cfg), provenance
+
+
+# ---------------------------------------------------------------------------------------------
+# ReStyle
+
+
+class _RestyleTrainer(InversionTrainer):
+    """Encoder, optimizer and random state of one ReStyle run around a frozen generator."""
+
+    def __init__(self, cfg: EncoderConfig, G: Generator, g_config: dict[str, Any], images: torch.Tensor,
+                 device: torch.device, provenance: dict[str, Any]):
+        super().__init__(images, cfg.batch, device, cfg.seed)
+        self.cfg = cfg
+        self.g_config = g_config
+        self.provenance = provenance
+        self.G = G.to(device).eval().requires_grad_(False)
+        torch.manual_seed(cfg.seed)             # encoder weights
+        self.E = Encoder(G.img_resolution, G.img_channels, G.num_ws, G.w_dim, iterative=True,
+                         channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim).to(device)
+        self.codec = StyleGANCodec(self.G, self.E, cfg.iterations)
+        self.loss = ReconstructionLoss(cfg, device)
+        self.opt = torch.optim.Adam(self.E.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+    def step(self) -> dict[str, float]:
+        x = self.real_batch()
+        self.E.train()
+        self.opt.zero_grad(set_to_none=True)
+        ws, recon = self.codec.start(x.shape[0])
+        parts: dict[str, float] = {}
+        total = 0.0
+        for _ in range(self.cfg.iterations):
+            ws = self.codec.refine(x, ws, recon)
+            recon = self.codec.render(ws)
+            loss, parts = self.loss(recon, x)
+            loss.backward()
+            total += float(loss.detach())
+            ws, recon = ws.detach(), recon.detach()
+        self.opt.step()
+        self.step_count += 1
+        return {"loss": total / self.cfg.iterations, **parts}   # parts: of the last iteration
+
+    def save(self, path: Path) -> Path:
+        state = {"E": self.E.state_dict(), "G": self.G.state_dict(), "opt_E": self.opt.state_dict(),
+                 "rng": rng_state(self.data_rng)}
+        config = {"generator": self.g_config, "encoder": dict(self.E.kwargs),
+                  "codec": {"iterations": self.cfg.iterations}, "train": to_dict(self.cfg)}
+        extra = {"generator_checkpoint": self.provenance, "losses": self.loss.describe(),
+                 "images": len(self.images), "seconds": self.seconds}
+        return save_checkpoint(path, kind=KIND_RESTYLE, config=config, state=state, step=self.step_count, extra=extra)
+
+    def load(self, blob: dict[str, Any]) -> None:
+        require_training_state(blob, ("E", "opt_E", "rng"))
+        self.E.load_state_dict(blob["state"]["E"])
+        self.opt.load_state_dict(blob["state"]["opt_E"])
+        set_rng_state(blob["state"]["rng"], self.data_rng)
+        self.step_count = int(blob["step"])
+        self.seconds = float(blob["extra"]["seconds"])
+
+
+def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: EncoderConfig, out: str | Path, *,
+                  steps: int, resume: bool = False, device: str | torch.device = "cpu", checkpoint_every: int = 500,
+                  sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
+                  progress: bool = True, command: str = "train encoder") -> Path:
+    """Train a ReStyle encoder for the frozen EMA generator of ``generator_ckpt`` on ``images`` (N, C, H, W)
+    in [-1, 1], until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
+    Returns the checkpoint path.
+
+    With ``resume`` the run continues from ``out/checkpoint.pt`` (its config must equal ``cfg``) and
+    the generator is the one stored there; ``generator_ckpt``, if given, must be the same file.
+    """
+    validate(cfg)
+    device = torch.device(device)
+    out = Path(out)
+    blob = previous_run(out, resume=resume, kind=KIND_RESTYLE, device=device, gan_ckpt=generator_ckpt)
+    if blob is not None:
+        check_resume_config(blob, cfg)
+        provenance = blob["extra"]["generator_checkpoint"]
+        g_config = blob["config"]["generator"]
+        G = build_generator(g_config, blob["state"]["G"])
+    else:
+        if generator_ckpt is None:
+            raise ConfigError("a ReStyle encoder needs a trained generator", fix="pass --generator CHECKPOINT.pt")
+        G, g_config, provenance = load_frozen_generator(generator_ckpt, device)
+    data = _to_uint8(images, load_config({"config": g_config}))
+    trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance)
+    if blob is not None:
+        trainer.load(blob)
+        _keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+    run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+    run.update(resumed_from_step=trainer.step_count if resume else None, generator_checkpoint=provenance,
+               training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
+               losses=trainer.loss.describe())
+    return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
+                    log_every=log_every, progress=progress, desc="restyle", max_seconds=max_seconds,
+                    show=lambda m: {"loss": f"{m['loss']:.4f}", "psnr": f"{m['psnr']:.2f}"})
+

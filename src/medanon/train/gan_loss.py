@@ -1,0 +1,82 @@
+"""StyleGAN2-ADA losses as small functions, reusable by any loop that trains against the discriminator.
+
+Non-saturating logistic loss (Goodfellow et al. 2014) with R1 regularisation on real images
+(Mescheder et al. 2018), applied lazily: every ``r1_interval`` steps with its weight multiplied by
+the interval. The discriminator always sees images through the augmentation pipe, real and fake alike.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from medanon.models.stylegan import AdaController, AugmentPipe, Discriminator, Generator
+
+
+def sample_ws(G: Generator, z: torch.Tensor, *, style_mixing: float = 0.0, generator: torch.Generator | None = None,
+              update_emas: bool = False) -> torch.Tensor:
+    """``G.mapping(z)``, with the styles from a random layer on taken from a second latent (probability
+    ``style_mixing`` per batch); this mixing regularisation keeps neighbouring styles decorrelated."""
+    ws = G.mapping(z, update_emas=update_emas)
+    if style_mixing > 0:
+        u = torch.rand((), device=z.device, generator=generator)
+        cutoff = torch.randint(1, G.num_ws, (), device=z.device, generator=generator)
+        if u < style_mixing:
+            z2 = torch.randn(z.shape, device=z.device, generator=generator)
+            ws2 = G.mapping(z2, update_emas=False)
+            layer = torch.arange(G.num_ws, device=z.device)[None, :, None]
+            ws = torch.where(layer < cutoff, ws, ws2)
+    return ws
+
+
+def generator_loss(D: Discriminator, augment: AugmentPipe, fake: torch.Tensor,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """Non-saturating loss ``softplus(-D(aug(G(z))))``, averaged."""
+    return F.softplus(-D(augment(fake, generator))).mean()
+
+
+def discriminator_loss(D: Discriminator, augment: AugmentPipe, real: torch.Tensor, fake: torch.Tensor, *,
+                       r1_weight: float = 0.0, generator: torch.Generator | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``softplus(D(aug(fake))) + softplus(-D(aug(real)))`` plus ``r1_weight / 2 * ||dD/dreal||^2``.
+
+    Returns the loss and detached statistics: ``real_logits`` (for the ADA heuristic), ``loss_fake``,
+    ``loss_real`` and, when ``r1_weight > 0``, ``r1`` (the unweighted penalty). The R1 gradient is taken
+    with respect to the images before augmentation, as in StyleGAN2-ADA.
+    """
+    fake_logits = D(augment(fake.detach(), generator))
+    real = real.detach().requires_grad_(r1_weight > 0)
+    real_logits = D(augment(real, generator))
+    loss_fake = F.softplus(fake_logits).mean()
+    loss_real = F.softplus(-real_logits).mean()
+    loss = loss_fake + loss_real
+    stats = {"real_logits": real_logits.detach(), "loss_fake": loss_fake.detach(), "loss_real": loss_real.detach()}
+    if r1_weight > 0:
+        (grad,) = torch.autograd.grad(real_logits.sum(), real, create_graph=True)
+        r1 = grad.square().sum(dim=[1, 2, 3]).mean()
+        loss = loss + r1 * (r1_weight / 2)
+        stats["r1"] = r1.detach()
+    return loss, stats
+
+
+def discriminator_step(D: Discriminator, opt_D: torch.optim.Optimizer, augment: AugmentPipe, ada: AdaController,
+                       real: torch.Tensor, fake: torch.Tensor, *, step: int, r1_gamma: float, r1_interval: int,
+                       generator: torch.Generator | None = None) -> dict[str, float]:
+    """One discriminator update (R1 on the steps that are multiples of ``r1_interval``), then ADA bookkeeping.
+
+    Returns ``loss_D``, ``D_real`` (mean logit on reals) and, on R1 steps, ``r1``. The caller freezes
+    whatever produced ``fake``.
+    """
+    do_r1 = r1_gamma > 0 and step % r1_interval == 0
+    D.requires_grad_(True)
+    loss, stats = discriminator_loss(D, augment, real, fake, r1_weight=r1_gamma * r1_interval if do_r1 else 0.0,
+                                     generator=generator)
+    opt_D.zero_grad(set_to_none=True)
+    loss.backward()
+    opt_D.step()
+    ada.accumulate(stats["real_logits"])
+    ada.step()
+    out = {"loss_D": float(loss.detach()), "D_real": float(stats["real_logits"].mean())}
+    if do_r1:
+        out["r1"] = float(stats["r1"])
+    return out

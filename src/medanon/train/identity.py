@@ -1,0 +1,148 @@
+"""Training the identity network (ArcFace on patient ids) on real patients' repeated acquisitions.
+
+Only patients with at least two acquisitions teach the network anything about re-acquisition
+changes, so patients with one image are left out (and counted in the checkpoint). Batches are
+sampled uniformly over images; augmentation mimics re-acquisition (translation, brightness,
+contrast). The run checkpoints every ``checkpoint_every`` steps (network, ArcFace head, optimiser,
+generator state) and resumes from the checkpoint at ``out`` when asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from medanon.checkpoint import load_checkpoint
+from medanon.errors import ConfigError, DataError
+from medanon.fsutil import sha256_bytes
+from medanon.models.classifier import PRESETS, ResNetConfig
+from medanon.models.identity import KIND, ArcFaceHead, IdentityConfig, IdentityNet, save_identity
+from medanon.train.classifier import jitter, resize_to
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IdentityTrainConfig:
+    arch: str = "small"                         # backbone: small | resnet10 | resnet18
+    embed_dim: int = 128                        # embedding size
+    image_size: int = 64                        # images are area-resized to this side
+    steps: int = 1500                           # optimiser steps
+    batch: int = 64                             # images per step
+    lr: float = 2e-3                            # AdamW peak learning rate (cosine decay)
+    weight_decay: float = 5e-4                  # AdamW weight decay
+    margin: float = 0.3                         # ArcFace additive angular margin (radians)
+    scale: float = 16.0                         # ArcFace logit scale
+    augment: bool = True                        # re-acquisition-like augmentation
+    seed: int = 0                               # weights, batches, augmentation
+    checkpoint_every: int = 250                 # steps between resumable checkpoints (0 = only at the end)
+
+    def validate(self) -> None:
+        if self.arch not in PRESETS:
+            raise ConfigError(f"identity arch={self.arch!r} is unknown", fix=f"use one of {sorted(PRESETS)}")
+        if self.steps < 1 or self.batch < 2 or self.embed_dim < 2 or self.image_size < 8:
+            raise ConfigError("identity steps, batch (>= 2), embed_dim (>= 2) and image_size (>= 8) are too small")
+        if not 0 <= self.margin < math.pi / 2 or self.scale <= 0:
+            raise ConfigError(f"identity margin={self.margin} must be in [0, pi/2) and scale={self.scale} positive")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def patients_digest(patient_ids: Sequence[str]) -> str:
+    """A digest of the training patients (sorted), stored in the checkpoint instead of the ids."""
+    return sha256_bytes("\n".join(sorted(set(map(str, patient_ids)))).encode())[:16]
+
+
+def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,
+                   out: str | Path | None = None, resume: bool = True, device: torch.device | str | None = None,
+                   progress: bool = False) -> IdentityNet:
+    """Train an :class:`IdentityNet` on ``images`` (N, C, H, W) of the patients ``patient_ids`` (N,).
+
+    With ``out`` the network is checkpointed there (kind ``identity``) and, with ``resume``, a
+    checkpoint left by an interrupted run with the same config and data is continued.
+    """
+    cfg = cfg or IdentityTrainConfig()
+    cfg.validate()
+    if images.ndim != 4 or len(images) != len(patient_ids):
+        raise ValueError(f"images {tuple(images.shape)} and patient_ids ({len(patient_ids)}) do not match")
+    counts = Counter(map(str, patient_ids))
+    keep = [i for i, p in enumerate(map(str, patient_ids)) if counts[p] >= 2]
+    ids = sorted({str(patient_ids[i]) for i in keep})
+    if len(ids) < 2:
+        raise DataError("the identity network needs at least two patients with two or more acquisitions each",
+                        fix="train on a dataset with repeated acquisitions per patient (phantoms: --per-patient 2+)")
+    dropped = len(counts) - len(ids)
+    if dropped:
+        log.info("identity training: %d patient(s) with a single image left out", dropped)
+    label_of = {p: i for i, p in enumerate(ids)}
+    y_all = torch.tensor([label_of[str(patient_ids[i])] for i in keep])
+    dev = torch.device(device) if device is not None else images.device
+    x_all = resize_to(images[keep].float(), cfg.image_size)
+    net_cfg = IdentityConfig(backbone=ResNetConfig.preset(cfg.arch, in_channels=images.shape[1], num_classes=0),
+                             embed_dim=cfg.embed_dim, image_size=cfg.image_size)
+    digest = patients_digest(ids)
+    meta = {"train_config": cfg.to_dict(), "patients": len(ids), "images": len(keep), "patients_digest": digest,
+            "single_image_patients_left_out": dropped}
+
+    torch.manual_seed(int(cfg.seed))
+    net = IdentityNet(net_cfg).to(dev)
+    head = ArcFaceHead(cfg.embed_dim, len(ids), s=cfg.scale, m=cfg.margin).to(dev)
+    params = list(net.parameters()) + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps)
+                                                                               / cfg.steps)))
+    gen = torch.Generator().manual_seed(int(cfg.seed))
+    start = 0
+    if out is not None and resume and Path(out).is_file():
+        blob = load_checkpoint(out, kind=KIND, map_location=dev)
+        same = blob["extra"].get("train_config") == meta["train_config"] and \
+            blob["extra"].get("patients_digest") == digest and blob["config"] == net_cfg.to_dict()
+        if not same:
+            raise ConfigError(f"{out} holds an identity network trained with other settings or patients",
+                              fix="choose another --out, or delete it to start over")
+        net.load_state_dict(blob["state"]["net"])
+        if blob["step"] >= cfg.steps:
+            log.info("identity network in %s is complete (%d steps)", out, blob["step"])
+            return net.eval()
+        head.load_state_dict(blob["state"]["head"])
+        opt.load_state_dict(blob["state"]["opt"])
+        sched.load_state_dict(blob["state"]["sched"])
+        gen.set_state(blob["state"]["gen"])
+        start = int(blob["step"])
+        log.info("resuming identity training from step %d", start)
+
+    def save(step: int) -> None:
+        if out is not None:
+            save_identity(out, net, step=step, extra=meta,
+                          state={"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                                 "gen": gen.get_state()})
+
+    net.train()
+    head.train()
+    bs = min(cfg.batch, len(y_all))
+    bar = tqdm(range(start, cfg.steps), desc="identity network", disable=not progress, unit="step")
+    for step in bar:
+        idx = torch.randint(0, len(y_all), (bs,), generator=gen)
+        xb = x_all[idx]
+        if cfg.augment:
+            xb = jitter(xb, gen)
+        loss = F.cross_entropy(head(net(xb.to(dev)), y_all[idx].to(dev)), y_all[idx].to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            save(step + 1)
+    save(cfg.steps)
+    return net.eval()

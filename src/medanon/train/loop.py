@@ -1,0 +1,95 @@
+"""The step loop every resumable training run shares: progress bar, metrics, samples, checkpoints, time limit."""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from PIL import Image
+from tqdm.auto import tqdm
+
+from medanon.fsutil import atomic_write_bytes
+from medanon.runtime import RunDir
+
+CHECKPOINT = "checkpoint.pt"
+GRID_COLS = 8                                   # images per row of a sample grid
+
+
+def save_image_grid(images: torch.Tensor, path: str | Path, *, cols: int = GRID_COLS) -> Path:
+    """Tile images (N, C, H, W) in [-1, 1] into one PNG, ``cols`` per row."""
+    x = ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    n, c, h, w = x.shape
+    rows = math.ceil(n / cols)
+    grid = torch.zeros(rows * cols, c, h, w, dtype=torch.uint8)
+    grid[:n] = x
+    grid = grid.reshape(rows, cols, c, h, w).permute(0, 3, 1, 4, 2).reshape(rows * h, cols * w, c).numpy()
+    im = Image.fromarray(grid[:, :, 0] if c == 1 else grid, mode="L" if c == 1 else "RGB")
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)
+
+
+class Trainable(Protocol):
+    """What :func:`run_loop` needs from a trainer."""
+
+    step_count: int                             # steps done so far (restored on resume)
+    seconds: float                              # wall-clock training time so far, over resumes
+    batch: int                                  # images per step
+
+    def step(self) -> dict[str, float]: ...     # one update; returns the numbers to log
+
+    def sample_grid(self) -> torch.Tensor: ...  # images (N, C, H, W) in [-1, 1] for the sample PNG
+
+    def save(self, path: Path) -> Path: ...     # write the full training state
+
+
+def run_loop(trainer: Trainable, run: RunDir, out: Path, *, steps: int, checkpoint_every: int, sample_every: int,
+             log_every: int, progress: bool, desc: str, show: Callable[[dict[str, float]], dict[str, str]],
+             max_seconds: float | None = None) -> Path:
+    """Step ``trainer`` until ``steps`` (or, with ``max_seconds``, until the step that reaches that much
+    wall-clock time): metrics every ``log_every`` steps (means since the last line, and images/s), sample
+    grids every ``sample_every`` and the checkpoint every ``checkpoint_every`` steps and at the end.
+    ``show(means)`` gives the progress bar's postfix. Returns the checkpoint path."""
+    ckpt_path = out / CHECKPOINT
+    bar = tqdm(total=steps, initial=trainer.step_count, desc=desc, unit="step", disable=not progress,
+               dynamic_ncols=True)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    t_start = t_last = time.perf_counter()
+    n_last, seconds_before = trainer.step_count, trainer.seconds
+    while trainer.step_count < steps:
+        losses = trainer.step()
+        step = trainer.step_count
+        elapsed = time.perf_counter() - t_start
+        trainer.seconds = seconds_before + elapsed
+        last = step == steps or (max_seconds is not None and elapsed >= max_seconds)
+        for k, v in losses.items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
+        bar.update(1)
+        if step % log_every == 0 or last:
+            now = time.perf_counter()
+            rate = (step - n_last) * trainer.batch / max(now - t_last, 1e-9)
+            means = {k: v / counts[k] for k, v in sums.items()}
+            run.log_metrics(step=step, kimg=step * trainer.batch / 1000, **means, img_per_s=rate)
+            bar.set_postfix(**show(means), ips=f"{rate:.1f}")
+            sums, counts, t_last, n_last = {}, {}, now, step
+        if step % sample_every == 0 or last:
+            save_image_grid(trainer.sample_grid(), out / "samples" / f"step-{step:07d}.png")
+        if step % checkpoint_every == 0 or last:
+            trainer.save(ckpt_path)
+        if last:
+            break
+    bar.close()
+    if not ckpt_path.exists():                  # steps=0: an untrained model, still a valid checkpoint
+        trainer.save(ckpt_path)
+    run.update(steps=trainer.step_count, kimg=trainer.step_count * trainer.batch / 1000,
+               train_seconds=round(trainer.seconds, 1))
+    run.finish()
+    return ckpt_path

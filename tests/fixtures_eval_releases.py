@@ -1,0 +1,73 @@
+"""Synthetic releases for evaluation tests, written with the real ReleaseWriter (and its private mapping):
+
+- ``unprotected``: every source image released as it is (the attacks must succeed);
+- ``noise``: every source image replaced by uniform noise (the attacks must fail);
+- ``k-same-pixel``: the pixel average of k images of k distinct patients (k-Same-Pixel, Newton et al. 2005),
+  leftover images joining existing clusters so that every record stands for at least k people.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from medanon.evaluate.inputs import MAPPING_SUFFIX, RealData
+from medanon.release import ReleaseWriter
+
+
+def _labels(real: RealData) -> list[str]:
+    return [n for n in ("grade", "pneumonia", "sex", "age") if n in real.label_names]
+
+
+def _writer(out: Path, real: RealData, method: str, params: dict, privacy: dict) -> ReleaseWriter:
+    return ReleaseWriter(out, method=method, params=params, privacy=privacy, labels=_labels(real),
+                         seeds={"fixture": 0}, phantom=real.phantom, mapping=out.with_name(out.name + MAPPING_SUFFIX))
+
+
+def write_unprotected(out: Path, real: RealData, *, split: str = "train") -> Path:
+    with _writer(out, real, "unprotected", {}, {"statement": "none: the real images themselves"}) as w:
+        for i in real.rows(split):
+            w.add(f"r{i}", real.images[i], [real.records[i]])
+    return out
+
+
+def write_noise(out: Path, real: RealData, *, split: str = "train", seed: int = 0) -> Path:
+    g = torch.Generator().manual_seed(seed)
+    c, s = real.images.shape[1], real.images.shape[-1]
+    with _writer(out, real, "noise", {}, {"statement": "pure noise, labels kept"}) as w:
+        for i in real.rows(split):
+            w.add(f"r{i}", torch.rand(c, s, s, generator=g) * 2 - 1, [real.records[i]])
+    return out
+
+
+def k_clusters(patients: np.ndarray, k: int, seed: int = 0) -> list[list[int]]:
+    """Groups of row indices, each with >= k distinct patients (one image per patient per group)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(patients))
+    groups: list[list[int]] = []
+    for i in order:
+        for g in groups:
+            if len(g) < k and patients[i] not in {patients[j] for j in g}:
+                g.append(int(i))
+                break
+        else:
+            groups.append([int(i)])
+    full = [g for g in groups if len(g) >= k]
+    for g in groups:
+        if len(g) < k:
+            for i in g:                                   # leftovers join a full cluster without their patient
+                target = next(f for f in full if patients[i] not in {patients[j] for j in f})
+                target.append(i)
+    return full
+
+
+def write_k_same_pixel(out: Path, real: RealData, *, k: int, split: str = "train", seed: int = 0) -> Path:
+    rows = real.rows(split)
+    privacy = {"k": k, "statement": f"each record averages >= {k} people"}
+    with _writer(out, real, "k-same-pixel", {"k": k}, privacy) as w:
+        for n, g in enumerate(k_clusters(real.patients[rows], k, seed)):
+            idx = rows[g]
+            w.add(f"c{n}", real.images[idx].mean(0), [real.records[i] for i in idx])
+    return out

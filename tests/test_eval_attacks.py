@@ -1,0 +1,135 @@
+"""Attacks: TAR/FAR on hand-made pairs, Wilson and residual risk against references, and every attack
+succeeding on an unprotected release and failing on noise (on synthetic embeddings, so the test is fast)."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import binomtest
+
+from medanon.evaluate.attacks import linkability as L
+from medanon.evaluate.attacks.membership import descriptors, top_k_membership
+from medanon.evaluate.attacks.risk import inference_risk, residual_risk, success_rate
+from medanon.evaluate.attacks.singling_out import singling_out
+
+
+def test_tar_far_hand_made_pairs():
+    scores = [0.9, 0.8, 0.3, 0.85, 0.2, 0.1, 0.05]
+    genuine = [True, True, True, False, False, False, False]
+    r = L.verification_rates(scores, genuine, 0.5)
+    assert r["TAR"] == pytest.approx(2 / 3) and r["FAR"] == pytest.approx(1 / 4) and r["FRR"] == pytest.approx(1 / 3)
+    assert r["accuracy"] == pytest.approx(5 / 7) and r["F1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
+    t = L.threshold_at_far([0.85, 0.2, 0.1, 0.05], 0.25)             # at most one impostor of four accepted
+    assert t == 0.85
+    r = L.verification_rates(scores, genuine, t)
+    assert r["FAR"] == pytest.approx(0.25) and r["TAR"] == pytest.approx(1 / 3)
+    t0 = L.threshold_at_far([0.85, 0.2, 0.1, 0.05], 0.0)
+    assert t0 > 0.85 and L.verification_rates(scores, genuine, t0)["FAR"] == 0.0
+    assert L.threshold_at_far([0.5, 0.5, 0.5, 0.1], 0.5) > 0.5          # ties: accepting 0.5 would pass 3 of 4
+
+
+def test_wilson_matches_scipy_and_residual_risk_formula():
+    for s, n in [(0, 10), (3, 10), (50, 100), (99, 100)]:
+        r = success_rate(s, n, confidence=0.95)
+        lo, hi = binomtest(s, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert r.value - r.error == pytest.approx(lo, abs=1e-9) and r.value + r.error == pytest.approx(hi, abs=1e-9)
+    a, c = success_rate(80, 100), success_rate(50, 100)
+    risk = residual_risk(a, c)
+    assert risk.unclipped == pytest.approx((a.value - c.value) / (1 - c.value))
+    assert risk.ci[0] < risk.value < risk.ci[1]
+    assert residual_risk(success_rate(40, 100), c).value == 0.0         # worse than control: clipped to 0
+    with pytest.raises(ValueError):
+        success_rate(5, 3)
+
+
+def _setting(seed=0, patients=40, per=2, d=32):
+    """Source embeddings: per-patient centre + small acquisition noise; held-out patients likewise."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((patients, d))
+    pid = np.repeat(np.arange(patients), per)
+    emb = centres[pid] + 0.15 * rng.standard_normal((len(pid), d))
+    held_c = rng.standard_normal((patients // 2, d))
+    hpid = np.repeat(np.arange(patients // 2), per)
+    held = held_c[hpid] + 0.15 * rng.standard_normal((len(hpid), d))
+    return rng, emb, pid.astype(str), held, np.array([f"h{p}" for p in hpid])
+
+
+@pytest.mark.parametrize("release", ["unprotected", "noise"])
+def test_linkability_and_singling_out_succeed_and_fail(release):
+    rng, emb, pid, held, hpid = _setting()
+    rel = emb.copy() if release == "unprotected" else rng.standard_normal(emb.shape)
+    recs = [frozenset([p]) for p in pid]
+    out = L.linkability(control_emb=held, control_patients=hpid, release_emb=rel, record_patients=recs,
+                        source_emb=emb, source_patients=pid, source_record=list(range(len(pid))), target_far=0.05)
+    assert out["control"]["AUC"] > 0.95                                # the attacker works on real pairs
+    so = singling_out(source_emb=emb, source_record=np.arange(len(pid)), release_emb=rel)
+    if release == "unprotected":
+        assert out["outer"]["TAR"] > 0.95 and out["outer"]["AUC"] > 0.95 and out["inner"]["AUC"] > 0.95
+        assert so["hidden_rate"] == 0.0 and so["risk"]["residual_risk"]["risk"] > 0.9
+    else:
+        assert 0.3 < out["outer"]["AUC"] < 0.7 and 0.3 < out["inner"]["AUC"] < 0.7
+        assert so["hidden_rate"] > 0.85 and so["risk"]["residual_risk"]["ci"][0] == 0.0
+
+
+@pytest.mark.parametrize("release", ["unprotected", "noise"])
+def test_membership_top_k_succeeds_and_fails(release):
+    rng, emb, _, held, _ = _setting(seed=1, patients=60, per=1)
+    g = torch.Generator().manual_seed(0)
+    imgs, himgs = torch.rand(len(emb), 1, 8, 8, generator=g), torch.rand(len(held), 1, 8, 8, generator=g)
+    src_desc, held_desc = descriptors(imgs, emb), descriptors(himgs, held)
+    k = 2
+    groups = [list(range(i, i + k)) for i in range(0, len(emb), k)]
+    if release == "unprotected":                                       # the average of the members' descriptors
+        rel_desc = np.stack([src_desc[g_].mean(0) for g_ in groups])
+    else:
+        rel_desc = descriptors(torch.rand(len(groups), 1, 8, 8, generator=g),
+                               rng.standard_normal((len(groups), emb.shape[1])))
+    out = top_k_membership(release_desc=rel_desc, record_sources=groups, source_desc=src_desc,
+                           heldout_desc=held_desc, seed=0)
+    if release == "unprotected":
+        assert out["top_k_accuracy"] > 0.9 and out["risk"]["residual_risk"]["risk"] > 0.8
+    else:
+        assert out["top_k_accuracy"] < 0.2 and out["risk"]["residual_risk"]["ci"][0] == 0.0
+    assert out["members_in_pool"] == out["heldout_in_pool"]
+
+
+@pytest.mark.parametrize("release", ["unprotected", "noise"])
+def test_inference_risk_succeeds_and_fails(release):
+    rng, emb, _, held, _ = _setting(seed=2, patients=80, per=1)
+    secret = rng.integers(0, 2, len(emb)).astype(float)               # independent of the image: no generic signal
+    hsecret = rng.integers(0, 2, len(held)).astype(float)
+    rel = emb.copy() if release == "unprotected" else rng.standard_normal(emb.shape)
+    out = inference_risk(member_emb=emb, member_secret=secret, control_emb=held, control_secret=hsecret,
+                         release_emb=rel, release_secret=secret)
+    rr = out["residual_risk"]
+    if release == "unprotected":
+        assert out["attack"]["rate"] == 1.0 and rr["risk"] > 0.7
+    else:
+        assert rr["risk"] < 0.3 and out["attack"]["rate"] < 0.7
+
+
+@pytest.fixture(scope="module")
+def sex_attacker():
+    """A classifier for a visible 'sex' marker (a bright square), trained on 'real' images."""
+    from medanon.train.classifier import ClassifierTrainConfig, train_classifier
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(80, 1, 16, 16, generator=g) * 0.2 - 0.9
+    y = np.arange(80) % 2
+    x[y == 1, :, 4:12, 4:12] += 1.2
+    m = train_classifier(x[:60], y[:60], num_classes=2, cfg=ClassifierTrainConfig(image_size=16, steps=40, batch=16))
+    return m, x, y.astype(float)
+
+
+@pytest.mark.parametrize("release", ["unprotected", "noise"])
+def test_attribute_inference_succeeds_and_fails(sex_attacker, release):
+    from medanon.evaluate.attacks.attribute import attribute_inference
+
+    m, x, y = sex_attacker
+    rel = x[:60] if release == "unprotected" else torch.rand(60, 1, 16, 16, generator=torch.Generator()) * 2 - 1
+    out = attribute_inference(attacker=m, image_size=16, release_images=rel, release_truth=y[:60],
+                              heldout_images=x[60:], heldout_truth=y[60:])
+    assert out["heldout_real_accuracy"] > 0.9 and out["chance"] == 0.5      # the attacker works on real images
+    if release == "unprotected":
+        assert out["accuracy"] > 0.9 and out["risk"]["residual_risk"]["risk"] > 0.7
+    else:
+        assert out["accuracy"] < 0.7 and out["risk"]["residual_risk"]["ci"][0] < 0.2

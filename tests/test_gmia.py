@@ -1,0 +1,289 @@
+"""GMIA latent optimisation on tiny stand-in networks: identity below the margin, utility kept by L_ut, only W_A
+changes, batching does not change results, and the release through the CLI (audit, resume, errors)."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+from torch import nn
+
+from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder, gmia_release
+from medanon.checkpoint import save_checkpoint
+from medanon.cli import cli
+from medanon.codecs.stylegan import KIND_COTRAINED, StyleGANCodec
+from medanon.config import DataConfig, PhantomConfig, build, to_dict
+from medanon.data.dataset import open_dataset
+from medanon.data.layouts import scan
+from medanon.errors import ConfigError
+from medanon.models.classifier import ResNet, ResNetConfig, save_classifier
+from medanon.models.encoder import Encoder
+from medanon.models.identity import IdentityConfig, IdentityNet, save_identity
+from medanon.models.stylegan import Generator, StyleGANConfig
+from medanon.phantoms.generate import generate
+from medanon.release import ReleaseWriter, audit_release, read_release
+from medanon.train.classifier import resize_to
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_GAN = ROOT / "configs" / "stylegan" / "tiny32.yaml"
+MARGIN = 0.3
+FAST = dict(steps=30, lr=0.05, margin=MARGIN, lambda_ut=1.0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class FineIdentity(nn.Module):
+    """Stand-in E_id: a fixed random projection of the image's fine detail (image minus its blur), batch-normed."""
+
+    def __init__(self, channels: int, size: int, dim: int = 32):
+        super().__init__()
+        self.proj = nn.Linear(channels * size * size, dim, bias=False)
+        self.bn = nn.BatchNorm1d(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        blur = F.interpolate(F.avg_pool2d(x, 4), scale_factor=4, mode="bilinear", align_corners=False)
+        return self.bn(self.proj((x - blur).flatten(1)))
+
+
+class CoarseUtility(nn.Module):
+    """Stand-in E_ut: a fixed random projection of the 4x4 average-pooled image (coarse content)."""
+
+    def __init__(self, channels: int, dim: int = 16):
+        super().__init__()
+        self.proj = nn.Linear(channels * 16, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.adaptive_avg_pool2d(x, 4).flatten(1))
+
+
+def tiny_codec(channels: int = 3) -> StyleGANCodec:
+    cfg = dataclasses.replace(build(StyleGANConfig, path=TINY_GAN), channels=channels)
+    torch.manual_seed(0)
+    G = Generator.from_config(cfg).eval()
+    E = Encoder(32, channels, G.num_ws, G.w_dim, iterative=False, channel_base=256, channel_max=16, head_dim=16)
+    return StyleGANCodec(G, E.eval())
+
+
+@pytest.fixture(scope="module")
+def setup():
+    codec = tiny_codec()
+    torch.manual_seed(1)
+    ident = FineIdentity(3, 32)
+    torch.manual_seed(2)
+    util = CoarseUtility(3)
+    G = codec.generator
+    with torch.no_grad():
+        ws = G.mapping(torch.randn(16, G.z_dim, generator=torch.Generator().manual_seed(3)))
+        images = G.synthesis(ws, noise_mode="const").clamp(-1, 1)     # sources the generator renders exactly
+    return codec, ident, util, ws, images
+
+
+def run(setup, **cfg):
+    codec, ident, util, ws, images = setup
+    return GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(**{**FAST, **cfg})).optimise(ws, images)
+
+
+def test_identity_cosine_falls_below_the_margin(setup):
+    res = run(setup)
+    assert torch.allclose(res.id_cos_start, torch.ones(16), atol=1e-4)       # W_A starts at the source's W
+    assert (res.id_cos <= MARGIN).float().mean() >= 0.75, res.id_cos
+    assert res.history[0]["id_cos"] > 0.99 and res.history[-1]["id_cos"] < MARGIN + 0.1
+    assert res.history[-1]["loss"] < res.history[0]["loss"]
+
+
+def test_utility_loss_keeps_the_utility_features_closer(setup):
+    both, id_only, ut_only = run(setup, losses="id+ut"), run(setup, losses="id"), run(setup, losses="ut")
+    assert both.ut_dist.mean() < 0.5 * id_only.ut_dist.mean(), (both.ut_dist, id_only.ut_dist)
+    assert (both.ut_dist < id_only.ut_dist).float().mean() >= 0.75
+    assert (both.id_cos <= MARGIN).float().mean() >= 0.75            # identity still removed with L_ut on
+    assert (id_only.id_cos <= MARGIN).float().mean() >= 0.75
+    assert torch.allclose(ut_only.id_cos, torch.ones(16), atol=1e-4)  # L_ut alone removes no identity
+    assert "id_cos" not in ut_only.history[0] and "ut_dist" not in id_only.history[0]
+
+
+def _snapshot(*modules: nn.Module) -> list[dict[str, torch.Tensor]]:
+    return [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
+
+
+def test_only_the_latent_changes(setup):
+    codec, ident, util, ws, images = setup
+    ident.train()                                   # train mode would update batch-norm statistics
+    util.proj.weight.requires_grad_(True)
+    codec.generator.synthesis.requires_grad_(True)
+    before = _snapshot(codec.generator, codec.encoder, ident, util)
+    ws_before = ws.clone()
+    res = GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(**FAST)).anonymise(images)
+    after = _snapshot(codec.generator, codec.encoder, ident, util)
+    for b, a in zip(before, after, strict=True):
+        assert b.keys() == a.keys()
+        assert all(torch.equal(b[k], a[k]) for k in b), [k for k in b if not torch.equal(b[k], a[k])]
+    for m in (codec, ident, util):
+        assert all(p.grad is None for p in m.parameters())
+    assert ident.training and ident.bn.training and not codec.generator.training     # modes restored
+    assert util.proj.weight.requires_grad and codec.generator.synthesis.blocks[0].const.requires_grad
+    codec.generator.synthesis.requires_grad_(False)
+    ident.eval()
+    assert torch.equal(ws, ws_before)
+    start = codec.encode(images)
+    assert not torch.allclose(res.ws, start, atol=1e-3)                      # W_A moved away from W ...
+    assert torch.allclose(codec.decode(res.ws), res.images, atol=1e-5)      # ... and is all the release depends on
+
+
+def test_batching_does_not_change_the_result(setup):
+    codec, ident, util, _, images = setup
+    cfg = GMIAConfig(**{**FAST, "steps": 8})
+    batched = GMIA(codec, identity=ident, utility=util, cfg=cfg).anonymise(images[:6])
+    single = GMIA(codec, identity=ident, utility=util, cfg=dataclasses.replace(cfg, batch_size=1)).anonymise(images[:6])
+    assert torch.allclose(batched.ws, single.ws, atol=1e-4)
+    assert torch.allclose(batched.images, single.images, atol=1e-4)
+    assert torch.allclose(batched.id_cos, single.id_cos, atol=1e-4)
+    assert batched.history[-1]["loss"] == pytest.approx(single.history[-1]["loss"], rel=1e-4)
+
+
+def test_zero_steps_release_the_reconstruction(setup):
+    codec, ident, util, _, images = setup
+    res = GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(steps=0)).anonymise(images[:4])
+    assert torch.allclose(res.images, codec.reconstruct(images[:4]), atol=1e-6)
+    assert torch.equal(res.id_cos, res.id_cos_start) and res.history == []
+    assert any("reconstruction" in w for w in GMIAConfig(steps=0).warnings())
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"losses": "id+pixel"}, "losses"), ({"margin": 1.0}, "margin"), ({"lr": 0.0}, "lr"),
+    ({"losses": "id+ut", "lambda_ut": 0.0}, "utility loss off"), ({"steps": -1}, "steps"),
+])
+def test_config_is_validated(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        GMIAConfig(**bad).validate()
+
+
+def test_missing_networks_are_named(setup):
+    codec, ident, util, _, _ = setup
+    with pytest.raises(ConfigError, match="--identity"):
+        GMIA(codec, identity=None, utility=util, cfg=GMIAConfig(losses="id+ut"))
+    with pytest.raises(ConfigError, match="--utility"):
+        GMIA(codec, identity=ident, utility=None, cfg=GMIAConfig(losses="ut"))
+    GMIA(codec, identity=ident, utility=None, cfg=GMIAConfig(losses="id"))       # L_id alone needs no E_ut
+
+
+def test_adapters_match_the_networks_and_pass_gradients():
+    torch.manual_seed(0)
+    small = ResNetConfig(in_channels=3, widths=(8, 16), blocks=(1, 1))
+    net = IdentityNet(IdentityConfig(small, embed_dim=8, image_size=16)).eval()
+    model = ResNet(small).eval()
+    x = (torch.rand(5, 3, 32, 32) * 2 - 1).requires_grad_(True)
+    e = IdentityEncoder(net)(x)
+    assert torch.allclose(e, net.embed(x.detach()), atol=1e-5)
+    assert torch.allclose(e.norm(dim=1), torch.ones(5), atol=1e-5)
+    u = UtilityEncoder(model, image_size=16)(x)
+    assert torch.allclose(u, model.features(resize_to(x.detach(), 16)), atol=1e-6)
+    (e.sum() + u.sum()).backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------------------- releases
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gmia")
+    data = generate(PhantomConfig(patients=6, per_patient=2, size=32, workers=1), d / "fundus", progress=False)
+    codec = tiny_codec()
+    g = codec.generator
+    gen_cfg = dataclasses.replace(build(StyleGANConfig, path=TINY_GAN), channels=3)
+    save_checkpoint(d / "codec.pt", kind=KIND_COTRAINED,
+                    config={"generator": to_dict(gen_cfg), "encoder": dict(codec.encoder.kwargs),
+                            "codec": {"iterations": 1}},
+                    state={"G": g.state_dict(), "E": codec.encoder.state_dict()})
+    torch.manual_seed(4)
+    small = ResNetConfig(in_channels=3, widths=(8, 16), blocks=(1, 1))
+    save_identity(d / "identity.pt", IdentityNet(IdentityConfig(small, embed_dim=8, image_size=32)))
+    train_cfg = {"train_config": {"image_size": 32}}
+    save_classifier(d / "grade.pt", ResNet(small), extra={"label": "grade", **train_cfg})
+    save_classifier(d / "sex.pt", ResNet(dataclasses.replace(small, num_classes=2)),
+                    extra={"label": "sex", **train_cfg})
+    save_classifier(d / "gray.pt", ResNet(dataclasses.replace(small, in_channels=1)), extra={"label": "grade"})
+    return d, data
+
+
+def _cli(d: Path, data: Path, out: Path, *extra: str):
+    args = ["--device", "cpu", "anonymize", "gmia", "--data", str(data), "--model", str(d / "codec.pt"),
+            "--identity", str(d / "identity.pt"), "--out", str(out), "--steps", "2", *extra]
+    return CliRunner().invoke(cli, args)
+
+
+def test_cli_release_is_audited_clean(tmp_path, checkpoints):
+    d, data = checkpoints
+    out, mapping = tmp_path / "rel", tmp_path / "private" / "map.json"
+    res = _cli(d, data, out, "--utility", str(d / "grade.pt"), "--mapping", str(mapping), "--batch-size", "5")
+    assert res.exit_code == 0, res.output
+    manifest, rows = read_release(out)
+    records = scan(data).records
+    assert len(rows) == len(records) == 12 and {r["n_people"] for r in rows} == {"1"}
+    assert [c for c in rows[0] if c not in ("image", "n_sources", "n_people")] == ["grade", "grade_counts"]
+    assert manifest["method"] == "gmia" and manifest["params"]["losses"] == "id+ut"
+    assert manifest["params"]["utility_label"] == "grade" and "batch_size" not in manifest["params"]
+    assert manifest["privacy"]["guarantee"].startswith("none")
+    assert manifest["privacy"]["optimisation_outcome"]["images"] == 12
+    assert set(manifest["models"]) == {"codec", "identity", "utility"} and manifest["phantom"]
+    assert "optimisation_outcome" in res.output and "NO formal guarantee" in res.output
+    rep = audit_release(out, mapping=mapping, source_records=records)
+    assert rep.passed, rep.format()
+    assert len(json.loads(mapping.read_text())["records"]) == 12
+
+
+def test_cli_split_selects_patients(tmp_path, checkpoints):
+    d, data = checkpoints
+    res = _cli(d, data, tmp_path / "rel", "--losses", "id", "--split", "train", "--mapping", str(tmp_path / "m.json"))
+    assert res.exit_code == 0, res.output
+    patients = {p for r in json.loads((tmp_path / "m.json").read_text())["records"].values() for p in r["patients"]}
+    assert 0 < len(patients) < 6
+
+
+def test_release_resumes_after_interruption(tmp_path, checkpoints, monkeypatch):
+    d, data = checkpoints
+    ds = open_dataset(data, DataConfig(size=32))
+    gmia = GMIA(tiny_codec(), identity=IdentityEncoder.from_checkpoint(d / "identity.pt"), utility=None,
+                cfg=GMIAConfig(losses="id", steps=2, batch_size=4))
+    calls = []
+    original = GMIA.anonymise
+    monkeypatch.setattr(GMIA, "anonymise", lambda self, x: calls.append(len(x)) or original(self, x))
+    add = ReleaseWriter.add
+
+    def interrupted(self, key, image, sources):
+        if len(self) == 5:
+            raise KeyboardInterrupt
+        return add(self, key, image, sources)
+
+    monkeypatch.setattr(ReleaseWriter, "add", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gmia_release(ds, tmp_path / "rel", gmia=gmia, progress=False)
+    monkeypatch.setattr(ReleaseWriter, "add", add)
+    calls.clear()
+    _, outcome = gmia_release(ds, tmp_path / "rel", gmia=gmia, progress=False)
+    assert sum(calls) == 12 - 5 and outcome["images"] == 7 and "last run" in outcome["scope"]
+    assert len(read_release(tmp_path / "rel")[1]) == 12
+
+
+def test_cli_errors_and_warnings(tmp_path, checkpoints):
+    d, data = checkpoints
+    res = _cli(d, data, tmp_path / "a", "--utility", str(d / "gray.pt"))
+    assert res.exit_code == 1 and "--utility" in res.output and "1-channel" in res.output
+    res = _cli(d, data, tmp_path / "b", "--utility", str(d / "identity.pt"))
+    assert res.exit_code == 1 and "expected classifier" in res.output
+    res = _cli(d, data, tmp_path / "c", "--utility", str(d / "sex.pt"), "--margin", "0.8")
+    assert res.exit_code == 0, res.output
+    assert "PRESERVE that sensitive attribute" in res.stderr and "margin=0.8" in res.stderr
+    res = _cli(d, data, tmp_path / "d")
+    assert res.exit_code == 1 and "needs the utility network" in res.output and "--utility" in res.output
+    res = _cli(d, data, tmp_path / "e", "--losses", "id", "--size", "64")
+    assert res.exit_code != 0 and "--size" in res.output

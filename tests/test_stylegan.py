@@ -1,0 +1,216 @@
+"""StyleGAN2-ADA: shapes, modulated convolution, augmentation, ADA, training, checkpoints, CLI (tiny, CPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from medanon.checkpoint import load_checkpoint
+from medanon.cli import cli
+from medanon.config import build
+from medanon.errors import ConfigError
+from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
+from medanon.models.stylegan.layers import modulated_conv2d
+from medanon.train.gan import StyleGANTrainer, export_checkpoint, load_discriminator, load_generator, train_stylegan
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "stylegan"
+
+
+def tiny(**kw) -> StyleGANConfig:
+    base = dict(resolution=16, channels=3, z_dim=16, w_dim=16, channel_base=128, channel_max=16, batch=4,
+                mbstd_group=2, r1_gamma=0.1, r1_interval=2, ema_kimg=0.01, ada_interval=1, ada_kimg=1)
+    return StyleGANConfig(**{**base, **kw})
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest single-threaded, above all on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_mapping_and_synthesis_shapes(channels):
+    torch.manual_seed(0)
+    G = Generator.from_config(tiny(channels=channels))
+    assert (G.num_ws, G.w_dim, G.z_dim, G.img_channels, G.img_resolution) == (6, 16, 16, channels, 16)
+    z = torch.randn(3, G.z_dim)
+    ws = G.mapping(z)
+    assert ws.shape == (3, G.num_ws, G.w_dim) and ws.dtype == torch.float32
+    assert torch.equal(ws[:, 0], ws[:, -1])                      # one w broadcast to every style
+    with torch.no_grad():
+        for name, p in G.named_parameters():
+            if name.endswith("noise_strength"):                  # starts at 0; make the noise visible
+                p.fill_(0.5)
+    img = G.synthesis(ws, noise_mode="const")
+    assert img.shape == (3, channels, 16, 16) and img.dtype == torch.float32 and img.isfinite().all()
+    assert torch.equal(img, G.synthesis(ws, noise_mode="const"))
+    assert not torch.equal(G.synthesis(ws, noise_mode="random"), G.synthesis(ws, noise_mode="random"))
+    assert not torch.equal(G.synthesis(ws, noise_mode="none"), img)
+    G.mapping.w_avg.normal_()
+    assert torch.allclose(G.mapping(z, truncation_psi=0)[:, 0], G.w_avg.expand(3, -1))
+    assert Discriminator.from_config(tiny(channels=channels))(img).shape == (3, 1)
+    with pytest.raises(ValueError, match="shape"):
+        G.synthesis(ws[:, :-1])
+    with pytest.raises(ValueError, match="noise_mode"):
+        G.synthesis(ws, noise_mode="fixed")
+
+
+def test_demodulation_gives_unit_variance():
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, 16, 16)
+    weight = torch.randn(32, 64, 3, 3)
+    styles = torch.rand(8, 64) * 4 + 0.1                        # very different per-channel scales
+    y = modulated_conv2d(x, weight, styles)
+    assert 0.85 < float(y.std()) < 1.15
+    raw = modulated_conv2d(x, weight, styles, demodulate=False)
+    assert float(raw.std()) > 10
+
+
+def test_modulated_conv_equals_per_sample_weights():
+    """The scale -> shared conv -> rescale form equals convolving with each sample's modulated weight."""
+    torch.manual_seed(1)
+    x, weight, styles = torch.randn(2, 4, 8, 8), torch.randn(5, 4, 3, 3), torch.rand(2, 4) + 0.5
+    y = modulated_conv2d(x, weight, styles)
+    for n in range(2):
+        w = weight * styles[n][None, :, None, None]
+        w = w / w.square().sum(dim=[1, 2, 3], keepdim=True).sqrt()
+        ref = torch.nn.functional.conv2d(x[n:n + 1], w, padding=1)
+        assert torch.allclose(y[n:n + 1], ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_augmentations_identity_at_zero_and_differentiable(channels):
+    x = torch.rand(6, channels, 16, 16, requires_grad=True)
+    assert AugmentPipe(AUGMENTS, p=0.0)(x) is x
+    y = AugmentPipe(AUGMENTS, p=1.0)(x, torch.Generator().manual_seed(0))
+    assert y.shape == x.shape and y.isfinite().all() and not torch.allclose(y, x)
+    (grad,) = torch.autograd.grad((y * torch.randn_like(y)).sum(), x)
+    assert grad.isfinite().all() and grad.abs().sum() > 0
+
+
+def test_flip_and_rot90_are_exact():
+    x = torch.rand(16, 3, 8, 8)
+    y = AugmentPipe(["xflip"], p=1.0)(x, torch.Generator().manual_seed(0))
+    flipped = [torch.allclose(a, b.flip(-1), atol=1e-5) for a, b in zip(y, x, strict=True)]
+    same = [torch.allclose(a, b, atol=1e-5) for a, b in zip(y, x, strict=True)]
+    assert all(f or s for f, s in zip(flipped, same, strict=True)) and any(flipped) and any(same)
+    y = AugmentPipe(["rotate90"], p=1.0)(x, torch.Generator().manual_seed(1))
+    assert all(any(torch.allclose(a, torch.rot90(b, k, dims=(1, 2)), atol=1e-5) for k in range(4))
+               for a, b in zip(y, x, strict=True))
+
+
+def test_ada_p_follows_overfitting_heuristic():
+    pipe = AugmentPipe(["xflip"], p=0.0)
+    ada = AdaController(pipe, target=0.6, interval=1, kimg=1, batch=100)  # 0.1 per update
+    for _ in range(3):
+        ada.update(0.95)                                         # D too sure about reals: augment more
+    assert pipe.p == pytest.approx(0.3)
+    ada.update(0.2)
+    assert pipe.p == pytest.approx(0.2)
+    for _ in range(5):
+        ada.update(0.0)
+    assert pipe.p == 0.0                                         # clamped at 0
+    ada = AdaController(pipe, target=0.6, interval=2, kimg=1, batch=100)
+    for _ in range(2):                                           # through the logits, every `interval` steps
+        ada.accumulate(torch.ones(100, 1))
+        ada.step()
+    assert pipe.p == pytest.approx(0.2) and ada.last_rt == 1.0
+
+
+def test_training_learns_the_data():
+    """On a one-colour dataset the generated images move towards that colour within a few steps."""
+    target = torch.tensor([0.8, -0.6, 0.2])[None, :, None, None]
+    images = target.expand(16, 3, 16, 16)
+    cfg = tiny(g_lr=0.01, d_lr=0.01, augment=(), style_mixing=0.0)
+    trainer = StyleGANTrainer(cfg, ((images + 1) * 127.5).round().to(torch.uint8), torch.device("cpu"))
+    z = torch.randn(16, cfg.z_dim)
+
+    def error() -> float:
+        with torch.no_grad():
+            return float((trainer.G(z, noise_mode="const") - target).abs().mean())
+
+    before = error()
+    losses = [trainer.step() for _ in range(20)]
+    assert error() < 0.75 * before
+    assert all(math.isfinite(v) for step in losses for v in step.values())
+
+
+def test_save_load_export_and_resume(tmp_path: Path):
+    torch.manual_seed(0)
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    cfg = tiny()
+    whole = train_stylegan(images, cfg, tmp_path / "whole", steps=4, progress=False)
+    part = train_stylegan(images, cfg, tmp_path / "part", steps=2, progress=False)
+    saved = load_checkpoint(part, kind="stylegan2")
+    resumed = StyleGANTrainer(cfg, torch.zeros(1, 3, 16, 16, dtype=torch.uint8), torch.device("cpu"))
+    resumed.load(saved)
+    assert resumed.step_count == 2 and resumed.augment.p == saved["extra"]["ada_p"]
+    for name in ("opt_G", "opt_D"):                              # optimizer state restored tensor for tensor
+        restored = getattr(resumed, name).state_dict()["state"]
+        for k, st in saved["state"][name]["state"].items():
+            assert all(torch.equal(v, restored[k][s]) for s, v in st.items())
+    with pytest.raises(ConfigError, match="resume"):
+        train_stylegan(images, cfg, tmp_path / "part", steps=4, progress=False)
+    train_stylegan(images, cfg, tmp_path / "part", steps=4, resume=True, progress=False)
+    a, b = load_checkpoint(whole), load_checkpoint(part)
+    assert a["step"] == b["step"] == 4 and a["extra"]["ada_state"] == b["extra"]["ada_state"]
+    for net in ("G", "D", "G_ema"):                              # the resumed run ends where the whole one did
+        assert all(torch.equal(v, b["state"][net][k]) for k, v in a["state"][net].items())
+    assert all(torch.equal(v, b["state"]["opt_D"]["state"][k]["exp_avg_sq"])
+               for k, v in ((k, s["exp_avg_sq"]) for k, s in a["state"]["opt_D"]["state"].items()))
+    with pytest.raises(ConfigError, match="differs"):
+        train_stylegan(images, dataclasses.replace(cfg, r1_gamma=1.0), tmp_path / "part", steps=5, resume=True,
+                       progress=False)
+
+    small = export_checkpoint(whole, tmp_path / "small.pt")
+    assert small.stat().st_size < whole.stat().st_size / 2
+    z = torch.randn(3, cfg.z_dim)
+    outputs = [load_generator(p)(z, noise_mode="const") for p in (whole, small)]
+    assert torch.equal(outputs[0], outputs[1])
+    D = load_discriminator(small)
+    assert all(torch.equal(v, a["state"]["D"][k]) for k, v in D.state_dict().items())
+    with pytest.raises(ConfigError, match="exported"):
+        StyleGANTrainer(cfg, torch.zeros(1, 3, 16, 16, dtype=torch.uint8), torch.device("cpu")).load(
+            load_checkpoint(small))
+
+
+def test_configs_load_and_validate():
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        cfg = build(StyleGANConfig, path=path)
+        assert cfg.channels_at(cfg.resolution) >= 1
+    with pytest.raises(ConfigError, match="unknown augmentation"):
+        build(StyleGANConfig, overrides=["augment=[xflip,warp]"])
+    with pytest.raises(ConfigError, match="power of two"):
+        build(StyleGANConfig, overrides=["resolution=48"])
+
+
+def test_cli_trains_resumes_and_exports(tmp_path: Path):
+    runner = CliRunner()
+    data, out = tmp_path / "ph", tmp_path / "run"
+    r = runner.invoke(cli, ["phantom", "--modality", "xray", "--patients", "4", "--per-patient", "2", "--size", "32",
+                            "--out", str(data), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    args = ["--device", "cpu", "train", "gan", "--data", str(data), "--out", str(out), "--threads", "1"]
+    tiny32 = ["--config", str(CONFIGS / "tiny32.yaml"), "--set", "channels=1", "--set", "batch=4"]
+    r = runner.invoke(cli, [*args, *tiny32, "--steps", "2", "--sample-every", "1"])
+    assert r.exit_code == 0, r.output
+    assert {p.name for p in out.iterdir()} >= {"checkpoint.pt", "config.yaml", "metrics.jsonl", "manifest.json"}
+    assert sorted(p.name for p in (out / "samples").iterdir()) == ["step-0000001.png", "step-0000002.png"]
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"step", "kimg", "loss_G", "loss_D", "ada_p", "img_per_s"} <= set(row) and row["step"] == 2
+    r = runner.invoke(cli, [*args, *tiny32, "--steps", "3"])
+    assert r.exit_code == 1 and "--resume" in r.output and "Traceback" not in r.output
+    r = runner.invoke(cli, [*args, "--resume", "--steps", "3", "--export", str(tmp_path / "g.pt")])
+    assert r.exit_code == 0, r.output
+    G = load_generator(tmp_path / "g.pt")
+    assert G(torch.randn(2, G.z_dim)).shape == (2, 1, 32, 32)
+    assert load_checkpoint(out / "checkpoint.pt")["step"] == 3

@@ -171,3 +171,19 @@ def test_loud_warnings(world, tmp_path):
     text = " ".join(_warnings(cfg, [rel], n_fid=8))
     for what in ("bias dominates", "single seed", "no private mapping", "optimised against"):
         assert what in text, what
+
+
+def test_train_identity_and_classifier_commands(world, tmp_path):
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "identity", str(world["data"]), "--size", str(SIZE),
+                                 "--out", str(tmp_path / "id.pt"), "--steps", "5", "--embed-dim", "16"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout[r.stdout.index("{"):])
+    assert 0 <= out["test_verification_auc"] <= 1 and (tmp_path / "id.pt").is_file()
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "classifier", str(world["data"]), "--size", str(SIZE),
+                                 "--label", "grade", "--loss", "focal", "--out", str(tmp_path / "c.pt"),
+                                 "--steps", "5"])
+    assert r.exit_code == 0, r.output
+    assert "kappa" in json.loads(r.stdout[r.stdout.index("{"):])["test"]
+    r = CliRunner().invoke(cli, ["train", "classifier", str(world["data"]), "--size", str(SIZE), "--label", "nope",
+                                 "--out", str(tmp_path / "d.pt")])
+    assert r.exit_code == 2 and "nope" in r.output

@@ -56,6 +56,9 @@ def test_classifier_learns_and_round_trips(tmp_path):
     assert blob["kind"] == "classifier" and torch.allclose(predict_proba(m2, x), predict_proba(m, x))
     again = train_classifier(x, y, num_classes=2, cfg=cfg)             # same seed, same model
     assert torch.allclose(predict_proba(again, x), predict_proba(m, x), atol=1e-5)
+    bf = train_classifier(x, y, num_classes=2, cfg=ClassifierTrainConfig(image_size=16, steps=40, batch=16,
+                                                                         precision="bf16"))
+    assert (predict_proba(bf, x).argmax(1).numpy() == y).mean() > 0.9
 
 
 def test_arcface_logits_match_the_formula():

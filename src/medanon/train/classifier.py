@@ -35,6 +35,7 @@ class ClassifierTrainConfig:
     loss: str = "ce"                            # ce | weighted (inverse class frequency) | focal (class-weighted)
     focal_gamma: float = 0.6                    # focal loss exponent (VS-Snow uses 0.6)
     augment: bool = True                        # random translation, brightness and contrast
+    precision: str = "fp32"                     # fp32 | bf16 (autocast; ~1.5x faster on CPUs with AVX512-BF16)
     seed: int = 0                               # weights, batches and augmentation
 
     def validate(self) -> None:
@@ -46,6 +47,8 @@ class ClassifierTrainConfig:
             raise ConfigError(f"classifier steps={self.steps} must be >= 1 and batch={self.batch} >= 2")
         if self.image_size < 8:
             raise ConfigError(f"classifier image_size={self.image_size} must be at least 8")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"classifier precision={self.precision!r} must be fp32 or bf16")
         if self.lr <= 0 or self.weight_decay < 0 or self.focal_gamma < 0:
             raise ConfigError("classifier lr must be positive, weight_decay and focal_gamma non-negative")
 
@@ -132,7 +135,8 @@ def train_classifier(images: torch.Tensor, targets: np.ndarray | torch.Tensor, *
         if cfg.augment:
             xb = jitter(xb, gen)
         xb, yb = xb.to(dev), y_all[idx].to(dev)
-        logits = model(xb)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            logits = model(xb).float()
         if cfg.loss == "focal":
             loss = focal_loss(logits, yb, gamma=cfg.focal_gamma, weight=weight)
         else:

@@ -235,6 +235,7 @@ def test_pixel_methods_release_and_audit(tmp_path, phantoms, method):
     assert manifest["method"] == method and manifest["params"]["k"] == 3
     assert manifest["params"]["clustering"]["space"] == "pca" and "grade_counts" in rows[0]
     assert manifest["privacy"]["k"] == 3 and manifest["privacy"]["clusters"] == 4
+    assert manifest["seeds"] == {"pca_subsample": 0}
     audit_ok(out, mapping, phantoms, 3)
 
 
@@ -249,6 +250,8 @@ def test_latent_methods_release_audit_and_manifest(tmp_path, phantoms, codec_ckp
         assert any(k.startswith("codec:") for k in manifest["models"])
         assert min(int(r["n_people"]) for r in rows) >= 4
     assert len(read_release(tmp_path / "kcentroid")[1]) == 6                        # 3 clusters x 2 views
+    assert read_release(tmp_path / "kcentroid")[0]["seeds"] == {"augmentation": 0}
+    assert read_release(tmp_path / "ksalsa")[0]["seeds"] == {}                      # deterministic
     salsa_params = read_release(tmp_path / "ksalsa")[0]["params"]["salsa"]
     assert salsa_params["lambda"] == 0.3 and salsa_params["steps"] == 2
     assert salsa_params["style_layer"] == "block1" and "EfficientNet" in salsa_params["feature_network"]["name"]

@@ -300,6 +300,17 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
     return p
 
 
+def seeds_used(cfg: KSameConfig, *, codec=None) -> dict[str, int]:
+    """The seeds a run depends on (clustering, inversion and k-SALSA are deterministic and need none)."""
+    space = cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca")
+    seeds = {}
+    if cfg.method == "kpca" or (space == "pca" and cfg.method != "inverted"):
+        seeds["pca_subsample"] = cfg.seed
+    if cfg.views > 1:
+        seeds["augmentation"] = cfg.seed
+    return seeds
+
+
 def model_checksums(codec=None, features=None) -> dict[str, str]:
     out = {}
     if codec is not None:

@@ -68,7 +68,13 @@ def view_options(f):
 
 
 def _run(ctx, cfg, *, data_dir, model, out, mapping, release_labels, overwrite, features=None, data_opts) -> None:
-    from medanon.anonymize.ksame import manifest_params, model_checksums, privacy_statement, release_ksame
+    from medanon.anonymize.ksame import (
+        manifest_params,
+        model_checksums,
+        privacy_statement,
+        release_ksame,
+        seeds_used,
+    )
     from medanon.anonymize.ldp import default_labels
     from medanon.codecs.stylegan import load_codec
     from medanon.release import ReleaseWriter
@@ -95,7 +101,7 @@ def _run(ctx, cfg, *, data_dir, model, out, mapping, release_labels, overwrite, 
         cfg.validate()
         params = manifest_params(cfg, codec=codec, features=features)
         with ReleaseWriter(out, method=cfg.method, params=params, privacy=privacy_statement(cfg, None),
-                           labels=labels, seeds={"pca_subsample": cfg.seed, "augmentation": cfg.seed},
+                           labels=labels, seeds=seeds_used(cfg, codec=codec),
                            models=model_checksums(codec, features),
                            source=files_digest([r.path for r in ds.records], root=data_dir),
                            phantom=(Path(data_dir) / "phantom.json").is_file(), mapping=mapping,

@@ -51,12 +51,12 @@ from medanon.train.encoder import (
     previous_run,
     require_training_state,
     rng_state,
-    run_loop,
     set_rng_state,
 )
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import _keep_metrics_until, _to_uint8, load_config
-from medanon.train.gan_loss import discriminator_loss, generator_loss
+from medanon.train.gan_loss import discriminator_step, generator_loss
+from medanon.train.loop import run_loop
 
 # The StyleGANConfig fields that define the networks; the rest of the nested config is not used here.
 ARCHITECTURE = ("resolution", "channels", "z_dim", "w_dim", "mapping_layers", "mapping_lr_mult", "channel_base",
@@ -157,24 +157,13 @@ class _CotrainTrainer(InversionTrainer):
         loss.backward()
         self.opt_E.step()
         self.opt_G.step()
-        # discriminator: real batch against its reconstructions, lazy R1
+        # discriminator: real batch against its reconstructions, lazy R1, ADA
         self.G.synthesis.requires_grad_(False)
-        self.D.requires_grad_(True)
-        do_r1 = cfg.r1_gamma > 0 and self.step_count % cfg.r1_interval == 0
-        loss_D, stats = discriminator_loss(self.D, self.augment, x, recon.detach(),
-                                           r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0,
-                                           generator=self.rng)
-        self.opt_D.zero_grad(set_to_none=True)
-        loss_D.backward()
-        self.opt_D.step()
-        self.ada.accumulate(stats["real_logits"])
-        if cfg.ada_target > 0:
-            self.ada.step()
+        stats = discriminator_step(self.D, self.opt_D, self.augment, self.ada, x, recon.detach(),
+                                   step=self.step_count, r1_gamma=cfg.r1_gamma, r1_interval=cfg.r1_interval,
+                                   generator=self.rng)
         self.step_count += 1
-        out.update({"loss": float(loss.detach()), **parts, "loss_D": float(loss_D.detach()),
-                    "ada_p": self.augment.p})
-        if do_r1:
-            out["r1"] = float(stats["r1"])
+        out.update({"loss": float(loss.detach()), **parts, **stats, "ada_p": self.augment.p})
         return out
 
     def save(self, path: Path) -> Path:

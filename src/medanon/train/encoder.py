@@ -24,22 +24,20 @@ uses a user-supplied VGG19 weights file instead.
 RNG state. :func:`export_codec` strips the training state for shipping; the checkpoint (full or
 exported) loads with :func:`medanon.codecs.stylegan.load_codec`.
 
-The pieces both inversion trainers share (the reconstruction loss, the training-loop driver,
-source | reconstruction grids, export) live here; :mod:`medanon.train.autoencoder` imports them.
+The pieces both inversion trainers share (the reconstruction loss, :class:`InversionTrainer`,
+export, held-out evaluation) live here; :mod:`medanon.train.autoencoder` imports them. The step loop
+itself is :func:`medanon.train.loop.run_loop`, shared with the GAN.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.codecs.stylegan import KIND_COTRAINED, KIND_RESTYLE, StyleGANCodec, build_generator
@@ -51,11 +49,11 @@ from medanon.models.encoder import Encoder
 from medanon.models.stylegan import Generator
 from medanon.runtime import RunDir
 from medanon.train.gan import KIND as GAN_KIND
-from medanon.train.gan import _keep_metrics_until, _to_uint8, load_config, save_image_grid
+from medanon.train.gan import _keep_metrics_until, _to_uint8, load_config
+from medanon.train.loop import CHECKPOINT, run_loop
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = "checkpoint.pt"
 PAIRS = 16                                      # source | reconstruction pairs per sample grid (4 per row)
 TRAINING_STATE = ("opt_E", "opt_G", "opt_D", "rng", "D")   # dropped by export_codec
 
@@ -176,7 +174,8 @@ class InversionTrainer:
         idx = torch.randint(len(self.images), (self.batch,), generator=self.data_rng)
         return self.images[idx].to(self.device, torch.float32) / 127.5 - 1
 
-    def sample_pairs(self) -> torch.Tensor:
+    def sample_grid(self) -> torch.Tensor:
+        """Source | reconstruction pairs of the fixed sample images, for the sample PNG."""
         x = self.shown.to(self.device, torch.float32) / 127.5 - 1
         return interleave(x, self.codec.reconstruct(x))
 
@@ -240,52 +239,6 @@ def set_rng_state(state: dict[str, Any], *generators: torch.Generator) -> None:
     torch.set_rng_state(state["torch"])
     for g, s in zip(generators, state["generators"], strict=True):
         g.set_state(s)
-
-
-def run_loop(trainer: InversionTrainer, run: RunDir, out: Path, *, steps: int, checkpoint_every: int, sample_every: int,
-             log_every: int, progress: bool, desc: str, show: Callable[[dict[str, float]], dict[str, str]],
-             max_seconds: float | None = None) -> Path:
-    """Step ``trainer`` until ``steps`` (or, with ``max_seconds``, until the step that reaches that much
-    wall-clock time): metrics every ``log_every`` steps (means since the last line, and images/s),
-    sample grids every ``sample_every`` and the checkpoint every ``checkpoint_every`` steps and at the
-    end. ``trainer.seconds`` accumulates training time over resumed runs. Returns the checkpoint path."""
-    ckpt_path = out / CHECKPOINT
-    bar = tqdm(total=steps, initial=trainer.step_count, desc=desc, unit="step", disable=not progress,
-               dynamic_ncols=True)
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    t_start = t_last = time.perf_counter()
-    n_last, seconds_before = trainer.step_count, trainer.seconds
-    while trainer.step_count < steps:
-        losses = trainer.step()
-        step = trainer.step_count
-        elapsed = time.perf_counter() - t_start
-        trainer.seconds = seconds_before + elapsed
-        last = step == steps or (max_seconds is not None and elapsed >= max_seconds)
-        for k, v in losses.items():
-            sums[k] = sums.get(k, 0.0) + v
-            counts[k] = counts.get(k, 0) + 1
-        bar.update(1)
-        if step % log_every == 0 or last:
-            now = time.perf_counter()
-            rate = (step - n_last) * trainer.batch / max(now - t_last, 1e-9)
-            means = {k: v / counts[k] for k, v in sums.items()}
-            run.log_metrics(step=step, kimg=step * trainer.batch / 1000, **means, img_per_s=rate)
-            bar.set_postfix(**show(means), ips=f"{rate:.1f}")
-            sums, counts, t_last, n_last = {}, {}, now, step
-        if step % sample_every == 0 or last:
-            save_image_grid(trainer.sample_pairs(), out / "samples" / f"step-{step:07d}.png", cols=8)
-        if step % checkpoint_every == 0 or last:
-            trainer.save(ckpt_path)
-        if last:
-            break
-    bar.close()
-    if not ckpt_path.exists():                  # steps=0: an untrained encoder, still a valid checkpoint
-        trainer.save(ckpt_path)
-    run.update(steps=trainer.step_count, kimg=trainer.step_count * trainer.batch / 1000,
-               train_seconds=round(trainer.seconds, 1))
-    run.finish()
-    return ckpt_path
 
 
 def reconstruction_report(codec: StyleGANCodec, images: torch.Tensor, *, batch: int = 16,

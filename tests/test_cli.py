@@ -80,7 +80,7 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
     out = Path("demo")
     # the evaluation has its own tests and takes minutes: here, the pipeline and its audits
     args = ["demo", "--out", str(out), "--patients", "40", "--per-patient", "2", "--ksalsa-steps", "2",
-            "--skip-evaluation"]
+            "--gmia-steps", "2", "--skip-evaluation"]
     r = runner.invoke(cli, args)
     assert r.exit_code == 0, r.output
     assert "PHANTOM" in r.output
@@ -95,3 +95,22 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
     r = runner.invoke(cli, args)
     assert r.exit_code == 0 and "(done already)" in r.output
     assert (out / "data" / "fundus" / "labels.csv").stat().st_mtime_ns == before  # reused, not regenerated
+
+
+def test_dataset_folder_positional_or_data_option(tmp_path: Path, runner):
+    data = tmp_path / "p"
+    assert runner.invoke(cli, ["phantom", "--patients", "3", "--per-patient", "1", "--size", "32", "--out", str(data),
+                               "--workers", "1"]).exit_code == 0
+    common = ["--p", "0.3", "--seed", "0", "--size", "32"]
+    r1 = runner.invoke(cli, ["anonymize", "snow", str(data), *common, "--out", str(tmp_path / "a")])
+    r2 = runner.invoke(cli, ["anonymize", "snow", "--data", str(data), *common, "--out", str(tmp_path / "b")])
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+
+    def pixels(rel: Path) -> list[bytes]:
+        return sorted(p.read_bytes() for p in rel.rglob("*.png"))
+
+    assert len(pixels(tmp_path / "a")) == 3 and pixels(tmp_path / "a") == pixels(tmp_path / "b")
+    r = runner.invoke(cli, ["anonymize", "snow", str(data), "--data", str(tmp_path), *common, "--out", "x"])
+    assert r.exit_code == 2 and "given twice" in r.output
+    r = runner.invoke(cli, ["anonymize", "kpixel", "--k", "2", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "--data DIR" in r.output

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, anonymize
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 log = logging.getLogger("medanon")
 
@@ -102,7 +102,7 @@ def _params(epsilon, per_pixel, alpha, no_clip, calibration) -> dict:
 
 
 @anonymize.command("dpglow", context_settings=CONTEXT)
-@click.argument("data_dir", type=click.Path(path_type=Path))
+@data_dir_argument(help="Dataset folder to anonymise.")
 @click.option("--flow", "flow_path", type=click.Path(path_type=Path), required=True,
               help="Flow checkpoint (flow.pt from `medanon train flow`, or checkpoints/glow-xray64.pt).")
 @click.option("--center", type=click.Choice(["zero", "midrange"]), default="zero",
@@ -152,7 +152,7 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, alpha,
 
 
 @anonymize.command("ldp-image", context_settings=CONTEXT)
-@click.argument("data_dir", type=click.Path(path_type=Path))
+@data_dir_argument(help="Dataset folder to anonymise.")
 @data_options
 @dp_options
 @click.pass_context

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, anonymize
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 ABLATIONS = {                                   # Table 4 and supplement D of the k-SALSA paper
     "none": {},
@@ -27,8 +27,7 @@ def ksame_options(*, model_required: bool, k: bool = True):
     """Options every k-Same command shares."""
     def deco(f):
         opts = [
-            click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                         required=True, help="Dataset folder to anonymise."),
+            data_dir_argument(help="Dataset folder to anonymise."),
             click.option("--model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                          required=model_required, default=None,
                          help="Inversion codec checkpoint (ReStyle encoder + its generator, e.g. "

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, anonymize
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 
 def _parse_ps(values: tuple[str, ...]) -> list[float]:
@@ -30,7 +30,7 @@ def _parse_ps(values: tuple[str, ...]) -> list[float]:
 
 def _release_options(f):
     opts = [
-        click.argument("data_dir", type=click.Path(path_type=Path)),
+        data_dir_argument(help="Dataset folder to anonymise."),
         click.option("--p", "ps", multiple=True, required=True, metavar="P[,P...]",
                      help="Fraction of pixels replaced, in (0, 1]; repeat or comma-separate for one release each."),
         click.option("--out", required=True, metavar="DIR",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -39,6 +40,30 @@ def data_options(f):
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+def data_dir_argument(*, required: bool = True, help: str = "Dataset folder."):
+    """The dataset folder, accepted both ways every medanon command accepts it: ``--data DIR`` or a positional
+    ``DATA_DIR`` (so ``medanon anonymize snow --data DIR`` and ``medanon anonymize snow DIR`` are the same).
+    The command receives it as ``data_dir`` (None only when ``required=False`` and neither is given)."""
+
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapper(*args, data_pos=None, data_opt=None, **kwargs):
+            if data_pos is not None and data_opt is not None and Path(data_pos) != Path(data_opt):
+                raise click.UsageError(f"the dataset folder is given twice ({data_pos} and --data {data_opt}): "
+                                       "give it once")
+            data_dir = data_opt if data_opt is not None else data_pos
+            if data_dir is None and required:
+                raise click.UsageError("no dataset folder: give it as --data DIR")
+            return f(*args, data_dir=data_dir, **kwargs)
+
+        wrapper = click.option("--data", "data_opt", type=click.Path(path_type=Path), default=None,
+                               metavar="DIR", help=help + " (or as the first argument)")(wrapper)
+        return click.argument("data_pos", type=click.Path(path_type=Path), required=False,
+                              metavar="[DATA_DIR]")(wrapper)
+
+    return decorate
 
 
 def open_from_cli(data_dir: Path, *, layout, labels_csv, image_col, label_cols, patient_col, images_dir, size,

@@ -17,16 +17,18 @@ from medanon.cli.base import CONTEXT, cli
 @click.option("--size", type=click.IntRange(16, 1024), default=64, help="Image side in pixels.")
 @click.option("--seed", type=int, default=0, help="Random seed for everything the demo does.")
 @click.option("--ksalsa-steps", type=click.IntRange(min=0), default=100, help="Adam steps per k-SALSA cluster.")
+@click.option("--gmia-steps", type=click.IntRange(min=0), default=None,
+              help="Adam steps per GMIA batch.  [default: medanon anonymize gmia's default]")
 @click.option("--checkpoints", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Folder with the shipped checkpoints (default: checkpoints/ of this source checkout).")
 @click.option("--skip-evaluation", is_flag=True, help="Only anonymise and audit (a quick check).")
 @click.pass_context
 def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: int, seed: int, ksalsa_steps: int,
-         checkpoints: Path | None, skip_evaluation: bool) -> None:
+         gmia_steps: int | None, checkpoints: Path | None, skip_evaluation: bool) -> None:
     """The main job on the embedded phantom datasets: anonymise, audit, evaluate, report (PHANTOM results)."""
     from medanon.demo import run_demo
 
     run_demo(out, patients=patients, per_patient=per_patient, size=size, seed=seed, device=ctx.obj["device"],
-             ksalsa_steps=ksalsa_steps, checkpoints=checkpoints, evaluation=not skip_evaluation)
+             ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=checkpoints, evaluation=not skip_evaluation)
 
 

@@ -13,14 +13,13 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, train
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 
 def loop_options(f):
     """Options shared by both commands: config, run directory, length, intervals, export, threads."""
     opts = [
-        click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     required=True, help="Dataset folder (every image is used for training)."),
+        data_dir_argument(help="Dataset folder (every image is used for training)."),
         click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      default=None, help="YAML with the config fields, e.g. configs/encoder/cpu64.yaml "
                                         "(with --resume: the run's own config.yaml)."),

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, train
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 
 def parse_where(items: tuple[str, ...]) -> dict[str, float]:
@@ -26,7 +26,7 @@ def parse_where(items: tuple[str, ...]) -> dict[str, float]:
 
 
 @train.command("flow", context_settings=CONTEXT)
-@click.argument("data_dir", type=click.Path(path_type=Path))
+@data_dir_argument(help="Dataset folder to train on.")
 @data_options
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory (checkpoints, flow.pt).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,

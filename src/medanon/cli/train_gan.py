@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, train
+from medanon.cli.data import data_dir_argument
 
 
 @train.command("gan", context_settings=CONTEXT)
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True,
-              help="Dataset folder (any layout `medanon data summary` reads).")
+@data_dir_argument(help="Dataset folder (any layout `medanon data summary` reads).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="StyleGANConfig YAML, e.g. configs/stylegan/cpu64.yaml (with --resume: the run's own).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")

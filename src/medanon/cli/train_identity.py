@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, train
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 
 def _split_rows(ds, splits: Path | None, split: str, seed: int, stratify: str):
@@ -47,7 +47,7 @@ def _split_options(f):
 
 
 @train.command("identity", context_settings=CONTEXT)
-@click.argument("data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@data_dir_argument(help="Dataset folder to train on.")
 @data_options
 @_split_options
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -95,7 +95,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
 
 
 @train.command("classifier", context_settings=CONTEXT)
-@click.argument("data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@data_dir_argument(help="Dataset folder to train on.")
 @data_options
 @_split_options
 @click.option("--label", required=True, help="Label to predict, e.g. grade, pneumonia, sex.")

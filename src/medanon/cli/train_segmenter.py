@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, train
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.fsutil import atomic_write_bytes
 
 
 @train.command("segmenter", context_settings=CONTEXT)
-@click.argument("data_dir", type=click.Path(path_type=Path), required=False)
+@data_dir_argument(required=False, help="Dataset folder with vessel masks (phantoms).")
 @data_options
 @click.option("--vessel-images", "images_pair", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="DRIVE-style training instead of DATA_DIR: folder of fundus images ...")

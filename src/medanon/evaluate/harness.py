@@ -439,12 +439,14 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: int) -> list[
 def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec], out: str | Path, *,
              config: EvalConfig | None = None, splits: str | Path | None = None,
              device: torch.device | str = "cpu", cache_dir: str | Path | None = None,
-             progress: bool = True) -> dict:
+             progress: bool = True, studies: dict[str, dict] | None = None) -> dict:
     """Evaluate ``releases`` against the real dataset in ``real_dir``; write ``out``/report.json and report.html.
 
     ``splits`` is the CSV of the patient-level split the releases were made with (else the split is
     recomputed from ``config.split``). ``cache_dir`` (default ``out/cache``)
-    holds what is reused across runs. Returns the report as a dict.
+    holds what is reused across runs. ``studies`` are results computed outside the release loop that the
+    report shows in their own sections (``dpglow_table3``: the dict of
+    :func:`medanon.evaluate.flow_lr.evaluate_dpglow`). Returns the report as a dict.
     """
     from medanon.evaluate.report import build_grids, write_report
 
@@ -499,6 +501,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         "networks": {"inception": ctx.inception[1] if ctx.inception is not None else None,
                      "identity": ctx.identity_info},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results, "notes": ctx.notes,
+        "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     write_report(out, report, build_grids(real, rels, n=cfg.grid, seed=cfg.seed))

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from medanon.evaluate import privacy_text
 from medanon.evaluate.inputs import RealData, ReleaseData
 from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
 from medanon.fsutil import atomic_write_text
@@ -342,6 +343,67 @@ def _risks(rep: dict) -> str:
                 "error propagated; clipped to [0, 1]. 0 = the release teaches the attacker nothing beyond the control.")
 
 
+def _statements(rep: dict) -> str:
+    """Each method's privacy statement in words, once per method (the first release's; the table above
+    gives every release's own numbers)."""
+    by_method: dict[str, dict] = {}
+    for r in rep["releases"]:
+        by_method.setdefault(r["method"], r)
+    if not by_method:
+        return ""
+    out = ["<h2>Privacy statements</h2><p class=note>What each method guarantees, under which assumptions, and "
+           "what it leaves unprotected, as written into its releases' manifests. Shown once per method, for its "
+           "first release; the numbers of every release are in the table above and in its manifest.</p>"]
+    for method, r in by_method.items():
+        out.append(f"<details class=stmt><summary><b>{_e(method)}</b> ({_e(r['name'])}): "
+                   f"{_e(privacy_text.headline(r['privacy']))}</summary>{privacy_text.prose_html(r['privacy'])}"
+                   "</details>")
+    return "\n".join(out)
+
+
+def _dpglow_table3(rep: dict) -> str:
+    """DP-GLOW Table 3 (flow likelihood-ratio AUROC against ε) and its Figs. 4–7 picture, when the caller
+    ran :func:`medanon.evaluate.flow_lr.evaluate_dpglow` and passed it as ``studies['dpglow_table3']``."""
+    t = (rep.get("studies") or {}).get("dpglow_table3")
+    if not t:
+        return ""
+    paper = t.get("paper_table3_rsna_512px", {})
+    mechs = [m for m in ("ldp_image", "dpglow") if any(f"auroc_{m}" in row for row in t["rows"])]
+    names = {"ldp_image": "image-domain LDP", "dpglow": "DP-GLOW"}
+    rows = []
+    for row in t["rows"]:
+        eps = row["epsilon"]
+        label = ("∞ (no clipping)" if eps.startswith("inf")
+                 else f"{eps} per pixel (× {t['D']} = {row['epsilon_image']:.3g} per image)")
+        cells = [_e(label)]
+        for m in mechs:
+            ci = row.get(f"auroc_{m}_ci95") or [float("nan"), float("nan")]
+            cells.append(f"{_num(row.get(f'auroc_{m}'))} <span class=ci>[{_num(ci[0], 2)}, {_num(ci[1], 2)}]</span>")
+        cells += [_num(paper.get(eps, {}).get(m)) for m in mechs]
+        rows.append(cells)
+    d = t.get("data", {})
+    out = ["<h2>DP-GLOW: pathology detection after privatisation (DP-GLOW Table 3)</h2>",
+           _table(["ε", *[f"AUROC, {names[m]} [95% CI]" for m in mechs],
+                   *[f"paper, {names[m]} (RSNA, 512 px)" for m in mechs]], rows,
+                  caption=f"AUROC of the flow likelihood-ratio classifier (DP-GLOW Appendix A: a flow trained on "
+                          f"normal images against the mixture flow, which is also DP-GLOW's codec) on {t['images']} "
+                          f"test images ({t['abnormal']} with {_e(d.get('label', 'the label'))}) of "
+                          f"{d.get('test_patients', '?')} patients neither flow was trained on, privatised by each "
+                          f"mechanism and rounded to 8 bits. α = {t['alpha']} (latent), {t['pixel_alpha']} (pixels); "
+                          f"noise seeded for this experiment. The paper's numbers are for reference only: other "
+                          f"data, size and flows.")]
+    if t.get("data_note"):
+        out.append(f"<p class=note>{_e(t['data_note'])}</p>")
+    fig = t.get("figure")
+    if fig and Path(fig).is_file():
+        b64 = base64.b64encode(Path(fig).read_bytes()).decode()
+        out.append(f'<figure><img class=fig src="data:image/png;base64,{b64}" alt="marker cases before and after">'
+                   "<figcaption>As DP-GLOW Figs. 4–7: phantoms with a burned-in block marker and a flipped "
+                   "(situs inversus) chest, original | image-domain LDP | DP-GLOW at ε = 10² per pixel.</figcaption>"
+                   "</figure>")
+    return "\n".join(out)
+
+
 # ------------------------------------------------------------------------------------------------ plots
 
 
@@ -456,7 +518,9 @@ outline:2px solid #4a7}.arrow{font-size:20px;color:#4a7}.more{font-size:11px;col
 .plots{display:flex;flex-wrap:wrap;gap:16px}.plot{border:1px solid #eee;background:#fff}.ax{stroke:#333}
 .ref{stroke:#c55;stroke-dasharray:4 3}.dot{fill:#2a6fb0}.lb{font-size:11px;fill:#222}.tk{font-size:10px;fill:#555}
 .al{font-size:12px;fill:#222}.pt{font-size:13px;font-weight:600}pre{background:#f7f7f7;padding:1em;overflow:auto;
-font-size:12px}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;font-size:14px}dt{font-weight:600}
+font-size:12px}.stmt{margin:.4em 0;font-size:14px}.stmt h4{margin:.6em 0 .2em}
+.stmt p,.stmt ul{margin:.2em 0}img.fig{image-rendering:pixelated;max-width:100%}figcaption{font-size:12px;color:#555}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;font-size:14px}dt{font-weight:600}
 """
 
 
@@ -478,16 +542,16 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
         f"<dt>Device, time</dt><dd>{_e(rep['device'])}, {rep['seconds']} s</dd></dl>")
     rels = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['method'])}</td><td>{_e(r['setting'])}</td>"
                    f"<td>{r['records']}</td><td>{_e(r['counts'].get('min_people_per_record', '–'))}</td>"
-                   f"<td>{_e(json.dumps(r['privacy']))}</td><td>{'yes' if r['mapping'] else 'no'}</td></tr>"
+                   f"<td>{_e(privacy_text.headline(r['privacy']))}</td><td>{'yes' if r['mapping'] else 'no'}</td></tr>"
                    for r in rep["releases"])
     rel_table = ("<table><thead><tr><th>Release</th><th>Method</th><th>Setting</th><th>Records</th>"
-                 "<th>Min people / record</th><th>Privacy statement (from its manifest)</th><th>Mapping</th></tr>"
-                 f"</thead><tbody>{rels}</tbody></table>")
+                 "<th>Min people / record</th><th>Formal guarantee (from its manifest; see Privacy statements)</th>"
+                 f"<th>Mapping</th></tr></thead><tbody>{rels}</tbody></table>")
     notes = "".join(f"<p class=note>{_e(n)}</p>" for n in rep.get("notes", []))
     body = "\n".join([
         "<h1>medanon evaluation report</h1>", banner, summary, "<h2>Releases</h2>", rel_table, notes,
-        _fidelity(rep), _utility(rep), _membership(rep), _attribute(rep), _linkability(rep), _singling(rep),
-        _risks(rep), _plots(rep), _grids(rep, grids),
+        _statements(rep), _fidelity(rep), _utility(rep), _membership(rep), _attribute(rep), _linkability(rep),
+        _singling(rep), _risks(rep), _dpglow_table3(rep), _plots(rep), _grids(rep, grids),
         f"<h2>Configuration</h2><details><summary>settings of this evaluation</summary><pre>"
         f"{_e(json.dumps(rep['config'], indent=1))}</pre></details>",
     ])

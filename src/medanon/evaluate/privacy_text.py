@@ -1,0 +1,97 @@
+"""A release's privacy statement (the ``privacy`` field of its manifest) as text a reader can check.
+
+Every method writes its own keys (k-anonymity: ``k``, ``unit``; ε-LDP: ``epsilon_image``,
+``epsilon_element``, ``D``; Snow: ``epsilon`` = 0 and ``delta``; GMIA and VS-Snow: no guarantee).
+:func:`headline` gives the one-line claim for a table cell; :func:`prose_html` gives the whole
+statement as headed paragraphs and lists, every key kept (nothing in the manifest is dropped from
+the page, unknown keys are listed under "Other recorded values").
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+# (key, heading) in reading order; values are strings or lists of strings
+SECTIONS = (
+    ("statement", "Statement"),
+    ("guarantee", "What is guaranteed"),
+    ("unit", "Protected unit"),
+    ("mechanism", "Mechanism"),
+    ("noise_scale", "Noise scale"),
+    ("clip", "Clipping"),
+    ("clip_center", "Clip-box centre"),
+    ("fill", "Fill value"),
+    ("margin_meaning", "What the margin means"),
+    ("assumptions", "Assumptions"),
+    ("why_no_guarantee", "Why there is no guarantee"),
+    ("not_guaranteed", "What is not guaranteed"),
+    ("not_protected", "What is not protected"),
+    ("protection_measured_by", "How the protection is measured"),
+    ("attack_measured", "How the protection is measured"),
+)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def headline(priv: dict[str, Any]) -> str:
+    """The claim in one line, e.g. ``k-anonymity: k = 5 patients per record``."""
+    if not priv:
+        return "no privacy statement in the manifest"
+    guarantee = str(priv.get("guarantee", ""))
+    if guarantee.startswith("k-anonymity") and priv.get("k"):
+        return f"k-anonymity: k = {priv['k']} patients per record"
+    if guarantee == "epsilon-LDP" and _finite(priv.get("epsilon_image")):
+        return (f"ε-local DP: ε = {priv['epsilon_image']:.4g} per image "
+                f"({priv.get('epsilon_element', float('nan')):g} per element, D = {priv.get('D')})")
+    if priv.get("epsilon") == 0 and _finite(priv.get("delta")):
+        return f"(0, δ)-DP for one pixel position, δ = {priv['delta']:.3g}; none for a whole image"
+    if guarantee.startswith("none") or guarantee == "":
+        reason = guarantee.split(":", 1)[1].strip() if ":" in guarantee else ""
+        if priv.get("epsilon_image") == "inf":
+            reason = "ε = ∞, no noise"
+        return "no formal guarantee" + (f" ({reason})" if reason and "no formal" not in reason else "")
+    return guarantee
+
+
+def _paragraph(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "<ul>" + "".join(f"<li>{html.escape(str(v))}</li>" for v in value) + "</ul>"
+    if isinstance(value, dict):
+        return "<ul>" + "".join(f"<li>{html.escape(str(k))}: {html.escape(str(v))}</li>"
+                                for k, v in value.items()) + "</ul>"
+    return f"<p>{html.escape(str(value))}</p>"
+
+
+def prose_html(priv: dict[str, Any]) -> str:
+    """The whole statement as HTML: one headed block per known key, then every other recorded value."""
+    if not priv:
+        return "<p>The release's manifest holds no privacy statement.</p>"
+    out, seen = [], set()
+    for key, heading in SECTIONS:
+        if key in priv and priv[key] not in (None, "", []):
+            if heading in seen and out:                     # two keys share a heading: append under it
+                out.append(_paragraph(priv[key]))
+            else:
+                out.append(f"<h4>{html.escape(heading)}</h4>{_paragraph(priv[key])}")
+            seen.add(heading)
+    known = {k for k, _ in SECTIONS}
+    rest = {k: v for k, v in priv.items() if k not in known and v is not None}
+    if rest:
+        items = "".join(f"<li><code>{html.escape(str(k))}</code>: {html.escape(_value(v))}</li>"
+                        for k, v in rest.items())
+        out.append(f"<h4>Other recorded values</h4><ul>{items}</ul>")
+    return "".join(out)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, dict):
+        return "; ".join(f"{k} = {_value(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_value(x) for x in v)
+    return str(v)

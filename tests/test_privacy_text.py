@@ -1,0 +1,82 @@
+"""The report's privacy statements in words, from the statements the methods really write."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from medanon.anonymize.gmia import GMIAConfig, gmia_privacy
+from medanon.anonymize.ksame import KSameConfig, privacy_statement
+from medanon.anonymize.ldp import LaplaceMechanism, calibrate
+from medanon.anonymize.snow import snow_privacy, vs_snow_privacy
+from medanon.evaluate import privacy_text
+from medanon.evaluate.report import render_html
+
+
+def _laplace(eps: float, **kw) -> dict:
+    cal = calibrate([torch.randn(20, 16, generator=torch.Generator().manual_seed(0))], space="pixel")
+    with pytest.warns(UserWarning, match="no formal protection|NO differential-privacy"):   # weak budgets warn
+        return LaplaceMechanism(cal, epsilon=eps, per_element=True, **kw).privacy(space_description="pixels")
+
+
+def test_headlines_state_each_claim_with_its_numbers():
+    assert privacy_text.headline(privacy_statement(KSameConfig(method="ksalsa", k=5), None)) == \
+        "k-anonymity: k = 5 patients per record"
+    h = privacy_text.headline(_laplace(100.0))
+    assert h.startswith("ε-local DP: ε = 1600 per image (100 per element, D = 16)")
+    assert privacy_text.headline(_laplace(math.inf, clip=False)) == "no formal guarantee (ε = ∞, no noise)"
+    h = privacy_text.headline(snow_privacy(0.3, 8, 8, fill="dataset"))
+    assert h == "(0, δ)-DP for one pixel position, δ = 0.703; none for a whole image"     # 1 - 19/64
+    assert privacy_text.headline(vs_snow_privacy(0.3, {"method": "unet"})) == "no formal guarantee"
+    assert privacy_text.headline(gmia_privacy(GMIAConfig(), {})) == "no formal guarantee"
+    inverted = privacy_text.headline(privacy_statement(KSameConfig(method="inverted", k=1), None))
+    assert inverted.startswith("no formal guarantee (GAN-Inverted releases")
+    assert privacy_text.headline({}) == "no privacy statement in the manifest"
+
+
+def test_prose_keeps_every_recorded_value_and_escapes_html():
+    priv = snow_privacy(0.1, 8, 8, fill="dataset")
+    priv["odd_key"] = "<script>x</script>"
+    text = privacy_text.prose_html(priv)
+    for heading in ("What is guaranteed", "Protected unit", "Mechanism", "Fill value", "What is not protected",
+                    "How the protection is measured", "Other recorded values"):
+        assert f"<h4>{heading}</h4>" in text
+    for item in priv["not_protected"]:
+        assert item.replace("'", "&#x27;") in text
+    assert "&lt;script&gt;" in text and "<script>" not in text
+    assert "<code>epsilon</code>: 0" in text and "<code>delta</code>: 0.9" in text
+
+
+def _minimal_report(studies: dict) -> dict:
+    rel = {"name": "dpglow-eps1e2", "method": "dpglow", "setting": "eps=1e2", "records": 3, "counts": {},
+           "privacy": _laplace(100.0), "mapping": None, "fidelity": {"n": 3}, "utility": {}, "attacks": {}}
+    return {"phantom": True, "real": {"path": "x", "images": 10, "patients": 5, "modality": "xray",
+                                      "split": "csv", "source_split": "train", "heldout_split": "test",
+                                      "source_images": 6, "heldout_images": 4},
+            "sample_sizes": {"fid_per_release": 3, "fid_reference": 3, "utility_test": {}}, "tasks": [],
+            "networks": {"inception": None, "identity": {}}, "device": "cpu", "seconds": 1.0,
+            "config": {"size": 32, "fidelity": {"in_domain": False}}, "controls": {"fidelity": {"n": 3}},
+            "releases": [rel], "notes": [], "studies": studies}
+
+
+def test_report_renders_statements_and_dpglow_table3(tmp_path: Path):
+    fig = tmp_path / "fig.png"
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(fig)
+    table3 = {"rows": [{"epsilon": "inf (no clip)", "epsilon_image": "inf", "auroc_dpglow": 0.65,
+                        "auroc_dpglow_ci95": [0.57, 0.73], "auroc_ldp_image": 0.64, "auroc_ldp_image_ci95": [0.5, 0.7]},
+                       {"epsilon": "1e2", "epsilon_image": 409600.0, "auroc_dpglow": 0.6123,
+                        "auroc_dpglow_ci95": [0.5, 0.7], "auroc_ldp_image": 0.4987,
+                        "auroc_ldp_image_ci95": [0.4, 0.6]}],
+              "images": 236, "abnormal": 72, "D": 4096, "alpha": 0.4, "pixel_alpha": 0.4,
+              "paper_table3_rsna_512px": {"1e2": {"ldp_image": 0.559, "dpglow": 0.665}},
+              "data": {"label": "pneumonia", "test_patients": 59}, "figure": str(fig)}
+    page = render_html(_minimal_report({"dpglow_table3": table3}), {})
+    assert "<h2>Privacy statements</h2>" in page and "ε-local DP: ε = 1600 per image" in page
+    assert "DP-GLOW Table 3" in page and "0.612" in page and "0.499" in page and "0.665" in page
+    assert "1e2 per pixel (× 4096 = 4.1e+05 per image)" in page
+    assert page.count("data:image/png;base64,") == 1                # the figure, embedded
+    assert "{'" not in page and '{"' not in page                    # no raw dict/JSON dumped into the page
+    assert "DP-GLOW Table 3" not in render_html(_minimal_report({}), {})

@@ -1,7 +1,8 @@
 """Generative backbone speed: prints one JSON line.
 
-StyleGAN2-ADA training images/s at 64 px (``configs/stylegan/cpu64.yaml``) and generator-only
-synthesis images/s, each also as a fraction of the matmul FLOP/s measured in the same run (the
+StyleGAN2-ADA training images/s at 64 px (``configs/stylegan/cpu64.yaml``), generator-only
+synthesis images/s and inversion (encode + decode) images/s of both encoders (ReStyle and
+co-trained, :func:`inversion.inversion`), each also as a fraction of the matmul FLOP/s measured in the same run (the
 machine's practical peak; on a shared machine compare fractions, not absolute rates). Model FLOPs
 are counted with forward hooks (2 x the multiply-accumulates of every convolution and fully
 connected layer; resampling filters and element-wise ops are left out). A training step per image
@@ -11,8 +12,7 @@ counting the lazy R1 pass.
 
     python benchmarks/backbone.py [--threads N] [--steps 6]
 
-Each part is a function returning a dict; ``main`` merges them (other parts, e.g. encoder
-inversion, add their own function).
+Each part is a function returning a dict; ``main`` merges them (``--skip`` leaves parts out).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from inversion import inversion  # benchmarks/inversion.py (this script's folder is on sys.path)
 from torch import nn
 
 from medanon.config import build
@@ -105,6 +106,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = all cores)")
     ap.add_argument("--steps", type=int, default=6, help="timed training steps")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["training", "synthesis", "inversion"],
+                    help="parts to leave out")
     args = ap.parse_args()
     threads = args.threads or cpu_count()
     torch.set_num_threads(threads)
@@ -116,8 +119,12 @@ def main() -> None:
     peak = matmul_flops()
     result.update(peak)
     peak_flops = peak["matmul_gflops"] * 1e9
-    result.update(gan_training(cfg, peak_flops, steps=args.steps))
-    result.update(synthesis(cfg, peak_flops))
+    if "training" not in args.skip:
+        result.update(gan_training(cfg, peak_flops, steps=args.steps))
+    if "synthesis" not in args.skip:
+        result.update(synthesis(cfg, peak_flops))
+    if "inversion" not in args.skip:
+        result.update(inversion(peak_flops))
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}))
 
 

@@ -131,7 +131,7 @@ class Encoder(nn.Module):
             raise ValueError(f"encoder expects {what} of shape (N, {self.in_channels}, {self.img_resolution}, "
                              f"{self.img_resolution}), got {tuple(x.shape)}")
         feats: dict[int, torch.Tensor] = {}
-        h = self.from_img(x)
+        h = self.from_img(x.contiguous(memory_format=torch.channels_last))   # the trunk runs channels-last (layers.py)
         feats[self.img_resolution] = h
         for block, r in zip(self.blocks, self.block_out_res, strict=True):
             h = block(h)

@@ -54,7 +54,7 @@ from medanon.train.encoder import (
     set_rng_state,
 )
 from medanon.train.gan import KIND as GAN_KIND
-from medanon.train.gan import _keep_metrics_until, _to_uint8, load_config
+from medanon.train.gan import keep_metrics_until, load_config, to_uint8
 from medanon.train.gan_loss import discriminator_step, generator_loss
 from medanon.train.loop import run_loop
 
@@ -233,12 +233,12 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         init = _init_from_gan(init_ckpt, device)
         cfg = with_generator(cfg, init["config"])
     validate(cfg)
-    data = _to_uint8(images, cfg.generator)
+    data = to_uint8(images, cfg.generator)
     trainer = _CotrainTrainer(cfg, data, device, init)
     if blob is not None:
         trainer.init_provenance = blob["extra"].get("generator_checkpoint")
         trainer.load(blob)
-        _keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+        keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
     run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
     run.update(resumed_from_step=trainer.step_count if resume else None,
                generator_checkpoint=trainer.init_provenance,

@@ -49,7 +49,7 @@ from medanon.models.encoder import Encoder
 from medanon.models.stylegan import Generator
 from medanon.runtime import RunDir
 from medanon.train.gan import KIND as GAN_KIND
-from medanon.train.gan import _keep_metrics_until, _to_uint8, load_config
+from medanon.train.gan import keep_metrics_until, load_config, to_uint8
 from medanon.train.loop import CHECKPOINT, run_loop
 
 log = logging.getLogger(__name__)
@@ -374,11 +374,11 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
         if generator_ckpt is None:
             raise ConfigError("a ReStyle encoder needs a trained generator", fix="pass --generator CHECKPOINT.pt")
         G, g_config, provenance = load_frozen_generator(generator_ckpt, device)
-    data = _to_uint8(images, load_config({"config": g_config}))
+    data = to_uint8(images, load_config({"config": g_config}))
     trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance)
     if blob is not None:
         trainer.load(blob)
-        _keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+        keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
     run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
     run.update(resumed_from_step=trainer.step_count if resume else None, generator_checkpoint=provenance,
                training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},

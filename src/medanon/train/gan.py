@@ -34,8 +34,8 @@ from medanon.runtime import RunDir
 from medanon.train.gan_loss import discriminator_step, generator_loss, sample_ws
 from medanon.train.loop import CHECKPOINT, run_loop, save_image_grid
 
-__all__ = ["KIND", "StyleGANTrainer", "export_checkpoint", "load_config", "load_discriminator", "load_generator",
-           "save_image_grid", "train_stylegan"]
+__all__ = ["KIND", "StyleGANTrainer", "export_checkpoint", "keep_metrics_until", "load_config", "load_discriminator",
+           "load_generator", "save_image_grid", "to_uint8", "train_stylegan"]
 
 KIND = "stylegan2"
 GRID = 8                                        # sample grids are GRID x GRID images
@@ -193,7 +193,7 @@ class StyleGANTrainer:
         self.seconds = float(blob["extra"]["seconds"])
 
 
-def _to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
+def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
     """Check the images against the config and store them as 8-bit (a quarter of the memory)."""
     expected = (cfg.channels, cfg.resolution, cfg.resolution)
     if images.ndim != 4 or tuple(images.shape[1:]) != expected:
@@ -205,7 +205,7 @@ def _to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
     return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
 
 
-def _keep_metrics_until(path: Path, step: int) -> None:
+def keep_metrics_until(path: Path, step: int) -> None:
     """On resume, drop metric lines written after the checkpoint (the run repeats those steps)."""
     if not path.exists():
         return
@@ -229,7 +229,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     device = torch.device(device)
     out = Path(out)
     ckpt_path = out / CHECKPOINT
-    data = _to_uint8(images, cfg)
+    data = to_uint8(images, cfg)
     if not resume and ckpt_path.exists():
         raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
                           fix="pass --resume to continue it, or choose another --out")
@@ -241,7 +241,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
             raise ConfigError(f"the config differs from the run being resumed in {diff}",
                               fix="resume with the run's own config (its config.yaml)")
         trainer.load(blob)
-        _keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+        keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
     run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
     run.update(resumed_from_step=trainer.step_count if resume else None,
                training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())})

@@ -4,6 +4,13 @@ Every weight uses the *equalised learning rate* of StyleGAN: it is stored as N(0
 scaled by ``lr_mult / sqrt(fan_in)`` at run time, so Adam sees every layer at the same scale.
 Resampling uses the [1, 3, 3, 1] binomial filter of StyleGAN2 (bilinear upsampling is exactly that
 filter; downsampling applies it as a strided depthwise convolution). No compiled ops.
+
+Speed on CPUs: both resampling functions return *channels-last* tensors. PyTorch's bilinear
+upsampling and depthwise convolution are several times faster in that memory format than in the
+default one, and the convolutions and element-wise operations that follow keep it, so from the first
+resampling on a whole network runs channels-last (same values up to float rounding; ``benchmarks/
+inversion.py`` measures it). Element-wise work after each convolution is fused where PyTorch allows
+(demodulation, noise and bias in one ``addcmul``; the activation's gain applied in place).
 """
 
 from __future__ import annotations
@@ -17,22 +24,33 @@ from torch import nn
 LRELU_GAIN = math.sqrt(2.0)
 
 
-def lrelu(x: torch.Tensor) -> torch.Tensor:
-    """Leaky ReLU (slope 0.2) scaled by sqrt(2) to keep the signal's second moment."""
-    return F.leaky_relu(x, 0.2) * LRELU_GAIN
+def lrelu(x: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
+    """Leaky ReLU (slope 0.2) scaled by sqrt(2) to keep the signal's second moment (times ``gain``).
+
+    The scaling is done in place on the activation's own output (autograd-safe: leaky ReLU's
+    backward reads its input), which saves one pass over the feature maps.
+    """
+    return F.leaky_relu(x, 0.2).mul_(LRELU_GAIN * gain)
 
 
 def upsample2x(x: torch.Tensor) -> torch.Tensor:
-    """2x upsampling with the separable [1, 3, 3, 1] / 4 filter (half-pixel bilinear interpolation)."""
+    """2x upsampling with the separable [1, 3, 3, 1] / 4 filter (half-pixel bilinear interpolation).
+
+    Returns a channels-last tensor: the CPU kernel is several times faster in that format.
+    """
+    x = x.contiguous(memory_format=torch.channels_last)
     return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
 
 
 def downsample2x(x: torch.Tensor) -> torch.Tensor:
-    """2x downsampling: blur with the separable [1, 3, 3, 1] / 8 filter and keep every other pixel."""
+    """2x downsampling: blur with the separable [1, 3, 3, 1] / 8 filter and keep every other pixel.
+
+    Returns a channels-last tensor: the depthwise convolution is several times faster in that format.
+    """
     c = x.shape[1]
     k = torch.tensor([1.0, 3.0, 3.0, 1.0], dtype=x.dtype, device=x.device)
     k = (k[:, None] * k[None, :]) / 64.0
-    x = F.pad(x, (1, 1, 1, 1), mode="reflect")
+    x = F.pad(x.contiguous(memory_format=torch.channels_last), (1, 1, 1, 1), mode="reflect")
     return F.conv2d(x, k.expand(c, 1, 4, 4), stride=2, groups=c)
 
 
@@ -85,7 +103,9 @@ class Conv2d(nn.Module):
         if self.down:
             x = downsample2x(x)
         x = F.conv2d(x, self.weight * self.weight_gain, self.bias, padding=self.padding)
-        return (lrelu(x) if self.activation else x) * gain
+        if self.activation:
+            return lrelu(x, gain)
+        return x * gain if gain != 1.0 else x
 
 
 def modulated_conv2d(
@@ -94,6 +114,7 @@ def modulated_conv2d(
     styles: torch.Tensor,                       # per-sample input scales (N, I)
     demodulate: bool = True,                    # normalise each output feature map to unit variance
     up: bool = False,                           # upsample 2x before the convolution
+    add: torch.Tensor | None = None,            # added to the result (bias, constant noise), broadcast
 ) -> torch.Tensor:
     """StyleGAN2 modulated convolution, computed as scale -> shared convolution -> rescale.
 
@@ -101,7 +122,8 @@ def modulated_conv2d(
     ``1 / ||w'[n]||`` per output channel is the same linear map as scaling the input channels by
     ``s[n]``, convolving with the shared ``w`` and scaling the output channels by the demodulation
     coefficients. That form uses one ordinary batched convolution (fast on CPUs and GPUs alike)
-    instead of a grouped convolution with one group per sample.
+    instead of a grouped convolution with one group per sample. The output scaling and ``add`` are
+    one fused ``addcmul``.
     """
     x = x * styles[:, :, None, None]
     if up:
@@ -109,5 +131,6 @@ def modulated_conv2d(
     x = F.conv2d(x, weight, padding=weight.shape[-1] // 2)
     if demodulate:
         dcoefs = styles.square() @ weight.square().sum(dim=[2, 3]).t()  # (N, O): ||w * s[n]||^2 per output
-        x = x * (dcoefs + 1e-8).rsqrt()[:, :, None, None]
-    return x
+        scale = (dcoefs + 1e-8).rsqrt()[:, :, None, None]
+        return x * scale if add is None else torch.addcmul(add, x, scale)
+    return x if add is None else x + add

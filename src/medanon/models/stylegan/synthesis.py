@@ -39,13 +39,14 @@ class SynthesisLayer(nn.Module):
         self.register_buffer("noise_const", torch.randn(resolution, resolution))
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, noise_mode: str = "random") -> torch.Tensor:
-        x = modulated_conv2d(x, self.weight * self.weight_gain, self.affine(w), up=self.up)
+        add = self.bias[None, :, None, None]
+        if noise_mode == "const":                 # (1, C, R, R): folded into the convolution's output scaling
+            add = (add + self.noise_const * self.noise_strength).contiguous(memory_format=torch.channels_last)
+        x = modulated_conv2d(x, self.weight * self.weight_gain, self.affine(w), up=self.up, add=add)
         if noise_mode == "random":
             noise = torch.randn(x.shape[0], 1, self.resolution, self.resolution, device=x.device, dtype=x.dtype)
             x = x + noise * self.noise_strength
-        elif noise_mode == "const":
-            x = x + self.noise_const * self.noise_strength
-        return lrelu(x + self.bias[None, :, None, None])
+        return lrelu(x)
 
 
 class ToRGBLayer(nn.Module):
@@ -64,7 +65,7 @@ class ToRGBLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         styles = self.affine(w) * self.weight_gain
-        return modulated_conv2d(x, self.weight, styles, demodulate=False) + self.bias[None, :, None, None]
+        return modulated_conv2d(x, self.weight, styles, demodulate=False, add=self.bias[None, :, None, None])
 
 
 class SynthesisBlock(nn.Module):
@@ -142,4 +143,4 @@ class SynthesisNetwork(nn.Module):
         for block in self.blocks:
             x, img = block(x, img, ws[:, i:i + block.num_conv + 1], noise_mode)
             i += block.num_conv
-        return img
+        return img.contiguous()                 # the blocks run channels-last (layers.py); callers get NCHW

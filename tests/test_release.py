@@ -173,3 +173,22 @@ def test_released_pixels_round_trip(tmp_path: Path, source):
         name = rel.add("a", img, records[:1])
     back = np.asarray(Image.open(tmp_path / "rel" / "images" / name), np.float32)
     assert np.abs(back.transpose(2, 0, 1) / 127.5 - 1 - img.numpy()).max() <= 1 / 127.5
+
+
+def test_release_labels_default_unknown_and_sensitive():
+    from types import SimpleNamespace
+
+    from medanon.errors import ConfigError
+    from medanon.release.labels import release_labels
+
+    fundus = SimpleNamespace(modality="fundus", label_names=["grade", "sex", "age"], root="data/f")
+    xray = SimpleNamespace(modality="xray", label_names=["pneumonia", "sex"], root="data/x")
+    assert release_labels(fundus, None) == ["grade"] and release_labels(xray, None) == ["pneumonia"]
+    assert release_labels(SimpleNamespace(modality="fundus", label_names=["sex"], root="d"), None) == []
+    assert release_labels(fundus, " grade, grade ") == ["grade"]                   # parsed, de-duplicated
+    assert release_labels(fundus, "") == []                                         # asked for none: none
+    with pytest.raises(ConfigError, match="dr_level") as e:
+        release_labels(fundus, "grade,dr_level")
+    assert "grade, sex, age" in e.value.fix
+    with pytest.warns(UserWarning, match="releasing sex"):
+        assert release_labels(xray, ["pneumonia", "sex"]) == ["pneumonia", "sex"]

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from medanon.errors import ConfigError
+from medanon.release.labels import default_labels  # noqa: F401  (gmia imports it from here)
 
 log = logging.getLogger(__name__)
 
@@ -343,15 +344,6 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
 
 
 # ------------------------------------------------------------------------------------------------ releasing
-
-
-UTILITY_LABELS = {"xray": ("pneumonia",), "fundus": ("grade",)}
-
-
-def default_labels(dataset) -> list[str]:
-    """The utility label of the modality (pneumonia for X-ray, grade for fundus) if the dataset has it."""
-    wanted = UTILITY_LABELS.get(dataset.modality or "", ())
-    return [n for n in wanted if n in dataset.label_names]
 
 
 def record_generator(seed: int, record_id: str) -> torch.Generator:

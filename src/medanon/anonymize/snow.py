@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError
 from medanon.release import ReleaseWriter
+from medanon.release.labels import release_labels
 from medanon.runtime import files_digest
 from medanon.segment.vessels import VesselSource
 
@@ -53,8 +54,6 @@ log = logging.getLogger(__name__)
 
 METHODS = ("snow", "vs-snow")
 FILLS = ("dataset", "grey")
-UTILITY_LABELS = {"fundus": ("grade",), "xray": ("pneumonia",)}
-SENSITIVE_LABELS = ("sex", "age")
 Generators = torch.Generator | Sequence[torch.Generator]
 
 
@@ -301,20 +300,6 @@ def release_paths(out: str | Path, ps: Sequence[float]) -> dict[float, Path]:
     return {p: Path(text.replace("{p}", f"{p:g}")) for p in ps}
 
 
-def _labels_for(ds: ImageDataset, labels: Sequence[str] | None) -> list[str]:
-    if labels is None:
-        return [n for n in UTILITY_LABELS.get(ds.modality or "", ()) if n in ds.label_names]
-    unknown = [n for n in labels if n not in ds.label_names]
-    if unknown:
-        raise ConfigError(f"--release-labels {','.join(unknown)}: not label(s) of {ds.root}",
-                          fix=f"choose from {', '.join(ds.label_names)}")
-    leaked = [n for n in labels if n in SENSITIVE_LABELS]
-    if leaked:
-        warnings.warn(f"releasing {', '.join(leaked)} next to the images hands an attacker the very attributes "
-                      "Snow / VS-Snow try to hide (vs-snow.txt uses sex as the privacy proxy)", stacklevel=3)
-    return list(labels)
-
-
 def snow_sweep(dataset: ImageDataset, out: str | Path, *,
                method: str = "snow",                      # snow | vs-snow
                ps: Sequence[float],                       # fractions p, one release each
@@ -348,7 +333,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
         raise ConfigError(f"--fill {fill!r} is not one of {FILLS}")
     outs = release_paths(out, ps)
     maps = release_paths(mapping, ps) if mapping is not None else dict.fromkeys(ps)
-    names = _labels_for(dataset, labels)
+    names = release_labels(dataset, labels)
     device = torch.device(device)
     h = w = dataset.size
     if len(ps) > 1:

@@ -62,16 +62,13 @@ def _calibration_images(path: Path | None, data_opts: dict, ds):
 
 def _release(ctx, ds, privatiser, *, method, params, privacy, labels, models, data_dir, out, batch, noise_seed,
              mapping, overwrite) -> None:
-    from medanon.anonymize.ldp import default_labels, release_dataset
+    from medanon.anonymize.ldp import release_dataset
     from medanon.release import ReleaseWriter
+    from medanon.release.labels import release_labels
     from medanon.runtime import files_digest, resolve_device
 
     dev = resolve_device(ctx.obj["device"])
-    chosen = [s.strip() for s in labels.split(",") if s.strip()] if labels else default_labels(ds)
-    unknown = [n for n in chosen if n not in ds.label_names]
-    if unknown:
-        raise click.BadParameter(f"unknown label(s) {unknown}; the dataset has {ds.label_names}",
-                                 param_hint="--release-labels")
+    chosen = release_labels(ds, labels)
     if noise_seed is not None:
         click.secho(f"WARNING: --seed {noise_seed}: the noise is reproducible from the seed, so the seed must stay "
                     "secret (it is not written to the release). Use this for testing only.", fg="red", err=True)

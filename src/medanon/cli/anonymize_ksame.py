@@ -74,9 +74,9 @@ def _run(ctx, cfg, *, data_dir, model, out, mapping, release_labels, overwrite, 
         release_ksame,
         seeds_used,
     )
-    from medanon.anonymize.ldp import default_labels
     from medanon.codecs.stylegan import load_codec
     from medanon.release import ReleaseWriter
+    from medanon.release.labels import release_labels as choose_release_labels
     from medanon.runtime import files_digest, resolve_device
 
     dev = resolve_device(ctx.obj["device"])
@@ -90,7 +90,7 @@ def _run(ctx, cfg, *, data_dir, model, out, mapping, release_labels, overwrite, 
         data_opts["size"] = res
         data_opts["channels"] = str(codec.generator.img_channels)
     ds = open_from_cli(data_dir, **data_opts)
-    labels = [s.strip() for s in release_labels.split(",") if s.strip()] if release_labels else default_labels(ds)
+    labels = choose_release_labels(ds, release_labels)
     unknown = [n for n in labels if n not in ds.label_names]
     if unknown:
         raise click.BadParameter(f"unknown label(s) {unknown}; the dataset has {ds.label_names}",

@@ -8,6 +8,7 @@ import click
 
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.release.labels import parse_label_list
 
 
 def _parse_ps(values: tuple[str, ...]) -> list[float]:
@@ -57,7 +58,7 @@ def _run(ctx: click.Context, method: str, data_dir: Path, ps, out, seed, release
 
     device = resolve_device(ctx.obj["device"])
     ds = open_from_cli(data_dir, **opts)
-    labels = [s.strip() for s in release_labels.split(",") if s.strip()] if release_labels is not None else None
+    labels = parse_label_list(release_labels)
     outs = snow_sweep(ds, out, method=method, ps=_parse_ps(ps), seed=seed, labels=labels, mapping=mapping,
                       device=device, batch_size=batch_size, workers=workers, overwrite=overwrite, **kw)
     for p, path in outs.items():

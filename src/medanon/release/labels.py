@@ -1,0 +1,49 @@
+"""Which labels a release publishes next to its images, for every method alike.
+
+By default only the modality's utility label (DR ``grade`` for fundus, ``pneumonia`` for chest
+X-rays), the one the downstream task needs. Anything else is released only when the user names it
+(``--release-labels``); a label that is not in the dataset is an error, and a sensitive one (sex,
+age: the very attributes the attacks of ``medanon evaluate`` try to infer) is released with a
+warning, because no method protects a label it publishes as it is.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from medanon.errors import ConfigError
+
+UTILITY_LABELS = {"fundus": ("grade",), "xray": ("pneumonia",)}
+SENSITIVE_LABELS = ("sex", "age")
+
+
+def default_labels(dataset) -> list[str]:
+    """The utility label of the dataset's modality, if the dataset has it."""
+    return [n for n in UTILITY_LABELS.get(dataset.modality or "", ()) if n in dataset.label_names]
+
+
+def parse_label_list(text: str | None) -> list[str] | None:
+    """``"grade, sex"`` -> ``["grade", "sex"]``; None (option not given) stays None."""
+    if text is None:
+        return None
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
+    """The labels to release: ``labels`` (a list or a comma-separated string) checked against the dataset,
+    or the default; warns for each sensitive label the user asked to release."""
+    chosen = parse_label_list(labels) if isinstance(labels, str) else labels
+    if chosen is None:
+        return default_labels(dataset)
+    unknown = [n for n in chosen if n not in dataset.label_names]
+    if unknown:
+        raise ConfigError(f"--release-labels {','.join(unknown)}: not label(s) of {dataset.root}",
+                          fix=f"choose from {', '.join(dataset.label_names) or '(the dataset has no labels)'}")
+    leaked = [n for n in chosen if n in SENSITIVE_LABELS]
+    if leaked:
+        them = "it" if len(leaked) == 1 else "them"
+        warnings.warn(f"releasing {', '.join(leaked)} next to the images hands {them} to any attacker as is: no "
+                      "method protects a label it publishes (the attribute-inference attack of `medanon evaluate` "
+                      "uses sex as its target); the default is the utility label only", stacklevel=3)
+    return list(dict.fromkeys(chosen))

@@ -138,6 +138,56 @@ def test_only_the_latent_changes(setup):
     assert torch.allclose(codec.decode(res.ws), res.images, atol=1e-5)      # ... and is all the release depends on
 
 
+def test_the_optimiser_gets_only_the_latent(setup, monkeypatch):
+    codec, ident, util, ws, images = setup
+    seen: list[list[torch.Tensor]] = []
+    adam = torch.optim.Adam
+
+    def spy(params, **kw):
+        params = list(params)
+        seen.append(params)
+        return adam(params, **kw)
+
+    monkeypatch.setattr(torch.optim, "Adam", spy)
+    res = GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(**{**FAST, "steps": 2})).optimise(ws[:3], images[:3])
+    assert len(seen) == 1 and len(seen[0]) == 1                          # one optimiser, one tensor: W_A
+    (w_a,) = seen[0]
+    assert w_a.shape == ws[:3].shape and w_a.is_leaf and w_a.requires_grad
+    assert torch.equal(w_a.detach(), res.ws)
+    network_params = {id(p) for m in (codec, ident, util) for p in m.parameters()}
+    assert id(w_a) not in network_params
+
+
+def test_project_networks_through_the_adapters(setup):
+    """The same two properties with the project's own E_id (IdentityNet, batch norm in eval mode) and E_ut
+    (ResNet penultimate features) through IdentityEncoder / UtilityEncoder: tiny, untrained, batch norm
+    calibrated on rendered images. W starts off the source's exact latent, as an encoder's does: at the exact
+    latent the cosine is at its maximum 1, where its gradient vanishes."""
+    codec, _, _, ws, images = setup
+    G = codec.generator
+    with torch.no_grad():
+        calib = G.synthesis(G.mapping(torch.randn(64, G.z_dim, generator=torch.Generator().manual_seed(6))),
+                            noise_mode="const").clamp(-1, 1)
+    torch.manual_seed(5)
+    small = ResNetConfig(in_channels=3, widths=(8, 16), blocks=(1, 1))
+    net = IdentityNet(IdentityConfig(small, embed_dim=16, image_size=32))
+    for m in net.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.momentum = None                       # cumulative average: the calibration batch's statistics
+    with torch.no_grad():
+        net.train()(calib)
+    ident = IdentityEncoder(net.eval())
+    util = UtilityEncoder(ResNet(small).eval(), image_size=32)
+    start = ws + 0.2 * torch.randn(ws.shape, generator=torch.Generator().manual_seed(7))
+    cfg = dict(steps=30, lr=0.05, margin=MARGIN, lambda_ut=1.0)
+    both = GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(**cfg)).optimise(start, images)
+    id_only = GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(**cfg, losses="id")).optimise(start, images)
+    assert (both.id_cos_start > MARGIN).float().mean() >= 0.75            # the start is recognised ...
+    assert (both.id_cos <= MARGIN).float().mean() >= 0.75, both.id_cos    # ... the optimised image mostly not
+    assert (id_only.id_cos <= MARGIN).float().mean() >= 0.75, id_only.id_cos
+    assert both.ut_dist.mean() < 0.5 * id_only.ut_dist.mean(), (both.ut_dist, id_only.ut_dist)
+
+
 def test_batching_does_not_change_the_result(setup):
     codec, ident, util, _, images = setup
     cfg = GMIAConfig(**{**FAST, "steps": 8})
@@ -287,3 +337,17 @@ def test_cli_errors_and_warnings(tmp_path, checkpoints):
     assert res.exit_code == 1 and "needs the utility network" in res.output and "--utility" in res.output
     res = _cli(d, data, tmp_path / "e", "--losses", "id", "--size", "64")
     assert res.exit_code != 0 and "--size" in res.output
+
+
+def test_benchmark_prints_batched_and_single_seconds_per_image(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gmia as bench
+
+    monkeypatch.setattr(bench, "build_codecs", lambda: {"cotrained": tiny_codec()})
+    monkeypatch.setattr(sys, "argv", ["gmia.py", "--images", "3", "--single", "1", "--steps", "2", "--threads", "1"])
+    bench.main()
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["steps"] == 2 and line["batch"] == 3 and line["single_images"] == 1 and line["resolution"] == 32
+    assert line["s_per_image_batched"] > 0 and line["s_per_image_single"] > 0 and line["speedup_batched"] > 0

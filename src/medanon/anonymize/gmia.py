@@ -59,19 +59,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from medanon.anonymize.ldp import default_labels, release_dataset
+from medanon.anonymize.ldp import release_dataset
 from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError
 from medanon.models.classifier import ResNet, load_classifier
 from medanon.models.identity import IdentityNet, load_identity
 from medanon.release import ReleaseWriter
+from medanon.release.labels import SENSITIVE_LABELS, default_labels, release_labels
 from medanon.runtime import files_digest
 from medanon.train.classifier import resize_to
 
 log = logging.getLogger(__name__)
 
 LOSSES = ("id+ut", "id", "ut")                  # GMIA Table 2: both (the method), L_id only, L_ut only
-SENSITIVE_LABELS = ("sex", "age")
 OPTIMISER = "adam"
 COS_EPS = 1e-8                                  # the ε of gmia.txt Eq. 1's cosine
 
@@ -79,8 +79,8 @@ COS_EPS = 1e-8                                  # the ε of gmia.txt Eq. 1's cos
 @dataclass(kw_only=True)
 class GMIAConfig:
     losses: str = "id+ut"                       # id+ut (GMIA) | id (L_id only) | ut (L_ut only): Table 2 ablations
-    steps: int = 100                            # Adam steps on W_A (0 = release the reconstructions G(E(X_R)))
-    lr: float = 0.01                            # Adam learning rate on W_A
+    steps: int = 10                             # Adam steps on W_A (0 = release the reconstructions G(E(X_R)))
+    lr: float = 0.03                            # Adam learning rate on W_A
     margin: float = 0.0                         # m: L_id is zero once cos(E_id(X_R), E_id(X_A)) <= m
     lambda_id: float = 1.0                      # weight of L_id
     lambda_ut: float = 0.05                     # weight of L_ut (a Euclidean distance of unnormalised features)
@@ -171,8 +171,10 @@ class IdentityEncoder(nn.Module):
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, map_location: str | torch.device = "cpu") -> IdentityEncoder:
         net, blob = load_identity(path, map_location=map_location)
+        trained = (blob.get("extra") or {}).get("train_config")
         return cls(net, provenance={"kind": "identity", "path": str(path), "sha256": blob["sha256"],
-                                    "embed_dim": net.cfg.embed_dim, "image_size": net.cfg.image_size})
+                                    "embed_dim": net.cfg.embed_dim, "image_size": net.cfg.image_size,
+                                    **({"train_config": trained} if trained else {})})
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.net(self.net.prepare(images)), dim=1)
@@ -441,6 +443,10 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
                       f"m={cfg.margin:g}); the release is X_A = G(W_A), one image per source image"),
         "guarantee": "none: GMIA has no formal privacy guarantee (no differential privacy, no k-anonymity)",
         "epsilon": None, "delta": None, "k": None,
+        # what an evaluation needs to tell whether its attacker is this very network (same sha256), or one
+        # trained the same way (same training config on the same patients gives the same network)
+        "identity_network": {k: ident[k] for k in ("sha256", "embed_dim", "image_size", "train_config")
+                             if k in ident},
         "margin_meaning": (f"an optimisation target, not a bound: the released image's identity embedding under the "
                            f"identity network E_id (sha256 {ident.get('sha256', 'n/a')}) is pushed to cosine <= "
                            f"{cfg.margin:g} with its source's. It says nothing about other recognisers, and is not "
@@ -466,20 +472,6 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------- releases
-
-
-def _labels_for(ds: ImageDataset, labels: Sequence[str] | None) -> list[str]:
-    if labels is None:
-        return default_labels(ds)
-    unknown = [n for n in labels if n not in ds.label_names]
-    if unknown:
-        raise ConfigError(f"--release-labels {','.join(unknown)}: not label(s) of {ds.root}",
-                          fix=f"choose from {', '.join(ds.label_names)}")
-    leaked = [n for n in labels if n in SENSITIVE_LABELS]
-    if leaked:
-        warnings.warn(f"releasing {', '.join(leaked)} next to the images hands them to any attacker; the default is "
-                      "the utility label only", stacklevel=3)
-    return list(labels)
 
 
 def subset(ds: ImageDataset, indices: Sequence[int]) -> ImageDataset:
@@ -539,7 +531,7 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
         warnings.warn(doubt, stacklevel=2)
     for w in gmia.cfg.warnings():
         warnings.warn(w, stacklevel=2)
-    names = _labels_for(dataset, labels)
+    names = release_labels(dataset, labels)
     networks = gmia.describe()
     params = {**gmia.cfg.params(), "latent_space": "ws (W+: one style vector per synthesis layer)",
               "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,

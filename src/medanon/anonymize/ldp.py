@@ -42,7 +42,6 @@ from typing import Any
 import torch
 
 from medanon.errors import ConfigError
-from medanon.release.labels import default_labels  # noqa: F401  (gmia imports it from here)
 
 log = logging.getLogger(__name__)
 

@@ -55,8 +55,8 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
 @click.option("--losses", type=click.Choice(["id+ut", "id", "ut"]), default=None,
               help="GMIA Table 2: both losses (the method), L_id only, or L_ut only.  [default: id+ut]")
 @click.option("--steps", type=click.IntRange(min=0), default=None,
-              help="Adam steps on W_A; 0 releases the reconstructions G(E(X)) (no anonymisation).  [default: 100]")
-@click.option("--lr", type=float, default=None, help="Adam learning rate.  [default: 0.01]")
+              help="Adam steps on W_A; 0 releases the reconstructions G(E(X)) (no anonymisation).  [default: 10]")
+@click.option("--lr", type=float, default=None, help="Adam learning rate.  [default: 0.03]")
 @click.option("--margin", type=float, default=None,
               help="m of L_id = max(0, cos - m): the identity cosine the optimisation aims below.  [default: 0]")
 @click.option("--lambda-id", type=float, default=None, help="Weight of L_id.  [default: 1]")

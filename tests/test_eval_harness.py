@@ -157,6 +157,7 @@ def test_inception_fid_on_a_few_images(world, tmp_path):
 
 
 def test_loud_warnings(world, tmp_path):
+    from medanon.config import to_dict
     from medanon.evaluate.harness import _warnings
     from medanon.evaluate.inputs import load_release
     from medanon.fsutil import sha256_file
@@ -164,13 +165,24 @@ def test_loud_warnings(world, tmp_path):
     ckpt = tmp_path / "id.pt"
     ckpt.write_bytes(b"an identity network")
     rel = load_release(world["releases"][3], world["real"], size=SIZE)
-    rel.manifest["models"] = {"identity": sha256_file(ckpt)}          # a GMIA-like release optimised against it
     cfg = tiny_config()
-    cfg = replace(cfg, fidelity=replace(cfg.fidelity, inception=True),
-                  attacks=replace(cfg.attacks, identity_checkpoint=str(ckpt)))
-    text = " ".join(_warnings(cfg, [rel], n_fid=8))
-    for what in ("bias dominates", "single seed", "no private mapping", "optimised against"):
+    # a GMIA-like release optimised against that network, as its manifest records it
+    rel.manifest["models"] = {"identity": sha256_file(ckpt)}
+    rel.manifest["privacy"] = {"identity_network": {"sha256": sha256_file(ckpt), "train_config": {"seed": 7}}}
+    rel.manifest["params"] = {"losses": "id+ut", "steps": 10}
+    with_ckpt = replace(cfg, fidelity=replace(cfg.fidelity, inception=True),
+                        attacks=replace(cfg.attacks, identity_checkpoint=str(ckpt)))
+    text = " ".join(_warnings(with_ckpt, [rel], n_fid=8))
+    for what in ("bias dominates", "single seed", "no private mapping", "optimised against the very"):
         assert what in text, what
+    for params in ({"losses": "id+ut", "steps": 0}, {"losses": "ut", "steps": 10}):   # never optimised against it
+        rel.manifest["params"] = params
+        assert "optimised against" not in " ".join(_warnings(with_ckpt, [rel], n_fid=8))
+    # no checkpoint: the attacks train their own network; warn when it is trained exactly like the release's E_id
+    rel.manifest["params"] = {"losses": "id", "steps": 5}
+    assert "optimised against" not in " ".join(_warnings(cfg, [rel], n_fid=8))        # seed 7 != the attacks' seed
+    rel.manifest["privacy"]["identity_network"]["train_config"] = to_dict(cfg.attacks.identity)
+    assert "same settings and seed" in " ".join(_warnings(cfg, [rel], n_fid=8))
 
 
 def test_train_identity_and_classifier_commands(world, tmp_path):

@@ -212,11 +212,32 @@ def dpglow_study(out: Path, ckpt: Path, device, seed: int) -> dict | None:
     return result
 
 
+def attacker_checkpoint(modality: str, ckpt: Path) -> Path:
+    return ckpt / f"identity-attacker-{modality}64.pt"
+
+
+def eval_config(modality: str, size: int, ckpt: Path, patients: int, per_patient: int, seed: int):
+    """The CPU-sized evaluation protocol; with the default phantom, the shipped attacker identity network.
+
+    The attacks' identity network is trained on the real source split of the demo's data: at the default
+    settings that network ships (`identity-attacker-<modality>64.pt`, 64 px, 1,500 steps, seed 0, on exactly
+    this training split): an attacker about as strong as the evaluation's full protocol, without the minutes
+    of training. It is independent of GMIA's E_id (seed 1). Other settings train the fast preset's own."""
+    from dataclasses import replace
+
+    from medanon.evaluate.config import EvalConfig
+
+    cfg = EvalConfig.fast(size=size)
+    attacker = attacker_checkpoint(modality, ckpt)
+    if attacker.exists() and (patients, per_patient, size, seed) == (200, 4, 64, 0):
+        cfg = replace(cfg, attacks=replace(cfg.attacks, identity_checkpoint=str(attacker)))
+    return cfg
+
+
 def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size: int = 64, seed: int = 0,
              device: str = "auto", ksalsa_steps: int = 100, gmia_steps: int | None = None,
              checkpoints: str | Path | None = None,
              evaluation: bool = True) -> dict:
-    from medanon.evaluate.config import EvalConfig
     from medanon.evaluate.harness import evaluate
     from medanon.release.audit import audit_release
 
@@ -286,8 +307,9 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
                 studies["dpglow_table3"] = study
                 results["dpglow_table3"] = study["rows"]
             run.log_metrics(step="dpglow_table3", seconds=round(time.perf_counter() - t1, 1))
-        evaluate(data_dir, releases[modality], report_dir, config=EvalConfig.fast(size=size), splits=splits_csv,
-                 device=dev, cache_dir=out / "cache" / modality, studies=studies)
+        evaluate(data_dir, releases[modality], report_dir, config=eval_config(modality, size, ckpt, patients,
+                                                                              per_patient, seed),
+                 splits=splits_csv, device=dev, cache_dir=out / "cache" / modality, studies=studies)
         results["reports"][modality] = str(report_dir / "report.html")
         run.log_metrics(step="evaluate", modality=modality, seconds=round(time.perf_counter() - t0, 1))
 

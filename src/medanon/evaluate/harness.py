@@ -426,14 +426,34 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: int) -> list[
         if r.sources is None:
             out.append(f"release {r.name}: no private mapping, so membership, linkability and singling-out are not "
                        f"measured (the attacks that need ground truth of who is in which record)")
-    if cfg.attacks.identity_checkpoint:
-        sha = sha256_file(cfg.attacks.identity_checkpoint)
-        for r in rels:
-            if sha in {str(v) for v in (r.manifest.get("models") or {}).values()}:
-                out.append(f"release {r.name} was optimised against the very identity network the attacks use "
-                           f"({cfg.attacks.identity_checkpoint}): its linkability and singling-out numbers are "
-                           f"optimistic; evaluate with an independently trained identity network")
+    sha = sha256_file(cfg.attacks.identity_checkpoint) if cfg.attacks.identity_checkpoint else None
+    ours = to_dict(cfg.attacks.identity)
+    for r in rels:
+        target = _identity_optimised_against(r)
+        if target is None:
+            continue
+        if sha is not None and target.get("sha256") == sha:
+            out.append(f"release {r.name} was optimised against the very identity network the attacks use "
+                       f"({cfg.attacks.identity_checkpoint}): its linkability and singling-out numbers are "
+                       f"optimistic; evaluate with an independently trained identity network")
+        theirs = target.get("train_config") or {}
+        if sha is None and theirs and all(theirs.get(k) == v for k, v in ours.items() if k in theirs):
+            out.append(f"release {r.name} was optimised against an identity network trained with the same settings "
+                       f"and seed as the attacks' own ({theirs}): on the same patients that is the same network, "
+                       f"and its linkability and singling-out numbers are optimistic; change attacks.identity.seed")
     return out
+
+
+def _identity_optimised_against(rel: ReleaseData) -> dict | None:
+    """The identity network a release's images were optimised away from (GMIA with L_id and steps > 0), as its
+    manifest records it; None for every other release."""
+    ident = (rel.manifest.get("privacy") or {}).get("identity_network")
+    if not ident:
+        return None
+    p = rel.params or {}
+    if p.get("steps") == 0 or p.get("losses") == "ut":
+        return None
+    return ident
 
 
 def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec], out: str | Path, *,

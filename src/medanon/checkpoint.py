@@ -44,7 +44,7 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"checkpoint {path} does not exist",
-                          fix="pass the path of a .pt file written by `medanon train` (see docs/checkpoints.md)")
+                          fix="pass the path of a .pt file written by `medanon train` (see checkpoints/README.md)")
     try:
         blob = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises several types for corrupt or unsafe files

@@ -1,4 +1,4 @@
-"""The report's privacy statements in words, from the statements the methods really write."""
+"""The report's text: privacy statements in words (from the statements the methods really write), table layout."""
 
 import math
 from pathlib import Path
@@ -80,3 +80,20 @@ def test_report_renders_statements_and_dpglow_table3(tmp_path: Path):
     assert page.count("data:image/png;base64,") == 1                # the figure, embedded
     assert "{'" not in page and '{"' not in page                    # no raw dict/JSON dumped into the page
     assert "DP-GLOW Table 3" not in render_html(_minimal_report({}), {})
+
+
+def test_pivot_columns_use_the_papers_parameter_and_fall_back_on_collisions():
+    from medanon.evaluate.report import assign_columns, short_setting
+
+    assert short_setting({"k": 5, "weights": "x"}) == "k=5"
+    assert short_setting({"p": 0.3, "fill": "dataset"}) == "p=0.3"
+    assert short_setting({"epsilon": 100.0, "per_pixel": True}) == "ε=100/px"
+    assert short_setting({"epsilon": "inf", "per_pixel": False}) == "ε=inf/image"
+    assert short_setting({"losses": "id+ut", "steps": 10}) == "losses=id+ut"
+    assert short_setting({"steps": 10}) is None
+    rels = [{"method": "ksalsa", "params": {"k": 5, "steps": 100}, "setting": "k=5, steps=100"},
+            {"method": "ksalsa", "params": {"k": 5, "steps": 50}, "setting": "k=5, steps=50"},
+            {"method": "kpixel", "params": {"k": 5}, "setting": "k=5"},
+            {"method": "other", "params": {"steps": 3}, "setting": "steps=3"}]
+    assign_columns(rels)
+    assert [r["column"] for r in rels] == ["k=5, steps=100", "k=5, steps=50", "k=5", "steps=3"]

@@ -4,8 +4,9 @@
 2. write the training split of each as its own dataset folder (what a data team would anonymise);
 3. run every method whose model ships in ``checkpoints/`` through the same commands a user runs
    (each printed as ``$ medanon ...``): k-Same-Pixel and k-Same-PCA (and k-Centroid and k-SALSA when
-   the inversion encoder ships) at k = 2, 5, 10; Snow and VS-Snow at p = 0.1, 0.3, 0.5 on fundus
-   images; DP-GLOW and image-domain LDP at ε = 10³, 10², 10¹ per pixel on X-rays;
+   the inversion encoder ships) at k = 2, 5, 10, GMIA (when its networks ship), Snow and VS-Snow at
+   p = 0.1, 0.3, 0.5 on fundus images; DP-GLOW and image-domain LDP at ε = 10³, 10², 10¹ per pixel
+   on X-rays;
 4. audit every release, evaluate them with :func:`medanon.evaluate.harness.evaluate`, and write
    the HTML reports; the X-ray report also holds DP-GLOW Table 3 and its Figs. 4–7 picture
    (:func:`dpglow_study`, on the held-out patients of the shipped flows).

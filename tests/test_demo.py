@@ -1,0 +1,31 @@
+"""Pieces of `medanon demo` that its end-to-end test (tests/test_cli.py, without evaluation) does not reach."""
+
+from pathlib import Path
+
+import torch
+
+from medanon import demo
+from medanon.config import PhantomConfig
+
+
+def test_dpglow_study_refuses_data_the_flows_were_not_trained_on(tmp_path: Path, monkeypatch, capsys):
+    # a different phantom than the one recorded in the shipped flow: its held-out patients are unknown,
+    # so Table 3 must not be computed on it
+    monkeypatch.setattr(demo, "FLOW_PHANTOM", PhantomConfig(modality="xray", patients=3, per_patient=1, size=64,
+                                                            seed=0))
+    assert demo.dpglow_study(tmp_path, demo.default_checkpoints(), torch.device("cpu"), 0) is None
+    assert "is not the phantom glow-xray64.pt was trained on" in capsys.readouterr().out
+
+
+def test_dpglow_study_skips_without_the_normal_flow(tmp_path: Path, capsys):
+    assert demo.dpglow_study(tmp_path, tmp_path, torch.device("cpu"), 0) is None
+    assert "not shipped" in capsys.readouterr().out
+
+
+def test_eval_config_uses_the_shipped_attacker_only_for_its_own_data():
+    ckpt = demo.default_checkpoints()
+    cfg = demo.eval_config("fundus", 64, ckpt, 200, 4, 0)
+    assert cfg.attacks.identity_checkpoint == str(ckpt / "identity-attacker-fundus64.pt")
+    assert Path(cfg.attacks.identity_checkpoint).is_file()
+    assert demo.eval_config("xray", 64, ckpt, 40, 2, 0).attacks.identity_checkpoint == ""   # other patients
+    assert demo.eval_config("xray", 64, ckpt, 200, 4, 1).attacks.identity_checkpoint == ""  # another split

@@ -120,7 +120,10 @@ class ResNet(nn.Module):
         return self.cfg.widths[-1]
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.stages(self.stem(x)).mean(dim=(2, 3))
+        # channels-last: oneDNN's CPU convolutions then need no layout reorders. Training the "small" net for
+        # 150 steps of 32 images at 64 px took 4.8-5.1 s instead of 6.8-6.9 s (2 threads, two rounds in one
+        # run); outputs equal up to float rounding (3e-8)
+        return self.stages(self.stem(x.contiguous(memory_format=torch.channels_last))).mean(dim=(2, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.head is None:

@@ -138,3 +138,28 @@ def test_identity_needs_repeated_acquisitions():
         train_identity(torch.zeros(3, 1, 16, 16), ["a", "b", "c"], cfg=IdentityTrainConfig(image_size=16, steps=1))
     assert IdentityNet(IdentityConfig(ResNetConfig(in_channels=1), embed_dim=8, image_size=16)).embed(
         torch.zeros(0, 1, 16, 16)).shape == (0, 8)
+
+
+def test_seeds_trained_side_by_side_equal_the_sequential_ones():
+    from dataclasses import replace
+
+    from medanon.train.classifier import map_in_parallel
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(48, 3, 16, 16, generator=g) * 2 - 1
+    y = np.arange(48) % 3
+    cfg = ClassifierTrainConfig(image_size=16, steps=15, batch=8)
+
+    def probs(seed):
+        return predict_proba(train_classifier(x, y, num_classes=3, cfg=replace(cfg, seed=seed)), x)
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)                    # the parallel path needs two threads to share out
+        side_by_side = map_in_parallel(probs, [0, 1, 2])
+        assert torch.get_num_threads() == 2         # restored
+    finally:
+        torch.set_num_threads(threads)
+    for seed, p in zip([0, 1, 2], side_by_side, strict=True):
+        assert torch.allclose(p, probs(seed), atol=1e-4), seed   # each seed its own model, whatever the order
+    assert not torch.allclose(side_by_side[0], side_by_side[1])

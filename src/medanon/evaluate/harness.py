@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from medanon.models.classifier import load_classifier, predict_proba, save_class
 from medanon.models.identity import IdentityNet, load_identity
 from medanon.release.aggregate import aggregate_labels
 from medanon.runtime import RunDir
-from medanon.train.classifier import resize_to, train_classifier
+from medanon.train.classifier import map_in_parallel, resize_to, train_classifier
 from medanon.train.identity import train_identity
 
 log = logging.getLogger(__name__)
@@ -227,6 +227,17 @@ def _fidelity(ctx: RealContext, rel: ReleaseData, n: int) -> dict:
                            lambda: ctx.embed(rel.images[pick]))
 
 
+def _utility_seed(ctx: RealContext, task: util.Task, x: torch.Tensor, y: np.ndarray, test_rows: np.ndarray,
+                  y_test: np.ndarray, seed: int) -> tuple[dict, dict]:
+    """One seed of the utility protocol: the scores of a classifier trained on the release, and of the
+    real baseline trained on as many real source images (cached)."""
+    ucfg = ctx.cfg.utility
+    model = train_classifier(x, y, num_classes=task.num_classes, cfg=_with_seed(ucfg.classifier, seed),
+                             device=ctx.device, progress=False)
+    probs = predict_proba(model, resize_to(ctx.real.images[test_rows], ucfg.classifier.image_size))
+    return util.score(task, y_test, probs), ctx.baseline_scores(task, len(y), seed)
+
+
 def _utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict:
     out = {}
     ucfg = ctx.cfg.utility
@@ -241,14 +252,9 @@ def _utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict
             out[task.label] = {"skipped": f"the held-out split has no {task.label!r} labels to test on"}
             continue
         x = rel.images[torch.from_numpy(ok)]
-        runs, base = [], []
-        for seed in ucfg.seeds:
-            model = train_classifier(x, y, num_classes=task.num_classes, cfg=_with_seed(ucfg.classifier, seed),
-                                     device=ctx.device, progress=ctx.progress,
-                                     desc=f"{rel.name} {task.label} seed {seed}")
-            probs = predict_proba(model, resize_to(ctx.real.images[test_rows], ucfg.classifier.image_size))
-            runs.append(util.score(task, y_test, probs))
-            base.append(ctx.baseline_scores(task, int(ok.sum()), seed))
+        one_seed = partial(_utility_seed, ctx, task, x, y, test_rows, y_test)
+        runs, base = (list(v) for v in zip(*map_in_parallel(one_seed, list(ucfg.seeds), device=ctx.device),
+                                          strict=True))
         entry = {"n_train": int(ok.sum()), "n_test": len(test_rows), "seeds": list(ucfg.seeds),
                  "release": util.summarize(runs), "real_same_n": util.summarize(base)}
         if ucfg.full_real:

@@ -84,8 +84,8 @@ def main() -> None:
                 avg = ClusterAverager(cfg, ds, codec=codec, features=net, latents=latents, pca=pca, device="cpu")
                 outs.append(tile(avg([members], [weights[n]], ["figure"])[0, 0], name))
                 if method == "ksalsa":
-                    stats[f"cluster{n + 1}_style_loss_centroid_to_ksalsa"] = [round(avg.last["style_start"], 4),
-                                                                              round(avg.last["style_end"], 4)]
+                    stats[f"cluster{n + 1}_style_loss_centroid_to_ksalsa"] = [round(avg.last["style_start"][0], 4),
+                                                                              round(avg.last["style_end"][0], 4)]
             rows += [sources, outs]
         w, h = rows[0][0].size
         cols = max(len(r) for r in rows)

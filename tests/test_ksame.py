@@ -1,12 +1,14 @@
 """The k-Same family: averages, k-SALSA optimisation, augmentation, and releases through the CLI + audit."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from PIL import Image
 from torch import nn
 
 from medanon.anonymize.augment import latent_views, prior_w_std
@@ -254,6 +256,18 @@ def test_latent_methods_release_audit_and_manifest(tmp_path, phantoms, codec_ckp
     assert read_release(tmp_path / "ksalsa")[0]["seeds"] == {}                      # deterministic
     salsa_params = read_release(tmp_path / "ksalsa")[0]["params"]["salsa"]
     assert salsa_params["lambda"] == 0.3 and salsa_params["steps"] == 2
+    # the batch size is speed only: batches of 2 + 1 clusters and one batch of 3 give the same summary
+    # (a mean over clusters, not over batches) and the same images
+    outputs = {}
+    for batch in (2, 3):
+        r = run_cli(["ksalsa", "--data", phantoms, "--model", codec_ckpt, "--k", 4, "--steps", 2, "--lam", 0.3,
+                     "--batch", batch, "--out", tmp_path / f"b{batch}"])
+        outputs[batch] = [float(v) for v in re.findall(r"style_loss_(?:start|end) ([0-9.e-]+)", r.output)]
+    assert len(outputs[2]) == 2 and np.allclose(outputs[2], outputs[3], rtol=1e-5)
+    pixels = [sorted((np.asarray(Image.open(p), np.int16) for p in (tmp_path / f"b{b}").rglob("*.png")),
+                     key=lambda a: int(a.sum())) for b in (2, 3)]
+    assert len(pixels[0]) == 3
+    assert max(int(np.abs(a - b).max()) for a, b in zip(*pixels, strict=True)) <= 2   # float rounding only
     assert salsa_params["style_layer"] == "block1" and "EfficientNet" in salsa_params["feature_network"]["name"]
     assert any(k.startswith("features:") for k in read_release(tmp_path / "ksalsa")[0]["models"])
 

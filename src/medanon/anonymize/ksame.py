@@ -164,7 +164,8 @@ class ClusterAverager:
             res = self.salsa.average(images, self.latents[torch.from_numpy(idx).to(self.latents.device)],
                                      w.to(self.device))
             ws = res.ws
-            self.last = {"style_start": float(res.style_start.mean()), "style_end": float(res.style_end.mean())}
+            # per cluster: the run's summary averages over clusters, not over batches of unequal size
+            self.last = {"style_start": res.style_start.tolist(), "style_end": res.style_end.tolist()}
         if self.cfg.views > 1:                   # noise per cluster from (seed, key): the same after a resume
             ws = torch.cat([latent_views(ws[j:j + 1], views=self.cfg.views, sigma=self.cfg.view_sigma,
                                          scale=self.w_std, generator=_generator(self.cfg.seed, key))
@@ -247,14 +248,15 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
                     writer.add(key, images[j, v], sources)
         if averager.last:
             style.append(averager.last)
-            bar.set_postfix(style=f"{averager.last['style_start']:.3f}->{averager.last['style_end']:.3f}")
+            bar.set_postfix(style=f"{np.mean(averager.last['style_start']):.3f}->"
+                                  f"{np.mean(averager.last['style_end']):.3f}")
     summary = {"clusters": len(keys), "resumed_clusters": resumed, "records": len(writer),
                "dropped_images": len(clustering.dropped),
                "people_per_cluster": [int(min(len({pids[i] for i in c}) for c in clustering.clusters)),
                                       int(max(len({pids[i] for i in c}) for c in clustering.clusters))]}
     if style:
-        summary["style_loss_start"] = float(np.mean([s["style_start"] for s in style]))
-        summary["style_loss_end"] = float(np.mean([s["style_end"] for s in style]))
+        summary["style_loss_start"] = float(np.mean([v for s in style for v in s["style_start"]]))  # over clusters
+        summary["style_loss_end"] = float(np.mean([v for s in style for v in s["style_end"]]))
     if pca is not None:
         summary["pca"] = pca.describe()
     return summary

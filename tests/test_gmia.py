@@ -83,8 +83,11 @@ def setup():
     G = codec.generator
     with torch.no_grad():
         ws = G.mapping(torch.randn(16, G.z_dim, generator=torch.Generator().manual_seed(3)))
-        images = G.synthesis(ws, noise_mode="const").clamp(-1, 1)     # sources the generator renders exactly
-    return codec, ident, util, ws, images
+        images = G.synthesis(ws, noise_mode="const").clamp(-1, 1)     # sources the generator can render
+    # the start W is an imperfect inversion, as a real encoder's is: from the exact latent both losses would sit at
+    # a stationary point (cosine 1, utility distance 0) and only float noise could move the optimisation
+    start = ws + 0.05 * ws.std() * torch.randn(ws.shape, generator=torch.Generator().manual_seed(4))
+    return codec, ident, util, start, images
 
 
 def run(setup, **cfg):
@@ -94,9 +97,9 @@ def run(setup, **cfg):
 
 def test_identity_cosine_falls_below_the_margin(setup):
     res = run(setup)
-    assert torch.allclose(res.id_cos_start, torch.ones(16), atol=1e-4)       # W_A starts at the source's W
+    assert (res.id_cos_start > 0.9).all() and (res.id_cos_start < 1 - 1e-4).all(), res.id_cos_start  # near, not at
     assert (res.id_cos <= MARGIN).float().mean() >= 0.75, res.id_cos
-    assert res.history[0]["id_cos"] > 0.99 and res.history[-1]["id_cos"] < MARGIN + 0.1
+    assert res.history[0]["id_cos"] > 0.95 and res.history[-1]["id_cos"] < MARGIN + 0.1
     assert res.history[-1]["loss"] < res.history[0]["loss"]
 
 
@@ -106,7 +109,8 @@ def test_utility_loss_keeps_the_utility_features_closer(setup):
     assert (both.ut_dist < id_only.ut_dist).float().mean() >= 0.75
     assert (both.id_cos <= MARGIN).float().mean() >= 0.75            # identity still removed with L_ut on
     assert (id_only.id_cos <= MARGIN).float().mean() >= 0.75
-    assert torch.allclose(ut_only.id_cos, torch.ones(16), atol=1e-4)  # L_ut alone removes no identity
+    # L_ut alone does not aim at identity: most images stay recognisable (above the margin), unlike with L_id
+    assert (ut_only.id_cos > MARGIN).float().mean() >= 0.75 and ut_only.id_cos.mean() > both.id_cos.mean() + 0.3
     assert "id_cos" not in ut_only.history[0] and "ut_dist" not in id_only.history[0]
 
 

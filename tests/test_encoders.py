@@ -30,15 +30,6 @@ TINY_ENCODER = ROOT / "configs" / "encoder" / "tiny32.yaml"
 TINY_AUTOENCODER = ROOT / "configs" / "autoencoder" / "tiny32.yaml"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and leave the other core to the rest of the suite)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_generator(channels: int = 3, seed: int = 0) -> tuple[Generator, StyleGANConfig]:
     cfg = dataclasses.replace(build(StyleGANConfig, path=TINY_GAN), channels=channels)
     torch.manual_seed(seed)

@@ -33,14 +33,6 @@ MARGIN = 0.3
 FAST = dict(steps=30, lr=0.05, margin=MARGIN, lambda_ut=1.0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class FineIdentity(nn.Module):
     """Stand-in E_id: a fixed random projection of the image's fine detail (image minus its blur), batch-normed."""
 

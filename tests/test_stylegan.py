@@ -28,15 +28,6 @@ def tiny(**kw) -> StyleGANConfig:
     return StyleGANConfig(**{**base, **kw})
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded, above all on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("channels", [1, 3])
 def test_mapping_and_synthesis_shapes(channels):
     torch.manual_seed(0)

@@ -125,7 +125,8 @@ def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list
                     "--out", str(dest), "--mapping", str(rel / f"{dest.name}.mapping.json")]
             if method in ("kcentroid", "ksalsa"):
                 # 32 clusters per batch: the same averages as the default 8 (batching is speed only, tested),
-                # 1.3x faster on 2 CPU cores at 64 px (k-SALSA at k = 2, 20 steps: 13.8 s instead of 18.5 s)
+                # faster on 2 CPU cores at 64 px (`medanon anonymize ksalsa --k 2 --steps 20 --batch 8|32` on
+                # the demo's fundus training split: 18.5 s and 13.8 s, one run each)
                 args += ["--model", str(restyle), "--batch", str(LATENT_BATCH)]
             if method == "ksalsa":
                 args += ["--steps", str(cfg.ksalsa_steps)]
@@ -191,17 +192,17 @@ def dpglow_study(out: Path, ckpt: Path, device, seed: int) -> dict | None:
     Returns None (with a message) when the normal-only flow is not shipped or the regenerated phantom does
     not match the checksum the flow recorded (a changed phantom generator): then no test set is known to be
     unseen by the flows, and no number is better than a biased one."""
-    import torch
-
+    from medanon.checkpoint import load_checkpoint
     from medanon.evaluate.flow_lr import evaluate_dpglow
     from medanon.runtime import files_digest
+    from medanon.train.flow import KIND as FLOW_KIND
 
     mixture, normal = ckpt / "glow-xray64.pt", ckpt / "glow-xray64-normal.pt"
     if not normal.exists():
         click.echo(f"DP-GLOW Table 3 skipped: {normal} is not shipped")
         return None
     data_dir = _phantoms(FLOW_PHANTOM, out / "data" / "xray-flows")
-    recorded = torch.load(mixture, map_location="cpu", weights_only=True)["extra"]["data"]["source"]["sha256"]
+    recorded = load_checkpoint(mixture, kind=FLOW_KIND)["extra"]["data"]["source"]["sha256"]
     ds = open_dataset(data_dir, DataConfig(size=FLOW_PHANTOM.size))
     if files_digest([r.path for r in ds.records], root=data_dir)["sha256"] != recorded:
         click.echo(f"DP-GLOW Table 3 skipped: {data_dir} is not the phantom {mixture.name} was trained on "

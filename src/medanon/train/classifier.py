@@ -109,8 +109,8 @@ def map_in_parallel(fn: Callable[[T], R], items: Sequence[T], *, device: torch.d
     """``[fn(i) for i in items]``, on a CPU run side by side in threads with one torch thread each.
 
     Small networks use two CPU cores poorly inside one operation: training the evaluation's two seeds
-    of the "small" ResNet side by side took 6.9-7.4 s instead of 8.1-10.9 s one after the other on the
-    2-core machine (two rounds in one run). Each call must be independent and seeded on its own
+    of the "small" ResNet side by side is 1.44x faster than one after the other on the 2-core machine
+    (`python benchmarks/evaluation.py`). Each call must be independent and seeded on its own
     (:func:`train_classifier` is: its batches use its own generator and its weight initialisation is
     serialised); results equal the sequential ones up to float rounding. On a GPU, or with one item
     or one thread, the calls run in order."""

@@ -112,8 +112,9 @@ class EfficientNetLite0(nn.Module):
     def walk(self, x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``stem``, ``block1`` ... ``block7``, ``head``, ``pool`` and ``logits`` in order.
 
-        Runs channels-last (no oneDNN layout reorders on CPUs): the demo's k-SALSA at k = 10, 30 steps took
-        8.5 s instead of 9.3 s end to end, the same local style loss to 5 digits."""
+        Runs channels-last (no oneDNN layout reorders on CPUs): `medanon anonymize ksalsa` on the demo's
+        fundus training split at k = 10, 30 steps took 8.5 s instead of 9.3 s end to end (one run each,
+        alternating), the same local style loss to 5 digits."""
         x = F.relu6(self._bn0(self._conv_stem(x.contiguous(memory_format=torch.channels_last))))
         yield "stem", x
         start = 0

@@ -24,12 +24,23 @@ from medanon.cli.base import CONTEXT, cli
 def audit(ctx: click.Context, release: Path, k, mapping, source, layout, as_json) -> None:
     """Verify that every record of RELEASE stands for at least k people and that no source file name,
     record id or patient id appears anywhere in it (paths, CSV, manifest, image metadata).
-    Exits with status 1 if any check fails."""
+
+    Exit status: 0 every check passed, 1 a check failed, 3 the audit could not run (not a release,
+    unreadable mapping or source).
+
+    Example: medanon audit release-k5 --source /data/aptos2019 --mapping private/release-k5.json"""
     from medanon.data.layouts import scan
+    from medanon.errors import MedanonError
     from medanon.release.audit import audit_release
 
-    records = scan(source, layout).records if source is not None else None
-    rep = audit_release(release, k=k, mapping=mapping, source_records=records)
+    try:
+        records = scan(source, layout).records if source is not None else None
+        rep = audit_release(release, k=k, mapping=mapping, source_records=records)
+    except (MedanonError, OSError, ValueError, KeyError) as e:
+        click.secho(f"error: the audit could not run: {e}", fg="red", err=True)
+        ctx.exit(3)
     click.echo(json.dumps(rep.to_dict(), indent=2) if as_json else rep.format())
+    if not rep.complete:
+        ctx.exit(3)
     if not rep.passed:
         ctx.exit(1)

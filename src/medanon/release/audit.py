@@ -9,15 +9,29 @@ numeric identifiers shorter than :data:`MIN_NUMERIC_LEN` digits (EyePACS patient
 example) cannot be told apart from label values, so they are searched only in file names and
 metadata, and the report says so.
 
+Identifiers are compared after Unicode normalisation (NFC, case-folded): ``José`` is a token like
+``Jose``; identifiers with spaces (a patient *name* used as id) are also searched as phrases. The names
+of the folders that hold a source image are identifiers too when they carry a long number, as
+MIMIC-CXR's ``p10000032/s50000320`` (patient and study) do.
+
+The release's own form is checked: only the files a release has, only declared label columns in
+``labels.csv`` (an undeclared ``patient_id`` column fails), every image a readable PNG without
+metadata, and nothing that orders the files: one timestamp for all of them and, with the mapping and
+the source, no rank correlation between the files' inode order and the sources' order.
+
 What the audit does not do: judge whether the *pixels* identify someone. That is what the
 attacks of the evaluation (membership, linkability, singling-out) measure.
+
+Exit codes of ``medanon audit``: 0 every check passed, 1 a check failed, 3 the audit could not run.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,13 +39,21 @@ from typing import Any
 
 from PIL import Image
 
+from medanon.outputs import MARKER
 from medanon.release.writer import FORMAT
 
 MIN_NUMERIC_LEN = 5
 NAME_PATTERN = re.compile(r"^[0-9a-f]{16}\.png$")
-_TOKEN = re.compile(r"[A-Za-z0-9_.\-]+")
+_TOKEN = re.compile(r"[\w.\-]+")
 _PARTS = re.compile(r"[_.\-]")
-_ALLOWED_TOP = {"images", "labels.csv", "manifest.json", "README.md"}
+_LONG_NUMBER = re.compile(rf"\d{{{MIN_NUMERIC_LEN},}}")
+_ALLOWED_TOP = {"images", "labels.csv", "manifest.json", "README.md", MARKER}
+_FIXED_COLUMNS = ("image", "n_sources", "n_people")
+ORDER_P_VALUE = 1e-3          # inode order vs source order: fail below this Spearman p-value
+
+
+def _norm(s: str) -> str:
+    return unicodedata.normalize("NFC", str(s)).casefold()
 
 
 @dataclass
@@ -46,6 +68,7 @@ class AuditReport:
     release: str
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    complete: bool = True                                # False: the folder could not be audited at all
 
     @property
     def passed(self) -> bool:
@@ -55,7 +78,7 @@ class AuditReport:
         self.checks.append(Check(name, passed, detail))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"release": self.release, "passed": self.passed,
+        return {"release": self.release, "passed": self.passed, "complete": self.complete,
                 "checks": [c.__dict__ for c in self.checks], "notes": self.notes}
 
     def format(self) -> str:
@@ -73,19 +96,22 @@ class Identifiers:
     file_names: set[str] = field(default_factory=set)    # names and stems of source image files
     record_ids: set[str] = field(default_factory=set)
     patient_ids: set[str] = field(default_factory=set)
+    folders: set[str] = field(default_factory=set)       # source folder names that carry a long number
 
     def kinds(self) -> Iterable[tuple[str, set[str]]]:
         yield "source file name", self.file_names
         yield "record id", self.record_ids
         yield "patient id", self.patient_ids
+        yield "source folder name", self.folders
 
 
 def identifiers_from_records(records) -> Identifiers:
     ids = Identifiers()
     for r in records:
-        ids.file_names.update({r.path.name.lower(), r.path.stem.lower()})
-        ids.record_ids.add(r.record_id.lower())
-        ids.patient_ids.add(str(r.patient_id).lower())
+        ids.file_names.update({_norm(r.path.name), _norm(r.path.stem)})
+        ids.record_ids.add(_norm(r.record_id))
+        ids.patient_ids.add(_norm(r.patient_id))
+        ids.folders.update(_norm(d) for d in r.path.parent.parts[-4:] if _LONG_NUMBER.search(d))
     return ids
 
 
@@ -94,11 +120,18 @@ def _short_numeric(s: str) -> bool:
 
 
 def _image_metadata(path: Path) -> dict[str, str]:
-    with Image.open(path) as im:
-        meta = {str(k): str(v) for k, v in (im.info or {}).items() if k not in ("dpi", "gamma", "transparency")}
-        exif = im.getexif()
-        if exif:
-            meta["exif"] = " ".join(str(v) for v in exif.values())
+    """Metadata of an image; ``{"unreadable": reason}`` for a file that is not a readable image."""
+    try:
+        with Image.open(path) as im:
+            meta = {str(k): str(v) for k, v in (im.info or {}).items()
+                    if k not in ("dpi", "gamma", "transparency")}
+            exif = im.getexif()
+            if exif:
+                meta["exif"] = " ".join(str(v) for v in exif.values())
+            if im.format != "PNG":
+                meta["format"] = str(im.format)
+    except (OSError, SyntaxError, ValueError) as e:   # PIL raises these for non-images and corrupt files
+        return {"unreadable": f"{type(e).__name__}: {e}"}
     return meta
 
 
@@ -111,6 +144,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     man_path, csv_path = release / "manifest.json", release / "labels.csv"
     if not man_path.is_file() or not csv_path.is_file():
         rep.add("structure", False, "manifest.json or labels.csv is missing: not a medanon release")
+        rep.complete = False
         return rep
     manifest = json.loads(man_path.read_text(encoding="utf-8"))
     with open(csv_path, encoding="utf-8", newline="") as f:
@@ -128,6 +162,8 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     bad_names = [p.name for p in images if not NAME_PATTERN.match(p.name)]
     rep.add("random file names", not bad_names,
             f"{len(bad_names)} names not of the form <16 hex>.png: {bad_names[:5]}" if bad_names else "")
+    _check_columns(rep, manifest, rows)
+    _check_timestamps(rep, release)
 
     # k: from the argument, else the method's own k
     k = k if k is not None else manifest.get("params", {}).get("k")
@@ -147,10 +183,51 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     else:
         rep.notes.append("no --source: the release was not searched for source identifiers")
 
-    meta = {str(p.relative_to(release)): m for p in images if (m := _image_metadata(p))}
+    metas = {str(p.relative_to(release)): _image_metadata(p) for p in images}
+    unreadable = {k: m["unreadable"] for k, m in metas.items() if "unreadable" in m or "format" in m}
+    rep.add("every image is a readable PNG", not unreadable,
+            f"{len(unreadable)} are not, e.g. {next(iter(unreadable.items()))}" if unreadable else "")
+    meta = {k: m for k, m in metas.items() if m and k not in unreadable}
     rep.add("no image metadata", not meta, f"{len(meta)} images carry metadata, e.g. {next(iter(meta.items()))}"
             if meta else "")
+    if mapping is not None and source_records is not None:
+        _check_order(rep, release, Path(mapping), source_records)
     return rep
+
+
+def _check_columns(rep: AuditReport, manifest: dict, rows: list[dict[str, str]]) -> None:
+    declared = [str(x) for x in manifest.get("labels", [])]
+    columns = list(rows[0]) if rows else []
+    allowed = set(_FIXED_COLUMNS) | set(declared) | {f"{d}_counts" for d in declared}
+    extra = [c for c in columns if c not in allowed]
+    rep.add("labels.csv holds only the declared labels", not extra,
+            f"undeclared columns {extra}" if extra else f"declared: {declared}")
+
+
+def _check_timestamps(rep: AuditReport, release: Path) -> None:
+    stamps = {int(os.stat(os.path.join(root, f)).st_mtime) for root, _, files in os.walk(release) for f in files}
+    rep.add("one timestamp for every file", len(stamps) <= 1,
+            f"{len(stamps)} different modification times: sorting by time may reveal the order the records were "
+            "made in (the source order)" if len(stamps) > 1 else "")
+
+
+def _check_order(rep: AuditReport, release: Path, mapping: Path, source_records) -> None:
+    """Spearman correlation between the images' inode order and the order of their first source."""
+    from scipy.stats import spearmanr
+
+    recs = json.loads(mapping.read_text(encoding="utf-8")).get("records", {})
+    position = {r.record_id: i for i, r in enumerate(source_records)}
+    pairs = []
+    for img, v in recs.items():
+        known = [position[s] for s in v.get("sources", []) if s in position]
+        if known and (release / img).is_file():
+            pairs.append((os.stat(release / img).st_ino, min(known)))
+    if len(pairs) < 10:
+        rep.notes.append(f"file order not tested: {len(pairs)} records with known sources (need 10)")
+        return
+    res = spearmanr([a for a, _ in pairs], [b for _, b in pairs])
+    rep.add("file order says nothing about source order", not (res.pvalue < ORDER_P_VALUE),
+            f"inode order vs source order: Spearman {res.statistic:.2f} (p = {res.pvalue:.2g}, n = {len(pairs)})")
 
 
 def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records) -> None:
@@ -183,6 +260,12 @@ def _check_identifiers(rep: AuditReport, release: Path, ids: Identifiers) -> Non
         texts[f"path {p.relative_to(release)}"] = str(p.relative_to(release))
         if p.is_file() and p.suffix.lower() in (".csv", ".json", ".md", ".txt", ".yaml"):
             texts[f"file {p.relative_to(release)}"] = p.read_text(encoding="utf-8", errors="replace")
+            if p.suffix.lower() == ".json":           # JSON escapes non-ASCII (\u00e9): search the decoded text too
+                try:
+                    texts[f"file {p.relative_to(release)} (decoded)"] = json.dumps(
+                        json.loads(texts[f"file {p.relative_to(release)}"]), ensure_ascii=False)
+                except ValueError:
+                    pass
         elif p.is_file() and p.suffix.lower() in (".png", ".jpg", ".jpeg", ".tif", ".tiff"):
             for key, v in _image_metadata(p).items():
                 texts[f"metadata {p.relative_to(release)}:{key}"] = v
@@ -191,10 +274,13 @@ def _check_identifiers(rep: AuditReport, release: Path, ids: Identifiers) -> Non
         found: list[str] = []
         for where, text in texts.items():
             numeric_ok = where.startswith(("path", "metadata"))
-            tokens = {t.lower() for t in _TOKEN.findall(text)}
+            low = _norm(text)
+            tokens = set(_TOKEN.findall(low))
             tokens |= {t.rsplit(".", 1)[0] for t in tokens if "." in t}
             tokens |= {part for t in tokens for part in _PARTS.split(t) if part}
-            for v in values & tokens:
+            hits = values & tokens
+            hits |= {v for v in values if not _TOKEN.fullmatch(v) and v.strip() and v in low}   # "josé silva"
+            for v in sorted(hits):
                 if _short_numeric(v) and not numeric_ok:
                     continue
                 found.append(f"{v!r} in {where}")

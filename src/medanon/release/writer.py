@@ -13,6 +13,17 @@ resumes from the journal (records already written are not redone); when the writ
 journal is turned into the optional private mapping file and removed, and the folder is renamed
 into place. Rows of ``labels.csv`` are sorted by the random names, so their order says nothing
 about clusters or sources either.
+
+Nothing else about the files may tell the order they were made in (which is the source order): when
+the writer closes, the images are copied in a secret random order (so inode and directory order are
+random), and every file and folder gets one timestamp (the release date, midnight UTC). Files are
+readable by everyone (``0644``: a release is meant to be shared); the private mapping stays ``0600``.
+
+What the writer checks before any work (``medanon.outputs``): ``out`` and ``mapping`` are not an input
+(``inputs``), not inside one and do not contain one; an existing release or mapping is replaced only with
+``overwrite`` and only if medanon wrote it. The source digest (content checksums of the source files)
+is a fingerprint of the private dataset: it goes into the private journal (a resumed run whose sources
+changed starts over) and into the private mapping, never into the public manifest.
 """
 
 from __future__ import annotations
@@ -22,8 +33,10 @@ import datetime as _dt
 import io
 import json
 import math
+import os
 import secrets
 import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +48,7 @@ from PIL import Image
 from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError, OutputExistsError
 from medanon.fsutil import atomic_write_bytes, atomic_write_text
+from medanon.outputs import MAPPING_FORMAT, check_output
 from medanon.release.aggregate import RULE, aggregate_labels
 from medanon.runtime import software_versions
 
@@ -80,18 +94,12 @@ class ReleaseWriter:
                  phantom: bool = False,                          # the source is a medanon phantom
                  mapping: str | Path | None = None,              # private mapping file (outside the release)
                  overwrite: bool = False,
-                 resume: bool = True):
+                 resume: bool = True,
+                 inputs: Sequence[str | Path] = ()):             # what the method reads (never written)
         self.out = Path(out)
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.mapping = Path(mapping) if mapping else None
-        if self.mapping is not None:
-            m, o = self.mapping.resolve(), self.out.resolve()
-            if m == o or o in m.parents:
-                raise ConfigError(f"the mapping file {self.mapping} would be inside the release {self.out}",
-                                  fix="write the private mapping outside the release folder")
-        if self.out.exists() and not overwrite:
-            raise OutputExistsError(f"release {self.out} already exists",
-                                    fix="choose another --out, or pass --overwrite to replace it")
+        check_release_outputs(self.out, self.mapping, inputs=inputs, overwrite=overwrite)
         self.settings = {"method": method, "params": dict(params), "labels": list(labels)}
         self.privacy = dict(privacy)
         self.seeds = dict(seeds or {})
@@ -99,23 +107,47 @@ class ReleaseWriter:
         self.source = dict(source or {})
         self.phantom = phantom
         self.entries: dict[str, dict[str, Any]] = {}
-        if self.partial.exists() and resume:
+        self._head = {"settings": self.settings, "source": self.source}
+        if self.partial.exists() and not self.partial.is_dir():
+            raise OutputExistsError(f"{self.partial} exists and is not a folder",
+                                    fix=f"move {self.partial} away: medanon keeps interrupted releases there")
+        if self.partial.exists() and not (self.partial / JOURNAL).is_file():
+            raise OutputExistsError(f"{self.partial} exists but holds no medanon journal",
+                                    fix=f"move {self.partial} away: medanon keeps interrupted releases there")
+        if self.partial.exists() and resume and not (overwrite and not self._same_settings()):
             self._load_journal()
         else:
             if self.partial.exists():
+                warnings.warn(f"discarding the interrupted release in {self.partial} (overwrite=True, other "
+                              "settings or sources)", stacklevel=2)
                 shutil.rmtree(self.partial)
             (self.partial / "images").mkdir(parents=True)
-            atomic_write_text(self.partial / JOURNAL, json.dumps({"settings": self.settings}) + "\n")
+            atomic_write_text(self.partial / JOURNAL, json.dumps(self._head, default=_json_default) + "\n")
 
     # ------------------------------------------------------------------------------------------------ resume
 
-    def _load_journal(self) -> None:
+    def _journal_head(self) -> dict[str, Any]:
         lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()
-        head = json.loads(lines[0]) if lines else {}
-        if head.get("settings") != json.loads(json.dumps(self.settings)):
+        try:
+            return json.loads(lines[0]) if lines else {}
+        except json.JSONDecodeError:
+            return {}
+
+    def _same_settings(self) -> bool:
+        return self._journal_head() == json.loads(json.dumps(self._head, default=_json_default))
+
+    def _load_journal(self) -> None:
+        head = self._journal_head()
+        if head.get("settings") != json.loads(json.dumps(self.settings, default=_json_default)):
             raise ConfigError(f"{self.partial} holds an interrupted release with other settings "
                               f"({head.get('settings')})",
-                              fix=f"rerun with the same settings to resume, or delete {self.partial}")
+                              fix="rerun with the same settings to resume, or pass overwrite (--overwrite) "
+                                  "to discard it and start over")
+        if head.get("source") != json.loads(json.dumps(self.source, default=_json_default)):
+            raise ConfigError(f"{self.partial} holds an interrupted release of other source files (their "
+                              "content changed since it was started): its images would be stale",
+                              fix="pass overwrite (--overwrite) to discard it and start over")
+        lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()
         for line in lines[1:]:
             try:
                 e = json.loads(line)
@@ -123,6 +155,11 @@ class ReleaseWriter:
                 break                                    # a torn last line: that record is redone
             if (self.partial / "images" / e["name"]).exists():
                 self.entries[e["key"]] = e
+        # an image written without its journal line (the process was killed in between) is an orphan
+        known = {e["name"] for e in self.entries.values()}
+        for p in (self.partial / "images").iterdir():
+            if p.name not in known:
+                p.unlink()
 
     def done(self, key: str) -> bool:
         """Whether the record ``key`` was already written (by this or an interrupted run)."""
@@ -176,7 +213,7 @@ class ReleaseWriter:
             **self.settings,
             "privacy": self.privacy,
             "label_rule": RULE,
-            "seeds": self.seeds, "models": self.models, "source": self.source,
+            "seeds": self.seeds, "models": self.models,
             "phantom": self.phantom,
             "counts": {"records": len(rows), "sources": sum(len(e["sources"]) for e in rows),
                        "people": len({p for e in rows for p in e["patients"]}),
@@ -186,11 +223,14 @@ class ReleaseWriter:
         }
         atomic_write_text(self.partial / "manifest.json", json.dumps(manifest, indent=2, default=_json_default) + "\n")
         if self.mapping is not None:
-            mapping = {"release": self.out.name, "method": self.settings["method"],
+            mapping = {"format": MAPPING_FORMAT, "release": self.out.name, "method": self.settings["method"],
+                       "source": self.source,
                        "records": {f"images/{e['name']}": {"sources": e["sources"], "patients": e["patients"]}
                                    for e in rows}}
-            atomic_write_text(self.mapping, json.dumps(mapping, indent=1) + "\n")
+            atomic_write_text(self.mapping, json.dumps(mapping, indent=1, default=_json_default) + "\n")
+            os.chmod(self.mapping, 0o600)                # private: record -> source patients
         (self.partial / JOURNAL).unlink()
+        _shuffle_and_stamp(self.partial)
         if self.out.exists():
             shutil.rmtree(self.out)
         self.partial.rename(self.out)
@@ -204,6 +244,47 @@ class ReleaseWriter:
             self.close()
 
 
+def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *, inputs: Sequence[str | Path] = (),
+                          overwrite: bool = False) -> None:
+    """The checks a release's outputs must pass before any work starts (``medanon.outputs``).
+
+    ``out`` and ``mapping`` may not be, be inside, or contain any of ``inputs``; an existing one is replaced only
+    with ``overwrite`` and only if medanon wrote it; the mapping (private) may not be inside the release.
+    """
+    out = Path(out)
+    check_output(out, inputs=inputs, overwrite=overwrite, kind="dir", name="out")
+    if mapping is not None:
+        m, o = Path(os.path.abspath(mapping)).resolve(), Path(os.path.abspath(out)).resolve()
+        if m == o or o in m.parents:
+            raise ConfigError(f"the mapping file {mapping} would be inside the release {out}",
+                              fix="write the private mapping outside the release folder")
+        check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping")
+
+
+def _shuffle_and_stamp(folder: Path) -> None:
+    """Copy the images in a secret random order (new inodes, new directory order), make every file world-readable
+    and give every file and folder one timestamp, so that nothing but the random names orders the release."""
+    images = folder / "images"
+    shuffled = folder / ".images.shuffled"
+    shuffled.mkdir()
+    names = sorted(p.name for p in images.iterdir())
+    secrets.SystemRandom().shuffle(names)
+    for name in names:
+        shutil.copyfile(images / name, shuffled / name)
+    shutil.rmtree(images)
+    shuffled.rename(images)
+    day = _dt.datetime.now(_dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    for root, dirs, files in os.walk(folder):
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+            os.utime(os.path.join(root, f), (day, day))
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+            os.utime(os.path.join(root, d), (day, day))
+    os.chmod(folder, 0o755)
+    os.utime(folder, (day, day))
+
+
 def _cell(v: object) -> str:
     if isinstance(v, float):
         return "" if math.isnan(v) else f"{v:g}"
@@ -213,6 +294,8 @@ def _cell(v: object) -> str:
 def _json_default(o: object) -> object:
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
+    if isinstance(o, Path):
+        return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 

@@ -15,6 +15,7 @@ from scipy import stats
 from medanon.anonymize.dpglow import DPGlow, calibrate_latent
 from medanon.anonymize.ldp import CENTERS, ClipCalibration, LaplaceMechanism, calibrate, laplace_noise, record_generator
 from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
+from medanon.anonymize.privacy import NoFormalGuarantee
 from medanon.cli import cli
 from medanon.config import PhantomConfig
 from medanon.data.layouts import scan
@@ -229,13 +230,15 @@ def test_cli_releases_with_the_privacy_record(tmp_path: Path, xray: Path, codec:
     flow_path = save_flow(tmp_path / "flow.pt", codec.flow, calibration=cal)
     runner = CliRunner()
     res = runner.invoke(cli, ["--device", "cpu", "anonymize", "dpglow", str(xray), "--flow", str(flow_path),
-                              "--epsilon", "100", "--per-pixel", "--out", str(tmp_path / "rel")])
+                              "--epsilon", "100", "--per-pixel", "--clip-box", "calibrated",
+                              "--out", str(tmp_path / "rel")])
     assert res.exit_code == 0, res.output
     assert "WARNING" in res.output and "no formal protection" in res.output.replace("\n", " ")
     manifest, rows = read_release(tmp_path / "rel")
     priv = manifest["privacy"]
     assert priv["epsilon_image"] == 100 * 256 and priv["epsilon_element"] == 100 and priv["D"] == 256
     assert priv["alpha"] == 0.4 and priv["calibration"]["sha256"] == cal.checksum()
+    assert priv["clip_box"].startswith("calibrated") and priv["vacuous"] is True
     assert "for ANY two inputs" in priv["statement"] and "does NOT cover" in priv["statement"]
     assert manifest["labels"] == ["pneumonia"] and len(rows) == 12 and manifest["phantom"] is True
     assert manifest["seeds"] == {} and "urandom" in priv["noise_source"]
@@ -243,14 +246,23 @@ def test_cli_releases_with_the_privacy_record(tmp_path: Path, xray: Path, codec:
     rep = audit_release(tmp_path / "rel", source_records=scan(xray).records)
     assert rep.passed, rep.format()
 
-    res = runner.invoke(cli, ["anonymize", "ldp-image", str(xray), "--epsilon", "10", "--per-pixel",
-                              "--calibrate-on", str(xray), "--seed", "1", "--release-labels", "pneumonia,sex",
-                              "--out", str(tmp_path / "rel2")])
+    res = runner.invoke(cli, ["anonymize", "dpglow", str(xray), "--flow", str(flow_path), "--epsilon", "5",
+                              "--out", str(tmp_path / "public")])                  # the default box is public
+    assert res.exit_code == 0, res.output
+    priv = read_release(tmp_path / "public")[0]["privacy"]
+    assert priv["clip_box"].startswith("public") and priv["calibration"]["samples"] == 0
+    assert priv["guarantee"] == "epsilon-LDP" and priv["vacuous"] is False and priv["epsilon_image"] == 5
+
+    with pytest.warns(NoFormalGuarantee, match="reproducible"):
+        res = runner.invoke(cli, ["anonymize", "ldp-image", str(xray), "--epsilon", "10", "--per-element",
+                                  "--clip-box", "calibrated", "--calibrate-on", str(xray), "--seed", "1",
+                                  "--release-labels", "pneumonia,sex", "--out", str(tmp_path / "rel2")])
     assert res.exit_code == 0, res.output
     assert "TESTING ONLY" in res.output.replace("\n", " ").upper() or "testing only" in res.output
     manifest, rows = read_release(tmp_path / "rel2")
     assert manifest["method"] == "ldp-image" and manifest["labels"] == ["pneumonia", "sex"]
     assert manifest["privacy"]["space"].startswith("pixel") and "1" not in manifest["seeds"].values()
+    assert manifest["privacy"]["guarantee"] == "none: no formal guarantee (reproducible noise, testing only)"
 
     res = runner.invoke(cli, ["anonymize", "ldp-image", str(xray), "--epsilon", "10", "--no-clip",
                               "--out", str(tmp_path / "rel3")])

@@ -1,6 +1,7 @@
 """The report's text: privacy statements in words (from the statements the methods really write), table layout."""
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from PIL import Image
 from medanon.anonymize.gmia import GMIAConfig, gmia_privacy
 from medanon.anonymize.ksame import KSameConfig, privacy_statement
 from medanon.anonymize.ldp import LaplaceMechanism, calibrate
+from medanon.anonymize.privacy import DataDependentRelease
 from medanon.anonymize.snow import snow_privacy, vs_snow_privacy
 from medanon.evaluate import privacy_text
 from medanon.evaluate.report import render_html
@@ -19,6 +21,7 @@ from medanon.evaluate.report import render_html
 def _laplace(eps: float, **kw) -> dict:
     cal = calibrate([torch.randn(20, 16, generator=torch.Generator().manual_seed(0))], space="pixel")
     with pytest.warns(UserWarning, match="no formal protection|NO differential-privacy"):   # weak budgets warn
+        warnings.simplefilter("ignore", DataDependentRelease)
         return LaplaceMechanism(cal, epsilon=eps, per_element=True, **kw).privacy(space_description="pixels")
 
 
@@ -26,10 +29,15 @@ def test_headlines_state_each_claim_with_its_numbers():
     assert privacy_text.headline(privacy_statement(KSameConfig(method="ksalsa", k=5), None)) == \
         "k-anonymity: k = 5 patients per record"
     h = privacy_text.headline(_laplace(100.0))
-    assert h.startswith("ε-local DP: ε = 1600 per image (100 per element, D = 16)")
+    assert h == ("ε-local DP per image: ε = 1600 (tight 640) (= 100 per element × D = 16; not a per-pixel "
+                 "guarantee); n·ε for a patient with n images; vacuous at this ε")
     assert privacy_text.headline(_laplace(math.inf, clip=False)) == "no formal guarantee (ε = ∞, no noise)"
-    h = privacy_text.headline(snow_privacy(0.3, 8, 8, fill="dataset"))
+    h = privacy_text.headline(snow_privacy(0.3, 8, 8, fill="grey"))
     assert h == "(0, δ)-DP for one pixel position, δ = 0.703; none for a whole image"     # 1 - 19/64
+    assert privacy_text.headline(snow_privacy(0.3, 8, 8, fill="dataset")) == \
+        "no formal guarantee (data-derived fill)"
+    assert privacy_text.headline(snow_privacy(0.3, 8, 8, seeded=True)) == \
+        "no formal guarantee (reproducible randomness, testing only)"
     assert privacy_text.headline(vs_snow_privacy(0.3, {"method": "unet"})) == "no formal guarantee"
     assert privacy_text.headline(gmia_privacy(GMIAConfig(), {})) == "no formal guarantee"
     inverted = privacy_text.headline(privacy_statement(KSameConfig(method="inverted", k=1), None))
@@ -38,7 +46,7 @@ def test_headlines_state_each_claim_with_its_numbers():
 
 
 def test_prose_keeps_every_recorded_value_and_escapes_html():
-    priv = snow_privacy(0.1, 8, 8, fill="dataset")
+    priv = snow_privacy(0.1, 8, 8, fill="grey")
     priv["odd_key"] = "<script>x</script>"
     text = privacy_text.prose_html(priv)
     for heading in ("What is guaranteed", "Protected unit", "Mechanism", "Fill value", "What is not protected",
@@ -74,7 +82,7 @@ def test_report_renders_statements_and_dpglow_table3(tmp_path: Path):
               "paper_table3_rsna_512px": {"1e2": {"ldp_image": 0.559, "dpglow": 0.665}},
               "data": {"label": "pneumonia", "test_patients": 59}, "figure": str(fig)}
     page = render_html(_minimal_report({"dpglow_table3": table3}), {})
-    assert "<h2>Privacy statements</h2>" in page and "ε-local DP: ε = 1600 per image" in page
+    assert "<h2>Privacy statements</h2>" in page and "ε-local DP per image: ε = 1600" in page
     assert "DP-GLOW Table 3" in page and "0.612" in page and "0.499" in page and "0.665" in page
     assert "1e2 per pixel (× 4096 = 4.1e+05 per image)" in page
     assert page.count("data:image/png;base64,") == 1                # the figure, embedded

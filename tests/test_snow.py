@@ -2,6 +2,7 @@
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from medanon.anonymize.privacy import NoFormalGuarantee
 from medanon.anonymize.snow import (
     ChannelMean,
     count_for,
@@ -143,17 +145,19 @@ def phantoms(tmp_path_factory) -> Path:
 
 def test_sweep_releases_each_p_with_its_privacy_statement(tmp_path: Path, phantoms: Path):
     ds = open_dataset(phantoms, DataConfig(size=32))
-    with pytest.warns(UserWarning, match="publish at most one"):
-        outs = snow_sweep(ds, tmp_path / "snow-p{p}", ps=[0.5, 0.1], seed=3, progress=False, batch_size=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = snow_sweep(ds, tmp_path / "snow-p{p}", ps=[0.5, 0.1], progress=False, batch_size=5)
+    assert any("publish at most one" in str(w.message) for w in caught)
+    assert not any(issubclass(w.category, NoFormalGuarantee) for w in caught)     # defaults keep the guarantee
     assert sorted(outs) == [0.1, 0.5]
     for p, out in outs.items():
         manifest, rows = read_release(out)
         assert len(rows) == len(ds) and manifest["labels"] == ["grade"] and manifest["phantom"]
-        assert manifest["params"]["p"] == p and manifest["seeds"] == {"snow": 3}
+        assert manifest["params"]["p"] == p and manifest["seeds"] == {}          # the secret seed is recorded nowhere
         assert manifest["privacy"]["delta"] == pytest.approx(1 - count_for(p, 1024) / 1024)
         assert "ONE PIXEL POSITION" in manifest["privacy"]["guarantee"]
-        images, _ = ds.tensors(progress=False)
-        assert manifest["params"]["fill_value"] == pytest.approx(images.double().mean((0, 2, 3)).tolist(), abs=1e-6)
+        assert manifest["params"]["fill"] == "grey" and manifest["params"]["fill_value"] == [0.0, 0.0, 0.0]
         assert audit_release(out, source_records=ds.records).passed
     with pytest.raises(ConfigError, match=r"\{p\}"):
         snow_sweep(ds, tmp_path / "flat", ps=[0.1, 0.3], seed=0, progress=False)
@@ -162,7 +166,8 @@ def test_sweep_releases_each_p_with_its_privacy_statement(tmp_path: Path, phanto
 def test_vs_snow_release_resumes_after_interruption(tmp_path: Path, phantoms: Path, monkeypatch):
     ds = open_dataset(phantoms, DataConfig(size=32))
     kw = dict(method="vs-snow", ps=[0.5], seed=1, vessels=VesselSource("dataset"), progress=False, batch_size=4)
-    full = snow_sweep(ds, tmp_path / "full", **kw)[0.5]
+    with pytest.warns(NoFormalGuarantee, match="seed=1"):
+        full = snow_sweep(ds, tmp_path / "full", **kw)[0.5]
     import medanon.anonymize.snow as mod
 
     calls = {"n": 0}
@@ -182,18 +187,18 @@ def test_vs_snow_release_resumes_after_interruption(tmp_path: Path, phantoms: Pa
     again = snow_sweep(ds, tmp_path / "again", **kw)[0.5]
     manifest, _ = read_release(again)
     assert manifest["privacy"]["guarantee"].startswith("none") and manifest["privacy"]["delta"] is None
+    assert "reproducible" in manifest["privacy"]["randomness"]
     pixels = sorted(p.read_bytes() for p in (full / "images").iterdir())
     assert pixels == sorted(p.read_bytes() for p in (again / "images").iterdir())   # same seed, same release
 
 
 def test_cli_snow_and_vs_snow(tmp_path: Path, phantoms: Path):
     runner = CliRunner()
-    with pytest.warns(UserWarning) as caught:
-        r = runner.invoke(cli, ["anonymize", "snow", str(phantoms), "--size", "32", "--p", "0.1,0.3", "--seed", "0",
-                                "--out", str(tmp_path / "s-{p}"), "--release-labels", "grade,sex"])
-    said = " ".join(str(w.message) for w in caught)
-    assert "releasing sex" in said and "publish at most one" in said
+    r = runner.invoke(cli, ["anonymize", "snow", str(phantoms), "--size", "32", "--p", "0.1,0.3", "--seed", "0",
+                            "--out", str(tmp_path / "s-{p}"), "--release-labels", "grade,sex"])
     assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())                   # the library's warnings, printed by the CLI
+    assert "releasing sex" in said and "publish at most one" in said and "seed=0" in said
     assert (tmp_path / "s-0.1").is_dir() and (tmp_path / "s-0.3").is_dir()
     assert read_release(tmp_path / "s-0.3")[0]["labels"] == ["grade", "sex"]
     r = runner.invoke(cli, ["anonymize", "vs-snow", str(phantoms), "--size", "32", "--p", "0.5", "--seed", "0",
@@ -221,3 +226,43 @@ def test_xray_snow_releases_pneumonia_and_vs_snow_refuses(tmp_path: Path):
     with pytest.raises(ConfigError, match="colour fundus"):
         snow_sweep(ds, tmp_path / "vs", method="vs-snow", ps=[0.2], seed=0, vessels=VesselSource("frangi"),
                    progress=False)
+
+
+def test_default_fill_is_data_independent_and_a_data_derived_fill_claims_nothing(tmp_path: Path, phantoms: Path):
+    """Issue 14.1: grey by default; value:R,G,B a user constant; dataset (the paper's mean) voids the guarantee."""
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    images, _ = ds.tensors(progress=False)
+    with pytest.warns(NoFormalGuarantee, match="fill=dataset"):
+        out = snow_sweep(ds, tmp_path / "d", ps=[0.3], fill="dataset", progress=False)[0.3]
+    man, _ = read_release(out)
+    priv = man["privacy"]
+    assert priv["guarantee"] == "none: no formal guarantee (data-derived fill)"
+    assert priv["epsilon"] is None and priv["delta"] is None and "disjoint" in " ".join(priv["why_no_guarantee"])
+    assert man["params"]["fill_value"] == pytest.approx(images.double().mean((0, 2, 3)).tolist(), abs=1e-6)
+    # one changed source image moves the fill of every other released image under fill=dataset, never under grey
+    assert snow_privacy(0.3, 32, 32, fill="grey")["delta"] == pytest.approx(1 - count_for(0.3, 1024) / 1024)
+    out = snow_sweep(ds, tmp_path / "v", ps=[0.3], fill="value:255,0,127.5", progress=False)[0.3]
+    man, _ = read_release(out)
+    assert man["params"]["fill_value"] == pytest.approx([1.0, -1.0, 0.0])
+    assert man["privacy"]["delta"] is not None and "supplied by the user" in man["privacy"]["fill"]
+    with pytest.raises(ConfigError, match="value"):
+        snow_sweep(ds, tmp_path / "bad", ps=[0.3], fill="value:1,2", progress=False)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["anonymize", "snow", str(phantoms), "--size", "32", "--p", "0.2", "--fill", "dataset",
+                            "--out", str(tmp_path / "cli")])
+    assert r.exit_code == 0 and "WARNING: fill=dataset" in r.output, r.output
+    assert "no formal guarantee" in read_release(tmp_path / "cli")[0]["privacy"]["guarantee"]
+
+
+def test_a_seeded_snow_release_states_no_formal_guarantee(tmp_path: Path, phantoms: Path):
+    """Issue 14.4 for Snow: a user-chosen seed makes the hidden sets reproducible; without one they differ per run."""
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    with pytest.warns(NoFormalGuarantee, match="seed=5"):
+        out = snow_sweep(ds, tmp_path / "s", ps=[0.3], seed=5, progress=False)[0.3]
+    man, _ = read_release(out)
+    assert man["privacy"]["guarantee"] == "none: no formal guarantee (reproducible randomness, testing only)"
+    assert man["seeds"] == {"snow": 5}
+    a = snow_sweep(ds, tmp_path / "a", ps=[0.3], progress=False)[0.3]
+    b = snow_sweep(ds, tmp_path / "b", ps=[0.3], progress=False)[0.3]
+    assert sorted(p.read_bytes() for p in (a / "images").iterdir()) != \
+        sorted(p.read_bytes() for p in (b / "images").iterdir())                  # secret seeds: two different draws

@@ -7,7 +7,13 @@ per-element sensitivity and clip bounds come from the training set (steps 3–4,
 :func:`calibrate_latent`); the sample's own latent is clipped, noised with scale Δ_k·D/ε, clipped
 again (steps 5–8, :class:`~medanon.anonymize.ldp.LaplaceMechanism`) and decoded (step 9).
 
-The clip box is centred at 0 by default (``center="zero"``), not at the paper's midpoint of the
+The clip box is by default the public ``[-4, 4]`` per element of ``eps`` (a constant of the N(0, 1)
+prior; :meth:`~medanon.anonymize.ldp.ClipCalibration.public_box`), so no private image enters the
+mechanism except through the flow's weights; a box calibrated on training images (the paper's
+steps 3–4) is an option whose leakage the bound does not cover. :func:`training_overlap` warns
+when the images being released are the flow's own training data (flows record a data digest).
+
+A calibrated clip box is centred at 0 by default (``center="zero"``), not at the paper's midpoint of the
 training extremes (Eq. 12, ``center="midrange"``): ``eps`` is standardised, so 0 is its mean under
 the model, while the midpoint of the extremes follows single outlying training images (up to
 |c_k| = 5 on the fundus flow) and pushes every released latent to where the inverse flow diverges
@@ -23,6 +29,10 @@ Example (an untrained tiny flow, shapes only):
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("ignore")
     ...     dp = DPGlow(codec, cal, epsilon=100.0, per_element=True)
+    ...     public = DPGlow(codec, epsilon=100.0, per_element=True)        # the default: a public clip box
+    >>> public.privacy()["clip_box"].split(":")[0]
+    'public'
+
     >>> dp(torch.zeros(2, 1, 8, 8), generator=torch.Generator().manual_seed(0)).shape
     torch.Size([2, 1, 8, 8])
     >>> dp.mechanism.epsilon_image, dp.mechanism.dims
@@ -31,12 +41,14 @@ Example (an untrained tiny flow, shapes only):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from medanon.anonymize.ldp import DEFAULT_ALPHA, ClipCalibration, LaplaceMechanism, calibrate
+from medanon.anonymize.ldp import ClipCalibration, LaplaceMechanism, calibrate
+from medanon.anonymize.privacy import CalibrationOverlap
 from medanon.errors import ConfigError
 from medanon.models.glow.codec import GlowCodec
 
@@ -54,12 +66,14 @@ def calibrate_latent(codec: GlowCodec, images: torch.Tensor, *, batch: int = 64)
 class DPGlow:
     """Images -> ε-LDP images through a flow's standardised latent."""
 
-    def __init__(self, codec: GlowCodec, calibration: ClipCalibration, *,
+    def __init__(self, codec: GlowCodec, calibration: ClipCalibration | None = None, *,
                  epsilon: float,                # privacy budget (per image, or per element with per_element)
-                 alpha: float = DEFAULT_ALPHA,  # clip width as a fraction of the calibration range (Eq. 11)
+                 alpha: float | None = None,    # clip width as a fraction of the box's range (Eq. 11; None: 0.4)
                  per_element: bool = False,     # epsilon is per latent element (image budget = epsilon * D)
                  clip: bool = True,             # clip before and after the noise (off only with epsilon=inf)
                  center: str = DPGLOW_CENTER):  # clip-box centre: "midrange" (paper Eq. 12) or "zero" (eps mean)
+        if calibration is None:                 # the default: data-independent [-4, 4] per element
+            calibration = ClipCalibration.public_box("glow-eps", codec.dims)
         if calibration.space != "glow-eps":
             raise ConfigError(f"DP-GLOW needs calibration statistics of the flow latent, got {calibration.space!r}")
         if calibration.dims != codec.dims:
@@ -76,3 +90,24 @@ class DPGlow:
 
     def privacy(self) -> dict[str, Any]:
         return self.mechanism.privacy(space_description=SPACE, flow=f"GLOW, checkpoint sha256 {self.codec.sha256}")
+
+
+def training_overlap(flow_data: dict[str, Any] | None, source_digest: dict[str, Any] | None) -> str | None:
+    """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) and return a note when the dataset being
+    released is the one the flow was trained (and its stored box calibrated) on.
+
+    ``flow_data`` is the ``data`` record of a flow checkpoint (``blob["extra"]["data"]``: the source folder's
+    digest, the subset and split it trained on); ``source_digest`` is :func:`medanon.runtime.files_digest` of the
+    records being released. The digests cover whole folders, so a match means the released images include the
+    flow's training subset (unless the caller released only the held-out split of that folder); a mismatch
+    proves nothing about individual images of another folder.
+    """
+    src = (flow_data or {}).get("source") or {}
+    if not src.get("sha256") or not source_digest or source_digest.get("sha256") != src["sha256"]:
+        return None
+    note = (f"the released images are the flow's own training data (dataset sha256 {src['sha256'][:12]}, subset "
+            f"{flow_data.get('subset', 'all')!r}): what the flow's weights (and a clip box calibrated on them) "
+            "memorised about these images is outside the epsilon bound")
+    warnings.warn(note + "; release images the flow never saw (its held-out split, or train the flow on other data)",
+                  CalibrationOverlap, stacklevel=2)
+    return note

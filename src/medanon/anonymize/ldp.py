@@ -22,6 +22,19 @@ carry no information.
 Clipping uses the fixed calibration bounds, element by element, so it is per sample: one
 extreme image in a batch never changes another image's output (the CADP code clips the batch).
 
+The clip box is either **public** (:meth:`ClipCalibration.public_box`, the default of both
+mechanisms: pixels ``[-1, 1]``; the standardised flow latent ``[-4, 4]`` per element, a fixed
+constant of the N(0, 1) prior, not of any image) or **calibrated** on private training images as in
+the paper. A calibrated box is a per-element min and max of private images, released implicitly
+through the clipping: one extreme calibration image shifts every other patient's output, which the
+ε bound does not cover. The manifest says which box a release used.
+
+Floating point: the ε bound is proven for real-valued Laplace noise. The noise here is sampled in
+64-bit floating point (the difference of two exponentials of 53-bit uniforms), whose values lie on
+a finite grid with tails cut at about 37 b_k; Mironov (2012) showed that the low-order bits of
+such samples can reveal the input. Every statement carries this clause: the bound is exact for the
+ideal mechanism, and the implementation is not hardened (no snapping or discrete sampler).
+
 The noise is secret by default: drawn from the operating system's CSPRNG (``os.urandom``),
 never from a seeded generator, and no seed is written anywhere. Anyone who knows the seed can
 regenerate the noise and subtract it, which removes the privacy. A ``torch.Generator`` may be
@@ -41,12 +54,21 @@ from typing import Any
 
 import torch
 
+from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee, WeakBudget
 from medanon.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ALPHA = 0.4                             # paper §3.3: "we empirically set α = 0.4"
-WEAK_EPSILON = 10.0                             # above this image budget the guarantee is formally weak (warned)
+WEAK_EPSILON = 10.0                             # above this image budget the guarantee is vacuous (warned)
+PUBLIC_LATENT_BOUND = 4.0                       # public box of eps: [-4, 4]; P(|N(0, 1)| > 4) = 6.3e-5
+PUBLIC_BOXES = {"pixel": (-1.0, 1.0), "glow-eps": (-PUBLIC_LATENT_BOUND, PUBLIC_LATENT_BOUND)}
+CLIP_BOXES = ("public", "calibrated")
+FLOAT_CLAUSE = ("The bound is proven for exact real-valued Laplace noise; the noise is sampled in 64-bit floating "
+                "point (difference of two exponentials of 53-bit uniforms), whose outputs lie on a finite grid with "
+                "tails cut at about 37 noise scales, and this sampler is not hardened against Mironov's (2012) "
+                "least-significant-bit attack, so for the implementation the pure epsilon claim holds only up to "
+                "that floating-point gap.")
 SPACES = ("glow-eps", "pixel")
 CENTERS = ("midrange", "zero")                  # clip-box centre: Eq. 12, or 0 (the mean of a standardised latent)
 
@@ -60,8 +82,9 @@ class ClipCalibration:
 
     lo: torch.Tensor                            # (D,) minimum of each element over the calibration set
     hi: torch.Tensor                            # (D,) maximum of each element
-    count: int                                  # number of calibration samples
+    count: int                                  # number of calibration samples (0 for a public box)
     space: str                                  # "glow-eps" (standardised flow latent) or "pixel"
+    public: bool = False                        # a data-independent box (public_box), not computed from images
 
     def __post_init__(self) -> None:
         if self.lo.shape != self.hi.shape or self.lo.ndim != 1:
@@ -71,6 +94,15 @@ class ClipCalibration:
             raise ValueError("calibration statistics must be finite with hi >= lo everywhere")
         if self.space not in SPACES:
             raise ValueError(f"calibration space {self.space!r} must be one of {SPACES}")
+
+    @classmethod
+    def public_box(cls, space: str, dims: int) -> ClipCalibration:
+        """The data-independent range of ``space``: pixels [-1, 1]; the standardised flow latent [-4, 4]."""
+        if space not in PUBLIC_BOXES:
+            raise ValueError(f"no public box for space {space!r}")
+        lo, hi = PUBLIC_BOXES[space]
+        return cls(lo=torch.full((dims,), lo, dtype=torch.float64), hi=torch.full((dims,), hi, dtype=torch.float64),
+                   count=0, space=space, public=True)
 
     @property
     def dims(self) -> int:
@@ -88,22 +120,25 @@ class ClipCalibration:
 
     def checksum(self) -> str:
         """SHA-256 over the space, the count and the float64 bytes of lo and hi."""
-        h = hashlib.sha256(f"medanon-clip-calibration:{self.space}:{self.count}:{self.dims}:".encode())
+        h = hashlib.sha256(f"medanon-clip-calibration:{self.space}:{self.count}:{self.dims}:"
+                           f"{'public:' if self.public else ''}".encode())
         h.update(self.lo.detach().cpu().double().contiguous().numpy().tobytes())
         h.update(self.hi.detach().cpu().double().contiguous().numpy().tobytes())
         return h.hexdigest()
 
     def to_state(self) -> dict[str, Any]:
         """Plain tensors and numbers (for a ``weights_only`` checkpoint)."""
-        return {"lo": self.lo.cpu(), "hi": self.hi.cpu(), "count": self.count, "space": self.space}
+        return {"lo": self.lo.cpu(), "hi": self.hi.cpu(), "count": self.count, "space": self.space,
+                "public": self.public}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ClipCalibration:
         return cls(lo=state["lo"].double(), hi=state["hi"].double(), count=int(state["count"]),
-                   space=str(state["space"]))
+                   space=str(state["space"]), public=bool(state.get("public", False)))
 
     def describe(self) -> dict[str, Any]:
-        return {"space": self.space, "samples": self.count, "dims": self.dims, "sha256": self.checksum(),
+        return {"box": "public" if self.public else "calibrated",
+                "space": self.space, "samples": self.count, "dims": self.dims, "sha256": self.checksum(),
                 "sensitivity_mean": float(self.sensitivity.mean()), "sensitivity_max": float(self.sensitivity.max())}
 
 
@@ -158,7 +193,7 @@ class LaplaceMechanism:
 
     def __init__(self, calibration: ClipCalibration, *,
                  epsilon: float,                # privacy budget (per image, or per element with per_element)
-                 alpha: float = DEFAULT_ALPHA,  # clip width as a fraction of the calibration range (Eq. 11)
+                 alpha: float | None = None,    # clip width / range (Eq. 11); None: 0.4, or 1 for the public pixel box
                  per_element: bool = False,     # epsilon is per element (image budget = epsilon * D)
                  clip: bool = True,             # clip before and after the noise (Eqs. 9, 10)
                  center: str = "midrange"):     # clip-box centre: "midrange" (Eq. 12) or "zero"
@@ -168,6 +203,8 @@ class LaplaceMechanism:
         if not (isinstance(epsilon, (int, float)) and epsilon > 0) or math.isnan(epsilon):
             raise ConfigError(f"epsilon={epsilon!r} must be a positive number (or inf for no noise)",
                               fix="pass e.g. --epsilon 100 --per-pixel")
+        if alpha is None:
+            alpha = 1.0 if (calibration.public and calibration.space == "pixel") else DEFAULT_ALPHA
         if not (isinstance(alpha, (int, float)) and 0 < alpha < math.inf):
             raise ConfigError(f"alpha={alpha!r} must be a positive number", fix="use the paper's 0.4")
         if math.isfinite(epsilon) and not clip:
@@ -206,7 +243,7 @@ class LaplaceMechanism:
     def _warn(self) -> None:
         if not math.isfinite(self.epsilon_image):
             warnings.warn(f"epsilon=inf: no noise is added{'' if self.clip else ' and nothing is clipped'}; the "
-                          "output carries NO differential-privacy guarantee", UserWarning, stacklevel=3)
+                          "output carries NO differential-privacy guarantee", NoFormalGuarantee, stacklevel=3)
             return
         if self.alpha > 1:
             warnings.warn(f"alpha={self.alpha} > 1: the clip box is wider than the calibration range, so the "
@@ -218,7 +255,11 @@ class LaplaceMechanism:
                 f"{self.dims}): the guarantee bounds the log-likelihood ratio between any two images' outputs "
                 f"by {self.epsilon_image:.4g} nats, i.e. a factor e^{self.epsilon_image:.4g}; that is no formal "
                 "protection for a whole image. Any obfuscation at this budget is empirical (see docs/dpglow.md).",
-                UserWarning, stacklevel=3)
+                WeakBudget, stacklevel=3)
+        if not self.calibration.public:
+            warnings.warn(f"the clip box is calibrated on {self.calibration.count} private images (per-element min "
+                          "and max): what it reveals about them is outside the guarantee; clip_box='public' avoids it",
+                          DataDependentRelease, stacklevel=3)
 
     # -------------------------------------------------------------------------------------------- apply
 
@@ -284,25 +325,43 @@ class LaplaceMechanism:
     def privacy(self, *, space_description: str, flow: str | None = None) -> dict[str, Any]:
         """The manifest's privacy field: numbers and the exact statement."""
         finite = math.isfinite(self.epsilon_image)
-        return {
+        cal = self.calibration
+        box = (f"public: every element clipped within the data-independent range [{float(cal.lo[0]):g}, "
+               f"{float(cal.hi[0]):g}], computed from no image" if cal.public else
+               f"calibrated: per-element min and max of {cal.count} private training images (sha256 "
+               f"{cal.checksum()[:12]}); NOT covered by the bound")
+        out = {
             "mechanism": "laplace" if finite else ("none" if not self.clip else "clip only"),
             "guarantee": "epsilon-LDP" if finite else "none",
+            "unit": "one image (all its elements); a patient with n released images: n * epsilon",
             "space": space_description,
             "epsilon_image": self.epsilon_image if finite else "inf",
             "epsilon_element": self.epsilon_element if finite else "inf",
             "epsilon_image_tight": self.epsilon_image_tight if finite else "inf",
+            "epsilon_patient": "n * epsilon_image for a patient with n released images (basic composition)",
+            "distinguishing_bound": distinguishing_bound(self.epsilon_image) if finite else 1.0,
+            "vacuous": (self.epsilon_image > WEAK_EPSILON) if finite else True,
             "D": self.dims,
             "alpha": self.alpha,
+            "clip_box": box,
             "clip_center": ("c_k = (max_k + min_k) / 2 (Eq. 12)" if self.center == "midrange"
                             else "c_k = 0 (the standardised latent's prior mean; not data-derived)"),
             "clip": "per sample, element-wise, before and after the noise" if self.clip else "off",
             "noise_scale": ("b_k = max(Delta_k, w_k) * D / epsilon_image (Eq. 7; equals Delta_k * D / epsilon "
                             "for alpha <= 1)") if finite else "none",
             "noise_scale_mean": float(self.scale.mean()),
-            "noise_source": "os.urandom (CSPRNG); no seed exists or is recorded" if finite else "none",
-            "calibration": self.calibration.describe(),
+            "noise_source": ("os.urandom (CSPRNG), 64-bit floating-point Laplace; no seed exists or is recorded"
+                             if finite else "none"),
+            "calibration": cal.describe(),
             "statement": statement(self, space_description=space_description, flow=flow),
         }
+        return out
+
+
+def distinguishing_bound(epsilon: float) -> float:
+    """The most an ε-LDP output lets anyone tell which of two given inputs it came from (equal priors):
+    success probability e^ε / (1 + e^ε)."""
+    return 1.0 / (1.0 + math.exp(-epsilon)) if epsilon < 700 else 1.0
 
 
 def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | None = None) -> str:
@@ -311,17 +370,24 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
         return (f"No differential privacy: epsilon = inf, no noise is added to the {space_description}"
                 f"{' (clipped only)' if mech.clip else ''}. Released images are reconstructions of the inputs.")
     e = mech.epsilon_image
-    fixed = "the calibration statistics (recorded by checksum)" + (" and the flow's weights" if flow else "")
+    cal = mech.calibration
+    fixed = ("the public clip box" if cal.public else "the calibration statistics (recorded by checksum)") \
+        + (" and the flow's weights" if flow else "")
+    per_element = ("per latent element" if flow else "per pixel value")
     parts = [
         f"Each released image is the output of a Laplace mechanism M that is epsilon-locally differentially private "
-        f"with epsilon = {e:.6g} per image ({mech.epsilon_element:.6g} per element, D = {mech.dims} elements; the "
-        f"mechanism also satisfies the tighter epsilon = {mech.epsilon_image_tight:.6g}) with respect to the "
+        f"with epsilon = {e:.6g} PER IMAGE (D = {mech.dims} elements; written per element it is "
+        f"{mech.epsilon_element:.6g} {per_element} x D, which is a way to state the image budget, not a guarantee "
+        f"for single pixels{': one pixel can move every latent element' if flow else ''}; the mechanism also "
+        f"satisfies the tighter epsilon = {mech.epsilon_image_tight:.6g}) with respect to the "
         f"{space_description}: for ANY two inputs and any set S of outputs, P[M(v) in S] <= exp(epsilon) "
         "P[M(v') in S].",
+        f"A patient with n released images is protected at n * epsilon = n * {e:.6g} (budgets add up).",
         "It holds for every input, not only training-like ones: each element is first clipped to "
-        f"[c_k - w_k/2, c_k + w_k/2] with w_k = alpha * Delta_k (alpha = {mech.alpha:g}; Delta_k from the "
-        "calibration set's per-element min and max; "
-        + ("c_k their midpoint" if mech.center == "midrange" else "c_k = 0")
+        f"[c_k - w_k/2, c_k + w_k/2] with w_k = alpha * Delta_k (alpha = {mech.alpha:g}; Delta_k "
+        + ("the width of the public range, computed from no image; " if cal.public else
+           "from the calibration set's per-element min and max; ")
+        + ("c_k the range's midpoint" if mech.center == "midrange" else "c_k = 0")
         + "), so two clipped inputs differ in element k by at most w_k, and the noise scale is "
         "max(Delta_k, w_k) * D / epsilon.",
     ]
@@ -331,18 +397,38 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
     parts.append("The second clip, " + ("the inverse flow, " if flow else "")
                  + "clamping to [-1, 1] and 8-bit rounding are post-processing and keep the guarantee.")
     parts.append(f"The bound is conditional on a fixed mechanism: {fixed} are treated as public constants. It does "
-                 "NOT cover what they reveal about the images they were computed from (they are not differentially "
-                 "private; if released images were among them, that leakage is outside this bound), nor labels "
-                 "released with the images, nor repeated releases of the same image (budgets add up).")
+                 "NOT cover what " + ("the flow's weights reveal" if cal.public and flow else
+                                      "they reveal" if not cal.public else "anything outside the mechanism reveals")
+                 + " about the images they were computed from (if released images were among them, that leakage "
+                 "is outside this bound), nor labels released with the images.")
+    p = distinguishing_bound(e)
     if e > WEAK_EPSILON:
-        parts.append(f"At this budget the bound limits the likelihood ratio between any two images' outputs to "
-                     f"exp({e:.6g}): no meaningful formal protection for a whole image; any obfuscation seen is "
+        parts.append(f"At this budget the bound is VACUOUS: it lets an observer tell which of two given images an "
+                     f"output came from with probability up to e^eps / (1 + e^eps) = {p:.6f} (likelihood ratio "
+                     f"exp({e:.6g})); no meaningful formal protection for a whole image; any obfuscation seen is "
                      "empirical.")
-    parts.append("Floating-point Laplace sampling is not hardened against Mironov's (2012) attack.")
+    else:
+        parts.append(f"An observer tells which of two given images an output came from with probability at most "
+                     f"e^eps / (1 + e^eps) = {p:.4f}.")
+    parts.append(FLOAT_CLAUSE)
     return " ".join(parts)
 
 
 # ------------------------------------------------------------------------------------------------ releasing
+
+
+SEEDED = "no formal guarantee (reproducible noise, testing only)"
+
+
+def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:
+    """The statement of an ε-LDP release whose noise came from a seed: the ε numbers are kept for reference
+    (what the mechanism would give with secret noise), the guarantee is withdrawn."""
+    return {**privacy, "guarantee": f"none: {SEEDED}",
+            "noise_source": "seeded per-record torch generators (Mersenne Twister): TESTING ONLY",
+            "why_no_guarantee": ["the noise is a deterministic function of the seed and the record; whoever knows "
+                                 "or guesses the seed regenerates it and subtracts it, recovering the clipped input"],
+            "statement": f"NO FORMAL GUARANTEE ({SEEDED}): the epsilon below assumes secret noise, which this "
+                         "release does not have. " + str(privacy.get("statement", ""))}
 
 
 def record_generator(seed: int, record_id: str) -> torch.Generator:
@@ -357,10 +443,17 @@ def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torc
 
     ``privatise(images, generator=...)`` maps (N, C, H, W) images to released images. Each record
     stands for itself (LDP releases one image per input image). ``noise_seed`` (experiments only)
-    gives every record its own seeded generator; without it the noise is secret.
+    gives every record its own seeded generator; without it the noise is secret. With a seed the
+    noise can be regenerated and subtracted by whoever knows or guesses it: the writer's privacy
+    statement is replaced by "no formal guarantee (reproducible noise, testing only)" and
+    :class:`~medanon.anonymize.privacy.NoFormalGuarantee` is warned.
     """
     from tqdm.auto import tqdm
 
+    if noise_seed is not None and writer.privacy.get("guarantee") == "epsilon-LDP":
+        warnings.warn(f"noise seed {noise_seed}: the noise is reproducible, so the release states '{SEEDED}'. "
+                      "Leave the seed out for a release", NoFormalGuarantee, stacklevel=2)
+        writer.privacy.update(seeded_privacy(writer.privacy))
     todo = [i for i, r in enumerate(dataset.records) if not writer.done(r.record_id)]
     for start in tqdm(range(0, len(todo), batch), desc=f"releasing ({writer.settings['method']})", unit="batch",
                       disable=not progress):

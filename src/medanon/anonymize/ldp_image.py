@@ -1,8 +1,10 @@
 """The image-domain LDP baseline of DP-GLOW (paper §4.1): the Laplace mechanism on clipped pixels.
 
-Calibrated and reported exactly like DP-GLOW (:mod:`medanon.anonymize.ldp`): per-pixel min and max
-over a calibration set give Δ_k and the clip box (α = 0.4 by default); the budget ε of an image
-is spread over its D = C*H*W pixel values, noise scale Δ_k·D/ε.
+Reported exactly like DP-GLOW (:mod:`medanon.anonymize.ldp`). By default the clip box is the
+public pixel range [-1, 1] (Δ_k = 2, α = 1: nothing is clipped that is not outside the range, and no
+private image enters the mechanism); optionally per-pixel min and max over a calibration set give
+Δ_k and the clip box (α = 0.4 by default), as in the paper, at the price of leakage the bound does
+not cover. The budget ε of an image is spread over its D = C*H*W pixel values, noise scale Δ_k·D/ε.
 
 Example:
     >>> import torch, warnings
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 
-from medanon.anonymize.ldp import DEFAULT_ALPHA, ClipCalibration, LaplaceMechanism, calibrate
+from medanon.anonymize.ldp import ClipCalibration, LaplaceMechanism, calibrate
 from medanon.errors import ConfigError
 
 SPACE = "pixel values in [-1, 1] (D = C*H*W elements)"
@@ -36,11 +38,16 @@ def calibrate_pixels(images: torch.Tensor, *, batch: int = 256) -> ClipCalibrati
 class ImageLDP:
     """Images -> ε-LDP images by the Laplace mechanism on their clipped pixels."""
 
-    def __init__(self, calibration: ClipCalibration, *,
+    def __init__(self, calibration: ClipCalibration | None = None, *,
                  epsilon: float,                # privacy budget (per image, or per pixel value with per_element)
-                 alpha: float = DEFAULT_ALPHA,  # clip width as a fraction of the calibration range
+                 alpha: float | None = None,    # clip width / range: None = 1 (public box) or 0.4 (calibrated)
                  per_element: bool = False,     # epsilon is per pixel value (image budget = epsilon * D)
-                 clip: bool = True):            # clip before and after the noise (off only with epsilon=inf)
+                 clip: bool = True,             # clip before and after the noise (off only with epsilon=inf)
+                 dims: int | None = None):      # C*H*W, needed only for the public box (no calibration)
+        if calibration is None:
+            if dims is None:
+                raise ConfigError("the public pixel box needs dims = C*H*W", fix="pass dims=, or a calibration")
+            calibration = ClipCalibration.public_box("pixel", dims)
         if calibration.space != "pixel":
             raise ConfigError(f"image-domain LDP needs pixel calibration statistics, got {calibration.space!r}")
         self.mechanism = LaplaceMechanism(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element,

@@ -22,14 +22,22 @@ def dp_options(f):
         click.option("--epsilon", type=float, required=True,
                      help="Privacy budget per image, or per pixel/latent element with --per-pixel; 'inf' adds "
                           "no noise (no privacy: a reconstruction baseline)."),
-        click.option("--per-pixel", is_flag=True,
-                     help="--epsilon is per element (one per pixel and channel): the image budget is epsilon * D, "
-                          "D = C*H*W, as in the paper's 'ε = 10² · H · W'."),
-        click.option("--alpha", type=float, default=0.4,
-                     help="Clip width as a fraction of the calibration range (paper Eq. 11)."),
+        click.option("--per-element", "--per-pixel", "per_pixel", is_flag=True,
+                     help="--epsilon is per element (latent element for dpglow, pixel value for ldp-image): the "
+                          "image budget is epsilon * D, D = C*H*W, as in the paper's 'ε = 10² · H · W'. Only a way "
+                          "to write the image budget: there is no per-pixel guarantee (for DP-GLOW one pixel can "
+                          "move every latent element). --per-pixel is the old name."),
+        click.option("--clip-box", type=click.Choice(["public", "calibrated"]), default="public", show_default=True,
+                     help="public: a data-independent box (pixels [-1, 1]; latent [-4, 4]), nothing private enters "
+                          "the mechanism; calibrated: per-element min/max of training images (the paper), whose "
+                          "leakage the bound does not cover."),
+        click.option("--alpha", type=float, default=None,
+                     help="Clip width as a fraction of the box's range (paper Eq. 11).  [default: 0.4; 1 for "
+                          "ldp-image with the public box]"),
         click.option("--no-clip", is_flag=True, help="Only with --epsilon inf: the paper's '∞ without clip' row."),
         click.option("--calibrate-on", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-                     help="Dataset folder whose images give the clip bounds and sensitivities (the training set)."),
+                     help="--clip-box calibrated: dataset folder whose images give the clip bounds and sensitivities "
+                          "(the training set)."),
         click.option("--release-labels", "release_labels", default=None, metavar="A,B",
                      help="Labels to release (comma-separated).  [default: pneumonia for X-ray, grade for fundus]"),
         click.option("--batch", type=click.IntRange(min=1), default=32, help="Images per batch."),
@@ -95,7 +103,8 @@ def _check_budget(epsilon: float, no_clip: bool) -> None:
 
 def _params(epsilon, per_pixel, alpha, no_clip, calibration) -> dict:
     return {"epsilon": epsilon if math.isfinite(epsilon) else "inf", "per_pixel": per_pixel, "alpha": alpha,
-            "clip": not no_clip, "calibration_sha256": calibration.checksum()}
+            "clip": not no_clip, "clip_box": "public" if calibration.public else "calibrated",
+            "calibration_sha256": calibration.checksum()}
 
 
 @anonymize.command("dpglow", context_settings=CONTEXT)
@@ -108,7 +117,7 @@ def _params(epsilon, per_pixel, alpha, no_clip, calibration) -> dict:
 @data_options
 @dp_options
 @click.pass_context
-def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, alpha, no_clip, calibrate_on,
+def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on,
                release_labels, batch, noise_seed, mapping, overwrite, **data_opts) -> None:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent (ε-LDP per image)."""
     from medanon.anonymize.dpglow import DPGlow, calibrate_latent
@@ -121,7 +130,18 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, alpha,
     data_opts["size"] = codec.flow.cfg.resolution
     data_opts["channels"] = str(codec.flow.cfg.channels)
     ds = open_from_cli(data_dir, **data_opts)
-    if calibrate_on is not None:
+    from medanon.anonymize.dpglow import training_overlap
+    from medanon.anonymize.ldp import ClipCalibration
+    from medanon.runtime import files_digest
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        training_overlap((blob.get("extra") or {}).get("data"), files_digest([r.path for r in ds.records],
+                                                                              root=data_dir))
+    _warn_loudly(caught)
+    if clip_box == "public":
+        calibration = ClipCalibration.public_box("glow-eps", codec.dims)
+    elif calibrate_on is not None:
         cal_ds = open_from_cli(calibrate_on, **data_opts)
         calibration = calibrate_latent(codec, cal_ds.tensors()[0])
     elif stored is not None:
@@ -153,15 +173,19 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, alpha,
 @data_options
 @dp_options
 @click.pass_context
-def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, alpha, no_clip, calibrate_on, release_labels, batch,
-                  noise_seed, mapping, overwrite, **data_opts) -> None:
+def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on, release_labels,
+                  batch, noise_seed, mapping, overwrite, **data_opts) -> None:
     """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels (ε-LDP per image)."""
     from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
 
     _check_budget(epsilon, no_clip)
     ds = open_from_cli(data_dir, **data_opts)
-    images = _calibration_images(calibrate_on, data_opts, ds)
-    calibration = calibrate_pixels(images)
+    if clip_box == "public":
+        from medanon.anonymize.ldp import ClipCalibration
+
+        calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
+    else:
+        calibration = calibrate_pixels(_calibration_images(calibrate_on, data_opts, ds))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_pixel, clip=not no_clip)

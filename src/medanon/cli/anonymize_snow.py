@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import click
 
+from medanon.anonymize.privacy import NoFormalGuarantee
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.release.labels import parse_label_list
@@ -36,7 +38,10 @@ def _release_options(f):
                      help="Fraction of pixels replaced, in (0, 1]; repeat or comma-separate for one release each."),
         click.option("--out", required=True, metavar="DIR",
                      help="Release folder; with several p, {p} in it is replaced by each (rel/snow-p{p})."),
-        click.option("--seed", type=int, required=True, help="Seeds every image's random subset (recorded)."),
+        click.option("--seed", type=int, default=None,
+                     help="TESTING ONLY: seeds every image's random subset (recorded; anyone who knows it regenerates "
+                          "the subsets, so the release states no formal guarantee). Without it a secret seed is "
+                          "drawn from the operating system and recorded nowhere."),
         click.option("--release-labels", default=None, metavar="NAME[,NAME...]",
                      help="Labels to release. [default: the utility label only: grade (fundus), pneumonia (X-ray)]"),
         click.option("--mapping", default=None, metavar="FILE",
@@ -59,8 +64,13 @@ def _run(ctx: click.Context, method: str, data_dir: Path, ps, out, seed, release
     device = resolve_device(ctx.obj["device"])
     ds = open_from_cli(data_dir, **opts)
     labels = parse_label_list(release_labels)
-    outs = snow_sweep(ds, out, method=method, ps=_parse_ps(ps), seed=seed, labels=labels, mapping=mapping,
-                      device=device, batch_size=batch_size, workers=workers, overwrite=overwrite, **kw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = snow_sweep(ds, out, method=method, ps=_parse_ps(ps), seed=seed, labels=labels, mapping=mapping,
+                          device=device, batch_size=batch_size, workers=workers, overwrite=overwrite, **kw)
+    for w in caught:
+        red = issubclass(w.category, NoFormalGuarantee)
+        click.secho(f"WARNING: {w.message}", fg="red" if red else "yellow", err=True)
     for p, path in outs.items():
         click.echo(f"p={p:g}: wrote {len(ds)} images to {path}")
     click.echo("privacy: see 'privacy' in each manifest.json; measure it with the evaluation (sex attacker)")
@@ -68,12 +78,15 @@ def _run(ctx: click.Context, method: str, data_dir: Path, ps, out, seed, release
 
 @anonymize.command("snow", context_settings=CONTEXT)
 @_release_options
-@click.option("--fill", type=click.Choice(["dataset", "grey"]), default="dataset", show_default=True,
-              help="dataset: per-channel dataset mean (vs-snow.txt Eq. 1); grey: constant mid-grey (original Snow).")
+@click.option("--fill", default="grey", show_default=True, metavar="grey|value:R,G,B|dataset",
+              help="grey: constant mid-grey (original Snow; data-independent); value:R,G,B: a constant you supply "
+                   "(0-255, e.g. the mean of a public dataset); dataset: per-channel mean of the released images "
+                   "(vs-snow.txt Eq. 1): data-derived, the release then states NO formal guarantee.")
 @click.pass_context
 def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, fill, **opts):
     """Snow: in each image, a random fraction p of the pixel positions is set to the fill value in every
-    channel. Guarantees (0, 1-p)-differential privacy for single pixels only: not for images or patients."""
+    channel. With the default grey fill and no --seed: (0, 1-p)-differential privacy for single pixel positions
+    only, not for images or patients; --fill dataset or --seed: no formal guarantee."""
     _run(ctx, "snow", data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, opts,
          fill=fill)
 

@@ -1,7 +1,9 @@
 """A release's privacy statement (the ``privacy`` field of its manifest) as text a reader can check.
 
-Every method writes its own keys (k-anonymity: ``k``, ``unit``; ε-LDP: ``epsilon_image``,
-``epsilon_element``, ``D``; Snow: ``epsilon`` = 0 and ``delta``; GMIA and VS-Snow: no guarantee).
+Every method writes its own keys (k-anonymity: ``k``, ``unit``; ε-LDP: ``epsilon_image`` (the guarantee, per
+image), ``epsilon_element`` (the same budget divided by D: not a per-pixel guarantee), ``D``, ``vacuous``,
+``clip_box``; Snow: ``epsilon`` = 0 and ``delta`` with a grey or user-supplied fill and secret randomness;
+GMIA, VS-Snow and anything seeded or data-filled: no guarantee, the reason in ``guarantee``).
 :func:`headline` gives the one-line claim for a table cell; :func:`prose_html` gives the whole
 statement as headed paragraphs and lists, every key kept (nothing in the manifest is dropped from
 the page, unknown keys are listed under "Other recorded values").
@@ -21,6 +23,9 @@ SECTIONS = (
     ("mechanism", "Mechanism"),
     ("noise_scale", "Noise scale"),
     ("clip", "Clipping"),
+    ("clip_box", "Clip box"),
+    ("epsilon_patient", "Per patient"),
+    ("labels", "Released labels"),
     ("clip_center", "Clip-box centre"),
     ("fill", "Fill value"),
     ("margin_meaning", "What the margin means"),
@@ -45,14 +50,21 @@ def headline(priv: dict[str, Any]) -> str:
     if guarantee.startswith("k-anonymity") and priv.get("k"):
         return f"k-anonymity: k = {priv['k']} patients per record"
     if guarantee == "epsilon-LDP" and _finite(priv.get("epsilon_image")):
-        return (f"ε-local DP: ε = {priv['epsilon_image']:.4g} per image "
-                f"({priv.get('epsilon_element', float('nan')):g} per element, D = {priv.get('D')})")
+        e = priv["epsilon_image"]
+        tight = priv.get("epsilon_image_tight")
+        tight_text = f" (tight {tight:.4g})" if _finite(tight) and tight < e * (1 - 1e-9) else ""
+        vacuous = priv.get("vacuous", e > 10)
+        return (f"ε-local DP per image: ε = {e:.4g}{tight_text} (= {priv.get('epsilon_element', float('nan')):g} "
+                f"per element × D = {priv.get('D')}; not a per-pixel guarantee); n·ε for a patient with n images"
+                + ("; vacuous at this ε" if vacuous else ""))
     if priv.get("epsilon") == 0 and _finite(priv.get("delta")):
         return f"(0, δ)-DP for one pixel position, δ = {priv['delta']:.3g}; none for a whole image"
     if guarantee.startswith("none") or guarantee == "":
         reason = guarantee.split(":", 1)[1].strip() if ":" in guarantee else ""
         if priv.get("epsilon_image") == "inf":
             reason = "ε = ∞, no noise"
+        if reason.startswith("no formal guarantee"):
+            return reason
         return "no formal guarantee" + (f" ({reason})" if reason and "no formal" not in reason else "")
     return guarantee
 

@@ -1,0 +1,37 @@
+"""Warning classes for settings that weaken or void a release's privacy statement.
+
+Library code raises them with :func:`warnings.warn`; the CLI prints them. Each class names one
+reason, so a caller (or a test, or an ethics-board checklist) can filter or escalate precisely:
+
+>>> import warnings
+>>> warnings.simplefilter("error", NoFormalGuarantee)       # doctest: +SKIP  (turn voided claims into errors)
+"""
+
+from __future__ import annotations
+
+
+class PrivacyWarning(UserWarning):
+    """Base class: a setting weakens what the release's privacy statement can claim."""
+
+
+class NoFormalGuarantee(PrivacyWarning):
+    """The release carries no formal guarantee under these settings (e.g. seeded DP noise, a data-derived
+    Snow fill); its statement says so."""
+
+
+class DataDependentRelease(PrivacyWarning):
+    """Something every released record depends on was computed from the whole private dataset (a PCA basis, a
+    clip box, a fill value): the statement names it and what it leaks is outside the guarantee."""
+
+
+class CalibrationOverlap(PrivacyWarning):
+    """Released images were among the images a model or clip box was fitted on."""
+
+
+class WeakBudget(PrivacyWarning):
+    """A differential-privacy budget so large that the bound protects nothing in practice."""
+
+
+class LabelHomogeneity(PrivacyWarning):
+    """A released record's sensitive label is the same for all its patients, so the label (and its counts)
+    disclose every member's value (the homogeneity attack on k-anonymity)."""

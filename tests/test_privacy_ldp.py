@@ -1,0 +1,121 @@
+"""Issue 14, items 4-6: what an ε-LDP release claims (seeded noise, ε per image / patient, vacuous budgets,
+floating point, the clip box it used, overlap with the flow's training data)."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from medanon.anonymize.dpglow import DPGlow, training_overlap
+from medanon.anonymize.ldp import (
+    FLOAT_CLAUSE,
+    PUBLIC_LATENT_BOUND,
+    ClipCalibration,
+    LaplaceMechanism,
+    calibrate,
+    distinguishing_bound,
+    release_dataset,
+)
+from medanon.anonymize.ldp_image import ImageLDP
+from medanon.anonymize.privacy import CalibrationOverlap, DataDependentRelease, NoFormalGuarantee, WeakBudget
+from medanon.evaluate import privacy_text
+from medanon.models.glow import Glow, GlowCodec, GlowConfig
+
+
+def _quiet(factory, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return factory(*a, **kw)
+
+
+class _Writer:                                   # the writer interface release_dataset uses
+    def __init__(self, privacy):
+        self.privacy, self.settings, self.entries = dict(privacy), {"method": "ldp-image"}, {}
+
+    def done(self, key):
+        return key in self.entries
+
+    def add(self, key, image, sources):
+        self.entries[key] = image
+
+
+class _DS:
+    def __init__(self, n=3):
+        from medanon.data.records import Record
+        self.records = [Record(path=f"/x/{i}.png", patient_id=f"p{i}", record_id=f"r{i}") for i in range(n)]
+
+    def load(self, i):
+        return {"image": torch.zeros(1, 4, 4)}
+
+
+def test_item4_seeded_noise_withdraws_the_guarantee_and_warns():
+    ldp = _quiet(ImageLDP, epsilon=1.0, dims=16)
+    writer = _Writer(ldp.privacy())
+    assert writer.privacy["guarantee"] == "epsilon-LDP"
+    with pytest.warns(NoFormalGuarantee, match="reproducible"):
+        release_dataset(_DS(), ldp, writer, noise_seed=7, progress=False)
+    assert writer.privacy["guarantee"] == "none: no formal guarantee (reproducible noise, testing only)"
+    assert writer.privacy["statement"].startswith("NO FORMAL GUARANTEE")
+    assert privacy_text.headline(writer.privacy) == "no formal guarantee (reproducible noise, testing only)"
+    secret = _Writer(ldp.privacy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoFormalGuarantee)              # secret noise: no such warning
+        release_dataset(_DS(), ldp, secret, progress=False)
+    assert secret.privacy["guarantee"] == "epsilon-LDP"
+
+
+def test_item5_statement_gives_epsilon_per_image_per_patient_vacuity_and_float_clause():
+    with pytest.warns(WeakBudget):
+        weak = ImageLDP(epsilon=100.0, per_element=True, dims=16).privacy()
+    assert weak["epsilon_image"] == 1600 and weak["vacuous"] is True
+    st = weak["statement"]
+    assert "PER IMAGE" in st and "not a guarantee for single pixels" in st and "n * epsilon = n * 1600" in st
+    assert "VACUOUS" in st and FLOAT_CLAUSE in st
+    strong = _quiet(ImageLDP, epsilon=1.0, dims=16).privacy()
+    assert strong["vacuous"] is False and "VACUOUS" not in strong["statement"]
+    assert strong["distinguishing_bound"] == pytest.approx(math.e / (1 + math.e))
+    assert "0.7311" in strong["statement"] and distinguishing_bound(1e6) == 1.0
+    h = privacy_text.headline(weak)
+    assert "per image" in h and "n·ε for a patient with n images" in h and "vacuous" in h and "/px" not in h
+    assert "tight" in privacy_text.headline(_quiet(LaplaceMechanism, ClipCalibration.public_box("glow-eps", 4),
+                                                   epsilon=1.0).privacy(space_description="x"))
+    cal = ClipCalibration.public_box("glow-eps", 4)
+    dp_st = _quiet(LaplaceMechanism, cal, epsilon=8.0).privacy(space_description="eps", flow="GLOW")["statement"]
+    assert "one pixel can move every latent element" in dp_st
+
+
+def test_item6_public_box_is_the_default_and_data_independent():
+    codec = GlowCodec(Glow(GlowConfig(resolution=8, channels=1, levels=2, depth=1, hidden=8)).eval())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dp = DPGlow(codec, epsilon=2.0)
+        pix = ImageLDP(epsilon=2.0, dims=64)
+    assert not [w for w in caught if issubclass(w.category, DataDependentRelease)]
+    for mech, lo in ((dp.mechanism, -PUBLIC_LATENT_BOUND), (pix.mechanism, -1.0)):
+        assert mech.calibration.public and float(mech.calibration.lo.min()) == lo
+    assert pix.mechanism.alpha == 1.0 and float(pix.mechanism.lower.min()) == -1.0  # the whole pixel range
+    assert dp.mechanism.alpha == 0.4
+    assert dp.privacy()["clip_box"].startswith("public") and pix.privacy()["calibration"]["box"] == "public"
+    # the public box does not move when the private images do; a calibrated one does (the leak of item 6)
+    a = torch.randn(30, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    b = a.clone()
+    b[0] = 10.0                                                          # one marked calibration image
+    with pytest.warns(DataDependentRelease, match="calibrated on 30 private images"):
+        ma = LaplaceMechanism(calibrate([a], space="pixel"), epsilon=1.0)
+    mb = _quiet(LaplaceMechanism, calibrate([b], space="pixel"), epsilon=1.0)
+    assert not torch.equal(ma.upper, mb.upper)
+    assert "NOT covered" in ma.privacy(space_description="p")["clip_box"]
+    state = ClipCalibration.public_box("pixel", 3).to_state()
+    assert ClipCalibration.from_state(state).public
+
+
+def test_item6_overlap_with_the_flows_training_data_is_warned():
+    data = {"source": {"sha256": "ab" * 32}, "subset": "train"}
+    with pytest.warns(CalibrationOverlap, match="training data"):
+        note = training_overlap(data, {"sha256": "ab" * 32})
+    assert "outside the epsilon bound" in note
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationOverlap)
+        assert training_overlap(data, {"sha256": "cd" * 32}) is None
+        assert training_overlap(None, {"sha256": "cd" * 32}) is None

@@ -46,22 +46,43 @@ def parse_where(items: tuple[str, ...]) -> dict[str, float]:
 @click.option("--test", "test_frac", type=click.FloatRange(0, 0.9), default=0.15, help="Fraction of patients in test.")
 @click.option("--split-seed", type=int, default=0, help="Seed of the patient split (the same as other commands').")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-@click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads for torch (0 = torch's default).")
+@click.option("--threads", type=click.IntRange(min=0), default=0,
+              help="CPU threads for torch (0 = torch's default; under torchrun the cores shared among the ranks).")
+@click.option("--accum", type=click.IntRange(min=1), default=1,
+              help="Gradient accumulation: each rank computes its part of the batch as this many micro-batches.")
 @click.pass_context
 def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, seed, where, subset, val_frac, test_frac,
-                   split_seed, resume, threads, **data_opts) -> None:
-    """Train a GLOW flow on the images in DATA_DIR (maximum likelihood, bits/dim)."""
+                   split_seed, resume, threads, accum, **data_opts) -> None:
+    """Train a GLOW flow on the images in DATA_DIR (maximum likelihood, bits/dim).
+
+    Under torchrun (`torchrun --nproc_per_node 4 -m medanon train flow ...`) every process trains on its
+    share of each batch (docs/distributed.md); --batch is the global batch.
+    """
+    from medanon.runtime import resolve_device
+    from medanon.train.distributed import init_distributed, shutdown
+
+    dist = init_distributed(resolve_device(ctx.obj["device"]))
+    try:
+        _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed, where, subset, val_frac, test_frac,
+                    split_seed, resume, threads, accum, data_opts)
+    finally:
+        shutdown(dist)
+
+
+def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed, where, subset, val_frac, test_frac,
+                split_seed, resume, threads, accum, data_opts) -> None:
     import torch
 
     from medanon.config import build
     from medanon.data.splits import split_records
     from medanon.errors import ConfigError
     from medanon.models.glow import GlowConfig
-    from medanon.runtime import files_digest, resolve_device
+    from medanon.runtime import cpu_count, files_digest
+    from medanon.train.distributed import threads_per_rank
     from medanon.train.flow import train_flow
 
-    if threads:
-        torch.set_num_threads(threads)
+    if threads or dist.enabled:
+        torch.set_num_threads(threads_per_rank(threads, cpu_count()))
     filters = parse_where(where)
     cfg = build(GlowConfig, path=config_file, overrides=overrides, steps=steps, batch=batch, seed=seed,
                 resolution=data_opts.get("size"))
@@ -91,8 +112,10 @@ def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, see
             "where": filters, "subset": subset, "split": {"val": val_frac, "test": test_frac, "seed": split_seed,
                                                           "stratify": stratify},
             "train_images": len(train_recs), "val_images": len(val_recs)}
-    res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume,
-                     device=resolve_device(ctx.obj["device"]), data=data)
+    res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume, data=data, dist=dist,
+                     accumulation=accum)
+    if not dist.is_main:
+        return
     val = "n/a" if res.val_bpd is None else f"{res.val_bpd:.3f}"
     click.echo(f"wrote {res.path}: {res.steps} steps, {res.train_bpd:.3f} bits/dim on {len(train_recs)} training "
                f"images, {val} on {len(val_recs)} validation images")

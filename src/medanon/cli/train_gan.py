@@ -27,13 +27,17 @@ from medanon.cli.data import data_dir_argument
               help="CPU threads for torch; 0 = all cores. On a busy shared machine 1 is often fastest.")
 @click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write a small copy of the final model (EMA generator, discriminator, config) here.")
+@click.option("--accum", type=click.IntRange(min=1), default=1,
+              help="Gradient accumulation: each rank computes its part of the batch as this many micro-batches.")
 @click.pass_context
 def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
                   overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float, threads: int,
-                  export: Path | None) -> None:
+                  export: Path | None, accum: int) -> None:
     """Train StyleGAN2-ADA on the images in --data; images are loaded at the config's resolution and channels.
 
-    Writes checkpoint.pt, sample grids, metrics.jsonl, config.yaml and manifest.json to --out.
+    Writes checkpoint.pt, sample grids, metrics.jsonl, config.yaml and manifest.json to --out. Under
+    torchrun (e.g. `torchrun --nproc_per_node 4 -m medanon train gan ...`) every process trains on its
+    share of each batch (docs/distributed.md); the config's batch is the global batch.
     """
     import torch
 
@@ -41,6 +45,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     from medanon.data.dataset import open_dataset
     from medanon.models.stylegan import StyleGANConfig
     from medanon.runtime import cpu_count, resolve_device
+    from medanon.train.distributed import init_distributed, shutdown, threads_per_rank
     from medanon.train.gan import export_checkpoint, train_stylegan
 
     if config_file is None and not resume:
@@ -48,14 +53,18 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     if config_file is None and not overrides:
         config_file = out / "config.yaml"
     cfg = build(StyleGANConfig, path=config_file, overrides=overrides)
-    device = resolve_device(ctx.obj["device"])
-    if device.type == "cpu":
-        torch.set_num_threads(threads or cpu_count())
-    ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=True)
-    images, _ = ds.tensors()
-    path = train_stylegan(images, cfg, out, steps=steps, resume=resume, device=device,
-                          checkpoint_every=checkpoint_every, sample_every=sample_every,
-                          max_seconds=minutes * 60 if minutes else None, command="medanon train gan")
-    click.echo(f"wrote {path}")
-    if export is not None:
-        click.echo(f"exported {export_checkpoint(path, export)}")
+    dist = init_distributed(resolve_device(ctx.obj["device"]))
+    try:
+        if dist.device.type == "cpu":
+            torch.set_num_threads(threads_per_rank(threads, cpu_count()))
+        ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=dist.is_main)
+        images, _ = ds.tensors()
+        path = train_stylegan(images, cfg, out, steps=steps, resume=resume, checkpoint_every=checkpoint_every,
+                              sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
+                              command="medanon train gan", dist=dist, accumulation=accum)
+        if dist.is_main:
+            click.echo(f"wrote {path}")
+            if export is not None:
+                click.echo(f"exported {export_checkpoint(path, export)}")
+    finally:
+        shutdown(dist)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.config import from_dict, to_dict
 from medanon.errors import ConfigError
 from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequantize, image_to_flow
+from medanon.models.glow.actnorm import ActNorm, sync_actnorm
 from medanon.runtime import RunDir
+from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +101,38 @@ def evaluate_bpd(flow: Glow, images: torch.Tensor, *, batch: int = 64) -> float:
 # ------------------------------------------------------------------------------------------------ loop
 
 
+class _LogProb(torch.nn.Module):
+    """``flow.log_prob`` as a module's forward, for DistributedDataParallel."""
+
+    def __init__(self, flow: Glow):
+        super().__init__()
+        self.flow = flow
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return self.flow.log_prob(y)
+
+
 def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_images: torch.Tensor | None = None,
                resume: bool = False, device: torch.device | str = "cpu", progress: bool = True,
-               data: dict[str, Any] | None = None) -> FlowRun:
+               data: dict[str, Any] | None = None, dist: Dist | None = None, accumulation: int = 1) -> FlowRun:
     """Train a flow on ``images`` (N, C, H, W) in [-1, 1]; see the module docstring for the outputs.
 
     ``data`` (dataset digest, filter, split) goes into the manifest and ``flow.pt``. With ``resume``
     an interrupted run continues from ``OUT/checkpoint.pt``; the number of steps may be raised.
+
+    Data-parallel (``dist`` from :func:`medanon.train.distributed.init_distributed`, under torchrun) and
+    gradient accumulation: each step's ``cfg.batch`` images (one draw of batch indices and
+    dequantisation noise, identical on every rank) are split into ``world_size * accumulation`` shards;
+    DDP averages the gradients, and actnorm's data-dependent initialisation uses the statistics of the
+    whole first batch across ranks. A step is the single-process step up to float summation order, so
+    a run gives the same flow with any number of ranks and resumes with any number. Rank 0 writes
+    everything; the other ranks return a :class:`FlowRun` with ``train_bpd`` NaN.
     """
     cfg.validate()
+    dist = dist or Dist(device=torch.device(device))
+    device = dist.device
+    micro = split_batch(cfg.batch, dist.world_size, accumulation)
+    shards = dist.world_size * accumulation
     out = Path(out)
     if images.ndim != 4 or tuple(images.shape[1:]) != (cfg.channels, cfg.resolution, cfg.resolution):
         raise ConfigError(f"training images are {tuple(images.shape[1:])} but the flow expects "
@@ -118,7 +144,6 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     ckpt_path = out / "checkpoint.pt"
     if ckpt_path.exists() and not resume:
         raise ConfigError(f"{out} already holds a training run", fix="pass --resume to continue it, or another --out")
-    device = torch.device(device)
     flow = Glow(cfg).to(device)
     opt = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -137,11 +162,23 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         gen.set_state(blob["state"]["generator"])
         order, pos, step = blob["state"]["order"], int(blob["extra"]["pos"]), blob["step"]
         log.info("resuming %s at step %d", out, step)
-    run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed})
-    run.update(data=data or {}, device=str(device), resumed_from_step=step)
+    run = None
+    if dist.is_main:
+        run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed})
+        run.update(data=data or {}, device=str(device), resumed_from_step=step)
+        if shards > 1:                          # every rank draws the same batches: one seed serves all
+            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": shards,
+                                    "images_per_shard": micro, "global_batch": cfg.batch,
+                                    "rank_seeds": {r: cfg.seed for r in range(dist.world_size)}})
     flow.train()
+    model: torch.nn.Module = _LogProb(flow)
+    if dist.enabled:
+        sync_actnorm(flow)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    mine = list(local_shards(dist, accumulation))
     t0, seen, bad, window = time.perf_counter(), 0, 0, []
-    bar = tqdm(total=cfg.steps, initial=step, desc="train flow", unit="step", disable=not progress)
+    bar = tqdm(total=cfg.steps, initial=step, desc="train flow", unit="step", disable=not (progress and dist.is_main))
     while step < cfg.steps:
         if pos + cfg.batch > len(order):
             order, pos = torch.randperm(len(images), generator=gen), 0
@@ -150,7 +187,10 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         y = dequantize(images[idx], generator=gen).to(device)
         for g in opt.param_groups:
             g["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-        loss = bits_per_dim(flow.log_prob(y), cfg.dims).mean()
+        if shards > 1:
+            loss = _sharded_backward(flow, model, opt, y, mine, shards, accumulation, dist)
+        else:
+            loss = bits_per_dim(flow.log_prob(y), cfg.dims).mean()
         if not torch.isfinite(loss):
             bad += 1
             if bad >= MAX_BAD_STEPS:
@@ -159,8 +199,9 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
             opt.zero_grad(set_to_none=True)
             continue
         bad = 0
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if shards == 1:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(flow.parameters(), cfg.grad_clip)
         opt.step()
@@ -169,7 +210,7 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         window.append(loss.item())
         bar.update(1)
         bar.set_postfix(bpd=f"{sum(window[-50:]) / len(window[-50:]):.3f}")
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        if (step % cfg.checkpoint_every == 0 or step == cfg.steps) and dist.is_main:
             metrics: dict[str, Any] = {"step": step, "train_bpd_dequant": sum(window) / len(window),
                                        "lr": opt.param_groups[0]["lr"],
                                        "images_per_s": seen / (time.perf_counter() - t0)}
@@ -183,7 +224,33 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
                             extra={"pos": pos, "data": data})
     bar.close()
     seconds = time.perf_counter() - t0
+    if not dist.is_main:                        # rank 0 evaluates, calibrates and writes flow.pt
+        return FlowRun(path=out / "flow.pt", steps=step, train_bpd=math.nan, val_bpd=None, seconds=seconds)
+    sync_actnorm(flow, False)
     return _finish(flow, images, val_images, out=out, run=run, step=step, seconds=seconds, data=data)
+
+
+def _sharded_backward(flow: Glow, model: torch.nn.Module, opt: torch.optim.Optimizer, y: torch.Tensor,
+                      mine: list[int], shards: int, accumulation: int, dist: Dist) -> torch.Tensor:
+    """Forward and backward of this rank's shards of the global batch ``y``; returns the global mean loss.
+
+    Gradients end up as those of the global batch's mean bits/dim (DDP averages over ranks, each of
+    the ``accumulation`` shards of a rank weighs ``1 / accumulation``). Before the first step, one
+    forward pass over all of this rank's shards initialises actnorm (synchronised across ranks), so
+    that it sees the whole first batch, as in one process.
+    """
+    if any(isinstance(m, ActNorm) and not bool(m.initialized) for m in flow.modules()):
+        with torch.no_grad():
+            flow.log_prob(torch.cat([shard_rows(y, s, shards) for s in mine]))
+    opt.zero_grad(set_to_none=True)
+    total = torch.zeros((), device=y.device)
+    for i, s in enumerate(mine):
+        sync = not dist.enabled or i == len(mine) - 1
+        with nullcontext() if sync else model.no_sync():
+            loss = bits_per_dim(model(shard_rows(y, s, shards)), flow.cfg.dims).mean()
+            (loss / accumulation).backward()
+        total += loss.detach()
+    return dist.all_reduce_sum(total) / shards
 
 
 def _finish(flow: Glow, images: torch.Tensor, val_images: torch.Tensor | None, *, out: Path, run: RunDir,

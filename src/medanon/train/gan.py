@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_write_text, sha256_bytes
 from medanon.models.stylegan import AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
 from medanon.runtime import RunDir
-from medanon.train.gan_loss import discriminator_step, generator_loss, sample_ws
+from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
+from medanon.train.gan_loss import discriminator_loss, discriminator_step, generator_loss, mix_styles, sample_ws
 from medanon.train.loop import CHECKPOINT, run_loop, save_image_grid
 
 __all__ = ["KIND", "StyleGANTrainer", "export_checkpoint", "keep_metrics_until", "load_config", "load_discriminator",
@@ -39,6 +41,7 @@ __all__ = ["KIND", "StyleGANTrainer", "export_checkpoint", "keep_metrics_until",
 
 KIND = "stylegan2"
 GRID = 8                                        # sample grids are GRID x GRID images
+SHARD_SEED_STRIDE = 1_000_003                   # shard s > 0 seeds its streams from cfg.seed + s * this
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,12 +88,30 @@ class StyleGANTrainer:
     ``images`` are (N, C, H, W) uint8 on the CPU (batches move to ``device``). ``save``/``load``
     write and restore everything a resumed run needs. :func:`train_stylegan` drives it; it is
     public for benchmarks and for loops that add their own losses.
+
+    **Shards** (distributed training and gradient accumulation, :mod:`medanon.train.distributed`):
+    with ``dist.world_size * accumulation = S > 1`` the global batch ``cfg.batch`` is computed as S
+    micro-batches ("shards") of ``cfg.batch / S`` images. Shard s has its own random streams
+    (latents, style mixing, augmentation, synthesis noise; shard 0 keeps the single-process ones,
+    shard s > 0 is seeded from ``cfg.seed + s * SHARD_SEED_STRIDE``), the real images of a step are
+    one draw of the shared data stream of which shard s takes rows ``s::S``, and minibatch-std
+    groups stay inside a shard. A step's result therefore depends on S but not on how the shards are
+    spread over processes: 2 ranks x 1 shard give the parameters of 1 rank x 2 accumulated shards
+    (``tests/test_distributed.py``). Gradients are summed over shards and ranks (each shard's loss
+    weighted 1 / S); ADA's ``r_t`` counts the real logits of all shards; ``w_avg`` moves towards the
+    mean w of the global batch; the logged R1 and losses are means over shards. With S = 1 the
+    step is the single-process code, bit for bit.
     """
 
-    def __init__(self, cfg: StyleGANConfig, images: torch.Tensor, device: torch.device):
+    def __init__(self, cfg: StyleGANConfig, images: torch.Tensor, device: torch.device, *,
+                 dist: Dist | None = None, accumulation: int = 1):
         self.cfg = cfg
         self.device = device
         self.images = images                    # (N, C, H, W) uint8 on the CPU
+        self.dist = dist or Dist(device=device)
+        self.accumulation = accumulation
+        self.shards = self.dist.world_size * accumulation
+        self.micro = split_batch(cfg.batch, self.dist.world_size, accumulation)
         torch.manual_seed(cfg.seed)             # weights and synthesis noise
         self.G = Generator.from_config(cfg).to(device).train()
         self.D = Discriminator.from_config(cfg).to(device).train()
@@ -105,10 +126,52 @@ class StyleGANTrainer:
         self.batch = cfg.batch
         self.step_count = 0
         self.seconds = 0.0                      # wall-clock training time, over resumes
+        # per-shard random state: {"latents": Generator, "torch": CPU RNG state, "cuda": CUDA RNG state}
+        self.shard_rng: dict[int, dict[str, Any]] = {}
+        if self.shards > 1:
+            for s in local_shards(self.dist, accumulation):
+                self.shard_rng[s] = self._shard_state(s) if s else {
+                    "latents": self.rng, "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
     @property
     def nimg(self) -> int:
         return self.step_count * self.cfg.batch
+
+    def shard_seeds(self) -> dict[int, dict[str, int | str]]:
+        """Every shard's seeds (for the manifest); shard 0's are the single-process ones."""
+        out: dict[int, dict[str, int | str]] = {0: {"latents": self.cfg.seed + 1,
+                                                    "noise": f"torch global RNG after manual_seed({self.cfg.seed}) "
+                                                             "and weight initialisation"}}
+        for s in range(1, self.shards):
+            base = self.cfg.seed + s * SHARD_SEED_STRIDE
+            out[s] = {"latents": base + 1, "noise": base + 4}
+        return out
+
+    def _shard_state(self, s: int) -> dict[str, Any]:
+        """Fresh random state of shard s > 0 (a new run, or a resume with more shards than before)."""
+        base = self.cfg.seed + s * SHARD_SEED_STRIDE
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(base + 4)
+            state = {"torch": torch.get_rng_state(),
+                     "cuda": torch.cuda.get_rng_state(self.device) if devices else None}
+        state["latents"] = torch.Generator(self.device).manual_seed(base + 1)
+        return state
+
+    @contextmanager
+    def _use_shard(self, s: int):
+        """Run with shard s's global torch RNG (synthesis noise) and hand its latents generator over."""
+        st = self.shard_rng[s]
+        torch.set_rng_state(st["torch"])
+        if st["cuda"] is not None:
+            torch.cuda.set_rng_state(st["cuda"], self.device)
+        try:
+            yield st["latents"]
+        finally:
+            st["torch"] = torch.get_rng_state()
+            if st["cuda"] is not None:
+                st["cuda"] = torch.cuda.get_rng_state(self.device)
 
     def real_batch(self) -> torch.Tensor:
         idx = torch.randint(len(self.images), (self.cfg.batch,), generator=self.data_rng)
@@ -118,6 +181,8 @@ class StyleGANTrainer:
         return torch.randn(self.cfg.batch, self.cfg.z_dim, device=self.device, generator=self.rng)
 
     def step(self) -> dict[str, float]:
+        if self.shards > 1:
+            return self._step_sharded()
         cfg = self.cfg
         # generator: non-saturating loss through D (D's weights frozen)
         self.D.requires_grad_(False)
@@ -143,6 +208,69 @@ class StyleGANTrainer:
             out["rt"] = self.ada.last_rt
         return out
 
+    def _step_sharded(self) -> dict[str, float]:
+        """One G and one D update of the global batch computed as shards (see the class docstring)."""
+        cfg, d, m, weight = self.cfg, self.dist, self.micro, 1.0 / self.shards
+        mine = list(self.shard_rng)
+        # generator
+        self.D.requires_grad_(False)
+        self.G.requires_grad_(True)
+        self.opt_G.zero_grad(set_to_none=True)
+        loss_G = torch.zeros((), device=self.device)
+        for s in mine:
+            with self._use_shard(s) as rng:
+                z = torch.randn(m, cfg.z_dim, device=self.device, generator=rng)
+                ws = sample_ws(self.G, z, style_mixing=cfg.style_mixing, generator=rng)
+                loss = generator_loss(self.D, self.augment, self.G.synthesis(ws), rng)
+                (loss * weight).backward()
+                loss_G += loss.detach()
+        d.sum_gradients(self.G.parameters())
+        self.opt_G.step()
+        # discriminator (R1 on the same steps as one process), ADA and w_avg over all shards
+        self.G.requires_grad_(False)
+        self.D.requires_grad_(True)
+        self.opt_D.zero_grad(set_to_none=True)
+        do_r1 = cfg.r1_gamma > 0 and self.step_count % cfg.r1_interval == 0
+        idx = torch.randint(len(self.images), (cfg.batch,), generator=self.data_rng)   # same on every rank
+        sums = torch.zeros(4 + self.G.mapping.w_avg.numel(), device=self.device)  # loss_D, fake, real, r1, w
+        logits = []
+        for s in mine:
+            with self._use_shard(s) as rng:
+                with torch.no_grad():
+                    z = torch.randn(m, cfg.z_dim, device=self.device, generator=rng)
+                    w = self.G.mapping(z)
+                    sums[4:] += w[:, 0].sum(dim=0)
+                    fake = self.G.synthesis(mix_styles(self.G, w, z, style_mixing=cfg.style_mixing, generator=rng))
+                real = self.images[shard_rows(idx, s, self.shards)].to(self.device, torch.float32) / 127.5 - 1
+                loss, stats = discriminator_loss(self.D, self.augment, real, fake, generator=rng,
+                                                 r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0)
+                (loss * weight).backward()
+            sums[0] += loss.detach()
+            sums[1] += stats["loss_fake"]
+            sums[2] += stats["loss_real"]
+            if do_r1:
+                sums[3] += stats["r1"]
+            logits.append(stats["real_logits"])
+        d.sum_gradients(self.D.parameters())
+        self.opt_D.step()
+        all_logits = d.all_gather_cat(torch.cat(logits))
+        self.ada.accumulate(all_logits)
+        self.ada.step()
+        d.all_reduce_sum(sums)
+        with torch.no_grad():                   # what Mapping(update_emas=True) does, with the global mean w
+            w_avg = self.G.mapping.w_avg
+            w_avg.copy_((sums[4:] / cfg.batch).lerp(w_avg, self.G.mapping.w_avg_beta))
+        self.step_count += 1
+        self.update_ema()
+        out = {"loss_G": float(d.all_reduce_sum(loss_G) / self.shards), "loss_D": float(sums[0] / self.shards),
+               "D_real": float(all_logits.mean())}
+        if do_r1:
+            out["r1"] = float(sums[3] / self.shards)
+        out["ada_p"] = self.augment.p
+        if self.ada.last_rt is not None:
+            out["rt"] = self.ada.last_rt
+        return out
+
     @torch.no_grad()
     def update_ema(self) -> None:
         ema_nimg = self.cfg.ema_kimg * 1000
@@ -162,13 +290,32 @@ class StyleGANTrainer:
         return self.G_ema(self.grid_z.to(self.device), noise_mode="const")
 
     def save(self, path: Path) -> Path:
-        rng = {"torch": torch.get_rng_state(), "latents": self.rng.get_state(), "data": self.data_rng.get_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        """Write the full state (rank 0 only; with several ranks every rank must call it: it gathers
+        the shards' random states). Shard 0's states are stored where a one-process run stores its
+        own, the other shards' under ``rng["shards"]``, so any checkpoint resumes with any number of ranks."""
+        if self.shards == 1:
+            rng = {"torch": torch.get_rng_state(), "latents": self.rng.get_state(),
+                   "data": self.data_rng.get_state()}
+            if self.device.type == "cuda":
+                rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        else:
+            mine = {s: {"torch": st["torch"], "latents": st["latents"].get_state(),
+                        **({"cuda": st["cuda"]} if st["cuda"] is not None else {})}
+                    for s, st in self.shard_rng.items()}
+            every: dict[int, dict[str, torch.Tensor]] = {}
+            for part in self.dist.gather_objects(mine):
+                every.update(part)
+            if not self.dist.is_main:
+                return path
+            rng = {**every[0], "data": self.data_rng.get_state(),
+                   "shards": [every[s] for s in range(1, self.shards)]}
         state = {"G": self.G.state_dict(), "D": self.D.state_dict(), "G_ema": self.G_ema.state_dict(),
                  "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict(), "rng": rng}
         extra = {"images": len(self.images), "ada_p": self.augment.p, "ada_state": self.ada.state_dict(),
                  "kimg": self.nimg / 1000, "seconds": self.seconds}
+        if self.shards > 1:
+            extra["distributed"] = {"shards": self.shards, "world_size": self.dist.world_size,
+                                    "accumulation": self.accumulation}
         return save_checkpoint(path, kind=KIND, config=to_dict(self.cfg), state=state, step=self.step_count,
                                extra=extra)
 
@@ -188,6 +335,13 @@ class StyleGANTrainer:
         self.data_rng.set_state(state["rng"]["data"])
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        saved = [state["rng"], *state["rng"].get("shards", [])]   # shard s's states, as far as they were saved
+        for s, st in self.shard_rng.items():    # more shards than the checkpoint's keep their fresh seeds
+            if s < len(saved):
+                st["torch"] = saved[s]["torch"]
+                st["latents"].set_state(saved[s]["latents"])
+                if st["cuda"] is not None and "cuda" in saved[s]:
+                    st["cuda"] = saved[s]["cuda"]
         self.ada.load_state_dict(blob["extra"]["ada_state"])
         self.step_count = int(blob["step"])
         self.seconds = float(blob["extra"]["seconds"])
@@ -217,23 +371,29 @@ def keep_metrics_until(path: Path, step: int) -> None:
 def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *, steps: int,
                    resume: bool = False, device: str | torch.device = "cpu", checkpoint_every: int = 500,
                    sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
-                   progress: bool = True, command: str = "train gan") -> Path:
+                   progress: bool = True, command: str = "train gan", dist: Dist | None = None,
+                   accumulation: int = 1) -> Path:
     """Train StyleGAN2-ADA on ``images`` (N, C, H, W) in [-1, 1] until ``steps`` steps of ``cfg.batch`` images.
 
     Writes the run directory described in the module docstring to ``out`` and returns the path of the
     final checkpoint. With ``resume`` the run continues from ``out/checkpoint.pt``; its config must
     equal ``cfg``. ``max_seconds`` ends the run early, after the step that reaches that much wall-clock
     time, with the same final log line, samples and checkpoint as a finished run (useful on shared machines).
+
+    ``dist`` (from :func:`medanon.train.distributed.init_distributed`, under torchrun) and
+    ``accumulation`` split each step's ``cfg.batch`` images into shards (see :class:`StyleGANTrainer`);
+    every rank calls this function, rank 0 alone writes the run directory.
     """
     validate(cfg)
-    device = torch.device(device)
+    dist = dist or Dist(device=torch.device(device))
+    device = dist.device
     out = Path(out)
     ckpt_path = out / CHECKPOINT
     data = to_uint8(images, cfg)
     if not resume and ckpt_path.exists():
         raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
                           fix="pass --resume to continue it, or choose another --out")
-    trainer = StyleGANTrainer(cfg, data, device)
+    trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND, map_location=device)
         diff = sorted(k for k, v in to_dict(cfg).items() if blob["config"].get(k) != v)
@@ -241,11 +401,21 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
             raise ConfigError(f"the config differs from the run being resumed in {diff}",
                               fix="resume with the run's own config (its config.yaml)")
         trainer.load(blob)
-        keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
-    run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
-    run.update(resumed_from_step=trainer.step_count if resume else None,
-               training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())})
+        if dist.is_main:
+            keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+    run = None
+    if dist.is_main:
+        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+        run.update(resumed_from_step=trainer.step_count if resume else None,
+                   training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())})
+        if trainer.shards > 1:
+            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": trainer.shards,
+                                    "images_per_shard": trainer.micro, "global_batch": cfg.batch,
+                                    "rank_shards": {r: list(range(r * accumulation, (r + 1) * accumulation))
+                                                    for r in range(dist.world_size)},
+                                    "shard_seeds": trainer.shard_seeds()})
     return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
-                    log_every=log_every, progress=progress, desc="stylegan2", max_seconds=max_seconds,
+                    log_every=log_every, progress=progress and dist.is_main, desc="stylegan2", max_seconds=max_seconds,
+                    dist=dist,
                     show=lambda m: {"G": f"{m['loss_G']:.3f}", "D": f"{m['loss_D']:.3f}", "p": f"{m['ada_p']:.3f}"})
 

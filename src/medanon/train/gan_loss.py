@@ -17,7 +17,12 @@ def sample_ws(G: Generator, z: torch.Tensor, *, style_mixing: float = 0.0, gener
               update_emas: bool = False) -> torch.Tensor:
     """``G.mapping(z)``, with the styles from a random layer on taken from a second latent (probability
     ``style_mixing`` per batch); this mixing regularisation keeps neighbouring styles decorrelated."""
-    ws = G.mapping(z, update_emas=update_emas)
+    return mix_styles(G, G.mapping(z, update_emas=update_emas), z, style_mixing=style_mixing, generator=generator)
+
+
+def mix_styles(G: Generator, ws: torch.Tensor, z: torch.Tensor, *, style_mixing: float = 0.0,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+    """The style-mixing half of :func:`sample_ws`, for callers that map ``z`` themselves."""
     if style_mixing > 0:
         u = torch.rand((), device=z.device, generator=generator)
         cutoff = torch.randint(1, G.num_ws, (), device=z.device, generator=generator)

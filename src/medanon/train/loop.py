@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from medanon.fsutil import atomic_write_bytes
 from medanon.runtime import RunDir
+from medanon.train.distributed import Dist
 
 CHECKPOINT = "checkpoint.pt"
 GRID_COLS = 8                                   # images per row of a sample grid
@@ -49,47 +50,57 @@ class Trainable(Protocol):
     def save(self, path: Path) -> Path: ...     # write the full training state
 
 
-def run_loop(trainer: Trainable, run: RunDir, out: Path, *, steps: int, checkpoint_every: int, sample_every: int,
-             log_every: int, progress: bool, desc: str, show: Callable[[dict[str, float]], dict[str, str]],
-             max_seconds: float | None = None) -> Path:
+def run_loop(trainer: Trainable, run: RunDir | None, out: Path, *, steps: int, checkpoint_every: int,
+             sample_every: int, log_every: int, progress: bool, desc: str,
+             show: Callable[[dict[str, float]], dict[str, str]], max_seconds: float | None = None,
+             dist: Dist | None = None) -> Path:
     """Step ``trainer`` until ``steps`` (or, with ``max_seconds``, until the step that reaches that much
     wall-clock time): metrics every ``log_every`` steps (means since the last line, and images/s), sample
     grids every ``sample_every`` and the checkpoint every ``checkpoint_every`` steps and at the end.
-    ``show(means)`` gives the progress bar's postfix. Returns the checkpoint path."""
+    ``show(means)`` gives the progress bar's postfix. Returns the checkpoint path.
+
+    With several ranks (``dist``) every rank runs the loop and calls ``trainer.save`` (which gathers and
+    writes on rank 0); metrics, samples and the manifest are rank 0's alone (``run`` is None elsewhere),
+    and rank 0's clock decides when ``max_seconds`` is reached."""
+    dist = dist or Dist()
+    main = dist.is_main
     ckpt_path = out / CHECKPOINT
-    bar = tqdm(total=steps, initial=trainer.step_count, desc=desc, unit="step", disable=not progress,
+    bar = tqdm(total=steps, initial=trainer.step_count, desc=desc, unit="step", disable=not (progress and main),
                dynamic_ncols=True)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     t_start = t_last = time.perf_counter()
     n_last, seconds_before = trainer.step_count, trainer.seconds
     while trainer.step_count < steps:
-        losses = trainer.step()
+        losses = trainer.step()                 # with several ranks: already means over all ranks
         step = trainer.step_count
         elapsed = time.perf_counter() - t_start
         trainer.seconds = seconds_before + elapsed
-        last = step == steps or (max_seconds is not None and elapsed >= max_seconds)
+        last = step == steps or (max_seconds is not None and dist.any(main and elapsed >= max_seconds))
         for k, v in losses.items():
             sums[k] = sums.get(k, 0.0) + v
             counts[k] = counts.get(k, 0) + 1
         bar.update(1)
-        if step % log_every == 0 or last:
+        if main and (step % log_every == 0 or last):
             now = time.perf_counter()
             rate = (step - n_last) * trainer.batch / max(now - t_last, 1e-9)
             means = {k: v / counts[k] for k, v in sums.items()}
             run.log_metrics(step=step, kimg=step * trainer.batch / 1000, **means, img_per_s=rate)
             bar.set_postfix(**show(means), ips=f"{rate:.1f}")
             sums, counts, t_last, n_last = {}, {}, now, step
-        if step % sample_every == 0 or last:
+        if main and (step % sample_every == 0 or last):
             save_image_grid(trainer.sample_grid(), out / "samples" / f"step-{step:07d}.png")
         if step % checkpoint_every == 0 or last:
             trainer.save(ckpt_path)
         if last:
             break
     bar.close()
-    if not ckpt_path.exists():                  # steps=0: an untrained model, still a valid checkpoint
+    if dist.any(main and not ckpt_path.exists()):  # steps=0: an untrained model, still a valid checkpoint
         trainer.save(ckpt_path)
-    run.update(steps=trainer.step_count, kimg=trainer.step_count * trainer.batch / 1000,
-               train_seconds=round(trainer.seconds, 1))
-    run.finish()
+    if main:
+        run.update(steps=trainer.step_count, kimg=trainer.step_count * trainer.batch / 1000,
+                   train_seconds=round(trainer.seconds, 1))
+        run.finish()
+    dist.barrier()                              # the checkpoint is complete when any rank returns
     return ckpt_path
+

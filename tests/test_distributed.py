@@ -1,0 +1,216 @@
+"""Distributed (torchrun / torch.distributed) training on CPU with the gloo backend.
+
+Two processes are started with ``torch.multiprocessing`` and join a gloo process group through the
+environment variables torchrun would set; the single-process references run in the test process.
+Models are the tiny 32 px configs, a few steps each.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from medanon.checkpoint import load_checkpoint
+from medanon.config import build
+from medanon.errors import ConfigError
+from medanon.models.glow import GlowConfig
+from medanon.models.stylegan import StyleGANConfig
+from medanon.train.distributed import Dist, init_distributed, shard_rows, shutdown, split_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+GAN_CONFIG = ROOT / "configs" / "stylegan" / "tiny32.yaml"
+FLOW_CONFIG = ROOT / "configs" / "glow" / "tiny32.yaml"
+# ADA's p starts above 0 so that augmentations run; R1 every other step; ADA updates every other step
+GAN_OVERRIDES = ("augment_p=0.3", "r1_interval=2", "ada_interval=2", "ada_target=0.3")
+TOL = dict(rtol=0, atol=2e-5)                   # float32 summation-order differences, far below an Adam step
+# The flow is compared in float64: its shards sum in another order than one batch does, and Adam's first
+# steps (lr * g / |g|) turn float32 rounding of near-zero gradients (actnorm right after its
+# data-dependent initialisation) into differences of up to lr; in float64 they stay ~1e-13.
+FLOW_TOL = dict(rtol=0, atol=1e-9)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def images(n: int = 24, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 3, 32, 32, generator=g) * 2 - 1
+
+
+def gan_cfg() -> StyleGANConfig:
+    return build(StyleGANConfig, path=GAN_CONFIG, overrides=GAN_OVERRIDES)
+
+
+def _spawn(fn, port: int, *args) -> None:
+    mp.start_processes(fn, args=(2, port, *args), nprocs=2, join=True, start_method="fork")
+
+
+def _join(rank: int, world: int, port: int) -> Dist:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    return init_distributed("cpu")
+
+
+def flow_cfg(steps: int = 4) -> GlowConfig:
+    return build(GlowConfig, path=FLOW_CONFIG, overrides=(f"steps={steps}", "checkpoint_every=2", "warmup_steps=2",
+                                                          "channels=3"))
+
+
+def float64_flows() -> None:
+    """Make ``train_flow`` build float64 flows (see FLOW_TOL)."""
+    import medanon.train.flow as module
+    from medanon.models.glow import Glow
+    module.Glow = lambda cfg: Glow(cfg).double()
+
+
+def _worker(rank: int, world: int, port: int, root: str) -> None:
+    """Every 2-rank run the tests compare, in one process group (one start-up for all)."""
+    from medanon.train.flow import train_flow
+    from medanon.train.gan import train_stylegan
+    float64_flows()
+    d = _join(rank, world, port)
+    try:
+        for name, steps in (("two-ranks", 4), ("two-ranks-half", 2)):
+            train_stylegan(images(), gan_cfg(), Path(root) / "gan" / name, steps=steps, dist=d, progress=False,
+                           checkpoint_every=100, sample_every=100, log_every=1)
+        for name, steps in (("two-ranks", 4), ("two-ranks-half", 2)):
+            train_flow(flow_cfg(steps), images().double(), out=Path(root) / "flow" / name, dist=d, progress=False)
+    finally:
+        shutdown(d)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("two-ranks")
+    _spawn(_worker, free_port(), str(root))
+    return root
+
+
+def _state(path: Path) -> dict[str, torch.Tensor]:
+    blob = load_checkpoint(path)
+    out = {}
+    for net in ("G", "D", "G_ema"):
+        out.update({f"{net}.{k}": v for k, v in blob["state"][net].items()})
+    return out
+
+
+def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], tol: dict | None = None) -> float:
+    assert a.keys() == b.keys()
+    worst = 0.0
+    for k in a:
+        if a[k].is_floating_point():
+            worst = max(worst, float((a[k] - b[k]).abs().max()))
+            torch.testing.assert_close(a[k], b[k], **(tol or TOL), msg=lambda m, k=k: f"{k}: {m}")
+        else:
+            assert torch.equal(a[k], b[k]), k
+    return worst
+
+
+def test_split_batch_and_shards():
+    assert split_batch(8, 2, 2) == 2
+    with pytest.raises(ConfigError, match="multiple of 6"):
+        split_batch(8, 3, 2)
+    rows = torch.arange(8)
+    assert torch.cat([shard_rows(rows, s, 2) for s in range(2)]).sort().values.equal(rows)
+    assert shard_rows(rows, 1, 4).tolist() == [1, 5]
+    assert not init_distributed("cpu").enabled   # no torchrun environment: one process, no group
+
+
+def test_gan_two_ranks_equal_one_rank_and_resume_on_one_rank(two_ranks: Path, tmp_path: Path):
+    """2 ranks x 4 images = 1 process x 2 accumulated shards of 4 (the GAN's step depends on the shards:
+    each has its own noise and augmentation streams, and minibatch-std groups stay inside one)."""
+    import shutil
+
+    from medanon.train.gan import train_stylegan
+    shutil.copytree(two_ranks / "gan", tmp_path, dirs_exist_ok=True)
+    # one process, the same global batch of 8 as 2 accumulated shards of 4
+    one = train_stylegan(images(), gan_cfg(), tmp_path / "one-rank", steps=4, accumulation=2, progress=False,
+                         checkpoint_every=100, sample_every=100, log_every=1)
+    two = tmp_path / "two-ranks" / "checkpoint.pt"
+    worst = _assert_close(_state(two), _state(one))
+    b1, b2 = load_checkpoint(one), load_checkpoint(two)
+    assert b1["extra"]["ada_state"] == pytest.approx(b2["extra"]["ada_state"])
+    assert b2["extra"]["ada_state"]["last_rt"] is not None and b2["extra"]["ada_p"] != 0.3   # ADA did update
+    assert b2["extra"]["distributed"] == {"shards": 2, "world_size": 2, "accumulation": 1}
+    assert len(b2["state"]["rng"]["shards"]) == 1
+    # the 2-rank run stopped at step 2 resumes on one process and ends where the others did
+    half = tmp_path / "two-ranks-half"
+    train_stylegan(images(), gan_cfg(), half, steps=4, resume=True, accumulation=2, progress=False,
+                   checkpoint_every=100, sample_every=100, log_every=1)
+    _assert_close(_state(half / "checkpoint.pt"), _state(two))
+    # the metrics (rank 0's) are means over both ranks and say the same as the one-process run's
+    import json
+    m1 = [json.loads(x) for x in (tmp_path / "one-rank" / "metrics.jsonl").read_text().splitlines()]
+    m2 = [json.loads(x) for x in (tmp_path / "two-ranks" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in m2] == [1, 2, 3, 4]
+    for a, b in zip(m1, m2, strict=True):
+        for k in ("loss_G", "loss_D", "D_real", "ada_p"):
+            assert a[k] == pytest.approx(b[k], abs=1e-5), k
+        assert ("r1" in a) == ("r1" in b)
+    manifest = json.loads((tmp_path / "two-ranks" / "manifest.json").read_text())
+    assert manifest["distributed"]["world_size"] == 2
+    assert set(manifest["distributed"]["shard_seeds"]) == {"0", "1"}
+    print(f"max |2 ranks - 1 rank| = {worst:.3g}")
+    assert worst < TOL["atol"]
+
+
+def test_gan_sharded_checkpoint_resumes_as_one_shard(tmp_path: Path):
+    """A checkpoint of 2 shards resumes with 1 (shard 0's streams continue) and vice versa."""
+    from medanon.train.gan import StyleGANTrainer
+    cfg = gan_cfg()
+    data = ((images() + 1) * 127.5).round().to(torch.uint8)
+    a = StyleGANTrainer(cfg, data, torch.device("cpu"), accumulation=2)
+    a.step()
+    blob = load_checkpoint(a.save(tmp_path / "two-shards.pt"))
+    b = StyleGANTrainer(cfg, data, torch.device("cpu"))
+    b.load(blob)
+    out = b.step()
+    assert b.step_count == 2 and all(torch.isfinite(torch.tensor(v)) for v in out.values())
+    c = StyleGANTrainer(cfg, data, torch.device("cpu"), accumulation=4)   # more shards than saved: fresh seeds
+    c.load(load_checkpoint(b.save(tmp_path / "one-shard.pt")))
+    c.step()
+    assert c.step_count == 3
+
+
+def _flow_state(path: Path) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in load_checkpoint(path)["state"]["model"].items()}
+
+
+def test_flow_two_ranks_equal_one_process_and_resume_on_one_rank(two_ranks: Path, tmp_path: Path, monkeypatch):
+    """The flow's step does not depend on the sharding at all: 2 ranks x 4 images = 1 process x 8 images
+    (today's single-process code path), actnorm initialised from the whole first batch across ranks."""
+    import shutil
+
+    import medanon.train.flow as module
+    from medanon.models.glow import Glow
+    monkeypatch.setattr(module, "Glow", lambda cfg: Glow(cfg).double())
+    shutil.copytree(two_ranks / "flow", tmp_path, dirs_exist_ok=True)
+    x = images().double()
+    one = module.train_flow(flow_cfg(), x, out=tmp_path / "one-process", progress=False)
+    acc = module.train_flow(flow_cfg(), x, out=tmp_path / "accumulated", progress=False, accumulation=4)
+    two = tmp_path / "two-ranks"
+    ref = _flow_state(one.path)
+    assert ref["steps.0.0.actnorm.bias"].dtype == torch.float64
+    worst = _assert_close(_flow_state(two / "flow.pt"), ref, FLOW_TOL)
+    _assert_close(_flow_state(tmp_path / "accumulated" / "flow.pt"), ref, FLOW_TOL)
+    assert acc.train_bpd == pytest.approx(one.train_bpd, abs=1e-9)
+    moved = max(float((ref[k] - v).abs().max()) for k, v in _flow_state(tmp_path / "two-ranks-half" / "flow.pt").items()
+                if v.is_floating_point())
+    assert moved > 1e-4                         # steps 3-4 change the flow far more than the tolerance
+    # the 2-rank run stopped at step 2 resumes in one process (plain) and ends where the others did
+    half = module.train_flow(flow_cfg(), x, out=tmp_path / "two-ranks-half", resume=True, progress=False)
+    assert half.steps == 4
+    _assert_close(_flow_state(half.path), ref, FLOW_TOL)
+    import json
+    manifest = json.loads((two / "manifest.json").read_text())
+    assert manifest["distributed"]["world_size"] == 2 and manifest["distributed"]["images_per_shard"] == 4
+    print(f"flow: max |2 ranks - 1 process| = {worst:.3g}")

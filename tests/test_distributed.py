@@ -7,8 +7,11 @@ Models are the tiny 32 px configs, a few steps each.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,3 +217,37 @@ def test_flow_two_ranks_equal_one_process_and_resume_on_one_rank(two_ranks: Path
     manifest = json.loads((two / "manifest.json").read_text())
     assert manifest["distributed"]["world_size"] == 2 and manifest["distributed"]["images_per_shard"] == 4
     print(f"flow: max |2 ranks - 1 process| = {worst:.3g}")
+
+
+@pytest.mark.slow
+def test_torchrun_trains_from_the_command_line(tmp_path: Path):
+    """docs/distributed.md's command ``torchrun --nproc_per_node 2 -m medanon train gan`` on CPU (gloo); the
+    flow's command line (``--accum``) in-process (its torchrun run is the same start-up, ~20 s more)."""
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+    data = tmp_path / "ph"
+    r = CliRunner().invoke(cli, ["phantom", "--modality", "fundus", "--patients", "6", "--per-patient", "2",
+                                 "--size", "32", "--out", str(data), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_port", str(free_port()), "-m", "medanon", "--device", "cpu", "train"]
+    gan = subprocess.run([*torchrun, "gan", "--data", str(data), "--config", str(GAN_CONFIG), "--steps", "4",
+                          "--out", str(tmp_path / "gan"), "--sample-every", "2"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert gan.returncode == 0, gan.stderr[-3000:]
+    assert gan.stdout.count("wrote") == 1         # rank 0 alone reports (and writes)
+    blob = load_checkpoint(tmp_path / "gan" / "checkpoint.pt")
+    assert blob["step"] == 4 and blob["extra"]["distributed"]["world_size"] == 2
+    assert sorted(p.name for p in (tmp_path / "gan" / "samples").iterdir()) == ["step-0000002.png", "step-0000004.png"]
+    rows = [json.loads(x) for x in (tmp_path / "gan" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [4]
+    manifest = json.loads((tmp_path / "gan" / "manifest.json").read_text())
+    assert manifest["distributed"]["world_size"] == 2 and manifest["distributed"]["backend"] == "gloo"
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "flow", "--data", str(data), "--config", str(FLOW_CONFIG),
+                                 "--steps", "2", "--subset", "all", "--accum", "2", "--out", str(tmp_path / "flow")])
+    assert r.exit_code == 0, r.output
+    assert "2 steps" in r.output
+    manifest = json.loads((tmp_path / "flow" / "manifest.json").read_text())
+    assert manifest["distributed"]["shards"] == 2 and manifest["distributed"]["world_size"] == 1

@@ -5,11 +5,15 @@ and ``views − 1`` noisy copies ``w + σ·s⊙ε``, one Gaussian ``ε`` (w_dim,
 ``num_ws`` style inputs (a shift in W, which keeps the copies on the generator's W+ diagonal
 rather than scattering each layer), ``s`` the per-dimension standard deviation of the generator's
 own prior ``mapping(z)`` (:func:`prior_w_std`, computed from random z, not from any private image)
-and ``σ`` the relative noise level.
+and ``σ`` the relative noise level (default 0.05, measured against the encoder's latent spread in
+docs/ksalsa.md: a view moves about half as far as the nearest other cluster's average lies, instead
+of three times as far at the former 0.25).
 
-Privacy: the noise is drawn independently of the data, so given the released average the views
-carry no further information about the sources (the supplement's argument); each view stands for
-the same ≥ k people as its average. The views are not independent records: a downstream user
+Privacy: the noise is drawn independently of the data, from secret randomness
+(:func:`medanon.anonymize.ksame.secret_generator`: 63 bits from the operating system, recorded nowhere),
+so given the released average the views carry no further information about the sources (the
+supplement's argument) and nobody can regenerate the noise to test a guess of the members; each
+view stands for the same ≥ k people as its average. The views are not independent records: a downstream user
 must not count them as separate people, which the release's ``n_people`` column makes explicit.
 """
 

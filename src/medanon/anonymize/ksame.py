@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,12 +42,15 @@ from medanon.anonymize.averaging import (
     pixel_averages,
 )
 from medanon.anonymize.clustering import Clustering, cluster_people
+from medanon.anonymize.privacy import DataDependentRelease
 from medanon.anonymize.salsa import KSalsa, SalsaConfig
 from medanon.errors import ConfigError, DataError
+from medanon.release.aggregate import warn_homogeneity
 
 log = logging.getLogger(__name__)
 
 METHODS = ("ksalsa", "kcentroid", "kpixel", "kpca", "inverted")
+DEFAULT_VIEW_SIGMA = 0.05                       # measured: docs/ksalsa.md, "Latent augmentation" (docs/view_sigma.py)
 LATENT_METHODS = ("ksalsa", "kcentroid", "inverted")
 
 
@@ -60,9 +64,10 @@ class KSameConfig:
     batch: int = 8                              # clusters averaged together
     pca_components: float = 0.9                 # k-Same-PCA (and the pca space): count or variance fraction
     pca_fit_max: int = 2000                     # images the PCA is fitted on (seeded subsample beyond)
+    pca_basis: str = "private"                  # kpca: private (fitted on the released data) | separate (basis=)
     views: int = 1                              # images per cluster (supplement E augmentation; 1 = off)
-    view_sigma: float = 0.25                    # augmentation noise, relative to the prior's W std
-    seed: int = 0                               # PCA subsample and augmentation noise
+    view_sigma: float = DEFAULT_VIEW_SIGMA      # augmentation noise, relative to the prior's W std (docs/ksalsa.md)
+    seed: int = 0                               # PCA subsample (the augmentation noise is secret, never seeded)
     salsa: SalsaConfig = field(default_factory=SalsaConfig)
 
     def validate(self) -> None:
@@ -74,6 +79,8 @@ class KSameConfig:
             raise ConfigError(f"batch={self.batch} must be at least 1")
         if self.views < 1:
             raise ConfigError(f"views={self.views} must be at least 1")
+        if self.pca_basis not in ("private", "separate"):
+            raise ConfigError(f"pca_basis={self.pca_basis!r} must be private or separate")
         if self.views > 1 and self.method not in ("ksalsa", "kcentroid"):
             raise ConfigError(f"--views {self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
         if self.method != "inverted":
@@ -100,7 +107,10 @@ def encode_all(ds, codec, *, batch: int = 64, progress: bool = True) -> torch.Te
 
 
 def fit_pca(ds, cfg: KSameConfig, device) -> PCA:
-    """PCA of the dataset's images on a seeded subsample of at most ``pca_fit_max`` images."""
+    """PCA of the dataset's images on a seeded subsample of at most ``pca_fit_max`` images.
+
+    For k-Same-PCA pass a *separate* dataset here (``release_ksame(..., pca_basis=...)``): a basis fitted on
+    the released data makes every record depend on images outside its cluster."""
     n = len(ds)
     pick = range(n) if n <= cfg.pca_fit_max else np.sort(
         np.random.default_rng(cfg.seed).choice(n, cfg.pca_fit_max, replace=False))
@@ -112,10 +122,19 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[s
         return {"guarantee": "none: GAN-Inverted releases G(E(x)) for every image, one record per person's image; "
                              "it is the paper's non-anonymous comparison, not a de-identification",
                 "k": 1}
-    return {
-        "guarantee": f"k-anonymity of records: every released image is computed only from the images of one "
-                     f"cluster, and every cluster holds all images of at least k={cfg.k} distinct patients; each "
-                     f"patient is in exactly one cluster"
+    private_basis = cfg.method == "kpca" and cfg.pca_basis == "private"
+    computed = ("every released image is computed from the images of one cluster and the PCA basis (mean image and "
+                "components), which is fitted on the whole private dataset being released (up to "
+                f"{cfg.pca_fit_max} of its images): a record therefore also depends on images outside its cluster"
+                if private_basis else
+                "every released image is computed only from the images of one cluster"
+                + (" and a PCA basis fitted on separate data" if cfg.method == "kpca" else ""))
+    released = ("each released patient is in exactly one cluster; the leftover patients (N mod k, and strata with "
+                "fewer than k patients) are dropped: none of their images is released"
+                if cfg.drop_remainder else "each patient is in exactly one cluster")
+    out: dict[str, Any] = {
+        "guarantee": f"k-anonymity of records: {computed}, and every cluster holds all images of at least "
+                     f"k={cfg.k} distinct patients; {released}"
                      + (f"; each cluster gives {cfg.views} images (augmented views of one average)"
                         if cfg.views > 1 else ""),
         "k": cfg.k, "unit": "patient (as identified by the source's patient ids)",
@@ -125,14 +144,30 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[s
         "not_guaranteed": "k-anonymity does not bound what can be inferred about a cluster member from the average "
                           "(it is not differential privacy); measure it with the membership-inference attack of "
                           "`medanon evaluate` (top-K accuracy, k-SALSA §4.5)",
+        "labels": ("aggregated per patient (each patient counts once, whatever their number of images); a label "
+                   "that is the same for every patient of a record discloses each member's value (homogeneity)"
+                   + (f": with stratify={cfg.stratify!r} every record is homogeneous in {cfg.stratify}, so its "
+                      f"released {cfg.stratify} is each member's (worst) {cfg.stratify}" if cfg.stratify else "")),
         "clusters": len(clustering.clusters) if clustering else None,
         "dropped_images": len(clustering.dropped) if clustering else 0,
     }
+    if cfg.method == "kpca":
+        out["pca_basis"] = ("fitted on the private dataset being released: the basis is not covered by k-anonymity"
+                            if private_basis else "fitted on separate data supplied by the user (assumed not to "
+                                                  "contain the released patients)")
+    if cfg.views > 1:
+        out["augmentation"] = ("views are the cluster average plus Gaussian noise from secret operating-system "
+                               "randomness (recorded nowhere); given the average they carry no further information "
+                               "about the members, and every view stands for the same patients")
+    return out
 
 
-def _generator(seed: int, key: str) -> torch.Generator:
-    digest = hashlib.sha256(f"medanon-ksame-views:{seed}:{key}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+def secret_generator() -> torch.Generator:
+    """A CPU generator seeded with 63 secret bits from the operating system (``secrets``); the seed is not kept.
+
+    The augmentation noise needs no reproducibility: every view is an independent draw, so a resumed run
+    simply draws fresh noise for the views it still has to write, and nothing is stored anywhere."""
+    return torch.Generator().manual_seed(secrets.randbits(63))
 
 
 class ClusterAverager:
@@ -145,7 +180,7 @@ class ClusterAverager:
         self.last: dict[str, float] = {}
 
     def __call__(self, clusters: list[np.ndarray], weights: list[np.ndarray], keys: list[str]) -> torch.Tensor:
-        """(B, views, C, H, W) images of the clusters (``keys`` seed each cluster's augmentation noise)."""
+        """(B, views, C, H, W) images of the clusters (``keys`` name them; the augmentation noise is secret)."""
         m = self.cfg.method
         if m == "kpixel":
             imgs = [pixel_averages(load_images(self.ds, c, self.device), [np.arange(len(c))], [w])
@@ -166,26 +201,45 @@ class ClusterAverager:
             ws = res.ws
             # per cluster: the run's summary averages over clusters, not over batches of unequal size
             self.last = {"style_start": res.style_start.tolist(), "style_end": res.style_end.tolist()}
-        if self.cfg.views > 1:                   # noise per cluster from (seed, key): the same after a resume
+        if self.cfg.views > 1:                   # secret noise, fresh per cluster (never derivable from the manifest)
             ws = torch.cat([latent_views(ws[j:j + 1], views=self.cfg.views, sigma=self.cfg.view_sigma,
-                                         scale=self.w_std, generator=_generator(self.cfg.seed, key))
-                            for j, key in enumerate(keys)])
+                                         scale=self.w_std, generator=secret_generator())
+                            for j, _ in enumerate(keys)])
         else:
             ws = ws[:, None]
         return self.codec.decode(ws.flatten(0, 1)).reshape(*ws.shape[:2], self.ds.channels, self.ds.size,
                                                            self.ds.size)
 
 
-def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: bool = True
+def _check_basis(ds, cfg: KSameConfig, pca_basis) -> None:
+    if cfg.method == "kpca" and cfg.pca_basis == "separate" and pca_basis is None:
+        raise ConfigError("pca_basis='separate' needs the separate dataset to fit the basis on",
+                          fix="pass --basis-from DIR (or pca_basis=dataset), or use the private basis")
+    if pca_basis is not None and cfg.pca_basis != "separate":
+        raise ConfigError("a separate PCA basis dataset was given but the config says pca_basis='private'",
+                          fix="set pca_basis='separate'")
+    if pca_basis is not None and (pca_basis.size, pca_basis.channels) != (ds.size, ds.channels):
+        raise ConfigError(f"the basis dataset gives {pca_basis.channels}x{pca_basis.size}px images, the released "
+                          f"one {ds.channels}x{ds.size}px", fix="open both with the same --size and --channels")
+
+
+def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: bool = True, pca_basis=None
                   ) -> tuple[Clustering, torch.Tensor | None, PCA | None]:
-    """Everything before averaging: the latents (if any), the PCA (if needed) and the clusters."""
+    """Everything before averaging: the latents (if any), the PCA (if needed) and the clusters.
+
+    ``pca_basis``: a dataset *separate* from ``ds`` (e.g. public images) to fit the PCA on, with
+    ``cfg.pca_basis = "separate"``; otherwise the PCA is fitted on ``ds`` itself (and the k-Same-PCA
+    statement says that every record then depends on the whole dataset through the basis).
+    """
     from medanon.data.splits import patient_strata
 
+    _check_basis(ds, cfg, pca_basis)
     space = cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca")
     if space == "latent" and codec is None:
         raise ConfigError("clustering in the latent space needs --model (an inversion codec)")
     latents = encode_all(ds, codec, progress=progress) if codec is not None else None
-    pca = fit_pca(ds, cfg, device) if (cfg.method == "kpca" or space == "pca") else None
+    pca = fit_pca(pca_basis if pca_basis is not None else ds, cfg, device) \
+        if (cfg.method == "kpca" or space == "pca") else None
     if space == "latent":
         points = latents.flatten(1)
     else:
@@ -206,10 +260,14 @@ def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: b
 
 
 def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, device="cpu",
-                  progress: bool = True, plan: tuple | None = None) -> dict[str, Any]:
+                  progress: bool = True, plan: tuple | None = None, pca_basis=None) -> dict[str, Any]:
     """Run ``cfg.method`` on dataset ``ds`` into an open :class:`~medanon.release.ReleaseWriter`.
 
     Returns a summary (clusters, records written, records resumed, mean style losses for k-SALSA).
+    ``pca_basis``: a separate dataset for the k-Same-PCA basis (see :func:`plan_clusters`). Warns
+    :class:`~medanon.anonymize.privacy.DataDependentRelease` for k-Same-PCA on a private basis and
+    :class:`~medanon.anonymize.privacy.LabelHomogeneity` when a released label is the same for every
+    patient of a record; the writer's privacy statement records the counts.
     """
     cfg.validate()
     if cfg.method in LATENT_METHODS and codec is None:
@@ -218,9 +276,21 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
         raise ConfigError("ksalsa needs a feature network (--features)")
     if cfg.method == "inverted":
         return _release_inverted(ds, writer, codec, progress=progress)
-    clustering, latents, pca = plan or plan_clusters(ds, cfg, codec=codec, device=device, progress=progress)
+    _check_basis(ds, cfg, pca_basis)
+    if cfg.method == "kpca" and cfg.pca_basis == "private":
+        warnings.warn("k-Same-PCA with the basis fitted on the released data: every record depends on images outside "
+                      "its cluster through the basis (the statement says so); pass a separate basis dataset "
+                      "(--basis-from DIR) to keep each record a function of its cluster only",
+                      DataDependentRelease, stacklevel=2)
+    clustering, latents, pca = plan or plan_clusters(ds, cfg, codec=codec, device=device, progress=progress,
+                                                     pca_basis=pca_basis)
     if not clustering.clusters:
         raise DataError("no cluster could be formed", fix="lower --k or add data")
+    labels = list(writer.settings.get("labels", []))
+    homogeneous = warn_homogeneity([[ds.records[i] for i in c] for c in clustering.clusters], labels, stacklevel=3)
+    if labels and hasattr(writer, "privacy"):
+        writer.privacy["homogeneous_records"] = {n: f"{c} of {len(clustering.clusters)}"
+                                                 for n, c in homogeneous.items()}
     keys = [cluster_key([ds.records[i].record_id for i in c]) for c in clustering.clusters]
     record_keys = {f"{key}/{v}" for key in keys for v in range(cfg.views)}
     stale = [k for k in writer.entries if k not in record_keys]
@@ -295,7 +365,10 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
                                              "input_size": d.get("input_size")}
     if cfg.views > 1:
         p["augmentation"] = {"views": cfg.views, "sigma": cfg.view_sigma,
-                             "noise": "w + sigma * std_prior(w) * N(0, I), one shift per view shared by all ws"}
+                             "noise": "w + sigma * std_prior(w) * N(0, I), one shift per view shared by all ws; "
+                                      "secret operating-system randomness, no seed"}
+    if cfg.method == "kpca":
+        p["pca_basis"] = cfg.pca_basis
     if codec is not None:
         p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "iterations", "num_ws", "w_dim",
                                                                          "resolution", "noise_mode")}
@@ -308,8 +381,6 @@ def seeds_used(cfg: KSameConfig, *, codec=None) -> dict[str, int]:
     seeds = {}
     if cfg.method == "kpca" or (space == "pca" and cfg.method != "inverted"):
         seeds["pca_subsample"] = cfg.seed
-    if cfg.views > 1:
-        seeds["augmentation"] = cfg.seed
     return seeds
 
 

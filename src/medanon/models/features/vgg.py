@@ -2,8 +2,9 @@
 
 The k-SALSA paper computes its style and content losses on ImageNet VGG19. Those weights are not
 obtainable offline (DESIGN.md §4), so medanon never ships or downloads them: a user who has the
-file (torchvision's ``vgg19-dcbb9e9d.pth``) points to it with ``--vgg19-weights PATH`` or the
-environment variable ``MEDANON_VGG19_WEIGHTS``. Without it, the offline substitute is
+file (torchvision's ``vgg19-dcbb9e9d.pth``) points to it with ``--features-weights PATH``
+(``medanon anonymize ksalsa --features vgg19``) or the environment variable
+``MEDANON_VGG19_WEIGHTS`` (every command, including training). Without it, the offline substitute is
 EfficientNet-Lite0, and outputs must say so.
 
 ``features`` is numbered exactly as ``torchvision.models.vgg19().features`` (conv, ReLU, ...,
@@ -36,7 +37,8 @@ _HUB_HASH = re.compile(r"-([0-9a-f]{8,64})\.[A-Za-z0-9]+$")
 
 HOW_TO_GET = (f"on a machine with internet access, save torchvision's ImageNet VGG19 weights ({TORCHVISION_FILE}: "
               "torchvision.models.vgg19(weights='IMAGENET1K_V1') caches it under ~/.cache/torch/hub/checkpoints/), "
-              f"copy the file here and pass --vgg19-weights PATH or set {ENV_VAR}=PATH; or use the offline "
+              f"copy the file here and pass --features vgg19 --features-weights PATH (medanon anonymize ksalsa) or set "
+              f"{ENV_VAR}=PATH (every command, training included); or use the offline "
               "network 'efficientnet-lite0' and report that substitution")
 
 
@@ -72,7 +74,7 @@ def build_vgg19_features() -> nn.Sequential:
 
 def resolve_vgg19_weights(weights: str | os.PathLike | None) -> Path:
     """The weights path from the argument, else ``$MEDANON_VGG19_WEIGHTS``; a clear error if neither exists."""
-    source = "--vgg19-weights"
+    source = "the weights argument (--features-weights)"
     if weights is None and os.environ.get(ENV_VAR):
         weights, source = os.environ[ENV_VAR], ENV_VAR
     if weights is None:

@@ -1,0 +1,158 @@
+"""Issue 14, items 2, 3, 8, 9: what a k-Same release claims and carries (PCA basis, augmentation noise, labels per
+patient and their homogeneity, --drop-remainder, the option an error names)."""
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from medanon.anonymize import ksame
+from medanon.anonymize.augment import latent_views
+from medanon.anonymize.averaging import PCA, pca_averages
+from medanon.anonymize.ksame import DEFAULT_VIEW_SIGMA, KSameConfig, privacy_statement, release_ksame
+from medanon.anonymize.privacy import DataDependentRelease, LabelHomogeneity
+from medanon.cli import cli
+from medanon.config import DataConfig, PhantomConfig
+from medanon.data.dataset import open_dataset
+from medanon.data.records import Record
+from medanon.errors import ConfigError
+from medanon.phantoms.generate import generate
+from medanon.release import ReleaseWriter, read_release
+from medanon.release.aggregate import aggregate_labels, homogeneous_labels
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return generate(PhantomConfig(patients=8, per_patient=2, size=32, workers=1, seed=3),
+                    tmp_path_factory.mktemp("src") / "fundus", progress=False)
+
+
+@pytest.fixture(scope="module")
+def public(tmp_path_factory) -> Path:
+    return generate(PhantomConfig(patients=6, per_patient=1, size=32, workers=1, seed=9),
+                    tmp_path_factory.mktemp("pub") / "fundus", progress=False)
+
+
+def _release(out: Path, ds, cfg: KSameConfig, labels=("grade",), **kw):
+    with ReleaseWriter(out, method=cfg.method, params={"k": cfg.k}, privacy=privacy_statement(cfg, None),
+                       labels=list(labels)) as writer:
+        release_ksame(ds, writer, cfg, progress=False, **kw)
+    return read_release(out)
+
+
+# ----------------------------------------------------------------------------------------------- item 2
+
+
+def test_item2_kpca_basis_from_separate_data_keeps_records_within_their_cluster(tmp_path, data, public):
+    ds = open_dataset(data, DataConfig(size=32))
+    pub = open_dataset(public, DataConfig(size=32))
+    private = KSameConfig(method="kpca", k=2, pca_components=3)
+    st = privacy_statement(private, None)
+    assert "fitted on the whole private dataset" in st["guarantee"] and "outside its cluster" in st["guarantee"]
+    assert "computed only from the images of one cluster" not in st["guarantee"]
+    with pytest.warns(DataDependentRelease, match="basis"):
+        _release(tmp_path / "priv", ds, private)
+    separate = KSameConfig(method="kpca", k=2, pca_components=3, pca_basis="separate")
+    assert "computed only from the images of one cluster and a PCA basis fitted on separate data" in \
+        privacy_statement(separate, None)["guarantee"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataDependentRelease)
+        man, _ = _release(tmp_path / "sep", ds, separate, pca_basis=pub)
+    assert man["privacy"]["pca_basis"].startswith("fitted on separate data")
+    # negate one image outside a cluster: with the private basis that cluster's record changes, with the
+    # separate basis it cannot (the record is a function of its cluster's images only)
+    imgs, pub_imgs = ds.tensors(progress=False)[0], pub.tensors(progress=False)[0]
+    changed = imgs.clone()
+    changed[-1] = -changed[-1]
+    members, w = [np.arange(4)], [np.full(4, 0.25)]
+
+    def record(fit_on, images):
+        return pca_averages(images[:4], members, w, PCA(3, seed=0).fit(fit_on))
+
+    assert not torch.allclose(record(imgs, imgs), record(changed, changed), atol=1e-4)
+    assert torch.equal(record(pub_imgs, imgs), record(pub_imgs, changed))
+    with pytest.raises(ConfigError, match="separate"):
+        _release(tmp_path / "x", ds, separate)                           # said separate, gave none
+
+
+# ----------------------------------------------------------------------------------------------- item 3
+
+
+def test_item3_augmentation_noise_is_secret_and_sigma_is_the_calibrated_default(monkeypatch):
+    assert KSameConfig().view_sigma == DEFAULT_VIEW_SIGMA == 0.05
+    drawn = []
+    real = ksame.secrets.randbits
+
+    def spy(n):
+        drawn.append(n)
+        return real(n)
+
+    monkeypatch.setattr(ksame.secrets, "randbits", spy)
+    g1, g2 = ksame.secret_generator(), ksame.secret_generator()
+    assert drawn == [63, 63]
+    ws = torch.zeros(1, 4, 8)
+    a = latent_views(ws, views=2, sigma=1.0, scale=torch.ones(8), generator=g1)
+    b = latent_views(ws, views=2, sigma=1.0, scale=torch.ones(8), generator=g2)
+    assert not torch.equal(a, b)                        # two draws differ: nothing derives them from public data
+    cfg = KSameConfig(method="kcentroid", k=2, views=3, seed=0)
+    assert ksame.seeds_used(cfg, codec=object()) == {}  # no augmentation seed in the manifest
+    assert "secret" in ksame.manifest_params(cfg)["augmentation"]["noise"]
+    assert "secret" in privacy_statement(cfg, None)["augmentation"]
+
+
+# ----------------------------------------------------------------------------------------------- item 8
+
+
+def _rec(pid: str, grade: float, i: int) -> Record:
+    return Record(path=Path(f"/x/{pid}-{i}.png"), patient_id=pid, labels={"grade": grade, "age": 50.0 + i},
+                  record_id=f"r{pid}{i}")
+
+
+def test_item8_labels_are_aggregated_per_patient_not_per_image():
+    # one patient with five grade-0 images against two patients with one grade-3 image each
+    sources = [_rec("a", 0.0, i) for i in range(5)] + [_rec("b", 3.0, 0), _rec("c", 3.0, 0)]
+    out = aggregate_labels(sources, ["grade"])
+    assert out["grade"] == 3.0 and out["grade_counts"] == "0:1;3:2"            # patients, not images
+    per_image = aggregate_labels([r.labels for r in sources], ["grade"])       # label dicts alone: one each
+    assert per_image["grade"] == 0.0 and per_image["grade_counts"] == "0:5;3:2"
+    same = aggregate_labels([r.labels for r in sources], ["grade"], patients=[r.patient_id for r in sources])
+    assert same == out
+    worst = aggregate_labels([_rec("a", 1.0, 0), _rec("a", 4.0, 1)], ["grade"])
+    assert worst["grade"] == 4.0 and worst["grade_counts"] == "4:1"           # a patient's worst grade, once
+    assert math.isclose(aggregate_labels([_rec("a", 1.0, 0), _rec("a", 1.0, 2), _rec("b", 1, 0)],
+                                         ["age"])["age"], 50.5)                # mean of patient means (51, 50)
+
+
+def test_item8_homogeneous_records_are_warned_and_stated(tmp_path, data):
+    assert homogeneous_labels([_rec("a", 2.0, 0), _rec("b", 2.0, 0)], ["grade"]) == ["grade"]
+    assert homogeneous_labels([_rec("a", 2.0, 0), _rec("a", 2.0, 1)], ["grade"]) == []     # one patient only
+    assert homogeneous_labels([_rec("a", 2.0, 0), _rec("b", 1.0, 0)], ["grade", "age"]) == []
+    ds = open_dataset(data, DataConfig(size=32))
+    cfg = KSameConfig(method="kpixel", k=2, stratify="grade", drop_remainder=True)
+    assert "every record is homogeneous in grade" in privacy_statement(cfg, None)["labels"]
+    with pytest.warns(LabelHomogeneity, match="grade in") as caught:
+        man, rows = _release(tmp_path / "strat", ds, cfg)
+    n = len(rows)
+    said = " ".join(str(w.message) for w in caught if issubclass(w.category, LabelHomogeneity))
+    assert f"grade in {n} of {n} records" in said                            # stratified: every record
+    assert man["privacy"]["homogeneous_records"] == {"grade": f"{n} of {n}"}
+
+
+# ----------------------------------------------------------------------------------------------- item 9
+
+
+def test_item9_drop_remainder_statement_and_the_weights_option_the_error_names():
+    kept = privacy_statement(KSameConfig(method="kpixel", k=3), None)["guarantee"]
+    assert "each patient is in exactly one cluster" in kept and "dropped" not in kept
+    dropped = privacy_statement(KSameConfig(method="kpixel", k=3, drop_remainder=True), None)["guarantee"]
+    assert "each patient is in exactly one cluster" not in dropped
+    assert "each released patient is in exactly one cluster" in dropped and "none of their images is released" \
+        in dropped
+    from medanon.models.features.vgg import HOW_TO_GET
+    assert "--features-weights" in HOW_TO_GET and "--vgg19-weights" not in HOW_TO_GET
+    help_text = CliRunner().invoke(cli, ["anonymize", "ksalsa", "--help"]).output
+    assert "--features-weights" in help_text                                  # the option the error names exists

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
 import torch
 
 from medanon.anonymize.augment import latent_views, prior_w_std

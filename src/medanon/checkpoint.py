@@ -48,6 +48,17 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
     try:
         blob = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises several types for corrupt or unsafe files
+        import pickle
+
+        if isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e):
+            # torch's own message advises weights_only=False: medanon never does that, and says why.
+            raise ConfigError(f"checkpoint {path} cannot be loaded safely: it holds pickled Python objects, not only "
+                              "tensors and numbers: "
+                              "loading it would run whatever code the file contains (arbitrary code execution), "
+                              "so medanon refuses it",
+                              fix="use a checkpoint written by `medanon train` (state_dicts and plain config "
+                                  "only); a model from elsewhere must be converted to a state_dict by someone "
+                                  "who trusts its source") from None
         raise ConfigError(f"checkpoint {path} cannot be loaded safely: {type(e).__name__}: {e}",
                           fix="use a checkpoint written by medanon; pickled models are refused") from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:

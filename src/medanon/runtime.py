@@ -83,14 +83,18 @@ def software_versions() -> dict[str, str]:
 
 
 def files_digest(paths: Iterable[Path], root: Path | None = None) -> dict[str, Any]:
-    """A single checksum over many files, by content if small enough, else by listing."""
-    paths = sorted(Path(p).resolve() for p in paths)
-    root = Path(root).resolve() if root is not None else None
+    """A single checksum over many files, by content if small enough, else by listing.
+
+    Each file is named by its path relative to ``root`` as the dataset names it (``images/a.png``, even when
+    ``images`` is a symlink; ``../x.png`` for a file outside that the user allowed), and hashed by the content
+    it leads to, so a symlinked folder or a file outside ``root`` digests like any other."""
+    paths = sorted(Path(os.path.abspath(p)) for p in paths)
+    root = Path(os.path.abspath(root)) if root is not None else None
     total = sum(p.stat().st_size for p in paths)
     mode = "content" if total <= CONTENT_HASH_LIMIT else "listing"
     h = hashlib.sha256()
     for p in paths:
-        rel = str(p.relative_to(root)) if root else str(p)
+        rel = os.path.relpath(p, root) if root else str(p)
         h.update(rel.encode() + b"\0")
         if mode == "content":
             h.update(bytes.fromhex(sha256_file(p)))

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, cli
+from medanon.cli.data import layout_options, scan_from_cli
 
 
 @cli.command(context_settings=CONTEXT)
@@ -18,10 +19,10 @@ from medanon.cli.base import CONTEXT, cli
               help="The private record -> sources mapping written with --mapping at anonymisation.")
 @click.option("--source", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="The source dataset: its file names, record ids and patient ids are searched for.")
-@click.option("--layout", default="auto", help="Layout of --source (see `medanon data summary --help`).")
+@layout_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def audit(ctx: click.Context, release: Path, k, mapping, source, layout, as_json) -> None:
+def audit(ctx: click.Context, release: Path, k, mapping, source, as_json, **layout_opts) -> None:
     """Verify that every record of RELEASE stands for at least k people and that no source file name,
     record id or patient id appears anywhere in it (paths, CSV, manifest, image metadata).
 
@@ -29,12 +30,11 @@ def audit(ctx: click.Context, release: Path, k, mapping, source, layout, as_json
     unreadable mapping or source).
 
     Example: medanon audit release-k5 --source /data/aptos2019 --mapping private/release-k5.json"""
-    from medanon.data.layouts import scan
     from medanon.errors import MedanonError
     from medanon.release.audit import audit_release
 
     try:
-        records = scan(source, layout).records if source is not None else None
+        records = scan_from_cli(source, **layout_opts).records if source is not None else None
         rep = audit_release(release, k=k, mapping=mapping, source_records=records)
     except (MedanonError, OSError, ValueError, KeyError) as e:
         click.secho(f"error: the audit could not run: {e}", fg="red", err=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
+import warnings
 from pathlib import Path
 
 import click
@@ -12,9 +15,21 @@ from medanon.cli.base import CONTEXT, data
 from medanon.config import DataConfig, SplitConfig, build
 from medanon.errors import MedanonError
 
+log = logging.getLogger("medanon")
 
-def data_options(f):
-    """Options shared by every command that reads a dataset folder."""
+DEFAULT_MAX_PIXELS = 64_000_000          # medanon.data.imageio.DEFAULT_MAX_PIXELS (not imported: keeps --help fast)
+
+
+def _check_size(ctx, param, value):
+    if value is not None and not (16 <= value <= 1024 and value & (value - 1) == 0):
+        raise click.BadParameter(f"{value} is not a power of two from 16 to 1024: use 16, 32, 64, 128, 256, 512 "
+                                 "or 1024", ctx=ctx, param=param)
+    return value
+
+
+def layout_options(f):
+    """How to read a dataset folder: its layout (or the generic description), and which files to accept.
+    Every command that reads a dataset takes these, under the same names."""
     opts = [
         click.option("--layout", type=click.Choice(["auto", "medanon", "aptos", "eyepacs", "brset", "rsna", "mimic",
                                                     "generic"]), default="auto",
@@ -27,19 +42,109 @@ def data_options(f):
         click.option("--patient-col", default=None, help="Generic layout: column with patient ids."),
         click.option("--images", "images_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
                      default=None, help="Generic layout: folder the image paths are relative to."),
-        click.option("--size", type=int, default=None, help="Output side in pixels.  [default: 64]"),
+        click.option("--allow-outside", is_flag=True, default=False,
+                     help="Read files the labels name outside the dataset folder (../x.png, absolute paths) and "
+                          "symlinks that lead out of it; by default they are refused as bad files."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def file_options(f):
+    """Which image files to accept when pixels are read."""
+    opts = [
+        click.option("--skip-bad", is_flag=True, default=None,
+                     help="Leave out missing, unreadable, oversized, outside or unlabelled files (and list them) "
+                          "instead of failing; images are then decoded once up front to find corrupt pixels."),
+        click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
+                     help="Refuse images whose header claims more pixels (decompression bombs); raise it for "
+                          "genuinely large scans."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def image_options(f):
+    """How images become tensors: size, channels, crop, modality."""
+    opts = [
+        click.option("--size", type=int, default=None, callback=_check_size,
+                     help="Output side in pixels, a power of two from 16 to 1024.  [default: 64]"),
         click.option("--channels", type=click.Choice(["0", "1", "3"]), default=None,
                      help="1 or 3 to convert every image; 0 = by modality.  [default: 0]"),
         click.option("--crop", type=click.Choice(["auto", "fov", "center", "pad", "none"]), default=None,
                      help="fov: fundus field of view; center; pad; none.  [default: auto]"),
         click.option("--modality", type=click.Choice(["auto", "fundus", "xray"]), default=None,
                      help="Overrides what the layout implies.  [default: auto]"),
-        click.option("--skip-bad", is_flag=True, default=None,
-                     help="Leave out missing, unreadable or unlabelled files (and list them) instead of failing."),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+def data_options(f):
+    """Options shared by every command that reads a dataset folder into images."""
+    return layout_options(file_options(image_options(f)))
+
+
+@contextlib.contextmanager
+def clean_warnings():
+    """Layout warnings (e.g. no patient column) as one log line each, not Python's warning with a source line."""
+    from medanon.data.layouts import LayoutWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LayoutWarning)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, LayoutWarning):
+                    log.warning("%s", w.message)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def generic_from_cli(*, layout, labels_csv, image_col, label_cols, patient_col, images_dir):
+    """The generic-layout description from the layout options, or None for a named/detected layout."""
+    from medanon.data.layouts import GenericOptions
+
+    if labels_csv is not None or layout == "generic":
+        if labels_csv is None or image_col is None:
+            raise click.UsageError("the generic layout needs --labels CSV and --image-col NAME")
+        cols = tuple(c.strip() for c in (label_cols or "").split(",") if c.strip())
+        return GenericOptions(labels_csv=labels_csv, image_col=image_col, label_cols=cols,
+                              patient_col=patient_col, images_dir=images_dir)
+    if any(v is not None for v in (image_col, label_cols, patient_col, images_dir)):
+        raise click.UsageError("--image-col, --label-cols, --patient-col and --images need --labels CSV")
+    return None
+
+
+def declared_from_cli(data_dir: Path, *, layout="auto", labels_csv=None, image_col=None, label_cols=None,
+                      patient_col=None, images_dir=None, skip_bad=None, max_pixels=DEFAULT_MAX_PIXELS,
+                      allow_outside=False):
+    """A context in which library code that opens ``data_dir`` itself (``evaluate --real``) reads it with
+    these layout and file options (:func:`medanon.data.dataset.reading`)."""
+    from medanon.data.dataset import reading
+
+    generic = generic_from_cli(layout=layout, labels_csv=labels_csv, image_col=image_col, label_cols=label_cols,
+                               patient_col=patient_col, images_dir=images_dir)
+    stack = contextlib.ExitStack()
+    stack.enter_context(clean_warnings())
+    stack.enter_context(reading(data_dir, layout=layout, generic=generic, skip_bad=bool(skip_bad),
+                                max_pixels=max_pixels, allow_outside=allow_outside))
+    return stack
+
+
+def scan_from_cli(data_dir: Path, *, layout, labels_csv, image_col, label_cols, patient_col, images_dir,
+                  allow_outside: bool = False, **_ignored):
+    """The records of a dataset folder (no pixels read), with the layout options (``audit --source``)."""
+    from medanon.data.layouts import scan
+
+    generic = generic_from_cli(layout=layout, labels_csv=labels_csv, image_col=image_col, label_cols=label_cols,
+                               patient_col=patient_col, images_dir=images_dir)
+    with clean_warnings():
+        return scan(data_dir, layout, generic=generic, allow_outside=allow_outside)
 
 
 def data_dir_argument(*, required: bool = True, help: str = "Dataset folder."):
@@ -66,24 +171,19 @@ def data_dir_argument(*, required: bool = True, help: str = "Dataset folder."):
     return decorate
 
 
-def open_from_cli(data_dir: Path, *, layout, labels_csv, image_col, label_cols, patient_col, images_dir, size,
-                  channels, crop, modality, skip_bad, progress: bool = True):
+def open_from_cli(data_dir: Path, *, layout="auto", labels_csv=None, image_col=None, label_cols=None,
+                  patient_col=None, images_dir=None, size=None, channels=None, crop=None, modality=None,
+                  skip_bad=None, max_pixels=DEFAULT_MAX_PIXELS, allow_outside=False, progress: bool = True):
     from medanon.data.dataset import open_dataset
-    from medanon.data.layouts import GenericOptions
 
     cfg = build(DataConfig, layout=layout if layout != "auto" else None, size=size,
                 channels=int(channels) if channels is not None else None, crop=crop, modality=modality,
                 skip_bad=skip_bad or None)
-    generic = None
-    if labels_csv is not None or layout == "generic":
-        if labels_csv is None or image_col is None:
-            raise click.UsageError("the generic layout needs --labels CSV and --image-col NAME")
-        cols = tuple(c.strip() for c in (label_cols or "").split(",") if c.strip())
-        generic = GenericOptions(labels_csv=labels_csv, image_col=image_col, label_cols=cols,
-                                 patient_col=patient_col, images_dir=images_dir)
-    elif any(v is not None for v in (image_col, label_cols, patient_col, images_dir)):
-        raise click.UsageError("--image-col, --label-cols, --patient-col and --images need --labels CSV")
-    return open_dataset(data_dir, cfg, generic=generic, progress=progress)
+    generic = generic_from_cli(layout=layout, labels_csv=labels_csv, image_col=image_col, label_cols=label_cols,
+                               patient_col=patient_col, images_dir=images_dir)
+    with clean_warnings():
+        return open_dataset(data_dir, cfg, generic=generic, progress=progress, max_pixels=max_pixels,
+                            allow_outside=allow_outside)
 
 
 @data.command("summary", context_settings=CONTEXT)
@@ -92,7 +192,17 @@ def open_from_cli(data_dir: Path, *, layout, labels_csv, image_col, label_cols, 
 @click.option("--decode", is_flag=True, help="Decode every image too (finds corrupt pixel data; slower).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
-    """Counts by label and patient, image sizes and problems of the dataset in DATA_DIR."""
+    """Counts by label and patient, image sizes and problems of the dataset in DATA_DIR.
+
+    Files the other commands would refuse (missing, unreadable, too large, outside the folder) are
+    refused here the same way; --skip-bad lists them instead.
+
+    \b
+    Examples:
+      medanon data summary /data/aptos2019
+      medanon data summary /data/eyepacs --decode --skip-bad
+      medanon data summary /data/mine --labels labels.csv --image-col file --label-cols grade=dr_level,sex \\
+          --patient-col subject"""
     from medanon.data.dataset import drop_records, raise_for_problems, verify_decoding
     from medanon.data.summary import format_summary, summarize
 
@@ -118,10 +228,15 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
 @click.option("--stratify", default=None, help="Label to stratify by ('' for none).  [default: grade]")
 @click.option("--seed", type=int, default=None, help="Random seed.  [default: 0]")
 def data_split(data_dir: Path, out: Path, val, test, stratify, seed, **opts) -> None:
-    """Patient-level train/val/test split of DATA_DIR, stratified by a label."""
+    """Patient-level train/val/test split of DATA_DIR, stratified by a label. Warns when the split cannot
+    meet the fractions (too few patients per stratum).
+
+    \b
+    Example:
+      medanon data split /data/brset --out private/splits.csv --stratify grade --val 0.15 --test 0.15"""
     from collections import Counter
 
-    from medanon.data.splits import split_patients, write_splits_csv
+    from medanon.data.splits import split_patients, split_shortfalls, write_splits_csv
 
     sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
     ds = open_from_cli(data_dir, **opts)
@@ -132,6 +247,8 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, **opts) -> 
     write_splits_csv(out, ds.records, assignment)
     per_split = Counter(assignment[r.patient_id] for r in ds.records)
     patients = Counter(assignment.values())
+    for problem in split_shortfalls(patients, {"val": sc.val, "test": sc.test}, sc.stratify):
+        click.secho(f"warning: {problem}", fg="yellow", err=True)
     click.echo(f"wrote {out}: " + ", ".join(f"{s} {patients[s]} patients / {per_split[s]} images"
                                             for s in ("train", "val", "test")))
 

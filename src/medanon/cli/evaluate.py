@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, cli
+from medanon.cli.data import declared_from_cli, file_options, layout_options
 
 
 def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
@@ -23,7 +24,10 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--real", "real_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
-              help="The real dataset the releases were made from (any layout medanon reads).")
+              help="The real dataset the releases were made from (any layout medanon reads; the layout options "
+                   "below describe it, as for every command that reads a dataset).")
+@layout_options
+@file_options
 @click.option("--release", "releases", type=click.Path(exists=True, file_okay=False, path_type=Path), multiple=True,
               required=True, help="A release folder (repeatable).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -54,7 +58,7 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
               help="Override a config field, e.g. --set utility.classifier.steps=500 (repeatable).")
 @click.pass_context
 def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, mappings, preset, size, fid_samples,
-             no_inception, seeds, identity_ckpt, cache_dir, config_file, overrides) -> None:
+             no_inception, seeds, identity_ckpt, cache_dir, config_file, overrides, **read_opts) -> None:
     """Evaluate release folders against the real data they were made from: FID/KID and an in-domain Fréchet
     distance, downstream classifiers (train on the release, test on held-out real images), and the privacy
     attacks (membership, attribute inference, linkability, singling out) with their controls. Writes a JSON
@@ -93,8 +97,9 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     if unknown:
         raise click.BadParameter(f"no --release is named {sorted(unknown)}", param_hint="--mapping")
     specs = [ReleaseSpec(r, mapping=maps.get(r.name)) for r in releases]
-    rep = run_evaluation(real_dir, specs, out, config=cfg, splits=splits, device=resolve_device(ctx.obj["device"]),
-                         cache_dir=cache_dir, progress=True)
+    with declared_from_cli(real_dir, **read_opts):
+        rep = run_evaluation(real_dir, specs, out, config=cfg, splits=splits,
+                             device=resolve_device(ctx.obj["device"]), cache_dir=cache_dir, progress=True)
     click.echo(f"wrote {out / 'report.html'} and {out / 'report.json'} ({len(rep['releases'])} releases, "
                f"{rep['seconds']} s)" + ("; PHANTOM data: phantom results" if rep["phantom"] else ""))
 

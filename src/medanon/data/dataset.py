@@ -3,15 +3,23 @@
 ``open_dataset`` is the one entry point: it scans the folder with the right layout reader,
 checks every file's header (existence, readability, channel count), and either raises one
 :class:`DataError` listing every bad file with the fix, or, with ``skip_bad``, leaves them out
-and reports them in ``dataset.skipped``.
+and reports them in ``dataset.skipped``. With ``skip_bad`` it also decodes every image once, so a file
+whose header is fine but whose pixels are corrupt is skipped too, not found halfway through a run.
+
+Decoding is fast for large photographs (:mod:`medanon.data.decode`: JPEG draft mode, reduced decoding)
+and done once per run: the preprocessed tensors are kept (up to :data:`CACHE_BYTES`), so a command that
+reads the dataset twice (Snow's channel means, then the release) decodes each file once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import math
+import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,10 +31,10 @@ from tqdm.auto import tqdm
 
 from medanon.config import DataConfig
 from medanon.data import imageio
-from medanon.data.imageio import ImageInfo
+from medanon.data.decode import decode
+from medanon.data.imageio import DEFAULT_MAX_PIXELS, ImageInfo, TooLarge
 from medanon.data.layouts import GenericOptions, scan
 from medanon.data.records import Problem, Record, Scan
-from medanon.data.transforms import preprocess
 from medanon.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -37,7 +45,13 @@ _FIXES = {
     "unreadable": "replace the corrupt file or delete it and its CSV row",
     "label": "correct the value in the labels CSV",
     "size": "remove the image: it is too small to be useful",
+    "large": "pass a larger --max-pixels if it is a genuine large scan; otherwise remove it (a decompression bomb)",
+    "outside": "pass --allow-outside if these files are meant to be read (e.g. a PACS export linked into the "
+               "folder), or copy them into the dataset folder",
 }
+
+# Preprocessed tensors kept per dataset (64 px RGB float32: 48 KB an image, about 22 000 images).
+CACHE_BYTES = 1 << 30
 
 MIN_SOURCE_SIDE = 8
 
@@ -52,7 +66,8 @@ class ImageDataset(Dataset):
 
     def __init__(self, records: Sequence[Record], *, size: int, channels: int, crop: str,
                  modality: str | None = None, layout: str = "", root: Path | None = None,
-                 skipped: Sequence[Problem] = (), infos: Sequence[ImageInfo] = ()):
+                 skipped: Sequence[Problem] = (), infos: Sequence[ImageInfo] = (),
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, cache_bytes: int = CACHE_BYTES):
         self.records = list(records)
         self.size = size
         self.channels = channels
@@ -62,6 +77,10 @@ class ImageDataset(Dataset):
         self.root = root
         self.skipped = list(skipped)
         self.infos = list(infos)
+        self.max_pixels = max_pixels
+        self.cache_bytes = cache_bytes
+        self._cache: dict[Path, dict] = {}
+        self._cached_bytes = 0
 
     def __len__(self) -> int:
         return len(self.records)
@@ -79,18 +98,27 @@ class ImageDataset(Dataset):
 
     def load(self, index: int) -> dict:
         rec = self.records[index]
-        pre = preprocess(imageio.read(rec.path), size=self.size, channels=self.channels, crop=self.crop)
-        item = {
-            "image": torch.from_numpy(pre.image),
-            "fov": torch.from_numpy(pre.fov[None]),
-            "labels": {k: float(v) for k, v in rec.labels.items()},
-            "patient_id": rec.patient_id,
-            "record_id": rec.record_id,
-            "index": index,
-        }
-        if rec.mask_path is not None:
-            item["mask"] = torch.from_numpy(_load_mask(rec.mask_path, self.size, self.crop)[None])
+        pixels = self._cache.get(rec.path)
+        if pixels is None:
+            pixels = self._decode(index)
+        item = {k: v.clone() for k, v in pixels.items()}      # callers may write into what they get
+        item.update(labels={k: float(v) for k, v in rec.labels.items()}, patient_id=rec.patient_id,
+                    record_id=rec.record_id, index=index)
         return item
+
+    def _decode(self, index: int) -> dict[str, torch.Tensor]:
+        rec = self.records[index]
+        info = self.infos[index] if index < len(self.infos) else None
+        pre = decode(rec.path, size=self.size, channels=self.channels, crop=self.crop, max_pixels=self.max_pixels,
+                     info=info)
+        pixels = {"image": torch.from_numpy(pre.image), "fov": torch.from_numpy(pre.fov[None])}
+        if rec.mask_path is not None:
+            pixels["mask"] = torch.from_numpy(_load_mask(rec.mask_path, self.size, self.crop)[None])
+        nbytes = sum(t.numel() * t.element_size() for t in pixels.values())
+        if self._cached_bytes + nbytes <= self.cache_bytes:
+            self._cache[rec.path] = pixels
+            self._cached_bytes += nbytes
+        return pixels
 
     __getitem__ = load
 
@@ -125,15 +153,18 @@ def _load_mask(path: Path, size: int, crop: str) -> np.ndarray:
     return m >= 0.5
 
 
-def check_records(records: Sequence[Record], *, workers: int = 8,
-                  progress: bool = False) -> tuple[list[Record], list[ImageInfo], list[Problem]]:
+def check_records(records: Sequence[Record], *, workers: int = 8, progress: bool = False,
+                  max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[list[Record], list[ImageInfo], list[Problem]]:
     """Probe every record's header. Returns the good records, their infos, and the problems."""
     def one(rec: Record) -> ImageInfo | Problem:
         try:
-            info = imageio.probe(rec.path)
+            info = imageio.probe(rec.path, max_pixels=max_pixels)
+        except TooLarge as e:
+            return Problem(str(rec.path), "large", e.message.split(" claims ", 1)[-1].split(";")[0])
         except DataError as e:
             kind = "missing" if not rec.path.exists() else "unreadable"
-            return Problem(str(rec.path), kind, e.message.split(": ", 1)[-1])
+            return Problem(str(rec.path), kind, e.message.split(": ", 1)[-1] if kind == "unreadable"
+                           else "does not exist")
         if min(info.width, info.height) < MIN_SOURCE_SIDE:
             return Problem(str(rec.path), "size", f"{info.width}x{info.height} pixels")
         return info
@@ -184,19 +215,65 @@ def resolve_channels(requested: int, modality: str | None, infos: Sequence[Image
     return next(iter(counts)) if counts else 3
 
 
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    layout: str = "auto"
+    generic: GenericOptions | None = None
+    skip_bad: bool = False
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+    allow_outside: bool = False
+
+
+_DECLARED: dict[Path, ReadOptions] = {}
+_DECLARED_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions | None = None,
+            skip_bad: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+            allow_outside: bool = False) -> Iterator[None]:
+    """Declare how the dataset folder ``root`` is read, for code that opens it by its path alone (the
+    evaluation opens ``--real`` itself): inside the block, :func:`open_dataset` of ``root`` without a layout
+    or generic description of its own uses these, so ``evaluate --real`` takes the same layout options as
+    every other command."""
+    key = Path(root).resolve()
+    opts = ReadOptions(layout, generic, skip_bad, max_pixels, allow_outside)
+    with _DECLARED_LOCK:
+        before = _DECLARED.get(key)
+        _DECLARED[key] = opts
+    try:
+        yield
+    finally:
+        with _DECLARED_LOCK:
+            if before is None:
+                _DECLARED.pop(key, None)
+            else:
+                _DECLARED[key] = before
+
+
 def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: GenericOptions | None = None,
-                 progress: bool = False) -> ImageDataset:
-    """Scan, check and wrap a dataset folder. See the module docstring for error handling."""
+                 progress: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 allow_outside: bool = False) -> ImageDataset:
+    """Scan, check and wrap a dataset folder. See the module docstring for error handling.
+
+    ``max_pixels``: images claiming more are bad files (kind ``large``). ``allow_outside``: read files whose
+    real path lies outside the dataset folder (see :func:`medanon.data.layouts.scan`)."""
     cfg = cfg or DataConfig()
-    cfg.validate()
     root = Path(root)
+    declared = _DECLARED.get(root.resolve())
+    if declared is not None and generic is None and cfg.layout == "auto":
+        cfg = dataclasses.replace(cfg, layout=declared.layout, skip_bad=cfg.skip_bad or declared.skip_bad)
+        generic, allow_outside = declared.generic, allow_outside or declared.allow_outside
+        if max_pixels == DEFAULT_MAX_PIXELS:
+            max_pixels = declared.max_pixels
+    cfg.validate()
     if not root.is_dir():
         raise DataError(f"dataset folder {root} does not exist or is not a folder",
                         fix="pass the folder that holds the images and the labels CSV")
     layout = "generic" if generic is not None and cfg.layout == "auto" else cfg.layout
-    sc: Scan = scan(root, layout, generic=generic)
+    sc: Scan = scan(root, layout, generic=generic, allow_outside=allow_outside)
     modality = cfg.modality if cfg.modality != "auto" else sc.modality
-    good, infos, problems = check_records(sc.records, progress=progress)
+    good, infos, problems = check_records(sc.records, progress=progress, max_pixels=max_pixels)
     problems = list(sc.problems) + problems
     if problems and not cfg.skip_bad:
         raise_for_problems(problems, root=root)
@@ -213,8 +290,20 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
         crop = "fov" if modality == "fundus" else "center"
     if cfg.modality == "auto" and modality is None and cfg.crop == "auto":
         log.info("modality unknown for %s: using a centre crop (pass --modality fundus for FOV cropping)", root)
-    return ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
-                        root=root, skipped=problems, infos=infos)
+    ds = ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
+                      root=root, skipped=problems, infos=infos, max_pixels=max_pixels)
+    if cfg.skip_bad:
+        # Corrupt pixel data behind a good header: find it now (the tensors are kept, so this costs no
+        # second decode) rather than failing halfway through a run that was told to skip bad files.
+        bad = verify_decoding(ds, progress=progress)
+        if bad:
+            log.warning("skipping %d image(s) whose pixels cannot be decoded (--skip-bad):\n%s", len(bad),
+                        "\n".join(f"  - {p}" for p in bad[:20]))
+            ds = drop_records(ds, bad)
+        if not len(ds):
+            raise DataError(f"no image of {root} can be decoded", files=[p.path for p in bad],
+                            fix="check the files listed; run `medanon data summary --decode` to see what was found")
+    return ds
 
 
 def verify_decoding(ds: ImageDataset, *, workers: int = 2, progress: bool = False) -> list[Problem]:
@@ -226,6 +315,8 @@ def verify_decoding(ds: ImageDataset, *, workers: int = 2, progress: bool = Fals
     def one(i: int) -> Problem | None:
         try:
             ds.load(i)
+        except TooLarge as e:
+            return Problem(str(ds.records[i].path), "large", e.message.split(" claims ", 1)[-1].split(";")[0])
         except DataError as e:
             return Problem(str(ds.records[i].path), "unreadable", e.message.split(": ", 1)[-1])
         return None
@@ -240,6 +331,10 @@ def drop_records(ds: ImageDataset, problems: Sequence[Problem]) -> ImageDataset:
     """A copy of ``ds`` without the records named in ``problems`` (which join ``skipped``)."""
     bad = {p.path for p in problems}
     keep = [i for i, r in enumerate(ds.records) if str(r.path) not in bad]
-    return ImageDataset([ds.records[i] for i in keep], size=ds.size, channels=ds.channels, crop=ds.crop,
-                        modality=ds.modality, layout=ds.layout, root=ds.root,
-                        skipped=list(ds.skipped) + list(problems), infos=[ds.infos[i] for i in keep])
+    out = ImageDataset([ds.records[i] for i in keep], size=ds.size, channels=ds.channels, crop=ds.crop,
+                       modality=ds.modality, layout=ds.layout, root=ds.root,
+                       skipped=list(ds.skipped) + list(problems), infos=[ds.infos[i] for i in keep],
+                       max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes)
+    out._cache = {p: t for p, t in ds._cache.items() if str(p) not in bad}    # decoded tensors carry over
+    out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())
+    return out

@@ -1,22 +1,36 @@
 """Reading image files (PNG, JPEG, TIFF, DICOM) into float arrays in [0, 1].
 
 ``probe`` reads only the header (size and channel count) so a whole dataset can be checked
-quickly; ``read`` decodes pixels. Both raise :class:`DataError` naming the file and the fix.
+quickly; ``read`` decodes pixels; ``read_reduced`` decodes at a reduced scale (JPEG DCT scaling,
+"draft mode", or a box average for other formats) for callers that only need a small image. All
+raise :class:`DataError` naming the file and the fix.
+
+Every reader refuses an image whose header claims more than ``max_pixels`` pixels
+(:class:`TooLarge`, before any pixel is decoded): a 48 KB PNG can claim 20000 x 20000 pixels and
+would need gigabytes to decode (a "decompression bomb"). ``--max-pixels`` raises the limit for
+genuinely large scans. EXIF orientation is applied, so a photograph stored sideways with
+``Orientation = 6`` loads upright.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from medanon.errors import DataError
 
 DICOM_EXTENSIONS = (".dcm", ".dicom")
 TIFF_EXTENSIONS = (".tif", ".tiff")
+
+# Default limit on pixels per image: 64 megapixels, four times an EyePACS photograph (4752 x 3168) and
+# more than any chest X-ray detector; decoding one takes about 0.8 GB as float32 RGB.
+DEFAULT_MAX_PIXELS = 64_000_000
+_EXIF_ORIENTATION = 0x0112
 
 # PIL modes by number of channels medanon will produce from them (alpha is dropped).
 _GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
@@ -46,12 +60,58 @@ def _unreadable(path: Path, why: str) -> DataError:
                      fix="replace or remove the file (or its CSV row), or pass --skip-bad to leave it out")
 
 
-def probe(path: str | Path) -> ImageInfo:
-    """Size and channel count from the header, without decoding pixels."""
+class TooLarge(DataError):
+    """The image claims more pixels than ``--max-pixels`` allows (a decompression bomb, or a huge scan)."""
+
+
+def _too_large(path: Path, claimed: str, max_pixels: int) -> TooLarge:
+    return TooLarge(f"image {path} claims {claimed}, more than --max-pixels {max_pixels} allows; decoding it "
+                    "could exhaust memory (a small file claiming a huge size is a 'decompression bomb')",
+                    files=[str(path)],
+                    fix="if it is a genuine large scan, pass a larger --max-pixels (about 12 bytes per pixel "
+                        "of memory are needed); otherwise remove the file, or pass --skip-bad to leave it out")
+
+
+def _check_pixels(path: Path, width: int, height: int, max_pixels: int | None) -> None:
+    if max_pixels is not None and width * height > max_pixels:
+        raise _too_large(path, f"{width} x {height} = {width * height:,} pixels", max_pixels)
+
+
+def _bomb_error(path: Path, e: Exception, max_pixels: int | None) -> TooLarge:
+    """Pillow's own DecompressionBombError (raised by Image.open above twice its limit) as a TooLarge."""
+    m = re.search(r"\((\d+) pixels\)", str(e))
+    claimed = f"{int(m[1]):,} pixels" if m else "a huge number of pixels"
+    return _too_large(path, claimed, max_pixels if max_pixels is not None else Image.MAX_IMAGE_PIXELS or 0)
+
+
+def _allow_pixels(max_pixels: int | None) -> None:
+    """Pillow refuses to open images above twice ``Image.MAX_IMAGE_PIXELS``; medanon checks its own limit
+    on every header, so an explicit larger ``--max-pixels`` raises Pillow's (process-wide) limit to match."""
+    if max_pixels is not None and Image.MAX_IMAGE_PIXELS is not None and max_pixels > Image.MAX_IMAGE_PIXELS:
+        Image.MAX_IMAGE_PIXELS = max_pixels
+
+
+def _missing(path: Path) -> DataError:
+    if path.is_dir():
+        return DataError(f"{path} is a folder, not an image file", files=[str(path)],
+                         fix="point the labels CSV at the image file inside it, or pass --skip-bad")
+    return DataError(f"image {path} does not exist", files=[str(path)],
+                     fix="check the path in the labels CSV, or pass --skip-bad")
+
+
+def _orientation(im: Image.Image) -> int:
+    try:
+        return int(im.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+    except Exception:  # a malformed EXIF block is not worth refusing the image for
+        return 1
+
+
+def probe(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> ImageInfo:
+    """Size (as displayed, after EXIF orientation) and channel count from the header, without decoding pixels.
+    Raises :class:`TooLarge` above ``max_pixels`` (None: no limit)."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"image {path} does not exist", files=[str(path)],
-                        fix="check the path in the labels CSV, or pass --skip-bad")
+    if not path.is_file():
+        raise _missing(path)
     if _is_dicom(path):
         import pydicom
 
@@ -61,38 +121,109 @@ def probe(path: str | Path) -> ImageInfo:
             spp = int(getattr(ds, "SamplesPerPixel", 1))
         except Exception as e:  # pydicom raises many types for corrupt files
             raise _unreadable(path, f"not a readable DICOM file ({type(e).__name__}: {e})") from None
+        _check_pixels(path, cols, rows, max_pixels)
         return ImageInfo(cols, rows, 1 if spp == 1 else 3, "dicom")
+    _allow_pixels(max_pixels)
     try:
-        with Image.open(path) as im:
-            w, h = im.size
-            mode = im.mode
-            fmt = (im.format or path.suffix.lstrip(".")).lower()
-    except (UnidentifiedImageError, OSError, ValueError) as e:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)   # medanon's own limit applies
+            with Image.open(path) as im:
+                w, h = im.size
+                mode = im.mode
+                fmt = (im.format or path.suffix.lstrip(".")).lower()
+                if _orientation(im) in (5, 6, 7, 8):
+                    w, h = h, w
+    except Image.DecompressionBombError as e:
+        raise _bomb_error(path, e, max_pixels) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise _unreadable(path, f"not a recognised image ({e})") from None
+    _check_pixels(path, w, h, max_pixels)
     return ImageInfo(w, h, 1 if mode in _GRAY_MODES else 3, fmt)
 
 
-def read(path: str | Path) -> np.ndarray:
+def read(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode an image to float32 in [0, 1]: (H, W) for one channel, (H, W, 3) for colour."""
+    return read_reduced(path, 1, max_pixels=max_pixels).image
+
+
+@dataclass(frozen=True)
+class Reduced:
+    image: np.ndarray                            # float32 in [0, 1], (h, w) or (h, w, 3)
+    scale: int                                   # source pixels per reduced pixel along each axis
+    width: int                                   # source size (after EXIF orientation)
+    height: int
+
+
+def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Reduced:
+    """Decode an image reduced ``scale`` times (1, 2, 4 or 8) along each axis: pixel (i, j) of the result
+    is the mean of source pixels [scale*i, scale*(i+1)) x [scale*j, scale*(j+1)) (partial at the far edges).
+
+    JPEGs are decoded reduced by libjpeg's DCT scaling (Pillow's draft mode), 10-100x faster than a
+    full decode; other formats are decoded fully and box-averaged.
+    """
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"image {path} does not exist", files=[str(path)],
-                        fix="check the path in the labels CSV, or pass --skip-bad")
+    if not path.is_file():
+        raise _missing(path)
     if _is_dicom(path):
-        return _read_dicom(path)
+        a = _read_dicom(path, max_pixels)
+        return _box_reduced(a, scale, a.shape[1], a.shape[0])
     if path.suffix.lower() in TIFF_EXTENSIONS:
         try:
-            return _read_tiff(path)
+            a = _read_tiff(path, max_pixels)
+            return _box_reduced(a, scale, a.shape[1], a.shape[0])
+        except TooLarge:
+            raise
         except DataError:
             pass  # fall back to Pillow, which reads some TIFFs tifffile does not
+    _allow_pixels(max_pixels)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)   # medanon's own limit applies
             with Image.open(path) as im:
+                width, height = im.size
+                _check_pixels(path, width, height, max_pixels)
+                got = 1
+                if scale > 1 and im.format == "JPEG":
+                    im.draft(im.mode, (max(1, width // scale), max(1, height // scale)))
+                    got = _draft_scale(width, height, im.size)
                 im.load()
-                return _pil_to_float(im)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombWarning) as e:
+                orientation = _orientation(im)
+                if orientation in range(2, 9):
+                    im = ImageOps.exif_transpose(im)
+                    if orientation in (5, 6, 7, 8):
+                        width, height = height, width
+                a = _pil_to_float(im)
+    except Image.DecompressionBombError as e:
+        raise _bomb_error(path, e, max_pixels) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise _unreadable(path, f"decoding failed ({type(e).__name__}: {e})") from None
+    if got != scale:
+        return _box_reduced(a, scale // got, width, height, done=got)
+    return Reduced(a, scale, width, height)
+
+
+def _draft_scale(width: int, height: int, size: tuple[int, int]) -> int:
+    for s in (8, 4, 2):
+        if size == (-(-width // s), -(-height // s)):
+            return s
+    return 1
+
+
+def _box_reduced(a: np.ndarray, factor: int, width: int, height: int, *, done: int = 1) -> Reduced:
+    """``a`` (already reduced ``done`` times) box-averaged by a further integer ``factor``."""
+    if factor <= 1:
+        return Reduced(a, done, width, height)
+    h, w = a.shape[:2]
+    hp, wp = -(-h // factor) * factor, -(-w // factor) * factor
+    padded = np.zeros((hp, wp, *a.shape[2:]), dtype=np.float32)
+    padded[:h, :w] = a
+    count = np.zeros((hp, wp), dtype=np.float32)
+    count[:h, :w] = 1
+    shape = (hp // factor, factor, wp // factor, factor)
+    sums = padded.reshape(*shape, *a.shape[2:]).sum(axis=(1, 3))
+    n = count.reshape(shape).sum(axis=(1, 3))
+    out = sums / (n[..., None] if a.ndim == 3 else n)
+    return Reduced(out.astype(np.float32), done * factor, width, height)
 
 
 def _pil_to_float(im: Image.Image) -> np.ndarray:
@@ -108,17 +239,25 @@ def _pil_to_float(im: Image.Image) -> np.ndarray:
         lo, hi = float(a.min()), float(a.max())
         a = (a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)
     elif mode in ("1", "L", "LA"):
-        a = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+        return np.asarray(im.convert("L"), dtype=np.float32) / 255.0      # 8-bit: already in [0, 1]
     else:
-        a = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+        return np.asarray(im if mode == "RGB" else im.convert("RGB"), dtype=np.float32) / 255.0
     return np.clip(a, 0.0, 1.0)
 
 
-def _read_tiff(path: Path) -> np.ndarray:
+def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     import tifffile
 
     try:
-        a = tifffile.imread(path, key=0)
+        with tifffile.TiffFile(path) as tf:
+            shape = tf.pages[0].shape
+            if len(shape) >= 2:
+                rgb_last = len(shape) == 3 and shape[-1] in (1, 2, 3, 4)
+                h, w = (shape[0], shape[1]) if rgb_last or len(shape) == 2 else (shape[-2], shape[-1])
+                _check_pixels(path, int(w), int(h), max_pixels)
+            a = tf.asarray(key=0)
+    except TooLarge:
+        raise
     except Exception as e:
         raise _unreadable(path, f"TIFF decoding failed ({type(e).__name__}: {e})") from None
     return _scale_array(np.asarray(a), path)
@@ -142,13 +281,16 @@ def _scale_array(a: np.ndarray, path: Path) -> np.ndarray:
     return ((a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)).astype(np.float32)
 
 
-def _read_dicom(path: Path) -> np.ndarray:
+def _read_dicom(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     import pydicom
     from pydicom.pixels import apply_modality_lut, apply_voi_lut
 
     try:
         ds = pydicom.dcmread(path)
+        _check_pixels(path, int(getattr(ds, "Columns", 0) or 0), int(getattr(ds, "Rows", 0) or 0), max_pixels)
         arr = ds.pixel_array
+    except TooLarge:
+        raise
     except Exception as e:
         msg = str(e)
         fix = "replace or remove the file, or pass --skip-bad"

@@ -35,9 +35,16 @@ class LabelSpec:
             return NAN
         if self.kind == "continuous":
             try:
-                return float(text)
+                value = float(text)
             except ValueError:
                 raise ValueError(f"label {self.name!r}: {text!r} is not a number") from None
+            if not math.isfinite(value):
+                raise ValueError(f"label {self.name!r}: {text!r} is not a finite number "
+                                 "(leave the cell empty for a missing value)")
+            lo, hi = _RANGES.get(self.name, (-math.inf, math.inf))
+            if not lo <= value <= hi:
+                raise ValueError(f"label {self.name!r}: {text} is outside {lo:g}..{hi:g}")
+            return value
         lowered = [c.lower() for c in self.classes]
         if text.lower() in lowered:
             return float(lowered.index(text.lower()))
@@ -89,6 +96,10 @@ LABELS: dict[str, LabelSpec] = {
                     "finding; MIMIC/CheXpert also uses -1 for uncertain") for f in CHEXPERT_FINDINGS],
     ]
 }
+
+# Plausible ranges of continuous labels: a value outside is an error in the CSV (a row problem naming the cell,
+# skipped by --skip-bad), never silently kept or turned into nan. Non-finite values (inf, -inf) always are.
+_RANGES: dict[str, tuple[float, float]] = {"age": (0.0, 130.0)}
 
 # Labels whose source data legitimately uses -1 (CheXpert "uncertain").
 _SIGNED = set(CHEXPERT_FINDINGS)

@@ -55,6 +55,22 @@ def split_patients(records: Sequence[Record], *, val: float = 0.15, test: float 
     return out
 
 
+def split_shortfalls(patients: dict[str, int], fractions: dict[str, float], stratify: str = "") -> list[str]:
+    """Where a split of ``patients`` (split -> patient count) misses the asked ``fractions`` by a whole patient
+    or more, in words: few patients per stratum can only be cut to the nearest patient in each."""
+    n = sum(patients.values())
+    out = []
+    for name, frac in fractions.items():
+        got, want = patients.get(name, 0), frac * n
+        if abs(got - want) >= 1 or (frac > 0 and got == 0):
+            out.append(f"the {name} split has {got} of {n} patients ({got / n:.0%}) where --{name} {frac:g} asked for "
+                       f"{want:.1f}: " + ("each stratum of --stratify " + stratify if stratify else "the patients")
+                       + " can only be cut to whole patients; use more patients"
+                       + (", or --stratify '' to stratify by nothing" if stratify else "")
+                       + ", or check the split before using it")
+    return out
+
+
 def split_records(records: Sequence[Record], **kwargs) -> dict[str, list[Record]]:
     """Records grouped by split (every record of a patient lands in the patient's split)."""
     assignment = split_patients(records, **kwargs)

@@ -69,14 +69,16 @@ def format_summary(s: dict[str, Any]) -> str:
         f"crop {s['output']['crop']}",
         "labels",
     ]
+    width = max([20, *(len(n) + 2 for n in s["labels"])])     # MIMIC: enlarged_cardiomediastinum
     for name, e in s["labels"].items():
         miss = f"   missing {e['missing']}" if e["missing"] else ""
+        head = f"  {name:<{width}}"
         if "counts" in e:
-            lines.append(f"  {name:<20}" + "  ".join(f"{k}: {v}" for k, v in e["counts"].items()) + miss)
+            lines.append(head + "  ".join(f"{k}: {v}" for k, v in e["counts"].items()) + miss)
         elif "mean" in e:
-            lines.append(f"  {name:<20}min {e['min']:g}  mean {e['mean']:g}  max {e['max']:g}  sd {e['sd']:g}" + miss)
+            lines.append(head + f"min {e['min']:g}  mean {e['mean']:g}  max {e['max']:g}  sd {e['sd']:g}" + miss)
         else:
-            lines.append(f"  {name:<20}all missing")
+            lines.append(head + "all missing")
     if s["skipped"]:
         lines.append(f"skipped   {len(s['skipped'])} file(s):")
         lines += [f"  - {p}" for p in s["skipped"][:20]]

@@ -22,18 +22,25 @@ class FieldOfView:
     found: bool                                  # False when no bright disc was found (whole image used)
 
 
-def detect_fov(img: np.ndarray, *, threshold: float | None = None) -> FieldOfView:
+def detect_fov(img: np.ndarray, *, threshold: float | None = None, scale: int = 1, width: int | None = None,
+               height: int | None = None) -> FieldOfView:
     """Find the circular field of view of a fundus photograph.
 
     The FOV is the largest bright connected region (the black surround is near zero in the red
     channel). Its horizontal extent gives the diameter, which stays right when the camera frame
     cuts the circle at the top and bottom (common in EyePACS). ``threshold`` is on [0, 1]
     intensity; by default a fraction of a robust maximum, with a floor.
+
+    ``scale`` > 1: ``img`` is the source (``width`` x ``height`` pixels) box-reduced ``scale`` times, and the
+    result is in source pixels: each edge of the disc is placed where the reduced intensity profile across
+    it, interpolated between pixel centres, crosses the threshold, so the geometry is not rounded to whole
+    reduced pixels.
     """
     a = img[..., 0] if img.ndim == 3 else img    # red channel: brightest in fundus, ~0 outside
     if img.ndim == 3:
         a = np.maximum(a, img.mean(axis=-1))
     h, w = a.shape
+    W, H = (width or w * scale), (height or h * scale)
     if threshold is None:
         hi = float(np.percentile(a, 99))
         threshold = max(0.04, 0.12 * hi)
@@ -41,18 +48,42 @@ def detect_fov(img: np.ndarray, *, threshold: float | None = None) -> FieldOfVie
     fg = ndimage.binary_opening(fg, iterations=1) if min(h, w) >= 16 else fg
     lab, n = ndimage.label(fg)
     if n == 0:
-        return FieldOfView(w / 2, h / 2, min(h, w) / 2, False)
-    sizes = ndimage.sum_labels(fg, lab, index=np.arange(1, n + 1))
+        return FieldOfView(W / 2, H / 2, min(H, W) / 2, False)
+    sizes = np.bincount(lab.ravel(), minlength=n + 1)[1:]      # pixels per component
     big = lab == (int(np.argmax(sizes)) + 1)
     if big.sum() < 0.05 * h * w:
-        return FieldOfView(w / 2, h / 2, min(h, w) / 2, False)
+        return FieldOfView(W / 2, H / 2, min(H, W) / 2, False)
     rows = np.flatnonzero(big.any(axis=1))
     cols = np.flatnonzero(big.any(axis=0))
     x0, x1, y0, y1 = cols[0], cols[-1] + 1, rows[0], rows[-1] + 1
+    if scale > 1:
+        inside = a[y0:y1, x0:x1]
+        x0, x1 = _edges(a[y0:y1].max(axis=0), x0, x1, threshold, scale, W, inside.shape[1])
+        y0, y1 = _edges(a[:, x0 // scale:-(-x1 // scale)].max(axis=1), y0, y1, threshold, scale, H,
+                        inside.shape[0])
     radius = max(x1 - x0, y1 - y0) / 2
-    cx = _centre(x0, x1, w, radius)
-    cy = _centre(y0, y1, h, radius)
+    cx = _centre(x0, x1, W, radius)
+    cy = _centre(y0, y1, H, radius)
     return FieldOfView(float(cx), float(cy), float(radius), True)
+
+
+def _edges(profile: np.ndarray, lo: int, hi: int, thr: float, scale: int, n: int, _extent: int) -> tuple[int, int]:
+    """First and one-past-last source pixel above ``thr`` along a reduced profile whose reduced extent above
+    it is [lo, hi): linear interpolation between reduced pixel centres around each edge."""
+    m = len(profile)
+    if lo == 0:
+        first = 0
+    else:
+        v0, v1 = float(profile[lo - 1]), float(profile[lo])
+        t = min(1.0, max(0.0, (thr - v0) / (v1 - v0))) if v1 > v0 else 1.0
+        first = int(np.ceil((lo - 0.5 + t) * scale - 0.5))
+    if hi >= m:
+        last = n
+    else:
+        v0, v1 = float(profile[hi - 1]), float(profile[hi])
+        t = min(1.0, max(0.0, (v0 - thr) / (v0 - v1))) if v0 > v1 else 0.0
+        last = int(np.floor((hi - 0.5 + t) * scale - 0.5)) + 1
+    return max(0, first), min(n, max(last, first + 1))
 
 
 def _centre(lo: int, hi: int, n: int, radius: float) -> float:
@@ -158,3 +189,92 @@ def preprocess(img: np.ndarray, *, size: int, channels: int, crop: str) -> Prepr
         x[~fov_mask] = 0.0
     chw = np.ascontiguousarray(np.transpose(x * 2.0 - 1.0, (2, 0, 1)), dtype=np.float32)
     return Preprocessed(chw, fov_mask, fov_found)
+
+
+# --------------------------------------------------------------------------------------------
+# The same preprocessing from a reduced decode (JPEG draft mode / box average): the crop is planned in
+# source pixel coordinates, then resampled from the reduced image with the same Lanczos filter.
+
+
+@dataclass(frozen=True)
+class CropPlan:
+    x0: int                                      # square crop [x0, x0 + side) x [y0, y0 + side) in source pixels
+    y0: int
+    side: int
+    fov_found: bool                              # a fundus field of view was found: black outside its disc
+    mask_outside: bool                           # pixels of the crop outside the source count as outside the FOV
+    whole: bool = False                          # crop "none": the whole source, resized as is
+
+
+def plan_crop(img: np.ndarray, crop: str, *, scale: int = 1, width: int | None = None,
+              height: int | None = None) -> CropPlan:
+    """Where :func:`preprocess` crops, in source pixels, from ``img`` = the source reduced ``scale`` times
+    (``width`` x ``height`` source pixels). The FOV is detected on ``img``, so its centre and radius are
+    known to about ``scale`` source pixels."""
+    h, w = img.shape[:2]
+    W, H = width or w * scale, height or h * scale
+    if crop == "fov":
+        fov = detect_fov(img, scale=scale, width=W, height=H)
+        if fov.found:
+            return _square(fov.cx, fov.cy, fov.radius, True, True)
+        return _square(W / 2, H / 2, min(H, W) / 2, False, False)
+    if crop == "center":
+        return _square(W / 2, H / 2, min(H, W) / 2, False, False)
+    if crop == "pad":
+        return _square(W / 2, H / 2, max(H, W) / 2, False, True)
+    if crop == "none":
+        return CropPlan(0, 0, max(H, W), False, False, whole=True)
+    raise ValueError(f"unknown crop {crop!r}")
+
+
+def _square(cx: float, cy: float, half: float, fov_found: bool, mask_outside: bool) -> CropPlan:
+    side = max(1, round(2 * half))                          # as crop_square rounds
+    return CropPlan(round(cx - side / 2), round(cy - side / 2), side, fov_found, mask_outside)
+
+
+def render(img: np.ndarray, plan: CropPlan, *, scale: int, width: int, height: int, size: int,
+           channels: int) -> Preprocessed:
+    """:func:`preprocess` of the source, computed from ``img`` = the source reduced ``scale`` times.
+
+    The crop's edges fall between reduced pixels when they are not multiples of ``scale``: the reduced image
+    is cut at the nearest whole pixels outside them and Pillow's resize samples exactly the crop's box, so the
+    result differs from the full-resolution one only by the box pre-filter (and a sliver under ``scale``
+    source pixels wide at the crop's edges)."""
+    x = to_channels(img.astype(np.float32, copy=False), channels)
+    h, w = x.shape[:2]
+    if plan.whole:
+        boxes = (0.0, 0.0, width / scale, height / scale)
+    else:
+        s = plan.side / scale
+        boxes = (plan.x0 / scale, plan.y0 / scale, plan.x0 / scale + s, plan.y0 / scale + s)
+    bx0, by0, bx1, by1 = boxes
+    ix0, iy0 = int(np.floor(bx0)), int(np.floor(by0))
+    ix1, iy1 = int(np.ceil(bx1)), int(np.ceil(by1))
+    cut = np.zeros((iy1 - iy0, ix1 - ix0, x.shape[2]), dtype=np.float32)     # zero outside the source
+    sx0, sy0, sx1, sy1 = max(0, ix0), max(0, iy0), min(w, ix1), min(h, iy1)
+    if sx1 > sx0 and sy1 > sy0:
+        cut[sy0 - iy0:sy1 - iy0, sx0 - ix0:sx1 - ix0] = x[sy0:sy1, sx0:sx1]
+    box = (bx0 - ix0, by0 - iy0, bx1 - ix0, by1 - iy0)
+    out = np.empty((size, size, x.shape[2]), dtype=np.float32)
+    for c in range(x.shape[2]):
+        ch = Image.fromarray(np.ascontiguousarray(cut[..., c]), mode="F")
+        out[..., c] = np.asarray(ch.resize((size, size), Image.Resampling.LANCZOS, box=box), dtype=np.float32)
+    out = np.clip(out, 0.0, 1.0)
+    if plan.mask_outside and not plan.whole:
+        cov_x = _coverage(plan.x0, plan.side, width, size)
+        cov_y = _coverage(plan.y0, plan.side, height, size)
+        fov_mask = (cov_y[:, None] * cov_x[None, :]) >= 0.5
+    else:
+        fov_mask = np.ones((size, size), dtype=bool)
+    if plan.fov_found:
+        fov_mask &= circle_mask(size)
+        out[~fov_mask] = 0.0
+    chw = np.ascontiguousarray(np.transpose(out * 2.0 - 1.0, (2, 0, 1)), dtype=np.float32)
+    return Preprocessed(chw, fov_mask, plan.fov_found)
+
+
+def _coverage(start: int, side: int, n: int, size: int) -> np.ndarray:
+    """Fraction of each of ``size`` output pixels along one axis of the crop that lies inside [0, n)."""
+    edges = start + np.arange(size + 1) * (side / size)
+    lo, hi = np.clip(edges[:-1], 0, n), np.clip(edges[1:], 0, n)
+    return (hi - lo) / (side / size)

@@ -15,6 +15,10 @@ pixels, and returns a :class:`~medanon.data.records.Scan`:
                   empty image / patient id cell (the detail names CSV, row and column);
   ``unreadable``  a DICOM header that cannot be parsed (RSNA, where sex/age/view come from it).
 
+  ``outside``     a file whose real path (symlinks followed) lies outside the dataset folder (and outside
+                  ``--images``), e.g. a CSV cell ``../x.png`` or ``/abs/x.png``, or a link out of the folder:
+                  refused unless ``allow_outside`` (``--allow-outside``). Links that stay inside are followed.
+
 Structural errors (unknown layout, CSV or required column missing, unknown label column, bad
 ``dataset.yaml``) raise :class:`~medanon.errors.DataError` naming the file and the fix.
 
@@ -35,6 +39,7 @@ modules, whose names without a leading underscore are package-internal, not publ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,7 +48,7 @@ from medanon.data.layouts.common import GENERIC_FIX, IMAGE_EXTENSIONS, LayoutWar
 from medanon.data.layouts.fundus import brset_csv, scan_aptos, scan_brset, scan_eyepacs
 from medanon.data.layouts.generic import MEDANON_FORMAT, GenericOptions, scan_generic, scan_medanon
 from medanon.data.layouts.table import first_existing, has_columns
-from medanon.data.records import Scan
+from medanon.data.records import Problem, Scan
 from medanon.errors import DataError
 
 __all__ = [
@@ -128,8 +133,45 @@ _READERS: dict[str, Callable[[Path], Scan]] = {
 }
 
 
-def scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = None) -> Scan:
-    """List the images of a dataset folder with labels and patient ids, without decoding pixels."""
+def scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = None,
+         allow_outside: bool = False) -> Scan:
+    """List the images of a dataset folder with labels and patient ids, without decoding pixels.
+
+    The one place where medanon decides which files a dataset may name: a file (or mask) whose real path
+    lies outside the dataset folder and outside ``--images`` becomes an ``outside`` problem unless
+    ``allow_outside``; symlinks, to files or folders, that resolve inside are followed like any file."""
+    sc = _scan(root, layout, generic=generic)
+    if not allow_outside:
+        confine(sc)
+    return sc
+
+
+def confine(sc: Scan) -> None:
+    """Move the records of ``sc`` whose image or mask resolves outside its allowed folders to its problems."""
+    roots = [Path(r).resolve() for r in [sc.root, *sc.allowed_roots]]
+    kept = []
+    for rec in sc.records:
+        bad = [p for p in (rec.path, rec.mask_path) if p is not None and not _inside(p.resolve(), roots)]
+        if not bad:
+            kept.append(rec)
+            continue
+        for p in bad:
+            real = p.resolve()
+            how = "a symlink to " if real != Path(os.path.abspath(p)) else ""
+            sc.problems.append(Problem(_shown(p, sc.root), "outside",
+                                       f"{how}{real}, outside the dataset folder {sc.root}"))
+    sc.records = kept
+
+
+def _inside(real: Path, roots: list[Path]) -> bool:
+    return any(real == r or real.is_relative_to(r) for r in roots)
+
+
+def _shown(p: Path, root: Path) -> str:
+    return Path(os.path.relpath(os.path.abspath(p), os.path.abspath(root))).as_posix()
+
+
+def _scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = None) -> Scan:
     root = _check_root(root)
     name = (layout or "auto").strip().lower()
     if name == "auto":

@@ -198,7 +198,7 @@ def scan_mimic(root: Path) -> Scan:
             patients[_id(pt.cell(row, p_subj))] = (sex, age)
     else:
         warnings.warn(f"no patients.csv(.gz) in {root}: MIMIC records get no sex/age labels "
-                      "(copy MIMIC-IV hosp/patients.csv.gz there to add them)", LayoutWarning, stacklevel=3)
+                      "(copy MIMIC-IV hosp/patients.csv.gz there to add them)", LayoutWarning, stacklevel=4)
 
     col = Collector(root, meta_path.name)
     dirs = Dirs()

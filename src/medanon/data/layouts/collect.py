@@ -71,7 +71,7 @@ def resolve(dirs: Dirs, bases: Sequence[Path], value: str,
     if not value:
         return None
     for base in bases:
-        target = base / value
+        target = Path(os.path.normpath(base / value))     # "a/../b.png" and "b.png" are one file
         if dirs.has(target):
             return target
         if file_ext(target.name) not in IMAGE_EXTENSIONS:
@@ -115,6 +115,7 @@ class Collector:
     entries: dict[Path, Entry] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     image_dirs: set[Path] = field(default_factory=set)   # folders to check for unlabelled images
+    scope: list[Path] = field(default_factory=list)      # besides root, folders whose images must be labelled
 
     def rel(self, path: Path) -> str:
         try:
@@ -130,6 +131,10 @@ class Collector:
                                      f"{self.csv_name} row {line}: {detail}"))
 
     def missing(self, expected: Path, line: int, what: str = "image", looked: str = "") -> None:
+        if expected.is_dir():
+            self.problem(expected, "unreadable", f"{what} listed in {self.csv_name} row {line} is a folder, "
+                                                 "not an image file")
+            return
         self.problem(expected, "missing", f"{what} listed in {self.csv_name} row {line} is not on disk"
                      + (f" ({looked})" if looked else ""))
 
@@ -165,7 +170,11 @@ class Collector:
     def check_unlabelled(self, dirs: Dirs, extra_referenced: Iterable[Path] = ()) -> None:
         referenced = set(self.entries) | {e.mask_path for e in self.entries.values() if e.mask_path}
         referenced |= set(extra_referenced)
+        scope = [Path(os.path.normpath(r)) for r in [self.root, *self.scope]]
         for d in sorted(self.image_dirs):
+            norm = Path(os.path.normpath(d))
+            if not any(norm == r or norm.is_relative_to(r) for r in scope):
+                continue    # a folder outside the dataset that a ../ path reaches: not the dataset's to list
             for name in dirs.images(d):
                 p = d / name
                 if p not in referenced:

@@ -74,7 +74,7 @@ def scan_aptos(root: Path) -> Scan:
                                bases=[root / "train_images", root], default_ext=".png",
                                primary=root / "train_images", describe=describe, required=["diagnosis"])
     warnings.warn("APTOS 2019 has no patient ids: every image counts as its own patient, so both eyes of one "
-                  "person may land in different splits", LayoutWarning, stacklevel=3)
+                  "person may land in different splits", LayoutWarning, stacklevel=4)
     return result
 
 

@@ -100,9 +100,9 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
     if pat_idx is None:
         warnings.warn(f"{csv_path.name}: no patient column given, so every image counts as its own patient; "
                       "patient-level splits and privacy checks cannot see repeat images of one person "
-                      "(pass --patient-col if the CSV has patient ids)", LayoutWarning, stacklevel=3)
+                      "(pass --patient-col if the CSV has patient ids)", LayoutWarning, stacklevel=4)
 
-    col = Collector(root, csv_path.name)
+    col = Collector(root, csv_path.name, scope=[images_dir])
     dirs = Dirs()
     bases = [images_dir]
     for line, row in table.rows:
@@ -136,7 +136,9 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
         if mask_missing:
             entry.bad = True
     col.check_unlabelled(dirs)
-    return col.scan(layout, modality)
+    sc = col.scan(layout, modality)
+    sc.allowed_roots.append(images_dir)       # the folder the user named, or the labels CSV's folder
+    return sc
 
 
 # --------------------------------------------------------------------------------------------

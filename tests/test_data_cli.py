@@ -1,0 +1,126 @@
+"""The dataset options on the command line: the same layout options for every command that reads a dataset,
+clean messages for the reading half of issue 13 (outside paths, bombs, splits, --size, warnings)."""
+
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from fixtures_layouts import make_mimic
+from PIL import Image
+from test_data_safety import png_claiming
+
+from medanon.cli import cli
+from medanon.cli.data import clean_warnings
+from medanon.config import DataConfig
+from medanon.data.dataset import open_dataset, reading
+from medanon.data.layouts import GenericOptions, LayoutWarning, scan
+from medanon.data.summary import format_summary, summarize
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+def generic_folder(root: Path, n: int = 4, *, extra: str = "") -> list[str]:
+    (root / "pics").mkdir(parents=True)
+    rows = ["file,subject,level"]
+    for i in range(n):
+        a = np.random.default_rng(i).integers(0, 256, (24, 24, 3), dtype=np.uint8)
+        Image.fromarray(a).save(root / "pics" / f"s{i}.png")
+        rows.append(f"pics/s{i}.png,subj{i},{i % 5}")
+    if extra:
+        rows.append(extra)
+    (root / "meta.csv").write_text("\n".join(rows) + "\n")
+    return ["--labels", str(root / "meta.csv"), "--image-col", "file", "--label-cols", "grade=level",
+            "--patient-col", "subject"]
+
+
+def test_summary_refuses_then_allows_an_outside_path(tmp_path: Path, runner):
+    root = tmp_path / "ds"
+    a = np.zeros((24, 24, 3), np.uint8)
+    Image.fromarray(a).save(tmp_path / "x.png")
+    opts = generic_folder(root, extra="../x.png,subjX,1")
+    r = runner.invoke(cli, ["data", "summary", str(root), *opts, "--size", "16"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "1 outside" in r.output and "--allow-outside" in r.output and "unlabelled" not in r.output
+    r = runner.invoke(cli, ["data", "summary", str(root), *opts, "--size", "16", "--allow-outside", "--json"])
+    assert r.exit_code == 0, r.output
+    assert '"images": 5' in r.stdout and '"skipped": []' in r.stdout
+
+
+def test_summary_skips_a_bomb(tmp_path: Path, runner):
+    root = tmp_path / "ds"
+    opts = generic_folder(root, extra="pics/bomb.png,subjB,1")
+    png_claiming(root / "pics" / "bomb.png", 60000, 60000)
+    r = runner.invoke(cli, ["data", "summary", str(root), *opts, "--size", "16"])
+    assert r.exit_code == 1 and "bomb.png" in r.output and "--max-pixels" in r.output
+    r = runner.invoke(cli, ["data", "summary", str(root), *opts, "--size", "16", "--skip-bad", "--decode"])
+    assert r.exit_code == 0 and "images    4" in r.output and "bomb.png: large" in r.output
+
+
+def test_size_error_says_one_thing(runner, tmp_path: Path):
+    r = runner.invoke(cli, ["data", "summary", str(tmp_path), "--size", "63"])
+    assert r.exit_code == 2
+    assert "63 is not a power of two from 16 to 1024" in r.output and "1024" in r.output
+
+
+def test_split_warns_when_fractions_cannot_be_met(tmp_path: Path, runner):
+    root = tmp_path / "ds"
+    opts = generic_folder(root, n=4)
+    r = runner.invoke(cli, ["data", "split", str(root), *opts, "--size", "16", "--out", str(tmp_path / "s.csv"),
+                            "--val", "0.25", "--test", "0.25", "--stratify", "grade"])
+    assert r.exit_code == 0, r.output
+    assert "warning: the" in r.output and "can only be cut to whole patients" in r.output
+
+
+def test_audit_and_evaluate_take_the_layout_options(tmp_path: Path, runner):
+    root = tmp_path / "ds"
+    opts = generic_folder(root)
+    release = tmp_path / "release"
+    release.mkdir()
+    bad = [o if o != "file" else "nope" for o in opts]
+    r = runner.invoke(cli, ["audit", str(release), "--source", str(root), *bad])
+    assert r.exit_code == 3 and "has no column 'nope'" in r.output
+    r = runner.invoke(cli, ["audit", str(release), "--source", str(root), *opts])
+    assert r.exit_code == 3 and "nope" not in r.output and "meta.csv" not in r.output     # the source was read
+    r = runner.invoke(cli, ["evaluate", "--real", str(root), *bad, "--release", str(release),
+                            "--out", str(tmp_path / "ev"), "--preset", "fast", "--size", "16"])
+    assert r.exit_code == 1 and "has no column 'nope'" in r.output
+    for cmd in (["audit"], ["evaluate"], ["data", "summary"], ["data", "split"]):
+        text = runner.invoke(cli, [*cmd, "--help"]).output
+        assert "--labels" in text and "--image-col" in text and "--allow-outside" in text
+
+
+def test_reading_declares_options_for_code_that_opens_by_path(tmp_path: Path):
+    root = tmp_path / "ds"
+    generic_folder(root)
+    generic = GenericOptions(labels_csv=root / "meta.csv", image_col="file", label_cols=("grade=level",),
+                             patient_col="subject")
+    with reading(root, generic=generic):
+        ds = open_dataset(root, DataConfig(size=16))
+    assert len(ds) == 4 and ds.layout == "generic"
+    with pytest.raises(Exception, match="layout"):
+        open_dataset(root, DataConfig(size=16))                # outside the block: nothing is declared
+
+
+def test_layout_warning_is_one_clean_log_line(caplog):
+    with warnings.catch_warnings(record=True) as escaped, caplog.at_level(logging.WARNING, logger="medanon"):
+        warnings.simplefilter("always")
+        with clean_warnings():
+            warnings.warn("no patient column given", LayoutWarning, stacklevel=1)
+    assert [r.getMessage() for r in caplog.records] == ["no patient column given"]
+    assert not escaped
+
+
+def test_mimic_summary_separates_long_label_names(tmp_path: Path):
+    from medanon.data.dataset import ImageDataset
+
+    sc = scan(make_mimic(tmp_path))
+    ds = ImageDataset(sc.records, size=16, channels=1, crop="center", layout="mimic", root=sc.root)
+    text = format_summary(summarize(ds))
+    line = next(ln for ln in text.splitlines() if "enlarged_cardiomediastinum" in ln)
+    assert line.split()[0] == "enlarged_cardiomediastinum"

@@ -145,3 +145,15 @@ def test_cache_budget_is_respected(counted):
     ds.tensors(workers=1, progress=False)
     ds.tensors(workers=1, progress=False)
     assert len(calls) == 6
+
+
+@pytest.mark.parametrize("crop", ["fov", "center", "pad", "none"])
+def test_render_at_full_scale_is_preprocess(crop: str):
+    """The reduced path's crop plan and resampling, run on the full image, reproduce preprocess."""
+    from medanon.data.transforms import plan_crop, render
+
+    img = fundus_like(150, 110).astype(np.float32) / 255
+    ref = preprocess(img, size=32, channels=3, crop=crop)
+    new = render(img, plan_crop(img, crop), scale=1, width=150, height=110, size=32, channels=3)
+    assert new.fov_found == ref.fov_found and np.array_equal(new.fov, ref.fov)
+    assert np.abs(new.image - ref.image).max() < 1e-5

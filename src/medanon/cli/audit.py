@@ -34,7 +34,9 @@ def audit(ctx: click.Context, release: Path, k, mapping, source, as_json, **layo
     from medanon.release.audit import audit_release
 
     try:
-        records = scan_from_cli(source, **layout_opts).records if source is not None else None
+        # every file the labels name is searched for, inside the folder or not: names are read, never pixels
+        records = (scan_from_cli(source, **{**layout_opts, "allow_outside": True}).records
+                   if source is not None else None)
         rep = audit_release(release, k=k, mapping=mapping, source_records=records)
     except (MedanonError, OSError, ValueError, KeyError) as e:
         click.secho(f"error: the audit could not run: {e}", fg="red", err=True)

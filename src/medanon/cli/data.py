@@ -13,11 +13,11 @@ import click
 
 from medanon.cli.base import CONTEXT, data
 from medanon.config import DataConfig, SplitConfig, build
+from medanon.data.imageio import DEFAULT_MAX_PIXELS
 from medanon.errors import MedanonError
 
 log = logging.getLogger("medanon")
 
-DEFAULT_MAX_PIXELS = 64_000_000          # medanon.data.imageio.DEFAULT_MAX_PIXELS (not imported: keeps --help fast)
 
 
 def _check_size(ctx, param, value):

@@ -68,6 +68,15 @@ def flow_cfg(steps: int = 4) -> GlowConfig:
                                                           "channels=3"))
 
 
+def labels(n: int = 24) -> torch.Tensor:
+    return torch.arange(n) % 3 * (torch.arange(n) % 4 != 0)   # unbalanced: weighted losses differ from ce
+
+
+def classifier_cfg(loss: str):
+    from medanon.train.classifier import ClassifierTrainConfig
+    return ClassifierTrainConfig(image_size=16, steps=3, batch=8, loss=loss, seed=1)
+
+
 def float64_flows() -> None:
     """Make ``train_flow`` build float64 flows (see FLOW_TOL)."""
     import medanon.train.flow as module
@@ -77,6 +86,7 @@ def float64_flows() -> None:
 
 def _worker(rank: int, world: int, port: int, root: str) -> None:
     """Every 2-rank run the tests compare, in one process group (one start-up for all)."""
+    from medanon.train.classifier import train_classifier
     from medanon.train.flow import train_flow
     from medanon.train.gan import train_stylegan
     float64_flows()
@@ -87,6 +97,10 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
                            checkpoint_every=100, sample_every=100, log_every=1)
         for name, steps in (("two-ranks", 4), ("two-ranks-half", 2)):
             train_flow(flow_cfg(steps), images().double(), out=Path(root) / "flow" / name, dist=d, progress=False)
+        for loss in ("ce", "weighted"):
+            model = train_classifier(images(), labels(), num_classes=3, cfg=classifier_cfg(loss), dist=d)
+            if d.is_main:
+                torch.save(model.state_dict(), Path(root) / f"classifier-{loss}.pt")
     finally:
         shutdown(d)
 
@@ -251,3 +265,16 @@ def test_torchrun_trains_from_the_command_line(tmp_path: Path):
     assert "2 steps" in r.output
     manifest = json.loads((tmp_path / "flow" / "manifest.json").read_text())
     assert manifest["distributed"]["shards"] == 2 and manifest["distributed"]["world_size"] == 1
+
+
+@pytest.mark.parametrize("loss", ["ce", "weighted"])
+def test_classifier_two_ranks_equal_one_process_with_the_same_shards(two_ranks: Path, loss: str):
+    """Parameters equal those of one process computing the same 2 shards (batch-norm statistics are a
+    shard's in both); batch-norm running statistics are rank 0's and are not compared."""
+    from medanon.train.classifier import train_classifier
+    two = torch.load(two_ranks / f"classifier-{loss}.pt")
+    one = train_classifier(images(), labels(), num_classes=3, cfg=classifier_cfg(loss), accumulation=2).state_dict()
+    plain = train_classifier(images(), labels(), num_classes=3, cfg=classifier_cfg(loss)).state_dict()
+    params = [k for k in one if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+    _assert_close({k: two[k] for k in params}, {k: one[k] for k in params})
+    assert any(not torch.allclose(plain[k], one[k]) for k in params)   # the sharding did change the computation

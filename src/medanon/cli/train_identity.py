@@ -110,15 +110,30 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
 @click.pass_context
 def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, label, out, steps, arch,
                          loss, image_size, seed, **opts) -> None:
-    """Train the small ResNet classifier on one label of DATA_DIR and report its held-out test metrics."""
+    """Train the small ResNet classifier on one label of DATA_DIR and report its held-out test metrics.
+
+    Under torchrun (`torchrun --nproc_per_node N -m medanon train classifier ...`) the batch is split
+    across the processes (docs/distributed.md); rank 0 writes and reports.
+    """
+    from medanon.runtime import resolve_device
+    from medanon.train.distributed import init_distributed, shutdown
+
+    dist = init_distributed(resolve_device(ctx.obj["device"]))
+    try:
+        _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label, out, steps, arch, loss,
+                          image_size, seed, opts)
+    finally:
+        shutdown(dist)
+
+
+def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label, out, steps, arch, loss, image_size,
+                      seed, opts) -> None:
     import numpy as np
 
     from medanon.evaluate.utility import KNOWN_TASKS, Task, score
     from medanon.models.classifier import predict_proba, save_classifier
-    from medanon.runtime import resolve_device
     from medanon.train.classifier import ClassifierTrainConfig, resize_to, train_classifier
 
-    device = resolve_device(ctx.obj["device"])
     ds = open_from_cli(data_dir, **opts)
     if label not in ds.label_names:
         raise click.UsageError(f"--label {label!r} is not a label of {data_dir}; it has {ds.label_names}")
@@ -131,7 +146,9 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     rows = _split_rows(ds, splits, split, split_seed, stratify)
     ok, y = task.targets(values[rows])
     cfg = ClassifierTrainConfig(arch=arch, steps=steps, loss=loss, image_size=image_size or ds.size, seed=seed)
-    model = train_classifier(images[rows[ok]], y, num_classes=task.num_classes, cfg=cfg, device=device, progress=True)
+    model = train_classifier(images[rows[ok]], y, num_classes=task.num_classes, cfg=cfg, progress=True, dist=dist)
+    if not dist.is_main:
+        return
     save_classifier(out, model, extra={"label": label, "train_config": cfg.to_dict()})
     result = {"checkpoint": str(out), "label": label, "trained_on": f"{split} split, {int(ok.sum())} images"}
     if split != "all":

@@ -14,6 +14,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 
 from medanon.errors import ConfigError
 from medanon.models.classifier import PRESETS, ResNet, ResNetConfig
+from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 
 LOSSES = ("ce", "weighted", "focal")
 
@@ -125,12 +127,43 @@ def map_in_parallel(fn: Callable[[T], R], items: Sequence[T], *, device: torch.d
         torch.set_num_threads(threads)
 
 
+def _sharded_step(net: torch.nn.Module, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor,
+                  cfg: ClassifierTrainConfig, weight: torch.Tensor | None, dist: Dist, accumulation: int) -> None:
+    """One optimiser step on this rank's shards of the batch (xb, yb); see :func:`train_classifier`."""
+    shards = dist.world_size * accumulation
+    w = None if weight is None else weight.to(xb.device)
+    # the batch mean's denominator: weighted cross-entropy divides by the batch's total weight, the rest by its size
+    norm = w[yb].sum() if w is not None and cfg.loss == "weighted" else torch.tensor(float(len(yb)))
+    opt.zero_grad(set_to_none=True)
+    mine = list(local_shards(dist, accumulation))
+    for i, s in enumerate(mine):
+        xs, ys = shard_rows(xb, s, shards), shard_rows(yb, s, shards)
+        with nullcontext() if not dist.enabled or i == len(mine) - 1 else net.no_sync():
+            with torch.autocast(xs.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                logits = net(xs).float()
+            if cfg.loss == "focal":
+                total = focal_loss(logits, ys, gamma=cfg.focal_gamma, weight=w) * len(ys)
+            else:
+                total = F.cross_entropy(logits, ys, weight=w, reduction="sum")
+            (total * dist.world_size / norm.to(total.device)).backward()   # DDP averages over ranks
+    opt.step()
+
+
 def train_classifier(images: torch.Tensor, targets: np.ndarray | torch.Tensor, *, num_classes: int,
                      cfg: ClassifierTrainConfig | None = None, device: torch.device | str | None = None,
-                     progress: bool = False, desc: str = "classifier") -> ResNet:
+                     progress: bool = False, desc: str = "classifier", dist: Dist | None = None,
+                     accumulation: int = 1) -> ResNet:
     """Train a :class:`ResNet` on ``images`` (N, C, H, W) in [-1, 1] with integer ``targets`` (N,).
 
     Runs on ``device`` (default: the device of ``images``). Returns the model in eval mode.
+
+    Data-parallel (``dist`` from :func:`medanon.train.distributed.init_distributed`, every rank calls
+    this) and gradient accumulation: each step's batch and its augmentation are drawn as in one
+    process and split into ``world_size * accumulation`` shards; DDP sums the gradients, and the loss
+    is normalised by the whole batch (for the weighted losses, by its total class weight), so the
+    update is that of one process except for batch normalisation, whose statistics are a shard's
+    (synchronised across GPUs with SyncBatchNorm on CUDA; per rank on CPU, where SyncBatchNorm does
+    not run). Every rank returns the same model.
     """
     cfg = cfg or ClassifierTrainConfig()
     cfg.validate()
@@ -142,6 +175,10 @@ def train_classifier(images: torch.Tensor, targets: np.ndarray | torch.Tensor, *
     if y.min() < 0 or y.max() >= num_classes:
         raise ValueError(f"targets must be in 0..{num_classes - 1}, got {y.min()}..{y.max()}")
     dev = torch.device(device) if device is not None else images.device
+    if dist is not None:
+        dev = dist.device
+    dist = dist or Dist(device=dev)
+    shards = dist.world_size * accumulation
     gen = torch.Generator().manual_seed(int(cfg.seed))
     with _INIT_LOCK:                                # weight initialisation draws from torch's global RNG
         torch.manual_seed(int(cfg.seed))
@@ -149,14 +186,21 @@ def train_classifier(images: torch.Tensor, targets: np.ndarray | torch.Tensor, *
     x_all = resize_to(images.float(), cfg.image_size)
     y_all = torch.from_numpy(y)
     weight = class_weights(y, num_classes) if cfg.loss in ("weighted", "focal") else None
+    net: torch.nn.Module = model
+    if dist.enabled:
+        if dev.type == "cuda":
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) /
                                                                                cfg.steps)))
     model.train()
     bs = min(cfg.batch, len(y))
+    if shards > 1:
+        split_batch(bs, dist.world_size, accumulation, what="classifier batch")
     order = torch.randperm(len(y), generator=gen)
     pos = 0
-    for _ in tqdm(range(cfg.steps), desc=desc, disable=not progress, unit="step", leave=False):
+    for _ in tqdm(range(cfg.steps), desc=desc, disable=not (progress and dist.is_main), unit="step", leave=False):
         if pos + bs > len(order):                   # epochs without replacement, reshuffled each time
             order, pos = torch.randperm(len(y), generator=gen), 0
         idx = order[pos:pos + bs]
@@ -165,6 +209,10 @@ def train_classifier(images: torch.Tensor, targets: np.ndarray | torch.Tensor, *
         if cfg.augment:
             xb = jitter(xb, gen)
         xb, yb = xb.to(dev), y_all[idx].to(dev)
+        if shards > 1:
+            _sharded_step(net, opt, xb, yb, cfg, weight, dist, accumulation)
+            sched.step()
+            continue
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
             logits = model(xb).float()
         if cfg.loss == "focal":

@@ -71,3 +71,23 @@ def write_k_same_pixel(out: Path, real: RealData, *, k: int, split: str = "train
             idx = rows[g]
             w.add(f"c{n}", real.images[idx].mean(0), [real.records[i] for i in idx])
     return out
+
+
+def write_copy(out: Path, real: RealData, *, split: str = "train", seed: int = 0) -> Path:
+    """The sources themselves under random names, in random order: a release at maximal risk."""
+    rows = real.rows(split)
+    rng = np.random.default_rng(seed)
+    with _writer(out, real, "copy", {}, {"statement": "none: the source images under random names"}) as w:
+        for n, i in enumerate(rng.permutation(rows)):
+            w.add(f"x{rng.integers(1 << 40):011x}{n}", real.images[i], [real.records[i]])
+    return out
+
+
+def write_unrelated(out: Path, real: RealData, other: torch.Tensor, *, split: str = "train") -> Path:
+    """Images of *other* people (``other``: real images of unrelated patients, e.g. a phantom of another seed),
+    each mapped to a source record: the release says nothing about its members (near-zero risk)."""
+    rows = real.rows(split)
+    with _writer(out, real, "unrelated", {}, {"statement": "images of unrelated people"}) as w:
+        for n, i in enumerate(rows):
+            w.add(f"u{n}", other[n % len(other)], [real.records[i]])
+    return out

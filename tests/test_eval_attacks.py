@@ -17,7 +17,10 @@ def test_tar_far_hand_made_pairs():
     genuine = [True, True, True, False, False, False, False]
     r = L.verification_rates(scores, genuine, 0.5)
     assert r["TAR"] == pytest.approx(2 / 3) and r["FAR"] == pytest.approx(1 / 4) and r["FRR"] == pytest.approx(1 / 3)
-    assert r["accuracy"] == pytest.approx(5 / 7) and r["F1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
+    # balanced accuracy and F1 at equal prevalence: independent of how many impostor pairs there are
+    prec = (2 / 3) / (2 / 3 + 1 / 4)
+    assert r["accuracy"] == pytest.approx((2 / 3 + 3 / 4) / 2) and r["F1"] == pytest.approx(
+        2 * prec * (2 / 3) / (prec + 2 / 3))
     t = L.threshold_at_far([0.85, 0.2, 0.1, 0.05], 0.25)             # at most one impostor of four accepted
     assert t == 0.85
     r = L.verification_rates(scores, genuine, t)
@@ -88,8 +91,10 @@ def test_membership_top_k_succeeds_and_fails(release):
     if release == "unprotected":
         assert out["top_k_accuracy"] > 0.9 and out["risk"]["residual_risk"]["risk"] > 0.8
     else:
-        assert out["top_k_accuracy"] < 0.2 and out["risk"]["residual_risk"]["ci"][0] == 0.0
+        assert out["top_k_accuracy"] < 0.2 and out["p_value"] > 0.01           # the exact test does not reject
     assert out["members_in_pool"] == out["heldout_in_pool"]
+    assert out["chance"] == pytest.approx(k / out["pool"]) and out["risk"]["against"] == "baseline"
+    assert out["risk"]["control"] is None and out["risk"]["baseline"]["exact"]
 
 
 @pytest.mark.parametrize("release", ["unprotected", "noise"])
@@ -127,8 +132,13 @@ def test_attribute_inference_succeeds_and_fails(sex_attacker, release):
     m, x, y = sex_attacker
     rel = x[:60] if release == "unprotected" else torch.rand(60, 1, 16, 16, generator=torch.Generator()) * 2 - 1
     out = attribute_inference(attacker=m, image_size=16, release_images=rel, release_truth=y[:60],
-                              heldout_images=x[60:], heldout_truth=y[60:])
+                              heldout_images=x[60:], heldout_truth=y[60:], source_images=x,
+                              record_sources=[[i] for i in range(60)], trained_on="other patients")
     assert out["heldout_real_accuracy"] > 0.9 and out["chance"] == 0.5      # the attacker works on real images
+    # item 1: "Original" is the same attacker on the same records' real images; the residual names its baseline
+    assert out["original_accuracy"] > 0.9 and out["risk"]["against"] == "baseline" and out["risk"]["control"] is None
+    if release == "unprotected":
+        assert out["accuracy"] == out["original_accuracy"] and out["leak_kept"] == pytest.approx(1.0)
     if release == "unprotected":
         assert out["accuracy"] > 0.9 and out["risk"]["residual_risk"]["risk"] > 0.7
     else:

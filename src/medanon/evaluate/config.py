@@ -8,7 +8,7 @@ the preset the demo and the tests start from; the defaults are the full protocol
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from medanon.config import SplitConfig
 from medanon.errors import ConfigError
@@ -39,6 +39,7 @@ class FidelityConfig:
 class UtilityConfig:
     tasks: tuple[str, ...] = ()                 # labels to predict; () = grade / pneumonia; ('none',) = off
     seeds: tuple[int, ...] = (0, 1, 2)          # one classifier per seed on the release and on the real baseline
+    bootstrap: int = 1000                       # paired bootstrap resamples over test images (0 = no interval)
     classifier: ClassifierTrainConfig = field(default_factory=ClassifierTrainConfig)
     full_real: bool = True                      # also train on every real source image: a reference row, and
                                                 # that model tested on the released images (DP-GLOW's direction)
@@ -46,6 +47,8 @@ class UtilityConfig:
     def validate(self) -> None:
         if not self.seeds:
             raise ConfigError("utility.seeds must name at least one seed")
+        if self.bootstrap < 0 or 0 < self.bootstrap < 20:
+            raise ConfigError(f"utility.bootstrap={self.bootstrap} must be 0 (off) or at least 20")
 
 
 @dataclass
@@ -61,6 +64,22 @@ class AttackConfig:
     confidence: float = 0.95                    # level of every Wilson / bootstrap interval
     identity: IdentityTrainConfig = field(default_factory=IdentityTrainConfig)
     identity_checkpoint: str = ""               # a trained identity network (kind "identity") instead of training
+    attacker_split: str = "val"                 # patients neither released nor controls: what attackers train on
+    nearest: bool = True                        # membership by nearest released record, members vs held-out controls
+    membership_fpr: float = 0.1                 # its threshold: this share of attacker-split images pass it
+    independent_attacker: bool = True           # also attack with a second identity network: another architecture,
+    independent_arch: str = "resnet10"          # input size and seed, trained on the attacker split with the
+    independent_image_size: int = 48           # same budget (steps, batch, lr, loss) as attacks.identity
+    independent_seed: int = 1
+    screening: bool = True                      # near-copy screening of every released image
+    near_copy_quantile: float = 0.01            # a released image is a near-copy below this quantile of real
+                                                # image-to-nearest-other-patient distances
+
+    @property
+    def independent(self) -> IdentityTrainConfig:
+        """The independent attacker's training settings: the main network's, with its own arch, size and seed."""
+        return replace(self.identity, arch=self.independent_arch, image_size=self.independent_image_size,
+                       seed=self.independent_seed)
 
     def validate(self) -> None:
         if not 0 < self.target_far < 1:
@@ -69,6 +88,11 @@ class AttackConfig:
             raise ConfigError(f"attacks.confidence={self.confidence} must be in [0.5, 1)")
         if self.max_pairs < 10:
             raise ConfigError("attacks.max_pairs must be at least 10")
+        if not 0 < self.membership_fpr < 1 or not 0 < self.near_copy_quantile < 1:
+            raise ConfigError("attacks.membership_fpr and attacks.near_copy_quantile must be in (0, 1)")
+        self.independent.validate()
+        if self.attacker_split not in ("", "train", "val", "test"):
+            raise ConfigError(f"attacks.attacker_split={self.attacker_split!r} must be train, val, test or ''")
 
 
 def _auto_split() -> SplitConfig:
@@ -96,6 +120,10 @@ class EvalConfig:
                 self.source_split == self.heldout_split:
             raise ConfigError(f"source_split={self.source_split!r} and heldout_split={self.heldout_split!r} must be "
                               f"two different splits among {splits}")
+        if self.attacks.attacker_split in (self.source_split, self.heldout_split):
+            raise ConfigError(f"attacks.attacker_split={self.attacks.attacker_split!r} must differ from the source "
+                              f"and held-out splits: attackers train on patients who are neither members nor "
+                              f"controls", fix="use attacks.attacker_split=val (or '' to fall back, with a warning)")
         if self.grid < 0:
             raise ConfigError("grid must be >= 0")
 
@@ -108,8 +136,10 @@ class EvalConfig:
         and kappa falls to ~0, so classifiers keep 64 px.
         """
         clf = ClassifierTrainConfig(image_size=min(size, 64), steps=150, batch=32, lr=5e-3, augment=False)
+        indep = 32 if size >= 48 else max(16, 3 * size // 4)     # not the 64 px of GMIA's E_id; 24 px at 32 px
         return cls(size=size,
                    fidelity=FidelityConfig(max_samples=50, reference_samples=100, bootstrap=20, kid_subsets=20),
-                   utility=UtilityConfig(seeds=(0, 1), classifier=clf),
+                   utility=UtilityConfig(seeds=(0, 1), classifier=clf, bootstrap=200),
                    attacks=AttackConfig(attribute_classifier=clf,
-                                        identity=IdentityTrainConfig(image_size=min(size, 32), steps=400)))
+                                        identity=IdentityTrainConfig(image_size=min(size, 32), steps=400),
+                                        independent_image_size=indep))

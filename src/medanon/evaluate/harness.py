@@ -22,11 +22,10 @@ the writer); the demo is a thin caller::
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,25 +37,20 @@ from medanon.config import to_dict
 from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
-from medanon.evaluate.attacks.attribute import attribute_inference
-from medanon.evaluate.attacks.linkability import linkability
-from medanon.evaluate.attacks.membership import descriptors, top_k_membership
-from medanon.evaluate.attacks.risk import inference_risk
-from medanon.evaluate.attacks.singling_out import singling_out
+from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.config import EvalConfig
-from medanon.evaluate.inputs import RealData, ReleaseData, load_real, load_release
+from medanon.evaluate.context import RealContext, network_checks, with_seed
+from medanon.evaluate.inputs import ReleaseData, load_real, load_release
+from medanon.evaluate.nearcopy import screen
 from medanon.fsutil import sha256_file
-from medanon.models.classifier import load_classifier, predict_proba, save_classifier
-from medanon.models.identity import IdentityNet, load_identity
-from medanon.release.aggregate import aggregate_labels
+from medanon.models.classifier import predict_proba
 from medanon.runtime import RunDir
 from medanon.train.classifier import map_in_parallel, resize_to, train_classifier
-from medanon.train.identity import train_identity
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -68,135 +62,6 @@ class ReleaseSpec:
 
 def _spec(r: str | Path | ReleaseSpec) -> ReleaseSpec:
     return r if isinstance(r, ReleaseSpec) else ReleaseSpec(Path(r))
-
-
-class RealContext:
-    """Everything computed from the real data alone, built lazily and cached."""
-
-    def __init__(self, real: RealData, cfg: EvalConfig, cache: Cache, device: torch.device, progress: bool):
-        self.real, self.cfg, self.cache, self.device, self.progress = real, cfg, cache, device, progress
-        self.src = real.rows(cfg.source_split)
-        self.held = real.rows(cfg.heldout_split)
-        if len(self.src) < 2 or len(self.held) < 2:
-            raise DataError(f"the real dataset's {cfg.source_split!r} split has {len(self.src)} images and its "
-                            f"{cfg.heldout_split!r} split {len(self.held)}: too few to evaluate",
-                            fix="use a larger dataset or other split fractions")
-        self.key = digest(real.digest, real.split.tolist(), cfg.size)
-        self.notes: list[str] = []
-        a = cfg.attacks
-        self.identity_info: dict[str, Any] = (
-            {"checkpoint": a.identity_checkpoint, "sha256": sha256_file(a.identity_checkpoint)}
-            if a.identity_checkpoint else
-            {"trained_on": f"real {cfg.source_split} split ({len(self.src)} images)", "config": to_dict(a.identity)})
-
-    # -- identity network ------------------------------------------------------------------------------
-
-    @cached_property
-    def identity(self) -> IdentityNet:
-        a = self.cfg.attacks
-        if a.identity_checkpoint:
-            net, _ = load_identity(a.identity_checkpoint, map_location=self.device)
-            self.identity_info.update(trained_on=f"checkpoint {a.identity_checkpoint}")
-            return net
-        path = self.cache.path(f"identity-{digest(self.key, to_dict(a.identity))}", ".pt")
-        return train_identity(self.real.images[self.src], list(self.real.patients[self.src]), cfg=a.identity,
-                              out=path, device=self.device, progress=self.progress)
-
-    def embed(self, images: torch.Tensor) -> np.ndarray:
-        return self.identity.embed(images.to(self.device)).double().numpy()
-
-    @cached_property
-    def real_emb(self) -> np.ndarray:
-        a = self.cfg.attacks
-        name = f"real-identity-{digest(self.key, to_dict(a.identity), self.identity_info.get('sha256'))}"
-        return self.cache.array(name, lambda: self.embed(self.real.images))
-
-    @cached_property
-    def real_desc(self) -> np.ndarray:
-        return descriptors(self.real.images, self.real_emb)
-
-    # -- fidelity reference ----------------------------------------------------------------------------
-
-    @cached_property
-    def ref_rows(self) -> np.ndarray:
-        n = min(self.cfg.fidelity.reference_samples, len(self.src))
-        rng = np.random.default_rng(np.random.SeedSequence([self.cfg.seed, 1]))
-        return np.sort(rng.choice(self.src, n, replace=False))
-
-    @cached_property
-    def inception(self):
-        """(extractor, provenance), or None when the Inception weights are not installed (said in the report)."""
-        if not self.cfg.fidelity.inception:
-            return None
-        from medanon.models.features import FeatureNetworkUnavailable, WeightsChecksumError
-
-        try:
-            return fid.inception_extractor(device=self.device)
-        except (FeatureNetworkUnavailable, WeightsChecksumError, ImportError) as e:  # report, do not crash
-            self.notes.append(f"Inception FID network unavailable ({type(e).__name__}: {e}); FID and KID not computed")
-            log.warning(self.notes[-1])
-            return None
-
-    def inception_features(self, images: torch.Tensor, desc: str) -> np.ndarray:
-        ext, _ = self.inception
-        return fid.extract_features(ext, images, batch=self.cfg.fidelity.batch, progress=self.progress, desc=desc)
-
-    def real_inception(self, rows: np.ndarray, what: str) -> np.ndarray:
-        return self.cache.array(f"inception-{what}-{digest(self.key, rows.tolist())}",
-                                lambda: self.inception_features(self.real.images[rows], f"Inception ({what})"))
-
-    # -- classifiers trained on real data --------------------------------------------------------------
-
-    def _real_classifier(self, name: str, rows: np.ndarray, y: np.ndarray, num_classes: int, tcfg) -> Any:
-        path = self.cache.path(f"{name}-{digest(self.key, rows.tolist(), to_dict(tcfg))}", ".pt")
-        if path is not None and path.is_file():
-            return load_classifier(path, map_location=self.device)[0]
-        model = train_classifier(self.real.images[rows], y, num_classes=num_classes, cfg=tcfg, device=self.device,
-                                 progress=self.progress, desc=name)
-        if path is not None:
-            save_classifier(path, model, extra={"rows": len(rows)})
-        return model
-
-    def attribute_attacker(self, label: str):
-        tcfg = self.cfg.attacks.attribute_classifier
-        v = self.real.label(label)[self.src]
-        ok = ~np.isnan(v)
-        if ok.sum() < 2 or len(np.unique(v[ok])) < 2:
-            return None
-        return self._real_classifier(f"attacker-{label}", self.src[ok], v[ok].astype(int), 2, tcfg)
-
-    def test_set(self, task: util.Task) -> tuple[np.ndarray, np.ndarray]:
-        ok, y = task.targets(self.real.label(task.label)[self.held])
-        return self.held[ok], y
-
-    def baseline_scores(self, task: util.Task, n: int, seed: int) -> dict[str, float]:
-        """Train on ``n`` real source images (seeded subsample), test on the held-out set (cached)."""
-        tcfg = self.cfg.utility.classifier
-        name = f"baseline-{task.label}-{n}-{seed}-{digest(self.key, to_dict(tcfg))}"
-        got = self.cache.load_json(name)
-        if got is not None:
-            return got
-        ok, y = task.targets(self.real.label(task.label)[self.src])
-        rows = self.src[ok]
-        pick = util.subsample(len(rows), n, seed)
-        test_rows, y_test = self.test_set(task)
-        model = train_classifier(self.real.images[rows[pick]], y[pick], num_classes=task.num_classes,
-                                 cfg=_with_seed(tcfg, seed), device=self.device, progress=self.progress,
-                                 desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
-        s = util.score(task, y_test, predict_proba(model, resize_to(self.real.images[test_rows], tcfg.image_size)))
-        self.cache.save_json(name, s)
-        return s
-
-    def full_real_model(self, task: util.Task):
-        ok, y = task.targets(self.real.label(task.label)[self.src])
-        tcfg = _with_seed(self.cfg.utility.classifier, self.cfg.utility.seeds[0])
-        return self._real_classifier(f"real-{task.label}", self.src[ok], y, task.num_classes, tcfg)
-
-
-def _with_seed(tcfg, seed: int):
-    from dataclasses import replace
-
-    return replace(tcfg, seed=int(seed))
 
 
 # ------------------------------------------------------------------------------------------------ per release
@@ -212,9 +77,8 @@ def _fidelity_block(ctx: RealContext, n: int, inception, identity) -> dict:
         ref = ctx.real_inception(ctx.ref_rows, "reference")
         feats = inception()
         out["fid"] = fid.bootstrap_fd(ref, feats, **boot).to_dict()
-        m, s = fid.kid_from_features(ref, feats, subsets=f.kid_subsets, subset_size=f.kid_subset_size,
-                                     seed=ctx.cfg.seed)
-        out["kid"] = {"mean": m, "sd": s, "subset_size": min(f.kid_subset_size, len(ref), n)}
+        out["kid"] = fid.kid_with_error(ref, feats, subsets=f.kid_subsets, subset_size=f.kid_subset_size,
+                                        n_boot=max(f.bootstrap, 2), seed=ctx.cfg.seed)
     if f.in_domain:
         out["fd_identity"] = fid.bootstrap_fd(ctx.real_emb[ctx.ref_rows], identity(), **boot).to_dict()
     return out
@@ -228,14 +92,14 @@ def _fidelity(ctx: RealContext, rel: ReleaseData, n: int) -> dict:
 
 
 def _utility_seed(ctx: RealContext, task: util.Task, x: torch.Tensor, y: np.ndarray, test_rows: np.ndarray,
-                  y_test: np.ndarray, seed: int) -> tuple[dict, dict]:
-    """One seed of the utility protocol: the scores of a classifier trained on the release, and of the
-    real baseline trained on as many real source images (cached)."""
+                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """One seed of the utility protocol: test-set probabilities of a classifier trained on the release, and of
+    the real baseline trained on as many real source images (cached)."""
     ucfg = ctx.cfg.utility
-    model = train_classifier(x, y, num_classes=task.num_classes, cfg=_with_seed(ucfg.classifier, seed),
+    model = train_classifier(x, y, num_classes=task.num_classes, cfg=with_seed(ucfg.classifier, seed),
                              device=ctx.device, progress=False)
     probs = predict_proba(model, resize_to(ctx.real.images[test_rows], ucfg.classifier.image_size))
-    return util.score(task, y_test, probs), ctx.baseline_scores(task, len(y), seed)
+    return probs.double().numpy(), ctx.baseline_probs(task, len(y), seed)
 
 
 def _utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict:
@@ -252,103 +116,22 @@ def _utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict
             out[task.label] = {"skipped": f"the held-out split has no {task.label!r} labels to test on"}
             continue
         x = rel.images[torch.from_numpy(ok)]
-        one_seed = partial(_utility_seed, ctx, task, x, y, test_rows, y_test)
-        runs, base = (list(v) for v in zip(*map_in_parallel(one_seed, list(ucfg.seeds), device=ctx.device),
-                                          strict=True))
+        one_seed = partial(_utility_seed, ctx, task, x, y, test_rows)
+        rel_p, base_p = (list(v) for v in zip(*map_in_parallel(one_seed, list(ucfg.seeds), device=ctx.device),
+                                              strict=True))
+        runs = [util.score(task, y_test, p) for p in rel_p]
+        base = [util.score(task, y_test, p) for p in base_p]
         entry = {"n_train": int(ok.sum()), "n_test": len(test_rows), "seeds": list(ucfg.seeds),
                  "release": util.summarize(runs), "real_same_n": util.summarize(base)}
+        if ucfg.bootstrap:
+            entry["paired_bootstrap"] = util.paired_intervals(task, y_test, rel_p, base_p, n_resamples=ucfg.bootstrap,
+                                                              confidence=ctx.cfg.attacks.confidence,
+                                                              seed=ctx.cfg.seed)
         if ucfg.full_real:
             model = ctx.full_real_model(task)
             probs = predict_proba(model, resize_to(x, ucfg.classifier.image_size))
             entry["real_model_on_release"] = util.score(task, y, probs)
         out[task.label] = entry
-    return out
-
-
-def _truth_from_sources(ctx: RealContext, rel: ReleaseData, label: str) -> np.ndarray:
-    """Per record, the aggregated value of ``label`` over its sources (the release's label rule)."""
-    vals = []
-    for rows in rel.sources or []:
-        agg = aggregate_labels([{label: float(ctx.real.records[i].labels.get(label, math.nan))} for i in rows],
-                               [label])
-        vals.append(float(agg[label]))
-    return np.asarray(vals, np.float64)
-
-
-def _attacks(ctx: RealContext, rel: ReleaseData) -> dict:
-    a = ctx.cfg.attacks
-    real, out = ctx.real, {}
-    need_map = "needs the release's private mapping file (<release>.mapping.json next to the release, or --mapping)"
-    rel_emb = ctx.embed(rel.images)
-    held = ctx.held
-    if rel.sources is not None:
-        src_flat = np.asarray([i for rows in rel.sources for i in rows], np.int64)
-        rec_flat = np.asarray([r for r, rows in enumerate(rel.sources) for _ in rows], np.int64)
-        record_patients = [frozenset(real.patients[rows].tolist()) for rows in rel.sources]
-    if a.membership:
-        if rel.sources is None:
-            out["membership"] = {"skipped": need_map}
-        else:
-            try:
-                out["membership"] = top_k_membership(
-                    release_desc=descriptors(rel.images, rel_emb), record_sources=rel.sources,
-                    source_desc=ctx.real_desc, heldout_desc=ctx.real_desc[held], seed=ctx.cfg.seed,
-                    confidence=a.confidence)
-            except ValueError as e:
-                out["membership"] = {"skipped": str(e)}
-    if a.attribute:
-        attacker = ctx.attribute_attacker(a.attribute)
-        truth = _truth_from_sources(ctx, rel, a.attribute) if rel.sources is not None else (
-            rel.label(a.attribute) if a.attribute in rel.label_names else None)
-        if attacker is None:
-            out["attribute"] = {"skipped": f"the real source split has no usable {a.attribute!r} labels"}
-        elif truth is None or np.isnan(truth).all():
-            out["attribute"] = {"skipped": f"no truth for {a.attribute!r}: {need_map}, or a released "
-                                           f"{a.attribute!r} column"}
-        else:
-            out["attribute"] = attribute_inference(
-                attacker=attacker, image_size=a.attribute_classifier.image_size, release_images=rel.images,
-                release_truth=truth, heldout_images=real.images[held], heldout_truth=real.label(a.attribute)[held],
-                attribute=a.attribute, confidence=a.confidence)
-    if a.linkability:
-        if rel.sources is None:
-            out["linkability"] = {"skipped": need_map}
-        else:
-            try:
-                out["linkability"] = linkability(
-                    control_emb=ctx.real_emb[held], control_patients=list(real.patients[held]), release_emb=rel_emb,
-                    record_patients=record_patients, source_emb=ctx.real_emb[src_flat],
-                    source_patients=list(real.patients[src_flat]), source_record=rec_flat.tolist(),
-                    target_far=a.target_far, seed=ctx.cfg.seed, max_pairs=a.max_pairs, confidence=a.confidence)
-            except ValueError as e:
-                out["linkability"] = {"skipped": str(e)}
-    if a.singling_out:
-        if rel.sources is None:
-            out["singling_out"] = {"skipped": need_map}
-        elif len(rel.images) < 2:
-            out["singling_out"] = {"skipped": "a single released record cannot be singled out among others"}
-        else:
-            out["singling_out"] = singling_out(source_emb=ctx.real_emb[src_flat], source_record=rec_flat,
-                                               release_emb=rel_emb, confidence=a.confidence, seed=ctx.cfg.seed)
-    if a.inference and a.attribute:
-        secret = real.label(a.attribute)
-        if a.attribute not in rel.label_names or np.isnan(rel.label(a.attribute)).all():
-            out["inference"] = {"skipped": f"the release publishes no {a.attribute!r} label to infer from"}
-        else:
-            members_pat = set(real.patients[src_flat].tolist()) if rel.sources is not None else \
-                set(real.patients[ctx.src].tolist())
-            m_rows = np.asarray([i for i in ctx.src if real.patients[i] in members_pat and not np.isnan(secret[i])])
-            c_rows = np.asarray([i for i in held if not np.isnan(secret[i])])
-            if len(m_rows) == 0 or len(c_rows) == 0:
-                out["inference"] = {"skipped": f"no member or control targets with a known {a.attribute!r}"}
-            else:
-                out["inference"] = inference_risk(
-                    member_emb=ctx.real_emb[m_rows], member_secret=secret[m_rows], control_emb=ctx.real_emb[c_rows],
-                    control_secret=secret[c_rows], release_emb=rel_emb, release_secret=rel.label(a.attribute),
-                    confidence=a.confidence, seed=ctx.cfg.seed)
-                out["inference"]["members_are"] = (
-                    "real images of the patients the mapping lists" if rel.sources is not None
-                    else f"real images of the {ctx.cfg.source_split!r} split")
     return out
 
 
@@ -379,8 +162,15 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
     timing["fidelity"], t = time.perf_counter() - t, time.perf_counter()
     res["utility"] = _utility(ctx, rel, tasks)
     timing["utility"], t = time.perf_counter() - t, time.perf_counter()
-    res["attacks"] = _attacks(ctx, rel)
-    timing["attacks"] = time.perf_counter() - t
+    res["attacks"] = run_attacks(ctx, rel)
+    timing["attacks"], t = time.perf_counter() - t, time.perf_counter()
+    if ctx.cfg.attacks.screening:
+        res["screening"] = screen(release_images=rel.images, release_emb=ctx.embed(rel.images),
+                                  real_images=ctx.real.images, real_emb=ctx.real_emb, source_rows=ctx.src,
+                                  heldout_rows=ctx.held, heldout_patients=ctx.real.patients[ctx.held],
+                                  record_sources=rel.sources,
+                                  quantile=ctx.cfg.attacks.near_copy_quantile, confidence=ctx.cfg.attacks.confidence)
+        timing["screening"] = time.perf_counter() - t
     res["seconds"] = {k: round(v, 2) for k, v in timing.items()}
     return res
 
@@ -389,6 +179,9 @@ def _controls(ctx: RealContext, n_fid: int, tasks: list[util.Task]) -> dict:
     """Rows for the real data itself: held-out real images through the same metrics."""
     out: dict[str, Any] = {}
     n = min(n_fid, len(ctx.held))
+    if n != n_fid:
+        ctx.note(f"the FID control has {n} held-out images, not the releases' N = {n_fid}: FID is biased by N, so "
+                 f"the control row is not a like-for-like floor; use more held-out patients or fidelity.samples={n}")
     rng = np.random.default_rng(np.random.SeedSequence([ctx.cfg.seed, 3]))
     rows = np.sort(rng.choice(ctx.held, n, replace=False))
     out["fidelity"] = _fidelity_block(ctx, n, lambda: ctx.real_inception(rows, "heldout"),
@@ -404,6 +197,11 @@ def _controls(ctx: RealContext, n_fid: int, tasks: list[util.Task]) -> dict:
                                   resize_to(ctx.real.images[test_rows], ctx.cfg.utility.classifier.image_size))
             util_out[task.label] = {"n_train": int(ok.sum()), "n_test": len(test_rows),
                                     "scores": util.score(task, y_test, probs)}
+            if ctx.cfg.utility.bootstrap:
+                p = probs.double().numpy()
+                util_out[task.label]["bootstrap"] = util.paired_intervals(
+                    task, y_test, [p], [p], n_resamples=ctx.cfg.utility.bootstrap,
+                    confidence=ctx.cfg.attacks.confidence, seed=ctx.cfg.seed)
         out["utility_full_real"] = util_out
     return out
 
@@ -447,7 +245,25 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: int) -> list[
             out.append(f"release {r.name} was optimised against an identity network trained with the same settings "
                        f"and seed as the attacks' own ({theirs}): on the same patients that is the same network, "
                        f"and its linkability and singling-out numbers are optimistic; change attacks.identity.seed")
+        out += _independence(cfg, r.name, theirs)
     return out
+
+
+def _independence(cfg: EvalConfig, name: str, theirs: dict) -> list[str]:
+    """Say which attacker networks share the architecture and input size of the network a release was optimised
+    against (its protection transfers to a look-alike network and is overstated there)."""
+    if not {"arch", "image_size"} <= set(theirs):
+        return []
+    nets = [] if cfg.attacks.identity_checkpoint else [("the attacks' identity network", cfg.attacks.identity)]
+    if cfg.attacks.independent_attacker:
+        nets.append(("the independent attacker", cfg.attacks.independent))
+    alike = [what for what, c in nets if c.arch == theirs["arch"] and c.image_size == theirs["image_size"]]
+    if not cfg.attacks.independent_attacker or len(alike) == len(nets):
+        return [f"release {name} was optimised away from an identity network ({theirs['arch']}, "
+                f"{theirs['image_size']} px), and no attacker network differs from it in architecture and input "
+                f"size ({', '.join(alike) or 'no independent attacker'}): its protection transfers to look-alike "
+                f"networks and is overstated; enable attacks.independent_attacker with another arch and image_size"]
+    return []
 
 
 def _identity_optimised_against(rel: ReleaseData) -> dict | None:
@@ -474,7 +290,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     report shows in their own sections (``dpglow_table3``: the dict of
     :func:`medanon.evaluate.flow_lr.evaluate_dpglow`). Returns the report as a dict.
     """
-    from medanon.evaluate.report import build_grids, write_report
+    from medanon.evaluate.report import build_closest, build_grids, write_report
 
     cfg = config or EvalConfig()
     from medanon.config import validate
@@ -514,6 +330,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         run.log_metrics(release=rel.name, seconds=got.get("seconds"))
         results.append(got)
     controls = _controls(ctx, n_fid, tasks)
+    checks = network_checks(ctx) if (cfg.attacks.linkability or cfg.attacks.singling_out or cfg.attacks.nearest) \
+        else {}
     report = {
         "format": "medanon-evaluation", "version": RESULTS_VERSION,
         "phantom": real.phantom, "real": {"path": str(real.root), "images": len(real.records),
@@ -525,12 +343,20 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                          "utility_test": {t.label: len(ctx.test_set(t)[0]) for t in tasks}},
         "tasks": [t.label for t in tasks],
         "networks": {"inception": ctx.inception[1] if ctx.inception is not None else None,
-                     "identity": ctx.identity_info},
+                     "identity": ctx.identity_info,
+                     "independent": ({"trained_on": f"real {ctx.attacker_from} split "
+                                                    f"({ctx.split_name(ctx.attacker_rows)})",
+                                      "config": to_dict(cfg.attacks.independent)}
+                                     if cfg.attacks.independent_attacker else None),
+                     "attacker_split": {"split": ctx.attacker_from, "images": len(ctx.attacker_rows),
+                                        "patients": len(set(real.patients[ctx.attacker_rows].tolist()))},
+                     "checks": checks},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results, "notes": ctx.notes,
         "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    write_report(out, report, build_grids(real, rels, n=cfg.grid, seed=cfg.seed))
+    write_report(out, report, {**build_grids(real, rels, n=cfg.grid, seed=cfg.seed),
+                               **build_closest(real, rels, results)})
     run.update(report=str(out / "report.html"), seconds=report["seconds"])
     run.finish()
     return report

@@ -48,15 +48,16 @@ def quadratic_kappa(y_true, y_pred, *, labels=None) -> float:
     return float(1.0 - (w * o).sum() / den) if den > 0 else float("nan")
 
 
-def f1(y_true, y_pred, *, average: str = "macro", positive: int = 1) -> float:
+def f1(y_true, y_pred, *, average: str = "macro", positive: int = 1, labels=None) -> float:
     """F1 score. ``average``: ``"macro"`` (unweighted mean over classes), ``"weighted"`` (by support) or
-    ``"binary"`` (of class ``positive``). A class with no true and no predicted member is skipped."""
+    ``"binary"`` (of class ``positive``). With ``labels`` the class set is fixed (``f1_score(labels=...)``:
+    a class with no true and no predicted member scores 0); without, it is the classes seen."""
     t, p = _int(y_true), _int(y_pred)
     if average == "binary":
         tp = int(((t == positive) & (p == positive)).sum())
         den = int((t == positive).sum() + (p == positive).sum())
         return 2 * tp / den if den else 0.0
-    labels = np.unique(np.concatenate([t, p]))
+    labels = np.unique(np.concatenate([t, p])) if labels is None else np.asarray(labels)
     scores, support = [], []
     for c in labels:
         tp = int(((t == c) & (p == c)).sum())

@@ -12,20 +12,32 @@ every number states its sample size.
 from __future__ import annotations
 
 import base64
-import html
 import io
 import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from medanon.evaluate import privacy_text
 from medanon.evaluate.inputs import RealData, ReleaseData
-from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
+from medanon.evaluate.report_attacks import attack_sections
+from medanon.evaluate.report_format import (
+    _cell,
+    _ci,
+    _col,
+    _columns,
+    _e,
+    _kind,
+    _num,
+    _pm,
+    _table,
+    assign_columns,
+    short_setting,  # noqa: F401  (re-exported: the papers' column labels)
+)
+from medanon.evaluate.utility import HEADLINE, METRIC_NAMES
 from medanon.fsutil import atomic_write_text
 from medanon.release.writer import image_to_uint8
 
@@ -58,100 +70,14 @@ def build_grids(real: RealData, releases: Sequence[ReleaseData], *, n: int, seed
     return grids
 
 
-# ------------------------------------------------------------------------------------------------ formatting
-
-
-def _num(v: Any, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    return f"{v:.{digits}f}"
-
-
-def _ci(d: dict | None, digits: int = 2) -> str:
-    if not d:
-        return "–"
-    return f"{_num(d['value'], digits)} <span class=ci>[{_num(d['ci'][0], digits)}, {_num(d['ci'][1], digits)}]</span>"
-
-
-def _pm(s: dict | None, digits: int = 3) -> str:
-    if not s:
-        return "–"
-    return f"{_num(s['mean'], digits)} <span class=ci>± {_num(s['sd'], digits)}</span>"
-
-
-def _pct(v: float | None, digits: int = 1) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f}"
-
-
-def _e(s: Any) -> str:
-    return html.escape(str(s))
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], *, caption: str = "") -> str:
-    cap = f"<caption>{caption}</caption>" if caption else ""
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table>{cap}<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-KEY_PARAMS = ("k", "p", "epsilon", "losses")        # the parameter a paper's table has as its columns
-
-
-def short_setting(params: dict) -> str | None:
-    """The column label of a release in the papers' tables: ``k=5``, ``p=0.3``, ``ε=100/px``, ``losses=id+ut``."""
-    for key in KEY_PARAMS:
-        if key in params:
-            v = params[key]
-            if key == "epsilon":
-                v = v if isinstance(v, str) else f"{v:g}"
-                return f"ε={v}" + ("/px" if params.get("per_pixel") else "/image")
-            return f"{key}={v}"
-    return None
-
-
-def assign_columns(releases: list[dict]) -> None:
-    """Give every release its pivot-table column (``column``): the short setting, or the full one where two
-    releases of one method would share a short label."""
-    short = [short_setting(r.get("params") or {}) for r in releases]
-    seen: dict[tuple[str, str | None], int] = {}
-    for r, s in zip(releases, short, strict=True):
-        seen[(r["method"], s)] = seen.get((r["method"], s), 0) + 1
-    for r, s in zip(releases, short, strict=True):
-        r["column"] = s if s is not None and seen[(r["method"], s)] == 1 else (r["setting"] or "–")
-
-
-def _col(r: dict) -> str:
-    return r.get("column") or r["setting"] or "–"
-
-
-def _columns(releases: list[dict]) -> tuple[list[str], list[str]]:
-    """Methods (rows) and settings (columns) in first-seen order, for the paper-style pivot tables."""
-    methods = list(dict.fromkeys(r["method"] for r in releases))
-    settings = list(dict.fromkeys(_col(r) for r in releases))
-    return methods, settings
-
-
-def _cell(releases: list[dict], method: str, setting: str) -> dict | None:
-    for r in releases:
-        if r["method"] == method and _col(r) == setting:
-            return r
-    return None
-
-
-def _kind(task: str) -> str:
-    return KNOWN_TASKS[task].kind if task in KNOWN_TASKS else "multiclass"
-
-
-def _skipped(rels: list[dict], ok: list[dict], key: str) -> list[str]:
-    """A note for every release the attack ``key`` did not run on, with the reason."""
-    return [f"<p class=note>{_e(r['name'])}: {_e(r['attacks'][key].get('skipped', 'not run'))}</p>"
-            for r in rels if r not in ok and r["attacks"].get(key) is not None]
-
-
-def _assume(text: str) -> str:
-    return f"<p class=assume><b>Assumptions.</b> {_e(text)}.</p>"
+def build_closest(real: RealData, releases: Sequence[ReleaseData], results: Sequence[dict]) -> dict[str, list[dict]]:
+    """Per release, the near-copy screen's closest (real, released) pairs as PNGs, keyed ``closest:<name>``."""
+    out: dict[str, list[dict]] = {}
+    for rel, res in zip(releases, results, strict=True):
+        for p in (res.get("screening") or {}).get("closest", []):
+            out.setdefault(f"closest:{rel.name}", []).append(
+                {**p, "real": _png_b64(real.images[p["real_row"]]), "released": _png_b64(rel.images[p["record"]])})
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ sections
@@ -181,15 +107,18 @@ def _fidelity(rep: dict) -> str:
         row = [name, str(f["n"])]
         if has_fid:
             kid = f.get("kid")
-            kid_s = f"{_num(1e3 * kid['mean'], 2)} <span class=ci>± {_num(1e3 * kid['sd'], 2)}</span>" if kid else "–"
+            kid_s = (f"{_num(1e3 * kid['mean'], 2)} <span class=ci>± {_num(1e3 * kid['sd'], 2)} "
+                     f"({_e(kid.get('error', 'sd over subsets'))})</span>") if kid else "–"
             row += [_ci(f.get("fid")), kid_s]
         if rep["config"]["fidelity"]["in_domain"]:
             row.append(_ci(f.get("fd_identity"), 3))
         rows.append(row)
     out.append(_table(head, rows, caption="Every release measured with the same N. The control row measures "
-                                          "held-out real images the same way: the floor a perfect release could "
-                                          "reach at that N. The identity network is trained on the real source "
-                                          "split (in-domain)."))
+                                          "as many held-out real images (new patients) the same way, against the "
+                                          "same reference of real source images: where a release is closer than "
+                                          "the control, it is closer to its sources than new people are (a "
+                                          "memorisation signal: see the near-copy screen). FD on the attacks' "
+                                          "identity network (in-domain)."))
     if not has_fid:
         out.append("<p class=note>FID and KID were not computed (Inception disabled or unavailable; see notes).</p>")
     return "\n".join(out)
@@ -233,144 +162,31 @@ def _utility(rep: dict) -> str:
                 continue
             trts = u.get("real_model_on_release")
             h = HEADLINE[kind]
-            rows.append([_e(r["name"]), str(u.get("n_train", "–")), _pm(u["release"].get(h)),
-                         _num(trts.get(h)) if trts else "–"])
+            pb = (u.get("paired_bootstrap") or {}).get(h)
+            nan = u["release"].get(h, {}).get("nan_seeds", 0)
+            rows.append([_e(r["name"]), str(u.get("n_train", "–")),
+                         _pm(u["release"].get(h)) + (f" <span class=ci>({nan} NaN seed(s) left out)</span>"
+                                                     if nan else ""),
+                         _ci(pb["release"]) if pb else "–", _ci(pb["baseline"]) if pb else "–",
+                         _ci(pb["difference"]) if pb else "–", _num(trts.get(h)) if trts else "–"])
         full = rep["controls"].get("utility_full_real", {}).get(task)
         if full:
-            rows.append(["<i>real, all source images (control)</i>", str(full["n_train"]),
-                         _num(full["scores"].get(HEADLINE[kind])), "–"])
-        out.append(_table(["Release", "N train", f"{METRIC_NAMES[HEADLINE[kind]]} (train on release)",
+            fb = (full.get("bootstrap") or {}).get(HEADLINE[kind])
+            rows.append(["<i>real, all source images (reference)</i>", str(full["n_train"]),
+                         _num(full["scores"].get(HEADLINE[kind])), _ci(fb["release"]) if fb else "–", "–", "–", "–"])
+        out.append(_table(["Release", "N train", f"{METRIC_NAMES[HEADLINE[kind]]} (train on release, ± sd over "
+                           "seeds)", "seed mean [95% CI over test images]", "Original, same N [95% CI]",
+                           "release − Original [95% CI]",
                            f"{METRIC_NAMES[HEADLINE[kind]]} of the real model on the release"], rows,
-                          caption="Right column: a classifier trained on all real source images, tested on the "
-                                  "released images with their released labels (DP-GLOW's direction)."))
+                          caption=f"Intervals: paired percentile bootstrap over the {ntest} held-out test images "
+                                  f"(scipy.stats.bootstrap, paired=True), of the metric averaged over seeds; a "
+                                  f"difference whose interval contains 0 is not a measured difference. Right column: "
+                                  f"a classifier trained on all real source images, tested on the released images "
+                                  f"with their released labels (DP-GLOW's direction)."))
     if rep["tasks"] and "grade" in rep["tasks"]:
         out.append("<p class=note>Binary (normal vs DR) and 3-class (healthy/NPDR/PDR) numbers are derived from the "
                    "5-class model by summing its probabilities; the papers trained separate models.</p>")
     return "\n".join(out)
-
-
-def _membership(rep: dict) -> str:
-    rels = rep["releases"]
-    ok = [r for r in rels if "top_k_accuracy" in r["attacks"].get("membership", {})]
-    out = ["<h2>Membership inference (k-SALSA §4.5)</h2>"]
-    if ok:
-        methods, settings = _columns(ok)
-        rows = [[_e(m)] + [(_pct(c["attacks"]["membership"]["top_k_accuracy"], 1)
-                            + f" <span class=ci>[{_pct(c['attacks']['membership']['ci'][0])}, "
-                              f"{_pct(c['attacks']['membership']['ci'][1])}]; chance "
-                              f"{_pct(c['attacks']['membership']['chance'])}</span>") if (c := _cell(ok, m, s)) else "–"
-                           for s in settings] for m in methods]
-        a = ok[0]["attacks"]["membership"]
-        out.append(_table(["Method", *map(_e, settings)], rows,
-                          caption=f"Table 3 layout: top-K accuracy (%) with K = k, 95% bootstrap interval over "
-                                  f"records, and the random-ranking control. Pool: members and held-out images in "
-                                  f"equal numbers (e.g. {a['pool']} images for {a['records_evaluated']} records)."))
-        out.append(_assume(a['assumptions']))
-    out += _skipped(rels, ok, "membership")
-    return "\n".join(out)
-
-
-def _attribute(rep: dict) -> str:
-    rels = rep["releases"]
-    ok = [r for r in rels if "accuracy" in r["attacks"].get("attribute", {})]
-    out = ["<h2>Attribute inference (VS-Snow §2.4)</h2>"]
-    if ok:
-        a0 = ok[0]["attacks"]["attribute"]
-        head = ["Classification", "Original (held-out real)", *[_e(r["name"]) for r in ok]]
-        row = [f"{_e(a0['attribute'].capitalize())} (Acc, %) — attacker", _pct(a0["heldout_real_accuracy"])]
-        for r in ok:
-            at = r["attacks"]["attribute"]
-            row.append(f"{_pct(at['accuracy'])} <span class=ci>[{_pct(at['accuracy_ci'][0])}, "
-                       f"{_pct(at['accuracy_ci'][1])}]; chance {_pct(at['chance'])}</span>")
-        rows = [row]
-        if "grade" in rep["tasks"]:
-            full = rep["controls"].get("utility_full_real", {}).get("grade")
-            r2 = ["DR (F1, %) — downstream", _pct(full["scores"]["f1_3class"]) if full else "–"]
-            r2 += [_pct(r["utility"].get("grade", {}).get("release", {}).get("f1_3class", {}).get("mean")) for r in ok]
-            rows.append(r2)
-        out.append(_table(head, rows, caption="VS-Snow Table 1 layout: the attacker is trained on real images and "
-                                              "tested on the released ones; DR F1 is the 3-class macro F1 of a "
-                                              "classifier trained on each set (the Original column: on all real "
-                                              "source images), tested on held-out real images."))
-        out.append(_assume(a0['assumptions']))
-    out += _skipped(rels, ok, "attribute")
-    return "\n".join(out)
-
-
-def _link_row(label: str, v: dict | None) -> list[str]:
-    if not v:
-        return [label, "–", "–", "–", "–", "–", "–"]
-    return [label, _num(v["F1"]), _num(v["accuracy"]),
-            f"{_num(v['TAR'])} <span class=ci>[{_num(v['TAR_ci'][0])}, {_num(v['TAR_ci'][1])}]</span>",
-            f"{_num(v['FAR'])} <span class=ci>[{_num(v['FAR_ci'][0])}, {_num(v['FAR_ci'][1])}]</span>",
-            _num(v["AUC"]), f"{v['genuine_pairs']} / {v['impostor_pairs']}"]
-
-
-def _linkability(rep: dict) -> str:
-    rels = rep["releases"]
-    ok = [r for r in rels if "control" in r["attacks"].get("linkability", {})]
-    out = ["<h2>Linkability (GMIA §3)</h2>"]
-    if ok:
-        l0 = ok[0]["attacks"]["linkability"]
-        rows = [_link_row("<i>real held-out pairs (control)</i>", l0["control"])]
-        rows += [_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner")) for r in ok]
-        rows += [_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer")) for r in ok]
-        out.append(_table(["Testing data", "F1 ↑", "Acc ↑", "TAR ↑ [95% CI]", "FAR ↓ [95% CI]", "AUC",
-                           "genuine / impostor pairs"], rows,
-                          caption=f"GMIA Table 3 layout, standard definitions: FAR = impostor pairs accepted / "
-                                  f"impostor pairs, TAR = genuine pairs accepted / genuine pairs. Threshold "
-                                  f"{_num(l0['threshold'])} fixed at FAR = {l0['target_far']} on the control pairs. "
-                                  f"Inner: two released records; outer: a real source image and a released record."))
-        out.append(_assume(l0['assumptions']))
-        notes = [f"{_e(r['name'])}: {_e(r['attacks']['linkability']['inner_note'])}" for r in ok
-                 if r["attacks"]["linkability"].get("inner_note")]
-        out += [f"<p class=note>{n}</p>" for n in notes]
-    out += _skipped(rels, ok, "linkability")
-    return "\n".join(out)
-
-
-def _singling(rep: dict) -> str:
-    rels = rep["releases"]
-    ok = [r for r in rels if "hidden_rate" in r["attacks"].get("singling_out", {})]
-    out = ["<h2>Singling out (GMIA §3)</h2>"]
-    if ok:
-        rows = [[_e(r["name"]), _num(s["hidden_rate"]), _num(s["chance_hidden_rate"]), _num(s["LC_N_R"], 1),
-                 _num(s["LC_N_A"], 1), _num(s["chance_LC_N_A"], 1), f"{s['n_sources']} / {s['n_records']}"]
-                for r in ok for s in [r["attacks"]["singling_out"]]]
-        out.append(_table(["Testing data", "HR ↑", "HR of a random guess", "LC: N<sub>R</sub> ↑", "LC: N<sub>A</sub> ↑",
-                           "N<sub>A</sub> of a random guess", "source images / records"], rows,
-                          caption="GMIA Table 4 layout: hidden rate (own record not the most similar) and local "
-                                  "cloaking (median number of real images N_R and released records N_A closer than "
-                                  "the true counterpart), cosine similarity of identity embeddings."))
-        out.append(_assume(ok[0]['attacks']['singling_out']['assumptions']))
-    out += _skipped(rels, ok, "singling_out")
-    return "\n".join(out)
-
-
-def _rate(d: dict) -> str:
-    return f"{_pct(d['rate'])} <span class=ci>[{_pct(d['ci'][0])}, {_pct(d['ci'][1])}] n={d['trials']}</span>"
-
-
-def _risks(rep: dict) -> str:
-    names = {"membership": "Membership (top-K)", "attribute": "Attribute (classifier)", "inference":
-             "Inference (nearest record)", "singling_out": "Singling out (top-1)"}
-    rows = []
-    for r in rep["releases"]:
-        for key, label in names.items():
-            a = r["attacks"].get(key) or {}
-            risk = a.get("risk") if "risk" in a else a if "residual_risk" in a else None
-            if not risk:
-                continue
-            rr = risk["residual_risk"]
-            rows.append([_e(r["name"]), label, _rate(risk["attack"]), _rate(risk["control"]),
-                         f"{_num(rr['risk'])} <span class=ci>[{_num(rr['ci'][0])}, {_num(rr['ci'][1])}]</span>",
-                         _e(risk["control_is"])])
-    if not rows:
-        return ""
-    return "<h2>Residual risk over the control</h2>" + _table(
-        ["Release", "Attack", "Attack success (%)", "Control success (%)", "Residual risk [95% CI]", "Control"], rows,
-        caption="Anonymeter's estimator: (attack − control) / (1 − control), Wilson intervals on both rates and the "
-                "error propagated; clipped to [0, 1]. 0 = the release teaches the attacker nothing beyond the control.")
 
 
 def _statements(rep: dict) -> str:
@@ -582,8 +398,8 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
     notes = "".join(f"<p class=note>{_e(n)}</p>" for n in rep.get("notes", []))
     body = "\n".join([
         "<h1>medanon evaluation report</h1>", banner, summary, "<h2>Releases</h2>", rel_table, notes,
-        _statements(rep), _fidelity(rep), _utility(rep), _membership(rep), _attribute(rep), _linkability(rep),
-        _singling(rep), _risks(rep), _dpglow_table3(rep), _plots(rep), _grids(rep, grids),
+        _statements(rep), _fidelity(rep), _utility(rep), attack_sections(rep, grids), _dpglow_table3(rep), _plots(rep),
+        _grids(rep, grids),
         f"<h2>Configuration</h2><details><summary>settings of this evaluation</summary><pre>"
         f"{_e(json.dumps(rep['config'], indent=1))}</pre></details>",
     ])

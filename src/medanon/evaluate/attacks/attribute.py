@@ -1,17 +1,23 @@
 """Attribute inference (VS-Snow §2.4): a sex classifier trained on real images, tested on the release.
 
 "A hacker would train the gender classifier on available datasets with private information and
-test on our released dataset to infer gender." The attacker here is the small ResNet of
-:mod:`medanon.models.classifier` trained on the real images of the release's source split with
-their sex labels (a worst case: those are the originals of the released images). It is tested on
+test on our released dataset to infer gender." The attacker is the small ResNet of
+:mod:`medanon.models.classifier` trained on real images of the **attacker split**: patients who are
+neither in the release nor among the held-out controls (the evaluation's ``attacks.attacker_split``,
+``val`` by default). An attacker trained on the release's own source images would measure
+memorisation of its training images, not what the released images reveal (issue 15, item 1). It is
+tested on
 
 - the released images, against the truth of each record (the majority sex of its sources, from the
   private mapping; without a mapping, the release's own ``sex`` column);
-- real images of held-out patients: the attack on un-protected images it never saw (VS-Snow's
-  "original" column), the reference for what the attacker can do at all.
+- **Original**: the *same records'* real source images (the mean of the attacker's probability over a
+  record's sources), so the release is compared with exactly the images it was made from;
+- real images of held-out patients: what the attacker can do at all on people it never saw.
 
-Control: guessing the most frequent class of the release's truth (chance). The residual risk is
-``(accuracy - chance) / (1 - chance)``, with Wilson intervals on both rates.
+Baseline (not a control): guessing the most frequent class of the release's truth. The attack reads the
+target's own released image, so there is no population of non-members to run it on; the residual risk is
+``(accuracy - baseline) / (1 - baseline)``, named as against the baseline, and the share of the
+Original's leak that survives is ``(release - baseline) / (original - baseline)``.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from medanon.evaluate.metrics import roc_auc
 from medanon.models.classifier import ResNet, predict_proba
 from medanon.train.classifier import resize_to
 
-ASSUMPTIONS = ("attacker trained a sex classifier on the real images (with sex labels) of the release's source "
-               "split and applies it to each released image; truth = majority sex of the record's sources")
+ASSUMPTIONS = ("attacker trained a sex classifier on real images (with sex labels) of patients disjoint from the "
+               "release and from the held-out controls, and applies it to each released image; truth = majority sex "
+               "of the record's sources")
 
 
 def _scores(model: ResNet, images: torch.Tensor, size: int) -> np.ndarray:
@@ -34,8 +41,12 @@ def _scores(model: ResNet, images: torch.Tensor, size: int) -> np.ndarray:
 
 def attribute_inference(*, attacker: ResNet, image_size: int, release_images: torch.Tensor, release_truth: np.ndarray,
                         heldout_images: torch.Tensor, heldout_truth: np.ndarray, attribute: str = "sex",
-                        confidence: float = 0.95) -> dict:
-    """Accuracy and AUROC of the attacker on the release and on held-out real images; chance; residual risk."""
+                        confidence: float = 0.95, source_images: torch.Tensor | None = None,
+                        record_sources: list[list[int]] | None = None, trained_on: str = "") -> dict:
+    """Accuracy and AUROC of the attacker on the release, on the same records' sources (Original) and on
+    held-out real images; the majority-class baseline; residual risk against that baseline.
+
+    ``record_sources[r]`` indexes ``source_images`` rows of record ``r``'s sources (the private mapping)."""
     ok = ~np.isnan(release_truth)
     if ok.sum() == 0:
         raise ValueError(f"no released record has a known {attribute}")
@@ -47,11 +58,23 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
     hp = _scores(attacker, heldout_images[torch.from_numpy(hk)], image_size)
     majority = int(np.bincount(t, minlength=2).argmax())
     acc = success_rate(int((pred == t).sum()), len(t), confidence=confidence)
-    chance = success_rate(int((t == majority).sum()), len(t), confidence=confidence)
+    base = success_rate(int((t == majority).sum()), len(t), confidence=confidence)
     held = success_rate(int(((hp >= 0.5).astype(int) == ht).sum()), len(ht), confidence=confidence)
-    return {"attribute": attribute, "accuracy": acc.raw, "accuracy_ci": list(acc.ci), "auroc": roc_auc(t, p),
-            "chance": chance.raw, "heldout_real_accuracy": held.raw, "heldout_real_accuracy_ci": list(held.ci),
-            "heldout_real_auroc": roc_auc(ht, hp), "n": len(t), "n_heldout": len(ht),
-            "assumptions": ASSUMPTIONS,
-            "risk": risk_entry(acc, chance, what=f"the attacker's {attribute} guess for a released record is right",
-                               control_is="guessing the most frequent class")}
+    out = {"attribute": attribute, "accuracy": acc.raw, "accuracy_ci": list(acc.ci), "auroc": roc_auc(t, p),
+           "chance": base.raw, "baseline": base.raw, "heldout_real_accuracy": held.raw,
+           "heldout_real_accuracy_ci": list(held.ci), "heldout_real_auroc": roc_auc(ht, hp), "n": len(t),
+           "n_heldout": len(ht), "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS}
+    if source_images is not None and record_sources is not None:
+        flat = sorted({int(i) for rows in record_sources for i in rows})
+        where = {i: j for j, i in enumerate(flat)}
+        sp = _scores(attacker, source_images[torch.as_tensor(flat, dtype=torch.long)], image_size)
+        op = np.asarray([sp[[where[int(i)] for i in rows]].mean() for rows in record_sources])[ok]
+        orig = success_rate(int(((op >= 0.5).astype(int) == t).sum()), len(t), confidence=confidence)
+        out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=roc_auc(t, op))
+        gap = orig.raw - base.raw
+        out["leak_kept"] = float((acc.raw - base.raw) / gap) if gap > 0 else float("nan")
+    out["risk"] = risk_entry(acc, None, what=f"the attacker's {attribute} guess for a released record is right",
+                             control_is="none: the attack reads the target's own released image, so it cannot be "
+                                        "run on people outside the release",
+                             baseline=base, baseline_is="guessing the most frequent class")
+    return out

@@ -5,19 +5,25 @@ embeddings (:mod:`medanon.models.identity`) and accepts the pair as "same patien
 reaches a threshold. Standard definitions (ISO/IEC 19795-1), *not* the swapped ones of GMIA's code:
 
 - FAR = impostor pairs accepted / impostor pairs;  TAR = genuine pairs accepted / genuine pairs;
-- F1 and accuracy treat "genuine" as the positive class.
+- balanced accuracy ``(TAR + 1 - FAR) / 2`` and F1 at equal prevalence (precision ``TAR / (TAR + FAR)``),
+  so the numbers do not depend on how many impostor pairs there are.
 
-Protocol. The threshold is fixed on a **control** set where the attack is known to work, real
-images of held-out patients (genuine pairs: two acquisitions of one patient; impostor pairs: two
-patients), at ``FAR = target_far``; that threshold is then applied to
+Protocol. The threshold is calibrated on **all** impostor pairs of a **control** set where the attack is
+known to work, real images of held-out patients (genuine pairs: two acquisitions of one patient;
+impostor pairs: two patients), at ``FAR = target_far``; the realised FAR on those pairs is reported with
+its exact interval, and a warning when there are fewer than ``10 / target_far`` of them (issue 15, item 7).
+That threshold is then applied to all pairs of
 
 - **inner risk**: pairs of released records, genuine when the two records stand for a common patient;
 - **outer risk**: pairs (real source image, released record), genuine when the record stands for
   the image's patient (GMIA pairs a real image with its own anonymised version).
 
-Every pair set is balanced (all genuine pairs, as many impostor pairs drawn at random with a
-seed), so accuracy 0.5 is chance. Which records stand for which patients comes from the release's
-private mapping file: the attacker does not see it, the evaluator uses it as ground truth.
+Two-sided: a release optimised to push its images *away* from their sources (GMIA reaches negative
+similarity) is re-identified by the reverse attacker, who accepts a pair when the score is at most the
+lower threshold (FAR = target_far in the lower tail). Both are reported, with the AUC, its DeLong
+interval and the two-sided AUC ``max(AUC, 1 - AUC)``. Pair sets larger than ``max_impostors`` are
+subsampled (seeded) and say so. Which records stand for which patients comes from the release's private
+mapping file: the attacker does not see it, the evaluator uses it as ground truth.
 """
 
 from __future__ import annotations
@@ -27,11 +33,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from medanon.evaluate.attacks.risk import success_rate
-from medanon.evaluate.metrics import roc_auc
+from medanon.evaluate.attacks.stats import delong, exact_interval, unit
 
 ASSUMPTIONS = ("attacker holds an identity network trained on real patients' repeated acquisitions and the real "
-               "images it wants to link; threshold fixed at the target FAR on real held-out pairs; outer pairs use "
-               "the exact source image (worst case)")
+               "images it wants to link; threshold fixed at the target FAR on all impostor pairs of real held-out "
+               "patients; outer pairs use the exact source image (worst case)")
 
 
 def threshold_at_far(impostor_scores, far: float) -> float:
@@ -48,8 +54,11 @@ def threshold_at_far(impostor_scores, far: float) -> float:
     return float(ok[0]) if len(ok) else float(np.nextafter(s[-1], np.inf))
 
 
-def verification_rates(scores, genuine, threshold: float, *, confidence: float = 0.95) -> dict:
-    """TAR, FAR (with Wilson intervals), FRR, F1, accuracy and AUC of ``score >= threshold``."""
+def verification_rates(scores, genuine, threshold: float, *, confidence: float = 0.95,
+                       low_threshold: float | None = None) -> dict:
+    """TAR, FAR (with Wilson intervals), FRR, F1 and balanced accuracy of ``score >= threshold``; the AUC with
+    its DeLong interval and the two-sided AUC; with ``low_threshold``, the reverse attacker's TAR / FAR
+    (accept ``score <= low_threshold``)."""
     sc = np.asarray(scores, np.float64).ravel()
     g = np.asarray(genuine, bool).ravel()
     if len(sc) != len(g) or g.sum() == 0 or (~g).sum() == 0:
@@ -58,10 +67,21 @@ def verification_rates(scores, genuine, threshold: float, *, confidence: float =
     tp, fn = int((acc & g).sum()), int((~acc & g).sum())
     fp, tn = int((acc & ~g).sum()), int((~acc & ~g).sum())
     tar, far = success_rate(tp, tp + fn, confidence=confidence), success_rate(fp, fp + tn, confidence=confidence)
-    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
-    return {"TAR": tp / (tp + fn), "FAR": fp / (fp + tn), "FRR": fn / (tp + fn), "TAR_ci": list(tar.ci),
-            "FAR_ci": list(far.ci), "F1": f1, "accuracy": (tp + tn) / len(g), "AUC": roc_auc(g, sc),
-            "threshold": float(threshold), "genuine_pairs": int(g.sum()), "impostor_pairs": int((~g).sum())}
+    t_, f_ = tp / (tp + fn), fp / (fp + tn)
+    prec = t_ / (t_ + f_) if t_ + f_ > 0 else 0.0
+    f1 = 2 * prec * t_ / (prec + t_) if prec + t_ > 0 else 0.0
+    auc = delong(sc[g], sc[~g], confidence=confidence)
+    out = {"TAR": t_, "FAR": f_, "FRR": 1 - t_, "TAR_ci": list(tar.ci), "FAR_ci": list(far.ci), "F1": f1,
+           "accuracy": (t_ + 1 - f_) / 2, "AUC": auc["auc"], "AUC_ci": auc["ci"], "AUC_two_sided": auc["two_sided_auc"],
+           "AUC_p_value": auc["p_value"], "threshold": float(threshold), "genuine_pairs": int(g.sum()),
+           "impostor_pairs": int((~g).sum()), "n": int(g.sum())}
+    if low_threshold is not None:
+        rev = sc <= low_threshold
+        rt, rf = int((rev & g).sum()), int((rev & ~g).sum())
+        out.update(reverse_TAR=rt / g.sum(), reverse_FAR=rf / (~g).sum(),
+                   reverse_TAR_ci=list(success_rate(rt, int(g.sum()), confidence=confidence).ci),
+                   low_threshold=float(low_threshold))
+    return out
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -70,86 +90,71 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1)
 
 
-def _balance(genuine: list[tuple[int, int]], impostor_fn, rng: np.random.Generator,
-             max_pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """All genuine pairs (at most ``max_pairs``, sampled) and as many impostor pairs from ``impostor_fn``."""
-    gen = np.asarray(genuine, dtype=np.int64).reshape(-1, 2)
-    if len(gen) > max_pairs:
-        gen = gen[rng.choice(len(gen), max_pairs, replace=False)]
-    imp = impostor_fn(len(gen))
-    pairs = np.concatenate([gen, imp]) if len(imp) else gen
-    return pairs, np.r_[np.ones(len(gen), bool), np.zeros(len(imp), bool)]
+def _pairs(same: np.ndarray, upper: bool, rng: np.random.Generator, max_impostors: int,
+           max_genuine: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """All (i, j) of a same-patient matrix (upper triangle only when ``upper``): genuine first, then
+    impostors; each side subsampled (seeded) beyond its cap. Returns (i, j, genuine, subsampled)."""
+    mask = np.triu(np.ones(same.shape, bool), 1) if upper else np.ones(same.shape, bool)
+    gi, gj = np.nonzero(mask & same)
+    ii, ij = np.nonzero(mask & ~same)
+    sub = False
+    if len(gi) > max_genuine:
+        k = np.sort(rng.choice(len(gi), max_genuine, replace=False))
+        gi, gj, sub = gi[k], gj[k], True
+    if len(ii) > max_impostors:
+        k = np.sort(rng.choice(len(ii), max_impostors, replace=False))
+        ii, ij, sub = ii[k], ij[k], True
+    return np.r_[gi, ii], np.r_[gj, ij], np.r_[np.ones(len(gi), bool), np.zeros(len(ii), bool)], sub
 
-
-def _impostors(n: int, n_left: int, n_right: int, same, rng: np.random.Generator) -> np.ndarray:
-    out: list[tuple[int, int]] = []
-    seen: set[tuple[int, int]] = set()
-    tries = 0
-    while len(out) < n and tries < 50 * n + 1000:
-        tries += 1
-        i, j = int(rng.integers(n_left)), int(rng.integers(n_right))
-        if (i, j) in seen or same(i, j):
-            continue
-        seen.add((i, j))
-        out.append((i, j))
-    return np.asarray(out, dtype=np.int64).reshape(-1, 2)
-
-
-def real_pairs(patients: Sequence[str], *, rng: np.random.Generator, max_pairs: int = 5000):
-    """Balanced pairs among real images: genuine = same patient (i < j), impostor = different patients."""
-    p = np.asarray(patients)
-    gen = [(i, j) for i in range(len(p)) for j in range(i + 1, len(p)) if p[i] == p[j]]
-    pairs, lab = _balance(gen, lambda n: _impostors(n, len(p), len(p), lambda i, j: p[i] == p[j] or i == j, rng),
-                          rng, max_pairs)
-    return pairs, lab
-
-
-def inner_pairs(record_patients: Sequence[frozenset], *, rng: np.random.Generator, max_pairs: int = 5000):
-    """Balanced pairs of released records: genuine when they stand for a common patient."""
-    rp = list(record_patients)
-    owners: dict[str, list[int]] = {}
-    for r, ps in enumerate(rp):
-        for p in ps:
-            owners.setdefault(p, []).append(r)
-    gen = sorted({(a, b) for rs in owners.values() for ai, a in enumerate(rs) for b in rs[ai + 1:] if a != b})
-    same = lambda i, j: i == j or bool(rp[i] & rp[j])   # noqa: E731
-    return _balance(gen, lambda n: _impostors(n, len(rp), len(rp), same, rng), rng, max_pairs)
-
-
-def outer_pairs(source_patient: Sequence[str], source_record: Sequence[int], record_patients: Sequence[frozenset],
-                *, rng: np.random.Generator, max_pairs: int = 5000):
-    """Balanced pairs (real source image i, released record r): genuine when r stands for i's patient."""
-    gen = [(i, int(r)) for i, r in enumerate(source_record)]
-    same = lambda i, r: source_patient[i] in record_patients[r]   # noqa: E731
-    return _balance(gen, lambda n: _impostors(n, len(source_patient), len(record_patients), same, rng),
-                    rng, max_pairs)
 
 
 def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], release_emb: np.ndarray,
                 record_patients: Sequence[frozenset], source_emb: np.ndarray, source_patients: Sequence[str],
                 source_record: Sequence[int], target_far: float = 0.01, seed: int = 0,
-                max_pairs: int = 5000, confidence: float = 0.95) -> dict:
-    """GMIA's table: control (real held-out pairs), inner and outer risk, at the control's threshold."""
+                max_pairs: int = 5000, max_impostors: int = 1_000_000, confidence: float = 0.95) -> dict:
+    """GMIA's table: control (all real held-out pairs), inner and outer risk, at the control's thresholds."""
     rng = np.random.default_rng(seed)
-    cp, cl = real_pairs(control_patients, rng=rng, max_pairs=max_pairs)
+    cp = np.asarray(control_patients)
+    ce = unit(control_emb)
+    ci, cj, cl, csub = _pairs(cp[:, None] == cp[None, :], True, rng, max_impostors, max_pairs)
     if cl.sum() == 0 or (~cl).sum() == 0:
         raise ValueError("the control set needs held-out patients with two or more images")
-    c_scores = _cos(control_emb[cp[:, 0]], control_emb[cp[:, 1]])
-    thr = threshold_at_far(c_scores[~cl], target_far)
-    out = {"target_far": target_far, "threshold": thr, "assumptions": ASSUMPTIONS,
-           "control": verification_rates(c_scores, cl, thr, confidence=confidence)}
-    ip, il = inner_pairs(record_patients, rng=rng, max_pairs=max_pairs)
+    c_scores = (ce[ci] * ce[cj]).sum(1)
+    imp = c_scores[~cl]
+    thr = threshold_at_far(imp, target_far)
+    low = -threshold_at_far(-imp, target_far)                           # reverse attacker: accept score <= low
+    n_imp, fa = len(imp), int((imp >= thr).sum())
+    out = {"target_far": target_far, "threshold": thr, "low_threshold": low, "assumptions": ASSUMPTIONS,
+           "calibration": {"impostor_pairs": n_imp, "accepted": fa, "realised_far": fa / n_imp,
+                           "realised_far_ci": exact_interval(fa, n_imp, confidence=confidence),
+                           "enough": n_imp >= 10 / target_far, "subsampled": bool(csub)},
+           "control": verification_rates(c_scores, cl, thr, confidence=confidence, low_threshold=low)}
+    if n_imp < 10 / target_far:
+        out["warning"] = (f"the threshold at FAR {target_far:g} is calibrated on {n_imp} impostor pairs, fewer than "
+                          f"10 / FAR = {10 / target_far:.0f}: the realised FAR is {fa}/{n_imp}; read the AUC instead")
+    rp = list(record_patients)
+    re_ = unit(release_emb)
+    owners = sorted({p for ps in rp for p in ps})
+    member = np.asarray([[p in ps for p in owners] for ps in rp], bool)        # (R, patients)
+    same_rr = (member.astype(np.int32) @ member.T.astype(np.int32)) > 0
+    ii, ij, il, isub = _pairs(same_rr, True, rng, max_impostors, max_pairs)
     if il.sum() and (~il).sum():
-        out["inner"] = verification_rates(_cos(release_emb[ip[:, 0]], release_emb[ip[:, 1]]), il, thr,
-                                          confidence=confidence)
+        out["inner"] = verification_rates((re_[ii] * re_[ij]).sum(1), il, thr, confidence=confidence,
+                                          low_threshold=low)
+        out["inner"]["subsampled"] = bool(isub)
     else:
         out["inner"] = None
         out["inner_note"] = "no two released records stand for a common patient: inner risk is not defined"
-    op, ol = outer_pairs(list(source_patients), list(source_record), list(record_patients), rng=rng,
-                         max_pairs=max_pairs)
+    sp = list(source_patients)
+    se = unit(source_emb)
+    pidx = {p: n for n, p in enumerate(owners)}
+    same_sr = np.stack([member[:, pidx[p]] if p in pidx else np.zeros(len(rp), bool) for p in sp])  # (S, R)
+    oi, oj, ol, osub = _pairs(same_sr, False, rng, max_impostors, max_pairs)
     if ol.sum() and (~ol).sum():
-        out["outer"] = verification_rates(_cos(source_emb[op[:, 0]], release_emb[op[:, 1]]), ol, thr,
-                                          confidence=confidence)
+        out["outer"] = verification_rates((se[oi] * re_[oj]).sum(1), ol, thr, confidence=confidence,
+                                          low_threshold=low)
+        out["outer"]["subsampled"] = bool(osub)
     else:
         out["outer"] = None
+    out["n"] = (out["outer"] or {}).get("genuine_pairs", 0)          # genuine outer pairs: the headline's N
     return out

@@ -34,9 +34,12 @@ class Rate:
     successes: int                              # s
     trials: int                                 # n
     confidence: float = 0.95
+    exact: float | None = None                  # a rate known exactly (an expected chance), not estimated
 
     @property
     def raw(self) -> float:
+        if self.exact is not None:
+            return self.exact
         return self.successes / self.trials if self.trials else float("nan")
 
     @property
@@ -44,8 +47,16 @@ class Rate:
         return max(0.0, self.value - self.error), min(1.0, self.value + self.error)
 
     def to_dict(self) -> dict:
-        return {"rate": self.raw, "wilson": self.value, "ci": list(self.ci), "successes": self.successes,
-                "trials": self.trials, "confidence": self.confidence}
+        out = {"rate": self.raw, "wilson": self.value, "ci": list(self.ci), "successes": self.successes,
+               "trials": self.trials, "confidence": self.confidence}
+        if self.exact is not None:
+            out["exact"] = True
+        return out
+
+
+def exact_rate(value: float, trials: int, *, confidence: float = 0.95) -> Rate:
+    """A rate known exactly (e.g. the expected success of random guessing): no sampling error."""
+    return Rate(float(value), 0.0, round(value * trials), int(trials), confidence, exact=float(value))
 
 
 def success_rate(successes: int, trials: int, *, confidence: float = 0.95) -> Rate:
@@ -85,10 +96,24 @@ def residual_risk(attack: Rate, control: Rate) -> Risk:
     return Risk(clip(r), (clip(r - err), clip(r + err)), r, err)
 
 
-def risk_entry(attack: Rate, control: Rate, *, what: str, control_is: str) -> dict:
-    """One row of the report's residual-risk table."""
-    return {"attack": attack.to_dict(), "control": control.to_dict(),
-            "residual_risk": residual_risk(attack, control).to_dict(), "what": what, "control_is": control_is}
+def risk_entry(attack: Rate, control: Rate | None, *, what: str, control_is: str,
+               baseline: Rate | None = None, baseline_is: str = "") -> dict:
+    """One row of the report's residual-risk table, keeping anonymeter's distinction:
+
+    - **control**: the same attack against people who are not in the release (held-out patients); the
+      residual risk is computed against it;
+    - **baseline**: random guessing, a sanity check. Where an attack has no control population (it reads the
+      target's own released record), ``control`` is None, ``control_is`` says why, and the residual is
+      computed against the baseline and named so (``against: "baseline"``).
+    """
+    ref = control if control is not None else baseline
+    if ref is None:
+        raise ValueError("a risk entry needs a control or a baseline")
+    rr = residual_risk(attack, ref).to_dict()
+    return {"attack": attack.to_dict(), "control": control.to_dict() if control is not None else None,
+            "baseline": baseline.to_dict() if baseline is not None else None, "residual_risk": rr,
+            "against": "control" if control is not None else "baseline", "n": attack.trials,
+            "what": what, "control_is": control_is, "baseline_is": baseline_is}
 
 
 def nearest(query: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -119,7 +144,8 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
     c = success_rate(int((guess_c == control_secret).sum()), len(control_secret), confidence=confidence)
     b = success_rate(int((naive == member_secret).sum()), len(member_secret), confidence=confidence)
     out = risk_entry(a, c, what="guess the secret of a target from the released label of its nearest record",
-                     control_is="the same attack on held-out patients whose images are not in the release")
+                     control_is="the same attack on held-out patients whose images are not in the release",
+                     baseline=b, baseline_is="a random released label")
     out["naive_baseline"] = b.to_dict()
     out["attack_beats_naive"] = bool(a.value > b.value)
     return out

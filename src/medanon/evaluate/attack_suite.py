@@ -1,0 +1,173 @@
+"""The privacy attacks of one release, as a registry: each attack is a function of the real context and the
+release's :class:`Target`, registered with the switch that enables it. :func:`run_attacks` runs them all
+with the attacks' identity network and, where configured, repeats the identity attacks with the independent
+network (another architecture and input size, trained on the attacker split: issue 15, item 3).
+
+Every result carries its N, an interval and, in ``risk``, its control (same attack on held-out patients)
+or, where no control population exists, its baseline (random guessing), named as such.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from medanon.evaluate.attacks.attribute import attribute_inference
+from medanon.evaluate.attacks.linkability import linkability
+from medanon.evaluate.attacks.membership import descriptors, top_k_membership
+from medanon.evaluate.attacks.nearest import nearest_record_membership
+from medanon.evaluate.attacks.risk import inference_risk
+from medanon.evaluate.attacks.singling_out import singling_out
+from medanon.evaluate.config import AttackConfig
+from medanon.evaluate.context import RealContext
+from medanon.evaluate.inputs import ReleaseData
+from medanon.release.aggregate import aggregate_labels
+
+NEED_MAP = "needs the release's private mapping file (<release>.mapping.json next to the release, or --mapping)"
+
+
+@dataclass
+class Target:
+    """What the attacks share for one release, under one identity network."""
+    rel: ReleaseData
+    rel_emb: np.ndarray                         # released images' identity embeddings
+    real_emb: np.ndarray                        # every real image's identity embedding (same network)
+    src_flat: np.ndarray | None = None          # real rows of the records' sources, flattened
+    rec_flat: np.ndarray | None = None          # the record of each of them
+    record_patients: list[frozenset] | None = None
+
+    @classmethod
+    def of(cls, ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray, real_emb: np.ndarray) -> Target:
+        t = cls(rel, rel_emb, real_emb)
+        if rel.sources is not None:
+            t.src_flat = np.asarray([i for rows in rel.sources for i in rows], np.int64)
+            t.rec_flat = np.asarray([r for r, rows in enumerate(rel.sources) for _ in rows], np.int64)
+            t.record_patients = [frozenset(ctx.real.patients[rows].tolist()) for rows in rel.sources]
+        return t
+
+
+Attack = Callable[[RealContext, Target], dict]
+ATTACKS: dict[str, tuple[Callable[[AttackConfig], bool], Attack, bool]] = {}   # name -> (enabled, run, identity)
+
+
+def register(name: str, enabled: Callable[[AttackConfig], bool], *, identity: bool = False):
+    """Register an attack; ``identity`` attacks are repeated with the independent identity network."""
+    def deco(fn: Attack) -> Attack:
+        ATTACKS[name] = (enabled, fn, identity)
+        return fn
+    return deco
+
+
+def _needs_mapping(fn: Attack) -> Attack:
+    def run(ctx: RealContext, t: Target) -> dict:
+        if t.rel.sources is None:
+            return {"skipped": NEED_MAP}
+        try:
+            return fn(ctx, t)
+        except ValueError as e:
+            return {"skipped": str(e)}
+    return run
+
+
+@register("membership", lambda a: a.membership)
+@_needs_mapping
+def _membership(ctx: RealContext, t: Target) -> dict:
+    return top_k_membership(release_desc=descriptors(t.rel.images, t.rel_emb), record_sources=t.rel.sources,
+                            source_desc=ctx.real_desc, heldout_desc=ctx.real_desc[ctx.held], seed=ctx.cfg.seed,
+                            confidence=ctx.cfg.attacks.confidence)
+
+
+def truth_from_sources(ctx: RealContext, rel: ReleaseData, label: str) -> np.ndarray:
+    """Per record, the aggregated value of ``label`` over its sources (the release's label rule)."""
+    vals = []
+    for rows in rel.sources or []:
+        agg = aggregate_labels([{label: float(ctx.real.records[i].labels.get(label, math.nan))} for i in rows],
+                               [label])
+        vals.append(float(agg[label]))
+    return np.asarray(vals, np.float64)
+
+
+@register("attribute", lambda a: bool(a.attribute))
+def _attribute(ctx: RealContext, t: Target) -> dict:
+    a, rel, real = ctx.cfg.attacks, t.rel, ctx.real
+    attacker, trained_on = ctx.attribute_attacker(a.attribute)
+    truth = truth_from_sources(ctx, rel, a.attribute) if rel.sources is not None else (
+        rel.label(a.attribute) if a.attribute in rel.label_names else None)
+    if attacker is None:
+        return {"skipped": f"the real data has no usable {a.attribute!r} labels to train an attacker on"}
+    if truth is None or np.isnan(truth).all():
+        return {"skipped": f"no truth for {a.attribute!r}: {NEED_MAP}, or a released {a.attribute!r} column"}
+    return attribute_inference(
+        attacker=attacker, image_size=a.attribute_classifier.image_size, release_images=rel.images,
+        release_truth=truth, heldout_images=real.images[ctx.held], heldout_truth=real.label(a.attribute)[ctx.held],
+        attribute=a.attribute, confidence=a.confidence, trained_on=trained_on,
+        source_images=real.images if rel.sources is not None else None,
+        record_sources=[list(r) for r in rel.sources] if rel.sources is not None else None)
+
+
+@register("linkability", lambda a: a.linkability, identity=True)
+@_needs_mapping
+def _linkability(ctx: RealContext, t: Target) -> dict:
+    a, real, held = ctx.cfg.attacks, ctx.real, ctx.held
+    return linkability(control_emb=t.real_emb[held], control_patients=list(real.patients[held]),
+                       release_emb=t.rel_emb, record_patients=t.record_patients, source_emb=t.real_emb[t.src_flat],
+                       source_patients=list(real.patients[t.src_flat]), source_record=t.rec_flat.tolist(),
+                       target_far=a.target_far, seed=ctx.cfg.seed, max_pairs=a.max_pairs, confidence=a.confidence)
+
+
+@register("singling_out", lambda a: a.singling_out, identity=True)
+@_needs_mapping
+def _singling_out(ctx: RealContext, t: Target) -> dict:
+    if len(t.rel.images) < 2:
+        return {"skipped": "a single released record cannot be singled out among others"}
+    return singling_out(source_emb=t.real_emb[t.src_flat], source_record=t.rec_flat, release_emb=t.rel_emb,
+                        source_patients=list(ctx.real.patients[t.src_flat]), confidence=ctx.cfg.attacks.confidence)
+
+
+@register("nearest", lambda a: a.nearest, identity=True)
+@_needs_mapping
+def _nearest(ctx: RealContext, t: Target) -> dict:
+    a = ctx.cfg.attacks
+    calib, control = ctx.heldout_halves
+    return nearest_record_membership(member_emb=t.real_emb[np.unique(t.src_flat)], control_emb=t.real_emb[control],
+                                     release_emb=t.rel_emb, calib_emb=t.real_emb[calib], fpr=a.membership_fpr,
+                                     confidence=a.confidence)
+
+
+@register("inference", lambda a: a.inference and bool(a.attribute))
+def _inference(ctx: RealContext, t: Target) -> dict:
+    a, real, rel = ctx.cfg.attacks, ctx.real, t.rel
+    secret = real.label(a.attribute)
+    if a.attribute not in rel.label_names or np.isnan(rel.label(a.attribute)).all():
+        return {"skipped": f"the release publishes no {a.attribute!r} label to infer from"}
+    members_pat = set(real.patients[t.src_flat].tolist()) if t.src_flat is not None else \
+        set(real.patients[ctx.src].tolist())
+    m_rows = np.asarray([i for i in ctx.src if real.patients[i] in members_pat and not np.isnan(secret[i])])
+    c_rows = np.asarray([i for i in ctx.held if not np.isnan(secret[i])])
+    if len(m_rows) == 0 or len(c_rows) == 0:
+        return {"skipped": f"no member or control targets with a known {a.attribute!r}"}
+    out = inference_risk(member_emb=t.real_emb[m_rows], member_secret=secret[m_rows],
+                         control_emb=t.real_emb[c_rows], control_secret=secret[c_rows], release_emb=t.rel_emb,
+                         release_secret=rel.label(a.attribute), confidence=a.confidence, seed=ctx.cfg.seed)
+    out["members_are"] = ("real images of the patients the mapping lists" if t.src_flat is not None
+                          else f"real images of the {ctx.cfg.source_split!r} split")
+    out["n"] = len(m_rows)
+    return out
+
+
+def run_attacks(ctx: RealContext, rel: ReleaseData) -> dict:
+    """Every enabled attack; the identity attacks again with the independent network (``independent``)."""
+    a = ctx.cfg.attacks
+    primary = Target.of(ctx, rel, ctx.embed(rel.images), ctx.real_emb)
+    out: dict = {}
+    for name, (enabled, fn, _) in ATTACKS.items():
+        if enabled(a):
+            out[name] = fn(ctx, primary)
+    if ctx.independent is not None:
+        second = Target.of(ctx, rel, ctx.embed(rel.images, ctx.independent), ctx.real_emb_independent)
+        out["independent"] = {name: fn(ctx, second) for name, (enabled, fn, ident) in ATTACKS.items()
+                              if ident and enabled(a)}
+    return out

@@ -1,0 +1,279 @@
+"""Everything an evaluation computes from the real data alone, built lazily and cached (:class:`RealContext`).
+
+Three disjoint groups of real patients (issue 15, items 1-3):
+
+- **source** (``cfg.source_split``, ``train``): the patients a release may contain, its members;
+- **held-out** (``cfg.heldout_split``, ``test``): never released; the utility test set and the *controls*
+  of the attacks (the same attack run on people who are not in the release);
+- **attacker** (``cfg.attacks.attacker_split``, ``val``): neither members nor controls; what the attacker
+  trains on: the attribute classifier, the identity network (unless a checkpoint is given) and the
+  independent identity network (:meth:`AttackConfig.independent`).
+
+Thresholds that need people who are neither members nor controls *and* unseen by the networks (the
+nearest-record attack's) come from half of the held-out patients (:attr:`RealContext.heldout_halves`).
+
+An attacker trained on the members would measure memorisation of its own training images, and an
+identity network trained on them would separate members from controls for reasons unrelated to the
+release. Where the attacker split is too small the source split is used instead, and the report says so
+(:attr:`RealContext.notes`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+
+from medanon.config import to_dict
+from medanon.errors import DataError
+from medanon.evaluate import fidelity as fid
+from medanon.evaluate import utility as util
+from medanon.evaluate.attacks.membership import descriptors
+from medanon.evaluate.attacks.stats import unit
+from medanon.evaluate.cache import Cache, digest
+from medanon.evaluate.config import EvalConfig
+from medanon.evaluate.inputs import RealData
+from medanon.fsutil import sha256_file
+from medanon.models.classifier import load_classifier, predict_proba, save_classifier
+from medanon.models.identity import IdentityNet, load_identity
+from medanon.train.classifier import resize_to, train_classifier
+from medanon.train.identity import train_identity
+
+log = logging.getLogger(__name__)
+
+
+def with_seed(tcfg, seed: int):
+    return replace(tcfg, seed=int(seed))
+
+
+def _repeat_patients(patients: np.ndarray) -> int:
+    """Patients with two or more images (what an identity network can learn from)."""
+    _, counts = np.unique(patients, return_counts=True)
+    return int((counts >= 2).sum())
+
+
+class RealContext:
+    """Everything computed from the real data alone, built lazily and cached."""
+
+    def __init__(self, real: RealData, cfg: EvalConfig, cache: Cache, device: torch.device, progress: bool):
+        self.real, self.cfg, self.cache, self.device, self.progress = real, cfg, cache, device, progress
+        self.src = real.rows(cfg.source_split)
+        self.held = real.rows(cfg.heldout_split)
+        if len(self.src) < 2 or len(self.held) < 2:
+            raise DataError(f"the real dataset's {cfg.source_split!r} split has {len(self.src)} images and its "
+                            f"{cfg.heldout_split!r} split {len(self.held)}: too few to evaluate",
+                            fix="use a larger dataset or other split fractions")
+        self.key = digest(real.digest, real.split.tolist(), cfg.size)
+        self.notes: list[str] = []
+        a = cfg.attacks
+        att = real.rows(a.attacker_split) if a.attacker_split else np.zeros(0, np.int64)
+        if _repeat_patients(real.patients[att]) >= 2:
+            self.attacker_rows, self.attacker_from = att, a.attacker_split
+        else:
+            self.attacker_rows, self.attacker_from = self.src, cfg.source_split
+            self.note(f"the attacker split {a.attacker_split!r} has {_repeat_patients(real.patients[att])} patient(s) "
+                      f"with two or more images: the attackers (identity network, attribute classifier) are trained "
+                      f"on the release's source split instead, i.e. on its members, and measure memorisation too")
+        self.identity_info: dict[str, Any] = (
+            {"checkpoint": a.identity_checkpoint, "sha256": sha256_file(a.identity_checkpoint),
+             "trained_on": f"checkpoint {a.identity_checkpoint} (its training patients are not known here)"}
+            if a.identity_checkpoint else
+            {"trained_on": f"real {self.attacker_from} split ({len(self.attacker_rows)} images, "
+                           f"{len(set(real.patients[self.attacker_rows]))} patients)", "config": to_dict(a.identity)})
+
+    def note(self, text: str) -> None:
+        log.warning(text)
+        self.notes.append(text)
+
+    def split_name(self, rows: np.ndarray) -> str:
+        return f"{len(rows)} images of {len(set(self.real.patients[rows].tolist()))} patients"
+
+    # -- identity networks -----------------------------------------------------------------------------
+
+    def _train_identity(self, tcfg, name: str) -> IdentityNet:
+        rows = self.attacker_rows
+        path = self.cache.path(f"{name}-{digest(self.key, to_dict(tcfg), rows.tolist())}", ".pt")
+        return train_identity(self.real.images[rows], list(self.real.patients[rows]), cfg=tcfg, out=path,
+                              device=self.device, progress=self.progress)
+
+    @cached_property
+    def identity(self) -> IdentityNet:
+        a = self.cfg.attacks
+        if a.identity_checkpoint:
+            net, _ = load_identity(a.identity_checkpoint, map_location=self.device)
+            return net
+        return self._train_identity(a.identity, "identity")
+
+    @cached_property
+    def independent(self) -> IdentityNet | None:
+        """A second attacker: another architecture and input size, trained on the attacker split."""
+        a = self.cfg.attacks
+        return self._train_identity(a.independent, "identity-independent") if a.independent_attacker else None
+
+    def embed(self, images: torch.Tensor, net: IdentityNet | None = None) -> np.ndarray:
+        return (net or self.identity).embed(images.to(self.device)).double().numpy()
+
+    @cached_property
+    def real_emb(self) -> np.ndarray:
+        a = self.cfg.attacks
+        key = digest(self.key, to_dict(a.identity), self.identity_info.get("sha256"), self.attacker_rows.tolist())
+        name = f"real-identity-{key}"
+        return self.cache.array(name, lambda: self.embed(self.real.images))
+
+    @cached_property
+    def real_emb_independent(self) -> np.ndarray | None:
+        a = self.cfg.attacks
+        if self.independent is None:
+            return None
+        name = f"real-identity-indep-{digest(self.key, to_dict(a.independent), self.attacker_rows.tolist())}"
+        return self.cache.array(name, lambda: self.embed(self.real.images, self.independent))
+
+    @cached_property
+    def real_desc(self) -> np.ndarray:
+        return descriptors(self.real.images, self.real_emb)
+
+    @cached_property
+    def heldout_halves(self) -> tuple[np.ndarray, np.ndarray]:
+        """Held-out rows split by patient (seeded) into a calibration half and a control half: thresholds are
+        set on people who are neither members nor the controls they are then tested on, and on whom no
+        attacker network was trained."""
+        pats = np.unique(self.real.patients[self.held])
+        rng = np.random.default_rng(np.random.SeedSequence([self.cfg.seed, 5]))
+        cal = set(rng.permutation(pats)[: len(pats) // 2].tolist())
+        is_cal = np.asarray([p in cal for p in self.real.patients[self.held]])
+        return self.held[is_cal], self.held[~is_cal]
+
+    # -- fidelity reference ----------------------------------------------------------------------------
+
+    @cached_property
+    def ref_rows(self) -> np.ndarray:
+        n = min(self.cfg.fidelity.reference_samples, len(self.src))
+        rng = np.random.default_rng(np.random.SeedSequence([self.cfg.seed, 1]))
+        return np.sort(rng.choice(self.src, n, replace=False))
+
+    @cached_property
+    def inception(self):
+        """(extractor, provenance), or None when the Inception weights are not installed (said in the report)."""
+        if not self.cfg.fidelity.inception:
+            return None
+        from medanon.models.features import FeatureNetworkUnavailable, WeightsChecksumError
+
+        try:
+            return fid.inception_extractor(device=self.device)
+        except (FeatureNetworkUnavailable, WeightsChecksumError, ImportError) as e:  # report, do not crash
+            self.note(f"Inception FID network unavailable ({type(e).__name__}: {e}); FID and KID not computed")
+            return None
+
+    def inception_features(self, images: torch.Tensor, desc: str) -> np.ndarray:
+        ext, _ = self.inception
+        return fid.extract_features(ext, images, batch=self.cfg.fidelity.batch, progress=self.progress, desc=desc)
+
+    def real_inception(self, rows: np.ndarray, what: str) -> np.ndarray:
+        return self.cache.array(f"inception-{what}-{digest(self.key, rows.tolist())}",
+                                lambda: self.inception_features(self.real.images[rows], f"Inception ({what})"))
+
+    # -- classifiers trained on real data --------------------------------------------------------------
+
+    def _real_classifier(self, name: str, rows: np.ndarray, y: np.ndarray, num_classes: int, tcfg) -> Any:
+        path = self.cache.path(f"{name}-{digest(self.key, rows.tolist(), to_dict(tcfg))}", ".pt")
+        if path is not None and path.is_file():
+            return load_classifier(path, map_location=self.device)[0]
+        model = train_classifier(self.real.images[rows], y, num_classes=num_classes, cfg=tcfg, device=self.device,
+                                 progress=self.progress, desc=name)
+        if path is not None:
+            save_classifier(path, model, extra={"rows": len(rows)})
+        return model
+
+    def attribute_attacker(self, label: str):
+        """The attribute classifier, trained on the attacker split (patients neither released nor controls)."""
+        tcfg = self.cfg.attacks.attribute_classifier
+        rows = self.attacker_rows
+        v = self.real.label(label)[rows]
+        ok = ~np.isnan(v)
+        if ok.sum() < 2 or len(np.unique(v[ok])) < 2:
+            rows = self.src
+            v = self.real.label(label)[rows]
+            ok = ~np.isnan(v)
+            if ok.sum() < 2 or len(np.unique(v[ok])) < 2:
+                return None, ""
+            self.note(f"the attacker split has too few {label!r} labels: the {label} attacker is trained on the "
+                      f"release's source split (its members), so it measures memorisation too")
+        model = self._real_classifier(f"attacker-{label}", rows[ok], v[ok].astype(int), 2, tcfg)
+        return model, f"real {self.attacker_from if rows is self.attacker_rows else self.cfg.source_split} split " \
+                      f"({self.split_name(rows[ok])})"
+
+    def test_set(self, task: util.Task) -> tuple[np.ndarray, np.ndarray]:
+        ok, y = task.targets(self.real.label(task.label)[self.held])
+        return self.held[ok], y
+
+    def baseline_probs(self, task: util.Task, n: int, seed: int) -> np.ndarray:
+        """Probabilities on the held-out test set of a classifier trained on ``n`` real source images (seeded
+        subsample; cached): the paired reference of the release's classifier."""
+        tcfg = self.cfg.utility.classifier
+        name = f"baseline-probs-{task.label}-{n}-{seed}-{digest(self.key, to_dict(tcfg))}"
+
+        def make() -> np.ndarray:
+            ok, y = task.targets(self.real.label(task.label)[self.src])
+            rows = self.src[ok]
+            pick = util.subsample(len(rows), n, seed)
+            test_rows, _ = self.test_set(task)
+            model = train_classifier(self.real.images[rows[pick]], y[pick], num_classes=task.num_classes,
+                                     cfg=with_seed(tcfg, seed), device=self.device, progress=self.progress,
+                                     desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
+            return predict_proba(model, resize_to(self.real.images[test_rows], tcfg.image_size)).double().numpy()
+
+        return self.cache.array(name, make)
+
+    def full_real_model(self, task: util.Task):
+        ok, y = task.targets(self.real.label(task.label)[self.src])
+        tcfg = with_seed(self.cfg.utility.classifier, self.cfg.utility.seeds[0])
+        return self._real_classifier(f"real-{task.label}", self.src[ok], y, task.num_classes, tcfg)
+
+
+def _pair_scores(emb: np.ndarray, patients: np.ndarray, rng: np.random.Generator, cap: int = 200_000):
+    e = unit(emb)
+    i, j = np.triu_indices(len(e), 1)
+    if len(i) > cap:
+        k = rng.choice(len(i), cap, replace=False)
+        i, j = i[k], j[k]
+    return (e[i] * e[j]).sum(1), patients[i] == patients[j], (i, j)
+
+
+def network_checks(ctx: RealContext) -> dict:
+    """Does the identity network treat members and controls alike (issue 15, item 2)? Its verification AUC
+    on pairs of real source images (the members) and on pairs of held-out images (the controls), with DeLong
+    intervals; and how alike the two attacker networks are (Pearson r of their cosines on held-out pairs)."""
+    from medanon.evaluate.attacks.stats import delong
+
+    conf = ctx.cfg.attacks.confidence
+    out: dict[str, Any] = {}
+    nets = [("identity", ctx.real_emb)]
+    if ctx.real_emb_independent is not None:
+        nets.append(("independent", ctx.real_emb_independent))
+    for name, emb in nets:
+        row = {}
+        for group, rows in (("members", ctx.src), ("controls", ctx.held)):
+            sc, same, _ = _pair_scores(emb[rows], ctx.real.patients[rows], np.random.default_rng(ctx.cfg.seed))
+            d = delong(sc[same], sc[~same], confidence=conf)
+            row[group] = {"auc": d["auc"], "ci": d["ci"], "genuine_pairs": int(same.sum()),
+                          "impostor_pairs": int((~same).sum())}
+        m, c = row["members"], row["controls"]
+        row["differs"] = bool(m["ci"][0] > c["ci"][1] or c["ci"][0] > m["ci"][1])
+        if row["differs"]:
+            ctx.note(f"the {name} network verifies members (AUC {m['auc']:.3f}) and controls (AUC {c['auc']:.3f}) "
+                     f"differently, with non-overlapping intervals: members and controls differ for reasons "
+                     f"unrelated to the release (was it trained on the members?), so residual risks against the "
+                     f"control are biased")
+        out[name] = row
+    if len(nets) == 2:
+        rng = np.random.default_rng(ctx.cfg.seed)
+        a, _, ij = _pair_scores(ctx.real_emb[ctx.held], ctx.real.patients[ctx.held], rng)
+        e = unit(ctx.real_emb_independent[ctx.held])
+        b = (e[ij[0]] * e[ij[1]]).sum(1)
+        out["cosine_correlation"] = {"pearson_r": float(np.corrcoef(a, b)[0, 1]), "pairs": len(a),
+                                     "on": "held-out image pairs"}
+    return out

@@ -1,0 +1,101 @@
+"""Memorisation and near-copy screening of a release: how close does each released image come to one real image?
+
+For every released image, its nearest real image of the source split by **pixel distance** (RMSE at the
+evaluation size, in [-1, 1] units) and by **identity embedding** (cosine). A released image is a
+*near-copy* (pixels) when it is closer to a real image than a second acquisition of the same patient
+comes to the first: the threshold is the ``quantile`` of the held-out images' distances to their nearest
+other image of the same patient (of any other held-out image where no patient has two). By identity, the
+control is the same screen run on held-out real images (new people) against the source split; the
+threshold is the upper ``quantile`` of their best cosine, so about that share of new people is flagged.
+
+A near-copy whose nearest real image is one of its own record's sources, and which is at most half as far
+from it as from the record's other sources, is a **copy of a single source**; when the record claims to
+stand for two or more people (k-anonymity), that claim does not protect the person copied (e.g. a
+k-Same-Pixel average over near-duplicate images of two "patients" is the original photo). The closest
+pairs are kept for the report to show side by side.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from medanon.evaluate.attacks.stats import exact_interval, unit
+
+
+def _flat(images: torch.Tensor) -> np.ndarray:
+    return images.float().flatten(1).double().numpy()
+
+
+def _rmse_nearest(query: np.ndarray, keys: np.ndarray, chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """For each query row, the index and RMSE of its nearest key row."""
+    kk = (keys ** 2).sum(1)
+    idx, dist = np.empty(len(query), np.int64), np.empty(len(query))
+    for s in range(0, len(query), chunk):
+        q = query[s:s + chunk]
+        d2 = np.maximum((q ** 2).sum(1)[:, None] + kk[None, :] - 2 * q @ keys.T, 0.0)
+        j = d2.argmin(1)
+        idx[s:s + chunk], dist[s:s + chunk] = j, np.sqrt(d2[np.arange(len(q)), j] / keys.shape[1])
+    return idx, dist
+
+
+
+def _within_heldout(x: np.ndarray, patients: np.ndarray | None) -> np.ndarray:
+    """Each held-out image's RMSE to its nearest other image of the same patient (any other image if none)."""
+    d2 = np.maximum((x ** 2).sum(1)[:, None] + (x ** 2).sum(1)[None, :] - 2 * x @ x.T, 0.0) / x.shape[1]
+    np.fill_diagonal(d2, np.inf)
+    if patients is not None:
+        same = patients[:, None] == patients[None, :]
+        if (same.sum(1) > 1).any():
+            d2 = np.where(same, d2, np.inf)
+            d2 = d2[np.isfinite(d2).any(1)]
+    return np.sqrt(d2.min(1))
+
+
+def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images: torch.Tensor,
+           real_emb: np.ndarray, source_rows: np.ndarray, heldout_rows: np.ndarray,
+           heldout_patients: np.ndarray | None = None,
+           record_sources: list[list[int]] | None, quantile: float = 0.01, keep: int = 6,
+           confidence: float = 0.95) -> dict:
+    """Near-copy flags (pixel and identity), copies of a single source, and the ``keep`` closest pairs."""
+    keys = _flat(real_images[torch.as_tensor(source_rows)])
+    kemb = unit(real_emb[source_rows])
+    # control: held-out real images (never released, no patient in common) through the same screen
+    hx = _flat(real_images[torch.as_tensor(heldout_rows)])
+    _, held_d = _rmse_nearest(hx, keys)
+    same_d = _within_heldout(hx, heldout_patients)
+    held_cos = (unit(real_emb[heldout_rows]) @ kemb.T).max(1)
+    t_pix, t_cos = float(np.quantile(same_d, quantile)), float(np.quantile(held_cos, 1 - quantile))
+    j, d = _rmse_nearest(_flat(release_images), keys)
+    cos_all = unit(release_emb) @ kemb.T
+    jc = cos_all.argmax(1)
+    c = cos_all[np.arange(len(jc)), jc]
+    near_pix, near_id = d <= t_pix, c >= t_cos
+    nearest_row = source_rows[j]
+    own = (np.asarray([int(nearest_row[r]) in set(map(int, record_sources[r])) for r in range(len(d))])
+           if record_sources is not None else np.zeros(len(d), bool))
+    n_src = (np.asarray([len(s) for s in record_sources]) if record_sources is not None else np.ones(len(d), int))
+    single = near_pix & own
+    for r in np.flatnonzero(single & (n_src >= 2)):                 # one source much closer than the others
+        others = [int(i) for i in record_sources[r] if int(i) != int(nearest_row[r])]
+        od = np.sqrt(((real_images[torch.as_tensor(others)].float().flatten(1).double().numpy()
+                       - _flat(release_images[r:r + 1])) ** 2).mean(1))
+        single[r] = d[r] <= 0.5 * float(np.median(od))
+    order = np.argsort(d, kind="stable")[:keep]
+    n = len(d)
+    return {
+        "n": n, "quantile": quantile, "pixel_threshold": t_pix, "identity_threshold": t_cos,
+        "near_copies_pixel": int(near_pix.sum()), "near_copies_pixel_rate": float(near_pix.mean()),
+        "near_copies_pixel_ci": exact_interval(int(near_pix.sum()), n, confidence=confidence),
+        "near_copies_identity": int(near_id.sum()), "near_copies_identity_rate": float(near_id.mean()),
+        "near_copies_identity_ci": exact_interval(int(near_id.sum()), n, confidence=confidence),
+        "copies_of_one_source": int(single.sum()),
+        "copies_of_one_source_in_multi_person_records": int((single & (n_src >= 2)).sum()),
+        "control": {"n": len(heldout_rows), "pixel_rate": float((held_d <= t_pix).mean()),
+                    "identity_rate": float((held_cos >= t_cos).mean()),
+                    "what": "held-out real images (new people) against the source split, same thresholds"},
+        "median_pixel_distance": float(np.median(d)), "median_heldout_pixel_distance": float(np.median(held_d)),
+        "closest": [{"record": int(r), "real_row": int(nearest_row[r]), "pixel_rmse": float(d[r]),
+                     "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r]), "near_copy": bool(near_pix[r])}
+                    for r in order],
+    }

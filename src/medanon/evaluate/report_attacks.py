@@ -1,0 +1,295 @@
+"""The report's attack sections: one line per number on what it is compared with, the papers' tables (k-SALSA
+Table 3, VS-Snow Table 1, GMIA Tables 3-4) with the two-sided attacks beside the one-sided ones, the
+nearest-record attack with its held-out control, the independent attacker, near-copy screening with the
+closest pairs side by side, and the residual risks, each against its control or, named so, its baseline.
+Every number shows its N and its interval."""
+
+from __future__ import annotations
+
+from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _table
+
+CONTROLS = [
+    ("Membership top-K (k-SALSA)", "baseline: the exact expected hits of a random ranking of the same pool "
+                                   "(hypergeometric); one-sided exact p-value; Clopper-Pearson interval"),
+    ("Nearest-record membership", "control: the same attack on real images of held-out patients (never "
+                                  "released); residual risk against it; AUC members vs controls (DeLong)"),
+    ("Attribute inference", "baseline: the most frequent class; reference: Original = the same attacker on the "
+                            "same records' real source images; the attacker never saw members or controls"),
+    ("Linkability", "threshold from all impostor pairs of held-out patients at the target FAR (realised FAR "
+                    "shown with its exact interval); the held-out pairs are the attack's control row"),
+    ("Singling out", "baseline: a record picked at random (1/R); its control is the nearest-record attack"),
+    ("Inference (anonymeter)", "control: the same attack on held-out patients; baseline: a random released "
+                               "label"),
+    ("Near-copy screening", "control: held-out real images (new people) through the same screen; the thresholds "
+                            "are its 1 % tail"),
+    ("FID / KID / FD", "control: held-out real images at the releases' N against the same reference"),
+    ("Utility", "reference: a classifier trained on as many real source images, paired bootstrap over test "
+                "images for both and for their difference"),
+]
+
+
+def _iv(v, ci, digits: int = 3, pct: bool = False) -> str:
+    f = (lambda x: _pct(x)) if pct else (lambda x: _num(x, digits))
+    if not ci:
+        return f(v)
+    return f"{f(v)} <span class=ci>[{f(ci[0])}, {f(ci[1])}]</span>"
+
+
+def _skipped(rels: list[dict], ok: list[dict], key: str) -> list[str]:
+    return [f"<p class=note>{_e(r['name'])}: {_e(r['attacks'][key].get('skipped', 'not run'))}</p>"
+            for r in rels if r not in ok and r["attacks"].get(key) is not None]
+
+
+def _explain() -> str:
+    rows = [[_e(a), _e(b)] for a, b in CONTROLS]
+    return ("<h2>What each number is compared with</h2>" + _table(
+        ["Number", "Compared with"], rows,
+        caption="A control is the same attack run on people who are not in the release (held-out patients); a "
+                "baseline is random guessing, a sanity check. Residual risk = (attack − control) / (1 − control), "
+                "or against the baseline where no control population exists, and then named so."))
+
+
+def _membership(rels: list[dict]) -> str:
+    ok = [r for r in rels if "top_k_accuracy" in r["attacks"].get("membership", {})]
+    out = ["<h2>Membership inference (k-SALSA §4.5)</h2>"]
+    if ok:
+        methods, settings = _columns(ok)
+        rows = []
+        for m in methods:
+            row = [_e(m)]
+            for s in settings:
+                c = _cell(ok, m, s)
+                a = c["attacks"]["membership"] if c else None
+                row.append(f"{_iv(a['top_k_accuracy'], a['ci'], pct=True)} <span class=ci>chance "
+                           f"{_pct(a['chance'])}, p = {a['p_value']:.2g}, n = {a['slots']} slots</span>"
+                           if a else "–")
+            rows.append(row)
+        a = ok[0]["attacks"]["membership"]
+        out.append(_table(["Method", *map(_e, settings)], rows,
+                          caption=f"Table 3 layout: top-K accuracy (%) with K = k, exact (Clopper-Pearson) interval "
+                                  f"over the K slots, exact chance of a random ranking and the exact one-sided "
+                                  f"p-value. Pool: members and held-out images in equal numbers (e.g. {a['pool']} "
+                                  f"images for {a['records_evaluated']} records)."))
+        out.append(_assume(a["assumptions"]))
+    return "\n".join(out + _skipped(rels, ok, "membership"))
+
+
+def _nearest(rels: list[dict]) -> str:
+    ok = [r for r in rels if "auc" in r["attacks"].get("nearest", {})]
+    if not ok:
+        return ""
+    rows = []
+    for r in ok:
+        a = r["attacks"]["nearest"]
+        ind = (r["attacks"].get("independent") or {}).get("nearest") or {}
+        f, v = a["risk"], a["risk_reverse"]
+        rows.append([_e(r["name"]), _iv(a["auc"], a["auc_ci"]), _iv(a["reverse_auc"], a["reverse_auc_ci"]),
+                     _num(a["two_sided_auc"]), f"{a['p_value']:.2g}",
+                     f"{_pct(f['attack']['rate'])} / {_pct(f['control']['rate'])}",
+                     f"{_pct(v['attack']['rate'])} / {_pct(v['control']['rate'])}",
+                     _iv(f["residual_risk"]["risk"], f["residual_risk"]["ci"]),
+                     _num(ind.get("two_sided_auc")), f"{a['n_members']} / {a['n_controls']}"])
+    return "<h2>Membership by nearest released record (with a held-out control)</h2>" + _table(
+        ["Release", "AUC [95% CI]", "reverse AUC", "two-sided AUC", "p (Mann-Whitney)",
+         "claimed: members / controls (%)", "reverse: members / controls (%)", "residual vs control [95% CI]",
+         "two-sided AUC, independent net", "members / controls"], rows,
+        caption=f"The attacker claims a target is in the release when its most similar released record passes a "
+                f"threshold set on {ok[0]['attacks']['nearest']['calibrated_on']} (FPR "
+                f"{ok[0]['attacks']['nearest']['fpr']}); the reverse attacker when its least similar one falls "
+                f"below. The same attack on held-out patients is the control.") + _assume(
+        ok[0]["attacks"]["nearest"]["assumptions"])
+
+
+def _attribute(rep: dict) -> str:
+    rels = rep["releases"]
+    ok = [r for r in rels if "accuracy" in r["attacks"].get("attribute", {})]
+    out = ["<h2>Attribute inference (VS-Snow §2.4)</h2>"]
+    if ok:
+        a0 = ok[0]["attacks"]["attribute"]
+        rows = []
+        for r in ok:
+            at = r["attacks"]["attribute"]
+            rows.append([_e(r["name"]), _iv(at["accuracy"], at["accuracy_ci"], pct=True),
+                         _iv(at.get("original_accuracy"), at.get("original_accuracy_ci"), pct=True),
+                         _pct(at["baseline"]), _num(at.get("leak_kept")), _num(at["auroc"]),
+                         _num(at.get("original_auroc")), str(at["n"])])
+        out.append(_table(["Release", f"{_e(a0['attribute'])} accuracy (%) on the release",
+                           "Original: same records' real images (%)", "baseline: majority (%)",
+                           "share of the Original's leak kept", "AUROC release", "AUROC Original", "N records"],
+                          rows, caption=f"VS-Snow Table 1, per release: the attacker is trained on "
+                                        f"{_e(a0.get('attacker_trained_on') or 'real images')}, patients neither "
+                                        f"released nor controls. On held-out real images it reaches "
+                                        f"{_iv(a0['heldout_real_accuracy'], a0['heldout_real_accuracy_ci'], pct=True)}"
+                                        f" % (n = {a0['n_heldout']})."))
+        out.append(_assume(a0["assumptions"]))
+    return "\n".join(out + _skipped(rels, ok, "attribute"))
+
+
+def _link_row(label: str, v: dict | None) -> list[str]:
+    if not v:
+        return [label] + ["–"] * 7
+    rev = _iv(v.get("reverse_TAR"), v.get("reverse_TAR_ci")) if "reverse_TAR" in v else "–"
+    return [label, _num(v["F1"]), _num(v["accuracy"]), _iv(v["TAR"], v["TAR_ci"]), _iv(v["FAR"], v["FAR_ci"]),
+            f"{_iv(v['AUC'], v.get('AUC_ci'))} <span class=ci>two-sided {_num(v.get('AUC_two_sided'))}</span>", rev,
+            f"{v['genuine_pairs']} / {v['impostor_pairs']}"]
+
+
+def _linkability(rels: list[dict]) -> str:
+    ok = [r for r in rels if "control" in r["attacks"].get("linkability", {})]
+    out = ["<h2>Linkability (GMIA §3)</h2>"]
+    if ok:
+        l0 = ok[0]["attacks"]["linkability"]
+        cal = l0["calibration"]
+        rows = [_link_row("<i>real held-out pairs (control)</i>", l0["control"])]
+        rows += [_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner")) for r in ok]
+        rows += [_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer")) for r in ok]
+        out.append(_table(["Testing data", "F1 ↑ (equal prevalence)", "balanced Acc ↑", "TAR ↑ [95% CI]",
+                           "FAR ↓ [95% CI]", "AUC [DeLong 95% CI]", "reverse TAR [95% CI]",
+                           "genuine / impostor pairs"], rows,
+                          caption=f"GMIA Table 3 layout, standard definitions: FAR = impostor pairs accepted / "
+                                  f"impostor pairs, TAR = genuine pairs accepted / genuine pairs; all pairs. "
+                                  f"Threshold {_num(l0['threshold'])} set on all {cal['impostor_pairs']} impostor "
+                                  f"pairs of held-out patients at FAR {l0['target_far']}: realised FAR "
+                                  f"{_iv(cal['realised_far'], cal['realised_far_ci'])}. The reverse attacker "
+                                  f"accepts scores ≤ {_num(l0['low_threshold'])} (FAR {l0['target_far']} in the "
+                                  f"lower tail)."))
+        if l0.get("warning"):
+            out.append(f"<p class=note>{_e(l0['warning'])}</p>")
+        out.append(_assume(l0["assumptions"]))
+        out += [f"<p class=note>{_e(r['name'])}: {_e(r['attacks']['linkability']['inner_note'])}</p>" for r in ok
+                if r["attacks"]["linkability"].get("inner_note")]
+    return "\n".join(out + _skipped(rels, ok, "linkability"))
+
+
+def _singling(rels: list[dict]) -> str:
+    ok = [r for r in rels if "hidden_rate" in r["attacks"].get("singling_out", {})]
+    out = ["<h2>Singling out (GMIA §3)</h2>"]
+    if ok:
+        rows = [[_e(r["name"]), _iv(s["hidden_rate"], s.get("hidden_rate_ci")),
+                 _iv(s.get("hidden_rate_individual"), s.get("hidden_rate_individual_ci")),
+                 _num(s["chance_hidden_rate"]), _num(s.get("reverse_top1")), _num(s["LC_N_R"], 1),
+                 _num(s.get("LC_N_R_x"), 1), _num(s["LC_N_A"], 1), _num(s["chance_LC_N_A"], 1),
+                 f"{s['n_sources']} / {s.get('n_individuals', '–')} / {s['n_records']}"]
+                for r in ok for s in [r["attacks"]["singling_out"]]]
+        out.append(_table(["Testing data", "HR per image ↑", "HR per individual ↑", "HR of a random guess",
+                           "reverse: own record least similar", "LC N<sub>R</sub> centred on r(x) ↑",
+                           "LC N<sub>R</sub> centred on x ↑", "LC N<sub>A</sub> ↑", "N<sub>A</sub> random guess",
+                           "source images / individuals / records"], rows,
+                          caption="GMIA Table 4 layout: hidden rate (own record not the most similar; an individual "
+                                  "is hidden when none of their images finds its own record first) and local cloaking "
+                                  "(medians). Centred on r(x): real images closer to the released record than x (the "
+                                  "paper); centred on x: real images of other patients closer to x than r(x) (the "
+                                  "official code). Intervals: Wilson."))
+        out.append(_assume(ok[0]["attacks"]["singling_out"]["assumptions"]))
+    return "\n".join(out + _skipped(rels, ok, "singling_out"))
+
+
+def _independent(rep: dict) -> str:
+    rels = [r for r in rep["releases"] if r["attacks"].get("independent")]
+    if not rels:
+        return ""
+    net = rep["networks"].get("independent") or {}
+    cfg = net.get("config", {})
+    corr = (rep["networks"].get("checks") or {}).get("cosine_correlation") or {}
+    rows = []
+    for r in rels:
+        a, b = r["attacks"], r["attacks"]["independent"]
+
+        def g(x, key, sub=None):
+            v = x.get(key) or {}
+            v = (v.get(sub) or {}) if sub else v
+            return v
+
+        rows.append([_e(r["name"]),
+                     f"{_num(g(a, 'linkability', 'outer').get('AUC_two_sided'))} / "
+                     f"{_num(g(b, 'linkability', 'outer').get('AUC_two_sided'))}",
+                     f"{_num(g(a, 'singling_out').get('two_sided_top1'))} / "
+                     f"{_num(g(b, 'singling_out').get('two_sided_top1'))}",
+                     f"{_num(g(a, 'nearest').get('two_sided_auc'))} / {_num(g(b, 'nearest').get('two_sided_auc'))}"])
+    return "<h2>A second, independent attacker</h2>" + _table(
+        ["Release", "outer two-sided AUC: main / independent", "singled out two-sided top-1",
+         "nearest-record two-sided AUC"], rows,
+        caption=f"The independent identity network: {_e(cfg.get('arch'))} at {_e(cfg.get('image_size'))} px, seed "
+                f"{_e(cfg.get('seed'))}, trained on {_e(net.get('trained_on'))}. Cosines of the two networks on "
+                f"held-out pairs correlate r = {_num(corr.get('pearson_r'))} (n = {corr.get('pairs', '–')}): the "
+                f"closer to 1, the less independent. A release protected against one network only is exposed by "
+                f"the other.")
+
+
+def _screening(rep: dict, grids: dict) -> str:
+    rels = [r for r in rep["releases"] if r.get("screening")]
+    if not rels:
+        return ""
+    rows = []
+    for r in rels:
+        s = r["screening"]
+        rows.append([_e(r["name"]), _iv(s["near_copies_pixel_rate"], s["near_copies_pixel_ci"], pct=True),
+                     _iv(s["near_copies_identity_rate"], s["near_copies_identity_ci"], pct=True),
+                     str(s["copies_of_one_source"]), str(s["copies_of_one_source_in_multi_person_records"]),
+                     f"{_num(s['median_pixel_distance'])} / {_num(s['median_heldout_pixel_distance'])}",
+                     f"{_pct(s['control']['pixel_rate'])} / {_pct(s['control']['identity_rate'])}", str(s["n"])])
+    s0 = rels[0]["screening"]
+    out = ["<h2>Memorisation and near-copy screening</h2>", _table(
+        ["Release", "near-copies, pixels (%)", "near-copies, identity (%)", "copies of one source",
+         "… in records claiming ≥ 2 people", "median RMSE to nearest real: release / held-out",
+         "control: held-out flagged, pixels / identity (%)", "N"], rows,
+        caption=f"Each released image's nearest real source image by pixel RMSE and by identity cosine. Near-copy: "
+                f"closer than the {_pct(s0['quantile'])} % closest held-out image (a new person) comes to the source "
+                f"split (RMSE ≤ {_num(s0['pixel_threshold'])}, cosine ≥ {_num(s0['identity_threshold'])}). A copy of "
+                f"one source is a near-copy whose nearest real image is its own record's source.")]
+    for r in rels:
+        pairs = grids.get(f"closest:{r['name']}") or []
+        if not pairs:
+            continue
+        out.append(f"<h3>{_e(r['name'])}: closest pairs (real | released)</h3><div class=grid>")
+        for p in pairs:
+            flag = " near-copy" if p["near_copy"] else ""
+            out.append(f'<div class=pair><img src="data:image/png;base64,{p["real"]}" alt="real">'
+                       f'<img class=rel src="data:image/png;base64,{p["released"]}" alt="released">'
+                       f'<span class=more>RMSE {p["pixel_rmse"]:.3f}, cos {p["cosine"]:.2f}{flag}'
+                       f'{", own source" if p["own_source"] else ""}</span></div>')
+        out.append("</div>")
+    return "\n".join(out)
+
+
+def _risks(rep: dict) -> str:
+    names = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
+             "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
+             "singling_out": "Singling out (top-1)"}
+    rows = []
+    for r in rep["releases"]:
+        for key, label in names.items():
+            a = r["attacks"].get(key) or {}
+            entries = [(label, a.get("risk") if "risk" in a else a if "residual_risk" in a else None)]
+            if a.get("risk_reverse"):
+                entries.append((label + ", reverse", a["risk_reverse"]))
+            for lab, risk in entries:
+                if not risk:
+                    continue
+                rr = risk["residual_risk"]
+                ctrl = risk.get("control")
+                base = risk.get("baseline")
+                rows.append([_e(r["name"]), lab, _rate(risk["attack"]), _rate(ctrl) if ctrl else
+                             f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
+                             f"{_iv(rr['risk'], rr['ci'])} <span class=ci>vs {_e(risk.get('against', 'control'))}"
+                             f"</span>"])
+    if not rows:
+        return ""
+    return "<h2>Residual risk</h2>" + _table(
+        ["Release", "Attack", "Attack success (%)", "Control: same attack, held-out patients (%)",
+         "Baseline: random guess (%)", "Residual risk [95% CI]"], rows,
+        caption="Anonymeter's estimator: (attack − reference) / (1 − reference), Wilson intervals on both rates and "
+                "the error propagated; clipped to [0, 1]. The reference is the control where one exists; otherwise "
+                "the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it.")
+
+
+def _rate(d: dict) -> str:
+    extra = " exact" if d.get("exact") else ""
+    return (f"{_pct(d['rate'])} <span class=ci>[{_pct(d['ci'][0])}, {_pct(d['ci'][1])}] n={d['trials']}{extra}"
+            f"</span>")
+
+
+def attack_sections(rep: dict, grids: dict | None = None) -> str:
+    rels = rep["releases"]
+    return "\n".join(s for s in [_explain(), _membership(rels), _nearest(rels), _attribute(rep), _linkability(rels),
+                                 _singling(rels), _independent(rep), _risks(rep), _screening(rep, grids or {})] if s)

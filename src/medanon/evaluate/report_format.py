@@ -1,0 +1,108 @@
+"""Formatting of the report's HTML: numbers with intervals, tables, the papers' pivot layout (methods as rows,
+settings such as k as columns)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from medanon.evaluate.utility import KNOWN_TASKS
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return f"{v:.{digits}f}"
+
+
+def _ci(d: dict | None, digits: int = 2) -> str:
+    if not d:
+        return "–"
+    return f"{_num(d['value'], digits)} <span class=ci>[{_num(d['ci'][0], digits)}, {_num(d['ci'][1], digits)}]</span>"
+
+
+def _pm(s: dict | None, digits: int = 3) -> str:
+    if not s:
+        return "–"
+    return f"{_num(s['mean'], digits)} <span class=ci>± {_num(s['sd'], digits)}</span>"
+
+
+def _pct(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f}"
+
+
+def _e(s: Any) -> str:
+    return html.escape(str(s))
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], *, caption: str = "") -> str:
+    cap = f"<caption>{caption}</caption>" if caption else ""
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table>{cap}<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+KEY_PARAMS = ("k", "p", "epsilon", "losses")        # the parameter a paper's table has as its columns
+
+
+def short_setting(params: dict) -> str | None:
+    """The column label of a release in the papers' tables: ``k=5``, ``p=0.3``, ``ε=100/px``, ``losses=id+ut``."""
+    for key in KEY_PARAMS:
+        if key in params:
+            v = params[key]
+            if key == "epsilon":
+                v = v if isinstance(v, str) else f"{v:g}"
+                return f"ε={v}" + ("/px" if params.get("per_pixel") else "/image")
+            return f"{key}={v}"
+    return None
+
+
+def assign_columns(releases: list[dict]) -> None:
+    """Give every release its pivot-table column (``column``): the short setting, or the full one where two
+    releases of one method would share a short label."""
+    short = [short_setting(r.get("params") or {}) for r in releases]
+    seen: dict[tuple[str, str | None], int] = {}
+    for r, s in zip(releases, short, strict=True):
+        seen[(r["method"], s)] = seen.get((r["method"], s), 0) + 1
+    for r, s in zip(releases, short, strict=True):
+        r["column"] = s if s is not None and seen[(r["method"], s)] == 1 else (r["setting"] or "–")
+
+
+def _col(r: dict) -> str:
+    return r.get("column") or r["setting"] or "–"
+
+
+def _columns(releases: list[dict]) -> tuple[list[str], list[str]]:
+    """Methods (rows) and settings (columns) in first-seen order, for the paper-style pivot tables."""
+    methods = list(dict.fromkeys(r["method"] for r in releases))
+    settings = list(dict.fromkeys(_col(r) for r in releases))
+    return methods, settings
+
+
+def _cell(releases: list[dict], method: str, setting: str) -> dict | None:
+    for r in releases:
+        if r["method"] == method and _col(r) == setting:
+            return r
+    return None
+
+
+def _kind(task: str) -> str:
+    return KNOWN_TASKS[task].kind if task in KNOWN_TASKS else "multiclass"
+
+
+def _skipped(rels: list[dict], ok: list[dict], key: str) -> list[str]:
+    """A note for every release the attack ``key`` did not run on, with the reason."""
+    return [f"<p class=note>{_e(r['name'])}: {_e(r['attacks'][key].get('skipped', 'not run'))}</p>"
+            for r in rels if r not in ok and r["attacks"].get(key) is not None]
+
+
+def _assume(text: str) -> str:
+    return f"<p class=assume><b>Assumptions.</b> {_e(text)}.</p>"
+
+

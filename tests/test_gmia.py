@@ -134,7 +134,8 @@ def test_only_the_latent_changes(setup):
     assert torch.allclose(codec.decode(res.ws), res.images, atol=1e-5)      # ... and is all the release depends on
 
 
-def test_the_optimiser_gets_only_the_latent(setup, monkeypatch):
+@pytest.mark.parametrize("space", ["w", "w+"])
+def test_the_optimiser_gets_only_the_latent(setup, monkeypatch, space):
     codec, ident, util, ws, images = setup
     seen: list[list[torch.Tensor]] = []
     adam = torch.optim.Adam
@@ -145,11 +146,18 @@ def test_the_optimiser_gets_only_the_latent(setup, monkeypatch):
         return adam(params, **kw)
 
     monkeypatch.setattr(torch.optim, "Adam", spy)
-    res = GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(**{**FAST, "steps": 2})).optimise(ws[:3], images[:3])
+    cfg = GMIAConfig(**{**FAST, "steps": 2, "latent_space": space})
+    res = GMIA(codec, identity=ident, utility=util, cfg=cfg).optimise(ws[:3], images[:3])
     assert len(seen) == 1 and len(seen[0]) == 1                          # one optimiser, one tensor: W_A
     (w_a,) = seen[0]
-    assert w_a.shape == ws[:3].shape and w_a.is_leaf and w_a.requires_grad
-    assert torch.equal(w_a.detach(), res.ws)
+    assert w_a.is_leaf and w_a.requires_grad
+    if space == "w+":
+        assert w_a.shape == ws[:3].shape and torch.equal(w_a.detach(), res.ws)
+    else:                                   # the paper's W: one w_dim vector, the same for every layer
+        assert w_a.shape == (3, 1, ws.shape[2])
+        shift = res.ws - ws[:3]
+        assert torch.allclose(shift, shift[:, :1].expand_as(shift), atol=1e-6) and shift.abs().max() > 0
+        assert torch.allclose(shift[:, 0], w_a.detach()[:, 0], atol=1e-6)
     network_params = {id(p) for m in (codec, ident, util) for p in m.parameters()}
     assert id(w_a) not in network_params
 

@@ -91,8 +91,8 @@ def test_noise_is_laplace_with_that_scale(seeded: bool):
     noise = laplace_noise((20000, 2), scale, generator=gen)
     for k in range(2):
         res = stats.kstest(noise[:, k].numpy(), stats.laplace(scale=float(scale[k])).cdf)
-        assert res.pvalue > 1e-3, res
-    if not seeded:                                                      # secret noise: never the same twice
+        assert res.pvalue > (1e-3 if seeded else 1e-6), res    # secret noise is a new draw each run: looser
+    if not seeded:                                                  # secret noise: never the same twice
         assert not torch.equal(noise, laplace_noise((20000, 2), scale))
 
 

@@ -2,7 +2,10 @@
 
 An image ``X_R`` is projected by the encoder of a StyleGAN codec to its latent ``W = E(X_R)``
 (``ws``, (N, num_ws, w_dim); GMIA §2.1 co-trains E with the generator, a ReStyle codec also works).
-The anonymised latent ``W_A`` starts at ``W`` and is **the only trainable tensor**: the generator,
+The anonymised latent ``W_A`` starts at ``W`` and is **the only trainable tensor** (by default in
+the paper's space W: one ``w_dim`` offset shared by every synthesis layer, ``W_A = W + 1 ⊗ δ`` with
+δ trainable, which is the official code's single ``w`` copied to every layer when the encoder's
+output is itself on that diagonal; ``latent_space="w+"`` moves every layer's vector on its own): the generator,
 the encoder and both loss networks are frozen (eval mode, no gradients to their weights, batch-norm
 statistics untouched). Adam minimises, per image,
 
@@ -72,6 +75,7 @@ from medanon.train.classifier import resize_to
 log = logging.getLogger(__name__)
 
 LOSSES = ("id+ut", "id", "ut")                  # GMIA Table 2: both (the method), L_id only, L_ut only
+SPACES = ("w", "w+")                            # w: one w_dim vector for every layer (paper, official code); w+
 OPTIMISER = "adam"
 COS_EPS = 1e-8                                  # the ε of gmia.txt Eq. 1's cosine
 
@@ -84,9 +88,13 @@ class GMIAConfig:
     margin: float = 0.0                         # m: L_id is zero once cos(E_id(X_R), E_id(X_A)) <= m
     lambda_id: float = 1.0                      # weight of L_id
     lambda_ut: float = 0.05                     # weight of L_ut (a Euclidean distance of unnormalised features)
+    latent_space: str = "w"                     # w: one shared w_dim offset for all layers (the paper's W) | w+
     batch_size: int = 16                        # images optimised together (speed only; results do not depend on it)
 
     def validate(self) -> None:
+        if self.latent_space not in SPACES:
+            raise ConfigError(f"latent_space={self.latent_space!r} is not one of {', '.join(SPACES)}",
+                              fix="w (the paper's: one w for every layer) or w+ (one per layer)")
         if self.losses not in LOSSES:
             raise ConfigError(f"losses={self.losses!r} is not one of {', '.join(LOSSES)}",
                               fix="use id+ut (GMIA), id (identity loss only) or ut (utility loss only)")
@@ -330,13 +338,23 @@ class GMIA:
             with torch.no_grad():
                 id_r = self.identity(x_r) if self.identity is not None else None
                 ut_r = self.utility(x_r) if self.utility is not None else None
-            w_a = ws.detach().to(self.device, torch.float32).clone().requires_grad_(True)
-            opt = torch.optim.Adam([w_a], lr=cfg.lr)
+            w0 = ws.detach().to(self.device, torch.float32)
+            if cfg.latent_space == "w":          # one w_dim offset shared by every layer: W_A = W + 1 ⊗ δ
+                param = torch.zeros(w0.shape[0], 1, w0.shape[2], device=self.device).requires_grad_(True)
+            else:                                # W+: every layer's style vector moves on its own
+                param = w0.clone().requires_grad_(True)
+
+            def current() -> torch.Tensor:
+                return w0 + param if cfg.latent_space == "w" else param
+
+            w_a = current()
+            opt = torch.optim.Adam([param], lr=cfg.lr)
             history: list[dict[str, float]] = []
             start: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
             for step in range(cfg.steps + 1):
                 report = step in (0, cfg.steps)             # measure both terms at the start and the end
                 with torch.set_grad_enabled(step < cfg.steps):
+                    w_a = current()
                     x_a = self.codec.render(w_a).clamp(-1, 1)
                     cos, dist = self._terms(x_a, id_r, ut_r, report)
                 if step == 0:
@@ -533,7 +551,9 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
         warnings.warn(w, stacklevel=2)
     names = release_labels(dataset, labels)
     networks = gmia.describe()
-    params = {**gmia.cfg.params(), "latent_space": "ws (W+: one style vector per synthesis layer)",
+    params = {**gmia.cfg.params(),
+              "latent_space": ("W: W_A = E(X_R) + one w_dim offset shared by every synthesis layer (the paper's W)"
+                               if gmia.cfg.latent_space == "w" else "W+: one style vector per synthesis layer"),
               "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,
               "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None}
     models = {name: sha for name in ("codec", "identity", "utility")

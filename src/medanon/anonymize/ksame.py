@@ -148,6 +148,14 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[s
                    "that is the same for every patient of a record discloses each member's value (homogeneity)"
                    + (f": with stratify={cfg.stratify!r} every record is homogeneous in {cfg.stratify}, so its "
                       f"released {cfg.stratify} is each member's (worst) {cfg.stratify}" if cfg.stratify else "")),
+        "not_protected": [
+            *(["the PCA basis is fitted on the whole private dataset: every record depends on images outside its "
+               "cluster through it"] if private_basis else []),
+            "a released label that is the same for every patient of a record discloses each member's value"
+            + (f" (with stratify={cfg.stratify!r}: every record's {cfg.stratify})" if cfg.stratify else ""),
+            *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
+              if cfg.drop_remainder else []),
+        ],
         "clusters": len(clustering.clusters) if clustering else None,
         "dropped_images": len(clustering.dropped) if clustering else 0,
     }

@@ -353,6 +353,21 @@ class LaplaceMechanism:
             "noise_source": ("os.urandom (CSPRNG), 64-bit floating-point Laplace; no seed exists or is recorded"
                              if finite else "none"),
             "calibration": cal.describe(),
+            "assumptions": [
+                "the noise is secret: drawn from os.urandom for this release and recorded nowhere",
+                ("the clip box is public and fixed" if cal.public else
+                 "the calibrated clip box is treated as a public constant")
+                + (" and the flow's weights are a fixed public function" if flow else ""),
+            ],
+            "not_protected": [
+                "a patient's other released images: n images of one patient are protected at n * epsilon",
+                *(["what the flow's weights memorised about their training images"] if flow else []),
+                *([] if cal.public else ["what the calibrated clip box (per-element min and max of private images) "
+                                         "reveals about them"]),
+                "labels released with the images (released as they are)",
+                "the floating-point gap: the bound is proven for exact Laplace noise, not for the 64-bit sampler",
+            ] + (["anything: at this epsilon the bound is vacuous"] if finite and self.epsilon_image > WEAK_EPSILON
+                 else []),
             "statement": statement(self, space_description=space_description, flow=flow),
         }
         return out

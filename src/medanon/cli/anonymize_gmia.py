@@ -61,6 +61,9 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
               help="m of L_id = max(0, cos - m): the identity cosine the optimisation aims below.  [default: 0]")
 @click.option("--lambda-id", type=float, default=None, help="Weight of L_id.  [default: 1]")
 @click.option("--lambda-ut", type=float, default=None, help="Weight of L_ut.  [default: 0.05]")
+@click.option("--latent-space", type=click.Choice(["w", "w+"]), default=None,
+              help="w: one w offset shared by every layer (the paper's W and official code); w+: one vector per "
+                   "layer.  [default: w]")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Images optimised together (speed only: the result does not depend on it).  [default: 16]")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -80,8 +83,8 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
 @data_options
 @click.pass_context
 def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_path, out, losses, steps, lr, margin,
-             lambda_id, lambda_ut, batch_size, config_file, overrides, split, splits_csv, split_seed, release_labels,
-             mapping, threads, overwrite, **data_opts) -> None:
+             lambda_id, lambda_ut, latent_space, batch_size, config_file, overrides, split, splits_csv, split_seed,
+             release_labels, mapping, threads, overwrite, **data_opts) -> None:
     """GMIA: each image's latent W_A starts at the encoder's W and is optimised (the only trainable tensor)
     so that the identity network no longer matches it to its source while the utility features stay close.
     NO formal privacy guarantee: measure the protection with `medanon evaluate` (linkability, singling out)."""
@@ -92,7 +95,7 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     from medanon.runtime import resolve_device
 
     cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr, margin=margin,
-                lambda_id=lambda_id, lambda_ut=lambda_ut, batch_size=batch_size)
+                lambda_id=lambda_id, lambda_ut=lambda_ut, latent_space=latent_space, batch_size=batch_size)
     device = resolve_device(ctx.obj["device"])
     if device.type == "cpu" and threads:
         torch.set_num_threads(threads)
@@ -110,7 +113,8 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
         path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite)
     for w in caught:
         click.secho(f"WARNING: {w.message}", fg="yellow", err=True)
-    click.echo(f"wrote {len(ds)} GMIA images ({cfg.losses}, {cfg.steps} steps, m={cfg.margin:g}) to {path}")
+    click.echo(f"wrote {len(ds)} GMIA images ({cfg.losses}, {cfg.steps} steps, m={cfg.margin:g}, "
+               f"{cfg.latent_space.upper()}) to {path}")
     click.echo(json.dumps({"optimisation_outcome": outcome}, indent=2))
     click.echo("privacy: NO formal guarantee. Measure it: medanon evaluate (linkability, singling out, membership) "
                "with the private --mapping, and an identity network other than --identity.")

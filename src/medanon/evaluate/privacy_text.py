@@ -48,7 +48,9 @@ def headline(priv: dict[str, Any]) -> str:
         return "no privacy statement in the manifest"
     guarantee = str(priv.get("guarantee", ""))
     if guarantee.startswith("k-anonymity") and priv.get("k"):
-        return f"k-anonymity: k = {priv['k']} patients per record"
+        basis = str(priv.get("pca_basis", "")).startswith("fitted on the private")
+        return (f"k-anonymity: k = {priv['k']} patients per record"
+                + ("; the PCA basis depends on every image" if basis else ""))
     if guarantee == "epsilon-LDP" and _finite(priv.get("epsilon_image")):
         e = priv["epsilon_image"]
         tight = priv.get("epsilon_image_tight")

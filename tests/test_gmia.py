@@ -295,6 +295,19 @@ def test_cli_release_is_audited_clean(tmp_path, checkpoints):
     assert len(json.loads(mapping.read_text())["records"]) == 12
 
 
+def test_default_space_is_the_papers_w_and_w_plus_is_an_option(tmp_path, checkpoints):
+    """Issue 14.7: the paper's W by default (recorded in the manifest), W+ on request."""
+    assert GMIAConfig().latent_space == "w"
+    with pytest.raises(ConfigError, match="latent_space"):
+        GMIAConfig(latent_space="z").validate()
+    d, data = checkpoints
+    for extra, want in (((), "W: W_A = E(X_R) + one w_dim offset"), (("--latent-space", "w+"), "W+")):
+        out = tmp_path / f"rel{len(extra)}"
+        res = _cli(d, data, out, "--losses", "id", *extra)
+        assert res.exit_code == 0, res.output
+        assert read_release(out)[0]["params"]["latent_space"].startswith(want)
+
+
 def test_cli_split_selects_patients(tmp_path, checkpoints):
     d, data = checkpoints
     res = _cli(d, data, tmp_path / "rel", "--losses", "id", "--split", "train", "--mapping", str(tmp_path / "m.json"))

@@ -1,10 +1,32 @@
 """medanon: de-identification of medical images for sharing and training.
 
-The package is organised so that data flows one way (see ``DESIGN.md``):
-``data`` loads and preprocesses images, ``phantoms`` makes the embedded test
-datasets, and later stages turn images into private releases and evaluate them.
+Data flows one way (docs/design.md): ``data`` loads and preprocesses images, ``anonymize`` turns
+them into a private release, ``release`` writes and audits it, ``evaluate`` measures it against the
+real data. The Python API, flat::
+
+    ds  = medanon.open_dataset(path, size=64)                       # any layout medanon reads
+    rel = medanon.anonymize.kpixel(ds, k=5)                         # one function per method
+    rel.save("release-k5", mapping="private/k5.json")               # the one release path
+    medanon.audit("release-k5", source=ds, mapping="private/k5.json")
+    res = medanon.evaluate(real=ds, releases=[rel], preset="fast")  # .to_dict(), .to_html(path)
+
+Example:
+    >>> import medanon
+    >>> sorted(n for n in medanon.__all__ if not n.startswith("_"))   # doctest: +NORMALIZE_WHITESPACE
+    ['EvaluationResult', 'PrivacyWarning', 'Release', 'anonymize', 'audit', 'evaluate', 'make_phantom',
+     'open_dataset']
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from medanon import anonymize
+from medanon.api._callable import make_callable as _make_callable
+from medanon.api.data import make_phantom, open_dataset
+from medanon.api.evaluate import EvaluationResult, audit
+from medanon.api.evaluate import evaluate as _evaluate
+from medanon.release.release import PrivacyWarning, Release
+
+evaluate = _make_callable("medanon.evaluate", _evaluate)   # the evaluation package, callable
+
+__all__ = ["EvaluationResult", "PrivacyWarning", "Release", "__version__", "anonymize", "audit", "evaluate",
+           "make_phantom", "open_dataset"]

@@ -58,8 +58,11 @@ class DemoConfig:
 
 
 def default_checkpoints() -> Path:
-    """The ``checkpoints/`` folder of the source checkout medanon runs from."""
-    return Path(__file__).resolve().parents[2] / "checkpoints"
+    """The first folder of the model search path holding checkpoints (``$MEDANON_MODELS``, then the source
+    checkout's ``checkpoints/``; see :mod:`medanon.models_registry`)."""
+    from medanon.models_registry import SOURCE_CHECKPOINTS, models_folder
+
+    return models_folder() or SOURCE_CHECKPOINTS
 
 
 def _phantoms(cfg: PhantomConfig, out: Path) -> Path:

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "data",
     "demo",
     "evaluate",
+    "models",
     "phantom",
     "train_identity",
     "train_segmenter",
@@ -33,6 +34,9 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
+    from medanon.cli.library import install_warning_display
+
+    install_warning_display()
     cli(prog_name="medanon")
 
 

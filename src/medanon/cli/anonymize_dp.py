@@ -1,18 +1,19 @@
-"""``medanon anonymize dpglow|ldp-image``: ε-LDP releases, in a GLOW latent or on pixels."""
+"""``medanon anonymize dpglow|ldp-image``: ε-LDP releases, in a GLOW latent or on pixels.
+
+Each command parses its options, makes one library call (:func:`medanon.api.dp.dpglow`,
+:func:`medanon.api.dp.ldp_image`), saves the release and prints; the library's warnings are printed
+as ``WARNING:`` lines and its errors name the command's flags.
+"""
 
 from __future__ import annotations
 
-import logging
-import math
-import warnings
 from pathlib import Path
 
 import click
 
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
-
-log = logging.getLogger("medanon")
+from medanon.cli.library import library_call
 
 
 def dp_options(f):
@@ -53,58 +54,28 @@ def dp_options(f):
     return f
 
 
-def _warn_loudly(caught: list[warnings.WarningMessage]) -> None:
-    for w in caught:
-        click.secho(f"WARNING: {w.message}", fg="yellow", err=True)
+FLAGS = {"epsilon=inf": "--epsilon inf", "epsilon=": "--epsilon ", "clip=False": "--no-clip",
+         "per_element=True": "--per-element", "clip_box=": "--clip-box ", "calibrate_on": "--calibrate-on",
+         "noise_seed=": "--seed ", "alpha=": "--alpha ", "center=": "--center ", "release_labels": "--release-labels",
+         "open the dataset with size=": "pass --size "}
 
 
-def _calibration_images(path: Path | None, data_opts: dict, ds):
-    """Images for pixel calibration: --calibrate-on, else the released images themselves (with a warning)."""
+def _calibration(path: Path | None, data_opts: dict, ds):
+    """The --calibrate-on dataset, read at the size and channels of the released one."""
     if path is None:
-        click.secho("WARNING: no --calibrate-on: the clip bounds come from the images being released; the "
-                    "per-element min and max of those images are then outside the privacy guarantee. Pass the "
-                    "training set.", fg="yellow", err=True)
-        return ds.tensors()[0]
-    return open_from_cli(path, **{**data_opts, "size": ds.size, "channels": str(ds.channels)}).tensors()[0]
+        return None
+    return open_from_cli(path, **{**data_opts, "size": ds.size, "channels": str(ds.channels)})
 
 
-def _release(ctx, ds, privatiser, *, method, params, privacy, labels, models, data_dir, out, batch, noise_seed,
-             mapping, overwrite) -> None:
-    from medanon.anonymize.ldp import release_dataset
-    from medanon.release import ReleaseWriter
-    from medanon.release.labels import release_labels
-    from medanon.runtime import files_digest, resolve_device
-
-    dev = resolve_device(ctx.obj["device"])
-    chosen = release_labels(ds, labels)
-    if noise_seed is not None:
-        click.secho(f"WARNING: --seed {noise_seed}: the noise is reproducible from the seed, so the seed must stay "
-                    "secret (it is not written to the release). Use this for testing only.", fg="red", err=True)
-        privacy = {**privacy, "noise_source": "seeded per-record torch generators (TESTING ONLY; the seed is not "
-                                              "recorded and must stay secret)"}
-    source = files_digest([r.path for r in ds.records], root=data_dir)
-    with ReleaseWriter(out, method=method, params=params, privacy=privacy, labels=chosen, models=models,
-                       source=source, phantom=(Path(data_dir) / "phantom.json").is_file(), mapping=mapping,
-                       overwrite=overwrite, seeds={}) as writer:
-        if len(writer):
-            click.echo(f"resuming: {len(writer)} of {len(ds)} images already released")
-        release_dataset(ds, privatiser, writer, batch=batch, device=dev, noise_seed=noise_seed)
-    click.echo(f"wrote {len(ds)} images to {out} ({method}, epsilon {privacy['epsilon_image']} per image, "
+def _save(release, ds, *, out, mapping, overwrite) -> None:
+    release.save(out, mapping=mapping, overwrite=overwrite)
+    for note in release.notes:
+        click.echo(note)
+    s, privacy = release.summary, release.privacy
+    if s.get("resumed_records"):
+        click.echo(f"resuming: {s['resumed_records']} of {len(ds)} images already released")
+    click.echo(f"wrote {len(ds)} images to {out} ({release.method}, epsilon {privacy['epsilon_image']} per image, "
                f"{privacy['epsilon_element']} per element, D = {privacy['D']})")
-
-
-def _check_budget(epsilon: float, no_clip: bool) -> None:
-    if not epsilon > 0:
-        raise click.BadParameter(f"{epsilon} is not a positive budget", param_hint="--epsilon")
-    if no_clip and math.isfinite(epsilon):
-        raise click.BadParameter("--no-clip is only allowed with --epsilon inf (noise without clipping has "
-                                 "unbounded sensitivity)", param_hint="--no-clip")
-
-
-def _params(epsilon, per_pixel, alpha, no_clip, calibration) -> dict:
-    return {"epsilon": epsilon if math.isfinite(epsilon) else "inf", "per_pixel": per_pixel, "alpha": alpha,
-            "clip": not no_clip, "clip_box": "public" if calibration.public else "calibrated",
-            "calibration_sha256": calibration.checksum()}
 
 
 @anonymize.command("dpglow", context_settings=CONTEXT)
@@ -120,52 +91,21 @@ def _params(epsilon, per_pixel, alpha, no_clip, calibration) -> dict:
 def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on,
                release_labels, batch, noise_seed, mapping, overwrite, **data_opts) -> None:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent (ε-LDP per image)."""
-    from medanon.anonymize.dpglow import DPGlow, calibrate_latent
+    from medanon.api.dp import check_budget, dpglow, load_flow_for
     from medanon.runtime import resolve_device
-    from medanon.train.flow import load_flow
 
-    _check_budget(epsilon, no_clip)
+    with library_call(FLAGS):
+        check_budget(epsilon, not no_clip)
     dev = resolve_device(ctx.obj["device"])
-    codec, stored, blob = load_flow(flow_path, map_location=dev)
-    data_opts["size"] = codec.flow.cfg.resolution
-    data_opts["channels"] = str(codec.flow.cfg.channels)
+    flow = load_flow_for(flow_path, dev)
+    data_opts["size"] = flow[0].flow.cfg.resolution
+    data_opts["channels"] = str(flow[0].flow.cfg.channels)
     ds = open_from_cli(data_dir, **data_opts)
-    from medanon.anonymize.dpglow import training_overlap
-    from medanon.anonymize.ldp import ClipCalibration
-    from medanon.runtime import files_digest
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        training_overlap((blob.get("extra") or {}).get("data"), files_digest([r.path for r in ds.records],
-                                                                              root=data_dir))
-    _warn_loudly(caught)
-    if clip_box == "public":
-        calibration = ClipCalibration.public_box("glow-eps", codec.dims)
-    elif calibrate_on is not None:
-        cal_ds = open_from_cli(calibrate_on, **data_opts)
-        calibration = calibrate_latent(codec, cal_ds.tensors()[0])
-    elif stored is not None:
-        calibration = stored
-        click.echo(f"calibration: the flow's training set ({stored.count} images, sha256 {stored.checksum()[:12]})")
-    else:
-        click.secho("WARNING: the flow holds no calibration statistics and no --calibrate-on was given: calibrating "
-                    "on the images being released (their min and max are then outside the guarantee).",
-                    fg="yellow", err=True)
-        calibration = calibrate_latent(codec, ds.tensors()[0])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_pixel, clip=not no_clip,
-                    center=center)
-    _warn_loudly(caught)
-    _release(ctx, ds, dp, method="dpglow",
-             params={**_params(epsilon, per_pixel, alpha, no_clip, calibration), "center": center},
-             privacy=dp.privacy(), labels=release_labels, models={"glow": blob["sha256"]}, data_dir=data_dir,
-             out=out, batch=batch, noise_seed=noise_seed, mapping=mapping, overwrite=overwrite)
-    if codec.diverged:
-        click.secho(f"WARNING: the inverse flow diverged on {codec.diverged} images released in this run (decoded "
-                    "values beyond ±4 or not finite); each was decoded from its privatised latent shrunk towards the "
-                    "prior's mode (post-processing: the guarantee holds) and may look averaged. Try --center zero, "
-                    "or a better-trained flow (docs/dpglow.md).", fg="red", err=True)
+    with library_call(FLAGS):
+        release = dpglow(ds, epsilon=epsilon, flow=flow, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
+                         clip=not no_clip, center=center, calibrate_on=_calibration(calibrate_on, data_opts, ds),
+                         noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=dev)
+        _save(release, ds, out=out, mapping=mapping, overwrite=overwrite)
 
 
 @anonymize.command("ldp-image", context_settings=CONTEXT)
@@ -176,20 +116,15 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
 def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on, release_labels,
                   batch, noise_seed, mapping, overwrite, **data_opts) -> None:
     """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels (ε-LDP per image)."""
-    from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
+    from medanon.api.dp import check_budget, ldp_image
+    from medanon.runtime import resolve_device
 
-    _check_budget(epsilon, no_clip)
+    with library_call(FLAGS):
+        check_budget(epsilon, not no_clip)
     ds = open_from_cli(data_dir, **data_opts)
-    if clip_box == "public":
-        from medanon.anonymize.ldp import ClipCalibration
-
-        calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
-    else:
-        calibration = calibrate_pixels(_calibration_images(calibrate_on, data_opts, ds))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_pixel, clip=not no_clip)
-    _warn_loudly(caught)
-    _release(ctx, ds, ldp, method="ldp-image", params=_params(epsilon, per_pixel, alpha, no_clip, calibration),
-             privacy=ldp.privacy(), labels=release_labels, models={}, data_dir=data_dir, out=out, batch=batch,
-             noise_seed=noise_seed, mapping=mapping, overwrite=overwrite)
+    with library_call(FLAGS):
+        release = ldp_image(ds, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
+                            clip=not no_clip, calibrate_on=_calibration(calibrate_on, data_opts, ds),
+                            noise_seed=noise_seed, batch=batch, release_labels=release_labels,
+                            device=resolve_device(ctx.obj["device"]))
+        _save(release, ds, out=out, mapping=mapping, overwrite=overwrite)

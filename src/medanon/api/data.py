@@ -1,0 +1,82 @@
+"""``medanon.open_dataset``: a dataset folder of any layout, as the command line reads it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def open_dataset(path: str | Path, *,
+                 layout: str = "auto",                         # auto | medanon | aptos | eyepacs | brset | rsna | ...
+                 size: int = 64,                               # output side in pixels (a power of two)
+                 channels: int = 0,                            # 0 = by modality (fundus 3, X-ray 1), else 1 or 3
+                 crop: str = "auto",                           # auto | fov | center | pad | none
+                 modality: str = "auto",                       # auto | fundus | xray
+                 skip_bad: bool = False,                       # leave out bad files (listed in .skipped)
+                 labels_csv: str | Path | None = None,         # generic layout: the labels CSV
+                 image_col: str | None = None,                 # generic layout: column of image paths
+                 label_cols: Sequence[str] | str = (),         # generic layout: NAME or NAME=COLUMN each
+                 patient_col: str | None = None,               # generic layout: column of patient ids
+                 images_dir: str | Path | None = None,         # generic layout: folder image paths are relative to
+                 progress: bool = False):
+    """Open the dataset folder ``path`` (an :class:`~medanon.data.dataset.ImageDataset`).
+
+    The options are those of ``medanon data summary`` (defaults in :class:`medanon.config.DataConfig`).
+    Images load lazily as (C, H, W) float32 tensors in [-1, 1]: ``ds.load(i)["image"]``; every file's
+    header is checked here, and a bad file raises a :class:`~medanon.errors.DataError` naming it
+    (or is left out with ``skip_bad=True``).
+
+    Example:
+        >>> import medanon
+        >>> root = medanon.make_phantom(patients=3, per_patient=2)
+        >>> ds = medanon.open_dataset(root, size=16)
+        >>> len(ds), ds.modality, ds.channels, ds.label_names[:2]
+        (6, 'fundus', 3, ['grade', 'sex'])
+        >>> ds.load(0)["image"].shape
+        torch.Size([3, 16, 16])
+    """
+    from medanon.config import DataConfig, validate
+    from medanon.data.dataset import open_dataset as _open
+    from medanon.data.layouts import GenericOptions
+    from medanon.errors import ConfigError
+
+    cfg = DataConfig(layout=layout, size=size, channels=channels, crop=crop, modality=modality, skip_bad=skip_bad)
+    validate(cfg)
+    generic = None
+    if isinstance(label_cols, str):
+        label_cols = [c for c in label_cols.split(",")]
+    cols = tuple(c.strip() for c in label_cols if c.strip())
+    if labels_csv is not None or layout == "generic":
+        if labels_csv is None or image_col is None:
+            raise ConfigError("the generic layout needs labels_csv and image_col",
+                              fix="pass labels_csv='labels.csv', image_col='file'")
+        generic = GenericOptions(labels_csv=Path(labels_csv), image_col=image_col, label_cols=cols,
+                                 patient_col=patient_col, images_dir=Path(images_dir) if images_dir else None)
+    elif image_col is not None or cols or patient_col is not None or images_dir is not None:
+        raise ConfigError("image_col, label_cols, patient_col and images_dir describe the generic layout",
+                          fix="pass labels_csv as well")
+    return _open(path, cfg, generic=generic, progress=progress)
+
+
+def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", patients: int = 4, per_patient: int = 1,
+                 size: int = 16, seed: int = 0, progress: bool = False) -> Path:
+    """Write a phantom dataset (synthetic patients, :mod:`medanon.phantoms`) and return its folder.
+
+    ``out`` defaults to a new temporary folder. The defaults make a tiny dataset for examples and
+    tests; ``medanon phantom`` (and :class:`medanon.config.PhantomConfig`) make realistic ones.
+    Same seed, same bytes.
+
+    Example:
+        >>> import medanon
+        >>> ds = medanon.open_dataset(medanon.make_phantom(modality="xray", patients=2), size=16)
+        >>> len(ds), ds.modality, ds.channels
+        (2, 'xray', 1)
+    """
+    import tempfile
+
+    from medanon.config import PhantomConfig
+    from medanon.phantoms.generate import generate
+
+    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="medanon-phantom-")) / modality
+    return generate(PhantomConfig(modality=modality, patients=patients, per_patient=per_patient, size=size,
+                                  seed=seed, workers=1), out, progress=progress)

@@ -1,0 +1,223 @@
+"""ε-LDP releases as Python functions: ``dpglow`` (in a GLOW latent) and ``ldp_image`` (on pixels).
+
+Both build a privatiser (:class:`~medanon.anonymize.dpglow.DPGlow`,
+:class:`~medanon.anonymize.ldp_image.ImageLDP`) and hand it to :func:`ldp_release`, the one function
+the command line calls too. ``epsilon`` is keyword-only and has no default. The clip box is public
+(data-independent) by default. Settings that weaken or void the guarantee warn with a
+:class:`~medanon.anonymize.privacy.PrivacyWarning` (a budget too large to protect an image, seeded
+noise, a box calibrated on the released images, releasing a flow's own training data) or are refused
+(noise without clipping).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
+from medanon.errors import ConfigError
+
+CLIP_BOXES = ("public", "calibrated")
+
+
+def check_budget(epsilon: float, clip: bool) -> None:
+    """A positive budget; clipping off only without noise (epsilon = inf)."""
+    if not (isinstance(epsilon, (int, float)) and epsilon > 0):
+        raise ConfigError(f"epsilon={epsilon!r} is not a positive budget", fix="e.g. epsilon=100, per_element=True")
+    if not clip and math.isfinite(epsilon):
+        raise ConfigError("clip=False is only allowed with epsilon=inf (noise without clipping has unbounded "
+                          "sensitivity)", fix="keep clip=True, or use epsilon=math.inf for the no-noise baseline")
+
+
+def _images(source, size: int | None = None, channels: int | None = None):
+    """Calibration images: a tensor (N, C, H, W) as is, or every image of a dataset."""
+    import torch
+
+    if isinstance(source, torch.Tensor):
+        return source
+    if (size, channels) != (None, None) and (source.size, source.channels) != (size, channels):
+        raise ConfigError(f"the calibration dataset gives {source.channels}x{source.size}px images, the released "
+                          f"dataset {channels}x{size}px", fix="open both datasets with the same size and channels")
+    return source.tensors(progress=False)[0]
+
+
+def ldp_release(ds, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
+                noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
+                device=None, notes: Sequence[str] = ()):
+    """A :class:`~medanon.release.release.Release` of ``ds`` in which every image goes through ``privatiser``.
+
+    One record per image (local DP: each record stands for its own source). ``noise_seed`` (testing
+    only) makes the noise reproducible from the seed: the release then states "no formal guarantee"
+    and :class:`~medanon.anonymize.privacy.NoFormalGuarantee` is warned (the seed is not recorded).
+    """
+    import torch
+
+    from medanon.anonymize.ldp import SEEDED, release_dataset, seeded_privacy
+    from medanon.release.labels import release_labels as choose_labels
+    from medanon.release.release import Release
+
+    labels = choose_labels(ds, release_labels)
+    privacy = privatiser.privacy()
+    if noise_seed is not None and privacy.get("guarantee") == "epsilon-LDP":
+        warnings.warn(f"noise_seed={noise_seed}: the noise is reproducible, so the release states '{SEEDED}' (the "
+                      "seed is not recorded). Use this for testing only; leave the seed out for a release",
+                      NoFormalGuarantee, stacklevel=3)
+        privacy = seeded_privacy(privacy)
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    codec = getattr(privatiser, "codec", None)
+
+    def produce(writer, progress: bool) -> dict[str, Any]:
+        before = getattr(codec, "diverged", 0)
+        written = release_dataset(ds, privatiser, writer, batch=batch, device=dev, noise_seed=noise_seed,
+                                  progress=progress)
+        diverged = getattr(codec, "diverged", 0) - before
+        if diverged:
+            warnings.warn(f"the inverse flow diverged on {diverged} images released in this run (decoded values "
+                          "beyond ±4 or not finite); each was decoded from its privatised latent shrunk towards "
+                          "the prior's mode (post-processing: the guarantee holds) and may look averaged. Try "
+                          "center='zero', or a better-trained flow (docs/dpglow.md).", UserWarning, stacklevel=2)
+        return {"records": len(writer), "written": written, "diverged": diverged,
+                "epsilon_image": privacy["epsilon_image"], "epsilon_element": privacy["epsilon_element"],
+                "D": privacy["D"]}
+
+    return Release(method=method, dataset=ds, params=params, privacy=privacy, labels=labels, produce=produce,
+                   seeds={}, models=models, notes=list(notes))
+
+
+def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, calibration) -> dict[str, Any]:
+    return {"epsilon": epsilon if math.isfinite(epsilon) else "inf", "per_pixel": per_element, "alpha": alpha,
+            "clip": clip, "clip_box": "public" if calibration.public else "calibrated",
+            "calibration_sha256": calibration.checksum()}
+
+
+def _check_box(clip_box: str, calibrate_on) -> None:
+    if clip_box not in CLIP_BOXES:
+        raise ConfigError(f"clip_box={clip_box!r} is not one of {', '.join(CLIP_BOXES)}")
+    if clip_box == "public" and calibrate_on is not None:
+        warnings.warn("calibrate_on is not used with clip_box='public' (the box depends on no data); pass "
+                      "clip_box='calibrated' to calibrate it", UserWarning, stacklevel=3)
+
+
+def load_flow_for(flow, device=None):
+    """``flow`` as ``(GlowCodec, stored calibration or None, training-data record or None)``: a checkpoint path
+    is loaded onto ``device``, a codec has neither record, a triple (this function's result) is kept."""
+    if isinstance(flow, tuple):
+        return flow
+    if isinstance(flow, (str, Path)):
+        from medanon.train.flow import load_flow
+
+        codec, stored, blob = load_flow(flow, map_location=device or "cpu")
+        return codec, stored, (blob.get("extra") or {}).get("data")
+    return flow, None, None
+
+
+def dpglow(ds, *, epsilon: float, flow, per_element: bool = False, clip_box: str = "public",
+           alpha: float | None = None, clip: bool = True, center: str = "zero", calibrate_on=None,
+           noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
+           device=None):
+    """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent, ε-LDP per image.
+
+    ``epsilon``: the privacy budget per image, or per latent element with ``per_element=True`` (the
+    image budget is then ``epsilon * D``, D = C*H*W: the paper's "ε = 10² · H · W"); ``math.inf``
+    adds no noise (a reconstruction baseline, no privacy). ``flow``: a flow checkpoint
+    (``checkpoints/glow-xray64.pt``) or a loaded :class:`~medanon.models.glow.GlowCodec`; open the
+    dataset at its size. ``clip_box``: ``public`` (default: the data-independent [-4, 4] per element)
+    or ``calibrated`` (the paper: per-element min and max of training latents, whose leakage the
+    bound does not cover), from ``calibrate_on`` (a dataset or image tensor: the flow's training
+    set), else the statistics stored in the flow, else the released images themselves (a
+    :class:`~medanon.anonymize.privacy.DataDependentRelease` warning). ``alpha``: clip width as a
+    fraction of the box's range (Eq. 11; default 0.4). ``clip=False`` only with ``epsilon=inf``.
+    ``center``: ``zero`` (default) or ``midrange`` (Eq. 12). ``noise_seed``: testing only (see
+    :func:`ldp_release`). Releasing the flow's own training data warns
+    (:class:`~medanon.anonymize.privacy.CalibrationOverlap`). Returns a
+    :class:`~medanon.release.release.Release`.
+
+    Example (a tiny untrained flow; the shipped one is ``checkpoints/glow-xray64.pt``):
+        >>> import warnings, medanon
+        >>> from medanon.models.glow import Glow, GlowCodec, GlowConfig
+        >>> flow = GlowCodec(Glow(GlowConfig(resolution=16, channels=1, levels=2, depth=1, hidden=8)))
+        >>> root = medanon.make_phantom(modality="xray", patients=3)
+        >>> ds = medanon.open_dataset(root, size=16)
+        >>> rel = medanon.anonymize.dpglow(ds, epsilon=5.0, flow=flow)
+        >>> rel.privacy["epsilon_image"], rel.privacy["D"], rel.params["clip_box"]
+        (5.0, 256, 'public')
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     rel = medanon.anonymize.dpglow(ds, epsilon=100.0, per_element=True, flow=flow, clip_box="calibrated")
+        >>> sorted({w.category.__name__ for w in caught})
+        ['DataDependentRelease', 'WeakBudget']
+    """
+    from medanon.anonymize.dpglow import DPGlow, calibrate_latent, training_overlap
+    from medanon.anonymize.ldp import ClipCalibration
+    from medanon.runtime import files_digest
+
+    check_budget(epsilon, clip)
+    _check_box(clip_box, calibrate_on)
+    codec, stored, trained_on = load_flow_for(flow, device)
+    cfg = codec.flow.cfg
+    if (ds.size, ds.channels) != (cfg.resolution, cfg.channels):
+        raise ConfigError(f"the flow works on {cfg.channels}x{cfg.resolution}px images, the dataset gives "
+                          f"{ds.channels}x{ds.size}px", fix=f"open the dataset with size={cfg.resolution}, "
+                                                             f"channels={cfg.channels}")
+    notes = []
+    if trained_on is not None:
+        note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))
+        notes += [note] if note else []
+    if clip_box == "public":
+        calibration = ClipCalibration.public_box("glow-eps", codec.dims)
+    elif calibrate_on is not None:
+        calibration = calibrate_latent(codec, _images(calibrate_on, ds.size, ds.channels))
+    elif stored is not None:
+        calibration = stored
+        notes.append(f"calibration: the flow's training set ({stored.count} images, sha256 "
+                     f"{stored.checksum()[:12]})")
+    else:
+        warnings.warn("the flow holds no calibration statistics and no calibrate_on was given: calibrating on the "
+                      "images being released (their min and max are then outside the guarantee)",
+                      DataDependentRelease, stacklevel=2)
+        calibration = calibrate_latent(codec, _images(ds))
+    dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip, center=center)
+    return ldp_release(ds, dp, method="dpglow",
+                       params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center},
+                       models={"glow": codec.sha256} if codec.sha256 else {}, noise_seed=noise_seed, batch=batch,
+                       release_labels=release_labels, device=device, notes=notes)
+
+
+def ldp_image(ds, *, epsilon: float, per_element: bool = False, clip_box: str = "public",
+              alpha: float | None = None, clip: bool = True, calibrate_on=None, noise_seed: int | None = None,
+              batch: int = 32, release_labels: str | Sequence[str] | None = None, device=None):
+    """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels, ε-LDP per image.
+
+    Arguments as in :func:`dpglow`, on pixel values (D = C*H*W) instead of a flow latent. The public
+    box is [-1, 1] (``alpha`` default 1); ``clip_box="calibrated"`` takes per-pixel bounds from
+    ``calibrate_on`` (a dataset or image tensor, normally the training set), else from the released
+    images (a :class:`~medanon.anonymize.privacy.DataDependentRelease` warning; ``alpha`` default 0.4).
+
+    Example:
+        >>> import warnings, medanon
+        >>> root = medanon.make_phantom(modality="xray", patients=3)
+        >>> ds = medanon.open_dataset(root, size=16)
+        >>> rel = medanon.anonymize.ldp_image(ds, epsilon=8.0)
+        >>> rel.method, rel.privacy["guarantee"], len(list(rel.images()))
+        ('ldp-image', 'epsilon-LDP', 3)
+    """
+    from medanon.anonymize.ldp import ClipCalibration
+    from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
+
+    check_budget(epsilon, clip)
+    _check_box(clip_box, calibrate_on)
+    if clip_box == "public":
+        calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
+    elif calibrate_on is None:
+        warnings.warn("no calibrate_on: the clip bounds come from the images being released; the per-element min "
+                      "and max of those images are then outside the privacy guarantee. Pass the training set.",
+                      DataDependentRelease, stacklevel=2)
+        calibration = calibrate_pixels(_images(ds))
+    else:
+        calibration = calibrate_pixels(_images(calibrate_on, ds.size, ds.channels))
+    ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
+    return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
+                       models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device)

@@ -1,0 +1,156 @@
+"""``medanon.audit`` and ``medanon.evaluate``: check a saved release, and measure releases against the real data.
+
+Both read release folders only (the seam between anonymising and evaluating, docs/design.md), and
+call the public entry points :func:`medanon.release.audit.audit_release` and
+:func:`medanon.evaluate.harness.evaluate`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medanon.errors import ConfigError
+
+
+def _records(source):
+    """Source records from a dataset, a folder (scanned with its detected layout) or a list of records."""
+    if source is None:
+        return None
+    if isinstance(source, (str, Path)):
+        from medanon.data.layouts import scan
+
+        return scan(source).records
+    return list(getattr(source, "records", source))
+
+
+def audit(release, *, source=None, mapping: str | Path | None = None, k: int | None = None):
+    """Check a saved release against its guarantees; returns an :class:`~medanon.release.audit.AuditReport`.
+
+    ``release``: the release folder (or a saved :class:`~medanon.release.release.Release`).
+    ``source``: the source dataset (or its folder): its file names, record ids and patient ids are
+    searched for in the release. ``mapping``: the private mapping written by ``save(mapping=...)``:
+    people per record are recounted from it. ``k``: people per record to require (default: the
+    method's own k). ``report.passed`` is True when every check passed; ``report.format()`` lists them.
+
+    Example:
+        >>> import medanon
+        >>> root = medanon.make_phantom(patients=4)
+        >>> ds = medanon.open_dataset(root, size=16)
+        >>> out = medanon.anonymize.kpixel(ds, k=2).save(root.parent / "k2", mapping=root.parent / "k2.json",
+        ...                                                progress=False)
+        >>> report = medanon.audit(out, source=ds, mapping=root.parent / "k2.json")
+        >>> report.passed, len(report.checks) >= 5
+        (True, True)
+    """
+    from medanon.release.audit import audit_release
+
+    path = getattr(release, "path", release)
+    if path is None:
+        raise ConfigError("the release has not been saved", fix="call release.save(path) first, then audit(path)")
+    if mapping is None and getattr(release, "mapping", None) is not None:
+        mapping = release.mapping
+    return audit_release(path, k=k, mapping=mapping, source_records=_records(source))
+
+
+@dataclass
+class EvaluationResult:
+    """What :func:`evaluate` measured: one entry per release, the controls, notes; the report's files.
+
+    ``releases`` holds, per release, its name, method, privacy statement, fidelity, utility and
+    attacks (as in ``report.json``; docs/evaluation.md explains every number).
+    """
+
+    releases: list[dict[str, Any]]
+    controls: dict[str, Any]
+    real: dict[str, Any]
+    phantom: bool
+    notes: list[str]
+    seconds: float
+    report: dict[str, Any] = field(repr=False)           # the whole report.json
+    html: str = field(repr=False)                        # the self-contained HTML report
+    out: Path | None = None                              # where the harness wrote it (None: a temporary folder)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict (what ``report.json`` holds)."""
+        return self.report
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write the self-contained HTML report to ``path``."""
+        from medanon.fsutil import atomic_write_text
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, self.html)
+        return path
+
+    def release(self, name: str) -> dict[str, Any]:
+        """The results of the release named ``name`` (its folder name)."""
+        for r in self.releases:
+            if r.get("name") == name:
+                return r
+        raise KeyError(f"no release named {name!r}; evaluated: {[r.get('name') for r in self.releases]}")
+
+
+def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset: str = "full", config=None,
+             size: int | None = None, splits: str | Path | None = None,
+             mappings: Mapping[str, str | Path] | None = None, cache_dir: str | Path | None = None, device=None,
+             progress: bool = True) -> EvaluationResult:
+    """Evaluate releases against the real data they were made from: fidelity, utility and privacy attacks.
+
+    ``real``: the real dataset (an opened dataset or its folder; read with its detected layout).
+    ``releases``: release folders or saved :class:`~medanon.release.release.Release` objects.
+    ``out``: report folder (``report.html``, ``report.json``, ``cache/``; re-running resumes from the
+    cache); by default a temporary folder. ``preset``: ``full`` or ``fast`` (CPU-sized), or a whole
+    :class:`~medanon.evaluate.config.EvalConfig` as ``config``; ``size``: evaluation image side.
+    ``splits``: the splits CSV the releases were made with (else the split is recomputed).
+    ``mappings``: release name -> private mapping file (default: the mapping a Release was saved
+    with, or ``<release>.mapping.json`` next to the folder); membership, linkability and singling-out
+    need it. Returns an :class:`EvaluationResult` (``.to_dict()``, ``.to_html(path)``).
+
+    Example (signature only: a run trains classifiers, see docs/evaluation.md):
+        >>> import inspect, medanon
+        >>> list(inspect.signature(medanon.evaluate).parameters)[:3]
+        ['real', 'releases', 'out']
+    """
+    import json
+
+    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.harness import ReleaseSpec
+    from medanon.evaluate.harness import evaluate as run_evaluation
+
+    if preset not in ("full", "fast"):
+        raise ConfigError(f"preset={preset!r} must be full or fast")
+    if config is None:
+        config = EvalConfig.fast(size=size or 64) if preset == "fast" else EvalConfig(size=size or 64)
+    elif size is not None:
+        from dataclasses import replace
+
+        config = replace(config, size=size)
+    real_dir = getattr(real, "root", real)
+    if real_dir is None:
+        raise ConfigError("the real dataset has no folder", fix="pass real= a dataset opened from a folder")
+    maps = dict(mappings or {})
+    specs = []
+    for r in releases:
+        path = Path(getattr(r, "path", r) or "")
+        if not getattr(r, "path", r):
+            raise ConfigError("a release has not been saved", fix="call release.save(path) before evaluating it")
+        mapping = maps.pop(path.name, None) or getattr(r, "mapping", None)
+        specs.append(ReleaseSpec(path, mapping=mapping))
+    if maps:
+        raise ConfigError(f"mappings name releases that are not evaluated: {sorted(maps)}")
+    with tempfile.TemporaryDirectory(prefix="medanon-eval-") as tmp:
+        folder = Path(out) if out is not None else Path(tmp)
+        rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
+                             cache_dir=cache_dir, progress=progress)
+        html = (folder / "report.html").read_text(encoding="utf-8")
+        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    del rep
+    return EvaluationResult(releases=report.get("releases", []), controls=report.get("controls", {}),
+                            real=report.get("real", {}), phantom=bool(report.get("phantom")),
+                            notes=list(report.get("notes", [])), seconds=float(report.get("seconds", 0.0)),
+                            report=report, html=html, out=Path(out) if out is not None else None)

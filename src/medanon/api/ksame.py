@@ -1,0 +1,267 @@
+"""The k-Same family as Python functions: ``kpixel``, ``kpca``, ``kcentroid``, ``ksalsa``, ``inverted``.
+
+Each builds a :class:`~medanon.anonymize.ksame.KSameConfig` from its keyword arguments (defaults
+are the config's) and calls :func:`ksame_release`, the one function the command line calls too.
+``k`` is keyword-only and has no default: the number of people every record stands for is the
+privacy claim, so the caller states it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from medanon.errors import ConfigError
+
+ABLATIONS: dict[str, dict[str, Any]] = {        # Table 4 and supplement D of the k-SALSA paper
+    "none": {},
+    "style-only": {"lam": 0.0},
+    "content-only": {"lam": 1.0},
+    "global-style": {"align": "global"},
+    "no-alignment": {"align": "none"},
+    "cos-cos": {"match": "cos", "distance": "cos"},
+    "mse-mse": {"match": "mse", "distance": "mse"},
+}
+
+STYLE_LAYERS = {"efficientnet-lite0": "block1", "vgg19": "relu1_2"}   # the analogue of the paper's "second layer"
+
+
+def load_codec_for(codec, device=None):
+    """``codec`` as a loaded StyleGAN codec: a checkpoint path is loaded onto ``device`` (default CPU)."""
+    if codec is None or not isinstance(codec, (str, Path)):
+        return codec
+    from medanon.codecs.stylegan import load_codec
+
+    return load_codec(codec, map_location=device or "cpu")
+
+
+def check_codec_matches(ds, codec) -> None:
+    """The codec renders images of the dataset's size and channels, or a ConfigError says how to open it."""
+    g = getattr(codec, "generator", None)
+    if g is None:
+        return
+    if (ds.size, ds.channels) != (g.img_resolution, g.img_channels):
+        raise ConfigError(f"the codec renders {g.img_channels}x{g.img_resolution}px images, the dataset gives "
+                          f"{ds.channels}x{ds.size}px",
+                          fix=f"open the dataset with size={g.img_resolution}, channels={g.img_channels}")
+
+
+def _device(device, codec):
+    import torch
+
+    if device is not None:
+        return torch.device(device)
+    dev = getattr(codec, "device", None)
+    return torch.device(dev) if dev is not None else torch.device("cpu")
+
+
+def ksame_release(ds, cfg, *, codec=None, features=None, release_labels: str | Sequence[str] | None = None,
+                  device=None):
+    """A :class:`~medanon.release.release.Release` of ``ds`` by the k-Same method ``cfg.method``.
+
+    ``cfg`` is a :class:`~medanon.anonymize.ksame.KSameConfig`; ``codec`` a StyleGAN inversion codec
+    (or its checkpoint path; needed by ksalsa, kcentroid and inverted, optional for kpixel and kpca
+    where it sets the clustering space); ``features`` the feature network of k-SALSA.
+    """
+    from medanon.anonymize.ksame import (
+        LATENT_METHODS,
+        manifest_params,
+        model_checksums,
+        privacy_statement,
+        release_ksame,
+        seeds_used,
+    )
+    from medanon.config import validate
+    from medanon.release.labels import release_labels as choose_labels
+    from medanon.release.release import Release
+
+    validate(cfg)
+    codec = load_codec_for(codec, device)
+    if cfg.method in LATENT_METHODS and codec is None:
+        raise ConfigError(f"{cfg.method} needs codec: an inversion codec (or its checkpoint, e.g. "
+                          "checkpoints/restyle-fundus64.pt)")
+    if cfg.method == "ksalsa" and features is None:
+        raise ConfigError("ksalsa needs features: a feature network (medanon.models.features.get_feature_network)")
+    if codec is not None:
+        check_codec_matches(ds, codec)
+    if cfg.stratify and cfg.stratify not in ds.label_names:
+        raise ConfigError(f"stratify={cfg.stratify!r} is not a label of the dataset",
+                          fix=f"use one of {ds.label_names} or leave stratify out")
+    labels = choose_labels(ds, release_labels)
+    dev = _device(device, codec)
+
+    def produce(writer, progress: bool) -> dict[str, Any]:
+        summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress)
+        writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
+        return summary
+
+    return Release(method=cfg.method, dataset=ds, params=manifest_params(cfg, codec=codec, features=features),
+                   privacy=privacy_statement(cfg, None), labels=labels, produce=produce,
+                   seeds=seeds_used(cfg, codec=codec), models=model_checksums(codec, features))
+
+
+def _config(method: str, **kw):
+    from medanon.anonymize.ksame import KSameConfig
+
+    return KSameConfig(method=method, **kw)
+
+
+def kpixel(ds, *, k: int, stratify: str = "", drop_remainder: bool = False, codec=None, batch: int = 8,
+           seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+    """k-Same-Pixel: the mean image of each cluster of at least ``k`` patients.
+
+    ``k``: people per released record, at least (keyword-only, no default). ``stratify``: cluster
+    within strata of this label (a patient's worst value). ``drop_remainder``: leave out the N mod k
+    leftover patients (the paper) instead of joining them to their nearest clusters. ``codec``:
+    optional inversion codec; with it, clusters are formed in its latent space, else in PCA space.
+    ``seed`` seeds the PCA subsample. ``release_labels``: labels published (aggregated per record;
+    default: the modality's utility label). Returns a :class:`~medanon.release.release.Release`.
+
+    Example:
+        >>> import medanon
+        >>> root = medanon.make_phantom(patients=7)
+        >>> rel = medanon.anonymize.kpixel(medanon.open_dataset(root, size=16), k=3)
+        >>> rel.privacy["k"], rel.params["clustering"]["space"]
+        (3, 'pca')
+    """
+    cfg = _config("kpixel", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
+
+
+def kpca(ds, *, k: int, pca_components: float = 0.9, stratify: str = "", drop_remainder: bool = False, codec=None,
+         batch: int = 8, seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+    """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
+
+    ``pca_components``: a count (e.g. 50) or a variance fraction in (0, 1). Other arguments as in
+    :func:`kpixel`.
+
+    Example:
+        >>> import medanon
+        >>> root = medanon.make_phantom(patients=6)
+        >>> rel = medanon.anonymize.kpca(medanon.open_dataset(root, size=16), k=2, pca_components=3)
+        >>> rel.params["pca"]["components"], len(list(rel.images()))
+        (3, 3)
+    """
+    cfg = _config("kpca", k=k, pca_components=pca_components, stratify=stratify, drop_remainder=drop_remainder,
+                  batch=batch, seed=seed)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
+
+
+def kcentroid(ds, *, k: int, codec, views: int = 1, view_sigma: float = 0.25, stratify: str = "",
+              drop_remainder: bool = False, batch: int = 8, seed: int = 0,
+              release_labels: str | Sequence[str] | None = None, device=None):
+    """k-Centroid: the mean latent of each cluster of at least ``k`` patients, rendered by the generator.
+
+    ``codec``: a StyleGAN inversion codec or its checkpoint (``checkpoints/restyle-fundus64.pt``);
+    the dataset must be opened at its size. ``views``: images per cluster, the average and
+    ``views - 1`` noisy copies (k-SALSA supplement E), with noise ``view_sigma`` times the prior's W
+    standard deviation, seeded by ``seed``. Other arguments as in :func:`kpixel`.
+
+    Example (see :func:`ksalsa` for a full run):
+        >>> import inspect, medanon
+        >>> [p for p in inspect.signature(medanon.anonymize.kcentroid).parameters][:3]
+        ['ds', 'k', 'codec']
+    """
+    cfg = _config("kcentroid", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
+                  views=views, view_sigma=view_sigma)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
+
+
+def feature_network(name: str = "efficientnet-lite0", *, weights: str | Path | None = None,
+                    input_size: int | None = None, device=None):
+    """The feature network k-SALSA compares styles and content with (frozen; see docs/ksalsa.md)."""
+    from medanon.models.features import get_feature_network
+
+    if name not in STYLE_LAYERS:
+        raise ConfigError(f"features={name!r} is not one of {', '.join(STYLE_LAYERS)}")
+    return get_feature_network(name, device=device, weights=weights, input_size=input_size)
+
+
+def apply_ablation(salsa, ablation: str, *, lam_given: bool):
+    """``salsa`` (a :class:`~medanon.anonymize.salsa.SalsaConfig`) changed into a variant of k-SALSA Table 4 /
+    supplement D (:data:`ABLATIONS`); one that fixes λ cannot be combined with a λ the caller chose."""
+    import dataclasses
+
+    if ablation not in ABLATIONS:
+        raise ConfigError(f"ablation={ablation!r} is not one of {', '.join(ABLATIONS)}")
+    ab = dict(ABLATIONS[ablation])
+    if lam_given and "lam" in ab:
+        raise ConfigError(f"ablation={ablation!r} fixes lam (λ = {ab['lam']})", fix="leave lam out")
+    lam = ab.pop("lam", salsa.lam)
+    return dataclasses.replace(salsa, lam=lam, style=dataclasses.replace(salsa.style, **ab))
+
+
+def check_layers(salsa, features) -> None:
+    """The style and content layers of ``salsa`` exist in the feature network ``features``."""
+    for what, value in (("style_layer", salsa.style_layer), ("content_layer", salsa.content_layer)):
+        if value not in features.layers:
+            raise ConfigError(f"{what}={value!r} is not a layer of {features.name}",
+                              fix=f"choose from {', '.join(features.layers)}")
+
+
+def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = 100, lr: float = 0.1, grid: int = 4,
+           ablation: str = "none", features="efficientnet-lite0", features_weights: str | Path | None = None,
+           feature_size: int | None = None, style_layer: str | None = None, content_layer: str | None = None,
+           views: int = 1, view_sigma: float = 0.25, stratify: str = "", drop_remainder: bool = False,
+           batch: int = 8, seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+    """k-SALSA (Algorithm 1): each cluster's centroid latent, refined by local style alignment.
+
+    Every released record is computed from the images of one cluster of at least ``k`` patients
+    (keyword-only, no default). ``codec``: a StyleGAN inversion codec or its checkpoint
+    (``checkpoints/restyle-fundus64.pt``); open the dataset at its size. ``lam`` (λ, default 0.3,
+    or the ablation's) weighs the content loss against G(w0) and 1 - λ the local style loss;
+    ``steps`` Adam steps at ``lr`` per cluster; ``grid`` patches per side for local styles;
+    ``ablation`` one of :data:`ABLATIONS`.
+    ``features``: the feature network, by name (``efficientnet-lite0``; ``vgg19`` needs
+    ``features_weights``) or as a loaded network; ``feature_size`` resizes images for it;
+    ``style_layer``/``content_layer`` default to ``block1``/``pool``. ``views``, ``view_sigma``,
+    ``seed``: the augmentation of :func:`kcentroid`. Other arguments as in :func:`kpixel`.
+    Returns a :class:`~medanon.release.release.Release`; ``.save(path, mapping=...)`` writes it.
+
+    Example (a tiny untrained codec; the shipped one is ``checkpoints/restyle-fundus64.pt``):
+        >>> import torch, medanon
+        >>> from medanon.models.stylegan import Generator
+        >>> from medanon.models.encoder import Encoder
+        >>> from medanon.codecs.stylegan import StyleGANCodec
+        >>> _ = torch.manual_seed(0)
+        >>> G = Generator(z_dim=16, w_dim=16, img_resolution=16, img_channels=3, channel_base=128, channel_max=16)
+        >>> E = Encoder(16, 3, G.num_ws, G.w_dim, iterative=False, channel_base=128, channel_max=16, head_dim=16)
+        >>> root = medanon.make_phantom(patients=4)
+        >>> ds = medanon.open_dataset(root, size=16)
+        >>> rel = medanon.anonymize.ksalsa(ds, k=2, codec=StyleGANCodec(G, E), steps=2, feature_size=32)
+        >>> rel.params["salsa"]["lambda"], rel.privacy["k"]
+        (0.3, 2)
+        >>> [tuple(im.shape) for im in rel.images(progress=False)]
+        [(3, 16, 16), (3, 16, 16)]
+    """
+    from medanon.anonymize.salsa import SalsaConfig
+    from medanon.anonymize.style import StyleConfig
+
+    codec = load_codec_for(codec, device)
+    net = features
+    if isinstance(features, str):
+        net = feature_network(features, weights=features_weights, input_size=feature_size,
+                              device=device if device is not None else getattr(codec, "device", None))
+    salsa = SalsaConfig(lam=SalsaConfig.lam if lam is None else lam, steps=steps, lr=lr,
+                        style_layer=style_layer or STYLE_LAYERS.get(net.name, SalsaConfig.style_layer),
+                        content_layer=content_layer or net.embedding_layer, style=StyleConfig(grid=grid))
+    salsa = apply_ablation(salsa, ablation, lam_given=lam is not None)
+    check_layers(salsa, net)
+    cfg = _config("ksalsa", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
+                  views=views, view_sigma=view_sigma, salsa=salsa)
+    return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device)
+
+
+def inverted(ds, *, codec, seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+    """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the k-SALSA paper's comparison only.
+
+    Saving it warns, and its manifest says ``guarantee: none``.
+
+    Example:
+        >>> import inspect, medanon
+        >>> "NOT anonymised" in medanon.anonymize.inverted.__doc__
+        True
+    """
+    return ksame_release(ds, _config("inverted", k=1, seed=seed), codec=codec, release_labels=release_labels,
+                         device=device)

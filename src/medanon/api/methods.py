@@ -1,0 +1,154 @@
+"""GMIA, Snow and VS-Snow as Python functions: ``gmia``, ``snow``, ``vs_snow``.
+
+Their modules write releases themselves (:func:`medanon.anonymize.gmia.gmia_release`,
+:func:`medanon.anonymize.snow.snow_sweep`, both through the release writer); these functions plan the
+release and hand it to them on :meth:`~medanon.release.release.Release.save`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from medanon.errors import ConfigError
+
+
+def gmia(ds, *, model, identity=None, utility=None, losses: str = "id+ut", steps: int = 10, lr: float = 0.03,
+         margin: float = 0.0, lambda_id: float = 1.0, lambda_ut: float = 0.05, batch_size: int = 16, config=None,
+         release_labels: str | Sequence[str] | None = None, device=None):
+    """GMIA: each image's latent is optimised away from its identity while its utility features stay close.
+
+    NO formal privacy guarantee: measure it with :func:`medanon.evaluate` (linkability, singling out).
+    ``model``: a co-trained codec (``checkpoints/cotrained-fundus64.pt``) or a ReStyle codec, as a
+    checkpoint or a loaded codec; open the dataset at its size. ``identity`` (E_id, needed for the
+    identity loss) and ``utility`` (E_ut, a classifier on the utility label, needed for the utility
+    loss): checkpoints or loaded :class:`~medanon.anonymize.gmia.IdentityEncoder` /
+    :class:`~medanon.anonymize.gmia.UtilityEncoder`. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA
+    Table 2), ``steps``, ``lr``, ``margin``, ``lambda_id``, ``lambda_ut``, ``batch_size``: the
+    fields of :class:`~medanon.anonymize.gmia.GMIAConfig` (or pass ``config=`` one). Settings that
+    remove little identity warn when the release is saved.
+
+    Example (see tests/test_api.py for a run with tiny networks):
+        >>> import inspect, medanon
+        >>> inspect.signature(medanon.anonymize.gmia).parameters["steps"].default
+        10
+    """
+    from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder, gmia_privacy
+    from medanon.anonymize.ldp import release_dataset
+    from medanon.api.ksame import check_codec_matches, load_codec_for
+    from medanon.config import validate
+    from medanon.release.labels import release_labels as choose_labels
+    from medanon.release.release import Release
+
+    cfg = config if config is not None else GMIAConfig(losses=losses, steps=steps, lr=lr, margin=margin,
+                                                       lambda_id=lambda_id, lambda_ut=lambda_ut,
+                                                       batch_size=batch_size)
+    validate(cfg)
+    codec = load_codec_for(model, device)
+    dev = device if device is not None else getattr(codec, "device", "cpu")
+    if isinstance(identity, (str, Path)):
+        identity = IdentityEncoder.from_checkpoint(identity, map_location=dev)
+    if isinstance(utility, (str, Path)):
+        utility = UtilityEncoder.from_checkpoint(utility, map_location=dev)
+    opt = GMIA(codec, identity=identity, utility=utility, cfg=cfg)
+    check_codec_matches(ds, codec)
+    labels = choose_labels(ds, release_labels)
+
+    def saver(out: Path, mapping: Path | None, overwrite: bool, progress: bool) -> dict[str, Any]:
+        from medanon.anonymize.gmia import gmia_release
+
+        _, outcome = gmia_release(ds, out, gmia=opt, labels=labels, mapping=mapping, overwrite=overwrite,
+                                  progress=progress)
+        return {"records": len(ds), "optimisation_outcome": outcome}
+
+    def produce(writer, progress: bool) -> dict[str, Any]:
+        n = release_dataset(ds, lambda images, generator=None: opt.anonymise(images).images, writer,
+                            batch=cfg.batch_size, device=opt.device, progress=progress)
+        return {"records": n}
+
+    return Release(method="gmia", dataset=ds, params=cfg.params(), privacy=gmia_privacy(cfg, opt.describe()),
+                   labels=labels, produce=produce, saver=saver)
+
+
+def _snow_release(ds, *, method: str, p: float, seed: int | None, release_labels, device, batch_size: int,
+                  workers: int, **kw):
+    import torch
+
+    from medanon.anonymize.snow import parse_fill, snow_privacy, vs_snow_privacy
+    from medanon.release.labels import release_labels as choose_labels
+    from medanon.release.release import Release
+
+    if seed is not None and not isinstance(seed, int):
+        raise ConfigError(f"seed={seed!r} must be an integer or None (a secret seed)")
+    if not (isinstance(p, (int, float)) and 0 < p <= 1):
+        raise ConfigError(f"p={p!r} must be in (0, 1]", fix="the fraction of pixels replaced, e.g. p=0.1")
+    if method == "vs-snow" and ds.channels != 3:
+        raise ConfigError(f"vs_snow segments retinal vessels in colour fundus images; the dataset has {ds.channels} "
+                          "channel(s)", fix="use snow for X-rays")
+    labels = choose_labels(ds, release_labels)
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    seeded = seed is not None
+    if method == "snow":
+        privacy = snow_privacy(p, ds.size, ds.size, fill=parse_fill(kw["fill"], ds.channels)[0], seeded=seeded)
+    else:
+        privacy = vs_snow_privacy(p, kw["vessels"].describe(), seeded=seeded)
+
+    def saver(out: Path, mapping: Path | None, overwrite: bool, progress: bool) -> dict[str, Any]:
+        from medanon.anonymize.snow import snow_sweep
+
+        snow_sweep(ds, out, method=method, ps=[p], seed=seed, labels=labels, mapping=mapping, device=dev,
+                   batch_size=batch_size, workers=workers, overwrite=overwrite, progress=progress, **kw)
+        return {"records": len(ds), "p": p}
+
+    return Release(method=method, dataset=ds, params={"p": p}, privacy=privacy, labels=labels, produce=None,
+                   seeds={method: seed} if seeded else {}, saver=saver)
+
+
+def snow(ds, *, p: float, seed: int | None = None, fill: str | Sequence[float] = "grey",
+         release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2, device=None):
+    """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
+
+    With the defaults it guarantees (0, 1 - p)-differential privacy for single pixel positions only:
+    not for images or patients (the manifest says so). ``p`` in (0, 1], keyword-only, no default.
+    ``seed``: TESTING ONLY, reproducible hidden sets (the release then states no formal guarantee);
+    by default a secret seed is drawn and recorded nowhere. ``fill``: ``grey`` (default, depends on
+    no data), ``value:R,G,B`` (0-255, e.g. a public dataset's mean) or C values in [-1, 1], or
+    ``dataset`` (the paper's mean of the released images: no formal guarantee). Settings that void
+    the guarantee warn (:class:`~medanon.anonymize.privacy.NoFormalGuarantee`) when saving.
+
+    Example:
+        >>> import medanon
+        >>> root = medanon.make_phantom(patients=2)
+        >>> rel = medanon.anonymize.snow(medanon.open_dataset(root, size=16), p=0.25)
+        >>> out = rel.save(root.parent / "snow", progress=False)
+        >>> rel.params["p"], rel.seeds, medanon.audit(out).passed
+        (0.25, {}, True)
+    """
+    return _snow_release(ds, method="snow", p=p, seed=seed, release_labels=release_labels, device=device,
+                         batch_size=batch_size, workers=workers, fill=fill)
+
+
+def vs_snow(ds, *, p: float, seed: int | None = None, vessels: str = "unet", checkpoint: str | Path | None = None,
+            masks_dir: str | Path | None = None, vessel_fraction: float = 0.10,
+            release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2, device=None):
+    """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
+
+    No formal privacy guarantee is claimed: measure it with :func:`medanon.evaluate`. ``vessels``:
+    where the masks come from: ``unet`` (``checkpoint``, default the shipped
+    ``unet-vessels64.pt``), ``frangi`` / ``sato`` (``vessel_fraction`` of the field of view),
+    ``dataset`` (the layout's masks) or ``files`` (``masks_dir``). Colour fundus images only.
+    ``seed``: as in :func:`snow`.
+
+    Example:
+        >>> import medanon
+        >>> root = medanon.make_phantom(patients=2)
+        >>> rel = medanon.anonymize.vs_snow(medanon.open_dataset(root, size=16), p=0.5, vessels="dataset")
+        >>> rel.privacy["guarantee"].startswith("none"), len(list(rel.images()))
+        (True, 2)
+    """
+    from medanon.segment.vessels import VesselSource
+
+    source = VesselSource(vessels, checkpoint=checkpoint, masks_dir=masks_dir, fraction=vessel_fraction)
+    return _snow_release(ds, method="vs-snow", p=p, seed=seed, release_labels=release_labels, device=device,
+                         batch_size=batch_size, workers=workers, vessels=source)

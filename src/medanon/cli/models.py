@@ -1,0 +1,35 @@
+"""``medanon models``: the trained models medanon finds, with their checksums, and where it looks."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from medanon.cli.base import CONTEXT, cli
+
+
+@cli.command("models", context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def models(as_json: bool) -> None:
+    """List the checkpoints on the model search path: $MEDANON_MODELS (folders separated by ':'), then
+    checkpoints/ of the source checkout. Each with its kind and sha256, the checksum a release manifest
+    records for the models it used."""
+    from medanon.models_registry import ENV, list_models, search_path
+
+    found = list_models()
+    if as_json:
+        click.echo(json.dumps({"search_path": [str(p) for p in search_path()],
+                               "models": [{"name": m.name, "path": str(m.path), "bytes": m.bytes, "kind": m.kind,
+                                           "sha256": m.sha256, "shadowed": m.shadowed} for m in found]}, indent=2))
+        return
+    click.echo("search path ($" + ENV + ", then the source checkout):")
+    for p in search_path():
+        click.echo(f"  {p}" + ("" if p.is_dir() else "  (missing)"))
+    if not found:
+        click.echo(f"no checkpoints found: set {ENV} to a folder holding the shipped checkpoints/*.pt")
+        return
+    width = max(len(m.name) for m in found)
+    for m in found:
+        click.echo(f"{m.name:<{width}}  {m.kind:<20} {m.bytes / 1e6:6.1f} MB  sha256 {m.sha256}"
+                   + ("  (shadowed)" if m.shadowed else "") + f"\n{'':<{width}}  {m.path}")

@@ -1,0 +1,192 @@
+"""A planned release: what a method will publish, before any image is computed.
+
+Every ``medanon.anonymize.<method>(ds, ...)`` returns a :class:`Release`. It holds the plan (the
+dataset, the method's settings, the labels to publish, the privacy statement, seeds and model
+checksums) and a *producer*: the function that computes the released images and hands them, one
+record at a time, to a :class:`~medanon.release.writer.ReleaseWriter`. Nothing is computed when the
+release is created, and nothing is held in memory beyond one batch when it is saved:
+
+* :meth:`Release.save` opens the writer (random names, aggregated labels, manifest, private
+  mapping, atomic rename, resume after an interruption) and streams the producer through it;
+* :meth:`Release.images` runs the producer into memory for a look in a notebook (``limit`` images).
+
+This is the one release path: the command line builds the same ``Release`` from its options and
+saves it (docs/design.md, "Releases").
+
+Example (k-Same-Pixel on a tiny phantom):
+    >>> import medanon
+    >>> root = medanon.make_phantom(patients=6)
+    >>> rel = medanon.anonymize.kpixel(medanon.open_dataset(root, size=16), k=3)
+    >>> rel.method, rel.privacy["k"]
+    ('kpixel', 3)
+    >>> next(rel.images()).shape
+    torch.Size([3, 16, 16])
+    >>> out = rel.save(root.parent / "release", progress=False)
+    >>> rel.summary["records"], medanon.audit(out).passed
+    (2, True)
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from medanon.anonymize.privacy import PrivacyWarning
+from medanon.data.records import Record
+from medanon.release.aggregate import aggregate_labels
+from medanon.release.writer import ReleaseWriter, read_release
+from medanon.runtime import files_digest
+
+__all__ = ["CaptureWriter", "PrivacyWarning", "Release", "is_phantom", "source_digest"]
+
+Producer = Callable[[Any, bool], dict[str, Any]]           # (writer, progress) -> summary of the run
+Saver = Callable[[Path, Path | None, bool, bool], dict[str, Any]]   # (out, mapping, overwrite, progress) -> summary
+
+
+def source_digest(dataset) -> dict[str, Any]:
+    """What a manifest records about the source: layout, modality and one checksum over its files (no paths)."""
+    return {"layout": dataset.layout, "modality": dataset.modality,
+            **files_digest([r.path for r in dataset.records], root=dataset.root)}
+
+
+def is_phantom(dataset) -> bool:
+    """Whether ``dataset`` is a medanon phantom (its folder holds ``phantom.json``)."""
+    return dataset.root is not None and (Path(dataset.root) / "phantom.json").is_file()
+
+
+def _png_to_float(path: Path) -> np.ndarray:
+    """A release PNG as (C, H, W) float32 in [-1, 1]."""
+    a = np.asarray(Image.open(path), dtype=np.float32) / 127.5 - 1.0
+    return a[None] if a.ndim == 2 else np.ascontiguousarray(a.transpose(2, 0, 1))
+
+
+class _Enough(Exception):
+    """Raised by the capture writer once it holds the images asked for."""
+
+
+class CaptureWriter:
+    """The writer interface (``done``, ``add``, ``entries``, ``privacy``, ``settings``) kept in memory.
+
+    Used by :meth:`Release.images`: at most ``limit`` records are kept, then the producer is stopped.
+    """
+
+    def __init__(self, *, method: str, params: Mapping[str, Any], privacy: Mapping[str, Any],
+                 labels: Sequence[str], limit: int | None):
+        self.settings = {"method": method, "params": dict(params), "labels": list(labels)}
+        self.privacy = dict(privacy)
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.images: list[torch.Tensor] = []
+        self.limit = limit
+
+    def done(self, key: str) -> bool:
+        return key in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, key: str, image: torch.Tensor, sources: Sequence[Record]) -> str:
+        if key in self.entries:
+            raise ValueError(f"release record {key!r} was already written")
+        if self.limit is not None and len(self.images) >= self.limit:
+            raise _Enough
+        self.entries[key] = {"key": key, "sources": [r.record_id for r in sources],
+                             "patients": sorted({r.patient_id for r in sources}),
+                             "labels": aggregate_labels([r.labels for r in sources], self.settings["labels"])}
+        self.images.append(image.detach().float().cpu().clamp(-1, 1))
+        return key
+
+
+@dataclass
+class Release:
+    """A release of ``dataset`` by one method: the plan, and the producer that computes its images.
+
+    Attributes are what the manifest will record: ``method``, ``params`` (the settings that define the
+    result; also the resume check), ``privacy`` (the privacy statement), ``labels`` (the labels
+    published, aggregated per record), ``seeds`` and ``models`` (checkpoint sha256). After
+    :meth:`save`, ``summary`` holds what the run reports (records, clusters, resumed records, ...).
+    """
+
+    method: str
+    dataset: Any                                          # the medanon.data.dataset.ImageDataset released
+    params: dict[str, Any]
+    privacy: dict[str, Any]
+    labels: list[str]
+    produce: Producer | None = field(repr=False)          # streams the records into an open writer
+    seeds: dict[str, int] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    saver: Saver | None = field(default=None, repr=False)  # a method whose module opens the writer itself
+    notes: list[str] = field(default_factory=list)        # what the caller may want to know (e.g. calibration)
+    summary: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None                              # where save() wrote it
+    mapping: Path | None = None                           # the private mapping save() wrote, if any
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def save(self, path: str | Path, *, mapping: str | Path | None = None, overwrite: bool = False,
+             progress: bool = True) -> Path:
+        """Write the release folder ``path`` through :class:`~medanon.release.writer.ReleaseWriter`.
+
+        ``mapping``: a file *outside* the release for the private record -> sources mapping (the
+        audit and the evaluation's attacks need it). ``overwrite`` replaces an existing release.
+        An interrupted save resumes when called again with the same settings: records already
+        written are not recomputed. Returns ``path``; ``self.summary`` describes the run.
+        """
+        out = Path(path)
+        mapping = Path(mapping) if mapping is not None else None
+        self.path, self.mapping = None, None
+        if self.saver is not None:
+            self.summary = dict(self.saver(out, mapping, overwrite, progress))
+            manifest, _ = read_release(out)
+            self.params, self.privacy = manifest["params"], manifest["privacy"]
+            self.path, self.mapping = out, mapping
+            return out
+        with ReleaseWriter(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
+                           seeds=self.seeds, models=self.models, source=source_digest(self.dataset),
+                           phantom=is_phantom(self.dataset), mapping=mapping, overwrite=overwrite,
+                           inputs=[self.dataset.root] if self.dataset.root is not None else ()) as writer:
+            resumed = len(writer)
+            summary = self.produce(writer, progress)
+            self.privacy = dict(writer.privacy)
+        self.summary = {**summary, "resumed_records": resumed}
+        self.path, self.mapping = out, mapping
+        return out
+
+    def images(self, limit: int | None = 16, *, progress: bool = False) -> Iterator[torch.Tensor]:
+        """The first ``limit`` released images, (C, H, W) float in [-1, 1], computed in memory (nothing written).
+
+        For a look in a notebook. Images are computed as :meth:`save` computes them (for methods with
+        random noise, fresh noise: they are not the images a later ``save`` writes). ``limit=None``
+        computes and holds every image: use :meth:`save` for large datasets.
+        """
+        if self.produce is None:
+            return self._images_via_folder(limit, progress)
+        cap = CaptureWriter(method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
+                            limit=limit)
+        try:
+            self.produce(cap, progress)
+        except _Enough:
+            pass
+        return iter(cap.images)
+
+    def _images_via_folder(self, limit: int | None, progress: bool) -> Iterator[torch.Tensor]:
+        """For methods whose module writes the release itself: save to a temporary folder, read back."""
+        with tempfile.TemporaryDirectory(prefix="medanon-preview-") as tmp:
+            out = Path(tmp) / "release"
+            self.saver(out, None, False, progress)
+            names = sorted((out / "images").iterdir())[:limit]
+            images = [torch.from_numpy(_png_to_float(p)) for p in names]
+        return iter(images)
+
+    def grid(self, n: int = 8) -> torch.Tensor:
+        """Up to ``n`` released images side by side, (C, H, n*W), e.g. for ``plt.imshow``."""
+        imgs = list(itertools.islice(self.images(n), n))
+        return torch.cat(imgs, dim=-1)

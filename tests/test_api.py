@@ -1,0 +1,217 @@
+"""The Python API: every method through ``medanon.anonymize.<method>(ds, ...)`` on a 32 px phantom, saved through
+the release writer and audited; the plan holds no images; privacy arguments are keyword-only; the library warns and
+names parameters; the API and the CLI write the same release."""
+
+import inspect
+import json
+import math
+import pydoc
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+import medanon
+from medanon.anonymize.privacy import CalibrationOverlap, DataDependentRelease, NoFormalGuarantee
+from medanon.checkpoint import save_checkpoint
+from medanon.cli import cli
+from medanon.config import to_dict
+from medanon.errors import ConfigError
+from medanon.models.classifier import ResNet, ResNetConfig, save_classifier
+from medanon.models.encoder import Encoder
+from medanon.models.glow import Glow, GlowConfig
+from medanon.models.identity import IdentityConfig, IdentityNet, save_identity
+from medanon.models.stylegan import Generator, StyleGANConfig
+from medanon.release import read_release
+from medanon.runtime import files_digest
+from medanon.train.flow import save_flow
+
+SIZE = 32
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A 32 px fundus phantom and tiny random checkpoints for every model a method needs."""
+    d = tmp_path_factory.mktemp("api")
+    data = medanon.make_phantom(d / "fundus", patients=12, per_patient=2, size=SIZE, seed=5)
+    torch.manual_seed(0)
+    gcfg = StyleGANConfig(resolution=SIZE, channels=3, z_dim=16, w_dim=16, channel_base=128, channel_max=16)
+    G = Generator.from_config(gcfg)
+    E = Encoder(SIZE, 3, G.num_ws, G.w_dim, iterative=True, channel_base=128, channel_max=16, head_dim=16)
+    save_checkpoint(d / "restyle.pt", kind="restyle-encoder", state={"G": G.state_dict(), "E": E.state_dict()},
+                    config={"generator": to_dict(gcfg), "encoder": dict(E.kwargs), "codec": {"iterations": 1}})
+    small = ResNetConfig(in_channels=3, widths=(8, 16), blocks=(1, 1))
+    save_identity(d / "identity.pt", IdentityNet(IdentityConfig(small, embed_dim=8, image_size=SIZE)))
+    save_classifier(d / "grade.pt", ResNet(small), extra={"label": "grade", "train_config": {"image_size": SIZE}})
+    flow = Glow(GlowConfig(resolution=SIZE, channels=3, levels=2, depth=1, hidden=8))
+    flow.train()
+    flow.log_prob(torch.rand(8, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(0)) - 0.5)   # data init
+    ds = medanon.open_dataset(data, size=SIZE)
+    trained_on = {"source": files_digest([r.path for r in ds.records], root=data), "subset": "all"}
+    save_flow(d / "flow.pt", flow.eval(), extra={"data": trained_on})     # as if trained on this very data
+    return {"dir": d, "data": data, "ds": ds}
+
+
+def build(method: str, w: dict):
+    """One release per method, with tiny settings; privacy arguments named as a user must."""
+    A, ds, d = medanon.anonymize, w["ds"], w["dir"]
+    return {
+        "kpixel": lambda: A.kpixel(ds, k=3),
+        "kpca": lambda: A.kpca(ds, k=3, pca_components=4),
+        "kcentroid": lambda: A.kcentroid(ds, k=3, codec=d / "restyle.pt", views=2),
+        "ksalsa": lambda: A.ksalsa(ds, k=4, codec=d / "restyle.pt", steps=2, batch=2),
+        "inverted": lambda: A.inverted(ds, codec=d / "restyle.pt"),
+        "gmia": lambda: A.gmia(ds, model=d / "restyle.pt", identity=d / "identity.pt", utility=d / "grade.pt",
+                               steps=2, batch_size=8),
+        "snow": lambda: A.snow(ds, p=0.3),
+        "vs_snow": lambda: A.vs_snow(ds, p=0.5, vessels="dataset"),
+        "dpglow": lambda: A.dpglow(ds, epsilon=10.0, flow=d / "flow.pt"),
+        "ldp_image": lambda: A.ldp_image(ds, epsilon=1e2, per_element=True, clip_box="calibrated", calibrate_on=ds),
+    }[method]()
+
+
+MIN_PEOPLE = {"kpixel": 3, "kpca": 3, "kcentroid": 3, "ksalsa": 4}
+
+
+@pytest.mark.parametrize("method", medanon.anonymize.METHODS)
+def test_every_method_saves_an_audited_release(tmp_path, world, method):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                       # weak budgets, k < 5, inverted: asserted elsewhere
+        rel = build(method, world)
+        assert isinstance(rel, medanon.Release) and not rel.summary and rel.path is None
+        out = rel.save(tmp_path / "rel", mapping=tmp_path / "private" / "map.json", progress=False)
+    manifest, rows = read_release(out)
+    assert manifest["method"] == method.replace("_", "-") == rel.method
+    assert manifest["privacy"] == json.loads(json.dumps(rel.privacy))
+    assert manifest["labels"] == ["grade"] == rel.labels and manifest["phantom"]
+    assert rel.path == out and rel.summary
+    people = [int(r["n_people"]) for r in rows]
+    if method in MIN_PEOPLE:                                  # k-anonymous: every record >= k people, all present
+        assert min(people) >= MIN_PEOPLE[method] and manifest["counts"]["people"] == 12
+    else:                                                     # one record per image
+        assert len(rows) == len(world["ds"]) and set(people) == {1}
+    report = medanon.audit(rel, source=world["ds"])           # the mapping the release was saved with
+    assert report.passed, report.format()
+    assert any("mapping" in c.name for c in report.checks)
+
+
+def test_a_release_is_a_plan_until_saved(tmp_path, world):
+    rel = medanon.anonymize.kpixel(world["ds"], k=4)
+    assert rel.privacy["k"] == 4 and rel.params["k"] == 4 and not list(tmp_path.iterdir())
+    first = list(rel.images(limit=1))
+    assert len(first) == 1 and first[0].shape == (3, SIZE, SIZE) and -1 <= first[0].min() <= first[0].max() <= 1
+    assert len(list(rel.images(limit=None))) == 3             # 12 patients, k = 4: three records
+    assert not list(tmp_path.iterdir())                       # still nothing on disk
+    out = rel.save(tmp_path / "k4", progress=False)
+    saved = sorted(np.asarray(Image.open(p), np.int16).sum() for p in (out / "images").iterdir())
+    again = sorted(int(np.clip(np.rint((im.numpy() + 1) * 127.5), 0, 255).astype(np.int16).sum())
+                   for im in rel.images(limit=None))
+    assert len(saved) == 3 and np.allclose(saved, again, atol=SIZE * SIZE * 3)   # same images, to rounding
+    assert rel.grid(2).shape == (3, SIZE, 2 * SIZE)
+
+
+def test_privacy_arguments_are_keyword_only_and_required(world):
+    ds, A = world["ds"], medanon.anonymize
+    for call in (lambda: A.kpixel(ds, 5), lambda: A.kpixel(ds), lambda: A.ldp_image(ds, 10.0),
+                 lambda: A.ldp_image(ds), lambda: A.snow(ds, 0.1), lambda: A.dpglow(ds, flow="x")):
+        with pytest.raises(TypeError):
+            call()
+    for fn in (A.kpixel, A.kpca, A.kcentroid, A.ksalsa, A.dpglow, A.ldp_image, A.snow, A.vs_snow):
+        params = inspect.signature(fn).parameters
+        assert [p for p in params.values() if p.kind is not p.KEYWORD_ONLY] == [params["ds"]]
+        privacy = params.get("k") or params.get("epsilon") or params.get("p")
+        assert privacy.default is inspect.Parameter.empty, fn.__name__
+
+
+def test_the_library_refuses_and_warns_in_parameter_names(tmp_path, world):
+    ds, A = world["ds"], medanon.anonymize
+    with pytest.raises(ConfigError, match="stratify='colour'"):
+        A.kpixel(ds, k=3, stratify="colour")
+    with pytest.raises(ConfigError, match="clip=False"):
+        A.ldp_image(ds, epsilon=10.0, clip=False, calibrate_on=ds)
+    with pytest.raises(ConfigError, match="epsilon"):
+        A.ldp_image(ds, epsilon=0.0, calibrate_on=ds)
+    with pytest.raises(ConfigError, match="ablation='style-only' fixes lam"):
+        A.ksalsa(ds, k=3, codec=world["dir"] / "restyle.pt", lam=0.5, ablation="style-only")
+    with pytest.raises(ConfigError, match="size=32, channels=3"):
+        A.kcentroid(medanon.open_dataset(world["data"], size=64), k=3, codec=world["dir"] / "restyle.pt")
+    with pytest.warns(DataDependentRelease, match="outside the privacy guarantee"):
+        A.ldp_image(ds, epsilon=math.inf, clip_box="calibrated")     # no calibrate_on: the released images' bounds
+    with pytest.warns(NoFormalGuarantee, match="noise_seed=3"):
+        rel = A.ldp_image(ds, epsilon=10.0, noise_seed=3)
+    assert "TESTING ONLY" in rel.privacy["noise_source"] and rel.privacy["guarantee"].startswith("none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel.save(tmp_path / "seeded", progress=False)
+    assert read_release(tmp_path / "seeded")[0]["privacy"] == rel.privacy
+    with pytest.warns(CalibrationOverlap):                   # releasing the flow's own training data
+        A.dpglow(ds, epsilon=10.0, flow=world["dir"] / "flow.pt")
+    with pytest.warns(UserWarning, match="NOT anonymised"):
+        A.inverted(ds, codec=world["dir"] / "restyle.pt").images(limit=1)
+
+
+def test_api_and_cli_write_the_same_release(tmp_path, world):
+    rel = medanon.anonymize.kpca(world["ds"], k=3, pca_components=4, seed=2)
+    rel.save(tmp_path / "api", progress=False)
+    r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "kpca", "--data", str(world["data"]), "--size",
+                                 str(SIZE), "--k", "3", "--pca-components", "4", "--seed", "2", "--out",
+                                 str(tmp_path / "cli")])
+    assert r.exit_code == 0, r.output
+    ma, mc = read_release(tmp_path / "api")[0], read_release(tmp_path / "cli")[0]
+    for key in ("method", "params", "privacy", "labels", "seeds", "models", "counts"):
+        assert ma[key] == mc[key], key
+    pixels = [sorted(np.asarray(Image.open(p)).tobytes() for p in (tmp_path / n / "images").iterdir())
+              for n in ("api", "cli")]
+    assert pixels[0] == pixels[1]
+
+
+def test_open_dataset_and_help_show_documented_signatures(world):
+    ds = medanon.open_dataset(world["data"], size=SIZE, channels=1)
+    assert ds.channels == 1 and ds.load(0)["image"].shape == (1, SIZE, SIZE)
+    with pytest.raises(ConfigError, match="labels_csv"):
+        medanon.open_dataset(world["data"], image_col="file")
+    text = pydoc.render_doc(medanon.anonymize.ksalsa, renderer=pydoc.plaintext)
+    assert "ksalsa(ds, *, k:" in text and "Example" in text and ">>> rel = medanon.anonymize.ksalsa" in text
+    for name in ("gmia", "snow", "dpglow", "ldp_image"):      # modules that are also the API functions
+        module = getattr(medanon.anonymize, name)
+        assert inspect.ismodule(module) and callable(module) and "ds" in inspect.signature(module).parameters
+    assert inspect.ismodule(medanon.evaluate) and list(inspect.signature(medanon.evaluate).parameters)[:2] == \
+        ["real", "releases"]
+
+
+def test_evaluate_returns_a_typed_result(tmp_path, world):
+    from dataclasses import replace
+
+    from medanon.anonymize.gmia import subset
+    from medanon.data.splits import split_patients, write_splits_csv
+    from medanon.evaluate.config import EvalConfig
+
+    ds = world["ds"]
+    split = split_patients(ds.records, val=0.25, test=0.25, stratify="", seed=0)
+    write_splits_csv(tmp_path / "splits.csv", ds.records, split)
+    train = subset(ds, [i for i, r in enumerate(ds.records) if split[r.patient_id] == "train"])
+    rels = []
+    for k in (2, 3):
+        rel = medanon.anonymize.kpixel(train, k=k)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rel.save(tmp_path / f"k{k}", mapping=tmp_path / f"k{k}.mapping.json", progress=False)
+        rels.append(rel)
+    cfg = EvalConfig.fast(size=SIZE)
+    clf = replace(cfg.utility.classifier, steps=5, batch=8)
+    cfg = replace(cfg, fidelity=replace(cfg.fidelity, inception=False, bootstrap=2, kid_subsets=2, samples=2),
+                  utility=replace(cfg.utility, seeds=(0,), classifier=clf),
+                  attacks=replace(cfg.attacks, attribute_classifier=clf, max_pairs=50,
+                                  identity=replace(cfg.attacks.identity, steps=5, batch=8)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = medanon.evaluate(real=ds, releases=rels, config=cfg, splits=tmp_path / "splits.csv",
+                               out=tmp_path / "report", progress=False)
+    assert isinstance(res, medanon.EvaluationResult) and res.phantom
+    assert [r["name"] for r in res.releases] == ["k2", "k3"] and res.release("k3")["method"] == "kpixel"
+    assert res.to_dict()["releases"] == res.releases and json.dumps(res.to_dict(), default=str)
+    html = res.to_html(tmp_path / "elsewhere" / "report.html")
+    assert html.read_text() == (tmp_path / "report" / "report.html").read_text() and "k3" in html.read_text()

@@ -1,0 +1,62 @@
+"""The model search path: $MEDANON_MODELS before the source checkout, `medanon models` with sha256 and kind."""
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from medanon.checkpoint import save_checkpoint
+from medanon.cli import cli
+from medanon.demo import default_checkpoints
+from medanon.errors import DataError
+from medanon.fsutil import sha256_file
+from medanon.models_registry import ENV, SOURCE_CHECKPOINTS, find_model, list_models, models_folder, search_path
+
+
+def test_search_path_puts_the_environment_first(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    monkeypatch.setenv(ENV, f"{a}{os.pathsep}{b}")
+    assert search_path() == [a, b, SOURCE_CHECKPOINTS]
+    monkeypatch.delenv(ENV)
+    assert search_path() == [SOURCE_CHECKPOINTS]
+
+
+def test_find_and_list_models(tmp_path, monkeypatch):
+    mine = tmp_path / "models"
+    mine.mkdir()
+    path = save_checkpoint(mine / "glow-xray64.pt", kind="glow", config={}, state={})   # shadows the shipped one
+    (mine / "junk.pt").write_bytes(b"not a checkpoint")
+    monkeypatch.setenv(ENV, str(mine))
+    assert find_model("glow-xray64") == path == find_model("glow-xray64.pt") and find_model(path) == path
+    assert models_folder() == mine and default_checkpoints() == mine
+    with pytest.raises(DataError, match="not on medanon's model search path") as e:
+        find_model("nothing-here")
+    assert str(mine) in str(e.value) and ENV in str(e.value)
+    found = {(m.path.parent, m.name): m for m in list_models()}
+    ours = found[(mine, "glow-xray64.pt")]
+    assert ours.kind == "glow" and ours.sha256 == sha256_file(path) and not ours.shadowed
+    assert found[(mine, "junk.pt")].kind == "not a medanon checkpoint"
+    shipped = found.get((SOURCE_CHECKPOINTS, "glow-xray64.pt"))
+    if shipped is not None:                                   # a source checkout: the shipped file comes second
+        assert shipped.shadowed and shipped.kind == "glow"
+
+    r = CliRunner().invoke(cli, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    listed = json.loads(r.output)
+    assert listed["search_path"][0] == str(mine)
+    assert {"name": "glow-xray64.pt", "path": str(path), "bytes": path.stat().st_size, "kind": "glow",
+            "sha256": sha256_file(path), "shadowed": False} in listed["models"]
+    r = CliRunner().invoke(cli, ["models"])
+    assert r.exit_code == 0 and sha256_file(path) in r.output
+    assert ("(shadowed)" in r.output) == (shipped is not None)
+
+
+def test_an_empty_search_path_says_what_to_do(tmp_path, monkeypatch):
+    import medanon.models_registry as reg
+
+    monkeypatch.setattr(reg, "SOURCE_CHECKPOINTS", tmp_path / "no-checkout")
+    monkeypatch.setenv(ENV, str(tmp_path / "empty"))
+    assert reg.models_folder() is None and reg.list_models() == []
+    r = CliRunner().invoke(cli, ["models"])
+    assert r.exit_code == 0 and "no checkpoints found" in r.output and ENV in r.output and "(missing)" in r.output

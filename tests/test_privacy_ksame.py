@@ -127,6 +127,16 @@ def test_item8_labels_are_aggregated_per_patient_not_per_image():
                                          ["age"])["age"], 50.5)                # mean of patient means (51, 50)
 
 
+def test_item8_a_ksame_release_counts_patients_in_its_labels(tmp_path, data):
+    ds = open_dataset(data, DataConfig(size=32))                 # 8 patients x 2 images
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, rows = _release(tmp_path / "rel", ds, KSameConfig(method="kpixel", k=2))
+    for row in rows:
+        counted = sum(int(c.split(":")[1]) for c in row["grade_counts"].split(";"))
+        assert counted == int(row["n_people"]) < int(row["n_sources"])      # one count per patient, not image
+
+
 def test_item8_homogeneous_records_are_warned_and_stated(tmp_path, data):
     assert homogeneous_labels([_rec("a", 2.0, 0), _rec("b", 2.0, 0)], ["grade"]) == ["grade"]
     assert homogeneous_labels([_rec("a", 2.0, 0), _rec("a", 2.0, 1)], ["grade"]) == []     # one patient only

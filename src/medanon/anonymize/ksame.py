@@ -45,7 +45,7 @@ from medanon.anonymize.clustering import Clustering, cluster_people
 from medanon.anonymize.privacy import DataDependentRelease
 from medanon.anonymize.salsa import KSalsa, SalsaConfig
 from medanon.errors import ConfigError, DataError
-from medanon.release.aggregate import warn_homogeneity
+from medanon.release.aggregate import aggregate_labels, warn_homogeneity
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,7 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
             style.append(averager.last)
             bar.set_postfix(style=f"{np.mean(averager.last['style_start']):.3f}->"
                                   f"{np.mean(averager.last['style_end']):.3f}")
+    _labels_per_patient(writer, [[ds.records[i] for i in c] for c in clustering.clusters], keys, cfg.views, labels)
     summary = {"clusters": len(keys), "resumed_clusters": resumed, "records": len(writer),
                "dropped_images": len(clustering.dropped),
                "people_per_cluster": [int(min(len({pids[i] for i in c}) for c in clustering.clusters)),
@@ -338,6 +339,26 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     if pca is not None:
         summary["pca"] = pca.describe()
     return summary
+
+
+def _labels_per_patient(writer, sources: list[list], keys: list[str], views: int, labels: list[str]) -> None:
+    """Set every record's released labels to the per-patient aggregation of its sources.
+
+    The writer aggregates the label dicts it is given, one per image; a patient with many images
+    would then outweigh the others. Until the writer hands the source records to
+    :func:`~medanon.release.aggregate.aggregate_labels` itself, the k-Same release replaces each
+    entry's labels (written ones and resumed ones alike) before the writer closes and writes
+    ``labels.csv`` from them.
+    """
+    entries = getattr(writer, "entries", None)
+    if not labels or entries is None:
+        return
+    for key, members in zip(keys, sources, strict=True):
+        agg = aggregate_labels(members, labels)
+        for v in range(views):
+            entry = entries.get(f"{key}/{v}")
+            if entry is not None and "labels" in entry:
+                entry["labels"] = agg
 
 
 def _release_inverted(ds, writer, codec, *, progress: bool, batch: int = 64) -> dict[str, Any]:

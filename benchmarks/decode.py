@@ -13,7 +13,8 @@ sensor noise, JPEG quality 90, about 1 MB each, like EyePACS); nothing is downlo
 process CPU time per image (what 2 free cores turn into ``2000 / cpu_ms`` images per second);
 ``images_per_s`` is wall-clock and drops when other work shares the cores (``load_average`` says how busy
 they were). Differences are in [0, 1] intensity units x 255, over every pixel of every image, and also
-over the pixels at least one pixel inside the field-of-view border (``interior``).
+over the pixels at least two output pixels inside the field-of-view border (``inside_fov_border``), where
+JPEG's half-resolution colour planes, which draft mode decodes at 1/16, no longer reach.
 
     python benchmarks/decode.py [--files 8] [--images 200] [--plain 4] [--size 64]
 """
@@ -112,7 +113,7 @@ def main() -> None:
             new = images[by_file[k]].numpy()
             dd = np.abs(new - ref.image).max(axis=0) / 2 * 255          # [-1, 1] -> [0, 1] x 255
             diffs.append(dd)
-            interior.append(dd[ndimage.binary_erosion(ref.fov, iterations=1)])
+            interior.append(dd[ndimage.binary_erosion(ref.fov, iterations=2)])
     n = len(plain)
     print(json.dumps({
         "benchmark": "decode", "source": f"{W}x{H} JPEG q90", "size": args.size, "cores": cpu_count(),
@@ -124,7 +125,7 @@ def main() -> None:
         "images_per_s_2_free_cores": round(2000 / (1000 * cpu / len(ds)), 1),
         "speedup_cpu": round((plain_cpu / n) / (cpu / len(ds)), 1),
         "max_abs_diff_255": round(float(max(x.max() for x in diffs)), 2),
-        "max_abs_diff_255_interior": round(float(max(x.max() for x in interior)), 2),
+        "max_abs_diff_255_inside_fov_border": round(float(max(x.max() for x in interior)), 2),
         "mean_abs_diff_255": round(float(np.mean([x.mean() for x in diffs])), 3),
         "target_met": len(ds) / wall >= 50,
     }))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from scipy import ndimage
 
 from medanon.config import DataConfig
 from medanon.data import dataset as dataset_module
@@ -76,12 +77,14 @@ def test_reduced_fov_crop_close_to_full_decode(big_jpeg: Path):
     ref = preprocess(full, size=32, channels=3, crop="fov")
     new = decode(big_jpeg, size=32, channels=3, crop="fov")
     assert new.fov_found and np.array_equal(new.fov, ref.fov)
-    diff = np.abs(new.image - ref.image) / 2
+    diff = (np.abs(new.image - ref.image) / 2).max(axis=0)
     assert diff.mean() <= 1 / 255
-    # the FOV is located on the 1/8 image to within one reduced pixel of the full-resolution answer
+    # away from the FOV's border (where JPEG's half-resolution colour, decoded at 1/16, blurs the edge)
+    assert diff[ndimage.binary_erosion(ref.fov, iterations=2)].max() <= 2 / 255
+    # the FOV's edges, fitted on the 1/8 image, land within 2 source pixels of full-resolution thresholding
     red = imageio.read_reduced(big_jpeg, 8)
     a, b = detect_fov(full), detect_fov(red.image, scale=8, width=W, height=H)
-    assert abs(a.cx - b.cx) <= 8 and abs(a.cy - b.cy) <= 8 and abs(a.radius - b.radius) <= 8
+    assert abs(a.cx - b.cx) <= 2 and abs(a.cy - b.cy) <= 2 and abs(a.radius - b.radius) <= 2
 
 
 def test_small_images_decode_exactly_as_before(tmp_path: Path):

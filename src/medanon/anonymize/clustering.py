@@ -340,7 +340,7 @@ def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
     on its own; a stratum with fewer than k points is an error unless ``drop_remainder`` is set.
 
     >>> c = same_size_clusters(np.arange(10.0)[:, None], 3)
-    >>> [list(m) for m in c.clusters]
+    >>> [m.tolist() for m in c.clusters]
     [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
     """
     x = torch.as_tensor(points)

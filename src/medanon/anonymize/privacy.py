@@ -4,7 +4,8 @@ Library code raises them with :func:`warnings.warn`; the CLI prints them. Each c
 reason, so a caller (or a test, or an ethics-board checklist) can filter or escalate precisely:
 
 >>> import warnings
->>> warnings.simplefilter("error", NoFormalGuarantee)       # doctest: +SKIP  (turn voided claims into errors)
+>>> # turn voided claims into errors:
+>>> warnings.simplefilter("error", NoFormalGuarantee)       # doctest: +SKIP
 """
 
 from __future__ import annotations

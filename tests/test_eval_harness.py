@@ -254,3 +254,16 @@ def test_train_identity_and_classifier_commands(world, tmp_path):
     r = CliRunner().invoke(cli, ["train", "classifier", str(world["data"]), "--size", str(SIZE), "--label", "nope",
                                  "--out", str(tmp_path / "d.pt")])
     assert r.exit_code == 2 and "nope" in r.output
+
+
+def test_fid_control_is_at_the_releases_n_or_warns(world, tmp_path):
+    """Item 6: the control row uses held-out patients at exactly the releases' N; when there are fewer the report
+    says so."""
+    cfg = tiny_config(samples=len(world["real"].rows("test")) + 2)
+    cfg = replace(cfg, utility=replace(cfg.utility, tasks=("none",)),
+                  attacks=replace(cfg.attacks, membership=False, linkability=False, singling_out=False, attribute="",
+                                  nearest=False, inference=False, screening=False, independent_attacker=False))
+    rep = evaluate(world["data"], world["releases"][:1], tmp_path / "r", config=cfg, cache_dir=world["root"] / "cache",
+                   progress=False)
+    assert rep["controls"]["fidelity"]["n"] == len(world["real"].rows("test")) < rep["sample_sizes"]["fid_per_release"]
+    assert any("not the releases' N" in n for n in rep["notes"])

@@ -146,3 +146,26 @@ def test_near_copy_of_a_single_source_in_a_k2_record():
     assert out["copies_of_one_source"] == 0 or out["closest"][0]["own_source"]
     assert out["near_copies_pixel"] >= 1 and not out["closest"][-1]["near_copy"]
     assert out["control"]["n"] == 20
+
+
+def test_network_checks_flag_a_network_that_knows_the_members():
+    """Item 2: an identity network that verifies members better than controls (as one trained on the members
+    does) is flagged; one that treats them alike is not."""
+    from types import SimpleNamespace
+
+    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.context import network_checks
+
+    rng = np.random.default_rng(0)
+    pats = np.repeat(np.arange(60), 3).astype(str)
+    centres = rng.standard_normal((60, 16))
+    noise = np.where(np.arange(180)[:, None] < 120, 0.2, 1.5)            # members (first 40 patients) tight
+    emb = centres[np.repeat(np.arange(60), 3)] + noise * rng.standard_normal((180, 16))
+    notes = []
+    ctx = SimpleNamespace(src=np.arange(120), held=np.arange(120, 180), real=SimpleNamespace(patients=pats),
+                          real_emb=emb, real_emb_independent=centres[np.repeat(np.arange(60), 3)] +
+                          0.5 * rng.standard_normal((180, 16)), cfg=EvalConfig(), note=notes.append)
+    out = network_checks(ctx)
+    assert out["identity"]["differs"] and out["identity"]["members"]["auc"] > out["identity"]["controls"]["auc"]
+    assert not out["independent"]["differs"] and len(notes) == 1 and "trained on the members" in notes[0]
+    assert -1 <= out["cosine_correlation"]["pearson_r"] <= 1

@@ -124,3 +124,19 @@ def test_mimic_summary_separates_long_label_names(tmp_path: Path):
     text = format_summary(summarize(ds))
     line = next(ln for ln in text.splitlines() if "enlarged_cardiomediastinum" in ln)
     assert line.split()[0] == "enlarged_cardiomediastinum"
+
+
+def test_anonymize_skips_corrupt_pixels_with_skip_bad(tmp_path: Path, runner):
+    ph = tmp_path / "ph"
+    r = runner.invoke(cli, ["phantom", "--patients", "4", "--per-patient", "1", "--size", "16", "--out", str(ph),
+                            "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    victim = sorted((ph / "images").glob("*.png"))[1]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])             # the header survives, the pixels do not
+    args = ["anonymize", "snow", str(ph), "--p", "0.3", "--seed", "0", "--size", "16"]
+    r = runner.invoke(cli, [*args, "--out", str(tmp_path / "rel")])
+    assert r.exit_code == 1 and victim.name in r.output and "--skip-bad" in r.output
+    r = runner.invoke(cli, [*args, "--out", str(tmp_path / "rel2"), "--skip-bad"])
+    assert r.exit_code == 0, r.output
+    assert "wrote 3 images" in r.output

@@ -81,6 +81,7 @@ class ImageDataset(Dataset):
         self.cache_bytes = cache_bytes
         self._cache: dict[Path, dict] = {}
         self._cached_bytes = 0
+        self._cache_lock = threading.Lock()                  # loads run in threads
 
     def __len__(self) -> int:
         return len(self.records)
@@ -115,9 +116,10 @@ class ImageDataset(Dataset):
         if rec.mask_path is not None:
             pixels["mask"] = torch.from_numpy(_load_mask(rec.mask_path, self.size, self.crop)[None])
         nbytes = sum(t.numel() * t.element_size() for t in pixels.values())
-        if self._cached_bytes + nbytes <= self.cache_bytes:
-            self._cache[rec.path] = pixels
-            self._cached_bytes += nbytes
+        with self._cache_lock:
+            if rec.path not in self._cache and self._cached_bytes + nbytes <= self.cache_bytes:
+                self._cache[rec.path] = pixels
+                self._cached_bytes += nbytes
         return pixels
 
     __getitem__ = load

@@ -1,6 +1,6 @@
 """Checkpoints: ``state_dict``s + plain config + version, loadable with ``torch.load(weights_only=True)``.
 
-No pickled code or classes ever go into a checkpoint (DESIGN.md §3): only tensors, numbers,
+No pickled code or classes ever go into a checkpoint (docs/design.md §3): only tensors, numbers,
 strings, lists and dicts. A checkpoint names its ``kind`` (which model family wrote it), so
 loading the wrong file gives a clear error instead of a shape mismatch deep inside a model.
 """

@@ -1,4 +1,4 @@
-"""GMIA latent optimisation (Li et al. 2025, gmia.txt §2.2): move each image's latent away from its identity.
+"""GMIA latent optimisation (Li et al. 2025, GMIA §2.2): move each image's latent away from its identity.
 
 An image ``X_R`` is projected by the encoder of a StyleGAN codec to its latent ``W = E(X_R)``
 (``ws``, (N, num_ws, w_dim); GMIA §2.1 co-trains E with the generator, a ReStyle codec also works).
@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 LOSSES = ("id+ut", "id", "ut")                  # GMIA Table 2: both (the method), L_id only, L_ut only
 SPACES = ("w", "w+")                            # w: one w_dim vector for every layer (paper, official code); w+
 OPTIMISER = "adam"
-COS_EPS = 1e-8                                  # the ε of gmia.txt Eq. 1's cosine
+COS_EPS = 1e-8                                  # the ε of GMIA Eq. 1's cosine
 
 
 @dataclass(kw_only=True)
@@ -455,7 +455,7 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
     """The exact privacy statement of a GMIA release (written into its manifest): no formal guarantee."""
     ident = networks.get("identity") or {}
     return {
-        "mechanism": ("GMIA latent optimisation (gmia.txt §2.2): per source image X_R, W_A starts at the encoder's "
+        "mechanism": ("GMIA latent optimisation (GMIA §2.2): per source image X_R, W_A starts at the encoder's "
                       "latent E(X_R) and Adam minimises lambda_id*max(0, cos(E_id(X_R), E_id(X_A)) - m) + "
                       f"lambda_ut*||E_ut(X_R) - E_ut(X_A)||_2 over W_A only (losses={cfg.losses}, steps={cfg.steps}, "
                       f"m={cfg.margin:g}); the release is X_A = G(W_A), one image per source image"),

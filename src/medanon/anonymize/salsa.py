@@ -9,7 +9,7 @@ optimised with Adam (lr 0.1) on ``λ·content + (1 − λ)·style`` (Eq. 5):
 
 **Content target, a deliberate choice.** The paper's Eq. 6 compares ``G(w)`` with ``G(w0)``, the
 rendering of the centroid; the official code instead compares it with the k source
-reconstructions through MoCo (DESIGN.md §6). We implement Eq. 6: (1) it is the method as published,
+reconstructions through MoCo (docs/design.md §6). We implement Eq. 6: (1) it is the method as published,
 which is what a privacy claim is read against; (2) the content anchor is then itself a k-average,
 so individual sources reach the result only through position-free Gram statistics, the
 mechanism the paper credits with hiding vessel geometry, instead of through each person's

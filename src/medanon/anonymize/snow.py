@@ -1,4 +1,4 @@
-"""Snow and VS-Snow (vs-snow.txt §2.3): replace a random fraction p of pixels.
+"""Snow and VS-Snow (VS-Snow §2.3): replace a random fraction p of pixels.
 
 **Snow** (Eq. 1). Per image, a subset S of exactly ``k = round(p·H·W)`` pixel positions is drawn
 uniformly at random, and every channel ``c`` of those positions is set to the fill value ``μ_c``: by
@@ -259,12 +259,12 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
         reason = "; ".join([r for r, on in (("data-derived fill", fill == "dataset"),
                                             ("reproducible randomness, testing only", seeded)) if on])
         return {
-            "mechanism": (f"Snow (John et al., ETRA 2020) as in vs-snow.txt Eq. 1: per image exactly k = round(p*H*W) "
+            "mechanism": (f"Snow (John et al., ETRA 2020) as in VS-Snow Eq. 1: per image exactly k = round(p*H*W) "
                           f"= {k} of the {h * w} pixel positions are set in every channel to the fill value"),
             "fill": FILL_TEXT[fill],
             "guarantee": f"none: no formal guarantee ({reason})",
             "epsilon": None, "delta": None, "unit": None,
-            "why_no_guarantee": [*void, "the (0, delta) per-pixel argument of vs-snow.txt section 1.1 needs a "
+            "why_no_guarantee": [*void, "the (0, delta) per-pixel argument of VS-Snow §1.1 needs a "
                                  "fill that depends on no private data and a selection that is secret and random"],
             "not_protected": [
                 "images and patients: each released image stands for exactly one source image and resembles it",
@@ -276,12 +276,12 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
                                 "F1 (utility) are measured by the evaluation on this release (docs/snow.md)"),
         }
     return {
-        "mechanism": (f"Snow (John et al., ETRA 2020) as in vs-snow.txt Eq. 1: per image exactly k = round(p*H*W) "
+        "mechanism": (f"Snow (John et al., ETRA 2020) as in VS-Snow Eq. 1: per image exactly k = round(p*H*W) "
                       f"= {k} of the {h * w} pixel positions, uniformly at random, are set in every channel to the "
                       f"fill value"),
         "fill": FILL_TEXT[fill],
         "guarantee": (f"(0, delta)-differential privacy for ONE PIXEL POSITION of one image, delta = 1 - k/(H*W) = "
-                      f"{delta:.4f} (vs-snow.txt section 1.1): for two images that differ only at one pixel "
+                      f"{delta:.4f} (VS-Snow §1.1): for two images that differ only at one pixel "
                       f"position, Pr[Snow(x) in S] <= Pr[Snow(x') in S] + delta for every set S of outputs, because "
                       f"that position is released as the fill value, whatever its input, with probability k/(H*W)"),
         "epsilon": 0.0, "delta": round(delta, 6), "unit": "one pixel position (all channels) of one image",
@@ -314,7 +314,7 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
 def vs_snow_privacy(p: float, vessels: dict[str, Any], *, seeded: bool = False) -> dict[str, Any]:
     """The exact privacy statement of a VS-Snow release: no formal guarantee is claimed."""
     return {
-        "mechanism": ("VS-Snow (vs-snow.txt Eq. 2): per image exactly round(p*|V|) of the vessel pixels V, uniformly "
+        "mechanism": ("VS-Snow (VS-Snow Eq. 2): per image exactly round(p*|V|) of the vessel pixels V, uniformly "
                       "at random, take in every channel the mean of their vessel 8-neighbours in the input image "
                       "(all in-image 8-neighbours when none is a vessel pixel); nothing else changes"),
         "vessel_masks": vessels,

@@ -81,7 +81,7 @@ def _run(ctx: click.Context, method: str, data_dir: Path, ps, out, seed, release
 @click.option("--fill", default="grey", show_default=True, metavar="grey|value:R,G,B|dataset",
               help="grey: constant mid-grey (original Snow; data-independent); value:R,G,B: a constant you supply "
                    "(0-255, e.g. the mean of a public dataset); dataset: per-channel mean of the released images "
-                   "(vs-snow.txt Eq. 1): data-derived, the release then states NO formal guarantee.")
+                   "(VS-Snow Eq. 1): data-derived, the release then states NO formal guarantee.")
 @click.pass_context
 def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, fill, **opts):
     """Snow: in each image, a random fraction p of the pixel positions is set to the fill value in every

@@ -1,4 +1,4 @@
-"""Codecs: image <-> latent maps that the anonymisers work through (DESIGN.md §2).
+"""Codecs: image <-> latent maps that the anonymisers work through (docs/design.md §2).
 
 Every codec follows :class:`medanon.codecs.base.LatentCodec`: ``encode(images) -> latents``
 and ``decode(latents) -> images``, images being (N, C, H, W) float tensors in [-1, 1].

@@ -2,7 +2,7 @@
 X-rays, channel conversion, resizing with anti-aliasing, and normalisation to [-1, 1].
 
 All functions take and return NumPy arrays so they are usable without torch; ``preprocess``
-chains them into the tensor layout of DESIGN.md §3: float32 (C, H, W) in [-1, 1].
+chains them into the tensor layout of docs/design.md §3: float32 (C, H, W) in [-1, 1].
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ with a progress bar; :func:`inception_extractor` wraps the Inception-v3 FID netw
   with the bootstrap's spread.
 
 FID depends on the sample size (it is biased upwards for small N), so methods are compared at the
-same N and the report states N next to each number (DESIGN.md §6).
+same N and the report states N next to each number (docs/design.md §6).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)

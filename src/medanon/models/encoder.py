@@ -1,6 +1,6 @@
 """The inversion encoder: images -> a latent offset ``(N, num_ws, w_dim)`` in a StyleGAN's W+ space.
 
-One network serves both inversion schemes of the backbone (DESIGN.md §2, codecs):
+One network serves both inversion schemes of the backbone (docs/design.md §2, codecs):
 
 * **ReStyle** (Alaluf et al. 2021, the k-SALSA choice): ``iterative=True``; the input is the
   image concatenated with the generator's current reconstruction of it (``2 C`` channels) and the

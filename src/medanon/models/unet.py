@@ -3,7 +3,7 @@
 FR-UNet (Liu et al., IEEE JBHI 26(9), 2022) keeps a full-resolution branch alive through the
 whole network and lets every resolution exchange features with its neighbours at every stage,
 instead of U-Net's single trip down and up: thin vessels, one or two pixels wide, never have to
-survive a round trip through a coarse level. The VS-Snow paper (vs-snow.txt §2.3) changed its
+survive a round trip through a coarse level. The VS-Snow paper (VS-Snow §2.3) changed its
 input aggregation to a depth-wise convolution over the RGB channels.
 
 This module keeps those ideas at a size a CPU trains in minutes:

@@ -1,4 +1,4 @@
-"""Releases: the only link between anonymising and evaluating (DESIGN.md §2).
+"""Releases: the only link between anonymising and evaluating (docs/design.md §2).
 
 A release folder holds images under random names, ``labels.csv`` with aggregated labels and
 ``manifest.json`` (method, parameters, privacy statement, seeds, model checksums, counts). Which

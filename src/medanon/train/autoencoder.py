@@ -15,7 +15,7 @@ is trained (the encoder replaces its mapping network), and ``G.w_avg`` stays fix
 the encoder's offsets. Rendering uses the constant per-layer noise the codec decodes with.
 
 Deviations from the paper, stated: the perceptual term is the EfficientNet-Lite0 feature distance,
-**not LPIPS** (DESIGN.md §4); the loss weights are not given in the paper and are ours (see the
+**not LPIPS** (docs/design.md §4); the loss weights are not given in the paper and are ours (see the
 configs). To save CPU time the generator and discriminator can start from a trained ``stylegan2``
 checkpoint (``init_ckpt``: its EMA generator and its discriminator); the paper trains the AE-GAN
 without saying from where. After co-training, ``G(mapping(z))`` samples are no longer what the

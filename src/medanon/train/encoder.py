@@ -9,7 +9,7 @@ per batch. The loss is ``pixel_weight · mean squared error + perceptual_weight 
 The feature distance is :func:`medanon.evaluate.reconstruction.perceptual_distance` on
 EfficientNet-Lite0 ImageNet features by default: unit-normalised features compared per position, no
 learned layer weights. It is **not LPIPS**, and not the MoCo similarity loss of the k-SALSA encoder:
-neither network's weights can be obtained offline (DESIGN.md §4). ``perceptual_network: vgg19``
+neither network's weights can be obtained offline (docs/design.md §4). ``perceptual_network: vgg19``
 uses a user-supplied VGG19 weights file instead.
 
 ``train_restyle(images, generator_ckpt, cfg, out, steps=...)`` writes a run directory::

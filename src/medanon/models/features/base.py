@@ -1,7 +1,7 @@
 """The common interface of the frozen feature networks, and the input preprocessing they share.
 
 A :class:`FeatureNetwork` takes images in medanon's contract, ``(N, C, H, W)`` floats in
-``[-1, 1]`` with C = 1 or 3 (DESIGN.md §3), and returns a dict of named feature maps. Everything
+``[-1, 1]`` with C = 1 or 3 (docs/design.md §3), and returns a dict of named feature maps. Everything
 a network needs to see its training distribution happens inside: grey images are repeated to
 three channels, images are resized to the network's input size and scaled the way its weights
 were trained. The networks are frozen (no parameter requires grad) and stay in eval mode even

@@ -1,7 +1,7 @@
 """VGG19 in plain torch, for user-supplied weights in torchvision's ``state_dict`` format.
 
 The k-SALSA paper computes its style and content losses on ImageNet VGG19. Those weights are not
-obtainable offline (DESIGN.md §4), so medanon never ships or downloads them: a user who has the
+obtainable offline (docs/design.md §4), so medanon never ships or downloads them: a user who has the
 file (torchvision's ``vgg19-dcbb9e9d.pth``) points to it with ``--features-weights PATH``
 (``medanon anonymize ksalsa --features vgg19``) or the environment variable
 ``MEDANON_VGG19_WEIGHTS`` (every command, including training). Without it, the offline substitute is

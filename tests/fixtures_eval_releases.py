@@ -87,7 +87,8 @@ def write_unrelated(out: Path, real: RealData, other: torch.Tensor, *, split: st
     """Images of *other* people (``other``: real images of unrelated patients, e.g. a phantom of another seed),
     each mapped to a source record: the release says nothing about its members (near-zero risk)."""
     rows = real.rows(split)
+    order = np.random.default_rng(1).permutation(len(other))           # no patient structure carried over
     with _writer(out, real, "unrelated", {}, {"statement": "images of unrelated people"}) as w:
         for n, i in enumerate(rows):
-            w.add(f"u{n}", other[n % len(other)], [real.records[i]])
+            w.add(f"u{n}", other[int(order[n % len(other)])], [real.records[i]])
     return out

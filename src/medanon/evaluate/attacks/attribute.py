@@ -17,7 +17,8 @@ tested on
 Baseline (not a control): guessing the most frequent class of the release's truth. The attack reads the
 target's own released image, so there is no population of non-members to run it on; the residual risk is
 ``(accuracy - baseline) / (1 - baseline)``, named as against the baseline, and the share of the
-Original's leak that survives is ``(release - baseline) / (original - baseline)``.
+Original's leak that survives is ``(release - baseline) / (original - baseline)`` (only where the Original's
+interval lies above the baseline; NaN otherwise).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
         op = np.asarray([sp[[where[int(i)] for i in rows]].mean() for rows in record_sources])[ok]
         orig = success_rate(int(((op >= 0.5).astype(int) == t).sum()), len(t), confidence=confidence)
         out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=roc_auc(t, op))
-        gap = orig.raw - base.raw
-        out["leak_kept"] = float((acc.raw - base.raw) / gap) if gap > 0 else float("nan")
+        gap = orig.raw - base.raw                                   # defined only where the Original leaks at all
+        out["leak_kept"] = float((acc.raw - base.raw) / gap) if orig.ci[0] > base.raw else float("nan")
     out["risk"] = risk_entry(acc, None, what=f"the attacker's {attribute} guess for a released record is right",
                              control_is="none: the attack reads the target's own released image, so it cannot be "
                                         "run on people outside the release",

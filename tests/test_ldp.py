@@ -73,15 +73,17 @@ def test_calibration_matches_numpy_and_eqs_11_12():
 def test_noise_scale_is_eq_7():
     cal = make_calibration(d=8)
     delta = cal.hi - cal.lo
-    per_image = quiet(LaplaceMechanism, cal, epsilon=40.0)
+    per_image = quiet(LaplaceMechanism, cal, epsilon=40.0, sampler="float")
     per_elem = quiet(LaplaceMechanism, cal, epsilon=5.0, per_element=True)
     assert torch.allclose(per_image.scale, delta * 8 / 40.0)
     assert torch.allclose(per_elem.scale, delta * 8 / 40.0)            # 5 per element * D = 40 per image
     assert per_elem.epsilon_image == 40.0 and per_elem.epsilon_element == 5.0
     assert per_image.epsilon_image_tight == pytest.approx(0.4 * 40.0)   # Σ w_k / b_k = α ε
-    wide = quiet(LaplaceMechanism, cal, epsilon=40.0, alpha=2.0)        # box wider than Δ: scale by the box
+    wide = quiet(LaplaceMechanism, cal, epsilon=40.0, alpha=2.0, sampler="float")   # box wider than Δ: scale by it
     assert torch.allclose(wide.scale, 2.0 * delta * 8 / 40.0)
     assert wide.epsilon_image_tight == pytest.approx(40.0)
+    exact = quiet(LaplaceMechanism, cal, epsilon=40.0)                  # the exact sampler rounds its scale up
+    assert 0.4 * 40.0 * 0.99 < exact.epsilon_image_tight <= 0.4 * 40.0
 
 
 @pytest.mark.parametrize("seeded", [True, False])
@@ -120,7 +122,8 @@ def test_log_ratio_of_output_densities_never_exceeds_epsilon(data, d, alpha, log
     span = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1e-3, 0.5, 3.0, 20.0]), min_size=d, max_size=d)),
                         dtype=torch.float64)
     cal = ClipCalibration(lo=lo, hi=lo + span, count=10, space="glow-eps")
-    mech = quiet(LaplaceMechanism, cal, epsilon=10.0**log_eps, alpha=alpha, per_element=per_element, center=center)
+    mech = quiet(LaplaceMechanism, cal, epsilon=10.0**log_eps, alpha=alpha, per_element=per_element, center=center,
+                 sampler="float")                                  # log_prob is the real-valued mechanism's density
     v = torch.tensor([data.draw(st.lists(finite, min_size=d, max_size=d)) for _ in range(2)], dtype=torch.float64)
     # outputs: anywhere in the box, including exactly on its ends (the point masses of the second clip)
     u = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=d, max_size=d)),

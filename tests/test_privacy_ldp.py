@@ -4,12 +4,15 @@ floating point, the clip box it used, overlap with the flow's training data)."""
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from medanon.anonymize.dpglow import DPGlow, training_overlap
 from medanon.anonymize.ldp import (
+    EXACT_CLAUSE,
     FLOAT_CLAUSE,
+    GRID_STEPS,
     PUBLIC_LATENT_BOUND,
     ClipCalibration,
     LaplaceMechanism,
@@ -71,7 +74,9 @@ def test_item5_statement_gives_epsilon_per_image_per_patient_vacuity_and_float_c
     assert weak["epsilon_image"] == 1600 and weak["vacuous"] is True
     st = weak["statement"]
     assert "PER IMAGE" in st and "not a guarantee for single pixels" in st and "n * epsilon = n * 1600" in st
-    assert "VACUOUS" in st and FLOAT_CLAUSE in st
+    assert "VACUOUS" in st and EXACT_CLAUSE in st and FLOAT_CLAUSE not in st
+    floating = _quiet(ImageLDP, epsilon=1.0, dims=16, sampler="float").privacy()
+    assert FLOAT_CLAUSE in floating["statement"] and "floating-point gap" in " ".join(floating["not_protected"])
     strong = _quiet(ImageLDP, epsilon=1.0, dims=16).privacy()
     assert strong["vacuous"] is False and "VACUOUS" not in strong["statement"]
     assert strong["distinguishing_bound"] == pytest.approx(math.e / (1 + math.e))
@@ -119,3 +124,33 @@ def test_item6_overlap_with_the_flows_training_data_is_warned():
         warnings.simplefilter("error", CalibrationOverlap)
         assert training_overlap(data, {"sha256": "cd" * 32}) is None
         assert training_overlap(None, {"sha256": "cd" * 32}) is None
+
+
+def test_item5_exact_sampler_is_discrete_laplace_and_keeps_the_bound():
+    """The default secret noise is exact discrete Laplace (integer arithmetic on OS bits): its frequencies match
+    the pmf, outputs lie on the grid of the box, and the bound D * GRID_STEPS / t is at most min(1, alpha) eps."""
+    from scipy import stats
+
+    from medanon.anonymize.discrete_laplace import discrete_laplace
+
+    t = 3
+    x = discrete_laplace(t, 60000)
+    r = math.exp(-1 / t)
+    values = list(range(-8, 9))
+    expected = [(1 - r) / (1 + r) * r ** abs(v) for v in values]
+    observed = [int((x == v).sum()) for v in values]
+    tail = len(x) - sum(observed)
+    res = stats.chisquare([*observed, tail], [*(e * len(x) for e in expected), len(x) * (1 - sum(expected))])
+    assert res.pvalue > 1e-6, res
+    big = discrete_laplace(10**9, 20000)
+    assert abs(float(np.abs(big).mean()) / 1e9 - 1.0) < 0.05                  # E|X| ~ t for large t
+
+    cal = ClipCalibration.public_box("pixel", 64)
+    mech = _quiet(LaplaceMechanism, cal, epsilon=2.0)                        # alpha = 1: the whole range
+    out = mech(torch.rand(5, 64, dtype=torch.float64) * 2 - 1)
+    steps = (out - mech.lower) / (mech.width / GRID_STEPS)
+    assert torch.allclose(steps, steps.round(), atol=1e-6) and bool((out.abs() <= 1).all())
+    assert mech.epsilon_image_tight <= 2.0 and mech.epsilon_image_tight > 1.99
+    latent = _quiet(LaplaceMechanism, ClipCalibration.public_box("glow-eps", 64), epsilon=2.0)
+    assert latent.epsilon_image_tight <= 0.4 * 2.0 + 1e-12
+    assert "exact discrete Laplace" in mech.privacy(space_description="p")["noise_source"]

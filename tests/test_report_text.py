@@ -29,7 +29,7 @@ def test_headlines_state_each_claim_with_its_numbers():
     assert privacy_text.headline(privacy_statement(KSameConfig(method="ksalsa", k=5), None)) == \
         "k-anonymity: k = 5 patients per record"
     h = privacy_text.headline(_laplace(100.0))
-    assert h == ("ε-local DP per image: ε = 1600 (tight 640) (= 100 per element × D = 16; not a per-pixel "
+    assert h == ("ε-local DP per image: ε = 1600 (tight 636.3) (= 100 per element × D = 16; not a per-pixel "
                  "guarantee); n·ε for a patient with n images; vacuous at this ε")
     assert privacy_text.headline(_laplace(math.inf, clip=False)) == "no formal guarantee (ε = ∞, no noise)"
     h = privacy_text.headline(snow_privacy(0.3, 8, 8, fill="grey"))

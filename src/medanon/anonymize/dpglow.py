@@ -71,7 +71,8 @@ class DPGlow:
                  alpha: float | None = None,    # clip width as a fraction of the box's range (Eq. 11; None: 0.4)
                  per_element: bool = False,     # epsilon is per latent element (image budget = epsilon * D)
                  clip: bool = True,             # clip before and after the noise (off only with epsilon=inf)
-                 center: str = DPGLOW_CENTER):  # clip-box centre: "midrange" (paper Eq. 12) or "zero" (eps mean)
+                 center: str = DPGLOW_CENTER,   # clip-box centre: "midrange" (paper Eq. 12) or "zero" (eps mean)
+                 sampler: str = "exact"):       # secret noise: exact discrete Laplace | float (see ldp.py)
         if calibration is None:                 # the default: data-independent [-4, 4] per element
             calibration = ClipCalibration.public_box("glow-eps", codec.dims)
         if calibration.space != "glow-eps":
@@ -81,7 +82,7 @@ class DPGlow:
                               f"has {codec.dims}", fix="calibrate with this flow (or use the one stored in it)")
         self.codec = codec
         self.mechanism = LaplaceMechanism(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element,
-                                          clip=clip, center=center)
+                                          clip=clip, center=center, sampler=sampler)
 
     def __call__(self, images: torch.Tensor, *,
                  generator: torch.Generator | Sequence[torch.Generator] | None = None) -> torch.Tensor:

@@ -29,11 +29,18 @@ the paper. A calibrated box is a per-element min and max of private images, rele
 through the clipping: one extreme calibration image shifts every other patient's output, which the
 ε bound does not cover. The manifest says which box a release used.
 
-Floating point: the ε bound is proven for real-valued Laplace noise. The noise here is sampled in
-64-bit floating point (the difference of two exponentials of 53-bit uniforms), whose values lie on
-a finite grid with tails cut at about 37 b_k; Mironov (2012) showed that the low-order bits of
-such samples can reveal the input. Every statement carries this clause: the bound is exact for the
-ideal mechanism, and the implementation is not hardened (no snapping or discrete sampler).
+Floating point: the ε bound is proven for real-valued Laplace noise, and 64-bit floating-point
+samples (the difference of two exponentials of 53-bit uniforms) lie on a finite grid with tails cut
+at about 37 b_k; Mironov (2012) showed that the low-order bits of such samples can reveal the
+input. Secret noise is therefore drawn **exactly** by default (``sampler="exact"``,
+:mod:`medanon.anonymize.discrete_laplace`): the clipped element is snapped to a grid of
+``GRID_STEPS`` steps across its box (a function of the input alone), integer discrete Laplace noise
+of scale ``t = ceil(GRID_STEPS · max(1, 1/α) · D / ε)`` is added with integer arithmetic on
+``os.urandom`` bits, the sum is clipped to the grid's ends and mapped back to values. Two clipped
+inputs are at most ``GRID_STEPS`` steps apart per element, so the log-ratio is at most
+``GRID_STEPS / t`` per element and ``D · GRID_STEPS / t <= min(1, α) ε`` in all: the statement then holds
+for the implementation. ``sampler="float"`` (and any seeded generator, for experiments) uses the
+floating-point sampler, and its statement carries the floating-point clause.
 
 The noise is secret by default: drawn from the operating system's CSPRNG (``os.urandom``),
 never from a seeded generator, and no seed is written anywhere. Anyone who knows the seed can
@@ -54,6 +61,7 @@ from typing import Any
 
 import torch
 
+from medanon.anonymize.discrete_laplace import MAX_SCALE, discrete_laplace
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee, WeakBudget
 from medanon.errors import ConfigError
 
@@ -64,12 +72,18 @@ WEAK_EPSILON = 10.0                             # above this image budget the gu
 PUBLIC_LATENT_BOUND = 4.0                       # public box of eps: [-4, 4]; P(|N(0, 1)| > 4) = 6.3e-5
 PUBLIC_BOXES = {"pixel": (-1.0, 1.0), "glow-eps": (-PUBLIC_LATENT_BOUND, PUBLIC_LATENT_BOUND)}
 CLIP_BOXES = ("public", "calibrated")
+EXACT_CLAUSE = ("The noise is exact: each clipped element is snapped to a grid of 4096 steps across its box and "
+                "discrete Laplace noise is drawn with integer arithmetic from operating-system random bits (Canonne, "
+                "Kamath & Steinke 2020), so no floating-point sampling is involved and the bound holds for this "
+                "implementation, given uniformly random bits from the operating system.")
 FLOAT_CLAUSE = ("The bound is proven for exact real-valued Laplace noise; the noise is sampled in 64-bit floating "
                 "point (difference of two exponentials of 53-bit uniforms), whose outputs lie on a finite grid with "
                 "tails cut at about 37 noise scales, and this sampler is not hardened against Mironov's (2012) "
                 "least-significant-bit attack, so for the implementation the pure epsilon claim holds only up to "
                 "that floating-point gap.")
 SPACES = ("glow-eps", "pixel")
+SAMPLERS = ("exact", "float")
+GRID_STEPS = 4096                               # exact sampler: grid steps across each element's clip box
 CENTERS = ("midrange", "zero")                  # clip-box centre: Eq. 12, or 0 (the mean of a standardised latent)
 
 
@@ -196,7 +210,10 @@ class LaplaceMechanism:
                  alpha: float | None = None,    # clip width / range (Eq. 11); None: 0.4, or 1 for the public pixel box
                  per_element: bool = False,     # epsilon is per element (image budget = epsilon * D)
                  clip: bool = True,             # clip before and after the noise (Eqs. 9, 10)
-                 center: str = "midrange"):     # clip-box centre: "midrange" (Eq. 12) or "zero"
+                 center: str = "midrange",      # clip-box centre: "midrange" (Eq. 12) or "zero"
+                 sampler: str = "exact"):       # secret noise: exact discrete Laplace on a grid | float (64-bit)
+        if sampler not in SAMPLERS:
+            raise ConfigError(f"sampler={sampler!r} must be one of {SAMPLERS}")
         if center not in CENTERS:
             raise ConfigError(f"center={center!r} must be one of {CENTERS}",
                               fix="midrange: (max + min) / 2 as in the paper; zero: the standardised prior's mean")
@@ -228,16 +245,28 @@ class LaplaceMechanism:
             self.scale = self.sensitivity * (self.dims / self.epsilon_image)    # b_k = Δ_k D / ε (Eq. 7)
         else:
             self.scale = torch.zeros_like(delta)
+        self.sampler = sampler
+        # exact sampler: the box of element k is a grid of GRID_STEPS steps of width w_k / GRID_STEPS, and the
+        # noise is discrete Laplace with the integer scale t >= b_k / step (the same t for every live element,
+        # since b_k / w_k = max(1, 1/alpha) * D / epsilon), rounded up: at least the noise the bound needs
+        self.grid_scale = (math.ceil(GRID_STEPS * max(1.0, 1.0 / self.alpha) * self.dims / self.epsilon_image)
+                           if math.isfinite(self.epsilon_image) else 0)
+        if sampler == "exact" and self.grid_scale >= MAX_SCALE:
+            raise ConfigError(f"epsilon={self.epsilon_image:g} per image is too small for the exact sampler's "
+                              "integer range", fix="use a larger epsilon, or sampler='float'")
         self._warn()
 
     # -------------------------------------------------------------------------------------------- numbers
 
     @property
     def epsilon_image_tight(self) -> float:
-        """The smallest ε this mechanism is ε-LDP for: Σ_k w_k / b_k (= α ε when α <= 1 and all Δ_k > 0)."""
+        """The smallest ε this mechanism is ε-LDP for: Σ_k w_k / b_k (= α ε when α <= 1 and all Δ_k > 0); for the
+        exact sampler Σ_k GRID_STEPS / t over the live elements (t rounded up, so at most that)."""
         if not math.isfinite(self.epsilon_image):
             return math.inf
         live = self.scale > 0
+        if self.sampler == "exact":
+            return int((self.width > 0).sum()) * GRID_STEPS / self.grid_scale
         return float((self.width[live] / self.scale[live]).sum())
 
     def _warn(self) -> None:
@@ -283,9 +312,26 @@ class LaplaceMechanism:
             return v.clone()
         out = self.clip_samples(v.double())
         if math.isfinite(self.epsilon_image):
+            if generator is None and self.sampler == "exact":
+                return self._exact(out).to(v.device, v.dtype)
             out = out + self.noise(v.shape[0], generator=generator).to(v.device)
             out = self.clip_samples(out)
         return out.to(v.dtype)
+
+    def _exact(self, clipped: torch.Tensor) -> torch.Tensor:
+        """The mechanism with exact discrete noise: the clipped input snapped to its element's grid of
+        GRID_STEPS steps (a function of the input alone), integer discrete Laplace noise of scale
+        ``grid_scale`` from OS random bits, clipped to the grid's ends, mapped back to values (post-processing).
+        Two inputs differ by at most GRID_STEPS grid steps per element, so the log-ratio is at most
+        GRID_STEPS / grid_scale per element: the bound holds exactly, for this implementation."""
+        lower = self.lower.to(clipped.device)
+        step = (self.width / GRID_STEPS).to(clipped.device)
+        live = step > 0
+        safe = torch.where(live, step, torch.ones_like(step))
+        q = torch.round((clipped - lower) / safe).clamp_(0, GRID_STEPS).to(torch.int64)
+        noise = torch.from_numpy(discrete_laplace(self.grid_scale, q.numel())).reshape(q.shape).to(q.device)
+        y = (q + noise).clamp_(0, GRID_STEPS)
+        return torch.where(live, lower + y.double() * step, clipped)
 
     def noise(self, n: int, *, generator: torch.Generator | Sequence[torch.Generator] | None = None
               ) -> torch.Tensor:
@@ -350,8 +396,13 @@ class LaplaceMechanism:
             "noise_scale": ("b_k = max(Delta_k, w_k) * D / epsilon_image (Eq. 7; equals Delta_k * D / epsilon "
                             "for alpha <= 1)") if finite else "none",
             "noise_scale_mean": float(self.scale.mean()),
-            "noise_source": ("os.urandom (CSPRNG), 64-bit floating-point Laplace; no seed exists or is recorded"
-                             if finite else "none"),
+            "noise_source": (("os.urandom (CSPRNG); exact discrete Laplace with integer scale "
+                              f"{self.grid_scale} on a grid of {GRID_STEPS} steps across each element's clip box "
+                              "(Canonne, Kamath & Steinke 2020, integer arithmetic only); no seed exists or is "
+                              "recorded") if self.sampler == "exact" else
+                             "os.urandom (CSPRNG), 64-bit floating-point Laplace; no seed exists or is recorded")
+                            if finite else "none",
+            "sampler": self.sampler if finite else None,
             "calibration": cal.describe(),
             "assumptions": [
                 "the noise is secret: drawn from os.urandom for this release and recorded nowhere",
@@ -365,7 +416,8 @@ class LaplaceMechanism:
                 *([] if cal.public else ["what the calibrated clip box (per-element min and max of private images) "
                                          "reveals about them"]),
                 "labels released with the images (released as they are)",
-                "the floating-point gap: the bound is proven for exact Laplace noise, not for the 64-bit sampler",
+                *(["the floating-point gap: the bound is proven for exact Laplace noise, not for the 64-bit sampler"]
+                  if self.sampler == "float" else []),
             ] + (["anything: at this epsilon the bound is vacuous"] if finite and self.epsilon_image > WEAK_EPSILON
                  else []),
             "statement": statement(self, space_description=space_description, flow=flow),
@@ -425,7 +477,7 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
     else:
         parts.append(f"An observer tells which of two given images an output came from with probability at most "
                      f"e^eps / (1 + e^eps) = {p:.4f}.")
-    parts.append(FLOAT_CLAUSE)
+    parts.append(EXACT_CLAUSE if mech.sampler == "exact" else FLOAT_CLAUSE)
     return " ".join(parts)
 
 

@@ -43,7 +43,8 @@ class ImageLDP:
                  alpha: float | None = None,    # clip width / range: None = 1 (public box) or 0.4 (calibrated)
                  per_element: bool = False,     # epsilon is per pixel value (image budget = epsilon * D)
                  clip: bool = True,             # clip before and after the noise (off only with epsilon=inf)
-                 dims: int | None = None):      # C*H*W, needed only for the public box (no calibration)
+                 dims: int | None = None,       # C*H*W, needed only for the public box (no calibration)
+                 sampler: str = "exact"):       # secret noise: exact discrete Laplace | float (see ldp.py)
         if calibration is None:
             if dims is None:
                 raise ConfigError("the public pixel box needs dims = C*H*W", fix="pass dims=, or a calibration")
@@ -51,7 +52,7 @@ class ImageLDP:
         if calibration.space != "pixel":
             raise ConfigError(f"image-domain LDP needs pixel calibration statistics, got {calibration.space!r}")
         self.mechanism = LaplaceMechanism(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element,
-                                          clip=clip)
+                                          clip=clip, sampler=sampler)
 
     def __call__(self, images: torch.Tensor, *,
                  generator: torch.Generator | Sequence[torch.Generator] | None = None) -> torch.Tensor:

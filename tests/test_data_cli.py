@@ -90,9 +90,11 @@ def test_audit_and_evaluate_take_the_layout_options(tmp_path: Path, runner):
     r = runner.invoke(cli, ["evaluate", "--real", str(root), *bad, "--release", str(release),
                             "--out", str(tmp_path / "ev"), "--preset", "fast", "--size", "16"])
     assert r.exit_code == 1 and "has no column 'nope'" in r.output
-    for cmd in (["audit"], ["evaluate"], ["data", "summary"], ["data", "split"]):
+    for cmd in (["audit"], ["evaluate"], ["data", "summary"], ["data", "split"], ["anonymize", "snow"]):
         text = runner.invoke(cli, [*cmd, "--help"]).output
-        assert "--labels" in text and "--image-col" in text and "--allow-outside" in text
+        assert "--labels" in text and "--image-col" in text
+        # the audit reads names, not pixels, and searches every file the labels name: no file options
+        assert ("--allow-outside" in text and "--max-pixels" in text) == (cmd != ["audit"])
 
 
 def test_reading_declares_options_for_code_that_opens_by_path(tmp_path: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, data
+from medanon.cli.base import CONTEXT, check_outputs, data
 from medanon.config import DataConfig, SplitConfig, build
 from medanon.data.imageio import DEFAULT_MAX_PIXELS
 from medanon.errors import MedanonError
@@ -28,8 +28,8 @@ def _check_size(ctx, param, value):
 
 
 def layout_options(f):
-    """How to read a dataset folder: its layout (or the generic description), and which files to accept.
-    Every command that reads a dataset takes these, under the same names."""
+    """How to read a dataset folder: its layout, or the generic description. Every command that reads a dataset
+    takes these, under the same names."""
     opts = [
         click.option("--layout", type=click.Choice(["auto", "medanon", "aptos", "eyepacs", "brset", "rsna", "mimic",
                                                     "generic"]), default="auto",
@@ -42,9 +42,6 @@ def layout_options(f):
         click.option("--patient-col", default=None, help="Generic layout: column with patient ids."),
         click.option("--images", "images_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
                      default=None, help="Generic layout: folder the image paths are relative to."),
-        click.option("--allow-outside", is_flag=True, default=False,
-                     help="Read files the labels name outside the dataset folder (../x.png, absolute paths) and "
-                          "symlinks that lead out of it; by default they are refused as bad files."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -54,6 +51,9 @@ def layout_options(f):
 def file_options(f):
     """Which image files to accept when pixels are read."""
     opts = [
+        click.option("--allow-outside", is_flag=True, default=False,
+                     help="Read files the labels name outside the dataset folder (../x.png, absolute paths) and "
+                          "symlinks that lead out of it; by default they are refused as bad files."),
         click.option("--skip-bad", is_flag=True, default=None,
                      help="Leave out missing, unreadable, oversized, outside or unlabelled files (and list them) "
                           "instead of failing; images are then decoded once up front to find corrupt pixels."),
@@ -227,7 +227,8 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
               help="Fraction of patients.  [default: 0.15]")
 @click.option("--stratify", default=None, help="Label to stratify by ('' for none).  [default: grade]")
 @click.option("--seed", type=int, default=None, help="Random seed.  [default: 0]")
-def data_split(data_dir: Path, out: Path, val, test, stratify, seed, **opts) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists (only a splits file medanon wrote).")
+def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, **opts) -> None:
     """Patient-level train/val/test split of DATA_DIR, stratified by a label. Warns when the split cannot
     meet the fractions (too few patients per stratum).
 
@@ -239,6 +240,7 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, **opts) -> 
     from medanon.data.splits import split_patients, split_shortfalls, write_splits_csv
 
     sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
+    check_outputs((out, "file", "--out"), data_dir=data_dir, opts=opts, overwrite=overwrite)
     ds = open_from_cli(data_dir, **opts)
     if sc.stratify and sc.stratify not in ds.label_names:
         raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",

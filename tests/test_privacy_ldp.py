@@ -17,6 +17,7 @@ from medanon.anonymize.ldp import (
     ClipCalibration,
     LaplaceMechanism,
     calibrate,
+    calibration_overlap,
     distinguishing_bound,
     release_dataset,
 )
@@ -124,6 +125,9 @@ def test_item6_overlap_with_the_flows_training_data_is_warned():
         warnings.simplefilter("error", CalibrationOverlap)
         assert training_overlap(data, {"sha256": "cd" * 32}) is None
         assert training_overlap(None, {"sha256": "cd" * 32}) is None
+        assert calibration_overlap(["/a/1.png", "/a/2.png"], ["/b/1.png"]) == 0
+    with pytest.warns(CalibrationOverlap, match="2 of the images being released"):
+        assert calibration_overlap(_DS(), ["/x/0.png", "/x/2.png", "/y/9.png"]) == 2
 
 
 def test_item5_exact_sampler_is_discrete_laplace_and_keeps_the_bound():

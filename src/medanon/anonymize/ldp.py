@@ -57,12 +57,13 @@ import os
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from medanon.anonymize.discrete_laplace import MAX_SCALE, discrete_laplace
-from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee, WeakBudget
+from medanon.anonymize.privacy import CalibrationOverlap, DataDependentRelease, NoFormalGuarantee, WeakBudget
 from medanon.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -485,6 +486,23 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
 
 
 SEEDED = "no formal guarantee (reproducible noise, testing only)"
+
+
+def calibration_overlap(released, calibration, *, stacklevel: int = 2) -> int:
+    """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) when images being released are among the
+    images a clip box is calibrated on; returns how many are. ``released`` and ``calibration``: datasets (their
+    records' files are compared, by resolved path) or sequences of paths."""
+    def paths(x) -> set[str]:
+        items = getattr(x, "records", x)
+        return {str(Path(getattr(r, "path", r)).resolve()) for r in items}
+
+    both = paths(released) & paths(calibration)
+    if both:
+        warnings.warn(f"{len(both)} of the images being released are among the {len(paths(calibration))} images the "
+                      "clip box is calibrated on: their own per-element extremes shape the box, which the epsilon "
+                      "bound does not cover; calibrate on other images (the training split) or use the public box",
+                      CalibrationOverlap, stacklevel=stacklevel)
+    return len(both)
 
 
 def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:

@@ -163,3 +163,15 @@ def test_bad_age_row_is_named_and_skippable(tmp_path: Path):
     (p,) = sc.problems
     assert p.kind == "label" and "row 3" in p.detail and "'age'" in p.detail
     assert spec("age").encode("0") == 0.0 and spec("age").encode("") != spec("age").encode("")   # nan
+
+
+def test_a_symlinked_dataset_folder_is_read_as_itself(tmp_path: Path):
+    real = tmp_path / "mnt" / "export"
+    generic = generic_dataset(real, ["images/0.png", "images/1.png"], n_images=2)
+    link = tmp_path / "ds"
+    link.symlink_to(real, target_is_directory=True)
+    ds = open_dataset(link, DataConfig(size=16), generic=GenericOptions(**{**generic.__dict__,
+                                                                          "labels_csv": link / "labels.csv"}))
+    assert len(ds) == 2 and not ds.skipped
+    assert files_digest([r.path for r in ds.records], root=link) == \
+        files_digest([real / "images" / f"{i}.png" for i in range(2)], root=real)

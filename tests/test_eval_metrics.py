@@ -131,3 +131,15 @@ def test_injectable_extractor_random_projection():
     fd.update((real * 0.2 + 0.7), real=False)
     assert fd.compute() > 5 * near
     assert F.extract_features(ext, real, batch=7).shape == (50, 16)
+
+
+def test_confusion_matches_sklearn_for_any_label_order():
+    from sklearn.metrics import confusion_matrix
+
+    from medanon.evaluate.metrics import confusion
+
+    rng = np.random.default_rng(0)
+    for labels in ([0, 1, 2, 3, 4], [4, 2, 0], [1]):
+        t, p = rng.integers(0, 6, 100), rng.integers(0, 6, 100)
+        keep = np.isin(t, labels) & np.isin(p, labels)
+        assert (confusion(t, p, labels) == confusion_matrix(t[keep], p[keep], labels=labels)).all()

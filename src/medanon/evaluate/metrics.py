@@ -21,14 +21,22 @@ def accuracy(y_true, y_pred) -> float:
 
 
 def confusion(y_true, y_pred, labels) -> np.ndarray:
-    """Counts ``C[i, j]`` of truth ``labels[i]`` predicted as ``labels[j]``."""
+    """Counts ``C[i, j]`` of truth ``labels[i]`` predicted as ``labels[j]`` (pairs outside ``labels`` ignored)."""
     t, p = _int(y_true), _int(y_pred)
-    index = {int(v): i for i, v in enumerate(labels)}
-    c = np.zeros((len(labels), len(labels)), dtype=np.int64)
-    for a, b in zip(t, p, strict=True):
-        if a in index and b in index:
-            c[index[a], index[b]] += 1
-    return c
+    lab = np.asarray(labels, np.int64).ravel()
+    k = len(lab)
+    if k == 0:
+        return np.zeros((0, 0), np.int64)
+    order = np.argsort(lab)
+    srt = lab[order]
+
+    def index(v: np.ndarray) -> np.ndarray:                     # position of each value in ``labels``, or -1
+        pos = np.minimum(np.searchsorted(srt, v), k - 1)
+        return np.where(srt[pos] == v, order[pos], -1)
+
+    i, j = index(t), index(p)
+    ok = (i >= 0) & (j >= 0)
+    return np.bincount(i[ok] * k + j[ok], minlength=k * k).reshape(k, k).astype(np.int64)
 
 
 def quadratic_kappa(y_true, y_pred, *, labels=None) -> float:

@@ -34,6 +34,7 @@ from medanon.data.splits import split_patients, write_splits_csv
 from medanon.data.summary import format_summary, summarize
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_dir, atomic_write_text
+from medanon.outputs import check_output
 from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
 
@@ -260,6 +261,7 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
         raise DataError(f"the shipped checkpoints are not in {ckpt}",
                         fix="run the demo from a medanon source checkout, or pass --checkpoints DIR")
     out = Path(out)
+    check_output(out, inputs=[ckpt], existing_ok=True, kind="dir")     # resumes its own folder, nothing else
     seed_everything(seed)
     dev = resolve_device(device)
     cfg.device = str(dev)

@@ -14,8 +14,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from medanon.errors import OutputExistsError
-
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex SHA-256 of a file's bytes."""
@@ -52,16 +50,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str | None = "folder") -> Iterator[Path]:
     """Yield a temporary directory that becomes ``out`` only if the block finishes.
 
     On an exception (including KeyboardInterrupt) the temporary directory is removed and
-    ``out`` is left as it was. With ``overwrite`` an existing ``out`` is replaced at the end.
+    ``out`` is left as it was. With ``overwrite`` an existing ``out`` is replaced at the end, but only
+    if medanon wrote it (:func:`medanon.outputs.check_output`); the finished folder carries medanon's
+    marker (``marker`` names its kind; None for folders that identify themselves, as phantoms do with
+    ``phantom.json``) so that a later ``overwrite`` recognises it.
     """
+    from medanon.outputs import check_output, write_marker
+
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise OutputExistsError(f"output {out} already exists",
-                                fix="choose another --out, or pass --overwrite to replace it")
+    check_output(out, overwrite=overwrite, kind="dir")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
@@ -69,6 +70,8 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Iterator[P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if marker is not None:
+        write_marker(tmp, marker)
     if out.exists():
         trash = out.with_name(f".{out.name}.old-{os.getpid()}")
         os.replace(out, trash)

@@ -111,7 +111,10 @@ class RunDir:
     """
 
     def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None):
+        from medanon.outputs import check_output
+
         self.path = Path(path)
+        check_output(self.path, existing_ok=True, kind="dir")     # a resumed run's own folder, never a foreign one
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path / "config.yaml", dump_yaml(config))
         self.manifest: dict[str, Any] = {

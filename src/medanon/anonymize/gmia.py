@@ -545,6 +545,10 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
     (results do not depend on how the images are batched). Returns the release folder and the
     aggregate outcome of the images optimised in this call (also written into the manifest).
     """
+    from medanon.outputs import dataset_inputs
+    from medanon.release.writer import check_release_outputs
+
+    check_release_outputs(out, mapping, inputs=dataset_inputs(dataset), overwrite=overwrite)   # before any work
     for doubt in check_networks(gmia, dataset):
         warnings.warn(doubt, stacklevel=2)
     for w in gmia.cfg.warnings():

@@ -56,8 +56,10 @@ from tqdm.auto import tqdm
 from medanon.anonymize.privacy import NoFormalGuarantee
 from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError
+from medanon.outputs import dataset_inputs
 from medanon.release import ReleaseWriter
 from medanon.release.labels import release_labels
+from medanon.release.writer import check_release_outputs
 from medanon.runtime import files_digest
 from medanon.segment.vessels import VesselSource
 
@@ -430,6 +432,8 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     run_seed = int(seed) if seeded else secrets.randbits(63)
     outs = release_paths(out, ps)
     maps = release_paths(mapping, ps) if mapping is not None else dict.fromkeys(ps)
+    for p in ps:                                               # every output checked before any work
+        check_release_outputs(outs[p], maps[p], inputs=dataset_inputs(dataset), overwrite=overwrite)
     names = release_labels(dataset, labels)
     device = torch.device(device)
     h = w = dataset.size

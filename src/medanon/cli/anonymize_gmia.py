@@ -90,6 +90,12 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     NO formal privacy guarantee: measure the protection with `medanon evaluate` (linkability, singling out)."""
     import torch
 
+    from medanon.release.writer import check_release_outputs
+
+    check_release_outputs(out, mapping, overwrite=overwrite,            # before the networks are loaded
+                          inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), model_path,
+                                  identity_path, utility_path, splits_csv])
+
     from medanon.anonymize.gmia import GMIA, GMIAConfig, gmia_release
     from medanon.config import build
     from medanon.runtime import resolve_device

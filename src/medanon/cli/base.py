@@ -58,3 +58,19 @@ def train() -> None:
 @cli.group(context_settings=CONTEXT)
 def anonymize() -> None:
     """Turn a dataset into a release with one of the de-identification methods."""
+
+
+def check_outputs(*outputs: tuple[object, str, str], data_dir=None, opts: dict | None = None, reads=(),
+                  overwrite: bool = False, existing_ok: bool = False) -> None:
+    """Check every ``(path, kind, option name)`` output of a command before it does any work (``medanon.outputs``).
+
+    The inputs are the dataset folder, the generic layout's labels CSV and image folder from ``opts``, and
+    ``reads`` (checkpoints, releases); ``None`` outputs (an option not given) are skipped.
+    """
+    from medanon.outputs import check_output
+
+    opts = opts or {}
+    inputs = [data_dir, opts.get("labels_csv"), opts.get("images_dir"), *reads]
+    for path, kind, name in outputs:
+        if path is not None:
+            check_output(path, inputs=inputs, overwrite=overwrite, kind=kind, name=name, existing_ok=existing_ok)

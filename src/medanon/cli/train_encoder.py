@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, train
+from medanon.cli.base import CONTEXT, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 
@@ -132,6 +132,13 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | No
                f"SSIM {base['ssim']['mean']:.4f}; written to {out / 'heldout.json'}")
 
 
+def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, data_opts: dict, *reads) -> None:
+    """The run folder (resumed: existing is fine if medanon's) and the export, before any work; nothing read."""
+    check_outputs((out, "dir", "--out"), data_dir=data_dir, opts=data_opts, reads=reads, existing_ok=True)
+    check_outputs((export_path, "file", "--export"), data_dir=data_dir, opts=data_opts,
+                  reads=[*reads, out / "checkpoint.pt"], existing_ok=resume)
+
+
 def _is_phantom(folder: Path) -> bool:
     return (folder / "phantom.json").is_file()
 
@@ -149,6 +156,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
 
     The perceptual term is a feature distance on EfficientNet-Lite0 ImageNet features, not LPIPS.
     """
+    _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt)
     from medanon.codecs.stylegan import KIND_RESTYLE
     from medanon.config import build
     from medanon.train.encoder import EncoderConfig, train_restyle
@@ -176,6 +184,7 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     Losses: pixel, EfficientNet-Lite0 feature distance (not LPIPS) and adversarial for E and G, then
     the discriminator step.
     """
+    _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt)
     from medanon.codecs.stylegan import KIND_COTRAINED
     from medanon.config import build
     from medanon.train.autoencoder import AutoencoderConfig, train_autoencoder

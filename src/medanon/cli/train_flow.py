@@ -58,7 +58,10 @@ def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, see
     Under torchrun (`torchrun --nproc_per_node 4 -m medanon train flow ...`) every process trains on its
     share of each batch (docs/distributed.md); --batch is the global batch.
     """
+    from medanon.cli.base import check_outputs
     from medanon.runtime import resolve_device
+
+    check_outputs((out, "dir", "--out"), data_dir=data_dir, opts=data_opts, existing_ok=True)
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, train
+from medanon.cli.base import CONTEXT, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.fsutil import atomic_write_bytes
 
@@ -42,6 +42,11 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
     masks, e.g. `medanon phantom --modality fundus`) or on --vessel-images/--vessel-masks folders,
     then report test Dice and AUROC for it and for the Frangi and Sato baselines."""
     from medanon.config import build
+
+    reads = [images_pair, masks_pair]
+    check_outputs((out, "dir", "--out"), data_dir=data_dir, opts=opts, reads=reads, existing_ok=True)
+    check_outputs((export, "file", "--export"), data_dir=data_dir, opts=opts, reads=[*reads, out / "checkpoint.pt"],
+                  existing_ok=resume)
     from medanon.runtime import resolve_device
     from medanon.train.segmenter import SegmenterTrainConfig, data_from_dataset, data_from_folders, train_segmenter
 

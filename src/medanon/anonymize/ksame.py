@@ -121,7 +121,9 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[s
     if cfg.method == "inverted":
         return {"guarantee": "none: GAN-Inverted releases G(E(x)) for every image, one record per person's image; "
                              "it is the paper's non-anonymous comparison, not a de-identification",
-                "k": 1}
+                "k": 1,
+                "not_protected": ["everything: each released image is the codec's reconstruction of one source "
+                                  "image and resembles it"]}
     private_basis = cfg.method == "kpca" and cfg.pca_basis == "private"
     computed = ("every released image is computed from the images of one cluster and the PCA basis (mean image and "
                 "components), which is fitted on the whole private dataset being released (up to "

@@ -105,3 +105,14 @@ def test_pivot_columns_use_the_papers_parameter_and_fall_back_on_collisions():
             {"method": "other", "params": {"steps": 3}, "setting": "steps=3"}]
     assign_columns(rels)
     assert [r["column"] for r in rels] == ["k=5, steps=100", "k=5, steps=50", "k=5", "steps=3"]
+
+
+def test_prose_names_the_new_parts_of_the_statements():
+    """Issue 14: the report's words carry the clip box, the per-patient budget, the labels rule and the basis."""
+    ldp = privacy_text.prose_html(_laplace(1.0))
+    for heading in ("Clip box", "Per patient", "Assumptions", "What is not protected"):
+        assert f"<h4>{heading}</h4>" in ldp
+    kpca = privacy_text.prose_html(privacy_statement(KSameConfig(method="kpca", k=5, stratify="grade"), None))
+    for heading in ("Released labels", "PCA basis", "What is not protected"):
+        assert f"<h4>{heading}</h4>" in kpca
+    assert "homogeneous in grade" in kpca

@@ -71,6 +71,24 @@ def setup_logging(level: str = "info") -> None:
     logging.getLogger("medanon").setLevel(lvl)
 
 
+def silence_progress_bars() -> None:
+    """Turn every tqdm progress bar of this process off (quiet mode, or a log file that is not a terminal,
+    where bars become lines of carriage returns). tqdm reads its ``TQDM_DISABLE`` variable only when it is
+    imported, so the default is changed on the class instead."""
+    from tqdm import std
+
+    if getattr(std.tqdm.__init__, "_medanon_silenced", False):
+        return
+    original = std.tqdm.__init__
+
+    def init(self, *args, **kwargs):
+        kwargs["disable"] = True
+        original(self, *args, **kwargs)
+
+    init._medanon_silenced = True
+    std.tqdm.__init__ = init
+
+
 def software_versions() -> dict[str, str]:
     versions = {"medanon": __version__, "python": platform.python_version()}
     for mod in ("torch", "numpy", "scipy", "skimage", "sklearn", "PIL", "pydicom"):

@@ -18,7 +18,8 @@ log = logging.getLogger("medanon")
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 110}
 class MedanonGroup(click.Group):
-    """Prints MedanonError as a clean message (no traceback) and exits with status 1."""
+    """Prints MedanonError as a clean message (no traceback) and exits with status 1; Ctrl-C exits with 130
+    (the shell's convention for SIGINT) after saying that outputs were left as they were (atomic writes)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -26,20 +27,38 @@ class MedanonGroup(click.Group):
         except MedanonError as e:
             click.secho(f"error: {e}", fg="red", err=True)
             ctx.exit(1)
+        except KeyboardInterrupt:
+            click.secho("interrupted: nothing half-written was left under an output's name; rerun the same "
+                        "command to resume", fg="yellow", err=True)
+            ctx.exit(130)
 
 
 @click.group(cls=MedanonGroup, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="medanon")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              help="Logging verbosity (to stderr).")
+              help="Logging verbosity (to stderr); warning and error also turn progress bars off.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars, no info messages (same as --log-level warning).")
 @click.option("--device", default="auto", metavar="auto|cpu|cuda[:N]",
               help="Where models run; 'auto' picks a CUDA GPU if there is one.")
 @click.pass_context
-def cli(ctx: click.Context, log_level: str, device: str) -> None:
-    """medanon: share medical images without exposing patients."""
-    from medanon.runtime import setup_logging
+def cli(ctx: click.Context, log_level: str, quiet: bool, device: str) -> None:
+    """medanon: share medical images without exposing patients.
 
+    \b
+    Example:
+      medanon phantom --modality fundus --patients 50 --out phantom-fundus
+      medanon anonymize snow phantom-fundus --p 0.3 --out release-snow
+      medanon audit release-snow --source phantom-fundus
+    """
+    import sys
+
+    from medanon.runtime import setup_logging, silence_progress_bars
+
+    if quiet and log_level in ("debug", "info"):
+        log_level = "warning"
     setup_logging(log_level)
+    if log_level in ("warning", "error") or not sys.stderr.isatty():
+        silence_progress_bars()                    # no bars in quiet mode, nor \r-lines in a log file
     ctx.ensure_object(dict)
     ctx.obj["device"] = device
 

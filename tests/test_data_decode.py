@@ -160,3 +160,19 @@ def test_render_at_full_scale_is_preprocess(crop: str):
     new = render(img, plan_crop(img, crop), scale=1, width=150, height=110, size=32, channels=3)
     assert new.fov_found == ref.fov_found and np.array_equal(new.fov, ref.fov)
     assert np.abs(new.image - ref.image).max() < 1e-5
+
+
+@pytest.mark.parametrize("crop", ["center", "pad", "none"])
+def test_crop_between_reduced_pixels_within_one_level(tmp_path: Path, crop: str):
+    """A 16-bit TIFF whose crop edges fall inside reduced pixels (1203 x 1001: x0 = 101, not a multiple of 4; the
+    last reduced row and column average fewer than 4 source pixels)."""
+    import tifffile
+
+    yy, xx = np.mgrid[0:1001, 0:1203]
+    arr = (20000 + 15000 * np.sin(xx / 37.0) * np.cos(yy / 51.0) + 10 * xx).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "x.tif", arr)
+    assert choose_scale(1203, 1001, 32) == 4
+    ref = preprocess(imageio.read(tmp_path / "x.tif"), size=32, channels=1, crop=crop)
+    new = decode(tmp_path / "x.tif", size=32, channels=1, crop=crop)
+    assert np.abs(new.image - ref.image).max() / 2 <= 1 / 255
+    assert np.array_equal(new.fov, ref.fov)

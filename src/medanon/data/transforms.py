@@ -273,6 +273,15 @@ def render(img: np.ndarray, plan: CropPlan, *, scale: int, width: int, height: i
         s = plan.side / scale
         boxes = (plan.x0 / scale, plan.y0 / scale, plan.x0 / scale + s, plan.y0 / scale + s)
     bx0, by0, bx1, by1 = boxes
+    # The last reduced column (row) may average fewer than `scale` source pixels. Where the crop runs past the
+    # image, the zero padding must share that reduced pixel: scale it by the part of it that is image.
+    cover_x, cover_y = width / scale - (w - 1), height / scale - (h - 1)
+    if (cover_x < 1 and bx1 > width / scale) or (cover_y < 1 and by1 > height / scale):
+        x = x.copy()
+        if cover_x < 1 and bx1 > width / scale:
+            x[:, -1] *= cover_x
+        if cover_y < 1 and by1 > height / scale:
+            x[-1] *= cover_y
     ix0, iy0 = int(np.floor(bx0)), int(np.floor(by0))
     ix1, iy1 = int(np.ceil(bx1)), int(np.ceil(by1))
     cut = np.zeros((iy1 - iy0, ix1 - ix0, x.shape[2]), dtype=np.float32)     # zero outside the source

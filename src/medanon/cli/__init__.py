@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "data",
     "demo",
     "evaluate",
+    "generate",
     "models",
     "phantom",
     "train_identity",

@@ -1,0 +1,102 @@
+"""Sampling a trained generator: ``medanon generate``, a user's first look at a model they trained.
+
+:func:`load_any_generator` takes a ``stylegan2`` checkpoint (its EMA generator) or an inversion codec
+(the generator it decodes with); :func:`generate_samples` writes ``n`` samples as PNGs, a sample grid
+and a manifest into a new folder (atomically; an existing one is replaced only with ``overwrite`` and
+only if medanon wrote it). Same checkpoint, seed and truncation: same images.
+
+>>> import tempfile, pathlib
+>>> from medanon.models.stylegan import Generator
+>>> G = Generator(z_dim=8, w_dim=8, img_resolution=8, img_channels=1, channel_base=64, channel_max=8)
+>>> images = sample_images(G, 3, seed=0)
+>>> tuple(images.shape), bool(images.min() >= -1) and bool(images.max() <= 1)
+((3, 1, 8, 8), True)
+>>> torch.equal(images, sample_images(G, 3, seed=0))
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from tqdm.auto import tqdm
+
+from medanon.checkpoint import load_checkpoint
+from medanon.errors import ConfigError
+from medanon.fsutil import atomic_dir, sha256_file
+from medanon.release.writer import image_to_uint8
+
+GENERATOR_KINDS = ("stylegan2", "restyle-encoder", "cotrained-autoencoder")
+
+
+def load_any_generator(path: str | Path, *, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """The generator of a GAN checkpoint (EMA weights) or of an inversion codec, in eval mode."""
+    blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location="cpu")
+    if blob["kind"] == "stylegan2":
+        from medanon.train.gan import load_generator
+
+        return load_generator(path, device=device)
+    from medanon.codecs.stylegan import load_codec
+
+    return load_codec(path, map_location=device).generator.eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def sample_images(G: torch.nn.Module, n: int, *, seed: int = 0, truncation: float = 1.0, batch: int = 64,
+                  progress: bool = False) -> torch.Tensor:
+    """``n`` samples (N, C, H, W) float in [-1, 1]; z from a generator seeded with ``seed``; constant noise."""
+    if n < 1:
+        raise ConfigError(f"n={n}: ask for at least one image", fix="pass n >= 1 (--n)")
+    if not 0 <= truncation <= 1:
+        raise ConfigError(f"truncation={truncation} is not in [0, 1]",
+                          fix="1 = no truncation; smaller values pull towards the average image (--truncation)")
+    device = next(G.parameters()).device
+    rng = torch.Generator().manual_seed(int(seed))
+    z = torch.randn(n, G.z_dim, generator=rng)
+    out = []
+    for i in tqdm(range(0, n, batch), desc="sampling", unit="batch", disable=not progress):
+        zb = z[i:i + batch].to(device)
+        out.append(G(zb, truncation_psi=truncation, noise_mode="const").clamp(-1, 1).float().cpu())
+    return torch.cat(out)
+
+
+def grid(images: torch.Tensor, cols: int | None = None) -> np.ndarray:
+    """A uint8 picture of ``images`` (N, C, H, W) in rows of ``cols`` (default: about square)."""
+    n, c, h, w = images.shape
+    cols = cols or math.ceil(math.sqrt(n))
+    rows = math.ceil(n / cols)
+    canvas = torch.full((c, rows * h, cols * w), -1.0)
+    for i, im in enumerate(images):
+        r, q = divmod(i, cols)
+        canvas[:, r * h:(r + 1) * h, q * w:(q + 1) * w] = im
+    return image_to_uint8(canvas)
+
+
+def generate_samples(model: str | Path, n: int, out: str | Path, *, seed: int = 0, truncation: float = 1.0,
+                     overwrite: bool = False, device: str | torch.device = "cpu", batch: int = 64,
+                     progress: bool = True) -> dict[str, Any]:
+    """Write ``n`` samples of the generator in ``model`` to ``out/images/NNNNNN.png``, ``out/grid.png`` (at most
+    64 of them) and ``out/manifest.json`` (checkpoint sha256, seed, truncation). Returns the manifest."""
+    from medanon.outputs import check_output
+
+    check_output(out, inputs=[model], overwrite=overwrite, kind="dir")     # before the model is even loaded
+    G = load_any_generator(model, device=device)
+    images = sample_images(G, n, seed=seed, truncation=truncation, batch=batch, progress=progress)
+    manifest = {"format": "medanon-samples", "model": str(model), "model_sha256": sha256_file(model),
+                "n": n, "seed": seed, "truncation": truncation, "noise": "const",
+                "resolution": int(images.shape[-1]), "channels": int(images.shape[1]),
+                "software": {"medanon": __import__("medanon").__version__}}
+    with atomic_dir(out, overwrite=overwrite, marker="samples") as tmp:
+        (tmp / "images").mkdir()
+        width = max(6, len(str(n)))
+        for i, im in enumerate(images):
+            Image.fromarray(image_to_uint8(im)).save(tmp / "images" / f"{i:0{width}d}.png")
+        Image.fromarray(grid(images[:64])).save(tmp / "grid.png")
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest

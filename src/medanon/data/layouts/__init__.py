@@ -157,7 +157,7 @@ def confine(sc: Scan) -> None:
             continue
         for p in bad:
             real = p.resolve()
-            how = "a symlink to " if real != Path(os.path.abspath(p)) else ""
+            how = "leads through a symlink to " if real != Path(os.path.abspath(p)) else "is "
             sc.problems.append(Problem(_shown(p, sc.root), "outside",
                                        f"{how}{real}, outside the dataset folder {sc.root}"))
     sc.records = kept

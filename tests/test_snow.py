@@ -47,7 +47,7 @@ def test_snow_replaces_exactly_round_p_hw_positions_in_every_channel(p, n, c, h,
     means = torch.linspace(-0.5, 0.5, c)
     y = snow(x, p=p, means=means, generator=image_generators(seed, range(n)))
     changed = y != x
-    k = math.floor(p * h * w + 0.5)
+    k = math.floor(p * (h * w) + 0.5)                   # round(p·HW) with HW counted first, as count_for
     assert (changed.all(dim=1) == changed.any(dim=1)).all()          # one subset for all channels (Eq. 1)
     assert changed[:, 0].flatten(1).sum(1).tolist() == [k] * n
     assert torch.equal(y[changed], means.view(1, c, 1, 1).expand_as(y)[changed])

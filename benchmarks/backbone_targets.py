@@ -1,0 +1,154 @@
+"""Does the generative backbone keep what carries identity and disease? The targets of issue 12, one JSON line.
+
+On phantom images of patients no model was trained on (``--data``, e.g. seed 1), for a generator and its
+codecs:
+
+- ``vessel_auroc``: Frangi vesselness on the green channel of each image (:class:`medanon.segment.vesselness.
+  Vesselness`) scored against the *source's* true vessel mask inside its field of view (pooled pixels,
+  ``sklearn.metrics.roc_auc_score``), for the sources themselves and for every codec's reconstruction
+  G(E(x)). Target: >= 0.80 for each codec (a blurred disc scores about 0.5).
+- ``fid``: Inception FID of ``N`` generator samples (psi = 1) and of the ``N`` reconstructions against ``N``
+  real images of *other* patients, and the real-vs-real floor at the same N (``benchmarks/generator_fid.py``).
+  Targets: reconstructions <= 50, samples <= 60.
+- ``identity``: the attacker identity network links x to G(E(x)): true-accept rate of the genuine pairs
+  (x_i, G(E(x_i))) at a false-accept rate of 1 % on all impostor pairs (x_i, G(E(x_j))) of different
+  patients (``sklearn.metrics.roc_curve``). Target: outer TAR >= 0.5.
+- ``grade``: quadratic kappa of a DR-grade classifier trained on real images, on the sources and on the
+  reconstructions (``sklearn.metrics.cohen_kappa_score``). Target: reconstructions keep >= 60 % of it.
+
+    python benchmarks/backbone_targets.py --data PH1 --generator checkpoints/stylegan2-fundus64.pt \\
+        --codec checkpoints/restyle-fundus64.pt --codec checkpoints/cotrained-fundus64.pt \\
+        --identity checkpoints/identity-attacker-fundus64.pt --classifier checkpoints/classifier-grade-fundus64.pt \\
+        --n 200 --threads 1
+    # PH1 = medanon phantom --modality fundus --patients 100 --per-patient 4 --size 64 --seed 1 --out PH1
+
+``--skip-fid`` leaves out the Inception passes (the slow part: ~0.25 CPU-s per image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generator_fid import fid_table, generate, quantise, split_by_patient
+
+from medanon.config import DataConfig
+from medanon.data.dataset import open_dataset
+
+TARGETS = {"vessel_auroc": 0.80, "recon_fid": 50.0, "sample_fid": 60.0, "outer_tar_far1": 0.5,
+           "kappa_retained": 0.60}
+
+
+def vessel_auroc(images: torch.Tensor, masks: torch.Tensor, fov: torch.Tensor) -> float:
+    """Frangi vesselness of ``images`` against the true vessel ``masks``, pooled over the pixels inside ``fov``."""
+    from sklearn.metrics import roc_auc_score
+
+    from medanon.segment.vesselness import Vesselness
+
+    prob = Vesselness("frangi").probability(images, fov).numpy()
+    inside = fov.numpy().astype(bool)
+    return float(roc_auc_score(masks.numpy().astype(bool)[inside], prob[inside]))
+
+
+def outer_tar(sources: torch.Tensor, released: torch.Tensor, patients: np.ndarray, identity: Path,
+              far: float = 0.01) -> dict:
+    """TAR at ``far`` of genuine pairs (x_i, r_i) against all impostor pairs (x_i, r_j) of other patients."""
+    from sklearn.metrics import roc_curve
+
+    from medanon.models.identity import load_identity
+
+    net, _ = load_identity(identity)
+    a = torch.nn.functional.normalize(net.embed(sources), dim=1)
+    b = torch.nn.functional.normalize(net.embed(released), dim=1)
+    sim = (a @ b.T).numpy()
+    genuine = np.diag(sim)
+    impostor = sim[patients[:, None] != patients[None, :]]
+    fpr, tpr, _ = roc_curve(np.r_[np.ones(len(genuine)), np.zeros(len(impostor))], np.r_[genuine, impostor])
+    return {"tar": float(tpr[fpr <= far].max()), "far": far, "n_genuine": len(genuine),
+            "n_impostor": len(impostor), "median_genuine_cos": float(np.median(genuine))}
+
+
+def kappa(images: torch.Tensor, grades: np.ndarray, classifier: Path) -> float:
+    from sklearn.metrics import cohen_kappa_score
+
+    from medanon.models.classifier import load_classifier, predict_proba
+
+    model, _ = load_classifier(classifier)
+    pred = predict_proba(model, images).argmax(1).numpy()
+    return float(cohen_kappa_score(grades.astype(int), pred, weights="quadratic", labels=list(range(5))))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="fundus phantom folder of patients no model saw (with masks)")
+    ap.add_argument("--generator", required=True)
+    ap.add_argument("--codec", action="append", default=[])
+    ap.add_argument("--identity", default=None, help="attacker identity network (kind identity)")
+    ap.add_argument("--classifier", default=None, help="DR-grade classifier trained on real images")
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--skip-fid", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from medanon.codecs.stylegan import load_codec
+    from medanon.sampling import load_any_generator
+
+    t_start = time.perf_counter()
+    ds = open_dataset(args.data, DataConfig(size=64))
+    ref_idx, ctl_idx = split_by_patient(ds, args.n)
+    items = [ds.load(i) for i in ctl_idx]
+    x = torch.stack([it["image"] for it in items])
+    masks = torch.stack([it["mask"] for it in items]).bool()
+    fov = torch.stack([it["fov"] for it in items]).bool()
+    patients = np.array([it["patient_id"] for it in items])
+    grades = np.array([it["labels"]["grade"] for it in items])
+    out: dict = {"data": args.data, "n": len(ctl_idx), "targets": TARGETS, "sources": {}, "codecs": {}}
+    out["sources"]["vessel_auroc"] = vessel_auroc(x, masks, fov)
+    if args.classifier:
+        out["sources"]["kappa"] = kappa(x, grades, args.classifier)
+    recons = {}
+    for path in args.codec:
+        codec = load_codec(path).eval()
+        with torch.no_grad():
+            r = quantise(torch.cat([codec.decode(codec.encode(x[i:i + 64])) for i in range(0, len(x), 64)]))
+        recons[Path(path).stem] = r
+        res: dict = {"vessel_auroc": vessel_auroc(r, masks, fov)}
+        if args.identity:
+            res["identity"] = outer_tar(x, r, patients, Path(args.identity))
+        if args.classifier:
+            res["kappa"] = kappa(r, grades, args.classifier)
+            res["kappa_retained"] = res["kappa"] / out["sources"]["kappa"] if out["sources"]["kappa"] > 0 else None
+        out["codecs"][Path(path).stem] = res
+    if not args.skip_fid:
+        from medanon.evaluate.fidelity import inception_extractor
+
+        ref = torch.stack([ds.load(i)["image"] for i in ref_idx])
+        G = load_any_generator(args.generator)
+        sets = {"control": x, "samples": lambda: generate(G, args.n), **{f"recon_{k}": v for k, v in recons.items()}}
+        out["fid"] = fid_table(ref, sets, extractor=inception_extractor())
+    met = {}
+    for name, res in out["codecs"].items():
+        met[f"{name}.vessel_auroc"] = res["vessel_auroc"] >= TARGETS["vessel_auroc"]
+        if "identity" in res:
+            met[f"{name}.outer_tar"] = res["identity"]["tar"] >= TARGETS["outer_tar_far1"]
+        if res.get("kappa_retained") is not None:
+            met[f"{name}.kappa_retained"] = res["kappa_retained"] >= TARGETS["kappa_retained"]
+        if "fid" in out:
+            met[f"{name}.recon_fid"] = out["fid"][f"recon_{name}"]["fid"] <= TARGETS["recon_fid"]
+    if "fid" in out:
+        met["samples.fid"] = out["fid"]["samples"]["fid"] <= TARGETS["sample_fid"]
+    out["met"] = met
+    out["seconds"] = time.perf_counter() - t_start
+    print(json.dumps(out, default=float))
+
+
+if __name__ == "__main__":
+    main()

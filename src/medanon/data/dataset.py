@@ -68,6 +68,14 @@ CACHE_BYTES = _cache_budget()
 MIN_SOURCE_SIDE = 8
 
 
+def decode_threads(workers: int | None = None) -> int:
+    """Threads that decode images: ``workers``, or one per core up to 8 (decoding and resizing run in Pillow,
+    NumPy and SciPy code that releases the GIL for most of an image's time)."""
+    from medanon.runtime import cpu_count
+
+    return max(1, workers) if workers is not None else min(8, cpu_count())
+
+
 class ImageDataset(Dataset):
     """Images of one dataset, preprocessed to ``size`` x ``size`` with ``channels`` channels.
 
@@ -136,7 +144,7 @@ class ImageDataset(Dataset):
 
     __getitem__ = load
 
-    def tensors(self, *, workers: int = 2, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(self, *, workers: int | None = None, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Load every image: returns ``images`` (N, C, H, W) float32 and ``fov`` (N, 1, H, W) bool."""
         n = len(self)
         images = torch.empty((n, self.channels, self.size, self.size), dtype=torch.float32)
@@ -148,7 +156,7 @@ class ImageDataset(Dataset):
             fov[i] = item["fov"]
             return i
 
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        with ThreadPoolExecutor(max_workers=decode_threads(workers)) as pool:
             it = pool.map(work, range(n))
             for _ in tqdm(it, total=n, desc="loading images", disable=not progress, unit="img"):
                 pass
@@ -320,7 +328,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     return ds
 
 
-def verify_decoding(ds: ImageDataset, *, workers: int = 2, progress: bool = False) -> list[Problem]:
+def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: bool = False) -> list[Problem]:
     """Decode and preprocess every image; return a problem for each one that fails.
 
     Header checks (``open_dataset``) catch missing and non-image files; this also catches
@@ -335,7 +343,7 @@ def verify_decoding(ds: ImageDataset, *, workers: int = 2, progress: bool = Fals
             return Problem(str(ds.records[i].path), "unreadable", e.message.split(": ", 1)[-1])
         return None
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    with ThreadPoolExecutor(max_workers=decode_threads(workers)) as pool:
         res = list(tqdm(pool.map(one, range(len(ds))), total=len(ds), desc="decoding images",
                         disable=not progress, unit="img"))
     return [p for p in res if p is not None]

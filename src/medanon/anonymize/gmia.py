@@ -503,6 +503,11 @@ def subset(ds: ImageDataset, indices: Sequence[int]) -> ImageDataset:
 def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[str]:
     """Mismatches between the data and the networks: errors raised, doubts returned as warnings."""
     g = gmia.codec.generator if hasattr(gmia.codec, "generator") else None
+    trained = getattr(gmia.codec, "provenance", {}).get("trained_on")
+    if trained is not None:                      # modality, channels and size the codec was trained on
+        from medanon.codecs.stylegan import check_model_fits
+
+        check_model_fits(gmia.codec.provenance.get("checkpoint", {}).get("path"), trained, dataset)
     if g is not None and (dataset.size, dataset.channels) != (g.img_resolution, g.img_channels):
         raise ConfigError(f"the codec renders {g.img_channels}x{g.img_resolution}px images, the data are "
                           f"{dataset.channels}x{dataset.size}px", fix=f"read the data with --size {g.img_resolution}")

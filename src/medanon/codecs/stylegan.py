@@ -205,8 +205,42 @@ def codec_from_blob(blob: dict[str, Any], *, iterations: int | None = None, batc
     for key in ("generator_checkpoint", "losses"):
         if key in blob.get("extra", {}):
             provenance[key] = copy.deepcopy(blob["extra"][key])
+    provenance["trained_on"] = trained_on(blob, generator.img_channels, generator.img_resolution)
     return StyleGANCodec(generator, encoder, n, name=CODEC_NAMES.get(blob["kind"]), provenance=provenance,
                          batch_size=batch_size)
+
+
+def trained_on(blob: dict[str, Any], channels: int, resolution: int) -> dict[str, Any]:
+    """What a model checkpoint was trained on: modality (recorded in ``extra.data.modality`` when the trainer wrote
+    it, else implied by the channel count: colour fundus photographs have 3, chest X-rays 1), channels, size."""
+    recorded = (blob.get("extra", {}).get("data") or {}).get("modality")
+    modality = recorded or {3: "fundus", 1: "xray"}.get(int(channels))
+    return {"modality": modality, "modality_recorded": bool(recorded), "channels": int(channels),
+            "resolution": int(resolution)}
+
+
+def check_model_fits(model: str | Path | None, trained: dict[str, Any], dataset: Any) -> None:
+    """Refuse a model on images of another modality, channel count or size than it was trained on.
+
+    ``trained`` is :func:`trained_on`'s dict; ``dataset`` an opened dataset (its ``modality`` comes from its
+    layout, its ``channels``/``size`` from how it was opened). Converting chest X-rays to 3 channels to fit a
+    fundus codec would write RGB fundus blobs labelled with X-ray findings: the error says so instead.
+    """
+    given = {"modality": getattr(dataset, "modality", None), "channels": getattr(dataset, "channels", None),
+             "resolution": getattr(dataset, "size", None)}
+    name = f"model {model}" if model is not None else "the model"
+    if given["modality"] and trained["modality"] and given["modality"] != trained["modality"]:
+        how = "as recorded in it" if trained.get("modality_recorded") else f"{trained['channels']}-channel images"
+        raise ConfigError(f"{name} was trained on {trained['modality']} images ({how}); the dataset "
+                          f"{getattr(dataset, 'root', '')} holds {given['modality']} images",
+                          fix=f"use a model trained on {given['modality']} images (`medanon train gan|encoder|"
+                              f"autoencoder` on such data)")
+    for key in ("channels", "resolution"):
+        if given[key] is not None and given[key] != trained[key]:
+            raise ConfigError(f"{name} was trained on {trained['channels']}x{trained['resolution']}px images; the "
+                              f"dataset was opened at {given['channels']}x{given['resolution']}px",
+                              fix=f"open the dataset with size={trained['resolution']} and "
+                                  f"channels={trained['channels']}, or use a model trained at that size")
 
 
 def load_codec(ckpt: str | Path, *, iterations: int | None = None, map_location: str | torch.device = "cpu",

@@ -77,6 +77,15 @@ def classifier_cfg(loss: str):
     return ClassifierTrainConfig(image_size=16, steps=3, batch=8, loss=loss, seed=1)
 
 
+def patients(n: int = 24) -> list[str]:
+    return [f"p{i // 2}" for i in range(n)]
+
+
+def identity_cfg():
+    from medanon.train.identity import IdentityTrainConfig
+    return IdentityTrainConfig(embed_dim=8, image_size=16, steps=3, batch=8, seed=2, checkpoint_every=0)
+
+
 def float64_flows() -> None:
     """Make ``train_flow`` build float64 flows (see FLOW_TOL)."""
     import medanon.train.flow as module
@@ -89,6 +98,7 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
     from medanon.train.classifier import train_classifier
     from medanon.train.flow import train_flow
     from medanon.train.gan import train_stylegan
+    from medanon.train.identity import train_identity
     float64_flows()
     d = _join(rank, world, port)
     try:
@@ -101,6 +111,7 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
             model = train_classifier(images(), labels(), num_classes=3, cfg=classifier_cfg(loss), dist=d)
             if d.is_main:
                 torch.save(model.state_dict(), Path(root) / f"classifier-{loss}.pt")
+        train_identity(images(), patients(), cfg=identity_cfg(), out=Path(root) / "identity.pt", dist=d)
     finally:
         shutdown(d)
 
@@ -278,3 +289,14 @@ def test_classifier_two_ranks_equal_one_process_with_the_same_shards(two_ranks: 
     params = [k for k in one if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
     _assert_close({k: two[k] for k in params}, {k: one[k] for k in params})
     assert any(not torch.allclose(plain[k], one[k]) for k in params)   # the sharding did change the computation
+
+
+def test_identity_two_ranks_equal_one_process_with_the_same_shards(two_ranks: Path, tmp_path: Path):
+    """Identity network + ArcFace head under DDP: rank 0's checkpoint equals one process computing 2 shards."""
+    from medanon.train.identity import train_identity
+    train_identity(images(), patients(), cfg=identity_cfg(), out=tmp_path / "one.pt", accumulation=2)
+    a, b = load_checkpoint(two_ranks / "identity.pt"), load_checkpoint(tmp_path / "one.pt")
+    assert a["step"] == b["step"] == 3
+    for part in ("net", "head"):
+        keys = [k for k in b["state"][part] if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+        _assert_close({k: a["state"][part][k] for k in keys}, {k: b["state"][part][k] for k in keys})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, train
+from medanon.cli.base import CONTEXT, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 
 
@@ -66,33 +66,41 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     then report verification AUC and rank-1 identification on the held-out test split."""
     import numpy as np
 
+    check_outputs((out, "file", "--out"), data_dir=data_dir, opts=opts, reads=[splits], existing_ok=True)
+
     from medanon.evaluate.metrics import roc_auc
     from medanon.runtime import resolve_device
+    from medanon.train.distributed import init_distributed, shutdown
     from medanon.train.identity import IdentityTrainConfig, train_identity
 
-    device = resolve_device(ctx.obj["device"])
-    ds = open_from_cli(data_dir, **opts)
-    images, _ = ds.tensors()
-    rows = _split_rows(ds, splits, split, split_seed, stratify)
-    patients = np.array([r.patient_id for r in ds.records])
-    cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
-                              margin=margin, seed=seed)
-    if fresh and out.exists():
-        out.unlink()
-    net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=True, device=device,
-                         progress=True)
-    result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
-    if split != "all":
-        test = _split_rows(ds, splits, "test", split_seed, stratify) if split != "test" else rows
-        e = net.embed(images[test]).double().numpy()
-        p = patients[test]
-        sim = e @ e.T
-        iu = np.triu_indices(len(p), 1)
-        result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])
-        np.fill_diagonal(sim, -np.inf)
-        result["test_rank1_identification"] = float((p[sim.argmax(1)] == p).mean())
-    click.echo(json.dumps(result, indent=2))
-
+    dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
+    try:
+        ds = open_from_cli(data_dir, **opts)
+        images, _ = ds.tensors()
+        rows = _split_rows(ds, splits, split, split_seed, stratify)
+        patients = np.array([r.patient_id for r in ds.records])
+        cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
+                                  margin=margin, seed=seed)
+        if fresh and dist.is_main and out.exists():
+            out.unlink()
+        dist.barrier()                          # no rank resumes from a checkpoint --fresh removes
+        net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=True, progress=True,
+                             dist=dist)
+        if not dist.is_main:
+            return
+        result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
+        if split != "all":
+            test = _split_rows(ds, splits, "test", split_seed, stratify) if split != "test" else rows
+            e = net.embed(images[test]).double().numpy()
+            p = patients[test]
+            sim = e @ e.T
+            iu = np.triu_indices(len(p), 1)
+            result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])
+            np.fill_diagonal(sim, -np.inf)
+            result["test_rank1_identification"] = float((p[sim.argmax(1)] == p).mean())
+        click.echo(json.dumps(result, indent=2))
+    finally:
+        shutdown(dist)
 
 @train.command("classifier", context_settings=CONTEXT)
 @data_dir_argument(help="Dataset folder to train on.")
@@ -116,6 +124,8 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     across the processes (docs/distributed.md); rank 0 writes and reports.
     """
     from medanon.runtime import resolve_device
+
+    check_outputs((out, "file", "--out"), data_dir=data_dir, opts=opts, reads=[splits], existing_ok=True)
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))

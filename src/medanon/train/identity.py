@@ -13,6 +13,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from medanon.fsutil import sha256_bytes
 from medanon.models.classifier import PRESETS, ResNetConfig
 from medanon.models.identity import KIND, ArcFaceHead, IdentityConfig, IdentityNet, save_identity
 from medanon.train.classifier import jitter, resize_to
+from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +64,30 @@ def patients_digest(patient_ids: Sequence[str]) -> str:
     return sha256_bytes("\n".join(sorted(set(map(str, patient_ids)))).encode())[:16]
 
 
+class _NetAndHead(torch.nn.Module):
+    """Embedding network and ArcFace head as one module (one DDP wrapper for both)."""
+
+    def __init__(self, net: IdentityNet, head: ArcFaceHead):
+        super().__init__()
+        self.net, self.head = net, head
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(x), y)
+
+
 def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,
                    out: str | Path | None = None, resume: bool = True, device: torch.device | str | None = None,
-                   progress: bool = False) -> IdentityNet:
+                   progress: bool = False, dist: Dist | None = None, accumulation: int = 1) -> IdentityNet:
     """Train an :class:`IdentityNet` on ``images`` (N, C, H, W) of the patients ``patient_ids`` (N,).
 
     With ``out`` the network is checkpointed there (kind ``identity``) and, with ``resume``, a
     checkpoint left by an interrupted run with the same config and data is continued.
+
+    Data-parallel (``dist``, every rank calls this) and gradient accumulation as in
+    :func:`medanon.train.classifier.train_classifier`: the batch and its augmentation are drawn as in
+    one process and split into ``world_size * accumulation`` shards, DDP sums the gradients of the
+    network and the ArcFace head, batch normalisation sees a shard (SyncBatchNorm across GPUs on
+    CUDA); rank 0 writes the checkpoint, which holds only global state and resumes with any number of ranks.
     """
     cfg = cfg or IdentityTrainConfig()
     cfg.validate()
@@ -86,6 +105,10 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     label_of = {p: i for i, p in enumerate(ids)}
     y_all = torch.tensor([label_of[str(patient_ids[i])] for i in keep])
     dev = torch.device(device) if device is not None else images.device
+    if dist is not None:
+        dev = dist.device
+    dist = dist or Dist(device=dev)
+    shards = dist.world_size * accumulation
     x_all = resize_to(images[keep].float(), cfg.image_size)
     net_cfg = IdentityConfig(backbone=ResNetConfig.preset(cfg.arch, in_channels=images.shape[1], num_classes=0),
                              embed_dim=cfg.embed_dim, image_size=cfg.image_size)
@@ -120,8 +143,15 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
         start = int(blob["step"])
         log.info("resuming identity training from step %d", start)
 
+    both: torch.nn.Module = _NetAndHead(net, head)
+    if dist.enabled:
+        if dev.type == "cuda":
+            net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
+            both = _NetAndHead(net, head)
+        both = torch.nn.parallel.DistributedDataParallel(both, device_ids=[dev.index] if dev.type == "cuda" else None)
+
     def save(step: int) -> None:
-        if out is not None:
+        if out is not None and dist.is_main:
             save_identity(out, net, step=step, extra=meta,
                           state={"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
                                  "gen": gen.get_state()})
@@ -129,15 +159,30 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     net.train()
     head.train()
     bs = min(cfg.batch, len(y_all))
-    bar = tqdm(range(start, cfg.steps), desc="identity network", disable=not progress, unit="step")
+    if shards > 1:
+        split_batch(bs, dist.world_size, accumulation, what="identity batch")
+    mine = list(local_shards(dist, accumulation))
+    bar = tqdm(range(start, cfg.steps), desc="identity network", disable=not (progress and dist.is_main), unit="step")
     for step in bar:
         idx = torch.randint(0, len(y_all), (bs,), generator=gen)
         xb = x_all[idx]
         if cfg.augment:
             xb = jitter(xb, gen)
-        loss = F.cross_entropy(head(net(xb.to(dev)), y_all[idx].to(dev)), y_all[idx].to(dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if shards > 1:                          # this rank's shards; the mean over the whole batch
+            xb, yb = xb.to(dev), y_all[idx].to(dev)
+            opt.zero_grad(set_to_none=True)
+            total = torch.zeros((), device=dev)
+            for i, s in enumerate(mine):
+                xs, ys = shard_rows(xb, s, shards), shard_rows(yb, s, shards)
+                with nullcontext() if not dist.enabled or i == len(mine) - 1 else both.no_sync():
+                    part = F.cross_entropy(both(xs, ys), ys, reduction="sum")
+                    (part * dist.world_size / bs).backward()            # DDP averages over ranks
+                total += part.detach()
+            loss = dist.all_reduce_sum(total) / bs
+        else:
+            loss = F.cross_entropy(head(net(xb.to(dev)), y_all[idx].to(dev)), y_all[idx].to(dev))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
         opt.step()
         sched.step()
         if step % 50 == 0:

@@ -52,7 +52,6 @@ _FIXES = {
 }
 
 
-
 def _cache_budget() -> int:
     """Bytes of preprocessed tensors a dataset keeps: an eighth of the machine's memory, at most 4 GiB (64 px RGB
     float32 is 48 KB an image: 4 GiB holds 87 000 images, all of EyePACS)."""

@@ -96,6 +96,10 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     unknown = set(maps) - {r.name for r in releases}
     if unknown:
         raise click.BadParameter(f"no --release is named {sorted(unknown)}", param_hint="--mapping")
+    from medanon.cli.base import check_outputs
+
+    check_outputs((out, "dir", "--out"), (cache_dir, "dir", "--cache"), data_dir=real_dir, opts=read_opts,
+                  reads=[*releases, splits, identity_ckpt, *maps.values()], existing_ok=True)   # resumes its own
     specs = [ReleaseSpec(r, mapping=maps.get(r.name)) for r in releases]
     with declared_from_cli(real_dir, **read_opts):
         rep = run_evaluation(real_dir, specs, out, config=cfg, splits=splits,

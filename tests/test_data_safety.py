@@ -175,3 +175,17 @@ def test_a_symlinked_dataset_folder_is_read_as_itself(tmp_path: Path):
     assert len(ds) == 2 and not ds.skipped
     assert files_digest([r.path for r in ds.records], root=link) == \
         files_digest([real / "images" / f"{i}.png" for i in range(2)], root=real)
+
+
+def test_pickled_checkpoint_refusal_says_why_and_never_advises_unsafe_loading(tmp_path: Path):
+    import torch
+
+    from medanon.checkpoint import load_checkpoint
+    from medanon.errors import ConfigError
+
+    torch.save({"format": "medanon-checkpoint", "obj": object()}, tmp_path / "pickled.pt")
+    with pytest.raises(ConfigError) as e:
+        load_checkpoint(tmp_path / "pickled.pt")
+    text = str(e.value)
+    assert "arbitrary code execution" in text and "pickled.pt" in text
+    assert "weights_only=False" not in text and "re-run" not in text.lower()

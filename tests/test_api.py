@@ -7,6 +7,7 @@ import json
 import math
 import pydoc
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,3 +216,49 @@ def test_evaluate_returns_a_typed_result(tmp_path, world):
     assert res.to_dict()["releases"] == res.releases and json.dumps(res.to_dict(), default=str)
     html = res.to_html(tmp_path / "elsewhere" / "report.html")
     assert html.read_text() == (tmp_path / "report" / "report.html").read_text() and "k3" in html.read_text()
+
+
+def test_ksame_commands_take_config_files_and_overrides(tmp_path, world):
+    (tmp_path / "k.yaml").write_text("k: 6\nbatch: 2\n")
+
+    def k_of(*extra):
+        out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+        r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "kpixel", str(world["data"]), "--size", str(SIZE),
+                                     "--out", str(out), *extra])
+        assert r.exit_code == 0, r.output
+        return read_release(out)[0]["params"]["k"]
+
+    assert k_of() == 5                                       # KSameConfig's default
+    assert k_of("--config", str(tmp_path / "k.yaml")) == 6  # the file over the default
+    assert k_of("--config", str(tmp_path / "k.yaml"), "--set", "k=4") == 4   # --set over the file
+    assert k_of("--set", "k=4", "--k", "3") == 3            # an explicit option over everything
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(world["data"]), "--set", "colour=1", "--out",
+                                 str(tmp_path / "bad")])
+    assert r.exit_code == 1 and "unknown key" in r.output and "colour" in r.output
+
+
+def test_kpca_basis_from_separate_data(tmp_path, world):
+    public = medanon.open_dataset(medanon.make_phantom(tmp_path / "public", patients=4, size=SIZE, seed=9), size=SIZE)
+    rel = medanon.anonymize.kpca(world["ds"], k=3, pca_components=3, pca_basis=public)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel.save(tmp_path / "rel", progress=False)
+    assert rel.privacy["pca_basis"].startswith("fitted on separate data")
+    r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "kpca", str(world["data"]), "--size", str(SIZE),
+                                 "--k", "3", "--pca-components", "3", "--basis-from", str(tmp_path / "public"),
+                                 "--out", str(tmp_path / "cli")])
+    assert r.exit_code == 0, r.output
+    assert read_release(tmp_path / "cli")[0]["privacy"]["pca_basis"] == rel.privacy["pca_basis"]
+
+
+def test_the_readme_python_example_runs(tmp_path, monkeypatch):
+    """The first block of README.md's "Python API" section, as a user would paste it (the second evaluates)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## Python API"):]
+    code = section[section.index("```python\n") + len("```python\n"):]
+    code = code[:code.index("```")]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    manifest, rows = read_release(tmp_path / "api-demo" / "k5")
+    assert manifest["method"] == "kpixel" and min(int(r["n_people"]) for r in rows) >= 5
+    assert (tmp_path / "api-demo" / "private" / "k5.json").is_file() and (tmp_path / "api-demo" / "snow").is_dir()

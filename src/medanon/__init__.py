@@ -14,14 +14,14 @@ Example:
     >>> import medanon
     >>> sorted(n for n in medanon.__all__ if not n.startswith("_"))   # doctest: +NORMALIZE_WHITESPACE
     ['EvaluationResult', 'PrivacyWarning', 'Release', 'anonymize', 'audit', 'evaluate', 'make_phantom',
-     'open_dataset']
+     'open_dataset', 'split_dataset']
 """
 
 __version__ = "0.1.0"
 
 from medanon import anonymize
 from medanon.api._callable import make_callable as _make_callable
-from medanon.api.data import make_phantom, open_dataset
+from medanon.api.data import make_phantom, open_dataset, split_dataset
 from medanon.api.evaluate import EvaluationResult, audit
 from medanon.api.evaluate import evaluate as _evaluate
 from medanon.release.release import PrivacyWarning, Release
@@ -29,4 +29,4 @@ from medanon.release.release import PrivacyWarning, Release
 evaluate = _make_callable("medanon.evaluate", _evaluate)   # the evaluation package, callable
 
 __all__ = ["EvaluationResult", "PrivacyWarning", "Release", "__version__", "anonymize", "audit", "evaluate",
-           "make_phantom", "open_dataset"]
+           "make_phantom", "open_dataset", "split_dataset"]

@@ -80,3 +80,31 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="medanon-phantom-")) / modality
     return generate(PhantomConfig(modality=modality, patients=patients, per_patient=per_patient, size=size,
                                   seed=seed, workers=1), out, progress=progress)
+
+
+def split_dataset(ds, *, val: float = 0.15, test: float = 0.15, stratify: str = "auto", seed: int = 0) -> dict:
+    """Patient-level ``train``/``val``/``test`` parts of ``ds`` (no patient in two parts), as datasets.
+
+    ``stratify``: a label to balance (a patient's worst value); ``auto`` is the modality's utility
+    label (``grade`` for fundus, ``pneumonia`` for X-rays), as :func:`medanon.evaluate` splits when it
+    is given no splits file: a release of ``split_dataset(ds)["train"]`` is evaluated against the
+    held-out ``test`` patients with the defaults of both.
+
+    Example:
+        >>> import medanon
+        >>> ds = medanon.open_dataset(medanon.make_phantom(patients=20, per_patient=2), size=16)
+        >>> parts = medanon.split_dataset(ds)
+        >>> {name: len(part) for name, part in parts.items()}
+        {'train': 26, 'val': 6, 'test': 8}
+        >>> {r.patient_id for r in parts["train"].records} & {r.patient_id for r in parts["test"].records}
+        set()
+    """
+    from medanon.anonymize.gmia import subset
+    from medanon.data.splits import split_patients
+
+    if stratify == "auto":
+        stratify = {"fundus": "grade", "xray": "pneumonia"}.get(ds.modality or "", "")
+        stratify = stratify if stratify in ds.label_names else ""
+    assignment = split_patients(ds.records, val=val, test=test, stratify=stratify, seed=seed)
+    return {name: subset(ds, [i for i, r in enumerate(ds.records) if assignment[r.patient_id] == name])
+            for name in ("train", "val", "test")}

@@ -1,7 +1,8 @@
 """The k-Same family as Python functions: ``kpixel``, ``kpca``, ``kcentroid``, ``ksalsa``, ``inverted``.
 
-Each builds a :class:`~medanon.anonymize.ksame.KSameConfig` from its keyword arguments (defaults
-are the config's) and calls :func:`ksame_release`, the one function the command line calls too.
+Each builds a :class:`~medanon.anonymize.ksame.KSameConfig` from its keyword arguments (their
+defaults are read from the config dataclasses: ``KSameConfig``, ``SalsaConfig``, ``StyleConfig``)
+and calls :func:`ksame_release`, the one function the command line calls too.
 ``k`` is keyword-only and has no default: the number of people every record stands for is the
 privacy claim, so the caller states it.
 """
@@ -12,6 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from medanon.anonymize.ksame import KSameConfig as _K
+from medanon.anonymize.salsa import SalsaConfig as _S
+from medanon.anonymize.style import StyleConfig as _St
 from medanon.errors import ConfigError
 
 ABLATIONS: dict[str, dict[str, Any]] = {        # Table 4 and supplement D of the k-SALSA paper
@@ -41,6 +45,11 @@ def check_codec_matches(ds, codec) -> None:
     g = getattr(codec, "generator", None)
     if g is None:
         return
+    trained = getattr(codec, "provenance", {}).get("trained_on")
+    if trained is not None:                      # modality, channels and size the codec was trained on
+        from medanon.codecs.stylegan import check_model_fits
+
+        check_model_fits(codec.provenance.get("checkpoint", {}).get("path"), trained, ds)
     if (ds.size, ds.channels) != (g.img_resolution, g.img_channels):
         raise ConfigError(f"the codec renders {g.img_channels}x{g.img_resolution}px images, the dataset gives "
                           f"{ds.channels}x{ds.size}px",
@@ -57,12 +66,13 @@ def _device(device, codec):
 
 
 def ksame_release(ds, cfg, *, codec=None, features=None, release_labels: str | Sequence[str] | None = None,
-                  device=None):
+                  pca_basis=None, device=None):
     """A :class:`~medanon.release.release.Release` of ``ds`` by the k-Same method ``cfg.method``.
 
     ``cfg`` is a :class:`~medanon.anonymize.ksame.KSameConfig`; ``codec`` a StyleGAN inversion codec
     (or its checkpoint path; needed by ksalsa, kcentroid and inverted, optional for kpixel and kpca
-    where it sets the clustering space); ``features`` the feature network of k-SALSA.
+    where it sets the clustering space); ``features`` the feature network of k-SALSA; ``pca_basis``
+    a dataset separate from ``ds`` that the k-Same-PCA basis is fitted on (``cfg.pca_basis="separate"``).
     """
     from medanon.anonymize.ksame import (
         LATENT_METHODS,
@@ -92,7 +102,8 @@ def ksame_release(ds, cfg, *, codec=None, features=None, release_labels: str | S
     dev = _device(device, codec)
 
     def produce(writer, progress: bool) -> dict[str, Any]:
-        summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress)
+        summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress,
+                                pca_basis=pca_basis)
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
         return summary
 
@@ -102,13 +113,11 @@ def ksame_release(ds, cfg, *, codec=None, features=None, release_labels: str | S
 
 
 def _config(method: str, **kw):
-    from medanon.anonymize.ksame import KSameConfig
-
-    return KSameConfig(method=method, **kw)
+    return _K(method=method, **kw)
 
 
-def kpixel(ds, *, k: int, stratify: str = "", drop_remainder: bool = False, codec=None, batch: int = 8,
-           seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+def kpixel(ds, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, codec=None,
+           batch: int = _K.batch, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
     """k-Same-Pixel: the mean image of each cluster of at least ``k`` patients.
 
     ``k``: people per released record, at least (keyword-only, no default). ``stratify``: cluster
@@ -129,12 +138,16 @@ def kpixel(ds, *, k: int, stratify: str = "", drop_remainder: bool = False, code
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
 
 
-def kpca(ds, *, k: int, pca_components: float = 0.9, stratify: str = "", drop_remainder: bool = False, codec=None,
-         batch: int = 8, seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+def kpca(ds, *, k: int, pca_components: float = _K.pca_components, pca_basis=None, stratify: str = _K.stratify,
+         drop_remainder: bool = _K.drop_remainder, codec=None, batch: int = _K.batch, seed: int = _K.seed,
+         release_labels: str | Sequence[str] | None = None, device=None):
     """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
 
-    ``pca_components``: a count (e.g. 50) or a variance fraction in (0, 1). Other arguments as in
-    :func:`kpixel`.
+    ``pca_components``: a count (e.g. 50) or a variance fraction in (0, 1). ``pca_basis``: a dataset
+    separate from ``ds`` (e.g. public images) to fit the basis on, so that each record depends on its
+    cluster's images only; by default the basis is fitted on ``ds`` and the statement says every record
+    depends on the whole dataset through it (a ``DataDependentRelease`` warning). Other arguments as
+    in :func:`kpixel`.
 
     Example:
         >>> import medanon
@@ -144,19 +157,19 @@ def kpca(ds, *, k: int, pca_components: float = 0.9, stratify: str = "", drop_re
         (3, 3)
     """
     cfg = _config("kpca", k=k, pca_components=pca_components, stratify=stratify, drop_remainder=drop_remainder,
-                  batch=batch, seed=seed)
-    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
+                  batch=batch, seed=seed, pca_basis="separate" if pca_basis is not None else _K.pca_basis)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, pca_basis=pca_basis, device=device)
 
 
-def kcentroid(ds, *, k: int, codec, views: int = 1, view_sigma: float = 0.25, stratify: str = "",
-              drop_remainder: bool = False, batch: int = 8, seed: int = 0,
-              release_labels: str | Sequence[str] | None = None, device=None):
+def kcentroid(ds, *, k: int, codec, views: int = _K.views, view_sigma: float = _K.view_sigma,
+              stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
+              seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
     """k-Centroid: the mean latent of each cluster of at least ``k`` patients, rendered by the generator.
 
     ``codec``: a StyleGAN inversion codec or its checkpoint (``checkpoints/restyle-fundus64.pt``);
     the dataset must be opened at its size. ``views``: images per cluster, the average and
     ``views - 1`` noisy copies (k-SALSA supplement E), with noise ``view_sigma`` times the prior's W
-    standard deviation, seeded by ``seed``. Other arguments as in :func:`kpixel`.
+    standard deviation (secret: drawn from the operating system). Other arguments as in :func:`kpixel`.
 
     Example (see :func:`ksalsa` for a full run):
         >>> import inspect, medanon
@@ -200,11 +213,12 @@ def check_layers(salsa, features) -> None:
                               fix=f"choose from {', '.join(features.layers)}")
 
 
-def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = 100, lr: float = 0.1, grid: int = 4,
-           ablation: str = "none", features="efficientnet-lite0", features_weights: str | Path | None = None,
-           feature_size: int | None = None, style_layer: str | None = None, content_layer: str | None = None,
-           views: int = 1, view_sigma: float = 0.25, stratify: str = "", drop_remainder: bool = False,
-           batch: int = 8, seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = _S.steps, lr: float = _S.lr,
+           grid: int = _St.grid, ablation: str = "none", features="efficientnet-lite0",
+           features_weights: str | Path | None = None, feature_size: int | None = None, style_layer: str | None = None,
+           content_layer: str | None = None, views: int = _K.views, view_sigma: float = _K.view_sigma,
+           stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
+           seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
     """k-SALSA (Algorithm 1): each cluster's centroid latent, refined by local style alignment.
 
     Every released record is computed from the images of one cluster of at least ``k`` patients
@@ -215,8 +229,8 @@ def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = 100, lr:
     ``ablation`` one of :data:`ABLATIONS`.
     ``features``: the feature network, by name (``efficientnet-lite0``; ``vgg19`` needs
     ``features_weights``) or as a loaded network; ``feature_size`` resizes images for it;
-    ``style_layer``/``content_layer`` default to ``block1``/``pool``. ``views``, ``view_sigma``,
-    ``seed``: the augmentation of :func:`kcentroid`. Other arguments as in :func:`kpixel`.
+    ``style_layer``/``content_layer`` default to ``block1``/``pool``. ``views``, ``view_sigma``:
+    the augmentation of :func:`kcentroid`. Other arguments as in :func:`kpixel`.
     Returns a :class:`~medanon.release.release.Release`; ``.save(path, mapping=...)`` writes it.
 
     Example (a tiny untrained codec; the shipped one is ``checkpoints/restyle-fundus64.pt``):
@@ -235,17 +249,14 @@ def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = 100, lr:
         >>> [tuple(im.shape) for im in rel.images(progress=False)]
         [(3, 16, 16), (3, 16, 16)]
     """
-    from medanon.anonymize.salsa import SalsaConfig
-    from medanon.anonymize.style import StyleConfig
-
     codec = load_codec_for(codec, device)
     net = features
     if isinstance(features, str):
         net = feature_network(features, weights=features_weights, input_size=feature_size,
                               device=device if device is not None else getattr(codec, "device", None))
-    salsa = SalsaConfig(lam=SalsaConfig.lam if lam is None else lam, steps=steps, lr=lr,
-                        style_layer=style_layer or STYLE_LAYERS.get(net.name, SalsaConfig.style_layer),
-                        content_layer=content_layer or net.embedding_layer, style=StyleConfig(grid=grid))
+    salsa = _S(lam=_S.lam if lam is None else lam, steps=steps, lr=lr,
+               style_layer=style_layer or STYLE_LAYERS.get(net.name, _S.style_layer),
+               content_layer=content_layer or net.embedding_layer, style=_St(grid=grid))
     salsa = apply_ablation(salsa, ablation, lam_given=lam is not None)
     check_layers(salsa, net)
     cfg = _config("ksalsa", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
@@ -253,7 +264,7 @@ def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = 100, lr:
     return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device)
 
 
-def inverted(ds, *, codec, seed: int = 0, release_labels: str | Sequence[str] | None = None, device=None):
+def inverted(ds, *, codec, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
     """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the k-SALSA paper's comparison only.
 
     Saving it warns, and its manifest says ``guarantee: none``.

@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from medanon.anonymize.gmia import GMIAConfig as _G
 from medanon.errors import ConfigError
 
 
-def gmia(ds, *, model, identity=None, utility=None, losses: str = "id+ut", steps: int = 10, lr: float = 0.03,
-         margin: float = 0.0, lambda_id: float = 1.0, lambda_ut: float = 0.05, batch_size: int = 16, config=None,
+def gmia(ds, *, model, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps, lr: float = _G.lr,
+         margin: float = _G.margin, lambda_id: float = _G.lambda_id, lambda_ut: float = _G.lambda_ut,
+         latent_space: str = _G.latent_space, batch_size: int = _G.batch_size, config=None,
          release_labels: str | Sequence[str] | None = None, device=None):
     """GMIA: each image's latent is optimised away from its identity while its utility features stay close.
 
@@ -25,8 +27,9 @@ def gmia(ds, *, model, identity=None, utility=None, losses: str = "id+ut", steps
     identity loss) and ``utility`` (E_ut, a classifier on the utility label, needed for the utility
     loss): checkpoints or loaded :class:`~medanon.anonymize.gmia.IdentityEncoder` /
     :class:`~medanon.anonymize.gmia.UtilityEncoder`. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA
-    Table 2), ``steps``, ``lr``, ``margin``, ``lambda_id``, ``lambda_ut``, ``batch_size``: the
-    fields of :class:`~medanon.anonymize.gmia.GMIAConfig` (or pass ``config=`` one). Settings that
+    Table 2), ``steps``, ``lr``, ``margin``, ``lambda_id``, ``lambda_ut``, ``latent_space`` (``w``,
+    the paper's, or ``w+``), ``batch_size``: the fields of :class:`~medanon.anonymize.gmia.GMIAConfig`
+    and their defaults (or pass a whole ``config=``). Settings that
     remove little identity warn when the release is saved.
 
     Example (see tests/test_api.py for a run with tiny networks):
@@ -43,7 +46,7 @@ def gmia(ds, *, model, identity=None, utility=None, losses: str = "id+ut", steps
 
     cfg = config if config is not None else GMIAConfig(losses=losses, steps=steps, lr=lr, margin=margin,
                                                        lambda_id=lambda_id, lambda_ut=lambda_ut,
-                                                       batch_size=batch_size)
+                                                       latent_space=latent_space, batch_size=batch_size)
     validate(cfg)
     codec = load_codec_for(model, device)
     dev = device if device is not None else getattr(codec, "device", "cpu")

@@ -21,7 +21,8 @@ FLAGS = {"stratify=": "--stratify ", "needs codec": "needs --model", "codec=": "
          "features=": "--features ", "ablation=": "--ablation ", "fixes lam": "fixes λ (--lam)",
          "leave lam out": "leave --lam out",
          "style_layer=": "--style-layer ", "content_layer=": "--content-layer ", "views=": "--views ",
-         "release_labels": "--release-labels", "open the dataset with size=": "pass --size "}
+         "release_labels": "--release-labels", "open the dataset with size=": "pass --size ",
+         "pca_basis=dataset": "--basis-from DIR", "pca_basis=": "--set pca_basis="}
 
 
 def ksame_options(*, model_required: bool, k: bool = True):
@@ -43,7 +44,8 @@ def ksame_options(*, model_required: bool, k: bool = True):
                               "for X-ray]"),
             click.option("--overwrite", is_flag=True, help="Replace --out if it exists."),
             click.option("--seed", type=int, default=None,
-                         help="Seeds the PCA subsample and the augmentation noise." + default(KSameConfig, "seed")),
+                         help="Seeds the PCA subsample (the augmentation noise is secret, never seeded)."
+                              + default(KSameConfig, "seed")),
         ]
         if k:
             opts[2:2] = [
@@ -74,7 +76,7 @@ def view_options(f):
 
 
 def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, overwrite, config_file, overrides,
-         data_opts, features=None, salsa=None, **fields) -> None:
+         data_opts, features=None, salsa=None, basis_from=None, **fields) -> None:
     """Build the config, make the one library call, save, print."""
     from medanon.api.ksame import ksame_release
     from medanon.codecs.stylegan import load_codec
@@ -92,6 +94,10 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
         data_opts["size"] = res
         data_opts["channels"] = str(codec.generator.img_channels)
     ds = open_from_cli(data_dir, **data_opts)
+    basis = None
+    if basis_from is not None:                  # k-Same-PCA: the basis from separate data, read like the data
+        basis = open_from_cli(basis_from, **{**data_opts, "size": ds.size, "channels": str(ds.channels)})
+        fields["pca_basis"] = "separate"
     net = None
     with library_call(FLAGS, red=method == "inverted"):
         cfg = build(KSameConfig, path=config_file, overrides=overrides, method=method, **fields)
@@ -102,7 +108,8 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
                                   device=dev)
             cfg.salsa = apply_ablation(cfg.salsa, salsa["ablation"], lam_given=salsa["lam"] is not None)
             check_layers(cfg.salsa, net)
-        release = ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=dev)
+        release = ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, pca_basis=basis,
+                                device=dev)
         release.save(out, mapping=mapping, overwrite=overwrite)
     summary = release.summary
     if summary.get("resumed_records"):
@@ -178,13 +185,17 @@ def kpixel_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
 @click.option("--pca-components", type=float, default=None,
               help="Principal components kept: a count (e.g. 50) or a variance fraction in (0, 1)."
                    + default(KSameConfig, "pca_components"))
+@click.option("--basis-from", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Dataset folder SEPARATE from the released one (e.g. public images) to fit the PCA basis on, so "
+                   "that each record depends only on its cluster's images.  [default: the released images]")
 @click.pass_context
 def kpca_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
-             seed, config_file, overrides, pca_components, **data_opts) -> None:
+             seed, config_file, overrides, pca_components, basis_from, **data_opts) -> None:
     """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients."""
     _run(ctx, "kpca", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
-         stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, pca_components=pca_components)
+         stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, pca_components=pca_components,
+         basis_from=basis_from)
 
 
 @anonymize.command("inverted", context_settings=CONTEXT)

@@ -14,9 +14,10 @@ Synthetic photographs are written to a temporary folder (a cut-off orange disc w
 sensor noise, JPEG quality 90, about 1 MB each, like EyePACS); nothing is downloaded. ``cpu_ms_per_image`` is
 process CPU time per image (what 2 free cores turn into ``2000 / cpu_ms`` images per second);
 ``images_per_s`` is wall-clock and drops when other work shares the cores (``load_average`` says how busy
-they were). Differences are in [0, 1] intensity units x 255, over every pixel of every image, and also
-over the pixels at least two output pixels inside the field-of-view border (``inside_fov_border``), where
-JPEG's half-resolution colour planes, which draft mode decodes at 1/16, no longer reach.
+they were); ``thread_speedup`` is two threads over one in the same run (near 1 when the cores are taken by
+other work). Differences are in [0, 1] intensity units x 255, over every pixel of every image, and also over
+the pixels at least two output pixels inside the field-of-view border (``inside_fov_border``), where JPEG's
+half-resolution colour planes, which draft mode decodes at 1/16, no longer reach.
 
     python benchmarks/decode.py [--files 8] [--images 200] [--plain 4] [--size 64]
 """
@@ -112,6 +113,10 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         images, _ = ds.tensors(workers=2, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        one = open_dataset(tmp, cfg, generic=generic)          # a fresh dataset: nothing decoded yet
+        t0 = time.perf_counter()
+        one.tensors(workers=1, progress=False)
+        wall_one = time.perf_counter() - t0
 
         by_file = {}
         for i, rec in enumerate(ds.records):
@@ -131,6 +136,8 @@ def main() -> None:
         "plain_images_per_s": round(n / plain_wall, 2),
         "plain_cpu_ms_per_image": round(1000 * plain_cpu / n, 1),
         "images_per_s": round(len(ds) / wall, 1),
+        "images_per_s_1_thread": round(len(ds) / wall_one, 1),
+        "thread_speedup": round(wall_one / wall, 2),
         "cpu_ms_per_image": round(1000 * cpu / len(ds), 1),
         "images_per_s_2_free_cores": round(2000 / (1000 * cpu / len(ds)), 1),
         "speedup_cpu": round((plain_cpu / n) / (cpu / len(ds)), 1),

@@ -56,7 +56,8 @@ def file_options(f):
                           "symlinks that lead out of it; by default they are refused as bad files."),
         click.option("--skip-bad", is_flag=True, default=None,
                      help="Leave out missing, unreadable, oversized, outside or unlabelled files (and list them) "
-                          "instead of failing; images are then decoded once up front to find corrupt pixels."),
+                          "instead of failing; commands that read pixels then decode every image once up front to "
+                          "find corrupt pixels too (data summary: with --decode)."),
         click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
                      help="Refuse images whose header claims more pixels (decompression bombs); raise it for "
                           "genuinely large scans."),
@@ -173,7 +174,8 @@ def data_dir_argument(*, required: bool = True, help: str = "Dataset folder."):
 
 def open_from_cli(data_dir: Path, *, layout="auto", labels_csv=None, image_col=None, label_cols=None,
                   patient_col=None, images_dir=None, size=None, channels=None, crop=None, modality=None,
-                  skip_bad=None, max_pixels=DEFAULT_MAX_PIXELS, allow_outside=False, progress: bool = True):
+                  skip_bad=None, max_pixels=DEFAULT_MAX_PIXELS, allow_outside=False, progress: bool = True,
+                  check_pixels: bool | None = None):
     from medanon.data.dataset import open_dataset
 
     cfg = build(DataConfig, layout=layout if layout != "auto" else None, size=size,
@@ -183,7 +185,7 @@ def open_from_cli(data_dir: Path, *, layout="auto", labels_csv=None, image_col=N
                                patient_col=patient_col, images_dir=images_dir)
     with clean_warnings():
         return open_dataset(data_dir, cfg, generic=generic, progress=progress, max_pixels=max_pixels,
-                            allow_outside=allow_outside)
+                            allow_outside=allow_outside, check_pixels=check_pixels)
 
 
 @data.command("summary", context_settings=CONTEXT)
@@ -206,7 +208,7 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
     from medanon.data.dataset import drop_records, raise_for_problems, verify_decoding
     from medanon.data.summary import format_summary, summarize
 
-    ds = open_from_cli(data_dir, **opts)
+    ds = open_from_cli(data_dir, check_pixels=decode, **opts)      # headers only unless --decode
     if decode:
         bad = verify_decoding(ds, progress=True)
         if bad and not opts["skip_bad"]:

@@ -274,11 +274,12 @@ def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions |
 
 def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: GenericOptions | None = None,
                  progress: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-                 allow_outside: bool = False) -> ImageDataset:
+                 allow_outside: bool = False, check_pixels: bool | None = None) -> ImageDataset:
     """Scan, check and wrap a dataset folder. See the module docstring for error handling.
 
     ``max_pixels``: images claiming more are bad files (kind ``large``). ``allow_outside``: read files whose
-    real path lies outside the dataset folder (see :func:`medanon.data.layouts.scan`)."""
+    real path lies outside the dataset folder (see :func:`medanon.data.layouts.scan`). ``check_pixels``: decode
+    every image now and skip those that fail (default: when ``cfg.skip_bad``; only with it)."""
     cfg = cfg or DataConfig()
     root = Path(root)
     declared = _DECLARED.get(root.resolve())
@@ -313,7 +314,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
         log.info("modality unknown for %s: using a centre crop (pass --modality fundus for FOV cropping)", root)
     ds = ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
                       root=root, skipped=problems, infos=infos, max_pixels=max_pixels)
-    if cfg.skip_bad:
+    if cfg.skip_bad and check_pixels is not False:
         # Corrupt pixel data behind a good header: find it now (the tensors are kept, so this costs no
         # second decode) rather than failing halfway through a run that was told to skip bad files.
         bad = verify_decoding(ds, progress=progress)

@@ -54,7 +54,8 @@ def dp_options(f):
     return f
 
 
-FLAGS = {"epsilon=inf": "--epsilon inf", "epsilon=": "--epsilon ", "clip=False": "--no-clip",
+FLAGS = {"epsilon=math.inf": "--epsilon inf", "epsilon=inf": "--epsilon inf", "epsilon=": "--epsilon ",
+         "keep clip=True": "leave --no-clip out", "clip=False": "--no-clip",
          "per_element=True": "--per-element", "clip_box=": "--clip-box ", "calibrate_on": "--calibrate-on",
          "noise_seed=": "--seed ", "alpha=": "--alpha ", "center=": "--center ", "release_labels": "--release-labels",
          "open the dataset with size=": "pass --size "}
@@ -67,8 +68,7 @@ def _calibration(path: Path | None, data_opts: dict, ds):
     return open_from_cli(path, **{**data_opts, "size": ds.size, "channels": str(ds.channels)})
 
 
-def _save(release, ds, *, out, mapping, overwrite) -> None:
-    release.save(out, mapping=mapping, overwrite=overwrite)
+def _report(release, ds, out) -> None:
     for note in release.notes:
         click.echo(note)
     s, privacy = release.summary, release.privacy
@@ -105,7 +105,8 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
         release = dpglow(ds, epsilon=epsilon, flow=flow, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
                          clip=not no_clip, center=center, calibrate_on=_calibration(calibrate_on, data_opts, ds),
                          noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=dev)
-        _save(release, ds, out=out, mapping=mapping, overwrite=overwrite)
+        release.save(out, mapping=mapping, overwrite=overwrite)
+    _report(release, ds, out)
 
 
 @anonymize.command("ldp-image", context_settings=CONTEXT)
@@ -127,4 +128,5 @@ def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_cl
                             clip=not no_clip, calibrate_on=_calibration(calibrate_on, data_opts, ds),
                             noise_seed=noise_seed, batch=batch, release_labels=release_labels,
                             device=resolve_device(ctx.obj["device"]))
-        _save(release, ds, out=out, mapping=mapping, overwrite=overwrite)
+        release.save(out, mapping=mapping, overwrite=overwrite)
+    _report(release, ds, out)

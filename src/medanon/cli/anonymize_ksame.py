@@ -17,7 +17,8 @@ from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import config_options, default, library_call
 
-FLAGS = {"stratify=": "--stratify ", "needs codec": "needs --model", "codec=": "--model ",
+FLAGS = {"stratify=": "--stratify ", "leave stratify out": "leave --stratify out", "needs codec": "needs --model",
+         "codec=": "--model ",
          "features=": "--features ", "ablation=": "--ablation ", "fixes lam": "fixes λ (--lam)",
          "leave lam out": "leave --lam out",
          "style_layer=": "--style-layer ", "content_layer=": "--content-layer ", "views=": "--views ",

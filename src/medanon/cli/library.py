@@ -61,12 +61,13 @@ def translate(message: str, flags: Mapping[str, str]) -> str:
 _SHOWN: set[str] = set()                        # warnings already printed by library_call
 
 
-def show_warning(message, category, *, red: bool = False) -> None:
-    """Print one warning to stderr as ``WARNING: ...`` (red for privacy warnings)."""
+def show_warning(message, category, *, red: bool = False, flags: Mapping[str, str] | None = None) -> None:
+    """Print one warning to stderr as ``WARNING: ...`` (red for privacy warnings), in ``flags``' words."""
     from medanon.anonymize.privacy import PrivacyWarning
 
     loud = red or (isinstance(category, type) and issubclass(category, PrivacyWarning))
-    click.secho(f"WARNING: {message}", fg="red" if loud else "yellow", err=True)
+    text = translate(str(message), flags) if flags else str(message)
+    click.secho(f"WARNING: {text}", fg="red" if loud else "yellow", err=True)
     _SHOWN.add(str(message))
 
 
@@ -91,6 +92,6 @@ def library_call(flags: Mapping[str, str] | None = None, *, red: bool = False) -
                 raise
             raise ConfigError(translate(e.message, flags), fix=translate(e.fix, flags) if e.fix else None) from e
     for w in caught:
-        show_warning(w.message, w.category, red=red)
+        show_warning(w.message, w.category, red=red, flags=flags)
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

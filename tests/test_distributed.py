@@ -99,6 +99,7 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
     from medanon.train.flow import train_flow
     from medanon.train.gan import train_stylegan
     from medanon.train.identity import train_identity
+    from medanon.train.segmenter import train_segmenter
     float64_flows()
     d = _join(rank, world, port)
     try:
@@ -112,13 +113,30 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
             if d.is_main:
                 torch.save(model.state_dict(), Path(root) / f"classifier-{loss}.pt")
         train_identity(images(), patients(), cfg=identity_cfg(), out=Path(root) / "identity.pt", dist=d)
+        train_segmenter(segmentation_data(Path(root) / "fundus32"), Path(root) / "segmenter", segmenter_cfg(),
+                        dist=d, progress=False)
     finally:
         shutdown(d)
 
 
+def segmentation_data(folder: Path):
+    from medanon.config import DataConfig
+    from medanon.data.dataset import open_dataset
+    from medanon.train.segmenter import data_from_dataset
+    return data_from_dataset(open_dataset(folder, DataConfig(size=32)), progress=False)
+
+
+def segmenter_cfg():
+    from medanon.train.segmenter import SegmenterTrainConfig
+    return SegmenterTrainConfig(size=32, width=4, levels=2, stages=1, epochs=2, batch_size=8, val=0.2, test=0.2)
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> Path:
+    from medanon.config import PhantomConfig
+    from medanon.phantoms.generate import generate
     root = tmp_path_factory.mktemp("two-ranks")
+    generate(PhantomConfig(patients=10, per_patient=2, size=32, workers=1, seed=5), root / "fundus32", progress=False)
     _spawn(_worker, free_port(), str(root))
     return root
 
@@ -300,3 +318,18 @@ def test_identity_two_ranks_equal_one_process_with_the_same_shards(two_ranks: Pa
     for part in ("net", "head"):
         keys = [k for k in b["state"][part] if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
         _assert_close({k: a["state"][part][k] for k in keys}, {k: b["state"][part][k] for k in keys})
+
+
+def test_segmenter_two_ranks_equal_one_process_with_the_same_shards(two_ranks: Path, tmp_path: Path):
+    """U-Net under DDP, per-shard soft Dice and dropout streams, a short last batch: the last epoch's
+    parameters equal one process computing the same 2 shards; rank 0 alone wrote the results."""
+    from medanon.train.segmenter import train_segmenter
+    train_segmenter(segmentation_data(two_ranks / "fundus32"), tmp_path / "one", segmenter_cfg(), accumulation=2,
+                    progress=False)
+    a = load_checkpoint(two_ranks / "segmenter" / "last.pt")
+    b = load_checkpoint(tmp_path / "one" / "last.pt")
+    assert a["step"] == b["step"] == 2 and len(a["state"]["shard_rngs"]) == 1
+    keys = [k for k in b["state"]["model"] if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+    _assert_close({k: a["state"]["model"][k] for k in keys}, {k: b["state"]["model"][k] for k in keys})
+    assert (two_ranks / "segmenter" / "vessel-segmenter.pt").exists()
+    assert (two_ranks / "segmenter" / "test_metrics.json").exists()

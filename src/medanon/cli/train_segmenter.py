@@ -41,20 +41,31 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
     """Train the full-resolution U-Net vessel segmenter on DATA_DIR (a dataset whose layout has vessel
     masks, e.g. `medanon phantom --modality fundus`) or on --vessel-images/--vessel-masks folders,
     then report test Dice and AUROC for it and for the Frangi and Sato baselines."""
-    from medanon.config import build
 
     reads = [images_pair, masks_pair]
     check_outputs((out, "dir", "--out"), data_dir=data_dir, opts=opts, reads=reads, existing_ok=True)
     check_outputs((export, "file", "--export"), data_dir=data_dir, opts=opts, reads=[*reads, out / "checkpoint.pt"],
                   existing_ok=resume)
     from medanon.runtime import resolve_device
-    from medanon.train.segmenter import SegmenterTrainConfig, data_from_dataset, data_from_folders, train_segmenter
+    from medanon.train.distributed import init_distributed, shutdown
 
     if (images_pair is None) != (masks_pair is None):
         raise click.UsageError("--vessel-images and --vessel-masks go together")
     if (data_dir is None) == (images_pair is None):
         raise click.UsageError("give DATA_DIR, or --vessel-images and --vessel-masks (not both)")
-    device = resolve_device(ctx.obj["device"])
+    dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
+    try:
+        _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width, patch, val, test, seed,
+               resume, export, opts)
+    finally:
+        shutdown(dist)
+
+
+def _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width, patch, val, test, seed, resume,
+           export, opts) -> None:
+    from medanon.config import build
+    from medanon.train.segmenter import SegmenterTrainConfig, data_from_dataset, data_from_folders, train_segmenter
+
     if data_dir is not None:
         ds = open_from_cli(data_dir, **opts)
         data = data_from_dataset(ds)
@@ -64,7 +75,9 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
         data = data_from_folders(images_pair, masks_pair, size=size)
     cfg = build(SegmenterTrainConfig, size=size, epochs=epochs, batch_size=batch_size, lr=lr, width=width,
                 patch=patch, val=val, test=test, seed=seed)
-    path = train_segmenter(data, out, cfg, device=device, resume=resume, progress=True)
+    path = train_segmenter(data, out, cfg, resume=resume, progress=True, dist=dist)
+    if not dist.is_main:
+        return
     summary = json.loads((out / "test_metrics.json").read_text())
     click.echo(f"wrote {path} (threshold {summary['threshold']:.2f}); test split, {summary['test_images']} images "
                f"of {summary['test_patients']} patients:")

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from medanon.segment.learned import KIND
 from medanon.segment.mask_files import load_aligned_mask, pair_folder
 from medanon.segment.metrics import auroc, best_threshold, dice
 from medanon.segment.vesselness import Vesselness
+from medanon.train.distributed import Dist, local_shards, shard_rows
 
 log = logging.getLogger(__name__)
 
@@ -165,25 +167,85 @@ def score(prob: torch.Tensor, data: SegmentationData, threshold: float) -> dict[
             "auroc": round(auroc(prob, data.masks, data.fov), 4)}
 
 
+SHARD_SEED_STRIDE = 7919                        # shard s > 0 seeds its dropout from cfg.seed + s * this
+
+
+def _shard_rng(seed: int, s: int) -> torch.Tensor:
+    """Initial dropout RNG state of shard s (shard 0: the process's global state, as one process has it)."""
+    if s == 0:
+        return torch.get_rng_state()
+    return torch.Generator().manual_seed(seed + SHARD_SEED_STRIDE * s).get_state()
+
+
+def _sharded_step(net: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                  rngs: dict[int, torch.Tensor], shards: int, dist: Dist) -> float:
+    """One update on this rank's shards of the batch (x, y); returns the batch's size-weighted mean loss."""
+    device = dist.device
+    n = len(x)
+    opt.zero_grad(set_to_none=True)
+    total = torch.zeros((), device=device)
+    mine = list(rngs)
+    for i, s in enumerate(mine):
+        xs, ys = shard_rows(x, s, shards), shard_rows(y, s, shards)
+        last = i == len(mine) - 1
+        with nullcontext() if not dist.enabled or last else net.no_sync():
+            torch.set_rng_state(rngs[s])
+            if len(xs):
+                loss = loss_fn(net(xs.to(device)), ys.to(device)) * (len(xs) / n)
+            else:                               # a short last batch: no rows here, still join the reduction
+                loss = net(x[:1].to(device)).sum() * 0.0
+            (loss * dist.world_size).backward()  # DDP averages over ranks
+            rngs[s] = torch.get_rng_state()
+        total += loss.detach()
+    opt.step()
+    return float(dist.all_reduce_sum(total))
+
+
 def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrainConfig, *,
                     device: torch.device | str = "cpu", resume: bool = False, progress: bool = True,
-                    command: str = "train segmenter") -> Path:
-    """Train, calibrate and test; returns the path of ``vessel-segmenter.pt`` in ``out``."""
+                    command: str = "train segmenter", dist: Dist | None = None, accumulation: int = 1) -> Path:
+    """Train, calibrate and test; returns the path of ``vessel-segmenter.pt`` in ``out``.
+
+    Data-parallel (``dist``, every rank calls this) and gradient accumulation: each batch and its
+    augmentation are drawn as in one process and split into ``world_size * accumulation`` shards
+    (rows ``s::S``); a step minimises the size-weighted mean of the shards' losses (the soft Dice and
+    batch normalisation are a shard's, SyncBatchNorm across GPUs on CUDA); each shard has its own
+    dropout random state (seeded ``seed + 7919 * s`` for s > 0). Rank 0 validates, writes the
+    checkpoints and the result; the other ranks return the same path after training.
+    """
     cfg.validate()
     out = Path(out)
+    dist = dist or Dist(device=torch.device(device))
+    device = dist.device
+    shards = dist.world_size * accumulation
     last_path = out / "last.pt"
     if out.exists() and any(out.iterdir()) and not resume:
         raise ConfigError(f"run folder {out} is not empty", fix="pass --resume to continue it, or another --out")
+    dist.barrier()                              # every rank has checked before rank 0 writes
     splits = split_data(data, cfg)
-    run = RunDir(out, config=cfg, command=command, seeds={"train": cfg.seed, "splits": cfg.seed})
-    run.update(data=data.digest, device=str(device),
-               split_images={k: len(v.records) for k, v in splits.items()},
-               split_patients={k: len({r.patient_id for r in v.records}) for k, v in splits.items()})
+    run = None
+    if dist.is_main:
+        run = RunDir(out, config=cfg, command=command, seeds={"train": cfg.seed, "splits": cfg.seed})
+        run.update(data=data.digest, device=str(device),
+                   split_images={k: len(v.records) for k, v in splits.items()},
+                   split_patients={k: len({r.patient_id for r in v.records}) for k, v in splits.items()})
+        if shards > 1:
+            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": shards,
+                                    "dropout_seeds": {s: cfg.seed + SHARD_SEED_STRIDE * s if s else "global RNG"
+                                                      for s in range(shards)}})
     torch.manual_seed(cfg.seed)
     model_cfg = dict(in_channels=data.images.shape[1], width=cfg.width, levels=cfg.levels, stages=cfg.stages,
                      dropout=cfg.dropout)
     model = FullResUNet(**model_cfg).to(device)
+    net: torch.nn.Module = model
+    if dist.enabled:
+        if device.type == "cuda":
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        net = torch.nn.parallel.DistributedDataParallel(   # some U-Net settings leave parameters unused
+            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    mine = list(local_shards(dist, accumulation))
+    rngs = {s: _shard_rng(cfg.seed, s) for s in mine} if shards > 1 else {}   # dropout, per shard
     g = torch.Generator().manual_seed(cfg.seed)
     start, best = 0, {"dice": -1.0, "epoch": -1, "state": copy.deepcopy(model.state_dict())}
     if resume and last_path.exists():
@@ -194,6 +256,10 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
         opt.load_state_dict(blob["state"]["optimizer"])
         g.set_state(blob["state"]["generator"])
         torch.set_rng_state(blob["state"]["torch_rng"])          # dropout draws from the global generator
+        saved = [blob["state"]["torch_rng"], *blob["state"].get("shard_rngs", [])]
+        for s_ in rngs:
+            if s_ < len(saved):
+                rngs[s_] = saved[s_]
         best = {"dice": blob["extra"]["best_dice"], "epoch": blob["extra"]["best_epoch"],
                 "state": blob["state"]["best"]}
         start = blob["step"]
@@ -206,7 +272,7 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     def lr_at(step: int) -> float:
         return cfg.lr * (0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * step / total)))
 
-    for epoch in tqdm(range(start, cfg.epochs), desc="training segmenter", disable=not progress,
+    for epoch in tqdm(range(start, cfg.epochs), desc="training segmenter", disable=not (progress and dist.is_main),
                       initial=start, total=cfg.epochs, unit="epoch"):
         t0 = time.perf_counter()
         model.train()
@@ -216,11 +282,23 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
             for group in opt.param_groups:
                 group["lr"] = lr_at(epoch * steps_per_epoch + b)
             x, y = augment(train.images[idx], train.masks[idx], patch=cfg.patch, g=g)
+            if shards > 1:
+                losses.append(_sharded_step(net, opt, x, y, rngs, shards, dist))
+                continue
             loss = loss_fn(model(x.to(device)), y.to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             losses.append(loss.item())
+        if shards > 1:
+            every: dict[int, torch.Tensor] = {}
+            for part in dist.gather_objects(rngs):
+                every.update(part)
+            if not dist.is_main:
+                continue
+            torch_rng, shard_rngs = every[0], [every[s_] for s_ in range(1, shards)]
+        else:
+            torch_rng, shard_rngs = torch.get_rng_state(), None
         val = score(predict(model, splits["val"].images), splits["val"], 0.5)
         if val["dice"] > best["dice"]:
             best = {"dice": val["dice"], "epoch": epoch, "state": copy.deepcopy(model.state_dict())}
@@ -228,10 +306,12 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
                         val_auroc=val["auroc"], seconds=round(time.perf_counter() - t0, 2))
         save_checkpoint(last_path, kind=KIND + "-training", config={"train": asdict(cfg), "model": model_cfg},
                         state={"model": model.state_dict(), "optimizer": opt.state_dict(),
-                               "generator": g.get_state(), "torch_rng": torch.get_rng_state(),
-                               "best": best["state"]},
+                               "generator": g.get_state(), "torch_rng": torch_rng,
+                               "best": best["state"], **({"shard_rngs": shard_rngs} if shard_rngs else {})},
                         step=epoch + 1, extra={"best_dice": best["dice"], "best_epoch": best["epoch"]})
 
+    if not dist.is_main:
+        return out / "vessel-segmenter.pt"
     model.load_state_dict(best["state"])
     threshold, val_dice = best_threshold(predict(model, splits["val"].images), splits["val"].masks,
                                          splits["val"].fov)

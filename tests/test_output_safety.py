@@ -170,3 +170,21 @@ def test_evaluate_never_writes_over_what_it_reads(tmp_path, dataset, where):
     r = CliRunner().invoke(cli, ["evaluate", "--real", str(data), "--release", str(release), "--out", str(out)])
     assert r.exit_code != 0 and ("never writes into" in r.output or "not written by medanon" in r.output), r.output
     assert _tree_digest(tmp_path) == before
+
+
+def test_what_counts_as_medanons_own_output(tmp_path):
+    from medanon.checkpoint import save_checkpoint
+    from medanon.outputs import is_medanon_output
+
+    run = tmp_path / "run"                         # a resumable state copied into a fresh folder: resumable
+    run.mkdir()
+    save_checkpoint(run / "checkpoint.pt", kind="stylegan2", config={}, state={})
+    assert is_medanon_output(run) and is_medanon_output(run / "checkpoint.pt")
+    (tmp_path / "empty").mkdir()
+    assert is_medanon_output(tmp_path / "empty")   # nothing to lose
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "checkpoint.pt").write_bytes(b"PK not really")
+    (tmp_path / "notes.json").write_text('{"records": 1}')
+    (tmp_path / "labels.csv").write_text("image,grade\n")
+    for p in ("other", "notes.json", "labels.csv"):
+        assert not is_medanon_output(tmp_path / p), p

@@ -83,7 +83,9 @@ def _medanon_dir(path: Path) -> bool:
     if isinstance(man, dict) and (man.get("format") == "medanon-release"
                                   or "medanon" in (man.get("software") or {})):
         return True                                    # a release, run or report of an earlier version
-    return (path / "phantom.json").is_file() and isinstance(_json(path / "phantom.json"), dict)
+    if (path / "phantom.json").is_file() and isinstance(_json(path / "phantom.json"), dict):
+        return True
+    return (path / "checkpoint.pt").is_file() and _medanon_file(path / "checkpoint.pt")   # a run folder to resume
 
 
 def _medanon_file(path: Path) -> bool:

@@ -176,3 +176,17 @@ def test_crop_between_reduced_pixels_within_one_level(tmp_path: Path, crop: str)
     new = decode(tmp_path / "x.tif", size=32, channels=1, crop=crop)
     assert np.abs(new.image - ref.image).max() / 2 <= 1 / 255
     assert np.array_equal(new.fov, ref.fov)
+
+
+def test_probe_reads_only_the_header(tmp_path: Path, monkeypatch):
+    """A header check must not decode pixels (Pillow decodes a whole PNG to look for EXIF after its pixels)."""
+    Image.fromarray(fundus_like(64, 48)).save(tmp_path / "a.png")
+    loads = []
+    real_load = Image.Image.load
+    monkeypatch.setattr(Image.Image, "load", lambda self: loads.append(1) or real_load(self))
+    from PIL import ImageFile
+
+    real_file_load = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: loads.append(1) or real_file_load(self))
+    info = imageio.probe(tmp_path / "a.png")
+    assert (info.width, info.height) == (64, 48) and loads == []

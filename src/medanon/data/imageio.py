@@ -100,6 +100,8 @@ def _missing(path: Path) -> DataError:
 
 
 def _orientation(im: Image.Image) -> int:
+    if im.format == "PNG" and "exif" not in im.info:
+        return 1        # Pillow would decode the whole PNG looking for an eXIf chunk after the pixels
     try:
         return int(im.getexif().get(_EXIF_ORIENTATION, 1) or 1)
     except Exception:  # a malformed EXIF block is not worth refusing the image for
@@ -192,6 +194,10 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
                     im = ImageOps.exif_transpose(im)
                     if orientation in (5, 6, 7, 8):
                         width, height = height, width
+                further = scale // got
+                small = _pil_uint8(im) if further > 1 else None
+                if small is not None:   # box-average the 8-bit pixels before they become floats (4-5x faster)
+                    return Reduced((_box_mean(small, further) / 255.0).astype(np.float32), scale, width, height)
                 a = _pil_to_float(im)
     except Image.DecompressionBombError as e:
         raise _bomb_error(path, e, max_pixels) from None
@@ -213,17 +219,41 @@ def _box_reduced(a: np.ndarray, factor: int, width: int, height: int, *, done: i
     """``a`` (already reduced ``done`` times) box-averaged by a further integer ``factor``."""
     if factor <= 1:
         return Reduced(a, done, width, height)
+    return Reduced(_box_mean(a, factor).astype(np.float32), done * factor, width, height)
+
+
+def _box_mean(a: np.ndarray, f: int) -> np.ndarray:
+    """Means of the f x f blocks of ``a`` (H, W[, C]) as float64; blocks cut by the far edges average the
+    pixels they have. Rows of a block are summed first, then columns (two contiguous passes: fast)."""
     h, w = a.shape[:2]
-    hp, wp = -(-h // factor) * factor, -(-w // factor) * factor
-    padded = np.zeros((hp, wp, *a.shape[2:]), dtype=np.float32)
-    padded[:h, :w] = a
-    count = np.zeros((hp, wp), dtype=np.float32)
-    count[:h, :w] = 1
-    shape = (hp // factor, factor, wp // factor, factor)
-    sums = padded.reshape(*shape, *a.shape[2:]).sum(axis=(1, 3))
-    n = count.reshape(shape).sum(axis=(1, 3))
-    out = sums / (n[..., None] if a.ndim == 3 else n)
-    return Reduced(out.astype(np.float32), done * factor, width, height)
+    rest = a.shape[2:]
+    acc = np.float64 if a.dtype.kind == "f" else np.uint32
+    hp, wp = -(-h // f), -(-w // f)
+    rows = np.empty((hp, w, *rest), dtype=acc)                 # sums over each block's rows
+    hf = h // f * f
+    rows[:h // f] = a[:hf].reshape(h // f, f, w, *rest).sum(axis=1, dtype=acc)
+    if hf < h:
+        rows[-1] = a[hf:].sum(axis=0, dtype=acc)
+    wf = w // f * f
+    out = np.empty((hp, wp, *rest), dtype=np.float64)
+    out[:, :w // f] = rows[:, :wf].reshape(hp, w // f, f, *rest).sum(axis=2, dtype=acc)
+    if wf < w:
+        out[:, -1] = rows[:, wf:].sum(axis=1, dtype=acc)
+    n_rows = np.full(hp, f, dtype=np.float64)
+    n_rows[-1] = h - (hp - 1) * f
+    n_cols = np.full(wp, f, dtype=np.float64)
+    n_cols[-1] = w - (wp - 1) * f
+    count = n_rows[:, None] * n_cols[None, :]
+    return out / (count[..., None] if rest else count)
+
+
+def _pil_uint8(im: Image.Image) -> np.ndarray | None:
+    """The 8-bit pixels of ``im`` as _pil_to_float converts them (L or RGB), or None for 16-bit/float modes."""
+    if im.mode in ("1", "L", "LA"):
+        return np.asarray(im if im.mode == "L" else im.convert("L"))
+    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        return None
+    return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
 
 
 def _pil_to_float(im: Image.Image) -> np.ndarray:

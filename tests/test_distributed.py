@@ -96,6 +96,7 @@ def float64_flows() -> None:
 def _worker(rank: int, world: int, port: int, root: str) -> None:
     """Every 2-rank run the tests compare, in one process group (one start-up for all)."""
     from medanon.train.classifier import train_classifier
+    from medanon.train.encoder import train_restyle
     from medanon.train.flow import train_flow
     from medanon.train.gan import train_stylegan
     from medanon.train.identity import train_identity
@@ -106,6 +107,8 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
         for name, steps in (("two-ranks", 4), ("two-ranks-half", 2)):
             train_stylegan(images(), gan_cfg(), Path(root) / "gan" / name, steps=steps, dist=d, progress=False,
                            checkpoint_every=100, sample_every=100, log_every=1)
+        train_restyle(images(), Path(root) / "gan" / "two-ranks-half" / "checkpoint.pt", encoder_cfg(),
+                      Path(root) / "encoder", steps=3, dist=d, progress=False, sample_every=100)
         for name, steps in (("two-ranks", 4), ("two-ranks-half", 2)):
             train_flow(flow_cfg(steps), images().double(), out=Path(root) / "flow" / name, dist=d, progress=False)
         for loss in ("ce", "weighted"):
@@ -117,6 +120,14 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
                         dist=d, progress=False)
     finally:
         shutdown(d)
+
+
+def encoder_cfg():
+    import dataclasses
+
+    from medanon.train.encoder import EncoderConfig
+    cfg = build(EncoderConfig, path=ROOT / "configs" / "encoder" / "tiny32.yaml")
+    return dataclasses.replace(cfg, perceptual_weight=0.0, batch=8)
 
 
 def segmentation_data(folder: Path):
@@ -333,3 +344,15 @@ def test_segmenter_two_ranks_equal_one_process_with_the_same_shards(two_ranks: P
     _assert_close({k: a["state"]["model"][k] for k in keys}, {k: b["state"]["model"][k] for k in keys})
     assert (two_ranks / "segmenter" / "vessel-segmenter.pt").exists()
     assert (two_ranks / "segmenter" / "test_metrics.json").exists()
+
+
+def test_restyle_encoder_two_ranks_equal_one_process_with_the_same_shards(two_ranks: Path, tmp_path: Path):
+    from medanon.train.encoder import train_restyle
+    gan = two_ranks / "gan" / "two-ranks-half" / "checkpoint.pt"
+    one = train_restyle(images(), gan, encoder_cfg(), tmp_path / "one", steps=3, accumulation=2, progress=False,
+                        sample_every=100)
+    a, b = load_checkpoint(two_ranks / "encoder" / "checkpoint.pt"), load_checkpoint(one)
+    assert a["step"] == b["step"] == 3
+    _assert_close(a["state"]["E"], b["state"]["E"])
+    rows = [json.loads(x) for x in (two_ranks / "encoder" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 3 and rows[-1]["psnr"] > 0

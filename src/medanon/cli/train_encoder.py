@@ -8,6 +8,7 @@ checkpoint (no optimizer state) that ``medanon.codecs.stylegan.load_codec`` load
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -55,10 +56,11 @@ def _setup(ctx, *, threads: int, config_file: Path | None, overrides, resume: bo
     import torch
 
     from medanon.runtime import cpu_count, resolve_device
+    from medanon.train.distributed import threads_per_rank
 
     device = resolve_device(ctx.obj["device"])
     if device.type == "cpu":
-        torch.set_num_threads(threads or cpu_count())
+        torch.set_num_threads(threads_per_rank(threads, cpu_count()))   # under torchrun: the cores shared
     if config_file is None and resume and not overrides and (out / "config.yaml").is_file():
         config_file = out / "config.yaml"
     loop = {"steps": steps, "resume": resume, "device": device, "checkpoint_every": checkpoint_every,
@@ -154,20 +156,27 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
                       steps, minutes, resume, checkpoint_every, sample_every, log_every, **data_opts) -> None:
     """Train a ReStyle iterative inversion encoder for a frozen StyleGAN2 generator (k-SALSA's encoder).
 
-    The perceptual term is a feature distance on EfficientNet-Lite0 ImageNet features, not LPIPS.
+    The perceptual term is a feature distance on EfficientNet-Lite0 ImageNet features, not LPIPS. Under
+    torchrun the batch is split across the processes (docs/distributed.md); rank 0 writes.
     """
     _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt)
     from medanon.codecs.stylegan import KIND_RESTYLE
     from medanon.config import build
+    from medanon.train.distributed import init_distributed, shutdown
     from medanon.train.encoder import EncoderConfig, train_restyle
 
     config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
                                out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
                                sample_every=sample_every, log_every=log_every)
-    cfg = build(EncoderConfig, path=config_file, overrides=overrides)
-    images = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None, data_opts)
-    ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder")
-    _finish(ckpt, out, export_path, eval_dir, data_opts, f"ReStyle encoder, {cfg.iterations} iterations")
+    dist = init_distributed(loop["device"])
+    try:
+        cfg = build(EncoderConfig, path=config_file, overrides=overrides)
+        images = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None, data_opts)
+        ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist)
+        if dist.is_main:
+            _finish(ckpt, out, export_path, eval_dir, data_opts, f"ReStyle encoder, {cfg.iterations} iterations")
+    finally:
+        shutdown(dist)
 
 
 @train.command("autoencoder", context_settings=CONTEXT)
@@ -184,6 +193,9 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     Losses: pixel, EfficientNet-Lite0 feature distance (not LPIPS) and adversarial for E and G, then
     the discriminator step.
     """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise click.UsageError("co-training (train autoencoder) does not run distributed yet: every process would "
+                               "train the same model and write the same files; start it without torchrun")
     _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt)
     from medanon.codecs.stylegan import KIND_COTRAINED
     from medanon.config import build

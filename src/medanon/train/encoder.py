@@ -48,6 +48,7 @@ from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
 from medanon.models.stylegan import Generator
 from medanon.runtime import RunDir
+from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import keep_metrics_until, load_config, to_uint8
 from medanon.train.loop import CHECKPOINT, run_loop
@@ -301,9 +302,13 @@ class _RestyleTrainer(InversionTrainer):
     """Encoder, optimizer and random state of one ReStyle run around a frozen generator."""
 
     def __init__(self, cfg: EncoderConfig, G: Generator, g_config: dict[str, Any], images: torch.Tensor,
-                 device: torch.device, provenance: dict[str, Any]):
+                 device: torch.device, provenance: dict[str, Any], *, dist: Dist | None = None, accumulation: int = 1):
         super().__init__(images, cfg.batch, device, cfg.seed)
         self.cfg = cfg
+        self.dist = dist or Dist(device=device)
+        self.accumulation = accumulation
+        self.shards = self.dist.world_size * accumulation
+        split_batch(cfg.batch, self.dist.world_size, accumulation)
         self.g_config = g_config
         self.provenance = provenance
         self.G = G.to(device).eval().requires_grad_(False)
@@ -315,6 +320,8 @@ class _RestyleTrainer(InversionTrainer):
         self.opt = torch.optim.Adam(self.E.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
     def step(self) -> dict[str, float]:
+        if self.shards > 1:
+            return self._step_sharded()
         x = self.real_batch()
         self.E.train()
         self.opt.zero_grad(set_to_none=True)
@@ -332,7 +339,41 @@ class _RestyleTrainer(InversionTrainer):
         self.step_count += 1
         return {"loss": total / self.cfg.iterations, **parts}   # parts: of the last iteration
 
+    def _step_sharded(self) -> dict[str, float]:
+        """The step of the global batch as shards (rows ``s::S`` of one draw of images, the same on every
+        rank); each shard's losses weigh 1 / S, encoder gradients are summed over shards and ranks.
+        Rendering is deterministic, so this equals one process at the same batch up to float summation order."""
+        x_all = self.real_batch()               # the whole batch's draw: the data stream stays global
+        self.E.train()
+        self.opt.zero_grad(set_to_none=True)
+        sums: dict[str, torch.Tensor] = {}
+        for s in local_shards(self.dist, self.accumulation):
+            x = shard_rows(x_all, s, self.shards)
+            ws, recon = self.codec.start(x.shape[0])
+            for it in range(self.cfg.iterations):
+                ws = self.codec.refine(x, ws, recon)
+                recon = self.codec.render(ws)
+                loss, parts = self.loss(recon, x)
+                (loss / self.shards).backward()
+                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / self.cfg.iterations
+                if it == self.cfg.iterations - 1:       # parts: of the last iteration
+                    for k, v in parts.items():
+                        if k != "psnr":
+                            sums[k] = sums.get(k, 0.0) + v
+                ws, recon = ws.detach(), recon.detach()
+        self.dist.sum_gradients(self.E.parameters())
+        self.opt.step()
+        self.step_count += 1
+        keys = sorted(sums)
+        means = self.dist.all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64,
+                                                      device=self.dist._comm_device())) / self.shards
+        out = dict(zip(keys, means.tolist(), strict=True))
+        out["psnr"] = 10 * math.log10(4.0 / max(out["pixel"], 1e-12))    # of the whole batch's mean squared error
+        return {"loss": out.pop("loss"), **out}
+
     def save(self, path: Path) -> Path:
+        if not self.dist.is_main:               # the state is global: rank 0 writes it
+            return path
         state = {"E": self.E.state_dict(), "G": self.G.state_dict(), "opt_E": self.opt.state_dict(),
                  "rng": rng_state(self.data_rng)}
         config = {"generator": self.g_config, "encoder": dict(self.E.kwargs),
@@ -353,16 +394,20 @@ class _RestyleTrainer(InversionTrainer):
 def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: EncoderConfig, out: str | Path, *,
                   steps: int, resume: bool = False, device: str | torch.device = "cpu", checkpoint_every: int = 500,
                   sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
-                  progress: bool = True, command: str = "train encoder") -> Path:
+                  progress: bool = True, command: str = "train encoder", dist: Dist | None = None,
+                  accumulation: int = 1) -> Path:
     """Train a ReStyle encoder for the frozen EMA generator of ``generator_ckpt`` on ``images`` (N, C, H, W)
     in [-1, 1], until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.
 
     With ``resume`` the run continues from ``out/checkpoint.pt`` (its config must equal ``cfg``) and
     the generator is the one stored there; ``generator_ckpt``, if given, must be the same file.
+    ``dist``/``accumulation``: data-parallel under torchrun and gradient accumulation (the batch as
+    shards, see ``_RestyleTrainer._step_sharded``); rank 0 writes the run directory.
     """
     validate(cfg)
-    device = torch.device(device)
+    dist = dist or Dist(device=torch.device(device))
+    device = dist.device
     out = Path(out)
     blob = previous_run(out, resume=resume, kind=KIND_RESTYLE, device=device, gan_ckpt=generator_ckpt)
     if blob is not None:
@@ -375,15 +420,23 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
             raise ConfigError("a ReStyle encoder needs a trained generator", fix="pass --generator CHECKPOINT.pt")
         G, g_config, provenance = load_frozen_generator(generator_ckpt, device)
     data = to_uint8(images, load_config({"config": g_config}))
-    trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance)
+    trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance, dist=dist, accumulation=accumulation)
     if blob is not None:
         trainer.load(blob)
-        keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
-    run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
-    run.update(resumed_from_step=trainer.step_count if resume else None, generator_checkpoint=provenance,
-               training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
-               losses=trainer.loss.describe())
+        if dist.is_main:
+            keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+    run = None
+    if dist.is_main:
+        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+        run.update(resumed_from_step=trainer.step_count if resume else None, generator_checkpoint=provenance,
+                   training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
+                   losses=trainer.loss.describe())
+        if trainer.shards > 1:
+            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": trainer.shards,
+                                    "images_per_shard": cfg.batch // trainer.shards,
+                                    "rank_seeds": {r: cfg.seed for r in range(dist.world_size)}})
     return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
-                    log_every=log_every, progress=progress, desc="restyle", max_seconds=max_seconds,
+                    log_every=log_every, progress=progress and dist.is_main, dist=dist, desc="restyle",
+                    max_seconds=max_seconds,
                     show=lambda m: {"loss": f"{m['loss']:.4f}", "psnr": f"{m['psnr']:.2f}"})
 

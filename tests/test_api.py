@@ -262,3 +262,19 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch):
     manifest, rows = read_release(tmp_path / "api-demo" / "k5")
     assert manifest["method"] == "kpixel" and min(int(r["n_people"]) for r in rows) >= 5
     assert (tmp_path / "api-demo" / "private" / "k5.json").is_file() and (tmp_path / "api-demo" / "snow").is_dir()
+
+
+def test_dp_commands_take_config_files_and_overrides(tmp_path, world):
+    (tmp_path / "ldp.yaml").write_text("epsilon: 8\nbatch: 5\n")
+    base = ["--device", "cpu", "anonymize", "ldp-image", str(world["data"]), "--size", str(SIZE)]
+    r = CliRunner().invoke(cli, [*base, "--config", str(tmp_path / "ldp.yaml"), "--set", "per_element=true",
+                                 "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    privacy = read_release(tmp_path / "a")[0]["privacy"]
+    assert privacy["epsilon_element"] == 8 and privacy["epsilon_image"] == 8 * 3 * SIZE * SIZE
+    r = CliRunner().invoke(cli, [*base, "--config", str(tmp_path / "ldp.yaml"), "--epsilon", "2", "--out",
+                                 str(tmp_path / "b")])
+    assert r.exit_code == 0 and read_release(tmp_path / "b")[0]["privacy"]["epsilon_image"] == 2
+    r = CliRunner().invoke(cli, [*base, "--out", str(tmp_path / "c")])            # the budget has no default
+    assert r.exit_code == 1 and "no epsilon given" in r.output and "--epsilon" in r.output
+    assert not (tmp_path / "c").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,35 @@ from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
 from medanon.errors import ConfigError
 
 CLIP_BOXES = ("public", "calibrated")
+CENTERS = ("zero", "midrange")
+
+
+@dataclass
+class LDPConfig:
+    """The settings of an ε-LDP release (``medanon anonymize dpglow|ldp-image --config FILE --set key=value``)."""
+
+    epsilon: float | None = None                # privacy budget per image (per element with per_element): required
+    per_element: bool = False                   # epsilon is per element; the image budget is epsilon * D
+    clip_box: str = "public"                    # public (data-independent) | calibrated (training min/max, leaks)
+    alpha: float | None = None                  # clip width / box range (Eq. 11); None: 0.4, or 1 for the pixel box
+    clip: bool = True                           # clip before and after the noise (off only with epsilon=inf)
+    center: str = "zero"                        # DP-GLOW's clip-box centre: zero (prior mean) | midrange (Eq. 12)
+    batch: int = 32                             # images per batch (speed only)
+
+    def validate(self) -> None:
+        if self.epsilon is None:
+            raise ConfigError("no epsilon given: the privacy budget has no default",
+                              fix="give epsilon=, e.g. epsilon=1 (per image)")
+        check_budget(self.epsilon, self.clip)
+        if self.clip_box not in CLIP_BOXES:
+            raise ConfigError(f"clip_box={self.clip_box!r} is not one of {', '.join(CLIP_BOXES)}")
+        if self.center not in CENTERS:
+            raise ConfigError(f"center={self.center!r} is not one of {', '.join(CENTERS)}")
+        if self.batch < 1:
+            raise ConfigError(f"batch={self.batch} must be at least 1")
+
+
+_L = LDPConfig
 
 
 def check_budget(epsilon: float, clip: bool) -> None:
@@ -94,8 +124,6 @@ def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, 
 
 
 def _check_box(clip_box: str, calibrate_on) -> None:
-    if clip_box not in CLIP_BOXES:
-        raise ConfigError(f"clip_box={clip_box!r} is not one of {', '.join(CLIP_BOXES)}")
     if clip_box == "public" and calibrate_on is not None:
         warnings.warn("calibrate_on is not used with clip_box='public' (the box depends on no data); pass "
                       "clip_box='calibrated' to calibrate it", UserWarning, stacklevel=3)
@@ -114,9 +142,9 @@ def load_flow_for(flow, device=None):
     return flow, None, None
 
 
-def dpglow(ds, *, epsilon: float, flow, per_element: bool = False, clip_box: str = "public",
-           alpha: float | None = None, clip: bool = True, center: str = "zero", calibrate_on=None,
-           noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
+def dpglow(ds, *, epsilon: float, flow, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
+           alpha: float | None = _L.alpha, clip: bool = _L.clip, center: str = _L.center, calibrate_on=None,
+           noise_seed: int | None = None, batch: int = _L.batch, release_labels: str | Sequence[str] | None = None,
            device=None):
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent, ε-LDP per image.
 
@@ -154,7 +182,8 @@ def dpglow(ds, *, epsilon: float, flow, per_element: bool = False, clip_box: str
     from medanon.anonymize.ldp import ClipCalibration
     from medanon.runtime import files_digest
 
-    check_budget(epsilon, clip)
+    LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip, center=center,
+              batch=batch).validate()
     _check_box(clip_box, calibrate_on)
     codec, stored, trained_on = load_flow_for(flow, device)
     cfg = codec.flow.cfg
@@ -186,9 +215,9 @@ def dpglow(ds, *, epsilon: float, flow, per_element: bool = False, clip_box: str
                        release_labels=release_labels, device=device, notes=notes)
 
 
-def ldp_image(ds, *, epsilon: float, per_element: bool = False, clip_box: str = "public",
-              alpha: float | None = None, clip: bool = True, calibrate_on=None, noise_seed: int | None = None,
-              batch: int = 32, release_labels: str | Sequence[str] | None = None, device=None):
+def ldp_image(ds, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
+              alpha: float | None = _L.alpha, clip: bool = _L.clip, calibrate_on=None, noise_seed: int | None = None,
+              batch: int = _L.batch, release_labels: str | Sequence[str] | None = None, device=None):
     """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels, ε-LDP per image.
 
     Arguments as in :func:`dpglow`, on pixel values (D = C*H*W) instead of a flow latent. The public
@@ -207,7 +236,8 @@ def ldp_image(ds, *, epsilon: float, per_element: bool = False, clip_box: str = 
     from medanon.anonymize.ldp import ClipCalibration
     from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
 
-    check_budget(epsilon, clip)
+    LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
+              batch=batch).validate()
     _check_box(clip_box, calibrate_on)
     if clip_box == "public":
         calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)

@@ -1,8 +1,9 @@
 """``medanon anonymize dpglow|ldp-image``: ε-LDP releases, in a GLOW latent or on pixels.
 
-Each command parses its options, makes one library call (:func:`medanon.api.dp.dpglow`,
-:func:`medanon.api.dp.ldp_image`), saves the release and prints; the library's warnings are printed
-as ``WARNING:`` lines and its errors name the command's flags.
+Each command parses its options into an :class:`~medanon.api.dp.LDPConfig` (defaults from the
+dataclass, then ``--config FILE``, ``--set key=value``, then the options given), makes one library
+call (:func:`medanon.api.dp.dpglow`, :func:`medanon.api.dp.ldp_image`), saves the release and prints;
+the library's warnings are printed as ``WARNING:`` lines and its errors name the command's flags.
 """
 
 from __future__ import annotations
@@ -11,54 +12,66 @@ from pathlib import Path
 
 import click
 
+from medanon.api.dp import LDPConfig
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
-from medanon.cli.library import library_call
+from medanon.cli.library import config_options, default, library_call
 
 
 def dp_options(f):
     """Options shared by both mechanisms (privacy-critical ones have no silent default for epsilon)."""
     opts = [
         click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder."),
-        click.option("--epsilon", type=float, required=True,
+        click.option("--epsilon", type=float, default=None,
                      help="Privacy budget per image, or per pixel/latent element with --per-pixel; 'inf' adds "
-                          "no noise (no privacy: a reconstruction baseline)."),
-        click.option("--per-element", "--per-pixel", "per_pixel", is_flag=True,
+                          "no noise (no privacy: a reconstruction baseline).  [required: here or in --config]"),
+        click.option("--per-element", "--per-pixel", "per_pixel", is_flag=True, default=None,
                      help="--epsilon is per element (latent element for dpglow, pixel value for ldp-image): the "
                           "image budget is epsilon * D, D = C*H*W, as in the paper's 'ε = 10² · H · W'. Only a way "
                           "to write the image budget: there is no per-pixel guarantee (for DP-GLOW one pixel can "
                           "move every latent element). --per-pixel is the old name."),
-        click.option("--clip-box", type=click.Choice(["public", "calibrated"]), default="public", show_default=True,
+        click.option("--clip-box", type=click.Choice(["public", "calibrated"]), default=None,
                      help="public: a data-independent box (pixels [-1, 1]; latent [-4, 4]), nothing private enters "
                           "the mechanism; calibrated: per-element min/max of training images (the paper), whose "
-                          "leakage the bound does not cover."),
+                          "leakage the bound does not cover." + default(LDPConfig, "clip_box")),
         click.option("--alpha", type=float, default=None,
                      help="Clip width as a fraction of the box's range (paper Eq. 11).  [default: 0.4; 1 for "
                           "ldp-image with the public box]"),
-        click.option("--no-clip", is_flag=True, help="Only with --epsilon inf: the paper's '∞ without clip' row."),
+        click.option("--no-clip", is_flag=True, default=None,
+                     help="Only with --epsilon inf: the paper's '∞ without clip' row."),
         click.option("--calibrate-on", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
                      help="--clip-box calibrated: dataset folder whose images give the clip bounds and sensitivities "
                           "(the training set)."),
         click.option("--release-labels", "release_labels", default=None, metavar="A,B",
                      help="Labels to release (comma-separated).  [default: pneumonia for X-ray, grade for fundus]"),
-        click.option("--batch", type=click.IntRange(min=1), default=32, help="Images per batch."),
+        click.option("--batch", type=click.IntRange(min=1), default=None,
+                     help="Images per batch." + default(LDPConfig, "batch")),
         click.option("--seed", "noise_seed", type=int, default=None,
                      help="TESTING ONLY: seeded noise. Anyone who knows or guesses the seed can remove the noise. "
                           "Without it the noise comes from the OS CSPRNG and no seed exists."),
         click.option("--mapping", type=click.Path(path_type=Path), default=None,
                      help="Private record -> source mapping file (outside the release)."),
         click.option("--overwrite", is_flag=True, help="Replace --out if it exists."),
+        config_options("LDPConfig", example="epsilon=1"),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
 
 
-FLAGS = {"epsilon=math.inf": "--epsilon inf", "epsilon=inf": "--epsilon inf", "epsilon=": "--epsilon ",
-         "keep clip=True": "leave --no-clip out", "clip=False": "--no-clip",
+FLAGS = {"give epsilon=": "give --epsilon", "epsilon=math.inf": "--epsilon inf", "epsilon=inf": "--epsilon inf",
+         "epsilon=": "--epsilon ", "keep clip=True": "leave --no-clip out", "clip=False": "--no-clip",
          "per_element=True": "--per-element", "clip_box=": "--clip-box ", "calibrate_on": "--calibrate-on",
-         "noise_seed=": "--seed ", "alpha=": "--alpha ", "center=": "--center ", "release_labels": "--release-labels",
-         "open the dataset with size=": "pass --size "}
+         "noise_seed=": "--seed ", "alpha=": "--alpha ", "center=": "--center ", "batch=": "--batch ",
+         "release_labels": "--release-labels", "open the dataset with size=": "pass --size "}
+
+
+def _config(config_file, overrides, *, no_clip, **options) -> LDPConfig:
+    """The release's LDPConfig: defaults <- --config <- --set <- the options given (checked before any work)."""
+    from medanon.config import build
+
+    with library_call(FLAGS):
+        return build(LDPConfig, path=config_file, overrides=overrides, clip=False if no_clip else None, **options)
 
 
 def _calibration(path: Path | None, data_opts: dict, ds):
@@ -82,29 +95,29 @@ def _report(release, ds, out) -> None:
 @data_dir_argument(help="Dataset folder to anonymise.")
 @click.option("--flow", "flow_path", type=click.Path(path_type=Path), required=True,
               help="Flow checkpoint (flow.pt from `medanon train flow`, or checkpoints/glow-xray64.pt).")
-@click.option("--center", type=click.Choice(["zero", "midrange"]), default="zero",
+@click.option("--center", type=click.Choice(["zero", "midrange"]), default=None,
               help="Clip-box centre: zero = the standardised prior's mean (not data-derived; decodes more robustly, "
-                   "see docs/dpglow.md); midrange = (max + min) / 2 of the training latents (the paper's Eq. 12).")
+                   "see docs/dpglow.md); midrange = (max + min) / 2 of the training latents (the paper's Eq. 12)."
+                   + default(LDPConfig, "center"))
 @data_options
 @dp_options
 @click.pass_context
 def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on,
-               release_labels, batch, noise_seed, mapping, overwrite, **data_opts) -> None:
+               release_labels, batch, noise_seed, mapping, overwrite, config_file, overrides, **data_opts) -> None:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent (ε-LDP per image)."""
-    from medanon.api.dp import check_budget, dpglow, load_flow_for
+    from medanon.api.dp import dpglow, load_flow_for
     from medanon.runtime import resolve_device
 
-    with library_call(FLAGS):
-        check_budget(epsilon, not no_clip)
+    cfg = _config(config_file, overrides, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
+                  no_clip=no_clip, center=center, batch=batch)
     dev = resolve_device(ctx.obj["device"])
     flow = load_flow_for(flow_path, dev)
     data_opts["size"] = flow[0].flow.cfg.resolution
     data_opts["channels"] = str(flow[0].flow.cfg.channels)
     ds = open_from_cli(data_dir, **data_opts)
     with library_call(FLAGS):
-        release = dpglow(ds, epsilon=epsilon, flow=flow, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
-                         clip=not no_clip, center=center, calibrate_on=_calibration(calibrate_on, data_opts, ds),
-                         noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=dev)
+        release = dpglow(ds, flow=flow, **vars(cfg), calibrate_on=_calibration(calibrate_on, data_opts, ds),
+                         noise_seed=noise_seed, release_labels=release_labels, device=dev)
         release.save(out, mapping=mapping, overwrite=overwrite)
     _report(release, ds, out)
 
@@ -115,18 +128,18 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
 @dp_options
 @click.pass_context
 def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on, release_labels,
-                  batch, noise_seed, mapping, overwrite, **data_opts) -> None:
+                  batch, noise_seed, mapping, overwrite, config_file, overrides, **data_opts) -> None:
     """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels (ε-LDP per image)."""
-    from medanon.api.dp import check_budget, ldp_image
+    from medanon.api.dp import ldp_image
     from medanon.runtime import resolve_device
 
-    with library_call(FLAGS):
-        check_budget(epsilon, not no_clip)
+    cfg = _config(config_file, overrides, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
+                  no_clip=no_clip, batch=batch)
     ds = open_from_cli(data_dir, **data_opts)
     with library_call(FLAGS):
-        release = ldp_image(ds, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
-                            clip=not no_clip, calibrate_on=_calibration(calibrate_on, data_opts, ds),
-                            noise_seed=noise_seed, batch=batch, release_labels=release_labels,
+        settings = {k: v for k, v in vars(cfg).items() if k != "center"}
+        release = ldp_image(ds, **settings, calibrate_on=_calibration(calibrate_on, data_opts, ds),
+                            noise_seed=noise_seed, release_labels=release_labels,
                             device=resolve_device(ctx.obj["device"]))
         release.save(out, mapping=mapping, overwrite=overwrite)
     _report(release, ds, out)

@@ -31,11 +31,11 @@ def default(cls, dotted: str) -> str:
     return f"  [default: {obj:g}]" if isinstance(obj, float) else f"  [default: {obj}]"
 
 
-def config_options(what: str):
+def config_options(what: str, example: str = "k=10"):
     """``--config FILE`` and ``--set KEY=VALUE`` for a command whose settings are the dataclass ``what``."""
     def deco(f):
         f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                         help=f"Override a {what} field, e.g. --set k=10 (repeatable; nested: a.b=value).")(f)
+                         help=f"Override a {what} field, e.g. --set {example} (repeatable; nested: a.b=value).")(f)
         return click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                             default=None, help=f"YAML file with {what} fields (options given explicitly win).")(f)
     return deco

@@ -95,6 +95,7 @@ def float64_flows() -> None:
 
 def _worker(rank: int, world: int, port: int, root: str) -> None:
     """Every 2-rank run the tests compare, in one process group (one start-up for all)."""
+    from medanon.train.autoencoder import train_autoencoder
     from medanon.train.classifier import train_classifier
     from medanon.train.encoder import train_restyle
     from medanon.train.flow import train_flow
@@ -109,6 +110,8 @@ def _worker(rank: int, world: int, port: int, root: str) -> None:
                            checkpoint_every=100, sample_every=100, log_every=1)
         train_restyle(images(), Path(root) / "gan" / "two-ranks-half" / "checkpoint.pt", encoder_cfg(),
                       Path(root) / "encoder", steps=3, dist=d, progress=False, sample_every=100)
+        train_autoencoder(images(), autoencoder_cfg(), Path(root) / "autoencoder", steps=3, dist=d, progress=False,
+                          init_ckpt=Path(root) / "gan" / "two-ranks-half" / "checkpoint.pt", sample_every=100)
         for name, steps in (("two-ranks", 4), ("two-ranks-half", 2)):
             train_flow(flow_cfg(steps), images().double(), out=Path(root) / "flow" / name, dist=d, progress=False)
         for loss in ("ce", "weighted"):
@@ -128,6 +131,14 @@ def encoder_cfg():
     from medanon.train.encoder import EncoderConfig
     cfg = build(EncoderConfig, path=ROOT / "configs" / "encoder" / "tiny32.yaml")
     return dataclasses.replace(cfg, perceptual_weight=0.0, batch=8)
+
+
+def autoencoder_cfg():
+    import dataclasses
+
+    from medanon.train.autoencoder import AutoencoderConfig
+    cfg = build(AutoencoderConfig, path=ROOT / "configs" / "autoencoder" / "tiny32.yaml")
+    return dataclasses.replace(cfg, perceptual_weight=0.0, batch=8, augment_p=0.3, r1_interval=2)
 
 
 def segmentation_data(folder: Path):
@@ -356,3 +367,16 @@ def test_restyle_encoder_two_ranks_equal_one_process_with_the_same_shards(two_ra
     _assert_close(a["state"]["E"], b["state"]["E"])
     rows = [json.loads(x) for x in (two_ranks / "encoder" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 3 and rows[-1]["psnr"] > 0
+
+
+def test_autoencoder_two_ranks_equal_one_process_with_the_same_shards(two_ranks: Path, tmp_path: Path):
+    """Co-training (E, G, D with R1, ADA and augmentation): 2 ranks equal 1 process computing the same 2 shards."""
+    from medanon.train.autoencoder import train_autoencoder
+    gan = two_ranks / "gan" / "two-ranks-half" / "checkpoint.pt"
+    one = train_autoencoder(images(), autoencoder_cfg(), tmp_path / "one", steps=3, accumulation=2, init_ckpt=gan,
+                            progress=False, sample_every=100)
+    a, b = load_checkpoint(two_ranks / "autoencoder" / "checkpoint.pt"), load_checkpoint(one)
+    assert a["step"] == b["step"] == 3 and len(a["state"]["rng"]["shards"]) == 1
+    for net in ("E", "G", "D"):
+        _assert_close(a["state"][net], b["state"][net])
+    assert a["extra"]["ada_state"] == pytest.approx(b["extra"]["ada_state"])

@@ -8,7 +8,6 @@ checkpoint (no optimizer state) that ``medanon.codecs.stylegan.load_codec`` load
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -191,20 +190,24 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     """Co-train an encoder and a StyleGAN2 generator as an autoencoder-GAN (GMIA's projection).
 
     Losses: pixel, EfficientNet-Lite0 feature distance (not LPIPS) and adversarial for E and G, then
-    the discriminator step.
+    the discriminator step. Under torchrun the batch is split across the processes (docs/distributed.md).
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise click.UsageError("co-training (train autoencoder) does not run distributed yet: every process would "
-                               "train the same model and write the same files; start it without torchrun")
     _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt)
     from medanon.codecs.stylegan import KIND_COTRAINED
     from medanon.config import build
     from medanon.train.autoencoder import AutoencoderConfig, train_autoencoder
+    from medanon.train.distributed import init_distributed, shutdown
 
     config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
                                out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
                                sample_every=sample_every, log_every=log_every)
-    cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
-    images = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt, cfg.generator, data_opts)
-    ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder")
-    _finish(ckpt, out, export_path, eval_dir, data_opts, "co-trained encoder + generator")
+    dist = init_distributed(loop["device"])
+    try:
+        cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
+        images = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt, cfg.generator, data_opts)
+        ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder",
+                                 dist=dist)
+        if dist.is_main:
+            _finish(ckpt, out, export_path, eval_dir, data_opts, "co-trained encoder + generator")
+    finally:
+        shutdown(dist)

@@ -29,6 +29,7 @@ ADA state.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
 from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
 from medanon.runtime import RunDir
+from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.encoder import (
     InversionTrainer,
     ReconstructionLoss,
@@ -54,8 +56,8 @@ from medanon.train.encoder import (
     set_rng_state,
 )
 from medanon.train.gan import KIND as GAN_KIND
-from medanon.train.gan import keep_metrics_until, load_config, to_uint8
-from medanon.train.gan_loss import discriminator_step, generator_loss
+from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, load_config, to_uint8
+from medanon.train.gan_loss import discriminator_loss, discriminator_step, generator_loss
 from medanon.train.loop import run_loop
 
 # The StyleGANConfig fields that define the networks; the rest of the nested config is not used here.
@@ -112,9 +114,13 @@ class _CotrainTrainer(InversionTrainer):
     """Encoder, generator, discriminator, optimizers, ADA and random state of one co-training run."""
 
     def __init__(self, cfg: AutoencoderConfig, images: torch.Tensor, device: torch.device,
-                 init: dict[str, Any] | None):
+                 init: dict[str, Any] | None, *, dist: Dist | None = None, accumulation: int = 1):
         super().__init__(images, cfg.batch, device, cfg.seed)
         self.cfg = cfg
+        self.dist = dist or Dist(device=device)
+        self.accumulation = accumulation
+        self.shards = self.dist.world_size * accumulation
+        split_batch(cfg.batch, self.dist.world_size, accumulation)
         self.init_provenance = None if init is None else init["provenance"]
         g = cfg.generator
         torch.manual_seed(cfg.seed)             # weights of whatever does not come from the init checkpoint
@@ -135,8 +141,14 @@ class _CotrainTrainer(InversionTrainer):
         self.opt_G = torch.optim.Adam(self.G.synthesis.parameters(), lr=cfg.g_lr, betas=(0.0, 0.99), eps=1e-8)
         self.opt_D = torch.optim.Adam(self.D.parameters(), lr=cfg.d_lr, betas=(0.0, 0.99), eps=1e-8)
         self.rng = torch.Generator(device).manual_seed(cfg.seed + 1)   # augmentations
+        # shards > 1: shard s augments with its own generator (shard 0: self.rng; s > 0: seed + 1 + s * stride)
+        self.shard_rng = {s: self.rng if s == 0 else
+                          torch.Generator(device).manual_seed(cfg.seed + 1 + SHARD_SEED_STRIDE * s)
+                          for s in local_shards(self.dist, accumulation)} if self.shards > 1 else {}
 
     def step(self) -> dict[str, float]:
+        if self.shards > 1:
+            return self._step_sharded()
         cfg = self.cfg
         x = self.real_batch()
         # encoder + generator: reconstruction and adversarial losses (D frozen)
@@ -166,10 +178,86 @@ class _CotrainTrainer(InversionTrainer):
         out.update({"loss": float(loss.detach()), **parts, **stats, "ada_p": self.augment.p})
         return out
 
+    def _step_sharded(self) -> dict[str, float]:
+        """The step of the global batch as shards (as :class:`medanon.train.gan.StyleGANTrainer` does):
+        rows ``s::S`` of one draw of images, each shard's losses weighted 1 / S, gradients summed over
+        shards and ranks, augmentation from the shard's own generator, minibatch-std inside a shard, ADA
+        from the real logits of all shards, R1 on the same steps as one process."""
+        cfg, d, weight = self.cfg, self.dist, 1.0 / self.shards
+        x_all = self.real_batch()
+        self.E.train()
+        self.G.train()
+        self.D.requires_grad_(False)
+        self.G.synthesis.requires_grad_(True)
+        self.opt_E.zero_grad(set_to_none=True)
+        self.opt_G.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+
+        def add(k: str, v: float) -> None:
+            sums[k] = sums.get(k, 0.0) + v
+
+        recons = {}
+        for s, rng in self.shard_rng.items():
+            x = shard_rows(x_all, s, self.shards)
+            recon = self.codec.render(self.codec.refine(x, *self.codec.start(x.shape[0])))
+            loss, parts = self.loss(recon, x)
+            for k, v in parts.items():
+                if k != "psnr":
+                    add(k, v)
+            if cfg.adversarial_weight > 0:
+                loss_adv = generator_loss(self.D, self.augment, recon, rng)
+                loss = loss + cfg.adversarial_weight * loss_adv
+                add("loss_adv", float(loss_adv.detach()))
+            (loss * weight).backward()
+            add("loss", float(loss.detach()))
+            recons[s] = recon.detach()
+        d.sum_gradients(self.E.parameters())
+        d.sum_gradients(self.G.synthesis.parameters())
+        self.opt_E.step()
+        self.opt_G.step()
+        self.G.synthesis.requires_grad_(False)
+        self.D.requires_grad_(True)
+        self.opt_D.zero_grad(set_to_none=True)
+        do_r1 = cfg.r1_gamma > 0 and self.step_count % cfg.r1_interval == 0
+        logits = []
+        for s, rng in self.shard_rng.items():
+            loss, stats = discriminator_loss(self.D, self.augment, shard_rows(x_all, s, self.shards), recons[s],
+                                             r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0,
+                                             generator=rng)
+            (loss * weight).backward()
+            add("loss_D", float(loss.detach()))
+            if do_r1:
+                add("r1", float(stats["r1"]))
+            logits.append(stats["real_logits"])
+        d.sum_gradients(self.D.parameters())
+        self.opt_D.step()
+        all_logits = d.all_gather_cat(torch.cat(logits))
+        self.ada.accumulate(all_logits)
+        self.ada.step()
+        self.step_count += 1
+        keys = sorted(sums)
+        means = d.all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64,
+                                              device=d._comm_device())) / self.shards
+        out = dict(zip(keys, means.tolist(), strict=True))
+        out["psnr"] = 10 * math.log10(4.0 / max(out["pixel"], 1e-12))    # of the whole batch's mean squared error
+        out["D_real"] = float(all_logits.mean())
+        out["ada_p"] = self.augment.p
+        return out
+
     def save(self, path: Path) -> Path:
+        """Rank 0 writes (every rank must call it with several shards: it gathers their generators)."""
+        rng = rng_state(self.rng, self.data_rng)
+        if self.shards > 1:
+            every: dict[int, torch.Tensor] = {}
+            for part in self.dist.gather_objects({s: g.get_state() for s, g in self.shard_rng.items()}):
+                every.update(part)
+            if not self.dist.is_main:
+                return path
+            rng = {"torch": torch.get_rng_state(), "generators": [every[0], self.data_rng.get_state()],
+                   "shards": [every[s] for s in range(1, self.shards)]}
         state = {"E": self.E.state_dict(), "G": self.G.state_dict(), "D": self.D.state_dict(),
                  "opt_E": self.opt_E.state_dict(), "opt_G": self.opt_G.state_dict(),
-                 "opt_D": self.opt_D.state_dict(), "rng": rng_state(self.rng, self.data_rng)}
+                 "opt_D": self.opt_D.state_dict(), "rng": rng}
         config = {"generator": to_dict(self.cfg.generator), "encoder": dict(self.E.kwargs), "codec": {"iterations": 1},
                   "train": to_dict(self.cfg)}
         extra = {"losses": self.loss.describe(), "images": len(self.images), "ada_p": self.augment.p,
@@ -189,6 +277,10 @@ class _CotrainTrainer(InversionTrainer):
         self.opt_G.load_state_dict(s["opt_G"])
         self.opt_D.load_state_dict(s["opt_D"])
         set_rng_state(s["rng"], self.rng, self.data_rng)
+        saved = s["rng"].get("shards", [])       # shards beyond the saved ones keep their seeds
+        for k, g in self.shard_rng.items():
+            if 0 < k <= len(saved):
+                g.set_state(saved[k - 1])
         self.ada.load_state_dict(blob["extra"]["ada_state"])
         self.step_count = int(blob["step"])
         self.seconds = float(blob["extra"]["seconds"])
@@ -212,7 +304,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
                       init_ckpt: str | Path | None = None, resume: bool = False, device: str | torch.device = "cpu",
                       checkpoint_every: int = 500, sample_every: int = 500, log_every: int = 10,
                       max_seconds: float | None = None, progress: bool = True,
-                      command: str = "train autoencoder") -> Path:
+                      command: str = "train autoencoder", dist: Dist | None = None, accumulation: int = 1) -> Path:
     """Co-train an encoder and a StyleGAN2 generator (with its discriminator) on ``images`` (N, C, H, W) in
     [-1, 1] until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.
@@ -220,8 +312,11 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     ``init_ckpt`` starts G and D from a trained ``stylegan2`` checkpoint (its architecture replaces
     ``cfg.generator``'s). With ``resume`` the run continues from ``out/checkpoint.pt``; ``init_ckpt``
     is then not needed (and, if given, must be the file the run started from).
+    ``dist``/``accumulation``: data-parallel under torchrun and gradient accumulation (the batch as
+    shards, see ``_CotrainTrainer._step_sharded``); rank 0 writes the run directory.
     """
-    device = torch.device(device)
+    dist = dist or Dist(device=torch.device(device))
+    device = dist.device
     out = Path(out)
     blob = previous_run(out, resume=resume, kind=KIND_COTRAINED, device=device, gan_ckpt=init_ckpt)
     init = None
@@ -234,17 +329,26 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         cfg = with_generator(cfg, init["config"])
     validate(cfg)
     data = to_uint8(images, cfg.generator)
-    trainer = _CotrainTrainer(cfg, data, device, init)
+    trainer = _CotrainTrainer(cfg, data, device, init, dist=dist, accumulation=accumulation)
     if blob is not None:
         trainer.init_provenance = blob["extra"].get("generator_checkpoint")
         trainer.load(blob)
-        keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
-    run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
-    run.update(resumed_from_step=trainer.step_count if resume else None,
-               generator_checkpoint=trainer.init_provenance,
-               training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
-               losses={**trainer.loss.describe(), "adversarial": {"kind": "non-saturating logistic (StyleGAN2)",
-                                                                  "weight": cfg.adversarial_weight}})
+        if dist.is_main:
+            keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
+    run = None
+    if dist.is_main:
+        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+        run.update(resumed_from_step=trainer.step_count if resume else None,
+                   generator_checkpoint=trainer.init_provenance,
+                   training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
+                   losses={**trainer.loss.describe(), "adversarial": {"kind": "non-saturating logistic (StyleGAN2)",
+                                                                      "weight": cfg.adversarial_weight}})
+        if trainer.shards > 1:
+            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": trainer.shards,
+                                    "images_per_shard": cfg.batch // trainer.shards,
+                                    "augment_seeds": {s: cfg.seed + 1 + SHARD_SEED_STRIDE * s
+                                                      for s in range(trainer.shards)}})
     return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
-                    log_every=log_every, progress=progress, desc="co-train", max_seconds=max_seconds,
+                    log_every=log_every, progress=progress and dist.is_main, dist=dist, desc="co-train",
+                    max_seconds=max_seconds,
                     show=lambda m: {"loss": f"{m['loss']:.4f}", "psnr": f"{m['psnr']:.2f}", "D": f"{m['loss_D']:.3f}"})

@@ -7,6 +7,7 @@ import torch
 from medanon.config import RunConfig
 from medanon.errors import ConfigError, OutputExistsError
 from medanon.fsutil import atomic_dir, atomic_write_text, sha256_file
+from medanon.outputs import UnsafeOutputError
 from medanon.runtime import RunDir, files_digest, resolve_device, seed_everything
 
 
@@ -70,8 +71,12 @@ def test_atomic_dir_refuses_then_overwrites(tmp_path: Path):
         pass
     with atomic_dir(out, overwrite=True) as tmp:
         (tmp / "b").write_text("2")
-    assert sorted(p.name for p in out.iterdir()) == ["b"]
+    assert sorted(p.name for p in out.iterdir()) == [".medanon-output.json", "b"]     # b, and medanon's marker
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    (out / ".medanon-output.json").unlink()               # no longer recognisable as medanon's: never replaced
+    with pytest.raises(UnsafeOutputError, match="not written by medanon"), atomic_dir(out, overwrite=True):
+        pass
+    assert (out / "b").read_text() == "2"
 
 
 def test_atomic_write_text(tmp_path: Path):

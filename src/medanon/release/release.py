@@ -99,7 +99,7 @@ class CaptureWriter:
             raise _Enough
         self.entries[key] = {"key": key, "sources": [r.record_id for r in sources],
                              "patients": sorted({r.patient_id for r in sources}),
-                             "labels": aggregate_labels([r.labels for r in sources], self.settings["labels"])}
+                             "labels": aggregate_labels(list(sources), self.settings["labels"])}
         self.images.append(image.detach().float().cpu().clamp(-1, 1))
         return key
 
@@ -155,7 +155,8 @@ class Release:
                            inputs=[self.dataset.root] if self.dataset.root is not None else ()) as writer:
             resumed = len(writer)
             summary = self.produce(writer, progress)
-            self.privacy = dict(writer.privacy)
+        manifest, _ = read_release(out)                 # what was written, e.g. counts the run added
+        self.params, self.privacy = manifest["params"], manifest["privacy"]
         self.summary = {**summary, "resumed_records": resumed}
         self.path, self.mapping = out, mapping
         return out

@@ -221,3 +221,13 @@ def test_audit_exit_codes(tmp_path, source):
     assert r.exit_code == 1 and "readable PNG" in r.output, r.output                # a failed check, no crash
     r = CliRunner().invoke(cli, ["audit", str(tmp_path)])
     assert r.exit_code == 3, r.output                                                # not a release: could not run
+
+
+def test_writer_aggregates_labels_per_patient(tmp_path):
+    """Two images of one patient must not outvote another patient (issue 14.8): counts are of patients."""
+    recs = [Record(path=tmp_path / f"{i}.png", patient_id=p, labels={"grade": g}, record_id=f"r{i}")
+            for i, (p, g) in enumerate([("A", 0.0), ("A", 0.0), ("B", 2.0)])]
+    with ReleaseWriter(tmp_path / "rel", **SETTINGS) as rel:
+        rel.add("one", torch.zeros(3, 8, 8), recs)
+    _, rows = read_release(tmp_path / "rel")
+    assert rows[0]["grade_counts"] == "0:1;2:1" and rows[0]["grade"] == "2"   # a tie of patients: the worse grade

@@ -186,7 +186,7 @@ class ReleaseWriter:
             "key": key, "name": name,
             "sources": [r.record_id for r in sources],
             "patients": sorted({r.patient_id for r in sources}),
-            "labels": aggregate_labels([r.labels for r in sources], self.settings["labels"]),
+            "labels": aggregate_labels(list(sources), self.settings["labels"]),      # per patient
         }
         with open(self.partial / JOURNAL, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, default=_json_default) + "\n")

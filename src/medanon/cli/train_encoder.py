@@ -35,6 +35,9 @@ def loop_options(f):
         click.option("--sample-every", type=click.IntRange(min=1), default=500,
                      help="Steps between source | reconstruction grids."),
         click.option("--log-every", type=click.IntRange(min=1), default=10, help="Steps between metrics lines."),
+        click.option("--accum", type=click.IntRange(min=1), default=1,
+                     help="Gradient accumulation: each process computes its part of the batch as this many "
+                          "micro-batches (docs/distributed.md)."),
         click.option("--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="At the end, also write a small copy of the checkpoint (no optimizer state) here."),
         click.option("--eval-data", "eval_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -152,7 +155,7 @@ def _is_phantom(folder: Path) -> bool:
 @data_options
 @click.pass_context
 def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, generator_ckpt, threads,
-                      steps, minutes, resume, checkpoint_every, sample_every, log_every, **data_opts) -> None:
+                      steps, minutes, resume, checkpoint_every, sample_every, log_every, accum, **data_opts) -> None:
     """Train a ReStyle iterative inversion encoder for a frozen StyleGAN2 generator (k-SALSA's encoder).
 
     The perceptual term is a feature distance on EfficientNet-Lite0 ImageNet features, not LPIPS. Under
@@ -171,7 +174,8 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
     try:
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
         images = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None, data_opts)
-        ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist)
+        ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
+                             accumulation=accum)
         if dist.is_main:
             _finish(ckpt, out, export_path, eval_dir, data_opts, f"ReStyle encoder, {cfg.iterations} iterations")
     finally:
@@ -186,7 +190,8 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
 @data_options
 @click.pass_context
 def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, init_ckpt, threads,
-                          steps, minutes, resume, checkpoint_every, sample_every, log_every, **data_opts) -> None:
+                          steps, minutes, resume, checkpoint_every, sample_every, log_every, accum,
+                          **data_opts) -> None:
     """Co-train an encoder and a StyleGAN2 generator as an autoencoder-GAN (GMIA's projection).
 
     Losses: pixel, EfficientNet-Lite0 feature distance (not LPIPS) and adversarial for E and G, then
@@ -206,7 +211,7 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
         images = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt, cfg.generator, data_opts)
         ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder",
-                                 dist=dist)
+                                 dist=dist, accumulation=accum)
         if dist.is_main:
             _finish(ckpt, out, export_path, eval_dir, data_opts, "co-trained encoder + generator")
     finally:

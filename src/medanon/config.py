@@ -36,7 +36,9 @@ class DataConfig:
         if self.size < MIN_SIZE or self.size > MAX_SIZE or self.size & (self.size - 1):
             raise ConfigError(
                 f"data.size={self.size} is not possible: the generative models need a power of two "
-                f"between {MIN_SIZE} and {MAX_SIZE}", fix="use --size 32, 64, 128, 256 or 512")
+                f"between {MIN_SIZE} and {MAX_SIZE}",
+                fix=f"use a power of two from {MIN_SIZE} to {MAX_SIZE} (size, --size), e.g. 64 on a CPU, 256 or 512 "
+                    "on a GPU")
         if self.channels not in (0, 1, 3):
             raise ConfigError(f"data.channels={self.channels} must be 0 (by modality), 1 or 3")
         if self.crop not in ("auto", "fov", "center", "pad", "none"):

@@ -268,3 +268,22 @@ def test_fid_control_is_at_the_releases_n_or_warns(world, tmp_path):
                    progress=False)
     assert rep["controls"]["fidelity"]["n"] == len(world["real"].rows("test")) < rep["sample_sizes"]["fid_per_release"]
     assert any("not the releases' N" in n for n in rep["notes"])
+
+
+def test_independent_attacker_from_a_checkpoint(world, tmp_path):
+    """Item 3 / demo time: a shipped independent identity network is used instead of training one."""
+    from medanon.train.identity import IdentityTrainConfig, train_identity
+
+    real = world["real"]
+    rows = real.rows("val")
+    train_identity(real.images[rows], list(real.patients[rows]), out=tmp_path / "indep.pt",
+                   cfg=IdentityTrainConfig(arch="resnet10", image_size=24, steps=2, batch=8, embed_dim=16))
+    cfg = tiny_config(samples=8)
+    cfg = replace(cfg, utility=replace(cfg.utility, tasks=("none",)),
+                  attacks=replace(cfg.attacks, membership=False, linkability=False, attribute="", inference=False,
+                                  screening=False, independent_checkpoint=str(tmp_path / "indep.pt")))
+    rep = evaluate(world["data"], world["releases"][:1], tmp_path / "r", config=cfg, cache_dir=world["root"] / "cache",
+                   progress=False)
+    assert rep["networks"]["independent"]["checkpoint"].endswith("indep.pt")
+    assert rep["networks"]["independent"]["config"]["image_size"] == 24
+    assert "hidden_rate" in rep["releases"][0]["attacks"]["independent"]["singling_out"]

@@ -35,6 +35,10 @@ class Cache:
         self.root = Path(root) if root is not None else None
         if self.root is not None:
             self.root.mkdir(parents=True, exist_ok=True)
+            from medanon.outputs import MARKER, write_marker
+
+            if not (self.root / MARKER).is_file():      # a later run may reuse it (--cache refuses foreign folders)
+                write_marker(self.root, "evaluation-cache")
 
     def path(self, name: str, suffix: str) -> Path | None:
         return None if self.root is None else self.root / f"{name}{suffix}"

@@ -71,6 +71,7 @@ class AttackConfig:
     independent_arch: str = "resnet10"          # input size and seed, trained on the attacker split with the
     independent_image_size: int = 48           # same budget (steps, batch, lr, loss) as attacks.identity
     independent_seed: int = 1
+    independent_checkpoint: str = ""            # a trained independent identity network instead of training one
     screening: bool = True                      # near-copy screening of every released image
     near_copy_quantile: float = 0.01            # a released image is a near-copy below this quantile of real
                                                 # image-to-nearest-other-patient distances
@@ -136,7 +137,7 @@ class EvalConfig:
         and kappa falls to ~0, so classifiers keep 64 px.
         """
         clf = ClassifierTrainConfig(image_size=min(size, 64), steps=150, batch=32, lr=5e-3, augment=False)
-        indep = 32 if size >= 48 else max(16, 3 * size // 4)     # not the 64 px of GMIA's E_id; 24 px at 32 px
+        indep = min(24, size)                   # neither E_id's 64 px nor the main 32 px; ~0.56x the cost of 32 px
         return cls(size=size,
                    fidelity=FidelityConfig(max_samples=50, reference_samples=100, bootstrap=20, kid_subsets=20),
                    utility=UtilityConfig(seeds=(0, 1), classifier=clf, bootstrap=200),

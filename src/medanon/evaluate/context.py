@@ -112,7 +112,11 @@ class RealContext:
     def independent(self) -> IdentityNet | None:
         """A second attacker: another architecture and input size, trained on the attacker split."""
         a = self.cfg.attacks
-        return self._train_identity(a.independent, "identity-independent") if a.independent_attacker else None
+        if not a.independent_attacker:
+            return None
+        if a.independent_checkpoint:
+            return load_identity(a.independent_checkpoint, map_location=self.device)[0]
+        return self._train_identity(a.independent, "identity-independent")
 
     def embed(self, images: torch.Tensor, net: IdentityNet | None = None) -> np.ndarray:
         return (net or self.identity).embed(images.to(self.device)).double().numpy()
@@ -129,7 +133,8 @@ class RealContext:
         a = self.cfg.attacks
         if self.independent is None:
             return None
-        name = f"real-identity-indep-{digest(self.key, to_dict(a.independent), self.attacker_rows.tolist())}"
+        ck = sha256_file(a.independent_checkpoint) if a.independent_checkpoint else None
+        name = f"real-identity-indep-{digest(self.key, to_dict(a.independent), self.attacker_rows.tolist(), ck)}"
         return self.cache.array(name, lambda: self.embed(self.real.images, self.independent))
 
     @cached_property

@@ -249,6 +249,20 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: int) -> list[
     return out
 
 
+def _independent_info(ctx: RealContext) -> dict | None:
+    a = ctx.cfg.attacks
+    if not a.independent_attacker:
+        return None
+    if a.independent_checkpoint:
+        net = ctx.independent
+        return {"checkpoint": a.independent_checkpoint, "sha256": sha256_file(a.independent_checkpoint),
+                "trained_on": f"checkpoint {a.independent_checkpoint} (its training patients are not known here)",
+                "config": {"arch": "from the checkpoint", "image_size": net.cfg.image_size,
+                           "backbone": net.cfg.backbone.to_dict()}}
+    return {"trained_on": f"real {ctx.attacker_from} split ({ctx.split_name(ctx.attacker_rows)})",
+            "config": to_dict(a.independent)}
+
+
 def _independence(cfg: EvalConfig, name: str, theirs: dict) -> list[str]:
     """Say which attacker networks share the architecture and input size of the network a release was optimised
     against (its protection transfers to a look-alike network and is overstated there)."""
@@ -344,10 +358,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         "tasks": [t.label for t in tasks],
         "networks": {"inception": ctx.inception[1] if ctx.inception is not None else None,
                      "identity": ctx.identity_info,
-                     "independent": ({"trained_on": f"real {ctx.attacker_from} split "
-                                                    f"({ctx.split_name(ctx.attacker_rows)})",
-                                      "config": to_dict(cfg.attacks.independent)}
-                                     if cfg.attacks.independent_attacker else None),
+                     "independent": _independent_info(ctx),
                      "attacker_split": {"split": ctx.attacker_from, "images": len(ctx.attacker_rows),
                                         "patients": len(set(real.patients[ctx.attacker_rows].tolist()))},
                      "checks": checks},

@@ -278,3 +278,16 @@ def test_dp_commands_take_config_files_and_overrides(tmp_path, world):
     r = CliRunner().invoke(cli, [*base, "--out", str(tmp_path / "c")])            # the budget has no default
     assert r.exit_code == 1 and "no epsilon given" in r.output and "--epsilon" in r.output
     assert not (tmp_path / "c").exists()
+
+
+def test_calibration_streams_and_equals_the_whole_tensor_one(world):
+    """Calibrated clip boxes are running min/max over batches: never every image in memory, the same statistics."""
+    from medanon.anonymize.dpglow import calibrate_latent
+    from medanon.anonymize.ldp_image import calibrate_pixels
+    from medanon.api.dp import _batches, _calibrate, load_flow_for
+
+    ds = world["ds"]
+    images = ds.tensors(progress=False)[0]
+    assert _calibrate(_batches(ds, batch=5)).checksum() == calibrate_pixels(images).checksum()
+    codec = load_flow_for(world["dir"] / "flow.pt")[0]
+    assert _calibrate(_batches(ds, batch=7), codec=codec).checksum() == calibrate_latent(codec, images).checksum()

@@ -62,16 +62,29 @@ def check_budget(epsilon: float, clip: bool) -> None:
                           "sensitivity)", fix="keep clip=True, or use epsilon=math.inf for the no-noise baseline")
 
 
-def _images(source, size: int | None = None, channels: int | None = None):
-    """Calibration images: a tensor (N, C, H, W) as is, or every image of a dataset."""
+def _batches(source, size: int | None = None, channels: int | None = None, *, batch: int = 64):
+    """Calibration images in batches (N, C, H, W): slices of a tensor, or a dataset read batch by batch (the
+    min and max are running statistics, so no more than one batch is ever in memory)."""
     import torch
 
     if isinstance(source, torch.Tensor):
-        return source
+        yield from (source[i:i + batch] for i in range(0, len(source), batch))
+        return
     if (size, channels) != (None, None) and (source.size, source.channels) != (size, channels):
         raise ConfigError(f"the calibration dataset gives {source.channels}x{source.size}px images, the released "
                           f"dataset {channels}x{size}px", fix="open both datasets with the same size and channels")
-    return source.tensors(progress=False)[0]
+    for start in range(0, len(source), batch):
+        yield torch.stack([source.load(i)["image"] for i in range(start, min(start + batch, len(source)))])
+
+
+def _calibrate(batches, *, codec=None):
+    """Per-element min and max of the pixels, or with ``codec`` of the flow latents ``eps`` (paper steps 3–4)."""
+    from medanon.anonymize.ldp import calibrate
+
+    if codec is None:
+        return calibrate((b.flatten(1) for b in batches), space="pixel")
+    dev = next(codec.parameters()).device
+    return calibrate((codec.encode(b.to(dev)) for b in batches), space="glow-eps")
 
 
 def ldp_release(ds, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
@@ -178,7 +191,7 @@ def dpglow(ds, *, epsilon: float, flow, per_element: bool = _L.per_element, clip
         >>> sorted({w.category.__name__ for w in caught})
         ['DataDependentRelease', 'WeakBudget']
     """
-    from medanon.anonymize.dpglow import DPGlow, calibrate_latent, training_overlap
+    from medanon.anonymize.dpglow import DPGlow, training_overlap
     from medanon.anonymize.ldp import ClipCalibration
     from medanon.runtime import files_digest
 
@@ -198,7 +211,7 @@ def dpglow(ds, *, epsilon: float, flow, per_element: bool = _L.per_element, clip
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
-        calibration = calibrate_latent(codec, _images(calibrate_on, ds.size, ds.channels))
+        calibration = _calibrate(_batches(calibrate_on, ds.size, ds.channels), codec=codec)
     elif stored is not None:
         calibration = stored
         notes.append(f"calibration: the flow's training set ({stored.count} images, sha256 "
@@ -207,7 +220,7 @@ def dpglow(ds, *, epsilon: float, flow, per_element: bool = _L.per_element, clip
         warnings.warn("the flow holds no calibration statistics and no calibrate_on was given: calibrating on the "
                       "images being released (their min and max are then outside the guarantee)",
                       DataDependentRelease, stacklevel=2)
-        calibration = calibrate_latent(codec, _images(ds))
+        calibration = _calibrate(_batches(ds), codec=codec)
     dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip, center=center)
     return ldp_release(ds, dp, method="dpglow",
                        params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center},
@@ -234,7 +247,7 @@ def ldp_image(ds, *, epsilon: float, per_element: bool = _L.per_element, clip_bo
         ('ldp-image', 'epsilon-LDP', 3)
     """
     from medanon.anonymize.ldp import ClipCalibration
-    from medanon.anonymize.ldp_image import ImageLDP, calibrate_pixels
+    from medanon.anonymize.ldp_image import ImageLDP
 
     LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
               batch=batch).validate()
@@ -245,9 +258,9 @@ def ldp_image(ds, *, epsilon: float, per_element: bool = _L.per_element, clip_bo
         warnings.warn("no calibrate_on: the clip bounds come from the images being released; the per-element min "
                       "and max of those images are then outside the privacy guarantee. Pass the training set.",
                       DataDependentRelease, stacklevel=2)
-        calibration = calibrate_pixels(_images(ds))
+        calibration = _calibrate(_batches(ds))
     else:
-        calibration = calibrate_pixels(_images(calibrate_on, ds.size, ds.channels))
+        calibration = _calibrate(_batches(calibrate_on, ds.size, ds.channels))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
                        models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device)

@@ -101,11 +101,13 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
              progress: bool = True) -> EvaluationResult:
     """Evaluate releases against the real data they were made from: fidelity, utility and privacy attacks.
 
-    ``real``: the real dataset (an opened dataset or its folder; read with its detected layout).
+    ``real``: the real dataset (an opened dataset or its folder; read with its detected layout, so a
+    dataset opened with the generic layout's options is refused for now).
     ``releases``: release folders or saved :class:`~medanon.release.release.Release` objects.
     ``out``: report folder (``report.html``, ``report.json``, ``cache/``; re-running resumes from the
     cache); by default a temporary folder. ``preset``: ``full`` or ``fast`` (CPU-sized), or a whole
-    :class:`~medanon.evaluate.config.EvalConfig` as ``config``; ``size``: evaluation image side.
+    :class:`~medanon.evaluate.config.EvalConfig` as ``config``; ``size``: evaluation image side
+    (default: the config's, else the dataset's size, else 64).
     ``splits``: the splits CSV the releases were made with (else the split is recomputed).
     ``mappings``: release name -> private mapping file (default: the mapping a Release was saved
     with, or ``<release>.mapping.json`` next to the folder); membership, linkability and singling-out
@@ -124,8 +126,12 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
 
     if preset not in ("full", "fast"):
         raise ConfigError(f"preset={preset!r} must be full or fast")
+    if getattr(real, "layout", None) == "generic":
+        raise ConfigError("evaluate reads the real data folder with its detected layout, and a generic-layout "
+                          "dataset has none", fix="evaluate with `medanon evaluate --real DIR` and the layout options")
     if config is None:
-        config = EvalConfig.fast(size=size or 64) if preset == "fast" else EvalConfig(size=size or 64)
+        size = size or getattr(real, "size", None) or 64
+        config = EvalConfig.fast(size=size) if preset == "fast" else EvalConfig(size=size)
     elif size is not None:
         from dataclasses import replace
 

@@ -165,8 +165,10 @@ class Release:
         """The first ``limit`` released images, (C, H, W) float in [-1, 1], computed in memory (nothing written).
 
         For a look in a notebook. Images are computed as :meth:`save` computes them (for methods with
-        random noise, fresh noise: they are not the images a later ``save`` writes). ``limit=None``
-        computes and holds every image: use :meth:`save` for large datasets.
+        random noise, fresh noise: they are not the images a later ``save`` writes), and the producer
+        stops once ``limit`` images are held, except for Snow and VS-Snow, whose module writes the
+        release itself: they are saved to a temporary folder and read back. ``limit=None`` computes
+        and holds every image: use :meth:`save` for large datasets.
         """
         if self.produce is None:
             return self._images_via_folder(limit, progress)

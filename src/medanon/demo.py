@@ -140,7 +140,9 @@ def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list
     unet = ckpt / "unet-vessels64.pt"
     for method in ("snow", "vs-snow"):
         dests = [rel / f"{method}-p{p}" for p in SNOW_PS]
-        args = ["anonymize", method, str(data), "--p", ",".join(str(p) for p in SNOW_PS), "--seed", str(cfg.seed),
+        # no --seed: a public seed would let anyone regenerate the hidden pixels (the release would then state no
+        # formal guarantee); the subsets come from secret randomness
+        args = ["anonymize", method, str(data), "--p", ",".join(str(p) for p in SNOW_PS),
                 "--out", str(rel / f"{method}-p{{p}}"), "--mapping", str(rel / f"{method}-p{{p}}.mapping.json")]
         if method == "vs-snow":
             args += ["--checkpoint", str(unet)]
@@ -175,7 +177,7 @@ def _releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[P
     for method in ("dpglow", "ldp-image"):
         for eps in EPSILONS:
             dest = rel / f"{method}-eps{eps}"
-            args = ["anonymize", method, str(data), "--epsilon", eps, "--per-pixel", "--out", str(dest),
+            args = ["anonymize", method, str(data), "--epsilon", eps, "--per-element", "--out", str(dest),
                     "--mapping", str(rel / f"{dest.name}.mapping.json")]
             if method == "dpglow":
                 args += ["--flow", str(ckpt / "glow-xray64.pt")]

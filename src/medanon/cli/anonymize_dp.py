@@ -23,7 +23,7 @@ def dp_options(f):
     opts = [
         click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder."),
         click.option("--epsilon", type=float, default=None,
-                     help="Privacy budget per image, or per pixel/latent element with --per-pixel; 'inf' adds "
+                     help="Privacy budget per image, or per pixel/latent element with --per-element; 'inf' adds "
                           "no noise (no privacy: a reconstruction baseline).  [required: here or in --config]"),
         click.option("--per-element", "--per-pixel", "per_pixel", is_flag=True, default=None,
                      help="--epsilon is per element (latent element for dpglow, pixel value for ldp-image): the "

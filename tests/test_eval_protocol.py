@@ -83,6 +83,8 @@ def test_singling_out_per_individual_reverse_and_both_cloakings():
     assert flipped["hidden_rate"] == 1.0 and flipped["reverse_top1"] >= 0.75 and flipped["two_sided_top1"] >= 0.75
     assert out["risk"]["against"] == "baseline" and out["risk"]["baseline"]["rate"] == pytest.approx(1 / 3)
     assert out["LC_N_R_x"] == 0.0 and out["LC_N_R"] == pytest.approx(0.0)
+    for k in ("LC_N_R", "LC_N_R_x", "LC_N_A"):                            # every median with its interval
+        assert out[f"{k}_ci"][0] <= out[k] <= out[f"{k}_ci"][1]
 
 
 def test_nearest_record_control_copy_vs_unrelated():

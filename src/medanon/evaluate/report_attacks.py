@@ -185,8 +185,9 @@ def _singling(rels: list[dict]) -> str:
     if ok:
         rows = [[_e(r["name"]), _iv(s["hidden_rate"], s.get("hidden_rate_ci")),
                  _iv(s.get("hidden_rate_individual"), s.get("hidden_rate_individual_ci")),
-                 _num(s["chance_hidden_rate"]), _num(s.get("reverse_top1")), _num(s["LC_N_R"], 1),
-                 _num(s.get("LC_N_R_x"), 1), _num(s["LC_N_A"], 1), _num(s["chance_LC_N_A"], 1),
+                 _num(s["chance_hidden_rate"]), _iv(s.get("reverse_top1"), s.get("reverse_top1_ci")),
+                 _iv(s["LC_N_R"], s.get("LC_N_R_ci"), 1), _iv(s.get("LC_N_R_x"), s.get("LC_N_R_x_ci"), 1),
+                 _iv(s["LC_N_A"], s.get("LC_N_A_ci"), 1), _num(s["chance_LC_N_A"], 1),
                  f"{s['n_sources']} / {s.get('n_individuals', '–')} / {s['n_records']}"]
                 for r in ok for s in [r["attacks"]["singling_out"]]]
         out.append(_table(["Testing data", "HR per image ↑", "HR per individual ↑", "HR of a random guess",
@@ -197,7 +198,7 @@ def _singling(rels: list[dict]) -> str:
                                   "is hidden when none of their images finds its own record first) and local cloaking "
                                   "(medians). Centred on r(x): real images closer to the released record than x (the "
                                   "paper); centred on x: real images of other patients closer to x than r(x) (the "
-                                  "official code). Intervals: Wilson."))
+                                  "official code). Intervals: Wilson (rates), percentile bootstrap (medians)."))
         out.append(_assume(ok[0]["attacks"]["singling_out"]["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "singling_out"))
 

@@ -10,7 +10,7 @@ release's private mapping), with cosine similarities of identity embeddings:
 - local cloaking, both definitions, named: **centred on r(x)** (``LC_N_R``: real source images other than
   the sources of ``r(x)`` more similar to ``r(x)`` than ``x`` is; GMIA's paper) and **centred on x**
   (``LC_N_R_x``: real source images of other patients more similar to ``x`` than ``r(x)`` is; GMIA's
-  official code). Medians over source images.
+  official code). Medians over source images, with percentile bootstrap intervals.
 
 Two-sided: the **reverse** attacker takes the *least* similar record (a release optimised away from its
 sources, as GMIA's, sits at negative similarity to them); both success rates are reported.
@@ -33,6 +33,17 @@ from medanon.evaluate.attacks.stats import unit
 ASSUMPTIONS = ("attacker holds the real image of a target and an identity network trained on real patients; "
                "success = the target's own released record is the most similar one (reverse: the least similar)")
 
+
+
+def _median_ci(v: np.ndarray, confidence: float) -> list[float]:
+    """Percentile bootstrap interval of a median over source images (``scipy.stats.bootstrap``)."""
+    from scipy.stats import bootstrap
+
+    if len(v) < 2 or np.all(v == v[0]):
+        return [float(np.median(v))] * 2
+    r = bootstrap((np.asarray(v, np.float64),), np.median, n_resamples=200, confidence_level=confidence,
+                  method="percentile", random_state=0)
+    return [float(r.confidence_interval.low), float(r.confidence_interval.high)]
 
 
 def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], release_emb: np.ndarray,
@@ -66,6 +77,8 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
     uniq = np.unique(pats)
     exposed = {p: bool(top1[pats == p].any()) for p in uniq}
     exposed_rev = {p: bool(rev1[pats == p].any()) for p in uniq}
+    med_ci = {k: _median_ci(v, confidence) for k, v in (("LC_N_R_ci", n_r), ("LC_N_R_x_ci", n_r_x),
+                                                         ("LC_N_A_ci", n_a))}
     attack = success_rate(int(top1.sum()), n, confidence=confidence)
     base = exact_rate(1.0 / big_r, n, confidence=confidence)
     ind = success_rate(sum(exposed.values()), len(uniq), confidence=confidence)
@@ -77,6 +90,7 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
             "reverse_hidden_rate_individual": float(1 - np.mean(list(exposed_rev.values()))),
             "two_sided_top1": float(max(top1.mean(), rev1.mean())),
             "LC_N_R": float(np.median(n_r)), "LC_N_R_x": float(np.median(n_r_x)), "LC_N_A": float(np.median(n_a)),
+            **med_ci,
             "chance_hidden_rate": 1.0 - 1.0 / big_r, "chance_LC_N_A": (big_r - 1) / 2.0,
             "n_sources": n, "n_records": big_r, "n": n, "assumptions": ASSUMPTIONS,
             "risk": risk_entry(attack, None, what="the own released record of a real image is its most similar",

@@ -57,7 +57,7 @@ from medanon.train.encoder import (
 )
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, load_config, to_uint8
-from medanon.train.gan_loss import discriminator_loss, discriminator_step, generator_loss
+from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
 from medanon.train.loop import run_loop
 
 # The StyleGANConfig fields that define the networks; the rest of the nested config is not used here.
@@ -229,16 +229,9 @@ class _CotrainTrainer(InversionTrainer):
             if do_r1:
                 add("r1", float(stats["r1"]))
             logits.append(stats["real_logits"])
-        d.sum_gradients(self.D.parameters())
-        self.opt_D.step()
-        all_logits = d.all_gather_cat(torch.cat(logits))
-        self.ada.accumulate(all_logits)
-        self.ada.step()
+        all_logits = finish_discriminator_step(self.D, self.opt_D, self.ada, logits, d)
         self.step_count += 1
-        keys = sorted(sums)
-        means = d.all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64,
-                                              device=d._comm_device())) / self.shards
-        out = dict(zip(keys, means.tolist(), strict=True))
+        out = d.mean_over_shards(sums, self.shards)
         out["psnr"] = 10 * math.log10(4.0 / max(out["pixel"], 1e-12))    # of the whole batch's mean squared error
         out["D_real"] = float(all_logits.mean())
         out["ada_p"] = self.augment.p

@@ -110,6 +110,12 @@ class Dist:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
 
+    def mean_over_shards(self, sums: dict[str, float], shards: int) -> dict[str, float]:
+        """Per-key sums of this rank's shards -> means over all ``shards`` (the same keys on every rank)."""
+        keys = sorted(sums)
+        t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self._comm_device())
+        return dict(zip(keys, (self.all_reduce_sum(t) / shards).tolist(), strict=True))
+
     def all_gather_cat(self, t: torch.Tensor) -> torch.Tensor:
         """Concatenate (along dim 0, in rank order) a tensor that has the same shape on every rank."""
         if not self.enabled:

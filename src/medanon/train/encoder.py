@@ -346,7 +346,7 @@ class _RestyleTrainer(InversionTrainer):
         x_all = self.real_batch()               # the whole batch's draw: the data stream stays global
         self.E.train()
         self.opt.zero_grad(set_to_none=True)
-        sums: dict[str, torch.Tensor] = {}
+        sums: dict[str, float] = {}
         for s in local_shards(self.dist, self.accumulation):
             x = shard_rows(x_all, s, self.shards)
             ws, recon = self.codec.start(x.shape[0])
@@ -364,10 +364,7 @@ class _RestyleTrainer(InversionTrainer):
         self.dist.sum_gradients(self.E.parameters())
         self.opt.step()
         self.step_count += 1
-        keys = sorted(sums)
-        means = self.dist.all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64,
-                                                      device=self.dist._comm_device())) / self.shards
-        out = dict(zip(keys, means.tolist(), strict=True))
+        out = self.dist.mean_over_shards(sums, self.shards)
         out["psnr"] = 10 * math.log10(4.0 / max(out["pixel"], 1e-12))    # of the whole batch's mean squared error
         return {"loss": out.pop("loss"), **out}
 

@@ -33,7 +33,14 @@ from medanon.fsutil import atomic_write_text, sha256_bytes
 from medanon.models.stylegan import AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
-from medanon.train.gan_loss import discriminator_loss, discriminator_step, generator_loss, mix_styles, sample_ws
+from medanon.train.gan_loss import (
+    discriminator_loss,
+    discriminator_step,
+    finish_discriminator_step,
+    generator_loss,
+    mix_styles,
+    sample_ws,
+)
 from medanon.train.loop import CHECKPOINT, run_loop, save_image_grid
 
 __all__ = ["KIND", "StyleGANTrainer", "export_checkpoint", "keep_metrics_until", "load_config", "load_discriminator",
@@ -251,11 +258,7 @@ class StyleGANTrainer:
             if do_r1:
                 sums[3] += stats["r1"]
             logits.append(stats["real_logits"])
-        d.sum_gradients(self.D.parameters())
-        self.opt_D.step()
-        all_logits = d.all_gather_cat(torch.cat(logits))
-        self.ada.accumulate(all_logits)
-        self.ada.step()
+        all_logits = finish_discriminator_step(self.D, self.opt_D, self.ada, logits, d)
         d.all_reduce_sum(sums)
         with torch.no_grad():                   # what Mapping(update_emas=True) does, with the global mean w
             w_avg = self.G.mapping.w_avg

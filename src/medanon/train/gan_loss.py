@@ -64,6 +64,19 @@ def discriminator_loss(D: Discriminator, augment: AugmentPipe, real: torch.Tenso
     return loss, stats
 
 
+def finish_discriminator_step(D: Discriminator, opt_D: torch.optim.Optimizer, ada: AdaController,
+                              real_logits: list[torch.Tensor], dist) -> torch.Tensor:
+    """After every shard's discriminator backward: sum D's gradients over ranks, step, and feed ADA the
+    real logits of all shards of all ranks (``dist``: a :class:`medanon.train.distributed.Dist`).
+    Returns those logits."""
+    dist.sum_gradients(D.parameters())
+    opt_D.step()
+    logits = dist.all_gather_cat(torch.cat(real_logits))
+    ada.accumulate(logits)
+    ada.step()
+    return logits
+
+
 def discriminator_step(D: Discriminator, opt_D: torch.optim.Optimizer, augment: AugmentPipe, ada: AdaController,
                        real: torch.Tensor, fake: torch.Tensor, *, step: int, r1_gamma: float, r1_interval: int,
                        generator: torch.Generator | None = None) -> dict[str, float]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from medanon.data.dataset import ImageDataset
 
 
 def open_dataset(path: str | Path, *,
@@ -18,7 +22,7 @@ def open_dataset(path: str | Path, *,
                  label_cols: Sequence[str] | str = (),         # generic layout: NAME or NAME=COLUMN each
                  patient_col: str | None = None,               # generic layout: column of patient ids
                  images_dir: str | Path | None = None,         # generic layout: folder image paths are relative to
-                 progress: bool = False):
+                 progress: bool = False) -> ImageDataset:
     """Open the dataset folder ``path`` (an :class:`~medanon.data.dataset.ImageDataset`).
 
     The options are those of ``medanon data summary`` (defaults in :class:`medanon.config.DataConfig`).
@@ -82,7 +86,8 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
                                   seed=seed, workers=1), out, progress=progress)
 
 
-def split_dataset(ds, *, val: float = 0.15, test: float = 0.15, stratify: str = "auto", seed: int = 0) -> dict:
+def split_dataset(ds: ImageDataset, *, val: float = 0.15, test: float = 0.15, stratify: str = "auto",
+                  seed: int = 0) -> dict[str, ImageDataset]:
     """Patient-level ``train``/``val``/``test`` parts of ``ds`` (no patient in two parts), as datasets.
 
     ``stratify``: a label to balance (a patient's worst value); ``auto`` is the modality's utility

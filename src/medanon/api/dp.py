@@ -16,10 +16,14 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
 from medanon.errors import ConfigError
+
+if TYPE_CHECKING:
+    from medanon.data.dataset import ImageDataset
+    from medanon.release.release import Release
 
 CLIP_BOXES = ("public", "calibrated")
 CENTERS = ("zero", "midrange")
@@ -87,9 +91,9 @@ def _calibrate(batches, *, codec=None):
     return calibrate((codec.encode(b.to(dev)) for b in batches), space="glow-eps")
 
 
-def ldp_release(ds, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
+def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
                 noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
-                device=None, notes: Sequence[str] = ()):
+                device=None, notes: Sequence[str] = ()) -> Release:
     """A :class:`~medanon.release.release.Release` of ``ds`` in which every image goes through ``privatiser``.
 
     One record per image (local DP: each record stands for its own source). ``noise_seed`` (testing
@@ -155,10 +159,10 @@ def load_flow_for(flow, device=None):
     return flow, None, None
 
 
-def dpglow(ds, *, epsilon: float, flow, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
+def dpglow(ds: ImageDataset, *, epsilon: float, flow, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
            alpha: float | None = _L.alpha, clip: bool = _L.clip, center: str = _L.center, calibrate_on=None,
            noise_seed: int | None = None, batch: int = _L.batch, release_labels: str | Sequence[str] | None = None,
-           device=None):
+           device=None) -> Release:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent, ε-LDP per image.
 
     ``epsilon``: the privacy budget per image, or per latent element with ``per_element=True`` (the
@@ -228,9 +232,9 @@ def dpglow(ds, *, epsilon: float, flow, per_element: bool = _L.per_element, clip
                        release_labels=release_labels, device=device, notes=notes)
 
 
-def ldp_image(ds, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
+def ldp_image(ds: ImageDataset, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
               alpha: float | None = _L.alpha, clip: bool = _L.clip, calibrate_on=None, noise_seed: int | None = None,
-              batch: int = _L.batch, release_labels: str | Sequence[str] | None = None, device=None):
+              batch: int = _L.batch, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
     """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels, ε-LDP per image.
 
     Arguments as in :func:`dpglow`, on pixel values (D = C*H*W) instead of a flow latent. The public

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.ksame import KSameConfig as _K
 from medanon.anonymize.salsa import SalsaConfig as _S
 from medanon.anonymize.style import StyleConfig as _St
 from medanon.errors import ConfigError
+
+if TYPE_CHECKING:
+    from medanon.data.dataset import ImageDataset
+    from medanon.release.release import Release
 
 ABLATIONS: dict[str, dict[str, Any]] = {        # Table 4 and supplement D of the k-SALSA paper
     "none": {},
@@ -65,8 +69,8 @@ def _device(device, codec):
     return torch.device(dev) if dev is not None else torch.device("cpu")
 
 
-def ksame_release(ds, cfg, *, codec=None, features=None, release_labels: str | Sequence[str] | None = None,
-                  pca_basis=None, device=None):
+def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
+                  release_labels: str | Sequence[str] | None = None, pca_basis=None, device=None) -> Release:
     """A :class:`~medanon.release.release.Release` of ``ds`` by the k-Same method ``cfg.method``.
 
     ``cfg`` is a :class:`~medanon.anonymize.ksame.KSameConfig`; ``codec`` a StyleGAN inversion codec
@@ -116,8 +120,9 @@ def _config(method: str, **kw):
     return _K(method=method, **kw)
 
 
-def kpixel(ds, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, codec=None,
-           batch: int = _K.batch, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
+def kpixel(ds: ImageDataset, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder,
+           codec=None, batch: int = _K.batch, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
+           device=None) -> Release:
     """k-Same-Pixel: the mean image of each cluster of at least ``k`` patients.
 
     ``k``: people per released record, at least (keyword-only, no default). ``stratify``: cluster
@@ -138,9 +143,9 @@ def kpixel(ds, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
 
 
-def kpca(ds, *, k: int, pca_components: float = _K.pca_components, pca_basis=None, stratify: str = _K.stratify,
-         drop_remainder: bool = _K.drop_remainder, codec=None, batch: int = _K.batch, seed: int = _K.seed,
-         release_labels: str | Sequence[str] | None = None, device=None):
+def kpca(ds: ImageDataset, *, k: int, pca_components: float = _K.pca_components, pca_basis=None,
+         stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, codec=None, batch: int = _K.batch,
+         seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
     """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
 
     ``pca_components``: a count (e.g. 50) or a variance fraction in (0, 1). ``pca_basis``: a dataset
@@ -161,9 +166,9 @@ def kpca(ds, *, k: int, pca_components: float = _K.pca_components, pca_basis=Non
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, pca_basis=pca_basis, device=device)
 
 
-def kcentroid(ds, *, k: int, codec, views: int = _K.views, view_sigma: float = _K.view_sigma,
+def kcentroid(ds: ImageDataset, *, k: int, codec, views: int = _K.views, view_sigma: float = _K.view_sigma,
               stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
-              seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
+              seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
     """k-Centroid: the mean latent of each cluster of at least ``k`` patients, rendered by the generator.
 
     ``codec``: a StyleGAN inversion codec or its checkpoint (``checkpoints/restyle-fundus64.pt``);
@@ -213,12 +218,12 @@ def check_layers(salsa, features) -> None:
                               fix=f"choose from {', '.join(features.layers)}")
 
 
-def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = _S.steps, lr: float = _S.lr,
+def ksalsa(ds: ImageDataset, *, k: int, codec, lam: float | None = None, steps: int = _S.steps, lr: float = _S.lr,
            grid: int = _St.grid, ablation: str = "none", features="efficientnet-lite0",
            features_weights: str | Path | None = None, feature_size: int | None = None, style_layer: str | None = None,
            content_layer: str | None = None, views: int = _K.views, view_sigma: float = _K.view_sigma,
            stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
-           seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
+           seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
     """k-SALSA (Algorithm 1): each cluster's centroid latent, refined by local style alignment.
 
     Every released record is computed from the images of one cluster of at least ``k`` patients
@@ -264,7 +269,8 @@ def ksalsa(ds, *, k: int, codec, lam: float | None = None, steps: int = _S.steps
     return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device)
 
 
-def inverted(ds, *, codec, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None):
+def inverted(ds: ImageDataset, *, codec, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
+             device=None) -> Release:
     """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the k-SALSA paper's comparison only.
 
     Saving it warns, and its manifest says ``guarantee: none``.

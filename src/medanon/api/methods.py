@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.gmia import GMIAConfig as _G
 from medanon.errors import ConfigError
 
+if TYPE_CHECKING:
+    from medanon.data.dataset import ImageDataset
+    from medanon.release.release import Release
 
-def gmia(ds, *, model, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps, lr: float = _G.lr,
-         margin: float = _G.margin, lambda_id: float = _G.lambda_id, lambda_ut: float = _G.lambda_ut,
+
+def gmia(ds: ImageDataset, *, model, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps,
+         lr: float = _G.lr, margin: float = _G.margin, lambda_id: float = _G.lambda_id, lambda_ut: float = _G.lambda_ut,
          latent_space: str = _G.latent_space, batch_size: int = _G.batch_size, config=None,
-         release_labels: str | Sequence[str] | None = None, device=None):
+         release_labels: str | Sequence[str] | None = None, device=None) -> Release:
     """GMIA: each image's latent is optimised away from its identity while its utility features stay close.
 
     NO formal privacy guarantee: measure it with :func:`medanon.evaluate` (linkability, singling out).
@@ -74,8 +78,8 @@ def gmia(ds, *, model, identity=None, utility=None, losses: str = _G.losses, ste
                    labels=labels, produce=produce, saver=saver)
 
 
-def _snow_release(ds, *, method: str, p: float, seed: int | None, release_labels, device, batch_size: int,
-                  workers: int, **kw):
+def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, release_labels, device, batch_size: int,
+                  workers: int, **kw) -> Release:
     import torch
 
     from medanon.anonymize.snow import parse_fill, snow_privacy, vs_snow_privacy
@@ -108,8 +112,9 @@ def _snow_release(ds, *, method: str, p: float, seed: int | None, release_labels
                    seeds={method: seed} if seeded else {}, saver=saver)
 
 
-def snow(ds, *, p: float, seed: int | None = None, fill: str | Sequence[float] = "grey",
-         release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2, device=None):
+def snow(ds: ImageDataset, *, p: float, seed: int | None = None, fill: str | Sequence[float] = "grey",
+         release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2,
+         device=None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
 
     With the defaults it guarantees (0, 1 - p)-differential privacy for single pixel positions only:
@@ -132,9 +137,10 @@ def snow(ds, *, p: float, seed: int | None = None, fill: str | Sequence[float] =
                          batch_size=batch_size, workers=workers, fill=fill)
 
 
-def vs_snow(ds, *, p: float, seed: int | None = None, vessels: str = "unet", checkpoint: str | Path | None = None,
-            masks_dir: str | Path | None = None, vessel_fraction: float = 0.10,
-            release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2, device=None):
+def vs_snow(ds: ImageDataset, *, p: float, seed: int | None = None, vessels: str = "unet",
+            checkpoint: str | Path | None = None, masks_dir: str | Path | None = None, vessel_fraction: float = 0.10,
+            release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2,
+            device=None) -> Release:
     """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
 
     No formal privacy guarantee is claimed: measure it with :func:`medanon.evaluate`. ``vessels``:

@@ -60,3 +60,13 @@ def test_an_empty_search_path_says_what_to_do(tmp_path, monkeypatch):
     assert reg.models_folder() is None and reg.list_models() == []
     r = CliRunner().invoke(cli, ["models"])
     assert r.exit_code == 0 and "no checkpoints found" in r.output and ENV in r.output and "(missing)" in r.output
+
+
+def test_an_installed_package_searches_only_the_environment(tmp_path, monkeypatch):
+    import medanon.models_registry as reg
+
+    monkeypatch.setattr(reg, "_ROOT", tmp_path / "site-packages-parent")       # no pyproject.toml: not a checkout
+    monkeypatch.setenv(ENV, str(tmp_path / "models"))
+    assert reg.search_path() == [tmp_path / "models"]
+    monkeypatch.delenv(ENV)
+    assert reg.search_path() == [] and reg.models_folder() is None

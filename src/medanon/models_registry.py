@@ -35,13 +35,17 @@ from pathlib import Path
 from medanon.errors import DataError
 
 ENV = "MEDANON_MODELS"
-SOURCE_CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"   # src/medanon/ -> repository root
+_ROOT = Path(__file__).resolve().parents[2]     # src/medanon/ -> the repository root, in a source checkout
+SOURCE_CHECKPOINTS = _ROOT / "checkpoints"
 
 
 def search_path() -> list[Path]:
-    """The folders searched for checkpoints, in order: ``$MEDANON_MODELS`` entries, then the source checkout's."""
+    """The folders searched for checkpoints, in order: ``$MEDANON_MODELS`` entries, then the source checkout's
+    (when medanon runs from one: an installed wheel has none)."""
     folders = [Path(p).expanduser() for p in os.environ.get(ENV, "").split(os.pathsep) if p.strip()]
-    return list(dict.fromkeys([*folders, SOURCE_CHECKPOINTS]))
+    if (_ROOT / "pyproject.toml").is_file():
+        folders.append(SOURCE_CHECKPOINTS)
+    return list(dict.fromkeys(folders))
 
 
 def find_model(name: str | Path) -> Path:

@@ -23,7 +23,7 @@ def models(as_json: bool) -> None:
                                "models": [{"name": m.name, "path": str(m.path), "bytes": m.bytes, "kind": m.kind,
                                            "sha256": m.sha256, "shadowed": m.shadowed} for m in found]}, indent=2))
         return
-    click.echo("search path ($" + ENV + ", then the source checkout):")
+    click.echo("search path ($" + ENV + ", then the source checkout's checkpoints/ if medanon runs from one):")
     for p in search_path():
         click.echo(f"  {p}" + ("" if p.is_dir() else "  (missing)"))
     if not found:

@@ -355,6 +355,13 @@ def test_segmenter_two_ranks_equal_one_process_with_the_same_shards(two_ranks: P
     _assert_close({k: a["state"]["model"][k] for k in keys}, {k: b["state"]["model"][k] for k in keys})
     assert (two_ranks / "segmenter" / "vessel-segmenter.pt").exists()
     assert (two_ranks / "segmenter" / "test_metrics.json").exists()
+    # a last batch of one image leaves shard 1 empty: it still takes part (zero loss) and training goes on
+    import dataclasses
+    cfg = dataclasses.replace(segmenter_cfg(), epochs=1, batch_size=11)
+    data = segmentation_data(two_ranks / "fundus32")
+    train_segmenter(data, tmp_path / "short", cfg, accumulation=2, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "short" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["epoch"] == 1 and rows[0]["loss"] > 0
 
 
 def test_restyle_encoder_two_ranks_equal_one_process_with_the_same_shards(two_ranks: Path, tmp_path: Path):

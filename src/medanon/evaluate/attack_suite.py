@@ -158,10 +158,11 @@ def _inference(ctx: RealContext, t: Target) -> dict:
     return out
 
 
-def run_attacks(ctx: RealContext, rel: ReleaseData) -> dict:
-    """Every enabled attack; the identity attacks again with the independent network (``independent``)."""
+def run_attacks(ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray | None = None) -> dict:
+    """Every enabled attack; the identity attacks again with the independent network (``independent``).
+    ``rel_emb``: the released images' embeddings by the main network, if already computed."""
     a = ctx.cfg.attacks
-    primary = Target.of(ctx, rel, ctx.embed(rel.images), ctx.real_emb)
+    primary = Target.of(ctx, rel, ctx.embed(rel.images) if rel_emb is None else rel_emb, ctx.real_emb)
     out: dict = {}
     for name, (enabled, fn, _) in ATTACKS.items():
         if enabled(a):

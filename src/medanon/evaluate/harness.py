@@ -84,11 +84,11 @@ def _fidelity_block(ctx: RealContext, n: int, inception, identity) -> dict:
     return out
 
 
-def _fidelity(ctx: RealContext, rel: ReleaseData, n: int) -> dict:
+def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -> dict:
     rng = np.random.default_rng(np.random.SeedSequence([ctx.cfg.seed, 2]))
     pick = np.sort(rng.choice(len(rel.images), n, replace=False))
     return _fidelity_block(ctx, n, lambda: ctx.inception_features(rel.images[pick], f"Inception ({rel.name})"),
-                           lambda: ctx.embed(rel.images[pick]))
+                           lambda: rel_emb[pick])
 
 
 def _utility_seed(ctx: RealContext, task: util.Task, x: torch.Tensor, y: np.ndarray, test_rows: np.ndarray,
@@ -158,14 +158,15 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
         "mapping": str(rel.mapping_path) if rel.mapping_path else None,
     }
     t = time.perf_counter()
-    res["fidelity"] = _fidelity(ctx, rel, n_fid)
+    rel_emb = ctx.embed(rel.images)                             # once per release: fidelity, attacks, screening
+    res["fidelity"] = _fidelity(ctx, rel, n_fid, rel_emb)
     timing["fidelity"], t = time.perf_counter() - t, time.perf_counter()
     res["utility"] = _utility(ctx, rel, tasks)
     timing["utility"], t = time.perf_counter() - t, time.perf_counter()
-    res["attacks"] = run_attacks(ctx, rel)
+    res["attacks"] = run_attacks(ctx, rel, rel_emb)
     timing["attacks"], t = time.perf_counter() - t, time.perf_counter()
     if ctx.cfg.attacks.screening:
-        res["screening"] = screen(release_images=rel.images, release_emb=ctx.embed(rel.images),
+        res["screening"] = screen(release_images=rel.images, release_emb=rel_emb,
                                   real_images=ctx.real.images, real_emb=ctx.real_emb, source_rows=ctx.src,
                                   heldout_rows=ctx.held, heldout_patients=ctx.real.patients[ctx.held],
                                   record_sources=rel.sources,

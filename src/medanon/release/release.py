@@ -17,6 +17,8 @@ Example (k-Same-Pixel on a tiny phantom):
     >>> import medanon
     >>> root = medanon.make_phantom(patients=6)
     >>> rel = medanon.anonymize.kpixel(medanon.open_dataset(root, size=16), k=3)
+    >>> rel                                             # doctest: +ELLIPSIS
+    Release('kpixel' of 6 images, labels ['grade'], guarantee 'k-anonymity...', not saved)
     >>> rel.method, rel.privacy["k"]
     ('kpixel', 3)
     >>> next(rel.images()).shape
@@ -104,7 +106,7 @@ class CaptureWriter:
         return key
 
 
-@dataclass
+@dataclass(repr=False)
 class Release:
     """A release of ``dataset`` by one method: the plan, and the producer that computes its images.
 
@@ -130,6 +132,13 @@ class Release:
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def __repr__(self) -> str:
+        guarantee = str(self.privacy.get("guarantee", ""))
+        guarantee = guarantee if len(guarantee) <= 60 else guarantee[:57] + "..."
+        where = f"saved to {self.path}" if self.path is not None else "not saved"
+        return (f"Release({self.method!r} of {len(self.dataset)} images, labels {self.labels}, "
+                f"guarantee {guarantee!r}, {where})")
 
     def save(self, path: str | Path, *, mapping: str | Path | None = None, overwrite: bool = False,
              progress: bool = True) -> Path:

@@ -127,13 +127,16 @@ def _attribute(rep: dict) -> str:
         rows = []
         for r in ok:
             at = r["attacks"]["attribute"]
+            f1 = ((r["utility"].get("grade") or {}).get("paired_bootstrap") or {}).get("f1_3class")
             rows.append([_e(r["name"]), _iv(at["accuracy"], at["accuracy_ci"], pct=True),
                          _iv(at.get("original_accuracy"), at.get("original_accuracy_ci"), pct=True),
                          _pct(at["baseline"]), _num(at.get("leak_kept")), _num(at["auroc"]),
-                         _num(at.get("original_auroc")), str(at["n"])])
+                         _num(at.get("original_auroc")), str(at["n"]),
+                         _iv(f1["release"]["value"], f1["release"]["ci"], pct=True) if f1 else "–"])
         out.append(_table(["Release", f"{_e(a0['attribute'])} accuracy (%) on the release",
                            "Original: same records' real images (%)", "baseline: majority (%)",
-                           "share of the Original's leak kept", "AUROC release", "AUROC Original", "N records"],
+                           "share of the Original's leak kept", "AUROC release", "AUROC Original", "N records",
+                           "DR F1 healthy/NPDR/PDR (%), train on release"],
                           rows, caption=f"VS-Snow Table 1, per release: the attacker is trained on "
                                         f"{_e(a0.get('attacker_trained_on') or 'real images')}, patients neither "
                                         f"released nor controls. On held-out real images it reaches "

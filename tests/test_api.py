@@ -292,3 +292,25 @@ def test_calibration_streams_and_equals_the_whole_tensor_one(world):
     assert _calibrate(_batches(ds, batch=5)).checksum() == calibrate_pixels(images).checksum()
     codec = load_flow_for(world["dir"] / "flow.pt")[0]
     assert _calibrate(_batches(ds, batch=7), codec=codec).checksum() == calibrate_latent(codec, images).checksum()
+
+
+def test_an_interrupted_save_resumes(tmp_path, world, monkeypatch):
+    from medanon.release import ReleaseWriter
+
+    rel = medanon.anonymize.ldp_image(world["ds"], epsilon=5.0, batch=4)
+    real_add, calls = ReleaseWriter.add, []
+
+    def flaky(self, key, image, sources):
+        calls.append(key)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return real_add(self, key, image, sources)
+
+    monkeypatch.setattr(ReleaseWriter, "add", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        rel.save(tmp_path / "rel", progress=False)
+    assert not (tmp_path / "rel").exists() and (tmp_path / "rel.partial").is_dir() and rel.path is None
+    monkeypatch.setattr(ReleaseWriter, "add", real_add)
+    rel.save(tmp_path / "rel", progress=False)
+    assert rel.summary["resumed_records"] == 5 and rel.summary["written"] == len(world["ds"]) - 5
+    assert len(read_release(tmp_path / "rel")[1]) == len(world["ds"]) and rel.path == tmp_path / "rel"

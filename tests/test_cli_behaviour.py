@@ -37,3 +37,15 @@ def test_logs_that_are_not_a_terminal_get_no_carriage_returns(tmp_path):
     p = subprocess.run(args, capture_output=True, text=True, timeout=120)   # stderr is a pipe, not a terminal
     assert p.returncode == 0, p.stderr
     assert "\r" not in p.stderr
+
+
+def test_a_library_warning_is_printed_once(tmp_path):
+    from medanon.config import PhantomConfig
+    from medanon.phantoms.generate import generate
+
+    data = generate(PhantomConfig(patients=6, per_patient=1, size=16, workers=1), tmp_path / "ph", progress=False)
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(data), "--k", "2", "--out", str(tmp_path / "rel")])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("WARNING: k = 2") == 1, r.output
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(data), "--k", "1", "--out", str(tmp_path / "rel1")])
+    assert r.exit_code == 1 and "--k 1" in r.output and "use --k 5" in r.output

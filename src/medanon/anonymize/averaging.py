@@ -134,8 +134,8 @@ def cluster_batches(n_clusters: int, batch: int) -> list[range]:
 def check_k(k: int) -> None:
     """k below 2 gives no anonymity at all: refuse; warn that k = 2 is weak (the paper's Table 3)."""
     if k < 2:
-        raise ConfigError(f"--k {k}: a record of fewer than 2 people is not anonymised",
-                          fix="use --k 5 or more (the paper evaluates 2, 5 and 10)")
+        raise ConfigError(f"k={k}: a record of fewer than 2 people is not anonymised",
+                          fix="use k = 5 or more (the paper evaluates 2, 5 and 10)")
     if k == 2:
         import warnings
 

@@ -23,7 +23,8 @@ FLAGS = {"stratify=": "--stratify ", "leave stratify out": "leave --stratify out
          "leave lam out": "leave --lam out",
          "style_layer=": "--style-layer ", "content_layer=": "--content-layer ", "views=": "--views ",
          "release_labels": "--release-labels", "open the dataset with size=": "pass --size ",
-         "pca_basis=dataset": "--basis-from DIR", "pca_basis=": "--set pca_basis="}
+         "pca_basis=dataset": "--basis-from DIR", "pca_basis=": "--set pca_basis=", "k=": "--k ",
+         "use k = ": "use --k "}
 
 
 def ksame_options(*, model_required: bool, k: bool = True):

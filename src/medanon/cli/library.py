@@ -91,7 +91,8 @@ def library_call(flags: Mapping[str, str] | None = None, *, red: bool = False) -
             if not flags:
                 raise
             raise ConfigError(translate(e.message, flags), fix=translate(e.fix, flags) if e.fix else None) from e
-    for w in caught:
+    once = list({(w.category, str(w.message)): w for w in caught}.values())   # a check run twice warns once
+    for w in once:
         show_warning(w.message, w.category, red=red, flags=flags)
-    for w in caught:
+    for w in once:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -2,11 +2,11 @@
 
 1. generate the fundus and chest X-ray phantoms and split them by patient;
 2. write the training split of each as its own dataset folder (what a data team would anonymise);
-3. run every method whose model ships in ``checkpoints/`` through the same commands a user runs
-   (each printed as ``$ medanon ...``): k-Same-Pixel and k-Same-PCA (and k-Centroid and k-SALSA when
-   the inversion encoder ships) at k = 2, 5, 10, GMIA (when its networks ship), Snow and VS-Snow at
-   p = 0.1, 0.3, 0.5 on fundus images; DP-GLOW and image-domain LDP at ε = 10³, 10², 10¹ per pixel
-   on X-rays;
+3. run every method whose model ships in ``checkpoints/`` through the Python API (``medanon.anonymize``;
+   each call printed as its equivalent ``$ medanon ...`` command): k-Same-Pixel and k-Same-PCA (and
+   k-Centroid and k-SALSA when the inversion encoder ships) at k = 2, 5, 10, GMIA (when its networks
+   ship), Snow and VS-Snow at p = 0.1, 0.3, 0.5 on fundus images; DP-GLOW and image-domain LDP at
+   ε = 10³, 10², 10¹ per element on X-rays;
 4. audit every release, evaluate them with :func:`medanon.evaluate.harness.evaluate`, and write
    the HTML reports; the X-ray report also holds DP-GLOW Table 3 and its Figs. 4–7 picture
    (:func:`dpglow_study`, on the held-out patients of the shipped flows).
@@ -21,12 +21,15 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import yaml
 
+from medanon.codecs.stylegan import load_codec
 from medanon.config import DataConfig, PhantomConfig, to_dict
 from medanon.data.dataset import open_dataset
 from medanon.data.records import Record
@@ -37,6 +40,9 @@ from medanon.fsutil import atomic_dir, atomic_write_text
 from medanon.outputs import check_output
 from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
+
+if TYPE_CHECKING:
+    from medanon.release.release import Release
 
 log = logging.getLogger(__name__)
 
@@ -105,83 +111,104 @@ def write_subset(root: Path, records: list[Record], out: Path) -> Path:
     return out
 
 
-def _run(args: list[str], done: Path, device: str) -> None:
-    """Run one ``medanon`` command in this process unless its output ``done`` exists."""
-    from medanon.cli import cli
+def _release(command: str, dest: Path, make: Callable[[], Release]) -> None:
+    """Make and save one release through the Python API unless ``dest`` exists; print the equivalent command.
 
-    click.secho("$ medanon " + " ".join(args), fg="cyan")
-    if done.exists():
+    ``make`` builds the :class:`~medanon.release.release.Release` (nothing is computed before ``save``); the
+    private mapping goes next to the release (``dest.mapping.json``), outside it.
+    """
+    click.secho("$ medanon " + command + f" --out {dest} --mapping {dest}.mapping.json", fg="cyan")
+    if dest.exists():
         click.echo("  (done already)")
         return
-    cli.main(args=["--device", device, *args], prog_name="medanon", standalone_mode=False)
+    make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"))
 
 
 def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
+    import medanon.anonymize as anonymize
+
+    ds = open_dataset(data, DataConfig(size=cfg.size))
+    dev = cfg.device
     out: list[Path] = []
     restyle = ckpt / "restyle-fundus64.pt"
     methods = ["kpixel", "kpca"] + (["kcentroid", "ksalsa"] if restyle.exists() else [])
     if not restyle.exists():
         click.echo(f"k-Centroid and k-SALSA skipped: {restyle} is not shipped yet")
+    codec = None
     for method in methods:
         for k in KS:
             dest = rel / f"{method}-k{k}"
-            args = ["anonymize", method, "--data", str(data), "--k", str(k), "--seed", str(cfg.seed),
-                    "--out", str(dest), "--mapping", str(rel / f"{dest.name}.mapping.json")]
+            command = f"anonymize {method} --data {data} --k {k} --seed {cfg.seed}"
+            kw = {"k": k, "seed": cfg.seed, "device": dev}
             if method in ("kcentroid", "ksalsa"):
                 # 32 clusters per batch: the same averages as the default 8 (batching is speed only, tested),
                 # faster on 2 CPU cores at 64 px (`medanon anonymize ksalsa --k 2 --steps 20 --batch 8|32` on
                 # the demo's fundus training split: 18.5 s and 13.8 s, one run each)
-                args += ["--model", str(restyle), "--batch", str(LATENT_BATCH)]
+                command += f" --model {restyle} --batch {LATENT_BATCH}"
+                codec = codec or load_codec(restyle, map_location=resolve_device(dev))
+                kw.update(codec=codec, batch=LATENT_BATCH)
             if method == "ksalsa":
-                args += ["--steps", str(cfg.ksalsa_steps)]
-            _run(args, dest, cfg.device)
+                command += f" --steps {cfg.ksalsa_steps}"
+                kw["steps"] = cfg.ksalsa_steps
+            _release(command, dest, lambda m=method, kw=kw: getattr(anonymize, m)(ds, **kw))
             out.append(dest)
-    out += _releases_gmia(data, rel, ckpt, cfg)
+    out += _releases_gmia(ds, data, rel, ckpt, cfg)
     unet = ckpt / "unet-vessels64.pt"
     for method in ("snow", "vs-snow"):
-        dests = [rel / f"{method}-p{p}" for p in SNOW_PS]
-        # no --seed: a public seed would let anyone regenerate the hidden pixels (the release would then state no
-        # formal guarantee); the subsets come from secret randomness
-        args = ["anonymize", method, str(data), "--p", ",".join(str(p) for p in SNOW_PS),
-                "--out", str(rel / f"{method}-p{{p}}"), "--mapping", str(rel / f"{method}-p{{p}}.mapping.json")]
-        if method == "vs-snow":
-            args += ["--checkpoint", str(unet)]
-        _run(args, dests[-1], cfg.device)
-        out += dests
+        for p in SNOW_PS:
+            dest = rel / f"{method}-p{p}"
+            # no seed: a public seed would let anyone regenerate the hidden pixels (the release would then state no
+            # formal guarantee); the subsets come from secret randomness
+            command = f"anonymize {method} --data {data} --p {p}"
+            if method == "snow":
+                _release(command, dest, lambda p=p: anonymize.snow(ds, p=p, device=dev))
+            else:
+                _release(command + f" --checkpoint {unet}", dest,
+                         lambda p=p: anonymize.vs_snow(ds, p=p, checkpoint=unet, device=dev))
+            out.append(dest)
     return out
 
 
-GMIA_NETWORKS = {"--model": "cotrained-fundus64.pt", "--identity": "identity-fundus64.pt",
-                 "--utility": "classifier-grade-fundus64.pt"}
+GMIA_NETWORKS = {"model": "cotrained-fundus64.pt", "identity": "identity-fundus64.pt",
+                 "utility": "classifier-grade-fundus64.pt"}
 
 
-def _releases_gmia(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
+def _releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
     """GMIA with the shipped co-trained codec, E_id and E_ut (GMIA Table 2's setting with both losses)."""
+    import medanon.anonymize as anonymize
+
     missing = [name for name in GMIA_NETWORKS.values() if not (ckpt / name).exists()]
     if missing:
         click.echo(f"GMIA skipped: {', '.join(missing)} not shipped in {ckpt}")
         return []
     dest = rel / "gmia"
-    args = ["anonymize", "gmia", "--data", str(data), "--out", str(dest), "--mapping", str(rel / "gmia.mapping.json")]
-    for opt, name in GMIA_NETWORKS.items():
-        args += [opt, str(ckpt / name)]
+    nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS.items()}
+    kw = {**nets, "batch_size": LATENT_BATCH, "device": cfg.device}   # batch: speed only (docs/gmia.md)
+    command = f"anonymize gmia --data {data} " + " ".join(f"--{o} {p}" for o, p in nets.items())
     if cfg.gmia_steps is not None:
-        args += ["--steps", str(cfg.gmia_steps)]
-    args += ["--batch-size", str(LATENT_BATCH)]     # speed only (0.090 vs 0.107 s/image, docs/gmia.md)
-    _run(args, dest, cfg.device)
+        kw["steps"] = cfg.gmia_steps
+        command += f" --steps {cfg.gmia_steps}"
+    _release(command + f" --batch-size {LATENT_BATCH}", dest, lambda: anonymize.gmia(ds, **kw))
     return [dest]
 
 
 def _releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
+    import medanon.anonymize as anonymize
+
+    ds = open_dataset(data, DataConfig(size=cfg.size))
     out: list[Path] = []
+    flow = ckpt / "glow-xray64.pt"
     for method in ("dpglow", "ldp-image"):
         for eps in EPSILONS:
             dest = rel / f"{method}-eps{eps}"
-            args = ["anonymize", method, str(data), "--epsilon", eps, "--per-element", "--out", str(dest),
-                    "--mapping", str(rel / f"{dest.name}.mapping.json")]
+            command = f"anonymize {method} --data {data} --epsilon {eps} --per-element"
             if method == "dpglow":
-                args += ["--flow", str(ckpt / "glow-xray64.pt")]
-            _run(args, dest, cfg.device)
+                _release(command + f" --flow {flow}", dest,
+                         lambda e=float(eps): anonymize.dpglow(ds, epsilon=e, flow=flow, per_element=True,
+                                                               device=cfg.device))
+            else:
+                _release(command, dest, lambda e=float(eps): anonymize.ldp_image(ds, epsilon=e, per_element=True,
+                                                                                 device=cfg.device))
             out.append(dest)
     return out
 

@@ -24,7 +24,8 @@ D_XRAY64 = 64 * 64                              # a 64 px chest X-ray: D = C*H*W
 def statements() -> list[tuple[str, dict[str, Any]]]:
     """(method and settings, the privacy statement the code writes for them)."""
     from medanon.anonymize.dpglow import SPACE as GLOW_SPACE
-    from medanon.anonymize.gmia import GMIAConfig, gmia_privacy
+    from medanon.anonymize.gmia import GMIAConfig
+    from medanon.anonymize.gmia_release import gmia_privacy
     from medanon.anonymize.ksame import KSameConfig, privacy_statement
     from medanon.anonymize.ldp import ClipCalibration, LaplaceMechanism, seeded_privacy
     from medanon.anonymize.ldp_image import SPACE as PIXEL_SPACE

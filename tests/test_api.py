@@ -187,7 +187,7 @@ def test_open_dataset_and_help_show_documented_signatures(world):
 def test_evaluate_returns_a_typed_result(tmp_path, world):
     from dataclasses import replace
 
-    from medanon.anonymize.gmia import subset
+    from medanon.data.dataset import subset
     from medanon.data.splits import split_patients, write_splits_csv
     from medanon.evaluate.config import EvalConfig
 

@@ -7,6 +7,8 @@ from click.testing import CliRunner
 
 from medanon.cli import cli
 
+MEDANON = [sys.executable, "-c", "from medanon.cli import main; main()"]     # the command, in a process of its own
+
 
 def test_ctrl_c_exits_130_with_a_message(tmp_path, monkeypatch):
     import medanon.phantoms.generate as gen
@@ -23,8 +25,8 @@ def test_ctrl_c_exits_130_with_a_message(tmp_path, monkeypatch):
 
 def test_quiet_mode_prints_no_progress_bars(tmp_path):
     """A real process, so that tqdm's state is its own: bars would write '%|' and carriage returns to stderr."""
-    args = [sys.executable, "-c", "from medanon.cli import main; main()", "-q", "phantom", "--patients", "3", "--per-patient", "1",
-            "--size", "16", "--out", str(tmp_path / "ph")]
+    args = [*MEDANON, "-q", "phantom", "--patients", "3", "--per-patient", "1", "--size", "16",
+            "--out", str(tmp_path / "ph")]
     p = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "%|" not in p.stderr and "\r" not in p.stderr
@@ -32,8 +34,7 @@ def test_quiet_mode_prints_no_progress_bars(tmp_path):
 
 
 def test_logs_that_are_not_a_terminal_get_no_carriage_returns(tmp_path):
-    args = [sys.executable, "-c", "from medanon.cli import main; main()", "phantom", "--patients", "3", "--per-patient", "1",
-            "--size", "16", "--out", str(tmp_path / "ph")]
+    args = [*MEDANON, "phantom", "--patients", "3", "--per-patient", "1", "--size", "16", "--out", str(tmp_path / "ph")]
     p = subprocess.run(args, capture_output=True, text=True, timeout=120)   # stderr is a pipe, not a terminal
     assert p.returncode == 0, p.stderr
     assert "\r" not in p.stderr

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 from torch import nn
 
-from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder, gmia_release
+from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder
+from medanon.anonymize.gmia_release import gmia_release
 from medanon.checkpoint import save_checkpoint
 from medanon.cli import cli
 from medanon.codecs.stylegan import KIND_COTRAINED, StyleGANCodec

@@ -9,7 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from medanon.anonymize.gmia import GMIAConfig, gmia_privacy
+from medanon.anonymize.gmia import GMIAConfig
+from medanon.anonymize.gmia_release import gmia_privacy
 from medanon.anonymize.ksame import KSameConfig, privacy_statement
 from medanon.anonymize.ldp import LaplaceMechanism, calibrate
 from medanon.anonymize.privacy import DataDependentRelease

@@ -104,7 +104,7 @@ def split_dataset(ds: ImageDataset, *, val: float = 0.15, test: float = 0.15, st
         >>> {r.patient_id for r in parts["train"].records} & {r.patient_id for r in parts["test"].records}
         set()
     """
-    from medanon.anonymize.gmia import subset
+    from medanon.data.dataset import subset
     from medanon.data.splits import split_patients
 
     if stratify == "auto":

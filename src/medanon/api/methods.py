@@ -1,6 +1,6 @@
 """GMIA, Snow and VS-Snow as Python functions: ``gmia``, ``snow``, ``vs_snow``.
 
-Their modules write releases themselves (:func:`medanon.anonymize.gmia.gmia_release`,
+Their modules write releases themselves (:func:`medanon.anonymize.gmia_release.gmia_release`,
 :func:`medanon.anonymize.snow.snow_sweep`, both through the release writer); these functions plan the
 release and hand it to them on :meth:`~medanon.release.release.Release.save`.
 """
@@ -41,7 +41,8 @@ def gmia(ds: ImageDataset, *, model, identity=None, utility=None, losses: str = 
         >>> inspect.signature(medanon.anonymize.gmia).parameters["steps"].default
         10
     """
-    from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder, gmia_privacy
+    from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder
+    from medanon.anonymize.gmia_release import gmia_privacy
     from medanon.anonymize.ldp import release_dataset
     from medanon.api.ksame import check_codec_matches, load_codec_for
     from medanon.config import validate
@@ -63,7 +64,7 @@ def gmia(ds: ImageDataset, *, model, identity=None, utility=None, losses: str = 
     labels = choose_labels(ds, release_labels)
 
     def saver(out: Path, mapping: Path | None, overwrite: bool, progress: bool) -> dict[str, Any]:
-        from medanon.anonymize.gmia import gmia_release
+        from medanon.anonymize.gmia_release import gmia_release
 
         _, outcome = gmia_release(ds, out, gmia=opt, labels=labels, mapping=mapping, overwrite=overwrite,
                                   progress=progress)

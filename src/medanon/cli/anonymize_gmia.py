@@ -19,7 +19,7 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
     """The records of one patient-level split (all of them for ``all``)."""
     import numpy as np
 
-    from medanon.anonymize.gmia import subset
+    from medanon.data.dataset import subset
     from medanon.data.splits import split_patients
 
     if split == "all":
@@ -96,7 +96,8 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
                           inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), model_path,
                                   identity_path, utility_path, splits_csv])
 
-    from medanon.anonymize.gmia import GMIA, GMIAConfig, gmia_release
+    from medanon.anonymize.gmia import GMIA, GMIAConfig
+    from medanon.anonymize.gmia_release import gmia_release
     from medanon.config import build
     from medanon.runtime import resolve_device
 

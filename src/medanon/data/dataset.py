@@ -349,14 +349,23 @@ def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: b
     return [p for p in res if p is not None]
 
 
+def subset(ds: ImageDataset, indices: Sequence[int], *, skipped: Sequence[Problem] | None = None) -> ImageDataset:
+    """The records ``indices`` of ``ds`` as a dataset of their own (e.g. one patient-level split); images already
+    decoded stay decoded. ``skipped`` replaces the list of left-out files (default: ``ds``'s)."""
+    keep = list(indices)
+    out = ImageDataset([ds.records[i] for i in keep], size=ds.size, channels=ds.channels, crop=ds.crop,
+                       modality=ds.modality, layout=ds.layout, root=ds.root,
+                       skipped=list(ds.skipped if skipped is None else skipped),
+                       infos=[ds.infos[i] for i in keep] if ds.infos else [],
+                       max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes)
+    paths = {ds.records[i].path for i in keep}
+    out._cache = {p: t for p, t in ds._cache.items() if p in paths}          # decoded tensors carry over
+    out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())
+    return out
+
+
 def drop_records(ds: ImageDataset, problems: Sequence[Problem]) -> ImageDataset:
     """A copy of ``ds`` without the records named in ``problems`` (which join ``skipped``)."""
     bad = {p.path for p in problems}
-    keep = [i for i, r in enumerate(ds.records) if str(r.path) not in bad]
-    out = ImageDataset([ds.records[i] for i in keep], size=ds.size, channels=ds.channels, crop=ds.crop,
-                       modality=ds.modality, layout=ds.layout, root=ds.root,
-                       skipped=list(ds.skipped) + list(problems), infos=[ds.infos[i] for i in keep],
-                       max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes)
-    out._cache = {p: t for p, t in ds._cache.items() if str(p) not in bad}    # decoded tensors carry over
-    out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())
-    return out
+    return subset(ds, [i for i, r in enumerate(ds.records) if str(r.path) not in bad],
+                  skipped=list(ds.skipped) + list(problems))

@@ -1,0 +1,160 @@
+"""A GMIA release: the privacy statement, the checks of the networks against the data, and the release writer.
+
+The optimisation itself is :class:`medanon.anonymize.gmia.GMIA`; this module turns its images into a
+release folder through :class:`~medanon.release.writer.ReleaseWriter` (random names, per-patient labels,
+resume) with the statement :func:`gmia_privacy` (no formal guarantee) in its manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from medanon.anonymize.gmia import GMIA, GMIAConfig, GMIAResult, _concat, summarise
+from medanon.anonymize.ldp import release_dataset
+from medanon.data.dataset import ImageDataset
+from medanon.errors import ConfigError
+from medanon.models.classifier import ResNet
+from medanon.models.identity import IdentityNet
+from medanon.release import ReleaseWriter
+from medanon.release.labels import SENSITIVE_LABELS, default_labels, release_labels
+from medanon.runtime import files_digest
+
+log = logging.getLogger(__name__)
+
+# ------------------------------------------------------------------------------------------- privacy
+
+
+def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
+    """The exact privacy statement of a GMIA release (written into its manifest): no formal guarantee."""
+    ident = networks.get("identity") or {}
+    return {
+        "mechanism": ("GMIA latent optimisation (GMIA §2.2): per source image X_R, W_A starts at the encoder's "
+                      "latent E(X_R) and Adam minimises lambda_id*max(0, cos(E_id(X_R), E_id(X_A)) - m) + "
+                      f"lambda_ut*||E_ut(X_R) - E_ut(X_A)||_2 over W_A only (losses={cfg.losses}, steps={cfg.steps}, "
+                      f"m={cfg.margin:g}); the release is X_A = G(W_A), one image per source image"),
+        "guarantee": "none: GMIA has no formal privacy guarantee (no differential privacy, no k-anonymity)",
+        "epsilon": None, "delta": None, "k": None,
+        # what an evaluation needs to tell whether its attacker is this very network (same sha256), or one
+        # trained the same way (same training config on the same patients gives the same network)
+        "identity_network": {k: ident[k] for k in ("sha256", "embed_dim", "image_size", "train_config")
+                             if k in ident},
+        "margin_meaning": (f"an optimisation target, not a bound: the released image's identity embedding under the "
+                           f"identity network E_id (sha256 {ident.get('sha256', 'n/a')}) is pushed to cosine <= "
+                           f"{cfg.margin:g} with its source's. It says nothing about other recognisers, and is not "
+                           "reached for every image (see optimisation_outcome)"),
+        "protection_measured_by": ("the attacks of `medanon evaluate` on this release and its private mapping: "
+                                   "linkability (inner and outer risk, TAR at a fixed FAR), singling out (hidden rate, "
+                                   "local cloaking) and top-K membership inference. Use an identity network for the "
+                                   "evaluation other than this E_id: against E_id itself the outer risk is low by "
+                                   "construction and says little about other attackers"),
+        "assumptions": [
+            "the attacker does not have the models (encoder, generator, E_id, E_ut): the optimisation is "
+            "deterministic, so whoever has them and a candidate source image can recompute X_A exactly and link it",
+            "identity is what E_id recognises: features it ignores are not removed",
+        ],
+        "not_protected": [
+            "each released image stands for exactly one source image and keeps its utility features, its label and "
+            "whatever the identity network does not encode",
+            "images of the same patient may stay linkable to each other (GMIA Table 3 reports a high inner risk)",
+            "the sources' count, label distribution and, through the generator, the training data's appearance",
+            "labels released with the images are released as they are",
+        ],
+    }
+
+
+def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[str]:
+    """Mismatches between the data and the networks: errors raised, doubts returned as warnings."""
+    g = gmia.codec.generator if hasattr(gmia.codec, "generator") else None
+    trained = getattr(gmia.codec, "provenance", {}).get("trained_on")
+    if trained is not None:                      # modality, channels and size the codec was trained on
+        from medanon.codecs.stylegan import check_model_fits
+
+        check_model_fits(gmia.codec.provenance.get("checkpoint", {}).get("path"), trained, dataset)
+    if g is not None and (dataset.size, dataset.channels) != (g.img_resolution, g.img_channels):
+        raise ConfigError(f"the codec renders {g.img_channels}x{g.img_resolution}px images, the data are "
+                          f"{dataset.channels}x{dataset.size}px", fix=f"read the data with --size {g.img_resolution}")
+    doubts = []
+    ut = gmia.utility
+    ut_model = getattr(ut, "model", None)
+    if isinstance(ut_model, ResNet) and ut_model.cfg.in_channels != dataset.channels:
+        raise ConfigError(f"the utility classifier (--utility) takes {ut_model.cfg.in_channels}-channel images, "
+                          f"the data have {dataset.channels}",
+                          fix="train the classifier on this modality (`medanon train classifier`)")
+    label = getattr(ut, "label", None)
+    if label in SENSITIVE_LABELS:
+        doubts.append(f"the utility network predicts {label!r}: L_ut will PRESERVE that sensitive attribute in "
+                      "the released images. Train it on the utility label (grade or pneumonia)")
+    elif label is not None and default_labels(dataset) and label not in default_labels(dataset):
+        doubts.append(f"the utility network predicts {label!r}, not this modality's utility label "
+                      f"{default_labels(dataset)}")
+    id_net = getattr(gmia.identity, "net", None)
+    if isinstance(id_net, IdentityNet) and id_net.in_channels != dataset.channels:
+        doubts.append(f"the identity network was trained on {id_net.in_channels}-channel images, the data "
+                      f"have {dataset.channels}: it sees converted images and may recognise patients poorly")
+    return doubts
+
+
+def _sha256(info: dict[str, Any] | None) -> str | None:
+    if not info:
+        return None
+    return info.get("sha256") or (info.get("checkpoint") or {}).get("sha256")
+
+
+def gmia_release(dataset: ImageDataset, out: str | Path, *,
+                 gmia: GMIA,                             # the optimiser (codec, E_id, E_ut, config)
+                 labels: Sequence[str] | None = None,    # released labels (default: the utility label only)
+                 mapping: str | Path | None = None,      # private record -> source mapping, outside the release
+                 overwrite: bool = False,
+                 progress: bool = True) -> tuple[Path, dict[str, Any]]:
+    """Anonymise every record of ``dataset`` with ``gmia`` into the release ``out``.
+
+    Resumable: records already written by an interrupted run with the same settings are skipped
+    (results do not depend on how the images are batched). Returns the release folder and the
+    aggregate outcome of the images optimised in this call (also written into the manifest).
+    """
+    from medanon.outputs import dataset_inputs
+    from medanon.release.writer import check_release_outputs
+
+    check_release_outputs(out, mapping, inputs=dataset_inputs(dataset), overwrite=overwrite)   # before any work
+    for doubt in check_networks(gmia, dataset):
+        warnings.warn(doubt, stacklevel=2)
+    for w in gmia.cfg.warnings():
+        warnings.warn(w, stacklevel=2)
+    names = release_labels(dataset, labels)
+    networks = gmia.describe()
+    params = {**gmia.cfg.params(),
+              "latent_space": ("W: W_A = E(X_R) + one w_dim offset shared by every synthesis layer (the paper's W)"
+                               if gmia.cfg.latent_space == "w" else "W+: one style vector per synthesis layer"),
+              "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,
+              "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None}
+    models = {name: sha for name in ("codec", "identity", "utility")
+              if (sha := _sha256(networks[name]))}
+    source = {"layout": dataset.layout, "modality": dataset.modality,
+              **files_digest([r.path for r in dataset.records], root=dataset.root)}
+    phantom = dataset.root is not None and (Path(dataset.root) / "phantom.json").is_file()
+    parts: list[GMIAResult] = []
+
+    def privatise(images: torch.Tensor, generator=None) -> torch.Tensor:
+        res = gmia.anonymise(images)
+        parts.append(res)
+        return res.images
+
+    with ReleaseWriter(out, method="gmia", params=params, privacy=gmia_privacy(gmia.cfg, networks), labels=names,
+                       seeds={}, models=models, source=source, phantom=phantom, mapping=mapping,
+                       overwrite=overwrite) as writer:
+        if len(writer):
+            log.info("resuming: %d of %d images already released", len(writer), len(dataset))
+        release_dataset(dataset, privatise, writer, batch=gmia.cfg.batch_size, device=gmia.device, progress=progress)
+        outcome = summarise(_concat(parts), gmia.cfg.margin) if parts else {"images": 0}
+        outcome["scope"] = ("images optimised by the last run only" if len(writer) > outcome["images"]
+                            else "every released image")
+        outcome["measured_with"] = "E_id and E_ut of this run (the optimisation's own networks)"
+        writer.privacy["optimisation_outcome"] = outcome
+        writer.privacy["randomness"] = "none: the optimisation is deterministic given the models and the image"
+    return Path(out), outcome

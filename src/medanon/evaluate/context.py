@@ -86,8 +86,10 @@ class RealContext:
                            f"{len(set(real.patients[self.attacker_rows]))} patients)", "config": to_dict(a.identity)})
 
     def note(self, text: str) -> None:
-        log.warning(text)
-        self.notes.append(text)
+        """A warning for the log and the report, once."""
+        if text not in self.notes:
+            log.warning(text)
+            self.notes.append(text)
 
     def split_name(self, rows: np.ndarray) -> str:
         return f"{len(rows)} images of {len(set(self.real.patients[rows].tolist()))} patients"

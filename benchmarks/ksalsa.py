@@ -19,11 +19,17 @@ for the lazy updates (every sum is close to every other). Reported ``cpu_s`` nex
 helps reading numbers taken on a shared machine.
 
     python benchmarks/ksalsa.py [--model CKPT] [--clusters 8] [--ref-steps 10] [--sizes 1000,10000,35126]
+    python benchmarks/ksalsa.py --skip averaging --sizes 35126 --against OLD_CHECKOUT --rounds 2
+
+``--against`` also clusters the largest N with another checkout's code (``OLD_CHECKOUT/src`` first on
+``PYTHONPATH``), alternating with this one in fresh processes, and says whether both gave the same
+clusters (sha256 of the assignment).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -72,14 +78,31 @@ def cluster_worker(n: int, naive: bool) -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert min(len(m) for m in c.clusters) >= 5
     out = {"n": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_mb": round(peak),
-           "rss_before_mb": round(base)}
+           "rss_before_mb": round(base),
+           "assignment_sha256": hashlib.sha256(c.assignment(n).tobytes()).hexdigest()[:16]}
     if initial:
         out["initial_sums_cpu_s"] = round(sum(initial), 2)
         out["pairs_over_half_n2"] = {key: round(v / (n * n / 2), 3) for key, v in pairs.items()}
     print(json.dumps(out))
 
 
-def clustering(sizes: list[int], naive_max: int, threads: int) -> dict:
+def against(n: int, old: str, rounds: int, env: dict) -> dict:
+    """This checkout and ``old`` clustering the same n points, alternately, each in a fresh process."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src")
+    runs: dict[str, list[dict]] = {"this": [], "against": []}
+    for _ in range(rounds):
+        for name, src in (("this", here), ("against", os.path.join(old, "src"))):
+            e = {**env, "PYTHONPATH": os.pathsep.join([os.path.abspath(src), env.get("PYTHONPATH", "")])}
+            r = subprocess.run([sys.executable, __file__, "--cluster-worker", str(n)], capture_output=True, text=True,
+                               env=e, check=True)
+            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    out = {name: {"wall_s": [r["wall_s"] for r in rs], "cpu_s": [r["cpu_s"] for r in rs]} for name, rs in runs.items()}
+    out["against"]["checkout"] = old
+    out["same_clusters"] = len({r["assignment_sha256"] for rs in runs.values() for r in rs}) == 1
+    return out
+
+
+def clustering(sizes: list[int], naive_max: int, threads: int, old: str | None = None, rounds: int = 2) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     out = {}
     for n in sizes:
@@ -92,6 +115,8 @@ def clustering(sizes: list[int], naive_max: int, threads: int) -> dict:
                            text=True, env=env, check=True)
         out["naive"] = json.loads(r.stdout.strip().splitlines()[-1])
         out["naive_vs_ours_at_n"] = round(out["naive"]["wall_s"] / out[str(n)]["wall_s"], 2)
+    if old is not None:
+        out["against"] = against(max(sizes), old, rounds, env)
     return out
 
 
@@ -188,6 +213,9 @@ def main() -> None:
     ap.add_argument("--naive-max", type=int, default=10000, help="Largest N the naive reference is run at.")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", choices=["none", "averaging", "clustering"], default="none")
+    ap.add_argument("--against", default=None, metavar="OLD_CHECKOUT",
+                    help="Also time another checkout's clustering at the largest N, alternately, and compare clusters.")
+    ap.add_argument("--rounds", type=int, default=2, help="Alternating rounds of --against.")
     ap.add_argument("--cluster-worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--naive", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -199,7 +227,8 @@ def main() -> None:
     if args.skip != "averaging":
         out["averaging"] = averaging(args.model, args.clusters, args.k, args.steps, args.ref_steps)
     if args.skip != "clustering":
-        out["clustering"] = clustering([int(s) for s in args.sizes.split(",")], args.naive_max, args.threads)
+        out["clustering"] = clustering([int(s) for s in args.sizes.split(",")], args.naive_max, args.threads,
+                                       args.against, args.rounds)
     out["load_average_end"] = [round(v, 1) for v in os.getloadavg()]
     print(json.dumps(out))
 

@@ -133,7 +133,7 @@ def main() -> None:
         ref = torch.stack([ds.load(i)["image"] for i in ref_idx])
         G = load_any_generator(args.generator)
         sets = {"control": x, "samples": lambda: generate(G, args.n), **{f"recon_{k}": v for k, v in recons.items()}}
-        out["fid"] = fid_table(ref, sets, extractor=inception_extractor())
+        out["fid"] = fid_table(ref, sets, extractor=inception_extractor(device="cpu")[0])
     met = {}
     for name, res in out["codecs"].items():
         met[f"{name}.vessel_auroc"] = res["vessel_auroc"] >= TARGETS["vessel_auroc"]

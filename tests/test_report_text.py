@@ -96,7 +96,7 @@ def test_pivot_columns_use_the_papers_parameter_and_fall_back_on_collisions():
 
     assert short_setting({"k": 5, "weights": "x"}) == "k=5"
     assert short_setting({"p": 0.3, "fill": "dataset"}) == "p=0.3"
-    assert short_setting({"epsilon": 100.0, "per_pixel": True}) == "ε=100/px"
+    assert short_setting({"epsilon": 100.0, "per_pixel": True}) == "ε=100/element"
     assert short_setting({"epsilon": "inf", "per_pixel": False}) == "ε=inf/image"
     assert short_setting({"losses": "id+ut", "steps": 10}) == "losses=id+ut"
     assert short_setting({"steps": 10}) is None

@@ -166,8 +166,8 @@ def render_marker_figure(path: str | Path, cases: torch.Tensor, *, dpglow: DPGlo
     dev = next(dpglow.codec.parameters()).device
     out_ldp = image_ldp(cases, generator=torch.Generator().manual_seed(seed + 1))
     out_dp = dpglow(cases.to(dev), generator=torch.Generator().manual_seed(seed)).cpu()
-    heads = ["original", f"image LDP eps={image_ldp.mechanism.epsilon_element:g}/px",
-             f"DP-GLOW eps={dpglow.mechanism.epsilon_element:g}/px"]
+    heads = ["original", f"image LDP eps={image_ldp.mechanism.epsilon_element:g}/element",
+             f"DP-GLOW eps={dpglow.mechanism.epsilon_element:g}/element"]
     names = list(case_names) + [f"case {i + 1}" for i in range(len(case_names), len(cases))]
     side, pad, top, left = cases.shape[-1] * scale, 4, 16, 90
     canvas = Image.new("RGB", (left + 3 * (side + pad), top + len(cases) * (side + pad)), "white")

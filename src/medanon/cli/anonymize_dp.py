@@ -104,7 +104,13 @@ def _report(release, ds, out) -> None:
 @click.pass_context
 def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on,
                release_labels, batch, noise_seed, mapping, overwrite, config_file, overrides, **data_opts) -> None:
-    """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent (ε-LDP per image)."""
+    """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent (ε-LDP per image).
+
+    \b
+    Example:
+      medanon anonymize dpglow --data /data/rsna --flow checkpoints/glow-xray64.pt --epsilon 100 --per-element \\
+            --out release-dpglow --mapping private/release-dpglow.json
+    """
     from medanon.api.dp import dpglow, load_flow_for
     from medanon.runtime import resolve_device
 
@@ -129,7 +135,12 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
 @click.pass_context
 def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on, release_labels,
                   batch, noise_seed, mapping, overwrite, config_file, overrides, **data_opts) -> None:
-    """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels (ε-LDP per image)."""
+    """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels (ε-LDP per image).
+
+    \b
+    Example:
+      medanon anonymize ldp-image --data /data/rsna --epsilon 100 --per-element --out release-ldp
+    """
     from medanon.api.dp import ldp_image
     from medanon.runtime import resolve_device
 

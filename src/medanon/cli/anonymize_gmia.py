@@ -87,7 +87,14 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
              release_labels, mapping, threads, overwrite, **data_opts) -> None:
     """GMIA: each image's latent W_A starts at the encoder's W and is optimised (the only trainable tensor)
     so that the identity network no longer matches it to its source while the utility features stay close.
-    NO formal privacy guarantee: measure the protection with `medanon evaluate` (linkability, singling out)."""
+    NO formal privacy guarantee: measure the protection with `medanon evaluate` (linkability, singling out).
+
+    \b
+    Example:
+      medanon anonymize gmia --data /data/fundus --model checkpoints/cotrained-fundus64.pt \\
+            --identity checkpoints/identity-fundus64.pt --utility checkpoints/classifier-grade-fundus64.pt \\
+            --out release-gmia --mapping private/release-gmia.json
+    """
     import torch
 
     from medanon.release.writer import check_release_outputs

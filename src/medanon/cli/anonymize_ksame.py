@@ -145,7 +145,13 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
 def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
                seed, config_file, overrides, lam, steps, lr, grid, ablation, features_name, features_weights,
                feature_size, style_layer, content_layer, views, view_sigma, **data_opts) -> None:
-    """k-SALSA: centroid latents refined by local style alignment (Algorithm 1)."""
+    """k-SALSA: centroid latents refined by local style alignment (Algorithm 1).
+
+    \b
+    Example:
+      medanon anonymize ksalsa --data /data/fundus --k 5 --model checkpoints/restyle-fundus64.pt \\
+            --out release-ksalsa-k5 --mapping private/release-ksalsa-k5.json
+    """
     if lam is not None and "lam" in ABLATIONS[ablation]:
         raise click.BadParameter(f"--ablation {ablation} fixes λ", param_hint="--lam")
     _run(ctx, "ksalsa", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
@@ -165,7 +171,12 @@ def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
 @click.pass_context
 def kcentroid_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
                   seed, config_file, overrides, views, view_sigma, **data_opts) -> None:
-    """k-Centroid: the mean latent of each cluster, rendered by the generator (k-Same-Net style)."""
+    """k-Centroid: the mean latent of each cluster, rendered by the generator (k-Same-Net style).
+
+    \b
+    Example:
+      medanon anonymize kcentroid --data /data/fundus --k 5 --model checkpoints/restyle-fundus64.pt --out release-kc5
+    """
     _run(ctx, "kcentroid", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
          stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, views=views, view_sigma=view_sigma)
@@ -176,7 +187,12 @@ def kcentroid_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out,
 @click.pass_context
 def kpixel_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
                seed, config_file, overrides, **data_opts) -> None:
-    """k-Same-Pixel: the mean image of each cluster."""
+    """k-Same-Pixel: the mean image of each cluster.
+
+    \b
+    Example:
+      medanon anonymize kpixel --data /data/fundus --k 5 --out release-k5 --mapping private/release-k5.json
+    """
     _run(ctx, "kpixel", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
          stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed)
@@ -193,7 +209,12 @@ def kpixel_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
 @click.pass_context
 def kpca_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
              seed, config_file, overrides, pca_components, basis_from, **data_opts) -> None:
-    """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients."""
+    """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
+
+    \b
+    Example:
+      medanon anonymize kpca --data /data/fundus --k 5 --basis-from /data/public-fundus --out release-kpca5
+    """
     _run(ctx, "kpca", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
          stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, pca_components=pca_components,
@@ -205,6 +226,11 @@ def kpca_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapp
 @click.pass_context
 def inverted_cmd(ctx, data_dir, model, out, mapping, release_labels, overwrite, seed, config_file, overrides,
                  **data_opts) -> None:
-    """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the paper's comparison only."""
+    """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the paper's comparison only.
+
+    \b
+    Example:
+      medanon anonymize inverted --data /data/fundus --model checkpoints/restyle-fundus64.pt --out release-inv
+    """
     _run(ctx, "inverted", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=1, seed=seed)

@@ -86,7 +86,13 @@ def _run(ctx: click.Context, method: str, data_dir: Path, ps, out, seed, release
 def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, fill, **opts):
     """Snow: in each image, a random fraction p of the pixel positions is set to the fill value in every
     channel. With the default grey fill and no --seed: (0, 1-p)-differential privacy for single pixel positions
-    only, not for images or patients; --fill dataset or --seed: no formal guarantee."""
+    only, not for images or patients; --fill dataset or --seed: no formal guarantee.
+
+    \b
+    Example:
+      medanon anonymize snow --data /data/fundus --p 0.1,0.3 --out releases/snow-p{p} \\
+            --mapping private/snow-p{p}.json
+    """
     _run(ctx, "snow", data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, opts,
          fill=fill)
 
@@ -106,7 +112,12 @@ def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, 
 def vs_snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, vessels,
                 checkpoint, masks_dir, vessel_fraction, **opts):
     """VS-Snow: in each image, a random fraction p of the vessel pixels take the mean of their vessel
-    neighbours. No formal privacy guarantee is claimed: measure it with the evaluation."""
+    neighbours. No formal privacy guarantee is claimed: measure it with the evaluation.
+
+    \b
+    Example:
+      medanon anonymize vs-snow --data /data/fundus --p 0.3 --out release-vs-snow
+    """
     from medanon.segment.vessels import VesselSource
 
     source = VesselSource(vessels, checkpoint=checkpoint, masks_dir=masks_dir, fraction=vessel_fraction)

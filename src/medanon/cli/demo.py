@@ -25,7 +25,12 @@ from medanon.cli.base import CONTEXT, cli
 @click.pass_context
 def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: int, seed: int, ksalsa_steps: int,
          gmia_steps: int | None, checkpoints: Path | None, skip_evaluation: bool) -> None:
-    """The main job on the embedded phantom datasets: anonymise, audit, evaluate, report (PHANTOM results)."""
+    """The main job on the embedded phantom datasets: anonymise, audit, evaluate, report (PHANTOM results).
+
+    \b
+    Example:
+      medanon demo --out demo-output
+    """
     from medanon.demo import run_demo
 
     run_demo(out, patients=patients, per_patient=per_patient, size=size, seed=seed, device=ctx.obj["device"],

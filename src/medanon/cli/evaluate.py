@@ -62,7 +62,13 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     """Evaluate release folders against the real data they were made from: FID/KID and an in-domain Fréchet
     distance, downstream classifiers (train on the release, test on held-out real images), and the privacy
     attacks (membership, attribute inference, linkability, singling out) with their controls. Writes a JSON
-    report and a self-contained HTML page."""
+    report and a self-contained HTML page.
+
+    \b
+    Example:
+      medanon evaluate --real /data/fundus --release release-k5 --release release-snow \\
+            --splits private/splits.csv --out report
+    """
     from medanon.config import apply_overrides, from_dict, load_yaml, to_dict, validate
     from medanon.evaluate.config import EvalConfig
     from medanon.evaluate.harness import ReleaseSpec

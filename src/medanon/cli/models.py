@@ -14,7 +14,12 @@ from medanon.cli.base import CONTEXT, cli
 def models(as_json: bool) -> None:
     """List the checkpoints on the model search path: $MEDANON_MODELS (folders separated by ':'), then
     checkpoints/ of the source checkout. Each with its kind and sha256, the checksum a release manifest
-    records for the models it used."""
+    records for the models it used.
+
+    \b
+    Example:
+      MEDANON_MODELS=/srv/models medanon models
+    """
     from medanon.models_registry import ENV, list_models, search_path
 
     found = list_models()

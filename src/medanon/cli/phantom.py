@@ -26,7 +26,12 @@ from medanon.config import PhantomConfig, build
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set marker_rate=0.1 (repeatable).")
 def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite, config_file, overrides) -> None:
-    """Generate a phantom dataset (synthetic patients with ground truth) in medanon's layout."""
+    """Generate a phantom dataset (synthetic patients with ground truth) in medanon's layout.
+
+    \b
+    Example:
+      medanon phantom --modality xray --patients 200 --per-patient 4 --size 64 --out phantom-xray
+    """
     from medanon.phantoms.generate import generate
 
     cfg = build(PhantomConfig, path=config_file, overrides=overrides, modality=modality, patients=patients,

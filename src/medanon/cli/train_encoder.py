@@ -160,6 +160,11 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
 
     The perceptual term is a feature distance on EfficientNet-Lite0 ImageNet features, not LPIPS. Under
     torchrun the batch is split across the processes (docs/distributed.md); rank 0 writes.
+
+    \b
+    Example:
+      medanon train encoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
+            --config configs/encoder/cpu64.yaml --out runs/restyle --export restyle.pt
     """
     _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt)
     from medanon.codecs.stylegan import KIND_RESTYLE
@@ -196,6 +201,11 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
 
     Losses: pixel, EfficientNet-Lite0 feature distance (not LPIPS) and adversarial for E and G, then
     the discriminator step. Under torchrun the batch is split across the processes (docs/distributed.md).
+
+    \b
+    Example:
+      medanon train autoencoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
+            --config configs/autoencoder/cpu64.yaml --out runs/cotrained --export cotrained.pt
     """
     _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt)
     from medanon.codecs.stylegan import KIND_COTRAINED

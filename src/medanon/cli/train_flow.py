@@ -57,6 +57,10 @@ def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, see
 
     Under torchrun (`torchrun --nproc_per_node 4 -m medanon train flow ...`) every process trains on its
     share of each batch (docs/distributed.md); --batch is the global batch.
+
+    \b
+    Example:
+      medanon train flow --data phantom-xray --config configs/glow/cpu64.yaml --out runs/glow-xray
     """
     from medanon.cli.base import check_outputs
     from medanon.runtime import resolve_device

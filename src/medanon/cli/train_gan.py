@@ -38,6 +38,11 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     Writes checkpoint.pt, sample grids, metrics.jsonl, config.yaml and manifest.json to --out. Under
     torchrun (e.g. `torchrun --nproc_per_node 4 -m medanon train gan ...`) every process trains on its
     share of each batch (docs/distributed.md); the config's batch is the global batch.
+
+    \b
+    Example:
+      medanon train gan --data phantom-fundus --config configs/stylegan/cpu64.yaml --out runs/gan --steps 3000 \\
+            --minutes 60 --threads 1 --export gan.pt
     """
     import torch
 

@@ -63,7 +63,12 @@ def _split_options(f):
 def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, out, steps, arch, embed_dim,
                        image_size, margin, seed, fresh, **opts) -> None:
     """Train the identity network (ArcFace on patient ids) on the repeated acquisitions of DATA_DIR's patients,
-    then report verification AUC and rank-1 identification on the held-out test split."""
+    then report verification AUC and rank-1 identification on the held-out test split.
+
+    \b
+    Example:
+      medanon train identity --data phantom-fundus --out identity.pt --steps 1500
+    """
     import numpy as np
 
     check_outputs((out, "file", "--out"), data_dir=data_dir, opts=opts, reads=[splits], existing_ok=True)
@@ -122,6 +127,10 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
 
     Under torchrun (`torchrun --nproc_per_node N -m medanon train classifier ...`) the batch is split
     across the processes (docs/distributed.md); rank 0 writes and reports.
+
+    \b
+    Example:
+      medanon train classifier --data phantom-fundus --label grade --out classifier-grade.pt
     """
     from medanon.runtime import resolve_device
 

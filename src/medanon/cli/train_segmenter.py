@@ -40,7 +40,12 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
                         patch, val, test, seed, resume, export, **opts) -> None:
     """Train the full-resolution U-Net vessel segmenter on DATA_DIR (a dataset whose layout has vessel
     masks, e.g. `medanon phantom --modality fundus`) or on --vessel-images/--vessel-masks folders,
-    then report test Dice and AUROC for it and for the Frangi and Sato baselines."""
+    then report test Dice and AUROC for it and for the Frangi and Sato baselines.
+
+    \b
+    Example:
+      medanon train segmenter --data phantom-fundus --out runs/unet --export unet.pt
+    """
 
     reads = [images_pair, masks_pair]
     check_outputs((out, "dir", "--out"), data_dir=data_dir, opts=opts, reads=reads, existing_ok=True)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from medanon import demo
@@ -29,3 +30,18 @@ def test_eval_config_uses_the_shipped_attacker_only_for_its_own_data():
     assert Path(cfg.attacks.identity_checkpoint).is_file()
     assert demo.eval_config("xray", 64, ckpt, 40, 2, 0).attacks.identity_checkpoint == ""   # other patients
     assert demo.eval_config("xray", 64, ckpt, 200, 4, 1).attacks.identity_checkpoint == ""  # another split
+
+
+def test_the_report_folder_the_demo_prepares_is_one_the_evaluation_may_write(tmp_path: Path):
+    """The demo puts the DP-GLOW figure into report-xray before the evaluation writes its report there; the
+    evaluation's run folder refuses folders medanon did not write, so the demo must mark it (a full demo failed)."""
+    from medanon.outputs import UnsafeOutputError
+    from medanon.runtime import RunDir
+
+    report = demo.report_folder(tmp_path, "xray")
+    (report / "dpglow_markers.png").write_bytes(b"png")
+    RunDir(report, config={}, command="evaluate")                       # accepted: medanon's own folder
+    (tmp_path / "report-fundus").mkdir()
+    (tmp_path / "report-fundus" / "notes.txt").write_text("mine")
+    with pytest.raises(UnsafeOutputError):
+        demo.report_folder(tmp_path, "fundus")                          # a foreign folder stays foreign

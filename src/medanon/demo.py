@@ -37,7 +37,7 @@ from medanon.data.splits import split_patients, write_splits_csv
 from medanon.data.summary import format_summary, summarize
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_dir, atomic_write_text
-from medanon.outputs import check_output
+from medanon.outputs import check_output, write_marker
 from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
 
@@ -109,6 +109,16 @@ def write_subset(root: Path, records: list[Record], out: Path) -> Path:
         (tmp / descriptor["labels"]).write_text("\n".join(rows) + "\n")
         (tmp / "dataset.yaml").write_text(yaml.safe_dump(descriptor, sort_keys=False))
     return out
+
+
+def report_folder(out: Path, modality: str) -> Path:
+    """``out/report-<modality>``, created as medanon's own folder (marked), so that the evaluation may write into
+    it after the demo has put the DP-GLOW figure there (a folder medanon cannot recognise is never written)."""
+    report = out / f"report-{modality}"
+    check_output(report, existing_ok=True, kind="dir")
+    report.mkdir(parents=True, exist_ok=True)
+    write_marker(report, "report")
+    return report
 
 
 def _release(command: str, dest: Path, make: Callable[[], Release]) -> None:
@@ -241,8 +251,9 @@ def dpglow_study(out: Path, ckpt: Path, device, seed: int) -> dict | None:
         click.echo(f"DP-GLOW Table 3 skipped: {data_dir} is not the phantom {mixture.name} was trained on "
                    "(its checksum differs), so its held-out patients are unknown")
         return None
+    report = report_folder(out, "xray")          # the figure goes where the X-ray report will be
     result = evaluate_dpglow(data_dir, mixture_flow=mixture, normal_flow=normal,
-                             figure=out / "report-xray" / "dpglow_markers.png", seed=seed, device=device)
+                             figure=report / "dpglow_markers.png", seed=seed, device=device)
     result["data_note"] = (f"Test set: the patients of `medanon phantom --modality xray --patients "
                            f"{FLOW_PHANTOM.patients} --per-patient {FLOW_PHANTOM.per_patient} --size "
                            f"{FLOW_PHANTOM.size} --seed {FLOW_PHANTOM.seed}` that the shipped flows held out (their "
@@ -338,7 +349,7 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
             continue
         click.echo(f"\n== {modality}: evaluation ==")
         t0 = time.perf_counter()
-        report_dir = out / f"report-{modality}"
+        report_dir = report_folder(out, modality)
         studies = {}
         if modality == "xray":
             t1 = time.perf_counter()

@@ -337,10 +337,9 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
                    losses={**trainer.loss.describe(), "adversarial": {"kind": "non-saturating logistic (StyleGAN2)",
                                                                       "weight": cfg.adversarial_weight}})
         if trainer.shards > 1:
-            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": trainer.shards,
-                                    "images_per_shard": cfg.batch // trainer.shards,
-                                    "augment_seeds": {s: cfg.seed + 1 + SHARD_SEED_STRIDE * s
-                                                      for s in range(trainer.shards)}})
+            run.update(distributed=dist.describe_run(
+                accumulation=accumulation, shards=trainer.shards, global_batch=cfg.batch,
+                augment_seeds={s: cfg.seed + 1 + SHARD_SEED_STRIDE * s for s in range(trainer.shards)}))
     return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
                     log_every=log_every, progress=progress and dist.is_main, dist=dist, desc="co-train",
                     max_seconds=max_seconds,

@@ -71,6 +71,14 @@ class Dist:
                 "master": f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
                 if self.enabled else None}
 
+    def describe_run(self, *, accumulation: int, shards: int, global_batch: int, **seeds: Any) -> dict[str, Any]:
+        """What a run's manifest records of its sharding: processes, shards per process, images per shard,
+        which shards each rank ran, and the seeds that make them reproducible (``seeds``)."""
+        return {**self.describe(), "accumulation": accumulation, "shards": shards,
+                "images_per_shard": global_batch // shards, "global_batch": global_batch,
+                "rank_shards": {r: list(range(r * accumulation, (r + 1) * accumulation))
+                                for r in range(self.world_size)}, **seeds}
+
     # -- collectives -------------------------------------------------------------------------------
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:

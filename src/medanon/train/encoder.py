@@ -429,9 +429,9 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
                    training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
                    losses=trainer.loss.describe())
         if trainer.shards > 1:
-            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": trainer.shards,
-                                    "images_per_shard": cfg.batch // trainer.shards,
-                                    "rank_seeds": {r: cfg.seed for r in range(dist.world_size)}})
+            run.update(distributed=dist.describe_run(accumulation=accumulation, shards=trainer.shards,
+                                                     global_batch=cfg.batch,
+                                                     rank_seeds={r: cfg.seed for r in range(dist.world_size)}))
     return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
                     log_every=log_every, progress=progress and dist.is_main, dist=dist, desc="restyle",
                     max_seconds=max_seconds,

@@ -131,7 +131,7 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     cfg.validate()
     dist = dist or Dist(device=torch.device(device))
     device = dist.device
-    micro = split_batch(cfg.batch, dist.world_size, accumulation)
+    split_batch(cfg.batch, dist.world_size, accumulation)         # refuses a batch that does not divide into shards
     shards = dist.world_size * accumulation
     out = Path(out)
     if images.ndim != 4 or tuple(images.shape[1:]) != (cfg.channels, cfg.resolution, cfg.resolution):
@@ -167,9 +167,8 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed})
         run.update(data=data or {}, device=str(device), resumed_from_step=step)
         if shards > 1:                          # every rank draws the same batches: one seed serves all
-            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": shards,
-                                    "images_per_shard": micro, "global_batch": cfg.batch,
-                                    "rank_seeds": {r: cfg.seed for r in range(dist.world_size)}})
+            run.update(distributed=dist.describe_run(accumulation=accumulation, shards=shards, global_batch=cfg.batch,
+                                                     rank_seeds={r: cfg.seed for r in range(dist.world_size)}))
     flow.train()
     model: torch.nn.Module = _LogProb(flow)
     if dist.enabled:

@@ -412,11 +412,8 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())})
         if trainer.shards > 1:
-            run.update(distributed={**dist.describe(), "accumulation": accumulation, "shards": trainer.shards,
-                                    "images_per_shard": trainer.micro, "global_batch": cfg.batch,
-                                    "rank_shards": {r: list(range(r * accumulation, (r + 1) * accumulation))
-                                                    for r in range(dist.world_size)},
-                                    "shard_seeds": trainer.shard_seeds()})
+            run.update(distributed=dist.describe_run(accumulation=accumulation, shards=trainer.shards,
+                                                     global_batch=cfg.batch, shard_seeds=trainer.shard_seeds()))
     return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
                     log_every=log_every, progress=progress and dist.is_main, desc="stylegan2", max_seconds=max_seconds,
                     dist=dist,

@@ -22,7 +22,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 from tqdm.auto import tqdm
@@ -31,6 +30,7 @@ from medanon.checkpoint import load_checkpoint
 from medanon.errors import ConfigError
 from medanon.fsutil import atomic_dir, sha256_file
 from medanon.release.writer import image_to_uint8
+from medanon.train.loop import save_image_grid
 
 GENERATOR_KINDS = ("stylegan2", "restyle-encoder", "cotrained-autoencoder")
 
@@ -66,18 +66,6 @@ def sample_images(G: torch.nn.Module, n: int, *, seed: int = 0, truncation: floa
     return torch.cat(out)
 
 
-def grid(images: torch.Tensor, cols: int | None = None) -> np.ndarray:
-    """A uint8 picture of ``images`` (N, C, H, W) in rows of ``cols`` (default: about square)."""
-    n, c, h, w = images.shape
-    cols = cols or math.ceil(math.sqrt(n))
-    rows = math.ceil(n / cols)
-    canvas = torch.full((c, rows * h, cols * w), -1.0)
-    for i, im in enumerate(images):
-        r, q = divmod(i, cols)
-        canvas[:, r * h:(r + 1) * h, q * w:(q + 1) * w] = im
-    return image_to_uint8(canvas)
-
-
 def generate_samples(model: str | Path, n: int, out: str | Path, *, seed: int = 0, truncation: float = 1.0,
                      overwrite: bool = False, device: str | torch.device = "cpu", batch: int = 64,
                      progress: bool = True) -> dict[str, Any]:
@@ -97,6 +85,7 @@ def generate_samples(model: str | Path, n: int, out: str | Path, *, seed: int = 
         width = max(6, len(str(n)))
         for i, im in enumerate(images):
             Image.fromarray(image_to_uint8(im)).save(tmp / "images" / f"{i:0{width}d}.png")
-        Image.fromarray(grid(images[:64])).save(tmp / "grid.png")
+        first = images[:64]
+        save_image_grid(first, tmp / "grid.png", cols=math.ceil(math.sqrt(len(first))))   # about square
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest

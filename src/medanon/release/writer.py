@@ -118,8 +118,8 @@ class ReleaseWriter:
             self._load_journal()
         else:
             if self.partial.exists():
-                warnings.warn(f"discarding the interrupted release in {self.partial} (overwrite=True, other "
-                              "settings or sources)", stacklevel=2)
+                warnings.warn(f"discarding the interrupted release in {self.partial} (resume=False, or "
+                              "overwrite=True with other settings or sources)", stacklevel=2)
                 shutil.rmtree(self.partial)
             (self.partial / "images").mkdir(parents=True)
             atomic_write_text(self.partial / JOURNAL, json.dumps(self._head, default=_json_default) + "\n")
@@ -127,9 +127,10 @@ class ReleaseWriter:
     # ------------------------------------------------------------------------------------------------ resume
 
     def _journal_head(self) -> dict[str, Any]:
-        lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()
+        with open(self.partial / JOURNAL, encoding="utf-8") as f:
+            first = f.readline()                         # the head only: the journal may hold 35k records
         try:
-            return json.loads(lines[0]) if lines else {}
+            return json.loads(first) if first.strip() else {}
         except json.JSONDecodeError:
             return {}
 

@@ -47,8 +47,6 @@ from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.encoder import (
     InversionTrainer,
-    ReconstructionLoss,
-    check_encoder_fields,
     check_resume_config,
     previous_run,
     require_training_state,
@@ -59,6 +57,7 @@ from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, load_config, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
 from medanon.train.loop import run_loop
+from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
 # The StyleGANConfig fields that define the networks; the rest of the nested config is not used here.
 ARCHITECTURE = ("resolution", "channels", "z_dim", "w_dim", "mapping_layers", "mapping_lr_mult", "channel_base",
@@ -78,6 +77,8 @@ class AutoencoderConfig:
     perceptual_network: str = "efficientnet-lite0"  # feature network of the distance (efficientnet-lite0 | vgg19)
     perceptual_layers: tuple[str, ...] = ("block1", "block2", "block3", "block5")  # layers compared
     perceptual_input_size: int = 128            # side images are resized to for the feature network (0 = unchanged)
+    detail_weight: float = 0.0                  # weight of the MSE of fine detail x - blur(x) (train/recon_loss.py)
+    detail_sigma: float = 1.0                   # pixels of that blur at the training resolution
     adversarial_weight: float = 0.05            # weight of the non-saturating generator loss on reconstructions
     # optimisation
     batch: int = 8                              # images per step

@@ -24,7 +24,7 @@ uses a user-supplied VGG19 weights file instead.
 RNG state. :func:`export_codec` strips the training state for shipping; the checkpoint (full or
 exported) loads with :func:`medanon.codecs.stylegan.load_codec`.
 
-The pieces both inversion trainers share (the reconstruction loss, :class:`InversionTrainer`,
+The pieces both inversion trainers share (:class:`InversionTrainer`, resume checks,
 export, held-out evaluation) live here; :mod:`medanon.train.autoencoder` imports them. The step loop
 itself is :func:`medanon.train.loop.run_loop`, shared with the GAN.
 """
@@ -52,6 +52,7 @@ from medanon.train.distributed import Dist, local_shards, shard_rows, split_batc
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import keep_metrics_until, load_config, to_uint8
 from medanon.train.loop import CHECKPOINT, run_loop
+from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,8 @@ class EncoderConfig:
     perceptual_network: str = "efficientnet-lite0"  # feature network of the distance (efficientnet-lite0 | vgg19)
     perceptual_layers: tuple[str, ...] = ("block1", "block2", "block3", "block5")  # layers compared
     perceptual_input_size: int = 128            # side images are resized to for the feature network (0 = unchanged)
+    detail_weight: float = 0.0                  # weight of the MSE of fine detail x - blur(x) (train/recon_loss.py)
+    detail_sigma: float = 1.0                   # pixels of that blur at the training resolution
     # optimisation
     batch: int = 8                              # images per step
     lr: float = 0.001                           # Adam learning rate (layers use StyleGAN's equalised learning rate)
@@ -87,68 +90,6 @@ class EncoderConfig:
         for name in ("lr", "beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1 or (name == "lr" and self.lr == 0):
                 raise ConfigError(f"{name}={getattr(self, name)} must be in (0, 1) for lr, [0, 1) for the betas")
-
-
-def check_encoder_fields(cfg: Any) -> None:
-    """Validation shared by the encoder and autoencoder configs (architecture, losses, batch)."""
-    for name in ("channel_base", "channel_max", "head_dim", "batch"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{name}={getattr(cfg, name)} must be at least 1")
-    if cfg.pixel_weight < 0 or cfg.perceptual_weight < 0:
-        raise ConfigError("pixel_weight and perceptual_weight must not be negative")
-    if cfg.pixel_weight == 0 and cfg.perceptual_weight == 0:
-        raise ConfigError("pixel_weight and perceptual_weight are both 0: nothing to train for",
-                          fix="set pixel_weight=1 (and perceptual_weight=0.8)")
-    if cfg.perceptual_weight > 0 and not cfg.perceptual_layers:
-        raise ConfigError("perceptual_layers is empty", fix="name feature layers, e.g. [block1, block2, block3]")
-    if cfg.perceptual_input_size != 0 and cfg.perceptual_input_size < 32:
-        raise ConfigError(f"perceptual_input_size={cfg.perceptual_input_size} must be 0 (unchanged) or >= 32")
-
-
-# ---------------------------------------------------------------------------------------------
-# the reconstruction loss
-
-
-class ReconstructionLoss:
-    """``pixel_weight · MSE(recon, target) + perceptual_weight · feature distance(recon, target)``.
-
-    The feature distance is :func:`~medanon.evaluate.reconstruction.perceptual_distance` on the
-    configured network; with ``perceptual_weight = 0`` no network is loaded.
-    """
-
-    def __init__(self, cfg: Any, device: torch.device):
-        self.pixel_weight = cfg.pixel_weight
-        self.perceptual_weight = cfg.perceptual_weight
-        self.layers = tuple(cfg.perceptual_layers)
-        self.network = None
-        if cfg.perceptual_weight > 0:
-            from medanon.models.features import get_feature_network
-
-            self.network = get_feature_network(cfg.perceptual_network, device=device,
-                                               input_size=cfg.perceptual_input_size or None)
-            bad = [layer for layer in self.layers if layer not in self.network.layers]
-            if bad:
-                raise ConfigError(f"perceptual_layers {bad} are not layers of {cfg.perceptual_network}",
-                                  fix=f"choose from {', '.join(self.network.layers)}")
-
-    def __call__(self, recon: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        pixel = (recon - target).square().mean()
-        loss = self.pixel_weight * pixel
-        mse = float(pixel.detach())
-        parts = {"pixel": mse, "psnr": 10 * math.log10(4.0 / max(mse, 1e-12))}
-        if self.network is not None:
-            perceptual = perceptual_distance(recon, target, network=self.network, layers=self.layers).mean()
-            loss = loss + self.perceptual_weight * perceptual.to(loss.dtype)
-            parts["perceptual"] = float(perceptual.detach())
-        return loss, parts
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"pixel": {"kind": "mean squared error", "weight": self.pixel_weight}}
-        if self.network is not None:
-            out["perceptual"] = {"kind": feature_distance_name(self.network), "not": "LPIPS",
-                                 "weight": self.perceptual_weight, "layers": list(self.layers),
-                                 "network": self.network.describe()}
-        return out
 
 
 # ---------------------------------------------------------------------------------------------

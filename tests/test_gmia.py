@@ -19,6 +19,7 @@ from medanon.codecs.stylegan import KIND_COTRAINED, StyleGANCodec
 from medanon.config import DataConfig, PhantomConfig, build, to_dict
 from medanon.data.dataset import open_dataset
 from medanon.data.layouts import scan
+from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError
 from medanon.models.classifier import ResNet, ResNetConfig, save_classifier
 from medanon.models.encoder import Encoder
@@ -26,7 +27,6 @@ from medanon.models.identity import IdentityConfig, IdentityNet, save_identity
 from medanon.models.stylegan import Generator, StyleGANConfig
 from medanon.phantoms.generate import generate
 from medanon.release import ReleaseWriter, audit_release, read_release
-from medanon.train.classifier import resize_to
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_GAN = ROOT / "configs" / "stylegan" / "tiny32.yaml"

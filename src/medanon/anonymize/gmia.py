@@ -61,10 +61,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError
 from medanon.models.classifier import ResNet, load_classifier
 from medanon.models.identity import IdentityNet, load_identity
-from medanon.train.classifier import resize_to
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +98,15 @@ class GMIAConfig:
             raise ConfigError(f"lr={self.lr} must be a positive number")
         if not -1.0 <= self.margin < 1.0:
             raise ConfigError(f"margin={self.margin} must be a cosine in [-1, 1)",
-                              fix="e.g. --margin 0 (identity embeddings orthogonal to the source's)")
+                              fix="e.g. margin=0 (identity embeddings orthogonal to the source's)")
         if self.lambda_id < 0 or self.lambda_ut < 0:
             raise ConfigError(f"lambda_id={self.lambda_id} and lambda_ut={self.lambda_ut} must be >= 0")
         if self.uses_id and self.lambda_id == 0:
             raise ConfigError(f"losses={self.losses} with lambda_id=0 switches the identity loss off",
-                              fix="use --losses ut for the utility-only ablation, or a positive --lambda-id")
+                              fix="use losses='ut' for the utility-only ablation, or a positive lambda_id=")
         if self.uses_ut and self.lambda_ut == 0:
             raise ConfigError(f"losses={self.losses} with lambda_ut=0 switches the utility loss off",
-                              fix="use --losses id for the identity-only ablation, or a positive --lambda-ut")
+                              fix="use losses='id' for the identity-only ablation, or a positive lambda_ut=")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size={self.batch_size} must be at least 1")
 
@@ -273,10 +273,11 @@ class GMIA:
         self.cfg.validate()
         if self.cfg.uses_id and identity is None:
             raise ConfigError(f"losses={self.cfg.losses} needs the identity network E_id",
-                              fix="pass --identity CHECKPOINT (from `medanon train identity`)")
+                              fix="pass identity= (an identity network checkpoint, from `medanon train identity`)")
         if self.cfg.uses_ut and utility is None:
             raise ConfigError(f"losses={self.cfg.losses} needs the utility network E_ut",
-                              fix="pass --utility CHECKPOINT (from `medanon train classifier --label grade|pneumonia`)")
+                              fix="pass utility= (a classifier checkpoint trained on the utility label, grade or pneumonia: "
+                                  "`medanon train classifier`)")
         for name in ("encode", "render"):
             if not callable(getattr(codec, name, None)):
                 raise ConfigError(f"GMIA needs a StyleGAN codec with encode() and a differentiable render(); "
@@ -288,7 +289,7 @@ class GMIA:
             p = next(net.parameters(), None) if net is not None else None
             if p is not None and p.device != dev:
                 raise ConfigError(f"the {what} network is on {p.device}, the codec on {dev}",
-                                  fix="load every network with the same map_location (the CLI's --device)")
+                                  fix="load every network onto the same device (map_location=, device=)")
 
     @classmethod
     def from_checkpoints(cls, model: str | Path, *,

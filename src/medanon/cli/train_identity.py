@@ -149,9 +149,10 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
                       seed, opts) -> None:
     import numpy as np
 
+    from medanon.data.tensors import resize_to
     from medanon.evaluate.utility import KNOWN_TASKS, Task, score
     from medanon.models.classifier import predict_proba, save_classifier
-    from medanon.train.classifier import ClassifierTrainConfig, resize_to, train_classifier
+    from medanon.train.classifier import ClassifierTrainConfig, train_classifier
 
     ds = open_from_cli(data_dir, **opts)
     if label not in ds.label_names:

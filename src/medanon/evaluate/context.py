@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from medanon.config import to_dict
+from medanon.data.tensors import resize_to
 from medanon.errors import DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
@@ -40,7 +41,7 @@ from medanon.evaluate.inputs import RealData
 from medanon.fsutil import sha256_file
 from medanon.models.classifier import load_classifier, predict_proba, save_classifier
 from medanon.models.identity import IdentityNet, load_identity
-from medanon.train.classifier import resize_to, train_classifier
+from medanon.train.classifier import train_classifier
 from medanon.train.identity import train_identity
 
 log = logging.getLogger(__name__)

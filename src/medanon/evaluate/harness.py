@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from medanon.config import to_dict
+from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
@@ -46,7 +47,7 @@ from medanon.evaluate.nearcopy import screen
 from medanon.fsutil import sha256_file
 from medanon.models.classifier import predict_proba
 from medanon.runtime import RunDir
-from medanon.train.classifier import map_in_parallel, resize_to, train_classifier
+from medanon.train.classifier import map_in_parallel, train_classifier
 
 log = logging.getLogger(__name__)
 

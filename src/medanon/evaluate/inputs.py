@@ -30,10 +30,10 @@ from medanon.config import DataConfig
 from medanon.data.dataset import ImageDataset, open_dataset
 from medanon.data.records import Record
 from medanon.data.splits import split_patients
+from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
 from medanon.release.writer import read_release
 from medanon.runtime import files_digest
-from medanon.train.classifier import resize_to
 
 log = logging.getLogger(__name__)
 

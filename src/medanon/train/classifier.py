@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError
 from medanon.models.classifier import PRESETS, ResNet, ResNetConfig
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
@@ -60,15 +61,6 @@ class ClassifierTrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def resize_to(images: torch.Tensor, size: int) -> torch.Tensor:
-    """Area-resize (downsampling) or bilinear-resize (upsampling) ``(N, C, H, W)`` images to ``size``."""
-    if images.shape[-1] == size and images.shape[-2] == size:
-        return images
-    if images.shape[-1] > size:
-        return F.interpolate(images, size=(size, size), mode="area")
-    return F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
 
 
 def jitter(x: torch.Tensor, gen: torch.Generator, *, shift: float = 0.0625, light: float = 0.1) -> torch.Tensor:

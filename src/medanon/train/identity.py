@@ -22,11 +22,12 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from medanon.checkpoint import load_checkpoint
+from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import sha256_bytes
 from medanon.models.classifier import PRESETS, ResNetConfig
 from medanon.models.identity import KIND, ArcFaceHead, IdentityConfig, IdentityNet, save_identity
-from medanon.train.classifier import jitter, resize_to
+from medanon.train.classifier import jitter
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 
 log = logging.getLogger(__name__)

@@ -26,10 +26,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from medanon.data.tensors import resize_to
 from medanon.evaluate.attacks.risk import risk_entry, success_rate
 from medanon.evaluate.metrics import roc_auc
 from medanon.models.classifier import ResNet, predict_proba
-from medanon.train.classifier import resize_to
 
 ASSUMPTIONS = ("attacker trained a sex classifier on real images (with sex labels) of patients disjoint from the "
                "release and from the held-out controls, and applies it to each released image; truth = majority sex "

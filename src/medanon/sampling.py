@@ -39,7 +39,7 @@ def load_any_generator(path: str | Path, *, device: str | torch.device = "cpu") 
     """The generator of a GAN checkpoint (EMA weights) or of an inversion codec, in eval mode."""
     blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location="cpu")
     if blob["kind"] == "stylegan2":
-        from medanon.train.gan import load_generator
+        from medanon.train.gan_checkpoint import load_generator
 
         return load_generator(path, device=device)
     from medanon.codecs.stylegan import load_codec

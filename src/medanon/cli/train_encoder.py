@@ -75,7 +75,7 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     """Every image of ``data_dir`` at the resolution and channels of the run's generator: the resumed run's,
     else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed)."""
     from medanon.checkpoint import load_checkpoint
-    from medanon.train.gan import KIND as GAN_KIND
+    from medanon.train.gan_checkpoint import KIND as GAN_KIND
     from medanon.train.loop import CHECKPOINT
 
     if resume and (out / CHECKPOINT).exists():

@@ -1,4 +1,4 @@
-"""The StyleGAN2-ADA training loop, and loading of what it writes.
+"""The StyleGAN2-ADA training loop.
 
 ``train_stylegan(images, cfg, out, steps=...)`` trains a generator and a discriminator on an
 image tensor and writes a run directory::
@@ -11,15 +11,14 @@ image tensor and writes a run directory::
 
 ``resume=True`` continues from ``out/checkpoint.pt`` at the same step with the same optimizer,
 RNG and ADA state, so an interrupted run ends where an uninterrupted one would have.
-``load_generator`` returns a checkpoint's EMA generator; ``export_checkpoint`` strips the
-training state for shipping. The step loop itself (progress, metrics, samples, checkpoints, time
-limit) is :func:`medanon.train.loop.run_loop`, shared with the other training loops.
+Loading what it writes (``load_generator``, ``load_discriminator``, ``export_checkpoint``) is
+:mod:`medanon.train.gan_checkpoint`, re-exported here. The step loop itself (progress, metrics, samples,
+checkpoints, time limit) is :func:`medanon.train.loop.run_loop`, shared with the other training loops.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,13 @@ from typing import Any
 import torch
 
 from medanon.checkpoint import load_checkpoint, save_checkpoint
-from medanon.config import from_dict, to_dict, validate
+from medanon.config import to_dict, validate
 from medanon.errors import ConfigError, DataError
-from medanon.fsutil import atomic_write_text, sha256_bytes
+from medanon.fsutil import sha256_bytes
 from medanon.models.stylegan import AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
+from medanon.train.gan_checkpoint import KIND, export_checkpoint, load_config, load_discriminator, load_generator
 from medanon.train.gan_loss import (
     discriminator_loss,
     discriminator_step,
@@ -41,48 +41,13 @@ from medanon.train.gan_loss import (
     mix_styles,
     sample_ws,
 )
-from medanon.train.loop import CHECKPOINT, run_loop, save_image_grid
+from medanon.train.loop import CHECKPOINT, keep_metrics_until, run_loop, save_image_grid
 
 __all__ = ["KIND", "StyleGANTrainer", "export_checkpoint", "keep_metrics_until", "load_config", "load_discriminator",
            "load_generator", "save_image_grid", "to_uint8", "train_stylegan"]
 
-KIND = "stylegan2"
 GRID = 8                                        # sample grids are GRID x GRID images
 SHARD_SEED_STRIDE = 1_000_003                   # shard s > 0 seeds its streams from cfg.seed + s * this
-
-
-# ---------------------------------------------------------------------------------------------
-# loading and exporting
-
-
-def load_config(blob: dict[str, Any]) -> StyleGANConfig:
-    cfg = from_dict(StyleGANConfig, blob["config"], where=f"checkpoint {blob.get('path', '')} config")
-    validate(cfg)
-    return cfg
-
-
-def load_generator(path: str | Path, *, device: str | torch.device = "cpu") -> Generator:
-    """The EMA generator of a ``stylegan2`` checkpoint (full or exported), in eval mode, without gradients."""
-    blob = load_checkpoint(path, kind=KIND, map_location=device)
-    G = Generator.from_config(load_config(blob))
-    G.load_state_dict(blob["state"]["G_ema"])
-    return G.to(device).eval().requires_grad_(False)
-
-
-def load_discriminator(path: str | Path, *, device: str | torch.device = "cpu") -> Discriminator:
-    """The discriminator of a ``stylegan2`` checkpoint, in eval mode (for fine-tuning or co-training)."""
-    blob = load_checkpoint(path, kind=KIND, map_location=device)
-    D = Discriminator.from_config(load_config(blob))
-    D.load_state_dict(blob["state"]["D"])
-    return D.to(device).eval()
-
-
-def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
-    """Write a small copy of a training checkpoint: EMA generator, discriminator, config and statistics."""
-    blob = load_checkpoint(src, kind=KIND)
-    state = {"G_ema": blob["state"]["G_ema"], "D": blob["state"]["D"]}
-    extra = {k: v for k, v in blob["extra"].items() if k != "ada_state"}
-    return save_checkpoint(dst, kind=KIND, config=blob["config"], state=state, step=blob["step"], extra=extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,15 +325,6 @@ def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
     if len(images) == 0:
         raise DataError("no training images")
     return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-
-
-def keep_metrics_until(path: Path, step: int) -> None:
-    """On resume, drop metric lines written after the checkpoint (the run repeats those steps)."""
-    if not path.exists():
-        return
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines()
-             if line.strip() and json.loads(line).get("step", 0) <= step]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *, steps: int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import time
 from collections.abc import Callable
@@ -13,12 +14,21 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from medanon.fsutil import atomic_write_bytes
+from medanon.fsutil import atomic_write_bytes, atomic_write_text
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist
 
 CHECKPOINT = "checkpoint.pt"
 GRID_COLS = 8                                   # images per row of a sample grid
+
+
+def keep_metrics_until(path: Path, step: int) -> None:
+    """On resume, drop metric lines written after the checkpoint (the run repeats those steps)."""
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines()
+             if line.strip() and json.loads(line).get("step", 0) <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def save_image_grid(images: torch.Tensor, path: str | Path, *, cols: int = GRID_COLS) -> Path:

@@ -1,19 +1,32 @@
-"""``medanon anonymize snow|vs-snow``: Snow and VS-Snow releases, one per p."""
+"""``medanon anonymize snow|vs-snow``: Snow and VS-Snow releases, one per p.
+
+Each command parses its options into a :class:`~medanon.anonymize.snow.SnowConfig` or
+:class:`~medanon.anonymize.snow.VSSnowConfig` (defaults from the dataclass, then ``--config FILE``,
+``--set key=value``, then the options given), makes one library call,
+:func:`medanon.anonymize.snow.snow_sweep`, and prints; the library's warnings are printed as
+``WARNING:`` lines and its errors name the command's flags.
+"""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import click
 
-from medanon.anonymize.privacy import NoFormalGuarantee
+from medanon.anonymize.snow import SnowConfig, VSSnowConfig
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.cli.library import config_options, default, library_call
 from medanon.release.labels import parse_label_list
 
+FLAGS = {"give p=": "give --p", "p=": "--p ", "ps=[0.1, 0.3, 0.5]": "--p 0.1,0.3,0.5", "seed=": "--seed ",
+         "fill=": "--fill ", "out=": "--out ", "vessels=": "--vessels ", "masks_dir=": "--masks ",
+         "checkpoint=": "--checkpoint ", "vessel_fraction=": "--vessel-fraction ", "batch_size=": "--batch-size ",
+         "workers=": "--workers ", "open the dataset with channels=": "pass --channels "}
 
-def _parse_ps(values: tuple[str, ...]) -> list[float]:
+
+def _parse_ps(values: tuple[str, ...]) -> tuple[float, ...] | None:
+    """The p values given as --p (repeated or comma-separated); None when none was given (then the config's)."""
     out = []
     for v in values:
         for part in v.split(","):
@@ -26,64 +39,72 @@ def _parse_ps(values: tuple[str, ...]) -> list[float]:
             if not 0 < p <= 1:
                 raise click.BadParameter(f"{p:g} is not in (0, 1]", param_hint="--p")
             out.append(p)
-    if not out:
+    if values and not out:
         raise click.BadParameter("give at least one value", param_hint="--p")
-    return out
+    return tuple(out) or None
 
 
-def _release_options(f):
-    opts = [
-        data_dir_argument(help="Dataset folder to anonymise."),
-        click.option("--p", "ps", multiple=True, required=True, metavar="P[,P...]",
-                     help="Fraction of pixels replaced, in (0, 1]; repeat or comma-separate for one release each."),
-        click.option("--out", required=True, metavar="DIR",
-                     help="Release folder; with several p, {p} in it is replaced by each (rel/snow-p{p})."),
-        click.option("--seed", type=int, default=None,
-                     help="TESTING ONLY: seeds every image's random subset (recorded; anyone who knows it regenerates "
-                          "the subsets, so the release states no formal guarantee). Without it a secret seed is "
-                          "drawn from the operating system and recorded nowhere."),
-        click.option("--release-labels", default=None, metavar="NAME[,NAME...]",
-                     help="Labels to release. [default: the utility label only: grade (fundus), pneumonia (X-ray)]"),
-        click.option("--mapping", default=None, metavar="FILE",
-                     help="Private record -> source mapping, outside the release ({p} as in --out)."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True),
-        click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-                     help="Threads reading images."),
-        click.option("--overwrite", is_flag=True, help="Replace existing releases."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return data_options(f)
+def _release_options(cfg_cls, example: str):
+    def deco(f):
+        opts = [
+            data_dir_argument(help="Dataset folder to anonymise."),
+            click.option("--p", "ps", multiple=True, metavar="P[,P...]",
+                         help="Fraction of pixels replaced, in (0, 1]; repeat or comma-separate for one release "
+                              "each.  [required: here or in --config]"),
+            click.option("--out", required=True, metavar="DIR",
+                         help="Release folder; with several p, {p} in it is replaced by each (rel/snow-p{p})."),
+            click.option("--seed", type=int, default=None,
+                         help="TESTING ONLY: seeds every image's random subset (recorded; anyone who knows it "
+                              "regenerates the subsets, so the release states no formal guarantee). Without it a "
+                              "secret seed is drawn from the operating system and recorded nowhere."),
+            click.option("--release-labels", default=None, metavar="NAME[,NAME...]",
+                         help="Labels to release. [default: the utility label only: grade (fundus), pneumonia "
+                              "(X-ray)]"),
+            click.option("--mapping", default=None, metavar="FILE",
+                         help="Private record -> source mapping, outside the release ({p} as in --out)."),
+            click.option("--batch-size", type=click.IntRange(min=1), default=None,
+                         help="Images per batch (speed only)." + default(cfg_cls, "batch_size")),
+            click.option("--workers", type=click.IntRange(min=1), default=None,
+                         help="Threads reading images." + default(cfg_cls, "workers")),
+            click.option("--overwrite", is_flag=True, help="Replace existing releases."),
+            config_options(cfg_cls.__name__, example=example),
+        ]
+        for o in reversed(opts):
+            f = o(f)
+        return data_options(f)
+    return deco
 
 
-def _run(ctx: click.Context, method: str, data_dir: Path, ps, out, seed, release_labels, mapping, batch_size,
-         workers, overwrite, opts, **kw) -> None:
+def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, seed, release_labels, mapping,
+         overwrite, config_file, overrides, opts, **fields) -> None:
+    """Build the config, make the one library call, print."""
     from medanon.anonymize.snow import snow_sweep
+    from medanon.config import build
     from medanon.runtime import resolve_device
 
     device = resolve_device(ctx.obj["device"])
-    ds = open_from_cli(data_dir, **opts)
-    labels = parse_label_list(release_labels)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        outs = snow_sweep(ds, out, method=method, ps=_parse_ps(ps), seed=seed, labels=labels, mapping=mapping,
-                          device=device, batch_size=batch_size, workers=workers, overwrite=overwrite, **kw)
-    for w in caught:
-        red = issubclass(w.category, NoFormalGuarantee)
-        click.secho(f"WARNING: {w.message}", fg="red" if red else "yellow", err=True)
+    with library_call(FLAGS):
+        cfg = build(cfg_cls, path=config_file, overrides=overrides, p=_parse_ps(ps), **fields)
+        ds = open_from_cli(data_dir, **opts)
+        kw = {"fill": cfg.fill} if method == "snow" else {"vessels": cfg.source()}
+        outs = snow_sweep(ds, out, method=method, ps=list(cfg.p), seed=seed, labels=parse_label_list(release_labels),
+                          mapping=mapping, device=device, batch_size=cfg.batch_size, workers=cfg.workers,
+                          overwrite=overwrite, **kw)
     for p, path in outs.items():
         click.echo(f"p={p:g}: wrote {len(ds)} images to {path}")
     click.echo("privacy: see 'privacy' in each manifest.json; measure it with the evaluation (sex attacker)")
 
 
 @anonymize.command("snow", context_settings=CONTEXT)
-@_release_options
-@click.option("--fill", default="grey", show_default=True, metavar="grey|value:R,G,B|dataset",
+@_release_options(SnowConfig, example="fill=grey")
+@click.option("--fill", default=None, metavar="grey|value:R,G,B|dataset",
               help="grey: constant mid-grey (original Snow; data-independent); value:R,G,B: a constant you supply "
                    "(0-255, e.g. the mean of a public dataset); dataset: per-channel mean of the released images "
-                   "(VS-Snow Eq. 1): data-derived, the release then states NO formal guarantee.")
+                   "(VS-Snow Eq. 1): data-derived, the release then states NO formal guarantee."
+                   + default(SnowConfig, "fill"))
 @click.pass_context
-def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, fill, **opts):
+def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, config_file,
+             overrides, fill, **opts):
     """Snow: in each image, a random fraction p of the pixel positions is set to the fill value in every
     channel. With the default grey fill and no --seed: (0, 1-p)-differential privacy for single pixel positions
     only, not for images or patients; --fill dataset or --seed: no formal guarantee.
@@ -93,24 +114,26 @@ def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, 
       medanon anonymize snow --data /data/fundus --p 0.1,0.3 --out releases/snow-p{p} \\
             --mapping private/snow-p{p}.json
     """
-    _run(ctx, "snow", data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, opts,
-         fill=fill)
+    _run(ctx, "snow", SnowConfig, data_dir=data_dir, ps=ps, out=out, seed=seed, release_labels=release_labels,
+         mapping=mapping, overwrite=overwrite, config_file=config_file, overrides=overrides, opts=opts,
+         batch_size=batch_size, workers=workers, fill=fill)
 
 
 @anonymize.command("vs-snow", context_settings=CONTEXT)
-@_release_options
-@click.option("--vessels", type=click.Choice(["unet", "frangi", "sato", "dataset", "files"]), default="unet",
-              show_default=True, help="Vessel masks: trained U-Net, Frangi / Sato vesselness, the layout's masks, "
-                                      "or files in --masks.")
+@_release_options(VSSnowConfig, example="vessels=frangi")
+@click.option("--vessels", type=click.Choice(["unet", "frangi", "sato", "dataset", "files"]), default=None,
+              help="Vessel masks: trained U-Net, Frangi / Sato vesselness, the layout's masks, or files in --masks."
+                   + default(VSSnowConfig, "vessels"))
 @click.option("--checkpoint", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="--vessels unet: segmenter checkpoint.  [default: checkpoints/unet-vessels64.pt]")
 @click.option("--masks", "masks_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="--vessels files: folder with one vessel mask per image (same stem, or DRIVE id).")
-@click.option("--vessel-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.10,
-              show_default=True, help="--vessels frangi|sato: share of the field of view labelled vessel.")
+@click.option("--vessel-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="--vessels frangi|sato: share of the field of view labelled vessel."
+                   + default(VSSnowConfig, "vessel_fraction"))
 @click.pass_context
-def vs_snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, vessels,
-                checkpoint, masks_dir, vessel_fraction, **opts):
+def vs_snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, config_file,
+                overrides, vessels, checkpoint, masks_dir, vessel_fraction, **opts):
     """VS-Snow: in each image, a random fraction p of the vessel pixels take the mean of their vessel
     neighbours. No formal privacy guarantee is claimed: measure it with the evaluation.
 
@@ -118,8 +141,8 @@ def vs_snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_siz
     Example:
       medanon anonymize vs-snow --data /data/fundus --p 0.3 --out release-vs-snow
     """
-    from medanon.segment.vessels import VesselSource
-
-    source = VesselSource(vessels, checkpoint=checkpoint, masks_dir=masks_dir, fraction=vessel_fraction)
-    _run(ctx, "vs-snow", data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, opts,
-         vessels=source)
+    _run(ctx, "vs-snow", VSSnowConfig, data_dir=data_dir, ps=ps, out=out, seed=seed, release_labels=release_labels,
+         mapping=mapping, overwrite=overwrite, config_file=config_file, overrides=overrides, opts=opts,
+         batch_size=batch_size, workers=workers, vessels=vessels,
+         checkpoint=str(checkpoint) if checkpoint is not None else None,
+         masks_dir=str(masks_dir) if masks_dir is not None else None, vessel_fraction=vessel_fraction)

@@ -1,0 +1,249 @@
+"""Snow and VS-Snow releases: one release folder per p, written through the release writer.
+
+:func:`snow_sweep` reads the dataset in batches, draws each image's random order once (from a
+secret seed unless one is given), applies the mechanism for every p (:mod:`medanon.anonymize.snow_mechanism`)
+and hands the images to one :class:`~medanon.release.ReleaseWriter` per p, with the statement of
+:mod:`medanon.anonymize.snow_statement`. :class:`SnowConfig` and :class:`VSSnowConfig` are its settings
+as the command line builds them (``--config FILE``, ``--set key=value``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from medanon.anonymize.privacy import NoFormalGuarantee
+from medanon.anonymize.snow_mechanism import ChannelMean, check_p, image_generators, random_order, snow, vs_snow
+from medanon.anonymize.snow_statement import SEEDED, parse_fill, snow_privacy, vs_snow_privacy
+from medanon.data.dataset import ImageDataset
+from medanon.errors import ConfigError
+from medanon.outputs import dataset_inputs
+from medanon.release import ReleaseWriter
+from medanon.release.labels import release_labels
+from medanon.release.writer import check_release_outputs
+from medanon.runtime import files_digest
+from medanon.segment.vessels import VesselSource
+
+log = logging.getLogger(__name__)
+
+METHODS = ("snow", "vs-snow")
+
+
+@dataclass
+class SweepConfig:
+    """What Snow and VS-Snow releases share; ``p`` (the privacy-critical fraction) has no default."""
+
+    p: tuple[float, ...] = ()                   # fractions of pixels replaced, in (0, 1]: one release each (required)
+    batch_size: int = 32                        # images per batch (speed only: outputs do not depend on it)
+    workers: int = 2                            # threads reading images
+
+    def validate(self) -> None:
+        if not self.p:
+            raise ConfigError("no p given: the fraction of pixels replaced has no default",
+                              fix="give p=, e.g. p=0.1 (several releases: p=0.1,0.3)")
+        for p in self.p:
+            check_p(p)
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size={self.batch_size} must be at least 1")
+        if self.workers < 1:
+            raise ConfigError(f"workers={self.workers} must be at least 1")
+
+
+@dataclass
+class SnowConfig(SweepConfig):
+    """The settings of Snow releases (``medanon anonymize snow --config FILE --set key=value``)."""
+
+    fill: str = "grey"                          # grey (data-independent) | value:R,G,B (0-255) | dataset (no guarantee)
+
+    def validate(self) -> None:
+        super().validate()
+        given = len(self.fill[6:].split(",")) if self.fill.startswith("value:") else 1
+        parse_fill(self.fill, given)             # the kind and the numbers; their count is checked per dataset
+
+
+@dataclass
+class VSSnowConfig(SweepConfig):
+    """The settings of VS-Snow releases (``medanon anonymize vs-snow --config FILE --set key=value``)."""
+
+    vessels: str = "unet"                       # where the masks come from: unet | frangi | sato | dataset | files
+    checkpoint: str | None = None               # vessels=unet: segmenter checkpoint (None: the shipped one)
+    masks_dir: str | None = None                # vessels=files: folder with one vessel mask per image
+    vessel_fraction: float = 0.10               # vessels=frangi|sato: share of the field of view labelled vessel
+
+    def validate(self) -> None:
+        super().validate()
+        from medanon.segment.vessels import SOURCES
+
+        if self.vessels not in SOURCES:
+            raise ConfigError(f"vessels={self.vessels!r} is not one of {', '.join(SOURCES)}")
+        if not 0 < self.vessel_fraction < 1:
+            raise ConfigError(f"vessel_fraction={self.vessel_fraction} must be in (0, 1)")
+
+    def source(self) -> VesselSource:
+        """The :class:`~medanon.segment.vessels.VesselSource` these settings name (loads a segmenter)."""
+        return VesselSource(self.vessels, checkpoint=self.checkpoint, masks_dir=self.masks_dir,
+                            fraction=self.vessel_fraction)
+
+
+@dataclass
+class _Batch:
+    indices: list[int]
+    images: torch.Tensor                        # (B, C, H, W)
+    fov: torch.Tensor                           # (B, 1, H, W) bool
+    masks: torch.Tensor | None                  # layout masks, when every record has one
+
+
+def _batches(ds: ImageDataset, indices: Sequence[int], batch_size: int, *, workers: int, want_masks: bool,
+             desc: str, progress: bool) -> Iterator[_Batch]:
+    chunks = [list(indices[i:i + batch_size]) for i in range(0, len(indices), batch_size)]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        bar = tqdm(total=len(indices), desc=desc, disable=not progress, unit="img")
+        for chunk in chunks:
+            items = list(pool.map(ds.load, chunk))
+            masks = None
+            if want_masks and all("mask" in it for it in items):
+                masks = torch.stack([it["mask"] for it in items])
+            yield _Batch(chunk, torch.stack([it["image"] for it in items]), torch.stack([it["fov"] for it in items]),
+                         masks)
+            bar.update(len(chunk))
+        bar.close()
+
+
+def dataset_channel_means(ds: ImageDataset, *, batch_size: int = 64, workers: int = 2,
+                          progress: bool = True) -> torch.Tensor:
+    """Per-channel mean over every pixel of every image of ``ds`` (float64, in [-1, 1])."""
+    acc = ChannelMean()
+    for b in _batches(ds, range(len(ds)), batch_size, workers=workers, want_masks=False,
+                      desc="channel means", progress=progress):
+        acc.update(b.images)
+    return acc.compute()
+
+
+def release_paths(out: str | Path, ps: Sequence[float]) -> dict[float, Path]:
+    """``out`` for each p: ``{p}`` in it is replaced by the value (``out="rel/snow-p{p}"``)."""
+    text = str(out)
+    if len(ps) > 1 and "{p}" not in text:
+        raise ConfigError(f"several p values ({', '.join(f'{p:g}' for p in ps)}) need one release each, "
+                          f"but out={text!r} has no {{p}} in it", fix="e.g. out='releases/snow-p{p}'")
+    return {p: Path(text.replace("{p}", f"{p:g}")) for p in ps}
+
+
+def snow_sweep(dataset: ImageDataset, out: str | Path, *,
+               method: str = "snow",                      # snow | vs-snow
+               ps: Sequence[float],                       # fractions p, one release each
+               seed: int | None = None,                   # TESTING ONLY: reproducible subsets (None: secret seed)
+               vessels: VesselSource | None = None,       # vs-snow: where the vessel masks come from
+               fill: str | Sequence[float] = "grey",      # snow: grey | value:R,G,B (0-255) | dataset (Eq. 1)
+               labels: Sequence[str] | None = None,       # released labels (default: the utility label)
+               mapping: str | Path | None = None,         # private mapping file(s), {p} as in out
+               device: torch.device | str = "cpu",
+               batch_size: int = 32, workers: int = 2, overwrite: bool = False,
+               progress: bool = True) -> dict[float, Path]:
+    """Write one Snow or VS-Snow release of ``dataset`` per p; returns p -> release folder.
+
+    Resumable: an interrupted sweep continues where it stopped when run again with the same
+    settings (records already written are skipped). The vessel masks (VS-Snow) and the random
+    order (both) are computed once per image and shared by every p. Without ``seed`` the order comes
+    from a secret seed that is held only in memory: a resumed run draws a new one for the images it
+    still has to write (each image's subset stays uniformly random; only the nesting across p of an
+    image written for some p before the interruption is lost).
+
+    Warns :class:`~medanon.anonymize.privacy.NoFormalGuarantee` for ``fill="dataset"`` and for a
+    given ``seed``: the release then states "no formal guarantee".
+    """
+    if method not in METHODS:
+        raise ConfigError(f"method {method!r} is not one of {METHODS}")
+    ps = sorted({float(p) for p in ps})
+    if not ps:
+        raise ConfigError("no p given", fix="e.g. ps=[0.1, 0.3, 0.5]")
+    for p in ps:
+        check_p(p)
+    if method == "vs-snow" and vessels is None:
+        raise ConfigError("vs-snow needs a vessel source",
+                          fix="pass vessels= (a VesselSource: unet, frangi, sato, dataset or files)")
+    if method == "vs-snow" and dataset.channels != 3:
+        raise ConfigError(f"vs-snow segments retinal vessels in colour fundus images; {dataset.root} has "
+                          f"{dataset.channels} channel(s)",
+                          fix="use snow for X-rays, or open the dataset with channels=3")
+    fill_kind, fill_value = parse_fill(fill, dataset.channels)
+    seeded = seed is not None
+    run_seed = int(seed) if seeded else secrets.randbits(63)
+    outs = release_paths(out, ps)
+    maps = release_paths(mapping, ps) if mapping is not None else dict.fromkeys(ps)
+    for p in ps:                                               # every output checked before any work
+        check_release_outputs(outs[p], maps[p], inputs=dataset_inputs(dataset), overwrite=overwrite)
+    names = release_labels(dataset, labels)
+    device = torch.device(device)
+    h = w = dataset.size
+    if len(ps) > 1:
+        warnings.warn(f"{len(ps)} releases of the same images: publish at most one. With one seed their hidden sets "
+                      "are nested, so together they reveal what the smallest p reveals", stacklevel=2)
+    if seeded:
+        warnings.warn(f"seed={seed}: the hidden sets can be regenerated by whoever knows or guesses the seed; the "
+                      f"release states '{SEEDED}'. Leave the seed out for a release", NoFormalGuarantee, stacklevel=2)
+    if method == "snow":
+        if fill_kind == "dataset":
+            warnings.warn("fill=dataset: the fill is the mean of the images being released, so one source image "
+                          "changes every released image; the release states 'no formal guarantee'. Use grey or a "
+                          "mean of public data (value:R,G,B)", NoFormalGuarantee, stacklevel=2)
+            means = dataset_channel_means(dataset, batch_size=batch_size, workers=workers, progress=progress)
+        else:
+            means = fill_value
+        privacy = {p: snow_privacy(p, h, w, fill=fill_kind, seeded=seeded) for p in ps}
+        for p in ps:
+            if privacy[p]["delta"] is not None:
+                log.warning("Snow p=%g: (0, %.3f)-DP per pixel position only; no guarantee for images or patients",
+                            p, privacy[p]["delta"])
+    else:
+        means = None
+        privacy = {p: vs_snow_privacy(p, vessels.describe(), seeded=seeded) for p in ps}
+        log.warning("VS-Snow: no formal privacy guarantee; measure it with the evaluation's attacks")
+    common: dict[str, Any] = {"size": dataset.size, "channels": dataset.channels, "crop": dataset.crop,
+                              "batch_size": batch_size}
+    if means is not None:
+        common.update(fill=fill_kind, fill_value=[round(float(m), 6) for m in means],
+                      fill_value_255=[round((float(m) + 1) * 127.5, 3) for m in means])
+    else:
+        common.update(neighbourhood="8-connected vessel neighbours; all 8 neighbours when none",
+                      vessels=vessels.describe())
+    models = {"vessel-segmenter": vessels.describe()["checkpoint_sha256"]} \
+        if vessels is not None and "checkpoint_sha256" in vessels.describe() else {}
+    source = {"layout": dataset.layout, "modality": dataset.modality,
+              **files_digest([r.path for r in dataset.records], root=dataset.root)}
+    phantom = dataset.root is not None and (Path(dataset.root) / "phantom.json").is_file()
+    records = dataset.records
+    with contextlib.ExitStack() as stack:
+        writers = {p: stack.enter_context(ReleaseWriter(
+            outs[p], method=method, params={"p": p, **common}, privacy=privacy[p], labels=names,
+            seeds={method: seed} if seeded else {}, models=models, source=source, phantom=phantom, mapping=maps[p],
+            overwrite=overwrite)) for p in ps}
+        todo = [i for i in range(len(records)) if not all(wr.done(records[i].record_id) for wr in writers.values())]
+        if len(todo) < len(records):
+            log.info("resuming: %d of %d images already released", len(records) - len(todo), len(records))
+        for b in _batches(dataset, todo, batch_size, workers=workers, want_masks=vessels is not None
+                          and vessels.method == "dataset", desc=method, progress=progress):
+            images, fov = b.images.to(device), b.fov.to(device)
+            gens = image_generators(run_seed, b.indices)
+            order = random_order(len(images), h, w, generator=gens, device=device)
+            if method == "snow":
+                results = {p: snow(images, p=p, means=means, generator=gens, order=order) for p in ps}
+            else:
+                recs = [records[i] for i in b.indices]
+                v = vessels.masks(images, fov, records=recs, layout_masks=b.masks, size=dataset.size,
+                                  crop=dataset.crop)
+                results = {p: vs_snow(images, v, p=p, generator=gens, order=order) for p in ps}
+            for p, out_images in results.items():
+                for j, i in enumerate(b.indices):
+                    if not writers[p].done(records[i].record_id):
+                        writers[p].add(records[i].record_id, out_images[j], [records[i]])
+    return outs

@@ -101,8 +101,8 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
              progress: bool = True) -> EvaluationResult:
     """Evaluate releases against the real data they were made from: fidelity, utility and privacy attacks.
 
-    ``real``: the real dataset (an opened dataset or its folder; read with its detected layout, so a
-    dataset opened with the generic layout's options is refused for now).
+    ``real``: the real dataset, opened (:func:`medanon.open_dataset`, any layout: its folder is read again
+    at the evaluation size with the options it was opened with) or as a folder (read with its detected layout).
     ``releases``: release folders or saved :class:`~medanon.release.release.Release` objects.
     ``out``: report folder (``report.html``, ``report.json``, ``cache/``; re-running resumes from the
     cache); by default a temporary folder. ``preset``: ``full`` or ``fast`` (CPU-sized), or a whole
@@ -118,17 +118,16 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         >>> list(inspect.signature(medanon.evaluate).parameters)[:3]
         ['real', 'releases', 'out']
     """
+    import contextlib
     import json
 
+    from medanon.data.dataset import reading
     from medanon.evaluate.config import EvalConfig
     from medanon.evaluate.harness import ReleaseSpec
     from medanon.evaluate.harness import evaluate as run_evaluation
 
     if preset not in ("full", "fast"):
         raise ConfigError(f"preset={preset!r} must be full or fast")
-    if getattr(real, "layout", None) == "generic":
-        raise ConfigError("evaluate reads the real data folder with its detected layout, and a generic-layout "
-                          "dataset has none", fix="evaluate with `medanon evaluate --real DIR` and the layout options")
     if config is None:
         size = size or getattr(real, "size", None) or 64
         config = EvalConfig.fast(size=size) if preset == "fast" else EvalConfig(size=size)
@@ -149,7 +148,9 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         specs.append(ReleaseSpec(path, mapping=mapping))
     if maps:
         raise ConfigError(f"mappings name releases that are not evaluated: {sorted(maps)}")
-    with tempfile.TemporaryDirectory(prefix="medanon-eval-") as tmp:
+    read_as = getattr(real, "read_options", None)            # an opened dataset: read its folder the same way
+    with tempfile.TemporaryDirectory(prefix="medanon-eval-") as tmp, \
+            (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):
         folder = Path(out) if out is not None else Path(tmp)
         rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
                              cache_dir=cache_dir, progress=progress)

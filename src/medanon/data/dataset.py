@@ -75,18 +75,35 @@ def decode_threads(workers: int | None = None) -> int:
     return max(1, workers) if workers is not None else min(8, cpu_count())
 
 
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How a dataset folder is read: every option of :func:`open_dataset` but the size, so that code which must
+    read the folder again at another size (the evaluation) reads the same files the same way."""
+
+    layout: str = "auto"
+    generic: GenericOptions | None = None
+    skip_bad: bool = False
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+    allow_outside: bool = False
+    channels: int = 0
+    crop: str = "auto"
+    modality: str = "auto"
+
+
 class ImageDataset(Dataset):
     """Images of one dataset, preprocessed to ``size`` x ``size`` with ``channels`` channels.
 
     Items are dicts: ``image`` (C,H,W) float32 in [-1, 1], ``fov`` (1,H,W) bool, ``labels``
     (name -> float), ``patient_id``, ``record_id``, ``index``; plus ``mask`` (1,H,W) bool when the
-    layout provides segmentation masks (phantom vessel or lung masks).
+    layout provides segmentation masks (phantom vessel or lung masks). ``read_options``: how the folder was
+    read (:class:`ReadOptions`; :func:`reading` reads it again the same way).
     """
 
     def __init__(self, records: Sequence[Record], *, size: int, channels: int, crop: str,
                  modality: str | None = None, layout: str = "", root: Path | None = None,
                  skipped: Sequence[Problem] = (), infos: Sequence[ImageInfo] = (),
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS, cache_bytes: int = CACHE_BYTES):
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, cache_bytes: int = CACHE_BYTES,
+                 read_options: ReadOptions | None = None):
         self.records = list(records)
         self.size = size
         self.channels = channels
@@ -98,6 +115,7 @@ class ImageDataset(Dataset):
         self.infos = list(infos)
         self.max_pixels = max_pixels
         self.cache_bytes = cache_bytes
+        self.read_options = read_options or ReadOptions(layout=layout or "auto", max_pixels=max_pixels)
         self._cache: dict[Path, dict] = {}
         self._cached_bytes = 0
         self._cache_lock = threading.Lock()                  # loads run in threads
@@ -236,15 +254,6 @@ def resolve_channels(requested: int, modality: str | None, infos: Sequence[Image
     return next(iter(counts)) if counts else 3
 
 
-@dataclasses.dataclass(frozen=True)
-class ReadOptions:
-    layout: str = "auto"
-    generic: GenericOptions | None = None
-    skip_bad: bool = False
-    max_pixels: int | None = DEFAULT_MAX_PIXELS
-    allow_outside: bool = False
-
-
 _DECLARED: dict[Path, ReadOptions] = {}
 _DECLARED_LOCK = threading.Lock()
 
@@ -252,13 +261,16 @@ _DECLARED_LOCK = threading.Lock()
 @contextlib.contextmanager
 def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions | None = None,
             skip_bad: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-            allow_outside: bool = False) -> Iterator[None]:
+            allow_outside: bool = False, channels: int = 0, crop: str = "auto",
+            modality: str = "auto") -> Iterator[None]:
     """Declare how the dataset folder ``root`` is read, for code that opens it by its path alone (the
-    evaluation opens ``--real`` itself): inside the block, :func:`open_dataset` of ``root`` without a layout
-    or generic description of its own uses these, so ``evaluate --real`` takes the same layout options as
-    every other command."""
+    evaluation opens the real data itself): inside the block, :func:`open_dataset` of ``root`` without a layout
+    or generic description of its own uses these (and ``channels``, ``crop``, ``modality`` where it leaves them
+    at their defaults), so ``evaluate --real`` takes the same layout options as every other command, and
+    ``medanon.evaluate(real=ds)`` reads ``ds``'s folder as ``ds`` was read (``reading(ds.root,
+    **vars(ds.read_options))``)."""
     key = Path(root).resolve()
-    opts = ReadOptions(layout, generic, skip_bad, max_pixels, allow_outside)
+    opts = ReadOptions(layout, generic, skip_bad, max_pixels, allow_outside, channels, crop, modality)
     with _DECLARED_LOCK:
         before = _DECLARED.get(key)
         _DECLARED[key] = opts
@@ -284,7 +296,10 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     root = Path(root)
     declared = _DECLARED.get(root.resolve())
     if declared is not None and generic is None and cfg.layout == "auto":
-        cfg = dataclasses.replace(cfg, layout=declared.layout, skip_bad=cfg.skip_bad or declared.skip_bad)
+        cfg = dataclasses.replace(cfg, layout=declared.layout, skip_bad=cfg.skip_bad or declared.skip_bad,
+                                  channels=cfg.channels or declared.channels,
+                                  crop=declared.crop if cfg.crop == "auto" else cfg.crop,
+                                  modality=declared.modality if cfg.modality == "auto" else cfg.modality)
         generic, allow_outside = declared.generic, allow_outside or declared.allow_outside
         if max_pixels == DEFAULT_MAX_PIXELS:
             max_pixels = declared.max_pixels
@@ -313,7 +328,9 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     if cfg.modality == "auto" and modality is None and cfg.crop == "auto":
         log.info("modality unknown for %s: using a centre crop (pass --modality fundus for FOV cropping)", root)
     ds = ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
-                      root=root, skipped=problems, infos=infos, max_pixels=max_pixels)
+                      root=root, skipped=problems, infos=infos, max_pixels=max_pixels,
+                      read_options=ReadOptions(layout, generic, cfg.skip_bad, max_pixels, allow_outside, cfg.channels,
+                                               cfg.crop, cfg.modality))
     if cfg.skip_bad and check_pixels is not False:
         # Corrupt pixel data behind a good header: find it now (the tensors are kept, so this costs no
         # second decode) rather than failing halfway through a run that was told to skip bad files.
@@ -357,7 +374,7 @@ def subset(ds: ImageDataset, indices: Sequence[int], *, skipped: Sequence[Proble
                        modality=ds.modality, layout=ds.layout, root=ds.root,
                        skipped=list(ds.skipped if skipped is None else skipped),
                        infos=[ds.infos[i] for i in keep] if ds.infos else [],
-                       max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes)
+                       max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes, read_options=ds.read_options)
     paths = {ds.records[i].path for i in keep}
     out._cache = {p: t for p, t in ds._cache.items() if p in paths}          # decoded tensors carry over
     out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())

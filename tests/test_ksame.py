@@ -310,7 +310,7 @@ def test_bad_input_is_named(tmp_path, phantoms):
     assert r.exit_code == 1 and "--k 1" in r.output and "fix:" in r.output
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--k", "20", "--out",
                                  str(tmp_path / "y")])
-    assert r.exit_code == 1 and "k=20" in r.output
+    assert r.exit_code == 1 and "--k 20" in r.output and "lower --k or add data" in r.output   # a DataError, reworded
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--stratify", "colour", "--out",
                                  str(tmp_path / "z")])
     assert r.exit_code == 1 and "--stratify 'colour'" in r.output

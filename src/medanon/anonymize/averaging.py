@@ -66,7 +66,7 @@ class PCA:
     ):
         if not (0 < n_components < 1 or (float(n_components).is_integer() and n_components >= 1)):
             raise ConfigError(f"PCA components {n_components} must be a count >= 1 or a variance fraction in (0, 1)",
-                              fix="e.g. --pca-components 0.9 or --pca-components 50")
+                              fix="e.g. pca_components=0.9 or pca_components=50")
         self.n_components = n_components
         self.fit_max = fit_max
         self.seed = seed

@@ -314,7 +314,7 @@ def _check(n: int, k: int) -> None:
         raise ConfigError(f"k={k} must be at least 1")
     if n < k:
         raise DataError(f"cannot form a cluster of k={k} from {n} points",
-                        fix="lower --k or add data (k-anonymity needs at least k people per record)")
+                        fix="lower k= or add data (k-anonymity needs at least k people per record)")
 
 
 def _finish(points: np.ndarray, clusters, leftovers, k: int, drop_remainder: bool) -> Clustering:
@@ -363,7 +363,7 @@ def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
     if small and not drop_remainder:
         raise DataError(f"strata with fewer than k={k} points cannot form a cluster: "
                         + ", ".join(f"{g!r} ({m})" for g, m in small.items()),
-                        fix="pass --drop-remainder to leave them out, lower --k, or cluster without --stratify")
+                        fix="pass drop_remainder=True to leave them out, lower k=, or cluster without stratify=")
     out, dropped = [], []
     for g, ix in groups.items():
         if len(ix) < k:
@@ -439,7 +439,7 @@ def cluster_people(values: np.ndarray | torch.Tensor, patient_ids: Sequence[str]
     pts, patients, members = people_points(values, patient_ids)
     if len(patients) < k:
         raise DataError(f"cannot form a cluster of k={k} people: the data hold {len(patients)} patient(s)",
-                        fix="lower --k or add data (every record must stand for at least k people)")
+                        fix="lower k= or add data (every record must stand for at least k people)")
     st = None if strata is None else [strata[p] for p in patients]
     pc = same_size_clusters(pts, k, strata=st, drop_remainder=drop_remainder, progress=progress, **kwargs)
     clusters = [np.sort(np.concatenate([members[p] for p in c])) for c in pc.clusters]

@@ -276,8 +276,8 @@ class GMIA:
                               fix="pass identity= (an identity network checkpoint, from `medanon train identity`)")
         if self.cfg.uses_ut and utility is None:
             raise ConfigError(f"losses={self.cfg.losses} needs the utility network E_ut",
-                              fix="pass utility= (a classifier checkpoint trained on the utility label, grade or pneumonia: "
-                                  "`medanon train classifier`)")
+                              fix="pass utility= (a classifier checkpoint trained on the utility label, grade or "
+                                  "pneumonia: `medanon train classifier`)")
         for name in ("encode", "render"):
             if not callable(getattr(codec, name, None)):
                 raise ConfigError(f"GMIA needs a StyleGAN codec with encode() and a differentiable render(); "

@@ -82,7 +82,7 @@ class KSameConfig:
         if self.pca_basis not in ("private", "separate"):
             raise ConfigError(f"pca_basis={self.pca_basis!r} must be private or separate")
         if self.views > 1 and self.method not in ("ksalsa", "kcentroid"):
-            raise ConfigError(f"--views {self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
+            raise ConfigError(f"views={self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
         if self.method != "inverted":
             check_k(self.k)
         self.salsa.validate()
@@ -224,13 +224,13 @@ class ClusterAverager:
 def _check_basis(ds, cfg: KSameConfig, pca_basis) -> None:
     if cfg.method == "kpca" and cfg.pca_basis == "separate" and pca_basis is None:
         raise ConfigError("pca_basis='separate' needs the separate dataset to fit the basis on",
-                          fix="pass --basis-from DIR (or pca_basis=dataset), or use the private basis")
+                          fix="give the separate dataset (pca_basis=dataset), or use the private basis")
     if pca_basis is not None and cfg.pca_basis != "separate":
         raise ConfigError("a separate PCA basis dataset was given but the config says pca_basis='private'",
                           fix="set pca_basis='separate'")
     if pca_basis is not None and (pca_basis.size, pca_basis.channels) != (ds.size, ds.channels):
         raise ConfigError(f"the basis dataset gives {pca_basis.channels}x{pca_basis.size}px images, the released "
-                          f"one {ds.channels}x{ds.size}px", fix="open both with the same --size and --channels")
+                          f"one {ds.channels}x{ds.size}px", fix="open both datasets with the same size= and channels=")
 
 
 def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: bool = True, pca_basis=None
@@ -246,7 +246,7 @@ def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: b
     _check_basis(ds, cfg, pca_basis)
     space = cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca")
     if space == "latent" and codec is None:
-        raise ConfigError("clustering in the latent space needs --model (an inversion codec)")
+        raise ConfigError("space='latent' needs codec: an inversion codec to cluster in its latent space")
     latents = encode_all(ds, codec, progress=progress) if codec is not None else None
     pca = fit_pca(pca_basis if pca_basis is not None else ds, cfg, device) \
         if (cfg.method == "kpca" or space == "pca") else None
@@ -258,8 +258,8 @@ def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: b
     strata = None
     if cfg.stratify:
         if cfg.stratify not in ds.label_names:
-            raise ConfigError(f"--stratify {cfg.stratify!r} is not a label of the dataset",
-                              fix=f"use one of {ds.label_names} or leave --stratify out")
+            raise ConfigError(f"stratify={cfg.stratify!r} is not a label of the dataset",
+                              fix=f"use one of {ds.label_names} or leave stratify out")
         strata = patient_strata(ds.records, cfg.stratify)
     pids = [r.patient_id for r in ds.records]
     if len(set(pids)) == len(pids):
@@ -281,21 +281,21 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     """
     cfg.validate()
     if cfg.method in LATENT_METHODS and codec is None:
-        raise ConfigError(f"{cfg.method} needs --model: an inversion codec checkpoint (ReStyle encoder)")
+        raise ConfigError(f"{cfg.method} needs codec: an inversion codec (ReStyle encoder) or its checkpoint")
     if cfg.method == "ksalsa" and features is None:
-        raise ConfigError("ksalsa needs a feature network (--features)")
+        raise ConfigError("ksalsa needs features: a feature network (medanon.models.features.get_feature_network)")
     if cfg.method == "inverted":
         return _release_inverted(ds, writer, codec, progress=progress)
     _check_basis(ds, cfg, pca_basis)
     if cfg.method == "kpca" and cfg.pca_basis == "private":
         warnings.warn("k-Same-PCA with the basis fitted on the released data: every record depends on images outside "
                       "its cluster through the basis (the statement says so); pass a separate basis dataset "
-                      "(--basis-from DIR) to keep each record a function of its cluster only",
+                      "(pca_basis=dataset) to keep each record a function of its cluster only",
                       DataDependentRelease, stacklevel=2)
     clustering, latents, pca = plan or plan_clusters(ds, cfg, codec=codec, device=device, progress=progress,
                                                      pca_basis=pca_basis)
     if not clustering.clusters:
-        raise DataError("no cluster could be formed", fix="lower --k or add data")
+        raise DataError("no cluster could be formed", fix="lower k= or add data")
     labels = list(writer.settings.get("labels", []))
     homogeneous = warn_homogeneity([[ds.records[i] for i in c] for c in clustering.clusters], labels, stacklevel=3)
     if labels and hasattr(writer, "privacy"):
@@ -307,7 +307,7 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     if stale:
         raise ConfigError(f"the interrupted release holds {len(stale)} record(s) of clusters this run does not form "
                           f"(the data or the clustering changed)",
-                          fix="delete the .partial folder next to --out and start again")
+                          fix="delete the .partial folder next to the release folder and start again")
     pids = [r.patient_id for r in ds.records]
     weights = [member_weights(c, pids) for c in clustering.clusters]
     averager = ClusterAverager(cfg, ds, codec=codec, features=features, latents=latents, pca=pca, device=device)

@@ -220,7 +220,7 @@ class LaplaceMechanism:
                               fix="midrange: (max + min) / 2 as in the paper; zero: the standardised prior's mean")
         if not (isinstance(epsilon, (int, float)) and epsilon > 0) or math.isnan(epsilon):
             raise ConfigError(f"epsilon={epsilon!r} must be a positive number (or inf for no noise)",
-                              fix="pass e.g. --epsilon 100 --per-element")
+                              fix="e.g. epsilon=100, per_element=True")
         if alpha is None:
             alpha = 1.0 if (calibration.public and calibration.space == "pixel") else DEFAULT_ALPHA
         if not (isinstance(alpha, (int, float)) and 0 < alpha < math.inf):

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import click
 
+from medanon.anonymize.gmia import GMIAConfig
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.library import config_options, default, library_call
 
 SPLITS = ("all", "train", "val", "test")
 STRATIFY = {"fundus": "grade", "xray": "pneumonia"}
+FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
+         "lambda_id=": "--lambda-id ", "lambda_ut=": "--lambda-ut ", "latent_space=": "--latent-space ",
+         "batch_size=": "--batch-size ", "identity=": "--identity ", "utility=": "--utility ",
+         "open the dataset with size=": "pass --size ", "(map_location=, device=)": "(--device)"}
 
 
 def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
@@ -53,22 +58,23 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
                                  "--label grade|pneumonia`); its penultimate features. Needed for L_ut.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder.")
 @click.option("--losses", type=click.Choice(["id+ut", "id", "ut"]), default=None,
-              help="GMIA Table 2: both losses (the method), L_id only, or L_ut only.  [default: id+ut]")
+              help="GMIA Table 2: both losses (the method), L_id only, or L_ut only." + default(GMIAConfig, "losses"))
 @click.option("--steps", type=click.IntRange(min=0), default=None,
-              help="Adam steps on W_A; 0 releases the reconstructions G(E(X)) (no anonymisation).  [default: 10]")
-@click.option("--lr", type=float, default=None, help="Adam learning rate.  [default: 0.03]")
+              help="Adam steps on W_A; 0 releases the reconstructions G(E(X)) (no anonymisation)."
+                   + default(GMIAConfig, "steps"))
+@click.option("--lr", type=float, default=None, help="Adam learning rate." + default(GMIAConfig, "lr"))
 @click.option("--margin", type=float, default=None,
-              help="m of L_id = max(0, cos - m): the identity cosine the optimisation aims below.  [default: 0]")
-@click.option("--lambda-id", type=float, default=None, help="Weight of L_id.  [default: 1]")
-@click.option("--lambda-ut", type=float, default=None, help="Weight of L_ut.  [default: 0.05]")
+              help="m of L_id = max(0, cos - m): the identity cosine the optimisation aims below."
+                   + default(GMIAConfig, "margin"))
+@click.option("--lambda-id", type=float, default=None, help="Weight of L_id." + default(GMIAConfig, "lambda_id"))
+@click.option("--lambda-ut", type=float, default=None, help="Weight of L_ut." + default(GMIAConfig, "lambda_ut"))
 @click.option("--latent-space", type=click.Choice(["w", "w+"]), default=None,
               help="w: one w offset shared by every layer (the paper's W and official code); w+: one vector per "
-                   "layer.  [default: w]")
+                   "layer." + default(GMIAConfig, "latent_space"))
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
-              help="Images optimised together (speed only: the result does not depend on it).  [default: 16]")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="YAML with GMIAConfig fields (losses, steps, lr, margin, lambda_id, lambda_ut, batch_size).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config field (repeatable).")
+              help="Images optimised together (speed only: the result does not depend on it)."
+                   + default(GMIAConfig, "batch_size"))
+@config_options("GMIAConfig", example="steps=20")
 @click.option("--split", type=click.Choice(SPLITS), default="all",
               help="Anonymise only one patient-level split (e.g. train, to evaluate against held-out test patients).")
 @click.option("--splits", "splits_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -103,17 +109,20 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
                           inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), model_path,
                                   identity_path, utility_path, splits_csv])
 
-    from medanon.anonymize.gmia import GMIA, GMIAConfig
+    from medanon.anonymize.gmia import GMIA
     from medanon.anonymize.gmia_release import gmia_release
     from medanon.config import build
     from medanon.runtime import resolve_device
 
-    cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr, margin=margin,
-                lambda_id=lambda_id, lambda_ut=lambda_ut, latent_space=latent_space, batch_size=batch_size)
-    device = resolve_device(ctx.obj["device"])
-    if device.type == "cpu" and threads:
-        torch.set_num_threads(threads)
-    gmia = GMIA.from_checkpoints(model_path, identity=identity_path, utility=utility_path, cfg=cfg, device=device)
+    with library_call(FLAGS):
+        cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr,
+                    margin=margin, lambda_id=lambda_id, lambda_ut=lambda_ut, latent_space=latent_space,
+                    batch_size=batch_size)
+        device = resolve_device(ctx.obj["device"])
+        if device.type == "cpu" and threads:
+            torch.set_num_threads(threads)
+        gmia = GMIA.from_checkpoints(model_path, identity=identity_path, utility=utility_path, cfg=cfg,
+                                     device=device)
     g = gmia.codec.generator
     for opt, want in (("size", g.img_resolution), ("channels", str(g.img_channels))):
         if data_opts.get(opt) not in (None, want):
@@ -122,11 +131,8 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
         data_opts[opt] = want
     ds = _select(open_from_cli(data_dir, **data_opts), split, splits_csv, split_seed)
     labels = [s.strip() for s in release_labels.split(",") if s.strip()] if release_labels is not None else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with library_call(FLAGS):
         path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite)
-    for w in caught:
-        click.secho(f"WARNING: {w.message}", fg="yellow", err=True)
     click.echo(f"wrote {len(ds)} GMIA images ({cfg.losses}, {cfg.steps} steps, m={cfg.margin:g}, "
                f"{cfg.latent_space.upper()}) to {path}")
     click.echo(json.dumps({"optimisation_outcome": outcome}, indent=2))

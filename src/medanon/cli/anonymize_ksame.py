@@ -24,7 +24,9 @@ FLAGS = {"stratify=": "--stratify ", "leave stratify out": "leave --stratify out
          "style_layer=": "--style-layer ", "content_layer=": "--content-layer ", "views=": "--views ",
          "release_labels": "--release-labels", "open the dataset with size=": "pass --size ",
          "pca_basis=dataset": "--basis-from DIR", "pca_basis=": "--set pca_basis=", "k=": "--k ",
-         "use k = ": "use --k "}
+         "use k = ": "use --k ", "drop_remainder=True": "--drop-remainder", "needs features": "needs --features",
+         "pca_components=": "--pca-components ", "space=": "--set space=",
+         "open both datasets with the same size= and channels=": "read both with the same --size and --channels"}
 
 
 def ksame_options(*, model_required: bool, k: bool = True):

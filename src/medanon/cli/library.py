@@ -5,8 +5,9 @@ over the config dataclass's defaults, explicit options last), calls one library 
 prints. :func:`library_call` prints the library's warnings loudly (``WARNING: ...``) after the call,
 then hands them on to Python's warning machinery (so ``-W error::medanon.anonymize.privacy.PrivacyWarning``
 turns them into errors, and tests can catch them), and translates the parameter names in the
-library's errors into the command's flag names. :func:`install_warning_display` (the ``medanon``
-entry point) shows any other warning in the same form, and each one once.
+library's warnings and errors (any :class:`~medanon.errors.MedanonError`) into the command's flag
+names (:func:`translate`): the library says ``k=``, the command ``--k``. :func:`install_warning_display`
+(the ``medanon`` entry point) shows any other warning in the same form, and each one once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from medanon.errors import ConfigError
+from medanon.errors import MedanonError
 
 
 def default(cls, dotted: str) -> str:
@@ -52,9 +53,18 @@ def config_fields(cls) -> list[str]:
 
 def translate(message: str, flags: Mapping[str, str]) -> str:
     """``message`` with the library's wording (``"stratify="``, ``"clip=False"``) replaced by the command's
-    (``"--stratify "``, ``"--no-clip"``); a key matches only at the start of a word."""
+    (``"--stratify "``, ``"--no-clip"``); a key matches only at the start of a word. A parameter named
+    without a value (``"lower k= or"``, ``"(utility=)"``) becomes the bare flag (``"lower --k or"``).
+
+        >>> translate("k=3 is too large: lower k= or add data (drop_remainder=True)",
+        ...           {"k=": "--k ", "drop_remainder=True": "--drop-remainder"})
+        '--k 3 is too large: lower --k or add data (--drop-remainder)'
+    """
     for said, flag in flags.items():
-        message = re.sub(rf"(?<![\w.-]){re.escape(said)}", flag.replace("\\", "\\\\"), message)
+        key = rf"(?<![\w.-]){re.escape(said)}"
+        if said.endswith("="):                  # no value after it: the flag alone
+            message = re.sub(key + r"(?=[\s,;:)\]]|$)", flag.rstrip().replace("\\", "\\\\"), message)
+        message = re.sub(key, flag.replace("\\", "\\\\"), message)
     return message
 
 
@@ -82,15 +92,17 @@ def install_warning_display() -> None:
 
 @contextlib.contextmanager
 def library_call(flags: Mapping[str, str] | None = None, *, red: bool = False) -> Iterator[list]:
-    """Run a library call: its warnings are printed after it and passed on; its ConfigErrors speak in ``flags``."""
+    """Run a library call: its warnings are printed after it and passed on; its errors speak in ``flags``."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield caught
-        except ConfigError as e:
-            if not flags:
-                raise
-            raise ConfigError(translate(e.message, flags), fix=translate(e.fix, flags) if e.fix else None) from e
+        except MedanonError as e:               # ConfigError, DataError, ...: reworded in place, same class
+            if flags:
+                e.message = translate(e.message, flags)
+                e.fix = translate(e.fix, flags) if e.fix else None
+                e.args = (str(e),)
+            raise
     once = list({(w.category, str(w.message)): w for w in caught}.values())   # a check run twice warns once
     for w in once:
         show_warning(w.message, w.category, red=red, flags=flags)

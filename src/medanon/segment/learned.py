@@ -45,7 +45,7 @@ class LearnedSegmenter:
         path = Path(path) if path is not None else SHIPPED
         if not path.is_file() and path == SHIPPED:
             raise ConfigError(f"the shipped vessel segmenter {SHIPPED} is missing from this installation",
-                              fix="pass --checkpoint, or train one: medanon train segmenter DATA --out RUN "
+                              fix="pass checkpoint=, or train one with `medanon train segmenter` "
                                   "(see checkpoints/README.md)")
         blob = load_checkpoint(path, kind=KIND)
         cfg = blob["config"]
@@ -59,7 +59,9 @@ class LearnedSegmenter:
         """Vessel probability (N, 1, H, W) in [0, 1]; zero outside ``fov`` when given."""
         if images.shape[1] != self.model.in_channels:
             raise ConfigError(f"the vessel segmenter takes {self.model.in_channels}-channel images, got "
-                              f"{images.shape[1]}", fix="use --channels to match, or train a segmenter for them")
+                              f"{images.shape[1]}",
+                              fix=f"open the dataset with channels={self.model.in_channels}, or train a segmenter "
+                                  "for them")
         side = images.shape[-1]
         if side != self.size or images.shape[-2] != self.size:
             warnings.warn(f"vessel segmenter trained at {self.size} px applied to {tuple(images.shape[-2:])} images: "

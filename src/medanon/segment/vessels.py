@@ -38,7 +38,7 @@ def get_segmenter(method: str = "unet", *, checkpoint: str | Path | None = None,
         return LearnedSegmenter.from_checkpoint(checkpoint)
     if method in ("frangi", "sato"):
         if checkpoint is not None:
-            raise ConfigError(f"--checkpoint is for the unet segmenter, not {method}")
+            raise ConfigError(f"checkpoint= is for the unet segmenter, not {method}")
         return Vesselness(method=method, fraction=fraction)
     raise ConfigError(f"vessel segmenter {method!r} is not one of {SEGMENTERS}")
 
@@ -62,12 +62,12 @@ class VesselSource:
                  masks_dir: str | Path | None = None,        # files: folder with one mask per image
                  fraction: float = 0.10):                    # frangi / sato: share of FOV labelled vessel
         if method not in SOURCES:
-            raise ConfigError(f"--vessels {method!r} is not one of {SOURCES}")
+            raise ConfigError(f"vessels={method!r} is not one of {SOURCES}")
         if (method == "files") != (masks_dir is not None):
-            raise ConfigError("--masks DIR goes with --vessels files (and only with it)",
-                              fix="pass both --vessels files --masks DIR, or neither")
+            raise ConfigError("masks_dir= goes with vessels='files' (and only with it)",
+                              fix="pass both vessels='files' and masks_dir=, or neither")
         if checkpoint is not None and method != "unet":
-            raise ConfigError(f"--checkpoint is for --vessels unet, not {method}")
+            raise ConfigError(f"checkpoint= is for vessels='unet', not {method!r}")
         self.method = method
         self.segmenter = get_segmenter(method, checkpoint=checkpoint, fraction=fraction) \
             if method in SEGMENTERS else None
@@ -90,8 +90,8 @@ class VesselSource:
             return segment_vessels(images, fov=fov, segmenter=self.segmenter)
         if self.method == "dataset":
             if layout_masks is None:
-                raise DataError("--vessels dataset: this dataset's layout provides no masks",
-                                fix="use --vessels unet|frangi|sato, or --vessels files --masks DIR")
+                raise DataError("vessels='dataset': this dataset's layout provides no masks",
+                                fix="use vessels='unet', 'frangi' or 'sato', or vessels='files' with masks_dir=")
             return layout_masks.to(images.device).bool()
         assert self.index is not None
         paths = self.index.pair([r.path for r in records])

@@ -46,132 +46,58 @@ The noise is secret by default: drawn from the operating system's CSPRNG (``os.u
 never from a seeded generator, and no seed is written anywhere. Anyone who knows the seed can
 regenerate the noise and subtract it, which removes the privacy. A ``torch.Generator`` may be
 passed for experiments (evaluation, tests), never for a release.
+
+This module is the mechanism (:class:`LaplaceMechanism`, :func:`laplace_noise`); the clip box is
+:mod:`medanon.anonymize.ldp_calibration`, the claim in words :mod:`medanon.anonymize.ldp_statement`,
+and the per-image release loop :mod:`medanon.anonymize.per_image`. Their public names are
+importable from here too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from medanon.anonymize.discrete_laplace import MAX_SCALE, discrete_laplace
-from medanon.anonymize.privacy import CalibrationOverlap, DataDependentRelease, NoFormalGuarantee, WeakBudget
+from medanon.anonymize.ldp_calibration import (
+    CLIP_BOXES,
+    PUBLIC_BOXES,
+    PUBLIC_LATENT_BOUND,
+    SPACES,
+    ClipCalibration,
+    calibrate,
+    calibration_overlap,
+)
+from medanon.anonymize.ldp_statement import (
+    EXACT_CLAUSE,
+    FLOAT_CLAUSE,
+    SEEDED,
+    WEAK_EPSILON,
+    distinguishing_bound,
+    seeded_privacy,
+    statement,
+)
+from medanon.anonymize.per_image import record_generator, release_dataset
+from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee, WeakBudget
 from medanon.errors import ConfigError
+
+__all__ = ["CENTERS", "CLIP_BOXES", "DEFAULT_ALPHA", "EXACT_CLAUSE", "FLOAT_CLAUSE", "GRID_STEPS", "PUBLIC_BOXES",
+           "PUBLIC_LATENT_BOUND", "SAMPLERS", "SEEDED", "SPACES", "WEAK_EPSILON", "ClipCalibration",
+           "LaplaceMechanism", "calibrate", "calibration_overlap", "distinguishing_bound", "laplace_noise",
+           "record_generator", "release_dataset", "seeded_privacy", "statement"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ALPHA = 0.4                             # paper §3.3: "we empirically set α = 0.4"
-WEAK_EPSILON = 10.0                             # above this image budget the guarantee is vacuous (warned)
-PUBLIC_LATENT_BOUND = 4.0                       # public box of eps: [-4, 4]; P(|N(0, 1)| > 4) = 6.3e-5
-PUBLIC_BOXES = {"pixel": (-1.0, 1.0), "glow-eps": (-PUBLIC_LATENT_BOUND, PUBLIC_LATENT_BOUND)}
-CLIP_BOXES = ("public", "calibrated")
-EXACT_CLAUSE = ("The noise is exact: each clipped element is snapped to a grid of 4096 steps across its box and "
-                "discrete Laplace noise is drawn with integer arithmetic from operating-system random bits (Canonne, "
-                "Kamath & Steinke 2020), so no floating-point sampling is involved and the bound holds for this "
-                "implementation, given uniformly random bits from the operating system.")
-FLOAT_CLAUSE = ("The bound is proven for exact real-valued Laplace noise; the noise is sampled in 64-bit floating "
-                "point (difference of two exponentials of 53-bit uniforms), whose outputs lie on a finite grid with "
-                "tails cut at about 37 noise scales, and this sampler is not hardened against Mironov's (2012) "
-                "least-significant-bit attack, so for the implementation the pure epsilon claim holds only up to "
-                "that floating-point gap.")
-SPACES = ("glow-eps", "pixel")
 SAMPLERS = ("exact", "float")
 GRID_STEPS = 4096                               # exact sampler: grid steps across each element's clip box
 CENTERS = ("midrange", "zero")                  # clip-box centre: Eq. 12, or 0 (the mean of a standardised latent)
-
-
-# ------------------------------------------------------------------------------------------------ calibration
-
-
-@dataclass(frozen=True)
-class ClipCalibration:
-    """Per-element minimum and maximum of the calibration (training) samples, in float64."""
-
-    lo: torch.Tensor                            # (D,) minimum of each element over the calibration set
-    hi: torch.Tensor                            # (D,) maximum of each element
-    count: int                                  # number of calibration samples (0 for a public box)
-    space: str                                  # "glow-eps" (standardised flow latent) or "pixel"
-    public: bool = False                        # a data-independent box (public_box), not computed from images
-
-    def __post_init__(self) -> None:
-        if self.lo.shape != self.hi.shape or self.lo.ndim != 1:
-            raise ValueError(f"calibration lo/hi must be two (D,) tensors, got {tuple(self.lo.shape)} and "
-                             f"{tuple(self.hi.shape)}")
-        if not (torch.isfinite(self.lo).all() and torch.isfinite(self.hi).all()) or bool((self.hi < self.lo).any()):
-            raise ValueError("calibration statistics must be finite with hi >= lo everywhere")
-        if self.space not in SPACES:
-            raise ValueError(f"calibration space {self.space!r} must be one of {SPACES}")
-
-    @classmethod
-    def public_box(cls, space: str, dims: int) -> ClipCalibration:
-        """The data-independent range of ``space``: pixels [-1, 1]; the standardised flow latent [-4, 4]."""
-        if space not in PUBLIC_BOXES:
-            raise ValueError(f"no public box for space {space!r}")
-        lo, hi = PUBLIC_BOXES[space]
-        return cls(lo=torch.full((dims,), lo, dtype=torch.float64), hi=torch.full((dims,), hi, dtype=torch.float64),
-                   count=0, space=space, public=True)
-
-    @property
-    def dims(self) -> int:
-        return self.lo.numel()
-
-    @property
-    def sensitivity(self) -> torch.Tensor:
-        """Δ_k = max - min over the calibration set (Eq. 8)."""
-        return self.hi - self.lo
-
-    @property
-    def center(self) -> torch.Tensor:
-        """c_k (Eq. 12)."""
-        return (self.hi + self.lo) / 2
-
-    def checksum(self) -> str:
-        """SHA-256 over the space, the count and the float64 bytes of lo and hi."""
-        h = hashlib.sha256(f"medanon-clip-calibration:{self.space}:{self.count}:{self.dims}:"
-                           f"{'public:' if self.public else ''}".encode())
-        h.update(self.lo.detach().cpu().double().contiguous().numpy().tobytes())
-        h.update(self.hi.detach().cpu().double().contiguous().numpy().tobytes())
-        return h.hexdigest()
-
-    def to_state(self) -> dict[str, Any]:
-        """Plain tensors and numbers (for a ``weights_only`` checkpoint)."""
-        return {"lo": self.lo.cpu(), "hi": self.hi.cpu(), "count": self.count, "space": self.space,
-                "public": self.public}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> ClipCalibration:
-        return cls(lo=state["lo"].double(), hi=state["hi"].double(), count=int(state["count"]),
-                   space=str(state["space"]), public=bool(state.get("public", False)))
-
-    def describe(self) -> dict[str, Any]:
-        return {"box": "public" if self.public else "calibrated",
-                "space": self.space, "samples": self.count, "dims": self.dims, "sha256": self.checksum(),
-                "sensitivity_mean": float(self.sensitivity.mean()), "sensitivity_max": float(self.sensitivity.max())}
-
-
-def calibrate(batches: Iterable[torch.Tensor], *, space: str) -> ClipCalibration:
-    """Running per-element min and max over batches of (N, D) samples (Eqs. 8, 11, 12)."""
-    lo = hi = None
-    count = 0
-    for b in batches:
-        b = b.detach().reshape(b.shape[0], -1).double().cpu()
-        if not torch.isfinite(b).all():
-            raise ValueError("a calibration sample has non-finite values (is the flow diverged?)")
-        bl, bh = b.min(0).values, b.max(0).values
-        lo = bl if lo is None else torch.minimum(lo, bl)
-        hi = bh if hi is None else torch.maximum(hi, bh)
-        count += b.shape[0]
-    if lo is None or hi is None or count < 2:
-        raise ValueError("calibration needs at least two samples")
-    return ClipCalibration(lo=lo, hi=hi, count=count, space=space)
 
 
 # ------------------------------------------------------------------------------------------------ noise
@@ -192,7 +118,6 @@ def laplace_noise(shape: tuple[int, ...], scale: torch.Tensor, *, generator: tor
     else:
         e = torch.empty(2, n, dtype=torch.float64, device=generator.device).exponential_(generator=generator)
     return (e[0] - e[1]).reshape(shape) * scale.double().to(e.device).expand(shape)
-
 
 # ------------------------------------------------------------------------------------------------ mechanism
 
@@ -424,129 +349,3 @@ class LaplaceMechanism:
             "statement": statement(self, space_description=space_description, flow=flow),
         }
         return out
-
-
-def distinguishing_bound(epsilon: float) -> float:
-    """The most an ε-LDP output lets anyone tell which of two given inputs it came from (equal priors):
-    success probability e^ε / (1 + e^ε)."""
-    return 1.0 / (1.0 + math.exp(-epsilon)) if epsilon < 700 else 1.0
-
-
-def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | None = None) -> str:
-    """The privacy claim in words, with this mechanism's numbers."""
-    if not math.isfinite(mech.epsilon_image):
-        return (f"No differential privacy: epsilon = inf, no noise is added to the {space_description}"
-                f"{' (clipped only)' if mech.clip else ''}. Released images are reconstructions of the inputs.")
-    e = mech.epsilon_image
-    cal = mech.calibration
-    fixed = ("the public clip box" if cal.public else "the calibration statistics (recorded by checksum)") \
-        + (" and the flow's weights" if flow else "")
-    per_element = ("per latent element" if flow else "per pixel value")
-    parts = [
-        f"Each released image is the output of a Laplace mechanism M that is epsilon-locally differentially private "
-        f"with epsilon = {e:.6g} PER IMAGE (D = {mech.dims} elements; written per element it is "
-        f"{mech.epsilon_element:.6g} {per_element} x D, which is a way to state the image budget, not a guarantee "
-        f"for single pixels{': one pixel can move every latent element' if flow else ''}; the mechanism also "
-        f"satisfies the tighter epsilon = {mech.epsilon_image_tight:.6g}) with respect to the "
-        f"{space_description}: for ANY two inputs and any set S of outputs, P[M(v) in S] <= exp(epsilon) "
-        "P[M(v') in S].",
-        f"A patient with n released images is protected at n * epsilon = n * {e:.6g} (budgets add up).",
-        "It holds for every input, not only training-like ones: each element is first clipped to "
-        f"[c_k - w_k/2, c_k + w_k/2] with w_k = alpha * Delta_k (alpha = {mech.alpha:g}; Delta_k "
-        + ("the width of the public range, computed from no image; " if cal.public else
-           "from the calibration set's per-element min and max; ")
-        + ("c_k the range's midpoint" if mech.center == "midrange" else "c_k = 0")
-        + "), so two clipped inputs differ in element k by at most w_k, and the noise scale is "
-        "max(Delta_k, w_k) * D / epsilon.",
-    ]
-    if flow:
-        parts.append(f"The image-to-latent map of the flow ({flow}) is a fixed deterministic function, so the same "
-                     "bound holds between any two input images.")
-    parts.append("The second clip, " + ("the inverse flow, " if flow else "")
-                 + "clamping to [-1, 1] and 8-bit rounding are post-processing and keep the guarantee.")
-    parts.append(f"The bound is conditional on a fixed mechanism: {fixed} are treated as public constants. It does "
-                 "NOT cover what " + ("the flow's weights reveal" if cal.public and flow else
-                                      "they reveal" if not cal.public else "anything outside the mechanism reveals")
-                 + " about the images they were computed from (if released images were among them, that leakage "
-                 "is outside this bound), nor labels released with the images.")
-    p = distinguishing_bound(e)
-    if e > WEAK_EPSILON:
-        parts.append(f"At this budget the bound is VACUOUS: it lets an observer tell which of two given images an "
-                     f"output came from with probability up to e^eps / (1 + e^eps) = {p:.6f} (likelihood ratio "
-                     f"exp({e:.6g})); no meaningful formal protection for a whole image; any obfuscation seen is "
-                     "empirical.")
-    else:
-        parts.append(f"An observer tells which of two given images an output came from with probability at most "
-                     f"e^eps / (1 + e^eps) = {p:.4f}.")
-    parts.append(EXACT_CLAUSE if mech.sampler == "exact" else FLOAT_CLAUSE)
-    return " ".join(parts)
-
-
-# ------------------------------------------------------------------------------------------------ releasing
-
-
-SEEDED = "no formal guarantee (reproducible noise, testing only)"
-
-
-def calibration_overlap(released, calibration, *, stacklevel: int = 2) -> int:
-    """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) when images being released are among the
-    images a clip box is calibrated on; returns how many are. ``released`` and ``calibration``: datasets (their
-    records' files are compared, by resolved path) or sequences of paths."""
-    def paths(x) -> set[str]:
-        items = getattr(x, "records", x)
-        return {str(Path(getattr(r, "path", r)).resolve()) for r in items}
-
-    both = paths(released) & paths(calibration)
-    if both:
-        warnings.warn(f"{len(both)} of the images being released are among the {len(paths(calibration))} images the "
-                      "clip box is calibrated on: their own per-element extremes shape the box, which the epsilon "
-                      "bound does not cover; calibrate on other images (the training split) or use the public box",
-                      CalibrationOverlap, stacklevel=stacklevel)
-    return len(both)
-
-
-def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:
-    """The statement of an ε-LDP release whose noise came from a seed: the ε numbers are kept for reference
-    (what the mechanism would give with secret noise), the guarantee is withdrawn."""
-    return {**privacy, "guarantee": f"none: {SEEDED}",
-            "noise_source": "seeded per-record torch generators (Mersenne Twister): TESTING ONLY",
-            "why_no_guarantee": ["the noise is a deterministic function of the seed and the record; whoever knows "
-                                 "or guesses the seed regenerates it and subtracts it, recovering the clipped input"],
-            "statement": f"NO FORMAL GUARANTEE ({SEEDED}): the epsilon below assumes secret noise, which this "
-                         "release does not have. " + str(privacy.get("statement", ""))}
-
-
-def record_generator(seed: int, record_id: str) -> torch.Generator:
-    """A generator for one record's noise, derived from (seed, record id): the same with any batching or resume."""
-    digest = hashlib.sha256(f"medanon-ldp-noise:{seed}:{record_id}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-
-
-def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torch.device | str = "cpu",
-                    noise_seed: int | None = None, progress: bool = True) -> int:
-    """Privatise every record of ``dataset`` not yet in ``writer`` (resumable); returns the number written.
-
-    ``privatise(images, generator=...)`` maps (N, C, H, W) images to released images. Each record
-    stands for itself (LDP releases one image per input image). ``noise_seed`` (experiments only)
-    gives every record its own seeded generator; without it the noise is secret. With a seed the
-    noise can be regenerated and subtracted by whoever knows or guesses it: the writer's privacy
-    statement is replaced by "no formal guarantee (reproducible noise, testing only)" and
-    :class:`~medanon.anonymize.privacy.NoFormalGuarantee` is warned.
-    """
-    from tqdm.auto import tqdm
-
-    if noise_seed is not None and writer.privacy.get("guarantee") == "epsilon-LDP":
-        warnings.warn(f"noise seed {noise_seed}: the noise is reproducible, so the release states '{SEEDED}'. "
-                      "Leave the seed out for a release", NoFormalGuarantee, stacklevel=2)
-        writer.privacy.update(seeded_privacy(writer.privacy))
-    todo = [i for i, r in enumerate(dataset.records) if not writer.done(r.record_id)]
-    for start in tqdm(range(0, len(todo), batch), desc=f"releasing ({writer.settings['method']})", unit="batch",
-                      disable=not progress):
-        chunk = todo[start:start + batch]
-        recs = [dataset.records[i] for i in chunk]
-        images = torch.stack([dataset.load(i)["image"] for i in chunk]).to(device)
-        gens = None if noise_seed is None else [record_generator(noise_seed, r.record_id) for r in recs]
-        out = privatise(images, generator=gens)
-        for r, img in zip(recs, out, strict=True):
-            writer.add(r.record_id, img.cpu(), [r])
-    return len(todo)

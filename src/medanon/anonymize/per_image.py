@@ -1,0 +1,51 @@
+"""Per-image releases: every record of a dataset privatised on its own and handed to the release writer.
+
+One released record per source image, resumable (records already in the writer are skipped). The
+ε-LDP mechanisms (DP-GLOW, image LDP) release through :func:`release_dataset`, and so does GMIA.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+
+import torch
+
+from medanon.anonymize.ldp_statement import SEEDED, seeded_privacy
+from medanon.anonymize.privacy import NoFormalGuarantee
+
+
+def record_generator(seed: int, record_id: str) -> torch.Generator:
+    """A generator for one record's noise, derived from (seed, record id): the same with any batching or resume."""
+    digest = hashlib.sha256(f"medanon-ldp-noise:{seed}:{record_id}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+
+
+def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torch.device | str = "cpu",
+                    noise_seed: int | None = None, progress: bool = True) -> int:
+    """Privatise every record of ``dataset`` not yet in ``writer`` (resumable); returns the number written.
+
+    ``privatise(images, generator=...)`` maps (N, C, H, W) images to released images. Each record
+    stands for itself (LDP releases one image per input image). ``noise_seed`` (experiments only)
+    gives every record its own seeded generator; without it the noise is secret. With a seed the
+    noise can be regenerated and subtracted by whoever knows or guesses it: the writer's privacy
+    statement is replaced by "no formal guarantee (reproducible noise, testing only)" and
+    :class:`~medanon.anonymize.privacy.NoFormalGuarantee` is warned.
+    """
+    from tqdm.auto import tqdm
+
+    if noise_seed is not None and writer.privacy.get("guarantee") == "epsilon-LDP":
+        warnings.warn(f"noise seed {noise_seed}: the noise is reproducible, so the release states '{SEEDED}'. "
+                      "Leave the seed out for a release", NoFormalGuarantee, stacklevel=2)
+        writer.privacy.update(seeded_privacy(writer.privacy))
+    todo = [i for i, r in enumerate(dataset.records) if not writer.done(r.record_id)]
+    for start in tqdm(range(0, len(todo), batch), desc=f"releasing ({writer.settings['method']})", unit="batch",
+                      disable=not progress):
+        chunk = todo[start:start + batch]
+        recs = [dataset.records[i] for i in chunk]
+        images = torch.stack([dataset.load(i)["image"] for i in chunk]).to(device)
+        gens = None if noise_seed is None else [record_generator(noise_seed, r.record_id) for r in recs]
+        out = privatise(images, generator=gens)
+        for r, img in zip(recs, out, strict=True):
+            writer.add(r.record_id, img.cpu(), [r])
+    return len(todo)

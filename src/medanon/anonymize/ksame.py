@@ -14,6 +14,9 @@
 
 ``inverted`` (GAN-Inverted, ``G(E(x))`` per image) is the non-anonymous comparison of the paper:
 one record per image, k = 1, and the manifest says so.
+
+The settings are :class:`~medanon.anonymize.ksame_config.KSameConfig`; what a release states and
+records is :mod:`medanon.anonymize.ksame_statement`. Their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import logging
 import secrets
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,6 @@ from medanon.anonymize.augment import latent_views, prior_w_std
 from medanon.anonymize.averaging import (
     PCA,
     centroid_latents,
-    check_k,
     cluster_batches,
     member_weights,
     pad_clusters,
@@ -42,50 +43,18 @@ from medanon.anonymize.averaging import (
     pixel_averages,
 )
 from medanon.anonymize.clustering import Clustering, cluster_people
+from medanon.anonymize.ksame_config import DEFAULT_VIEW_SIGMA, LATENT_METHODS, METHODS, KSameConfig
+from medanon.anonymize.ksame_statement import manifest_params, model_checksums, privacy_statement, seeds_used
 from medanon.anonymize.privacy import DataDependentRelease
-from medanon.anonymize.salsa import KSalsa, SalsaConfig
+from medanon.anonymize.salsa import KSalsa
 from medanon.errors import ConfigError, DataError
 from medanon.release.aggregate import aggregate_labels, warn_homogeneity
 
+__all__ = ["DEFAULT_VIEW_SIGMA", "LATENT_METHODS", "METHODS", "ClusterAverager", "KSameConfig", "cluster_key",
+           "encode_all", "fit_pca", "load_images", "manifest_params", "model_checksums", "plan_clusters",
+           "privacy_statement", "release_ksame", "secret_generator", "seeds_used"]
+
 log = logging.getLogger(__name__)
-
-METHODS = ("ksalsa", "kcentroid", "kpixel", "kpca", "inverted")
-DEFAULT_VIEW_SIGMA = 0.05                       # measured: docs/ksalsa.md, "Latent augmentation" (docs/view_sigma.py)
-LATENT_METHODS = ("ksalsa", "kcentroid", "inverted")
-
-
-@dataclass
-class KSameConfig:
-    method: str = "ksalsa"                      # ksalsa | kcentroid | kpixel | kpca | inverted
-    k: int = 5                                  # people per record, at least
-    stratify: str = ""                          # cluster within strata of this label (patient's worst value)
-    drop_remainder: bool = False                # leave out the N mod k leftovers (and strata smaller than k)
-    space: str = "auto"                         # clustering space: auto | latent | pca (auto: latent with a codec)
-    batch: int = 8                              # clusters averaged together
-    pca_components: float = 0.9                 # k-Same-PCA (and the pca space): count or variance fraction
-    pca_fit_max: int = 2000                     # images the PCA is fitted on (seeded subsample beyond)
-    pca_basis: str = "private"                  # kpca: private (fitted on the released data) | separate (basis=)
-    views: int = 1                              # images per cluster (supplement E augmentation; 1 = off)
-    view_sigma: float = DEFAULT_VIEW_SIGMA      # augmentation noise, relative to the prior's W std (docs/ksalsa.md)
-    seed: int = 0                               # PCA subsample (the augmentation noise is secret, never seeded)
-    salsa: SalsaConfig = field(default_factory=SalsaConfig)
-
-    def validate(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
-        if self.space not in ("auto", "latent", "pca"):
-            raise ConfigError(f"clustering space {self.space!r} must be auto, latent or pca")
-        if self.batch < 1:
-            raise ConfigError(f"batch={self.batch} must be at least 1")
-        if self.views < 1:
-            raise ConfigError(f"views={self.views} must be at least 1")
-        if self.pca_basis not in ("private", "separate"):
-            raise ConfigError(f"pca_basis={self.pca_basis!r} must be private or separate")
-        if self.views > 1 and self.method not in ("ksalsa", "kcentroid"):
-            raise ConfigError(f"views={self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
-        if self.method != "inverted":
-            check_k(self.k)
-        self.salsa.validate()
 
 
 def cluster_key(record_ids: Sequence[str]) -> str:
@@ -115,61 +84,6 @@ def fit_pca(ds, cfg: KSameConfig, device) -> PCA:
     pick = range(n) if n <= cfg.pca_fit_max else np.sort(
         np.random.default_rng(cfg.seed).choice(n, cfg.pca_fit_max, replace=False))
     return PCA(cfg.pca_components, fit_max=cfg.pca_fit_max, seed=cfg.seed).fit(load_images(ds, pick, device))
-
-
-def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[str, Any]:
-    if cfg.method == "inverted":
-        return {"guarantee": "none: GAN-Inverted releases G(E(x)) for every image, one record per person's image; "
-                             "it is the paper's non-anonymous comparison, not a de-identification",
-                "k": 1,
-                "not_protected": ["everything: each released image is the codec's reconstruction of one source "
-                                  "image and resembles it"]}
-    private_basis = cfg.method == "kpca" and cfg.pca_basis == "private"
-    computed = ("every released image is computed from the images of one cluster and the PCA basis (mean image and "
-                "components), which is fitted on the whole private dataset being released (up to "
-                f"{cfg.pca_fit_max} of its images): a record therefore also depends on images outside its cluster"
-                if private_basis else
-                "every released image is computed only from the images of one cluster"
-                + (" and a PCA basis fitted on separate data" if cfg.method == "kpca" else ""))
-    released = ("each released patient is in exactly one cluster; the leftover patients (N mod k, and strata with "
-                "fewer than k patients) are dropped: none of their images is released"
-                if cfg.drop_remainder else "each patient is in exactly one cluster")
-    out: dict[str, Any] = {
-        "guarantee": f"k-anonymity of records: {computed}, and every cluster holds all images of at least "
-                     f"k={cfg.k} distinct patients; {released}"
-                     + (f"; each cluster gives {cfg.views} images (augmented views of one average)"
-                        if cfg.views > 1 else ""),
-        "k": cfg.k, "unit": "patient (as identified by the source's patient ids)",
-        "assumptions": ["the source's patient ids are correct: one id per person, one person per id",
-                        "the models (generator, encoder, feature network) are not released; if they were trained "
-                        "on the private images, what they memorised is outside this guarantee"],
-        "not_guaranteed": "k-anonymity does not bound what can be inferred about a cluster member from the average "
-                          "(it is not differential privacy); measure it with the membership-inference attack of "
-                          "`medanon evaluate` (top-K accuracy, k-SALSA §4.5)",
-        "labels": ("aggregated per patient (each patient counts once, whatever their number of images); a label "
-                   "that is the same for every patient of a record discloses each member's value (homogeneity)"
-                   + (f": with stratify={cfg.stratify!r} every record is homogeneous in {cfg.stratify}, so its "
-                      f"released {cfg.stratify} is each member's (worst) {cfg.stratify}" if cfg.stratify else "")),
-        "not_protected": [
-            *(["the PCA basis is fitted on the whole private dataset: every record depends on images outside its "
-               "cluster through it"] if private_basis else []),
-            "a released label that is the same for every patient of a record discloses each member's value"
-            + (f" (with stratify={cfg.stratify!r}: every record's {cfg.stratify})" if cfg.stratify else ""),
-            *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
-              if cfg.drop_remainder else []),
-        ],
-        "clusters": len(clustering.clusters) if clustering else None,
-        "dropped_images": len(clustering.dropped) if clustering else 0,
-    }
-    if cfg.method == "kpca":
-        out["pca_basis"] = ("fitted on the private dataset being released: the basis is not covered by k-anonymity"
-                            if private_basis else "fitted on separate data supplied by the user (assumed not to "
-                                                  "contain the released patients)")
-    if cfg.views > 1:
-        out["augmentation"] = ("views are the cluster average plus Gaussian noise from secret operating-system "
-                               "randomness (recorded nowhere); given the average they carry no further information "
-                               "about the members, and every view stands for the same patients")
-    return out
 
 
 def secret_generator() -> torch.Generator:
@@ -373,60 +287,3 @@ def _release_inverted(ds, writer, codec, *, progress: bool, batch: int = 64) -> 
         for j, i in enumerate(idx):
             writer.add(ds.records[i].record_id, images[j], [ds.records[i]])
     return {"records": len(writer), "resumed": len(ds) - len(todo)}
-
-
-def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str, Any]:
-    """The method parameters the release manifest records (also the resume check: they must not change)."""
-    p: dict[str, Any] = {"k": cfg.k if cfg.method != "inverted" else 1, "clustering": {
-        "algorithm": "greedy same-size (k-SALSA §3.4), people-level, leftovers join nearest clusters"
-                     if not cfg.drop_remainder else "greedy same-size (k-SALSA §3.4), people-level, leftovers dropped",
-        "space": cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca"),
-        "stratify": cfg.stratify or None, "deterministic": True},
-        "weights": "each patient 1/P in its cluster, shared among the patient's images"}
-    if cfg.method == "inverted":
-        p.pop("clustering")
-        p.pop("weights")
-    if cfg.method == "kpca" or p.get("clustering", {}).get("space") == "pca":
-        p["pca"] = {"components": cfg.pca_components, "fit_max": cfg.pca_fit_max}
-    if cfg.method == "ksalsa":
-        p["salsa"] = cfg.salsa.describe()
-        if features is not None and hasattr(features, "describe"):
-            d = features.describe()
-            p["salsa"]["feature_network"] = {"name": d.get("display_name", d.get("name")),
-                                             "input_size": d.get("input_size")}
-    if cfg.views > 1:
-        p["augmentation"] = {"views": cfg.views, "sigma": cfg.view_sigma,
-                             "noise": "w + sigma * std_prior(w) * N(0, I), one shift per view shared by all ws; "
-                                      "secret operating-system randomness, no seed"}
-    if cfg.method == "kpca":
-        p["pca_basis"] = cfg.pca_basis
-    if codec is not None:
-        p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "iterations", "num_ws", "w_dim",
-                                                                         "resolution", "noise_mode")}
-    return p
-
-
-def seeds_used(cfg: KSameConfig, *, codec=None) -> dict[str, int]:
-    """The seeds a run depends on (clustering, inversion and k-SALSA are deterministic and need none)."""
-    space = cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca")
-    seeds = {}
-    if cfg.method == "kpca" or (space == "pca" and cfg.method != "inverted"):
-        seeds["pca_subsample"] = cfg.seed
-    return seeds
-
-
-def model_checksums(codec=None, features=None) -> dict[str, str]:
-    out = {}
-    if codec is not None:
-        d = codec.describe()
-        sha = (d.get("checkpoint") or {}).get("sha256")
-        if sha:
-            out[f"codec:{d.get('name')}"] = sha
-        gen = d.get("generator_checkpoint")
-        if isinstance(gen, dict) and gen.get("sha256"):
-            out["generator"] = gen["sha256"]
-    if features is not None and hasattr(features, "describe"):
-        d = features.describe()
-        if d.get("weights_sha256"):
-            out[f"features:{d.get('name')}"] = d["weights_sha256"]
-    return out

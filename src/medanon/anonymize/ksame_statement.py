@@ -1,0 +1,124 @@
+"""What a k-Same release records: its privacy statement, method parameters, seeds and model checksums.
+
+Written into the release manifest by :func:`medanon.api.ksame.ksame_release`; the parameters are
+also the resume check (they must not change between an interrupted run and its resumption).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from medanon.anonymize.clustering import Clustering
+from medanon.anonymize.ksame_config import KSameConfig
+
+
+def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[str, Any]:
+    if cfg.method == "inverted":
+        return {"guarantee": "none: GAN-Inverted releases G(E(x)) for every image, one record per person's image; "
+                             "it is the paper's non-anonymous comparison, not a de-identification",
+                "k": 1,
+                "not_protected": ["everything: each released image is the codec's reconstruction of one source "
+                                  "image and resembles it"]}
+    private_basis = cfg.method == "kpca" and cfg.pca_basis == "private"
+    computed = ("every released image is computed from the images of one cluster and the PCA basis (mean image and "
+                "components), which is fitted on the whole private dataset being released (up to "
+                f"{cfg.pca_fit_max} of its images): a record therefore also depends on images outside its cluster"
+                if private_basis else
+                "every released image is computed only from the images of one cluster"
+                + (" and a PCA basis fitted on separate data" if cfg.method == "kpca" else ""))
+    released = ("each released patient is in exactly one cluster; the leftover patients (N mod k, and strata with "
+                "fewer than k patients) are dropped: none of their images is released"
+                if cfg.drop_remainder else "each patient is in exactly one cluster")
+    out: dict[str, Any] = {
+        "guarantee": f"k-anonymity of records: {computed}, and every cluster holds all images of at least "
+                     f"k={cfg.k} distinct patients; {released}"
+                     + (f"; each cluster gives {cfg.views} images (augmented views of one average)"
+                        if cfg.views > 1 else ""),
+        "k": cfg.k, "unit": "patient (as identified by the source's patient ids)",
+        "assumptions": ["the source's patient ids are correct: one id per person, one person per id",
+                        "the models (generator, encoder, feature network) are not released; if they were trained "
+                        "on the private images, what they memorised is outside this guarantee"],
+        "not_guaranteed": "k-anonymity does not bound what can be inferred about a cluster member from the average "
+                          "(it is not differential privacy); measure it with the membership-inference attack of "
+                          "`medanon evaluate` (top-K accuracy, k-SALSA §4.5)",
+        "labels": ("aggregated per patient (each patient counts once, whatever their number of images); a label "
+                   "that is the same for every patient of a record discloses each member's value (homogeneity)"
+                   + (f": with stratify={cfg.stratify!r} every record is homogeneous in {cfg.stratify}, so its "
+                      f"released {cfg.stratify} is each member's (worst) {cfg.stratify}" if cfg.stratify else "")),
+        "not_protected": [
+            *(["the PCA basis is fitted on the whole private dataset: every record depends on images outside its "
+               "cluster through it"] if private_basis else []),
+            "a released label that is the same for every patient of a record discloses each member's value"
+            + (f" (with stratify={cfg.stratify!r}: every record's {cfg.stratify})" if cfg.stratify else ""),
+            *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
+              if cfg.drop_remainder else []),
+        ],
+        "clusters": len(clustering.clusters) if clustering else None,
+        "dropped_images": len(clustering.dropped) if clustering else 0,
+    }
+    if cfg.method == "kpca":
+        out["pca_basis"] = ("fitted on the private dataset being released: the basis is not covered by k-anonymity"
+                            if private_basis else "fitted on separate data supplied by the user (assumed not to "
+                                                  "contain the released patients)")
+    if cfg.views > 1:
+        out["augmentation"] = ("views are the cluster average plus Gaussian noise from secret operating-system "
+                               "randomness (recorded nowhere); given the average they carry no further information "
+                               "about the members, and every view stands for the same patients")
+    return out
+
+
+def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str, Any]:
+    """The method parameters the release manifest records (also the resume check: they must not change)."""
+    p: dict[str, Any] = {"k": cfg.k if cfg.method != "inverted" else 1, "clustering": {
+        "algorithm": "greedy same-size (k-SALSA §3.4), people-level, leftovers join nearest clusters"
+                     if not cfg.drop_remainder else "greedy same-size (k-SALSA §3.4), people-level, leftovers dropped",
+        "space": cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca"),
+        "stratify": cfg.stratify or None, "deterministic": True},
+        "weights": "each patient 1/P in its cluster, shared among the patient's images"}
+    if cfg.method == "inverted":
+        p.pop("clustering")
+        p.pop("weights")
+    if cfg.method == "kpca" or p.get("clustering", {}).get("space") == "pca":
+        p["pca"] = {"components": cfg.pca_components, "fit_max": cfg.pca_fit_max}
+    if cfg.method == "ksalsa":
+        p["salsa"] = cfg.salsa.describe()
+        if features is not None and hasattr(features, "describe"):
+            d = features.describe()
+            p["salsa"]["feature_network"] = {"name": d.get("display_name", d.get("name")),
+                                             "input_size": d.get("input_size")}
+    if cfg.views > 1:
+        p["augmentation"] = {"views": cfg.views, "sigma": cfg.view_sigma,
+                             "noise": "w + sigma * std_prior(w) * N(0, I), one shift per view shared by all ws; "
+                                      "secret operating-system randomness, no seed"}
+    if cfg.method == "kpca":
+        p["pca_basis"] = cfg.pca_basis
+    if codec is not None:
+        p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "iterations", "num_ws", "w_dim",
+                                                                         "resolution", "noise_mode")}
+    return p
+
+
+def seeds_used(cfg: KSameConfig, *, codec=None) -> dict[str, int]:
+    """The seeds a run depends on (clustering, inversion and k-SALSA are deterministic and need none)."""
+    space = cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca")
+    seeds = {}
+    if cfg.method == "kpca" or (space == "pca" and cfg.method != "inverted"):
+        seeds["pca_subsample"] = cfg.seed
+    return seeds
+
+
+def model_checksums(codec=None, features=None) -> dict[str, str]:
+    out = {}
+    if codec is not None:
+        d = codec.describe()
+        sha = (d.get("checkpoint") or {}).get("sha256")
+        if sha:
+            out[f"codec:{d.get('name')}"] = sha
+        gen = d.get("generator_checkpoint")
+        if isinstance(gen, dict) and gen.get("sha256"):
+            out["generator"] = gen["sha256"]
+    if features is not None and hasattr(features, "describe"):
+        d = features.describe()
+        if d.get("weights_sha256"):
+            out[f"features:{d.get('name')}"] = d["weights_sha256"]
+    return out

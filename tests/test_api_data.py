@@ -2,6 +2,7 @@
 generic-layout folder (which no detector recognises) with ``ds``'s own options."""
 
 import csv
+import logging
 import shutil
 import warnings
 
@@ -74,3 +75,35 @@ def test_evaluate_takes_a_generic_layout_dataset(tmp_path, generic):
     assert res.real["images"] == len(ds), res.real
     with pytest.raises(DataError):                                # a folder alone cannot be read
         medanon.evaluate(real=root, releases=[rel], config=cfg, out=tmp_path / "r2", progress=False)
+
+
+def test_data_errors_name_parameters_in_the_library_and_flags_at_the_cli(generic, caplog):
+    """The same mistakes through ``medanon.open_dataset`` and ``medanon data summary``: the library's message
+    names its parameters (``max_pixels``, ``skip_bad=True``, ``image_col=``), the command's its flags."""
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    root, opts = generic
+    with pytest.raises(DataError) as e:                           # every image "too large"
+        medanon.open_dataset(root, **{**opts, "max_pixels": 100})
+    lib = str(e.value)
+    assert "over the limit of 100" in lib and "raise max_pixels" in lib and "skip_bad=True" in lib and "--" not in lib
+    argv = ["data", "summary", str(root), "--layout", "generic", "--labels", str(opts["labels_csv"]),
+            "--image-col", "file", "--patient-col", "subject", "--size", "16"]
+    r = CliRunner().invoke(cli, [*argv, "--max-pixels", "100"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "over the limit of 100" in r.output and "pass a larger --max-pixels" in r.output and "--skip-bad" in r.output
+    assert "max_pixels" not in r.output and "skip_bad" not in r.output
+
+    with pytest.raises(DataError) as e:                           # a column the CSV does not have
+        medanon.open_dataset(root, **{**opts, "image_col": "path"})
+    assert "image_col=" in e.value.fix and "--image-col" not in str(e.value)
+    r = CliRunner().invoke(cli, [*argv[:8], "path", *argv[9:]])
+    assert r.exit_code == 1 and "--image-col" in r.output and "image_col" not in r.output
+
+    with pytest.warns(UserWarning, match="patient_col="):         # no patient column: a warning, same words
+        medanon.open_dataset(root, **{**opts, "patient_col": None})
+    with caplog.at_level(logging.WARNING, logger="medanon"):   # the CLI logs layout warnings
+        r = CliRunner().invoke(cli, [*argv[:9], *argv[11:]])
+    assert r.exit_code == 0 and "--patient-col" in caplog.text and "patient_col" not in caplog.text

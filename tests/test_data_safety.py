@@ -1,5 +1,5 @@
 """Inputs that must never crash or be misread: decompression bombs, symlinks and paths that leave the
-dataset, corrupt pixels under --skip-bad, folders named like images, implausible continuous labels."""
+dataset, corrupt pixels under skip_bad, folders named like images, implausible continuous labels."""
 
 import struct
 import zlib
@@ -53,7 +53,7 @@ def test_decompression_bombs_are_named_bad_files(tmp_path: Path, w: int, h: int)
     for read in (imageio.probe, imageio.read):
         with pytest.raises(imageio.TooLarge, match=r"bomb\.png") as e:
             read(bomb)
-        assert "--max-pixels" in str(e.value) and "--skip-bad" in str(e.value)
+        assert "raise max_pixels" in str(e.value) and "skip_bad=True" in str(e.value)
         assert f"{w * h:,}" in str(e.value)
 
 
@@ -69,7 +69,7 @@ def test_bomb_in_a_dataset_fails_then_is_skipped(tmp_path: Path):
     png_claiming(tmp_path / "images" / "bomb.png", 20000, 20000)
     with pytest.raises(DataError, match="1 large") as e:
         open_dataset(tmp_path, DataConfig(size=16), generic=generic)
-    assert "bomb.png" in str(e.value) and "--max-pixels" in str(e.value)
+    assert "bomb.png" in str(e.value) and "max_pixels" in str(e.value)
     ds = open_dataset(tmp_path, DataConfig(size=16, skip_bad=True), generic=generic)
     assert len(ds) == 2 and [p.kind for p in ds.skipped] == ["large"]
 
@@ -82,7 +82,7 @@ def test_corrupt_pixels_are_skipped_with_skip_bad(tmp_path: Path):
     ds = open_dataset(tmp_path, DataConfig(size=16), generic=generic)
     with pytest.raises(DataError, match=r"2\.png") as e:
         ds.tensors(progress=False)
-    assert "--skip-bad" in str(e.value)
+    assert "skip_bad=True" in str(e.value)
     ds = open_dataset(tmp_path, DataConfig(size=16, skip_bad=True), generic=generic)
     assert len(ds) == 2 and [Path(p.path).name for p in ds.skipped] == ["2.png"]
     images, _ = ds.tensors(progress=False)
@@ -102,7 +102,7 @@ def test_paths_escaping_the_dataset_are_refused_unless_allowed(tmp_path: Path):
     assert not [p for p in sc.problems if p.kind == "unlabelled"]
     with pytest.raises(DataError, match="outside") as e:
         open_dataset(root, DataConfig(size=16), generic=generic)
-    assert "--allow-outside" in str(e.value)
+    assert "allow_outside=True" in str(e.value)
     # allowed: read, and the run's input digest names the file as the dataset does (no ValueError)
     ds = open_dataset(root, DataConfig(size=16), generic=generic, allow_outside=True)
     assert sorted(r.path.name for r in ds.records) == ["0.png", "x.png", "z.png"]

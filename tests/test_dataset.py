@@ -79,7 +79,7 @@ def test_corrupt_image_is_named_then_skipped(tmp_path: Path):
     (root / "images" / "P1_0.png").write_bytes(b"garbage")
     with pytest.raises(DataError, match=r"P1_0\.png") as e:
         open_dataset(root, DataConfig(size=32))
-    assert "--skip-bad" in str(e.value) and "unreadable" in str(e.value)
+    assert "skip_bad=True" in str(e.value) and "unreadable" in str(e.value)
     ds = open_dataset(root, DataConfig(size=32, skip_bad=True))
     assert len(ds) == 7 and any("P1_0.png" in p.path for p in ds.skipped)
 
@@ -121,7 +121,7 @@ def test_mixed_channels_are_named_and_convertible(tmp_path: Path):
     root = make_dataset(tmp_path / "d", gray_every=3)
     with pytest.raises(DataError, match="mixed channel counts") as e:
         open_dataset(root, DataConfig(size=32))
-    assert "--channels 3" in str(e.value) and "P1_0.png" in str(e.value)
+    assert "channels=3" in str(e.value) and "P1_0.png" in str(e.value)
     ds = open_dataset(root, DataConfig(size=32, channels=3))
     assert all(ds[i]["image"].shape[0] == 3 for i in range(len(ds)))
 

@@ -64,7 +64,7 @@ def test_corrupt_and_missing_files_name_the_file(tmp_path: Path):
     bad.write_bytes(b"not an image at all")
     with pytest.raises(DataError, match=r"bad\.png") as e:
         imageio.probe(bad)
-    assert "--skip-bad" in str(e.value)
+    assert "skip_bad=True" in str(e.value)
     with pytest.raises(DataError, match=r"bad\.png"):
         imageio.read(bad)
     # a truncated PNG passes the header probe but fails to decode

@@ -246,7 +246,7 @@ def test_undetectable_folder_names_folder_and_fix(tmp_path):
         detect_layout(root)
     msg = str(e.value)
     assert str(root) in msg and "trainLabels.csv" in msg and "stage_2_train_labels.csv" in msg
-    assert "--layout" in e.value.fix and "--labels" in e.value.fix
+    assert "layout=" in e.value.fix and "labels_csv=" in e.value.fix
     with pytest.raises(DataError):
         scan(root)
 
@@ -268,7 +268,7 @@ def test_generic_needs_options_and_named_layout_refuses_them(tmp_path):
     root = fx.make_generic(tmp_path)
     with pytest.raises(DataError) as e:
         scan(root, "generic")
-    assert "--image-col" in e.value.fix
+    assert "image_col=" in e.value.fix
     aptos = fx.make_aptos(tmp_path, n=2)
     with pytest.raises(DataError):
         scan(aptos, "aptos", generic=generic_opts(root))
@@ -389,14 +389,14 @@ def test_generic_wrong_image_column(tmp_path):
     with pytest.raises(DataError) as e:
         scan(root, generic=generic_opts(root, image_col="path"))
     assert "meta.csv" in str(e.value) and "'path'" in str(e.value)
-    assert "--image-col" in e.value.fix and "file" in e.value.fix
+    assert "image_col=" in e.value.fix and "file" in e.value.fix
 
 
 def test_generic_unknown_label_column(tmp_path):
     root = fx.make_generic(tmp_path)
     with pytest.raises(DataError) as e:
         scan(root, generic=generic_opts(root, label_cols=("grade=dr_level",)))
-    assert "dr_level" in str(e.value) and "meta.csv" in str(e.value) and "--label-cols" in e.value.fix
+    assert "dr_level" in str(e.value) and "meta.csv" in str(e.value) and "label_cols=" in e.value.fix
 
 
 def test_missing_csv(tmp_path):

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from medanon.data.imageio import DEFAULT_MAX_PIXELS
+
 if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
 
@@ -17,6 +19,8 @@ def open_dataset(path: str | Path, *,
                  crop: str = "auto",                           # auto | fov | center | pad | none
                  modality: str = "auto",                       # auto | fundus | xray
                  skip_bad: bool = False,                       # leave out bad files (listed in .skipped)
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS,  # refuse images claiming more (decompression bombs)
+                 allow_outside: bool = False,                  # read files the labels name outside the folder
                  labels_csv: str | Path | None = None,         # generic layout: the labels CSV
                  image_col: str | None = None,                 # generic layout: column of image paths
                  label_cols: Sequence[str] | str = (),         # generic layout: NAME or NAME=COLUMN each
@@ -28,7 +32,9 @@ def open_dataset(path: str | Path, *,
     The options are those of ``medanon data summary`` (defaults in :class:`medanon.config.DataConfig`).
     Images load lazily as (C, H, W) float32 tensors in [-1, 1]: ``ds.load(i)["image"]``; every file's
     header is checked here, and a bad file raises a :class:`~medanon.errors.DataError` naming it
-    (or is left out with ``skip_bad=True``).
+    (or is left out with ``skip_bad=True``). ``max_pixels``: an image whose header claims more pixels is a
+    bad file (raise it for genuinely large scans). ``allow_outside``: read files that the labels name
+    outside ``path`` (``../x.png``, absolute paths, links out of the folder); refused by default.
 
     Example:
         >>> import medanon
@@ -59,7 +65,7 @@ def open_dataset(path: str | Path, *,
     elif image_col is not None or cols or patient_col is not None or images_dir is not None:
         raise ConfigError("image_col, label_cols, patient_col and images_dir describe the generic layout",
                           fix="pass labels_csv as well")
-    return _open(path, cfg, generic=generic, progress=progress)
+    return _open(path, cfg, generic=generic, progress=progress, max_pixels=max_pixels, allow_outside=allow_outside)
 
 
 def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", patients: int = 4, per_patient: int = 1,

@@ -46,8 +46,8 @@ _FIXES = {
     "unreadable": "replace the corrupt file or delete it and its CSV row",
     "label": "correct the value in the labels CSV",
     "size": "remove the image: it is too small to be useful",
-    "large": "pass a larger --max-pixels if it is a genuine large scan; otherwise remove it (a decompression bomb)",
-    "outside": "pass --allow-outside if these files are meant to be read (e.g. a PACS export linked into the "
+    "large": "raise max_pixels if it is a genuine large scan; otherwise remove it (a decompression bomb)",
+    "outside": "pass allow_outside=True if these files are meant to be read (e.g. a PACS export linked into the "
                "folder), or copy them into the dataset folder",
 }
 
@@ -199,7 +199,7 @@ def check_records(records: Sequence[Record], *, workers: int = 8, progress: bool
         try:
             info = imageio.probe(rec.path, max_pixels=max_pixels)
         except TooLarge as e:
-            return Problem(str(rec.path), "large", e.message.split(" claims ", 1)[-1].split(";")[0])
+            return Problem(str(rec.path), "large", e.detail)
         except DataError as e:
             kind = "missing" if not rec.path.exists() else "unreadable"
             return Problem(str(rec.path), kind, e.message.split(": ", 1)[-1] if kind == "unreadable"
@@ -230,12 +230,12 @@ def raise_for_problems(problems: Sequence[Problem], *, root: Path) -> None:
     fixes = "; ".join(f"{k}: {_FIXES.get(k, 'fix the file')}" for k in by_kind)
     raise DataError(f"{len(problems)} problem(s) in dataset {root} ({parts}):",
                     files=[str(p) for p in problems],
-                    fix=f"{fixes}; or pass --skip-bad to leave these files out and continue")
+                    fix=f"{fixes}; or pass skip_bad=True to leave these files out and continue")
 
 
 def resolve_channels(requested: int, modality: str | None, infos: Sequence[ImageInfo],
                      records: Sequence[Record]) -> int:
-    """Explicit --channels wins; else the images must agree, and the modality decides conversions."""
+    """An explicit ``channels`` wins; else the images must agree, and the modality decides conversions."""
     counts = Counter(i.channels for i in infos)
     if requested:
         return requested
@@ -244,7 +244,7 @@ def resolve_channels(requested: int, modality: str | None, infos: Sequence[Image
         odd = [str(r.path) for r, i in zip(records, infos, strict=True) if i.channels == minority]
         desc = ", ".join(f"{n} with {c} channel{'s' if c > 1 else ''}" for c, n in sorted(counts.items()))
         raise DataError(f"the images have mixed channel counts ({desc}); the {minority}-channel ones are:",
-                        files=odd, fix="pass --channels 3 to convert every image to RGB, or --channels 1 for "
+                        files=odd, fix="pass channels=3 to convert every image to RGB, or channels=1 for "
                                        "grayscale (a grayscale image in a colour fundus set may be a red-free "
                                        "or angiography frame that does not belong)")
     if modality == "fundus":
@@ -315,18 +315,18 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     if problems and not cfg.skip_bad:
         raise_for_problems(problems, root=root)
     if problems:
-        log.warning("skipping %d problem file(s) in %s (--skip-bad):\n%s", len(problems), root,
+        log.warning("skipping %d problem file(s) in %s, as skip_bad asks:\n%s", len(problems), root,
                     "\n".join(f"  - {p}" for p in problems[:20]) + (f"\n  ... and {len(problems) - 20} more"
                                                                      if len(problems) > 20 else ""))
     if not good:
         raise DataError(f"no usable images in {root} (layout {sc.layout})",
-                        fix="check the folder and --layout; run `medanon data summary` to see what was found")
+                        fix="check the folder and the layout= it is read with; the log lists what was left out and why")
     channels = resolve_channels(cfg.channels, modality, infos, good)
     crop = cfg.crop
     if crop == "auto":
         crop = "fov" if modality == "fundus" else "center"
     if cfg.modality == "auto" and modality is None and cfg.crop == "auto":
-        log.info("modality unknown for %s: using a centre crop (pass --modality fundus for FOV cropping)", root)
+        log.info("modality unknown for %s: using a centre crop (modality='fundus' crops to the field of view)", root)
     ds = ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
                       root=root, skipped=problems, infos=infos, max_pixels=max_pixels,
                       read_options=ReadOptions(layout, generic, cfg.skip_bad, max_pixels, allow_outside, cfg.channels,
@@ -336,12 +336,12 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
         # second decode) rather than failing halfway through a run that was told to skip bad files.
         bad = verify_decoding(ds, progress=progress)
         if bad:
-            log.warning("skipping %d image(s) whose pixels cannot be decoded (--skip-bad):\n%s", len(bad),
+            log.warning("skipping %d image(s) whose pixels cannot be decoded, as skip_bad asks:\n%s", len(bad),
                         "\n".join(f"  - {p}" for p in bad[:20]))
             ds = drop_records(ds, bad)
         if not len(ds):
             raise DataError(f"no image of {root} can be decoded", files=[p.path for p in bad],
-                            fix="check the files listed; run `medanon data summary --decode` to see what was found")
+                            fix="check the files listed; the log above says why each one failed")
     return ds
 
 
@@ -355,7 +355,7 @@ def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: b
         try:
             ds.load(i)
         except TooLarge as e:
-            return Problem(str(ds.records[i].path), "large", e.message.split(" claims ", 1)[-1].split(";")[0])
+            return Problem(str(ds.records[i].path), "large", e.detail)
         except DataError as e:
             return Problem(str(ds.records[i].path), "unreadable", e.message.split(": ", 1)[-1])
         return None

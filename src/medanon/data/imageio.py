@@ -7,7 +7,7 @@ raise :class:`DataError` naming the file and the fix.
 
 Every reader refuses an image whose header claims more than ``max_pixels`` pixels
 (:class:`TooLarge`, before any pixel is decoded): a 48 KB PNG can claim 20000 x 20000 pixels and
-would need gigabytes to decode (a "decompression bomb"). ``--max-pixels`` raises the limit for
+would need gigabytes to decode (a "decompression bomb"). A larger ``max_pixels`` raises the limit for
 genuinely large scans. EXIF orientation is applied, so a photograph stored sideways with
 ``Orientation = 6`` loads upright.
 """
@@ -57,19 +57,24 @@ def _is_dicom(path: Path) -> bool:
 
 def _unreadable(path: Path, why: str) -> DataError:
     return DataError(f"cannot read image {path}: {why}", files=[str(path)],
-                     fix="replace or remove the file (or its CSV row), or pass --skip-bad to leave it out")
+                     fix="replace or remove the file (or its CSV row), or pass skip_bad=True to leave it out")
 
 
 class TooLarge(DataError):
-    """The image claims more pixels than ``--max-pixels`` allows (a decompression bomb, or a huge scan)."""
+    """The image claims more pixels than ``max_pixels`` allows (a decompression bomb, or a huge scan).
+    ``detail``: what it claims against the limit, in words that name no option."""
+
+    detail: str = ""
 
 
 def _too_large(path: Path, claimed: str, max_pixels: int) -> TooLarge:
-    return TooLarge(f"image {path} claims {claimed}, more than --max-pixels {max_pixels} allows; decoding it "
-                    "could exhaust memory (a small file claiming a huge size is a 'decompression bomb')",
-                    files=[str(path)],
-                    fix="if it is a genuine large scan, pass a larger --max-pixels (about 12 bytes per pixel "
-                        "of memory are needed); otherwise remove the file, or pass --skip-bad to leave it out")
+    err = TooLarge(f"image {path} claims {claimed}, more than max_pixels={max_pixels} allows; decoding it "
+                   "could exhaust memory (a small file claiming a huge size is a 'decompression bomb')",
+                   files=[str(path)],
+                   fix="if it is a genuine large scan, raise max_pixels (about 12 bytes per pixel "
+                       "of memory are needed); otherwise remove the file, or pass skip_bad=True to leave it out")
+    err.detail = f"{claimed}, over the limit of {max_pixels:,}"
+    return err
 
 
 def _check_pixels(path: Path, width: int, height: int, max_pixels: int | None) -> None:
@@ -86,7 +91,7 @@ def _bomb_error(path: Path, e: Exception, max_pixels: int | None) -> TooLarge:
 
 def _allow_pixels(max_pixels: int | None) -> None:
     """Pillow refuses to open images above twice ``Image.MAX_IMAGE_PIXELS``; medanon checks its own limit
-    on every header, so an explicit larger ``--max-pixels`` raises Pillow's (process-wide) limit to match."""
+    on every header, so an explicit larger ``max_pixels`` raises Pillow's (process-wide) limit to match."""
     if max_pixels is not None and Image.MAX_IMAGE_PIXELS is not None and max_pixels > Image.MAX_IMAGE_PIXELS:
         Image.MAX_IMAGE_PIXELS = max_pixels
 
@@ -94,9 +99,9 @@ def _allow_pixels(max_pixels: int | None) -> None:
 def _missing(path: Path) -> DataError:
     if path.is_dir():
         return DataError(f"{path} is a folder, not an image file", files=[str(path)],
-                         fix="point the labels CSV at the image file inside it, or pass --skip-bad")
+                         fix="point the labels CSV at the image file inside it, or pass skip_bad=True")
     return DataError(f"image {path} does not exist", files=[str(path)],
-                     fix="check the path in the labels CSV, or pass --skip-bad")
+                     fix="check the path in the labels CSV, or pass skip_bad=True")
 
 
 def _orientation(im: Image.Image) -> int:
@@ -323,10 +328,10 @@ def _read_dicom(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.n
         raise
     except Exception as e:
         msg = str(e)
-        fix = "replace or remove the file, or pass --skip-bad"
+        fix = "replace or remove the file, or pass skip_bad=True"
         if "handler" in msg.lower() or "decode" in msg.lower() or "plugin" in msg.lower():
             fix = ("this DICOM uses a compressed transfer syntax: pip install pylibjpeg pylibjpeg-libjpeg "
-                   "pylibjpeg-openjpeg (or gdcm), or pass --skip-bad")
+                   "pylibjpeg-openjpeg (or gdcm), or pass skip_bad=True")
         raise DataError(f"cannot read DICOM pixels of {path}: {type(e).__name__}: {msg}", files=[str(path)],
                         fix=fix) from None
     if int(getattr(ds, "SamplesPerPixel", 1)) != 1:

@@ -63,10 +63,10 @@ def split_shortfalls(patients: dict[str, int], fractions: dict[str, float], stra
     for name, frac in fractions.items():
         got, want = patients.get(name, 0), frac * n
         if abs(got - want) >= 1 or (frac > 0 and got == 0):
-            out.append(f"the {name} split has {got} of {n} patients ({got / n:.0%}) where --{name} {frac:g} asked for "
-                       f"{want:.1f}: " + ("each stratum of --stratify " + stratify if stratify else "the patients")
+            out.append(f"the {name} split has {got} of {n} patients ({got / n:.0%}) where {name}={frac:g} asked for "
+                       f"{want:.1f}: " + (f"each stratum of stratify={stratify!r}" if stratify else "the patients")
                        + " can only be cut to whole patients; use more patients"
-                       + (", or --stratify '' to stratify by nothing" if stratify else "")
+                       + (", or stratify='' to stratify by nothing" if stratify else "")
                        + ", or check the split before using it")
     return out
 

@@ -62,7 +62,7 @@ LAYOUTS: dict[str, str] = {
     "brset": "BRSET (PhysioNet): labels.csv with DR_ICDR, patient_sex, exam_eye + fundus_photos/<id>.jpg",
     "rsna": "RSNA Pneumonia stage 2: stage_2_train_labels.csv (patientId, Target) + stage_2_train_images/",
     "mimic": "MIMIC-CXR-JPG 2.x: files/pXX/pNNNNNNNN/sNNNNNNNN/<dicom_id>.jpg + metadata/chexpert CSVs (.gz)",
-    "generic": "any folder described by --labels CSV --image-col NAME [--label-cols ...] [--patient-col]",
+    "generic": "any folder described by a labels CSV: labels_csv, image_col [, label_cols] [, patient_col]",
 }
 
 
@@ -87,7 +87,7 @@ def _is_medanon(root: Path) -> bool:
         import yaml
 
         meta = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except Exception:  # unreadable/invalid YAML: not detected (--layout medanon says why)
+    except Exception:  # unreadable/invalid YAML: not detected (layout='medanon' says why)
         return False
     return isinstance(meta, dict) and meta.get("format") == MEDANON_FORMAT
 
@@ -111,7 +111,7 @@ def _check_root(root: Path | str) -> Path:
                         fix="check the path you passed")
     if not root.is_dir():
         raise DataError(f"{root} is not a folder", files=[root],
-                        fix="pass the dataset's folder (for a CSV alone use --layout generic --labels FILE)")
+                        fix="pass the dataset's folder (for a CSV alone: layout='generic', labels_csv=FILE)")
     return root
 
 
@@ -124,7 +124,7 @@ def detect_layout(root: Path) -> str:
     looked = "; ".join(f"{name}: {what}" for name, what in _LOOKED_FOR.items())
     raise DataError(f"cannot tell the layout of {root}: none of the files that identify a layout are there "
                     f"(looked for {looked})", files=[root],
-                    fix=f"pass --layout NAME (one of {', '.join(LAYOUTS)}), or {GENERIC_FIX}")
+                    fix=f"pass layout=NAME (one of {', '.join(LAYOUTS)}), or {GENERIC_FIX}")
 
 
 _READERS: dict[str, Callable[[Path], Scan]] = {
@@ -178,16 +178,16 @@ def _scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = 
         name = "generic" if generic is not None else detect_layout(root)
     if name not in LAYOUTS:
         raise DataError(f"unknown layout {layout!r} for {root}", files=[root],
-                        fix=f"pass --layout auto or one of {', '.join(LAYOUTS)}")
+                        fix=f"pass layout='auto' or one of {', '.join(LAYOUTS)}")
     if name == "generic":
         if generic is None:
             raise DataError(f"the generic layout needs a description of {root}", files=[root],
-                            fix="pass --labels FILE.csv --image-col COLUMN [--label-cols ...] "
-                                "[--patient-col COLUMN]")
+                            fix="pass labels_csv=FILE.csv, image_col=COLUMN [, label_cols=...] "
+                                "[, patient_col=COLUMN]")
         return scan_generic(root, generic)
     if generic is not None:
-        raise DataError(f"--labels/--image-col describe a generic layout, but --layout {name} was asked for "
+        raise DataError(f"labels_csv and image_col describe a generic layout, but layout={name!r} was asked for "
                         f"({root})", files=[root],
-                        fix=f"drop --labels/--image-col/--label-cols to read {name}, "
-                            "or pass --layout generic")
+                        fix=f"drop labels_csv, image_col and label_cols to read {name}, "
+                            "or pass layout='generic'")
     return _READERS[name](root)

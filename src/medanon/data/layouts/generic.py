@@ -73,10 +73,10 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
     """Read a CSV that names one image per row. ``all_labels``: every column other than the
     image / patient / mask columns is a label (medanon's dataset.yaml without ``label_cols``)."""
     csv_path = _locate(root, opts.labels_csv, "labels CSV",
-                       "pass --labels with the path of the CSV that lists the images")
+                       "pass labels_csv= the path of the CSV that lists the images")
     table = read_table(csv_path)
-    img_idx = table.require(opts.image_col, fix="pass --image-col with the column that names the image files")
-    pat_idx = (table.require(opts.patient_col, fix="pass --patient-col with the column of patient ids, "
+    img_idx = table.require(opts.image_col, fix="pass image_col= the column that names the image files")
+    pat_idx = (table.require(opts.patient_col, fix="pass patient_col= the column of patient ids, "
                                                    "or leave it out if every image is its own patient")
                if opts.patient_col else None)
     mask_idx = (table.require(opts.mask_col, fix="name the column of mask files, or leave it out")
@@ -86,7 +86,7 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
         label_cols = [(h, h, i) for i, h in enumerate(table.header) if i not in used and h]
     else:
         label_cols = _parse_label_cols(opts.label_cols, table,
-                                       "pass --label-cols with NAME or NAME=CSV_COLUMN for each label")
+                                       "pass label_cols= NAME or NAME=CSV_COLUMN for each label")
     if opts.images_dir is not None:
         images_dir = Path(opts.images_dir).expanduser()
         if not images_dir.is_absolute() and not images_dir.is_dir() and (root / images_dir).is_dir():
@@ -94,13 +94,13 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
         images_dir = images_dir.absolute()
         if not images_dir.is_dir():
             raise DataError(f"images folder {opts.images_dir} not found", files=[str(opts.images_dir)],
-                            fix="pass --images with the folder the image column's paths are relative to")
+                            fix="pass images_dir= the folder the image column's paths are relative to")
     else:
         images_dir = csv_path.parent
     if pat_idx is None:
         warnings.warn(f"{csv_path.name}: no patient column given, so every image counts as its own patient; "
                       "patient-level splits and privacy checks cannot see repeat images of one person "
-                      "(pass --patient-col if the CSV has patient ids)", LayoutWarning, stacklevel=4)
+                      "(pass patient_col= if the CSV has patient ids)", LayoutWarning, stacklevel=4)
 
     col = Collector(root, csv_path.name, scope=[images_dir])
     dirs = Dirs()
@@ -162,7 +162,7 @@ def _read_dataset_yaml(root: Path) -> dict:
                         fix="regenerate the dataset with medanon, or fix the YAML syntax") from None
     if not isinstance(meta, dict) or meta.get("format") != MEDANON_FORMAT:
         raise DataError(f"{path.name} does not say 'format: {MEDANON_FORMAT}'", files=[path],
-                        fix="this is not a medanon dataset; pass --layout with the dataset's layout, or "
+                        fix="this is not a medanon dataset; pass layout= the dataset's layout, or "
                             + GENERIC_FIX)
     if meta.get("version") not in _MEDANON_VERSIONS:
         raise DataError(f"{path.name} has version {meta.get('version')!r}; this medanon reads version(s) "

@@ -49,7 +49,7 @@ def _decode_bytes(path: Path) -> str:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path.name} not found in {path.parent}", files=[path],
-                        fix="check the dataset folder and --layout, or pass the CSV with --labels") from None
+                        fix="check the dataset folder and layout=, or pass the CSV as labels_csv=") from None
     except OSError as e:
         raise DataError(f"cannot read {path.name}: {e.strerror or e}", files=[path],
                         fix="check that the file exists and is readable") from None

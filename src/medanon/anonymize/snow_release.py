@@ -30,8 +30,8 @@ from medanon.errors import ConfigError
 from medanon.outputs import dataset_inputs
 from medanon.release import ReleaseWriter
 from medanon.release.labels import release_labels
+from medanon.release.release import is_phantom, source_digest
 from medanon.release.writer import check_release_outputs
-from medanon.runtime import files_digest
 from medanon.segment.vessels import VesselSource
 
 log = logging.getLogger(__name__)
@@ -218,9 +218,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
                       vessels=vessels.describe())
     models = {"vessel-segmenter": vessels.describe()["checkpoint_sha256"]} \
         if vessels is not None and "checkpoint_sha256" in vessels.describe() else {}
-    source = {"layout": dataset.layout, "modality": dataset.modality,
-              **files_digest([r.path for r in dataset.records], root=dataset.root)}
-    phantom = dataset.root is not None and (Path(dataset.root) / "phantom.json").is_file()
+    source, phantom = source_digest(dataset), is_phantom(dataset)
     records = dataset.records
     with contextlib.ExitStack() as stack:
         writers = {p: stack.enter_context(ReleaseWriter(

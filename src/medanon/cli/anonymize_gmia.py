@@ -13,7 +13,6 @@ from medanon.cli.data import data_options, open_from_cli
 from medanon.cli.library import config_options, default, library_call
 
 SPLITS = ("all", "train", "val", "test")
-STRATIFY = {"fundus": "grade", "xray": "pneumonia"}
 FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
          "lambda_id=": "--lambda-id ", "lambda_ut=": "--lambda-ut ", "latent_space=": "--latent-space ",
          "batch_size=": "--batch-size ", "identity=": "--identity ", "utility=": "--utility ",
@@ -36,8 +35,9 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
 
         names = _read_splits_csv(splits_csv, ds.records)
     else:
-        stratify = STRATIFY.get(ds.modality or "", "")
-        a = split_patients(ds.records, stratify=stratify if stratify in ds.label_names else "", seed=split_seed)
+        from medanon.release.labels import default_labels
+
+        a = split_patients(ds.records, stratify=(default_labels(ds) or [""])[0], seed=split_seed)   # utility label
         names = np.array([a[r.patient_id] for r in ds.records])
     rows = np.flatnonzero(names == split)
     if len(rows) == 0:

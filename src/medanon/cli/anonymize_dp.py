@@ -15,7 +15,7 @@ import click
 from medanon.api.dp import LDPConfig
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
-from medanon.cli.library import config_options, default, library_call
+from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
 
 def dp_options(f):
@@ -63,7 +63,7 @@ FLAGS = {"give epsilon=": "give --epsilon", "epsilon=math.inf": "--epsilon inf",
          "epsilon=": "--epsilon ", "keep clip=True": "leave --no-clip out", "clip=False": "--no-clip",
          "per_element=True": "--per-element", "clip_box=": "--clip-box ", "calibrate_on": "--calibrate-on",
          "noise_seed=": "--seed ", "alpha=": "--alpha ", "center=": "--center ", "batch=": "--batch ",
-         "release_labels": "--release-labels", "open the dataset with size=": "pass --size "}
+         "release_labels": "--release-labels", "open the dataset with size=": "pass --size ", **RELEASE_FLAGS}
 
 
 def _config(config_file, overrides, *, no_clip, **options) -> LDPConfig:

@@ -10,13 +10,13 @@ import click
 from medanon.anonymize.gmia import GMIAConfig
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_options, open_from_cli
-from medanon.cli.library import config_options, default, library_call
+from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
 SPLITS = ("all", "train", "val", "test")
 FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
          "lambda_id=": "--lambda-id ", "lambda_ut=": "--lambda-ut ", "latent_space=": "--latent-space ",
          "batch_size=": "--batch-size ", "identity=": "--identity ", "utility=": "--utility ",
-         "open the dataset with size=": "pass --size ", "(map_location=, device=)": "(--device)"}
+         "open the dataset with size=": "pass --size ", "(map_location=, device=)": "(--device)", **RELEASE_FLAGS}
 
 
 def _select(ds, split: str, splits_csv: Path | None, split_seed: int):

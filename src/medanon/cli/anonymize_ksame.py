@@ -15,7 +15,7 @@ from medanon.anonymize.ksame import KSameConfig
 from medanon.api.ksame import ABLATIONS, STYLE_LAYERS
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
-from medanon.cli.library import config_options, default, library_call
+from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
 FLAGS = {"stratify=": "--stratify ", "leave stratify out": "leave --stratify out", "needs codec": "needs --model",
          "codec=": "--model ",
@@ -26,7 +26,8 @@ FLAGS = {"stratify=": "--stratify ", "leave stratify out": "leave --stratify out
          "pca_basis=dataset": "--basis-from DIR", "pca_basis=": "--set pca_basis=", "k=": "--k ",
          "use k = ": "use --k ", "drop_remainder=True": "--drop-remainder", "needs features": "needs --features",
          "pca_components=": "--pca-components ", "space=": "--set space=",
-         "open both datasets with the same size= and channels=": "read both with the same --size and --channels"}
+         "open both datasets with the same size= and channels=": "read both with the same --size and --channels",
+         **RELEASE_FLAGS}
 
 
 def ksame_options(*, model_required: bool, k: bool = True):

@@ -16,13 +16,13 @@ import click
 from medanon.anonymize.snow import SnowConfig, VSSnowConfig
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
-from medanon.cli.library import config_options, default, library_call
+from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 from medanon.release.labels import parse_label_list
 
 FLAGS = {"give p=": "give --p", "p=": "--p ", "ps=[0.1, 0.3, 0.5]": "--p 0.1,0.3,0.5", "seed=": "--seed ",
-         "fill=": "--fill ", "out=": "--out ", "vessels=": "--vessels ", "masks_dir=": "--masks ",
+         "fill=": "--fill ", "vessels=": "--vessels ", "masks_dir=": "--masks ",
          "checkpoint=": "--checkpoint ", "vessel_fraction=": "--vessel-fraction ", "batch_size=": "--batch-size ",
-         "workers=": "--workers ", "open the dataset with channels=": "pass --channels "}
+         "workers=": "--workers ", "open the dataset with channels=": "pass --channels ", **RELEASE_FLAGS}
 
 
 def _parse_ps(values: tuple[str, ...]) -> tuple[float, ...] | None:

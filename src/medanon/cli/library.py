@@ -23,6 +23,9 @@ import click
 
 from medanon.errors import MedanonError
 
+RELEASE_FLAGS = {"release_labels=": "--release-labels ", "overwrite=True": "--overwrite", "mapping=": "--mapping ",
+                 "out=": "--out "}                 # what every anonymize command takes alike (after its own map)
+
 
 def default(cls, dotted: str) -> str:
     """``"  [default: X]"`` for the field ``dotted`` (``a.b``) of config dataclass ``cls`` (help texts)."""

@@ -216,6 +216,34 @@ def test_cli_snow_and_vs_snow(tmp_path: Path, phantoms: Path):
     assert r.exit_code == 1 and "--masks" in r.output
 
 
+def test_cli_snow_and_vs_snow_take_a_config_file_and_overrides(tmp_path: Path, phantoms: Path):
+    """defaults (SnowConfig / VSSnowConfig) <- --config FILE <- --set key=value <- the options given."""
+    runner = CliRunner()
+    base = ["anonymize", "snow", str(phantoms), "--size", "32", "--seed", "0"]
+    (tmp_path / "snow.yaml").write_text("p: [0.2]\nfill: value:255,0,127.5\nbatch_size: 5\n")
+    r = runner.invoke(cli, [*base, "--config", str(tmp_path / "snow.yaml"), "--set", "batch_size=3", "--out",
+                            str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    params = read_release(tmp_path / "a")[0]["params"]
+    assert params["p"] == 0.2 and params["fill_value"] == pytest.approx([1.0, -1.0, 0.0]) and params["batch_size"] == 3
+    r = runner.invoke(cli, [*base, "--config", str(tmp_path / "snow.yaml"), "--p", "0.4", "--fill", "grey",
+                            "--batch-size", "4", "--out", str(tmp_path / "b")])          # options given win
+    params = read_release(tmp_path / "b")[0]["params"]
+    assert r.exit_code == 0 and params["p"] == 0.4 and params["fill"] == "grey" and params["batch_size"] == 4
+    r = runner.invoke(cli, [*base, "--set", "p=0.1,0.3", "--out", str(tmp_path / "c-{p}")])
+    assert r.exit_code == 0 and (tmp_path / "c-0.1").is_dir() and (tmp_path / "c-0.3").is_dir(), r.output
+    r = runner.invoke(cli, [*base, "--p", "0.2", "--set", "fill=mean", "--out", str(tmp_path / "d")])
+    assert r.exit_code == 1 and "--fill 'mean' is not grey" in r.output and not (tmp_path / "d").exists()
+    r = runner.invoke(cli, ["anonymize", "vs-snow", str(phantoms), "--size", "32", "--seed", "0", "--p", "0.5",
+                            "--set", "vessels=frangi", "--set", "vessel_fraction=0.2", "--out", str(tmp_path / "v")])
+    assert r.exit_code == 0, r.output
+    vessels = read_release(tmp_path / "v")[0]["params"]["vessels"]
+    assert vessels["method"] == "frangi" and vessels["fraction"] == 0.2
+    helps = {c: " ".join(runner.invoke(cli, ["anonymize", c, "--help"]).output.split()) for c in ("snow", "vs-snow")}
+    assert "[default: grey]" in helps["snow"] and "[default: 32]" in helps["snow"] and "--config FILE" in helps["snow"]
+    assert "[default: unet]" in helps["vs-snow"] and "[default: 0.1]" in helps["vs-snow"]
+
+
 def test_xray_snow_releases_pneumonia_and_vs_snow_refuses(tmp_path: Path):
     root = generate(PhantomConfig(modality="xray", patients=3, per_patient=1, size=32, workers=1),
                     tmp_path / "xray", progress=False)

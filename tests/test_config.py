@@ -68,3 +68,20 @@ def test_missing_or_invalid_yaml(tmp_path: Path):
     lst.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_yaml(lst)
+
+
+def test_phantom_config_errors_name_fields_and_the_command_its_flags(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+    from medanon.config import PhantomConfig, validate
+
+    with pytest.raises(ConfigError, match="patients and per_patient must be at least 1"):
+        validate(PhantomConfig(per_patient=0))
+    with pytest.raises(ConfigError, match="size=8 is not possible") as e:
+        validate(PhantomConfig(size=8))
+    assert "--" not in str(e.value)
+    r = CliRunner().invoke(cli, ["phantom", "--set", "per_patient=0", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 1 and "--patients and --per-patient must be at least 1" in r.output
+    r = CliRunner().invoke(cli, ["phantom", "--set", "size=8", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 1 and "--size 8 is not possible" in r.output and "size=" not in r.output

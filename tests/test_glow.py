@@ -170,7 +170,7 @@ def test_resume_continues_exactly(tmp_path: Path):
     images = smooth_images(32, 1, 16)
     straight = train_flow(tiny_cfg(steps=20, checkpoint_every=10), images, out=tmp_path / "a", progress=False)
     train_flow(tiny_cfg(steps=10, checkpoint_every=10), images, out=tmp_path / "b", progress=False)
-    with pytest.raises(ConfigError, match="--resume"):
+    with pytest.raises(ConfigError, match="resume=True"):
         train_flow(tiny_cfg(steps=20, checkpoint_every=10), images, out=tmp_path / "b", progress=False)
     with pytest.raises(ConfigError, match="another config"):
         train_flow(tiny_cfg(steps=20, checkpoint_every=10, lr=1e-2), images, out=tmp_path / "b", resume=True,

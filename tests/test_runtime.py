@@ -67,7 +67,7 @@ def test_atomic_dir_refuses_then_overwrites(tmp_path: Path):
     out = tmp_path / "out"
     with atomic_dir(out) as tmp:
         (tmp / "a").write_text("1")
-    with pytest.raises(OutputExistsError, match="--overwrite"), atomic_dir(out):
+    with pytest.raises(OutputExistsError, match="overwrite=True"), atomic_dir(out):
         pass
     with atomic_dir(out, overwrite=True) as tmp:
         (tmp / "b").write_text("2")

@@ -141,7 +141,7 @@ def test_training_resumes_exactly(tmp_path: Path, tiny32: Path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         train_segmenter(data, tmp_path / "run", cfg, progress=False)
     monkeypatch.setattr(mod, "predict", real)
-    with pytest.raises(Exception, match="--resume"):
+    with pytest.raises(Exception, match="resume=True"):
         train_segmenter(data, tmp_path / "run", cfg, progress=False)
     out = train_segmenter(data, tmp_path / "run", cfg, progress=False, resume=True)
     a = torch.load(ref, weights_only=True)["state"]["model"]

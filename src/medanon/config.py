@@ -37,7 +37,7 @@ class DataConfig:
             raise ConfigError(
                 f"data.size={self.size} is not possible: the generative models need a power of two "
                 f"between {MIN_SIZE} and {MAX_SIZE}",
-                fix=f"use a power of two from {MIN_SIZE} to {MAX_SIZE} (size, --size), e.g. 64 on a CPU, 256 or 512 "
+                fix=f"use a power of two from {MIN_SIZE} to {MAX_SIZE}, e.g. size=64 on a CPU, 256 or 512 "
                     "on a GPU")
         if self.channels not in (0, 1, 3):
             raise ConfigError(f"data.channels={self.channels} must be 0 (by modality), 1 or 3")
@@ -76,9 +76,9 @@ class PhantomConfig:
         if self.modality not in ("fundus", "xray"):
             raise ConfigError(f"phantom modality {self.modality!r} must be fundus or xray")
         if self.patients < 1 or self.per_patient < 1:
-            raise ConfigError("--patients and --per-patient must be at least 1")
+            raise ConfigError("patients and per_patient must be at least 1")
         if self.size < 16 or self.size > 1024:
-            raise ConfigError(f"--size {self.size} is not possible for phantoms", fix="use 16..1024, e.g. 64")
+            raise ConfigError(f"size={self.size} is not possible for phantoms", fix="use 16..1024, e.g. size=64")
         if len(self.grade_weights) != 5 or min(self.grade_weights) < 0 or sum(self.grade_weights) <= 0:
             raise ConfigError("grade_weights must be five non-negative numbers with a positive sum")
         for name in ("pneumonia_rate", "marker_rate", "situs_inversus_rate"):

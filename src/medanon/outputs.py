@@ -159,7 +159,7 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
         if not empty_dir:
             if not (overwrite or existing_ok):
                 raise OutputExistsError(f"{name} {out} already exists",
-                                        fix=f"choose another {name}, or pass overwrite (--overwrite) to replace it")
+                                        fix=f"choose another {name}, or pass overwrite=True to replace it")
             if not is_medanon_output(out):
                 raise UnsafeOutputError(f"{name} {out} exists and was not written by medanon: it is never replaced, "
                                         "even with overwrite", fix=f"choose another {name}, or remove it yourself")

@@ -43,12 +43,12 @@ def resolve_device(name: str = "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"--device {name} was asked for but no CUDA GPU is available",
-                              fix="use --device cpu (or auto)")
+            raise ConfigError(f"device={name!r} was asked for but no CUDA GPU is available",
+                              fix="use device='cpu' (or 'auto')")
         return torch.device(name)
     if name == "cpu":
         return torch.device("cpu")
-    raise ConfigError(f"--device {name!r} is not understood", fix="use auto, cpu, cuda or cuda:N")
+    raise ConfigError(f"device={name!r} is not understood", fix="use 'auto', 'cpu', 'cuda' or 'cuda:N'")
 
 
 def seed_everything(seed: int) -> None:
@@ -66,7 +66,7 @@ def seed_everything(seed: int) -> None:
 def setup_logging(level: str = "info") -> None:
     lvl = getattr(logging, level.upper(), None)
     if not isinstance(lvl, int):
-        raise ConfigError(f"--log-level {level!r} is not a logging level", fix="use debug, info, warning or error")
+        raise ConfigError(f"level={level!r} is not a logging level", fix="use debug, info, warning or error")
     logging.basicConfig(level=lvl, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("medanon").setLevel(lvl)
 

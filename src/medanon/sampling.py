@@ -52,10 +52,10 @@ def sample_images(G: torch.nn.Module, n: int, *, seed: int = 0, truncation: floa
                   progress: bool = False) -> torch.Tensor:
     """``n`` samples (N, C, H, W) float in [-1, 1]; z from a generator seeded with ``seed``; constant noise."""
     if n < 1:
-        raise ConfigError(f"n={n}: ask for at least one image", fix="pass n >= 1 (--n)")
+        raise ConfigError(f"n={n}: ask for at least one image", fix="pass n=1 or more")
     if not 0 <= truncation <= 1:
         raise ConfigError(f"truncation={truncation} is not in [0, 1]",
-                          fix="1 = no truncation; smaller values pull towards the average image (--truncation)")
+                          fix="truncation=1 is none; smaller values pull towards the average image")
     device = next(G.parameters()).device
     rng = torch.Generator().manual_seed(int(seed))
     z = torch.randn(n, G.z_dim, generator=rng)

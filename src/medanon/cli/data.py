@@ -3,63 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import json
 import logging
-import re
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
 from medanon.cli.base import CONTEXT, check_outputs, data
 from medanon.cli.library import translate
+from medanon.cli.words import DATA_FLAGS, SPLIT_FLAGS, speaks_flags
 from medanon.config import DataConfig, SplitConfig, build
 from medanon.data.imageio import DEFAULT_MAX_PIXELS
 from medanon.errors import MedanonError
 
 log = logging.getLogger("medanon")
-
-# The data layer's words for its options (medanon.open_dataset's parameters) and the flags that give them here.
-DATA_FLAGS = {"skip_bad=True": "--skip-bad", "allow_outside=True": "--allow-outside",
-              "raise max_pixels": "pass a larger --max-pixels", "max_pixels=": "--max-pixels ",
-              "layout='generic'": "--layout generic", "layout='auto'": "--layout auto", "layout=": "--layout ",
-              "labels_csv and image_col describe": "--labels and --image-col describe",
-              "drop labels_csv, image_col and label_cols": "drop --labels, --image-col and --label-cols",
-              "labels_csv=": "--labels ", "image_col=": "--image-col ", "label_cols=": "--label-cols ",
-              "patient_col=": "--patient-col ", "images_dir=": "--images ",
-              "modality='fundus'": "--modality fundus", "channels=": "--channels ", "size=": "--size "}
-SPLIT_FLAGS = {"val=": "--val ", "test=": "--test ", "stratify=": "--stratify "}
-
-
-def in_flags(text: str, flags: Mapping[str, str]) -> str:
-    """``text`` with the library's parameter words in ``flags``' words (:func:`medanon.cli.library.translate`)."""
-    return re.sub(r"(--[a-z][a-z-]*) (?=[\s,;:.)\]]|$)", r"\1", translate(text, flags))   # "--layout ," -> "--layout,"
-
-
-def reworded(e: MedanonError, flags: Mapping[str, str]) -> MedanonError:
-    """``e`` (same class, same files) with the library's parameter words in ``flags``' words."""
-    out = copy.copy(e)
-    out.message = in_flags(e.message, flags)
-    out.fix = in_flags(e.fix, flags) if e.fix else e.fix
-    out.args = (str(out),)
-    return out
-
-
-def speaks_flags(flags: Mapping[str, str]):
-    """A command decorator: the MedanonErrors it raises name its flags where the library named parameters."""
-    def decorate(f):
-        @functools.wraps(f)
-        def wrapper(*args, **kwargs):
-            try:
-                return f(*args, **kwargs)
-            except MedanonError as e:
-                raise reworded(e, flags) from e
-        return wrapper
-    return decorate
-
 
 
 def _check_size(ctx, param, value):
@@ -144,7 +103,7 @@ def clean_warnings():
         finally:
             for w in caught:
                 if issubclass(w.category, LayoutWarning):
-                    log.warning("%s", in_flags(str(w.message), DATA_FLAGS))
+                    log.warning("%s", translate(str(w.message), DATA_FLAGS))
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
@@ -295,7 +254,7 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
     per_split = Counter(assignment[r.patient_id] for r in ds.records)
     patients = Counter(assignment.values())
     for problem in split_shortfalls(patients, {"val": sc.val, "test": sc.test}, sc.stratify):
-        click.secho(f"warning: {in_flags(problem, SPLIT_FLAGS)}", fg="yellow", err=True)
+        click.secho(f"warning: {translate(problem, SPLIT_FLAGS)}", fg="yellow", err=True)
     click.echo(f"wrote {out}: " + ", ".join(f"{s} {patients[s]} patients / {per_split[s]} images"
                                             for s in ("train", "val", "test")))
 

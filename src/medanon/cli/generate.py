@@ -7,6 +7,10 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, cli
+from medanon.cli.words import speaks_flags
+
+FLAGS = {"pass n=1 or more": "pass --n 1 or more", "n=": "--n ", "truncation=": "--truncation ",
+         "overwrite=True": "--overwrite", "device=": "--device "}
 
 
 @cli.command("generate", context_settings=CONTEXT)
@@ -21,6 +25,7 @@ from medanon.cli.base import CONTEXT, cli
 @click.option("--batch", type=click.IntRange(min=1), default=64, help="Images per forward pass.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists (only a folder medanon wrote).")
 @click.pass_context
+@speaks_flags(FLAGS)
 def generate_cmd(ctx: click.Context, model: Path, n: int, out: Path, truncation: float, seed: int, batch: int,
                  overwrite: bool) -> None:
     """Sample N images from a trained generator: a first look at what it learned.
@@ -29,9 +34,11 @@ def generate_cmd(ctx: click.Context, model: Path, n: int, out: Path, truncation:
     Example:
       medanon generate --model checkpoints/stylegan2-fundus64.pt --n 64 --out samples --truncation 0.7
     """
+    from medanon.cli.base import check_outputs
     from medanon.runtime import resolve_device
     from medanon.sampling import generate_samples
 
+    check_outputs((out, "dir", "--out"), reads=(model,), overwrite=overwrite)   # in the command's words
     man = generate_samples(model, n, out, seed=seed, truncation=truncation, overwrite=overwrite,
                            device=resolve_device(ctx.obj["device"]), batch=batch)
     click.echo(f"wrote {n} samples ({man['channels']}x{man['resolution']}px, psi={truncation:g}, seed {seed}) "

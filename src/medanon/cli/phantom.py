@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, cli
+from medanon.cli.words import speaks_flags
 from medanon.config import PhantomConfig, build
 
 
@@ -25,6 +26,8 @@ from medanon.config import PhantomConfig, build
               default=None, help="YAML file with PhantomConfig fields.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set marker_rate=0.1 (repeatable).")
+@speaks_flags({"patients and per_patient": "--patients and --per-patient", "size=": "--size ",
+               "overwrite=True": "--overwrite"})
 def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite, config_file, overrides) -> None:
     """Generate a phantom dataset (synthetic patients with ground truth) in medanon's layout.
 
@@ -32,8 +35,10 @@ def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite
     Example:
       medanon phantom --modality xray --patients 200 --per-patient 4 --size 64 --out phantom-xray
     """
+    from medanon.cli.base import check_outputs
     from medanon.phantoms.generate import generate
 
+    check_outputs((out, "dir", "--out"), overwrite=overwrite)      # in the command's words, before any work
     cfg = build(PhantomConfig, path=config_file, overrides=overrides, modality=modality, patients=patients,
                 per_patient=per_patient, size=size, seed=seed, workers=workers)
     generate(cfg, out, overwrite=overwrite, progress=True)

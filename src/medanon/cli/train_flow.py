@@ -10,6 +10,7 @@ import click
 
 from medanon.cli.base import CONTEXT, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
 
 def parse_where(items: tuple[str, ...]) -> dict[str, float]:
@@ -51,6 +52,7 @@ def parse_where(items: tuple[str, ...]) -> dict[str, float]:
 @click.option("--accum", type=click.IntRange(min=1), default=1,
               help="Gradient accumulation: each rank computes its part of the batch as this many micro-batches.")
 @click.pass_context
+@speaks_flags({**TRAIN_FLAGS, "batch=": "--batch "})
 def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, seed, where, subset, val_frac, test_frac,
                    split_seed, resume, threads, accum, **data_opts) -> None:
     """Train a GLOW flow on the images in DATA_DIR (maximum likelihood, bits/dim).

@@ -8,6 +8,7 @@ import click
 
 from medanon.cli.base import CONTEXT, train
 from medanon.cli.data import data_dir_argument
+from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 
 
 @train.command("gan", context_settings=CONTEXT)
@@ -30,6 +31,7 @@ from medanon.cli.data import data_dir_argument
 @click.option("--accum", type=click.IntRange(min=1), default=1,
               help="Gradient accumulation: each rank computes its part of the batch as this many micro-batches.")
 @click.pass_context
+@speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS})
 def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
                   overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float, threads: int,
                   export: Path | None, accum: int) -> None:

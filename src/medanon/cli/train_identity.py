@@ -9,6 +9,9 @@ import click
 
 from medanon.cli.base import CONTEXT, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.cli.words import TRAIN_FLAGS, speaks_flags
+
+FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom --per-patient 2+"}
 
 
 def _split_rows(ds, splits: Path | None, split: str, seed: int, stratify: str):
@@ -60,6 +63,7 @@ def _split_options(f):
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming a checkpoint at --out.")
 @click.pass_context
+@speaks_flags(FLAGS)
 def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, out, steps, arch, embed_dim,
                        image_size, margin, seed, fresh, **opts) -> None:
     """Train the identity network (ArcFace on patient ids) on the repeated acquisitions of DATA_DIR's patients,
@@ -121,6 +125,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
 @click.option("--image-size", type=click.IntRange(min=8), default=None, help="Training side (default: --size).")
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
 @click.pass_context
+@speaks_flags(FLAGS)
 def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, label, out, steps, arch,
                          loss, image_size, seed, **opts) -> None:
     """Train the small ResNet classifier on one label of DATA_DIR and report its held-out test metrics.

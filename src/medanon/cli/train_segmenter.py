@@ -9,6 +9,7 @@ import click
 
 from medanon.cli.base import CONTEXT, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 from medanon.fsutil import atomic_write_bytes
 
 
@@ -36,6 +37,8 @@ from medanon.fsutil import atomic_write_bytes
 @click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also copy the final checkpoint here (e.g. checkpoints/unet-vessels64.pt).")
 @click.pass_context
+@speaks_flags({**TRAIN_FLAGS, "larger val and test fractions": "larger --val and --test fractions",
+               "(data_from_folders(images_dir, masks_dir))": "(--vessel-images DIR --vessel-masks DIR)"})
 def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width,
                         patch, val, test, seed, resume, export, **opts) -> None:
     """Train the full-resolution U-Net vessel segmenter on DATA_DIR (a dataset whose layout has vessel

@@ -140,10 +140,11 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
                           fix="load the data at the flow's resolution and channel count")
     if len(images) < cfg.batch:
         raise ConfigError(f"{len(images)} training images are fewer than one batch of {cfg.batch}",
-                          fix="use more images or a smaller --batch")
+                          fix=f"use more images or batch={len(images)} or less")
     ckpt_path = out / "checkpoint.pt"
     if ckpt_path.exists() and not resume:
-        raise ConfigError(f"{out} already holds a training run", fix="pass --resume to continue it, or another --out")
+        raise ConfigError(f"{out} already holds a training run",
+                          fix="pass resume=True to continue it, or choose another out folder")
     flow = Glow(cfg).to(device)
     opt = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -153,10 +154,10 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         old = {k: v for k, v in blob["config"].items() if k != "steps"}
         if old != {k: v for k, v in to_dict(cfg).items() if k != "steps"}:
             raise ConfigError(f"{ckpt_path} was trained with another config ({blob['config']})",
-                              fix="resume with the same config (only --steps may change), or use another --out")
+                              fix="resume with the same config (only steps may change), or choose another out folder")
         if data is not None and blob["extra"].get("data") not in (None, data):
             raise ConfigError(f"{ckpt_path} was trained on other data ({blob['extra'].get('data')})",
-                              fix="resume with the same dataset, filter and split, or use another --out")
+                              fix="resume with the same dataset, filter and split, or choose another out folder")
         flow.load_state_dict(blob["state"]["model"])
         opt.load_state_dict(blob["state"]["optimizer"])
         gen.set_state(blob["state"]["generator"])
@@ -194,7 +195,7 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
             bad += 1
             if bad >= MAX_BAD_STEPS:
                 raise RuntimeError(f"{bad} consecutive non-finite losses at step {step}: training diverged "
-                                   "(lower --set lr=..., raise warmup_steps, or resume from the last checkpoint)")
+                                   "(lower the config's lr, raise warmup_steps, or resume from the last checkpoint)")
             opt.zero_grad(set_to_none=True)
             continue
         bad = 0

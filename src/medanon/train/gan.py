@@ -321,7 +321,7 @@ def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
     if images.ndim != 4 or tuple(images.shape[1:]) != expected:
         raise DataError(f"the images have shape {tuple(images.shape)}, the model expects "
                         f"(N, {cfg.channels}, {cfg.resolution}, {cfg.resolution})",
-                        fix="load the dataset with --size equal to the config's resolution and matching channels")
+                        fix=f"open the dataset with size={cfg.resolution} and channels={cfg.channels}")
     if len(images) == 0:
         raise DataError("no training images")
     return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
@@ -351,7 +351,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     data = to_uint8(images, cfg)
     if not resume and ckpt_path.exists():
         raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
-                          fix="pass --resume to continue it, or choose another --out")
+                          fix="pass resume=True to continue it, or choose another out folder")
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND, map_location=device)

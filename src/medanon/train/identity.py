@@ -99,7 +99,7 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     ids = sorted({str(patient_ids[i]) for i in keep})
     if len(ids) < 2:
         raise DataError("the identity network needs at least two patients with two or more acquisitions each",
-                        fix="train on a dataset with repeated acquisitions per patient (phantoms: --per-patient 2+)")
+                        fix="train on a dataset with repeated acquisitions per patient (phantoms: per_patient=2+)")
     dropped = len(counts) - len(ids)
     if dropped:
         log.info("identity training: %d patient(s) with a single image left out", dropped)
@@ -132,7 +132,7 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
             blob["extra"].get("patients_digest") == digest and blob["config"] == net_cfg.to_dict()
         if not same:
             raise ConfigError(f"{out} holds an identity network trained with other settings or patients",
-                              fix="choose another --out, or delete it to start over")
+                              fix="choose another out file, or delete it to start over")
         net.load_state_dict(blob["state"]["net"])
         if blob["step"] >= cfg.steps:
             log.info("identity network in %s is complete (%d steps)", out, blob["step"])

@@ -98,8 +98,8 @@ def data_from_dataset(ds: ImageDataset, *, progress: bool = True) -> Segmentatio
     lacking = [str(r.path) for r in ds.records if r.mask_path is None]
     if lacking:
         raise DataError(f"{len(lacking)} image(s) of {ds.root} have no vessel mask in the layout:", files=lacking,
-                        fix="train on a dataset with masks (medanon phantom --modality fundus), or on a folder "
-                            "pair: --images DIR --masks DIR")
+                        fix="train on a dataset with masks (fundus phantoms have them), or on a folder pair "
+                            "(data_from_folders(images_dir, masks_dir))")
     images, fov = ds.tensors(progress=progress)
     masks = torch.stack([ds.load(i)["mask"] for i in range(len(ds))])
     paths = [r.path for r in ds.records] + [r.mask_path for r in ds.records]
@@ -129,7 +129,7 @@ def split_data(data: SegmentationData, cfg: SegmenterTrainConfig) -> dict[str, S
         if len(idx) == 0:
             raise DataError(f"the {name} split is empty ({len(data.records)} images of "
                             f"{len({r.patient_id for r in data.records})} patients)",
-                            fix="use more patients or larger --val / --test fractions")
+                            fix="use more patients or larger val and test fractions")
         out[name] = data.subset(idx)
     return out
 
@@ -220,7 +220,8 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     shards = dist.world_size * accumulation
     last_path = out / "last.pt"
     if out.exists() and any(out.iterdir()) and not resume:
-        raise ConfigError(f"run folder {out} is not empty", fix="pass --resume to continue it, or another --out")
+        raise ConfigError(f"run folder {out} is not empty",
+                          fix="pass resume=True to continue it, or choose another out folder")
     dist.barrier()                              # every rank has checked before rank 0 writes
     splits = split_data(data, cfg)
     run = None

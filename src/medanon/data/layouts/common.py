@@ -14,7 +14,8 @@ class LayoutWarning(UserWarning):
     """Something the user should know about a scan that is not an error (e.g. no patient ids)."""
 
 
-GENERIC_FIX = ("describe the folder with layout='generic', labels_csv=FILE.csv, image_col=COLUMN "
-               "[, label_cols='grade=COLUMN,...'] [, patient_col=COLUMN]")
+GENERIC_OPTIONS = ("layout='generic', labels_csv=FILE.csv, image_col=COLUMN [, label_cols='grade=COLUMN,...'] "
+                   "[, patient_col=COLUMN]")
+GENERIC_FIX = "describe the folder with " + GENERIC_OPTIONS
 
 LAYOUT_FIX = "check that this is the {layout} labels file, or " + GENERIC_FIX

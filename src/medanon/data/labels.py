@@ -98,7 +98,7 @@ LABELS: dict[str, LabelSpec] = {
 }
 
 # Plausible ranges of continuous labels: a value outside is an error in the CSV (a row problem naming the cell,
-# skipped by --skip-bad), never silently kept or turned into nan. Non-finite values (inf, -inf) always are.
+# skipped with skip_bad), never silently kept or turned into nan. Non-finite values (inf, -inf) always are.
 _RANGES: dict[str, tuple[float, float]] = {"age": (0.0, 130.0)}
 
 # Labels whose source data legitimately uses -1 (CheXpert "uncertain").

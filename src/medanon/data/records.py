@@ -47,4 +47,4 @@ class Scan:
     records: list[Record]
     problems: list[Problem] = field(default_factory=list)
     modality: str | None = None                 # "fundus" | "xray" if the layout implies it
-    allowed_roots: list[Path] = field(default_factory=list)  # folders besides root the user named (--images)
+    allowed_roots: list[Path] = field(default_factory=list)  # folders besides root the user named (images_dir)

@@ -7,7 +7,7 @@ pixels, and returns a :class:`~medanon.data.records.Scan`:
 * ``records``: the usable images, sorted by their path relative to the dataset root, each with its
   patient id, canonical labels (see :mod:`medanon.data.labels`) and an opaque ``record_id``;
 * ``problems``: what is wrong with individual files, for the caller to raise or skip
-  (``--skip-bad``). An image with a problem is never in ``records``. Kinds used here:
+  (``skip_bad``). An image with a problem is never in ``records``. Kinds used here:
 
   ``missing``     a CSV row names an image (or mask) that is not on disk;
   ``unlabelled``  an image file in the layout's image folder(s) that no CSV row mentions;
@@ -16,8 +16,8 @@ pixels, and returns a :class:`~medanon.data.records.Scan`:
   ``unreadable``  a DICOM header that cannot be parsed (RSNA, where sex/age/view come from it).
 
   ``outside``     a file whose real path (symlinks followed) lies outside the dataset folder (and outside
-                  ``--images``), e.g. a CSV cell ``../x.png`` or ``/abs/x.png``, or a link out of the folder:
-                  refused unless ``allow_outside`` (``--allow-outside``). Links that stay inside are followed.
+                  ``images_dir``), e.g. a CSV cell ``../x.png`` or ``/abs/x.png``, or a link out of the folder:
+                  refused unless ``allow_outside``. Links that stay inside are followed.
 
 Structural errors (unknown layout, CSV or required column missing, unknown label column, bad
 ``dataset.yaml``) raise :class:`~medanon.errors.DataError` naming the file and the fix.
@@ -138,7 +138,7 @@ def scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = N
     """List the images of a dataset folder with labels and patient ids, without decoding pixels.
 
     The one place where medanon decides which files a dataset may name: a file (or mask) whose real path
-    lies outside the dataset folder and outside ``--images`` becomes an ``outside`` problem unless
+    lies outside the dataset folder and outside ``images_dir`` becomes an ``outside`` problem unless
     ``allow_outside``; symlinks, to files or folders, that resolve inside are followed like any file."""
     sc = _scan(root, layout, generic=generic)
     if not allow_outside:

@@ -22,7 +22,7 @@ from medanon.errors import DataError
 
 @dataclass(frozen=True)
 class GenericOptions:
-    """The generic layout: ``--labels CSV --image-col --label-cols --patient-col [--images DIR]``."""
+    """The generic layout: a labels CSV, its image, label and patient columns, and the images' folder."""
 
     labels_csv: Path
     image_col: str

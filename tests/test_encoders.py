@@ -148,7 +148,7 @@ def test_restyle_resume_continues_at_the_same_step(tmp_path):
     cfg = fast_encoder_cfg()
     full = train_restyle(images, ckpt, cfg, tmp_path / "full", steps=4, progress=False)
     train_restyle(images, ckpt, cfg, tmp_path / "cut", steps=2, progress=False)
-    with pytest.raises(ConfigError, match="--resume"):
+    with pytest.raises(ConfigError, match="resume=True"):          # the library's words (the CLI says --resume)
         train_restyle(images, ckpt, cfg, tmp_path / "cut", steps=4, progress=False)
     with pytest.raises(ConfigError, match="differs"):
         train_restyle(images, None, dataclasses.replace(cfg, lr=0.01), tmp_path / "cut", steps=4, resume=True,
@@ -191,6 +191,23 @@ def test_cotraining_from_a_gan_checkpoint_resumes_exactly(tmp_path):
     with torch.no_grad():                       # the generator started from the checkpoint's weights, then moved
         assert not torch.equal(codec.generator.synthesis.blocks[0].const, G.synthesis.blocks[0].const)
         assert torch.equal(codec.generator.mapping.w_avg, G.mapping.w_avg)
+
+
+def test_restyle_inverts_a_cotrained_codecs_generator(tmp_path):
+    """ReStyle may be trained against the generator co-training produced (issue 12): that generator, frozen."""
+    ckpt, G = gan_checkpoint(tmp_path / "gan.pt")
+    images = generated_images(G, 8, seed=6)
+    cotrained = train_autoencoder(images, fast_autoencoder_cfg(), tmp_path / "ae", steps=2, init_ckpt=ckpt,
+                                  progress=False)
+    restyle = load_codec(train_restyle(images, cotrained, fast_encoder_cfg(), tmp_path / "rs", steps=2,
+                                       progress=False))
+    decoder = load_codec(cotrained).generator
+    assert restyle.name == "restyle"
+    assert restyle.describe()["generator_checkpoint"]["sha256"] == load_checkpoint(cotrained)["sha256"]
+    for (name, a), (_, b) in zip(restyle.generator.state_dict().items(), decoder.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name           # frozen: exactly the co-trained weights
+    with torch.no_grad():
+        assert not torch.equal(restyle.generator.synthesis.blocks[0].const, G.synthesis.blocks[0].const)
 
 
 # -- command line ---------------------------------------------------------------------------------

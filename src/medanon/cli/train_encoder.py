@@ -14,6 +14,10 @@ import click
 
 from medanon.cli.base import CONTEXT, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.cli.words import TRAIN_FLAGS, speaks_flags
+
+# the inversion trainers' parameters as this command's flags (library messages name parameters)
+FLAGS = {**TRAIN_FLAGS, "generator=": "--generator "}
 
 
 def loop_options(f):
@@ -80,8 +84,9 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
 
     if resume and (out / CHECKPOINT).exists():
         g = load_checkpoint(out / CHECKPOINT, kind=kind)["config"]["generator"]
-    elif gan_ckpt is not None:
-        g = load_checkpoint(gan_ckpt, kind=GAN_KIND)["config"]
+    elif gan_ckpt is not None:          # a GAN, or (ReStyle) a co-trained codec whose generator it inverts
+        blob = load_checkpoint(gan_ckpt, kind=(GAN_KIND, "cotrained-autoencoder"))
+        g = blob["config"]["generator"] if blob["kind"] == "cotrained-autoencoder" else blob["config"]
     elif fallback is not None:
         g = {"resolution": fallback.resolution, "channels": fallback.channels}
     else:
@@ -154,6 +159,7 @@ def _is_phantom(folder: Path) -> bool:
                                  "Not needed with --resume.")
 @data_options
 @click.pass_context
+@speaks_flags(FLAGS)
 def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, generator_ckpt, threads,
                       steps, minutes, resume, checkpoint_every, sample_every, log_every, accum, **data_opts) -> None:
     """Train a ReStyle iterative inversion encoder for a frozen StyleGAN2 generator (k-SALSA's encoder).
@@ -194,6 +200,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
                                  "start from random weights with the config's `generator` architecture.")
 @data_options
 @click.pass_context
+@speaks_flags(FLAGS)
 def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, init_ckpt, threads,
                           steps, minutes, resume, checkpoint_every, sample_every, log_every, accum,
                           **data_opts) -> None:

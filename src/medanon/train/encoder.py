@@ -41,12 +41,12 @@ import torch
 
 from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.codecs.stylegan import KIND_COTRAINED, KIND_RESTYLE, StyleGANCodec, build_generator
-from medanon.config import to_dict, validate
+from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
 from medanon.evaluate.reconstruction import feature_distance_name, iw_ssim, perceptual_distance, psnr, ssim
 from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
-from medanon.models.stylegan import Generator
+from medanon.models.stylegan import Generator, StyleGANConfig
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan import KIND as GAN_KIND
@@ -147,15 +147,15 @@ def previous_run(out: Path, *, resume: bool, kind: str, device: torch.device,
     if not resume:
         if ckpt_path.exists():
             raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
-                              fix="pass --resume to continue it, or choose another --out")
+                              fix="pass resume=True to continue it, or choose another out folder")
         return None
     blob = load_checkpoint(ckpt_path, kind=kind, map_location=device)
     started = blob["extra"].get("generator_checkpoint")
     if gan_ckpt is not None:
-        sha = load_checkpoint(gan_ckpt, kind=GAN_KIND)["sha256"]
+        sha = load_checkpoint(gan_ckpt, kind=(GAN_KIND, KIND_COTRAINED))["sha256"]
         if started is None or sha != started["sha256"]:
-            raise ConfigError(f"--generator {gan_ckpt} is not the checkpoint the run in {out} started from",
-                              fix="leave out --generator when resuming")
+            raise ConfigError(f"generator={gan_ckpt} is not the checkpoint the run in {out} started from",
+                              fix="leave out generator= when resuming")
     return blob
 
 
@@ -226,12 +226,22 @@ def export_codec(src: str | Path, dst: str | Path) -> Path:
 
 
 def load_frozen_generator(path: str | Path, device: torch.device) -> tuple[Generator, dict[str, Any], dict[str, Any]]:
-    """The EMA generator of a ``stylegan2`` checkpoint, its config dict and provenance (path, sha256, step)."""
-    blob = load_checkpoint(path, kind=GAN_KIND, map_location=device)
-    cfg = load_config(blob)
+    """The generator a ReStyle encoder is trained against, its config dict and provenance (path, sha256, step,
+    kind): the EMA generator of a ``stylegan2`` checkpoint, or the co-trained generator of a
+    ``cotrained-autoencoder`` checkpoint (GMIA §2.1's decoder, whose mapping network and ``w_avg`` are the
+    GAN's it started from), so that an encoder-only codec can use a generator that co-training taught to
+    draw fine structure."""
+    blob = load_checkpoint(path, kind=(GAN_KIND, KIND_COTRAINED), map_location=device)
+    if blob["kind"] == KIND_COTRAINED:
+        cfg = from_dict(StyleGANConfig, blob["config"]["generator"], where=f"{path} generator config")
+        validate(cfg)
+        weights = blob["state"]["G"]
+    else:
+        cfg = load_config(blob)
+        weights = blob["state"]["G_ema"]
     G = Generator.from_config(cfg)
-    G.load_state_dict(blob["state"]["G_ema"])
-    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"]}
+    G.load_state_dict(weights)
+    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"], "kind": blob["kind"]}
     return G.to(device).eval().requires_grad_(False), to_dict(cfg), provenance
 
 
@@ -355,7 +365,8 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
         G = build_generator(g_config, blob["state"]["G"])
     else:
         if generator_ckpt is None:
-            raise ConfigError("a ReStyle encoder needs a trained generator", fix="pass --generator CHECKPOINT.pt")
+            raise ConfigError("a ReStyle encoder needs a trained generator",
+                              fix="pass generator= (a stylegan2 or co-trained codec checkpoint)")
         G, g_config, provenance = load_frozen_generator(generator_ckpt, device)
     data = to_uint8(images, load_config({"config": g_config}))
     trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance, dist=dist, accumulation=accumulation)

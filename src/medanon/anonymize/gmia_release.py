@@ -7,6 +7,7 @@ resume) with the statement :func:`gmia_privacy` (no formal guarantee) in its man
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import Sequence
@@ -21,8 +22,8 @@ from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError
 from medanon.models.classifier import ResNet
 from medanon.models.identity import IdentityNet
-from medanon.release import ReleaseWriter
 from medanon.release.labels import SENSITIVE_LABELS, default_labels, release_labels
+from medanon.release.sharded import open_release
 from medanon.runtime import files_digest
 
 log = logging.getLogger(__name__)
@@ -142,15 +143,17 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
 
     def privatise(images: torch.Tensor, generator=None) -> torch.Tensor:
         res = gmia.anonymise(images)
-        parts.append(res)
+        parts.append(dataclasses.replace(res, images=res.images[:, :0]))    # the statistics, not the images
         return res.images
 
-    with ReleaseWriter(out, method="gmia", params=params, privacy=gmia_privacy(gmia.cfg, networks), labels=names,
-                       seeds={}, models=models, source=source, phantom=phantom, mapping=mapping,
-                       overwrite=overwrite) as writer:
+    with open_release(out, method="gmia", params=params, privacy=gmia_privacy(gmia.cfg, networks), labels=names,
+                      seeds={}, models=models, source=source, phantom=phantom, mapping=mapping,
+                      overwrite=overwrite) as writer:
         if len(writer):
             log.info("resuming: %d of %d images already released", len(writer), len(dataset))
         release_dataset(dataset, privatise, writer, batch=gmia.cfg.batch_size, device=gmia.device, progress=progress)
+        if hasattr(writer, "gather"):            # torchrun (release/sharded.py): every process's images
+            parts = [p for rank_parts in writer.gather(parts) for p in rank_parts]
         outcome = summarise(_concat(parts), gmia.cfg.margin) if parts else {"images": 0}
         outcome["scope"] = ("images optimised by the last run only" if len(writer) > outcome["images"]
                             else "every released image")

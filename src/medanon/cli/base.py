@@ -77,6 +77,24 @@ def train() -> None:
 @cli.group(context_settings=CONTEXT)
 def anonymize() -> None:
     """Turn a dataset into a release with one of the de-identification methods."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:      # torchrun: one share per process (docs/distributed.md)
+        _torchrun_process()
+
+
+def _torchrun_process() -> None:
+    """One of several processes torchrun started: its own GPU under --device cuda; only rank 0 prints."""
+    import os
+    import sys
+
+    from medanon.runtime import silence_progress_bars
+    from medanon.train.distributed import bind_local_gpu
+
+    if bind_local_gpu() > 0:
+        silence_progress_bars()
+        logging.getLogger("medanon").setLevel(logging.WARNING)
+        sys.stdout = open(os.devnull, "w")              # rank 0 prints the summary lines
 
 
 def check_outputs(*outputs: tuple[object, str, str], data_dir=None, opts: dict | None = None, reads=(),

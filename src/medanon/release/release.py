@@ -44,7 +44,8 @@ from PIL import Image
 from medanon.anonymize.privacy import PrivacyWarning
 from medanon.data.records import Record
 from medanon.release.aggregate import aggregate_labels
-from medanon.release.writer import ReleaseWriter, read_release
+from medanon.release.sharded import ShardWriter, open_release
+from medanon.release.writer import read_release
 from medanon.runtime import files_digest
 
 __all__ = ["CaptureWriter", "PrivacyWarning", "Release", "is_phantom", "source_digest"]
@@ -106,6 +107,18 @@ class CaptureWriter:
         return key
 
 
+def _job_summary(per_process: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of a torchrun job from its processes' summaries: what every process reports alike at the top
+    (e.g. clusters), each process's own (e.g. its mean losses) under ``per_process``. A producer's "resumed" counts
+    are left out: it counts the other processes' shares as done (the release's own count is ``resumed_records``)."""
+    first = per_process[0]
+    same = {k: v for k, v in first.items() if k != "written" and not k.startswith("resumed")
+            and all(p.get(k) == v for p in per_process)}
+    return {**same, "processes": len(per_process),
+            "per_process": [{k: v for k, v in p.items() if k not in same and not k.startswith("resumed")}
+                            for p in per_process]}
+
+
 @dataclass(repr=False)
 class Release:
     """A release of ``dataset`` by one method: the plan, and the producer that computes its images.
@@ -158,14 +171,18 @@ class Release:
             self.params, self.privacy = manifest["params"], manifest["privacy"]
             self.path, self.mapping = out, mapping
             return out
-        with ReleaseWriter(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
-                           seeds=self.seeds, models=self.models, source=source_digest(self.dataset),
-                           phantom=is_phantom(self.dataset), mapping=mapping, overwrite=overwrite,
-                           inputs=[self.dataset.root] if self.dataset.root is not None else ()) as writer:
+        with open_release(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
+                          seeds=self.seeds, models=self.models, source=source_digest(self.dataset),
+                          phantom=is_phantom(self.dataset), mapping=mapping, overwrite=overwrite,
+                          inputs=[self.dataset.root] if self.dataset.root is not None else ()) as writer:
             resumed = len(writer)
             summary = self.produce(writer, progress)
+            if isinstance(writer, ShardWriter):          # torchrun: this process computed one share
+                summary = _job_summary(writer.gather({**summary, "written": len(writer.written)}))
         manifest, _ = read_release(out)                 # what was written, e.g. counts the run added
         self.params, self.privacy = manifest["params"], manifest["privacy"]
+        if "processes" in summary:
+            summary["records"] = manifest["counts"]["records"]
         self.summary = {**summary, "resumed_records": resumed}
         self.path, self.mapping = out, mapping
         return out

@@ -55,6 +55,7 @@ from medanon.runtime import software_versions
 FORMAT = "medanon-release"
 VERSION = 1
 JOURNAL = ".journal.jsonl"
+RANK_JOURNAL_GLOB = ".journal.rank*.jsonl"           # records of the other processes of a torchrun job
 
 
 def image_to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -70,6 +71,31 @@ def _png(a: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(a).save(buf, format="PNG")   # no text chunks, no EXIF: nothing but pixels
     return buf.getvalue()
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process is one of several that torchrun started (its environment names a rank)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record],
+                 labels: Sequence[str]) -> dict[str, Any]:
+    """Write one record into the partial folder ``partial``: its image under a secret random name (atomically),
+    then its line in the private journal ``journal``. Returns the journal entry."""
+    if not sources:
+        raise ValueError("a released record must stand for at least one source")
+    name = secrets.token_hex(8) + ".png"
+    atomic_write_bytes(partial / "images" / name, _png(image_to_uint8(image)))
+    entry = {
+        "key": key, "name": name,
+        "sources": [r.record_id for r in sources],
+        "patients": sorted({r.patient_id for r in sources}),
+        "labels": aggregate_labels(list(sources), list(labels)),                  # per patient
+    }
+    with open(partial / journal, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry, default=_json_default) + "\n")
+        f.flush()
+    return entry
 
 
 class ReleaseWriter:
@@ -95,7 +121,14 @@ class ReleaseWriter:
                  mapping: str | Path | None = None,              # private mapping file (outside the release)
                  overwrite: bool = False,
                  resume: bool = True,
-                 inputs: Sequence[str | Path] = ()):             # what the method reads (never written)
+                 inputs: Sequence[str | Path] = (),              # what the method reads (never written)
+                 sharded: bool = False):                         # rank 0 of a torchrun job (release/sharded.py)
+        if launched_by_torchrun() and not sharded:
+            raise ConfigError(f"release {out}: this method writes its release from one process only, and this is "
+                              f"one of {os.environ['WORLD_SIZE']} processes started by torchrun (they would write "
+                              "the same records over each other)",
+                              fix="run it without torchrun; ksalsa, kcentroid, kpixel, kpca, inverted, gmia, dpglow "
+                                  "and ldp-image are the methods that run sharded (docs/distributed.md)")
         self.out = Path(out)
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.mapping = Path(mapping) if mapping else None
@@ -156,6 +189,7 @@ class ReleaseWriter:
                 break                                    # a torn last line: that record is redone
             if (self.partial / "images" / e["name"]).exists():
                 self.entries[e["key"]] = e
+        self.absorb_rank_journals()                      # records other processes of a torchrun job finished
         # an image written without its journal line (the process was killed in between) is an orphan
         known = {e["name"] for e in self.entries.values()}
         for p in (self.partial / "images").iterdir():
@@ -179,21 +213,50 @@ class ReleaseWriter:
         """
         if key in self.entries:
             raise ValueError(f"release record {key!r} was already written")
-        if not sources:
-            raise ValueError("a released record must stand for at least one source")
-        name = secrets.token_hex(8) + ".png"
-        atomic_write_bytes(self.partial / "images" / name, _png(image_to_uint8(image)))
-        entry = {
-            "key": key, "name": name,
-            "sources": [r.record_id for r in sources],
-            "patients": sorted({r.patient_id for r in sources}),
-            "labels": aggregate_labels(list(sources), self.settings["labels"]),      # per patient
-        }
-        with open(self.partial / JOURNAL, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, default=_json_default) + "\n")
-            f.flush()
+        entry = write_record(self.partial, JOURNAL, key, image, sources, self.settings["labels"])
         self.entries[key] = entry
-        return name
+        return entry["name"]
+
+    def absorb_rank_journals(self) -> int:
+        """Take in the records that other processes of a torchrun job wrote (``.journal.rank<R>.jsonl``,
+        :mod:`medanon.release.sharded`): each record whose image exists and whose journal head matches this
+        release's is appended to the main journal, then the rank journal is removed. Returns the records taken in.
+
+        Called when a sharded run ends (rank 0 merges) and when an interrupted one is resumed (with any
+        number of processes): a record a rank finished before the interruption is never recomputed.
+        """
+        head = json.loads(json.dumps(self._head, default=_json_default))
+        taken = 0
+        for path in sorted(self.partial.glob(RANK_JOURNAL_GLOB)):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            same = False
+            try:
+                same = bool(lines) and json.loads(lines[0]) == head
+            except json.JSONDecodeError:
+                pass
+            new = []
+            for line in lines[1:] if same else ():
+                try:
+                    e = json.loads(line)
+                except json.JSONDecodeError:
+                    break                                # a torn last line: that record is redone
+                if e["key"] in self.entries:
+                    if self.entries[e["key"]]["name"] != e["name"]:
+                        raise DataError(f"{path} and the journal both hold release record {e['key']!r}",
+                                        fix=f"delete {self.partial} and start again")
+                    continue
+                if (self.partial / "images" / e["name"]).exists():
+                    new.append(e)
+            if new:
+                with open(self.partial / JOURNAL, "a", encoding="utf-8") as f:
+                    f.write("".join(json.dumps(e, default=_json_default) + "\n" for e in new))
+                    f.flush()
+                    os.fsync(f.fileno())
+            for e in new:
+                self.entries[e["key"]] = e
+            path.unlink()                                # its records are in the main journal now
+            taken += len(new)
+        return taken
 
     def close(self) -> Path:
         """Write ``labels.csv`` and ``manifest.json``, the mapping if asked, and move into place."""
@@ -230,7 +293,8 @@ class ReleaseWriter:
                                    for e in rows}}
             atomic_write_text(self.mapping, json.dumps(mapping, indent=1, default=_json_default) + "\n")
             os.chmod(self.mapping, 0o600)                # private: record -> source patients
-        (self.partial / JOURNAL).unlink()
+        for journal in (self.partial / JOURNAL, *self.partial.glob(RANK_JOURNAL_GLOB)):
+            journal.unlink()                             # private: never published
         _shuffle_and_stamp(self.partial)
         if self.out.exists():
             shutil.rmtree(self.out)

@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from medanon.errors import ConfigError
 
-__all__ = ["Dist", "init_distributed", "shard_rows", "shutdown", "split_batch", "threads_per_rank"]
+__all__ = ["Dist", "bind_local_gpu", "init_distributed", "shard_rows", "shutdown", "split_batch", "threads_per_rank"]
 
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -173,6 +173,21 @@ def init_distributed(device: str | torch.device = "cpu", *, timeout_minutes: flo
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes))
     return Dist(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend)
+
+
+def bind_local_gpu() -> int:
+    """Under torchrun, make ``cuda`` mean this process's GPU (``cuda:LOCAL_RANK``) and return the rank; else 0.
+
+    Called before any model is loaded by commands that do not join a training group themselves
+    (``medanon anonymize`` under torchrun, :mod:`medanon.release.sharded`), so that ``--device cuda``
+    puts each process on its own GPU. Without a GPU (or without torchrun) it changes nothing.
+    """
+    if not all(k in os.environ for k in ENV) or int(os.environ["WORLD_SIZE"]) <= 1:
+        return 0
+    local = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available() and local < torch.cuda.device_count():
+        torch.cuda.set_device(local)
+    return int(os.environ["RANK"])
 
 
 def shutdown(d: Dist) -> None:

@@ -185,8 +185,9 @@ def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], tol: d
 
 def test_split_batch_and_shards():
     assert split_batch(8, 2, 2) == 2
-    with pytest.raises(ConfigError, match="multiple of 6"):
+    with pytest.raises(ConfigError, match="multiple of 6") as e:
         split_batch(8, 3, 2)
+    assert e.value.fix.endswith("or accumulation=") and "--accum" not in str(e.value)     # the library's words
     rows = torch.arange(8)
     assert torch.cat([shard_rows(rows, s, 2) for s in range(2)]).sort().values.equal(rows)
     assert shard_rows(rows, 1, 4).tolist() == [1, 5]
@@ -387,3 +388,16 @@ def test_autoencoder_two_ranks_equal_one_process_with_the_same_shards(two_ranks:
     for net in ("E", "G", "D"):
         _assert_close(a["state"][net], b["state"][net])
     assert a["extra"]["ada_state"] == pytest.approx(b["extra"]["ada_state"])
+
+
+def test_train_commands_name_accum_where_the_library_names_accumulation(tmp_path):
+    from click.testing import CliRunner
+
+    import medanon
+    from medanon.cli import cli
+
+    data = medanon.make_phantom(tmp_path / "data", patients=4, per_patient=2, size=16)
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "flow", str(data), "--size", "16", "--batch", "8",
+                                 "--accum", "3", "--subset", "all", "--steps", "1", "--out", str(tmp_path / "flow")])
+    assert r.exit_code == 1 and "multiple of 3" in r.output and r.output.rstrip().endswith("or --accum")
+    assert "accumulation=" not in r.output

@@ -35,7 +35,7 @@ DATA_FLAGS = {GENERIC_OPTIONS: "--layout generic --labels FILE.csv --image-col C
 SPLIT_FLAGS = {"val=": "--val ", "test=": "--test ", "stratify=": "--stratify "}
 # The training loops' (medanon.train): a run folder is resumed or another one chosen.
 TRAIN_FLAGS = {"resume=True": "--resume", "another out folder": "another --out", "another out file": "another --out",
-               "only steps may change": "only --steps may change"}
+               "only steps may change": "only --steps may change", "accumulation=": "--accum "}
 
 
 def reworded(e: MedanonError, flags: Mapping[str, str]) -> MedanonError:

@@ -169,7 +169,7 @@ def init_distributed(device: str | torch.device = "cpu", *, timeout_minutes: flo
     elif device.type == "cpu":
         backend = "gloo"
     else:
-        raise ConfigError(f"distributed training on {device.type} is not supported", fix="use --device cuda or cpu")
+        raise ConfigError(f"distributed training on {device.type} is not supported", fix="use device='cuda' or 'cpu'")
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes))
     return Dist(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend)
@@ -207,12 +207,13 @@ def threads_per_rank(requested: int, cpu_count: int) -> int:
 def split_batch(global_batch: int, world_size: int, accumulation: int, *, what: str = "batch") -> int:
     """Images per shard when ``global_batch`` is split over ``world_size`` ranks x ``accumulation`` micro-batches."""
     if accumulation < 1:
-        raise ConfigError(f"gradient accumulation {accumulation} must be >= 1")
+        raise ConfigError(f"accumulation={accumulation} must be >= 1")
     shards = world_size * accumulation
     if global_batch % shards:
         raise ConfigError(f"the global {what} {global_batch} does not split into {world_size} ranks x "
                           f"{accumulation} accumulation steps (= {shards} equal shards)",
-                          fix=f"choose a {what} that is a multiple of {shards}, or other --nproc_per_node/--accum")
+                          fix=f"choose a {what} that is a multiple of {shards}, or another number of processes "
+                              "(torchrun --nproc_per_node) or accumulation=")
     return global_batch // shards
 
 

@@ -68,6 +68,18 @@ def test_matches_reference_on_exact_ties():
     assert as_sets(same_size_clusters(same, 4)) == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)]
 
 
+@pytest.mark.parametrize("data", ["duplicates", "integer-grid"])
+def test_float32_run_matches_the_float64_greedy_on_ties(data):
+    """Exact ties (bit-equal duplicates; equal distances on an integer grid) in float32: near-ties are settled
+    on float64 distances and duplicates by the lowest index, as the float64 reference decides them."""
+    rng = np.random.default_rng(3)
+    if data == "duplicates":                    # 300 distinct points, about 5 copies each, in 64 dimensions
+        x = rng.standard_normal((300, 64))[rng.integers(0, 300, 1500)].astype(np.float32)
+    else:
+        x = rng.integers(0, 3, (1500, 8)).astype(np.float32)
+    assert as_sets(same_size_clusters(x, 5, block=256)) == as_sets(naive_same_size_clusters(x, 5))
+
+
 def test_larger_run_matches_reference_with_hot_set_rebuilds():
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.standard_normal((700, 24)), 4 + 0.5 * rng.standard_normal((300, 24))])

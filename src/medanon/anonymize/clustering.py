@@ -40,6 +40,9 @@ from tqdm.auto import tqdm
 from medanon.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
+NN_MARGIN = 1e-5              # relative: nearest-neighbour distances are float32; bounds must stay bounds
+TIE_SUM = 2e-8                # relative: picks whose float32-based sums are this close are compared in float64
+TIE_DIST = 1e-5               # relative: neighbours this close to the k-th distance are compared in float64
 
 
 @dataclass
@@ -96,9 +99,21 @@ class _Greedy:
     best hot point when it beats ``t_out``; otherwise the hot set is rebuilt (and grown if needed).
     """
 
-    def __init__(self, x: torch.Tensor, k: int, *, block: int, cache: int, progress: bool, hot_fraction: int = 8):
+    def __init__(self, x: torch.Tensor, k: int, *, block: int, cache: int, progress: bool, hot_fraction: int = 8,
+                 exact: torch.Tensor | None = None):
+        self.exact = exact if exact is not None else x  # the points as given: near-ties are settled on them
         self.x = x - x.mean(0, keepdim=True)         # centring keeps the norm trick accurate
         self.sq = (self.x * self.x).sum(1)
+        # the norm trick's error in a float32 distance near 0 (duplicates): sqrt of its error in the square
+        self.d_floor = math.sqrt(64 * torch.finfo(x.dtype).eps * float(self.sq.max())) if len(x) else 0.0
+        # exact duplicates (bit-equal rows) have equal sums: a float64 greedy takes the lowest index of them
+        rows = np.ascontiguousarray(self.exact.cpu().numpy())
+        _, self.dup, counts = np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
+                                        return_inverse=True, return_counts=True)
+        self.dup = self.dup.ravel()
+        self.has_dup = counts[self.dup] > 1
+        # a sum holds up to (copies - 1) float32 distances of duplicates, each off by up to d_floor
+        self.sum_floor = self.d_floor * (int(counts.max()) - 1) if len(counts) else 0.0
         self.n, self.k = len(x), k
         self.block = block
         self.cache_size = max(cache, 2 * k)
@@ -113,19 +128,25 @@ class _Greedy:
         self.kid = np.arange(self.n)                  # candidate columns of neighbour searches (compacted)
         self.kx, self.ksq = self.x, self.sq
         self.progress = progress
-        self.s = self._initial_sums()
+        self.s, nn = self._initial_sums()
+        # nn[i] <= the distance from i to any other point (its nearest neighbour's, less a float margin): a point
+        # that leaves takes at least nn of it from every other point's sum, so stale sums fall with the removals
+        self.nn = nn * (1.0 - NN_MARGIN)
+        self.taken = np.zeros(self.n + 1)             # taken[r]: sum of nn over the first r removed points
         self.hot = np.zeros(0, np.int64)
         self.hot_fraction = hot_fraction
-        self.t_out = math.inf
+        self.t_out, self.t_out_at = math.inf, 0.0
 
     def _rows(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         t = torch.from_numpy(ids).to(self.x.device)   # index_select: the same rows, 1.4-14x faster than x[t]
         return self.x.index_select(0, t), self.sq.index_select(0, t)
 
-    def _initial_sums(self) -> np.ndarray:
-        """Sum of distances from each point to all others: upper-triangular blocks, each used twice."""
+    def _initial_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sum of distances from each point to all others, and the distance to its nearest other point:
+        upper-triangular blocks, each used twice."""
         n, b = self.n, self.block
         s = torch.zeros(n, dtype=torch.float64, device=self.x.device)
+        nn = torch.full((n,), math.inf, dtype=self.x.dtype, device=self.x.device)
         starts = range(0, n, b)
         total = len(starts) * (len(starts) + 1) // 2
         with tqdm(total=total, desc="clustering: distance sums", disable=not self.progress, unit="block") as bar:
@@ -134,13 +155,26 @@ class _Greedy:
                 for j in range(i, n, b):
                     d = _pairwise(xi, self.x[j:j + b], qi, self.sq[j:j + b])
                     if j == i:
+                        d.fill_diagonal_(math.inf)
+                    torch.minimum(nn[i:i + b], d.amin(1), out=nn[i:i + b])
+                    if j > i:
+                        torch.minimum(nn[j:j + b], d.amin(0), out=nn[j:j + b])
+                    else:
                         d.fill_diagonal_(0.0)
                     d = d.double()               # then sum: the same float64 sums as sum(dtype=float64), faster
                     s[i:i + b] += d.sum(1)
                     if j > i:
                         s[j:j + b] += d.sum(0)
                     bar.update()
-        return s.cpu().numpy()
+        nn = nn.double().cpu().numpy()
+        return s.cpu().numpy(), np.where(np.isfinite(nn), nn, 0.0)
+
+    def _bounds(self, ids: np.ndarray) -> np.ndarray:
+        """Upper bounds of the current sums of ``ids``: the sum at each one's stamp, less what the points removed
+        since must have taken from it (each at least its own nn, and at least the point's nn)."""
+        since = self.removed - self.stamp[ids]
+        fell = np.maximum(self.taken[self.removed] - self.taken[self.stamp[ids]], since * self.nn[ids])
+        return self.s[ids] - fell
 
     # -------------------------------------------------------------------------------------- sums upkeep
 
@@ -169,7 +203,9 @@ class _Greedy:
         could reach the hot set: points far from the top are not updated at all.
         """
         alive = np.flatnonzero(self.alive)
-        by_bound = alive[np.argsort(-self.s[alive], kind="stable")]
+        bound = self._bounds(alive)
+        order = np.argsort(-bound, kind="stable")
+        by_bound, bound = alive[order], bound[order]
         size = max(256, len(alive) // self.hot_fraction)
         done = 0
         while True:
@@ -177,14 +213,14 @@ class _Greedy:
             while done < len(by_bound):
                 if done >= size:
                     exact = self.s[by_bound[:done]]
-                    if self.s[by_bound[done]] < np.partition(exact, done - size)[done - size]:
+                    if bound[done] < np.partition(exact, done - size)[done - size]:
                         break                              # no bound left can enter the top ``size``
                 step = max(size, self.block)
                 self._refresh(by_bound[done:done + step])
                 done = min(done + step, len(by_bound))
             ready = by_bound[:done]
             exact = self.s[ready]
-            rest_bound = self.s[by_bound[done]] if done < len(by_bound) else -math.inf
+            rest_bound = bound[done] if done < len(by_bound) else -math.inf
             if size >= len(ready):
                 self.hot, self.t_out = ready, rest_bound
             else:
@@ -192,18 +228,67 @@ class _Greedy:
                 rest = np.ones(len(ready), bool)
                 rest[top] = False
                 self.hot, self.t_out = ready[top], max(float(exact[rest].max()), rest_bound)
-            if self.t_out == -math.inf or self.s[self.hot].max() > self.t_out:
-                break                                      # (equality could hide a lower-index tie: grow)
+            self.t_out_at = self.taken[self.removed]
+            best = self.s[self.hot].max()
+            if self.t_out == -math.inf or best > self.t_out + self._tie(best):
+                break                                      # (a near-tie could hide a lower-index one: grow)
             size *= 2
         self.hx, self.hq = self._rows(self.hot)
 
+    def _outside(self) -> float:
+        """A bound of the current sums outside the hot set: ``t_out`` less what the removals since took."""
+        return self.t_out - (self.taken[self.removed] - self.t_out_at)
+
+    def _tie(self, value: float) -> float:
+        return TIE_SUM * abs(value) + self.sum_floor + 1e-9
+
     def _argmax(self) -> int:
-        """Index of the alive point with the largest exact sum (ties: lowest index)."""
+        """Index of the alive point with the largest sum (ties: lowest index).
+
+        The sums come from float32 distances; candidates within ``TIE_SUM`` (relative) of the best are
+        compared again on float64 distances computed from the points as given, so near-ties are decided
+        as a float64 greedy decides them (exact ties, e.g. duplicate points: the lowest index)."""
         hot = self.hot[self.alive[self.hot]]
-        if not len(hot) or self.s[hot].max() <= self.t_out:
+        if not len(hot) or self.s[hot].max() <= self._outside() + self._tie(self.s[hot].max()):
             self._rebuild()
             hot = self.hot
-        return int(hot[np.lexsort((hot, -self.s[hot]))[0]])
+        vals = self.s[hot]
+        near = hot[vals >= vals.max() - self._tie(vals.max())]
+        if len(near) > 1:
+            sums = self._distances64(near, np.flatnonzero(self.alive)).sum(1)
+            near = near[np.lexsort((near, -sums))[:1]]
+        p = int(near[0])
+        if self.has_dup[p]:                          # its alive duplicates have the same sum: the lowest index
+            p = int(np.flatnonzero((self.dup == self.dup[p]) & self.alive)[0])
+        return p
+
+    def _distances64(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Float64 distances (len(rows), len(cols)) from the points as given (differences, no norm trick)."""
+        dev = self.exact.device
+        a = self.exact.index_select(0, torch.from_numpy(rows).to(dev)).double()
+        out = np.empty((len(rows), len(cols)))
+        for c in range(0, len(cols), 4 * self.block):
+            b = self.exact.index_select(0, torch.from_numpy(cols[c:c + 4 * self.block]).to(dev)).double()
+            out[:, c:c + len(b)] = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").cpu().numpy()
+        return out
+
+    def _settle(self, p: int, ids: np.ndarray, dist: np.ndarray, need: int, limit: float) -> np.ndarray | None:
+        """The ``need`` nearest of ``p`` from alive candidates ``ids`` sorted by float32 distance ``dist`` (every
+        other alive point at least ``limit`` away); ties within ``TIE_DIST`` of the edge go by float64 distance,
+        then index. None when the list cannot decide (its edge is within the tolerance of ``limit``)."""
+        if len(ids) < need:
+            return None
+        edge = float(dist[need - 1])
+        tol = TIE_DIST * edge + self.d_floor
+        if not edge + tol < limit:
+            return None
+        sure = dist < edge - tol
+        maybe = ~sure & (dist <= edge + tol)
+        if sure.sum() + maybe.sum() == need:
+            return ids[:need]
+        cand = ids[maybe]
+        d64 = self._distances64(np.array([p]), cand)[0]
+        return np.concatenate([ids[sure], cand[np.lexsort((cand, d64))[:need - int(sure.sum())]]])
 
     def _remove(self, members: np.ndarray) -> None:
         self.alive[members] = False
@@ -213,6 +298,8 @@ class _Greedy:
         self.order[self.removed:self.removed + len(members)] = members
         self.rx[self.removed:self.removed + len(members)] = xb
         self.rq[self.removed:self.removed + len(members)] = qb
+        r = self.removed
+        self.taken[r + 1:r + len(members) + 1] = self.taken[r] + np.cumsum(self.nn[members])
         self.removed += len(members)
         if len(self.hot):                             # the hot set stays exact: one (hot x group) product
             d = _pairwise(self.hx, xb, self.hq, qb).double().sum(1).cpu().numpy()   # 28x faster than dtype= here
@@ -264,7 +351,8 @@ class _Greedy:
         xa, qa = self._rows(np.array([p]))
         xb, qb = self._rows(alive)
         dist = _pairwise(xa, xb, qa, qb)[0].cpu().numpy()
-        return alive[np.lexsort((alive, dist))[:need]]
+        o = np.lexsort((alive, dist))
+        return self._settle(p, alive[o], dist[o], need, math.inf)
 
     def _from_cache(self, p: int, need: int) -> np.ndarray | None:
         entry = self.knn.pop(p, None)
@@ -272,12 +360,9 @@ class _Greedy:
             return None
         ids, dist, limit = entry
         ok = self.alive[ids]
-        if ok.sum() < need:
-            return None
-        ids, dist = ids[ok][:need], dist[ok][:need]
         # points outside the list were at least ``limit`` away when it was made, and the alive set only
-        # shrinks, so the list is exact if its need-th distance is below the limit
-        return ids if dist[-1] < limit else None
+        # shrinks, so the list is exact if its need-th distance is below the limit (by more than the tolerance)
+        return self._settle(p, ids[ok], dist[ok], need, limit)
 
     # -------------------------------------------------------------------------------------- loop
 
@@ -344,14 +429,14 @@ def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
     >>> [m.tolist() for m in c.clusters]
     [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
     """
-    x = torch.as_tensor(points)
-    if x.ndim != 2:
-        x = x.reshape(len(x), -1)
-    x = x.to(dtype)
+    given = torch.as_tensor(points)
+    if given.ndim != 2:
+        given = given.reshape(len(given), -1)
+    x = given.to(dtype)
     n = len(x)
     if strata is None:
         _check(n, k)
-        clusters, left = _Greedy(x, k, block=block, cache=cache or 4 * k, progress=progress).run()
+        clusters, left = _Greedy(x, k, block=block, cache=cache or 4 * k, progress=progress, exact=given).run()
         return _finish(x.cpu().double().numpy(), clusters, left, k, drop_remainder)
     strata = list(strata)
     if len(strata) != n:
@@ -370,7 +455,7 @@ def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
             log.warning("stratum %r has %d point(s) < k=%d: dropped (--drop-remainder)", g, len(ix), k)
             dropped.append(ix)
             continue
-        sub = same_size_clusters(x[torch.from_numpy(ix).to(x.device)], k, drop_remainder=drop_remainder,
+        sub = same_size_clusters(given[torch.from_numpy(ix).to(given.device)], k, drop_remainder=drop_remainder,
                                  block=block, cache=cache, dtype=dtype, progress=progress)
         out += [ix[c] for c in sub.clusters]
         dropped.append(ix[sub.dropped])

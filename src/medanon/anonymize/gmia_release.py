@@ -134,6 +134,8 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
                                if gmia.cfg.latent_space == "w" else "W+: one style vector per synthesis layer"),
               "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,
               "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None}
+    if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings
+        params["amp"] = networks["codec"]["amp"]
     models = {name: sha for name in ("codec", "identity", "utility")
               if (sha := _sha256(networks[name]))}
     source = {"layout": dataset.layout, "modality": dataset.modality,

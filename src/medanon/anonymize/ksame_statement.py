@@ -94,7 +94,7 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
         p["pca_basis"] = cfg.pca_basis
     if codec is not None:
         p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "iterations", "num_ws", "w_dim",
-                                                                         "resolution", "noise_mode")}
+                                                                         "resolution", "noise_mode", "amp")}
     return p
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.gmia import GMIAConfig
+from medanon.cli.anonymize_ksame import AMP_FLAGS, amp_option
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -16,7 +17,8 @@ SPLITS = ("all", "train", "val", "test")
 FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
          "lambda_id=": "--lambda-id ", "lambda_ut=": "--lambda-ut ", "latent_space=": "--latent-space ",
          "batch_size=": "--batch-size ", "identity=": "--identity ", "utility=": "--utility ",
-         "open the dataset with size=": "pass --size ", "(map_location=, device=)": "(--device)", **RELEASE_FLAGS}
+         "open the dataset with size=": "pass --size ", "(map_location=, device=)": "(--device)", **RELEASE_FLAGS,
+         **AMP_FLAGS}
 
 
 def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
@@ -86,6 +88,7 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
               help="Private record -> source mapping file, outside the release (the evaluation's attacks need it).")
 @click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads for torch; 0 = torch's default.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
+@amp_option
 @data_options
 @click.pass_context
 def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_path, out, losses, steps, lr, margin,
@@ -111,6 +114,7 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
 
     from medanon.anonymize.gmia import GMIA
     from medanon.anonymize.gmia_release import gmia_release
+    from medanon.codecs.stylegan import check_amp
     from medanon.config import build
     from medanon.runtime import resolve_device
 
@@ -123,6 +127,7 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
             torch.set_num_threads(threads)
         gmia = GMIA.from_checkpoints(model_path, identity=identity_path, utility=utility_path, cfg=cfg,
                                      device=device)
+        gmia.codec.amp = check_amp(data_opts.pop("amp"), gmia.codec.device)   # autocast of encoder and generator
     g = gmia.codec.generator
     for opt, want in (("size", g.img_resolution), ("channels", str(g.img_channels))):
         if data_opts.get(opt) not in (None, want):

@@ -28,6 +28,16 @@ FLAGS = {"stratify=": "--stratify ", "leave stratify out": "leave --stratify out
          "pca_components=": "--pca-components ", "space=": "--set space=",
          "open both datasets with the same size= and channels=": "read both with the same --size and --channels",
          **RELEASE_FLAGS}
+AMP_FLAGS = {"amp='fp16'": "--amp fp16", "use amp='bf16'": "use --amp bf16", "amp=": "--amp "}
+FLAGS.update(AMP_FLAGS)
+
+
+def amp_option(f):
+    """``--amp bf16|fp16``: the codec's encoder and generator under torch.autocast (docs/distributed.md)."""
+    return click.option("--amp", type=click.Choice(["off", "bf16", "fp16"]), default="off",
+                        help="Mixed precision of the codec's forward passes (inversion, rendering, the k-SALSA/GMIA "
+                             "optimisation): bf16 on CPU or GPU, fp16 on CUDA only; results differ from float32 by "
+                             "a few 8-bit levels (docs/distributed.md, 'Mixed precision').")(f)
 
 
 def ksame_options(*, model_required: bool, k: bool = True):
@@ -65,6 +75,7 @@ def ksame_options(*, model_required: bool, k: bool = True):
                              help="Clusters averaged together." + default(KSameConfig, "batch")),
             ]
         opts.append(config_options("KSameConfig"))
+        opts.append(amp_option)
         for o in reversed(opts):
             f = o(f)
         return data_options(f)
@@ -89,9 +100,11 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
     from medanon.runtime import resolve_device
 
     dev = resolve_device(ctx.obj["device"])
+    amp = data_opts.pop("amp", "off")
     codec = None
     if model is not None:
-        codec = load_codec(model, map_location=dev)
+        with library_call(FLAGS):
+            codec = load_codec(model, map_location=dev, amp=amp)
         res = codec.generator.img_resolution
         if data_opts.get("size") not in (None, res):
             raise click.BadParameter(f"{data_opts['size']} differs from the {res} px the model {model} works at",

@@ -43,6 +43,23 @@ KIND_RESTYLE = "restyle-encoder"
 KIND_COTRAINED = "cotrained-autoencoder"
 CODEC_NAMES = {KIND_RESTYLE: "restyle", KIND_COTRAINED: "cotrained"}
 NOISE_MODE = "const"                            # how the codec renders: fixed per-layer noise, deterministic
+AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}   # mixed precision of the forward passes (autocast)
+
+
+def check_amp(amp: str | None, device: torch.device | str) -> str | None:
+    """``amp`` (``None``/``"off"``, ``"bf16"`` or ``"fp16"``) as the codec keeps it; fp16 only on CUDA.
+
+    bf16 autocast runs on CPUs and GPUs; fp16 autocast is refused on the CPU (PyTorch's CPU fp16 kernels
+    are slow and partial, and fp16's narrow range needs loss scaling that the CPU path has no reason for).
+    """
+    if amp in (None, "off", "fp32"):
+        return None
+    if amp not in AMP:
+        raise ConfigError(f"amp={amp!r} is not one of off, bf16, fp16")
+    if amp == "fp16" and torch.device(device).type != "cuda":
+        raise ConfigError(f"amp='fp16' runs on CUDA GPUs only; the codec is on {torch.device(device)}",
+                          fix="use amp='bf16' on the CPU (or no amp)")
+    return amp
 
 
 class StyleGANCodec(nn.Module):
@@ -64,6 +81,7 @@ class StyleGANCodec(nn.Module):
         name: str | None = None,                # "restyle" | "cotrained" | ...; default from encoder.iterative
         provenance: dict[str, Any] | None = None,  # what describe() reports about where the weights came from
         batch_size: int = 64,                   # images per forward pass in encode / decode
+        amp: str | None = None,                 # bf16 | fp16 (CUDA only): autocast of the encoder and generator
     ):
         super().__init__()
         if (encoder.img_resolution, encoder.img_channels) != (generator.img_resolution, generator.img_channels):
@@ -88,6 +106,7 @@ class StyleGANCodec(nn.Module):
         self.provenance = dict(provenance or {})
         self.batch_size = batch_size
         self._start_cache: tuple[tuple[Any, ...], torch.Tensor] | None = None
+        self.amp = check_amp(amp, self.device)
 
     # -- the LatentCodec interface -----------------------------------------------------------------
 
@@ -129,7 +148,7 @@ class StyleGANCodec(nn.Module):
         g = self.generator
         return {"name": self.name, "latent_space": self.latent_space, "iterations": self.iterations,
                 "num_ws": g.num_ws, "w_dim": g.w_dim, "resolution": g.img_resolution, "channels": g.img_channels,
-                "noise_mode": NOISE_MODE, **self.provenance}
+                "noise_mode": NOISE_MODE, **({"amp": self.amp} if self.amp else {}), **self.provenance}
 
     # -- the steps, for training code (gradients follow the caller's mode) -------------------------
 
@@ -153,13 +172,26 @@ class StyleGANCodec(nn.Module):
     def refine(self, images: torch.Tensor, ws: torch.Tensor, recon: torch.Tensor) -> torch.Tensor:
         """One step: ``ws + E(concat(images, recon))`` (iterative) or ``ws + E(images)`` (one pass)."""
         x = torch.cat([images, recon.to(images.dtype)], dim=1) if self.encoder.iterative else images
-        return ws + self.encoder(x)
+        with self._autocast():
+            return ws + self.encoder(x).float()
 
     def render(self, ws: torch.Tensor) -> torch.Tensor:
-        """``G.synthesis(ws)`` with the codec's constant noise (not clamped; differentiable)."""
-        return self.generator.synthesis(ws, noise_mode=NOISE_MODE)
+        """``G.synthesis(ws)`` with the codec's constant noise (not clamped; differentiable; float32 out).
+
+        With ``amp`` the synthesis runs under ``torch.autocast`` (its convolutions and matmuls in bf16/fp16,
+        reductions and normalisations as autocast keeps them in float32); gradients flow back to ``ws`` in
+        float32. The optimisations built on it (k-SALSA, GMIA) use no loss scaling: bf16 has float32's range.
+        """
+        with self._autocast():
+            return self.generator.synthesis(ws, noise_mode=NOISE_MODE).float()
 
     # -- helpers -----------------------------------------------------------------------------------
+
+    def _autocast(self):
+        dev = self.device
+        if self.amp is None:
+            return torch.autocast(dev.type, enabled=False)
+        return torch.autocast(dev.type, dtype=AMP[check_amp(self.amp, dev)])
 
     def _weights_key(self) -> tuple[Any, ...]:
         """Changes whenever the generator's weights may have: trained in place, reloaded or moved."""
@@ -244,10 +276,13 @@ def check_model_fits(model: str | Path | None, trained: dict[str, Any], dataset:
 
 
 def load_codec(ckpt: str | Path, *, iterations: int | None = None, map_location: str | torch.device = "cpu",
-               batch_size: int = 64) -> StyleGANCodec:
+               batch_size: int = 64, amp: str | None = None) -> StyleGANCodec:
     """Load a ReStyle or co-trained codec from a checkpoint written by ``medanon train encoder|autoencoder``.
 
-    ``iterations`` overrides the number of ReStyle refinement steps stored in the checkpoint.
+    ``iterations`` overrides the number of ReStyle refinement steps stored in the checkpoint; ``amp``
+    (``bf16``, or ``fp16`` on CUDA) runs the encoder and generator under autocast (docs/distributed.md).
     """
     blob = load_checkpoint(ckpt, kind=(KIND_RESTYLE, KIND_COTRAINED), map_location=map_location)
-    return codec_from_blob(blob, iterations=iterations, batch_size=batch_size)
+    codec = codec_from_blob(blob, iterations=iterations, batch_size=batch_size)
+    codec.amp = check_amp(amp, codec.device)
+    return codec

@@ -175,7 +175,7 @@ def test_vgg19_without_weights_says_how_to_get_them(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
     with pytest.raises(FeatureNetworkUnavailable) as e:
         get_feature_network("vgg19")
-    assert "--features-weights" in str(e.value) and ENV_VAR in str(e.value) and "vgg19-dcbb9e9d.pth" in str(e.value)
+    assert "features_weights=" in str(e.value) and ENV_VAR in str(e.value) and "vgg19-dcbb9e9d.pth" in str(e.value)
     assert "--vgg19-weights" not in str(e.value)              # issue 14.9: no such option exists
 
 

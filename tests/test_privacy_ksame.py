@@ -163,6 +163,9 @@ def test_item9_drop_remainder_statement_and_the_weights_option_the_error_names()
     assert "each released patient is in exactly one cluster" in dropped and "none of their images is released" \
         in dropped
     from medanon.models.features.vgg import HOW_TO_GET
-    assert "--features-weights" in HOW_TO_GET and "--vgg19-weights" not in HOW_TO_GET
+    assert "features_weights=" in HOW_TO_GET and "--" not in HOW_TO_GET.split("IMAGENET1K_V1")[1]   # library words
+    from medanon.cli.anonymize_ksame import FLAGS
+    from medanon.cli.library import translate
+    assert "--features vgg19 --features-weights PATH" in translate(HOW_TO_GET, FLAGS)     # the command's words
     help_text = CliRunner().invoke(cli, ["anonymize", "ksalsa", "--help"]).output
     assert "--features-weights" in help_text                                  # the option the error names exists

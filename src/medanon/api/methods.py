@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.gmia import GMIAConfig as _G
+from medanon.anonymize.snow_release import SnowConfig, VSSnowConfig
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -113,8 +114,11 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
                    seeds={method: seed} if seeded else {}, saver=saver)
 
 
-def snow(ds: ImageDataset, *, p: float, seed: int | None = None, fill: str | Sequence[float] = "grey",
-         release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2,
+_S, _V = SnowConfig(), VSSnowConfig()         # defaults are read from the configs the CLI also uses
+
+
+def snow(ds: ImageDataset, *, p: float, seed: int | None = None, fill: str | Sequence[float] = _S.fill,
+         release_labels: str | Sequence[str] | None = None, batch_size: int = _S.batch_size, workers: int = _S.workers,
          device=None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
 
@@ -138,10 +142,10 @@ def snow(ds: ImageDataset, *, p: float, seed: int | None = None, fill: str | Seq
                          batch_size=batch_size, workers=workers, fill=fill)
 
 
-def vs_snow(ds: ImageDataset, *, p: float, seed: int | None = None, vessels: str = "unet",
-            checkpoint: str | Path | None = None, masks_dir: str | Path | None = None, vessel_fraction: float = 0.10,
-            release_labels: str | Sequence[str] | None = None, batch_size: int = 32, workers: int = 2,
-            device=None) -> Release:
+def vs_snow(ds: ImageDataset, *, p: float, seed: int | None = None, vessels: str = _V.vessels,
+            checkpoint: str | Path | None = _V.checkpoint, masks_dir: str | Path | None = _V.masks_dir,
+            vessel_fraction: float = _V.vessel_fraction, release_labels: str | Sequence[str] | None = None,
+            batch_size: int = _V.batch_size, workers: int = _V.workers, device=None) -> Release:
     """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
 
     No formal privacy guarantee is claimed: measure it with :func:`medanon.evaluate`. ``vessels``:

@@ -23,13 +23,24 @@ def test_dpglow_study_skips_without_the_normal_flow(tmp_path: Path, capsys):
     assert "not shipped" in capsys.readouterr().out
 
 
-def test_eval_config_uses_the_shipped_attacker_only_for_its_own_data():
+def test_eval_config_uses_the_shipped_attacker_trained_on_other_patients():
+    """The shipped attacker was trained on a phantom of another seed (patients disjoint from the demo's members,
+    controls and attacker split); the demo uses it unless its own phantom is that seed."""
+    from medanon.models.identity import load_identity
+
     ckpt = demo.default_checkpoints()
-    cfg = demo.eval_config("fundus", 64, ckpt, 200, 4, 0)
-    assert cfg.attacks.identity_checkpoint == str(ckpt / "identity-attacker-fundus64.pt")
-    assert Path(cfg.attacks.identity_checkpoint).is_file()
-    assert demo.eval_config("xray", 64, ckpt, 40, 2, 0).attacks.identity_checkpoint == ""   # other patients
-    assert demo.eval_config("xray", 64, ckpt, 200, 4, 1).attacks.identity_checkpoint == ""  # another split
+    for modality in ("fundus", "xray"):
+        cfg = demo.eval_config(modality, 64, ckpt, 200, 4, 0)
+        assert cfg.attacks.identity_checkpoint == str(ckpt / f"identity-attacker-{modality}64.pt")
+        extra = load_identity(cfg.attacks.identity_checkpoint)[1]["extra"]
+        assert extra["phantom"]["seed"] == demo.ATTACKER_PHANTOM_SEED != 0 and extra["phantom"]["modality"] == modality
+        assert "disjoint" in extra["trained_on"]
+        indep = load_identity(cfg.attacks.independent_checkpoint)[1]["extra"]
+        assert indep["phantom"]["seed"] == demo.INDEPENDENT_PHANTOM_SEED not in (0, demo.ATTACKER_PHANTOM_SEED)
+        assert indep["train_config"]["arch"] == cfg.attacks.independent_arch != cfg.attacks.identity.arch
+        assert indep["train_config"]["image_size"] == cfg.attacks.independent_image_size != 64
+    assert demo.eval_config("xray", 64, ckpt, 40, 2, 0).attacks.identity_checkpoint != ""   # other demo sizes too
+    assert demo.eval_config("xray", 64, ckpt, 200, 4, demo.ATTACKER_PHANTOM_SEED).attacks.identity_checkpoint == ""
 
 
 def test_the_report_folder_the_demo_prepares_is_one_the_evaluation_may_write(tmp_path: Path):

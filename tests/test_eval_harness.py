@@ -27,7 +27,8 @@ def tiny_config(**fidelity) -> EvalConfig:
     return replace(cfg, fidelity=replace(cfg.fidelity, inception=False, bootstrap=5, kid_subsets=3, **fidelity),
                    utility=replace(cfg.utility, seeds=(0,), classifier=clf, bootstrap=50),
                    attacks=replace(cfg.attacks, attribute_classifier=clf, max_pairs=200,
-                                   identity=replace(cfg.attacks.identity, steps=60, batch=32)))
+                                   identity=replace(cfg.attacks.identity, steps=60, batch=32),
+                                   siamese_net=replace(cfg.attacks.siamese_net, steps=60, batch=32)))
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,8 @@ def test_report_schema_and_controls_section(world):
                 assert {"attack", "control", "baseline", "residual_risk", "against", "n"} <= set(risk), name
                 assert (risk["control"] is None) == (risk["against"] == "baseline"), name
     for text in ("What each number is compared with", "near-copy", "closest pairs", "independent attacker",
-                 "reverse", "centred on x", "per individual", "realised FAR", "paired percentile bootstrap"):
+                 "reverse", "centred on x", "per individual", "realised FAR", "paired percentile bootstrap",
+                 "Siamese verification attacker"):
         assert text in html, text
     link = _by_name(rep)["copy"]["attacks"]["linkability"]
     assert link["calibration"]["impostor_pairs"] < 1000 and "fewer than 10 / FAR" in link["warning"]

@@ -20,6 +20,8 @@ from medanon.evaluate.attacks.linkability import linkability
 from medanon.evaluate.attacks.membership import descriptors, top_k_membership
 from medanon.evaluate.attacks.nearest import nearest_record_membership
 from medanon.evaluate.attacks.risk import inference_risk
+from medanon.evaluate.attacks.siamese import embed as siamese_embed
+from medanon.evaluate.attacks.siamese import siamese_attack
 from medanon.evaluate.attacks.singling_out import singling_out
 from medanon.evaluate.config import AttackConfig
 from medanon.evaluate.context import RealContext
@@ -135,6 +137,21 @@ def _nearest(ctx: RealContext, t: Target) -> dict:
     return nearest_record_membership(member_emb=t.real_emb[np.unique(t.src_flat)], control_emb=t.real_emb[control],
                                      release_emb=t.rel_emb, calib_emb=t.real_emb[calib], fpr=a.membership_fpr,
                                      confidence=a.confidence)
+
+
+@register("siamese", lambda a: a.siamese)
+@_needs_mapping
+def _siamese(ctx: RealContext, t: Target) -> dict:
+    a = ctx.cfg.attacks
+    calib, control = ctx.heldout_halves
+    net = ctx.siamese
+    out = siamese_attack(net, real_feats=ctx.real_siamese, release_feats=siamese_embed(net, t.rel.images),
+                         patients=ctx.real.patients, source_rows=t.src_flat, record_patients=t.record_patients,
+                         member_rows=np.unique(t.src_flat), calib_rows=calib, control_rows=control,
+                         target_far=a.target_far, fpr=a.membership_fpr, max_pairs=a.max_pairs, seed=ctx.cfg.seed,
+                         confidence=a.confidence)
+    out["trained_on"] = f"real {ctx.attacker_from} split ({ctx.split_name(ctx.attacker_rows)})"
+    return out
 
 
 @register("inference", lambda a: a.inference and bool(a.attribute))

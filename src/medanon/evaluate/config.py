@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from medanon.config import SplitConfig
 from medanon.errors import ConfigError
+from medanon.evaluate.attacks.siamese import SiameseConfig
 from medanon.train.classifier import ClassifierTrainConfig
 from medanon.train.identity import IdentityTrainConfig
 
@@ -72,6 +73,8 @@ class AttackConfig:
     independent_image_size: int = 48           # same budget (steps, batch, lr, loss) as attacks.identity
     independent_seed: int = 1
     independent_checkpoint: str = ""            # a trained independent identity network instead of training one
+    siamese: bool = True                        # a Siamese verification attacker on image pairs (Packhäuser et al.
+    siamese_net: SiameseConfig = field(default_factory=SiameseConfig)   # 2022), trained on the attacker split
     screening: bool = True                      # near-copy screening of every released image
     near_copy_quantile: float = 0.01            # a released image is a near-copy below this quantile of real
                                                 # image-to-nearest-other-patient distances
@@ -92,6 +95,9 @@ class AttackConfig:
         if not 0 < self.membership_fpr < 1 or not 0 < self.near_copy_quantile < 1:
             raise ConfigError("attacks.membership_fpr and attacks.near_copy_quantile must be in (0, 1)")
         self.independent.validate()
+        n = self.siamese_net
+        if n.image_size < 8 or n.width < 1 or n.steps < 1 or n.batch < 4 or n.lr <= 0:
+            raise ConfigError("attacks.siamese_net needs image_size >= 8, width >= 1, steps >= 1, batch >= 4, lr > 0")
         if self.attacker_split not in ("", "train", "val", "test"):
             raise ConfigError(f"attacks.attacker_split={self.attacker_split!r} must be train, val, test or ''")
 

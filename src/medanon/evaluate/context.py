@@ -33,6 +33,7 @@ from medanon.data.tensors import resize_to
 from medanon.errors import DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
+from medanon.evaluate.attacks import siamese as sia
 from medanon.evaluate.attacks.membership import descriptors
 from medanon.evaluate.attacks.stats import unit
 from medanon.evaluate.cache import Cache, digest
@@ -57,6 +58,14 @@ def _repeat_patients(patients: np.ndarray) -> int:
     return int((counts >= 2).sum())
 
 
+def checkpoint_trained_on(path: str) -> str:
+    """What an identity checkpoint says it was trained on (``extra.trained_on``, written by whoever exported it),
+    or that its training patients are unknown to the evaluator."""
+    said = (load_identity(path)[1].get("extra") or {}).get("trained_on")
+    return f"checkpoint {path}: {said}" if said else \
+        f"checkpoint {path} (its training patients are not known here)"
+
+
 class RealContext:
     """Everything computed from the real data alone, built lazily and cached."""
 
@@ -70,6 +79,7 @@ class RealContext:
                             fix="use a larger dataset or other split fractions")
         self.key = digest(real.digest, real.split.tolist(), cfg.size)
         self.notes: list[str] = []
+        self._models: dict[str, Any] = {}               # classifiers trained on real data, by content key
         a = cfg.attacks
         att = real.rows(a.attacker_split) if a.attacker_split else np.zeros(0, np.int64)
         if _repeat_patients(real.patients[att]) >= 2:
@@ -81,7 +91,7 @@ class RealContext:
                       f"on the release's source split instead, i.e. on its members, and measure memorisation too")
         self.identity_info: dict[str, Any] = (
             {"checkpoint": a.identity_checkpoint, "sha256": sha256_file(a.identity_checkpoint),
-             "trained_on": f"checkpoint {a.identity_checkpoint} (its training patients are not known here)"}
+             "trained_on": checkpoint_trained_on(a.identity_checkpoint)}
             if a.identity_checkpoint else
             {"trained_on": f"real {self.attacker_from} split ({len(self.attacker_rows)} images, "
                            f"{len(set(real.patients[self.attacker_rows]))} patients)", "config": to_dict(a.identity)})
@@ -141,6 +151,29 @@ class RealContext:
         return self.cache.array(name, lambda: self.embed(self.real.images, self.independent))
 
     @cached_property
+    def siamese(self) -> sia.SiameseNet | None:
+        """The Siamese verification attacker, trained on the attacker split (cached by content)."""
+        a = self.cfg.attacks
+        if not a.siamese:
+            return None
+        rows = self.attacker_rows
+        net = sia.SiameseNet(self.real.images.shape[1], a.siamese_net).to(self.device)
+        path = self.cache.path(f"siamese-{digest(self.key, to_dict(a.siamese_net), rows.tolist())}", ".pt")
+        if path is not None and path.is_file():
+            net.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+            return net.eval()
+        net = sia.train_siamese(self.real.images[rows], self.real.patients[rows], cfg=a.siamese_net,
+                                device=self.device)
+        if path is not None:
+            torch.save(net.state_dict(), path)
+        return net
+
+    @cached_property
+    def real_siamese(self) -> torch.Tensor:
+        """The Siamese branch's features of every real image (pairs are scored by its head)."""
+        return sia.embed(self.siamese, self.real.images)
+
+    @cached_property
     def real_desc(self) -> np.ndarray:
         return descriptors(self.real.images, self.real_emb)
 
@@ -187,13 +220,18 @@ class RealContext:
     # -- classifiers trained on real data --------------------------------------------------------------
 
     def _real_classifier(self, name: str, rows: np.ndarray, y: np.ndarray, num_classes: int, tcfg) -> Any:
-        path = self.cache.path(f"{name}-{digest(self.key, rows.tolist(), to_dict(tcfg))}", ".pt")
+        key = f"{name}-{digest(self.key, rows.tolist(), to_dict(tcfg))}"
+        if key in self._models:                         # once per evaluation, not once per release
+            return self._models[key]
+        path = self.cache.path(key, ".pt")
         if path is not None and path.is_file():
-            return load_classifier(path, map_location=self.device)[0]
-        model = train_classifier(self.real.images[rows], y, num_classes=num_classes, cfg=tcfg, device=self.device,
-                                 progress=self.progress, desc=name)
-        if path is not None:
-            save_classifier(path, model, extra={"rows": len(rows)})
+            model = load_classifier(path, map_location=self.device)[0]
+        else:
+            model = train_classifier(self.real.images[rows], y, num_classes=num_classes, cfg=tcfg,
+                                     device=self.device, progress=self.progress, desc=name)
+            if path is not None:
+                save_classifier(path, model, extra={"rows": len(rows)})
+        self._models[key] = model
         return model
 
     def attribute_attacker(self, label: str):
@@ -229,9 +267,12 @@ class RealContext:
             rows = self.src[ok]
             pick = util.subsample(len(rows), n, seed)
             test_rows, _ = self.test_set(task)
-            model = train_classifier(self.real.images[rows[pick]], y[pick], num_classes=task.num_classes,
-                                     cfg=with_seed(tcfg, seed), device=self.device, progress=self.progress,
-                                     desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
+            if len(pick) == len(rows) and self.cfg.utility.full_real and seed == self.cfg.utility.seeds[0]:
+                model = self.full_real_model(task)      # the same images, settings and seed: one model, not two
+            else:
+                model = train_classifier(self.real.images[rows[pick]], y[pick], num_classes=task.num_classes,
+                                         cfg=with_seed(tcfg, seed), device=self.device, progress=self.progress,
+                                         desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
             return predict_proba(model, resize_to(self.real.images[test_rows], tcfg.image_size)).double().numpy()
 
         return self.cache.array(name, make)

@@ -41,11 +41,12 @@ from medanon.evaluate import utility as util
 from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.config import EvalConfig
-from medanon.evaluate.context import RealContext, network_checks, with_seed
+from medanon.evaluate.context import RealContext, checkpoint_trained_on, network_checks, with_seed
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.nearcopy import screen
 from medanon.fsutil import sha256_file
 from medanon.models.classifier import predict_proba
+from medanon.models.identity import load_identity
 from medanon.runtime import RunDir
 from medanon.train.classifier import map_in_parallel, train_classifier
 
@@ -257,9 +258,11 @@ def _independent_info(ctx: RealContext) -> dict | None:
         return None
     if a.independent_checkpoint:
         net = ctx.independent
+        said = (load_identity(a.independent_checkpoint)[1].get("extra") or {}).get("train_config") or {}
         return {"checkpoint": a.independent_checkpoint, "sha256": sha256_file(a.independent_checkpoint),
-                "trained_on": f"checkpoint {a.independent_checkpoint} (its training patients are not known here)",
-                "config": {"arch": "from the checkpoint", "image_size": net.cfg.image_size,
+                "trained_on": checkpoint_trained_on(a.independent_checkpoint),
+                "config": {"arch": said.get("arch", "from the checkpoint"), "image_size": net.cfg.image_size,
+                           "seed": said.get("seed"), "steps": said.get("steps"),
                            "backbone": net.cfg.backbone.to_dict()}}
     return {"trained_on": f"real {ctx.attacker_from} split ({ctx.split_name(ctx.attacker_rows)})",
             "config": to_dict(a.independent)}

@@ -4,6 +4,7 @@
 - :mod:`.attribute`   — VS-Snow §2.4: a sex classifier trained on real images, tested on the release;
 - :mod:`.linkability` — GMIA §3: identity verification, inner and outer risk, TAR at fixed FAR;
 - :mod:`.singling_out` — GMIA §3: hidden rate and local cloaking on identity embeddings;
+- :mod:`.siamese`     — Packhäuser et al. 2022: a Siamese network verifying "same patient?" on image pairs;
 - :mod:`.risk`        — success rates with Wilson intervals and residual risk over a control set
   (the estimator of anonymeter, Giomi et al. 2023), and the nearest-record inference attack.
 """

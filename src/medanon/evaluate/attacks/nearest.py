@@ -37,14 +37,23 @@ def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray
     rel = unit(release_emb)
     if len(member_emb) == 0 or len(control_emb) == 0 or len(rel) == 0:
         raise ValueError("nearest-record membership needs member images, control images and released records")
+    has_calib = calib_emb is not None and len(calib_emb) > 0
+    return membership_from_scores(unit(member_emb) @ rel.T, unit(control_emb) @ rel.T,
+                                  unit(calib_emb) @ rel.T if has_calib else None, fpr=fpr, confidence=confidence,
+                                  calibrated_on="half of the held-out patients" if has_calib else "the controls")
 
-    def sims(e):
-        s = unit(e) @ rel.T
-        return s.max(1), s.min(1)
 
-    m_hi, m_lo = sims(member_emb)
-    c_hi, c_lo = sims(control_emb)
-    cal_hi, cal_lo = sims(calib_emb) if calib_emb is not None and len(calib_emb) else (c_hi, c_lo)
+def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray, calib_scores: np.ndarray | None,
+                           *, fpr: float = 0.1, confidence: float = 0.95, calibrated_on: str = "the controls",
+                           score: str = "cosine", assumptions: str = ASSUMPTIONS) -> dict:
+    """The attack on similarity matrices ``(targets, released records)`` of members, controls and calibration
+    images (None: the controls calibrate): the most (reverse: least) similar record against the thresholds."""
+    if member_scores.size == 0 or control_scores.size == 0:
+        raise ValueError("nearest-record membership needs member images, control images and released records")
+    m_hi, m_lo = member_scores.max(1), member_scores.min(1)
+    c_hi, c_lo = control_scores.max(1), control_scores.min(1)
+    cal_hi, cal_lo = (calib_scores.max(1), calib_scores.min(1)) if calib_scores is not None and calib_scores.size \
+        else (c_hi, c_lo)
     tau, tau_lo = float(np.quantile(cal_hi, 1 - fpr)), float(np.quantile(cal_lo, fpr))
     entries = {}
     for name, m, c, claim in (("forward", m_hi, c_hi, lambda v: v >= tau), ("reverse", m_lo, c_lo,
@@ -57,10 +66,11 @@ def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray
                                    control_is="the same attack on real images of held-out patients")
     auc = delong(m_hi, c_hi, confidence=confidence)
     auc_rev = delong(-m_lo, -c_lo, confidence=confidence)
-    return {"auc": auc["auc"], "auc_ci": auc["ci"], "p_value": auc["p_value"], "two_sided_auc": auc["two_sided_auc"],
-            "reverse_auc": auc_rev["auc"], "reverse_auc_ci": auc_rev["ci"],
-            "threshold": tau, "low_threshold": tau_lo, "fpr": fpr,
-            "calibrated_on": ("half of the held-out patients" if calib_emb is not None and len(calib_emb)
-                              else "the controls"),
-            "n_members": len(m_hi), "n_controls": len(c_hi), "n": len(m_hi), "assumptions": ASSUMPTIONS,
-            "risk": entries["forward"], "risk_reverse": entries["reverse"]}
+    out = {"auc": auc["auc"], "auc_ci": auc["ci"], "p_value": auc["p_value"], "two_sided_auc": auc["two_sided_auc"],
+           "reverse_auc": auc_rev["auc"], "reverse_auc_ci": auc_rev["ci"],
+           "threshold": tau, "low_threshold": tau_lo, "fpr": fpr, "calibrated_on": calibrated_on,
+           "n_members": len(m_hi), "n_controls": len(c_hi), "n": len(m_hi), "assumptions": assumptions,
+           "risk": entries["forward"], "risk_reverse": entries["reverse"]}
+    if score != "cosine":
+        out["score"] = score
+    return out

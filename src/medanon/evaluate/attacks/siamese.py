@@ -1,0 +1,198 @@
+"""A Siamese verification attacker (Packhäuser et al., "Deep learning-based patient re-identification is able to
+exploit the biometric nature of medical chest X-ray data", Sci. Rep. 12, 14851, 2022).
+
+Packhäuser et al. train a Siamese network on image *pairs* to decide "same patient?" and reach a verification
+AUC of 0.994 on ChestX-ray14. This is the same kind of attacker, small and in plain torch: one convolutional
+branch with shared weights embeds both images, and a head on the symmetric pair features ``|a - b|`` and
+``a * b`` gives the logit of "same patient" (binary cross-entropy on balanced genuine / impostor pairs). It
+is trained on the attacker split (patients neither released nor controls), independently of the identity
+networks (another architecture, another loss, pairs instead of patient classes).
+
+:func:`siamese_attack` runs it on a release, scored two-sided like the other attacks, each number with N:
+
+- ``reference``: verification of real held-out pairs (genuine: two images of one patient), the attacker's
+  strength on unprotected images (Packhäuser's number); its threshold at the target FAR on all impostor
+  pairs is the one applied below;
+- ``outer``: pairs (real source image, released record), genuine when the record stands for the image's
+  patient (AUC with DeLong interval, two-sided AUC, TAR / FAR at the reference's threshold);
+- ``membership``: a target is claimed to be in the release when its best-scoring released record passes a
+  threshold set on half of the held-out patients; the **control** is the same attack on the other half
+  (:func:`medanon.evaluate.attacks.nearest.membership_from_scores`), with the residual risk against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from medanon.data.tensors import resize_to
+from medanon.evaluate.attacks.linkability import _pairs, threshold_at_far, verification_rates
+from medanon.evaluate.attacks.nearest import membership_from_scores
+
+ASSUMPTIONS = ("attacker holds a Siamese network trained on pairs of real images of other patients (genuine: "
+               "the same patient) and the real images it wants to verify or find; thresholds fixed on real "
+               "held-out patients")
+
+
+@dataclass
+class SiameseConfig:
+    image_size: int = 32                        # input side (images are area-resized to it)
+    width: int = 16                             # channels of the first block (doubled per block, 4 blocks)
+    steps: int = 300                            # optimiser steps
+    batch: int = 64                             # pairs per step, half genuine, half impostor
+    lr: float = 2e-3
+    self_pairs: float = 0.25                    # share of genuine pairs that are one image twice, both views
+                                                # jittered: a released near-copy of a source is "the same patient"
+    seed: int = 0
+
+
+class SiameseNet(nn.Module):
+    """Shared convolutional branch and a pair head; ``forward(a, b)`` is the logit of "same patient"."""
+
+    def __init__(self, channels: int, cfg: SiameseConfig):
+        super().__init__()
+        w = cfg.width
+        layers: list[nn.Module] = []
+        c_in = channels
+        for c_out in (w, 2 * w, 4 * w, 4 * w):
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                       nn.ReLU(inplace=True), nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+                       nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+            c_in = c_out
+        self.branch = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, 64))
+        self.head = nn.Sequential(nn.Linear(128, 64), nn.ReLU(inplace=True), nn.Linear(64, 1))
+        self.cfg = cfg
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.branch(resize_to(x, self.cfg.image_size))
+
+    def pair_logits(self, fa: torch.Tensor, fb: torch.Tensor) -> torch.Tensor:
+        """Symmetric in (a, b): the head sees ``|a - b|`` and ``a * b``."""
+        return self.head(torch.cat([(fa - fb).abs(), fa * fb], 1)).squeeze(1)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.pair_logits(self.features(a), self.features(b))
+
+
+def _sample_pairs(groups: list[np.ndarray], owner: np.ndarray, n: int, rng: np.random.Generator,
+                  self_pairs: float = 0.0):
+    """``n // 2`` genuine pairs (two different images of one patient; a share ``self_pairs`` of them one image
+    twice) and ``n - n // 2`` impostor pairs."""
+    g = n // 2
+    pick = rng.integers(len(groups), size=g)
+    ga = np.empty(g, np.int64)
+    gb = np.empty(g, np.int64)
+    for k, p in enumerate(pick):
+        ga[k], gb[k] = rng.choice(groups[p], 2, replace=False)
+    selfp = rng.random(g) < self_pairs                  # the same image twice (each view jittered on its own)
+    gb[selfp] = ga[selfp]
+    ia = rng.integers(len(owner), size=n - g)
+    ib = rng.integers(len(owner), size=n - g)
+    clash = owner[ia] == owner[ib]
+    while clash.any():
+        ib[clash] = rng.integers(len(owner), size=int(clash.sum()))
+        clash = owner[ia] == owner[ib]
+    return np.r_[ga, ia], np.r_[gb, ib], np.r_[np.ones(g), np.zeros(n - g)].astype(np.float32)
+
+
+def _jitter(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Per image: contrast x[0.9, 1.1], brightness ±0.05 and Gaussian noise (sd 0.03)."""
+    n = len(x)
+    c = 0.9 + 0.2 * torch.rand(n, 1, 1, 1, generator=gen, device=x.device)
+    b = 0.1 * torch.rand(n, 1, 1, 1, generator=gen, device=x.device) - 0.05
+    return x * c + b + 0.03 * torch.randn(x.shape, generator=gen, device=x.device)
+
+
+def train_siamese(images: torch.Tensor, patients: Sequence[str], *, cfg: SiameseConfig | None = None,
+                  device: torch.device | str = "cpu") -> SiameseNet:
+    """Train on balanced pairs of ``images`` (``(N, C, H, W)`` in [-1, 1]) of patients with two or more images."""
+    cfg = cfg or SiameseConfig()
+    pats = np.asarray(patients)
+    _, owner, counts = np.unique(pats, return_inverse=True, return_counts=True)
+    groups = [np.flatnonzero(owner == p) for p in np.flatnonzero(counts >= 2)]
+    if len(groups) < 2:
+        raise ValueError(f"the Siamese attacker needs two or more patients with two or more images, got {len(groups)}")
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x51A]))
+    x = resize_to(images, cfg.image_size).to(device)
+    gen = torch.Generator(device=x.device).manual_seed(cfg.seed)
+    net = SiameseNet(images.shape[1], cfg).to(device)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps)
+    net.train()
+    for _ in range(cfg.steps):
+        a, b, y = _sample_pairs(groups, owner, cfg.batch, rng, cfg.self_pairs)
+        xa, xb = _jitter(x[a], gen), _jitter(x[b], gen)
+        flip = torch.from_numpy(rng.random(len(a)) < 0.5).to(device)          # the order of a pair carries nothing
+        xa, xb = torch.where(flip[:, None, None, None], xb, xa), torch.where(flip[:, None, None, None], xa, xb)
+        loss = F.binary_cross_entropy_with_logits(net(xa, xb), torch.from_numpy(y).to(device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+    return net.eval()
+
+
+@torch.no_grad()
+def embed(net: SiameseNet, images: torch.Tensor, batch: int = 256) -> torch.Tensor:
+    """The branch's features of every image (computed once per image; pairs are then scored by the head)."""
+    dev = next(net.parameters()).device
+    return torch.cat([net.features(images[i:i + batch].to(dev)) for i in range(0, len(images), batch)]).cpu()
+
+
+@torch.no_grad()
+def score_pairs(net: SiameseNet, fa: torch.Tensor, fb: torch.Tensor, i: np.ndarray, j: np.ndarray,
+                batch: int = 65536) -> np.ndarray:
+    """Logits of pairs ``(fa[i], fb[j])``."""
+    dev = next(net.parameters()).device
+    out = [net.pair_logits(fa[i[s:s + batch]].to(dev), fb[j[s:s + batch]].to(dev)).cpu()
+           for s in range(0, len(i), batch)]
+    return torch.cat(out).double().numpy() if out else np.zeros(0)
+
+
+def score_matrix(net: SiameseNet, fa: torch.Tensor, fb: torch.Tensor) -> np.ndarray:
+    """``(len(fa), len(fb))`` logits of every pair."""
+    i, j = np.meshgrid(np.arange(len(fa)), np.arange(len(fb)), indexing="ij")
+    return score_pairs(net, fa, fb, i.ravel(), j.ravel()).reshape(len(fa), len(fb))
+
+
+def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: torch.Tensor,
+                   patients: np.ndarray, source_rows: np.ndarray,
+                   record_patients: Sequence[frozenset], member_rows: np.ndarray, calib_rows: np.ndarray,
+                   control_rows: np.ndarray, target_far: float = 0.01, fpr: float = 0.1, max_pairs: int = 5000,
+                   seed: int = 0, confidence: float = 0.95) -> dict:
+    """Reference (real held-out pairs), outer verification and membership with its held-out control.
+
+    Rows index ``real_feats`` / ``patients``; ``source_rows`` are the real images of the release's members;
+    ``calib_rows`` and ``control_rows`` are the two halves of the held-out patients."""
+    rng = np.random.default_rng(seed)
+    held = np.r_[calib_rows, control_rows]
+    hp = patients[held]
+    ci, cj, cl, _ = _pairs(hp[:, None] == hp[None, :], True, rng, 1_000_000, max_pairs)
+    if cl.sum() == 0 or (~cl).sum() == 0:
+        raise ValueError("the Siamese attacker's reference needs held-out patients with two or more images")
+    ref = score_pairs(net, real_feats[held], real_feats[held], ci, cj)
+    imp = ref[~cl]
+    thr, low = threshold_at_far(imp, target_far), -threshold_at_far(-imp, target_far)
+    out: dict = {"target_far": target_far, "threshold": thr, "low_threshold": low, "assumptions": ASSUMPTIONS,
+                 "reference": verification_rates(ref, cl, thr, confidence=confidence, low_threshold=low)}
+    rp = list(record_patients)
+    sp = patients[source_rows]
+    same = np.stack([[p in ps for ps in rp] for p in sp])                          # (sources, records)
+    oi, oj, ol, osub = _pairs(same, False, rng, 1_000_000, max_pairs)
+    out["outer"] = (verification_rates(score_pairs(net, real_feats[source_rows], release_feats, oi, oj), ol, thr,
+                                       confidence=confidence, low_threshold=low) | {"subsampled": bool(osub)}
+                    if ol.sum() and (~ol).sum() else None)
+    scores = {k: score_matrix(net, real_feats[rows], release_feats)
+              for k, rows in (("members", member_rows), ("calib", calib_rows), ("controls", control_rows))}
+    out["membership"] = membership_from_scores(scores["members"], scores["controls"], scores["calib"], fpr=fpr,
+                                               confidence=confidence, calibrated_on="half of the held-out patients",
+                                               score="Siamese logit", assumptions=ASSUMPTIONS)
+    out["risk"], out["risk_reverse"] = out["membership"]["risk"], out["membership"]["risk_reverse"]
+    out["n"] = (out["outer"] or {}).get("genuine_pairs", 0)
+    return out

@@ -20,6 +20,10 @@ helps reading numbers taken on a shared machine.
 
     python benchmarks/ksalsa.py [--model CKPT] [--clusters 8] [--ref-steps 10] [--sizes 1000,10000,35126]
     python benchmarks/ksalsa.py --skip averaging --sizes 35126 --against OLD_CHECKOUT --rounds 2
+    python benchmarks/ksalsa.py --skip averaging --sizes 5000,10000,20000,35126 --naive-max 0   # + scaling fit
+
+With several sizes the clustering part also fits time ~ N^a to the CPU seconds (all sizes, and the
+largest ones alone) and extrapolates to N = 377,110 (MIMIC-CXR) with max(a, 2).
 
 ``--against`` also clusters the largest N with another checkout's code (``OLD_CHECKOUT/src`` first on
 ``PYTHONPATH``), alternating with this one in fresh processes, and says whether both gave the same
@@ -39,6 +43,8 @@ import time
 
 import numpy as np
 import torch
+
+MIMIC_N = 377_110                              # MIMIC-CXR images (issue 17: N = 377,110 stated from measured scaling)
 
 
 def _timed(fn):
@@ -109,6 +115,15 @@ def clustering(sizes: list[int], naive_max: int, threads: int, old: str | None =
         r = subprocess.run([sys.executable, __file__, "--cluster-worker", str(n)], capture_output=True, text=True,
                            env=env, check=True)
         out[str(n)] = json.loads(r.stdout.strip().splitlines()[-1])
+    if len(sizes) >= 2:                          # time ~ N^a: the exponent from the CPU seconds, and where it leads
+        a = np.polyfit(np.log(sizes), np.log([out[str(n)]["cpu_s"] for n in sizes]), 1)[0]
+        last = [n for n in sizes if n >= max(sizes) / 4]    # the local exponent of the largest sizes
+        a_top = np.polyfit(np.log(last), np.log([out[str(n)]["cpu_s"] for n in last]), 1)[0] if len(last) > 1 else a
+        top = max(sizes)
+        out["scaling"] = {"exponent_cpu_s": round(float(a), 3), "exponent_largest_sizes": round(float(a_top), 3),
+                          f"cpu_s_at_{MIMIC_N}_extrapolated": round(out[str(top)]["cpu_s"] * (MIMIC_N / top) ** max(
+                              float(a_top), 2.0), 0),
+                          "extrapolation": f"from N={top} with exponent max(local, 2): the work is O(N^2 d)"}
     n = max([s for s in sizes if s <= naive_max], default=None)
     if n is not None:
         r = subprocess.run([sys.executable, __file__, "--cluster-worker", str(n), "--naive"], capture_output=True,

@@ -1,0 +1,152 @@
+"""Throughput of the heavy work on one device (CPU or GPU): prints one JSON line per measurement.
+
+Each line names the device it ran on (``torch.cuda.get_device_name`` or the CPU), the size, the
+threads and the 1-minute load, and carries the matmul FLOP/s measured on that device in the same
+run, just before it (float32 ``n x n`` products), so that a rate can be read as a fraction of what
+the device gave at that moment:
+
+- ``gan_train``: StyleGAN2-ADA training images/s (``StyleGANTrainer.step``: one G and one D update of
+  the config's batch, R1 and ADA as configured) of the config for ``--size`` (``cpu64.yaml`` at 64 px,
+  ``gpu256.yaml`` at 256), on random images;
+- ``inversion``: images/s of ``decode(encode(x))`` of a ReStyle codec of the encoder config for the size
+  (``configs/encoder/cpu64.yaml`` or ``gpu256.yaml``; iterations as configured), no gradients;
+- ``ksalsa``: seconds per cluster of k-SALSA averaging (k = 5, ``--ksalsa-steps`` Adam steps, clusters in
+  batches of 8, EfficientNet-Lite0 features at the images' size), and the same scaled to 100 steps (the
+  paper's setting; k-SALSA reports 19 s per cluster at 512 px on an RTX 3090);
+- ``fid``: images/s of the Inception-v3 FID feature network (299 px inputs, batches of 64).
+
+Models are untrained (speed does not depend on the weights). Nothing here is a GPU number unless the
+line's ``device`` says so: run it on the GPU to get GPU lines.
+
+    python benchmarks/device.py [--device auto|cpu|cuda] [--size 64] [--amp bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+from flow import matmul_flops, sync  # benchmarks/flow.py: float32 n x n products on the device
+
+from medanon.config import build
+from medanon.models.stylegan import StyleGANConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+GAN = {64: "cpu64.yaml", 256: "gpu256.yaml"}
+ENCODER = {64: "cpu64.yaml", 256: "gpu256.yaml"}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def timed(device: torch.device, fn, repeats: int) -> float:
+    """Best wall seconds of ``repeats`` calls of ``fn`` after one warm-up call."""
+    fn()
+    sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def codec_for(size: int, device: torch.device, amp: str | None):
+    from medanon.codecs.stylegan import StyleGANCodec
+    from medanon.models.encoder import Encoder
+    from medanon.models.stylegan import Generator
+    from medanon.train.encoder import EncoderConfig
+
+    g = build(StyleGANConfig, path=ROOT / "configs" / "stylegan" / GAN[size])
+    e = build(EncoderConfig, path=ROOT / "configs" / "encoder" / ENCODER[size])
+    torch.manual_seed(0)
+    gen = Generator.from_config(g).requires_grad_(False)
+    enc = Encoder(g.resolution, g.channels, gen.num_ws, g.w_dim, iterative=True, channel_base=e.channel_base,
+                  channel_max=e.channel_max, head_dim=e.head_dim).requires_grad_(False)
+    return StyleGANCodec(gen, enc, e.iterations, amp=amp).to(device)
+
+
+def gan_train(size: int, device: torch.device, steps: int) -> dict:
+    from medanon.train.gan import StyleGANTrainer
+
+    cfg = build(StyleGANConfig, path=ROOT / "configs" / "stylegan" / GAN[size])
+    images = torch.randint(0, 256, (max(64, 2 * cfg.batch), cfg.channels, size, size), dtype=torch.uint8)
+    trainer = StyleGANTrainer(cfg, images, device)
+    seconds = timed(device, lambda: [trainer.step() for _ in range(steps)], 1)
+    return {"img_per_s": cfg.batch * steps / seconds, "batch": cfg.batch, "steps": steps, "config": GAN[size]}
+
+
+def inversion(size: int, device: torch.device, amp: str | None, batch: int) -> dict:
+    codec = codec_for(size, device, amp)
+    x = torch.rand(batch, codec.generator.img_channels, size, size, device=device) * 2 - 1
+    seconds = timed(device, lambda: codec.decode(codec.encode(x)), 2)
+    return {"img_per_s": batch / seconds, "batch": batch, "iterations": codec.iterations, "amp": amp}
+
+
+def ksalsa(size: int, device: torch.device, amp: str | None, steps: int, clusters: int = 8, k: int = 5) -> dict:
+    from medanon.anonymize.salsa import KSalsa, SalsaConfig
+    from medanon.models.features import get_feature_network
+
+    codec = codec_for(size, device, amp)
+    g = codec.generator
+    salsa = KSalsa(codec.render, get_feature_network("efficientnet-lite0", device=device), SalsaConfig(steps=steps))
+    images = torch.rand(clusters, k, g.img_channels, size, size, device=device) * 2 - 1
+    latents = g.w_avg.detach()[None, None, None].expand(clusters, k, g.num_ws, -1).clone()
+    latents += 0.1 * torch.randn_like(latents)
+    weights = torch.ones(clusters, k, device=device)
+    seconds = timed(device, lambda: salsa.average(images, latents, weights), 1)
+    return {"s_per_cluster": seconds / clusters, "s_per_cluster_at_100_steps": seconds / clusters * 100 / steps,
+            "steps": steps, "k": k, "clusters_per_batch": clusters, "amp": amp}
+
+
+def fid(size: int, device: torch.device, batch: int = 64) -> dict:
+    from medanon.evaluate.fidelity import inception_extractor
+
+    extract, info = inception_extractor(device=device)
+    x = torch.rand(batch, 3, size, size, device=device) * 2 - 1
+    seconds = timed(device, lambda: extract(x), 2)
+    return {"img_per_s": batch / seconds, "batch": batch, "network": info.get("name")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--size", type=int, default=64, choices=sorted(GAN))
+    ap.add_argument("--amp", default=None, choices=("bf16", "fp16"), help="autocast of the codec (inversion, ksalsa)")
+    ap.add_argument("--gan-steps", type=int, default=3)
+    ap.add_argument("--ksalsa-steps", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=32, help="inversion batch")
+    ap.add_argument("--only", default="gan_train,inversion,ksalsa,fid")
+    args = ap.parse_args()
+    dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                       ("cpu" if args.device == "auto" else args.device))
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({cpu_name()}, {os.cpu_count()} cores)"
+    runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps),
+            "inversion": lambda: inversion(args.size, dev, args.amp, args.batch),
+            "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps),
+            "fid": lambda: fid(args.size, dev)}
+    for what in args.only.split(","):
+        flops = matmul_flops(dev, n=2048)
+        t0 = time.perf_counter()
+        res = runs[what]()
+        print(json.dumps({"measure": what, **{k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()},
+                          "matmul_tflops_fp32": round(flops / 1e12, 4), "device": name, "size": args.size,
+                          "threads": torch.get_num_threads(), "load_1min": round(os.getloadavg()[0], 2),
+                          "wall_s": round(time.perf_counter() - t0, 1), "torch": torch.__version__}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

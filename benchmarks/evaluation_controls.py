@@ -9,8 +9,9 @@ risk as ``report.json`` holds them (schema in docs/evaluation.md), and the secon
 
     python benchmarks/evaluation_controls.py --out DIR [--shipped-attacker]
 
-``--shipped-attacker`` attacks with ``checkpoints/identity-attacker-fundus64.pt`` (trained on the
-demo's members: the report's network check flags it) instead of training one on the attacker split.
+``--shipped-attacker`` attacks with ``checkpoints/identity-attacker-fundus64.pt`` (trained on a phantom of
+seed 1, patients disjoint from these; until 2026-11-23 it was trained on the demo's members and the report's
+network check flagged it) instead of training one on the attacker split.
 """
 
 from __future__ import annotations

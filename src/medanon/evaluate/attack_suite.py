@@ -107,7 +107,8 @@ def _attribute(ctx: RealContext, t: Target) -> dict:
         release_truth=truth, heldout_images=real.images[ctx.held], heldout_truth=real.label(a.attribute)[ctx.held],
         attribute=a.attribute, confidence=a.confidence, trained_on=trained_on,
         source_images=real.images if rel.sources is not None else None,
-        record_sources=[list(r) for r in rel.sources] if rel.sources is not None else None)
+        record_sources=[list(r) for r in rel.sources] if rel.sources is not None else None,
+        heldout_scores=ctx.attribute_scores(a.attribute)[ctx.held], source_scores=ctx.attribute_scores(a.attribute))
 
 
 @register("linkability", lambda a: a.linkability, identity=True)

@@ -34,6 +34,7 @@ from medanon.errors import DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attacks import siamese as sia
+from medanon.evaluate.attacks.attribute import scores
 from medanon.evaluate.attacks.membership import descriptors
 from medanon.evaluate.attacks.stats import unit
 from medanon.evaluate.cache import Cache, digest
@@ -80,6 +81,7 @@ class RealContext:
         self.key = digest(real.digest, real.split.tolist(), cfg.size)
         self.notes: list[str] = []
         self._models: dict[str, Any] = {}               # classifiers trained on real data, by content key
+        self._attribute_scores: dict[str, np.ndarray] = {}
         a = cfg.attacks
         att = real.rows(a.attacker_split) if a.attacker_split else np.zeros(0, np.int64)
         if _repeat_patients(real.patients[att]) >= 2:
@@ -251,6 +253,14 @@ class RealContext:
         model = self._real_classifier(f"attacker-{label}", rows[ok], v[ok].astype(int), 2, tcfg)
         return model, f"real {self.attacker_from if rows is self.attacker_rows else self.cfg.source_split} split " \
                       f"({self.split_name(rows[ok])})"
+
+    def attribute_scores(self, label: str) -> np.ndarray:
+        """The attribute attacker's probability on every real image, computed once for all releases."""
+        if label not in self._attribute_scores:
+            model, _ = self.attribute_attacker(label)
+            self._attribute_scores[label] = scores(model, self.real.images,
+                                                   self.cfg.attacks.attribute_classifier.image_size)
+        return self._attribute_scores[label]
 
     def test_set(self, task: util.Task) -> tuple[np.ndarray, np.ndarray]:
         ok, y = task.targets(self.real.label(task.label)[self.held])

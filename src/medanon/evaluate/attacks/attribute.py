@@ -36,27 +36,31 @@ ASSUMPTIONS = ("attacker trained a sex classifier on real images (with sex label
                "of the record's sources")
 
 
-def _scores(model: ResNet, images: torch.Tensor, size: int) -> np.ndarray:
+def scores(model: ResNet, images: torch.Tensor, size: int) -> np.ndarray:
     return predict_proba(model, resize_to(images.float(), size))[:, 1].numpy()
 
 
 def attribute_inference(*, attacker: ResNet, image_size: int, release_images: torch.Tensor, release_truth: np.ndarray,
                         heldout_images: torch.Tensor, heldout_truth: np.ndarray, attribute: str = "sex",
                         confidence: float = 0.95, source_images: torch.Tensor | None = None,
-                        record_sources: list[list[int]] | None = None, trained_on: str = "") -> dict:
+                        record_sources: list[list[int]] | None = None, trained_on: str = "",
+                        heldout_scores: np.ndarray | None = None, source_scores: np.ndarray | None = None) -> dict:
     """Accuracy and AUROC of the attacker on the release, on the same records' sources (Original) and on
     held-out real images; the majority-class baseline; residual risk against that baseline.
 
-    ``record_sources[r]`` indexes ``source_images`` rows of record ``r``'s sources (the private mapping)."""
+    ``record_sources[r]`` indexes ``source_images`` rows of record ``r``'s sources (the private mapping).
+    ``heldout_scores`` / ``source_scores``: the attacker's probabilities on those images, if already computed
+    (an evaluation computes them once for all releases)."""
     ok = ~np.isnan(release_truth)
     if ok.sum() == 0:
         raise ValueError(f"no released record has a known {attribute}")
     t = release_truth[ok].astype(int)
-    p = _scores(attacker, release_images[torch.from_numpy(ok)], image_size)
+    p = scores(attacker, release_images[torch.from_numpy(ok)], image_size)
     pred = (p >= 0.5).astype(int)
     hk = ~np.isnan(heldout_truth)
     ht = heldout_truth[hk].astype(int)
-    hp = _scores(attacker, heldout_images[torch.from_numpy(hk)], image_size)
+    hp = (heldout_scores[hk] if heldout_scores is not None else
+          scores(attacker, heldout_images[torch.from_numpy(hk)], image_size))
     majority = int(np.bincount(t, minlength=2).argmax())
     acc = success_rate(int((pred == t).sum()), len(t), confidence=confidence)
     base = success_rate(int((t == majority).sum()), len(t), confidence=confidence)
@@ -68,7 +72,8 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
     if source_images is not None and record_sources is not None:
         flat = sorted({int(i) for rows in record_sources for i in rows})
         where = {i: j for j, i in enumerate(flat)}
-        sp = _scores(attacker, source_images[torch.as_tensor(flat, dtype=torch.long)], image_size)
+        sp = (source_scores[flat] if source_scores is not None else
+              scores(attacker, source_images[torch.as_tensor(flat, dtype=torch.long)], image_size))
         op = np.asarray([sp[[where[int(i)] for i in rows]].mean() for rows in record_sources])[ok]
         orig = success_rate(int(((op >= 0.5).astype(int) == t).sum()), len(t), confidence=confidence)
         out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=roc_auc(t, op))

@@ -59,25 +59,31 @@ def cluster_worker(n: int, naive: bool) -> None:
     each part evaluates, in units of the n²/2 distinct pairs)."""
     from medanon.anonymize import clustering
 
+    try:                                         # the greedy and its distances in modules of their own
+        from medanon.anonymize import clustering_distances as products
+        from medanon.anonymize.clustering_greedy import Greedy
+        pair_name = "pairwise"
+    except ImportError:                          # an older checkout (--against): all in clustering
+        products, Greedy, pair_name = clustering, clustering._Greedy, "_pairwise"
     x = np.random.default_rng(0).standard_normal((n, 512)).astype(np.float32)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     initial = []
-    real = clustering._Greedy._initial_sums
+    real = Greedy._initial_sums
 
     def timed_sums(self):
         out, _, c = _timed(lambda: real(self))
         initial.append(c)
         return out
 
-    clustering._Greedy._initial_sums = timed_sums
+    Greedy._initial_sums = timed_sums
     pairs = {"initial": 0, "loop": 0}
-    pairwise = clustering._pairwise
+    pairwise = getattr(products, pair_name)
 
     def counted(a, b, a2, b2):
         pairs["loop" if initial else "initial"] += len(a) * len(b)
         return pairwise(a, b, a2, b2)
 
-    clustering._pairwise = counted
+    setattr(products, pair_name, counted)
     fn = ((lambda: clustering.naive_same_size_clusters(x, 5)) if naive
           else (lambda: clustering.same_size_clusters(x, 5)))
     c, wall, cpu = _timed(fn)

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from medanon.anonymize import clustering
+from medanon.anonymize import clustering_distances
 from medanon.anonymize.clustering import (
     cluster_people,
     naive_same_size_clusters,
@@ -102,13 +102,13 @@ def test_no_n_by_n_matrix(monkeypatch):
     """Every distance block is at most block x 4·block (or a few rows against all points)."""
     n, block = 900, 32
     biggest = []
-    real = clustering._pairwise
+    real = clustering_distances.pairwise
 
     def spy(a, b, a2, b2):
         biggest.append(len(a) * len(b))
         return real(a, b, a2, b2)
 
-    monkeypatch.setattr(clustering, "_pairwise", spy)
+    monkeypatch.setattr(clustering_distances, "pairwise", spy)
     x = np.random.default_rng(0).standard_normal((n, 8))
     same_size_clusters(x, 5, block=block)
     assert max(biggest) <= 4 * block * block < n * n / 100

@@ -277,12 +277,9 @@ class RealContext:
             rows = self.src[ok]
             pick = util.subsample(len(rows), n, seed)
             test_rows, _ = self.test_set(task)
-            if len(pick) == len(rows) and self.cfg.utility.full_real and seed == self.cfg.utility.seeds[0]:
-                model = self.full_real_model(task)      # the same images, settings and seed: one model, not two
-            else:
-                model = train_classifier(self.real.images[rows[pick]], y[pick], num_classes=task.num_classes,
-                                         cfg=with_seed(tcfg, seed), device=self.device, progress=self.progress,
-                                         desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
+            model = train_classifier(self.real.images[rows[pick]], y[pick], num_classes=task.num_classes,
+                                     cfg=with_seed(tcfg, seed), device=self.device, progress=self.progress,
+                                     desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
             return predict_proba(model, resize_to(self.real.images[test_rows], tcfg.image_size)).double().numpy()
 
         return self.cache.array(name, make)

@@ -117,6 +117,19 @@ def train_siamese(images: torch.Tensor, patients: Sequence[str], *, cfg: Siamese
     groups = [np.flatnonzero(owner == p) for p in np.flatnonzero(counts >= 2)]
     if len(groups) < 2:
         raise ValueError(f"the Siamese attacker needs two or more patients with two or more images, got {len(groups)}")
+    threads = torch.get_num_threads()
+    if torch.device(device).type == "cpu":
+        # a network this small uses two cores poorly: one thread trains it in 14 CPU-s on the demo's attacker
+        # split, two threads on a loaded 2-core machine took 230 s wall (spinning)
+        torch.set_num_threads(1)
+    try:
+        return _train(images, owner, groups, cfg, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(images: torch.Tensor, owner: np.ndarray, groups: list[np.ndarray], cfg: SiameseConfig,
+           device: torch.device | str) -> SiameseNet:
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x51A]))
     x = resize_to(images, cfg.image_size).to(device)

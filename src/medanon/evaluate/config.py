@@ -149,4 +149,6 @@ class EvalConfig:
                    utility=UtilityConfig(seeds=(0, 1), classifier=clf, bootstrap=200),
                    attacks=AttackConfig(attribute_classifier=clf,
                                         identity=IdentityTrainConfig(image_size=min(size, 32), steps=400),
-                                        independent_image_size=indep))
+                                        independent_image_size=indep,
+                                        # 150 steps: held-out AUC 0.872 on the demo's fundus phantom, as 300 (0.870)
+                                        siamese_net=SiameseConfig(steps=150)))

@@ -98,7 +98,7 @@ def test_overwrite_discards_a_stale_partial_with_other_settings(tmp_path, source
     _, records = source
     out = tmp_path / "rel"
     _interrupted(out, records, 3)
-    with pytest.raises(ConfigError, match="--overwrite"):
+    with pytest.raises(ConfigError, match="overwrite=True"):
         ReleaseWriter(out, **{**SETTINGS, "params": {"p": 0.2}})
     with pytest.warns(UserWarning, match="discarding"):
         w = ReleaseWriter(out, **{**SETTINGS, "params": {"p": 0.2}}, overwrite=True)

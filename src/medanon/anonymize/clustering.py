@@ -86,7 +86,7 @@ def _check(n: int, k: int) -> None:
 def _finish(points: np.ndarray, clusters, leftovers, k: int, drop_remainder: bool) -> Clustering:
     if drop_remainder:
         if len(leftovers):
-            log.warning("dropping %d leftover point(s) (--drop-remainder): they are not released", len(leftovers))
+            log.warning("dropping %d leftover point(s) (drop_remainder=True): they are not released", len(leftovers))
         return Clustering(clusters, k, np.asarray(leftovers, np.int64))
     return Clustering(_attach_leftovers(points, clusters, leftovers), k)
 
@@ -133,7 +133,7 @@ def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
     out, dropped = [], []
     for g, ix in groups.items():
         if len(ix) < k:
-            log.warning("stratum %r has %d point(s) < k=%d: dropped (--drop-remainder)", g, len(ix), k)
+            log.warning("stratum %r has %d point(s) < k=%d: dropped (drop_remainder=True)", g, len(ix), k)
             dropped.append(ix)
             continue
         sub = same_size_clusters(given[torch.from_numpy(ix).to(given.device)], k, drop_remainder=drop_remainder,

@@ -204,7 +204,7 @@ class StyleGANCodec(nn.Module):
         if not isinstance(images, torch.Tensor) or images.ndim != 4 or tuple(images.shape[1:]) != want:
             shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise ValueError(f"{self.name} codec expects images of shape (N, {want[0]}, {want[1]}, {want[2]}) in "
-                             f"[-1, 1], got {shape}; resize the data with --size {g.img_resolution}")
+                             f"[-1, 1], got {shape}; open the dataset with size={g.img_resolution}")
 
     def _empty_ws(self) -> torch.Tensor:
         return torch.empty(0, self.generator.num_ws, self.generator.w_dim, device=self.device)

@@ -20,7 +20,7 @@ counts of *patients* are released next to the value (``grade_counts`` = ``"0:3;2
 train on soft labels instead of the majority.
 
 Homogeneity: when every patient of a record has the same value (always so for the stratified label
-of a ``--stratify`` release), the value and its counts disclose each member's value to anyone who
+of a ``stratify=`` release), the value and its counts disclose each member's value to anyone who
 knows a patient is in the record. :func:`homogeneous_labels` finds such records and
 :func:`warn_homogeneity` raises :class:`~medanon.anonymize.privacy.LabelHomogeneity`.
 """
@@ -127,7 +127,7 @@ def warn_homogeneity(records: Sequence[Sequence[Any]], names: Sequence[str], *, 
         said = ", ".join(f"{n} in {c} of {len(records)} records" for n, c in hit.items())
         warnings.warn(f"homogeneous released labels: {said}. Every patient of such a record has the same value, so "
                       "the released label and its counts disclose each member's value to anyone who knows a patient "
-                      "is in the record (k-anonymity does not prevent this; with --stratify it holds for every "
+                      "is in the record (k-anonymity does not prevent this; with stratify= it holds for every "
                       "record). Release fewer labels, or do not stratify on a sensitive one",
                       LabelHomogeneity, stacklevel=stacklevel)
     return counts

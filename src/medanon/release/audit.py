@@ -181,7 +181,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     if source_records is not None:
         _check_identifiers(rep, release, identifiers_from_records(source_records))
     else:
-        rep.notes.append("no --source: the release was not searched for source identifiers")
+        rep.notes.append("no source given: the release was not searched for source identifiers")
 
     metas = {str(p.relative_to(release)): _image_metadata(p) for p in images}
     unreadable = {k: m["unreadable"] for k, m in metas.items() if "unreadable" in m or "format" in m}
@@ -240,7 +240,7 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records) -> 
         owner = {r.record_id: r.patient_id for r in source_records}
         unknown = {s for v in recs.values() for s in v["sources"] if s not in owner}
         counts = {img: len({owner[s] for s in v["sources"] if s in owner}) for img, v in recs.items()}
-        rep.add("mapping sources exist in --source", not unknown,
+        rep.add("mapping sources exist in the source dataset", not unknown,
                 f"{len(unknown)} unknown record ids" if unknown else "")
         claimed = {r["image"]: int(r.get("n_people", 0) or 0) for r in rows}
         wrong = [img for img, n in counts.items() if claimed.get(img) != n]

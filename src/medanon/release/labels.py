@@ -38,7 +38,7 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
         return default_labels(dataset)
     unknown = [n for n in chosen if n not in dataset.label_names]
     if unknown:
-        raise ConfigError(f"--release-labels {','.join(unknown)}: not label(s) of {dataset.root}",
+        raise ConfigError(f"release_labels={','.join(unknown)}: not label(s) of {dataset.root}",
                           fix=f"choose from {', '.join(dataset.label_names) or '(the dataset has no labels)'}")
     leaked = [n for n in chosen if n in SENSITIVE_LABELS]
     if leaked:

@@ -175,12 +175,12 @@ class ReleaseWriter:
         if head.get("settings") != json.loads(json.dumps(self.settings, default=_json_default)):
             raise ConfigError(f"{self.partial} holds an interrupted release with other settings "
                               f"({head.get('settings')})",
-                              fix="rerun with the same settings to resume, or pass overwrite (--overwrite) "
+                              fix="rerun with the same settings to resume, or pass overwrite=True "
                                   "to discard it and start over")
         if head.get("source") != json.loads(json.dumps(self.source, default=_json_default)):
             raise ConfigError(f"{self.partial} holds an interrupted release of other source files (their "
                               "content changed since it was started): its images would be stale",
-                              fix="pass overwrite (--overwrite) to discard it and start over")
+                              fix="pass overwrite=True to discard it and start over")
         lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()
         for line in lines[1:]:
             try:

@@ -312,11 +312,11 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
     cfg = DemoConfig(patients=patients, per_patient=per_patient, size=size, seed=seed, device=device,
                      ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=str(ckpt))
     if size != 64:
-        raise ConfigError(f"the demo's shipped checkpoints are 64 px; --size {size} is not possible",
-                          fix="run the demo at --size 64, or train models at your size with `medanon train`")
+        raise ConfigError(f"the demo's shipped checkpoints are 64 px; size={size} is not possible",
+                          fix="run the demo at size=64, or train models at your size with `medanon train`")
     if not (ckpt / "glow-xray64.pt").exists():
         raise DataError(f"the shipped checkpoints are not in {ckpt}",
-                        fix="run the demo from a medanon source checkout, or pass --checkpoints DIR")
+                        fix="run the demo from a medanon source checkout, or pass checkpoints= DIR")
     out = Path(out)
     check_output(out, inputs=[ckpt], existing_ok=True, kind="dir")     # resumes its own folder, nothing else
     seed_everything(seed)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, cli
+from medanon.cli.words import speaks_flags
 
 
 @cli.command(context_settings=CONTEXT)
@@ -23,6 +24,7 @@ from medanon.cli.base import CONTEXT, cli
               help="Folder with the shipped checkpoints (default: checkpoints/ of this source checkout).")
 @click.option("--skip-evaluation", is_flag=True, help="Only anonymise and audit (a quick check).")
 @click.pass_context
+@speaks_flags({"size=": "--size ", "checkpoints= DIR": "--checkpoints DIR"})
 def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: int, seed: int, ksalsa_steps: int,
          gmia_steps: int | None, checkpoints: Path | None, skip_evaluation: bool) -> None:
     """The main job on the embedded phantom datasets: anonymise, audit, evaluate, report (PHANTOM results).

@@ -8,6 +8,11 @@ import click
 
 from medanon.cli.base import CONTEXT, cli
 from medanon.cli.data import declared_from_cli, file_options, layout_options
+from medanon.cli.words import speaks_flags
+
+# the evaluation's parameters as this command's flags (library messages name parameters)
+FLAGS = {"mapping= file": "--mapping NAME=FILE", "splits= CSV": "--splits CSV", "split_seed=": "--split-seed",
+         "release folder in releases=": "--release DIR", "size=": "--size "}
 
 
 def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
@@ -57,6 +62,7 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set utility.classifier.steps=500 (repeatable).")
 @click.pass_context
+@speaks_flags(FLAGS)
 def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, mappings, preset, size, fid_samples,
              no_inception, seeds, identity_ckpt, cache_dir, config_file, overrides, **read_opts) -> None:
     """Evaluate release folders against the real data they were made from: FID/KID and an in-domain Fréchet

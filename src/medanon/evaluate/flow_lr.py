@@ -270,7 +270,7 @@ def evaluate_dpglow(data_dir: str | Path, *, mixture_flow: str | Path, normal_fl
     normal, _, _ = load_flow(normal_flow, map_location=device)
     test = fd.parts["test"]
     if any(label not in r.labels for r in test):
-        raise ConfigError(f"{data_dir} has no label {label!r} on every test image", fix="pass --label NAME")
+        raise ConfigError(f"{data_dir} has no label {label!r} on every test image", fix="pass label= NAME")
     result = table3(FlowLikelihoodRatio(normal, fd.codec), fd.take(test), [r.labels[label] for r in test],
                     latent_calibration=fd.latent_cal, pixel_calibration=calibrate_pixels(fd.take(fd.parts["train"])),
                     alpha=alpha, pixel_alpha=pixel_alpha, epsilons=epsilons, mechanisms=mechanisms, center=center,

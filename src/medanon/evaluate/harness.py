@@ -146,7 +146,7 @@ def _check_sources(ctx: RealContext, rel: ReleaseData) -> None:
         raise DataError(f"release {rel.path} stands for {len(bad)} image(s) outside the {ctx.cfg.source_split!r} split "
                         f"(e.g. patients {sorted(set(ctx.real.patients[bad].tolist()))[:5]}): its held-out patients "
                         f"would be tested against themselves", files=[str(rel.mapping_path)],
-                        fix="evaluate with the split the release was made from (--splits CSV, or --split-seed)")
+                        fix="evaluate with the split the release was made from (splits= CSV, or split_seed=)")
 
 
 def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: list[util.Task]) -> dict:
@@ -316,7 +316,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
 
     validate(cfg)
     if not releases:
-        raise ConfigError("no release to evaluate", fix="pass at least one --release DIR")
+        raise ConfigError("no release to evaluate", fix="pass at least one release folder in releases=")
     dev = torch.device(device)
     out = Path(out)
     t0 = time.perf_counter()

@@ -181,7 +181,7 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
     mp = Path(mapping) if mapping is not None else path.with_name(path.name + MAPPING_SUFFIX)
     if mapping is not None and not mp.is_file():
         raise ConfigError(f"mapping file {mp} for release {path} does not exist",
-                          fix="pass the file written with --mapping when the release was made")
+                          fix="pass the mapping= file written when the release was made")
     if mp.is_file():
         rel.sources = _read_mapping(mp, rows, real)
         rel.mapping_path = mp

@@ -87,7 +87,7 @@ def test_shapes_through_both_encoders(channels, iterative):
     assert y.shape == x.shape and y.dtype == torch.float32 and y.abs().max() <= 1
     assert codec.describe()["name"] == ("restyle" if iterative else "cotrained")
     assert not any(p.grad is not None for p in codec.parameters())
-    with pytest.raises(ValueError, match="--size 32"):
+    with pytest.raises(ValueError, match="size=32"):
         codec.encode(torch.zeros(1, channels, 16, 16))
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from medanon.errors import ConfigError
-from medanon.evaluate.reconstruction import feature_distance_name, perceptual_distance
+from medanon.evaluate.reconstruction import feature_distance_name, gaussian_kernel1d, perceptual_distance
 
 
 def check_encoder_fields(cfg: Any) -> None:
@@ -45,14 +45,6 @@ def check_encoder_fields(cfg: Any) -> None:
         raise ConfigError(f"perceptual_input_size={cfg.perceptual_input_size} must be 0 (unchanged) or >= 32")
 
 
-def gaussian_kernel(sigma: float) -> torch.Tensor:
-    """A normalised 1-D Gaussian of radius round(3 sigma), scipy.ndimage.gaussian_filter's (truncate=3)."""
-    radius = max(1, int(3 * sigma + 0.5))
-    x = torch.arange(-radius, radius + 1, dtype=torch.float64)
-    k = torch.exp(-0.5 * (x / sigma) ** 2)
-    return (k / k.sum()).float()
-
-
 def high_pass(images: torch.Tensor, sigma: float) -> torch.Tensor:
     """``images − gaussian_blur(images, sigma)`` per channel, reflect-padded: (N, C, H, W) -> same shape.
 
@@ -60,7 +52,7 @@ def high_pass(images: torch.Tensor, sigma: float) -> torch.Tensor:
     >>> float(high_pass(x, 1.0).abs().max()) < 1e-6      # a flat image has no detail
     True
     """
-    k = gaussian_kernel(sigma).to(images.device, images.dtype)
+    k = gaussian_kernel1d(sigma, truncate=3.0, dtype=images.dtype, device=images.device)   # scipy's radius rule
     c, r = images.shape[1], (len(k) - 1) // 2
     pad = min(r, images.shape[-1] - 1, images.shape[-2] - 1)
     if pad < r:                                  # images smaller than the kernel: truncate it

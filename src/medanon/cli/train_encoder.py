@@ -79,14 +79,14 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     """Every image of ``data_dir`` at the resolution and channels of the run's generator: the resumed run's,
     else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed)."""
     from medanon.checkpoint import load_checkpoint
-    from medanon.train.gan_checkpoint import KIND as GAN_KIND
     from medanon.train.loop import CHECKPOINT
 
     if resume and (out / CHECKPOINT).exists():
         g = load_checkpoint(out / CHECKPOINT, kind=kind)["config"]["generator"]
     elif gan_ckpt is not None:          # a GAN, or (ReStyle) a co-trained codec whose generator it inverts
-        blob = load_checkpoint(gan_ckpt, kind=(GAN_KIND, "cotrained-autoencoder"))
-        g = blob["config"]["generator"] if blob["kind"] == "cotrained-autoencoder" else blob["config"]
+        from medanon.train.encoder import GENERATOR_KINDS, generator_config
+
+        g = generator_config(load_checkpoint(gan_ckpt, kind=GENERATOR_KINDS))
     elif fallback is not None:
         g = {"resolution": fallback.resolution, "channels": fallback.channels}
     else:

@@ -152,7 +152,7 @@ def previous_run(out: Path, *, resume: bool, kind: str, device: torch.device,
     blob = load_checkpoint(ckpt_path, kind=kind, map_location=device)
     started = blob["extra"].get("generator_checkpoint")
     if gan_ckpt is not None:
-        sha = load_checkpoint(gan_ckpt, kind=(GAN_KIND, KIND_COTRAINED))["sha256"]
+        sha = load_checkpoint(gan_ckpt, kind=GENERATOR_KINDS)["sha256"]
         if started is None or sha != started["sha256"]:
             raise ConfigError(f"generator={gan_ckpt} is not the checkpoint the run in {out} started from",
                               fix="leave out generator= when resuming")
@@ -225,22 +225,25 @@ def export_codec(src: str | Path, dst: str | Path) -> Path:
     return save_checkpoint(dst, kind=blob["kind"], config=blob["config"], state=state, step=blob["step"], extra=extra)
 
 
+GENERATOR_KINDS = (GAN_KIND, KIND_COTRAINED)     # checkpoints whose generator a ReStyle encoder may invert
+
+
+def generator_config(blob: dict[str, Any]) -> dict[str, Any]:
+    """The generator config dict of a loaded ``stylegan2`` or ``cotrained-autoencoder`` checkpoint."""
+    return blob["config"]["generator"] if blob["kind"] == KIND_COTRAINED else blob["config"]
+
+
 def load_frozen_generator(path: str | Path, device: torch.device) -> tuple[Generator, dict[str, Any], dict[str, Any]]:
     """The generator a ReStyle encoder is trained against, its config dict and provenance (path, sha256, step,
     kind): the EMA generator of a ``stylegan2`` checkpoint, or the co-trained generator of a
     ``cotrained-autoencoder`` checkpoint (GMIA §2.1's decoder, whose mapping network and ``w_avg`` are the
     GAN's it started from), so that an encoder-only codec can use a generator that co-training taught to
     draw fine structure."""
-    blob = load_checkpoint(path, kind=(GAN_KIND, KIND_COTRAINED), map_location=device)
-    if blob["kind"] == KIND_COTRAINED:
-        cfg = from_dict(StyleGANConfig, blob["config"]["generator"], where=f"{path} generator config")
-        validate(cfg)
-        weights = blob["state"]["G"]
-    else:
-        cfg = load_config(blob)
-        weights = blob["state"]["G_ema"]
+    blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location=device)
+    cfg = from_dict(StyleGANConfig, generator_config(blob), where=f"{path} generator config")
+    validate(cfg)
     G = Generator.from_config(cfg)
-    G.load_state_dict(weights)
+    G.load_state_dict(blob["state"]["G" if blob["kind"] == KIND_COTRAINED else "G_ema"])
     provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"], "kind": blob["kind"]}
     return G.to(device).eval().requires_grad_(False), to_dict(cfg), provenance
 

@@ -4,9 +4,11 @@ Times, in one run and alternating rounds, the evaluation's two utility seeds of 
 (`EvalConfig.fast()`: 150 steps of 32 images at 64 px, 560 random images) trained one after the other
 with all torch threads, and side by side with one thread each (`map_in_parallel`, what the harness
 does on a CPU); and one classifier fed channels-first vs channels-last input (the ResNet converts
-to channels-last itself, so "channels-first" here forces the old layout inside the network).
+to channels-last itself, so "channels-first" here forces the old layout inside the network); and the FID
+Inception-v3 on 50 images of 64 px, channels-last (as shipped) vs channels-first weights and input, with the
+largest feature difference of the two (``--inception-only`` runs just that part).
 
-    python benchmarks/evaluation.py [--rounds 2] [--threads 2]
+    python benchmarks/evaluation.py [--rounds 2] [--threads 2] [--inception-only]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 
 from medanon.evaluate.config import EvalConfig
 from medanon.models import classifier as classifier_module
+from medanon.models.features.inception import _BODY as BODY
 from medanon.train.classifier import map_in_parallel, train_classifier
 
 
@@ -40,12 +43,50 @@ def channels_first():
         classifier_module.ResNet.features = original
 
 
+def inception_layouts(rounds: int) -> dict:
+    """CPU seconds of the FID Inception on 50 images, channels-last (shipped) vs channels-first, and the largest
+    difference of their 2048-d features."""
+    from medanon.models.features import get_feature_network
+
+    net = get_feature_network("inception", device="cpu")
+    x = torch.rand(50, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    first = torch.jit.load(net.describe()["weights_file"], map_location="cpu").eval()   # as loaded: channels-first
+
+    def channels_first(images: torch.Tensor) -> torch.Tensor:
+        z = net.preprocess(images)
+        for name in BODY:
+            z = getattr(first.net.layers, name)(z)
+        return first.net.layers.pool2(z).flatten(1)
+
+    runs = {"channels_last": net.embed, "channels_first": channels_first}
+    cpu: dict[str, list[float]] = {f"{k}_cpu_s": [] for k in runs}
+    feats = {}
+    with torch.no_grad():
+        for fn in runs.values():
+            fn(x[:2])                                   # warm-up
+        for _ in range(rounds):
+            for name, fn in runs.items():
+                c = time.process_time()
+                feats[name] = torch.cat([fn(x[i:i + 32]) for i in range(0, len(x), 32)])
+                cpu[f"{name}_cpu_s"].append(time.process_time() - c)
+    med = {k: float(np.median(v)) for k, v in cpu.items()}
+    return {**{k: [round(t, 2) for t in v] for k, v in cpu.items()},
+            "speedup": round(med["channels_first_cpu_s"] / med["channels_last_cpu_s"], 2),
+            "max_abs_feature_diff": float((feats["channels_last"] - feats["channels_first"]).abs().max())}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--inception-only", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    inception = inception_layouts(args.rounds)
+    if args.inception_only:
+        result = {"benchmark": "evaluation", "threads": args.threads, "rounds": args.rounds, "inception": inception}
+        print(json.dumps(result))
+        return result
     cfg = EvalConfig.fast(size=64).utility.classifier
     g = torch.Generator().manual_seed(0)
     x = torch.rand(560, 3, 64, 64, generator=g) * 2 - 1
@@ -77,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict:
               **{k: [round(t, 2) for t in v] for k, v in times.items()},
               "side_by_side_speedup": round(med["seeds_sequential_s"] / med["seeds_side_by_side_s"], 2),
               "channels_last_speedup": round(med["one_classifier_channels_first_s"]
-                                             / med["one_classifier_channels_last_s"], 2)}
+                                             / med["one_classifier_channels_last_s"], 2),
+              "inception": inception}
     print(json.dumps(result))
     return result
 

@@ -67,6 +67,11 @@ def test_report_files_and_structure(world):
     u = by["k2"]["utility"]["grade"]
     assert u["n_train"] == by["k2"]["records"] and set(u["release"]) >= {"kappa", "accuracy", "f1_3class"}
     assert "real_same_n" in u and "real_model_on_release" in u
+    from medanon.runtime import native_bf16  # the fast preset's "auto", as it ran
+
+    ran = "bf16" if native_bf16("cpu") else "fp32"
+    assert rep["config"]["utility"]["classifier"]["precision"] == ran
+    assert rep["config"]["attacks"]["attribute_classifier"]["precision"] == ran
 
 
 def test_attacks_succeed_on_unprotected_and_fail_on_noise(world):

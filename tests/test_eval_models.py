@@ -163,3 +163,25 @@ def test_seeds_trained_side_by_side_equal_the_sequential_ones():
     for seed, p in zip([0, 1, 2], side_by_side, strict=True):
         assert torch.allclose(p, probs(seed), atol=1e-4), seed   # each seed its own model, whatever the order
     assert not torch.allclose(side_by_side[0], side_by_side[1])
+
+
+def test_auto_precision_is_bf16_only_where_native(tmp_path, monkeypatch):
+    from medanon import runtime
+    from medanon.evaluate.config import EvalConfig
+
+    with_bf16, without = tmp_path / "bf16", tmp_path / "plain"
+    with_bf16.write_text("processor : 0\nflags : fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n")
+    without.write_text("processor : 0\nflags : fpu sse2 avx2 avx512f\n")
+    assert runtime.native_bf16("cpu", cpuinfo=str(with_bf16))
+    assert not runtime.native_bf16("cpu", cpuinfo=str(without))
+    assert not runtime.native_bf16("cpu", cpuinfo=str(tmp_path / "missing"))
+    auto = ClassifierTrainConfig(precision="auto")
+    for native, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(runtime, "native_bf16", lambda device, native=native: native)
+        assert auto.resolved("cpu").precision == expected
+        assert ClassifierTrainConfig(precision="fp32").resolved("cpu").precision == "fp32"   # explicit wins
+        cfg = EvalConfig.fast(size=32).resolved("cpu")       # what the report records is what ran
+        assert cfg.utility.classifier.precision == expected
+        assert cfg.attacks.attribute_classifier.precision == expected
+    with pytest.raises(ConfigError, match="precision='half'"):
+        ClassifierTrainConfig(precision="half").validate()

@@ -196,3 +196,30 @@ def cpu_count() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
+
+
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")       # x86 instructions that compute bfloat16 natively
+
+
+def native_bf16(device="cpu", *, cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether ``device`` computes bfloat16 natively, so that bf16 autocast is faster than float32 there.
+
+    CUDA: ``torch.cuda.is_bf16_supported()``. CPU: the processor advertises AVX512-BF16 or AMX-BF16 (read from
+    ``/proc/cpuinfo``; False where that file does not exist). Elsewhere bf16 autocast is emulated and slower than
+    float32, so callers choosing a precision for speed (``precision="auto"``) keep float32 there.
+
+    >>> native_bf16("cpu", cpuinfo="/nonexistent")
+    False
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if dev.type != "cpu":
+        return False
+    try:
+        flags = Path(cpuinfo).read_text(errors="replace").split()
+    except OSError:
+        return False
+    return any(f in flags for f in CPU_BF16_FLAGS)

@@ -318,6 +318,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     if not releases:
         raise ConfigError("no release to evaluate", fix="pass at least one release folder in releases=")
     dev = torch.device(device)
+    cfg = cfg.resolved(dev)                     # classifiers' precision "auto": what runs here, in the report
     out = Path(out)
     t0 = time.perf_counter()
     run = RunDir(out, config=cfg, command="evaluate", seeds={"evaluation": cfg.seed, "split": cfg.split.seed,

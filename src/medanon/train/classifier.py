@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -29,6 +29,7 @@ from medanon.models.classifier import PRESETS, ResNet, ResNetConfig
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 
 LOSSES = ("ce", "weighted", "focal")
+PRECISIONS = ("fp32", "bf16", "auto")   # auto: bf16 where native (see ClassifierTrainConfig.resolved)
 
 
 @dataclass
@@ -42,7 +43,7 @@ class ClassifierTrainConfig:
     loss: str = "ce"                            # ce | weighted (inverse class frequency) | focal (class-weighted)
     focal_gamma: float = 0.6                    # focal loss exponent (VS-Snow uses 0.6)
     augment: bool = True                        # random translation, brightness and contrast
-    precision: str = "fp32"                     # fp32 | bf16 (autocast; ~1.5x faster on CPUs with AVX512-BF16)
+    precision: str = "fp32"                     # fp32 | bf16 (autocast; 1.85x on CPUs with AVX512-BF16) | auto
     seed: int = 0                               # weights, batches and augmentation
 
     def validate(self) -> None:
@@ -54,13 +55,22 @@ class ClassifierTrainConfig:
             raise ConfigError(f"classifier steps={self.steps} must be >= 1 and batch={self.batch} >= 2")
         if self.image_size < 8:
             raise ConfigError(f"classifier image_size={self.image_size} must be at least 8")
-        if self.precision not in ("fp32", "bf16"):
-            raise ConfigError(f"classifier precision={self.precision!r} must be fp32 or bf16")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"classifier precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
         if self.lr <= 0 or self.weight_decay < 0 or self.focal_gamma < 0:
             raise ConfigError("classifier lr must be positive, weight_decay and focal_gamma non-negative")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def resolved(self, device: torch.device | str) -> ClassifierTrainConfig:
+        """This config with ``precision="auto"`` made concrete for ``device``: bf16 where the device computes it
+        natively (:func:`medanon.runtime.native_bf16`), else fp32; other precisions unchanged."""
+        if self.precision != "auto":
+            return self
+        from medanon.runtime import native_bf16
+
+        return replace(self, precision="bf16" if native_bf16(device) else "fp32")
 
 
 def jitter(x: torch.Tensor, gen: torch.Generator, *, shift: float = 0.0625, light: float = 0.1) -> torch.Tensor:
@@ -170,6 +180,7 @@ def train_classifier(images: torch.Tensor, targets: np.ndarray | torch.Tensor, *
     if dist is not None:
         dev = dist.device
     dist = dist or Dist(device=dev)
+    cfg = cfg.resolved(dev)
     shards = dist.world_size * accumulation
     gen = torch.Generator().manual_seed(int(cfg.seed))
     with _INIT_LOCK:                                # weight initialisation draws from torch's global RNG

@@ -1,0 +1,99 @@
+"""The evaluation's utility classifier in bfloat16 autocast against float32: speed and the metrics it reports.
+
+Prints one JSON line. On a finished demo folder (``python benchmarks/demo.py --out DIR --keep``) it trains the
+fast preset's classifier (``EvalConfig.fast``: small ResNet, 64 px, 150 steps of 32) on the real source split,
+all of it and a same-size subsample of a k = 2 release, for ``--seeds`` seeds in each precision, one torch thread
+each (as the evaluation trains them, see ``map_in_parallel``), and tests every model on the held-out split:
+quadratic κ and normal-vs-DR AUROC (fundus), AUROC (chest X-ray). It reports, per modality and training size,
+the CPU seconds per training of each precision and their ratio, the metric's mean and sd over seeds in each,
+and the paired difference bf16 − fp32 over seeds with its 95 % t interval (``scipy.stats.t``), so that a
+difference the seeds alone explain is not mistaken for a cost of the precision.
+
+bf16 is fast only where the CPU computes it natively (AVX512-BF16 or AMX; ``medanon.runtime.native_bf16``);
+elsewhere autocast emulates it and is slower than float32. The line says which this machine is.
+
+    python benchmarks/classifier_precision.py --demo DEMO_OUT [--seeds 4] [--modality fundus,xray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import stats
+
+from medanon.evaluate import utility as util
+from medanon.evaluate.config import EvalConfig
+from medanon.evaluate.inputs import load_real
+from medanon.models.classifier import predict_proba
+from medanon.runtime import native_bf16
+from medanon.train.classifier import train_classifier
+
+TASK = {"fundus": util.KNOWN_TASKS["grade"], "xray": util.KNOWN_TASKS["pneumonia"]}
+METRICS = {"fundus": ("kappa", "binary_auroc"), "xray": ("auroc", "ap")}
+
+
+def _interval(d: np.ndarray) -> list[float]:
+    if len(d) < 2 or float(d.std(ddof=1)) == 0.0:
+        return [float(d.mean())] * 2
+    lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=d.std(ddof=1) / np.sqrt(len(d)))
+    return [round(float(lo), 4), round(float(hi), 4)]
+
+
+def run_modality(demo: Path, modality: str, seeds: int) -> dict:
+    real = load_real(demo / "data" / modality, size=64, splits_csv=demo / f"splits_{modality}.csv")
+    task = TASK[modality]
+    src, held = np.flatnonzero(real.split == "train"), np.flatnonzero(real.split == "test")
+    ok, y = task.targets(real.label(task.label)[src])
+    rows, y = src[ok], y
+    okt, y_test = task.targets(real.label(task.label)[held])
+    x_test = real.images[held[okt]]
+    base = EvalConfig.fast(size=64).utility.classifier
+    out: dict = {}
+    for n in (len(rows), len(rows) // 8):
+        pick = util.subsample(len(rows), n, 0)
+        res: dict = {}
+        for precision in ("fp32", "bf16"):
+            scores, cpu = [], []
+            for seed in range(seeds):
+                cfg = replace(base, precision=precision, seed=seed)
+                c0 = time.process_time()
+                model = train_classifier(real.images[rows[pick]], y[pick], num_classes=task.num_classes, cfg=cfg)
+                cpu.append(time.process_time() - c0)
+                scores.append(util.score(task, y_test, predict_proba(model, x_test).double().numpy()))
+            res[precision] = {"cpu_s_per_training": round(float(np.mean(cpu)), 2), "scores": scores}
+        entry = {"n_train": int(n), "n_test": len(y_test),
+                 "cpu_s_per_training": {p: res[p]["cpu_s_per_training"] for p in res},
+                 "speedup": round(res["fp32"]["cpu_s_per_training"] / res["bf16"]["cpu_s_per_training"], 2)}
+        for metric in METRICS[modality]:
+            a = np.array([s[metric] for s in res["fp32"]["scores"]])
+            b = np.array([s[metric] for s in res["bf16"]["scores"]])
+            entry[metric] = {"fp32": [round(float(a.mean()), 4), round(float(a.std(ddof=1)), 4)],
+                             "bf16": [round(float(b.mean()), 4), round(float(b.std(ddof=1)), 4)],
+                             "bf16_minus_fp32": round(float((b - a).mean()), 4), "ci95": _interval(b - a)}
+        out[f"n{n}"] = entry
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--demo", type=Path, required=True, help="a finished demo folder (data/, splits_*.csv)")
+    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--modality", default="fundus,xray")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    result = {"benchmark": "classifier_precision", "native_bf16": native_bf16("cpu"), "seeds": args.seeds,
+              "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    for modality in args.modality.split(","):
+        result[modality] = run_modality(args.demo, modality, args.seeds)
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

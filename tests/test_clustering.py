@@ -159,3 +159,20 @@ def test_people_strata_and_drop():
     assert {ids[i] for i in c.dropped} == {f"p{i}" for i in range(14)} - kept
     for m in c.clusters:
         assert len({strata[ids[i]] for i in m}) == 1 and len({ids[i] for i in m}) == 3
+
+
+def test_thread_count_does_not_change_clusters_and_is_restored():
+    """The greedy runs its small products on one thread and its large ones (refreshes, batched neighbour
+    searches) on the caller's threads: the clusters are those of the float64 reference either way, and the
+    caller's thread count is restored."""
+    x = np.random.default_rng(3).standard_normal((700, 12)).astype(np.float32)
+    ref = naive_same_size_clusters(x, 4)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            got = same_size_clusters(x, 4, block=64)
+            assert torch.get_num_threads() == threads
+            assert as_sets(got) == as_sets(ref)
+    finally:
+        torch.set_num_threads(before)

@@ -32,21 +32,29 @@ from medanon.anonymize import clustering_distances as distances
 from medanon.anonymize.clustering_distances import NearTies
 
 NN_MARGIN = 1e-5              # relative: nearest-neighbour distances are float32; bounds must stay bounds
+WIDE_MIN = 32 * 4096          # distances in one neighbour search from which it runs on the caller's threads
 
 
 @contextlib.contextmanager
-def one_thread(device: torch.device):
-    """The greedy loop is thousands of small products: on the CPU, thread start-up and barriers cost more
-    than they save (20x slower with 2 threads on a busy 2-core machine), so it runs on one thread."""
-    if device.type != "cpu":
+def torch_threads(device: torch.device, n: int):
+    """Run the block with ``n`` torch threads on the CPU (restored afterwards); nothing on other devices."""
+    if device.type != "cpu" or n == torch.get_num_threads():
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def one_thread(device: torch.device):
+    """The greedy loop is thousands of small products: on the CPU, thread start-up and barriers cost more
+    than they save (20x slower with 2 threads on a busy 2-core machine), so it runs on one thread; its few
+    large products (refreshing many sums, batched neighbour searches) use the caller's threads again
+    (:attr:`Greedy.wide`)."""
+    return torch_threads(device, 1)
 
 
 class Greedy:
@@ -79,6 +87,7 @@ class Greedy:
         self.kid = np.arange(self.n)                  # candidate columns of neighbour searches (compacted)
         self.kx, self.ksq = self.x, self.sq
         self.progress = progress
+        self.wide = torch.get_num_threads()          # the caller's threads, for the loop's large products
         self.s, nn = self._initial_sums()
         # nn[i] <= the distance from i to any other point (its nearest neighbour's, less a float margin): a point
         # that leaves takes at least nn of it from every other point's sum, so stale sums fall with the removals
@@ -108,9 +117,15 @@ class Greedy:
     def _refresh(self, ids: np.ndarray) -> None:
         """Make s[ids] exact: subtract distances to the points removed since each one's stamp.
 
-        Rows are grouped by stamp, so every (row, removed point) distance is computed once.
+        Rows are grouped by stamp, so every (row, removed point) distance is computed once. These are the
+        loop's largest products (up to ``block`` x ``4 block``): they run on the caller's threads.
         """
         ids = ids[self.stamp[ids] < self.removed]
+        with torch_threads(self.x.device, self.wide):
+            self._refresh_groups(ids)
+        self.stamp[ids] = self.removed
+
+    def _refresh_groups(self, ids: np.ndarray) -> None:
         for lo in np.unique(self.stamp[ids]):
             group = ids[self.stamp[ids] == lo]
             for c in range(0, len(group), self.block):
@@ -121,7 +136,6 @@ class Greedy:
                     hi = min(r + 4 * self.block, self.removed)
                     acc += distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi]).double().sum(1).cpu().numpy()
                 self.s[part] -= acc
-        self.stamp[ids] = self.removed
 
     def _rebuild(self) -> None:
         """A new hot set: the largest exact sums, grown until its best beats every bound outside.
@@ -217,11 +231,12 @@ class Greedy:
         xa, qa = self._rows(batch)
         d = torch.empty((len(batch), len(self.kid)), dtype=self.x.dtype, device=self.x.device)
         step = 4 * self.block
-        for r in range(0, len(self.kid), step):
-            d[:, r:r + step] = distances.pairwise(xa, self.kx[r:r + step], qa, self.ksq[r:r + step])
-        d.masked_fill_(~self.alive_t[torch.from_numpy(self.kid).to(d.device)][None, :], math.inf)
-        d[torch.arange(len(batch)), torch.from_numpy(np.searchsorted(self.kid, batch)).to(d.device)] = math.inf
-        vals, idx = torch.topk(d, kk if complete else kk + 1, dim=1, largest=False)
+        with torch_threads(self.x.device, self.wide if len(batch) * len(self.kid) >= WIDE_MIN else 1):
+            for r in range(0, len(self.kid), step):
+                d[:, r:r + step] = distances.pairwise(xa, self.kx[r:r + step], qa, self.ksq[r:r + step])
+            d.masked_fill_(~self.alive_t[torch.from_numpy(self.kid).to(d.device)][None, :], math.inf)
+            d[torch.arange(len(batch)), torch.from_numpy(np.searchsorted(self.kid, batch)).to(d.device)] = math.inf
+            vals, idx = torch.topk(d, kk if complete else kk + 1, dim=1, largest=False)
         vals, idx = vals.cpu().numpy(), idx.cpu().numpy()
         for row, q in enumerate(batch):
             v, ids = vals[row], self.kid[idx[row]]
@@ -256,6 +271,7 @@ class Greedy:
     def run(self) -> tuple[list[np.ndarray], np.ndarray]:
         clusters = []
         bar = tqdm(total=self.n // self.k, desc="clustering: groups", disable=not self.progress, unit="cl")
+        self.wide = torch.get_num_threads()
         with one_thread(self.x.device), bar:
             while self.n_alive >= self.k:
                 p = self._argmax()

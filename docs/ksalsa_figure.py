@@ -11,6 +11,13 @@ visible. For each: the five source images (top), then k-SALSA, k-Centroid, k-Sam
 k-Same-PCA computed on the same cluster (bottom). Tiles are enlarged 2x (nearest neighbour).
 Every image is a PHANTOM. Prints one JSON line with the style loss of k-SALSA and k-Centroid
 averages of the two clusters.
+
+With ``--cotrained CODEC`` it also shows, under each cluster's sources, their reconstructions G(E(x)) by
+``--model`` (ReStyle) and by the co-trained codec: docs/backbone.md's side-by-side picture of what the
+backbone keeps (issue 12, item 5):
+
+    python docs/ksalsa_figure.py --model checkpoints/restyle-fundus64.pt \
+        --cotrained checkpoints/cotrained-fundus64.pt --out docs/img/backbone_side_by_side.png
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--lam", type=float, default=SalsaConfig.lam)
+    ap.add_argument("--cotrained", default=None, help="also show reconstructions by --model and this codec")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "img" / "ksalsa_fig2.png"))
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -66,6 +74,8 @@ def main() -> None:
             PhantomConfig(patients=200, per_patient=1, size=64, seed=5, workers=2), Path(tmp) / "fundus",
             progress=False)
         codec = load_codec(args.model)
+        codecs = [(codec, "ReStyle G(E(x))")] + ([(load_codec(args.cotrained), "co-trained G(E(x))")]
+                                                 if args.cotrained else [])
         ds = open_dataset(data, DataConfig(size=codec.generator.img_resolution))
         net = get_feature_network("efficientnet-lite0", input_size=None)
         base = KSameConfig(method="kpca", k=args.k, salsa=SalsaConfig(lam=args.lam, steps=args.steps))
@@ -78,6 +88,11 @@ def main() -> None:
         for n, members in enumerate(chosen):
             sources = [tile(ds.load(int(i))["image"], f"source {j + 1} (grade {ds.records[i].labels['grade']:g})")
                        for j, i in enumerate(members)]
+            recons = []
+            if args.cotrained:
+                x = torch.stack([ds.load(int(i))["image"] for i in members])
+                with torch.no_grad():
+                    recons = [[tile(r, name) for r in c.reconstruct(x)] for c, name in codecs]
             outs = []
             for method, name in METHODS:
                 cfg = KSameConfig(method=method, k=args.k, salsa=base.salsa)
@@ -86,15 +101,16 @@ def main() -> None:
                 if method == "ksalsa":
                     stats[f"cluster{n + 1}_style_loss_centroid_to_ksalsa"] = [round(avg.last["style_start"][0], 4),
                                                                               round(avg.last["style_end"][0], 4)]
-            rows += [sources, outs]
+            rows += [sources, *recons, outs]
+        per = len(rows) // len(chosen)                  # rows of one cluster
         w, h = rows[0][0].size
         cols = max(len(r) for r in rows)
         sheet = Image.new("RGB", (cols * w, len(rows) * h + 12), (255, 255, 255))
         for r, row in enumerate(rows):
             for c, t in enumerate(row):
-                sheet.paste(t, (c * w, r * h + (12 if r >= 2 else 0)))
-        ImageDraw.Draw(sheet).text((2, 2 * h), f"PHANTOM images; k = {args.k}; top: sources, bottom: averages",
-                                   fill=(90, 90, 90))
+                sheet.paste(t, (c * w, r * h + (12 if r >= per else 0)))
+        what = "sources, reconstructions, averages" if args.cotrained else "top: sources, bottom: averages"
+        ImageDraw.Draw(sheet).text((2, per * h), f"PHANTOM images; k = {args.k}; {what}", fill=(90, 90, 90))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         sheet.save(args.out)
     print(json.dumps({"figure": args.out, "k": args.k, "steps": args.steps, "lambda": args.lam,

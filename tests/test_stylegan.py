@@ -205,3 +205,40 @@ def test_cli_trains_resumes_and_exports(tmp_path: Path):
     G = load_generator(tmp_path / "g.pt")
     assert G(torch.randn(2, G.z_dim)).shape == (2, 1, 32, 32)
     assert load_checkpoint(out / "checkpoint.pt")["step"] == 3
+
+
+def test_projected_discriminator_heads_learn_on_frozen_features(tmp_path: Path):
+    """Sauer et al.'s projected D: only its heads are parameters and state; gradients reach the image (for G);
+    the fixed random projections are seeded; a run trains, resumes to the same state, and its checkpoint
+    holds no feature-network weights."""
+    pytest.importorskip("efficientnet_lite_pytorch")
+    from medanon.models.stylegan import ProjectedDiscriminator, make_discriminator
+
+    cfg = tiny(discriminator="projected", r1_gamma=0.0, mbstd_group=0)
+    D = make_discriminator(cfg)
+    assert isinstance(D, ProjectedDiscriminator) and D.input_size == 32
+    net = D._features[0]
+    assert not any(p.requires_grad for p in net.parameters())
+    own = {id(p) for p in D.parameters()}
+    assert own and not own & {id(p) for p in net.parameters()}
+    assert all(k.startswith(("heads.", "ccm", "csm")) for k in D.state_dict())
+    assert torch.equal(D.ccm0, ProjectedDiscriminator(16, 3, features=net).ccm0)      # seeded, not random
+    img = (torch.rand(4, 3, 16, 16) * 2 - 1).requires_grad_(True)
+    out = D(img)
+    assert out.shape == (4, 1)
+    out.sum().backward()
+    assert img.grad is not None and img.grad.abs().sum() > 0
+    assert all(p.grad is not None for p in D.heads.parameters())
+    with pytest.raises(ConfigError, match="discriminator='patch'"):
+        tiny(discriminator="patch").validate()
+
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    whole = train_stylegan(images, cfg, tmp_path / "whole", steps=3, progress=False)
+    train_stylegan(images, cfg, tmp_path / "part", steps=2, progress=False)
+    part = train_stylegan(images, cfg, tmp_path / "part", steps=3, resume=True, progress=False)
+    a, b = load_checkpoint(whole), load_checkpoint(part)
+    assert not any("blocks" in k or "stem" in k for k in a["state"]["D"])
+    for name in ("G", "D"):
+        assert all(torch.allclose(v.float(), b["state"][name][k].float(), atol=1e-6)
+                   for k, v in a["state"][name].items())
+    assert isinstance(load_discriminator(whole), ProjectedDiscriminator)

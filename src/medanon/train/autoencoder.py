@@ -42,7 +42,7 @@ from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
 from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
-from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
+from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.encoder import (
@@ -126,7 +126,7 @@ class _CotrainTrainer(InversionTrainer):
         g = cfg.generator
         torch.manual_seed(cfg.seed)             # weights of whatever does not come from the init checkpoint
         self.G = Generator.from_config(g).to(device)
-        self.D = Discriminator.from_config(g).to(device)
+        self.D = make_discriminator(g).to(device)
         if init is not None:
             self.G.load_state_dict(init["G"])
             self.D.load_state_dict(init["D"])

@@ -29,7 +29,7 @@ from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.config import to_dict, validate
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import sha256_bytes
-from medanon.models.stylegan import AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
+from medanon.models.stylegan import AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan_checkpoint import KIND, export_checkpoint, load_config, load_discriminator, load_generator
@@ -86,7 +86,7 @@ class StyleGANTrainer:
         self.micro = split_batch(cfg.batch, self.dist.world_size, accumulation)
         torch.manual_seed(cfg.seed)             # weights and synthesis noise
         self.G = Generator.from_config(cfg).to(device).train()
-        self.D = Discriminator.from_config(cfg).to(device).train()
+        self.D = make_discriminator(cfg).to(device).train()
         self.G_ema = copy.deepcopy(self.G).eval().requires_grad_(False)
         self.augment = AugmentPipe(cfg.augment, p=cfg.augment_p)
         self.ada = AdaController(self.augment, cfg.ada_target, cfg.ada_interval, cfg.ada_kimg, cfg.batch)

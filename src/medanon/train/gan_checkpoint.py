@@ -14,7 +14,7 @@ import torch
 
 from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.config import from_dict, validate
-from medanon.models.stylegan import Discriminator, Generator, StyleGANConfig
+from medanon.models.stylegan import Generator, StyleGANConfig, make_discriminator
 
 __all__ = ["KIND", "export_checkpoint", "load_config", "load_discriminator", "load_generator"]
 
@@ -35,10 +35,10 @@ def load_generator(path: str | Path, *, device: str | torch.device = "cpu") -> G
     return G.to(device).eval().requires_grad_(False)
 
 
-def load_discriminator(path: str | Path, *, device: str | torch.device = "cpu") -> Discriminator:
+def load_discriminator(path: str | Path, *, device: str | torch.device = "cpu") -> torch.nn.Module:
     """The discriminator of a ``stylegan2`` checkpoint, in eval mode (for fine-tuning or co-training)."""
     blob = load_checkpoint(path, kind=KIND, map_location=device)
-    D = Discriminator.from_config(load_config(blob))
+    D = make_discriminator(load_config(blob))
     D.load_state_dict(blob["state"]["D"])
     return D.to(device).eval()
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from medanon.errors import ConfigError
 
+DISCRIMINATORS = ("stylegan", "projected")
 AUGMENTS = ("xflip", "rotate90", "translate", "scale", "rotate", "brightness", "contrast", "saturation", "cutout")
 
 
@@ -41,6 +42,8 @@ class StyleGANConfig:
     ada_target: float = 0.6                     # target of r_t = E[sign(D(real))]; 0 keeps p fixed at augment_p
     ada_interval: int = 4                       # steps between updates of p
     ada_kimg: float = 100.0                     # thousands of images for p to move from 0 to 1 at the most
+    discriminator: str = "stylegan"              # stylegan (residual) | projected (frozen EfficientNet-Lite0
+                                                # features, Sauer et al. 2021; models/stylegan/projected.py)
     seed: int = 0                               # seeds weights, latents and augmentations
 
     def validate(self) -> None:
@@ -66,6 +69,8 @@ class StyleGANConfig:
         for name in ("style_mixing", "augment_p", "ada_target"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be in [0, 1]")
+        if self.discriminator not in DISCRIMINATORS:
+            raise ConfigError(f"discriminator={self.discriminator!r} is unknown", fix=f"use one of {DISCRIMINATORS}")
         unknown = sorted(set(self.augment) - set(AUGMENTS))
         if unknown:
             raise ConfigError(f"unknown augmentation(s) {unknown}", fix=f"choose from {', '.join(AUGMENTS)}")

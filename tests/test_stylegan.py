@@ -242,3 +242,15 @@ def test_projected_discriminator_heads_learn_on_frozen_features(tmp_path: Path):
         assert all(torch.allclose(v.float(), b["state"][name][k].float(), atol=1e-6)
                    for k, v in a["state"][name].items())
     assert isinstance(load_discriminator(whole), ProjectedDiscriminator)
+
+
+def test_a_run_from_before_the_discriminator_setting_resumes():
+    """The committed resume state predates ``discriminator``: it resumes as a StyleGAN2-discriminator run."""
+    from medanon.train.gan import config_diff
+    from medanon.train.gan_checkpoint import load_config
+
+    blob = load_checkpoint(CONFIGS.parents[1] / "checkpoints" / "stylegan2-fundus64-wide.resume.pt", kind="stylegan2")
+    assert "discriminator" not in blob["config"]
+    cfg = load_config(blob)
+    assert cfg.discriminator == "stylegan" and config_diff(cfg, blob) == []
+    assert config_diff(dataclasses.replace(cfg, discriminator="projected"), blob) == ["discriminator"]

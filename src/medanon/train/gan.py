@@ -327,6 +327,13 @@ def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
     return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
 
 
+def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:
+    """The settings in which ``cfg`` differs from a checkpoint's; a setting the checkpoint predates counts as its
+    default (e.g. ``discriminator``, added later: older runs used the StyleGAN2 one)."""
+    saved = to_dict(load_config(blob))
+    return sorted(k for k, v in to_dict(cfg).items() if saved.get(k) != v)
+
+
 def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *, steps: int,
                    resume: bool = False, device: str | torch.device = "cpu", checkpoint_every: int = 500,
                    sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
@@ -355,7 +362,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND, map_location=device)
-        diff = sorted(k for k, v in to_dict(cfg).items() if blob["config"].get(k) != v)
+        diff = config_diff(cfg, blob)
         if diff:
             raise ConfigError(f"the config differs from the run being resumed in {diff}",
                               fix="resume with the run's own config (its config.yaml)")

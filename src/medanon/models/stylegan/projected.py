@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.parametrizations import spectral_norm
 
 LAYERS = ("block1", "block2", "block3", "block5")     # EfficientNet-Lite0 maps at 1/2 ... 1/16 of the input side
 CHANNELS = (16, 24, 40, 112)                           # their channels
@@ -35,16 +36,19 @@ def _fixed(cin: int, cout: int, seed: int) -> torch.Tensor:
 
 
 class _Head(nn.Module):
-    """A small discriminator on one mixed map: stride-2 convolutions down to 4x4 (or less), then a 1x1 logit."""
+    """A small discriminator on one mixed map: spectrally normalised stride-2 convolutions (as the paper's heads)
+    down to 4x4 (or less), then a 1x1 logit. No batch normalisation: real and generated batches pass D
+    separately, and per-batch statistics hid their mean colour from D (with it, samples drifted to the
+    complementary colours within 5 kimg)."""
 
     def __init__(self, cin: int, side: int, width: int):
         super().__init__()
         layers: list[nn.Module] = []
         c = cin
         while side > 4:
-            layers += [nn.Conv2d(c, width, 4, 2, 1), nn.BatchNorm2d(width), nn.LeakyReLU(0.2)]
+            layers += [spectral_norm(nn.Conv2d(c, width, 4, 2, 1)), nn.LeakyReLU(0.2)]
             c, side = width, side // 2
-        layers.append(nn.Conv2d(c, 1, 1))
+        layers.append(spectral_norm(nn.Conv2d(c, 1, 1)))
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

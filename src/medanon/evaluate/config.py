@@ -147,8 +147,10 @@ class EvalConfig:
         in bf16 where the hardware computes it natively.
 
         On the 64 px fundus phantom (560 training images, 120 held-out) a classifier trained this way
-        reaches quadratic kappa ~0.55 on DR grade (the full protocol ~0.73); at 32 px the lesions vanish
-        and kappa falls to ~0, so classifiers keep 64 px.
+        reached quadratic kappa ~0.55 on DR grade in one early run (the full protocol ~0.73); on the demo's
+        split it varies widely with the seed: 0.285 ± 0.233 over 4 seeds in fp32, 0.240 ± 0.123 in bf16
+        (`python benchmarks/classifier_precision.py`), which is why the report averages seeds and shows their
+        spread. At 32 px the lesions vanish and kappa falls to ~0, so classifiers keep 64 px.
         """
         # precision "auto": bf16 autocast where the device computes it natively (AVX512-BF16/AMX CPUs, most GPUs),
         # 1.3-1.65x less CPU per classifier with metrics equal within the seeds' spread

@@ -43,7 +43,7 @@ class ClassifierTrainConfig:
     loss: str = "ce"                            # ce | weighted (inverse class frequency) | focal (class-weighted)
     focal_gamma: float = 0.6                    # focal loss exponent (VS-Snow uses 0.6)
     augment: bool = True                        # random translation, brightness and contrast
-    precision: str = "fp32"                     # fp32 | bf16 (autocast; 1.85x on CPUs with AVX512-BF16) | auto
+    precision: str = "fp32"                     # fp32 | bf16 (autocast; 1.3-1.65x less CPU with AVX512-BF16) | auto
     seed: int = 0                               # weights, batches and augmentation
 
     def validate(self) -> None:

@@ -50,7 +50,7 @@ def run_modality(demo: Path, modality: str, seeds: int) -> dict:
     task = TASK[modality]
     src, held = np.flatnonzero(real.split == "train"), np.flatnonzero(real.split == "test")
     ok, y = task.targets(real.label(task.label)[src])
-    rows, y = src[ok], y
+    rows = src[ok]
     okt, y_test = task.targets(real.label(task.label)[held])
     x_test = real.images[held[okt]]
     base = EvalConfig.fast(size=64).utility.classifier

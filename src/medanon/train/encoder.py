@@ -160,10 +160,7 @@ def previous_run(out: Path, *, resume: bool, kind: str, device: torch.device,
 
 
 def check_resume_config(blob: dict[str, Any], cfg: Any, *, ignore: tuple[str, ...] = ()) -> None:
-    saved = dict(blob["config"]["train"])
-    if isinstance(saved.get("generator"), dict):   # a nested StyleGAN config: settings it predates are defaults
-        saved["generator"] = to_dict(from_dict(StyleGANConfig, saved["generator"], where="the resumed run's config"))
-    diff = sorted(k for k, v in to_dict(cfg).items() if k not in ignore and saved.get(k) != v)
+    diff = sorted(k for k, v in to_dict(cfg).items() if k not in ignore and blob["config"]["train"].get(k) != v)
     if diff:
         raise ConfigError(f"the config differs from the run being resumed in {diff}",
                           fix="resume with the run's own config (its config.yaml)")

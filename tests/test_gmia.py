@@ -370,3 +370,44 @@ def test_benchmark_prints_batched_and_single_seconds_per_image(capsys, monkeypat
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["steps"] == 2 and line["batch"] == 3 and line["single_images"] == 1 and line["resolution"] == 32
     assert line["s_per_image_batched"] > 0 and line["s_per_image_single"] > 0 and line["speedup_batched"] > 0
+
+
+def test_release_dataset_side_by_side_keeps_order_and_results(tmp_path):
+    """``release_dataset(side_by_side=2)`` (GMIA's CPU path) privatises two batches at once, one torch thread each,
+    and writes every record, in dataset order, with what one batch at a time gives."""
+    import threading
+
+    from medanon.anonymize.per_image import release_dataset
+
+    class Writer:
+        def __init__(self):
+            self.settings, self.privacy, self.rows = {"method": "test"}, {}, []
+
+        def done(self, record_id):
+            return False
+
+        def add(self, record_id, image, sources):
+            self.rows.append((record_id, image))
+
+    class Data:
+        def __init__(self, n):
+            self.records = [type("R", (), {"record_id": f"r{i}"})() for i in range(n)]
+
+        def load(self, i):
+            return {"image": torch.full((1, 4, 4), float(i))}
+
+    seen = []
+
+    def privatise(images, generator=None):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return images * 2 + 1
+
+    written = {}
+    for side, threads in ((1, 1), (2, 2)):
+        torch.set_num_threads(threads)
+        w = Writer()
+        assert release_dataset(Data(7), privatise, w, batch=2, side_by_side=side, progress=False) == 7
+        written[side] = w.rows
+    assert [r for r, _ in written[2]] == [f"r{i}" for i in range(7)]
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(written[1], written[2], strict=True))
+    assert any(name != threading.main_thread().name and n == 1 for name, n in seen[4:])

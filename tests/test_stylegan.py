@@ -221,7 +221,7 @@ def test_projected_discriminator_heads_learn_on_frozen_features(tmp_path: Path):
     assert not any(p.requires_grad for p in net.parameters())
     own = {id(p) for p in D.parameters()}
     assert own and not own & {id(p) for p in net.parameters()}
-    assert all(k.startswith(("heads.", "ccm", "csm")) for k in D.state_dict())
+    assert all(k.startswith(("heads.", "ccm", "csm", "scale")) for k in D.state_dict())
     assert torch.equal(D.ccm0, ProjectedDiscriminator(16, 3, features=net).ccm0)      # seeded, not random
     img = (torch.rand(4, 3, 16, 16) * 2 - 1).requires_grad_(True)
     out = D(img)
@@ -231,6 +231,15 @@ def test_projected_discriminator_heads_learn_on_frozen_features(tmp_path: Path):
     assert all(p.grad is not None for p in D.heads.parameters())
     with pytest.raises(ConfigError, match="discriminator='patch'"):
         tiny(discriminator="patch").validate()
+    # the fixed feature scale: each scaled mixed map has unit RMS on the calibration images; a state saved before
+    # the scale existed loads with scale 1 (what it was trained with)
+    calib = torch.rand(6, 3, 16, 16) * 2 - 1
+    D.calibrate(calib)
+    rms = [float((m * D.scale[i]).pow(2).mean().sqrt()) for i, m in enumerate(D._mixed(calib))]
+    assert rms == pytest.approx([1.0] * 4, rel=1e-4) and not torch.equal(D.scale, torch.ones(4))
+    old = {k: v for k, v in D.state_dict().items() if k != "scale"}
+    D.load_state_dict(old)
+    assert torch.equal(D.scale, torch.ones(4))
 
     images = torch.rand(12, 3, 16, 16) * 2 - 1
     whole = train_stylegan(images, cfg, tmp_path / "whole", steps=3, progress=False)
@@ -255,3 +264,32 @@ def test_a_run_from_before_the_discriminator_setting_resumes():
     cfg = load_config(blob)
     assert cfg.discriminator == "stylegan" and config_diff(cfg, blob) == []
     assert config_diff(dataclasses.replace(cfg, discriminator="projected"), blob) == ["discriminator"]
+
+
+def test_hinge_loss_is_the_papers():
+    """``loss="hinge"``: D minimises relu(1 - D(real)) + relu(1 + D(fake)), G minimises -D(fake) (Lim & Ye 2017);
+    the default stays StyleGAN2's non-saturating loss; an unknown loss is refused."""
+    from medanon.train.gan_loss import discriminator_loss, generator_loss
+
+    class Fixed(torch.nn.Module):          # D(x) = the image's mean, so the expected losses are known by hand
+        def forward(self, x):
+            return x.mean(dim=(1, 2, 3))[:, None]
+
+    def aug(x, generator=None):
+        return x
+
+    real = torch.tensor([2.0, 0.5]).reshape(2, 1, 1, 1).expand(2, 1, 2, 2)
+    fake = torch.tensor([-3.0, 0.25]).reshape(2, 1, 1, 1).expand(2, 1, 2, 2)
+    loss, stats = discriminator_loss(Fixed(), aug, real, fake, loss="hinge")
+    assert float(stats["loss_real"]) == pytest.approx((0.0 + 0.5) / 2)
+    assert float(stats["loss_fake"]) == pytest.approx((0.0 + 1.25) / 2)
+    assert float(loss) == pytest.approx(0.25 + 0.625)
+    assert float(generator_loss(Fixed(), aug, fake, loss="hinge")) == pytest.approx(-(-3.0 + 0.25) / 2)
+    ns, _ = discriminator_loss(Fixed(), aug, real, fake)
+    expected = torch.nn.functional.softplus(torch.tensor([-3.0, 0.25])).mean() + \
+        torch.nn.functional.softplus(-torch.tensor([2.0, 0.5])).mean()
+    assert float(ns) == pytest.approx(float(expected))
+    with pytest.raises(ConfigError, match="loss='wasserstein'"):
+        generator_loss(Fixed(), aug, fake, loss="wasserstein")
+    with pytest.raises(ConfigError, match="loss='wasserstein'"):
+        tiny(loss="wasserstein").validate()

@@ -153,7 +153,9 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
                       overwrite=overwrite) as writer:
         if len(writer):
             log.info("resuming: %d of %d images already released", len(writer), len(dataset))
-        release_dataset(dataset, privatise, writer, batch=gmia.cfg.batch_size, device=gmia.device, progress=progress)
+        # two batches side by side on a CPU, one torch thread each: each image's optimisation is its own
+        release_dataset(dataset, privatise, writer, batch=gmia.cfg.batch_size, device=gmia.device, progress=progress,
+                        side_by_side=2)
         if hasattr(writer, "gather"):            # torchrun (release/sharded.py): every process's images
             parts = [p for rank_parts in writer.gather(parts) for p in rank_parts]
         outcome = summarise(_concat(parts), gmia.cfg.margin) if parts else {"images": 0}

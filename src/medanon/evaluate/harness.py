@@ -47,8 +47,8 @@ from medanon.evaluate.nearcopy import screen
 from medanon.fsutil import sha256_file
 from medanon.models.classifier import predict_proba
 from medanon.models.identity import load_identity
-from medanon.runtime import RunDir
-from medanon.train.classifier import map_in_parallel, train_classifier
+from medanon.runtime import RunDir, map_in_parallel
+from medanon.train.classifier import train_classifier
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
-from typing import TypeVar
 
 import numpy as np
 import torch
@@ -26,6 +23,7 @@ from tqdm.auto import tqdm
 from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError
 from medanon.models.classifier import PRESETS, ResNet, ResNetConfig
+from medanon.runtime import map_in_parallel  # noqa: F401  (re-exported: its old home)
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 
 LOSSES = ("ce", "weighted", "focal")
@@ -105,30 +103,6 @@ def focal_loss(logits: torch.Tensor, target: torch.Tensor, *, gamma: float,
 
 
 _INIT_LOCK = threading.Lock()
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def map_in_parallel(fn: Callable[[T], R], items: Sequence[T], *, device: torch.device | str = "cpu") -> list[R]:
-    """``[fn(i) for i in items]``, on a CPU run side by side in threads with one torch thread each.
-
-    Small networks use two CPU cores poorly inside one operation: training the evaluation's two seeds
-    of the "small" ResNet side by side is 1.44x faster than one after the other on the 2-core machine
-    (`python benchmarks/evaluation.py`). Each call must be independent and seeded on its own
-    (:func:`train_classifier` is: its batches use its own generator and its weight initialisation is
-    serialised); results equal the sequential ones up to float rounding. On a GPU, or with one item
-    or one thread, the calls run in order."""
-    threads = torch.get_num_threads()
-    if len(items) < 2 or threads < 2 or torch.device(device).type != "cpu":
-        return [fn(i) for i in items]
-    try:
-        torch.set_num_threads(1)
-        with ThreadPoolExecutor(max_workers=min(len(items), threads)) as pool:
-            return list(pool.map(fn, items))
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _sharded_step(net: torch.nn.Module, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor,
                   cfg: ClassifierTrainConfig, weight: torch.Tensor | None, dist: Dist, accumulation: int) -> None:
     """One optimiser step on this rank's shards of the batch (xb, yb); see :func:`train_classifier`."""

@@ -87,6 +87,8 @@ class StyleGANTrainer:
         torch.manual_seed(cfg.seed)             # weights and synthesis noise
         self.G = Generator.from_config(cfg).to(device).train()
         self.D = make_discriminator(cfg).to(device).train()
+        if hasattr(self.D, "calibrate"):        # the projected D's fixed feature scale (a resume loads its own)
+            self.D.calibrate(images[:64].to(device, torch.float32) / 127.5 - 1)
         self.G_ema = copy.deepcopy(self.G).eval().requires_grad_(False)
         self.augment = AugmentPipe(cfg.augment, p=cfg.augment_p)
         self.ada = AdaController(self.augment, cfg.ada_target, cfg.ada_interval, cfg.ada_kimg, cfg.batch)
@@ -160,7 +162,7 @@ class StyleGANTrainer:
         self.D.requires_grad_(False)
         self.G.requires_grad_(True)
         ws = sample_ws(self.G, self.latents(), style_mixing=cfg.style_mixing, generator=self.rng)
-        loss_G = generator_loss(self.D, self.augment, self.G.synthesis(ws), self.rng)
+        loss_G = generator_loss(self.D, self.augment, self.G.synthesis(ws), self.rng, loss=cfg.loss)
         self.opt_G.zero_grad(set_to_none=True)
         loss_G.backward()
         self.opt_G.step()
@@ -172,7 +174,7 @@ class StyleGANTrainer:
             fake = self.G.synthesis(ws)
         out = discriminator_step(self.D, self.opt_D, self.augment, self.ada, self.real_batch(), fake,
                                  step=self.step_count, r1_gamma=cfg.r1_gamma, r1_interval=cfg.r1_interval,
-                                 generator=self.rng)
+                                 generator=self.rng, loss=cfg.loss)
         self.step_count += 1
         self.update_ema()
         out = {"loss_G": float(loss_G.detach()), **out, "ada_p": self.augment.p}
@@ -193,7 +195,7 @@ class StyleGANTrainer:
             with self._use_shard(s) as rng:
                 z = torch.randn(m, cfg.z_dim, device=self.device, generator=rng)
                 ws = sample_ws(self.G, z, style_mixing=cfg.style_mixing, generator=rng)
-                loss = generator_loss(self.D, self.augment, self.G.synthesis(ws), rng)
+                loss = generator_loss(self.D, self.augment, self.G.synthesis(ws), rng, loss=cfg.loss)
                 (loss * weight).backward()
                 loss_G += loss.detach()
         d.sum_gradients(self.G.parameters())
@@ -214,7 +216,7 @@ class StyleGANTrainer:
                     sums[4:] += w[:, 0].sum(dim=0)
                     fake = self.G.synthesis(mix_styles(self.G, w, z, style_mixing=cfg.style_mixing, generator=rng))
                 real = self.images[shard_rows(idx, s, self.shards)].to(self.device, torch.float32) / 127.5 - 1
-                loss, stats = discriminator_loss(self.D, self.augment, real, fake, generator=rng,
+                loss, stats = discriminator_loss(self.D, self.augment, real, fake, generator=rng, loss=cfg.loss,
                                                  r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0)
                 (loss * weight).backward()
             sums[0] += loss.detach()

@@ -42,6 +42,7 @@ class StyleGANConfig:
     ada_target: float = 0.6                     # target of r_t = E[sign(D(real))]; 0 keeps p fixed at augment_p
     ada_interval: int = 4                       # steps between updates of p
     ada_kimg: float = 100.0                     # thousands of images for p to move from 0 to 1 at the most
+    loss: str = "nonsaturating"                 # nonsaturating (StyleGAN2) | hinge (Projected GANs; train/gan_loss.py)
     discriminator: str = "stylegan"              # stylegan (residual) | projected (frozen EfficientNet-Lite0
                                                 # features, Sauer et al. 2021; models/stylegan/projected.py)
     seed: int = 0                               # seeds weights, latents and augmentations
@@ -69,6 +70,8 @@ class StyleGANConfig:
         for name in ("style_mixing", "augment_p", "ada_target"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be in [0, 1]")
+        if self.loss not in ("nonsaturating", "hinge"):
+            raise ConfigError(f"loss={self.loss!r} is unknown", fix="use nonsaturating or hinge")
         if self.discriminator not in DISCRIMINATORS:
             raise ConfigError(f"discriminator={self.discriminator!r} is unknown", fix=f"use one of {DISCRIMINATORS}")
         unknown = sorted(set(self.augment) - set(AUGMENTS))

@@ -6,7 +6,7 @@
    each call printed as its equivalent ``$ medanon ...`` command): k-Same-Pixel and k-Same-PCA (and
    k-Centroid and k-SALSA when the inversion encoder ships) at k = 2, 5, 10, GMIA (when its networks
    ship), Snow and VS-Snow at p = 0.1, 0.3, 0.5 on fundus images; DP-GLOW and image-domain LDP at
-   ε = 10³, 10², 10¹ per element on X-rays;
+   ε = 10³, 10², 10¹ per element and GMIA (the paper's modality) on X-rays;
 4. audit every release, evaluate them with :func:`medanon.evaluate.harness.evaluate`, and write
    the HTML reports; the X-ray report also holds DP-GLOW Table 3 and its Figs. 4–7 picture
    (:func:`dpglow_study`, on the held-out patients of the shipped flows).
@@ -179,20 +179,26 @@ def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list
     return out
 
 
-GMIA_NETWORKS = {"model": "cotrained-fundus64.pt", "identity": "identity-fundus64.pt",
-                 "utility": "classifier-grade-fundus64.pt"}
+GMIA_NETWORKS = {
+    "fundus": {"model": "cotrained-fundus64.pt", "identity": "identity-fundus64.pt",
+               "utility": "classifier-grade-fundus64.pt"},
+    "xray": {"model": "cotrained-xray64.pt", "identity": "identity-xray64.pt",
+             "utility": "classifier-pneumonia-xray64.pt"},
+}
+GMIA_RELEASE = {"fundus": "gmia", "xray": "gmia-xray"}     # one releases/ folder serves both modalities
 
 
-def _releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
-    """GMIA with the shipped co-trained codec, E_id and E_ut (GMIA Table 2's setting with both losses)."""
+def _releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, modality: str = "fundus") -> list[Path]:
+    """GMIA with the shipped co-trained codec, E_id and E_ut of ``modality`` (GMIA Table 2's setting with both
+    losses); the paper's own modality is chest X-ray."""
     import medanon.anonymize as anonymize
 
-    missing = [name for name in GMIA_NETWORKS.values() if not (ckpt / name).exists()]
+    missing = [name for name in GMIA_NETWORKS[modality].values() if not (ckpt / name).exists()]
     if missing:
-        click.echo(f"GMIA skipped: {', '.join(missing)} not shipped in {ckpt}")
+        click.echo(f"GMIA ({modality}) skipped: {', '.join(missing)} not shipped in {ckpt}")
         return []
-    dest = rel / "gmia"
-    nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS.items()}
+    dest = rel / GMIA_RELEASE[modality]
+    nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS[modality].items()}
     kw = {**nets, "batch_size": LATENT_BATCH, "device": cfg.device}   # batch: speed only (docs/gmia.md)
     command = f"anonymize gmia --data {data} " + " ".join(f"--{o} {p}" for o, p in nets.items())
     if cfg.gmia_steps is not None:
@@ -220,7 +226,7 @@ def _releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[P
                 _release(command, dest, lambda e=float(eps): anonymize.ldp_image(ds, epsilon=e, per_element=True,
                                                                                  device=cfg.device))
             out.append(dest)
-    return out
+    return out + _releases_gmia(ds, data, rel, ckpt, cfg, modality="xray")
 
 
 # The phantom the shipped X-ray flows were trained on (checkpoints/README.md): their held-out patients are the

@@ -1,0 +1,76 @@
+"""GMIA Table 1 on our data: reconstruction quality of a codec on held-out images, and of releases vs their sources.
+
+Prints one JSON line: for ``--codec`` on the first ``--n`` images of ``--heldout`` (patients the codec never saw),
+and for every ``--release`` (with its private mapping ``<release>.mapping.json`` next to it) on its first ``--n``
+records against their own source image in ``--real``: PSNR, SSIM, IW-SSIM (3 scales: 5 need 176 px images) and the
+EfficientNet-Lite0 feature distance (not LPIPS), each as mean and sd over images
+(``medanon.evaluate.reconstruction``; SSIM matches scikit-image, tested).
+
+    python docs/gmia_table1.py --codec checkpoints/cotrained-xray64.pt --heldout PH2X \\
+        --real DEMO/data/xray --release REL/recon --release REL/gmia --n 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from medanon.codecs.stylegan import load_codec
+from medanon.config import DataConfig
+from medanon.data.dataset import open_dataset
+from medanon.evaluate.reconstruction import iw_ssim, perceptual_distance, psnr, ssim
+
+
+def scores(recon: torch.Tensor, source: torch.Tensor) -> dict:
+    values = {"psnr": psnr(recon, source), "ssim": ssim(recon, source), "iw_ssim": iw_ssim(recon, source, scales=3),
+              "feature_distance": perceptual_distance(recon, source)}
+    return {k: [round(float(v.mean()), 4), round(float(v.std()), 4)] for k, v in values.items()} | {"n": len(recon)}
+
+
+def release_pairs(release: Path, ds, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``n`` records of ``release`` (in the mapping's order) and their single source images."""
+    mapping = json.loads(release.with_name(release.name + ".mapping.json").read_text())["records"]
+    index = {r.record_id: i for i, r in enumerate(ds.records)}
+    rel, src = [], []
+    for key, entry in list(mapping.items())[:n]:
+        (source,) = entry["sources"]                       # GMIA: one source per record
+        a = np.asarray(Image.open(release / key), np.float32) / 127.5 - 1
+        rel.append(torch.from_numpy(a if a.ndim == 3 else a[..., None]).permute(2, 0, 1))
+        src.append(ds.load(index[source])["image"])
+    return torch.stack(rel), torch.stack(src)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--codec", type=Path)
+    ap.add_argument("--heldout", type=Path, help="images the codec never saw")
+    ap.add_argument("--real", type=Path, help="the dataset the releases were made from")
+    ap.add_argument("--release", type=Path, action="append", default=[])
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    out: dict = {"benchmark": "gmia_table1"}
+    with torch.no_grad():
+        if args.codec and args.heldout:
+            codec = load_codec(args.codec)
+            ds = open_dataset(args.heldout, DataConfig(size=codec.describe().get("resolution", 64)))
+            x = torch.stack([ds.load(i)["image"] for i in range(min(args.n, len(ds)))])
+            recon = torch.cat([codec.decode(codec.encode(x[i:i + 50])) for i in range(0, len(x), 50)])
+            recon = torch.round((recon.clamp(-1, 1) + 1) * 127.5) / 127.5 - 1      # 8 bits, as a release is saved
+            out[f"heldout:{args.codec.name}"] = scores(recon, x)
+        if args.release:
+            ds = open_dataset(args.real, DataConfig(size=64))
+            for rel in args.release:
+                out[f"release:{rel.name}"] = scores(*release_pairs(rel, ds, args.n))
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()

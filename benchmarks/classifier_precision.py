@@ -13,6 +13,10 @@ bf16 is fast only where the CPU computes it natively (AVX512-BF16 or AMX; ``meda
 elsewhere autocast emulates it and is slower than float32. The line says which this machine is.
 
     python benchmarks/classifier_precision.py --demo DEMO_OUT [--seeds 4] [--modality fundus,xray]
+
+``--variant arch=tiny --variant steps=75`` (any ``ClassifierTrainConfig`` fields) compares the fast preset with
+cheaper classifiers instead, in the precision the preset picks here: what a shorter evaluation would cost the
+report (issue 15's demo time).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def _interval(d: np.ndarray) -> list[float]:
     return [round(float(lo), 4), round(float(hi), 4)]
 
 
-def run_modality(demo: Path, modality: str, seeds: int) -> dict:
+def run_modality(demo: Path, modality: str, seeds: int, arms: dict[str, dict]) -> dict:
     real = load_real(demo / "data" / modality, size=64, splits_csv=demo / f"splits_{modality}.csv")
     task = TASK[modality]
     src, held = np.flatnonzero(real.split == "train"), np.flatnonzero(real.split == "test")
@@ -58,26 +62,45 @@ def run_modality(demo: Path, modality: str, seeds: int) -> dict:
     for n in (len(rows), len(rows) // 8):
         pick = util.subsample(len(rows), n, 0)
         res: dict = {}
-        for precision in ("fp32", "bf16"):
+        for arm, changes in arms.items():
             scores, cpu = [], []
             for seed in range(seeds):
-                cfg = replace(base, precision=precision, seed=seed)
+                cfg = replace(base, **changes, seed=seed)
                 c0 = time.process_time()
                 model = train_classifier(real.images[rows[pick]], y[pick], num_classes=task.num_classes, cfg=cfg)
                 cpu.append(time.process_time() - c0)
                 scores.append(util.score(task, y_test, predict_proba(model, x_test).double().numpy()))
-            res[precision] = {"cpu_s_per_training": round(float(np.mean(cpu)), 2), "scores": scores}
+            res[arm] = {"cpu_s_per_training": round(float(np.mean(cpu)), 2), "scores": scores}
+        first, *others = list(arms)
         entry = {"n_train": int(n), "n_test": len(y_test),
-                 "cpu_s_per_training": {p: res[p]["cpu_s_per_training"] for p in res},
-                 "speedup": round(res["fp32"]["cpu_s_per_training"] / res["bf16"]["cpu_s_per_training"], 2)}
+                 "cpu_s_per_training": {a: res[a]["cpu_s_per_training"] for a in res},
+                 "speedup": {a: round(res[first]["cpu_s_per_training"] / res[a]["cpu_s_per_training"], 2)
+                             for a in others}}
         for metric in METRICS[modality]:
-            a = np.array([s[metric] for s in res["fp32"]["scores"]])
-            b = np.array([s[metric] for s in res["bf16"]["scores"]])
-            entry[metric] = {"fp32": [round(float(a.mean()), 4), round(float(a.std(ddof=1)), 4)],
-                             "bf16": [round(float(b.mean()), 4), round(float(b.std(ddof=1)), 4)],
-                             "bf16_minus_fp32": round(float((b - a).mean()), 4), "ci95": _interval(b - a)}
+            ref = np.array([s[metric] for s in res[first]["scores"]])
+            entry[metric] = {a: [round(float(v.mean()), 4), round(float(v.std(ddof=1)), 4)]
+                             for a in res for v in [np.array([s[metric] for s in res[a]["scores"]])]}
+            for a in others:                    # paired over seeds: the same seed draws the same batches
+                d = np.array([s[metric] for s in res[a]["scores"]]) - ref
+                entry[metric][f"{a}_minus_{first}"] = {"mean": round(float(d.mean()), 4), "ci95": _interval(d)}
         out[f"n{n}"] = entry
     return out
+
+
+def parse_arms(variants: list[str]) -> dict[str, dict]:
+    """fp32 against bf16 by default; with ``--variant``, the fast preset against each variant (``KEY=VALUE,...`` of
+    ClassifierTrainConfig, e.g. ``arch=tiny`` or ``steps=75``), all in the precision the preset resolves to here."""
+    if not variants:
+        return {"fp32": {"precision": "fp32"}, "bf16": {"precision": "bf16"}}
+    precision = "bf16" if native_bf16("cpu") else "fp32"
+    arms = {"fast": {"precision": precision}}
+    for v in variants:
+        changes = {}
+        for item in v.split(","):
+            key, _, value = item.partition("=")
+            changes[key] = int(value) if value.isdigit() else value
+        arms[v] = {"precision": precision, **changes}
+    return arms
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -85,12 +108,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--demo", type=Path, required=True, help="a finished demo folder (data/, splits_*.csv)")
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--modality", default="fundus,xray")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="compare the fast preset with this change instead of fp32 with bf16, e.g. arch=tiny")
     args = ap.parse_args(argv)
+    arms = parse_arms(args.variant)
     torch.set_num_threads(1)
-    result = {"benchmark": "classifier_precision", "native_bf16": native_bf16("cpu"), "seeds": args.seeds,
+    result = {"benchmark": "classifier_precision", "native_bf16": native_bf16("cpu"), "seeds": args.seeds, "arms": arms,
               "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     for modality in args.modality.split(","):
-        result[modality] = run_modality(args.demo, modality, args.seeds)
+        result[modality] = run_modality(args.demo, modality, args.seeds, arms)
     print(json.dumps(result))
     return result
 

@@ -174,6 +174,28 @@ def test_cotraining_step_updates_encoder_generator_and_discriminator():
     assert _state_equal(before["mapping"], trainer.G.mapping.state_dict())  # replaced by the encoder
 
 
+
+def test_cotraining_uses_the_generator_configs_adversarial_loss(tmp_path, monkeypatch):
+    """``generator.loss: hinge`` reaches both of the co-training step's adversarial terms and the manifest (it was
+    once accepted and ignored); the default stays StyleGAN2's non-saturating loss."""
+    import json
+
+    import medanon.train.autoencoder as ae
+
+    seen = []
+    for name in ("generator_loss", "discriminator_step"):
+        real = getattr(ae, name)
+        monkeypatch.setattr(ae, name, lambda *a, _real=real, _name=name, **k: seen.append((_name, k["loss"])) or
+                            _real(*a, **k))
+    images = ((torch.rand(8, 3, 32, 32)) * 255).to(torch.uint8)
+    for loss in ("nonsaturating", "hinge"):
+        cfg = fast_autoencoder_cfg(generator=dataclasses.replace(fast_autoencoder_cfg().generator, loss=loss))
+        train_autoencoder(images, cfg, tmp_path / loss, steps=1, progress=False)
+        kind = json.loads((tmp_path / loss / "manifest.json").read_text())["losses"]["adversarial"]["kind"]
+        assert kind.startswith("hinge" if loss == "hinge" else "non-saturating")
+    assert seen == [("generator_loss", "nonsaturating"), ("discriminator_step", "nonsaturating"),
+                    ("generator_loss", "hinge"), ("discriminator_step", "hinge")]
+
 def test_cotraining_from_a_gan_checkpoint_resumes_exactly(tmp_path):
     ckpt, G = gan_checkpoint(tmp_path / "gan.pt")
     images = generated_images(G, 16, seed=5)

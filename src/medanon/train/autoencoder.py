@@ -4,9 +4,10 @@ Each step has two updates:
 
 1. **encoder + generator**: ``x̂ = G(w_avg + E(x))`` and
    ``L_E,G = pixel_weight · MSE(x̂, x) + perceptual_weight · feature distance(x̂, x)
-   + adversarial_weight · softplus(-D(aug(x̂)))`` (the StyleGAN2 non-saturating generator loss);
-2. **discriminator**: the StyleGAN2 logistic loss on the real batch ``x`` against ``x̂`` (the
-   reconstructions of step 1, rendered before its update, so no extra generator pass), with lazy R1
+   + adversarial_weight · softplus(-D(aug(x̂)))`` (the StyleGAN2 non-saturating generator loss; with
+   ``generator.loss: hinge``, ``-D(aug(x̂))``);
+2. **discriminator**: the StyleGAN2 logistic loss (or the hinge loss) on the real batch ``x`` against ``x̂``
+   (the reconstructions of step 1, rendered before its update, so no extra generator pass), with lazy R1
    and adaptive augmentation (ADA), exactly as in :mod:`medanon.train.gan_loss`.
 
 The encoder is the one-pass variant of :class:`medanon.models.encoder.Encoder` (the residual
@@ -59,9 +60,13 @@ from medanon.train.gan_loss import discriminator_loss, discriminator_step, finis
 from medanon.train.loop import run_loop
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
-# The StyleGANConfig fields that define the networks; the rest of the nested config is not used here.
+# The StyleGANConfig fields that define the networks (an init checkpoint's win); of the rest of the nested config
+# only ``loss`` (the adversarial loss: nonsaturating | hinge) is used here.
 ARCHITECTURE = ("resolution", "channels", "z_dim", "w_dim", "mapping_layers", "mapping_lr_mult", "channel_base",
-                "channel_max", "mbstd_group")
+                "channel_max", "mbstd_group", "discriminator")
+
+
+ADVERSARIAL = {"nonsaturating": "non-saturating logistic (StyleGAN2)", "hinge": "hinge (Lim & Ye 2017)"}
 
 
 @dataclass
@@ -127,6 +132,8 @@ class _CotrainTrainer(InversionTrainer):
         torch.manual_seed(cfg.seed)             # weights of whatever does not come from the init checkpoint
         self.G = Generator.from_config(g).to(device)
         self.D = make_discriminator(g).to(device)
+        if hasattr(self.D, "calibrate"):        # the projected D's fixed feature scale (an init state brings its own)
+            self.D.calibrate(images[:64].to(device, torch.float32) / 127.5 - 1)
         if init is not None:
             self.G.load_state_dict(init["G"])
             self.D.load_state_dict(init["D"])
@@ -162,7 +169,7 @@ class _CotrainTrainer(InversionTrainer):
         loss = loss_rec
         out: dict[str, float] = {}
         if cfg.adversarial_weight > 0:
-            loss_adv = generator_loss(self.D, self.augment, recon, self.rng)
+            loss_adv = generator_loss(self.D, self.augment, recon, self.rng, loss=cfg.generator.loss)
             loss = loss + cfg.adversarial_weight * loss_adv
             out["loss_adv"] = float(loss_adv.detach())
         self.opt_E.zero_grad(set_to_none=True)
@@ -174,7 +181,7 @@ class _CotrainTrainer(InversionTrainer):
         self.G.synthesis.requires_grad_(False)
         stats = discriminator_step(self.D, self.opt_D, self.augment, self.ada, x, recon.detach(),
                                    step=self.step_count, r1_gamma=cfg.r1_gamma, r1_interval=cfg.r1_interval,
-                                   generator=self.rng)
+                                   generator=self.rng, loss=cfg.generator.loss)
         self.step_count += 1
         out.update({"loss": float(loss.detach()), **parts, **stats, "ada_p": self.augment.p})
         return out
@@ -206,7 +213,7 @@ class _CotrainTrainer(InversionTrainer):
                 if k != "psnr":
                     add(k, v)
             if cfg.adversarial_weight > 0:
-                loss_adv = generator_loss(self.D, self.augment, recon, rng)
+                loss_adv = generator_loss(self.D, self.augment, recon, rng, loss=cfg.generator.loss)
                 loss = loss + cfg.adversarial_weight * loss_adv
                 add("loss_adv", float(loss_adv.detach()))
             (loss * weight).backward()
@@ -224,7 +231,7 @@ class _CotrainTrainer(InversionTrainer):
         for s, rng in self.shard_rng.items():
             loss, stats = discriminator_loss(self.D, self.augment, shard_rows(x_all, s, self.shards), recons[s],
                                              r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0,
-                                             generator=rng)
+                                             generator=rng, loss=cfg.generator.loss)
             (loss * weight).backward()
             add("loss_D", float(loss.detach()))
             if do_r1:
@@ -335,7 +342,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    generator_checkpoint=trainer.init_provenance,
                    training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
-                   losses={**trainer.loss.describe(), "adversarial": {"kind": "non-saturating logistic (StyleGAN2)",
+                   losses={**trainer.loss.describe(), "adversarial": {"kind": ADVERSARIAL[cfg.generator.loss],
                                                                       "weight": cfg.adversarial_weight}})
         if trainer.shards > 1:
             run.update(distributed=dist.describe_run(

@@ -158,7 +158,7 @@ class StyleGANTrainer:
         if self.shards > 1:
             return self._step_sharded()
         cfg = self.cfg
-        # generator: non-saturating loss through D (D's weights frozen)
+        # generator: non-saturating (or hinge) loss through D (D's weights frozen)
         self.D.requires_grad_(False)
         self.G.requires_grad_(True)
         ws = sample_ws(self.G, self.latents(), style_mixing=cfg.style_mixing, generator=self.rng)

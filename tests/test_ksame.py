@@ -345,4 +345,3 @@ def test_audit_catches_leaks_planted_in_a_ksame_release(tmp_path, phantoms, leak
     failed = " ".join(c.name for c in rep.checks if not c.passed)
     assert {"member-named image": "random file names", "patient id in manifest": "patient id",
             "cluster of too few people": "people (mapping)"}[leak] in failed, rep.format()
-

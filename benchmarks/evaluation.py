@@ -25,7 +25,8 @@ import torch
 from medanon.evaluate.config import EvalConfig
 from medanon.models import classifier as classifier_module
 from medanon.models.features.inception import _BODY as BODY
-from medanon.train.classifier import map_in_parallel, train_classifier
+from medanon.runtime import map_in_parallel
+from medanon.train.classifier import train_classifier
 
 
 @contextmanager

@@ -143,7 +143,7 @@ def test_identity_needs_repeated_acquisitions():
 def test_seeds_trained_side_by_side_equal_the_sequential_ones():
     from dataclasses import replace
 
-    from medanon.train.classifier import map_in_parallel
+    from medanon.runtime import map_in_parallel
 
     g = torch.Generator().manual_seed(1)
     x = torch.rand(48, 3, 16, 16, generator=g) * 2 - 1

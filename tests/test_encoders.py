@@ -174,7 +174,6 @@ def test_cotraining_step_updates_encoder_generator_and_discriminator():
     assert _state_equal(before["mapping"], trainer.G.mapping.state_dict())  # replaced by the encoder
 
 
-
 def test_cotraining_uses_the_generator_configs_adversarial_loss(tmp_path, monkeypatch):
     """``generator.loss: hinge`` reaches both of the co-training step's adversarial terms and the manifest (it was
     once accepted and ignored); the default stays StyleGAN2's non-saturating loss."""
@@ -195,6 +194,7 @@ def test_cotraining_uses_the_generator_configs_adversarial_loss(tmp_path, monkey
         assert kind.startswith("hinge" if loss == "hinge" else "non-saturating")
     assert seen == [("generator_loss", "nonsaturating"), ("discriminator_step", "nonsaturating"),
                     ("generator_loss", "hinge"), ("discriminator_step", "hinge")]
+
 
 def test_cotraining_from_a_gan_checkpoint_resumes_exactly(tmp_path):
     ckpt, G = gan_checkpoint(tmp_path / "gan.pt")

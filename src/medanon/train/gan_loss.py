@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from medanon.errors import ConfigError
 from medanon.models.stylegan import AdaController, AugmentPipe, Discriminator, Generator
+from medanon.models.stylegan.config import GAN_LOSSES
 
 
 def sample_ws(G: Generator, z: torch.Tensor, *, style_mixing: float = 0.0, generator: torch.Generator | None = None,
@@ -40,12 +41,9 @@ def mix_styles(G: Generator, ws: torch.Tensor, z: torch.Tensor, *, style_mixing:
     return ws
 
 
-LOSSES = ("nonsaturating", "hinge")
-
-
 def _check(loss: str) -> None:
-    if loss not in LOSSES:
-        raise ConfigError(f"GAN loss={loss!r} is unknown", fix=f"use one of {', '.join(LOSSES)}")
+    if loss not in GAN_LOSSES:
+        raise ConfigError(f"GAN loss={loss!r} is unknown", fix=f"use one of {', '.join(GAN_LOSSES)}")
 
 
 def generator_loss(D: Discriminator, augment: AugmentPipe, fake: torch.Tensor,

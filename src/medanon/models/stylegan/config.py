@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from medanon.errors import ConfigError
 
 DISCRIMINATORS = ("stylegan", "projected")
+GAN_LOSSES = ("nonsaturating", "hinge")             # train/gan_loss.py
 AUGMENTS = ("xflip", "rotate90", "translate", "scale", "rotate", "brightness", "contrast", "saturation", "cutout")
 
 
@@ -70,8 +71,8 @@ class StyleGANConfig:
         for name in ("style_mixing", "augment_p", "ada_target"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be in [0, 1]")
-        if self.loss not in ("nonsaturating", "hinge"):
-            raise ConfigError(f"loss={self.loss!r} is unknown", fix="use nonsaturating or hinge")
+        if self.loss not in GAN_LOSSES:
+            raise ConfigError(f"loss={self.loss!r} is unknown", fix=f"use one of {GAN_LOSSES}")
         if self.discriminator not in DISCRIMINATORS:
             raise ConfigError(f"discriminator={self.discriminator!r} is unknown", fix=f"use one of {DISCRIMINATORS}")
         unknown = sorted(set(self.augment) - set(AUGMENTS))

@@ -1,9 +1,10 @@
 """GMIA Table 1 on our data: reconstruction quality of a codec on held-out images, and of releases vs their sources.
 
 Prints one JSON line: for ``--codec`` on the first ``--n`` images of ``--heldout`` (patients the codec never saw),
-and for every ``--release`` (with its private mapping ``<release>.mapping.json`` next to it) on its first ``--n``
-records against their own source image in ``--real``: PSNR, SSIM, IW-SSIM (3 scales: 5 need 176 px images) and the
-EfficientNet-Lite0 feature distance (not LPIPS), each as mean and sd over images
+and for every ``--release`` (with its private mapping ``<release>.mapping.json`` next to it; read as the evaluation
+reads it) on its first ``--n`` records (labels.csv order) against their own source image in ``--real``: PSNR,
+SSIM, IW-SSIM (3 scales: 5 need 176 px images) and the EfficientNet-Lite0 feature distance (not LPIPS), each as
+mean and sd over images
 (``medanon.evaluate.reconstruction``; SSIM matches scikit-image, tested).
 
     python docs/gmia_table1.py --codec checkpoints/cotrained-xray64.pt --heldout PH2X \\
@@ -16,13 +17,12 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image
 
 from medanon.codecs.stylegan import load_codec
 from medanon.config import DataConfig
 from medanon.data.dataset import open_dataset
+from medanon.evaluate.inputs import load_real, load_release
 from medanon.evaluate.reconstruction import iw_ssim, perceptual_distance, psnr, ssim
 
 
@@ -32,17 +32,13 @@ def scores(recon: torch.Tensor, source: torch.Tensor) -> dict:
     return {k: [round(float(v.mean()), 4), round(float(v.std()), 4)] for k, v in values.items()} | {"n": len(recon)}
 
 
-def release_pairs(release: Path, ds, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``n`` records of ``release`` (in the mapping's order) and their single source images."""
-    mapping = json.loads(release.with_name(release.name + ".mapping.json").read_text())["records"]
-    index = {r.record_id: i for i, r in enumerate(ds.records)}
-    rel, src = [], []
-    for key, entry in list(mapping.items())[:n]:
-        (source,) = entry["sources"]                       # GMIA: one source per record
-        a = np.asarray(Image.open(release / key), np.float32) / 127.5 - 1
-        rel.append(torch.from_numpy(a if a.ndim == 3 else a[..., None]).permute(2, 0, 1))
-        src.append(ds.load(index[source])["image"])
-    return torch.stack(rel), torch.stack(src)
+def release_pairs(release: Path, real, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``n`` records of ``release`` (as the evaluation reads it, with its mapping) and their source image."""
+    rel = load_release(release, real, size=real.images.shape[-1])
+    if rel.sources is None:
+        raise SystemExit(f"{release}: no mapping next to it ({release.name}.mapping.json)")
+    (rows,) = zip(*rel.sources[:n], strict=True)           # GMIA: one source per record
+    return rel.images[:n], real.images[list(rows)]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -65,9 +61,9 @@ def main(argv: list[str] | None = None) -> dict:
             recon = torch.round((recon.clamp(-1, 1) + 1) * 127.5) / 127.5 - 1      # 8 bits, as a release is saved
             out[f"heldout:{args.codec.name}"] = scores(recon, x)
         if args.release:
-            ds = open_dataset(args.real, DataConfig(size=64))
+            real = load_real(args.real, size=64)
             for rel in args.release:
-                out[f"release:{rel.name}"] = scores(*release_pairs(rel, ds, args.n))
+                out[f"release:{rel.name}"] = scores(*release_pairs(rel, real, args.n))
     print(json.dumps(out))
     return out
 

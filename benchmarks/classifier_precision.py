@@ -24,19 +24,19 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from scipy import stats
 
+from medanon.config import apply_overrides, from_dict, to_dict
 from medanon.evaluate import utility as util
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.inputs import load_real
 from medanon.models.classifier import predict_proba
 from medanon.runtime import native_bf16
-from medanon.train.classifier import train_classifier
+from medanon.train.classifier import ClassifierTrainConfig, train_classifier
 
 TASK = {"fundus": util.KNOWN_TASKS["grade"], "xray": util.KNOWN_TASKS["pneumonia"]}
 METRICS = {"fundus": ("kappa", "binary_auroc"), "xray": ("auroc", "ap")}
@@ -65,7 +65,7 @@ def run_modality(demo: Path, modality: str, seeds: int, arms: dict[str, dict]) -
         for arm, changes in arms.items():
             scores, cpu = [], []
             for seed in range(seeds):
-                cfg = replace(base, **changes, seed=seed)
+                cfg = from_dict(ClassifierTrainConfig, {**to_dict(base), **changes, "seed": seed})   # typed
                 c0 = time.process_time()
                 model = train_classifier(real.images[rows[pick]], y[pick], num_classes=task.num_classes, cfg=cfg)
                 cpu.append(time.process_time() - c0)
@@ -94,12 +94,8 @@ def parse_arms(variants: list[str]) -> dict[str, dict]:
         return {"fp32": {"precision": "fp32"}, "bf16": {"precision": "bf16"}}
     precision = "bf16" if native_bf16("cpu") else "fp32"
     arms = {"fast": {"precision": precision}}
-    for v in variants:
-        changes = {}
-        for item in v.split(","):
-            key, _, value = item.partition("=")
-            changes[key] = int(value) if value.isdigit() else value
-        arms[v] = {"precision": precision, **changes}
+    for v in variants:                          # values parsed as YAML scalars, as `--set` parses them
+        arms[v] = apply_overrides({"precision": precision}, v.split(","))
     return arms
 
 

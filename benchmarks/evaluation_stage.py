@@ -25,10 +25,15 @@ from pathlib import Path
 
 import torch
 
-from medanon.demo import default_checkpoints, eval_config
+from medanon.demo import GMIA_RELEASE, default_checkpoints, eval_config
 from medanon.evaluate.harness import evaluate
 
 XRAY_METHODS = ("dpglow", "ldp")
+
+
+def is_xray(release: Path) -> bool:
+    """Whether the demo made ``release`` from its X-ray phantom (DP-GLOW, the image-domain baseline, GMIA on X-rays)."""
+    return release.name.startswith(XRAY_METHODS) or release.name == GMIA_RELEASE["xray"]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -43,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     for p in (out, cache):
         shutil.rmtree(p, ignore_errors=True)
     rels = sorted(p for p in (demo / "releases").iterdir()
-                  if p.is_dir() and p.name.startswith(XRAY_METHODS) == (modality == "xray"))
+                  if p.is_dir() and is_xray(p) == (modality == "xray"))
     cfg = eval_config(modality, 64, default_checkpoints(), 200, 4, 0)
     r0, t0, load0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), os.getloadavg()
     prof = cProfile.Profile() if args.profile else None

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from medanon.config import to_dict
-from medanon.data.tensors import resize_to
 from medanon.errors import DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
@@ -40,8 +39,9 @@ from medanon.evaluate.attacks.stats import unit
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.inputs import RealData
+from medanon.evaluate.learners import make_learner
 from medanon.fsutil import sha256_file
-from medanon.models.classifier import load_classifier, predict_proba, save_classifier
+from medanon.models.classifier import load_classifier, save_classifier
 from medanon.models.identity import IdentityNet, load_identity
 from medanon.train.classifier import train_classifier
 from medanon.train.identity import train_identity
@@ -266,28 +266,52 @@ class RealContext:
         ok, y = task.targets(self.real.label(task.label)[self.held])
         return self.held[ok], y
 
+    # -- the utility learner (learners.py: a CNN trained on the images, or a linear probe on frozen features) --
+
+    @cached_property
+    def learner(self):
+        return make_learner(self.cfg.utility, device=self.device, progress=self.progress)
+
+    @property
+    def learner_key(self) -> str:
+        u = self.cfg.utility
+        return digest(self.key, u.learner, to_dict(u.probe if u.learner == "probe" else u.classifier))
+
+    @cached_property
+    def real_inputs(self):
+        """Every real image encoded for the learner once (the probe's features, cached; the CNN's images)."""
+        if self.learner.name == "cnn":
+            return self.real.images
+        return self.cache.array(f"probe-features-{self.learner_key}",
+                                lambda: self.learner.encode(self.real.images, "probe features (real)"))
+
     def baseline_probs(self, task: util.Task, n: int, seed: int) -> np.ndarray:
-        """Probabilities on the held-out test set of a classifier trained on ``n`` real source images (seeded
-        subsample; cached): the paired reference of the release's classifier."""
-        tcfg = self.cfg.utility.classifier
-        name = f"baseline-probs-{task.label}-{n}-{seed}-{digest(self.key, to_dict(tcfg))}"
+        """Probabilities on the held-out test set of a learner trained on ``n`` real source images (seeded
+        subsample; cached): the paired reference of the release's."""
+        name = f"baseline-probs-{task.label}-{n}-{seed}-{self.learner_key}"
 
         def make() -> np.ndarray:
             ok, y = task.targets(self.real.label(task.label)[self.src])
             rows = self.src[ok]
             pick = util.subsample(len(rows), n, seed)
             test_rows, _ = self.test_set(task)
-            model = train_classifier(self.real.images[rows[pick]], y[pick], num_classes=task.num_classes,
-                                     cfg=with_seed(tcfg, seed), device=self.device, progress=self.progress,
+            model = self.learner.fit(self.real_inputs[rows[pick]], y[pick], num_classes=task.num_classes, seed=seed,
                                      desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
-            return predict_proba(model, resize_to(self.real.images[test_rows], tcfg.image_size)).double().numpy()
+            return self.learner.proba(model, self.real_inputs[test_rows])
 
         return self.cache.array(name, make)
 
     def full_real_model(self, task: util.Task):
+        """The learner trained on every real source image with a ``task`` label (the first seed)."""
         ok, y = task.targets(self.real.label(task.label)[self.src])
-        tcfg = with_seed(self.cfg.utility.classifier, self.cfg.utility.seeds[0])
-        return self._real_classifier(f"real-{task.label}", self.src[ok], y, task.num_classes, tcfg)
+        if self.learner.name == "cnn":
+            tcfg = with_seed(self.cfg.utility.classifier, self.cfg.utility.seeds[0])
+            return self._real_classifier(f"real-{task.label}", self.src[ok], y, task.num_classes, tcfg)
+        key = f"probe-real-{task.label}-{self.learner_key}"
+        if key not in self._models:                     # a convex fit in memory: cheaper than a file round trip
+            self._models[key] = self.learner.fit(self.real_inputs[self.src[ok]], y, num_classes=task.num_classes,
+                                                 seed=self.cfg.utility.seeds[0])
+        return self._models[key]
 
 
 def _pair_scores(emb: np.ndarray, patients: np.ndarray, rng: np.random.Generator, cap: int = 200_000):

@@ -34,21 +34,18 @@ import torch
 from tqdm.auto import tqdm
 
 from medanon.config import to_dict
-from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.config import EvalConfig
-from medanon.evaluate.context import RealContext, checkpoint_trained_on, network_checks, with_seed
+from medanon.evaluate.context import RealContext, checkpoint_trained_on, network_checks
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.nearcopy import screen
 from medanon.fsutil import sha256_file
-from medanon.models.classifier import predict_proba
 from medanon.models.identity import load_identity
 from medanon.runtime import RunDir, map_in_parallel
-from medanon.train.classifier import train_classifier
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +90,18 @@ def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -
                            lambda: rel_emb[pick])
 
 
-def _utility_seed(ctx: RealContext, task: util.Task, x: torch.Tensor, y: np.ndarray, test_rows: np.ndarray,
+def _utility_seed(ctx: RealContext, task: util.Task, x, y: np.ndarray, test_rows: np.ndarray,
                   seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """One seed of the utility protocol: test-set probabilities of a classifier trained on the release, and of
-    the real baseline trained on as many real source images (cached)."""
-    ucfg = ctx.cfg.utility
-    model = train_classifier(x, y, num_classes=task.num_classes, cfg=with_seed(ucfg.classifier, seed),
-                             device=ctx.device, progress=False)
-    probs = predict_proba(model, resize_to(ctx.real.images[test_rows], ucfg.classifier.image_size))
-    return probs.double().numpy(), ctx.baseline_probs(task, len(y), seed)
+    """One seed of the utility protocol: test-set probabilities of the learner trained on the release's encoded
+    images ``x``, and of the real baseline trained on as many real source images (cached)."""
+    model = ctx.learner.fit(x, y, num_classes=task.num_classes, seed=seed)
+    return ctx.learner.proba(model, ctx.real_inputs[test_rows]), ctx.baseline_probs(task, len(y), seed)
 
 
 def _utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict:
     out = {}
     ucfg = ctx.cfg.utility
+    encoded = None                                  # the release's images encoded for the learner, once
     for task in tasks:
         ok, y = task.targets(rel.label(task.label))
         test_rows, y_test = ctx.test_set(task)
@@ -117,22 +112,27 @@ def _utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict
         if len(test_rows) < 2:
             out[task.label] = {"skipped": f"the held-out split has no {task.label!r} labels to test on"}
             continue
-        x = rel.images[torch.from_numpy(ok)]
-        one_seed = partial(_utility_seed, ctx, task, x, y, test_rows)
-        rel_p, base_p = (list(v) for v in zip(*map_in_parallel(one_seed, list(ucfg.seeds), device=ctx.device),
-                                              strict=True))
+        if encoded is None:
+            encoded = ctx.learner.encode(rel.images, f"{ctx.learner.name} inputs ({rel.name})")
+        x = encoded[torch.from_numpy(ok)] if isinstance(encoded, torch.Tensor) else encoded[ok]
+        seeds = list(ucfg.seeds)
+        if ctx.learner.deterministic:                   # one fit of the release serves every seed's baseline
+            p = ctx.learner.proba(ctx.learner.fit(x, y, num_classes=task.num_classes, seed=seeds[0]),
+                                  ctx.real_inputs[test_rows])
+            rel_p, base_p = [p] * len(seeds), [ctx.baseline_probs(task, len(y), s) for s in seeds]
+        else:
+            one_seed = partial(_utility_seed, ctx, task, x, y, test_rows)
+            rel_p, base_p = (list(v) for v in zip(*map_in_parallel(one_seed, seeds, device=ctx.device), strict=True))
         runs = [util.score(task, y_test, p) for p in rel_p]
         base = [util.score(task, y_test, p) for p in base_p]
         entry = {"n_train": int(ok.sum()), "n_test": len(test_rows), "seeds": list(ucfg.seeds),
-                 "release": util.summarize(runs), "real_same_n": util.summarize(base)}
+                 "learner": ucfg.learner, "release": util.summarize(runs), "real_same_n": util.summarize(base)}
         if ucfg.bootstrap:
             entry["paired_bootstrap"] = util.paired_intervals(task, y_test, rel_p, base_p, n_resamples=ucfg.bootstrap,
                                                               confidence=ctx.cfg.attacks.confidence,
                                                               seed=ctx.cfg.seed)
         if ucfg.full_real:
-            model = ctx.full_real_model(task)
-            probs = predict_proba(model, resize_to(x, ucfg.classifier.image_size))
-            entry["real_model_on_release"] = util.score(task, y, probs)
+            entry["real_model_on_release"] = util.score(task, y, ctx.learner.proba(ctx.full_real_model(task), x))
         out[task.label] = entry
     return out
 
@@ -196,12 +196,10 @@ def _controls(ctx: RealContext, n_fid: int, tasks: list[util.Task]) -> dict:
             ok, _ = task.targets(ctx.real.label(task.label)[ctx.src])
             if len(test_rows) < 2 or ok.sum() < 2:
                 continue
-            probs = predict_proba(ctx.full_real_model(task),
-                                  resize_to(ctx.real.images[test_rows], ctx.cfg.utility.classifier.image_size))
+            p = ctx.learner.proba(ctx.full_real_model(task), ctx.real_inputs[test_rows])
             util_out[task.label] = {"n_train": int(ok.sum()), "n_test": len(test_rows),
-                                    "scores": util.score(task, y_test, probs)}
+                                    "scores": util.score(task, y_test, p)}
             if ctx.cfg.utility.bootstrap:
-                p = probs.double().numpy()
                 util_out[task.label]["bootstrap"] = util.paired_intervals(
                     task, y_test, [p], [p], n_resamples=ctx.cfg.utility.bootstrap,
                     confidence=ctx.cfg.attacks.confidence, seed=ctx.cfg.seed)
@@ -367,7 +365,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      "independent": _independent_info(ctx),
                      "attacker_split": {"split": ctx.attacker_from, "images": len(ctx.attacker_rows),
                                         "patients": len(set(real.patients[ctx.attacker_rows].tolist()))},
-                     "checks": checks},
+                     "checks": checks, "utility_learner": ctx.learner.describe() if tasks else None},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results, "notes": ctx.notes,
         "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),

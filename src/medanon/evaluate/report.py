@@ -124,9 +124,26 @@ def _fidelity(rep: dict) -> str:
     return "\n".join(out)
 
 
+def _learner_text(rep: dict) -> str:
+    """One sentence: what was trained on each release (the learner), and how it differs from the papers'."""
+    d = rep.get("networks", {}).get("utility_learner") or {}
+    if d.get("learner") == "probe":
+        p, net = d["probe"], d.get("feature_network", {})
+        return (f"The learner is a <b>linear probe</b>: L2-regularised multinomial logistic regression (C = {p['C']}) "
+                f"on standardised features of the frozen {_e(net.get('display_name', p['network']))} "
+                f"(layers {_e(', '.join(p['layers']))}, average-pooled, {p['input_size']} px input). The network is "
+                f"never trained and the fit is deterministic, so the spread over seeds is the Original baseline's "
+                f"subsample only. The papers train a CNN on the release (k-SALSA: ResNet-50); "
+                f"<code>--preset full</code> does (learner cnn).")
+    c = d.get("classifier") or rep.get("config", {}).get("utility", {}).get("classifier", {})
+    return (f"The learner is a CNN ({_e(str(c.get('arch', '?')))}, {c.get('steps', '?')} steps at "
+            f"{c.get('image_size', '?')} px) trained from scratch on each release, one per seed.")
+
+
 def _utility(rep: dict) -> str:
     rels = rep["releases"]
-    out = ["<h2>Utility: train on the release, test on held-out real images</h2>"]
+    out = ["<h2>Utility: train on the release, test on held-out real images</h2>",
+           f"<p class=note>{_learner_text(rep)}</p>"]
     methods, settings = _columns(rels)
     for task in rep["tasks"]:
         kind = _kind(task)

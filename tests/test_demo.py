@@ -43,6 +43,25 @@ def test_eval_config_uses_the_shipped_attacker_trained_on_other_patients():
     assert demo.eval_config("xray", 64, ckpt, 200, 4, demo.ATTACKER_PHANTOM_SEED).attacks.identity_checkpoint == ""
 
 
+def test_eval_config_uses_the_shipped_siamese_and_sex_attackers():
+    """Trained once on the seed-1 phantom (benchmarks/train_demo_attackers.py) instead of in every demo run; the
+    files are the kinds the settings expect, for the modality, and say where they were trained."""
+    from medanon.evaluate.attacks.siamese import load_siamese
+    from medanon.models.classifier import load_classifier
+
+    ckpt = demo.default_checkpoints()
+    for modality, channels in (("fundus", 3), ("xray", 1)):
+        a = demo.eval_config(modality, 64, ckpt, 200, 4, 0).attacks
+        net, blob = load_siamese(a.siamese_checkpoint)
+        assert net.branch[0].in_channels == channels and blob["extra"]["phantom"]["seed"] == demo.ATTACKER_PHANTOM_SEED
+        model, blob = load_classifier(a.attribute_checkpoint)
+        assert blob["extra"]["label"] == a.attribute == "sex" and model.cfg.in_channels == channels
+        assert "disjoint" in blob["extra"]["trained_on"] and blob["extra"]["phantom"]["modality"] == modality
+        own = demo.eval_config(modality, 64, ckpt, 200, 4, demo.ATTACKER_PHANTOM_SEED).attacks
+        assert own.siamese_checkpoint == own.attribute_checkpoint == ""      # its own patients: train instead
+        assert demo.eval_config(modality, 32, ckpt, 200, 4, 0).attacks.attribute_checkpoint == ""
+
+
 def test_the_report_folder_the_demo_prepares_is_one_the_evaluation_may_write(tmp_path: Path):
     """The demo puts the DP-GLOW figure into report-xray before the evaluation writes its report there; the
     evaluation's run folder refuses folders medanon did not write, so the demo must mark it (a full demo failed)."""

@@ -294,3 +294,52 @@ def test_independent_attacker_from_a_checkpoint(world, tmp_path):
     assert rep["networks"]["independent"]["checkpoint"].endswith("indep.pt")
     assert rep["networks"]["independent"]["config"]["image_size"] == 24
     assert "hidden_rate" in rep["releases"][0]["attacks"]["independent"]["singling_out"]
+
+
+def test_siamese_and_attribute_attackers_from_checkpoints(world, tmp_path):
+    """Demo time: shipped Siamese and sex attackers are used instead of training them; the report names their
+    training data and records their checksums; wrong or missing files are refused before any work."""
+    import torch
+
+    from medanon.evaluate.attacks.siamese import SiameseConfig, SiameseNet, load_siamese, save_siamese, train_siamese
+    from medanon.fsutil import sha256_file
+    from medanon.models.classifier import save_classifier
+    from medanon.train.classifier import ClassifierTrainConfig, train_classifier
+
+    other = load_real(world["root"] / "other", size=SIZE)       # patients of another phantom seed
+    net = train_siamese(other.images, other.patients, cfg=SiameseConfig(steps=3, batch=8, width=4))
+    save_siamese(tmp_path / "sia.pt", net, extra={"trained_on": "the seed-99 phantom"})
+    again, _ = load_siamese(tmp_path / "sia.pt")
+    x = other.images[:4]
+    assert torch.allclose(again(x, x.flip(0)), net(x, x.flip(0)))
+    tcfg = ClassifierTrainConfig(image_size=16, steps=3, batch=8)
+    sex = other.label("sex")
+    model = train_classifier(other.images, sex.astype(int), num_classes=2, cfg=tcfg)
+    save_classifier(tmp_path / "sex.pt", model, extra={"label": "sex", "train_config": tcfg.to_dict(),
+                                                       "trained_on": "the seed-99 phantom"})
+    cfg = tiny_config(samples=8)
+    cfg = replace(cfg, utility=replace(cfg.utility, tasks=("none",)),
+                  attacks=replace(cfg.attacks, membership=False, linkability=False, inference=False, screening=False,
+                                  independent_attacker=False, siamese_checkpoint=str(tmp_path / "sia.pt"),
+                                  attribute_checkpoint=str(tmp_path / "sex.pt")))
+    rep = evaluate(world["data"], world["releases"][:1], tmp_path / "r", config=cfg, cache_dir=tmp_path / "cache",
+                   progress=False)
+    attacks = rep["releases"][0]["attacks"]
+    assert attacks["siamese"]["trained_on"] == f"checkpoint {tmp_path / 'sia.pt'}: the seed-99 phantom"
+    assert attacks["attribute"]["attacker_trained_on"] == f"checkpoint {tmp_path / 'sex.pt'}: the seed-99 phantom"
+    assert rep["networks"]["checkpoints_sha256"] == {"siamese_checkpoint": sha256_file(tmp_path / "sia.pt"),
+                                                     "attribute_checkpoint": sha256_file(tmp_path / "sex.pt")}
+    grade = train_classifier(other.images, other.label("grade").astype(int), num_classes=5, cfg=tcfg)
+    save_classifier(tmp_path / "grade.pt", grade, extra={"label": "grade"})
+    wrong = {"attribute_checkpoint": (str(tmp_path / "grade.pt"), ConfigError, "predicts 'grade'"),
+             "siamese_checkpoint": (str(tmp_path / "missing.pt"), ConfigError, "no such file")}
+    for key, (path, error, words) in wrong.items():
+        bad = replace(cfg, attacks=replace(cfg.attacks, **{key: path}))
+        with pytest.raises(error, match=words):
+            evaluate(world["data"], world["releases"][:1], tmp_path / f"bad-{key}", config=bad,
+                     cache_dir=tmp_path / "cache2", progress=False)
+    save_siamese(tmp_path / "grey.pt", SiameseNet(1, SiameseConfig(width=4)))     # an X-ray attacker on fundus
+    with pytest.raises(DataError, match="1-channel images"):
+        evaluate(world["data"], world["releases"][:1], tmp_path / "bad-grey",
+                 config=replace(cfg, attacks=replace(cfg.attacks, siamese_checkpoint=str(tmp_path / "grey.pt"))),
+                 cache_dir=tmp_path / "cache3", progress=False)

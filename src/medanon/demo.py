@@ -49,7 +49,11 @@ log = logging.getLogger(__name__)
 KS = (2, 5, 10)
 SNOW_PS = (0.1, 0.3, 0.5)
 EPSILONS = ("1e3", "1e2", "1e1")                 # per pixel (x H*W per image)
-LATENT_BATCH = 32                               # k-Centroid / k-SALSA clusters, GMIA images per batch at 64 px
+LATENT_BATCH = 32                               # GMIA images per batch at 64 px
+# k-Centroid / k-SALSA clusters per batch: the demo's 70 clusters at k = 2 (140 training patients) in one batch of
+# 80 instead of three of 32 (`ksalsa(k=2, steps=100)` on the demo's training split: 79.3 -> 66.9 s wall, 152.5 ->
+# 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching is speed only (tested).
+CLUSTER_BATCH = 80
 
 
 @dataclass
@@ -151,12 +155,11 @@ def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list
             command = f"anonymize {method} --data {data} --k {k} --seed {cfg.seed}"
             kw = {"k": k, "seed": cfg.seed, "device": dev}
             if method in ("kcentroid", "ksalsa"):
-                # 32 clusters per batch: the same averages as the default 8 (batching is speed only, tested),
-                # faster on 2 CPU cores at 64 px (`medanon anonymize ksalsa --k 2 --steps 20 --batch 8|32` on
-                # the demo's fundus training split: 18.5 s and 13.8 s, one run each)
-                command += f" --model {restyle} --batch {LATENT_BATCH}"
+                # CLUSTER_BATCH clusters per batch: the same averages as the default 8 (batching is speed only,
+                # tested), faster on 2 CPU cores at 64 px (`--batch 8|32`, k = 2, 20 steps: 18.5 and 13.8 s)
+                command += f" --model {restyle} --batch {CLUSTER_BATCH}"
                 codec = codec or load_codec(restyle, map_location=resolve_device(dev))
-                kw.update(codec=codec, batch=LATENT_BATCH)
+                kw.update(codec=codec, batch=CLUSTER_BATCH)
             if method == "ksalsa":
                 command += f" --steps {cfg.ksalsa_steps}"
                 kw["steps"] = cfg.ksalsa_steps
@@ -276,6 +279,12 @@ def independent_checkpoint(modality: str, ckpt: Path) -> Path:
     return ckpt / f"identity-attacker-independent-{modality}24.pt"
 
 
+def pair_attacker_checkpoints(modality: str, ckpt: Path) -> dict[str, Path]:
+    """The Siamese and sex attackers (benchmarks/train_demo_attackers.py), by their ``attacks.*`` setting."""
+    return {"siamese_checkpoint": ckpt / f"attacker-siamese-{modality}64.pt",
+            "attribute_checkpoint": ckpt / f"attacker-sex-{modality}64.pt"}
+
+
 # The phantoms the shipped attacker identity networks were trained on (checkpoints/README.md): patients of other
 # seeds, so neither the demo's members nor its controls (nor its attacker split) were ever seen by them; the
 # independent attacker (ResNet-10 at 24 px, the fast preset's settings) also on other patients than the main one.
@@ -293,7 +302,9 @@ def eval_config(modality: str, size: int, ckpt: Path, patients: int, per_patient
     data). With ``--seed 1`` its training patients would be the demo's own, so the fast preset trains its own.
     Likewise the independent attacker (`identity-attacker-independent-<modality>24.pt`: ResNet-10, 24 px, 400
     steps, seed 1, as the fast preset would train it, but on all 800 images of a seed-2 phantom instead of the
-    demo's 120-image attacker split), which saves training it in every demo run."""
+    demo's 120-image attacker split), which saves training it in every demo run. And the Siamese and sex
+    attackers (`attacker-siamese-<modality>64.pt`, `attacker-sex-<modality>64.pt`: the fast preset's settings, on
+    all 800 images of the seed-1 phantom instead of the 120-image attacker split)."""
     from dataclasses import replace
 
     from medanon.evaluate.config import EvalConfig
@@ -304,6 +315,9 @@ def eval_config(modality: str, size: int, ckpt: Path, patients: int, per_patient
         cfg = replace(cfg, attacks=replace(cfg.attacks, identity_checkpoint=str(attacker)))
     if indep.exists() and seed != INDEPENDENT_PHANTOM_SEED:
         cfg = replace(cfg, attacks=replace(cfg.attacks, independent_checkpoint=str(indep)))
+    shipped = {k: str(p) for k, p in pair_attacker_checkpoints(modality, ckpt).items() if p.exists()}
+    if size == 64 and seed != ATTACKER_PHANTOM_SEED and cfg.attacks.attribute == "sex":
+        cfg = replace(cfg, attacks=replace(cfg.attacks, **shipped))
     return cfg
 
 

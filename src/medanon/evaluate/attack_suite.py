@@ -103,7 +103,7 @@ def _attribute(ctx: RealContext, t: Target) -> dict:
     if truth is None or np.isnan(truth).all():
         return {"skipped": f"no truth for {a.attribute!r}: {NEED_MAP}, or a released {a.attribute!r} column"}
     return attribute_inference(
-        attacker=attacker, image_size=a.attribute_classifier.image_size, release_images=rel.images,
+        attacker=attacker, image_size=ctx.attribute_image_size, release_images=rel.images,
         release_truth=truth, heldout_images=real.images[ctx.held], heldout_truth=real.label(a.attribute)[ctx.held],
         attribute=a.attribute, confidence=a.confidence, trained_on=trained_on,
         source_images=real.images if rel.sources is not None else None,
@@ -151,7 +151,7 @@ def _siamese(ctx: RealContext, t: Target) -> dict:
                          member_rows=np.unique(t.src_flat), calib_rows=calib, control_rows=control,
                          target_far=a.target_far, fpr=a.membership_fpr, max_pairs=a.max_pairs, seed=ctx.cfg.seed,
                          confidence=a.confidence)
-    out["trained_on"] = f"real {ctx.attacker_from} split ({ctx.split_name(ctx.attacker_rows)})"
+    out["trained_on"] = ctx.siamese_trained_on
     return out
 
 

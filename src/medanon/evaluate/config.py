@@ -81,6 +81,8 @@ class AttackConfig:
     independent_checkpoint: str = ""            # a trained independent identity network instead of training one
     siamese: bool = True                        # a Siamese verification attacker on image pairs (Packhäuser et al.
     siamese_net: SiameseConfig = field(default_factory=SiameseConfig)   # 2022), trained on the attacker split
+    siamese_checkpoint: str = ""                # a trained Siamese attacker (kind "siamese") instead of training
+    attribute_checkpoint: str = ""              # a trained attribute attacker (kind "classifier") instead of training
     screening: bool = True                      # near-copy screening of every released image
     near_copy_quantile: float = 0.01            # a released image is a near-copy below this quantile of real
                                                 # image-to-nearest-other-patient distances

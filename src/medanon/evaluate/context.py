@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from medanon.config import to_dict
-from medanon.errors import DataError
+from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attacks import siamese as sia
@@ -60,9 +60,11 @@ def _repeat_patients(patients: np.ndarray) -> int:
 
 
 def checkpoint_trained_on(path: str) -> str:
-    """What an identity checkpoint says it was trained on (``extra.trained_on``, written by whoever exported it),
+    """What an attacker's checkpoint says it was trained on (``extra.trained_on``, written by whoever exported it),
     or that its training patients are unknown to the evaluator."""
-    said = (load_identity(path)[1].get("extra") or {}).get("trained_on")
+    from medanon.checkpoint import load_checkpoint
+
+    said = (load_checkpoint(path).get("extra") or {}).get("trained_on")
     return f"checkpoint {path}: {said}" if said else \
         f"checkpoint {path} (its training patients are not known here)"
 
@@ -82,6 +84,7 @@ class RealContext:
         self.notes: list[str] = []
         self._models: dict[str, Any] = {}               # classifiers trained on real data, by content key
         self._attribute_scores: dict[str, np.ndarray] = {}
+        self._attribute_size: int | None = None         # a checkpointed attribute attacker's input side
         a = cfg.attacks
         att = real.rows(a.attacker_split) if a.attacker_split else np.zeros(0, np.int64)
         if _repeat_patients(real.patients[att]) >= 2:
@@ -154,10 +157,19 @@ class RealContext:
 
     @cached_property
     def siamese(self) -> sia.SiameseNet | None:
-        """The Siamese verification attacker, trained on the attacker split (cached by content)."""
+        """The Siamese verification attacker: ``attacks.siamese_checkpoint``, or trained on the attacker split
+        (cached by content)."""
         a = self.cfg.attacks
         if not a.siamese:
             return None
+        if a.siamese_checkpoint:
+            net = sia.load_siamese(a.siamese_checkpoint, map_location=self.device)[0]
+            takes = net.branch[0].in_channels
+            if takes != self.real.images.shape[1]:
+                raise DataError(f"the Siamese attacker {a.siamese_checkpoint} takes {takes}-channel images and "
+                                f"{self.real.root} has {self.real.images.shape[1]}",
+                                files=[a.siamese_checkpoint], fix="pass a Siamese checkpoint of this modality")
+            return net
         rows = self.attacker_rows
         net = sia.SiameseNet(self.real.images.shape[1], a.siamese_net).to(self.device)
         path = self.cache.path(f"siamese-{digest(self.key, to_dict(a.siamese_net), rows.tolist())}", ".pt")
@@ -169,6 +181,12 @@ class RealContext:
         if path is not None:
             torch.save(net.state_dict(), path)
         return net
+
+    @cached_property
+    def siamese_trained_on(self) -> str:
+        a = self.cfg.attacks
+        return checkpoint_trained_on(a.siamese_checkpoint) if a.siamese_checkpoint else \
+            f"real {self.attacker_from} split ({self.split_name(self.attacker_rows)})"
 
     @cached_property
     def real_siamese(self) -> torch.Tensor:
@@ -237,8 +255,24 @@ class RealContext:
         return model
 
     def attribute_attacker(self, label: str):
-        """The attribute classifier, trained on the attacker split (patients neither released nor controls)."""
-        tcfg = self.cfg.attacks.attribute_classifier
+        """The attribute classifier: ``attacks.attribute_checkpoint``, or trained on the attacker split (patients
+        neither released nor controls)."""
+        a = self.cfg.attacks
+        if a.attribute_checkpoint:
+            key = f"attribute-checkpoint-{label}"
+            if key not in self._models:
+                model, blob = load_classifier(a.attribute_checkpoint, map_location=self.device)
+                said = (blob.get("extra") or {}).get("label")
+                if said not in (None, label) or model.cfg.num_classes != 2:
+                    raise ConfigError(f"the attribute attacker {a.attribute_checkpoint} predicts {said!r} with "
+                                      f"{model.cfg.num_classes} classes; the evaluation attacks {label!r} (2 classes)",
+                                      fix=f"pass a classifier of the label {label!r}, or set "
+                                          f"attacks.attribute={said!r}")
+                size = ((blob.get("extra") or {}).get("train_config") or {}).get("image_size")
+                self._attribute_size = int(size or a.attribute_classifier.image_size)
+                self._models[key] = model, checkpoint_trained_on(a.attribute_checkpoint)
+            return self._models[key]
+        tcfg = a.attribute_classifier
         rows = self.attacker_rows
         v = self.real.label(label)[rows]
         ok = ~np.isnan(v)
@@ -254,12 +288,16 @@ class RealContext:
         return model, f"real {self.attacker_from if rows is self.attacker_rows else self.cfg.source_split} split " \
                       f"({self.split_name(rows[ok])})"
 
+    @property
+    def attribute_image_size(self) -> int:
+        """The side the attribute attacker takes (its checkpoint's training size, else the config's)."""
+        return self._attribute_size or self.cfg.attacks.attribute_classifier.image_size
+
     def attribute_scores(self, label: str) -> np.ndarray:
         """The attribute attacker's probability on every real image, computed once for all releases."""
         if label not in self._attribute_scores:
             model, _ = self.attribute_attacker(label)
-            self._attribute_scores[label] = scores(model, self.real.images,
-                                                   self.cfg.attacks.attribute_classifier.image_size)
+            self._attribute_scores[label] = scores(model, self.real.images, self.attribute_image_size)
         return self._attribute_scores[label]
 
     def test_set(self, task: util.Task) -> tuple[np.ndarray, np.ndarray]:

@@ -250,6 +250,14 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: int) -> list[
     return out
 
 
+ATTACKER_CHECKPOINTS = ("identity_checkpoint", "independent_checkpoint", "siamese_checkpoint", "attribute_checkpoint")
+
+
+def _checkpoint_digests(cfg: EvalConfig) -> dict[str, str]:
+    """SHA-256 of every attacker checkpoint the config names."""
+    return {k: sha256_file(getattr(cfg.attacks, k)) for k in ATTACKER_CHECKPOINTS if getattr(cfg.attacks, k)}
+
+
 def _independent_info(ctx: RealContext) -> dict | None:
     a = ctx.cfg.attacks
     if not a.independent_attacker:
@@ -313,6 +321,11 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     from medanon.config import validate
 
     validate(cfg)
+    for k in ATTACKER_CHECKPOINTS:                  # before any work: a missing file is a setting's error
+        path = getattr(cfg.attacks, k)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"attacks.{k}={path!r}: no such file", fix=f"pass an existing checkpoint, or "
+                              f"attacks.{k}='' to train that attacker on the attacker split")
     if not releases:
         raise ConfigError("no release to evaluate", fix="pass at least one release folder in releases=")
     dev = torch.device(device)
@@ -337,9 +350,10 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         ctx.notes.append(note)
     label_sets = [set(r.label_names) for r in rels]
     tasks = util.choose_tasks(cfg.utility.tasks, sorted(set.union(*label_sets)), real.label_names)
+    ckpts = _checkpoint_digests(cfg)                # a checkpoint replaced at the same path invalidates the cache
     results = []
     for rel in tqdm(rels, desc="releases", disable=not progress, unit="release"):
-        key = digest(RESULTS_VERSION, rel.digest, ctx.key, to_dict(cfg), n_fid, [t.label for t in tasks],
+        key = digest(RESULTS_VERSION, rel.digest, ctx.key, to_dict(cfg), ckpts, n_fid, [t.label for t in tasks],
                      str(rel.mapping_path and rel.mapping_path.stat().st_mtime_ns))
         got = cache.load_json(f"release-{key}")
         if got is None:
@@ -365,7 +379,9 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      "independent": _independent_info(ctx),
                      "attacker_split": {"split": ctx.attacker_from, "images": len(ctx.attacker_rows),
                                         "patients": len(set(real.patients[ctx.attacker_rows].tolist()))},
-                     "checks": checks, "utility_learner": ctx.learner.describe() if tasks else None},
+                     "checks": checks, "utility_learner": ctx.learner.describe() if tasks else None,
+                     "siamese": {"trained_on": ctx.siamese_trained_on} if cfg.attacks.siamese else None,
+                     "checkpoints_sha256": ckpts},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results, "notes": ctx.notes,
         "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),

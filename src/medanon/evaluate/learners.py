@@ -40,7 +40,9 @@ class ProbeConfig:
     input_size: int = 64                        # images are resized to this side before the network
     layers: tuple[str, ...] = ("block3", "block4", "block5", "block6", "pool")  # average-pooled, concatenated
     C: float = 0.1                              # inverse L2 strength on standardised features (sklearn's C)
-    max_iter: int = 2000                        # lbfgs iterations
+    tol: float = 1e-3                           # lbfgs stopping tolerance: on the demo's fundus split, kappa
+                                                # 0.8751 at 1e-3 and 0.8759 at sklearn's 1e-4, 3x fewer iterations
+    max_iter: int = 2000                        # lbfgs iterations (a cap; tol stops it first)
     batch: int = 64                             # images per feature-network batch
 
     def validate(self) -> None:
@@ -54,8 +56,8 @@ class ProbeConfig:
         if not self.layers or bad:
             raise ConfigError(f"utility.probe.layers={list(self.layers)} names no usable layer of {self.network} "
                               f"({bad})", fix=f"use layers among {[la for la in net.layers if la != 'logits']}")
-        if self.input_size < 16 or self.C <= 0 or self.max_iter < 1 or self.batch < 1:
-            raise ConfigError("utility.probe needs input_size >= 16, C > 0, max_iter >= 1, batch >= 1")
+        if self.input_size < 16 or self.C <= 0 or self.tol <= 0 or self.max_iter < 1 or self.batch < 1:
+            raise ConfigError("utility.probe needs input_size >= 16, C > 0, tol > 0, max_iter >= 1, batch >= 1")
 
 
 def _full_proba(classes: np.ndarray, p: np.ndarray, n: int, num_classes: int) -> np.ndarray:
@@ -146,7 +148,8 @@ class ProbeLearner:
         y = np.asarray(y, np.int64)
         if len(np.unique(y)) < 2:                   # one class seen: the only model there is predicts it
             return _OneClass(y[0] if len(y) else 0, num_classes)
-        model = make_pipeline(StandardScaler(), LogisticRegression(C=self.cfg.C, max_iter=self.cfg.max_iter))
+        model = make_pipeline(StandardScaler(), LogisticRegression(C=self.cfg.C, tol=self.cfg.tol,
+                                                                    max_iter=self.cfg.max_iter))
         model.fit(np.asarray(x, np.float64), y)
         model.num_classes = num_classes
         return model

@@ -151,6 +151,32 @@ def _train(images: torch.Tensor, owner: np.ndarray, groups: list[np.ndarray], cf
     return net.eval()
 
 
+SIAMESE_KIND = "siamese"
+
+
+def save_siamese(path, net: SiameseNet, *, extra: dict | None = None):
+    """Write a kind-``siamese`` checkpoint: the weights, the input channels and the :class:`SiameseConfig`."""
+    from dataclasses import asdict
+
+    from medanon.checkpoint import save_checkpoint
+
+    channels = net.branch[0].in_channels
+    return save_checkpoint(path, kind=SIAMESE_KIND, config={"channels": channels, **asdict(net.cfg)},
+                           state={"net": net.state_dict()}, extra=extra)
+
+
+def load_siamese(path, *, map_location: str | torch.device = "cpu") -> tuple[SiameseNet, dict]:
+    """Rebuild a :class:`SiameseNet` from its checkpoint; returns ``(net in eval mode, checkpoint blob)``."""
+    from medanon.checkpoint import load_checkpoint
+
+    blob = load_checkpoint(path, kind=SIAMESE_KIND, map_location=map_location)
+    conf = dict(blob["config"])
+    channels = int(conf.pop("channels"))
+    net = SiameseNet(channels, SiameseConfig(**conf))
+    net.load_state_dict(blob["state"]["net"])
+    return net.to(map_location).eval(), blob
+
+
 @torch.no_grad()
 def embed(net: SiameseNet, images: torch.Tensor, batch: int = 256) -> torch.Tensor:
     """The branch's features of every image (computed once per image; pairs are then scored by the head)."""

@@ -11,13 +11,13 @@ label of real patients it has never seen?) at different costs:
   of the images: EfficientNet-Lite0, its feature maps average-pooled at several depths (the shallow ones keep
   small lesions and texture, the pooled head keeps the image's layout). The network is never trained; its
   features of every real image are computed once per evaluation and each release's once, so a release's
-  utility costs one forward pass of its images and a convex fit of a few hundred parameters per class. The
+  utility costs one forward pass of its images and a convex fit of about 1,700 weights per class. The
   fit is deterministic (lbfgs from zero): seeds change only the Original baseline's subsample.
 
 Both have the same interface: :meth:`encode` turns images (N, C, H, W in [-1, 1]) into the learner's inputs
 (the images themselves, or features), :meth:`fit` trains on encoded inputs and integer targets, :meth:`proba`
 gives ``(N, num_classes)`` float64 probabilities (a class absent from the training set gets probability 0).
-:meth:`describe` is what the report and the cache keys record.
+:meth:`describe` is what the report records (cache keys use the learner's config).
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ so given the released average the views carry no further information about the s
 supplement's argument) and nobody can regenerate the noise to test a guess of the members; each
 view stands for the same ≥ k people as its average. The views are not independent records: a downstream user
 must not count them as separate people, which the release's ``n_people`` column makes explicit.
+
+With a codec whose latent also carries a spatial map (``ws+map``, :mod:`medanon.codecs.stylegan`), only the
+``style_rows`` style rows get the shift; the map rows are left as they are (the prior's W spread says nothing
+about the map's scale).
 """
 
 from __future__ import annotations
@@ -37,16 +41,19 @@ def prior_w_std(generator, *, samples: int = 10000, seed: int = 0, batch: int = 
 
 
 def latent_views(ws: torch.Tensor, *, views: int, sigma: float, scale: torch.Tensor,
-                 generator: torch.Generator) -> torch.Tensor:
-    """``views`` latents per item: (B, num_ws, w_dim) -> (B, views, num_ws, w_dim), view 0 unchanged.
+                 generator: torch.Generator, style_rows: int | None = None) -> torch.Tensor:
+    """``views`` latents per item: (B, rows, w_dim) -> (B, views, rows, w_dim), view 0 unchanged.
 
-    ``scale`` (w_dim,) or a number multiplies the noise per dimension; ``generator`` (CPU) draws it.
+    ``scale`` (w_dim,) or a number multiplies the noise per dimension; ``generator`` (CPU) draws it. Only the
+    first ``style_rows`` rows (default: all) are shifted; the rest (a spatial map's) are copied unchanged.
     """
     if views < 1:
         raise ConfigError(f"views={views} must be at least 1 (1 = the average only)")
     if sigma < 0:
         raise ConfigError(f"augmentation noise sigma={sigma} must not be negative")
-    b, _, w_dim = ws.shape
+    b, rows, w_dim = ws.shape
+    style_rows = rows if style_rows is None else style_rows
     eps = torch.randn(b, views - 1, 1, w_dim, generator=generator).to(ws)
-    noisy = ws[:, None] + sigma * torch.as_tensor(scale).to(ws) * eps
+    mask = (torch.arange(rows, device=ws.device) < style_rows).to(ws)[None, None, :, None]
+    noisy = ws[:, None] + sigma * torch.as_tensor(scale).to(ws) * eps * mask
     return torch.cat([ws[:, None], noisy], dim=1)

@@ -127,7 +127,8 @@ class ClusterAverager:
             self.last = {"style_start": res.style_start.tolist(), "style_end": res.style_end.tolist()}
         if self.cfg.views > 1:                   # secret noise, fresh per cluster (never derivable from the manifest)
             ws = torch.cat([latent_views(ws[j:j + 1], views=self.cfg.views, sigma=self.cfg.view_sigma,
-                                         scale=self.w_std, generator=secret_generator())
+                                         scale=self.w_std, generator=secret_generator(),
+                                         style_rows=self.codec.generator.num_ws)
                             for j, _ in enumerate(keys)])
         else:
             ws = ws[:, None]

@@ -90,11 +90,14 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
         p["augmentation"] = {"views": cfg.views, "sigma": cfg.view_sigma,
                              "noise": "w + sigma * std_prior(w) * N(0, I), one shift per view shared by all ws; "
                                       "secret operating-system randomness, no seed"}
+        if codec is not None and getattr(codec, "latent_space", "ws") == "ws+map":
+            p["augmentation"]["noise"] += "; the spatial map's rows are not shifted"
     if cfg.method == "kpca":
         p["pca_basis"] = cfg.pca_basis
     if codec is not None:
-        p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "iterations", "num_ws", "w_dim",
-                                                                         "resolution", "noise_mode", "amp")}
+        p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "latent_space", "iterations", "num_ws",
+                                                                         "w_dim", "map", "resolution", "noise_mode",
+                                                                         "amp")}
     return p
 
 

@@ -196,8 +196,9 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
 @train.command("autoencoder", context_settings=CONTEXT)
 @loop_options
 @click.option("--generator", "init_ckpt", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="Start G and D from this StyleGAN2 checkpoint (saves CPU time); without it they "
-                                 "start from random weights with the config's `generator` architecture.")
+              default=None, help="Start G and D from this StyleGAN2 checkpoint, or E and G from this co-trained "
+                                 "codec (saves CPU time); without it they start from random weights with the "
+                                 "config's `generator` architecture.")
 @data_options
 @click.pass_context
 @speaks_flags(FLAGS)

@@ -9,6 +9,11 @@ Two kinds of checkpoint give a :class:`StyleGANCodec` (both written by :mod:`med
 * ``cotrained`` (kind ``"cotrained-autoencoder"``, GMIA §2.1): an encoder and a generator trained
   together as an autoencoder-GAN; one pass, ``w = w_avg + E(x)``.
 
+A co-trained codec may also carry a **spatial latent map** (``generator.map_rows > 0``; see
+:mod:`medanon.models.stylegan.synthesis`): its latents are then (N, num_ws + map_rows, w_dim), the styles
+followed by the map's values, and ``latent_space`` is ``"ws+map"``. The map starts at 0 (``w_avg`` for the
+styles). Every latent method (averaging, k-SALSA, GMIA, augmentation) works on the whole tensor.
+
 Decoding renders with the generator's *constant* per-layer noise (``noise_mode="const"``), so
 ``decode`` is deterministic and the same latent always gives the same image; the encoders are
 trained against that same rendering. Decoded images are clamped to [-1, 1].
@@ -89,9 +94,10 @@ class StyleGANCodec(nn.Module):
                 f"the encoder is built for {encoder.img_channels}x{encoder.img_resolution}px images, the generator "
                 f"renders {generator.img_channels}x{generator.img_resolution}px",
                 fix="pair an encoder with its generator")
-        if (encoder.num_ws, encoder.w_dim) != (generator.num_ws, generator.w_dim):
-            raise ConfigError(f"the encoder predicts ({encoder.num_ws}, {encoder.w_dim}) styles, the generator takes "
-                              f"({generator.num_ws}, {generator.w_dim})", fix="pair an encoder with its generator")
+        e_rows, g_rows = encoder.num_ws + encoder.map_rows, generator.num_rows
+        if (encoder.num_ws, e_rows, encoder.w_dim) != (generator.num_ws, g_rows, generator.w_dim):
+            raise ConfigError(f"the encoder predicts ({e_rows}, {encoder.w_dim}) latent rows, the generator takes "
+                              f"({g_rows}, {generator.w_dim})", fix="pair an encoder with its generator")
         if iterations < 1:
             raise ConfigError(f"iterations={iterations} must be at least 1")
         if not encoder.iterative and iterations != 1:
@@ -107,6 +113,7 @@ class StyleGANCodec(nn.Module):
         self.batch_size = batch_size
         self._start_cache: tuple[tuple[Any, ...], torch.Tensor] | None = None
         self.amp = check_amp(amp, self.device)
+        self.latent_space = "ws+map" if generator.map_rows else "ws"
 
     # -- the LatentCodec interface -----------------------------------------------------------------
 
@@ -115,7 +122,8 @@ class StyleGANCodec(nn.Module):
         return self.generator.w_avg.device
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
-        """Images (N, C, R, R) in [-1, 1] -> ``ws`` (N, num_ws, w_dim), float32 on the models' device."""
+        """Images (N, C, R, R) in [-1, 1] -> ``ws`` (N, num_rows, w_dim), float32 on the models' device
+        (``num_rows = num_ws`` without a spatial map)."""
         self._check_images(images)
         out = []
         with torch.no_grad():
@@ -130,10 +138,10 @@ class StyleGANCodec(nn.Module):
         return torch.cat(out) if out else self._empty_ws()
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """``ws`` (N, num_ws, w_dim) -> images (N, C, R, R) clamped to [-1, 1]."""
+        """``ws`` (N, num_rows, w_dim) -> images (N, C, R, R) clamped to [-1, 1]."""
         g = self.generator
-        if latents.ndim != 3 or latents.shape[1:] != (g.num_ws, g.w_dim):
-            raise ValueError(f"latents must be ws of shape (N, {g.num_ws}, {g.w_dim}), got {tuple(latents.shape)}")
+        if latents.ndim != 3 or latents.shape[1:] != (g.num_rows, g.w_dim):
+            raise ValueError(f"latents must be ws of shape (N, {g.num_rows}, {g.w_dim}), got {tuple(latents.shape)}")
         with torch.no_grad():
             out = [self.render(ws.to(self.device, torch.float32)).clamp(-1, 1) for ws in latents.split(self.batch_size)]
         if not out:
@@ -148,18 +156,22 @@ class StyleGANCodec(nn.Module):
         g = self.generator
         return {"name": self.name, "latent_space": self.latent_space, "iterations": self.iterations,
                 "num_ws": g.num_ws, "w_dim": g.w_dim, "resolution": g.img_resolution, "channels": g.img_channels,
-                "noise_mode": NOISE_MODE, **({"amp": self.amp} if self.amp else {}), **self.provenance}
+                "noise_mode": NOISE_MODE, **({"amp": self.amp} if self.amp else {}),
+                **({"map": {"resolution": g.synthesis.map_resolution, "channels": g.synthesis.map_channels,
+                            "rows": g.map_rows}} if g.map_rows else {}), **self.provenance}
 
     # -- the steps, for training code (gradients follow the caller's mode) -------------------------
 
     def start(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Initial latent and reconstruction of a batch of ``n``: ``(w_avg, G(w_avg))`` broadcast.
+        """Initial latent and reconstruction of a batch of ``n``: ``(w_avg, G(w_avg))`` broadcast (a map starts at 0).
 
         For a one-pass encoder the reconstruction is not used (an empty tensor). The rendering of
         ``w_avg`` is cached while the generator's weights stay those it was computed with.
         """
         g = self.generator
         ws0 = g.w_avg.detach()[None, None, :].expand(n, g.num_ws, -1)
+        if g.map_rows:
+            ws0 = torch.cat([ws0, ws0.new_zeros(n, g.map_rows, g.w_dim)], dim=1)
         if not self.encoder.iterative:
             return ws0, ws0.new_empty(0)
         key = self._weights_key()
@@ -207,7 +219,7 @@ class StyleGANCodec(nn.Module):
                              f"[-1, 1], got {shape}; open the dataset with size={g.img_resolution}")
 
     def _empty_ws(self) -> torch.Tensor:
-        return torch.empty(0, self.generator.num_ws, self.generator.w_dim, device=self.device)
+        return torch.empty(0, self.generator.num_rows, self.generator.w_dim, device=self.device)
 
 
 def build_generator(config: dict[str, Any], state: dict[str, Any] | None = None) -> Generator:

@@ -16,6 +16,11 @@ as in pSp: the coarse styles (layers at 4–8 px) are read from the 4×4 feature
 pooled to 4×4 and mapped by two fully connected layers. The last layer starts at a tenth of its
 usual scale so that an untrained encoder predicts small offsets (a ReStyle encoder starts at w_avg).
 
+For a generator with a spatial latent map (``map_resolution``, ``map_channels``; see
+:mod:`medanon.models.stylegan.synthesis`) a convolutional head reads the trunk's features at the map's
+resolution (a 3×3 and a 1×1 convolution) and the map is appended to the styles as ``map_rows`` more rows
+of ``w_dim`` values: the output is then (N, num_ws + map_rows, w_dim), the generator's latent layout.
+
 Example:
     >>> E = Encoder(img_resolution=32, img_channels=3, num_ws=8, w_dim=64, iterative=True,
     ...             channel_base=512, channel_max=64, head_dim=64)
@@ -31,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from medanon.models.stylegan.config import check_map
 from medanon.models.stylegan.discriminator import DiscriminatorBlock as ResidualDownBlock
 from medanon.models.stylegan.layers import Conv2d, FullyConnected
 
@@ -85,7 +91,7 @@ class StyleHead(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Residual pyramid encoder: images (N, in_channels, R, R) -> latent offsets (N, num_ws, w_dim)."""
+    """Residual pyramid encoder: images (N, in_channels, R, R) -> latent offsets (N, num_ws [+ map_rows], w_dim)."""
 
     def __init__(self,
         img_resolution: int,                    # input side in pixels (power of two, >= 8)
@@ -96,6 +102,8 @@ class Encoder(nn.Module):
         channel_base: int = 4096,               # feature maps at resolution r: min(channel_base // r, channel_max)
         channel_max: int = 256,                 # most feature maps in any layer
         head_dim: int = 256,                    # hidden width of each style head
+        map_resolution: int = 0,                # the generator's spatial latent map side (0 = none)
+        map_channels: int = 0,                  # and its channels
     ):
         super().__init__()
         if img_resolution < 8 or img_resolution & (img_resolution - 1):
@@ -105,6 +113,8 @@ class Encoder(nn.Module):
         self.kwargs = {"img_resolution": img_resolution, "img_channels": img_channels, "num_ws": num_ws,
                        "w_dim": w_dim, "iterative": bool(iterative), "channel_base": channel_base,
                        "channel_max": channel_max, "head_dim": head_dim}   # rebuilds this encoder (checkpoints)
+        if map_resolution:
+            self.kwargs.update(map_resolution=map_resolution, map_channels=map_channels)
         self.img_resolution = img_resolution
         self.img_channels = img_channels
         self.num_ws = num_ws
@@ -124,6 +134,13 @@ class Encoder(nn.Module):
         self.head_levels = {name: min(GROUP_LEVELS[name], img_resolution) for name in self.groups}
         order = torch.cat([torch.tensor(idx) for idx in self.groups.values()])
         self.register_buffer("_unpermute", torch.argsort(order), persistent=False)
+        check_map(map_resolution, map_channels, resolution=img_resolution, w_dim=w_dim)
+        self.map_resolution, self.map_channels = map_resolution, map_channels
+        self.map_rows = map_channels * map_resolution ** 2 // w_dim if map_resolution else 0
+        self.map_head = None
+        if map_resolution:
+            c = ch[map_resolution]
+            self.map_head = nn.Sequential(Conv2d(c, c, 3), Conv2d(c, map_channels, 1, activation=False))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 4 or x.shape[1:] != (self.in_channels, self.img_resolution, self.img_resolution):
@@ -137,4 +154,8 @@ class Encoder(nn.Module):
             h = block(h)
             feats[r] = h
         styles = torch.cat([self.heads[name](feats[self.head_levels[name]]) for name in self.groups], dim=1)
-        return styles[:, self._unpermute]
+        styles = styles[:, self._unpermute]
+        if self.map_head is None:
+            return styles
+        fmap = self.map_head(feats[self.map_resolution]).contiguous()     # (N, map_channels, R, R), NCHW order
+        return torch.cat([styles, fmap.reshape(x.shape[0], self.map_rows, self.w_dim)], dim=1)

@@ -18,7 +18,8 @@ the encoder's offsets. Rendering uses the constant per-layer noise the codec dec
 Deviations from the paper, stated: the perceptual term is the EfficientNet-Lite0 feature distance,
 **not LPIPS** (docs/design.md §4); the loss weights are not given in the paper and are ours (see the
 configs). To save CPU time the generator and discriminator can start from a trained ``stylegan2``
-checkpoint (``init_ckpt``: its EMA generator and its discriminator); the paper trains the AE-GAN
+checkpoint (``init_ckpt``: its EMA generator and its discriminator), or the encoder and generator from a
+co-trained codec (e.g. to add a spatial latent map to a shipped codec); the paper trains the AE-GAN
 without saying from where. After co-training, ``G(mapping(z))`` samples are no longer what the
 GAN was trained for: the co-trained generator is a decoder for the encoder's latents.
 
@@ -47,14 +48,15 @@ from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Genera
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.encoder import (
+    GENERATOR_KINDS,
     InversionTrainer,
     check_resume_config,
+    generator_config,
     previous_run,
     require_training_state,
     rng_state,
     set_rng_state,
 )
-from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, load_config, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
 from medanon.train.loop import run_loop
@@ -64,6 +66,9 @@ from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 # only ``loss`` (the adversarial loss: nonsaturating | hinge) is used here.
 ARCHITECTURE = ("resolution", "channels", "z_dim", "w_dim", "mapping_layers", "mapping_lr_mult", "channel_base",
                 "channel_max", "mbstd_group", "discriminator")
+# The spatial latent map is the codec's, not the GAN's: an init GAN (which has none) leaves it as configured; a
+# resumed run's checkpoint fixes it like the rest of the architecture.
+MAP_FIELDS = ("map_resolution", "map_channels")
 
 
 ADVERSARIAL = {"nonsaturating": "non-saturating logistic (StyleGAN2)", "hinge": "hinge (Lim & Ye 2017)"}
@@ -135,11 +140,15 @@ class _CotrainTrainer(InversionTrainer):
         if hasattr(self.D, "calibrate"):        # the projected D's fixed feature scale (an init state brings its own)
             self.D.calibrate(images[:64].to(device, torch.float32) / 127.5 - 1)
         if init is not None:
-            self.G.load_state_dict(init["G"])
-            self.D.load_state_dict(init["D"])
+            load_init_generator(self.G, init["G"])
+            if init["D"] is not None:
+                self.D.load_state_dict(init["D"])
         self.G.mapping.requires_grad_(False)    # the encoder replaces the mapping network; w_avg stays fixed
         self.E = Encoder(g.resolution, g.channels, self.G.num_ws, g.w_dim, iterative=False,
-                         channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim).to(device)
+                         channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim,
+                         map_resolution=g.map_resolution, map_channels=g.map_channels).to(device)
+        if init is not None and init["E"] is not None:  # a co-trained codec's encoder; a new map head stays fresh
+            _load_new_parts(self.E, init["E"], "map_head.", "encoder")
         self.codec = StyleGANCodec(self.G, self.E, 1)
         self.loss = ReconstructionLoss(cfg, device)
         p0 = cfg.augment_p if cfg.augment_p >= 0 else (init or {}).get("ada_p", 0.0)
@@ -287,17 +296,44 @@ class _CotrainTrainer(InversionTrainer):
         self.seconds = float(blob["extra"]["seconds"])
 
 
-def _init_from_gan(path: str | Path, device: torch.device) -> dict[str, Any]:
-    """Weights, config and provenance of a ``stylegan2`` checkpoint: its EMA generator and its discriminator."""
-    blob = load_checkpoint(path, kind=GAN_KIND, map_location=device)
-    return {"G": blob["state"]["G_ema"], "D": blob["state"]["D"], "config": load_config(blob),
-            "ada_p": float(blob["extra"].get("ada_p", 0.0)),
-            "provenance": {"path": str(path), "sha256": blob["sha256"], "step": blob["step"]}}
+def _init_from(path: str | Path, device: torch.device) -> dict[str, Any]:
+    """Weights, config and provenance to start from: a ``stylegan2`` checkpoint's EMA generator and discriminator, or a
+    co-trained codec's generator and encoder (and its discriminator if the file still holds one; an exported codec
+    has none, so D starts fresh). A spatial map's layers, which the start has not, keep their initialisation."""
+    blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location=device)
+    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"]}
+    if blob["kind"] == KIND_COTRAINED:
+        st = blob["state"]
+        return {"G": st["G"], "D": st.get("D"), "E": st["E"], "ada_p": float(blob["extra"].get("ada_p", 0.0)),
+                "config": from_dict(StyleGANConfig, generator_config(blob), where=f"{path} generator config"),
+                "provenance": {**provenance, "kind": blob["kind"]}}
+    return {"G": blob["state"]["G_ema"], "D": blob["state"]["D"], "E": None, "config": load_config(blob),
+            "ada_p": float(blob["extra"].get("ada_p", 0.0)), "provenance": provenance}
 
 
-def with_generator(cfg: AutoencoderConfig, arch: StyleGANConfig) -> AutoencoderConfig:
-    """``cfg`` with the architecture fields of its generator config taken from ``arch``."""
-    g = dataclasses.replace(cfg.generator, **{k: getattr(arch, k) for k in ARCHITECTURE})
+def load_init_generator(G: Generator, state: dict[str, Any]) -> None:
+    """Load a GAN's generator weights into ``G``; a spatial map's input layer, which a GAN has not, keeps its
+    initialisation (zero: the map then changes nothing until trained)."""
+    _load_new_parts(G, state, "synthesis.map_in.", "generator")
+
+
+def _load_new_parts(module: torch.nn.Module, state: dict[str, Any], new: str, what: str) -> None:
+    """``module.load_state_dict(state)`` where only the parameters under ``new`` may be missing from ``state``."""
+    try:
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    except RuntimeError as e:                   # a shape mismatch: another width
+        raise ConfigError(f"the init {what}'s weights do not fit this architecture: {str(e).splitlines()[1:3]}",
+                          fix="use the config the init checkpoint was trained with (its widths)") from None
+    wrong = [k for k in missing if not k.startswith(new)] + list(unexpected)
+    if wrong:
+        raise ConfigError(f"the init {what}'s weights do not fit this architecture: {', '.join(wrong[:5])}",
+                          fix="use the checkpoint the config was written for")
+
+
+def with_generator(cfg: AutoencoderConfig, arch: StyleGANConfig, fields: tuple[str, ...] = ARCHITECTURE
+                   ) -> AutoencoderConfig:
+    """``cfg`` with the architecture ``fields`` of its generator config taken from ``arch``."""
+    g = dataclasses.replace(cfg.generator, **{k: getattr(arch, k) for k in fields})
     return dataclasses.replace(cfg, generator=g)
 
 
@@ -310,9 +346,10 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     [-1, 1] until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.
 
-    ``init_ckpt`` starts G and D from a trained ``stylegan2`` checkpoint (its architecture replaces
-    ``cfg.generator``'s). With ``resume`` the run continues from ``out/checkpoint.pt``; ``init_ckpt``
-    is then not needed (and, if given, must be the file the run started from).
+    ``init_ckpt`` starts G and D from a trained ``stylegan2`` checkpoint, or E and G (and D if it holds one) from a
+    co-trained codec; its architecture replaces ``cfg.generator``'s, and the encoder's widths must match. With
+    ``resume`` the run continues from ``out/checkpoint.pt``; ``init_ckpt`` is then not needed (and, if given, must
+    be the file the run started from).
     ``dist``/``accumulation``: data-parallel under torchrun and gradient accumulation (the batch as
     shards, see ``_CotrainTrainer._step_sharded``); rank 0 writes the run directory.
     """
@@ -323,11 +360,12 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     init = None
     if blob is not None:
         arch = from_dict(StyleGANConfig, blob["config"]["generator"], where=f"{blob['path']} generator config")
-        cfg = with_generator(cfg, arch)
+        cfg = with_generator(cfg, arch, ARCHITECTURE + MAP_FIELDS)
         check_resume_config(blob, cfg, ignore=("generator",))
     elif init_ckpt is not None:
-        init = _init_from_gan(init_ckpt, device)
-        cfg = with_generator(cfg, init["config"])
+        init = _init_from(init_ckpt, device)
+        has_map = bool(init["config"].map_resolution)
+        cfg = with_generator(cfg, init["config"], ARCHITECTURE + (MAP_FIELDS if has_map else ()))
     validate(cfg)
     data = to_uint8(images, cfg.generator)
     trainer = _CotrainTrainer(cfg, data, device, init, dist=dist, accumulation=accumulation)

@@ -268,7 +268,8 @@ class _RestyleTrainer(InversionTrainer):
         self.G = G.to(device).eval().requires_grad_(False)
         torch.manual_seed(cfg.seed)             # encoder weights
         self.E = Encoder(G.img_resolution, G.img_channels, G.num_ws, G.w_dim, iterative=True,
-                         channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim).to(device)
+                         channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim,
+                         map_resolution=G.synthesis.map_resolution, map_channels=G.synthesis.map_channels).to(device)
         self.codec = StyleGANCodec(self.G, self.E, cfg.iterations)
         self.loss = ReconstructionLoss(cfg, device)
         self.opt = torch.optim.Adam(self.E.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))

@@ -27,6 +27,9 @@ class StyleGANConfig:
     channel_base: int = 16384                   # feature maps at resolution r: min(channel_base // r, channel_max)
     channel_max: int = 512                      # most feature maps in any layer
     mbstd_group: int = 4                        # minibatch standard deviation group size (0 = no mbstd layer)
+    # a spatial latent map (co-trained codecs; models/stylegan/synthesis.py): 0 = styles only, as in StyleGAN2
+    map_resolution: int = 0                     # side of the map, added to the synthesis features at that resolution
+    map_channels: int = 0                       # channels of the map; map_channels * map_resolution**2 % w_dim == 0
     # optimisation
     batch: int = 32                             # images per step (real and generated)
     g_lr: float = 0.0025                        # generator Adam learning rate
@@ -58,6 +61,7 @@ class StyleGANConfig:
                      "ada_interval"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
+        check_map(self.map_resolution, self.map_channels, resolution=r, w_dim=self.w_dim)
         if self.channel_base // r < 1:
             raise ConfigError(f"channel_base={self.channel_base} gives no feature maps at resolution {r}",
                               fix=f"use channel_base >= {r}")
@@ -79,6 +83,25 @@ class StyleGANConfig:
         if unknown:
             raise ConfigError(f"unknown augmentation(s) {unknown}", fix=f"choose from {', '.join(AUGMENTS)}")
 
+    @property
+    def map_rows(self) -> int:
+        """Rows of ``w_dim`` values that the spatial map adds to the latent (0 without a map)."""
+        return self.map_channels * self.map_resolution ** 2 // self.w_dim if self.map_resolution else 0
+
     def channels_at(self, res: int) -> int:
         """Feature maps of the layers working at resolution ``res``."""
         return min(self.channel_base // res, self.channel_max)
+
+
+def check_map(map_resolution: int, map_channels: int, *, resolution: int, w_dim: int) -> None:
+    """Refuse a spatial latent map that the synthesis network cannot take (see ``StyleGANConfig``)."""
+    if map_resolution == 0 and map_channels == 0:
+        return
+    r = map_resolution
+    if r < 4 or r > resolution or r & (r - 1):
+        raise ConfigError(f"map_resolution={r} must be 0 (no map) or a power of two between 4 and the image "
+                          f"resolution {resolution}")
+    if map_channels < 1 or (map_channels * r * r) % w_dim:
+        raise ConfigError(f"map_channels={map_channels} at map_resolution={r} gives {map_channels * r * r} values, "
+                          f"not a multiple of w_dim={w_dim}",
+                          fix=f"choose map_channels so that map_channels * {r * r} is a multiple of {w_dim}")

@@ -3,6 +3,16 @@
 A learned 4x4 constant is refined block by block up to the output resolution; every block has
 two modulated 3x3 convolutions (the first upsamples) with per-pixel noise, and a 1x1 ``toRGB``
 whose output is added to the upsampled image of the blocks before it.
+
+**Spatial latent map** (optional, ``map_resolution``/``map_channels``; 0 = StyleGAN2 as published). A
+W+ latent of ``num_ws`` styles cannot place a patient's 1–2 px vessel tree: a codec trained to memorise
+32 images with it reached a vessel AUROC of only 0.71 (docs/backbone.md). With a map, the latent gets
+``map_rows`` more rows of ``w_dim`` values that hold a (map_channels, map_resolution, map_resolution)
+feature map; a 1×1 convolution (``map_in``, zero at initialisation, so an untrained map changes nothing)
+lifts it to the block's feature maps, which it is added to before that block's ``toRGB``. This is the
+idea of the Feature-Style encoder (Yao et al., ECCV 2022: styles plus a mid-resolution feature map),
+small enough to stay a bottleneck (16 x 16 x 8 = 2,048 values against 12,288 pixel values at 64 px RGB).
+Latents of ``num_ws`` rows (the mapping network's) render with a zero map.
 """
 
 from __future__ import annotations
@@ -12,7 +22,8 @@ import math
 import torch
 from torch import nn
 
-from medanon.models.stylegan.layers import FullyConnected, lrelu, modulated_conv2d, upsample2x
+from medanon.models.stylegan.config import check_map
+from medanon.models.stylegan.layers import Conv2d, FullyConnected, lrelu, modulated_conv2d, upsample2x
 
 NOISE_MODES = ("random", "const", "none")
 
@@ -91,14 +102,17 @@ class SynthesisBlock(nn.Module):
         self.num_conv = 1 if self.conv0 is None else 2
 
     def forward(self, x: torch.Tensor | None, img: torch.Tensor | None, ws: torch.Tensor,
-                noise_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """``ws`` holds this block's ``num_conv + 1`` styles (the last one is for toRGB)."""
+                noise_mode: str, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ws`` holds this block's ``num_conv + 1`` styles (the last one is for toRGB); ``residual`` (N, C, R, R),
+        if given, is added to the block's features before toRGB (the spatial latent map)."""
         if self.conv0 is None:
             x = self.const[None].expand(ws.shape[0], -1, -1, -1)
             x = self.conv1(x, ws[:, 0], noise_mode)
         else:
             x = self.conv0(x, ws[:, 0], noise_mode)
             x = self.conv1(x, ws[:, 1], noise_mode)
+        if residual is not None:
+            x = x + residual
         y = self.torgb(x, ws[:, self.num_conv])
         img = y if img is None else upsample2x(img) + y
         return x, img
@@ -117,8 +131,11 @@ class SynthesisNetwork(nn.Module):
         img_channels: int,                      # output image channels
         channel_base: int = 16384,              # feature maps at resolution r: min(channel_base // r, channel_max)
         channel_max: int = 512,                 # most feature maps in any layer
+        map_resolution: int = 0,                # side of the spatial latent map (0 = none; see the module docstring)
+        map_channels: int = 0,                  # its channels
     ):
         super().__init__()
+        check_map(map_resolution, map_channels, resolution=img_resolution, w_dim=w_dim)
         self.w_dim = w_dim
         self.img_resolution = img_resolution
         self.img_channels = img_channels
@@ -131,16 +148,36 @@ class SynthesisNetwork(nn.Module):
             self.blocks.append(block)
             self.num_ws += block.num_conv
         self.num_ws += 1
+        self.map_resolution, self.map_channels = map_resolution, map_channels
+        self.map_rows = map_channels * map_resolution ** 2 // w_dim if map_resolution else 0
+        self.num_rows = self.num_ws + self.map_rows   # rows of a full latent: styles, then the map
+        self.map_in = None
+        if map_resolution:
+            self.map_in = Conv2d(map_channels, channels[map_resolution], 1, activation=False)
+            nn.init.zeros_(self.map_in.weight)
+
+    def split(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Latents (N, num_rows, w_dim) -> styles (N, num_ws, w_dim) and the map (N, C, R, R) (None without one)."""
+        if not self.map_rows or latents.shape[1] == self.num_ws:
+            return latents, None
+        m = latents[:, self.num_ws:].reshape(-1, self.map_channels, self.map_resolution, self.map_resolution)
+        return latents[:, :self.num_ws], m
 
     def forward(self, ws: torch.Tensor, noise_mode: str = "random") -> torch.Tensor:
-        """Render ``ws``; ``noise_mode`` is 'random' (fresh noise), 'const' (fixed per layer) or 'none'."""
+        """Render ``ws`` (N, num_ws, w_dim), or with a map (N, num_rows, w_dim); ``noise_mode`` is 'random' (fresh
+        noise), 'const' (fixed per layer) or 'none'."""
         if noise_mode not in NOISE_MODES:
             raise ValueError(f"noise_mode={noise_mode!r} must be one of {NOISE_MODES}")
-        if ws.ndim != 3 or ws.shape[1:] != (self.num_ws, self.w_dim):
-            raise ValueError(f"ws must have shape (N, {self.num_ws}, {self.w_dim}), got {tuple(ws.shape)}")
+        if ws.ndim != 3 or ws.shape[2] != self.w_dim or ws.shape[1] not in {self.num_ws, self.num_rows}:
+            rows = f"{self.num_ws}" + (f" or {self.num_rows}" if self.map_rows else "")
+            raise ValueError(f"ws must have shape (N, {rows}, {self.w_dim}), got {tuple(ws.shape)}")
+        ws, fmap = self.split(ws)
         x = img = None
         i = 0
         for block in self.blocks:
-            x, img = block(x, img, ws[:, i:i + block.num_conv + 1], noise_mode)
+            res = None
+            if fmap is not None and block.resolution == self.map_resolution:
+                res = self.map_in(fmap.to(memory_format=torch.channels_last))
+            x, img = block(x, img, ws[:, i:i + block.num_conv + 1], noise_mode, res)
             i += block.num_conv
         return img.contiguous()                 # the blocks run channels-last (layers.py); callers get NCHW

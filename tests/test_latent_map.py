@@ -219,3 +219,40 @@ def test_a_map_can_be_added_to_a_trained_codec(tmp_path):
     wide = dataclasses.replace(cfg, channel_base=1024)              # another encoder width: refused, named
     with pytest.raises(ConfigError, match="encoder's weights do not fit"):
         train_autoencoder(images, wide, tmp_path / "wide", steps=1, init_ckpt=export, progress=False)
+
+
+def test_texture_from_noise_leaves_the_noise_strengths_to_the_discriminator():
+    """With ``texture_from_noise`` the pixel losses see the noise-free rendering: without an adversarial term the
+    per-pixel noise strengths get no gradient at all; with one, they learn (from D alone). Without the split, the
+    pixel losses train them through the constant noise."""
+    images = ((torch.rand(8, 3, 32, 32)) * 255).to(torch.uint8)
+
+    def strengths_moved(**kw) -> bool:
+        from medanon.train.autoencoder import _CotrainTrainer
+        trainer = _CotrainTrainer(map_cfg(**kw), images, torch.device("cpu"), None)
+        for layer in trainer.G.synthesis.modules():          # start the strengths away from 0
+            if hasattr(layer, "noise_strength"):
+                layer.noise_strength.data.fill_(0.1)
+        before = [float(m.noise_strength) for m in trainer.G.synthesis.modules() if hasattr(m, "noise_strength")]
+        trainer.step()
+        after = [float(m.noise_strength) for m in trainer.G.synthesis.modules() if hasattr(m, "noise_strength")]
+        return before != after
+
+    assert not strengths_moved(texture_from_noise=True, adversarial_weight=0.0)
+    assert strengths_moved(texture_from_noise=True, adversarial_weight=0.05)
+    assert strengths_moved(texture_from_noise=False, adversarial_weight=0.0)
+
+
+def test_a_run_from_before_a_new_config_field_resumes(tmp_path):
+    """A checkpoint written before ``texture_from_noise`` existed resumes: the missing field is its default."""
+    images = ((torch.rand(8, 3, 32, 32)) * 255).to(torch.uint8)
+    cfg = map_cfg()
+    ckpt = train_autoencoder(images, cfg, tmp_path / "run", steps=1, progress=False)
+    blob = torch.load(ckpt, weights_only=False)
+    del blob["config"]["train"]["texture_from_noise"]
+    torch.save(blob, ckpt)
+    assert load_checkpoint(train_autoencoder(images, cfg, tmp_path / "run", steps=2, resume=True,
+                                             progress=False))["step"] == 2
+    with pytest.raises(ConfigError, match="texture_from_noise"):
+        train_autoencoder(images, map_cfg(texture_from_noise=True), tmp_path / "run", steps=3, resume=True,
+                          progress=False)

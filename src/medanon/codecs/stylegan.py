@@ -187,15 +187,16 @@ class StyleGANCodec(nn.Module):
         with self._autocast():
             return ws + self.encoder(x).float()
 
-    def render(self, ws: torch.Tensor) -> torch.Tensor:
-        """``G.synthesis(ws)`` with the codec's constant noise (not clamped; differentiable; float32 out).
+    def render(self, ws: torch.Tensor, noise_mode: str = NOISE_MODE) -> torch.Tensor:
+        """``G.synthesis(ws)`` with the codec's constant noise (not clamped; differentiable; float32 out); training
+        code may ask for another ``noise_mode`` (``"none"``, ``"random"``).
 
         With ``amp`` the synthesis runs under ``torch.autocast`` (its convolutions and matmuls in bf16/fp16,
         reductions and normalisations as autocast keeps them in float32); gradients flow back to ``ws`` in
         float32. The optimisations built on it (k-SALSA, GMIA) use no loss scaling: bf16 has float32's range.
         """
         with self._autocast():
-            return self.generator.synthesis(ws, noise_mode=NOISE_MODE).float()
+            return self.generator.synthesis(ws, noise_mode=noise_mode).float()
 
     # -- helpers -----------------------------------------------------------------------------------
 

@@ -160,7 +160,10 @@ def previous_run(out: Path, *, resume: bool, kind: str, device: torch.device,
 
 
 def check_resume_config(blob: dict[str, Any], cfg: Any, *, ignore: tuple[str, ...] = ()) -> None:
-    diff = sorted(k for k, v in to_dict(cfg).items() if k not in ignore and blob["config"]["train"].get(k) != v)
+    """Refuse to resume with another config; a field the run's checkpoint predates counts as its default (the
+    behaviour the run was trained with)."""
+    saved = to_dict(from_dict(type(cfg), blob["config"]["train"], where="the resumed run's config"))
+    diff = sorted(k for k, v in to_dict(cfg).items() if k not in ignore and saved.get(k) != v)
     if diff:
         raise ConfigError(f"the config differs from the run being resumed in {diff}",
                           fix="resume with the run's own config (its config.yaml)")

@@ -86,9 +86,14 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
     assert "PHANTOM" in r.output
     for f in ("config.yaml", "manifest.json", "metrics.jsonl", "summary.json", "splits_fundus.csv",
               "splits_xray.csv", "releases/kpixel-k10/labels.csv", "releases/snow-p0.5/labels.csv",
-              "releases/dpglow-eps1e1/labels.csv", "releases/ksalsa-k5/labels.csv", "releases/gmia/labels.csv",
+              "releases/dpglow-eps1e1/labels.csv", "releases/ksalsa-k5/labels.csv", "releases/inverted/labels.csv", "releases/gmia/labels.csv",
               "releases/gmia-xray/labels.csv"):
         assert (out / f).exists(), f
+    for rel in ("ksalsa-k5", "inverted", "gmia", "gmia-xray"):     # the shipped codecs with a spatial latent map
+        assert json.loads((out / "releases" / rel / "manifest.json").read_text())["params"]["codec"]["latent_space"] \
+            == "ws+map", rel
+    assert json.loads((out / "releases" / "inverted" / "manifest.json").read_text())["privacy"]["guarantee"] \
+        .startswith("none")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["seeds"]["phantoms"] == 0 and manifest["inputs"]["fundus_phantom"]["files"] == 80
     assert "PASSED" in r.output and "FAILED" not in r.output          # every release passed its audit

@@ -187,8 +187,11 @@ def test_latent_methods_run_on_a_map_latent(tmp_path, map_codec_ckpt):
     x = torch.rand(2, 3, 32, 32) * 2 - 1
     res = gmia.anonymise(x)
     assert res.ws.shape == (2, codec.generator.num_rows, 16) and res.images.shape == (2, 3, 32, 32)
-    start = codec.encode(x).cpu()
-    assert not torch.equal(res.ws[:, codec.generator.num_ws:], start[:, codec.generator.num_ws:])  # map optimised
+    start, n = codec.encode(x).cpu(), codec.generator.num_ws
+    assert not torch.equal(res.ws[:, n:], start[:, n:])                       # the map is optimised
+    shift = res.ws[:, :n] - start[:, :n]                                        # the paper's W: one offset shared
+    assert float(shift.abs().max()) > 0 and torch.allclose(shift, shift[:, :1].expand_as(shift), atol=1e-5)
+    assert not torch.allclose(res.ws[:, n:] - start[:, n:], shift[:, :1].expand(-1, 4, -1), atol=1e-5)
 
 
 def test_a_map_can_be_added_to_a_trained_codec(tmp_path):

@@ -54,6 +54,12 @@ LATENT_BATCH = 32                               # GMIA images per batch at 64 px
 # 80 instead of three of 32 (`ksalsa(k=2, steps=100)` on the demo's training split: 79.3 -> 66.9 s wall, 152.5 ->
 # 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching is speed only (tested).
 CLUSTER_BATCH = 80
+# The codec of the latent k-Same methods (k-Centroid, k-SALSA) and of their GAN-Inverted reference release: the
+# co-trained codec with a spatial latent map (W+ styles plus a 16 x 16 x 8 feature map; checkpoints/README.md),
+# whose reconstructions keep the vessel tree and identity. k-SALSA's paper inverts a StyleGAN2 with ReStyle; the
+# shipped ReStyle codec reconstructs neither vessels nor identity (docs/backbone.md), so every k-Same comparison
+# made with it was vacuous. The releases' manifests name the codec and its latent space ("ws+map").
+KSAME_CODEC = "cotrained-map-fundus64.pt"
 
 
 @dataclass
@@ -144,10 +150,10 @@ def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list
     ds = open_dataset(data, DataConfig(size=cfg.size))
     dev = cfg.device
     out: list[Path] = []
-    restyle = ckpt / "restyle-fundus64.pt"
-    methods = ["kpixel", "kpca"] + (["kcentroid", "ksalsa"] if restyle.exists() else [])
-    if not restyle.exists():
-        click.echo(f"k-Centroid and k-SALSA skipped: {restyle} is not shipped yet")
+    latent = ckpt / KSAME_CODEC
+    methods = ["kpixel", "kpca"] + (["kcentroid", "ksalsa"] if latent.exists() else [])
+    if not latent.exists():
+        click.echo(f"k-Centroid, k-SALSA and GAN-Inverted skipped: {latent} is not shipped")
     codec = None
     for method in methods:
         for k in KS:
@@ -157,14 +163,19 @@ def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list
             if method in ("kcentroid", "ksalsa"):
                 # CLUSTER_BATCH clusters per batch: the same averages as the default 8 (batching is speed only,
                 # tested), faster on 2 CPU cores at 64 px (`--batch 8|32`, k = 2, 20 steps: 18.5 and 13.8 s)
-                command += f" --model {restyle} --batch {CLUSTER_BATCH}"
-                codec = codec or load_codec(restyle, map_location=resolve_device(dev))
+                command += f" --model {latent} --batch {CLUSTER_BATCH}"
+                codec = codec or load_codec(latent, map_location=resolve_device(dev))
                 kw.update(codec=codec, batch=CLUSTER_BATCH)
             if method == "ksalsa":
                 command += f" --steps {cfg.ksalsa_steps}"
                 kw["steps"] = cfg.ksalsa_steps
             _release(command, dest, lambda m=method, kw=kw: getattr(anonymize, m)(ds, **kw))
             out.append(dest)
+    if codec is not None:                       # the codec alone, NOT anonymised: what the latent methods start from
+        dest = rel / "inverted"
+        _release(f"anonymize inverted --data {data} --model {latent} --seed {cfg.seed}", dest,
+                 lambda: anonymize.inverted(ds, codec=codec, seed=cfg.seed, device=dev))
+        out.append(dest)
     out += _releases_gmia(ds, data, rel, ckpt, cfg)
     unet = ckpt / "unet-vessels64.pt"
     for method in ("snow", "vs-snow"):
@@ -183,9 +194,9 @@ def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list
 
 
 GMIA_NETWORKS = {
-    "fundus": {"model": "cotrained-fundus64.pt", "identity": "identity-fundus64.pt",
+    "fundus": {"model": "cotrained-map-fundus64.pt", "identity": "identity-fundus64.pt",
                "utility": "classifier-grade-fundus64.pt"},
-    "xray": {"model": "cotrained-xray64.pt", "identity": "identity-xray64.pt",
+    "xray": {"model": "cotrained-map-xray64.pt", "identity": "identity-xray64.pt",
              "utility": "classifier-pneumonia-xray64.pt"},
 }
 GMIA_RELEASE = {"fundus": "gmia", "xray": "gmia-xray"}     # one releases/ folder serves both modalities

@@ -241,16 +241,19 @@ class GMIA:
                 id_r = self.identity(x_r) if self.identity is not None else None
                 ut_r = self.utility(x_r) if self.utility is not None else None
             w0 = ws.detach().to(self.device, torch.float32)
+            styles = style_rows(self.codec, w0.shape[1])
             if cfg.latent_space == "w":          # one w_dim offset shared by every layer: W_A = W + 1 ⊗ δ
                 param = torch.zeros(w0.shape[0], 1, w0.shape[2], device=self.device).requires_grad_(True)
             else:                                # W+: every layer's style vector moves on its own
-                param = w0.clone().requires_grad_(True)
+                param = w0[:, :styles].clone().requires_grad_(True)
+            fmap = w0[:, styles:].clone().requires_grad_(True)   # a spatial map's rows (if any) move freely
 
             def current() -> torch.Tensor:
-                return w0 + param if cfg.latent_space == "w" else param
+                w = w0[:, :styles] + param if cfg.latent_space == "w" else param
+                return torch.cat([w, fmap], dim=1) if styles < w0.shape[1] else w
 
             w_a = current()
-            opt = torch.optim.Adam([param], lr=cfg.lr)
+            opt = torch.optim.Adam([param, fmap] if styles < w0.shape[1] else [param], lr=cfg.lr)
             history: list[dict[str, float]] = []
             start: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
             for step in range(cfg.steps + 1):
@@ -348,3 +351,10 @@ def summarise(result: GMIAResult, margin: float) -> dict[str, Any]:
         out["ut_dist_before"] = q(result.ut_dist_start)
         out["ut_dist_after"] = q(result.ut_dist)
     return out
+
+
+def style_rows(codec, rows: int) -> int:
+    """How many of a latent's ``rows`` are styles: all of them, unless the codec's generator carries a spatial map
+    (:mod:`medanon.codecs.stylegan`), whose rows follow the styles and are not W vectors."""
+    g = getattr(codec, "generator", None)
+    return int(g.num_ws) if g is not None and getattr(g, "map_rows", 0) else rows

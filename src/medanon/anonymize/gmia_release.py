@@ -131,7 +131,9 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
     networks = gmia.describe()
     params = {**gmia.cfg.params(),
               "latent_space": ("W: W_A = E(X_R) + one w_dim offset shared by every synthesis layer (the paper's W)"
-                               if gmia.cfg.latent_space == "w" else "W+: one style vector per synthesis layer"),
+                               if gmia.cfg.latent_space == "w" else "W+: one style vector per synthesis layer")
+                              + ("; the codec's spatial map (not in the paper) is optimised freely with them"
+                                 if networks["codec"].get("latent_space") == "ws+map" else ""),
               "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,
               "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None}
     if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings

@@ -11,7 +11,8 @@ W+ latent of ``num_ws`` styles cannot place a patient's 1–2 px vessel tree: a 
 feature map; a 1×1 convolution (``map_in``, zero at initialisation, so an untrained map changes nothing)
 lifts it to the block's feature maps, which it is added to before that block's ``toRGB``. This is the
 idea of the Feature-Style encoder (Yao et al., ECCV 2022: styles plus a mid-resolution feature map),
-small enough to stay a bottleneck (16 x 16 x 8 = 2,048 values against 12,288 pixel values at 64 px RGB).
+small enough to stay a bottleneck (the shipped 32 x 32 x 2 = 2,048 values against 12,288 pixel values at 64 px
+RGB; docs/backbone.md).
 Latents of ``num_ws`` rows (the mapping network's) render with a zero map.
 """
 

@@ -12,12 +12,13 @@ k-Same-PCA computed on the same cluster (bottom). Tiles are enlarged 2x (nearest
 Every image is a PHANTOM. Prints one JSON line with the style loss of k-SALSA and k-Centroid
 averages of the two clusters.
 
-With ``--cotrained CODEC`` it also shows, under each cluster's sources, their reconstructions G(E(x)) by
-``--model`` (ReStyle) and by the co-trained codec: docs/backbone.md's side-by-side picture of what the
-backbone keeps (issue 12, item 5):
+With ``--cotrained CODEC`` (repeatable) it also shows, under each cluster's sources, their reconstructions
+G(E(x)) by ``--model`` and by each such codec: docs/backbone.md's side-by-side picture of what the backbone
+keeps (issue 12, item 5); the averages are always ``--model``'s:
 
-    python docs/ksalsa_figure.py --model checkpoints/restyle-fundus64.pt \
-        --cotrained checkpoints/cotrained-fundus64.pt --out docs/img/backbone_side_by_side.png
+    python docs/ksalsa_figure.py --model checkpoints/cotrained-map-fundus64.pt \
+        --cotrained checkpoints/restyle-fundus64.pt --cotrained checkpoints/cotrained-fundus64.pt \
+        --out docs/img/backbone_side_by_side.png
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def tile(img: torch.Tensor, text: str) -> Image.Image:
     return canvas
 
 
+def label(codec) -> str:
+    """What a reconstruction row is called: the codec's kind, and whether its latent carries a spatial map."""
+    name = {"restyle": "ReStyle", "cotrained": "co-trained"}.get(codec.name, codec.name)
+    return f"{name}{' + map' if codec.latent_space == 'ws+map' else ''} G(E(x))"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
@@ -65,7 +72,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--lam", type=float, default=SalsaConfig.lam)
-    ap.add_argument("--cotrained", default=None, help="also show reconstructions by --model and this codec")
+    ap.add_argument("--cotrained", action="append", default=[],
+                    help="also show reconstructions by --model and this codec (repeatable)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "img" / "ksalsa_fig2.png"))
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -74,8 +82,7 @@ def main() -> None:
             PhantomConfig(patients=200, per_patient=1, size=64, seed=5, workers=2), Path(tmp) / "fundus",
             progress=False)
         codec = load_codec(args.model)
-        codecs = [(codec, "ReStyle G(E(x))")] + ([(load_codec(args.cotrained), "co-trained G(E(x))")]
-                                                 if args.cotrained else [])
+        codecs = [(c, label(c)) for c in [codec, *map(load_codec, args.cotrained)]]
         ds = open_dataset(data, DataConfig(size=codec.generator.img_resolution))
         net = get_feature_network("efficientnet-lite0", input_size=None)
         base = KSameConfig(method="kpca", k=args.k, salsa=SalsaConfig(lam=args.lam, steps=args.steps))

@@ -103,7 +103,9 @@ def test_copy_release_is_maximal_risk_and_unrelated_release_near_zero(world):
     assert cp["attacks"]["independent"]["nearest"]["auc"] == 1.0        # the second network sees it too
     u = un["attacks"]
     assert u["nearest"]["risk"]["residual_risk"]["ci"][0] == 0.0 and u["nearest"]["two_sided_auc"] < 0.75
-    assert u["membership"]["p_value"] > 0.05 and u["singling_out"]["hidden_rate"] > 0.8
+    # the release writer orders records by secret randomness, so the attack's seeded split falls on other records in
+    # every run and p is uniform for unrelated people: p > 0.05 failed 1 run in 20 by chance (twice in session 8)
+    assert u["membership"]["p_value"] > 1e-3 and u["singling_out"]["hidden_rate"] > 0.8
     assert u["linkability"]["outer"]["AUC_two_sided"] < 0.75 and u["linkability"]["inner"]["AUC_two_sided"] < 0.75
     assert un["screening"]["copies_of_one_source"] == 0
     # the FID control is drawn from held-out patients at exactly the releases' N

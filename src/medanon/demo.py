@@ -55,7 +55,7 @@ LATENT_BATCH = 32                               # GMIA images per batch at 64 px
 # 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching is speed only (tested).
 CLUSTER_BATCH = 80
 # The codec of the latent k-Same methods (k-Centroid, k-SALSA) and of their GAN-Inverted reference release: the
-# co-trained codec with a spatial latent map (W+ styles plus a 16 x 16 x 8 feature map; checkpoints/README.md),
+# co-trained codec with a spatial latent map (W+ styles plus a 32 x 32 x 2 feature map; checkpoints/README.md),
 # whose reconstructions keep the vessel tree and identity. k-SALSA's paper inverts a StyleGAN2 with ReStyle; the
 # shipped ReStyle codec reconstructs neither vessels nor identity (docs/backbone.md), so every k-Same comparison
 # made with it was vacuous. The releases' manifests name the codec and its latent space ("ws+map").

@@ -126,7 +126,7 @@ def test_augmentation_shifts_only_the_style_rows():
 
 
 def test_a_gan_state_that_does_not_fit_is_refused(tmp_path):
-    from medanon.train.autoencoder import load_init_generator
+    from medanon.train.autoencoder_init import load_init_generator
     G = map_generator()
     state = {k: v for k, v in map_generator(seed=1).state_dict().items() if not k.startswith("synthesis.map_in")}
     load_init_generator(G, state)                                           # a GAN's state: fits, map_in kept
@@ -205,8 +205,9 @@ def test_a_map_can_be_added_to_a_trained_codec(tmp_path):
     blob = load_checkpoint(old)
     export = save_checkpoint(tmp_path / "old.pt", kind=blob["kind"], config=blob["config"], step=blob["step"],
                              state={"E": blob["state"]["E"], "G": blob["state"]["G"]}, extra=blob["extra"])
-    from medanon.train.autoencoder import ARCHITECTURE, _CotrainTrainer, _init_from, with_generator
-    init = _init_from(export, torch.device("cpu"))
+    from medanon.train.autoencoder import ARCHITECTURE, _CotrainTrainer, with_generator
+    from medanon.train.autoencoder_init import init_from
+    init = init_from(export, torch.device("cpu"))
     assert init["D"] is None and init["E"] is not None
     cfg = with_generator(map_cfg(), init["config"], ARCHITECTURE)
     trainer = _CotrainTrainer(cfg, (images * 127.5 + 127.5).to(torch.uint8), torch.device("cpu"), init)

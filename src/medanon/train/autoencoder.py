@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.checkpoint import save_checkpoint
 from medanon.codecs.stylegan import KIND_COTRAINED, StyleGANCodec
 from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
@@ -54,18 +54,17 @@ from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
 from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
 from medanon.runtime import RunDir
+from medanon.train.autoencoder_init import init_from, load_init_generator, load_new_parts
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.encoder import (
-    GENERATOR_KINDS,
     InversionTrainer,
     check_resume_config,
-    generator_config,
     previous_run,
     require_training_state,
     rng_state,
     set_rng_state,
 )
-from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, load_config, to_uint8
+from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
 from medanon.train.loop import run_loop
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
@@ -157,7 +156,7 @@ class _CotrainTrainer(InversionTrainer):
                          channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim,
                          map_resolution=g.map_resolution, map_channels=g.map_channels).to(device)
         if init is not None and init["E"] is not None:  # a co-trained codec's encoder; a new map head stays fresh
-            _load_new_parts(self.E, init["E"], "map_head.", "encoder")
+            load_new_parts(self.E, init["E"], "map_head.", "encoder")
         self.codec = StyleGANCodec(self.G, self.E, 1)
         self.loss = ReconstructionLoss(cfg, device)
         p0 = cfg.augment_p if cfg.augment_p >= 0 else (init or {}).get("ada_p", 0.0)
@@ -316,40 +315,6 @@ class _CotrainTrainer(InversionTrainer):
         self.seconds = float(blob["extra"]["seconds"])
 
 
-def _init_from(path: str | Path, device: torch.device) -> dict[str, Any]:
-    """Weights, config and provenance to start from: a ``stylegan2`` checkpoint's EMA generator and discriminator, or a
-    co-trained codec's generator and encoder (and its discriminator if the file still holds one; an exported codec
-    has none, so D starts fresh). A spatial map's layers, which the start has not, keep their initialisation."""
-    blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location=device)
-    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"]}
-    if blob["kind"] == KIND_COTRAINED:
-        st = blob["state"]
-        return {"G": st["G"], "D": st.get("D"), "E": st["E"], "ada_p": float(blob["extra"].get("ada_p", 0.0)),
-                "config": from_dict(StyleGANConfig, generator_config(blob), where=f"{path} generator config"),
-                "provenance": {**provenance, "kind": blob["kind"]}}
-    return {"G": blob["state"]["G_ema"], "D": blob["state"]["D"], "E": None, "config": load_config(blob),
-            "ada_p": float(blob["extra"].get("ada_p", 0.0)), "provenance": provenance}
-
-
-def load_init_generator(G: Generator, state: dict[str, Any]) -> None:
-    """Load a GAN's generator weights into ``G``; a spatial map's input layer, which a GAN has not, keeps its
-    initialisation (zero: the map then changes nothing until trained)."""
-    _load_new_parts(G, state, "synthesis.map_in.", "generator")
-
-
-def _load_new_parts(module: torch.nn.Module, state: dict[str, Any], new: str, what: str) -> None:
-    """``module.load_state_dict(state)`` where only the parameters under ``new`` may be missing from ``state``."""
-    try:
-        missing, unexpected = module.load_state_dict(state, strict=False)
-    except RuntimeError as e:                   # a shape mismatch: another width
-        raise ConfigError(f"the init {what}'s weights do not fit this architecture: {str(e).splitlines()[1:3]}",
-                          fix="use the config the init checkpoint was trained with (its widths)") from None
-    wrong = [k for k in missing if not k.startswith(new)] + list(unexpected)
-    if wrong:
-        raise ConfigError(f"the init {what}'s weights do not fit this architecture: {', '.join(wrong[:5])}",
-                          fix="use the checkpoint the config was written for")
-
-
 def with_generator(cfg: AutoencoderConfig, arch: StyleGANConfig, fields: tuple[str, ...] = ARCHITECTURE
                    ) -> AutoencoderConfig:
     """``cfg`` with the architecture ``fields`` of its generator config taken from ``arch``."""
@@ -383,7 +348,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         cfg = with_generator(cfg, arch, ARCHITECTURE + MAP_FIELDS)
         check_resume_config(blob, cfg, ignore=("generator",))
     elif init_ckpt is not None:
-        init = _init_from(init_ckpt, device)
+        init = init_from(init_ckpt, device)
         has_map = bool(init["config"].map_resolution)
         cfg = with_generator(cfg, init["config"], ARCHITECTURE + (MAP_FIELDS if has_map else ()))
     validate(cfg)

@@ -263,3 +263,16 @@ def test_cli_trains_exports_and_resumes_both(tmp_path):
     assert res.exit_code == 0, res.output
     assert "D" not in load_checkpoint(tmp_path / "ae.pt")["state"]
     assert load_codec(tmp_path / "ae.pt").encode(torch.zeros(1, 3, 32, 32)).shape[0] == 1
+
+
+@pytest.mark.parametrize("kind, cls", [("encoder", EncoderConfig), ("autoencoder", AutoencoderConfig)])
+def test_shipped_configs_load_and_validate(kind, cls):
+    """Every YAML under configs/encoder and configs/autoencoder is a valid config of its trainer (an unknown field,
+    a bad loss weight or a map that does not fit the generator fails here, not an hour into a run)."""
+    paths = sorted((ROOT / "configs" / kind).glob("*.yaml"))
+    assert len(paths) >= 3
+    for path in paths:
+        cfg = build(cls, path=path)
+        assert cfg.batch >= 1, path
+    with pytest.raises(ConfigError):
+        build(cls, path=paths[0], overrides=["no_such_field=1"])

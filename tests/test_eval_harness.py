@@ -5,6 +5,7 @@ import csv
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -345,3 +346,22 @@ def test_siamese_and_attribute_attackers_from_checkpoints(world, tmp_path):
         evaluate(world["data"], world["releases"][:1], tmp_path / "bad-grey",
                  config=replace(cfg, attacks=replace(cfg.attacks, siamese_checkpoint=str(tmp_path / "grey.pt"))),
                  cache_dir=tmp_path / "cache3", progress=False)
+
+
+def test_gmia_tables_script_reads_the_report(world):
+    """docs/gmia_tables.py prints the report's own numbers: one row per release and attacker, utility per release."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "gmia_tables.py"
+    spec = importlib.util.spec_from_file_location("gmia_tables", path)
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    releases = world["report"]["releases"]
+    rows = tables.table_linkability(releases, {"copy": "COPY"})
+    copy = _by_name(world["report"])["copy"]["attacks"]["linkability"]["outer"]
+    main = [r for r in rows if r.startswith("| COPY | main")]
+    assert len(main) == 1 and f"| {copy['TAR']:.3f} [{copy['TAR_ci'][0]:.3f}, {copy['TAR_ci'][1]:.3f}] |" in main[0]
+    assert not any(r.startswith("| k3-nomap |") for r in rows)          # no mapping: no linkability row
+    utility = tables.table_utility(releases, {})
+    assert len(utility) == 2 + sum(len(r.get("utility", {})) for r in releases)
+    assert "kappa" in utility[0] and utility[2].startswith("| unprotected |")

@@ -95,6 +95,7 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
 
     for rel in ("ksalsa-k5", "inverted"):                        # the shipped codecs with a spatial latent map
         assert params(rel)["codec"]["latent_space"] == "ws+map", rel
+        assert params(rel)["codec"]["iterations"] == 2, rel                 # k-SALSA's kind: a ReStyle encoder
     for rel in ("gmia", "gmia-xray"):
         assert "spatial map (not in the paper) is optimised" in params(rel)["latent_space"], rel
     assert json.loads((out / "releases" / "inverted" / "manifest.json").read_text())["privacy"]["guarantee"] \

@@ -54,12 +54,13 @@ LATENT_BATCH = 32                               # GMIA images per batch at 64 px
 # 80 instead of three of 32 (`ksalsa(k=2, steps=100)` on the demo's training split: 79.3 -> 66.9 s wall, 152.5 ->
 # 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching is speed only (tested).
 CLUSTER_BATCH = 80
-# The codec of the latent k-Same methods (k-Centroid, k-SALSA) and of their GAN-Inverted reference release: the
-# co-trained codec with a spatial latent map (W+ styles plus a 32 x 32 x 2 feature map; checkpoints/README.md),
-# whose reconstructions keep the vessel tree and identity. k-SALSA's paper inverts a StyleGAN2 with ReStyle; the
-# shipped ReStyle codec reconstructs neither vessels nor identity (docs/backbone.md), so every k-Same comparison
-# made with it was vacuous. The releases' manifests name the codec and its latent space ("ws+map").
-KSAME_CODEC = "cotrained-map-fundus64.pt"
+# The codec of the latent k-Same methods (k-Centroid, k-SALSA) and of their GAN-Inverted reference release: as in
+# k-SALSA's paper, a ReStyle encoder trained against a frozen generator. The frozen generator is the one co-trained
+# with a spatial latent map (W+ styles plus a 32 x 32 x 2 feature map; checkpoints/README.md), the only one here that
+# draws vessels; its reconstructions keep the vessel tree and identity (reconstruction FID 47.7 against 56.1 for the
+# co-trained encoder, docs/backbone.md, session 9). The releases' manifests name the codec and its latent space
+# ("ws+map").
+KSAME_CODEC = "restyle-map-fundus64.pt"
 
 
 @dataclass

@@ -16,7 +16,8 @@ With ``--cotrained CODEC`` (repeatable) it also shows, under each cluster's sour
 G(E(x)) by ``--model`` and by each such codec: docs/backbone.md's side-by-side picture of what the backbone
 keeps (issue 12, item 5); the averages are always ``--model``'s:
 
-    python docs/ksalsa_figure.py --model checkpoints/cotrained-map-fundus64.pt \
+    python docs/ksalsa_figure.py --model checkpoints/restyle-map-fundus64.pt \
+        --cotrained checkpoints/cotrained-map-fundus64.pt \
         --cotrained checkpoints/restyle-fundus64.pt --cotrained checkpoints/cotrained-fundus64.pt \
         --out docs/img/backbone_side_by_side.png
 """

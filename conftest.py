@@ -13,4 +13,3 @@ import pytest
 @pytest.fixture(autouse=True)
 def temporary_files_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield

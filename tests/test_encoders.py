@@ -263,6 +263,24 @@ def test_cli_trains_exports_and_resumes_both(tmp_path):
     assert res.exit_code == 0, res.output
     assert "D" not in load_checkpoint(tmp_path / "ae.pt")["state"]
     assert load_codec(tmp_path / "ae.pt").encode(torch.zeros(1, 3, 32, 32)).shape[0] == 1
+    # a resumable export: float16 weights and the discriminator, which a new run started from it continues
+    res = runner.invoke(cli, ["train", "autoencoder", *common, "--out", str(tmp_path / "ae"), "--steps", "2",
+                              "--resume", "--export", str(tmp_path / "ae16.pt"), "--export-float16",
+                              "--export-discriminator"])
+    assert res.exit_code == 0, res.output
+    full, small = load_checkpoint(tmp_path / "ae" / "checkpoint.pt"), load_checkpoint(tmp_path / "ae16.pt")
+    assert set(small["state"]) == {"E", "G", "D"} and small["extra"]["exported_from"]["float16"]
+    for k in ("E", "G", "D"):
+        for n, t in small["state"][k].items():
+            ref = full["state"][k][n]
+            assert t.dtype == (torch.float16 if ref.is_floating_point() else ref.dtype), n
+            assert torch.allclose(t.float(), ref.float(), rtol=1e-3, atol=1e-4), n
+    from medanon.train.autoencoder_init import init_from
+    init = init_from(tmp_path / "ae16.pt", torch.device("cpu"))
+    assert init["D"] is not None and init["E"] is not None
+    res = runner.invoke(cli, ["train", "encoder", *common, "--out", str(tmp_path / "re"), "--steps", "3", "--resume",
+                              "--export", str(tmp_path / "re-d.pt"), "--export-discriminator"])
+    assert res.exit_code != 0 and "no such option" in res.output.lower()      # a ReStyle run has no D to keep
 
 
 @pytest.mark.parametrize("kind, cls", [("encoder", EncoderConfig), ("autoencoder", AutoencoderConfig)])

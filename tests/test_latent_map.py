@@ -260,3 +260,22 @@ def test_a_run_from_before_a_new_config_field_resumes(tmp_path):
     with pytest.raises(ConfigError, match="texture_from_noise"):
         train_autoencoder(images, map_cfg(texture_from_noise=True), tmp_path / "run", steps=3, resume=True,
                           progress=False)
+
+
+def test_a_discriminator_export_refuses_a_run_without_one(tmp_path):
+    """``export_codec(discriminator=True)`` of a ReStyle run (frozen generator, no D) is refused by name, not
+    written without the D it promises."""
+    from medanon.train.encoder import export_codec
+    ckpt, G = gan_checkpoint(tmp_path / "gan.pt")
+    run = train_restyle(generated_images(G, 8, seed=8), ckpt, fast_encoder_cfg(), tmp_path / "re", steps=1,
+                        progress=False)
+    with pytest.raises(ConfigError, match="holds no discriminator"):
+        export_codec(run, tmp_path / "re.pt", discriminator=True)
+    assert not (tmp_path / "re.pt").exists()
+    small = export_codec(run, tmp_path / "re16.pt", float16=True)
+    tensors = [t for part in load_checkpoint(small)["state"].values() for t in part.values()]
+    assert all(t.dtype == torch.float16 for t in tensors if t.is_floating_point())
+    x = generated_images(G, 4, seed=9)
+    a, b = load_codec(run), load_codec(small)
+    assert b.generator.w_avg.dtype == torch.float32                      # loads as float32
+    assert (a.reconstruct(x) - b.reconstruct(x)).abs().max() < 0.05       # float16 rounding of the weights only

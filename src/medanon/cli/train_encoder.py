@@ -44,6 +44,8 @@ def loop_options(f):
                           "micro-batches (docs/distributed.md)."),
         click.option("--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="At the end, also write a small copy of the checkpoint (no optimizer state) here."),
+        click.option("--export-float16", is_flag=True,
+                     help="Store the --export copy's weights as float16 (half the size; loads as float32)."),
         click.option("--eval-data", "eval_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
                      default=None, help="Held-out dataset folder (other patients): at the end, write PSNR, SSIM, "
                                         "IW-SSIM and feature distance of the reconstructions to OUT/heldout.json."),
@@ -107,7 +109,7 @@ def _load_images(data_dir: Path, resolution: int, channels: int, data_opts: dict
 
 
 def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | None, data_opts: dict,
-            what: str) -> None:
+            what: str, **export_opts) -> None:
     """Export, evaluate on held-out data (every ReStyle iteration count up to the trained one), report."""
     import json
 
@@ -117,7 +119,7 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | No
 
     click.echo(f"wrote {ckpt} ({what}); load it with medanon.codecs.stylegan.load_codec")
     if export_path is not None:
-        click.echo(f"exported {export_codec(ckpt, export_path)}")
+        click.echo(f"exported {export_codec(ckpt, export_path, **export_opts)}")
     if eval_dir is None:
         return
     codec = load_codec(ckpt)
@@ -160,8 +162,9 @@ def _is_phantom(folder: Path) -> bool:
 @data_options
 @click.pass_context
 @speaks_flags(FLAGS)
-def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, generator_ckpt, threads,
-                      steps, minutes, resume, checkpoint_every, sample_every, log_every, accum, **data_opts) -> None:
+def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, export_float16, eval_dir, generator_ckpt,
+                      threads, steps, minutes, resume, checkpoint_every, sample_every, log_every, accum,
+                      **data_opts) -> None:
     """Train a ReStyle iterative inversion encoder for a frozen StyleGAN2 generator (k-SALSA's encoder).
 
     The perceptual term is a feature distance on EfficientNet-Lite0 ImageNet features, not LPIPS. Under
@@ -188,7 +191,8 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
         ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
                              accumulation=accum)
         if dist.is_main:
-            _finish(ckpt, out, export_path, eval_dir, data_opts, f"ReStyle encoder, {cfg.iterations} iterations")
+            _finish(ckpt, out, export_path, eval_dir, data_opts, f"ReStyle encoder, {cfg.iterations} iterations",
+                    float16=export_float16)
     finally:
         shutdown(dist)
 
@@ -199,12 +203,15 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
               default=None, help="Start G and D from this StyleGAN2 checkpoint, or E and G from this co-trained "
                                  "codec (saves CPU time); without it they start from random weights with the "
                                  "config's `generator` architecture.")
+@click.option("--export-discriminator", is_flag=True,
+              help="Keep the discriminator in the --export copy, so that a new run started from it with --generator "
+                   "continues E, G and D (a resumable state a few MB big; optimizer moments start fresh).")
 @data_options
 @click.pass_context
 @speaks_flags(FLAGS)
-def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, eval_dir, init_ckpt, threads,
-                          steps, minutes, resume, checkpoint_every, sample_every, log_every, accum,
-                          **data_opts) -> None:
+def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, export_float16, eval_dir, init_ckpt,
+                          export_discriminator, threads, steps, minutes, resume, checkpoint_every, sample_every,
+                          log_every, accum, **data_opts) -> None:
     """Co-train an encoder and a StyleGAN2 generator as an autoencoder-GAN (GMIA's projection).
 
     Losses: pixel, EfficientNet-Lite0 feature distance (not LPIPS) and adversarial for E and G, then
@@ -231,6 +238,7 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
         ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder",
                                  dist=dist, accumulation=accum)
         if dist.is_main:
-            _finish(ckpt, out, export_path, eval_dir, data_opts, "co-trained encoder + generator")
+            _finish(ckpt, out, export_path, eval_dir, data_opts, "co-trained encoder + generator",
+                    float16=export_float16, discriminator=export_discriminator)
     finally:
         shutdown(dist)

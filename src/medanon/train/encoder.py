@@ -219,12 +219,26 @@ def reconstruction_report(codec: StyleGANCodec, images: torch.Tensor, *, batch: 
     return out
 
 
-def export_codec(src: str | Path, dst: str | Path) -> Path:
-    """Write a small copy of a ReStyle or co-training checkpoint: E, G and config, no optimizer, RNG or D."""
+def export_codec(src: str | Path, dst: str | Path, *, float16: bool = False, discriminator: bool = False) -> Path:
+    """Write a small copy of a ReStyle or co-training checkpoint: E, G and config, no optimizer, RNG or D.
+
+    ``float16`` stores the floating-point weights as float16 (half the size; loading casts them back to float32,
+    so the export decodes as the run does up to float16 rounding of its weights). ``discriminator`` keeps a
+    co-training run's D (and, as always, its ADA probability), so that a new run started from the export
+    (``medanon train autoencoder --generator EXPORT``) continues E, G *and* D; only the optimizers' moments start
+    fresh. That is the resumable state worth committing when the full checkpoint is too big for a repository.
+    """
     blob = load_checkpoint(src, kind=(KIND_RESTYLE, KIND_COTRAINED))
-    state = {k: v for k, v in blob["state"].items() if k not in TRAINING_STATE}
+    if discriminator and "D" not in blob["state"]:
+        raise ConfigError(f"{src} holds no discriminator (kind {blob['kind']}; an export without one, or a ReStyle "
+                          "run, whose generator is frozen)", fix="export a co-training run's checkpoint.pt")
+    keep = {"D"} if discriminator else set()
+    state = {k: v for k, v in blob["state"].items() if k not in TRAINING_STATE or k in keep}
+    if float16:
+        state = {k: {n: t.half() if t.is_floating_point() else t for n, t in v.items()} for k, v in state.items()}
     extra = {k: v for k, v in blob["extra"].items() if k != "ada_state"}
-    extra["exported_from"] = {"sha256": blob["sha256"], "step": blob["step"]}
+    extra["exported_from"] = {"sha256": blob["sha256"], "step": blob["step"], "float16": float16,
+                              "discriminator": discriminator}
     return save_checkpoint(dst, kind=blob["kind"], config=blob["config"], state=state, step=blob["step"], extra=extra)
 
 

@@ -33,7 +33,7 @@ def test_detail_of_a_thin_line_sits_on_the_line():
 
 def _loss_cfg(**kw):
     base = dict(pixel_weight=1.0, perceptual_weight=0.0, perceptual_layers=(), perceptual_network="efficientnet-lite0",
-                perceptual_input_size=0, detail_weight=0.0, detail_sigma=1.0)
+                perceptual_input_size=0, detail_weight=0.0, detail_sigma=1.0, task_weight=0.0, task_network="")
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -57,3 +57,60 @@ def test_configs_default_to_no_detail_term_and_refuse_bad_values():
         with pytest.raises(ConfigError, match="detail_sigma"):
             check_encoder_fields(cls(detail_sigma=0.0))
     check_encoder_fields(AutoencoderConfig(pixel_weight=0.0, perceptual_weight=0.0, detail_weight=1.0))
+
+
+def _classifier(path, seed: int = 0):
+    from medanon.models.classifier import ResNet, ResNetConfig, save_classifier
+    torch.manual_seed(seed)
+    return save_classifier(path, ResNet(ResNetConfig(in_channels=3, widths=(8, 16), blocks=(1, 1))),
+                           extra={"label": "grade"})
+
+
+def test_task_term_compares_a_classifiers_features_and_is_refused_without_one(tmp_path):
+    """The task term is 0 on the source itself, positive on a reconstruction that lost a lesion, carries a gradient
+    to the reconstruction only, and names its network (sha256) for the manifest; a weight without a network, a
+    missing file and a negative weight are refused."""
+    net = _classifier(tmp_path / "grade.pt")
+    cfg = _loss_cfg(task_weight=2.0, task_network=str(net))
+    loss_fn = ReconstructionLoss(cfg, torch.device("cpu"))
+    target = torch.zeros(2, 3, 16, 16)
+    target[:, 0, 6:8, 6:8] = 0.9                            # a small red lesion
+    same, parts = loss_fn(target, target)
+    assert float(same) == 0.0 and parts["task"] == 0.0
+    recon = torch.zeros(2, 3, 16, 16, requires_grad=True)   # the lesion is gone
+    loss, parts = loss_fn(recon, target)
+    assert parts["task"] > 0
+    loss.backward()
+    assert recon.grad is not None and float(recon.grad.abs().sum()) > 0
+    assert all(p.grad is None for p in loss_fn.task.parameters())          # the classifier stays frozen
+    desc = loss_fn.describe()["task"]
+    assert desc["weight"] == 2.0 and len(desc["network"]["sha256"]) == 64
+    for c in (EncoderConfig, AutoencoderConfig):
+        assert c().task_weight == 0.0
+        with pytest.raises(ConfigError, match="task_network"):
+            check_encoder_fields(c(task_weight=1.0))
+        with pytest.raises(ConfigError, match="task_weight"):
+            check_encoder_fields(c(task_weight=-1.0, task_network=str(net)))
+    with pytest.raises(ConfigError, match="is not a file"):
+        ReconstructionLoss(_loss_cfg(task_weight=1.0, task_network=str(tmp_path / "none.pt")), torch.device("cpu"))
+
+
+def test_a_run_with_a_task_term_refuses_to_resume_with_another_classifier(tmp_path):
+    import dataclasses
+
+    from test_encoders import TINY_AUTOENCODER, gan_checkpoint, generated_images
+
+    from medanon.config import build
+    from medanon.train.autoencoder import train_autoencoder
+    net = _classifier(tmp_path / "grade.pt")
+    ckpt, G = gan_checkpoint(tmp_path / "gan.pt")
+    images = generated_images(G, 8, seed=1)
+    cfg = dataclasses.replace(build(AutoencoderConfig, path=TINY_AUTOENCODER), perceptual_weight=0.0,
+                              task_weight=1.0, task_network=str(net))
+    run = train_autoencoder(images, cfg, tmp_path / "run", steps=1, init_ckpt=ckpt, progress=False)
+    from medanon.checkpoint import load_checkpoint
+    assert load_checkpoint(run)["extra"]["losses"]["task"]["weight"] == 1.0
+    train_autoencoder(images, cfg, tmp_path / "run", steps=2, resume=True, progress=False)   # same file: fine
+    _classifier(tmp_path / "grade.pt", seed=1)                                              # replaced
+    with pytest.raises(ConfigError, match="has changed since the run started"):
+        train_autoencoder(images, cfg, tmp_path / "run", steps=3, resume=True, progress=False)

@@ -96,6 +96,8 @@ class AutoencoderConfig:
     perceptual_input_size: int = 128            # side images are resized to for the feature network (0 = unchanged)
     detail_weight: float = 0.0                  # weight of the MSE of fine detail x - blur(x) (train/recon_loss.py)
     detail_sigma: float = 1.0                   # pixels of that blur at the training resolution
+    task_weight: float = 0.0                    # weight of a classifier's feature distance (train/recon_loss.py)
+    task_network: str = ""                      # that classifier's checkpoint (medanon train classifier)
     adversarial_weight: float = 0.05            # weight of the non-saturating generator loss on reconstructions
     texture_from_noise: bool = False            # pixel losses on the noise-free rendering, D on one with fresh noise
     # optimisation

@@ -52,7 +52,7 @@ from medanon.train.distributed import Dist, local_shards, shard_rows, split_batc
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import keep_metrics_until, load_config, to_uint8
 from medanon.train.loop import CHECKPOINT, run_loop
-from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
+from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields, check_task_network_unchanged
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ class EncoderConfig:
     perceptual_input_size: int = 128            # side images are resized to for the feature network (0 = unchanged)
     detail_weight: float = 0.0                  # weight of the MSE of fine detail x - blur(x) (train/recon_loss.py)
     detail_sigma: float = 1.0                   # pixels of that blur at the training resolution
+    task_weight: float = 0.0                    # weight of a classifier's feature distance (train/recon_loss.py)
+    task_network: str = ""                      # that classifier's checkpoint (medanon train classifier)
     # optimisation
     batch: int = 8                              # images per step
     lr: float = 0.001                           # Adam learning rate (layers use StyleGAN's equalised learning rate)
@@ -167,6 +169,7 @@ def check_resume_config(blob: dict[str, Any], cfg: Any, *, ignore: tuple[str, ..
     if diff:
         raise ConfigError(f"the config differs from the run being resumed in {diff}",
                           fix="resume with the run's own config (its config.yaml)")
+    check_task_network_unchanged(blob, cfg)
 
 
 def require_training_state(blob: dict[str, Any], keys: tuple[str, ...]) -> None:

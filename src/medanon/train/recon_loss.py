@@ -12,12 +12,21 @@
   data has none), and works for any modality. ``detail_sigma`` is in pixels at the training resolution;
   scale it with the resolution (1 px at 64 px ≈ 8 px at 512 px for the same anatomy).
 
-``detail_weight = 0`` (the default) is the loss every earlier checkpoint was trained with.
+``L += task_weight · ‖f(x̂) − f(x)‖² / ‖f(x)‖²`` (optional, session 10): ``f`` is the penultimate (pooled) feature
+vector of a classifier the user trained on a clinical label (``task_network``: a ``medanon train classifier``
+checkpoint, e.g. of the DR grade), the same features GMIA's E_ut compares. It asks the codec to keep what that
+classifier looks at (lesions that are a pixel or two wide and that pixel losses soften), scale-free (relative to the
+source's own features). It is ours, not the papers': k-SALSA's and GMIA's codecs are trained on pixels, perceptual
+features and D. Measure what it keeps with a classifier it was *not* trained with (`benchmarks/backbone_targets.py
+--classifier`), or the measurement is the loss itself.
+
+``detail_weight = 0`` and ``task_weight = 0`` (the defaults) are the loss every earlier checkpoint was trained with.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,8 +41,11 @@ def check_encoder_fields(cfg: Any) -> None:
     for name in ("channel_base", "channel_max", "head_dim", "batch"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name}={getattr(cfg, name)} must be at least 1")
-    if cfg.pixel_weight < 0 or cfg.perceptual_weight < 0 or cfg.detail_weight < 0:
-        raise ConfigError("pixel_weight, perceptual_weight and detail_weight must not be negative")
+    if cfg.pixel_weight < 0 or cfg.perceptual_weight < 0 or cfg.detail_weight < 0 or cfg.task_weight < 0:
+        raise ConfigError("pixel_weight, perceptual_weight, detail_weight and task_weight must not be negative")
+    if cfg.task_weight > 0 and not cfg.task_network:
+        raise ConfigError(f"task_weight={cfg.task_weight} needs task_network",
+                          fix="set task_network to a `medanon train classifier` checkpoint, or task_weight=0")
     if cfg.pixel_weight == 0 and cfg.perceptual_weight == 0 and cfg.detail_weight == 0:
         raise ConfigError("pixel_weight, perceptual_weight and detail_weight are all 0: nothing to train for",
                           fix="set pixel_weight=1 (and perceptual_weight=0.8)")
@@ -76,6 +88,10 @@ class ReconstructionLoss:
         self.detail_sigma = cfg.detail_sigma
         self.layers = tuple(cfg.perceptual_layers)
         self.network = None
+        self.task_weight = cfg.task_weight
+        self.task = None
+        if cfg.task_weight > 0:
+            self.task = task_network(cfg.task_network, device)
         if cfg.perceptual_weight > 0:
             from medanon.models.features import get_feature_network
 
@@ -99,6 +115,11 @@ class ReconstructionLoss:
             detail = (high_pass(recon, self.detail_sigma) - high_pass(target, self.detail_sigma)).square().mean()
             loss = loss + self.detail_weight * detail
             parts["detail"] = float(detail.detach())
+        if self.task is not None:
+            f_r, f_x = self.task(recon), self.task(target).detach()
+            task = ((f_r - f_x).square().sum(1) / f_x.square().sum(1).clamp_min(1e-8)).mean()
+            loss = loss + self.task_weight * task
+            parts["task"] = float(task.detach())
         return loss, parts
 
     def describe(self) -> dict[str, Any]:
@@ -110,4 +131,30 @@ class ReconstructionLoss:
         if self.detail_weight > 0:
             out["detail"] = {"kind": "mean squared error of x - gaussian_blur(x)", "sigma_px": self.detail_sigma,
                              "weight": self.detail_weight}
+        if self.task is not None:
+            out["task"] = {"kind": "relative squared distance of a classifier's penultimate features",
+                           "weight": self.task_weight, "network": dict(self.task.provenance)}
         return out
+
+
+def task_network(path: str, device: torch.device):
+    """The frozen feature network of the task term: a classifier checkpoint's penultimate features."""
+    from medanon.anonymize.gmia_networks import UtilityEncoder
+
+    if not Path(path).is_file():
+        raise ConfigError(f"task_network={path} is not a file", fix="give a `medanon train classifier` checkpoint")
+    net = UtilityEncoder.from_checkpoint(path, map_location=device).eval().requires_grad_(False)
+    return net
+
+
+def check_task_network_unchanged(blob: dict[str, Any], cfg: Any) -> None:
+    """On resume: the task network's file must be the one the run was trained with (same sha256)."""
+    if getattr(cfg, "task_weight", 0) <= 0:
+        return
+    from medanon.checkpoint import load_checkpoint
+
+    then = (blob["extra"].get("losses", {}).get("task") or {}).get("network", {}).get("sha256")
+    now = load_checkpoint(cfg.task_network, kind="classifier")["sha256"]
+    if then is not None and then != now:
+        raise ConfigError(f"task_network={cfg.task_network} has changed since the run started (sha256 {now[:12]}…, "
+                          f"trained with {then[:12]}…)", fix="resume with the classifier the run was trained with")

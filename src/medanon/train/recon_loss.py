@@ -46,8 +46,8 @@ def check_encoder_fields(cfg: Any) -> None:
     if cfg.task_weight > 0 and not cfg.task_network:
         raise ConfigError(f"task_weight={cfg.task_weight} needs task_network",
                           fix="set task_network to a `medanon train classifier` checkpoint, or task_weight=0")
-    if cfg.pixel_weight == 0 and cfg.perceptual_weight == 0 and cfg.detail_weight == 0:
-        raise ConfigError("pixel_weight, perceptual_weight and detail_weight are all 0: nothing to train for",
+    if cfg.pixel_weight == 0 and cfg.perceptual_weight == 0 and cfg.detail_weight == 0 and cfg.task_weight == 0:
+        raise ConfigError("pixel_weight, perceptual_weight, detail_weight and task_weight are all 0: nothing to learn",
                           fix="set pixel_weight=1 (and perceptual_weight=0.8)")
     if cfg.detail_sigma <= 0:
         raise ConfigError(f"detail_sigma={cfg.detail_sigma} must be positive (pixels of the Gaussian blur)")

@@ -114,3 +114,15 @@ def test_a_run_with_a_task_term_refuses_to_resume_with_another_classifier(tmp_pa
     _classifier(tmp_path / "grade.pt", seed=1)                                              # replaced
     with pytest.raises(ConfigError, match="has changed since the run started"):
         train_autoencoder(images, cfg, tmp_path / "run", steps=3, resume=True, progress=False)
+
+
+def test_task_network_of_another_modality_is_refused_and_a_sensitive_one_warns(tmp_path):
+    from medanon.models.classifier import ResNet, ResNetConfig, save_classifier
+    gray = save_classifier(tmp_path / "xray.pt", ResNet(ResNetConfig(in_channels=1, widths=(8,), blocks=(1,))),
+                           extra={"label": "pneumonia"})
+    with pytest.raises(ConfigError, match="trained on 1-channel images; the codec renders 3-channel"):
+        ReconstructionLoss(_loss_cfg(task_weight=1.0, task_network=str(gray)), torch.device("cpu"), channels=3)
+    sex = save_classifier(tmp_path / "sex.pt", ResNet(ResNetConfig(in_channels=3, num_classes=2, widths=(8,),
+                                                                   blocks=(1,))), extra={"label": "sex"})
+    with pytest.warns(UserWarning, match="KEEP that sensitive attribute"):
+        ReconstructionLoss(_loss_cfg(task_weight=1.0, task_network=str(sex)), torch.device("cpu"), channels=3)

@@ -160,7 +160,7 @@ class _CotrainTrainer(InversionTrainer):
         if init is not None and init["E"] is not None:  # a co-trained codec's encoder; a new map head stays fresh
             load_new_parts(self.E, init["E"], "map_head.", "encoder")
         self.codec = StyleGANCodec(self.G, self.E, 1)
-        self.loss = ReconstructionLoss(cfg, device)
+        self.loss = ReconstructionLoss(cfg, device, channels=g.channels)
         p0 = cfg.augment_p if cfg.augment_p >= 0 else (init or {}).get("ada_p", 0.0)
         self.augment = AugmentPipe(cfg.augment, p=p0)
         self.ada = AdaController(self.augment, cfg.ada_target, cfg.ada_interval, cfg.ada_kimg, cfg.batch)

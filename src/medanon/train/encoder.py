@@ -291,7 +291,7 @@ class _RestyleTrainer(InversionTrainer):
                          channel_base=cfg.channel_base, channel_max=cfg.channel_max, head_dim=cfg.head_dim,
                          map_resolution=G.synthesis.map_resolution, map_channels=G.synthesis.map_channels).to(device)
         self.codec = StyleGANCodec(self.G, self.E, cfg.iterations)
-        self.loss = ReconstructionLoss(cfg, device)
+        self.loss = ReconstructionLoss(cfg, device, channels=G.img_channels)
         self.opt = torch.optim.Adam(self.E.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
     def step(self) -> dict[str, float]:

@@ -81,7 +81,7 @@ class ReconstructionLoss:
     With ``perceptual_weight = 0`` no feature network is loaded.
     """
 
-    def __init__(self, cfg: Any, device: torch.device):
+    def __init__(self, cfg: Any, device: torch.device, *, channels: int | None = None):
         self.pixel_weight = cfg.pixel_weight
         self.perceptual_weight = cfg.perceptual_weight
         self.detail_weight = cfg.detail_weight
@@ -91,7 +91,7 @@ class ReconstructionLoss:
         self.task_weight = cfg.task_weight
         self.task = None
         if cfg.task_weight > 0:
-            self.task = task_network(cfg.task_network, device)
+            self.task = task_network(cfg.task_network, device, channels=channels)
         if cfg.perceptual_weight > 0:
             from medanon.models.features import get_feature_network
 
@@ -137,13 +137,27 @@ class ReconstructionLoss:
         return out
 
 
-def task_network(path: str, device: torch.device):
-    """The frozen feature network of the task term: a classifier checkpoint's penultimate features."""
+def task_network(path: str, device: torch.device, *, channels: int | None = None):
+    """The frozen feature network of the task term: a classifier checkpoint's penultimate features.
+
+    Refused when the classifier was trained on images of another channel count than the codec renders (a fundus
+    classifier on chest X-rays would be fed grey images copied to RGB without a word); a warning when it predicts a
+    sensitive attribute, which the term would then teach the codec to keep."""
+    import warnings
+
     from medanon.anonymize.gmia_networks import UtilityEncoder
+    from medanon.release.labels import SENSITIVE_LABELS
 
     if not Path(path).is_file():
         raise ConfigError(f"task_network={path} is not a file", fix="give a `medanon train classifier` checkpoint")
     net = UtilityEncoder.from_checkpoint(path, map_location=device).eval().requires_grad_(False)
+    trained = net.model.cfg.in_channels
+    if channels is not None and trained != channels:
+        raise ConfigError(f"task_network={path} was trained on {trained}-channel images; the codec renders "
+                          f"{channels}-channel images", fix="use a classifier trained on the codec's modality")
+    if net.label in SENSITIVE_LABELS:
+        warnings.warn(f"task_network={path} predicts {net.label!r}: the task term teaches the codec to KEEP that "
+                      "sensitive attribute in its reconstructions", stacklevel=2)
     return net
 
 

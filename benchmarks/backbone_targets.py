@@ -89,11 +89,10 @@ def outer_tar(sources: torch.Tensor, released: torch.Tensor, patients: np.ndarra
             "n_impostor": len(impostor), "median_genuine_cos": float(np.median(genuine))}
 
 
-def predictions(images: torch.Tensor, classifier: str | Path, *, fundus: bool) -> np.ndarray:
+def predictions(images: torch.Tensor, model: torch.nn.Module, *, fundus: bool) -> np.ndarray:
     """The classifier's grade (fundus: argmax of 5) or pneumonia probability (X-ray) for each image."""
-    from medanon.models.classifier import load_classifier, predict_proba
+    from medanon.models.classifier import predict_proba
 
-    model, _ = load_classifier(classifier)
     p = predict_proba(model, images)
     return p.argmax(1).numpy() if fundus else p[:, 1].numpy()
 
@@ -173,7 +172,10 @@ def main() -> None:
     labels = grades if fundus else pneumonia
     key = "kappa" if fundus else "pneumonia_auroc"
     kept_key = "kappa_retained" if fundus else "auroc_above_chance_retained"
-    src_pred = {Path(c).stem: predictions(x, c, fundus=fundus) for c in args.classifier}
+    from medanon.models.classifier import load_classifier
+
+    classifiers = {Path(c).stem: load_classifier(c)[0] for c in args.classifier}     # loaded once
+    src_pred = {name: predictions(x, m, fundus=fundus) for name, m in classifiers.items()}
     sources_by = {c: utility_score(labels, p, fundus=fundus) for c, p in src_pred.items()}
     if args.classifier:
         out["sources"][key] = sources_by[Path(args.classifier[0]).stem]
@@ -189,9 +191,8 @@ def main() -> None:
             res["identity"] = outer_tar(x, r, patients, Path(args.identity))
         if args.classifier:
             by = {}
-            for c in args.classifier:
-                name = Path(c).stem
-                pred = predictions(r, c, fundus=fundus)
+            for name, model in classifiers.items():
+                pred = predictions(r, model, fundus=fundus)
                 v = utility_score(labels, pred, fundus=fundus)
                 by[name] = {key: v, kept_key: kept_share(v, sources_by[name], fundus=fundus),
                             **bootstrap_kept(labels, src_pred[name], pred, patients, fundus=fundus)}

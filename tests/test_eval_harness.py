@@ -60,8 +60,9 @@ def test_report_files_and_structure(world):
     for text in ("PHANTOM DATA", "Table 2 layout", "Table 3 layout", "GMIA Table 3 layout", "GMIA Table 4 layout",
                  "Residual risk", "Privacy–utility", "<svg", "data:image/png;base64,", "Assumptions"):
         assert text in html, text
-    assert rep["phantom"] and rep["sample_sizes"]["fid_per_release"] == 8 <= min(r["records"] for r in rep["releases"])
-    assert all(r["fidelity"]["n"] == rep["sample_sizes"]["fid_per_release"] for r in rep["releases"])
+    assert rep["phantom"] and set(rep["sample_sizes"]["fid_per_release"].values()) == {8}  # fidelity.samples: one N
+    assert 8 <= min(r["records"] for r in rep["releases"]) and all(r["fidelity"]["n"] == 8 for r in rep["releases"])
+    assert list(rep["controls"]["fidelity_by_n"]) == ["8"] and "Every release measured with the same N" in html
     assert (out / "manifest.json").is_file() and (out / "config.yaml").is_file()
     by = _by_name(rep)
     assert by["k2"]["setting"] == "k=2" and by["k2"]["counts"]["min_people_per_record"] >= 2
@@ -110,7 +111,8 @@ def test_copy_release_is_maximal_risk_and_unrelated_release_near_zero(world):
     assert u["linkability"]["outer"]["AUC_two_sided"] < 0.75 and u["linkability"]["inner"]["AUC_two_sided"] < 0.75
     assert un["screening"]["copies_of_one_source"] == 0
     # the FID control is drawn from held-out patients at exactly the releases' N
-    assert world["report"]["controls"]["fidelity"]["n"] == world["report"]["sample_sizes"]["fid_per_release"]
+    sizes = world["report"]["sample_sizes"]["fid_per_release"]
+    assert world["report"]["controls"]["fidelity"]["n"] == 8 == sizes["copy"]
 
 
 def test_report_schema_and_controls_section(world):
@@ -175,7 +177,7 @@ def test_bad_input(world, tmp_path):
     with pytest.raises(DataError, match="outside the 'train' split"):
         evaluate(data, [leaky], tmp_path / "r1", config=tiny_config(), cache_dir=world["root"] / "cache",
                  progress=False)
-    with pytest.raises(ConfigError, match="larger than the smallest release"):
+    with pytest.raises(ConfigError, match="larger than release"):
         evaluate(data, world["releases"][:1], tmp_path / "r2", config=tiny_config(samples=10_000, max_samples=10_000),
                  progress=False)
     with pytest.raises(ConfigError, match="does not exist"):
@@ -231,24 +233,24 @@ def test_loud_warnings(world, tmp_path):
     rel.manifest["params"] = {"losses": "id+ut", "steps": 10}
     with_ckpt = replace(cfg, fidelity=replace(cfg.fidelity, inception=True),
                         attacks=replace(cfg.attacks, identity_checkpoint=str(ckpt)))
-    text = " ".join(_warnings(with_ckpt, [rel], n_fid=8))
+    text = " ".join(_warnings(with_ckpt, [rel], n_fid={rel.name: 8}))
     for what in ("bias dominates", "single seed", "no private mapping", "optimised against the very"):
         assert what in text, what
     for params in ({"losses": "id+ut", "steps": 0}, {"losses": "ut", "steps": 10}):   # never optimised against it
         rel.manifest["params"] = params
-        assert "optimised against" not in " ".join(_warnings(with_ckpt, [rel], n_fid=8))
+        assert "optimised against" not in " ".join(_warnings(with_ckpt, [rel], n_fid={rel.name: 8}))
     # no checkpoint: the attacks train their own network; warn when it is trained exactly like the release's E_id
     rel.manifest["params"] = {"losses": "id", "steps": 5}
-    assert "optimised against" not in " ".join(_warnings(cfg, [rel], n_fid=8))        # seed 7 != the attacks' seed
+    assert "optimised against" not in " ".join(_warnings(cfg, [rel], n_fid={rel.name: 8}))  # seed 7: not theirs
     rel.manifest["privacy"]["identity_network"]["train_config"] = to_dict(cfg.attacks.identity)
-    assert "same settings and seed" in " ".join(_warnings(cfg, [rel], n_fid=8))
+    assert "same settings and seed" in " ".join(_warnings(cfg, [rel], n_fid={rel.name: 8}))
     # item 3: an attacker is independent only with another architecture and input size; say so when none is
-    assert "look-alike" not in " ".join(_warnings(cfg, [rel], n_fid=8))             # the independent net differs
+    assert "look-alike" not in " ".join(_warnings(cfg, [rel], n_fid={rel.name: 8}))  # the independent net differs
     no_indep = replace(cfg, attacks=replace(cfg.attacks, independent_attacker=False))
-    assert "look-alike networks" in " ".join(_warnings(no_indep, [rel], n_fid=8))
+    assert "look-alike networks" in " ".join(_warnings(no_indep, [rel], n_fid={rel.name: 8}))
     alike = replace(cfg, attacks=replace(cfg.attacks, independent_arch=cfg.attacks.identity.arch,
                                          independent_image_size=cfg.attacks.identity.image_size))
-    assert "look-alike networks" in " ".join(_warnings(alike, [rel], n_fid=8))
+    assert "look-alike networks" in " ".join(_warnings(alike, [rel], n_fid={rel.name: 8}))
 
 
 def test_train_identity_and_classifier_commands(world, tmp_path):
@@ -276,8 +278,34 @@ def test_fid_control_is_at_the_releases_n_or_warns(world, tmp_path):
                                   nearest=False, inference=False, screening=False, independent_attacker=False))
     rep = evaluate(world["data"], world["releases"][:1], tmp_path / "r", config=cfg, cache_dir=world["root"] / "cache",
                    progress=False)
-    assert rep["controls"]["fidelity"]["n"] == len(world["real"].rows("test")) < rep["sample_sizes"]["fid_per_release"]
-    assert any("not the releases' N" in n for n in rep["notes"])
+    asked = rep["sample_sizes"]["fid_per_release"][rep["releases"][0]["name"]]
+    assert rep["controls"]["fidelity"]["n"] == len(world["real"].rows("test")) < asked
+    assert any("not a like-for-like floor" in note for note in rep["notes"])
+
+
+def test_fid_on_each_releases_own_n_with_a_control_of_that_n(world, tmp_path):
+    """By default (fidelity.samples = 0) each release is measured on all its records up to the cap, not on the
+    smallest release's N, and every N in use gets its own held-out control; the report says to compare within N."""
+    cap = len(world["real"].rows("test"))                               # as many as the held-out images
+    k5 = write_k_same_pixel(tmp_path / "k5", world["real"], k=5)
+    cfg = tiny_config(samples=0, max_samples=cap)
+    cfg = replace(cfg, utility=replace(cfg.utility, tasks=("none",)),
+                  attacks=replace(cfg.attacks, membership=False, linkability=False, singling_out=False, attribute="",
+                                  nearest=False, inference=False, screening=False, independent_attacker=False))
+    rels = [world["releases"][0], k5]                                    # all source images; k = 5 averages
+    rep = evaluate(world["data"], rels, tmp_path / "r", config=cfg, cache_dir=world["root"] / "cache",
+                   progress=False)
+    sizes = rep["sample_sizes"]["fid_per_release"]
+    for r in rep["releases"]:
+        assert r["fidelity"]["n"] == sizes[r["name"]] == min(r["records"], cap)
+    assert len(set(sizes.values())) == 2                                 # the fixture's releases differ in size
+    by_n = rep["controls"]["fidelity_by_n"]
+    assert sorted(by_n, key=int) == [str(n) for n in sorted(set(sizes.values()))]
+    assert all(c["n"] == int(n) for n, c in by_n.items()) and rep["controls"]["fidelity"] == by_n[str(cap)]
+    assert by_n[str(min(sizes.values()))]["fd_identity"] != by_n[str(cap)]["fd_identity"]
+    assert any("different N" in note for note in rep["notes"])
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert all(f"control, N = {n})" in html for n in by_n) and "compare a release with the control of its N" in html
 
 
 def test_independent_attacker_from_a_checkpoint(world, tmp_path):

@@ -21,8 +21,10 @@ from medanon.train.identity import IdentityTrainConfig
 @dataclass
 class FidelityConfig:
     inception: bool = True                      # FID and KID on Inception-v3 features (the slow part on a CPU)
-    samples: int = 0                            # released images per method for FID/KID/FD (0: the smallest release)
-    max_samples: int = 1000                     # cap on samples (the same N for every release)
+    samples: int = 0                            # released images per release for FID/KID/FD, the same N for every
+                                                # release (0: each release's own records, up to max_samples; the
+                                                # controls are measured at every N in use)
+    max_samples: int = 1000                     # cap on the images per release
     reference_samples: int = 1000               # real source-split images in the reference set (cap)
     bootstrap: int = 50                         # bootstrap resamples for the FID / FD intervals
     kid_subsets: int = 100                      # KID subsets

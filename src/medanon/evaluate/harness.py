@@ -1,8 +1,9 @@
 """One entry point, :func:`evaluate`: real data + release folders -> ``report.json`` and ``report.html``.
 
 Order of work: load and split the real data; load every release (and its private mapping where the
-custodian provides one); fix one FID sample size for all releases; then, per release, fidelity,
-utility and the attacks; finally the report. Everything derived from the real data alone is built
+custodian provides one); fix each release's FID sample size (its own records up to a cap, or one common N);
+then, per release, fidelity, utility and the attacks; then the controls (held-out real images, at every FID
+sample size in use); finally the report. Everything derived from the real data alone is built
 once and cached (:class:`RealContext`, :mod:`medanon.evaluate.cache`); each release's results are
 cached under its content digest, so an interrupted run resumes and adding a release to a report
 costs only that release.
@@ -49,7 +50,7 @@ from medanon.runtime import RunDir, map_in_parallel
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 2
+RESULTS_VERSION = 3                             # 3: sample_sizes.fid_per_release by release, controls.fidelity_by_n
 
 
 @dataclass(frozen=True)
@@ -178,17 +179,36 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
     return res
 
 
-def _controls(ctx: RealContext, n_fid: int, tasks: list[util.Task]) -> dict:
-    """Rows for the real data itself: held-out real images through the same metrics."""
-    out: dict[str, Any] = {}
-    n = min(n_fid, len(ctx.held))
-    if n != n_fid:
-        ctx.note(f"the FID control has {n} held-out images, not the releases' N = {n_fid}: FID is biased by N, so "
-                 f"the control row is not a like-for-like floor; use more held-out patients or fidelity.samples={n}")
-    rng = np.random.default_rng(np.random.SeedSequence([ctx.cfg.seed, 3]))
-    rows = np.sort(rng.choice(ctx.held, n, replace=False))
-    out["fidelity"] = _fidelity_block(ctx, n, lambda: ctx.real_inception(rows, "heldout"),
-                                      lambda: ctx.real_emb[rows])
+def _control_fidelity(ctx: RealContext, sizes: Sequence[int]) -> dict[str, dict]:
+    """The control of every FID sample size in use: held-out real images (new patients) through the same metrics.
+
+    FID is biased by N, so each release is compared with a control of its own N. The subsets are nested (the first
+    N of one seeded order of the held-out images), so the held-out images go through Inception once."""
+    order = np.random.default_rng(np.random.SeedSequence([ctx.cfg.seed, 3])).permutation(ctx.held)
+    top = min(max(sizes), len(order))
+    cache: dict[str, np.ndarray] = {}
+
+    def inception(m: int) -> np.ndarray:
+        if "feats" not in cache:
+            cache["feats"] = ctx.real_inception(order[:top], "heldout")
+        return cache["feats"][:m]
+
+    out = {}
+    for n in sorted(set(sizes)):
+        m = min(n, len(order))
+        if m != n:
+            ctx.note(f"the FID control of N = {n} has {m} held-out images: FID is biased by N, so that control "
+                     f"is not a like-for-like floor; use more held-out patients or fidelity.samples={m}")
+        rows = order[:m]
+        out[str(n)] = _fidelity_block(ctx, m, lambda m=m: inception(m), lambda rows=rows: ctx.real_emb[rows])
+    return out
+
+
+def _controls(ctx: RealContext, sizes: Sequence[int], tasks: list[util.Task]) -> dict:
+    """Rows for the real data itself: held-out real images through the same metrics (fidelity at every release's
+    N; ``fidelity`` is the one at the largest N)."""
+    out: dict[str, Any] = {"fidelity_by_n": _control_fidelity(ctx, sizes)}
+    out["fidelity"] = out["fidelity_by_n"][str(max(sizes))]
     if ctx.cfg.utility.full_real:
         util_out = {}
         for task in tasks:
@@ -207,24 +227,40 @@ def _controls(ctx: RealContext, n_fid: int, tasks: list[util.Task]) -> dict:
     return out
 
 
-def _fid_samples(cfg: EvalConfig, releases: Sequence[ReleaseData]) -> int:
-    smallest = min(len(r.images) for r in releases)
-    n = cfg.fidelity.samples or smallest
-    n = min(n, cfg.fidelity.max_samples)
-    if n > smallest:
-        raise ConfigError(f"fidelity.samples={n} is larger than the smallest release ({smallest} records)",
-                          fix="lower fidelity.samples (every release is measured with the same number of images)")
-    if n < 2:
-        raise ConfigError("FID needs at least two images per release")
-    return n
+def _fid_samples(cfg: EvalConfig, releases: Sequence[ReleaseData]) -> dict[str, int]:
+    """The FID / KID / FD sample size of each release (by name): ``fidelity.samples`` for every release when set
+    (one common N), else all of each release's records up to ``fidelity.max_samples``. The controls are measured at
+    each N in use, so a release is never compared with a floor of another N."""
+    f = cfg.fidelity
+    if f.samples:
+        n = min(f.samples, f.max_samples)
+        small = [r.name for r in releases if len(r.images) < n]
+        if small:
+            raise ConfigError(f"fidelity.samples={n} is larger than release(s) {small} "
+                              f"({min(len(r.images) for r in releases)} records in the smallest)",
+                              fix="lower fidelity.samples, or set it to 0 to measure each release on its own size")
+        sizes = {r.name: n for r in releases}
+    else:
+        sizes = {r.name: min(len(r.images), f.max_samples) for r in releases}
+    tiny = [name for name, n in sizes.items() if n < 2]
+    if tiny:
+        raise ConfigError(f"FID needs at least two images per release; {tiny} have fewer",
+                          fix="evaluate releases of two or more records")
+    return sizes
 
 
-def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: int) -> list[str]:
+def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int]) -> list[str]:
     """Settings that weaken what the report can claim, said loudly (log and report)."""
     out = []
-    if cfg.fidelity.inception and n_fid < 50:
-        out.append(f"FID is computed on {n_fid} images per release: at this N its bias dominates; compare releases "
-                   f"only with each other (same N) and read KID, which is unbiased")
+    small = {name: n for name, n in n_fid.items() if n < 50}
+    if cfg.fidelity.inception and small:
+        named = ", ".join(f"{k} (N = {v})" for k, v in small.items())
+        out.append(f"FID is computed on fewer than 50 images for {named}: at such N its bias dominates; compare "
+                   f"each with the control of the same N, and releases of different N by KID, which is unbiased")
+    if (cfg.fidelity.inception or cfg.fidelity.in_domain) and len(set(n_fid.values())) > 1:
+        out.append("releases are measured on different N (each on its own records, up to fidelity.max_samples): FID "
+                   "and FD are biased by N, so compare a release with the control of its N, not with a release of "
+                   "another N (KID is unbiased); set fidelity.samples for one common N")
     if len(cfg.utility.seeds) < 2:
         out.append("utility uses a single seed: the reported sd is 0 and says nothing about training variance")
     for r in rels:
@@ -353,15 +389,16 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     ckpts = _checkpoint_digests(cfg)                # a checkpoint replaced at the same path invalidates the cache
     results = []
     for rel in tqdm(rels, desc="releases", disable=not progress, unit="release"):
-        key = digest(RESULTS_VERSION, rel.digest, ctx.key, to_dict(cfg), ckpts, n_fid, [t.label for t in tasks],
+        key = digest(RESULTS_VERSION, rel.digest, ctx.key, to_dict(cfg), ckpts, n_fid[rel.name],
+                     [t.label for t in tasks],
                      str(rel.mapping_path and rel.mapping_path.stat().st_mtime_ns))
         got = cache.load_json(f"release-{key}")
         if got is None:
-            got = evaluate_release(ctx, rel, n_fid=n_fid, tasks=tasks)
+            got = evaluate_release(ctx, rel, n_fid=n_fid[rel.name], tasks=tasks)
             cache.save_json(f"release-{key}", got)
         run.log_metrics(release=rel.name, seconds=got.get("seconds"))
         results.append(got)
-    controls = _controls(ctx, n_fid, tasks)
+    controls = _controls(ctx, list(n_fid.values()), tasks)
     checks = network_checks(ctx) if (cfg.attacks.linkability or cfg.attacks.singling_out or cfg.attacks.nearest) \
         else {}
     report = {

@@ -83,10 +83,16 @@ def build_closest(real: RealData, releases: Sequence[ReleaseData], results: Sequ
 # ------------------------------------------------------------------------------------------------ sections
 
 
+def fid_sizes_text(rep: dict) -> str:
+    """The FID sample sizes in words: one common N, or the range of the releases' own N."""
+    per = rep["sample_sizes"]["fid_per_release"]
+    sizes = sorted(set(per.values())) if isinstance(per, dict) else [per]     # an int in reports before 2026-11
+    return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]} (each release's own)"
+
+
 def _fidelity(rep: dict) -> str:
     rels = rep["releases"]
     methods, settings = _columns(rels)
-    n = rep["sample_sizes"]["fid_per_release"]
     has_fid = any("fid" in r["fidelity"] for r in rels)
     out = ["<h2>Fidelity</h2>"]
     if has_fid:
@@ -95,14 +101,17 @@ def _fidelity(rep: dict) -> str:
                                   for s in settings] for m in methods]
         out.append(_table(["Method", "Metric", *map(_e, settings)], rows,
                           caption=f"Table 1 layout (k-SALSA): FID on {_e(net.get('display_name', 'Inception-v3'))}, "
-                                  f"{n} released images per method against {rep['sample_sizes']['fid_reference']} real "
-                                  f"source images; images at {rep['config']['size']} px, resized to 299 px"))
+                                  f"{fid_sizes_text(rep)} released images per method (N of each below) against "
+                                  f"{rep['sample_sizes']['fid_reference']} real source images; images at "
+                                  f"{rep['config']['size']} px, resized to 299 px"))
     head = ["Release", "N"]
     head += ["FID [95% CI]", "KID ×10³ (± sd)"] if has_fid else []
     head += ["FD identity network [95% CI]"] if rep["config"]["fidelity"]["in_domain"] else []
     rows = []
-    ctrl = rep["controls"]["fidelity"]
-    entries = [("<i>real, held-out patients (control)</i>", ctrl)] + [(_e(r["name"]), r["fidelity"]) for r in rels]
+    by_n = rep["controls"].get("fidelity_by_n") or {str(rep["controls"]["fidelity"]["n"]): rep["controls"]["fidelity"]}
+    entries = [(f"<i>real, held-out patients (control, N = {n})</i>", f) for n, f in sorted(by_n.items(),
+                                                                                          key=lambda kv: int(kv[0]))]
+    entries += [(_e(r["name"]), r["fidelity"]) for r in rels]
     for name, f in entries:
         row = [name, str(f["n"])]
         if has_fid:
@@ -113,12 +122,15 @@ def _fidelity(rep: dict) -> str:
         if rep["config"]["fidelity"]["in_domain"]:
             row.append(_ci(f.get("fd_identity"), 3))
         rows.append(row)
-    out.append(_table(head, rows, caption="Every release measured with the same N. The control row measures "
-                                          "as many held-out real images (new patients) the same way, against the "
-                                          "same reference of real source images: where a release is closer than "
-                                          "the control, it is closer to its sources than new people are (a "
-                                          "memorisation signal: see the near-copy screen). FD on the attacks' "
-                                          "identity network (in-domain)."))
+    same = len(by_n) == 1
+    out.append(_table(head, rows, caption=(
+        "Every release measured with the same N. " if same else
+        "Each release measured on its own N (its records, up to the cap). FID and FD are biased by N: compare a "
+        "release with the control of its N, and releases of different N by KID (unbiased), not by FID. ")
+        + "A control row measures as many held-out real images (new patients) the same way, against the same "
+          "reference of real source images: where a release is closer than the control of its N, it is closer to "
+          "its sources than new people are (a memorisation signal: see the near-copy screen). FD on the attacks' "
+          "identity network (in-domain)."))
     if not has_fid:
         out.append("<p class=note>FID and KID were not computed (Inception disabled or unavailable; see notes).</p>")
     return "\n".join(out)
@@ -320,7 +332,7 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
         f"<dt>Split</dt><dd>{_e(real['split'])}; releases built from the <b>{_e(real['source_split'])}</b> split "
         f"({real['source_images']} images); held-out <b>{_e(real['heldout_split'])}</b> split "
         f"({real['heldout_images']} images) for testing and attack controls</dd>"
-        f"<dt>Sample sizes</dt><dd>FID/KID/FD: {rep['sample_sizes']['fid_per_release']} images per release vs "
+        f"<dt>Sample sizes</dt><dd>FID/KID/FD: {_e(fid_sizes_text(rep))} images per release vs "
         f"{rep['sample_sizes']['fid_reference']} reference; utility test: "
         f"{_e(json.dumps(rep['sample_sizes']['utility_test']))}</dd>"
         f"<dt>Identity network</dt><dd>{_e(ident.get('trained_on') or ident.get('checkpoint') or 'not used')}</dd>"

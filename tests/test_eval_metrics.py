@@ -53,6 +53,49 @@ def test_auroc_and_ap_match_sklearn(data):
         assert M.average_precision(y, s) == pytest.approx(skm.average_precision_score(y, s))
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_row_wise_metrics_equal_the_one_sample_functions_on_every_row(data):
+    """The bootstrap's batched twins: row i of each ``*_rows`` is the 1-D function (tested against sklearn above)
+    on row i, including rows of one class only (NaN AUROC/AP, kappa of a constant) and tied scores."""
+    b, n = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 30))
+    draw = lambda values: np.array(data.draw(st.lists(values, min_size=b * n, max_size=b * n))).reshape(b, n)  # noqa: E731
+    t, p = draw(st.integers(0, 4)), draw(st.integers(0, 5))                # 5: a prediction outside the labels
+    s = draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+    t[0] = t[0, 0]                                                         # a row of one class
+    tb = (t > 1).astype(int)
+    same = lambda rows, one: np.testing.assert_allclose(rows, [one(i) for i in range(b)], rtol=0, atol=1e-12)  # noqa: E731
+    same(M.accuracy_rows(t, p), lambda i: M.accuracy(t[i], p[i]))
+    same(M.quadratic_kappa_rows(t, p, labels=range(5)), lambda i: M.quadratic_kappa(t[i], p[i], labels=range(5)))
+    same(M.f1_rows(t, p, average="macro", labels=[0, 2, 4]),
+         lambda i: M.f1(t[i], p[i], average="macro", labels=[0, 2, 4]))
+    same(M.f1_rows(tb, p, average="binary"), lambda i: M.f1(tb[i], p[i], average="binary"))
+    same(M.roc_auc_rows(tb, s), lambda i: M.roc_auc(tb[i], s[i]))
+    same(M.average_precision_rows(tb, s), lambda i: M.average_precision(tb[i], s[i]))
+    np.testing.assert_array_equal(M.confusion_rows(t, p, [4, 0, 2]),
+                                  [M.confusion(t[i], p[i], [4, 0, 2]) for i in range(b)])
+
+
+def test_paired_bootstrap_equals_scoring_each_resample_alone():
+    """The batched bootstrap is scipy's percentile bootstrap of the seed-averaged metrics, resample by resample."""
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(0)
+    task, n = U.KNOWN_TASKS["grade"], 40
+    y = rng.integers(0, 5, n)
+    rel, base = ([rng.dirichlet(np.ones(5), n) for _ in range(2)] for _ in range(2))
+    out = U.paired_intervals(task, y, rel, base, n_resamples=60, seed=3)
+
+    def kappa_diff(idx):
+        mean = lambda ps: np.nanmean([U.score(task, y[idx], p[idx])["kappa"] for p in ps])  # noqa: E731
+        return mean(rel) - mean(base)
+
+    ref = bootstrap((np.arange(n),), kappa_diff, vectorized=False, paired=True, n_resamples=60,
+                    method="percentile", random_state=3).confidence_interval
+    assert out["kappa"]["difference"]["ci"] == pytest.approx([ref.low, ref.high], abs=1e-12)
+    assert out["kappa"]["difference"]["value"] == pytest.approx(kappa_diff(np.arange(n)), abs=1e-12)
+
+
 def test_grade_task_scores_derived_tasks():
     y = np.array([0, 1, 2, 3, 4, 0])
     p = np.eye(5)[[0, 1, 2, 3, 4, 2]]                  # the last image (grade 0) called moderate

@@ -70,23 +70,30 @@ def choose_tasks(names: Sequence[str], release_labels: Sequence[str], real_label
 
 def score(task: Task, y_true: np.ndarray, proba: np.ndarray) -> dict[str, float]:
     """Every metric of ``task`` from the true classes and predicted probabilities ``(N, C)``."""
+    rows = score_rows(task, np.asarray(y_true)[None], np.asarray(proba)[None])
+    return {k: float(v[0]) for k, v in rows.items()}
+
+
+def score_rows(task: Task, y_true: np.ndarray, proba: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`score` of a batch of samples at once: ``y_true (B, N)``, ``proba (B, N, C)`` -> each metric ``(B,)``."""
     y = np.asarray(y_true, np.int64)
     p = np.asarray(proba, np.float64)
-    pred = p.argmax(1)
+    pred = p.argmax(2)
     if task.kind == "grade":
-        yb, pb = (y > 0).astype(int), 1.0 - p[:, 0]
+        yb, pb = (y > 0).astype(int), 1.0 - p[..., 0]
         y3 = np.where(y == 0, 0, np.where(y == 4, 2, 1))
-        p3 = np.stack([p[:, 0], p[:, 1:4].sum(1), p[:, 4]], 1)
-        return {"accuracy": M.accuracy(y, pred), "kappa": M.quadratic_kappa(y, pred, labels=range(5)),
-                "binary_accuracy": M.accuracy(yb, (pb >= 0.5).astype(int)),
-                "binary_f1": M.f1(yb, (pb >= 0.5).astype(int), average="binary"), "binary_auroc": M.roc_auc(yb, pb),
-                "f1_3class": M.f1(y3, p3.argmax(1), average="macro", labels=[0, 1, 2]),
-                "accuracy_3class": M.accuracy(y3, p3.argmax(1))}
+        p3 = np.stack([p[..., 0], p[..., 1:4].sum(2), p[..., 4]], 2).argmax(2)
+        return {"accuracy": M.accuracy_rows(y, pred), "kappa": M.quadratic_kappa_rows(y, pred, labels=range(5)),
+                "binary_accuracy": M.accuracy_rows(yb, (pb >= 0.5).astype(int)),
+                "binary_f1": M.f1_rows(yb, (pb >= 0.5).astype(int), average="binary"),
+                "binary_auroc": M.roc_auc_rows(yb, pb),
+                "f1_3class": M.f1_rows(y3, p3, average="macro", labels=[0, 1, 2]),
+                "accuracy_3class": M.accuracy_rows(y3, p3)}
     if task.kind == "binary":
-        return {"auroc": M.roc_auc(y, p[:, 1]), "ap": M.average_precision(y, p[:, 1]),
-                "binary_acc": M.accuracy(y, pred), "f1": M.f1(y, pred, average="binary")}
-    labels = list(range(task.num_classes if task.num_classes else p.shape[1]))
-    return {"acc": M.accuracy(y, pred), "f1_macro": M.f1(y, pred, average="macro", labels=labels)}
+        return {"auroc": M.roc_auc_rows(y, p[..., 1]), "ap": M.average_precision_rows(y, p[..., 1]),
+                "binary_acc": M.accuracy_rows(y, pred), "f1": M.f1_rows(y, pred, average="binary")}
+    labels = list(range(task.num_classes if task.num_classes else p.shape[2]))
+    return {"acc": M.accuracy_rows(y, pred), "f1_macro": M.f1_rows(y, pred, average="macro", labels=labels)}
 
 
 def summarize(runs: Sequence[dict[str, float]]) -> dict[str, dict]:
@@ -102,10 +109,14 @@ def summarize(runs: Sequence[dict[str, float]]) -> dict[str, dict]:
     return out
 
 
-def _seed_mean(task: Task, y: np.ndarray, probs: Sequence[np.ndarray], idx: np.ndarray) -> dict[str, float]:
-    runs = [score(task, y[idx], p[idx]) for p in probs]
-    return {k: float(np.nanmean([r[k] for r in runs])) if not all(np.isnan(r[k]) for r in runs) else float("nan")
-            for k in runs[0]}
+def _seed_mean(task: Task, y: np.ndarray, probs: Sequence[np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Each metric averaged over seeds (NaN seeds left out; NaN where every seed is), for index rows ``idx (B, N)``."""
+    import warnings
+
+    runs = [score_rows(task, y[idx], p[idx]) for p in probs]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)                 # all-NaN column -> NaN, as wanted
+        return {k: np.nanmean(np.stack([r[k] for r in runs]), 0) for k in runs[0]}
 
 
 def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarray],
@@ -113,32 +124,35 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
                      seed: int = 0) -> dict[str, dict]:
     """Paired percentile bootstrap over test images (``scipy.stats.bootstrap``, ``paired=True``) of every metric,
     averaged over seeds: the release's, the baseline's and the difference release - baseline, each as
-    ``{"value", "ci", "n"}``."""
+    ``{"value", "ci", "n"}``. The resamples are scored a batch at a time (:func:`score_rows`)."""
     import warnings
 
     from scipy.stats import bootstrap
 
     y = np.asarray(y)
+    release_probs = [np.asarray(p, np.float64) for p in release_probs]
+    baseline_probs = [np.asarray(p, np.float64) for p in baseline_probs]
     full = np.arange(len(y))
-    rel0, base0 = _seed_mean(task, y, release_probs, full), _seed_mean(task, y, baseline_probs, full)
+    rel0, base0 = _seed_mean(task, y, release_probs, full[None]), _seed_mean(task, y, baseline_probs, full[None])
     keys = list(rel0)
 
-    def stat(idx):
-        idx = np.asarray(idx, np.int64)
+    def stat(idx, axis=-1):
+        idx = np.asarray(idx, np.int64).reshape(-1, len(y))
         r, b = _seed_mean(task, y, release_probs, idx), _seed_mean(task, y, baseline_probs, idx)
-        return np.array([r[k] for k in keys] + [b[k] for k in keys] + [r[k] - b[k] for k in keys])
+        return np.stack([r[k] for k in keys] + [b[k] for k in keys] + [r[k] - b[k] for k in keys])
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = bootstrap((full,), stat, vectorized=False, paired=True, n_resamples=n_resamples,
+        res = bootstrap((full,), stat, vectorized=True, paired=True, n_resamples=n_resamples, batch=100,
                         confidence_level=confidence, method="percentile", random_state=seed)
     lo, hi = res.confidence_interval.low, res.confidence_interval.high
     out: dict[str, dict] = {}
     n = len(keys)
     for i, k in enumerate(keys):
-        out[k] = {"release": {"value": rel0[k], "ci": [float(lo[i]), float(hi[i])]},
-                  "baseline": {"value": base0[k], "ci": [float(lo[n + i]), float(hi[n + i])]},
-                  "difference": {"value": rel0[k] - base0[k], "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
+        r0, b0 = float(rel0[k][0]), float(base0[k][0])
+        out[k] = {"release": {"value": r0, "ci": [float(lo[i]), float(hi[i])]},
+                  "baseline": {"value": b0, "ci": [float(lo[n + i]), float(hi[n + i])]},
+                  "difference": {"value": r0 - b0, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
                   "n": len(y), "resamples": n_resamples}
     return out
 

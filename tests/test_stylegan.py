@@ -55,6 +55,18 @@ def test_mapping_and_synthesis_shapes(channels):
         G.synthesis(ws, noise_mode="fixed")
 
 
+def test_a_training_step_runs_under_bf16_autocast():
+    """benchmarks/gan_precision.py times steps under CPU bf16 autocast: the mapping's w_avg update must keep its
+    float32 buffer (w is bf16 there) and the step must stay finite."""
+    trainer = StyleGANTrainer(tiny(), torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8), torch.device("cpu"))
+    before = trainer.G.mapping.w_avg.clone()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = trainer.step()
+    w_avg = trainer.G.mapping.w_avg
+    assert w_avg.dtype == torch.float32 and not torch.equal(w_avg, before)
+    assert all(math.isfinite(v) for v in out.values())
+
+
 def test_demodulation_gives_unit_variance():
     torch.manual_seed(0)
     x = torch.randn(8, 64, 16, 16)

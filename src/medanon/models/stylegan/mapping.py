@@ -47,7 +47,8 @@ class MappingNetwork(nn.Module):
         w = self.layers(normalize_2nd_moment(z.to(torch.float32)))
         if update_emas:
             with torch.no_grad():
-                self.w_avg.copy_(w.detach().mean(dim=0).lerp(self.w_avg, self.w_avg_beta))
+                # float32 under autocast too (w is bf16 there; lerp refuses mixed dtypes)
+                self.w_avg.copy_(w.detach().float().mean(dim=0).lerp(self.w_avg, self.w_avg_beta))
         if truncation_psi != 1:
             w = self.w_avg.lerp(w, truncation_psi)
         return w[:, None, :].repeat(1, self.num_ws, 1)

@@ -117,3 +117,22 @@ def test_prose_names_the_new_parts_of_the_statements():
     for heading in ("Released labels", "PCA basis", "What is not protected"):
         assert f"<h4>{heading}</h4>" in kpca
     assert "homogeneous in grade" in kpca
+
+
+def test_kid_error_kind_is_said_once_when_every_row_shares_it():
+    from medanon.evaluate.report import _fidelity
+
+    def fid(n, error):
+        return {"n": n, "fid": {"value": 40.0, "ci": [35.0, 45.0]}, "kid": {"mean": 0.01, "sd": 0.002, "error": error}}
+
+    rep = _minimal_report({})
+    rep["networks"]["inception"] = {"display_name": "Inception"}
+    rep["sample_sizes"]["fid_per_release"] = {"dpglow-eps1e2": 3}
+    boot = "sd over 20 bootstrap resamples of both sets"
+    rep["controls"] = {"fidelity": fid(3, boot), "fidelity_by_n": {"3": fid(3, boot)}}
+    rep["releases"][0]["fidelity"] = fid(3, boot)
+    page = _fidelity(rep)
+    assert page.count(boot) == 1 and f"KID's ± is the {boot}." in page
+    rep["releases"][0]["fidelity"] = fid(3, "sd over subsets")               # two kinds: each row says its own
+    page = _fidelity(rep)
+    assert page.count(boot) == 1 and page.count("(sd over subsets)") == 1 and "KID's ± is the" not in page

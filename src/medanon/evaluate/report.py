@@ -112,12 +112,14 @@ def _fidelity(rep: dict) -> str:
     entries = [(f"<i>real, held-out patients (control, N = {n})</i>", f) for n, f in sorted(by_n.items(),
                                                                                           key=lambda kv: int(kv[0]))]
     entries += [(_e(r["name"]), r["fidelity"]) for r in rels]
+    errors = {f["kid"].get("error", "sd over subsets") for _, f in entries if f.get("kid")}
     for name, f in entries:
         row = [name, str(f["n"])]
         if has_fid:
             kid = f.get("kid")
-            kid_s = (f"{_num(1e3 * kid['mean'], 2)} <span class=ci>± {_num(1e3 * kid['sd'], 2)} "
-                     f"({_e(kid.get('error', 'sd over subsets'))})</span>") if kid else "–"
+            why = "" if len(errors) == 1 else f" ({_e(kid.get('error', 'sd over subsets'))})" if kid else ""
+            kid_s = (f"{_num(1e3 * kid['mean'], 2)} <span class=ci>± {_num(1e3 * kid['sd'], 2)}{why}</span>"
+                     if kid else "–")
             row += [_ci(f.get("fid")), kid_s]
         if rep["config"]["fidelity"]["in_domain"]:
             row.append(_ci(f.get("fd_identity"), 3))
@@ -130,7 +132,8 @@ def _fidelity(rep: dict) -> str:
         + "A control row measures as many held-out real images (new patients) the same way, against the same "
           "reference of real source images: where a release is closer than the control of its N, it is closer to "
           "its sources than new people are (a memorisation signal: see the near-copy screen). FD on the attacks' "
-          "identity network (in-domain)."))
+          "identity network (in-domain)."
+        + (f" KID's ± is the {_e(next(iter(errors)))}." if has_fid and len(errors) == 1 else "")))
     if not has_fid:
         out.append("<p class=note>FID and KID were not computed (Inception disabled or unavailable; see notes).</p>")
     return "\n".join(out)

@@ -186,6 +186,41 @@ def test_save_load_export_and_resume(tmp_path: Path):
             load_checkpoint(small))
 
 
+def test_retune_changes_training_settings_of_a_resumed_run_and_records_them(tmp_path: Path):
+    """resume + retune: the learning rates (and other training settings) take effect from the resumed step, with the
+    optimizer moments, EMA and ADA state kept; the change is recorded; architecture, batch and seed never change."""
+    torch.manual_seed(0)
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    cfg = tiny()
+    part = train_stylegan(images, cfg, tmp_path / "run", steps=2, progress=False)
+    before = load_checkpoint(part)
+    slow = dataclasses.replace(cfg, g_lr=cfg.g_lr / 10, d_lr=cfg.d_lr / 4, ema_kimg=0.05)
+    with pytest.raises(ConfigError, match="retune=True"):                    # a change is never silent
+        train_stylegan(images, slow, tmp_path / "run", steps=3, resume=True, progress=False)
+    with pytest.raises(ConfigError, match="resume=True"):
+        train_stylegan(images, slow, tmp_path / "other", steps=3, retune=True, progress=False)
+    for fixed in ({"channel_max": 8}, {"batch": 8}, {"seed": 1}):            # refused even with retune
+        with pytest.raises(ConfigError, match="cannot change"):
+            train_stylegan(images, dataclasses.replace(slow, **fixed), tmp_path / "run", steps=3, resume=True,
+                           retune=True, progress=False)
+    trainer = StyleGANTrainer(slow, torch.zeros(1, 3, 16, 16, dtype=torch.uint8), torch.device("cpu"))
+    trainer.load(before)
+    assert [g["lr"] for g in trainer.opt_G.param_groups] == [slow.g_lr]    # the new rates, not the saved ones
+    assert [g["lr"] for g in trainer.opt_D.param_groups] == [slow.d_lr]
+    path = train_stylegan(images, slow, tmp_path / "run", steps=3, resume=True, retune=True, progress=False)
+    after = load_checkpoint(path)
+    changes = {c["field"]: c for c in after["extra"]["config_changes"]}
+    assert set(changes) == {"g_lr", "d_lr", "ema_kimg"} and changes["g_lr"]["step"] == 2
+    assert changes["g_lr"]["from"] == cfg.g_lr and changes["g_lr"]["to"] == slow.g_lr
+    assert after["config"]["g_lr"] == slow.g_lr and after["step"] == 3
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["config_changes"] == after["extra"]["config_changes"]
+    assert after["state"]["opt_G"]["param_groups"][0]["lr"] == slow.g_lr
+    # the record is kept over later resumes with the (now the run's own) retuned config
+    again = train_stylegan(images, slow, tmp_path / "run", steps=4, resume=True, progress=False)
+    assert load_checkpoint(again)["extra"]["config_changes"] == after["extra"]["config_changes"]
+
+
 def test_configs_load_and_validate():
     for path in sorted(CONFIGS.glob("*.yaml")):
         cfg = build(StyleGANConfig, path=path)
@@ -217,6 +252,12 @@ def test_cli_trains_resumes_and_exports(tmp_path: Path):
     G = load_generator(tmp_path / "g.pt")
     assert G(torch.randn(2, G.z_dim)).shape == (2, 1, 32, 32)
     assert load_checkpoint(out / "checkpoint.pt")["step"] == 3
+    r = runner.invoke(cli, [*args, "--resume", "--steps", "4", "--set", "g_lr=0.001"])    # a change needs --retune
+    assert r.exit_code == 1 and "--retune" in r.output and "retune=True" not in r.output and "Traceback" not in r.output
+    r = runner.invoke(cli, [*args, "--resume", "--retune", "--steps", "4", "--set", "g_lr=0.001"])
+    assert r.exit_code == 0, r.output
+    assert load_checkpoint(out / "checkpoint.pt")["extra"]["config_changes"][0]["field"] == "g_lr"
+    assert "g_lr: 0.001" in (out / "config.yaml").read_text()              # the run's own config from now on
 
 
 def test_projected_discriminator_heads_learn_on_frozen_features(tmp_path: Path):

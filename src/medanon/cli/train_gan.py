@@ -18,6 +18,10 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")
 @click.option("--steps", type=click.IntRange(min=0), default=2000, help="Train until this many steps in total.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint.pt.")
+@click.option("--retune", is_flag=True,
+              help="With --resume: let --config/--set change training settings (learning rates, R1, EMA, ADA, "
+                   "augmentations, loss) from the resumed step on; recorded in the checkpoint and manifest. The "
+                   "architecture, batch and seed never change.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set channels=1 (repeatable).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, help="Steps between checkpoints.")
@@ -33,8 +37,8 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @click.pass_context
 @speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS})
 def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
-                  overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float, threads: int,
-                  export: Path | None, accum: int) -> None:
+                  retune: bool, overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float,
+                  threads: int, export: Path | None, accum: int) -> None:
     """Train StyleGAN2-ADA on the images in --data; images are loaded at the config's resolution and channels.
 
     Writes checkpoint.pt, sample grids, metrics.jsonl, config.yaml and manifest.json to --out. Under
@@ -62,8 +66,8 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
 
     if config_file is None and not resume:
         raise click.UsageError("--config is needed for a new run (e.g. --config configs/stylegan/cpu64.yaml)")
-    if config_file is None and not overrides:
-        config_file = out / "config.yaml"
+    if config_file is None:
+        config_file = out / "config.yaml"           # --resume [--retune --set X=...]: the run's own, X changed
     cfg = build(StyleGANConfig, path=config_file, overrides=overrides)
     dist = init_distributed(resolve_device(ctx.obj["device"]))
     try:
@@ -71,7 +75,8 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
             torch.set_num_threads(threads_per_rank(threads, cpu_count()))
         ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=dist.is_main)
         images, _ = ds.tensors()
-        path = train_stylegan(images, cfg, out, steps=steps, resume=resume, checkpoint_every=checkpoint_every,
+        path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
+                              checkpoint_every=checkpoint_every,
                               sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
                               command="medanon train gan", dist=dist, accumulation=accum)
         if dist.is_main:

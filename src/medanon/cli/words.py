@@ -34,7 +34,8 @@ DATA_FLAGS = {GENERIC_OPTIONS: "--layout generic --labels FILE.csv --image-col C
 # medanon.data.splits.split_patients's parameters (``medanon data split``).
 SPLIT_FLAGS = {"val=": "--val ", "test=": "--test ", "stratify=": "--stratify "}
 # The training loops' (medanon.train): a run folder is resumed or another one chosen.
-TRAIN_FLAGS = {"resume=True": "--resume", "another out folder": "another --out", "another out file": "another --out",
+TRAIN_FLAGS = {"resume=True": "--resume", "retune=True": "--retune", "another out folder": "another --out",
+               "another out file": "another --out",
                "only steps may change": "only --steps may change", "accumulation=": "--accum "}
 
 

@@ -53,6 +53,7 @@ from medanon.errors import ConfigError
 from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
 from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
+from medanon.models.stylegan.config import ARCHITECTURE, MAP_FIELDS
 from medanon.runtime import RunDir
 from medanon.train.autoencoder_init import init_from, load_init_generator, load_new_parts
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
@@ -69,13 +70,10 @@ from medanon.train.gan_loss import discriminator_loss, discriminator_step, finis
 from medanon.train.loop import run_loop
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
-# The StyleGANConfig fields that define the networks (an init checkpoint's win); of the rest of the nested config
-# only ``loss`` (the adversarial loss: nonsaturating | hinge) is used here.
-ARCHITECTURE = ("resolution", "channels", "z_dim", "w_dim", "mapping_layers", "mapping_lr_mult", "channel_base",
-                "channel_max", "mbstd_group", "discriminator")
-# The spatial latent map is the codec's, not the GAN's: an init GAN (which has none) leaves it as configured; a
-# resumed run's checkpoint fixes it like the rest of the architecture.
-MAP_FIELDS = ("map_resolution", "map_channels")
+# ARCHITECTURE: the StyleGANConfig fields that define the networks (an init checkpoint's win); of the rest of the
+# nested config only ``loss`` (the adversarial loss: nonsaturating | hinge) is used here. MAP_FIELDS: the spatial
+# latent map is the codec's, not the GAN's: an init GAN (which has none) leaves it as configured; a resumed run's
+# checkpoint fixes it like the rest of the architecture.
 
 
 ADVERSARIAL = {"nonsaturating": "non-saturating logistic (StyleGAN2)", "hinge": "hinge (Lim & Ye 2017)"}

@@ -30,6 +30,7 @@ from medanon.config import to_dict, validate
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import sha256_bytes
 from medanon.models.stylegan import AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
+from medanon.models.stylegan.config import ARCHITECTURE, MAP_FIELDS
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan_checkpoint import KIND, export_checkpoint, load_config, load_discriminator, load_generator
@@ -100,6 +101,7 @@ class StyleGANTrainer:
         self.batch = cfg.batch
         self.step_count = 0
         self.seconds = 0.0                      # wall-clock training time, over resumes
+        self.config_changes: list[dict[str, Any]] = []   # settings changed on resume (retune), over resumes
         # per-shard random state: {"latents": Generator, "torch": CPU RNG state, "cuda": CUDA RNG state}
         self.shard_rng: dict[int, dict[str, Any]] = {}
         if self.shards > 1:
@@ -283,6 +285,8 @@ class StyleGANTrainer:
                  "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict(), "rng": rng}
         extra = {"images": len(self.images), "ada_p": self.augment.p, "ada_state": self.ada.state_dict(),
                  "kimg": self.nimg / 1000, "seconds": self.seconds}
+        if self.config_changes:
+            extra["config_changes"] = self.config_changes
         if self.shards > 1:
             extra["distributed"] = {"shards": self.shards, "world_size": self.dist.world_size,
                                     "accumulation": self.accumulation}
@@ -300,6 +304,9 @@ class StyleGANTrainer:
         self.G_ema.load_state_dict(state["G_ema"])
         self.opt_G.load_state_dict(state["opt_G"])
         self.opt_D.load_state_dict(state["opt_D"])
+        for opt, lr in ((self.opt_G, self.cfg.g_lr), (self.opt_D, self.cfg.d_lr)):
+            for group in opt.param_groups:      # the config's rates, not the saved ones (equal unless retuned)
+                group["lr"] = lr
         torch.set_rng_state(state["rng"]["torch"])
         self.rng.set_state(state["rng"]["latents"])
         self.data_rng.set_state(state["rng"]["data"])
@@ -315,6 +322,7 @@ class StyleGANTrainer:
         self.ada.load_state_dict(blob["extra"]["ada_state"])
         self.step_count = int(blob["step"])
         self.seconds = float(blob["extra"]["seconds"])
+        self.config_changes = list(blob["extra"].get("config_changes", []))
 
 
 def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
@@ -329,6 +337,11 @@ def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
     return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
 
 
+# What a resumed run keeps even when retuned: the networks' shapes, the batch (images seen = steps x batch) and the
+# seed (the random streams continue from the checkpoint's states).
+FIXED_ON_RESUME = (*ARCHITECTURE, *MAP_FIELDS, "batch", "seed")
+
+
 def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:
     """The settings in which ``cfg`` differs from a checkpoint's; a setting the checkpoint predates counts as its
     default (e.g. ``discriminator``, added later: older runs used the StyleGAN2 one)."""
@@ -336,8 +349,29 @@ def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:
     return sorted(k for k, v in to_dict(cfg).items() if saved.get(k) != v)
 
 
+def resume_changes(cfg: StyleGANConfig, blob: dict[str, Any], *, retune: bool) -> list[dict[str, Any]]:
+    """The settings a resume changes, as ``{"step", "field", "from", "to"}`` records; refused unless ``retune``, and
+    always for the fields in :data:`FIXED_ON_RESUME`."""
+    diff = config_diff(cfg, blob)
+    if not diff:
+        return []
+    fixed = [k for k in diff if k in FIXED_ON_RESUME]
+    if fixed:
+        raise ConfigError(f"the config differs from the run being resumed in {fixed}, which a run cannot change: "
+                          f"they define the networks, the images seen per step or the random streams",
+                          fix="resume with the run's own values of these settings (its config.yaml), or start a "
+                              "new run")
+    if not retune:
+        raise ConfigError(f"the config differs from the run being resumed in {diff}",
+                          fix="resume with the run's own config (its config.yaml), or pass retune=True to change "
+                              "these training settings from this step on (recorded in the checkpoint)")
+    saved, new = to_dict(load_config(blob)), to_dict(cfg)
+    return [{"step": int(blob["step"]), "field": k, "from": saved.get(k), "to": new[k]} for k in diff]
+
+
 def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *, steps: int,
-                   resume: bool = False, device: str | torch.device = "cpu", checkpoint_every: int = 500,
+                   resume: bool = False, retune: bool = False, device: str | torch.device = "cpu",
+                   checkpoint_every: int = 500,
                    sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
                    progress: bool = True, command: str = "train gan", dist: Dist | None = None,
                    accumulation: int = 1) -> Path:
@@ -345,7 +379,10 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
 
     Writes the run directory described in the module docstring to ``out`` and returns the path of the
     final checkpoint. With ``resume`` the run continues from ``out/checkpoint.pt``; its config must
-    equal ``cfg``. ``max_seconds`` ends the run early, after the step that reaches that much wall-clock
+    equal ``cfg``, unless ``retune``: then the training settings (learning rates, R1, EMA, ADA, augmentations,
+    loss) may differ and take effect from the resumed step on, with the optimizer moments, EMA and ADA state
+    kept; each change is recorded in the checkpoint and the manifest (``config_changes``). The architecture,
+    batch and seed never change. ``max_seconds`` ends the run early, after the step that reaches that much wall-clock
     time, with the same final log line, samples and checkpoint as a finished run (useful on shared machines).
 
     ``dist`` (from :func:`medanon.train.distributed.init_distributed`, under torchrun) and
@@ -361,14 +398,14 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     if not resume and ckpt_path.exists():
         raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
                           fix="pass resume=True to continue it, or choose another out folder")
+    if retune and not resume:
+        raise ConfigError("retune=True changes the settings of a resumed run", fix="pass resume=True as well")
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND, map_location=device)
-        diff = config_diff(cfg, blob)
-        if diff:
-            raise ConfigError(f"the config differs from the run being resumed in {diff}",
-                              fix="resume with the run's own config (its config.yaml)")
+        changes = resume_changes(cfg, blob, retune=retune)
         trainer.load(blob)
+        trainer.config_changes += changes
         if dist.is_main:
             keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
     run = None
@@ -376,6 +413,8 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())})
+        if trainer.config_changes:
+            run.update(config_changes=trainer.config_changes)
         if trainer.shards > 1:
             run.update(distributed=dist.describe_run(accumulation=accumulation, shards=trainer.shards,
                                                      global_batch=cfg.batch, shard_seeds=trainer.shard_seeds()))

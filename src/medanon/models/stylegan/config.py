@@ -14,6 +14,11 @@ from medanon.errors import ConfigError
 DISCRIMINATORS = ("stylegan", "projected")
 GAN_LOSSES = ("nonsaturating", "hinge")             # train/gan_loss.py
 AUGMENTS = ("xflip", "rotate90", "translate", "scale", "rotate", "brightness", "contrast", "saturation", "cutout")
+# The fields that define the networks' shapes and parametrisation (mapping_lr_mult scales the mapping's stored
+# weights): a checkpoint's weights fit only a config with the same values.
+ARCHITECTURE = ("resolution", "channels", "z_dim", "w_dim", "mapping_layers", "mapping_lr_mult", "channel_base",
+                "channel_max", "mbstd_group", "discriminator")
+MAP_FIELDS = ("map_resolution", "map_channels")    # the spatial latent map of co-trained codecs
 
 
 @dataclass

@@ -30,10 +30,17 @@ from medanon.config import to_dict, validate
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import sha256_bytes
 from medanon.models.stylegan import AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
-from medanon.models.stylegan.config import ARCHITECTURE, MAP_FIELDS
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
-from medanon.train.gan_checkpoint import KIND, export_checkpoint, load_config, load_discriminator, load_generator
+from medanon.train.gan_checkpoint import (
+    KIND,
+    config_diff,
+    export_checkpoint,
+    load_config,
+    load_discriminator,
+    load_generator,
+    resume_changes,
+)
 from medanon.train.gan_loss import (
     discriminator_loss,
     discriminator_step,
@@ -44,8 +51,8 @@ from medanon.train.gan_loss import (
 )
 from medanon.train.loop import CHECKPOINT, keep_metrics_until, run_loop, save_image_grid
 
-__all__ = ["KIND", "StyleGANTrainer", "export_checkpoint", "keep_metrics_until", "load_config", "load_discriminator",
-           "load_generator", "save_image_grid", "to_uint8", "train_stylegan"]
+__all__ = ["KIND", "StyleGANTrainer", "config_diff", "export_checkpoint", "keep_metrics_until", "load_config",
+           "load_discriminator", "load_generator", "resume_changes", "save_image_grid", "to_uint8", "train_stylegan"]
 
 GRID = 8                                        # sample grids are GRID x GRID images
 SHARD_SEED_STRIDE = 1_000_003                   # shard s > 0 seeds its streams from cfg.seed + s * this
@@ -335,38 +342,6 @@ def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
     if len(images) == 0:
         raise DataError("no training images")
     return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-
-
-# What a resumed run keeps even when retuned: the networks' shapes, the batch (images seen = steps x batch) and the
-# seed (the random streams continue from the checkpoint's states).
-FIXED_ON_RESUME = (*ARCHITECTURE, *MAP_FIELDS, "batch", "seed")
-
-
-def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:
-    """The settings in which ``cfg`` differs from a checkpoint's; a setting the checkpoint predates counts as its
-    default (e.g. ``discriminator``, added later: older runs used the StyleGAN2 one)."""
-    saved = to_dict(load_config(blob))
-    return sorted(k for k, v in to_dict(cfg).items() if saved.get(k) != v)
-
-
-def resume_changes(cfg: StyleGANConfig, blob: dict[str, Any], *, retune: bool) -> list[dict[str, Any]]:
-    """The settings a resume changes, as ``{"step", "field", "from", "to"}`` records; refused unless ``retune``, and
-    always for the fields in :data:`FIXED_ON_RESUME`."""
-    diff = config_diff(cfg, blob)
-    if not diff:
-        return []
-    fixed = [k for k in diff if k in FIXED_ON_RESUME]
-    if fixed:
-        raise ConfigError(f"the config differs from the run being resumed in {fixed}, which a run cannot change: "
-                          f"they define the networks, the images seen per step or the random streams",
-                          fix="resume with the run's own values of these settings (its config.yaml), or start a "
-                              "new run")
-    if not retune:
-        raise ConfigError(f"the config differs from the run being resumed in {diff}",
-                          fix="resume with the run's own config (its config.yaml), or pass retune=True to change "
-                              "these training settings from this step on (recorded in the checkpoint)")
-    saved, new = to_dict(load_config(blob)), to_dict(cfg)
-    return [{"step": int(blob["step"]), "field": k, "from": saved.get(k), "to": new[k]} for k in diff]
 
 
 def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *, steps: int,

@@ -1,5 +1,7 @@
 """What a StyleGAN2-ADA run writes, loaded back: the generator and discriminator of a ``stylegan2``
-checkpoint (full training state or exported), and the export that strips the training state for shipping.
+checkpoint (full training state or exported), the export that strips the training state for shipping, and
+which config changes a resumed run accepts (:func:`resume_changes`: none silently; training settings with
+``retune``; never the architecture, batch or seed).
 
 Kept apart from the training loop (:mod:`medanon.train.gan`) so that code which only samples or inverts
 a trained generator (:mod:`medanon.sampling`, the codecs) does not import the trainer.
@@ -13,10 +15,13 @@ from typing import Any
 import torch
 
 from medanon.checkpoint import load_checkpoint, save_checkpoint
-from medanon.config import from_dict, validate
+from medanon.config import from_dict, to_dict, validate
+from medanon.errors import ConfigError
 from medanon.models.stylegan import Generator, StyleGANConfig, make_discriminator
+from medanon.models.stylegan.config import ARCHITECTURE, MAP_FIELDS
 
-__all__ = ["KIND", "export_checkpoint", "load_config", "load_discriminator", "load_generator"]
+__all__ = ["FIXED_ON_RESUME", "KIND", "config_diff", "export_checkpoint", "load_config", "load_discriminator",
+           "load_generator", "resume_changes"]
 
 KIND = "stylegan2"
 
@@ -49,3 +54,35 @@ def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
     state = {"G_ema": blob["state"]["G_ema"], "D": blob["state"]["D"]}
     extra = {k: v for k, v in blob["extra"].items() if k != "ada_state"}
     return save_checkpoint(dst, kind=KIND, config=blob["config"], state=state, step=blob["step"], extra=extra)
+
+
+# What a resumed run keeps even when retuned: the networks' shapes, the batch (images seen = steps x batch) and the
+# seed (the random streams continue from the checkpoint's states).
+FIXED_ON_RESUME = (*ARCHITECTURE, *MAP_FIELDS, "batch", "seed")
+
+
+def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:
+    """The settings in which ``cfg`` differs from a checkpoint's; a setting the checkpoint predates counts as its
+    default (e.g. ``discriminator``, added later: older runs used the StyleGAN2 one)."""
+    saved = to_dict(load_config(blob))
+    return sorted(k for k, v in to_dict(cfg).items() if saved.get(k) != v)
+
+
+def resume_changes(cfg: StyleGANConfig, blob: dict[str, Any], *, retune: bool) -> list[dict[str, Any]]:
+    """The settings a resume changes, as ``{"step", "field", "from", "to"}`` records; refused unless ``retune``, and
+    always for the fields in :data:`FIXED_ON_RESUME`."""
+    diff = config_diff(cfg, blob)
+    if not diff:
+        return []
+    fixed = [k for k in diff if k in FIXED_ON_RESUME]
+    if fixed:
+        raise ConfigError(f"the config differs from the run being resumed in {fixed}, which a run cannot change: "
+                          f"they define the networks, the images seen per step or the random streams",
+                          fix="resume with the run's own values of these settings (its config.yaml), or start a "
+                              "new run")
+    if not retune:
+        raise ConfigError(f"the config differs from the run being resumed in {diff}",
+                          fix="resume with the run's own config (its config.yaml), or pass retune=True to change "
+                              "these training settings from this step on (recorded in the checkpoint)")
+    saved, new = to_dict(load_config(blob)), to_dict(cfg)
+    return [{"step": int(blob["step"]), "field": k, "from": saved.get(k), "to": new[k]} for k in diff]

@@ -20,21 +20,22 @@ def accuracy(y_true, y_pred) -> float:
     return float((t == p).mean()) if len(t) else float("nan")
 
 
+def _label_index(v: np.ndarray, labels) -> np.ndarray:
+    """The position of each value of ``v`` in ``labels`` (any order), or -1 for a value not in it."""
+    lab = np.asarray(labels, np.int64).ravel()
+    order = np.argsort(lab)
+    srt = lab[order]
+    pos = np.minimum(np.searchsorted(srt, v), len(lab) - 1)
+    return np.where(srt[pos] == v, order[pos], -1)
+
+
 def confusion(y_true, y_pred, labels) -> np.ndarray:
     """Counts ``C[i, j]`` of truth ``labels[i]`` predicted as ``labels[j]`` (pairs outside ``labels`` ignored)."""
     t, p = _int(y_true), _int(y_pred)
-    lab = np.asarray(labels, np.int64).ravel()
-    k = len(lab)
+    k = len(np.asarray(labels).ravel())
     if k == 0:
         return np.zeros((0, 0), np.int64)
-    order = np.argsort(lab)
-    srt = lab[order]
-
-    def index(v: np.ndarray) -> np.ndarray:                     # position of each value in ``labels``, or -1
-        pos = np.minimum(np.searchsorted(srt, v), k - 1)
-        return np.where(srt[pos] == v, order[pos], -1)
-
-    i, j = index(t), index(p)
+    i, j = _label_index(t, labels), _label_index(p, labels)
     ok = (i >= 0) & (j >= 0)
     return np.bincount(i[ok] * k + j[ok], minlength=k * k).reshape(k, k).astype(np.int64)
 
@@ -127,16 +128,8 @@ def accuracy_rows(y_true, y_pred) -> np.ndarray:
 def confusion_rows(y_true, y_pred, labels) -> np.ndarray:
     """``(B, K, K)`` counts per row, as :func:`confusion`."""
     t, p = _rows(y_true), _rows(y_pred)
-    lab = np.asarray(labels, np.int64).ravel()
-    k, b = len(lab), len(t)
-    order = np.argsort(lab)
-    srt = lab[order]
-
-    def index(v: np.ndarray) -> np.ndarray:
-        pos = np.minimum(np.searchsorted(srt, v), k - 1)
-        return np.where(srt[pos] == v, order[pos], -1)
-
-    i, j = index(t), index(p)
+    k, b = len(np.asarray(labels).ravel()), len(t)
+    i, j = _label_index(t, labels), _label_index(p, labels)
     ok = (i >= 0) & (j >= 0)
     cell = (np.arange(b)[:, None] * k * k + i * k + j)[ok]
     return np.bincount(cell, minlength=b * k * k).reshape(b, k, k)

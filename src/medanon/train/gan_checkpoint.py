@@ -64,14 +64,20 @@ FIXED_ON_RESUME = (*ARCHITECTURE, *MAP_FIELDS, "batch", "seed")
 def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:
     """The settings in which ``cfg`` differs from a checkpoint's; a setting the checkpoint predates counts as its
     default (e.g. ``discriminator``, added later: older runs used the StyleGAN2 one)."""
-    saved = to_dict(load_config(blob))
-    return sorted(k for k, v in to_dict(cfg).items() if saved.get(k) != v)
+    return [c["field"] for c in _changes(cfg, blob)]
+
+
+def _changes(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[dict[str, Any]]:
+    saved, new = to_dict(load_config(blob)), to_dict(cfg)
+    return [{"step": int(blob["step"]), "field": k, "from": saved.get(k), "to": new[k]}
+            for k in sorted(new) if saved.get(k) != new[k]]
 
 
 def resume_changes(cfg: StyleGANConfig, blob: dict[str, Any], *, retune: bool) -> list[dict[str, Any]]:
     """The settings a resume changes, as ``{"step", "field", "from", "to"}`` records; refused unless ``retune``, and
     always for the fields in :data:`FIXED_ON_RESUME`."""
-    diff = config_diff(cfg, blob)
+    changes = _changes(cfg, blob)
+    diff = [c["field"] for c in changes]
     if not diff:
         return []
     fixed = [k for k in diff if k in FIXED_ON_RESUME]
@@ -84,5 +90,4 @@ def resume_changes(cfg: StyleGANConfig, blob: dict[str, Any], *, retune: bool) -
         raise ConfigError(f"the config differs from the run being resumed in {diff}",
                           fix="resume with the run's own config (its config.yaml), or pass retune=True to change "
                               "these training settings from this step on (recorded in the checkpoint)")
-    saved, new = to_dict(load_config(blob)), to_dict(cfg)
-    return [{"step": int(blob["step"]), "field": k, "from": saved.get(k), "to": new[k]} for k in diff]
+    return changes

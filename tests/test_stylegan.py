@@ -18,6 +18,7 @@ from medanon.errors import ConfigError
 from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
 from medanon.models.stylegan.layers import modulated_conv2d
 from medanon.train.gan import StyleGANTrainer, export_checkpoint, load_discriminator, load_generator, train_stylegan
+from medanon.train.gan_checkpoint import restore_generator
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "stylegan"
 
@@ -188,7 +189,7 @@ def test_save_load_export_and_resume(tmp_path: Path):
 
 def test_retune_changes_training_settings_of_a_resumed_run_and_records_them(tmp_path: Path):
     """resume + retune: the learning rates (and other training settings) take effect from the resumed step, with the
-    optimizer moments, EMA and ADA state kept; the change is recorded; architecture, batch and seed never change."""
+    optimizer moments, EMA and ADA state kept; the change is recorded; architecture and seed never change."""
     torch.manual_seed(0)
     images = torch.rand(12, 3, 16, 16) * 2 - 1
     cfg = tiny()
@@ -199,7 +200,7 @@ def test_retune_changes_training_settings_of_a_resumed_run_and_records_them(tmp_
         train_stylegan(images, slow, tmp_path / "run", steps=3, resume=True, progress=False)
     with pytest.raises(ConfigError, match="resume=True"):
         train_stylegan(images, slow, tmp_path / "other", steps=3, retune=True, progress=False)
-    for fixed in ({"channel_max": 8}, {"batch": 8}, {"seed": 1}):            # refused even with retune
+    for fixed in ({"channel_max": 8}, {"seed": 1}):                          # refused even with retune
         with pytest.raises(ConfigError, match="cannot change"):
             train_stylegan(images, dataclasses.replace(slow, **fixed), tmp_path / "run", steps=3, resume=True,
                            retune=True, progress=False)
@@ -219,6 +220,52 @@ def test_retune_changes_training_settings_of_a_resumed_run_and_records_them(tmp_
     # the record is kept over later resumes with the (now the run's own) retuned config
     again = train_stylegan(images, slow, tmp_path / "run", steps=4, resume=True, progress=False)
     assert load_checkpoint(again)["extra"]["config_changes"] == after["extra"]["config_changes"]
+
+
+def test_retune_changes_the_batch_and_images_seen_are_counted(tmp_path: Path):
+    """A CPU run continued at a GPU's larger batch: kimg counts the images each step actually saw, in the
+    checkpoint, the metrics and the manifest, and the change is recorded."""
+    torch.manual_seed(0)
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    cfg = tiny()
+    train_stylegan(images, cfg, tmp_path / "run", steps=2, progress=False, log_every=1)
+    big = dataclasses.replace(cfg, batch=2 * cfg.batch)
+    with pytest.raises(ConfigError, match="retune=True"):
+        train_stylegan(images, big, tmp_path / "run", steps=3, resume=True, progress=False)
+    path = train_stylegan(images, big, tmp_path / "run", steps=4, resume=True, retune=True, progress=False,
+                          log_every=1)
+    blob = load_checkpoint(path)
+    nimg = 2 * cfg.batch + 2 * big.batch
+    assert blob["step"] == 4 and blob["extra"]["nimg"] == nimg and blob["extra"]["kimg"] == nimg / 1000
+    assert [c["field"] for c in blob["extra"]["config_changes"]] == ["batch"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kimg"] for r in rows] == [n / 1000 for n in (cfg.batch, 2 * cfg.batch, 2 * cfg.batch + big.batch,
+                                                             nimg)]
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["kimg"] == nimg / 1000
+    # a checkpoint from before images were counted (one batch size throughout): kimg = steps x batch / 1000
+    del blob["extra"]["nimg"]
+    trainer = StyleGANTrainer(big, torch.zeros(1, 3, 16, 16, dtype=torch.uint8), torch.device("cpu"))
+    trainer.load(blob)
+    assert trainer.nimg == nimg
+
+
+def test_resume_across_device_kinds_restarts_the_random_stream_with_a_warning(tmp_path: Path):
+    """A checkpoint written on a GPU holds a CUDA generator's 16-byte state, which cannot set a CPU generator (nor a
+    CPU state a CUDA one): the run resumes on a fixed new stream (seed + step) and says so, instead of crashing."""
+    torch.manual_seed(0)
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    cfg = tiny()
+    blob = load_checkpoint(train_stylegan(images, cfg, tmp_path / "run", steps=2, progress=False))
+    blob["state"]["rng"]["latents"] = torch.zeros(16, dtype=torch.uint8)     # what a CUDA generator saves
+    trainer = StyleGANTrainer(cfg, torch.zeros(1, 3, 16, 16, dtype=torch.uint8), torch.device("cpu"))
+    with pytest.warns(UserWarning, match="another kind of device"):
+        trainer.load(blob)
+    assert torch.equal(trainer.rng.get_state(), torch.Generator().manual_seed(cfg.seed + 1 + 2).get_state())
+    assert trainer.step_count == 2
+    gen = torch.Generator().manual_seed(5)
+    state = gen.get_state()
+    same = torch.Generator()
+    assert restore_generator(same, state, seed=0, step=0) and torch.equal(same.get_state(), state)  # restored exactly
 
 
 def test_configs_load_and_validate():

@@ -114,6 +114,10 @@ class InversionTrainer:
         self.step_count = 0
         self.seconds = 0.0                      # training wall-clock time so far, over resumed runs
 
+    @property
+    def nimg(self) -> int:                      # images seen (the batch never changes on resume)
+        return self.step_count * self.batch
+
     def real_batch(self) -> torch.Tensor:
         idx = torch.randint(len(self.images), (self.batch,), generator=self.data_rng)
         return self.images[idx].to(self.device, torch.float32) / 127.5 - 1

@@ -39,6 +39,7 @@ from medanon.train.gan_checkpoint import (
     load_config,
     load_discriminator,
     load_generator,
+    restore_generator,
     resume_changes,
 )
 from medanon.train.gan_loss import (
@@ -105,8 +106,8 @@ class StyleGANTrainer:
         self.rng = torch.Generator(device).manual_seed(cfg.seed + 1)  # latents, augmentations
         self.data_rng = torch.Generator().manual_seed(cfg.seed + 2)   # which real images
         self.grid_z = torch.randn(GRID * GRID, cfg.z_dim, generator=torch.Generator().manual_seed(cfg.seed + 3))
-        self.batch = cfg.batch
         self.step_count = 0
+        self.nimg = 0                           # images seen, over resumes (the batch may change on resume)
         self.seconds = 0.0                      # wall-clock training time, over resumes
         self.config_changes: list[dict[str, Any]] = []   # settings changed on resume (retune), over resumes
         # per-shard random state: {"latents": Generator, "torch": CPU RNG state, "cuda": CUDA RNG state}
@@ -116,10 +117,6 @@ class StyleGANTrainer:
                 self.shard_rng[s] = self._shard_state(s) if s else {
                     "latents": self.rng, "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
-
-    @property
-    def nimg(self) -> int:
-        return self.step_count * self.cfg.batch
 
     def shard_seeds(self) -> dict[int, dict[str, int | str]]:
         """Every shard's seeds (for the manifest); shard 0's are the single-process ones."""
@@ -185,6 +182,7 @@ class StyleGANTrainer:
                                  step=self.step_count, r1_gamma=cfg.r1_gamma, r1_interval=cfg.r1_interval,
                                  generator=self.rng, loss=cfg.loss)
         self.step_count += 1
+        self.nimg += cfg.batch
         self.update_ema()
         out = {"loss_G": float(loss_G.detach()), **out, "ada_p": self.augment.p}
         if self.ada.last_rt is not None:
@@ -240,6 +238,7 @@ class StyleGANTrainer:
             w_avg = self.G.mapping.w_avg
             w_avg.copy_((sums[4:] / cfg.batch).lerp(w_avg, self.G.mapping.w_avg_beta))
         self.step_count += 1
+        self.nimg += cfg.batch
         self.update_ema()
         out = {"loss_G": float(d.all_reduce_sum(loss_G) / self.shards), "loss_D": float(sums[0] / self.shards),
                "D_real": float(all_logits.mean())}
@@ -291,7 +290,8 @@ class StyleGANTrainer:
         state = {"G": self.G.state_dict(), "D": self.D.state_dict(), "G_ema": self.G_ema.state_dict(),
                  "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict(), "rng": rng}
         extra = {"images": len(self.images), "ada_p": self.augment.p, "ada_state": self.ada.state_dict(),
-                 "kimg": self.nimg / 1000, "seconds": self.seconds}
+                 "nimg": self.nimg, "kimg": self.nimg / 1000,
+                 "seconds": self.seconds}
         if self.config_changes:
             extra["config_changes"] = self.config_changes
         if self.shards > 1:
@@ -315,7 +315,8 @@ class StyleGANTrainer:
             for group in opt.param_groups:      # the config's rates, not the saved ones (equal unless retuned)
                 group["lr"] = lr
         torch.set_rng_state(state["rng"]["torch"])
-        self.rng.set_state(state["rng"]["latents"])
+        step = int(blob["step"])
+        restore_generator(self.rng, state["rng"]["latents"], seed=self.cfg.seed + 1, step=step)
         self.data_rng.set_state(state["rng"]["data"])
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
@@ -323,12 +324,15 @@ class StyleGANTrainer:
         for s, st in self.shard_rng.items():    # more shards than the checkpoint's keep their fresh seeds
             if s < len(saved):
                 st["torch"] = saved[s]["torch"]
-                st["latents"].set_state(saved[s]["latents"])
+                restore_generator(st["latents"], saved[s]["latents"], seed=self.cfg.seed + s * SHARD_SEED_STRIDE + 1,
+                                  step=step)
                 if st["cuda"] is not None and "cuda" in saved[s]:
                     st["cuda"] = saved[s]["cuda"]
         self.ada.load_state_dict(blob["extra"]["ada_state"])
-        self.step_count = int(blob["step"])
-        self.seconds = float(blob["extra"]["seconds"])
+        self.step_count = step
+        extra = blob["extra"]   # checkpoints before "nimg" ran one batch size: kimg = steps x batch / 1000
+        self.nimg = int(extra["nimg"]) if "nimg" in extra else round(float(extra["kimg"]) * 1000)
+        self.seconds = float(extra["seconds"])
         self.config_changes = list(blob["extra"].get("config_changes", []))
 
 
@@ -355,9 +359,10 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     Writes the run directory described in the module docstring to ``out`` and returns the path of the
     final checkpoint. With ``resume`` the run continues from ``out/checkpoint.pt``; its config must
     equal ``cfg``, unless ``retune``: then the training settings (learning rates, R1, EMA, ADA, augmentations,
-    loss) may differ and take effect from the resumed step on, with the optimizer moments, EMA and ADA state
-    kept; each change is recorded in the checkpoint and the manifest (``config_changes``). The architecture,
-    batch and seed never change. ``max_seconds`` ends the run early, after the step that reaches that much wall-clock
+    loss, batch) may differ and take effect from the resumed step on, with the optimizer moments, EMA and ADA state
+    kept; each change is recorded in the checkpoint and the manifest (``config_changes``). The architecture and
+    seed never change. A run resumes on another kind of device (CPU to GPU) with a warning: its random streams
+    restart from fixed seeds. ``max_seconds`` ends the run early, after the step that reaches that much wall-clock
     time, with the same final log line, samples and checkpoint as a finished run (useful on shared machines).
 
     ``dist`` (from :func:`medanon.train.distributed.init_distributed`, under torchrun) and
@@ -377,7 +382,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
         raise ConfigError("retune=True changes the settings of a resumed run", fix="pass resume=True as well")
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
     if resume:
-        blob = load_checkpoint(ckpt_path, kind=KIND, map_location=device)
+        blob = load_checkpoint(ckpt_path, kind=KIND)   # on the CPU: random states must be; load_state_dict moves
         changes = resume_changes(cfg, blob, retune=retune)
         trainer.load(blob)
         trainer.config_changes += changes

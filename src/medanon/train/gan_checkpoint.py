@@ -1,7 +1,8 @@
 """What a StyleGAN2-ADA run writes, loaded back: the generator and discriminator of a ``stylegan2``
 checkpoint (full training state or exported), the export that strips the training state for shipping, and
 which config changes a resumed run accepts (:func:`resume_changes`: none silently; training settings with
-``retune``; never the architecture, batch or seed).
+``retune``, the batch included; never the architecture or seed), and random states restored across devices
+(:func:`restore_generator`).
 
 Kept apart from the training loop (:mod:`medanon.train.gan`) so that code which only samples or inverts
 a trained generator (:mod:`medanon.sampling`, the codecs) does not import the trainer.
@@ -9,6 +10,7 @@ a trained generator (:mod:`medanon.sampling`, the codecs) does not import the tr
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from medanon.models.stylegan import Generator, StyleGANConfig, make_discriminato
 from medanon.models.stylegan.config import ARCHITECTURE, MAP_FIELDS
 
 __all__ = ["FIXED_ON_RESUME", "KIND", "config_diff", "export_checkpoint", "load_config", "load_discriminator",
-           "load_generator", "resume_changes"]
+           "load_generator", "restore_generator", "resume_changes"]
 
 KIND = "stylegan2"
 
@@ -56,9 +58,24 @@ def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
     return save_checkpoint(dst, kind=KIND, config=blob["config"], state=state, step=blob["step"], extra=extra)
 
 
-# What a resumed run keeps even when retuned: the networks' shapes, the batch (images seen = steps x batch) and the
-# seed (the random streams continue from the checkpoint's states).
-FIXED_ON_RESUME = (*ARCHITECTURE, *MAP_FIELDS, "batch", "seed")
+# What a resumed run keeps even when retuned: the networks' shapes and the seed (the random streams continue from the
+# checkpoint's states). The batch may change with retune (e.g. a CPU run continued on a GPU): images seen are counted,
+# not derived from steps.
+FIXED_ON_RESUME = (*ARCHITECTURE, *MAP_FIELDS, "seed")
+
+
+def restore_generator(gen: torch.Generator, state: torch.Tensor, *, seed: int, step: int) -> bool:
+    """Set ``gen`` to a saved state; a state saved on another kind of device (a CPU generator's state cannot set a
+    CUDA generator's, nor the reverse) instead reseeds ``gen`` with ``seed + step`` and warns: the run continues
+    deterministically, on a new random stream. Returns whether the saved state was restored."""
+    state = state.cpu()
+    if state.numel() == gen.get_state().numel():
+        gen.set_state(state)
+        return True
+    warnings.warn(f"the checkpoint's random state (step {step}) was saved on another kind of device than "
+                  f"{gen.device.type}; its random stream restarts from seed {seed + step}", stacklevel=2)
+    gen.manual_seed(seed + step)
+    return False
 
 
 def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:
@@ -83,7 +100,7 @@ def resume_changes(cfg: StyleGANConfig, blob: dict[str, Any], *, retune: bool) -
     fixed = [k for k in diff if k in FIXED_ON_RESUME]
     if fixed:
         raise ConfigError(f"the config differs from the run being resumed in {fixed}, which a run cannot change: "
-                          f"they define the networks, the images seen per step or the random streams",
+                          f"they define the networks or the random streams",
                           fix="resume with the run's own values of these settings (its config.yaml), or start a "
                               "new run")
     if not retune:

@@ -51,7 +51,7 @@ class Trainable(Protocol):
 
     step_count: int                             # steps done so far (restored on resume)
     seconds: float                              # wall-clock training time so far, over resumes
-    batch: int                                  # images per step
+    nimg: int                                   # images seen so far, over resumes
 
     def step(self) -> dict[str, float]: ...     # one update; returns the numbers to log
 
@@ -80,7 +80,7 @@ def run_loop(trainer: Trainable, run: RunDir | None, out: Path, *, steps: int, c
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     t_start = t_last = time.perf_counter()
-    n_last, seconds_before = trainer.step_count, trainer.seconds
+    n_last, seconds_before = trainer.nimg, trainer.seconds
     while trainer.step_count < steps:
         losses = trainer.step()                 # with several ranks: already means over all ranks
         step = trainer.step_count
@@ -93,11 +93,11 @@ def run_loop(trainer: Trainable, run: RunDir | None, out: Path, *, steps: int, c
         bar.update(1)
         if main and (step % log_every == 0 or last):
             now = time.perf_counter()
-            rate = (step - n_last) * trainer.batch / max(now - t_last, 1e-9)
+            rate = (trainer.nimg - n_last) / max(now - t_last, 1e-9)
             means = {k: v / counts[k] for k, v in sums.items()}
-            run.log_metrics(step=step, kimg=step * trainer.batch / 1000, **means, img_per_s=rate)
+            run.log_metrics(step=step, kimg=trainer.nimg / 1000, **means, img_per_s=rate)
             bar.set_postfix(**show(means), ips=f"{rate:.1f}")
-            sums, counts, t_last, n_last = {}, {}, now, step
+            sums, counts, t_last, n_last = {}, {}, now, trainer.nimg
         if main and (step % sample_every == 0 or last):
             save_image_grid(trainer.sample_grid(), out / "samples" / f"step-{step:07d}.png")
         if step % checkpoint_every == 0 or last:
@@ -108,7 +108,7 @@ def run_loop(trainer: Trainable, run: RunDir | None, out: Path, *, steps: int, c
     if dist.any(main and not ckpt_path.exists()):  # steps=0: an untrained model, still a valid checkpoint
         trainer.save(ckpt_path)
     if main:
-        run.update(steps=trainer.step_count, kimg=trainer.step_count * trainer.batch / 1000,
+        run.update(steps=trainer.step_count, kimg=trainer.nimg / 1000,
                    train_seconds=round(trainer.seconds, 1))
         run.finish()
     dist.barrier()                              # the checkpoint is complete when any rank returns

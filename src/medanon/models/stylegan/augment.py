@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from medanon.models.stylegan.config import AUGMENTS
+from medanon.models.stylegan.warp import warp
 
 COLOUR = ("brightness", "contrast", "saturation")
 
@@ -92,7 +93,7 @@ class AugmentPipe(nn.Module):
         if torch.equal(m, torch.eye(3, device=x.device).expand(n, 3, 3)):
             return x
         grid = F.affine_grid(m[:, :2].to(x.dtype), list(x.shape), align_corners=False)
-        return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        return warp(x, grid)                     # grid_sample, twice differentiable on GPUs too (R1 through ADA)
 
     def _colour(self, x: torch.Tensor, rand: _Sampler) -> torch.Tensor:
         """Brightness, contrast and (RGB only) saturation as one affine colour transform per image."""

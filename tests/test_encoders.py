@@ -213,6 +213,15 @@ def test_cotraining_from_a_gan_checkpoint_resumes_exactly(tmp_path):
     with torch.no_grad():                       # the generator started from the checkpoint's weights, then moved
         assert not torch.equal(codec.generator.synthesis.blocks[0].const, G.synthesis.blocks[0].const)
         assert torch.equal(codec.generator.mapping.w_avg, G.mapping.w_avg)
+    # a run written on a GPU (its augmentation generator's state is a CUDA one, 16 bytes) resumes on the CPU with a
+    # warning and a fixed new stream, instead of failing in Generator.set_state
+    gpu = load_checkpoint(cut)
+    gpu["state"]["rng"]["generators"][0] = torch.zeros(16, dtype=torch.uint8)
+    save_checkpoint(tmp_path / "gpu" / "checkpoint.pt", kind=gpu["kind"], config=gpu["config"], state=gpu["state"],
+                    step=gpu["step"], extra=gpu["extra"])
+    with pytest.warns(UserWarning, match="another kind of device"):
+        moved = train_autoencoder(images, cfg, tmp_path / "gpu", steps=5, resume=True, progress=False)
+    assert load_checkpoint(moved)["step"] == 5
 
 
 def test_restyle_inverts_a_cotrained_codecs_generator(tmp_path):

@@ -18,7 +18,7 @@ from medanon.errors import ConfigError
 from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
 from medanon.models.stylegan.layers import modulated_conv2d
 from medanon.train.gan import StyleGANTrainer, export_checkpoint, load_discriminator, load_generator, train_stylegan
-from medanon.train.gan_checkpoint import restore_generator
+from medanon.train.random_state import restore_generator
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "stylegan"
 

@@ -63,11 +63,11 @@ from medanon.train.encoder import (
     previous_run,
     require_training_state,
     rng_state,
-    set_rng_state,
 )
 from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
 from medanon.train.loop import run_loop
+from medanon.train.random_state import restore_generator
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
 # ARCHITECTURE: the StyleGANConfig fields that define the networks (an init checkpoint's win); of the rest of the
@@ -305,13 +305,17 @@ class _CotrainTrainer(InversionTrainer):
         self.opt_E.load_state_dict(s["opt_E"])
         self.opt_G.load_state_dict(s["opt_G"])
         self.opt_D.load_state_dict(s["opt_D"])
-        set_rng_state(s["rng"], self.rng, self.data_rng)
+        step = int(blob["step"])
+        torch.set_rng_state(s["rng"]["torch"])
+        augment, data = s["rng"]["generators"]  # the augmentation generator lives on the device (CPU or CUDA)
+        restore_generator(self.rng, augment, seed=self.cfg.seed + 1, step=step)
+        self.data_rng.set_state(data)
         saved = s["rng"].get("shards", [])       # shards beyond the saved ones keep their seeds
         for k, g in self.shard_rng.items():
             if 0 < k <= len(saved):
-                g.set_state(saved[k - 1])
+                restore_generator(g, saved[k - 1], seed=self.cfg.seed + 1 + SHARD_SEED_STRIDE * k, step=step)
         self.ada.load_state_dict(blob["extra"]["ada_state"])
-        self.step_count = int(blob["step"])
+        self.step_count = step
         self.seconds = float(blob["extra"]["seconds"])
 
 
@@ -341,7 +345,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     dist = dist or Dist(device=torch.device(device))
     device = dist.device
     out = Path(out)
-    blob = previous_run(out, resume=resume, kind=KIND_COTRAINED, device=device, gan_ckpt=init_ckpt)
+    blob = previous_run(out, resume=resume, kind=KIND_COTRAINED, gan_ckpt=init_ckpt)
     init = None
     if blob is not None:
         arch = from_dict(StyleGANConfig, blob["config"]["generator"], where=f"{blob['path']} generator config")

@@ -145,7 +145,7 @@ def interleave(sources: torch.Tensor, recons: torch.Tensor) -> torch.Tensor:
     return torch.stack([sources.to(recons.device), recons], dim=1).flatten(0, 1)
 
 
-def previous_run(out: Path, *, resume: bool, kind: str, device: torch.device,
+def previous_run(out: Path, *, resume: bool, kind: str,
                  gan_ckpt: str | Path | None) -> dict[str, Any] | None:
     """The checkpoint of the run in ``out`` to resume (None for a new run, which must not overwrite one).
     ``gan_ckpt``, if given when resuming, must be the ``stylegan2`` checkpoint the run started from."""
@@ -155,7 +155,7 @@ def previous_run(out: Path, *, resume: bool, kind: str, device: torch.device,
             raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
                               fix="pass resume=True to continue it, or choose another out folder")
         return None
-    blob = load_checkpoint(ckpt_path, kind=kind, map_location=device)
+    blob = load_checkpoint(ckpt_path, kind=kind)   # on the CPU, where random states must be
     started = blob["extra"].get("generator_checkpoint")
     if gan_ckpt is not None:
         sha = load_checkpoint(gan_ckpt, kind=GENERATOR_KINDS)["sha256"]
@@ -385,7 +385,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
     dist = dist or Dist(device=torch.device(device))
     device = dist.device
     out = Path(out)
-    blob = previous_run(out, resume=resume, kind=KIND_RESTYLE, device=device, gan_ckpt=generator_ckpt)
+    blob = previous_run(out, resume=resume, kind=KIND_RESTYLE, gan_ckpt=generator_ckpt)
     if blob is not None:
         check_resume_config(blob, cfg)
         provenance = blob["extra"]["generator_checkpoint"]

@@ -150,7 +150,7 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     gen = torch.Generator().manual_seed(cfg.seed)
     step, order, pos = 0, torch.randperm(len(images), generator=gen), 0
     if resume and ckpt_path.exists():
-        blob = load_checkpoint(ckpt_path, kind=KIND_TRAINING, map_location=device)
+        blob = load_checkpoint(ckpt_path, kind=KIND_TRAINING)   # on the CPU: the generator state and order live there
         old = {k: v for k, v in blob["config"].items() if k != "steps"}
         if old != {k: v for k, v in to_dict(cfg).items() if k != "steps"}:
             raise ConfigError(f"{ckpt_path} was trained with another config ({blob['config']})",

@@ -39,7 +39,6 @@ from medanon.train.gan_checkpoint import (
     load_config,
     load_discriminator,
     load_generator,
-    restore_generator,
     resume_changes,
 )
 from medanon.train.gan_loss import (
@@ -51,6 +50,7 @@ from medanon.train.gan_loss import (
     sample_ws,
 )
 from medanon.train.loop import CHECKPOINT, keep_metrics_until, run_loop, save_image_grid
+from medanon.train.random_state import restore_generator
 
 __all__ = ["KIND", "StyleGANTrainer", "config_diff", "export_checkpoint", "keep_metrics_until", "load_config",
            "load_discriminator", "load_generator", "resume_changes", "save_image_grid", "to_uint8", "train_stylegan"]

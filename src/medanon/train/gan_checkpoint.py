@@ -1,8 +1,7 @@
 """What a StyleGAN2-ADA run writes, loaded back: the generator and discriminator of a ``stylegan2``
 checkpoint (full training state or exported), the export that strips the training state for shipping, and
 which config changes a resumed run accepts (:func:`resume_changes`: none silently; training settings with
-``retune``, the batch included; never the architecture or seed), and random states restored across devices
-(:func:`restore_generator`).
+``retune``, the batch included; never the architecture or seed).
 
 Kept apart from the training loop (:mod:`medanon.train.gan`) so that code which only samples or inverts
 a trained generator (:mod:`medanon.sampling`, the codecs) does not import the trainer.
@@ -10,7 +9,6 @@ a trained generator (:mod:`medanon.sampling`, the codecs) does not import the tr
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from medanon.models.stylegan import Generator, StyleGANConfig, make_discriminato
 from medanon.models.stylegan.config import ARCHITECTURE, MAP_FIELDS
 
 __all__ = ["FIXED_ON_RESUME", "KIND", "config_diff", "export_checkpoint", "load_config", "load_discriminator",
-           "load_generator", "restore_generator", "resume_changes"]
+           "load_generator", "resume_changes"]
 
 KIND = "stylegan2"
 
@@ -62,20 +60,6 @@ def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
 # checkpoint's states). The batch may change with retune (e.g. a CPU run continued on a GPU): images seen are counted,
 # not derived from steps.
 FIXED_ON_RESUME = (*ARCHITECTURE, *MAP_FIELDS, "seed")
-
-
-def restore_generator(gen: torch.Generator, state: torch.Tensor, *, seed: int, step: int) -> bool:
-    """Set ``gen`` to a saved state; a state saved on another kind of device (a CPU generator's state cannot set a
-    CUDA generator's, nor the reverse) instead reseeds ``gen`` with ``seed + step`` and warns: the run continues
-    deterministically, on a new random stream. Returns whether the saved state was restored."""
-    state = state.cpu()
-    if state.numel() == gen.get_state().numel():
-        gen.set_state(state)
-        return True
-    warnings.warn(f"the checkpoint's random state (step {step}) was saved on another kind of device than "
-                  f"{gen.device.type}; its random stream restarts from seed {seed + step}", stacklevel=2)
-    gen.manual_seed(seed + step)
-    return False
 
 
 def config_diff(cfg: StyleGANConfig, blob: dict[str, Any]) -> list[str]:

@@ -127,7 +127,7 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     gen = torch.Generator().manual_seed(int(cfg.seed))
     start = 0
     if out is not None and resume and Path(out).is_file():
-        blob = load_checkpoint(out, kind=KIND, map_location=dev)
+        blob = load_checkpoint(out, kind=KIND)          # on the CPU, where the generator's state must be
         same = blob["extra"].get("train_config") == meta["train_config"] and \
             blob["extra"].get("patients_digest") == digest and blob["config"] == net_cfg.to_dict()
         if not same:

@@ -13,11 +13,18 @@ from click.testing import CliRunner
 
 from medanon.checkpoint import load_checkpoint
 from medanon.cli import cli
-from medanon.config import build
+from medanon.config import build, to_dict
 from medanon.errors import ConfigError
 from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Discriminator, Generator, StyleGANConfig
 from medanon.models.stylegan.layers import modulated_conv2d
-from medanon.train.gan import StyleGANTrainer, export_checkpoint, load_discriminator, load_generator, train_stylegan
+from medanon.train.gan import (
+    StyleGANTrainer,
+    export_checkpoint,
+    load_discriminator,
+    load_generator,
+    resume_changes,
+    train_stylegan,
+)
 from medanon.train.random_state import restore_generator
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "stylegan"
@@ -266,6 +273,17 @@ def test_resume_across_device_kinds_restarts_the_random_stream_with_a_warning(tm
     state = gen.get_state()
     same = torch.Generator()
     assert restore_generator(same, state, seed=0, step=0) and torch.equal(same.get_state(), state)  # restored exactly
+
+
+def test_the_gpu_preset_continues_a_cpu_wide_run():
+    """configs/stylegan/gpu64-wide.yaml is what a cpu64-wide run retunes to on a GPU: the same networks and seed, so
+    `--resume --retune --config gpu64-wide.yaml` is accepted, and it differs in the batch and its settings only."""
+    cpu, gpu = (build(StyleGANConfig, path=CONFIGS / f"{n}.yaml") for n in ("cpu64-wide", "gpu64-wide"))
+    blob = {"config": to_dict(cpu), "step": 7}
+    changes = resume_changes(gpu, blob, retune=True)
+    assert {c["field"] for c in changes} == {"batch", "r1_gamma", "ema_kimg"}
+    assert gpu.r1_gamma == pytest.approx(0.0002 * gpu.resolution ** 2 / gpu.batch)   # the StyleGAN2-ADA heuristic
+    assert gpu.ema_kimg == pytest.approx(gpu.batch * 10 / 32)
 
 
 def test_configs_load_and_validate():

@@ -256,6 +256,27 @@ def test_retune_changes_the_batch_and_images_seen_are_counted(tmp_path: Path):
     assert trainer.nimg == nimg
 
 
+def test_resume_notices_other_training_images(tmp_path: Path):
+    """Resuming on other images is refused (naming both datasets' digests); with retune it continues on them and
+    records the change."""
+    torch.manual_seed(0)
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    cfg = tiny()
+    first = load_checkpoint(train_stylegan(images, cfg, tmp_path / "run", steps=2, progress=False))
+    assert first["extra"]["training_images"]["count"] == 12
+    other = images[:10]
+    with pytest.raises(ConfigError, match=r"(?s)other images \(12 images.*\(10 images.*retune=True"):
+        train_stylegan(other, cfg, tmp_path / "run", steps=3, resume=True, progress=False)
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 2          # nothing trained or written
+    blob = load_checkpoint(train_stylegan(other, cfg, tmp_path / "run", steps=3, resume=True, retune=True,
+                                          progress=False))
+    (change,) = blob["extra"]["config_changes"]
+    assert change["field"] == "training_images" and change["step"] == 2
+    assert change["from"] == first["extra"]["training_images"] and change["to"]["count"] == 10
+    assert blob["extra"]["training_images"] == change["to"]
+    train_stylegan(other, cfg, tmp_path / "run", steps=4, resume=True, progress=False)   # now the run's own images
+
+
 def test_resume_across_device_kinds_restarts_the_random_stream_with_a_warning(tmp_path: Path):
     """A checkpoint written on a GPU holds a CUDA generator's 16-byte state, which cannot set a CPU generator (nor a
     CPU state a CUDA one): the run resumes on a fixed new stream (seed + step) and says so, instead of crashing."""

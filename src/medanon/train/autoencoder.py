@@ -50,7 +50,6 @@ from medanon.checkpoint import save_checkpoint
 from medanon.codecs.stylegan import KIND_COTRAINED, StyleGANCodec
 from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
-from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
 from medanon.models.stylegan import AUGMENTS, AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
 from medanon.models.stylegan.config import ARCHITECTURE, MAP_FIELDS
@@ -66,7 +65,7 @@ from medanon.train.encoder import (
 )
 from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
-from medanon.train.loop import run_loop
+from medanon.train.loop import run_loop, training_images_change
 from medanon.train.random_state import restore_generator
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
@@ -290,6 +289,7 @@ class _CotrainTrainer(InversionTrainer):
         config = {"generator": to_dict(self.cfg.generator), "encoder": dict(self.E.kwargs), "codec": {"iterations": 1},
                   "train": to_dict(self.cfg)}
         extra = {"losses": self.loss.describe(), "images": len(self.images), "ada_p": self.augment.p,
+                 "training_images": self.training_images,
                  "ada_state": self.ada.state_dict(), "seconds": self.seconds}
         if self.init_provenance is not None:
             extra["generator_checkpoint"] = self.init_provenance
@@ -360,6 +360,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     trainer = _CotrainTrainer(cfg, data, device, init, dist=dist, accumulation=accumulation)
     if blob is not None:
         trainer.init_provenance = blob["extra"].get("generator_checkpoint")
+        training_images_change(blob, trainer.training_images)
         trainer.load(blob)
         if dist.is_main:
             keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
@@ -368,7 +369,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    generator_checkpoint=trainer.init_provenance,
-                   training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
+                   training_images=trainer.training_images,
                    losses={**trainer.loss.describe(), "adversarial": {"kind": ADVERSARIAL[cfg.generator.loss],
                                                                       "weight": cfg.adversarial_weight}})
         if trainer.shards > 1:

@@ -44,14 +44,13 @@ from medanon.codecs.stylegan import KIND_COTRAINED, KIND_RESTYLE, StyleGANCodec,
 from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
 from medanon.evaluate.reconstruction import feature_distance_name, iw_ssim, perceptual_distance, psnr, ssim
-from medanon.fsutil import sha256_bytes
 from medanon.models.encoder import Encoder
 from medanon.models.stylegan import Generator, StyleGANConfig
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import keep_metrics_until, load_config, to_uint8
-from medanon.train.loop import CHECKPOINT, run_loop
+from medanon.train.loop import CHECKPOINT, run_loop, training_images_change, training_images_digest
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields, check_task_network_unchanged
 
 log = logging.getLogger(__name__)
@@ -113,6 +112,7 @@ class InversionTrainer:
         self.shown = images[sample_indices(len(images), seed)]
         self.step_count = 0
         self.seconds = 0.0                      # training wall-clock time so far, over resumed runs
+        self.training_images = training_images_digest(images)
 
     @property
     def nimg(self) -> int:                      # images seen (the batch never changes on resume)
@@ -355,6 +355,7 @@ class _RestyleTrainer(InversionTrainer):
         config = {"generator": self.g_config, "encoder": dict(self.E.kwargs),
                   "codec": {"iterations": self.cfg.iterations}, "train": to_dict(self.cfg)}
         extra = {"generator_checkpoint": self.provenance, "losses": self.loss.describe(),
+                 "training_images": self.training_images,
                  "images": len(self.images), "seconds": self.seconds}
         return save_checkpoint(path, kind=KIND_RESTYLE, config=config, state=state, step=self.step_count, extra=extra)
 
@@ -399,6 +400,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
     data = to_uint8(images, load_config({"config": g_config}))
     trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance, dist=dist, accumulation=accumulation)
     if blob is not None:
+        training_images_change(blob, trainer.training_images)
         trainer.load(blob)
         if dist.is_main:
             keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
@@ -406,7 +408,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
     if dist.is_main:
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
         run.update(resumed_from_step=trainer.step_count if resume else None, generator_checkpoint=provenance,
-                   training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())},
+                   training_images=trainer.training_images,
                    losses=trainer.loss.describe())
         if trainer.shards > 1:
             run.update(distributed=dist.describe_run(accumulation=accumulation, shards=trainer.shards,

@@ -28,7 +28,6 @@ import torch
 from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.config import to_dict, validate
 from medanon.errors import ConfigError, DataError
-from medanon.fsutil import sha256_bytes
 from medanon.models.stylegan import AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
@@ -49,7 +48,14 @@ from medanon.train.gan_loss import (
     mix_styles,
     sample_ws,
 )
-from medanon.train.loop import CHECKPOINT, keep_metrics_until, run_loop, save_image_grid
+from medanon.train.loop import (
+    CHECKPOINT,
+    keep_metrics_until,
+    run_loop,
+    save_image_grid,
+    training_images_change,
+    training_images_digest,
+)
 from medanon.train.random_state import restore_generator
 
 __all__ = ["KIND", "StyleGANTrainer", "config_diff", "export_checkpoint", "keep_metrics_until", "load_config",
@@ -110,6 +116,7 @@ class StyleGANTrainer:
         self.nimg = 0                           # images seen, over resumes (the batch may change on resume)
         self.seconds = 0.0                      # wall-clock training time, over resumes
         self.config_changes: list[dict[str, Any]] = []   # settings changed on resume (retune), over resumes
+        self.training_images = training_images_digest(images)
         # per-shard random state: {"latents": Generator, "torch": CPU RNG state, "cuda": CUDA RNG state}
         self.shard_rng: dict[int, dict[str, Any]] = {}
         if self.shards > 1:
@@ -291,7 +298,7 @@ class StyleGANTrainer:
                  "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict(), "rng": rng}
         extra = {"images": len(self.images), "ada_p": self.augment.p, "ada_state": self.ada.state_dict(),
                  "nimg": self.nimg, "kimg": self.nimg / 1000,
-                 "seconds": self.seconds}
+                 "seconds": self.seconds, "training_images": self.training_images}
         if self.config_changes:
             extra["config_changes"] = self.config_changes
         if self.shards > 1:
@@ -384,6 +391,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND)   # on the CPU: random states must be; load_state_dict moves
         changes = resume_changes(cfg, blob, retune=retune)
+        changes += training_images_change(blob, trainer.training_images, retune=retune)
         trainer.load(blob)
         trainer.config_changes += changes
         if dist.is_main:
@@ -392,7 +400,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     if dist.is_main:
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
         run.update(resumed_from_step=trainer.step_count if resume else None,
-                   training_images={"count": len(data), "sha256_uint8": sha256_bytes(data.numpy().tobytes())})
+                   training_images=trainer.training_images)
         if trainer.config_changes:
             run.update(config_changes=trainer.config_changes)
         if trainer.shards > 1:

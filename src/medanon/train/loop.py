@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from medanon.errors import ConfigError
 from medanon.fsutil import atomic_write_bytes, atomic_write_text
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist
@@ -29,6 +31,29 @@ def keep_metrics_until(path: Path, step: int) -> None:
     lines = [line for line in path.read_text(encoding="utf-8").splitlines()
              if line.strip() and json.loads(line).get("step", 0) <= step]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def training_images_digest(images: torch.Tensor) -> dict[str, Any]:
+    """Count and SHA-256 of a run's 8-bit training images (N, C, H, W), as its checkpoints and manifest record them."""
+    return {"count": len(images), "sha256_uint8": hashlib.sha256(images.contiguous().numpy().data).hexdigest()}
+
+
+def training_images_change(blob: dict[str, Any], digest: dict[str, Any], *,
+                           retune: bool | None = None) -> list[dict[str, Any]]:
+    """Refuse to resume a run on other training images than its checkpoint's, unless ``retune`` (for trainers that
+    accept it; None: they do not): then the change is returned as a ``config_changes`` record. A checkpoint from
+    before images were recorded cannot be checked and is accepted."""
+    saved = blob["extra"].get("training_images")
+    if saved is None or saved == digest:
+        return []
+    what = (f"checkpoint {blob['path']} was trained on other images ({saved['count']} images, sha256 "
+            f"{saved['sha256_uint8'][:12]}...) than these ({digest['count']} images, {digest['sha256_uint8'][:12]}...)")
+    if not retune:
+        fix = "resume with the run's own dataset (same folder, filter and size; its manifest.json records them)"
+        raise ConfigError(what, fix=fix + (", or pass retune=True to continue on these images from this step on "
+                                           "(recorded in the checkpoint)" if retune is not None else
+                                           ", or start a new run"))
+    return [{"step": int(blob["step"]), "field": "training_images", "from": saved, "to": digest}]
 
 
 def save_image_grid(images: torch.Tensor, path: str | Path, *, cols: int = GRID_COLS) -> Path:

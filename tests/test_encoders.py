@@ -153,7 +153,7 @@ def test_restyle_resume_continues_at_the_same_step(tmp_path):
     with pytest.raises(ConfigError, match="differs"):
         train_restyle(images, None, dataclasses.replace(cfg, lr=0.01), tmp_path / "cut", steps=4, resume=True,
                       progress=False)
-    with pytest.raises(ConfigError, match="(?s)other images .*start a new run"):     # resume notices other data
+    with pytest.raises(ConfigError, match=r"(?s)other images .*start a new run"):     # resume notices other data
         train_restyle(images.flip(-1), None, cfg, tmp_path / "cut", steps=4, resume=True, progress=False)
     cut = train_restyle(images, None, cfg, tmp_path / "cut", steps=4, resume=True, progress=False)
     a, b = load_checkpoint(full), load_checkpoint(cut)

@@ -128,6 +128,11 @@ class AutoencoderConfig:
             raise ConfigError(f"unknown augmentation(s) {unknown}", fix=f"choose from {', '.join(AUGMENTS)}")
 
 
+def _augment_seed(seed: int, s: int) -> int:
+    """The seed of shard s's augmentation generator (shard 0's is the single-process one, ``seed + 1``)."""
+    return seed + 1 + SHARD_SEED_STRIDE * s
+
+
 class _CotrainTrainer(InversionTrainer):
     """Encoder, generator, discriminator, optimizers, ADA and random state of one co-training run."""
 
@@ -167,7 +172,7 @@ class _CotrainTrainer(InversionTrainer):
         self.rng = torch.Generator(device).manual_seed(cfg.seed + 1)   # augmentations
         # shards > 1: shard s augments with its own generator (shard 0: self.rng; s > 0: seed + 1 + s * stride)
         self.shard_rng = {s: self.rng if s == 0 else
-                          torch.Generator(device).manual_seed(cfg.seed + 1 + SHARD_SEED_STRIDE * s)
+                          torch.Generator(device).manual_seed(_augment_seed(cfg.seed, s))
                           for s in local_shards(self.dist, accumulation)} if self.shards > 1 else {}
 
     def step(self) -> dict[str, float]:
@@ -308,12 +313,12 @@ class _CotrainTrainer(InversionTrainer):
         step = int(blob["step"])
         torch.set_rng_state(s["rng"]["torch"])
         augment, data = s["rng"]["generators"]  # the augmentation generator lives on the device (CPU or CUDA)
-        restore_generator(self.rng, augment, seed=self.cfg.seed + 1, step=step)
+        restore_generator(self.rng, augment, seed=_augment_seed(self.cfg.seed, 0), step=step)
         self.data_rng.set_state(data)
         saved = s["rng"].get("shards", [])       # shards beyond the saved ones keep their seeds
         for k, g in self.shard_rng.items():
             if 0 < k <= len(saved):
-                restore_generator(g, saved[k - 1], seed=self.cfg.seed + 1 + SHARD_SEED_STRIDE * k, step=step)
+                restore_generator(g, saved[k - 1], seed=_augment_seed(self.cfg.seed, k), step=step)
         self.ada.load_state_dict(blob["extra"]["ada_state"])
         self.step_count = step
         self.seconds = float(blob["extra"]["seconds"])
@@ -375,7 +380,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         if trainer.shards > 1:
             run.update(distributed=dist.describe_run(
                 accumulation=accumulation, shards=trainer.shards, global_batch=cfg.batch,
-                augment_seeds={s: cfg.seed + 1 + SHARD_SEED_STRIDE * s for s in range(trainer.shards)}))
+                augment_seeds={s: _augment_seed(cfg.seed, s) for s in range(trainer.shards)}))
     return run_loop(trainer, run, out, steps=steps, checkpoint_every=checkpoint_every, sample_every=sample_every,
                     log_every=log_every, progress=progress and dist.is_main, dist=dist, desc="co-train",
                     max_seconds=max_seconds,

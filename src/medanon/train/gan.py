@@ -125,25 +125,28 @@ class StyleGANTrainer:
                     "latents": self.rng, "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
+    def _shard_seed(self, s: int, stream: int) -> int:
+        """Shard s's seed of a random stream (1: latents, 4: synthesis noise); shard 0's latents seed is the
+        single-process one, ``cfg.seed + 1``."""
+        return self.cfg.seed + s * SHARD_SEED_STRIDE + stream
+
     def shard_seeds(self) -> dict[int, dict[str, int | str]]:
         """Every shard's seeds (for the manifest); shard 0's are the single-process ones."""
-        out: dict[int, dict[str, int | str]] = {0: {"latents": self.cfg.seed + 1,
+        out: dict[int, dict[str, int | str]] = {0: {"latents": self._shard_seed(0, 1),
                                                     "noise": f"torch global RNG after manual_seed({self.cfg.seed}) "
                                                              "and weight initialisation"}}
         for s in range(1, self.shards):
-            base = self.cfg.seed + s * SHARD_SEED_STRIDE
-            out[s] = {"latents": base + 1, "noise": base + 4}
+            out[s] = {"latents": self._shard_seed(s, 1), "noise": self._shard_seed(s, 4)}
         return out
 
     def _shard_state(self, s: int) -> dict[str, Any]:
         """Fresh random state of shard s > 0 (a new run, or a resume with more shards than before)."""
-        base = self.cfg.seed + s * SHARD_SEED_STRIDE
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(base + 4)
+            torch.manual_seed(self._shard_seed(s, 4))
             state = {"torch": torch.get_rng_state(),
                      "cuda": torch.cuda.get_rng_state(self.device) if devices else None}
-        state["latents"] = torch.Generator(self.device).manual_seed(base + 1)
+        state["latents"] = torch.Generator(self.device).manual_seed(self._shard_seed(s, 1))
         return state
 
     @contextmanager
@@ -323,7 +326,7 @@ class StyleGANTrainer:
                 group["lr"] = lr
         torch.set_rng_state(state["rng"]["torch"])
         step = int(blob["step"])
-        restore_generator(self.rng, state["rng"]["latents"], seed=self.cfg.seed + 1, step=step)
+        restore_generator(self.rng, state["rng"]["latents"], seed=self._shard_seed(0, 1), step=step)
         self.data_rng.set_state(state["rng"]["data"])
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
@@ -331,8 +334,7 @@ class StyleGANTrainer:
         for s, st in self.shard_rng.items():    # more shards than the checkpoint's keep their fresh seeds
             if s < len(saved):
                 st["torch"] = saved[s]["torch"]
-                restore_generator(st["latents"], saved[s]["latents"], seed=self.cfg.seed + s * SHARD_SEED_STRIDE + 1,
-                                  step=step)
+                restore_generator(st["latents"], saved[s]["latents"], seed=self._shard_seed(s, 1), step=step)
                 if st["cuda"] is not None and "cuda" in saved[s]:
                     st["cuda"] = saved[s]["cuda"]
         self.ada.load_state_dict(blob["extra"]["ada_state"])

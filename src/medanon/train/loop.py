@@ -50,9 +50,9 @@ def training_images_change(blob: dict[str, Any], digest: dict[str, Any], *,
             f"{saved['sha256_uint8'][:12]}...) than these ({digest['count']} images, {digest['sha256_uint8'][:12]}...)")
     if not retune:
         fix = "resume with the run's own dataset (same folder, filter and size; its manifest.json records them)"
-        raise ConfigError(what, fix=fix + (", or pass retune=True to continue on these images from this step on "
-                                           "(recorded in the checkpoint)" if retune is not None else
-                                           ", or start a new run"))
+        fix += (", or start a new run" if retune is None else
+                ", or pass retune=True to continue on these images from this step on (recorded in the checkpoint)")
+        raise ConfigError(what, fix=fix)
     return [{"step": int(blob["step"]), "field": "training_images", "from": saved, "to": digest}]
 
 

@@ -73,6 +73,7 @@ class DemoConfig:
     ksalsa_steps: int = 100                     # Adam steps per k-SALSA cluster
     gmia_steps: int | None = None               # Adam steps per GMIA batch (None: the command's default)
     checkpoints: str = ""                       # folder with the shipped checkpoints
+    inception: bool = True                      # FID/KID on Inception-v3 (needs medanon[features])
 
 
 def default_checkpoints() -> Path:
@@ -304,7 +305,8 @@ ATTACKER_PHANTOM_SEED = 1
 INDEPENDENT_PHANTOM_SEED = 2
 
 
-def eval_config(modality: str, size: int, ckpt: Path, patients: int, per_patient: int, seed: int):
+def eval_config(modality: str, size: int, ckpt: Path, patients: int, per_patient: int, seed: int, *,
+                inception: bool = True):
     """The CPU-sized evaluation protocol; at 64 px, the shipped attacker identity network.
 
     The shipped network (`identity-attacker-<modality>64.pt`, 64 px, 1,500 steps, seed 0) was trained on all 800
@@ -322,6 +324,8 @@ def eval_config(modality: str, size: int, ckpt: Path, patients: int, per_patient
     from medanon.evaluate.config import EvalConfig
 
     cfg = EvalConfig.fast(size=size)
+    if not inception:
+        cfg = replace(cfg, fidelity=replace(cfg.fidelity, inception=False))
     attacker, indep = attacker_checkpoint(modality, ckpt), independent_checkpoint(modality, ckpt)
     if attacker.exists() and size == 64 and seed != ATTACKER_PHANTOM_SEED:
         cfg = replace(cfg, attacks=replace(cfg.attacks, identity_checkpoint=str(attacker)))
@@ -336,13 +340,13 @@ def eval_config(modality: str, size: int, ckpt: Path, patients: int, per_patient
 def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size: int = 64, seed: int = 0,
              device: str = "auto", ksalsa_steps: int = 100, gmia_steps: int | None = None,
              checkpoints: str | Path | None = None,
-             evaluation: bool = True) -> dict:
+             evaluation: bool = True, inception: bool = True) -> dict:
     from medanon.evaluate.harness import evaluate
     from medanon.release.audit import audit_release
 
     ckpt = Path(checkpoints) if checkpoints else default_checkpoints()
     cfg = DemoConfig(patients=patients, per_patient=per_patient, size=size, seed=seed, device=device,
-                     ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=str(ckpt))
+                     ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=str(ckpt), inception=inception)
     if size != 64:
         raise ConfigError(f"the demo's shipped checkpoints are 64 px; size={size} is not possible",
                           fix="run the demo at size=64, or train models at your size with `medanon train`")
@@ -408,7 +412,8 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
                 results["dpglow_table3"] = study["rows"]
             run.log_metrics(step="dpglow_table3", seconds=round(time.perf_counter() - t1, 1))
         evaluate(data_dir, releases[modality], report_dir, config=eval_config(modality, size, ckpt, patients,
-                                                                              per_patient, seed),
+                                                                              per_patient, seed,
+                                                                              inception=inception),
                  splits=splits_csv, device=dev, cache_dir=out / "cache" / modality, studies=studies)
         results["reports"][modality] = str(report_dir / "report.html")
         run.log_metrics(step="evaluate", modality=modality, seconds=round(time.perf_counter() - t0, 1))

@@ -96,16 +96,22 @@ def clean_warnings():
     """Layout warnings (e.g. no patient column) as one log line each, not Python's warning with a source line."""
     from medanon.data.layouts import LayoutWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", LayoutWarning)
-        try:
-            yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, LayoutWarning):
-                    log.warning("%s", translate(str(w.message), DATA_FLAGS))
-                else:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as recorded:
+            warnings.simplefilter("always", LayoutWarning)
+            try:
+                yield
+            finally:
+                caught = list(recorded)
+    finally:
+        # re-emitted after the recording context has closed: inside it, each re-emitted warning was recorded
+        # again while the list was being read, an endless loop that filled memory whenever a command warned
+        for w in caught:
+            if issubclass(w.category, LayoutWarning):
+                log.warning("%s", translate(str(w.message), DATA_FLAGS))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def generic_from_cli(*, layout, labels_csv, image_col, label_cols, patient_col, images_dir):

@@ -23,10 +23,12 @@ from medanon.cli.words import speaks_flags
 @click.option("--checkpoints", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Folder with the shipped checkpoints (default: checkpoints/ of this source checkout).")
 @click.option("--skip-evaluation", is_flag=True, help="Only anonymise and audit (a quick check).")
+@click.option("--no-inception", is_flag=True,
+              help="Evaluate without FID/KID on Inception-v3 (for a machine without medanon[features]).")
 @click.pass_context
 @speaks_flags({"size=": "--size ", "checkpoints= DIR": "--checkpoints DIR"})
 def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: int, seed: int, ksalsa_steps: int,
-         gmia_steps: int | None, checkpoints: Path | None, skip_evaluation: bool) -> None:
+         gmia_steps: int | None, checkpoints: Path | None, skip_evaluation: bool, no_inception: bool) -> None:
     """The main job on the embedded phantom datasets: anonymise, audit, evaluate, report (PHANTOM results).
 
     \b
@@ -36,6 +38,7 @@ def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: i
     from medanon.demo import run_demo
 
     run_demo(out, patients=patients, per_patient=per_patient, size=size, seed=seed, device=ctx.obj["device"],
-             ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=checkpoints, evaluation=not skip_evaluation)
+             ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=checkpoints, evaluation=not skip_evaluation,
+             inception=not no_inception)
 
 

@@ -295,7 +295,8 @@ def load_codec(ckpt: str | Path, *, iterations: int | None = None, map_location:
     ``iterations`` overrides the number of ReStyle refinement steps stored in the checkpoint; ``amp``
     (``bf16``, or ``fp16`` on CUDA) runs the encoder and generator under autocast (docs/distributed.md).
     """
-    blob = load_checkpoint(ckpt, kind=(KIND_RESTYLE, KIND_COTRAINED), map_location=map_location)
-    codec = codec_from_blob(blob, iterations=iterations, batch_size=batch_size)
+    blob = load_checkpoint(ckpt, kind=(KIND_RESTYLE, KIND_COTRAINED), map_location="cpu")
+    # the modules are built on the CPU and take the weights by copy: move them, or a GPU run renders on the CPU
+    codec = codec_from_blob(blob, iterations=iterations, batch_size=batch_size).to(map_location)
     codec.amp = check_amp(amp, codec.device)
     return codec

@@ -154,7 +154,7 @@ def load_classifier(path, *, map_location: str | torch.device = "cpu") -> tuple[
     """Rebuild a :class:`ResNet` from a kind-``classifier`` checkpoint; returns ``(model in eval mode, blob)``."""
     from medanon.checkpoint import load_checkpoint
 
-    blob = load_checkpoint(path, kind="classifier", map_location=map_location)
+    blob = load_checkpoint(path, kind="classifier", map_location="cpu")   # copied into the model, then moved
     model = ResNet(ResNetConfig.from_dict(blob["config"]))
     model.load_state_dict(blob["state"]["model"])
     return model.to(map_location).eval(), blob

@@ -142,7 +142,7 @@ def save_identity(path: str | Path, net: IdentityNet, *, extra: dict[str, Any] |
 
 def load_identity(path: str | Path, *, map_location: str | torch.device = "cpu") -> tuple[IdentityNet, dict]:
     """Rebuild an :class:`IdentityNet` from its checkpoint; returns ``(net in eval mode, checkpoint blob)``."""
-    blob = load_checkpoint(path, kind=KIND, map_location=map_location)
+    blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # copied into the net, then moved
     net = IdentityNet(IdentityConfig.from_dict(blob["config"]))
     net.load_state_dict(blob["state"]["net"])
     return net.to(map_location).eval(), blob

@@ -263,7 +263,7 @@ def load_frozen_generator(path: str | Path, device: torch.device) -> tuple[Gener
     ``cotrained-autoencoder`` checkpoint (GMIA §2.1's decoder, whose mapping network and ``w_avg`` are the
     GAN's it started from), so that an encoder-only codec can use a generator that co-training taught to
     draw fine structure."""
-    blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location=device)
+    blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location="cpu")   # copied into G, then moved
     cfg = from_dict(StyleGANConfig, generator_config(blob), where=f"{path} generator config")
     validate(cfg)
     G = Generator.from_config(cfg)

@@ -34,7 +34,7 @@ def load_config(blob: dict[str, Any]) -> StyleGANConfig:
 
 def load_generator(path: str | Path, *, device: str | torch.device = "cpu") -> Generator:
     """The EMA generator of a ``stylegan2`` checkpoint (full or exported), in eval mode, without gradients."""
-    blob = load_checkpoint(path, kind=KIND, map_location=device)
+    blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # weights copied into the modules, then moved
     G = Generator.from_config(load_config(blob))
     G.load_state_dict(blob["state"]["G_ema"])
     return G.to(device).eval().requires_grad_(False)
@@ -42,7 +42,7 @@ def load_generator(path: str | Path, *, device: str | torch.device = "cpu") -> G
 
 def load_discriminator(path: str | Path, *, device: str | torch.device = "cpu") -> torch.nn.Module:
     """The discriminator of a ``stylegan2`` checkpoint, in eval mode (for fine-tuning or co-training)."""
-    blob = load_checkpoint(path, kind=KIND, map_location=device)
+    blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # weights copied into the modules, then moved
     D = make_discriminator(load_config(blob))
     D.load_state_dict(blob["state"]["D"])
     return D.to(device).eval()

@@ -129,14 +129,22 @@ def main() -> None:
     ap.add_argument("--gan-steps", type=int, default=3)
     ap.add_argument("--ksalsa-steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=32, help="inversion batch")
+    ap.add_argument("--clusters", type=int, default=8, help="k-SALSA clusters optimised together")
+    ap.add_argument("--precision", default="tf32", choices=("tf32", "fp32"),
+                    help="CUDA float32 products: tf32 as medanon runs them (medanon.runtime.configure_cuda), or fp32")
     ap.add_argument("--only", default="gan_train,inversion,ksalsa,fid")
     args = ap.parse_args()
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                        ("cpu" if args.device == "auto" else args.device))
+    if dev.type == "cuda":
+        from medanon.runtime import configure_cuda
+
+        os.environ["MEDANON_STRICT_FP32"] = "1" if args.precision == "fp32" else "0"
+        configure_cuda()
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({cpu_name()}, {os.cpu_count()} cores)"
     runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps),
             "inversion": lambda: inversion(args.size, dev, args.amp, args.batch),
-            "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps),
+            "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps, clusters=args.clusters),
             "fid": lambda: fid(args.size, dev)}
     for what in args.only.split(","):
         flops = matmul_flops(dev, n=2048)
@@ -144,6 +152,7 @@ def main() -> None:
         res = runs[what]()
         print(json.dumps({"measure": what, **{k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()},
                           "matmul_tflops_fp32": round(flops / 1e12, 4), "device": name, "size": args.size,
+                          "precision": args.precision if dev.type == "cuda" else "fp32",
                           "threads": torch.get_num_threads(), "load_1min": round(os.getloadavg()[0], 2),
                           "wall_s": round(time.perf_counter() - t0, 1), "torch": torch.__version__}), flush=True)
 

@@ -85,3 +85,22 @@ def test_gpu_check_runs_every_command_on_the_cpu(tmp_path):
     assert expected <= names
     summary = lines[-1]
     assert summary["check"] == "summary" and summary["passed"] == len(lines) - 1
+
+
+def test_jitter_crops_are_the_per_image_slices():
+    """The batched crop of the classifier's augmentation equals cropping each image on its own."""
+    import torch.nn.functional as F
+
+    from medanon.train.classifier import jitter
+
+    x = torch.randn(5, 3, 16, 16)
+    got = jitter(x, torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    p = 1
+    padded = F.pad(x, (p, p, p, p), mode="reflect")
+    dx = torch.randint(0, 2 * p + 1, (5,), generator=g).tolist()
+    dy = torch.randint(0, 2 * p + 1, (5,), generator=g).tolist()
+    crops = torch.stack([padded[i, :, dy[i]:dy[i] + 16, dx[i]:dx[i] + 16] for i in range(5)])
+    gain = 1.0 + 0.1 * (2 * torch.rand(5, 1, 1, 1, generator=g) - 1)
+    bias = 0.1 * (2 * torch.rand(5, 1, 1, 1, generator=g) - 1)
+    assert torch.equal(got, (crops * gain + bias).clamp(-1, 1))

@@ -77,9 +77,13 @@ def jitter(x: torch.Tensor, gen: torch.Generator, *, shift: float = 0.0625, ligh
     n, _, h, w = x.shape
     p = max(1, round(shift * h))
     padded = F.pad(x, (p, p, p, p), mode="reflect")
-    dx = torch.randint(0, 2 * p + 1, (n,), generator=gen).tolist()
-    dy = torch.randint(0, 2 * p + 1, (n,), generator=gen).tolist()
-    out = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+    dx = torch.randint(0, 2 * p + 1, (n,), generator=gen).to(x.device)
+    dy = torch.randint(0, 2 * p + 1, (n,), generator=gen).to(x.device)
+    # every image's crop in one gather (a per-image slice and stack cost a launch per image on a GPU)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    out = padded[torch.arange(n, device=x.device)[:, None, None, None],
+                 torch.arange(x.shape[1], device=x.device)[None, :, None, None], rows, cols]
     gain = 1.0 + light * (2 * torch.rand(n, 1, 1, 1, generator=gen) - 1)
     bias = light * (2 * torch.rand(n, 1, 1, 1, generator=gen) - 1)
     return (out * gain.to(x.device) + bias.to(x.device)).clamp(-1, 1)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine should run, in one call (about 6 minutes on one H100): every command
+# (gpu_check.py), then the throughput benchmarks at 256 px, then the demo end to end (no Inception weights are
+# needed: FID/KID are left out with --no-inception). Results land in OUTDIR as JSON lines and logs.
+#   bash benchmarks/gpu_session.sh OUTDIR [DEMO_SECONDS]
+set -u
+OUT=${1:?usage: gpu_session.sh OUTDIR [DEMO_SECONDS]}
+DEMO_S=${2:-180}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+python3 benchmarks/gpu_check.py --work /tmp/medanon-gc --jsonl "$OUT/gpu_check.jsonl" > "$OUT/gpu_check.out" 2>&1
+tar czf "$OUT/gpu_check_logs.tgz" -C /tmp/medanon-gc logs
+for args in "--precision fp32" "" "--amp bf16" "--amp bf16 --clusters 32 --batch 128"; do
+  # shellcheck disable=SC2086
+  timeout 120 python3 benchmarks/device.py --device cuda --size 256 --only ksalsa,inversion --ksalsa-steps 20 $args
+done >> "$OUT/device256.jsonl" 2>> "$OUT/device256.err"
+timeout 120 python3 benchmarks/device.py --device cuda --size 256 --only gan_train --gan-steps 5 \
+  >> "$OUT/device256.jsonl" 2>> "$OUT/device256.err"
+start=$(date +%s)
+timeout "$DEMO_S" python3 -m medanon --device cuda -q demo --out /tmp/medanon-demo --no-inception > "$OUT/demo.log" 2>&1
+echo "{\"check\": \"demo-full\", \"rc\": $?, \"seconds\": $(( $(date +%s) - start )), \"limit_s\": $DEMO_S}" \
+  | tee -a "$OUT/gpu_check.jsonl"
+cp /tmp/medanon-demo/metrics.jsonl "$OUT/demo_metrics.jsonl" 2>/dev/null || true

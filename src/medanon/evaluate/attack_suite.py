@@ -79,7 +79,7 @@ def _needs_mapping(fn: Attack) -> Attack:
 def _membership(ctx: RealContext, t: Target) -> dict:
     return top_k_membership(release_desc=descriptors(t.rel.images, t.rel_emb), record_sources=t.rel.sources,
                             source_desc=ctx.real_desc, heldout_desc=ctx.real_desc[ctx.held], seed=ctx.cfg.seed,
-                            confidence=ctx.cfg.attacks.confidence)
+                            confidence=ctx.cfg.attacks.confidence, source_patients=ctx.real.patients)
 
 
 def truth_from_sources(ctx: RealContext, rel: ReleaseData, label: str) -> np.ndarray:
@@ -108,7 +108,8 @@ def _attribute(ctx: RealContext, t: Target) -> dict:
         attribute=a.attribute, confidence=a.confidence, trained_on=trained_on,
         source_images=real.images if rel.sources is not None else None,
         record_sources=[list(r) for r in rel.sources] if rel.sources is not None else None,
-        heldout_scores=ctx.attribute_scores(a.attribute)[ctx.held], source_scores=ctx.attribute_scores(a.attribute))
+        heldout_scores=ctx.attribute_scores(a.attribute)[ctx.held], source_scores=ctx.attribute_scores(a.attribute),
+        record_patients=t.record_patients, heldout_groups=real.patients[ctx.held], seed=ctx.cfg.seed)
 
 
 @register("linkability", lambda a: a.linkability, identity=True)
@@ -127,7 +128,8 @@ def _singling_out(ctx: RealContext, t: Target) -> dict:
     if len(t.rel.images) < 2:
         return {"skipped": "a single released record cannot be singled out among others"}
     return singling_out(source_emb=t.real_emb[t.src_flat], source_record=t.rec_flat, release_emb=t.rel_emb,
-                        source_patients=list(ctx.real.patients[t.src_flat]), confidence=ctx.cfg.attacks.confidence)
+                        source_patients=list(ctx.real.patients[t.src_flat]), confidence=ctx.cfg.attacks.confidence,
+                        seed=ctx.cfg.seed)
 
 
 @register("nearest", lambda a: a.nearest, identity=True)
@@ -137,7 +139,8 @@ def _nearest(ctx: RealContext, t: Target) -> dict:
     calib, control = ctx.heldout_halves
     return nearest_record_membership(member_emb=t.real_emb[np.unique(t.src_flat)], control_emb=t.real_emb[control],
                                      release_emb=t.rel_emb, calib_emb=t.real_emb[calib], fpr=a.membership_fpr,
-                                     confidence=a.confidence)
+                                     confidence=a.confidence, member_groups=ctx.real.patients[np.unique(t.src_flat)],
+                                     control_groups=ctx.real.patients[control], seed=ctx.cfg.seed)
 
 
 @register("siamese", lambda a: a.siamese)
@@ -169,7 +172,8 @@ def _inference(ctx: RealContext, t: Target) -> dict:
         return {"skipped": f"no member or control targets with a known {a.attribute!r}"}
     out = inference_risk(member_emb=t.real_emb[m_rows], member_secret=secret[m_rows],
                          control_emb=t.real_emb[c_rows], control_secret=secret[c_rows], release_emb=t.rel_emb,
-                         release_secret=rel.label(a.attribute), confidence=a.confidence, seed=ctx.cfg.seed)
+                         release_secret=rel.label(a.attribute), confidence=a.confidence, seed=ctx.cfg.seed,
+                         member_groups=real.patients[m_rows], control_groups=real.patients[c_rows])
     out["members_are"] = ("real images of the patients the mapping lists" if t.src_flat is not None
                           else f"real images of the {ctx.cfg.source_split!r} split")
     out["n"] = len(m_rows)

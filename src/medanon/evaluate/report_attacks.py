@@ -10,9 +10,11 @@ from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _
 
 CONTROLS = [
     ("Membership top-K (k-SALSA)", "baseline: the exact expected hits of a random ranking of the same pool "
-                                   "(hypergeometric); one-sided exact p-value; Clopper-Pearson interval"),
+                                   "(hypergeometric); one-sided exact p-value; interval: bootstrap over the "
+                                   "patients of the records (Clopper-Pearson over the slots without patient ids)"),
     ("Nearest-record membership", "control: the same attack on real images of held-out patients (never "
-                                  "released); residual risk against it; AUC members vs controls (DeLong)"),
+                                  "released); residual risk against it; AUC members vs controls (patient "
+                                  "bootstrap interval)"),
     ("Attribute inference", "baseline: the most frequent class; reference: Original = the same attacker on the "
                             "same records' real source images; the attacker never saw members or controls"),
     ("Linkability", "threshold from all impostor pairs of held-out patients at the target FAR (realised FAR "
@@ -86,10 +88,11 @@ def _membership(rels: list[dict]) -> str:
             rows.append(row)
         a = ok[0]["attacks"]["membership"]
         out.append(_table(["Method", *map(_e, settings)], rows,
-                          caption=f"Table 3 layout: top-K accuracy (%) with K = k, exact (Clopper-Pearson) interval "
-                                  f"over the K slots, exact chance of a random ranking and the exact one-sided "
-                                  f"p-value. Pool: members and held-out images in equal numbers (e.g. {a['pool']} "
-                                  f"images for {a['records_evaluated']} records)."))
+                          caption=f"Table 3 layout: top-K accuracy (%) with K = the record's number of source images "
+                                  f"(k when each record stands for k images; ties share the slots), interval by "
+                                  f"bootstrap over the records' patients, exact chance of a random ranking and "
+                                  f"the exact one-sided p-value. Pool: members and held-out images in equal "
+                                  f"numbers (e.g. {a['pool']} images for {a['records_evaluated']} records)."))
         out.append(_assume(a["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "membership"))
 
@@ -167,7 +170,7 @@ def _linkability(rels: list[dict]) -> str:
         rows += [_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner")) for r in ok]
         rows += [_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer")) for r in ok]
         out.append(_table(["Testing data", "F1 ↑ (equal prevalence)", "balanced Acc ↑", "TAR ↑ [95% CI]",
-                           "FAR ↓ [95% CI]", "AUC [DeLong 95% CI]", "reverse TAR [95% CI]",
+                           "FAR ↓ [95% CI]", "AUC [95% CI]", "reverse TAR [95% CI]",
                            "genuine / impostor pairs"], rows,
                           caption=f"GMIA Table 3 layout, standard definitions: FAR = impostor pairs accepted / "
                                   f"impostor pairs, TAR = genuine pairs accepted / genuine pairs; all pairs. "
@@ -203,7 +206,8 @@ def _singling(rels: list[dict]) -> str:
                                   "is hidden when none of their images finds its own record first) and local cloaking "
                                   "(medians). Centred on r(x): real images closer to the released record than x (the "
                                   "paper); centred on x: real images of other patients closer to x than r(x) (the "
-                                  "official code). Intervals: Wilson (rates), percentile bootstrap (medians)."))
+                                  "official code). Ties count 1/(t+1) for the attacker. Intervals: bootstrap over "
+                                  "patients (rates and medians)."))
         out.append(_assume(ok[0]["attacks"]["singling_out"]["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "singling_out"))
 
@@ -224,7 +228,7 @@ def _siamese(rels: list[dict]) -> str:
                          f"{m['n_members']} / {m['n_controls']}"])
         a0 = ok[0]["attacks"]["siamese"]
         ref = a0["reference"]
-        out.append(_table(["Release", "outer AUC [DeLong 95% CI]", "two-sided AUC", "TAR ↑ [95% CI]",
+        out.append(_table(["Release", "outer AUC [95% CI]", "two-sided AUC", "TAR ↑ [95% CI]",
                            "reverse TAR", "genuine / impostor pairs", "membership AUC [95% CI]",
                            "membership two-sided AUC", "residual vs control [95% CI]", "members / controls"], rows,
                           caption=f"A Siamese network (shared convolutional branch, a head on |a − b| and a · b) "
@@ -333,8 +337,9 @@ def _risks(rep: dict) -> str:
     return "<h2>Residual risk</h2>" + _table(
         ["Release", "Attack", "Attack success (%)", "Control: same attack, held-out patients (%)",
          "Baseline: random guess (%)", "Residual risk [95% CI]"], rows,
-        caption="Anonymeter's estimator: (attack − reference) / (1 − reference), Wilson intervals on both rates and "
-                "the error propagated; clipped to [0, 1]. The reference is the control where one exists; otherwise "
+        caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over "
+                "bootstrap resamples of the patients on both sides (Wilson with the error propagated where no patient "
+                "ids reach the attack); clipped to [0, 1]. The reference is the control where one exists; otherwise "
                 "the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it.")
 
 

@@ -5,6 +5,8 @@
 - :mod:`.linkability` — GMIA §3: identity verification, inner and outer risk, TAR at fixed FAR;
 - :mod:`.singling_out` — GMIA §3: hidden rate and local cloaking on identity embeddings;
 - :mod:`.siamese`     — Packhäuser et al. 2022: a Siamese network verifying "same patient?" on image pairs;
-- :mod:`.risk`        — success rates with Wilson intervals and residual risk over a control set
-  (the estimator of anonymeter, Giomi et al. 2023), and the nearest-record inference attack.
+- :mod:`.risk`        — success rates with Wilson or patient cluster bootstrap intervals and residual risk over
+  a control set (the estimator of anonymeter, Giomi et al. 2023), and the nearest-record inference attack;
+- :mod:`.stats`       — exact tests, ranks that give a tie no credit (a tie with t others counts 1/(t+1)), and
+  the patient cluster bootstrap.
 """

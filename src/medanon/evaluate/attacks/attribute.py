@@ -19,6 +19,10 @@ target's own released image, so there is no population of non-members to run it 
 ``(accuracy - baseline) / (1 - baseline)``, named as against the baseline, and the share of the
 Original's leak that survives is ``(release - baseline) / (original - baseline)`` (only where the Original's
 interval lies above the baseline; NaN otherwise).
+
+Intervals: Wilson over records and over held-out images, or, where the patients are given, patient cluster
+bootstraps: records are resampled in clusters linked by a common source patient (``record_patients``, from
+the mapping), held-out images by patient (``heldout_groups``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import numpy as np
 import torch
 
 from medanon.data.tensors import resize_to
-from medanon.evaluate.attacks.risk import risk_entry, success_rate
+from medanon.evaluate.attacks.risk import rate, risk_entry
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, components
 from medanon.evaluate.metrics import roc_auc
 from medanon.models.classifier import ResNet, predict_proba
 
@@ -44,13 +49,16 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
                         heldout_images: torch.Tensor, heldout_truth: np.ndarray, attribute: str = "sex",
                         confidence: float = 0.95, source_images: torch.Tensor | None = None,
                         record_sources: list[list[int]] | None = None, trained_on: str = "",
-                        heldout_scores: np.ndarray | None = None, source_scores: np.ndarray | None = None) -> dict:
+                        heldout_scores: np.ndarray | None = None, source_scores: np.ndarray | None = None,
+                        record_patients: list[frozenset] | None = None, heldout_groups=None, seed: int = 0,
+                        n_resamples: int = BOOT_RESAMPLES) -> dict:
     """Accuracy and AUROC of the attacker on the release, on the same records' sources (Original) and on
     held-out real images; the majority-class baseline; residual risk against that baseline.
 
     ``record_sources[r]`` indexes ``source_images`` rows of record ``r``'s sources (the private mapping).
     ``heldout_scores`` / ``source_scores``: the attacker's probabilities on those images, if already computed
-    (an evaluation computes them once for all releases)."""
+    (an evaluation computes them once for all releases). ``record_patients[r]``: the patients record ``r``
+    stands for; ``heldout_groups``: the patient of each held-out image (patient-level intervals)."""
     ok = ~np.isnan(release_truth)
     if ok.sum() == 0:
         raise ValueError(f"no released record has a known {attribute}")
@@ -62,20 +70,24 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
     hp = (heldout_scores[hk] if heldout_scores is not None else
           scores(attacker, heldout_images[torch.from_numpy(hk)], image_size))
     majority = int(np.bincount(t, minlength=2).argmax())
-    acc = success_rate(int((pred == t).sum()), len(t), confidence=confidence)
-    base = success_rate(int((t == majority).sum()), len(t), confidence=confidence)
-    held = success_rate(int(((hp >= 0.5).astype(int) == ht).sum()), len(ht), confidence=confidence)
+    boot = {"confidence": confidence, "seed": seed, "n_resamples": n_resamples}
+    rg = components([record_patients[i] for i in np.flatnonzero(ok)])[0] if record_patients is not None else None
+    hg = np.asarray(heldout_groups)[hk] if heldout_groups is not None else None
+    acc = rate(pred == t, groups=rg, stream=0, **boot)
+    base = rate(t == majority, groups=rg, stream=0, **boot)
+    held = rate((hp >= 0.5).astype(int) == ht, groups=hg, stream=1, **boot)
     out = {"attribute": attribute, "accuracy": acc.raw, "accuracy_ci": list(acc.ci), "auroc": roc_auc(t, p),
            "chance": base.raw, "baseline": base.raw, "heldout_real_accuracy": held.raw,
            "heldout_real_accuracy_ci": list(held.ci), "heldout_real_auroc": roc_auc(ht, hp), "n": len(t),
-           "n_heldout": len(ht), "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS}
+           "n_heldout": len(ht), "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS,
+           "interval": acc.method, "heldout_interval": held.method}
     if source_images is not None and record_sources is not None:
         flat = sorted({int(i) for rows in record_sources for i in rows})
         where = {i: j for j, i in enumerate(flat)}
         sp = (source_scores[flat] if source_scores is not None else
               scores(attacker, source_images[torch.as_tensor(flat, dtype=torch.long)], image_size))
         op = np.asarray([sp[[where[int(i)] for i in rows]].mean() for rows in record_sources])[ok]
-        orig = success_rate(int(((op >= 0.5).astype(int) == t).sum()), len(t), confidence=confidence)
+        orig = rate((op >= 0.5).astype(int) == t, groups=rg, stream=0, **boot)
         out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=roc_auc(t, op))
         gap = orig.raw - base.raw                                   # defined only where the Original leaks at all
         out["leak_kept"] = float((acc.raw - base.raw) / gap) if orig.ci[0] > base.raw else float("nan")

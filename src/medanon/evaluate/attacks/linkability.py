@@ -11,7 +11,7 @@ reaches a threshold. Standard definitions (ISO/IEC 19795-1), *not* the swapped o
 Protocol. The threshold is calibrated on **all** impostor pairs of a **control** set where the attack is
 known to work, real images of held-out patients (genuine pairs: two acquisitions of one patient;
 impostor pairs: two patients), at ``FAR = target_far``; the realised FAR on those pairs is reported with
-its exact interval, and a warning when there are fewer than ``10 / target_far`` of them (issue 15, item 7).
+its interval, and a warning when there are fewer than ``10 / target_far`` of them (issue 15, item 7).
 That threshold is then applied to all pairs of
 
 - **inner risk**: pairs of released records, genuine when the two records stand for a common patient;
@@ -20,10 +20,17 @@ That threshold is then applied to all pairs of
 
 Two-sided: a release optimised to push its images *away* from their sources (GMIA reaches negative
 similarity) is re-identified by the reverse attacker, who accepts a pair when the score is at most the
-lower threshold (FAR = target_far in the lower tail). Both are reported, with the AUC, its DeLong
-interval and the two-sided AUC ``max(AUC, 1 - AUC)``. Pair sets larger than ``max_impostors`` are
-subsampled (seeded) and say so. Which records stand for which patients comes from the release's private
-mapping file: the attacker does not see it, the evaluator uses it as ground truth.
+lower threshold (FAR = target_far in the lower tail). Both are reported, with the AUC and the two-sided
+AUC ``max(AUC, 1 - AUC)``. Pair sets larger than ``max_impostors`` are subsampled (seeded) and say so.
+Which records stand for which patients comes from the release's private mapping file: the attacker does
+not see it, the evaluator uses it as ground truth.
+
+Intervals. One image is in many pairs and one patient has several images, so pairs are far from
+independent: TAR, FAR, reverse TAR and AUC get **patient cluster bootstrap** intervals
+(:func:`medanon.evaluate.attacks.stats.cluster_bootstrap`): held-out patients are resampled for the control
+pairs, clusters of records and their source patients (linked through the mapping) for inner and outer pairs;
+a pair across two clusters counts as often as the product of their draws. :func:`verification_rates` called
+without ``groups`` gives Wilson (rates) and DeLong (AUC) intervals over pairs.
 """
 
 from __future__ import annotations
@@ -33,32 +40,33 @@ from collections.abc import Sequence
 import numpy as np
 
 from medanon.evaluate.attacks.risk import success_rate
-from medanon.evaluate.attacks.stats import delong, exact_interval, unit
+from medanon.evaluate.attacks.stats import (
+    BOOT_RESAMPLES,
+    cluster_summaries,
+    components,
+    delong,
+    threshold_at_far,
+    unit,
+    weighted_auc,
+)
+
+__all__ = ["linkability", "threshold_at_far", "verification_rates"]
 
 ASSUMPTIONS = ("attacker holds an identity network trained on real patients' repeated acquisitions and the real "
                "images it wants to link; threshold fixed at the target FAR on all impostor pairs of real held-out "
                "patients; outer pairs use the exact source image (worst case)")
 
 
-def threshold_at_far(impostor_scores, far: float) -> float:
-    """The lowest threshold ``t`` (accept ``score >= t``) whose FAR on ``impostor_scores`` is at most ``far``."""
-    s = np.sort(np.asarray(impostor_scores, np.float64).ravel())
-    if len(s) == 0:
-        raise ValueError("no impostor scores to fix a threshold on")
-    if not 0 <= far <= 1:
-        raise ValueError(f"far={far} must be in [0, 1]")
-    allowed = int(np.floor(far * len(s) + 1e-9))
-    cand = np.unique(s)
-    accepted = len(s) - np.searchsorted(s, cand, side="left")         # impostors with score >= candidate
-    ok = cand[accepted <= allowed]
-    return float(ok[0]) if len(ok) else float(np.nextafter(s[-1], np.inf))
-
-
 def verification_rates(scores, genuine, threshold: float, *, confidence: float = 0.95,
-                       low_threshold: float | None = None) -> dict:
+                       low_threshold: float | None = None, groups=None, seed: int = 0,
+                       n_resamples: int = BOOT_RESAMPLES) -> dict:
     """TAR, FAR (with Wilson intervals), FRR, F1 and balanced accuracy of ``score >= threshold``; the AUC with
     its DeLong interval and the two-sided AUC; with ``low_threshold``, the reverse attacker's TAR / FAR
-    (accept ``score <= low_threshold``)."""
+    (accept ``score <= low_threshold``).
+
+    ``groups`` (n, 2): the patient cluster of each side of each pair. Pairs share images, and images share
+    patients, so where it is given TAR, FAR, reverse TAR and AUC get patient cluster bootstrap intervals instead
+    (a pair across two clusters weighted by the product of their draws; ``interval`` says which)."""
     sc = np.asarray(scores, np.float64).ravel()
     g = np.asarray(genuine, bool).ravel()
     if len(sc) != len(g) or g.sum() == 0 or (~g).sum() == 0:
@@ -74,14 +82,43 @@ def verification_rates(scores, genuine, threshold: float, *, confidence: float =
     out = {"TAR": t_, "FAR": f_, "FRR": 1 - t_, "TAR_ci": list(tar.ci), "FAR_ci": list(far.ci), "F1": f1,
            "accuracy": (t_ + 1 - f_) / 2, "AUC": auc["auc"], "AUC_ci": auc["ci"], "AUC_two_sided": auc["two_sided_auc"],
            "AUC_p_value": auc["p_value"], "threshold": float(threshold), "genuine_pairs": int(g.sum()),
-           "impostor_pairs": int((~g).sum()), "n": int(g.sum())}
-    if low_threshold is not None:
-        rev = sc <= low_threshold
+           "impostor_pairs": int((~g).sum()), "n": int(g.sum()), "interval": "Wilson over pairs; AUC: DeLong"}
+    rev = sc <= low_threshold if low_threshold is not None else None
+    if rev is not None:
         rt, rf = int((rev & g).sum()), int((rev & ~g).sum())
         out.update(reverse_TAR=rt / g.sum(), reverse_FAR=rf / (~g).sum(),
                    reverse_TAR_ci=list(success_rate(rt, int(g.sum()), confidence=confidence).ci),
                    low_threshold=float(low_threshold))
+    if groups is not None:
+        out.update(_pair_intervals(sc, g, acc, rev, groups, out, confidence=confidence, seed=seed,
+                                   n_resamples=n_resamples))
     return out
+
+
+def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, seed: int, n_resamples: int) -> dict:
+    """Patient cluster bootstrap intervals of TAR, FAR, AUC (and reverse TAR), in one pass of resamples."""
+    # genuine pairs first, then impostors by score: the statistics read contiguous columns of the weights
+    order = np.r_[np.flatnonzero(g), np.flatnonzero(~g)[np.argsort(sc[~g], kind="stable")]]
+    sc, g, groups = sc[order], g[order], np.asarray(groups)[order]
+    ng_ = int(g.sum())
+    a, r = acc[order].astype(np.float32), (rev if rev is not None else acc)[order].astype(np.float32)   # as weights
+    auc = weighted_auc(sc, g)
+
+    def stat(w: np.ndarray) -> np.ndarray:
+        wg, wi = w[:, :ng_], w[:, ng_:]
+        n_g = wg.sum(1, dtype=np.float64)
+        return np.stack([(wg @ a[:ng_]) / n_g, (wi @ a[ng_:]) / wi.sum(1, dtype=np.float64), auc(w),
+                         (wg @ r[:ng_]) / n_g])
+
+    est = {"TAR": (out["TAR"], True), "FAR": (out["FAR"], True), "AUC": (out["AUC"], False),
+           "reverse_TAR": (out.get("reverse_TAR", out["TAR"]), True)}
+    b = cluster_summaries(stat, groups, est, confidence=confidence, seed=seed, n_resamples=n_resamples)
+    upd = {"TAR_ci": b["TAR"]["ci"], "FAR_ci": b["FAR"]["ci"], "AUC_delong_ci": out["AUC_ci"],
+           "AUC_ci": b["AUC"]["ci"], "interval": b["AUC"]["interval"], "patients": b["AUC"]["clusters"],
+           "resamples": b["AUC"]["resamples"], "seed": seed}
+    if rev is not None:
+        upd["reverse_TAR_ci"] = b["reverse_TAR"]["ci"]
+    return upd
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -118,12 +155,26 @@ def _pairs(same: np.ndarray, upper: bool, rng: np.random.Generator, max_impostor
 
 
 
+def record_clusters(record_patients: Sequence[frozenset], patients: Sequence = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Cluster labels, in one space, of released records and of ``patients``: records and the patients they stand
+    for, linked through the mapping, form one cluster; a patient in no record is a cluster of its own."""
+    rec, plab = components(record_patients)
+    nxt = int(rec.max()) + 1 if len(rec) else 0
+    extra: dict = {}
+    lab = [plab[p] if p in plab else extra.setdefault(p, nxt + len(extra)) for p in patients]
+    return rec, np.asarray(lab, np.int64)
+
+
 def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], release_emb: np.ndarray,
                 record_patients: Sequence[frozenset], source_emb: np.ndarray, source_patients: Sequence[str],
                 source_record: Sequence[int], target_far: float = 0.01, seed: int = 0,
-                max_pairs: int = 5000, max_impostors: int = 1_000_000, confidence: float = 0.95) -> dict:
-    """GMIA's table: control (all real held-out pairs), inner and outer risk, at the control's thresholds."""
+                max_pairs: int = 5000, max_impostors: int = 1_000_000, confidence: float = 0.95,
+                n_resamples: int = BOOT_RESAMPLES) -> dict:
+    """GMIA's table: control (all real held-out pairs), inner and outer risk, at the control's thresholds. Every
+    TAR, FAR and AUC gets a patient cluster bootstrap interval (seeded by ``seed``): control pairs are resampled by
+    held-out patient, inner and outer pairs by clusters of records and source patients linked by the mapping."""
     rng = np.random.default_rng(seed)
+    boot = {"seed": seed, "n_resamples": n_resamples}
     cp = np.asarray(control_patients)
     ce = unit(control_emb)
     ci, cj, cl, csub = _pairs(cp[:, None] == cp[None, :], True, rng, max_impostors, max_pairs)
@@ -136,9 +187,11 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     n_imp, fa = len(imp), int((imp >= thr).sum())
     out = {"target_far": target_far, "threshold": thr, "low_threshold": low, "assumptions": ASSUMPTIONS,
            "calibration": {"impostor_pairs": n_imp, "accepted": fa, "realised_far": fa / n_imp,
-                           "realised_far_ci": exact_interval(fa, n_imp, confidence=confidence),
                            "enough": n_imp >= 10 / target_far, "subsampled": bool(csub)},
-           "control": verification_rates(c_scores, cl, thr, confidence=confidence, low_threshold=low)}
+           "control": verification_rates(c_scores, cl, thr, confidence=confidence, low_threshold=low,
+                                         groups=np.unique(cp, return_inverse=True)[1][np.c_[ci, cj]], **boot)}
+    cal = out["calibration"]                        # the control's FAR: the same impostor pairs, the same threshold
+    cal.update(realised_far_ci=out["control"]["FAR_ci"], realised_far_interval=out["control"]["interval"])
     if n_imp < 10 / target_far:
         out["warning"] = (f"the threshold at FAR {target_far:g} is calibrated on {n_imp} impostor pairs, fewer than "
                           f"10 / FAR = {10 / target_far:.0f}: the realised FAR is {fa}/{n_imp}; read the AUC instead")
@@ -147,22 +200,23 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     owners = sorted({p for ps in rp for p in ps})
     member = np.asarray([[p in ps for p in owners] for ps in rp], bool)        # (R, patients)
     same_rr = (member.astype(np.int32) @ member.T.astype(np.int32)) > 0
+    sp = list(source_patients)
+    rc, sc_ = record_clusters(rp, sp)
     ii, ij, il, isub = _pairs(same_rr, True, rng, max_impostors, max_pairs)
     if il.sum() and (~il).sum():
         out["inner"] = verification_rates(_pair_dots(re_, re_, ii, ij), il, thr, confidence=confidence,
-                                          low_threshold=low)
+                                          low_threshold=low, groups=np.stack([rc[ii], rc[ij]], 1), **boot)
         out["inner"]["subsampled"] = bool(isub)
     else:
         out["inner"] = None
         out["inner_note"] = "no two released records stand for a common patient: inner risk is not defined"
-    sp = list(source_patients)
     se = unit(source_emb)
     pidx = {p: n for n, p in enumerate(owners)}
     same_sr = np.stack([member[:, pidx[p]] if p in pidx else np.zeros(len(rp), bool) for p in sp])  # (S, R)
     oi, oj, ol, osub = _pairs(same_sr, False, rng, max_impostors, max_pairs)
     if ol.sum() and (~ol).sum():
         out["outer"] = verification_rates(_pair_dots(se, re_, oi, oj), ol, thr, confidence=confidence,
-                                          low_threshold=low)
+                                          low_threshold=low, groups=np.stack([sc_[oi], rc[oj]], 1), **boot)
         out["outer"]["subsampled"] = bool(osub)
     else:
         out["outer"] = None

@@ -17,13 +17,19 @@ ground truth, and the real data):
 3. **Target**: target-half records are taken in random order while their members fit in a pool
    balanced with as many held-out real images (patients never in the release), like the paper's two
    halves. For each of these records all pool images are ranked by the attacker's score.
-4. Top-K accuracy with K = the record's number of sources (k) and one interval, the exact
-   (Clopper-Pearson) interval of the hits over the K slots; its **baseline** is the *exact* chance of a
-   random ranking (record ``r`` draws ``k_r`` of the pool at random: hypergeometric hits, expected
-   ``k_r / pool``), and the p-value is the exact upper tail of the convolution of those hypergeometric
-   laws (:func:`medanon.evaluate.attacks.stats.topk_null`), not a bootstrap that collapses to zero width
-   at k = 2. This is a baseline (random guessing), not a control: ranking held-out patients has no member
-   to find.
+4. Top-K accuracy with K = the record's number of distinct source images (k in a release whose records
+   each stand for k images; not the ``k`` setting where records have more or fewer sources). **Ties never
+   count for the attacker**: pool images tied at the K-th place share the slots left (a tied member
+   is a hit with probability slots / tied, its expected hits under random tie breaking; a constant score
+   gives the chance of a random ranking, not the members that happen to come first in the pool). The
+   interval: with ``source_patients``, the patient cluster bootstrap of the hits over the slots, resampling
+   clusters of evaluated records linked by a common patient (``ci``; :mod:`.stats`); else, and always in
+   ``ci_slots``, the exact (Clopper-Pearson) interval of the hits over the K slots. Its **baseline** is the
+   *exact* chance of a random ranking (record ``r`` draws ``k_r`` of the pool at random: hypergeometric
+   hits, expected ``k_r / pool``), and the p-value is the exact upper tail of the convolution of those
+   hypergeometric laws (:func:`medanon.evaluate.attacks.stats.topk_null`), averaged over the attacker's
+   hits under random tie breaking, not a bootstrap that collapses to zero width at k = 2. This is a
+   baseline (random guessing), not a control: ranking held-out patients has no member to find.
 
 Worst case as in the paper: the member images offered to the attacker are the exact source images.
 """
@@ -36,12 +42,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from medanon.evaluate.attacks.risk import exact_rate, risk_entry, success_rate
-from medanon.evaluate.attacks.stats import exact_interval, topk_null, upper_tail
+from medanon.evaluate.attacks.risk import exact_rate, rate, risk_entry
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, components, exact_interval, topk_hits, topk_null, upper_tail
 
 ASSUMPTIONS = ("attacker knows the method well enough to hold released records with their cluster membership for "
                "half of the release (as k-SALSA's attacker trained on training-set averages) and ranks candidate "
-               "images: the exact source images of the other half plus as many images of held-out patients; K = k")
+               "images: the exact source images of the other half plus as many images of held-out patients; K = the "
+               "record's number of source images; images tied at the K-th place share the slots left")
 
 
 def descriptors(images: torch.Tensor, identity_emb: np.ndarray, *, thumb: int = 8) -> np.ndarray:
@@ -59,8 +66,10 @@ def pair_features(a: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Sequence[int]],
                      source_desc: np.ndarray, heldout_desc: np.ndarray, seed: int = 0, negatives: int = 4,
-                     confidence: float = 0.95) -> dict:
-    """Run the attack. ``record_sources[r]`` indexes ``source_desc`` rows of record ``r``'s source images."""
+                     confidence: float = 0.95, source_patients: Sequence | None = None,
+                     n_resamples: int = BOOT_RESAMPLES) -> dict:
+    """Run the attack. ``record_sources[r]`` indexes ``source_desc`` rows of record ``r``'s source images;
+    ``source_patients[i]``: the patient of ``source_desc`` row ``i`` (for the patient-level interval)."""
     from sklearn.linear_model import LogisticRegression
 
     rng = np.random.default_rng(seed)
@@ -104,29 +113,37 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     pool = np.concatenate([source_desc[mem_idx], heldout_desc[held]])
     pool_owner = np.r_[mem_idx, -1 - np.arange(len(held))]          # source index, or negative for held-out
 
-    # 4. rank and score
-    accs, hits_total, k_total, chance = [], 0, 0, []
+    # 4. rank and score (ties at the K-th place share the slots left)
+    hits, ks, hit_pmfs = [], [], []
     for r in chosen:
-        srcs = set(int(s) for s in record_sources[r])
+        srcs = {int(s) for s in record_sources[r]}
         k = len(srcs)
         scores = clf.decision_function(pair_features(np.repeat(release_desc[r:r + 1], len(pool), 0), pool))
-        top = np.argsort(-scores, kind="stable")[:k]
-        hits = sum(int(pool_owner[t]) in srcs for t in top)
-        accs.append(hits / k)
-        hits_total += hits
-        k_total += k
-        chance.append(k / len(pool))
-    accs_a = np.asarray(accs)
-    expected_random = float(np.mean(chance))
-    ks = [len(set(record_sources[r])) for r in chosen]
-    pmf, expected_hits = topk_null(ks, len(pool))
-    attack = success_rate(hits_total, k_total, confidence=confidence)
+        h, pmf = topk_hits(scores, np.isin(pool_owner, list(srcs)), k)
+        hits.append(h)
+        ks.append(k)
+        hit_pmfs.append(pmf)
+    hits_a, ks_a = np.asarray(hits), np.asarray(ks, np.float64)
+    hits_total, k_total = float(hits_a.sum()), int(ks_a.sum())
+    observed = np.ones(1)
+    for pmf in hit_pmfs:
+        observed = np.convolve(observed, pmf)                         # the attacker's total hits, over tie breaks
+    null, expected_hits = topk_null(ks, len(pool))
+    expected_random = float(np.mean(ks_a / len(pool)))
+    groups = None
+    if source_patients is not None:
+        sp = np.asarray(source_patients)
+        groups = components([{sp[int(s)] for s in record_sources[r]} for r in chosen])[0]
+    attack = rate(hits_a, trials=ks_a, groups=groups, confidence=confidence, seed=seed, n_resamples=n_resamples)
     base = exact_rate(expected_hits / k_total, k_total, confidence=confidence)      # exact: no sampling error
-    return {"top_k_accuracy": float(accs_a.mean()), "ci": exact_interval(hits_total, k_total, confidence=confidence),
-            "interval": "Clopper-Pearson over the K slots of the evaluated records", "hits": hits_total,
-            "slots": k_total, "chance": expected_random, "baseline": expected_random,
-            "p_value": upper_tail(pmf, hits_total), "test": "exact: convolution of the records' hypergeometric hits "
-                                                              "under a random ranking",
+    slots_ci = exact_interval(hits_total, k_total, confidence=confidence)
+    return {"top_k_accuracy": float((hits_a / ks_a).mean()), "ci": list(attack.ci) if groups is not None else slots_ci,
+            "ci_slots": slots_ci, "interval": attack.method if groups is not None else
+            "Clopper-Pearson over the K slots of the evaluated records", "hits": hits_total if hits_total % 1 else
+            int(hits_total), "slots": k_total, "chance": expected_random, "baseline": expected_random,
+            "p_value": upper_tail(null, observed), "test": "exact: convolution of the records' hypergeometric hits "
+                                                           "under a random ranking",
+            "ties": "pool images tied at the K-th place share the slots left",
             "records_evaluated": len(chosen), "records_attacker": len(train_recs), "n": len(chosen),
             "pool": len(pool), "members_in_pool": len(mem_idx), "heldout_in_pool": len(held),
             "k": sorted(set(ks)), "assumptions": ASSUMPTIONS,

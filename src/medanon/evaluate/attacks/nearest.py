@@ -8,31 +8,38 @@ people who are not there, and the residual risk ``(members - controls) / (1 - co
 against it. A copy release gives members similarity 1 and a residual near 1; a release of unrelated
 people treats members and controls alike and gives a residual near 0.
 
-``τ`` is fixed at ``1 - fpr`` of the scores of **calibration** images: real images of other people, neither
-members nor the controls (the evaluation uses half of the held-out patients, split by patient, and tests
-the other half as controls; not the attacker split, on which the identity network was trained and whose
-images it therefore separates from everyone), or of the controls themselves without them.
-Two-sided: the reverse attacker claims membership when the *least* similar record is below the
-``fpr`` quantile (a release optimised away from its sources). Both come with the threshold-free AUC of
-members vs controls, its DeLong interval and the Mann-Whitney test.
+``τ`` is the lowest threshold that accepts at most a share ``fpr`` of the scores of **calibration** images:
+real images of other people, neither members nor the controls (the evaluation uses half of the held-out
+patients, split by patient, and tests the other half as controls; not the attacker split, on which the
+identity network was trained and whose images it therefore separates from everyone), or of the controls
+themselves without them.
+Scores tied at the threshold are accepted or refused together (:func:`.stats.threshold_at_far`), so ties
+never push the realised rate above ``fpr``: a release whose every score is tied claims no one.
+Two-sided: the reverse attacker claims membership when the *least* similar record is at most the lower
+threshold (a share ``fpr`` in the lower tail; a release optimised away from its sources). Both come with the
+threshold-free AUC of members vs controls (ties count 1/2) and the Mann-Whitney test.
+
+Intervals: with ``member_groups`` and ``control_groups`` (the patient of each target image) the rates and
+AUCs get patient cluster bootstrap intervals (members and controls resampled independently, seeded by
+``seed``) and the residual risk the percentile interval over those resamples; without them, Wilson and DeLong.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from medanon.evaluate.attacks.risk import risk_entry, success_rate
-from medanon.evaluate.attacks.stats import delong, unit
+from medanon.evaluate.attacks.risk import rate, risk_entry
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, delong, threshold_at_far, unit
 
 ASSUMPTIONS = ("attacker holds a target's real image, an identity network and the release, and claims membership "
                "when the most (reverse: least) similar released record passes a threshold set on real images of "
                "other people")
 
 
-
 def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray, release_emb: np.ndarray,
-                              calib_emb: np.ndarray | None = None, fpr: float = 0.1,
-                              confidence: float = 0.95) -> dict:
+                              calib_emb: np.ndarray | None = None, fpr: float = 0.1, confidence: float = 0.95,
+                              member_groups=None, control_groups=None, seed: int = 0,
+                              n_resamples: int = BOOT_RESAMPLES) -> dict:
     """Members vs held-out controls, one- and two-sided, with the residual risk against the control."""
     rel = unit(release_emb)
     if len(member_emb) == 0 or len(control_emb) == 0 or len(rel) == 0:
@@ -40,37 +47,47 @@ def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray
     has_calib = calib_emb is not None and len(calib_emb) > 0
     return membership_from_scores(unit(member_emb) @ rel.T, unit(control_emb) @ rel.T,
                                   unit(calib_emb) @ rel.T if has_calib else None, fpr=fpr, confidence=confidence,
-                                  calibrated_on="half of the held-out patients" if has_calib else "the controls")
+                                  calibrated_on="half of the held-out patients" if has_calib else "the controls",
+                                  member_groups=member_groups, control_groups=control_groups, seed=seed,
+                                  n_resamples=n_resamples)
 
 
 def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray, calib_scores: np.ndarray | None,
                            *, fpr: float = 0.1, confidence: float = 0.95, calibrated_on: str = "the controls",
-                           score: str = "cosine", assumptions: str = ASSUMPTIONS) -> dict:
+                           score: str = "cosine", assumptions: str = ASSUMPTIONS, member_groups=None,
+                           control_groups=None, seed: int = 0, n_resamples: int = BOOT_RESAMPLES) -> dict:
     """The attack on similarity matrices ``(targets, released records)`` of members, controls and calibration
-    images (None: the controls calibrate): the most (reverse: least) similar record against the thresholds."""
+    images (None: the controls calibrate): the most (reverse: least) similar record against the thresholds.
+    ``member_groups`` / ``control_groups``: the patient of each member / control row (both, or neither)."""
     if member_scores.size == 0 or control_scores.size == 0:
         raise ValueError("nearest-record membership needs member images, control images and released records")
+    grouped = member_groups is not None and control_groups is not None
+    mg, cg = (np.asarray(member_groups), np.asarray(control_groups)) if grouped else (None, None)
     m_hi, m_lo = member_scores.max(1), member_scores.min(1)
     c_hi, c_lo = control_scores.max(1), control_scores.min(1)
     cal_hi, cal_lo = (calib_scores.max(1), calib_scores.min(1)) if calib_scores is not None and calib_scores.size \
         else (c_hi, c_lo)
-    tau, tau_lo = float(np.quantile(cal_hi, 1 - fpr)), float(np.quantile(cal_lo, fpr))
+    tau, tau_lo = threshold_at_far(cal_hi, fpr), -threshold_at_far(-cal_lo, fpr)
+    boot = {"confidence": confidence, "seed": seed, "n_resamples": n_resamples}
     entries = {}
     for name, m, c, claim in (("forward", m_hi, c_hi, lambda v: v >= tau), ("reverse", m_lo, c_lo,
                                                                               lambda v: v <= tau_lo)):
-        a = success_rate(int(claim(m).sum()), len(m), confidence=confidence)
-        k = success_rate(int(claim(c).sum()), len(c), confidence=confidence)
+        a = rate(claim(m), groups=mg, stream=0, **boot)
+        k = rate(claim(c), groups=cg, stream=1, **boot)           # independent resamples of other patients
         entries[name] = risk_entry(a, k, what="a member's most similar released record passes the threshold"
                                    if name == "forward" else "a member's least similar released record falls "
                                                              "below the threshold",
                                    control_is="the same attack on real images of held-out patients")
-    auc = delong(m_hi, c_hi, confidence=confidence)
-    auc_rev = delong(-m_lo, -c_lo, confidence=confidence)
+    kw = {"pos_groups": mg, "neg_groups": cg, **boot}
+    auc = delong(m_hi, c_hi, **kw)
+    auc_rev = delong(-m_lo, -c_lo, **kw)
     out = {"auc": auc["auc"], "auc_ci": auc["ci"], "p_value": auc["p_value"], "two_sided_auc": auc["two_sided_auc"],
-           "reverse_auc": auc_rev["auc"], "reverse_auc_ci": auc_rev["ci"],
+           "reverse_auc": auc_rev["auc"], "reverse_auc_ci": auc_rev["ci"], "interval": auc["interval"],
            "threshold": tau, "low_threshold": tau_lo, "fpr": fpr, "calibrated_on": calibrated_on,
            "n_members": len(m_hi), "n_controls": len(c_hi), "n": len(m_hi), "assumptions": assumptions,
            "risk": entries["forward"], "risk_reverse": entries["reverse"]}
+    if grouped:
+        out.update(member_patients=len(np.unique(mg)), control_patients=len(np.unique(cg)))
     if score != "cosine":
         out["score"] = score
     return out

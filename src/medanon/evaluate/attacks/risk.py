@@ -4,37 +4,50 @@ The estimator follows anonymeter (Giomi et al., "A Unified Framework for Quantif
 in Synthetic Data", PoPETs 2023), written here for images:
 
 - a success rate is a Wilson score estimate ``(s + z^2/2) / (n + z^2)`` with half-width
-  ``z / (n + z^2) * sqrt(s (n - s) / n + z^2 / 4)`` (:func:`success_rate`);
+  ``z / (n + z^2) * sqrt(s (n - s) / n + z^2 / 4)`` (:func:`success_rate`); ``s`` may be fractional, a
+  tie's credit (:mod:`.stats`);
+- where the targets' patients are known, a rate over images is instead the raw fraction with the patient
+  cluster bootstrap interval (:func:`rate`, :func:`medanon.evaluate.attacks.stats.cluster_summary`): images
+  of one patient are not independent;
 - the residual risk of an attack is ``(attack - control) / (1 - control)``: the attacker's success
   on targets whose data went into the release, beyond its success on *control* targets whose data
   did not (so generic knowledge that the release teaches about everyone does not count as a leak),
-  with the error propagated from both rates (:func:`residual_risk`). Values are reported clipped
-  to [0, 1], like anonymeter's ``to_risk()``.
+  with the error propagated from both rates (:func:`residual_risk`), or, where both rates come from
+  patient bootstraps (or the reference is exact), the percentile interval of the residual over the
+  independent resamples. Values are reported clipped to [0, 1], like anonymeter's ``to_risk()``.
 
 :func:`inference_risk` is anonymeter's inference attack on images: the attacker holds a target's
 image, finds the released record nearest to it in an embedding space and guesses the secret
-attribute (e.g. sex) from that record's released label. Members are targets from the release's
-source patients; controls are held-out patients. It needs only the release, its labels and the
-split, no private mapping.
+attribute (e.g. sex) from that record's released label; records tied as nearest share the guess
+(each gets an equal part of the credit). Members are targets from the release's source patients;
+controls are held-out patients. It needs only the release, its labels and the split, no private mapping.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import norm
 
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, TIE_TOL, cluster_summary, percentile_ci
+
 
 @dataclass(frozen=True)
 class Rate:
-    value: float                                # Wilson point estimate (not the raw fraction)
+    value: float                                # Wilson point estimate, or the raw fraction of a patient bootstrap
     error: float                                # half-width of the interval
-    successes: int                              # s
+    successes: float                            # s (fractional where ties share the credit)
     trials: int                                 # n
     confidence: float = 0.95
     exact: float | None = None                  # a rate known exactly (an expected chance), not estimated
+    interval: tuple[float, float] | None = None  # an explicit interval (patient bootstrap); None: Wilson
+    method: str = "Wilson"
+    patients: int | None = None                 # clusters resampled
+    resamples: int | None = None
+    seed: int | None = None
+    draws: np.ndarray | None = field(default=None, compare=False, repr=False)   # the bootstrap's rates
 
     @property
     def raw(self) -> float:
@@ -44,13 +57,19 @@ class Rate:
 
     @property
     def ci(self) -> tuple[float, float]:
+        if self.interval is not None:
+            return self.interval
         return max(0.0, self.value - self.error), min(1.0, self.value + self.error)
 
     def to_dict(self) -> dict:
-        out = {"rate": self.raw, "wilson": self.value, "ci": list(self.ci), "successes": self.successes,
-               "trials": self.trials, "confidence": self.confidence}
+        s = self.successes
+        out = {"rate": self.raw, "wilson": self.value if self.interval is None else None, "ci": list(self.ci),
+               "successes": int(s) if float(s).is_integer() else float(s), "trials": self.trials,
+               "confidence": self.confidence, "interval": "exact" if self.exact is not None else self.method}
         if self.exact is not None:
             out["exact"] = True
+        if self.patients is not None:
+            out.update(patients=self.patients, resamples=self.resamples, seed=self.seed)
         return out
 
 
@@ -59,11 +78,11 @@ def exact_rate(value: float, trials: int, *, confidence: float = 0.95) -> Rate:
     return Rate(float(value), 0.0, round(value * trials), int(trials), confidence, exact=float(value))
 
 
-def success_rate(successes: int, trials: int, *, confidence: float = 0.95) -> Rate:
-    """Wilson score interval of a binomial success rate."""
+def success_rate(successes: float, trials: int, *, confidence: float = 0.95) -> Rate:
+    """Wilson score interval of a binomial success rate; ``successes`` may be fractional (tie credit)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence={confidence} must be in (0, 1)")
-    s, n = int(successes), int(trials)
+    s, n = float(successes), int(trials)
     if n <= 0 or not 0 <= s <= n:
         raise ValueError(f"need 0 <= successes ({s}) <= trials ({n}) and trials > 0")
     z = float(norm.ppf(0.5 * (1.0 + confidence)))
@@ -71,7 +90,29 @@ def success_rate(successes: int, trials: int, *, confidence: float = 0.95) -> Ra
     den = n + z2
     value = (s + 0.5 * z2) / den
     error = (z / den) * math.sqrt(s * (n - s) / n + 0.25 * z2)
-    return Rate(value, error, s, n, confidence)
+    return Rate(value, error, int(s) if s.is_integer() else s, n, confidence)
+
+
+def rate(outcomes, *, trials=None, groups=None, confidence: float = 0.95, seed: int = 0, stream: int = 0,
+         n_resamples: int = BOOT_RESAMPLES) -> Rate:
+    """The success rate ``sum(outcomes) / sum(trials)`` of per-target ``outcomes`` (successes, fractional where ties
+    share the credit; ``trials`` per target, default 1): Wilson where ``groups`` is None (targets independent), else
+    the raw rate with the patient cluster bootstrap interval over ``groups`` (the patient, or patient cluster, of
+    each target). Resample two populations (attack and control) with different ``stream`` values."""
+    o = np.asarray(outcomes, np.float64).ravel()
+    t = np.ones_like(o) if trials is None else np.asarray(trials, np.float64).ravel()
+    s, n = float(o.sum()), float(t.sum())
+    if groups is None:
+        return success_rate(s, round(n), confidence=confidence)
+    if len(o) == 0 or len(groups) != len(o) or len(t) != len(o):
+        raise ValueError(f"need one group and one trial count per outcome: {len(groups)} groups, {len(t)} trial "
+                         f"counts, {len(o)} outcomes")
+    est = s / n
+    b = cluster_summary(lambda w: (w @ o) / (w @ t), groups, est, confidence=confidence, seed=seed, stream=stream,
+                        n_resamples=n_resamples, rate=True)
+    lo, hi = b["ci"]
+    return Rate(est, (hi - lo) / 2, int(s) if s.is_integer() else s, round(n), confidence, interval=(lo, hi),
+                method=b["interval"], patients=b["clusters"], resamples=b["resamples"], seed=seed, draws=b["draws"])
 
 
 @dataclass(frozen=True)
@@ -80,19 +121,29 @@ class Risk:
     ci: tuple[float, float]                     # clipped interval
     unclipped: float                            # (attack - control) / (1 - control), may be negative
     error: float                                # propagated half-width
+    method: str = "propagated"
 
     def to_dict(self) -> dict:
-        return {"risk": self.value, "ci": list(self.ci), "unclipped": self.unclipped}
+        return {"risk": self.value, "ci": list(self.ci), "unclipped": self.unclipped, "interval": self.method}
 
 
 def residual_risk(attack: Rate, control: Rate) -> Risk:
-    """``(a - c) / (1 - c)`` with error ``sqrt((da / (1 - c))^2 + (dc (a - 1) / (1 - c)^2)^2)``."""
+    """``(a - c) / (1 - c)`` with error ``sqrt((da / (1 - c))^2 + (dc (a - 1) / (1 - c)^2)^2)``; where the attack
+    has patient bootstrap draws and the control has its own (independent) draws or is exact, the percentile
+    interval of the residual over the draws instead."""
     a, c = attack.value, control.value
     if c >= 1.0:
         return Risk(float("nan"), (float("nan"), float("nan")), float("nan"), float("nan"))
     r = (a - c) / (1.0 - c)
-    err = math.sqrt((attack.error / abs(1.0 - c)) ** 2 + (control.error * (a - 1.0) / (1.0 - c) ** 2) ** 2)
     clip = lambda v: min(max(v, 0.0), 1.0)          # noqa: E731
+    c_draws = control.draws if control.draws is not None else (np.array(c) if control.error == 0 else None)
+    if attack.draws is not None and c_draws is not None and c_draws.size in (1, attack.draws.size):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = (attack.draws - c_draws) / (1.0 - c_draws)
+        d = np.where(np.broadcast_to(c_draws, d.shape) < 1.0, d, np.nan)
+        lo, hi = percentile_ci(d, r, attack.confidence)
+        return Risk(clip(r), (clip(lo), clip(hi)), r, (hi - lo) / 2, "percentile over the patient bootstrap draws")
+    err = math.sqrt((attack.error / abs(1.0 - c)) ** 2 + (control.error * (a - 1.0) / (1.0 - c) ** 2) ** 2)
     return Risk(clip(r), (clip(r - err), clip(r + err)), r, err)
 
 
@@ -116,36 +167,46 @@ def risk_entry(attack: Rate, control: Rate | None, *, what: str, control_is: str
             "what": what, "control_is": control_is, "baseline_is": baseline_is}
 
 
-def nearest(query: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Index of the key with the highest cosine similarity to each query (rows need not be unit length)."""
+def nearest_share(query: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """(queries, keys) weights: ``1 / t`` on the ``t`` keys tied for the highest cosine similarity to each query,
+    0 elsewhere (rows need not be unit length). A guess read off "the nearest record" is then credited by the
+    share of tied records that give it, its expected success under random tie breaking."""
     q = query / np.maximum(np.linalg.norm(query, axis=1, keepdims=True), 1e-12)
     k = keys / np.maximum(np.linalg.norm(keys, axis=1, keepdims=True), 1e-12)
-    return (q @ k.T).argmax(axis=1)
+    sim = q @ k.T
+    best = sim.max(1, keepdims=True)
+    tied = np.abs(sim - best) <= TIE_TOL * np.maximum(1.0, np.abs(best))
+    return tied / tied.sum(1, keepdims=True)
 
 
 def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control_emb: np.ndarray,
                    control_secret: np.ndarray, release_emb: np.ndarray, release_secret: np.ndarray,
-                   confidence: float = 0.95, seed: int = 0) -> dict:
+                   confidence: float = 0.95, seed: int = 0, member_groups=None, control_groups=None,
+                   n_resamples: int = BOOT_RESAMPLES) -> dict:
     """Anonymeter's inference attack with nearest-record guessing, members vs controls.
 
-    The guess for a target is the released secret of its nearest released record; a release
-    record with a missing secret is never chosen. The naive baseline guesses a random released
-    value. Success counts are per target image.
+    The guess for a target is the released secret of its nearest released record; records tied as nearest share
+    the credit equally (a constant release scores the share of released labels that match, chance); a release
+    record with a missing secret is never chosen. The naive baseline guesses a random released value, scored by
+    its expected success (the share of released values equal to the target's). Success counts are per target
+    image; with ``member_groups`` / ``control_groups`` (the patient of each target) the intervals are patient
+    cluster bootstraps (seeded by ``seed``), else Wilson.
     """
     ok = ~np.isnan(release_secret)
     if ok.sum() == 0 or len(member_emb) == 0 or len(control_emb) == 0:
         raise ValueError("inference risk needs released secrets, member targets and control targets")
     rel_emb, rel_sec = release_emb[ok], release_secret[ok]
-    guess_m = rel_sec[nearest(member_emb, rel_emb)]
-    guess_c = rel_sec[nearest(control_emb, rel_emb)]
-    rng = np.random.default_rng(seed)
-    naive = rng.choice(rel_sec, size=len(member_secret))
-    a = success_rate(int((guess_m == member_secret).sum()), len(member_secret), confidence=confidence)
-    c = success_rate(int((guess_c == control_secret).sum()), len(control_secret), confidence=confidence)
-    b = success_rate(int((naive == member_secret).sum()), len(member_secret), confidence=confidence)
+    hit_m = (nearest_share(member_emb, rel_emb) * (rel_sec[None, :] == member_secret[:, None])).sum(1)
+    hit_c = (nearest_share(control_emb, rel_emb) * (rel_sec[None, :] == control_secret[:, None])).sum(1)
+    naive = (rel_sec[None, :] == member_secret[:, None]).mean(1)
+    grouped = member_groups is not None and control_groups is not None
+    kw = dict(confidence=confidence, seed=seed, n_resamples=n_resamples)
+    a = rate(hit_m, groups=member_groups if grouped else None, stream=0, **kw)
+    c = rate(hit_c, groups=control_groups if grouped else None, stream=1, **kw)
+    b = rate(naive, groups=member_groups if grouped else None, stream=2, **kw)
     out = risk_entry(a, c, what="guess the secret of a target from the released label of its nearest record",
                      control_is="the same attack on held-out patients whose images are not in the release",
-                     baseline=b, baseline_is="a random released label")
+                     baseline=b, baseline_is="a random released label (its expected success)")
     out["naive_baseline"] = b.to_dict()
     out["attack_beats_naive"] = bool(a.value > b.value)
     return out

@@ -18,6 +18,10 @@ networks (another architecture, another loss, pairs instead of patient classes).
 - ``membership``: a target is claimed to be in the release when its best-scoring released record passes a
   threshold set on half of the held-out patients; the **control** is the same attack on the other half
   (:func:`medanon.evaluate.attacks.nearest.membership_from_scores`), with the residual risk against it.
+
+Every TAR, FAR, AUC and rate gets a patient cluster bootstrap interval (seeded by ``seed``), as in
+:mod:`.linkability` and :mod:`.nearest`: reference pairs by held-out patient, outer pairs by clusters of records
+and source patients, membership targets by patient.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from medanon.data.tensors import resize_to
-from medanon.evaluate.attacks.linkability import _pairs, threshold_at_far, verification_rates
+from medanon.evaluate.attacks.linkability import _pairs, record_clusters, threshold_at_far, verification_rates
 from medanon.evaluate.attacks.nearest import membership_from_scores
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES
 
 ASSUMPTIONS = ("attacker holds a Siamese network trained on pairs of real images of other patients (genuine: "
                "the same patient) and the real images it wants to verify or find; thresholds fixed on real "
@@ -169,7 +174,7 @@ def load_siamese(path, *, map_location: str | torch.device = "cpu") -> tuple[Sia
     """Rebuild a :class:`SiameseNet` from its checkpoint; returns ``(net in eval mode, checkpoint blob)``."""
     from medanon.checkpoint import load_checkpoint
 
-    blob = load_checkpoint(path, kind=SIAMESE_KIND, map_location=map_location)
+    blob = load_checkpoint(path, kind=SIAMESE_KIND, map_location="cpu")   # copied into the net, then moved
     conf = dict(blob["config"])
     channels = int(conf.pop("channels"))
     net = SiameseNet(channels, SiameseConfig(**conf))
@@ -204,12 +209,13 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                    patients: np.ndarray, source_rows: np.ndarray,
                    record_patients: Sequence[frozenset], member_rows: np.ndarray, calib_rows: np.ndarray,
                    control_rows: np.ndarray, target_far: float = 0.01, fpr: float = 0.1, max_pairs: int = 5000,
-                   seed: int = 0, confidence: float = 0.95) -> dict:
+                   seed: int = 0, confidence: float = 0.95, n_resamples: int = BOOT_RESAMPLES) -> dict:
     """Reference (real held-out pairs), outer verification and membership with its held-out control.
 
     Rows index ``real_feats`` / ``patients``; ``source_rows`` are the real images of the release's members;
     ``calib_rows`` and ``control_rows`` are the two halves of the held-out patients."""
     rng = np.random.default_rng(seed)
+    boot = {"seed": seed, "n_resamples": n_resamples}
     held = np.r_[calib_rows, control_rows]
     hp = patients[held]
     ci, cj, cl, _ = _pairs(hp[:, None] == hp[None, :], True, rng, 1_000_000, max_pairs)
@@ -219,19 +225,24 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     imp = ref[~cl]
     thr, low = threshold_at_far(imp, target_far), -threshold_at_far(-imp, target_far)
     out: dict = {"target_far": target_far, "threshold": thr, "low_threshold": low, "assumptions": ASSUMPTIONS,
-                 "reference": verification_rates(ref, cl, thr, confidence=confidence, low_threshold=low)}
+                 "reference": verification_rates(ref, cl, thr, confidence=confidence, low_threshold=low,
+                                                 groups=np.unique(hp, return_inverse=True)[1][np.c_[ci, cj]], **boot)}
     rp = list(record_patients)
     sp = patients[source_rows]
     same = np.stack([[p in ps for ps in rp] for p in sp])                          # (sources, records)
     oi, oj, ol, osub = _pairs(same, False, rng, 1_000_000, max_pairs)
+    rc, sc = record_clusters(rp, list(sp))
     out["outer"] = (verification_rates(score_pairs(net, real_feats[source_rows], release_feats, oi, oj), ol, thr,
-                                       confidence=confidence, low_threshold=low) | {"subsampled": bool(osub)}
+                                       confidence=confidence, low_threshold=low, groups=np.stack([sc[oi], rc[oj]], 1),
+                                       **boot) | {"subsampled": bool(osub)}
                     if ol.sum() and (~ol).sum() else None)
     scores = {k: score_matrix(net, real_feats[rows], release_feats)
               for k, rows in (("members", member_rows), ("calib", calib_rows), ("controls", control_rows))}
     out["membership"] = membership_from_scores(scores["members"], scores["controls"], scores["calib"], fpr=fpr,
                                                confidence=confidence, calibrated_on="half of the held-out patients",
-                                               score="Siamese logit", assumptions=ASSUMPTIONS)
+                                               score="Siamese logit", assumptions=ASSUMPTIONS,
+                                               member_groups=patients[member_rows],
+                                               control_groups=patients[control_rows], **boot)
     out["risk"], out["risk_reverse"] = out["membership"]["risk"], out["membership"]["risk_reverse"]
     out["n"] = (out["outer"] or {}).get("genuine_pairs", 0)
     return out

@@ -8,7 +8,7 @@ does not depend on what the images show. With ``--resume CKPT`` the networks sta
 
     python benchmarks/gan_precision.py --config configs/stylegan/cpu64-wide.yaml --threads 1 [--steps 16]
 
-Session 12 (Intel Xeon with AMX, one thread, the wide preset): bf16 was slower than float32 (about 1.0 against
+Measured on an Intel Xeon with AMX (one thread, the wide preset): bf16 was slower than float32 (about 1.0 against
 0.8 s per step); the convolutions of 16 to 64 channels are too small for AMX to pay for the casts. `train gan`
 therefore has no precision option; the numbers are in docs/backbone.md.
 """

@@ -44,7 +44,6 @@ def checks(w: Path, dev: str, tiny: bool) -> list[tuple[str, list[str]]]:
     """(name, argv after ``medanon --device DEV``) of every command, in the order they run."""
     fd, xr, rel, tr = w / "fundus", w / "xray", w / "releases", w / "train"
     n = "10" if tiny else "24"
-    gan_steps = "2"
     out = [
         ("phantom-fundus", ["phantom", "--modality", "fundus", "--patients", n, "--per-patient", "2", "--size", "64",
                             "--out", str(fd)]),
@@ -72,7 +71,7 @@ def checks(w: Path, dev: str, tiny: bool) -> list[tuple[str, list[str]]]:
         ("generate", ["generate", "--model", str(CK / "stylegan2-fundus64-wide.pt"), "--n", "8",
                       "--out", str(w / "generated")]),
         ("train-gan", ["train", "gan", "--data", str(fd), "--config", str(ROOT / "configs/stylegan/cpu64.yaml"),
-                       "--set", "batch=4", "--steps", gan_steps, "--out", str(tr / "gan")]),
+                       "--set", "batch=4", "--steps", "2", "--out", str(tr / "gan")]),
         ("train-encoder", ["train", "encoder", "--data", str(fd), "--config", str(ROOT / "configs/encoder/cpu64.yaml"),
                            "--generator", str(CK / "stylegan2-fundus64.pt"), "--set", "batch=4", "--steps", "2",
                            "--out", str(tr / "encoder")]),

@@ -29,9 +29,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import norm
 
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, TIE_TOL, cluster_summary, percentile_ci
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, TIE_TOL, cluster_summary, percentile_ci, wilson_estimate
 
 
 @dataclass(frozen=True)
@@ -85,11 +84,7 @@ def success_rate(successes: float, trials: int, *, confidence: float = 0.95) -> 
     s, n = float(successes), int(trials)
     if n <= 0 or not 0 <= s <= n:
         raise ValueError(f"need 0 <= successes ({s}) <= trials ({n}) and trials > 0")
-    z = float(norm.ppf(0.5 * (1.0 + confidence)))
-    z2 = z * z
-    den = n + z2
-    value = (s + 0.5 * z2) / den
-    error = (z / den) * math.sqrt(s * (n - s) / n + 0.25 * z2)
+    value, error = wilson_estimate(s, n, confidence=confidence)
     return Rate(value, error, int(s) if s.is_integer() else s, n, confidence)
 
 

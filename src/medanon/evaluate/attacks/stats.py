@@ -39,14 +39,21 @@ def unit(a) -> np.ndarray:
     return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
 
 
+def wilson_estimate(successes: float, trials: float, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score centre ``(s + z²/2) / (n + z²)`` and half-width ``z / (n + z²) · sqrt(s (n − s) / n + z²/4)``
+    (``successes`` may be fractional: tie credit)."""
+    s, n = float(successes), float(trials)
+    z = float(norm.ppf(0.5 * (1.0 + confidence)))
+    z2 = z * z
+    return (s + 0.5 * z2) / (n + z2), z / (n + z2) * math.sqrt(max(s * (n - s) / n, 0.0) + 0.25 * z2)
+
+
 def wilson(successes: float, trials: float, *, confidence: float = 0.95) -> list[float]:
-    """Wilson score interval (``successes`` may be fractional: tie credit)."""
+    """Wilson score interval, clipped to [0, 1] (exactly 0 / 1 at the ends)."""
     s, n = float(successes), float(trials)
     if n <= 0:
         return [float("nan"), float("nan")]
-    z = float(norm.ppf(0.5 * (1.0 + confidence)))
-    z2 = z * z
-    c, h = (s + 0.5 * z2) / (n + z2), z / (n + z2) * math.sqrt(max(s * (n - s) / n, 0.0) + 0.25 * z2)
+    c, h = wilson_estimate(s, n, confidence=confidence)
     return [0.0 if s <= 0 else max(0.0, c - h), 1.0 if s >= n else min(1.0, c + h)]
 
 

@@ -393,3 +393,30 @@ def test_gmia_tables_script_reads_the_report(world):
     utility = tables.table_utility(releases, {})
     assert len(utility) == 2 + sum(len(r.get("utility", {})) for r in releases)
     assert "kappa" in utility[0] and utility[2].startswith("| unprotected |")
+
+
+def test_calibration_validity_and_verdict_in_the_report(world):
+    """Every evaluation scores known-answer releases; every risk row says whether it is valid; every release has a
+    verdict; a valid attack sees the unprotected release (the source images) as a copy."""
+    from medanon.evaluate.calibration import risk_rows
+
+    rep = world["report"]
+    table = rep["calibration"]["table"]
+    assert table and any(c["passes"] for c in table.values())
+    for c in table.values():
+        assert c["passes"] == (c["reason"] == "")
+    for r in rep["releases"]:
+        rows, checks = risk_rows(r["attacks"]), r["validity"]
+        assert set(checks) == set(rows)
+        assert all(isinstance(c["valid"], bool) and (c["valid"] or c["reason"]) for c in checks.values())
+        v = r["verdict"]
+        valid = [x["residual_risk"]["risk"] for row, x in rows.items() if checks[row]["valid"]]
+        assert v["valid_attacks"] == len(valid)
+        if valid:
+            assert v["risk"] == max(valid)
+    unprotected = _by_name(rep)["unprotected"]
+    for row, x in risk_rows(unprotected["attacks"]).items():
+        if unprotected["validity"][row]["valid"] and not row.endswith("(reverse)"):
+            assert x["residual_risk"]["risk"] >= 0.5, row
+    html = (world["out"] / "report.html").read_text()
+    assert "<h2>Verdict</h2>" in html and "Calibration: the attacks on releases whose answer is known" in html

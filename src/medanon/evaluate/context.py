@@ -85,6 +85,7 @@ class RealContext:
         self._models: dict[str, Any] = {}               # classifiers trained on real data, by content key
         self._attribute_scores: dict[str, np.ndarray] = {}
         self._attribute_size: int | None = None         # a checkpointed attribute attacker's input side
+        self.member_fallbacks: set[str] = set()         # attackers that had to be trained on the members
         a = cfg.attacks
         att = real.rows(a.attacker_split) if a.attacker_split else np.zeros(0, np.int64)
         if _repeat_patients(real.patients[att]) >= 2:
@@ -282,6 +283,7 @@ class RealContext:
             ok = ~np.isnan(v)
             if ok.sum() < 2 or len(np.unique(v[ok])) < 2:
                 return None, ""
+            self.member_fallbacks.add("attribute")
             self.note(f"the attacker split has too few {label!r} labels: the {label} attacker is trained on the "
                       f"release's source split (its members), so it measures memorisation too")
         model = self._real_classifier(f"attacker-{label}", rows[ok], v[ok].astype(int), 2, tcfg)

@@ -40,6 +40,7 @@ from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.cache import Cache, digest
+from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.context import RealContext, checkpoint_trained_on, network_checks
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
@@ -50,7 +51,7 @@ from medanon.runtime import RunDir, map_in_parallel
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 3                             # 3: sample_sizes.fid_per_release by release, controls.fidelity_by_n
+RESULTS_VERSION = 4                             # 4: utility ratio intervals; calibration and verdicts
 
 
 @dataclass(frozen=True)
@@ -401,6 +402,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     controls = _controls(ctx, list(n_fid.values()), tasks)
     checks = network_checks(ctx) if (cfg.attacks.linkability or cfg.attacks.singling_out or cfg.attacks.nearest) \
         else {}
+    calibration = calibrate_and_judge(ctx, ckpts, results, checks)
     report = {
         "format": "medanon-evaluation", "version": RESULTS_VERSION,
         "phantom": real.phantom, "real": {"path": str(real.root), "images": len(real.records),
@@ -419,7 +421,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      "checks": checks, "utility_learner": ctx.learner.describe() if tasks else None,
                      "siamese": {"trained_on": ctx.siamese_trained_on} if cfg.attacks.siamese else None,
                      "checkpoints_sha256": ckpts},
-        "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results, "notes": ctx.notes,
+        "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results,
+        "calibration": calibration, "notes": ctx.notes,
         "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),
     }

@@ -37,6 +37,7 @@ from medanon.evaluate.report_format import (
     short_setting,  # noqa: F401  (re-exported: the papers' column labels)
 )
 from medanon.evaluate.report_plots import plots as _plots
+from medanon.evaluate.report_verdict import verdict_section
 from medanon.evaluate.utility import HEADLINE, METRIC_NAMES
 from medanon.fsutil import atomic_write_text
 from medanon.release.writer import image_to_uint8
@@ -319,7 +320,7 @@ outline:2px solid #4a7}.arrow{font-size:20px;color:#4a7}.more{font-size:11px;col
 font-size:12px}.stmt{margin:.4em 0;font-size:14px}.stmt h4{margin:.6em 0 .2em}
 .stmt p,.stmt ul{margin:.2em 0}img.fig{image-rendering:pixelated;max-width:100%}figcaption{font-size:12px;color:#555}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;font-size:14px}dt{font-weight:600}
-"""
+.invalid{color:#999}.err{stroke:#2a6fb0;stroke-width:1}tr.invalid td{color:#aaa}"""
 
 
 def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
@@ -349,7 +350,8 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
                  f"<th>Mapping</th></tr></thead><tbody>{rels}</tbody></table>")
     notes = "".join(f"<p class=note>{_e(n)}</p>" for n in rep.get("notes", []))
     body = "\n".join([
-        "<h1>medanon evaluation report</h1>", banner, summary, "<h2>Releases</h2>", rel_table, notes,
+        "<h1>medanon evaluation report</h1>", banner, verdict_section(rep), summary, "<h2>Releases</h2>", rel_table,
+        notes,
         _statements(rep), _fidelity(rep), _utility(rep), attack_sections(rep, grids), _dpglow_table3(rep), _plots(rep),
         _grids(rep, grids),
         f"<h2>Configuration</h2><details><summary>settings of this evaluation</summary><pre>"

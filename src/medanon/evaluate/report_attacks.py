@@ -6,7 +6,9 @@ Every number shows its N and its interval."""
 
 from __future__ import annotations
 
+from medanon.evaluate.calibration import risk_rows, row_label
 from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _table
+from medanon.evaluate.report_verdict import calibration_section
 
 CONTROLS = [
     ("Membership top-K (k-SALSA)", "baseline: the exact expected hits of a random ranking of the same pool "
@@ -312,35 +314,29 @@ def _screening(rep: dict, grids: dict) -> str:
 
 
 def _risks(rep: dict) -> str:
-    names = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
-             "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
-             "singling_out": "Singling out (top-1)", "siamese": "Siamese membership (best record)"}
     rows = []
     for r in rep["releases"]:
-        for key, label in names.items():
-            a = r["attacks"].get(key) or {}
-            entries = [(label, a.get("risk") if "risk" in a else a if "residual_risk" in a else None)]
-            if a.get("risk_reverse"):
-                entries.append((label + ", reverse", a["risk_reverse"]))
-            for lab, risk in entries:
-                if not risk:
-                    continue
-                rr = risk["residual_risk"]
-                ctrl = risk.get("control")
-                base = risk.get("baseline")
-                rows.append([_e(r["name"]), lab, _rate(risk["attack"]), _rate(ctrl) if ctrl else
-                             f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
-                             f"{_iv(rr['risk'], rr['ci'])} <span class=ci>vs {_e(risk.get('against', 'control'))}"
-                             f"</span>"])
+        for row, risk in risk_rows(r["attacks"]).items():
+            rr = risk["residual_risk"]
+            ctrl = risk.get("control")
+            base = risk.get("baseline")
+            check = (r.get("validity") or {}).get(row) or {"valid": True}
+            valid = check["valid"]
+            cells = [_e(r["name"]), _e(row_label(row)), _rate(risk["attack"]), _rate(ctrl) if ctrl else
+                     f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
+                     f"{_iv(rr['risk'], rr['ci'])} <span class=ci>vs {_e(risk.get('against', 'control'))}</span>",
+                     "yes" if valid else f"<span class=invalid>no: {_e(check['reason'])}</span>"]
+            rows.append(cells if valid else [f"<span class=invalid>{c}</span>" for c in cells[:-1]] + cells[-1:])
     if not rows:
         return ""
     return "<h2>Residual risk</h2>" + _table(
         ["Release", "Attack", "Attack success (%)", "Control: same attack, held-out patients (%)",
-         "Baseline: random guess (%)", "Residual risk [95% CI]"], rows,
+         "Baseline: random guess (%)", "Residual risk [95% CI]", "Valid"], rows,
         caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over "
                 "bootstrap resamples of the patients on both sides (Wilson with the error propagated where no patient "
                 "ids reach the attack); clipped to [0, 1]. The reference is the control where one exists; otherwise "
-                "the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it.")
+                "the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it. "
+                "Greyed rows are not valid (last column: why) and count nowhere else.")
 
 
 def _rate(d: dict) -> str:
@@ -351,6 +347,7 @@ def _rate(d: dict) -> str:
 
 def attack_sections(rep: dict, grids: dict | None = None) -> str:
     rels = rep["releases"]
-    parts = [_protocol(rep), _explain(), _membership(rels), _nearest(rels), _attribute(rep), _linkability(rels),
+    parts = [calibration_section(rep), _protocol(rep), _explain(), _membership(rels), _nearest(rels), _attribute(rep),
+             _linkability(rels),
              _singling(rels), _siamese(rels), _independent(rep), _risks(rep), _screening(rep, grids or {})]
     return "\n".join(p for p in parts if p)

@@ -123,7 +123,8 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
                      baseline_probs: Sequence[np.ndarray], *, n_resamples: int = 1000, confidence: float = 0.95,
                      seed: int = 0) -> dict[str, dict]:
     """Paired percentile bootstrap over test images (``scipy.stats.bootstrap``, ``paired=True``) of every metric,
-    averaged over seeds: the release's, the baseline's and the difference release - baseline, each as
+    averaged over seeds: the release's, the baseline's, the difference release - baseline and the ratio
+    release / baseline (the share of the real images' value the release keeps), each as
     ``{"value", "ci", "n"}``. The resamples are scored a batch at a time (:func:`score_rows`)."""
     import warnings
 
@@ -139,7 +140,9 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
     def stat(idx, axis=-1):
         idx = np.asarray(idx, np.int64).reshape(-1, len(y))
         r, b = _seed_mean(task, y, release_probs, idx), _seed_mean(task, y, baseline_probs, idx)
-        return np.stack([r[k] for k in keys] + [b[k] for k in keys] + [r[k] - b[k] for k in keys])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = [r[k] / b[k] for k in keys]
+        return np.stack([r[k] for k in keys] + [b[k] for k in keys] + [r[k] - b[k] for k in keys] + ratio)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -153,6 +156,8 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
         out[k] = {"release": {"value": r0, "ci": [float(lo[i]), float(hi[i])]},
                   "baseline": {"value": b0, "ci": [float(lo[n + i]), float(hi[n + i])]},
                   "difference": {"value": r0 - b0, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
+                  "ratio": {"value": r0 / b0 if b0 else float("nan"),
+                            "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]},
                   "n": len(y), "resamples": n_resamples}
     return out
 

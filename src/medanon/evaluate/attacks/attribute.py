@@ -79,7 +79,8 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
     out = {"attribute": attribute, "accuracy": acc.raw, "accuracy_ci": list(acc.ci), "auroc": roc_auc(t, p),
            "chance": base.raw, "baseline": base.raw, "heldout_real_accuracy": held.raw,
            "heldout_real_accuracy_ci": list(held.ci), "heldout_real_auroc": roc_auc(ht, hp), "n": len(t),
-           "n_heldout": len(ht), "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS,
+           "n_heldout": len(ht), "heldout_chance": float(max(np.mean(ht == 0), np.mean(ht == 1))),
+           "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS,
            "interval": acc.method, "heldout_interval": held.method}
     if source_images is not None and record_sources is not None:
         flat = sorted({int(i) for rows in record_sources for i in rows})

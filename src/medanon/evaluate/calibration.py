@@ -1,0 +1,247 @@
+"""Known-answer calibration of the attacks, the validity of every residual risk, and one verdict per release.
+
+An attack is trusted only after it gets releases whose answer is known right. From the real data an evaluation
+already holds, three **known-answer releases** of the source split are built in memory (one record per source
+image, the private mapping known exactly) and scored through every attack:
+
+- ``copy``: the source images themselves. A working attack detects it: residual risk ≥ 0.5 with its interval
+  above 0;
+- ``constant``: one mid-grey image per record; ``noise``: uniform noise per record (seeded). Neither carries
+  anything of anyone, so a working attack's residual risk interval includes 0.
+
+A reverse attacker (least similar record: releases pushed *away* from their sources) has no copy test (a copy
+is not pushed away from anything); it must pass the two nulls. A residual risk row of a release is **valid**
+when its attack passed, its attacker is not at chance on held-out real data, and it was not trained on the
+members; otherwise ``valid: false`` with the reason, and it is kept out of the verdict, the plots and any ranking.
+The **verdict** of a release is the largest valid residual risk (with its interval and the attack that gave it)
+and the utility kept: the release's headline metric divided by that of real images of the same N, with a
+paired bootstrap interval.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from medanon.config import to_dict
+from medanon.evaluate.attack_suite import run_attacks
+from medanon.evaluate.cache import digest
+from medanon.evaluate.context import RealContext
+from medanon.evaluate.inputs import ReleaseData
+from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
+
+KNOWN = ("copy", "constant", "noise")
+KNOWN_WHAT = {"copy": "every source image released as its own record (must be detected)",
+              "constant": "one mid-grey image per source image (must not be detected)",
+              "noise": "uniform noise, one image per source image (must not be detected)"}
+COPY_MIN = 0.5                                  # a copy must be detected at least this strongly
+VERSION = 1
+
+NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
+         "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
+         "singling_out": "Singling out (top-1)", "siamese": "Siamese membership (best record)",
+         "linkability": "Linkability"}
+IDENTITY_ATTACKS = ("membership", "nearest", "inference", "singling_out", "linkability")
+
+
+def known_answer_release(ctx: RealContext, kind: str) -> ReleaseData:
+    """The ``kind`` known-answer release of the source split: one record per source image, sources known."""
+    real, rows = ctx.real, ctx.src
+    src = real.images[rows]
+    if kind == "copy":
+        images = src.clone()
+    elif kind == "constant":
+        images = torch.zeros_like(src)
+    elif kind == "noise":
+        g = torch.Generator().manual_seed(int(ctx.cfg.seed))
+        images = torch.rand(src.shape, generator=g, dtype=src.dtype) * 2 - 1
+    else:
+        raise ValueError(f"unknown known-answer release {kind!r}; one of {KNOWN}")
+    labels = {name: real.label(name)[rows] for name in real.label_names}
+    table = [{"image": f"{j:06d}.png", **{k: "" if math.isnan(v[j]) else repr(float(v[j]))
+                                          for k, v in labels.items()}} for j in range(len(rows))]
+    return ReleaseData(path=Path(f"<known answer: {kind}>"), name=f"known answer: {kind}",
+                       manifest={"method": f"known-answer-{kind}", "params": {}}, rows=table, images=images,
+                       digest=f"known-answer-{kind}", sources=[[int(i)] for i in rows])
+
+
+def calibrate(ctx: RealContext, checkpoints: dict[str, str]) -> dict[str, dict]:
+    """Every attack on each known-answer release (cached with the real data's key): ``{kind: attacks}``."""
+    out = {}
+    for kind in KNOWN:
+        key = digest("calibration", VERSION, kind, ctx.key, to_dict(ctx.cfg), checkpoints)
+        got = ctx.cache.load_json(f"calibration-{key}")
+        if got is None:
+            got = run_attacks(ctx, known_answer_release(ctx, kind))
+            ctx.cache.save_json(f"calibration-{key}", got)
+        out[kind] = got
+    return out
+
+
+def risk_rows(attacks: dict, prefix: str = "") -> dict[str, dict]:
+    """Every residual-risk entry of a release's attacks, by row id (``nearest``, ``nearest (reverse)``,
+    ``independent singling_out``, ...): the ``risk`` entry of each attack, or the attack itself where it is one."""
+    out: dict[str, dict] = {}
+    for key, a in attacks.items():
+        if key == "independent":
+            out.update(risk_rows(a, "independent "))
+            continue
+        if not isinstance(a, dict) or "skipped" in a:
+            continue
+        risk = a.get("risk") if "risk" in a else (a if "residual_risk" in a else None)
+        if risk:
+            out[prefix + key] = risk
+        if a.get("risk_reverse"):
+            out[prefix + key + " (reverse)"] = a["risk_reverse"]
+    return out
+
+
+def row_label(row: str) -> str:
+    base = row.removeprefix("independent ").removesuffix(" (reverse)")
+    label = NAMES.get(base, base)
+    if row.endswith(" (reverse)"):
+        label += ", reverse"
+    return label + (" [independent network]" if row.startswith("independent ") else "")
+
+
+def _rr(risk: dict | None) -> dict | None:
+    return None if risk is None else risk.get("residual_risk")
+
+
+def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
+    """Per risk row: its residual risk on each known-answer release and whether the attack passed."""
+    rows = {kind: risk_rows(attacks) for kind, attacks in calib.items()}
+    out = {}
+    for row in sorted(set().union(*rows.values())):
+        got = {kind: _rr(rows[kind].get(row)) for kind in KNOWN}
+        reasons = []
+        if row.endswith(" (reverse)"):
+            copy_ok = None                                     # not applicable: a copy is not pushed away
+        else:
+            c = got["copy"]
+            copy_ok = c is not None and c["risk"] >= COPY_MIN and c["ci"][0] > 0
+            if not copy_ok:
+                reasons.append("misses an exact copy" + ("" if c is None else
+                               f" (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}])"))
+        for kind in ("constant", "noise"):
+            n = got[kind]
+            if n is None:
+                reasons.append(f"not measurable on the {kind} release")
+            elif n["ci"][0] > 0:
+                reasons.append(f"flags the {kind} release (residual {n['risk']:.2f} [{n['ci'][0]:.2f}, "
+                               f"{n['ci'][1]:.2f}])")
+        out[row] = {**{kind: got[kind] for kind in KNOWN}, "copy_check": copy_ok, "passes": not reasons,
+                    "reason": "; ".join(reasons)}
+    return out
+
+
+def _at_chance(row: str, rel: dict, checks: dict) -> str | None:
+    """Why the attacker of ``row`` is at chance on held-out real data, or None."""
+    base = row.removeprefix("independent ").removesuffix(" (reverse)")
+    if base == "attribute":
+        a = rel["attacks"].get("attribute") or {}
+        lo, chance = (a.get("heldout_real_accuracy_ci") or [math.nan])[0], a.get("heldout_chance")
+        if chance is not None and not lo > chance:
+            return (f"the attribute attacker is at chance on held-out real images (accuracy "
+                    f"{a['heldout_real_accuracy']:.2f}, interval from {lo:.2f}; majority class {chance:.2f})")
+        return None
+    if base in IDENTITY_ATTACKS:
+        net = "independent" if row.startswith("independent ") else "identity"
+        c = (checks.get(net) or {}).get("controls")
+        if c is not None and not c["ci"][0] > 0.5:
+            return (f"the {net} network does not tell held-out patients apart (verification AUC {c['auc']:.2f} "
+                    f"[{c['ci'][0]:.2f}, {c['ci'][1]:.2f}])")
+    return None
+
+
+def trained_on_members(ctx: RealContext) -> dict[str, bool]:
+    """Which attackers were trained on the release's members (no attacker split to train them on, no checkpoint)."""
+    a = ctx.cfg.attacks
+    fallback = ctx.attacker_from == ctx.cfg.source_split
+    return {"identity": fallback and not a.identity_checkpoint,
+            "independent": fallback and not a.independent_checkpoint,
+            "siamese": fallback and not a.siamese_checkpoint,
+            "attribute": (fallback or "attribute" in ctx.member_fallbacks) and not a.attribute_checkpoint}
+
+
+def _member_trained(row: str, trained_on_members: dict[str, bool]) -> str | None:
+    base = row.removeprefix("independent ").removesuffix(" (reverse)")
+    net = ("attribute" if base == "attribute" else "siamese" if base == "siamese" else
+           "independent" if row.startswith("independent ") else "identity")
+    if trained_on_members.get(net):
+        return f"the {net} attacker was trained on the release's members (it measures memorisation too)"
+    return None
+
+
+def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool]) -> dict[str, dict]:
+    """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched)."""
+    out = {}
+    for row in risk_rows(rel["attacks"]):
+        cal = table.get(row)
+        reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
+                   ("no known-answer calibration" if cal is None else None),
+                   _at_chance(row, rel, checks), _member_trained(row, trained_on_members)]
+        reasons = [r for r in reasons if r]
+        out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
+    return out
+
+
+def _utility_kept(rel: dict) -> list[dict]:
+    out = []
+    for label, u in (rel.get("utility") or {}).items():
+        if "skipped" in u:
+            continue
+        metric = HEADLINE[KNOWN_TASKS[label].kind if label in KNOWN_TASKS else "multiclass"]
+        boot = (u.get("paired_bootstrap") or {}).get(metric) or {}
+        real = u["real_same_n"][metric]["mean"]
+        kept = u["release"][metric]["mean"] / real if real and np.isfinite(real) and real > 0 else math.nan
+        out.append({"task": label, "metric": metric, "metric_name": METRIC_NAMES.get(metric, metric),
+                    "kept": kept, "ci": (boot.get("ratio") or {}).get("ci"),
+                    "release": u["release"][metric]["mean"], "real_same_n": real})
+    return out
+
+
+def verdict(rel: dict) -> dict:
+    """The largest valid residual risk of one release (``rel["validity"]``: :func:`validity`) and the utility it
+    keeps."""
+    rows = risk_rows(rel["attacks"])
+    valid = {row: r for row, r in rows.items() if rel["validity"][row]["valid"]}
+    out: dict = {"valid_attacks": len(valid), "invalid_attacks": len(rows) - len(valid),
+                 "utility_kept": _utility_kept(rel)}
+    if valid:
+        row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][1]))
+        out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row,
+                   attack_name=row_label(row))
+    out["sentence"] = _sentence(rel["name"], out)
+    return out
+
+
+def _sentence(name: str, v: dict) -> str:
+    if "risk" not in v:
+        risk = (f"no attack on {name} is valid (each failed its known-answer calibration, is at chance on held-out "
+                f"real images or was trained on the members), so these attacks say nothing of its privacy")
+    else:
+        lo, hi = v["ci"]
+        risk = (f"the strongest valid attack on {name}, {v['attack_name']}, has a residual risk of {v['risk']:.2f} "
+                f"[{lo:.2f}, {hi:.2f}] (0: it learns nothing beyond what it learns of people not in the release)")
+    kept = [u for u in v["utility_kept"] if np.isfinite(u["kept"])]
+    if kept:
+        u = kept[0]
+        ci = f" [{u['ci'][0]:.2f}, {u['ci'][1]:.2f}]" if u.get("ci") else ""
+        risk += (f"; it keeps {u['kept']:.2f}{ci} of the {u['metric_name']} of {u['task']} that real images of "
+                 f"the same number give")
+    return risk[0].upper() + risk[1:] + "."
+
+
+def calibrate_and_judge(ctx: RealContext, checkpoints: dict[str, str], results: list[dict], checks: dict) -> dict:
+    """Score the known-answer releases through every attack, set each release's ``validity`` (per risk row) and
+    ``verdict``; returns the report's ``calibration`` section."""
+    table = calibration_table(calibrate(ctx, checkpoints))
+    members = trained_on_members(ctx)
+    for r in results:
+        r["validity"] = validity(r, table, checks, members)
+        r["verdict"] = verdict(r)
+    return {"releases": {k: KNOWN_WHAT[k] for k in KNOWN}, "table": table, "trained_on_members": members}

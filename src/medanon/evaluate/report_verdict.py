@@ -1,0 +1,64 @@
+"""The report's verdict per release (top of the page) and the known-answer calibration table (head of the privacy
+section); both read what :mod:`medanon.evaluate.calibration` put into report.json."""
+
+from __future__ import annotations
+
+from medanon.evaluate.calibration import KNOWN, row_label
+from medanon.evaluate.report_format import _e, _num, _table
+
+INVALID = "<span class=invalid>{}</span>"
+
+
+def _iv(d: dict | None) -> str:
+    if not d:
+        return "–"
+    return f"{_num(d['risk'], 2)} <span class=ci>[{_num(d['ci'][0], 2)}, {_num(d['ci'][1], 2)}]</span>"
+
+
+def verdict_section(rep: dict) -> str:
+    rows = []
+    for r in rep["releases"]:
+        v = r.get("verdict")
+        if not v:
+            continue
+        risk = (f"{_iv(v)} <span class=ci>{_e(v['attack_name'])}</span>" if "risk" in v
+                else INVALID.format("no valid attack"))
+        kept = "; ".join(f"{_num(u['kept'], 2)}" + (f" <span class=ci>[{_num(u['ci'][0], 2)}, {_num(u['ci'][1], 2)}]"
+                                                    f"</span>" if u.get("ci") else "")
+                         + f" <span class=ci>{_e(u['metric_name'])}, {_e(u['task'])}</span>"
+                         for u in v["utility_kept"]) or "–"
+        rows.append([_e(r["name"]), risk, kept, f"{v['valid_attacks']} / {v['valid_attacks'] + v['invalid_attacks']}",
+                     _e(v["sentence"])])
+    if not rows:
+        return ""
+    return "<h2>Verdict</h2>" + _table(
+        ["Release", "Largest valid residual risk [95% CI] (attack)", "Utility kept: release ÷ real, same N [95% CI]",
+         "Valid attacks", "In words"], rows,
+        caption="Residual risk: (attack − control) / (1 − control), 0 = the attacker learns nothing of members beyond "
+                "what it learns of people not in the release. Only attacks that passed the known-answer calibration "
+                "(below), whose attacker is not at chance on held-out real images and was not trained on the members, "
+                "count. Utility kept: the headline metric of a classifier trained on the release divided by that of "
+                "one trained on as many real images (paired bootstrap over the test images).")
+
+
+def calibration_section(rep: dict) -> str:
+    cal = rep.get("calibration") or {}
+    table = cal.get("table") or {}
+    if not table:
+        return ""
+    rows = []
+    for row, c in table.items():
+        cells = [_iv(c.get(k)) for k in KNOWN]
+        if c["copy_check"] is None:
+            cells[0] = "<span class=ci>not applicable (reverse)</span>"
+        verdict = "passes" if c["passes"] else INVALID.format("fails: " + _e(c["reason"]))
+        rows.append([_e(row_label(row)), *cells, verdict])
+    what = "; ".join(f"<b>{k}</b>: {_e(v)}" for k, v in (cal.get("releases") or {}).items())
+    members = [k for k, v in (cal.get("trained_on_members") or {}).items() if v]
+    extra = (f" Trained on the members (every row of theirs is invalid): {_e(', '.join(members))}." if members else "")
+    return "<h2>Calibration: the attacks on releases whose answer is known</h2>" + _table(
+        ["Attack", "Residual risk: copy", "constant", "noise", "Calibration"], rows,
+        caption=f"Known-answer releases of the source split, one record per source image: {what}. An attack passes "
+                f"when it detects the copy (residual risk ≥ 0.5, interval above 0) and neither null (interval "
+                f"includes 0). A failed attack's rows are greyed in every table below and left out of the verdict and "
+                f"the plots.{extra}")

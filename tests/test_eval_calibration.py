@@ -1,0 +1,74 @@
+"""Known-answer calibration: which attacks pass, which risk rows are valid, and the verdict per release."""
+
+from medanon.evaluate.calibration import calibration_table, validity, verdict
+
+
+def _risk(r, lo, hi):
+    return {"residual_risk": {"risk": r, "ci": [lo, hi]}, "attack": {}, "control_is": "held-out patients"}
+
+
+def _attacks(forward, reverse=None):
+    a = {"nearest": {"risk": forward}}
+    if reverse is not None:
+        a["nearest"]["risk_reverse"] = reverse
+    return a
+
+
+def test_an_attack_passes_only_when_it_sees_the_copy_and_not_the_nulls():
+    good = {"copy": _attacks(_risk(0.9, 0.7, 1.0)), "constant": _attacks(_risk(0.0, 0.0, 0.1)),
+            "noise": _attacks(_risk(0.05, 0.0, 0.2))}
+    assert calibration_table(good)["nearest"]["passes"]
+    weak = {**good, "copy": _attacks(_risk(0.3, 0.1, 0.5))}
+    assert "misses an exact copy" in calibration_table(weak)["nearest"]["reason"]
+    fooled = {**good, "constant": _attacks(_risk(0.2, 0.05, 0.4))}
+    t = calibration_table(fooled)["nearest"]
+    assert not t["passes"] and "flags the constant release" in t["reason"]
+
+
+def test_a_reverse_attacker_has_no_copy_check_but_must_pass_the_nulls():
+    calib = {"copy": _attacks(_risk(0.9, 0.7, 1.0), _risk(0.0, 0.0, 0.0)),
+             "constant": _attacks(_risk(0.0, 0.0, 0.1), _risk(0.0, 0.0, 0.1)),
+             "noise": _attacks(_risk(0.0, 0.0, 0.1), _risk(0.1, 0.02, 0.2))}
+    rev = calibration_table(calib)["nearest (reverse)"]
+    assert rev["copy_check"] is None and not rev["passes"] and "noise" in rev["reason"]
+
+
+def test_the_verdict_takes_the_largest_valid_risk_only():
+    calib = {"copy": {"nearest": {"risk": _risk(0.9, 0.7, 1.0)}, "singling_out": {"risk": _risk(0.2, 0.0, 0.4)}},
+             "constant": {"nearest": {"risk": _risk(0.0, 0.0, 0.1)}, "singling_out": {"risk": _risk(0.0, 0.0, 0.1)}},
+             "noise": {"nearest": {"risk": _risk(0.0, 0.0, 0.1)}, "singling_out": {"risk": _risk(0.0, 0.0, 0.1)}}}
+    table = calibration_table(calib)
+    rel = {"name": "R", "utility": {}, "attacks": {"nearest": {"risk": _risk(0.3, 0.1, 0.5)},
+                                                   "singling_out": {"risk": _risk(0.8, 0.6, 0.9)}}}
+    rel["validity"] = rows = validity(rel, table, checks={}, trained_on_members={})
+    assert rows["nearest"]["valid"] and not rows["singling_out"]["valid"]
+    assert "misses an exact copy" in rows["singling_out"]["reason"]
+    v = verdict(rel)
+    assert v["attack"] == "nearest" and v["risk"] == 0.3 and v["valid_attacks"] == 1
+    assert "0.30" in v["sentence"]
+
+
+def test_attackers_trained_on_members_or_at_chance_are_not_valid():
+    calib = {k: {"nearest": {"risk": _risk(0.9 if k == "copy" else 0.0, 0.7 if k == "copy" else 0.0, 1.0)}}
+             for k in ("copy", "constant", "noise")}
+    table = calibration_table(calib)
+    rel = {"name": "R", "utility": {}, "attacks": {"nearest": {"risk": _risk(0.3, 0.1, 0.5)}}}
+    v = validity(rel, table, checks={}, trained_on_members={"identity": True})
+    assert "trained on the release's members" in v["nearest"]["reason"]
+    chance = {"identity": {"controls": {"auc": 0.52, "ci": [0.45, 0.6]}}}
+    rel["validity"] = validity(rel, table, checks=chance, trained_on_members={})
+    assert "does not tell held-out patients apart" in rel["validity"]["nearest"]["reason"]
+    assert "risk" not in verdict(rel) and "say nothing of its privacy" in verdict(rel)["sentence"]
+
+
+def test_plots_draw_only_valid_risks_on_round_ticks():
+    import numpy as np
+
+    from medanon.evaluate.report_plots import _valid_risk, nice_ticks
+
+    t = nice_ticks(0.03, 0.87)
+    assert t[0] <= 0.03 and t[-1] >= 0.87 and np.allclose(np.diff(t), 0.2)
+    rel = {"attacks": {"nearest": {"risk": _risk(0.4, 0.2, 0.6)}}, "validity": {"nearest": {"valid": False}}}
+    assert np.isnan(_valid_risk(rel, "nearest")[0])
+    rel["validity"]["nearest"]["valid"] = True
+    assert _valid_risk(rel, "nearest") == (0.4, (0.2, 0.6))

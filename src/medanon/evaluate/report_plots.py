@@ -25,7 +25,8 @@ def nice_ticks(lo: float, hi: float, n: int = 6) -> np.ndarray:
     raw = span / max(n - 1, 1)
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    return np.arange(math.floor(lo / step) * step, hi + step / 2, step)
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return np.arange(first, last + 1) * step
 
 
 def _scatter(points: list[Point], *, xlabel: str, ylabel: str, title: str, xref: float | None = None,

@@ -1,6 +1,6 @@
 """Known-answer calibration: which attacks pass, which risk rows are valid, and the verdict per release."""
 
-from medanon.evaluate.calibration import calibration_table, validity, verdict
+from medanon.evaluate.calibration import COPIES, KNOWN, calibration_table, validity, verdict
 
 
 def _risk(r, lo, hi):
@@ -15,18 +15,22 @@ def _attacks(forward, reverse=None):
 
 
 def test_an_attack_passes_only_when_it_sees_the_copy_and_not_the_nulls():
-    good = {"copy": _attacks(_risk(0.9, 0.7, 1.0)), "constant": _attacks(_risk(0.0, 0.0, 0.1)),
+    seen = _attacks(_risk(0.9, 0.7, 1.0))
+    good = {"copy": seen, "jpeg": seen, "shift": seen, "constant": _attacks(_risk(0.0, 0.0, 0.1)),
             "noise": _attacks(_risk(0.05, 0.0, 0.2))}
     assert calibration_table(good)["nearest"]["passes"]
     weak = {**good, "copy": _attacks(_risk(0.3, 0.1, 0.5))}
     assert "misses an exact copy" in calibration_table(weak)["nearest"]["reason"]
+    brittle = {**good, "shift": _attacks(_risk(0.2, 0.05, 0.4))}
+    assert "misses the shift copy" in calibration_table(brittle)["nearest"]["reason"]
     fooled = {**good, "constant": _attacks(_risk(0.2, 0.05, 0.4))}
     t = calibration_table(fooled)["nearest"]
     assert not t["passes"] and "flags the constant release" in t["reason"]
 
 
 def test_a_reverse_attacker_has_no_copy_check_but_must_pass_the_nulls():
-    calib = {"copy": _attacks(_risk(0.9, 0.7, 1.0), _risk(0.0, 0.0, 0.0)),
+    copy = _attacks(_risk(0.9, 0.7, 1.0), _risk(0.0, 0.0, 0.0))
+    calib = {"copy": copy, "jpeg": copy, "shift": copy,
              "constant": _attacks(_risk(0.0, 0.0, 0.1), _risk(0.0, 0.0, 0.1)),
              "noise": _attacks(_risk(0.0, 0.0, 0.1), _risk(0.1, 0.02, 0.2))}
     rev = calibration_table(calib)["nearest (reverse)"]
@@ -34,7 +38,8 @@ def test_a_reverse_attacker_has_no_copy_check_but_must_pass_the_nulls():
 
 
 def test_the_verdict_takes_the_largest_valid_risk_only():
-    calib = {"copy": {"nearest": {"risk": _risk(0.9, 0.7, 1.0)}, "singling_out": {"risk": _risk(0.2, 0.0, 0.4)}},
+    copy = {"nearest": {"risk": _risk(0.9, 0.7, 1.0)}, "singling_out": {"risk": _risk(0.2, 0.0, 0.4)}}
+    calib = {"copy": copy, "jpeg": copy, "shift": copy,
              "constant": {"nearest": {"risk": _risk(0.0, 0.0, 0.1)}, "singling_out": {"risk": _risk(0.0, 0.0, 0.1)}},
              "noise": {"nearest": {"risk": _risk(0.0, 0.0, 0.1)}, "singling_out": {"risk": _risk(0.0, 0.0, 0.1)}}}
     table = calibration_table(calib)
@@ -49,8 +54,8 @@ def test_the_verdict_takes_the_largest_valid_risk_only():
 
 
 def test_attackers_trained_on_members_or_at_chance_are_not_valid():
-    calib = {k: {"nearest": {"risk": _risk(0.9 if k == "copy" else 0.0, 0.7 if k == "copy" else 0.0, 1.0)}}
-             for k in ("copy", "constant", "noise")}
+    calib = {k: {"nearest": {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else _risk(0.0, 0.0, 0.1)}}
+             for k in KNOWN}
     table = calibration_table(calib)
     rel = {"name": "R", "utility": {}, "attacks": {"nearest": {"risk": _risk(0.3, 0.1, 0.5)}}}
     v = validity(rel, table, checks={}, trained_on_members={"identity": True})
@@ -72,3 +77,22 @@ def test_plots_draw_only_valid_risks_on_round_ticks():
     assert np.isnan(_valid_risk(rel, "nearest")[0])
     rel["validity"]["nearest"]["valid"] = True
     assert _valid_risk(rel, "nearest") == (0.4, (0.2, 0.6))
+
+
+def test_known_answer_images_and_the_judge():
+    import torch
+
+    from medanon.evaluate.known_answers import judge, known_images
+
+    ramp = torch.linspace(-0.8, 0.8, 16)
+    x = (ramp[None, None, :, None] * ramp[None, None, None, :]).expand(3, 3, 16, 16).clone()   # smooth images
+    assert torch.equal(known_images("copy", x), x)
+    s = known_images("shift", x)
+    assert torch.equal(s[:, :, 1:, 1:], x[:, :, :-1, :-1]) and torch.equal(s[:, :, 0, 1:], x[:, :, 0, :-1])
+    j = known_images("jpeg", x)
+    assert j.shape == x.shape and 0 < (j - x).abs().mean() < 0.05
+    assert torch.equal(known_images("noise", x, seed=3), known_images("noise", x, seed=3))
+    assert judge("copy", "nearest", {"risk": 0.9, "ci": [0.7, 1.0]}, True)
+    assert not judge("constant", "nearest", {"risk": 0.2, "ci": [0.05, 0.3]}, True)
+    assert judge("copy", "nearest (reverse)", {"risk": 0.0, "ci": [0.0, 0.0]}, True) is None
+    assert judge("noise", "nearest", {"risk": 0.9, "ci": [0.7, 1.0]}, False) is None

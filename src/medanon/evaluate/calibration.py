@@ -1,11 +1,12 @@
 """Known-answer calibration of the attacks, the validity of every residual risk, and one verdict per release.
 
 An attack is trusted only after it gets releases whose answer is known right. From the real data an evaluation
-already holds, three **known-answer releases** of the source split are built in memory (one record per source
-image, the private mapping known exactly) and scored through every attack:
+already holds, five **known-answer releases** of the source split are built in memory (one record per source
+image, the private mapping known exactly; :func:`medanon.evaluate.known_answers.known_images`) and scored
+through every attack:
 
-- ``copy``: the source images themselves. A working attack detects it: residual risk ≥ 0.5 with its interval
-  above 0;
+- ``copy``, ``jpeg`` (re-encoded at quality 75) and ``shift`` (moved by one pixel): the source images, as such or
+  barely changed. A working attack detects each: residual risk ≥ 0.5 with its interval above 0;
 - ``constant``: one mid-grey image per record; ``noise``: uniform noise per record (seeded). Neither carries
   anything of anyone, so a working attack's residual risk interval includes 0.
 
@@ -24,21 +25,24 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from medanon.config import to_dict
 from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.cache import digest
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
+from medanon.evaluate.known_answers import known_images
 from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
 
-KNOWN = ("copy", "constant", "noise")
+KNOWN = ("copy", "jpeg", "shift", "constant", "noise")
+COPIES = ("copy", "jpeg", "shift")
 KNOWN_WHAT = {"copy": "every source image released as its own record (must be detected)",
+              "jpeg": "every source image re-encoded as JPEG, quality 75 (must be detected)",
+              "shift": "every source image moved by one pixel (must be detected)",
               "constant": "one mid-grey image per source image (must not be detected)",
               "noise": "uniform noise, one image per source image (must not be detected)"}
 COPY_MIN = 0.5                                  # a copy must be detected at least this strongly
-VERSION = 1
+VERSION = 2
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
          "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
@@ -50,16 +54,7 @@ IDENTITY_ATTACKS = ("membership", "nearest", "inference", "singling_out", "linka
 def known_answer_release(ctx: RealContext, kind: str) -> ReleaseData:
     """The ``kind`` known-answer release of the source split: one record per source image, sources known."""
     real, rows = ctx.real, ctx.src
-    src = real.images[rows]
-    if kind == "copy":
-        images = src.clone()
-    elif kind == "constant":
-        images = torch.zeros_like(src)
-    elif kind == "noise":
-        g = torch.Generator().manual_seed(int(ctx.cfg.seed))
-        images = torch.rand(src.shape, generator=g, dtype=src.dtype) * 2 - 1
-    else:
-        raise ValueError(f"unknown known-answer release {kind!r}; one of {KNOWN}")
+    images = known_images(kind, real.images[rows], seed=int(ctx.cfg.seed))
     labels = {name: real.label(name)[rows] for name in real.label_names}
     table = [{"image": f"{j:06d}.png", **{k: "" if math.isnan(v[j]) else repr(float(v[j]))
                                           for k, v in labels.items()}} for j in range(len(rows))]
@@ -118,13 +113,13 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
     for row in sorted(set().union(*rows.values())):
         got = {kind: _rr(rows[kind].get(row)) for kind in KNOWN}
         reasons = []
-        if row.endswith(" (reverse)"):
-            copy_ok = None                                     # not applicable: a copy is not pushed away
-        else:
-            c = got["copy"]
-            copy_ok = c is not None and c["risk"] >= COPY_MIN and c["ci"][0] > 0
-            if not copy_ok:
-                reasons.append("misses an exact copy" + ("" if c is None else
+        copy_ok = None if row.endswith(" (reverse)") else True   # reverse: no copy test (a copy is not pushed away)
+        for kind in COPIES if copy_ok else ():
+            c = got[kind]
+            if c is None or not (c["risk"] >= COPY_MIN and c["ci"][0] > 0):
+                copy_ok = False
+                what = "an exact copy" if kind == "copy" else f"the {kind} copy"
+                reasons.append(f"misses {what}" + ("" if c is None else
                                f" (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}])"))
         for kind in ("constant", "noise"):
             n = got[kind]

@@ -1,0 +1,92 @@
+"""Release folders whose privacy answer is known, to check the attacks against (``benchmarks/known_answers.py``,
+``tests/test_known_answers.py``). Each stands for the source split, one record per source image, with its private
+mapping, written by the real :class:`~medanon.release.ReleaseWriter`:
+
+==========  ===============================================================  ==============
+kind        what each record is                                              right answer
+==========  ===============================================================  ==============
+copy        the source image itself                                          detected
+jpeg        the source image re-encoded as JPEG (quality 75)                 detected
+shift       the source image moved by one pixel (edge rows repeated)         detected
+constant    one mid-grey image                                               not detected
+noise       uniform noise (seeded)                                           not detected
+others      a real image of another person (``other``: images of patients   not detected
+            who are in no split of the evaluated data)
+==========  ===============================================================  ==============
+
+"Detected": residual risk ≥ 0.5 with its interval above 0; "not detected": the interval includes 0. An
+attack may also answer ``valid: false`` (it failed the evaluation's own calibration): that is an honest answer;
+a valid attack with the wrong answer is a defect (:func:`judge`).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from medanon.evaluate.inputs import MAPPING_SUFFIX, RealData
+from medanon.release import ReleaseWriter
+from medanon.release.writer import image_to_uint8
+
+KINDS = ("copy", "jpeg", "shift", "constant", "noise", "others")
+DETECTED = ("copy", "jpeg", "shift")
+
+
+def _jpeg(img: torch.Tensor, quality: int = 75) -> torch.Tensor:
+    buf = io.BytesIO()
+    Image.fromarray(image_to_uint8(img)).save(buf, format="JPEG", quality=quality)
+    with Image.open(buf) as im:
+        a = np.asarray(im.convert("L" if img.shape[0] == 1 else "RGB"), np.float32)
+    a = a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+    return torch.from_numpy(a / 127.5 - 1.0)
+
+
+def known_images(kind: str, sources: torch.Tensor, *, seed: int = 0) -> torch.Tensor:
+    """The released image of each source (N, C, H, W) for a ``kind`` made from the sources alone (not ``others``)."""
+    if kind == "copy":
+        return sources.clone()
+    if kind == "jpeg":
+        return torch.stack([_jpeg(x) for x in sources]) if len(sources) else sources.clone()
+    if kind == "shift":
+        return F.pad(sources, (1, 0, 1, 0), mode="replicate")[:, :, :-1, :-1]
+    if kind == "constant":
+        return torch.zeros_like(sources)
+    if kind == "noise":
+        return torch.rand(sources.shape, generator=torch.Generator().manual_seed(seed), dtype=sources.dtype) * 2 - 1
+    raise ValueError(f"kind={kind!r} is not one of {KINDS[:-1]}")
+
+
+def write_known_answer(kind: str, out: str | Path, real: RealData, *, split: str = "train", seed: int = 0,
+                       other: torch.Tensor | None = None) -> Path:
+    """Write the ``kind`` release of ``real``'s ``split`` into ``out`` (mapping at ``out.mapping.json``)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is not one of {KINDS}")
+    if kind == "others" and (other is None or len(other) == 0):
+        raise ValueError("kind='others' needs other=: real images of people in no split of the evaluated data")
+    out = Path(out)
+    rows = real.rows(split)
+    order = np.random.default_rng(seed).permutation(len(other)) if other is not None else None
+    labels = [n for n in ("grade", "pneumonia", "sex", "age") if n in real.label_names]
+    with ReleaseWriter(out, method=f"known-answer-{kind}", params={}, labels=labels, seeds={"known_answer": seed},
+                       privacy={"statement": f"known-answer release: {kind}"}, phantom=real.phantom,
+                       mapping=out.with_name(out.name + MAPPING_SUFFIX)) as w:
+        images = other[order[np.arange(len(rows)) % len(other)]] if kind == "others" else \
+            known_images(kind, real.images[rows], seed=seed)
+        for n, i in enumerate(rows):
+            w.add(f"k{n}", images[n], [real.records[i]])
+    return out
+
+
+def judge(kind: str, row: str, rr: dict, valid: bool) -> bool | None:
+    """Whether one valid residual-risk row gives ``kind``'s right answer; None for an invalid row and for a reverse
+    attacker on a copy (it looks for releases pushed away from their sources: a copy has no answer for it)."""
+    if not valid or (row.endswith("(reverse)") and kind in DETECTED):
+        return None
+    if kind in DETECTED:
+        return rr["risk"] >= 0.5 and rr["ci"][0] > 0
+    return rr["ci"][0] <= 0

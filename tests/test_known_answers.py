@@ -1,0 +1,50 @@
+"""Known-answer releases through a whole evaluation (issue: verdicts right on releases whose answer is known): a copy,
+a JPEG-re-encoded copy, a one-pixel-shifted copy, a constant release, noise, and other people's real images. Every
+residual-risk row must give its release's right answer, or say ``valid: false``."""
+
+import pytest
+from test_eval_harness import SIZE, tiny_config
+
+from medanon.config import PhantomConfig
+from medanon.evaluate.calibration import risk_rows
+from medanon.evaluate.harness import evaluate
+from medanon.evaluate.inputs import load_real
+from medanon.evaluate.known_answers import KINDS, judge, write_known_answer
+from medanon.phantoms.generate import generate
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("known")
+    data = generate(PhantomConfig(patients=40, per_patient=3, size=SIZE, workers=1), root / "fundus", progress=False)
+    other = generate(PhantomConfig(patients=20, per_patient=3, size=SIZE, workers=1, seed=7), root / "other",
+                     progress=False)
+    cfg = tiny_config()
+    real = load_real(data, size=SIZE, stratify=cfg.split.stratify, val=cfg.split.val, test=cfg.split.test,
+                     seed=cfg.split.seed)
+    rels = [write_known_answer(k, root / k, real, other=load_real(other, size=SIZE).images) for k in KINDS]
+    rep = evaluate(data, rels, root / "report", config=cfg, cache_dir=root / "cache", progress=False)
+    return {r["name"]: r for r in rep["releases"]}
+
+
+@pytest.mark.slow
+def test_every_valid_attack_gives_the_known_answer(answers):
+    wrong, valid = [], 0
+    for kind in KINDS:
+        rel = answers[kind]
+        for row, risk in risk_rows(rel["attacks"]).items():
+            right = judge(kind, row, risk["residual_risk"], rel["validity"][row]["valid"])
+            valid += right is not None
+            if right is False:
+                wrong.append((kind, row, risk["residual_risk"]))
+    assert not wrong
+    assert valid >= 10                      # the check is not vacuous: most attacks are valid at this size
+
+
+@pytest.mark.slow
+def test_an_exact_copy_has_a_valid_verdict_at_high_risk(answers):
+    v = answers["copy"]["verdict"]
+    assert v["risk"] >= 0.8 and v["ci"][0] > 0
+    for kind in ("constant", "noise", "others"):
+        v = answers[kind]["verdict"]
+        assert "risk" not in v or v["ci"][0] == 0, (kind, v)

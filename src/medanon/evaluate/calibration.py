@@ -22,6 +22,7 @@ paired bootstrap interval.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -234,9 +235,12 @@ def _sentence(name: str, v: dict) -> str:
 def calibrate_and_judge(ctx: RealContext, checkpoints: dict[str, str], results: list[dict], checks: dict) -> dict:
     """Score the known-answer releases through every attack, set each release's ``validity`` (per risk row) and
     ``verdict``; returns the report's ``calibration`` section."""
+    t0 = time.perf_counter()
     table = calibration_table(calibrate(ctx, checkpoints))
+    seconds = round(time.perf_counter() - t0, 1)
     members = trained_on_members(ctx)
     for r in results:
         r["validity"] = validity(r, table, checks, members)
         r["verdict"] = verdict(r)
-    return {"releases": {k: KNOWN_WHAT[k] for k in KNOWN}, "table": table, "trained_on_members": members}
+    return {"releases": {k: KNOWN_WHAT[k] for k in KNOWN}, "table": table, "trained_on_members": members,
+            "seconds": seconds}

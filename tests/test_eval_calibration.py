@@ -96,3 +96,15 @@ def test_known_answer_images_and_the_judge():
     assert not judge("constant", "nearest", {"risk": 0.2, "ci": [0.05, 0.3]}, True)
     assert judge("copy", "nearest (reverse)", {"risk": 0.0, "ci": [0.0, 0.0]}, True) is None
     assert judge("noise", "nearest", {"risk": 0.9, "ci": [0.7, 1.0]}, False) is None
+
+
+def test_a_control_of_too_few_patients_makes_a_row_invalid():
+    calib = {k: {"nearest": {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else _risk(0.0, 0.0, 0.1)}}
+             for k in KNOWN}
+    table = calibration_table(calib)
+    risk = _risk(0.3, 0.1, 0.5)
+    rel = {"name": "R", "utility": {}, "attacks": {"nearest": {"risk": risk}}}
+    risk["control"] = {"rate": 0.1, "ci": [0.0, 0.4], "trials": 15, "patients": 5}
+    assert "its control has 5 patients" in validity(rel, table, checks={}, trained_on_members={})["nearest"]["reason"]
+    risk["control"]["patients"] = 12
+    assert validity(rel, table, checks={}, trained_on_members={})["nearest"]["valid"]

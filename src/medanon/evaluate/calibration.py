@@ -1,17 +1,18 @@
 """Known-answer calibration of the attacks, the validity of every residual risk, and one verdict per release.
 
 An attack is trusted only after it gets releases whose answer is known right. From the real data an evaluation
-already holds, five **known-answer releases** of the source split are built in memory (one record per source
+already holds, six **known-answer releases** of the source split are built in memory (one record per source
 image, the private mapping known exactly; :func:`medanon.evaluate.known_answers.known_images`) and scored
 through every attack:
 
 - ``copy``, ``jpeg`` (re-encoded at quality 75) and ``shift`` (moved by one pixel): the source images, as such or
   barely changed. A working attack detects each: residual risk ≥ 0.5 with its interval above 0;
-- ``constant``: one mid-grey image per record; ``noise``: uniform noise per record (seeded). Neither carries
-  anything of anyone, so a working attack's residual risk interval includes 0.
+- ``constant``: one mid-grey image per record; ``noise``: uniform noise per record (seeded); ``others``: real
+  images of the attacker split's patients, who are neither members nor controls (when there is such a split).
+  None carries anything of the members, so a working attack's residual risk interval includes 0.
 
 A reverse attacker (least similar record: releases pushed *away* from their sources) has no copy test (a copy
-is not pushed away from anything); it must pass the two nulls. A residual risk row of a release is **valid**
+is not pushed away from anything); it must pass the nulls. A residual risk row of a release is **valid**
 when its attack passed, its attacker is not at chance on held-out real data, and it was not trained on the
 members; otherwise ``valid: false`` with the reason, and it is kept out of the verdict, the plots and any ranking.
 The **verdict** of a release is the largest valid residual risk (with its interval and the attack that gave it)
@@ -35,15 +36,18 @@ from medanon.evaluate.inputs import ReleaseData
 from medanon.evaluate.known_answers import known_images
 from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
 
-KNOWN = ("copy", "jpeg", "shift", "constant", "noise")
+KNOWN = ("copy", "jpeg", "shift", "constant", "noise", "others")
 COPIES = ("copy", "jpeg", "shift")
 KNOWN_WHAT = {"copy": "every source image released as its own record (must be detected)",
               "jpeg": "every source image re-encoded as JPEG, quality 75 (must be detected)",
               "shift": "every source image moved by one pixel (must be detected)",
               "constant": "one mid-grey image per source image (must not be detected)",
-              "noise": "uniform noise, one image per source image (must not be detected)"}
+              "noise": "uniform noise, one image per source image (must not be detected)",
+              "others": "real images of the attacker split's patients, who are neither members nor controls (must "
+                        "not be detected; left out when the attackers had to train on the members)"}
 COPY_MIN = 0.5                                  # a copy must be detected at least this strongly
-VERSION = 2
+MIN_CONTROL_PATIENTS = 10                       # fewer control patients: the control rate is not resolved
+VERSION = 3
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
          "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
@@ -55,7 +59,11 @@ IDENTITY_ATTACKS = ("membership", "nearest", "inference", "singling_out", "linka
 def known_answer_release(ctx: RealContext, kind: str) -> ReleaseData:
     """The ``kind`` known-answer release of the source split: one record per source image, sources known."""
     real, rows = ctx.real, ctx.src
-    images = known_images(kind, real.images[rows], seed=int(ctx.cfg.seed))
+    if kind == "others":                    # people neither released nor controls, each record one of their images
+        pick = np.random.default_rng(int(ctx.cfg.seed)).permutation(ctx.attacker_rows)
+        images = real.images[pick[np.arange(len(rows)) % len(pick)]]
+    else:
+        images = known_images(kind, real.images[rows], seed=int(ctx.cfg.seed))
     labels = {name: real.label(name)[rows] for name in real.label_names}
     table = [{"image": f"{j:06d}.png", **{k: "" if math.isnan(v[j]) else repr(float(v[j]))
                                           for k, v in labels.items()}} for j in range(len(rows))]
@@ -68,6 +76,8 @@ def calibrate(ctx: RealContext, checkpoints: dict[str, str]) -> dict[str, dict]:
     """Every attack on each known-answer release (cached with the real data's key): ``{kind: attacks}``."""
     out = {}
     for kind in KNOWN:
+        if kind == "others" and (ctx.attacker_from == ctx.cfg.source_split or not len(ctx.attacker_rows)):
+            continue                        # no people outside the members and the controls to release
         key = digest("calibration", VERSION, kind, ctx.key, to_dict(ctx.cfg), checkpoints)
         got = ctx.cache.load_json(f"calibration-{key}")
         if got is None:
@@ -112,7 +122,7 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
     rows = {kind: risk_rows(attacks) for kind, attacks in calib.items()}
     out = {}
     for row in sorted(set().union(*rows.values())):
-        got = {kind: _rr(rows[kind].get(row)) for kind in KNOWN}
+        got = {kind: _rr(rows[kind].get(row)) for kind in rows}
         reasons = []
         copy_ok = None if row.endswith(" (reverse)") else True   # reverse: no copy test (a copy is not pushed away)
         for kind in COPIES if copy_ok else ():
@@ -122,14 +132,14 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
                 what = "an exact copy" if kind == "copy" else f"the {kind} copy"
                 reasons.append(f"misses {what}" + ("" if c is None else
                                f" (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}])"))
-        for kind in ("constant", "noise"):
+        for kind in (k for k in KNOWN if k in rows and k not in COPIES):
             n = got[kind]
             if n is None:
                 reasons.append(f"not measurable on the {kind} release")
             elif n["ci"][0] > 0:
                 reasons.append(f"flags the {kind} release (residual {n['risk']:.2f} [{n['ci'][0]:.2f}, "
                                f"{n['ci'][1]:.2f}])")
-        out[row] = {**{kind: got[kind] for kind in KNOWN}, "copy_check": copy_ok, "passes": not reasons,
+        out[row] = {**{kind: got.get(kind) for kind in KNOWN}, "copy_check": copy_ok, "passes": not reasons,
                     "reason": "; ".join(reasons)}
     return out
 
@@ -172,14 +182,28 @@ def _member_trained(row: str, trained_on_members: dict[str, bool]) -> str | None
     return None
 
 
+def _few_controls(risk: dict) -> str | None:
+    """Why the control of a risk row is too small to compare with, or None."""
+    c = risk.get("control")
+    if not c or c.get("exact"):
+        return None
+    n = c.get("patients") if c.get("patients") is not None else c.get("trials")
+    if n is not None and n < MIN_CONTROL_PATIENTS:
+        unit = "patients" if c.get("patients") is not None else "targets"
+        return (f"its control has {n} {unit} (fewer than {MIN_CONTROL_PATIENTS}: each one moves the control rate by "
+                f"over 10 %, so a threshold set at a 10 % rate and the residual against it are not resolved)")
+    return None
+
+
 def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool]) -> dict[str, dict]:
     """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched)."""
     out = {}
-    for row in risk_rows(rel["attacks"]):
+    for row, risk in risk_rows(rel["attacks"]).items():
         cal = table.get(row)
         reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
                    ("no known-answer calibration" if cal is None else None),
-                   _at_chance(row, rel, checks), _member_trained(row, trained_on_members)]
+                   _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
+                   _few_controls(risk)]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
     return out

@@ -14,7 +14,9 @@ others      a real image of another person (``other``: images of patients   not 
             who are in no split of the evaluated data)
 ==========  ===============================================================  ==============
 
-"Detected": residual risk ≥ 0.5 with its interval above 0; "not detected": the interval includes 0. An
+"Detected": the residual risk's interval lies above 0 and reaches 0.5 (the evaluation's own calibration demands a
+point estimate ≥ 0.5 on its in-memory copies; a release folder of the same kind, written to PNG and read back, may
+land just under it by chance); "not detected": the interval includes 0. An
 attack may also answer ``valid: false`` (it failed the evaluation's own calibration): that is an honest answer;
 a valid attack with the wrong answer is a defect (:func:`judge`).
 """
@@ -87,6 +89,6 @@ def judge(kind: str, row: str, rr: dict, valid: bool) -> bool | None:
     attacker on a copy (it looks for releases pushed away from their sources: a copy has no answer for it)."""
     if not valid or (row.endswith("(reverse)") and kind in DETECTED):
         return None
-    if kind in DETECTED:
-        return rr["risk"] >= 0.5 and rr["ci"][0] > 0
+    if kind in DETECTED:                     # detected, and consistent with a residual of at least 0.5
+        return rr["ci"][0] > 0 and rr["ci"][1] >= 0.5
     return rr["ci"][0] <= 0

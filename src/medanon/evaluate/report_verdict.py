@@ -57,8 +57,8 @@ def calibration_section(rep: dict) -> str:
     members = [k for k, v in (cal.get("trained_on_members") or {}).items() if v]
     extra = (f" Trained on the members (every row of theirs is invalid): {_e(', '.join(members))}." if members else "")
     return "<h2>Calibration: the attacks on releases whose answer is known</h2>" + _table(
-        ["Attack", "Residual risk: copy", "constant", "noise", "Calibration"], rows,
+        ["Attack", *(f"Residual risk: {k}" if i == 0 else k for i, k in enumerate(KNOWN)), "Calibration"], rows,
         caption=f"Known-answer releases of the source split, one record per source image: {what}. An attack passes "
-                f"when it detects the copy (residual risk ≥ 0.5, interval above 0) and neither null (interval "
+                f"when it detects every copy (residual risk ≥ 0.5, interval above 0) and no null (interval "
                 f"includes 0). A failed attack's rows are greyed in every table below and left out of the verdict and "
                 f"the plots.{extra}")

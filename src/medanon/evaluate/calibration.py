@@ -47,7 +47,7 @@ KNOWN_WHAT = {"copy": "every source image released as its own record (must be de
                         "not be detected; left out when the attackers had to train on the members)"}
 COPY_MIN = 0.5                                  # a copy must be detected at least this strongly
 MIN_CONTROL_PATIENTS = 10                       # fewer control patients: the control rate is not resolved
-VERSION = 3
+VERSION = 4
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
          "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",

@@ -43,6 +43,7 @@ from PIL import Image
 
 from medanon.anonymize.privacy import PrivacyWarning
 from medanon.data.records import Record
+from medanon.outputs import dataset_inputs
 from medanon.release.aggregate import aggregate_labels
 from medanon.release.sharded import ShardWriter, open_release
 from medanon.release.writer import read_release
@@ -55,9 +56,18 @@ Saver = Callable[[Path, Path | None, bool, bool], dict[str, Any]]   # (out, mapp
 
 
 def source_digest(dataset) -> dict[str, Any]:
-    """What a manifest records about the source: layout, modality and one checksum over its files (no paths)."""
+    """What the private journal and mapping record about the source: layout, modality, one checksum over its
+    files' content and one over each record's id, patient id and labels (a resumed release notices a changed
+    ``labels.csv`` as well as changed images). Fingerprints only: no paths, no identifiers."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for r in dataset.records:
+        labels = {k: (None if v != v else v) for k, v in sorted(r.labels.items())}      # nan -> null
+        h.update(json.dumps([r.record_id, r.patient_id, labels], default=str).encode() + b"\n")
     return {"layout": dataset.layout, "modality": dataset.modality,
-            **files_digest([r.path for r in dataset.records], root=dataset.root)}
+            **files_digest([r.path for r in dataset.records], root=dataset.root), "records_sha256": h.hexdigest()}
 
 
 def is_phantom(dataset) -> bool:
@@ -139,6 +149,7 @@ class Release:
     models: dict[str, str] = field(default_factory=dict)
     saver: Saver | None = field(default=None, repr=False)  # a method whose module opens the writer itself
     notes: list[str] = field(default_factory=list)        # what the caller may want to know (e.g. calibration)
+    inputs: list[Path] = field(default_factory=list)      # what else the method reads (a basis or calibration set)
     summary: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None                              # where save() wrote it
     mapping: Path | None = None                           # the private mapping save() wrote, if any
@@ -174,7 +185,7 @@ class Release:
         with open_release(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
                           seeds=self.seeds, models=self.models, source=source_digest(self.dataset),
                           phantom=is_phantom(self.dataset), mapping=mapping, overwrite=overwrite,
-                          inputs=[self.dataset.root] if self.dataset.root is not None else ()) as writer:
+                          inputs=[*dataset_inputs(self.dataset), *self.inputs]) as writer:
             resumed = len(writer)
             summary = self.produce(writer, progress)
             if isinstance(writer, ShardWriter):          # torchrun: this process computed one share

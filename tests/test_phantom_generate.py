@@ -24,7 +24,7 @@ def test_same_seed_same_bytes_whatever_the_workers(tmp_path: Path, modality):
     cfg2 = PhantomConfig(modality=modality, patients=5, per_patient=2, size=32, seed=11, workers=2)
     a = tree_digest(generate(cfg1, tmp_path / "a", progress=False))
     b = tree_digest(generate(cfg2, tmp_path / "b", progress=False))
-    assert a == b and len(a) == 5 * 2 * 2 + 3  # images + masks + labels.csv, dataset.yaml, phantom.json
+    assert a == b and len(a) == 5 * 2 * 2 + 4  # images + masks + labels.csv, dataset.yaml, phantom.json, marker
     c = tree_digest(generate(PhantomConfig(modality=modality, patients=5, per_patient=2, size=32, seed=12,
                                            workers=1), tmp_path / "c", progress=False))
     assert c["images/P00001_01.png"] != a["images/P00001_01.png"]

@@ -69,4 +69,7 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
                           fix="pass the checkpoint of the right model")
     blob["sha256"] = sha256_file(path)
     blob["path"] = str(path)
+    from medanon.outputs import note_checkpoint_read
+
+    note_checkpoint_read(path, blob["sha256"])          # no output of this process may replace it (rule 1)
     return blob

@@ -107,7 +107,7 @@ def write_subset(root: Path, records: list[Record], out: Path) -> Path:
     header = lines[0].split(",")
     img_col = header.index(descriptor["image_col"])
     mask_col = header.index(descriptor["mask_col"]) if descriptor.get("mask_col") in header else None
-    with atomic_dir(out, overwrite=True) as tmp:
+    with atomic_dir(out, overwrite=True, marker="dataset") as tmp:
         rows = [lines[0]]
         for line in lines[1:]:
             cells = line.split(",")

@@ -50,32 +50,35 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str | None = "folder") -> Iterator[Path]:
+def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str = "folder",
+               inputs: tuple = ()) -> Iterator[Path]:
     """Yield a temporary directory that becomes ``out`` only if the block finishes.
 
-    On an exception (including KeyboardInterrupt) the temporary directory is removed and
-    ``out`` is left as it was. With ``overwrite`` an existing ``out`` is replaced at the end, but only
-    if medanon wrote it (:func:`medanon.outputs.check_output`); the finished folder carries medanon's
-    marker (``marker`` names its kind; None for folders that identify themselves, as phantoms do with
-    ``phantom.json``) so that a later ``overwrite`` recognises it.
+    On an exception (including KeyboardInterrupt) the temporary directory is removed and ``out`` is left as
+    it was. With ``overwrite`` an existing ``out`` is replaced at the end, but only if it is medanon's output of
+    the kind ``marker`` holding nothing but what medanon wrote there (:func:`medanon.outputs.check_output`,
+    checked before the block and again before the replacement); the finished folder carries medanon's marker,
+    which lists its files, so that a later ``overwrite`` recognises them. One writer at a time per ``out``.
     """
-    from medanon.outputs import check_output, write_marker
+    from medanon.locks import OutputLock
+    from medanon.outputs import check_output, check_replaceable, write_marker
 
     out = Path(out)
-    check_output(out, overwrite=overwrite, kind="dir")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if marker is not None:
-        write_marker(tmp, marker)
-    if out.exists():
-        trash = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, trash)
-        os.replace(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+    check_output(out, overwrite=overwrite, kind="dir", inputs=inputs, what=marker)
+    with OutputLock(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        try:
+            yield tmp
+            write_marker(tmp, marker)
+            if out.exists():
+                check_replaceable(out, what=marker)    # nothing of yours was put there meanwhile
+                trash = out.with_name(f".{out.name}.old-{os.getpid()}")
+                os.replace(out, trash)
+                os.replace(tmp, out)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise

@@ -1,16 +1,19 @@
 """The one rule every command that writes follows, checked before any expensive work.
 
-1. Never write into, over, or as a parent of an input: a dataset folder, a labels CSV, an image or mask
-   folder, a checkpoint being read, a release being evaluated.
+1. Never write into, over, or as a parent of an input: a dataset folder, its labels and descriptor files, an
+   image or mask folder (after resolving links), a checkpoint being read, a release being evaluated. Paths are
+   compared as files (device and inode of the path and of each folder above it), so links, bind mounts and
+   other spellings of one folder cannot hide an input.
 2. Never replace an existing file or folder unless the caller passes ``overwrite`` (an empty folder holds
    nothing to lose and is used as it is).
-3. Even with ``overwrite``, never replace anything medanon did not write. medanon's outputs carry a marker
-   (``.medanon-output.json`` in every folder it writes; a ``format`` field in the files it writes), and the
-   outputs of earlier versions are recognised by their manifests.
+3. Even with ``overwrite``, replace only medanon's own output of the same kind (a release replaces a release, a
+   mapping a mapping), and only when every file in it is one medanon wrote there
+   (:mod:`medanon.output_inventory`): any other file present means a refusal that names it.
 4. The place must be writable: the error comes now, not after an hour of work.
 
 :func:`check_output` applies rules 1-4 to one output path; :func:`dataset_inputs` lists what a dataset
-reads, so that a command can pass it as ``inputs``.
+reads, so that a command can pass it as ``inputs``; :func:`checkpoint_files` the checkpoint files this process
+loaded, by content. One writer at a time is :mod:`medanon.locks`.
 
 >>> import tempfile, pathlib
 >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -25,129 +28,176 @@ medanon.outputs.UnsafeOutputError: out ... is inside the input ...
 
 from __future__ import annotations
 
-import csv
-import json
 import os
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 from medanon.errors import MedanonError, OutputExistsError
+from medanon.output_inventory import (  # noqa: F401  (re-exported: the rule's vocabulary)
+    MAPPING_FORMAT,
+    MARKER,
+    SPLITS_HEADER,
+    file_kind,
+    folder_kind,
+    foreign_files,
+    write_marker,
+)
 
-MARKER = ".medanon-output.json"
-MAPPING_FORMAT = "medanon-mapping"
-SPLITS_HEADER = ["record_id", "patient_id", "split"]
+_CHECKPOINTS_READ: dict[str, set[Path]] = {}          # sha256 -> files this process loaded a checkpoint from
 
 
 class UnsafeOutputError(MedanonError):
     """An output path would write into, over or around an input, or over something medanon did not write."""
 
 
-def write_marker(folder: str | os.PathLike, kind: str) -> None:
-    """Mark ``folder`` as written by medanon (what rule 3 recognises)."""
-    from medanon import __version__
-
-    Path(folder, MARKER).write_text(json.dumps({"written_by": "medanon", "kind": kind,
-                                                "version": __version__}) + "\n", encoding="utf-8")
-
-
 def _resolve(p: str | os.PathLike) -> Path:
     return Path(os.path.abspath(Path(p).expanduser())).resolve(strict=False)
 
 
+def note_checkpoint_read(path: str | os.PathLike, sha256: str) -> None:
+    """Remember that a checkpoint with content ``sha256`` was read from ``path`` (called by the loader), so that
+    an output of a release recording that model (by its sha256) is checked against the file it came from."""
+    _CHECKPOINTS_READ.setdefault(sha256, set()).add(_resolve(path))
+
+
+def checkpoint_files(shas: Iterable[str]) -> list[Path]:
+    """The files this process loaded the checkpoints with these sha256 from."""
+    return sorted({p for s in shas for p in _CHECKPOINTS_READ.get(str(s), ())})
+
+
 def dataset_inputs(ds: Any) -> list[Path]:
-    """Everything an opened dataset reads: its root, and every folder holding one of its images or masks."""
+    """Everything an opened dataset reads: its root and descriptor files, the generic layout's labels CSV and
+    image folder, and every folder holding one of its images or masks (after resolving links)."""
     paths: set[Path] = set()
     root = getattr(ds, "root", None)
     if root is not None:
         paths.add(_resolve(root))
+    generic = getattr(getattr(ds, "read_options", None), "generic", None)
+    for p in (getattr(generic, "labels_csv", None), getattr(generic, "images_dir", None)):
+        if p is not None:
+            paths.add(_resolve(p))
     for r in getattr(ds, "records", ()):
-        paths.add(_resolve(r.path).parent)
+        if getattr(r, "path", None) is not None:
+            paths.add(_resolve(r.path).parent)
         if getattr(r, "mask_path", None):
             paths.add(_resolve(r.mask_path).parent)
     return sorted(paths)
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-
-
-def _medanon_dir(path: Path) -> bool:
-    if (path / MARKER).is_file():
-        return True
-    man = _json(path / "manifest.json")
-    if isinstance(man, dict) and (man.get("format") == "medanon-release"
-                                  or "medanon" in (man.get("software") or {})):
-        return True                                    # a release, run or report of an earlier version
-    if (path / "phantom.json").is_file() and isinstance(_json(path / "phantom.json"), dict):
-        return True
-    return (path / "checkpoint.pt").is_file() and _medanon_file(path / "checkpoint.pt")   # a run folder to resume
-
-
-def _medanon_file(path: Path) -> bool:
-    if path.suffix.lower() == ".json":
-        blob = _json(path)
-        return isinstance(blob, dict) and (blob.get("format") == MAPPING_FORMAT
-                                           or {"release", "method", "records"} <= set(blob))
-    if path.suffix.lower() == ".csv":
-        try:
-            with open(path, encoding="utf-8", newline="") as f:
-                return next(csv.reader(f), None) == SPLITS_HEADER
-        except (OSError, UnicodeDecodeError, csv.Error):
-            return False
-    if zipfile.is_zipfile(path):                       # a torch checkpoint: look for medanon's format field
-        from medanon.checkpoint import FORMAT
-
-        try:
-            import torch
-
-            blob = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except Exception:                              # any unreadable or unsafe file is not ours
-            return False
-        return isinstance(blob, dict) and blob.get("format") == FORMAT
-    return False
 
 
 def is_medanon_output(path: str | os.PathLike) -> bool:
     """Whether ``path`` is something medanon wrote (or an empty folder, which holds nothing to lose)."""
     p = Path(path)
     if p.is_dir():
-        return not any(p.iterdir()) or _medanon_dir(p)
-    return p.is_file() and _medanon_file(p)
+        return not any(p.iterdir()) or folder_kind(p) is not None
+    return p.is_file() and file_kind(p) is not None
+
+
+def _identity(p: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(p)                                # follows links: the file itself, wherever it is reached
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _existing_chain(p: Path) -> list[tuple[int, int]]:
+    """The identities of ``p`` (if it exists) and of each existing folder above it, nearest first."""
+    return [i for i in (_identity(q) for q in (p, *p.parents)) if i is not None]
 
 
 def _relation(out: Path, inp: Path) -> str | None:
-    if out == inp:
+    """How the output ``out`` stands to the input ``inp``, compared as files (device and inode), so that links,
+    bind mounts and other spellings of one folder are the same folder; by path where neither exists yet."""
+    out_id, inp_id = _identity(out), _identity(inp)
+    if out == inp or (out_id is not None and out_id == inp_id):
         return "is the input"
-    if inp in out.parents:
+    above_out = set(_existing_chain(out.parent)) | set(out.parents)
+    if inp in above_out or (inp_id is not None and inp_id in above_out):
         return "is inside the input"
-    if out in inp.parents:
+    above_inp = set(_existing_chain(inp.parent)) | set(inp.parents)
+    if out in above_inp or (out_id is not None and out_id in above_inp):
         return "contains the input"
+    return None
+
+
+def _input_inside(out: Path, inputs: list[Path]) -> Path | None:
+    """An input found inside the existing folder ``out`` by walking it (an input reached through a bind mount or
+    a link elsewhere is not below ``out`` by its path)."""
+    wanted = {i: p for p in inputs if (i := _identity(p)) is not None}
+    if not wanted or not out.is_dir():
+        return None
+    for n, (root, dirs, files) in enumerate(os.walk(out)):
+        for name in (*dirs, *files):
+            i = _identity(Path(root, name))
+            if i in wanted:
+                return wanted[i]
+        if n > 100_000:                                # a folder this large is no medanon output: refused anyway
+            break
+    return None
+
+
+def _kind_check(out: Path, kind: str | None, what: str | None, name: str, noun: str) -> None:
+    if kind is None:
+        raise UnsafeOutputError(f"{name} {out} exists and was not written by medanon: it is never replaced, even "
+                                "with overwrite", fix=f"choose another {name}, or remove it yourself")
+    if what is not None and kind != what:
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not a {what}: overwrite replaces an "
+                                "output only with one of its kind", fix=f"choose another {name}")
+
+
+def check_replaceable(out: str | os.PathLike, *, what: str | None = None, name: str = "out") -> None:
+    """Raise unless the existing ``out`` may be replaced: medanon's output of the kind ``what`` (any kind when
+    None) holding only the files medanon wrote there (:mod:`medanon.output_inventory`)."""
+    out = Path(out)
+    if not out.is_dir():
+        _kind_check(out, file_kind(out), what, name, "file")
+        return
+    if not any(out.iterdir()):
+        return
+    kind = folder_kind(out)
+    _kind_check(out, kind, what, name, "folder")
+    foreign = foreign_files(out)
+    if foreign is None:
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} that does not list the files it holds (written "
+                                "by an earlier version), so medanon cannot tell its files from yours",
+                                fix=f"choose another {name}, or remove it yourself")
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise UnsafeOutputError(f"{name} {out} holds {foreign[0]}{more}, which medanon did not write there (or "
+                                "which changed since): overwrite never deletes your files",
+                                fix=f"move {out / foreign[0]} out of {out}, or choose another {name}")
+
+
+def _what(kind: str, name: str) -> str | None:
+    """The kind of output an option writes, where its name says it (for the kind check of ``overwrite``)."""
+    if kind == "file" and "mapping" in name:
+        return "mapping"
+    if kind == "file" and "export" in name:
+        return "checkpoint"
     return None
 
 
 def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = (),
                  overwrite: bool = False, kind: Literal["dir", "file"] = "dir", name: str = "out",
-                 existing_ok: bool = False) -> Path:
+                 existing_ok: bool = False, what: str | None = None) -> Path:
     """Check that ``path`` may be written; return it unchanged. Raise before any work is done if not.
 
     ``inputs`` are the paths the command reads (see :func:`dataset_inputs`); ``kind`` says whether the output
-    is a folder or a file; ``name`` is the argument's name for messages. ``existing_ok`` accepts an existing
-    medanon output without ``overwrite`` (a run folder being resumed, a report folder with its cache).
+    is a folder or a file; ``name`` is the argument's name for messages; ``what`` the kind of medanon output it
+    is (``release``, ``mapping``, ``splits``, ``checkpoint``, ...), which an existing output must match to be
+    replaced. ``existing_ok`` accepts an existing medanon output without ``overwrite`` (a run folder being
+    resumed, a report folder with its cache): it is written into, not replaced.
     """
     out = Path(path)
     target = _resolve(out)
-    for inp in inputs:
-        if inp is None:
-            continue
-        rel = _relation(target, _resolve(inp))
+    what = what if what is not None else _what(kind, name)
+    resolved = [(inp, _resolve(inp)) for inp in inputs if inp is not None]
+    for inp, r in resolved:
+        rel = _relation(target, r)
         if rel is not None:
             raise UnsafeOutputError(f"{name} {out} {rel} {inp}: medanon never writes into, over or around "
-                                    "what it reads", fix=f"choose a {name} outside the input data")
+                                    "what it reads", fix=f"choose another {name}, outside the data it reads")
     if out.exists() or out.is_symlink():
         if kind == "dir" and not out.is_dir():
             raise UnsafeOutputError(f"{name} {out} exists and is not a folder",
@@ -155,14 +205,22 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
         if kind == "file" and out.is_dir():
             raise UnsafeOutputError(f"{name} {out} is a folder, a file is needed here",
                                     fix=f"give a file path for {name}")
+        inside = _input_inside(target, [r for _, r in resolved]) if kind == "dir" else None
+        if inside is not None:
+            raise UnsafeOutputError(f"{name} {out} contains the input {inside}: medanon never writes into, over "
+                                    "or around what it reads", fix=f"choose another {name}, outside the data it "
+                                                                   "reads")
         empty_dir = out.is_dir() and not any(out.iterdir())
         if not empty_dir:
             if not (overwrite or existing_ok):
                 raise OutputExistsError(f"{name} {out} already exists",
                                         fix=f"choose another {name}, or pass overwrite=True to replace it")
-            if not is_medanon_output(out):
-                raise UnsafeOutputError(f"{name} {out} exists and was not written by medanon: it is never replaced, "
-                                        "even with overwrite", fix=f"choose another {name}, or remove it yourself")
+            if existing_ok and not overwrite:
+                if not is_medanon_output(out):
+                    raise UnsafeOutputError(f"{name} {out} exists and was not written by medanon: medanon never "
+                                            "writes into it", fix=f"choose another {name}")
+            else:
+                check_replaceable(out, what=what, name=name)
     _check_writable(target.parent, out, name)
     return out
 
@@ -173,7 +231,7 @@ def _check_writable(folder: Path, out: Path, name: str) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise UnsafeOutputError(f"{name} {out} cannot be created: {probe} is a file",
-                                fix=f"choose a {name} whose parent folders are folders")
+                                fix=f"choose another {name}, whose parent folders are folders")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UnsafeOutputError(f"{name} {out} cannot be written: no write permission in {probe}",
-                                fix=f"choose a {name} in a folder you can write to")
+                                fix=f"choose another {name}, in a folder you can write to")

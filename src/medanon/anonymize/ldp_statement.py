@@ -85,8 +85,13 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
 def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:
     """The statement of an ε-LDP release whose noise came from a seed: the ε numbers are kept for reference
     (what the mechanism would give with secret noise), the guarantee is withdrawn."""
+    secret = ("secret", "os.urandom", "recorded nowhere", "no seed exists")
+    assumptions = [a for a in privacy.get("assumptions", []) if not any(w in a for w in secret)]
     return {**privacy, "guarantee": f"none: {SEEDED}",
-            "noise_source": "seeded per-record torch generators (Mersenne Twister): TESTING ONLY",
+            "noise_source": ("seeded per-record torch generators (Mersenne Twister) from a seed the user chose "
+                             "(not recorded in the release; whoever knows it regenerates the noise): TESTING ONLY"),
+            "assumptions": ["none for privacy: the noise is reproducible from the seed, so it is not secret",
+                            *assumptions],
             "why_no_guarantee": ["the noise is a deterministic function of the seed and the record; whoever knows "
                                  "or guesses the seed regenerates it and subtracts it, recovering the clipped input"],
             "statement": f"NO FORMAL GUARANTEE ({SEEDED}): the epsilon below assumes secret noise, which this "

@@ -18,7 +18,8 @@ log = logging.getLogger("medanon")
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 110}
 class MedanonGroup(click.Group):
-    """Prints MedanonError as a clean message (no traceback) and exits with status 1; Ctrl-C exits with 130
+    """Prints MedanonError and operating-system errors (a full disk, a permission) as a clean message (no
+    traceback) and exits with status 1; Ctrl-C exits with 130
     (the shell's convention for SIGINT) after saying that outputs were left as they were (atomic writes)."""
 
     def invoke(self, ctx: click.Context):
@@ -26,6 +27,12 @@ class MedanonGroup(click.Group):
             return super().invoke(ctx)
         except MedanonError as e:
             click.secho(f"error: {e}", fg="red", err=True)
+            ctx.exit(1)
+        except OSError as e:                           # no space, no permission, quota: the file and the reason
+            where = f" {e.filename}" if e.filename else ""
+            click.secho(f"error: the operating system refused{where}: {e.strerror or e}\n  fix: free space or fix "
+                        "the permissions there, then rerun the same command (an interrupted release resumes from "
+                        "its .partial folder)", fg="red", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.secho("interrupted: nothing half-written was left under an output's name; rerun the same "

@@ -94,7 +94,7 @@ def generate(cfg: PhantomConfig, out: str | Path, *, overwrite: bool = False, pr
     out = Path(out)
     workers = cfg.workers or cpu_count()
     workers = max(1, min(workers, cfg.patients))
-    with atomic_dir(out, overwrite=overwrite, marker=None) as tmp:      # phantom.json marks it
+    with atomic_dir(out, overwrite=overwrite, marker="phantom") as tmp:
         (tmp / "images").mkdir()
         (tmp / "masks").mkdir()
         jobs = [(cfg, i, str(tmp)) for i in range(cfg.patients)]

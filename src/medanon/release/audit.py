@@ -2,7 +2,8 @@
 identifier (file name, record id, patient id) appear anywhere in it?
 
 Places searched: every path inside the release folder, ``labels.csv``, ``manifest.json`` and any
-other text file, and the metadata of every image (PNG text chunks, EXIF). Identifiers are matched
+other text file, and the metadata of every image (PNG text chunks, EXIF); every PNG is read byte by byte and
+may hold only the chunks medanon writes (IHDR, IDAT, IEND) and nothing after IEND. Identifiers are matched
 case-insensitively against whole tokens (runs of letters, digits, ``_``, ``-`` and ``.``) and
 against their parts split at ``_``, ``-`` and ``.`` (so ``img_P00001.png`` reveals ``P00001``). Purely
 numeric identifiers shorter than :data:`MIN_NUMERIC_LEN` digits (EyePACS patient numbers, for
@@ -51,7 +52,7 @@ _ALLOWED_TOP = {"images", "labels.csv", "manifest.json", "README.md", MARKER}
 _FIXED_COLUMNS = ("image", "n_sources", "n_people")
 # inode order vs source order: fail below this Spearman p-value. The writer copies files in a secret random order,
 # so for a correct release p is uniform: at 1e-3 one audit in 1,000 failed by chance, and the demo's test
-# (about 25 audits a run) failed about once in 40 runs (seen in session 6: vs-snow, rho 0.45, p 4.8e-4, n 56).
+# (about 25 audits a run) failed about once in 40 runs (once seen: vs-snow, rho 0.45, p 4.8e-4, n 56).
 # A writer that copies in source order gives rho = 1 (p ~ 1e-173 at the planted-leak test's 24 records); at 1e-6
 # the check fails releases with |rho| >= 0.98 at 10 records, 0.82 at 24, 0.61 at 56 (scipy's t approximation).
 ORDER_P_VALUE = 1e-6
@@ -140,6 +141,48 @@ def _image_metadata(path: Path) -> dict[str, str]:
     return meta
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_CHUNKS = ("IHDR", "IDAT", "IEND")                  # all the release writer's PNGs hold
+
+
+def png_problem(path: Path) -> str | None:
+    """What, byte by byte, makes ``path`` more than the PNG medanon writes: a chunk other than IHDR, IDAT and
+    IEND (a text, EXIF or private chunk can hold anything, e.g. a patient id), a bad CRC, or bytes after IEND.
+    None for a clean file.
+
+    >>> import io, tempfile, pathlib, numpy as np
+    >>> from PIL import Image
+    >>> buf = io.BytesIO(); Image.fromarray(np.zeros((4, 4), np.uint8)).save(buf, format="PNG")
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "a.png"; _ = f.write_bytes(buf.getvalue())
+    >>> png_problem(f) is None
+    True
+    >>> _ = f.write_bytes(buf.getvalue() + b"P00001")
+    >>> png_problem(f)
+    '6 bytes after IEND'
+    """
+    import zlib
+
+    data = path.read_bytes()
+    if not data.startswith(PNG_SIGNATURE):
+        return "not a PNG (no PNG signature)"
+    pos = len(PNG_SIGNATURE)
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        ctype = data[pos + 4:pos + 8]
+        end = pos + 12 + length
+        if end > len(data):
+            return f"chunk {ctype!r} runs past the end of the file"
+        name = ctype.decode("latin-1")
+        if name not in PNG_CHUNKS:
+            return f"chunk {name!r} (medanon writes only {', '.join(PNG_CHUNKS)})"
+        if zlib.crc32(data[pos + 4:pos + 8 + length]) != int.from_bytes(data[end - 4:end], "big"):
+            return f"chunk {name!r} has a wrong CRC"
+        pos = end
+        if name == "IEND":
+            return None if pos == len(data) else f"{len(data) - pos} bytes after IEND"
+    return "no IEND chunk"
+
+
 def audit_release(release: str | Path, *, k: int | None = None, mapping: str | Path | None = None,
                   source_records=None) -> AuditReport:
     """Run every check. ``source_records`` (from :func:`medanon.data.layouts.scan`) enables the
@@ -195,6 +238,10 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     meta = {k: m for k, m in metas.items() if m and k not in unreadable}
     rep.add("no image metadata", not meta, f"{len(meta)} images carry metadata, e.g. {next(iter(meta.items()))}"
             if meta else "")
+    chunks = {str(p.relative_to(release)): why for p in images
+              if p.suffix.lower() == ".png" and (why := png_problem(p)) is not None}
+    rep.add("every PNG holds only image chunks (IHDR, IDAT, IEND), nothing after IEND", not chunks,
+            f"{len(chunks)} do not, e.g. {next(iter(chunks.items()))}" if chunks else "")
     if mapping is not None and source_records is not None:
         _check_order(rep, release, Path(mapping), source_records)
     return rep

@@ -20,10 +20,15 @@ random), and every file and folder gets one timestamp (the release date, midnigh
 readable by everyone (``0644``: a release is meant to be shared); the private mapping stays ``0600``.
 
 What the writer checks before any work (``medanon.outputs``): ``out`` and ``mapping`` are not an input
-(``inputs``), not inside one and do not contain one; an existing release or mapping is replaced only with
-``overwrite`` and only if medanon wrote it. The source digest (content checksums of the source files)
-is a fingerprint of the private dataset: it goes into the private journal (a resumed run whose sources
-changed starts over) and into the private mapping, never into the public manifest.
+(``inputs``, and the checkpoint files of the models the release records), not inside one and do not contain
+one, compared as files; an existing release or mapping is replaced only with ``overwrite``, only by one of its
+kind, and only if it holds nothing but what medanon wrote there (checked again just before it is replaced). One
+writer at a time: a second run on the same ``out`` is refused at once (:mod:`medanon.locks`). ``OUT.partial`` is
+created with the first record, so an argument a method checks before its first record leaves nothing behind.
+A full disk or a lost permission is one :class:`OutputWriteError` naming the file, with the partial folder kept
+for a resume. The source digest (content checksums of the source files, and of their record and patient ids
+and labels) is a fingerprint of the private dataset: it goes into the private journal (a resumed run whose
+sources changed starts over) and into the private mapping, never into the public manifest.
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ import torch
 from PIL import Image
 
 from medanon.data.records import Record
-from medanon.errors import ConfigError, DataError, OutputExistsError
+from medanon.errors import ConfigError, DataError, MedanonError, OutputExistsError
 from medanon.fsutil import atomic_write_bytes, atomic_write_text
-from medanon.outputs import MAPPING_FORMAT, check_output
+from medanon.locks import OutputLock
+from medanon.outputs import MAPPING_FORMAT, check_output, check_replaceable, checkpoint_files
 from medanon.release.aggregate import RULE, aggregate_labels
 from medanon.runtime import software_versions
 
@@ -56,6 +62,18 @@ FORMAT = "medanon-release"
 VERSION = 1
 JOURNAL = ".journal.jsonl"
 RANK_JOURNAL_GLOB = ".journal.rank*.jsonl"           # records of the other processes of a torchrun job
+
+
+class OutputWriteError(MedanonError):
+    """The operating system refused a write (no space, no permission, quota): the partial folder is kept."""
+
+
+def os_error(e: OSError, partial: Path | None = None) -> OutputWriteError:
+    """``e`` as one clear error naming the file; a resumable partial folder is named in the fix."""
+    where = e.filename or partial or "the output"
+    keep = f"; {partial} keeps what was written, and the same command resumes from it" if partial else ""
+    return OutputWriteError(f"could not write {where}: {e.strerror or e}",
+                            fix=f"free space or fix the permissions there, then rerun the same command{keep}")
 
 
 def image_to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -132,7 +150,18 @@ class ReleaseWriter:
         self.out = Path(out)
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.mapping = Path(mapping) if mapping else None
+        self.overwrite = overwrite
+        inputs = [*inputs, *checkpoint_files((models or {}).values())]     # the checkpoints the models came from
         check_release_outputs(self.out, self.mapping, inputs=inputs, overwrite=overwrite)
+        self.lock = OutputLock(self.out).acquire()      # one writer per release, before anything is touched
+        try:
+            self._open(method, params, privacy, labels, seeds, models, source, phantom, resume, sharded)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, method, params, privacy, labels, seeds, models, source, phantom, resume, sharded) -> None:
+        overwrite = self.overwrite
         self.settings = {"method": method, "params": dict(params), "labels": list(labels)}
         self.privacy = dict(privacy)
         self.seeds = dict(seeds or {})
@@ -144,18 +173,36 @@ class ReleaseWriter:
         if self.partial.exists() and not self.partial.is_dir():
             raise OutputExistsError(f"{self.partial} exists and is not a folder",
                                     fix=f"move {self.partial} away: medanon keeps interrupted releases there")
-        if self.partial.exists() and not (self.partial / JOURNAL).is_file():
+        if self.partial.is_dir() and not (self.partial / JOURNAL).is_file() and not _is_empty_start(self.partial):
             raise OutputExistsError(f"{self.partial} exists but holds no medanon journal",
                                     fix=f"move {self.partial} away: medanon keeps interrupted releases there")
-        if self.partial.exists() and resume and not (overwrite and not self._same_settings()):
+        foreign = _partial_foreign(self.partial) if self.partial.is_dir() else []
+        if foreign:
+            raise OutputExistsError(f"{self.partial} holds {foreign[0]}, which medanon did not write there",
+                                    fix=f"move it out of {self.partial}: medanon keeps interrupted releases there")
+        self._started = False
+        if (self.partial / JOURNAL).is_file() and resume and not (overwrite and not self._same_settings()):
             self._load_journal()
+            self._started = True
         else:
             if self.partial.exists():
-                warnings.warn(f"discarding the interrupted release in {self.partial} (resume=False, or "
-                              "overwrite=True with other settings or sources)", stacklevel=2)
+                if (self.partial / JOURNAL).is_file():
+                    warnings.warn(f"discarding the interrupted release in {self.partial} (resume=False, or "
+                                  "overwrite=True with other settings or sources)", stacklevel=3)
                 shutil.rmtree(self.partial)
-            (self.partial / "images").mkdir(parents=True)
+            if sharded:                                  # the other processes write into it from the start
+                self._start()
+
+    def _start(self) -> None:
+        """Create ``OUT.partial`` with its journal head (with the first record: checks before it leave nothing)."""
+        if self._started:
+            return
+        try:
+            (self.partial / "images").mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.partial / JOURNAL, json.dumps(self._head, default=_json_default) + "\n")
+        except OSError as e:
+            raise os_error(e, None) from None
+        self._started = True
 
     # ------------------------------------------------------------------------------------------------ resume
 
@@ -213,7 +260,11 @@ class ReleaseWriter:
         """
         if key in self.entries:
             raise ValueError(f"release record {key!r} was already written")
-        entry = write_record(self.partial, JOURNAL, key, image, sources, self.settings["labels"])
+        self._start()
+        try:
+            entry = write_record(self.partial, JOURNAL, key, image, sources, self.settings["labels"])
+        except OSError as e:
+            raise os_error(e, self.partial) from None
         self.entries[key] = entry
         return entry["name"]
 
@@ -260,8 +311,20 @@ class ReleaseWriter:
 
     def close(self) -> Path:
         """Write ``labels.csv`` and ``manifest.json``, the mapping if asked, and move into place."""
+        try:
+            return self._close()
+        except OSError as e:
+            raise os_error(e, self.partial) from None
+        finally:
+            self.lock.release()
+
+    def _close(self) -> Path:
         if not self.entries:
             raise DataError(f"release {self.out} has no records", fix="check the input data and method settings")
+        if self.out.exists():                            # files may have been added to the old release meanwhile
+            check_replaceable(self.out, what="release", name="out")
+        if self.mapping is not None and self.mapping.exists():
+            check_replaceable(self.mapping, what="mapping", name="mapping")
         rows = sorted(self.entries.values(), key=lambda e: e["name"])
         label_cols = [c for c in rows[0]["labels"]]
         buf = io.StringIO()
@@ -293,12 +356,17 @@ class ReleaseWriter:
                                    for e in rows}}
             atomic_write_text(self.mapping, json.dumps(mapping, indent=1, default=_json_default) + "\n")
             os.chmod(self.mapping, 0o600)                # private: record -> source patients
+        _shuffle(self.partial)
         for journal in (self.partial / JOURNAL, *self.partial.glob(RANK_JOURNAL_GLOB)):
             journal.unlink()                             # private: never published
-        _shuffle_and_stamp(self.partial)
+        _stamp(self.partial)
         if self.out.exists():
-            shutil.rmtree(self.out)
-        self.partial.rename(self.out)
+            trash = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
+            os.replace(self.out, trash)
+            os.replace(self.partial, self.out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            self.partial.rename(self.out)
         return self.out
 
     def __enter__(self) -> ReleaseWriter:
@@ -307,6 +375,10 @@ class ReleaseWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
+        else:
+            self.lock.release()
+            if isinstance(exc, OSError):
+                raise os_error(exc, self.partial if self._started else None) from None
 
 
 def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *, inputs: Sequence[str | Path] = (),
@@ -317,20 +389,43 @@ def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *,
     with ``overwrite`` and only if medanon wrote it; the mapping (private) may not be inside the release.
     """
     out = Path(out)
-    check_output(out, inputs=inputs, overwrite=overwrite, kind="dir", name="out")
+    check_output(out, inputs=inputs, overwrite=overwrite, kind="dir", name="out", what="release")
     if mapping is not None:
         m, o = Path(os.path.abspath(mapping)).resolve(), Path(os.path.abspath(out)).resolve()
         if m == o or o in m.parents:
             raise ConfigError(f"the mapping file {mapping} would be inside the release {out}",
                               fix="write the private mapping outside the release folder")
-        check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping")
+        check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping",
+                     what="mapping")
 
 
-def _shuffle_and_stamp(folder: Path) -> None:
-    """Copy the images in a secret random order (new inodes, new directory order), make every file world-readable
-    and give every file and folder one timestamp, so that nothing but the random names orders the release."""
+def _is_empty_start(partial: Path) -> bool:
+    """A partial folder killed between its creation and its journal head: nothing but an empty ``images``."""
+    return all(p.name == "images" and p.is_dir() and not any(p.iterdir()) for p in partial.iterdir())
+
+
+def _partial_foreign(partial: Path) -> list[str]:
+    """Files in a partial release folder that the writer does not write there."""
+    ok_top = {JOURNAL, "labels.csv", "manifest.json"}
+    bad = []
+    for p in partial.iterdir():
+        if p.is_dir() and p.name in ("images", ".images.shuffled"):
+            bad += [f"{p.name}/{q.name}" for q in p.iterdir()
+                    if not (q.is_file() and (q.suffix == ".png" or q.name.endswith(".tmp")))]
+        elif not (p.is_file() and (p.name in ok_top or p.match(RANK_JOURNAL_GLOB))):
+            bad.append(p.name)
+    return sorted(bad)
+
+
+def _shuffle(folder: Path) -> None:
+    """Copy the images in a secret random order (new inodes, new directory order)."""
     images = folder / "images"
     shuffled = folder / ".images.shuffled"
+    if shuffled.exists():                                # a close that was interrupted: finish or redo it
+        if images.exists():
+            shutil.rmtree(shuffled)
+        else:
+            shuffled.rename(images)
     shuffled.mkdir()
     names = sorted(p.name for p in images.iterdir())
     secrets.SystemRandom().shuffle(names)
@@ -338,6 +433,11 @@ def _shuffle_and_stamp(folder: Path) -> None:
         shutil.copyfile(images / name, shuffled / name)
     shutil.rmtree(images)
     shuffled.rename(images)
+
+
+def _stamp(folder: Path) -> None:
+    """Make every file world-readable and give every file and folder one timestamp, so that nothing but the
+    random names orders the release."""
     day = _dt.datetime.now(_dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
     for root, dirs, files in os.walk(folder):
         for f in files:

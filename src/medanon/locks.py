@@ -1,0 +1,99 @@
+"""One writer at a time per output: an exclusive lock held while a command writes ``out``.
+
+The lock is an advisory ``flock`` on a hidden file next to the output (``.OUT.lock``), taken before anything
+is created and given back when the writer finishes or fails. The kernel gives it back when a process dies, so
+a run killed with ``kill -9`` never blocks the next one; the file itself is removed by the next run that
+finishes. A second run on the same output is refused at once, naming the output.
+
+>>> import tempfile, pathlib
+>>> out = pathlib.Path(tempfile.mkdtemp()) / "release"
+>>> with OutputLock(out):
+...     try:
+...         OutputLock(out).acquire()
+...     except ConcurrentRunError as e:
+...         print(str(e).split(" (")[0])
+another medanon run is writing release
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from medanon.errors import MedanonError
+
+try:
+    import fcntl
+except ImportError:                                   # pragma: no cover - Windows: an O_EXCL lock file instead
+    fcntl = None
+
+
+class ConcurrentRunError(MedanonError):
+    """Another process is writing the same output."""
+
+
+class OutputLock:
+    """An exclusive, non-blocking lock on the output ``out`` (a folder or a file); a context manager."""
+
+    def __init__(self, out: str | os.PathLike, *, name: str = "out") -> None:
+        self.out = Path(out)
+        self.name = name
+        self.path = self.out.with_name(f".{self.out.name}.lock")
+        self._fd: int | None = None
+
+    def _refuse(self) -> None:
+        raise ConcurrentRunError(f"another medanon run is writing {self.out.name} ({self.out}) now",
+                                 fix=f"wait for it to finish, or choose another {self.name}; two runs on one "
+                                     "output would write each other's records")
+
+    def acquire(self) -> OutputLock:
+        if self._fd is not None:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if fcntl is None:                             # pragma: no cover
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                self._refuse()
+            return self
+        for _ in range(100):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                self._refuse()
+            try:                                      # the previous holder may have removed the file meanwhile
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                return self
+            os.close(fd)
+        self._refuse()
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            if os.fstat(self._fd).st_ino == os.stat(self.path).st_ino:
+                os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()

@@ -24,7 +24,6 @@ from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.cli import cli
 from medanon.config import PhantomConfig
 from medanon.errors import ConfigError
-from medanon.locks import OutputLock
 from medanon.outputs import UnsafeOutputError, check_output
 from medanon.phantoms.generate import generate
 from medanon.release import ReleaseWriter, audit_release
@@ -119,8 +118,15 @@ def test_a_bind_mounted_dataset_is_the_same_dataset(tmp_path, phantom):
 
 def test_a_second_run_on_the_same_out_is_refused_at_once(tmp_path, phantom):
     out = tmp_path / "rel"
-    with OutputLock(out):                               # another process writing this release
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from medanon.locks import OutputLock; "
+                               f"lock = OutputLock({str(out)!r}).acquire(); print('held', flush=True); "
+                               "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:                                                # another process is writing this release
+        assert holder.stdout.readline().strip() == "held"
         code, msg = _run(["anonymize", "ldp-image", phantom, "--epsilon", "1", "--out", out])
+    finally:
+        holder.kill()
+        holder.wait()
     assert code != 0 and "another medanon run is writing" in msg
     assert not out.exists() and not Path(f"{out}.partial").exists()
     assert _run(["anonymize", "ldp-image", phantom, "--epsilon", "1", "--out", out])[0] == 0

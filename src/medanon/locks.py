@@ -9,7 +9,7 @@ finishes. A second run on the same output is refused at once, naming the output.
 >>> out = pathlib.Path(tempfile.mkdtemp()) / "release"
 >>> with OutputLock(out):
 ...     try:
-...         OutputLock(out).acquire()
+...         OutputLock(out, reentrant=False).acquire()
 ...     except ConcurrentRunError as e:
 ...         print(str(e).split(" (")[0])
 another medanon run is writing release
@@ -33,12 +33,21 @@ class ConcurrentRunError(MedanonError):
     """Another process is writing the same output."""
 
 
-class OutputLock:
-    """An exclusive, non-blocking lock on the output ``out`` (a folder or a file); a context manager."""
+_HELD: dict[str, OutputLock] = {}                     # lock file -> the lock of this process that holds it
 
-    def __init__(self, out: str | os.PathLike, *, name: str = "out") -> None:
+
+class OutputLock:
+    """An exclusive, non-blocking lock on the output ``out`` (a folder or a file); a context manager.
+
+    Another process holding it means a refusal. Within one process a later writer of the same output takes the
+    lock over from an earlier one that was never released (a run that failed in a notebook), unless
+    ``reentrant=False``.
+    """
+
+    def __init__(self, out: str | os.PathLike, *, name: str = "out", reentrant: bool = True) -> None:
         self.out = Path(out)
         self.name = name
+        self.reentrant = reentrant
         self.path = self.out.with_name(f".{self.out.name}.lock")
         self._fd: int | None = None
 
@@ -49,6 +58,14 @@ class OutputLock:
 
     def acquire(self) -> OutputLock:
         if self._fd is not None:
+            return self
+        key = os.path.abspath(self.path)
+        before = _HELD.get(key)
+        if before is not None and before._fd is not None and before is not self:
+            if not self.reentrant:
+                self._refuse()
+            self._fd, before._fd = before._fd, None      # this process's own earlier run (e.g. one that failed in
+            _HELD[key] = self                            # a notebook and was never closed): taken over
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if fcntl is None:                             # pragma: no cover
@@ -70,6 +87,7 @@ class OutputLock:
                 same = False
             if same:
                 self._fd = fd
+                _HELD[key] = self
                 return self
             os.close(fd)
         self._refuse()
@@ -78,6 +96,8 @@ class OutputLock:
     def release(self) -> None:
         if self._fd is None:
             return
+        if _HELD.get(os.path.abspath(self.path)) is self:
+            del _HELD[os.path.abspath(self.path)]
         with contextlib.suppress(OSError):
             if os.fstat(self._fd).st_ino == os.stat(self.path).st_ino:
                 os.unlink(self.path)

@@ -150,14 +150,18 @@ def files_digest(paths: Iterable[Path], root: Path | None = None) -> dict[str, A
 class RunDir:
     """A run directory: ``config.yaml``, ``metrics.jsonl``, ``manifest.json``.
 
-    The manifest is rewritten atomically whenever it changes, so it is always complete.
+    The manifest is rewritten atomically whenever it changes, so it is always complete. One run writes a
+    folder at a time (:mod:`medanon.locks`): a second is refused at once, until the first calls :meth:`finish`
+    or ends.
     """
 
     def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None):
+        from medanon.locks import OutputLock
         from medanon.outputs import check_output
 
         self.path = Path(path)
         check_output(self.path, existing_ok=True, kind="dir")     # a resumed run's own folder, never a foreign one
+        self.lock = OutputLock(self.path, name="--out").acquire()  # one run per folder, until finish()
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path / "config.yaml", dump_yaml(config))
         self.manifest: dict[str, Any] = {
@@ -198,6 +202,7 @@ class RunDir:
     def finish(self) -> None:
         self.manifest["finished"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         self._write_manifest()
+        self.lock.release()
 
     def _write_manifest(self) -> None:
         atomic_write_text(self.path / "manifest.json",

@@ -10,7 +10,8 @@ from medanon.cli.base import CONTEXT, cli
 from medanon.cli.words import speaks_flags
 
 FLAGS = {"pass n=1 or more": "pass --n 1 or more", "n=": "--n ", "truncation=": "--truncation ",
-         "overwrite=True": "--overwrite", "device=": "--device "}
+         "overwrite=True": "--overwrite", "device=": "--device ",
+         "noise=": "--noise "}
 
 
 @cli.command("generate", context_settings=CONTEXT)
@@ -23,11 +24,13 @@ FLAGS = {"pass n=1 or more": "pass --n 1 or more", "n=": "--n ", "truncation=": 
               help="psi: 1 = the model's full range; smaller pulls towards the average image.")
 @click.option("--seed", type=int, default=0, help="Seeds the latents: same model, seed and psi give the same images.")
 @click.option("--batch", type=click.IntRange(min=1), default=64, help="Images per forward pass.")
+@click.option("--noise", type=click.Choice(["random", "const"]), default="random", show_default=True,
+              help="Per-layer noise: fresh for every image (as FID is computed) or the generator's constant noise.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists (only a folder medanon wrote).")
 @click.pass_context
 @speaks_flags(FLAGS)
 def generate_cmd(ctx: click.Context, model: Path, n: int, out: Path, truncation: float, seed: int, batch: int,
-                 overwrite: bool) -> None:
+                 noise: str, overwrite: bool) -> None:
     """Sample N images from a trained generator: a first look at what it learned.
 
     \b
@@ -40,6 +43,6 @@ def generate_cmd(ctx: click.Context, model: Path, n: int, out: Path, truncation:
 
     check_outputs((out, "dir", "--out"), reads=(model,), overwrite=overwrite)   # in the command's words
     man = generate_samples(model, n, out, seed=seed, truncation=truncation, overwrite=overwrite,
-                           device=resolve_device(ctx.obj["device"]), batch=batch)
+                           device=resolve_device(ctx.obj["device"]), batch=batch, noise=noise)
     click.echo(f"wrote {n} samples ({man['channels']}x{man['resolution']}px, psi={truncation:g}, seed {seed}) "
                f"to {out / 'images'} and the grid {out / 'grid.png'}")

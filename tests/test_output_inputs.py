@@ -252,3 +252,20 @@ def test_ctrl_c_while_medanon_loads_exits_130_without_a_traceback():
     if p.returncode == 0:
         pytest.skip("medanon loaded before the signal arrived (nothing to test on this machine)")
     assert p.returncode == 130 and b"Traceback" not in err, err.decode()
+
+
+def test_a_labels_file_named_by_dataset_yaml_is_read_from_inside_only(tmp_path, phantom):
+    data = tmp_path / "data"
+    shutil.copytree(phantom, data)
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.move(data / "labels.csv", other / "labels.csv")
+    yaml = (data / "dataset.yaml").read_text()
+    (data / "dataset.yaml").write_text(yaml.replace("labels: labels.csv", "labels: ../other/labels.csv"))
+    code, msg = _run(["anonymize", "kpixel", data, "--k", "2", "--out", tmp_path / "rel"])
+    assert code != 0 and "outside the dataset folder" in msg and "allow-outside" in msg, msg
+    before = (other / "labels.csv").read_bytes()
+    code, msg = _run(["anonymize", "kpixel", data, "--allow-outside", "--k", "2", "--out", tmp_path / "rel",
+                      "--mapping", other / "labels.csv", "--overwrite"])
+    assert code != 0 and "never writes into" in msg, msg
+    assert (other / "labels.csv").read_bytes() == before

@@ -74,7 +74,8 @@ def dataset_inputs(ds: Any) -> list[Path]:
     if root is not None:
         paths.add(_resolve(root))
     generic = getattr(getattr(ds, "read_options", None), "generic", None)
-    for p in (getattr(generic, "labels_csv", None), getattr(generic, "images_dir", None)):
+    for p in (getattr(generic, "labels_csv", None), getattr(generic, "images_dir", None),
+              *getattr(ds, "source_files", ())):
         if p is not None:
             paths.add(_resolve(p))
     for r in getattr(ds, "records", ()):

@@ -331,6 +331,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
                       root=root, skipped=problems, infos=infos, max_pixels=max_pixels,
                       read_options=ReadOptions(layout, generic, cfg.skip_bad, max_pixels, allow_outside, cfg.channels,
                                                cfg.crop, cfg.modality))
+    ds.source_files = list(sc.files)                     # labels and descriptor files (the output check's inputs)
     if cfg.skip_bad and check_pixels is not False:
         # Corrupt pixel data behind a good header: find it now (the tensors are kept, so this costs no
         # second decode) rather than failing halfway through a run that was told to skip bad files.

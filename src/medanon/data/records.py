@@ -48,3 +48,5 @@ class Scan:
     problems: list[Problem] = field(default_factory=list)
     modality: str | None = None                 # "fundus" | "xray" if the layout implies it
     allowed_roots: list[Path] = field(default_factory=list)  # folders besides root the user named (images_dir)
+    files: list[Path] = field(default_factory=list)          # the labels and descriptor files read
+    declared: list[Path] = field(default_factory=list)       # files a descriptor (dataset.yaml) names: inside only

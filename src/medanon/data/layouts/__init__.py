@@ -148,6 +148,12 @@ def scan(root: Path, layout: str = "auto", *, generic: GenericOptions | None = N
 
 def confine(sc: Scan) -> None:
     """Move the records of ``sc`` whose image or mask resolves outside its allowed folders to its problems."""
+    for f in sc.declared:
+        if not _inside(Path(f).resolve(), [Path(sc.root).resolve()]):
+            raise DataError(f"{Path(sc.root) / 'dataset.yaml'} names {f}, which resolves to {Path(f).resolve()}, "
+                            f"outside the dataset folder {sc.root}", files=[f],
+                            fix="move the file into the dataset folder, or pass allow_outside=True if it is meant "
+                                "to be read")
     roots = [Path(r).resolve() for r in [sc.root, *sc.allowed_roots]]
     kept = []
     for rec in sc.records:

@@ -138,6 +138,7 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
     col.check_unlabelled(dirs)
     sc = col.scan(layout, modality)
     sc.allowed_roots.append(images_dir)       # the folder the user named, or the labels CSV's folder
+    sc.files.append(opts.labels_csv)
     return sc
 
 
@@ -192,5 +193,8 @@ def scan_medanon(root: Path) -> Scan:
         images_dir=root,
         mask_col=meta.get("mask_col"),
     )
-    return scan_generic(root, opts, layout="medanon", modality=meta["modality"],
-                        all_labels=meta.get("label_cols") is None)
+    sc = scan_generic(root, opts, layout="medanon", modality=meta["modality"],
+                      all_labels=meta.get("label_cols") is None)
+    sc.files.append(root / "dataset.yaml")
+    sc.declared.append(opts.labels_csv)       # named by dataset.yaml: read from inside the folder only
+    return sc

@@ -23,13 +23,8 @@ SIZE = 32
 
 
 def tiny_config(**fidelity) -> EvalConfig:
-    cfg = EvalConfig.fast(size=SIZE)
-    clf = replace(cfg.utility.classifier, steps=20, batch=16)
-    return replace(cfg, fidelity=replace(cfg.fidelity, inception=False, bootstrap=5, kid_subsets=3, **fidelity),
-                   utility=replace(cfg.utility, seeds=(0,), classifier=clf, bootstrap=50),
-                   attacks=replace(cfg.attacks, attribute_classifier=clf, max_pairs=200,
-                                   identity=replace(cfg.attacks.identity, steps=60, batch=32),
-                                   siamese_net=replace(cfg.attacks.siamese_net, steps=60, batch=32)))
+    cfg = EvalConfig.tiny(size=SIZE)
+    return replace(cfg, fidelity=replace(cfg.fidelity, **fidelity)) if fidelity else cfg
 
 
 @pytest.fixture(scope="module")

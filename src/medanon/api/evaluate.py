@@ -87,12 +87,78 @@ class EvaluationResult:
         atomic_write_text(path, self.html)
         return path
 
+    def summary(self) -> list[dict[str, Any]]:
+        """Every headline number as one flat record: ``release, attack, metric, value, lo, hi, n, valid, reason``.
+
+        ``attack`` is the residual-risk row (``nearest``, ``linkability (reverse)``, ``independent singling_out``,
+        ...), ``verdict``, ``fidelity`` or ``utility: <task>``; ``lo`` / ``hi`` the 95 % interval (None where there
+        is none); ``valid`` / ``reason`` the row's validity (attacks and the verdict; True for fidelity and utility).
+
+        Example:
+            >>> r = EvaluationResult(releases=[{"name": "k2", "attacks": {}, "fidelity": {"fid": {"value": 9.0,
+            ...     "ci": [8.0, 11.0], "n": 50}}}], controls={}, real={}, phantom=True, notes=[], seconds=0.0,
+            ...     report={}, html="")
+            >>> r.summary()[0]["metric"], r.summary()[0]["value"]
+            ('fid', 9.0)
+        """
+        return [rec for r in self.releases for rec in _summary(r)]
+
+    def to_frame(self):
+        """:meth:`summary` as a pandas DataFrame (one row per number); needs pandas."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ConfigError("EvaluationResult.to_frame needs pandas, which is not installed",
+                              fix="pip install pandas, or use EvaluationResult.summary() (a list of dicts)") from None
+        return pd.DataFrame(self.summary(), columns=list(SUMMARY_FIELDS))
+
     def release(self, name: str) -> dict[str, Any]:
         """The results of the release named ``name`` (its folder name)."""
         for r in self.releases:
             if r.get("name") == name:
                 return r
         raise KeyError(f"no release named {name!r}; evaluated: {[r.get('name') for r in self.releases]}")
+
+
+SUMMARY_FIELDS = ("release", "attack", "metric", "value", "lo", "hi", "n", "valid", "reason")
+
+
+def _record(release: str, attack: str, metric: str, value, ci=None, n=None, valid: bool = True,
+            reason: str | None = None) -> dict[str, Any]:
+    lo, hi = (ci or (None, None))[:2]
+    return dict(zip(SUMMARY_FIELDS, (release, attack, metric, None if value is None else float(value),
+                                     None if lo is None else float(lo), None if hi is None else float(hi), n,
+                                     bool(valid), reason), strict=True))
+
+
+def _summary(rel: dict[str, Any]) -> list[dict[str, Any]]:
+    """One release's records for :meth:`EvaluationResult.summary`."""
+    from medanon.evaluate.calibration import risk_rows
+
+    name, out = rel.get("name"), []
+    v = rel.get("verdict") or {}
+    if "risk" in v:
+        out.append(_record(name, "verdict", "residual_risk", v["risk"], v.get("ci"), reason=v.get("attack")))
+    for u in v.get("utility_kept", []):
+        out.append(_record(name, "verdict", f"utility_kept {u['task']} {u['metric']}", u["kept"], u.get("ci")))
+    validity = rel.get("validity") or {}
+    for row, risk in risk_rows(rel.get("attacks") or {}).items():
+        rr, ok = risk["residual_risk"], validity.get(row) or {"valid": True, "reason": None}
+        out.append(_record(name, row, "residual_risk", rr["risk"], rr["ci"], risk.get("n"), ok["valid"],
+                           ok.get("reason")))
+    for metric, f in (rel.get("fidelity") or {}).items():
+        if isinstance(f, dict) and ("value" in f or "mean" in f):
+            ci = f.get("ci") or ([f["low"], f["high"]] if "low" in f else
+                                 [f["mean"] - f["error"], f["mean"] + f["error"]] if "error" in f else None)
+            out.append(_record(name, "fidelity", metric, f.get("value", f.get("mean")), ci,
+                               f.get("n", (rel.get("fidelity") or {}).get("n"))))
+    for task, u in (rel.get("utility") or {}).items():
+        if not isinstance(u, dict) or "skipped" in u:
+            continue
+        for metric, b in (u.get("paired_bootstrap") or {}).items():
+            got = b.get("release") or {}
+            out.append(_record(name, f"utility: {task}", metric, got.get("value"), got.get("ci"), u.get("n_test")))
+    return out
 
 
 def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset: str = "full", config=None,
@@ -105,13 +171,15 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     at the evaluation size with the options it was opened with) or as a folder (read with its detected layout).
     ``releases``: release folders or saved :class:`~medanon.release.release.Release` objects.
     ``out``: report folder (``report.html``, ``report.json``, ``cache/``; re-running resumes from the
-    cache); by default a temporary folder. ``preset``: ``full`` or ``fast`` (CPU-sized), or a whole
+    cache); by default a temporary folder. ``preset``: ``full``, ``fast`` (CPU-sized) or ``tiny`` (tests and
+    notebooks on a tiny phantom: it runs in seconds, its numbers are not a measurement), or a whole
     :class:`~medanon.evaluate.config.EvalConfig` as ``config``; ``size``: evaluation image side
-    (default: the config's, else the dataset's size, else 64).
+    (default: the config's, else the dataset's size, else 64; tiny 32).
     ``splits``: the splits CSV the releases were made with (else the split is recomputed).
     ``mappings``: release name -> private mapping file (default: the mapping a Release was saved
     with, or ``<release>.mapping.json`` next to the folder); membership, linkability and singling-out
-    need it. Returns an :class:`EvaluationResult` (``.to_dict()``, ``.to_html(path)``).
+    need it. Returns an :class:`EvaluationResult` (``.to_dict()``, ``.to_html(path)``, ``.summary()``: flat
+    records, ``.to_frame()``: the same as a pandas DataFrame).
 
     Example (signature only: a run trains classifiers, see docs/evaluation.md):
         >>> import inspect, medanon
@@ -122,15 +190,15 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     import json
 
     from medanon.data.dataset import reading
-    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.config import PRESETS
+    from medanon.evaluate.config import preset as make_preset
     from medanon.evaluate.harness import ReleaseSpec
     from medanon.evaluate.harness import evaluate as run_evaluation
 
-    if preset not in ("full", "fast"):
-        raise ConfigError(f"preset={preset!r} must be full or fast")
+    if preset not in PRESETS:
+        raise ConfigError(f"preset={preset!r} must be one of {list(PRESETS)}")
     if config is None:
-        size = size or getattr(real, "size", None) or 64
-        config = EvalConfig.fast(size=size) if preset == "fast" else EvalConfig(size=size)
+        config = make_preset(preset, size=size or getattr(real, "size", None))
     elif size is not None:
         from dataclasses import replace
 

@@ -119,7 +119,8 @@ def _linkability(ctx: RealContext, t: Target) -> dict:
     return linkability(control_emb=t.real_emb[held], control_patients=list(real.patients[held]),
                        release_emb=t.rel_emb, record_patients=t.record_patients, source_emb=t.real_emb[t.src_flat],
                        source_patients=list(real.patients[t.src_flat]), source_record=t.rec_flat.tolist(),
-                       target_far=a.target_far, seed=ctx.cfg.seed, max_pairs=a.max_pairs, confidence=a.confidence)
+                       target_far=a.target_far, seed=ctx.cfg.seed, max_pairs=a.max_pairs, confidence=a.confidence,
+                       balance=ctx.balance(t.src_flat, held))
 
 
 @register("singling_out", lambda a: a.singling_out, identity=True)
@@ -137,10 +138,12 @@ def _singling_out(ctx: RealContext, t: Target) -> dict:
 def _nearest(ctx: RealContext, t: Target) -> dict:
     a = ctx.cfg.attacks
     calib, control = ctx.heldout_halves
-    return nearest_record_membership(member_emb=t.real_emb[np.unique(t.src_flat)], control_emb=t.real_emb[control],
+    members = np.unique(t.src_flat)
+    return nearest_record_membership(member_emb=t.real_emb[members], control_emb=t.real_emb[control],
                                      release_emb=t.rel_emb, calib_emb=t.real_emb[calib], fpr=a.membership_fpr,
-                                     confidence=a.confidence, member_groups=ctx.real.patients[np.unique(t.src_flat)],
-                                     control_groups=ctx.real.patients[control], seed=ctx.cfg.seed)
+                                     confidence=a.confidence, member_groups=ctx.real.patients[members],
+                                     control_groups=ctx.real.patients[control], calib_groups=ctx.real.patients[calib],
+                                     seed=ctx.cfg.seed, balance=ctx.balance(members, control))
 
 
 @register("siamese", lambda a: a.siamese)
@@ -153,7 +156,7 @@ def _siamese(ctx: RealContext, t: Target) -> dict:
                          patients=ctx.real.patients, source_rows=t.src_flat, record_patients=t.record_patients,
                          member_rows=np.unique(t.src_flat), calib_rows=calib, control_rows=control,
                          target_far=a.target_far, fpr=a.membership_fpr, max_pairs=a.max_pairs, seed=ctx.cfg.seed,
-                         confidence=a.confidence)
+                         confidence=a.confidence, balance=ctx.balance(np.unique(t.src_flat), control))
     out["trained_on"] = ctx.siamese_trained_on
     return out
 
@@ -173,7 +176,8 @@ def _inference(ctx: RealContext, t: Target) -> dict:
     out = inference_risk(member_emb=t.real_emb[m_rows], member_secret=secret[m_rows],
                          control_emb=t.real_emb[c_rows], control_secret=secret[c_rows], release_emb=t.rel_emb,
                          release_secret=rel.label(a.attribute), confidence=a.confidence, seed=ctx.cfg.seed,
-                         member_groups=real.patients[m_rows], control_groups=real.patients[c_rows])
+                         member_groups=real.patients[m_rows], control_groups=real.patients[c_rows],
+                         balance=ctx.balance(m_rows, c_rows))
     out["members_are"] = ("real images of the patients the mapping lists" if t.src_flat is not None
                           else f"real images of the {ctx.cfg.source_split!r} split")
     out["n"] = len(m_rows)

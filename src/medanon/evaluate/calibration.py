@@ -30,6 +30,7 @@ import numpy as np
 
 from medanon.config import to_dict
 from medanon.evaluate.attack_suite import run_attacks
+from medanon.evaluate.attacks.risk import MIN_PATIENTS
 from medanon.evaluate.cache import digest
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
@@ -46,8 +47,8 @@ KNOWN_WHAT = {"copy": "every source image released as its own record (must be de
               "others": "real images of the attacker split's patients, who are neither members nor controls (must "
                         "not be detected; left out when the attackers had to train on the members)"}
 COPY_MIN = 0.5                                  # a copy must be detected at least this strongly
-MIN_CONTROL_PATIENTS = 10                       # fewer control patients: the control rate is not resolved
-VERSION = 4
+MIN_CONTROL_PATIENTS = MIN_PATIENTS             # fewer control (or calibration) patients: the rate is not resolved
+VERSION = 5
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
          "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
@@ -195,6 +196,14 @@ def _few_controls(risk: dict) -> str | None:
     return None
 
 
+def _few_calibration(risk: dict) -> str | None:
+    """Why the threshold of a risk row is set on too few patients, or None."""
+    t = risk.get("threshold") or {}
+    if t.get("enough") is False:
+        return f"its threshold is set on {t['calibration_patients']} patients (fewer than {t['minimum_patients']})"
+    return None
+
+
 def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool]) -> dict[str, dict]:
     """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched)."""
     out = {}
@@ -203,7 +212,7 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
         reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
                    ("no known-answer calibration" if cal is None else None),
                    _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
-                   _few_controls(risk)]
+                   _few_controls(risk), _few_calibration(risk)]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
     return out

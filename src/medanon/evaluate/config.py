@@ -3,7 +3,8 @@
 The expensive knobs are here so a CPU run can be sized: the FID sample size and the Inception
 switch (Inception-v3 at 299 px costs roughly 0.1-1 s per image on two CPU cores), the classifier's
 steps and input size, the number of seeds, the identity network's steps. ``EvalConfig.fast()`` is
-the preset the demo and the tests start from; the defaults are the full protocol.
+the preset the demo uses, ``EvalConfig.tiny()`` the one tests and notebooks use (seconds on a phantom, numbers
+too rough to read); the defaults are the full protocol. :func:`preset` picks one by name.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ class AttackConfig:
     identity_checkpoint: str = ""               # a trained identity network (kind "identity") instead of training
     attacker_split: str = "val"                 # patients neither released nor controls: what attackers train on
     nearest: bool = True                        # membership by nearest released record, members vs held-out controls
-    membership_fpr: float = 0.1                 # its threshold: this share of attacker-split images pass it
+    membership_fpr: float = 0.1                 # its threshold: this share of calibration images pass it
+    balance: str = "auto"                       # controls reweighted to the members' mix of this label (the one
+                                                # that drives similarity); auto: grade, else pneumonia; "" = off
     independent_attacker: bool = True           # also attack with a second identity network: another architecture,
     independent_arch: str = "resnet10"          # input size and seed, trained on the attacker split with the
     independent_image_size: int = 48           # same budget (steps, batch, lr, loss) as attacks.identity
@@ -178,3 +181,32 @@ class EvalConfig:
                                         independent_image_size=indep,
                                         # 150 steps: held-out AUC 0.872 on the demo's fundus phantom, as 300 (0.870)
                                         siamese_net=SiameseConfig(steps=150)))
+
+    @classmethod
+    def tiny(cls, *, size: int = 32) -> EvalConfig:
+        """The fast preset cut down for tests and notebooks on a tiny phantom: no Inception (no FID / KID), one
+        utility seed, 20-step classifiers, 60-step identity and Siamese networks, a few bootstrap resamples and at
+        most 200 genuine pairs per verification set. It checks that everything runs; its numbers are not a
+        measurement."""
+        cfg = cls.fast(size=size)
+        clf = replace(cfg.utility.classifier, steps=20, batch=16)
+        return replace(cfg, fidelity=replace(cfg.fidelity, inception=False, bootstrap=5, kid_subsets=3),
+                       utility=replace(cfg.utility, seeds=(0,), classifier=clf, bootstrap=50),
+                       attacks=replace(cfg.attacks, attribute_classifier=clf, max_pairs=200,
+                                       identity=replace(cfg.attacks.identity, steps=60, batch=32),
+                                       siamese_net=replace(cfg.attacks.siamese_net, steps=60, batch=32)))
+
+
+PRESETS = ("full", "fast", "tiny")
+
+
+def preset(name: str, *, size: int | None = None) -> EvalConfig:
+    """The evaluation preset ``name``: ``full`` (the papers' protocol), ``fast`` (CPU-sized, the demo's) or ``tiny``
+    (tests and notebooks); ``size``: the evaluation image side (default 64, tiny 32)."""
+    if name == "full":
+        return EvalConfig(size=size or 64)
+    if name == "fast":
+        return EvalConfig.fast(size=size or 64)
+    if name == "tiny":
+        return EvalConfig.tiny(size=size or 32)
+    raise ConfigError(f"preset={name!r} is not an evaluation preset", fix=f"use one of {list(PRESETS)}")

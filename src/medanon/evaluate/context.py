@@ -34,6 +34,7 @@ from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attacks import siamese as sia
 from medanon.evaluate.attacks.attribute import scores
+from medanon.evaluate.attacks.balance import Balance
 from medanon.evaluate.attacks.membership import descriptors
 from medanon.evaluate.attacks.stats import unit
 from medanon.evaluate.cache import Cache, digest
@@ -47,6 +48,8 @@ from medanon.train.classifier import train_classifier
 from medanon.train.identity import train_identity
 
 log = logging.getLogger(__name__)
+
+BALANCE_AUTO = ("grade", "pneumonia")           # the labels that drive image similarity, in order of preference
 
 
 def with_seed(tcfg, seed: int):
@@ -209,6 +212,28 @@ class RealContext:
         is_cal = np.asarray([p in cal for p in self.real.patients[self.held]])
         return self.held[is_cal], self.held[~is_cal]
 
+    @cached_property
+    def balance_label(self) -> str | None:
+        """The label controls are reweighted on to the members' mix (``attacks.balance``; ``auto``: the first of
+        ``BALANCE_AUTO`` the real data has), or None."""
+        want = self.cfg.attacks.balance
+        if not want:
+            return None
+        for name in BALANCE_AUTO if want == "auto" else (want,):
+            if name in self.real.label_names and (~np.isnan(self.real.label(name))).any():
+                return name
+        if want != "auto":
+            raise ConfigError(f"attacks.balance={want!r}: the real data has no {want!r} labels",
+                              fix=f"use one of {self.real.label_names}, auto, or '' (no reweighting)")
+        return None
+
+    def balance(self, member_rows: np.ndarray, control_rows: np.ndarray) -> Balance | None:
+        """The stratifying label's values of member and control rows (None: no reweighting)."""
+        if self.balance_label is None:
+            return None
+        v = self.real.label(self.balance_label)
+        return Balance(self.balance_label, v[member_rows], v[control_rows])
+
     # -- fidelity reference ----------------------------------------------------------------------------
 
     @cached_property
@@ -363,10 +388,15 @@ def _pair_scores(emb: np.ndarray, patients: np.ndarray, rng: np.random.Generator
     return (e[i] * e[j]).sum(1), patients[i] == patients[j], (i, j)
 
 
+CHECK_PAIRS = 50_000            # pairs per network check (seeded subsample): the patient bootstrap reads each
+
+
 def network_checks(ctx: RealContext) -> dict:
     """Does the identity network treat members and controls alike (issue 15, item 2)? Its verification AUC
-    on pairs of real source images (the members) and on pairs of held-out images (the controls), with DeLong
-    intervals; and how alike the two attacker networks are (Pearson r of their cosines on held-out pairs)."""
+    on pairs of real source images (the members) and on pairs of held-out images (the controls), with patient
+    cluster bootstrap intervals (a pair weighted by the draws of its two patients; DeLong's, which treats pairs
+    as independent, kept in ``delong_ci``); and how alike the two attacker networks are (Pearson r of their
+    cosines on held-out pairs)."""
     from medanon.evaluate.attacks.stats import delong
 
     conf = ctx.cfg.attacks.confidence
@@ -377,9 +407,14 @@ def network_checks(ctx: RealContext) -> dict:
     for name, emb in nets:
         row = {}
         for group, rows in (("members", ctx.src), ("controls", ctx.held)):
-            sc, same, _ = _pair_scores(emb[rows], ctx.real.patients[rows], np.random.default_rng(ctx.cfg.seed))
-            d = delong(sc[same], sc[~same], confidence=conf)
-            row[group] = {"auc": d["auc"], "ci": d["ci"], "genuine_pairs": int(same.sum()),
+            pats = ctx.real.patients[rows]
+            sc, same, (i, j) = _pair_scores(emb[rows], pats, np.random.default_rng(ctx.cfg.seed), cap=CHECK_PAIRS)
+            code = np.unique(pats, return_inverse=True)[1]
+            pg = np.c_[code[i], code[j]]
+            d = delong(sc[same], sc[~same], confidence=conf, pos_groups=pg[same], neg_groups=pg[~same],
+                       seed=ctx.cfg.seed)
+            row[group] = {"auc": d["auc"], "ci": d["ci"], "interval": d["interval"], "delong_ci": d["delong_ci"],
+                          "patients": d.get("patients"), "genuine_pairs": int(same.sum()),
                           "impostor_pairs": int((~same).sum())}
         m, c = row["members"], row["controls"]
         row["differs"] = bool(m["ci"][0] > c["ci"][1] or c["ci"][0] > m["ci"][1])

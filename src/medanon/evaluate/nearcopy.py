@@ -22,20 +22,29 @@ import torch
 
 from medanon.evaluate.attacks.stats import exact_interval, unit
 
+TIE_TOL_PIXELS = 1e-9           # relative: squared distances this close (rounding of the expansion) are tied
+
 
 def _flat(images: torch.Tensor) -> np.ndarray:
     return images.float().flatten(1).double().numpy()
 
 
-def _rmse_nearest(query: np.ndarray, keys: np.ndarray, chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    """For each query row, the index and RMSE of its nearest key row."""
+def _rmse_nearest(query: np.ndarray, keys: np.ndarray, chunk: int = 512,
+                  tied: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For each query row, the index and RMSE of its nearest key row; with ``tied`` (a list), the indices of every
+    key row tied for nearest (squared distances within ``TIE_TOL_PIXELS`` of the norms) are appended per query."""
     kk = (keys ** 2).sum(1)
     idx, dist = np.empty(len(query), np.int64), np.empty(len(query))
     for s in range(0, len(query), chunk):
         q = query[s:s + chunk]
-        d2 = np.maximum((q ** 2).sum(1)[:, None] + kk[None, :] - 2 * q @ keys.T, 0.0)
+        qq = (q ** 2).sum(1)
+        d2 = np.maximum(qq[:, None] + kk[None, :] - 2 * q @ keys.T, 0.0)
         j = d2.argmin(1)
-        idx[s:s + chunk], dist[s:s + chunk] = j, np.sqrt(d2[np.arange(len(q)), j] / keys.shape[1])
+        best = d2[np.arange(len(q)), j]
+        idx[s:s + chunk], dist[s:s + chunk] = j, np.sqrt(best / keys.shape[1])
+        if tied is not None:
+            tol = TIE_TOL_PIXELS * (qq + kk[j] + 1.0)
+            tied += [np.flatnonzero(row <= b + t) for row, b, t in zip(d2, best, tol, strict=True)]
     return idx, dist
 
 
@@ -66,21 +75,28 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     same_d = _within_heldout(hx, heldout_patients)
     held_cos = (unit(real_emb[heldout_rows]) @ kemb.T).max(1)
     t_pix, t_cos = float(np.quantile(same_d, quantile)), float(np.quantile(held_cos, 1 - quantile))
-    j, d = _rmse_nearest(_flat(release_images), keys)
+    tied: list = []
+    j, d = _rmse_nearest(_flat(release_images), keys, tied=tied)
     cos_all = unit(release_emb) @ kemb.T
     jc = cos_all.argmax(1)
     c = cos_all[np.arange(len(jc)), jc]
     near_pix, near_id = d <= t_pix, c >= t_cos
+    srcs = [set(map(int, s)) for s in record_sources] if record_sources is not None else None
+    # a nearest real image tied with t others: the record's own sources among them get 1/(t+1) each (random tie
+    # breaking), never the first index's luck
+    own = (np.asarray([np.isin(source_rows[tied[r]], list(srcs[r])).mean() for r in range(len(d))])
+           if srcs is not None else np.zeros(len(d)))
     nearest_row = source_rows[j]
-    own = (np.asarray([int(nearest_row[r]) in set(map(int, record_sources[r])) for r in range(len(d))])
-           if record_sources is not None else np.zeros(len(d), bool))
+    for r in np.flatnonzero(own > 0):                               # the nearest own source, where one is tied
+        if int(nearest_row[r]) not in srcs[r]:
+            nearest_row[r] = next(int(i) for i in source_rows[tied[r]] if int(i) in srcs[r])
     n_src = (np.asarray([len(s) for s in record_sources]) if record_sources is not None else np.ones(len(d), int))
-    single = near_pix & own
-    for r in np.flatnonzero(single & (n_src >= 2)):                 # one source much closer than the others
+    single = np.where(near_pix, own, 0.0)
+    for r in np.flatnonzero((single > 0) & (n_src >= 2)):           # one source much closer than the others
         others = [int(i) for i in record_sources[r] if int(i) != int(nearest_row[r])]
         od = np.sqrt(((real_images[torch.as_tensor(others)].float().flatten(1).double().numpy()
                        - _flat(release_images[r:r + 1])) ** 2).mean(1))
-        single[r] = d[r] <= 0.5 * float(np.median(od))
+        single[r] *= d[r] <= 0.5 * float(np.median(od))
     order = np.argsort(d, kind="stable")[:keep]
     n = len(d)
     return {
@@ -89,13 +105,19 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         "near_copies_pixel_ci": exact_interval(int(near_pix.sum()), n, confidence=confidence),
         "near_copies_identity": int(near_id.sum()), "near_copies_identity_rate": float(near_id.mean()),
         "near_copies_identity_ci": exact_interval(int(near_id.sum()), n, confidence=confidence),
-        "copies_of_one_source": int(single.sum()),
-        "copies_of_one_source_in_multi_person_records": int((single & (n_src >= 2)).sum()),
+        "copies_of_one_source": _count(single.sum()),
+        "copies_of_one_source_in_multi_person_records": _count(single[n_src >= 2].sum()),
+        "ties": "a nearest real image tied with t others counts 1/(t+1) as the record's own source",
         "control": {"n": len(heldout_rows), "pixel_rate": float((held_d <= t_pix).mean()),
                     "identity_rate": float((held_cos >= t_cos).mean()),
                     "what": "held-out real images (new people) against the source split, same thresholds"},
         "median_pixel_distance": float(np.median(d)), "median_heldout_pixel_distance": float(np.median(held_d)),
         "closest": [{"record": int(r), "real_row": int(nearest_row[r]), "pixel_rmse": float(d[r]),
-                     "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r]), "near_copy": bool(near_pix[r])}
+                     "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r] > 0),
+                     "own_source_share": float(own[r]), "near_copy": bool(near_pix[r])}
                     for r in order],
     }
+
+
+def _count(x: float) -> int | float:
+    return int(np.rint(x)) if abs(x - np.rint(x)) < 1e-9 else float(x)

@@ -112,11 +112,13 @@ def _nearest(rels: list[dict]) -> str:
                      _num(a["two_sided_auc"]), f"{a['p_value']:.2g}",
                      f"{_pct(f['attack']['rate'])} / {_pct(f['control']['rate'])}",
                      f"{_pct(v['attack']['rate'])} / {_pct(v['control']['rate'])}",
+                     _threshold(f.get("threshold")),
                      _iv(f["residual_risk"]["risk"], f["residual_risk"]["ci"]),
                      _num(ind.get("two_sided_auc")), f"{a['n_members']} / {a['n_controls']}"])
     return "<h2>Membership by nearest released record (with a held-out control)</h2>" + _table(
         ["Release", "AUC [95% CI]", "reverse AUC", "two-sided AUC", "p (Mann-Whitney)",
-         "claimed: members / controls (%)", "reverse: members / controls (%)", "residual vs control [95% CI]",
+         "claimed: members / controls (%)", "reverse: members / controls (%)",
+         "FPR: nominal → realised on controls (%) [95% CI]", "residual vs control [95% CI]",
          "two-sided AUC, independent net", "members / controls"], rows,
         caption=f"The attacker claims a target is in the release when its most similar released record passes a "
                 f"threshold set on {ok[0]['attacks']['nearest']['calibrated_on']} (FPR "
@@ -177,7 +179,8 @@ def _linkability(rels: list[dict]) -> str:
                           caption=f"GMIA Table 3 layout, standard definitions: FAR = impostor pairs accepted / "
                                   f"impostor pairs, TAR = genuine pairs accepted / genuine pairs; all pairs. "
                                   f"Threshold {_num(l0['threshold'])} set on all {cal['impostor_pairs']} impostor "
-                                  f"pairs of held-out patients at FAR {l0['target_far']}: realised FAR "
+                                  f"pairs of {cal.get('patients', '?')} held-out patients at FAR {l0['target_far']}: "
+                                  f"realised FAR "
                                   f"{_iv(cal['realised_far'], cal['realised_far_ci'])}. The reverse attacker "
                                   f"accepts scores ≤ {_num(l0['low_threshold'])} (FAR {l0['target_far']} in the "
                                   f"lower tail)."))
@@ -226,13 +229,15 @@ def _siamese(rels: list[dict]) -> str:
                          _iv(o.get("TAR"), o.get("TAR_ci")), _iv(o.get("reverse_TAR"), o.get("reverse_TAR_ci")),
                          f"{o.get('genuine_pairs', '–')} / {o.get('impostor_pairs', '–')}",
                          _iv(m["auc"], m["auc_ci"]), _num(m["two_sided_auc"]),
+                         _threshold(m["risk"].get("threshold")),
                          _iv(m["risk"]["residual_risk"]["risk"], m["risk"]["residual_risk"]["ci"]),
                          f"{m['n_members']} / {m['n_controls']}"])
         a0 = ok[0]["attacks"]["siamese"]
         ref = a0["reference"]
         out.append(_table(["Release", "outer AUC [95% CI]", "two-sided AUC", "TAR ↑ [95% CI]",
                            "reverse TAR", "genuine / impostor pairs", "membership AUC [95% CI]",
-                           "membership two-sided AUC", "residual vs control [95% CI]", "members / controls"], rows,
+                           "membership two-sided AUC", "membership FPR: nominal → realised on controls (%)",
+                           "residual vs control [95% CI]", "members / controls"], rows,
                           caption=f"A Siamese network (shared convolutional branch, a head on |a − b| and a · b) "
                                   f"trained to decide “same patient?” on pairs of {_e(a0.get('trained_on'))}. On real "
                                   f"held-out pairs it reaches AUC {_iv(ref['AUC'], ref['AUC_ci'])} "
@@ -324,6 +329,7 @@ def _risks(rep: dict) -> str:
             valid = check["valid"]
             cells = [_e(r["name"]), _e(row_label(row)), _rate(risk["attack"]), _rate(ctrl) if ctrl else
                      f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
+                     _threshold(risk.get("threshold")),
                      f"{_iv(rr['risk'], rr['ci'])} <span class=ci>vs {_e(risk.get('against', 'control'))}</span>",
                      "yes" if valid else f"<span class=invalid>no: {_e(check['reason'])}</span>"]
             rows.append(cells if valid else [f"<span class=invalid>{c}</span>" for c in cells[:-1]] + cells[-1:])
@@ -331,18 +337,37 @@ def _risks(rep: dict) -> str:
         return ""
     return "<h2>Residual risk</h2>" + _table(
         ["Release", "Attack", "Attack success (%)", "Control: same attack, held-out patients (%)",
-         "Baseline: random guess (%)", "Residual risk [95% CI]", "Valid"], rows,
+         "Baseline: random guess (%)", "Threshold: nominal → realised on controls (%) [95% CI]",
+         "Residual risk [95% CI]", "Valid"], rows,
         caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over "
                 "bootstrap resamples of the patients on both sides (Wilson with the error propagated where no patient "
                 "ids reach the attack); clipped to [0, 1]. The reference is the control where one exists; otherwise "
                 "the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it. "
-                "Greyed rows are not valid (last column: why) and count nowhere else.")
+                "Controls are reweighted to the members' mix of the label that drives similarity (named in the "
+                "cell, with the unweighted rate); the reweighting is redone in every bootstrap resample. A threshold "
+                "set at a nominal rate on calibration patients shows the rate it gives on the controls (unweighted, "
+                "patient bootstrap); one set on too few patients makes its row invalid. Greyed rows are not valid "
+                "(last column: why) and count nowhere else.")
 
 
 def _rate(d: dict) -> str:
     extra = " exact" if d.get("exact") else ""
-    return (f"{_pct(d['rate'])} <span class=ci>[{_pct(d['ci'][0])}, {_pct(d['ci'][1])}] n={d['trials']}{extra}"
+    b = d.get("balanced")
+    if b:
+        extra += f"; reweighted to the members' {_e(b['label'])} mix, unweighted {_pct(b['unweighted_rate'])}"
+    trials = f"{d['trials']}" + (f", {d['patients']} patients" if d.get("patients") is not None else "")
+    return (f"{_pct(d['rate'])} <span class=ci>[{_pct(d['ci'][0])}, {_pct(d['ci'][1])}] n={trials}{extra}"
             f"</span>")
+
+
+def _threshold(t: dict | None) -> str:
+    if not t:
+        return "–"
+    got = (f"{_pct(t['realised_fpr'])} <span class=ci>[{_pct(t['realised_fpr_ci'][0])}, "
+           f"{_pct(t['realised_fpr_ci'][1])}]</span>" if t.get("realised_fpr") is not None else "–")
+    cal = f"<span class=ci>set on {t['calibration_patients']} patients</span>"
+    warn = f" <span class=invalid>{_e(t['warning'])}</span>" if t.get("warning") else ""
+    return f"{_pct(t['nominal_fpr'])} → {got} {cal}{warn}"
 
 
 def attack_sections(rep: dict, grids: dict | None = None) -> str:

@@ -55,9 +55,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from medanon.evaluate.attacks.risk import rate, risk_entry, success_rate
+from medanon.evaluate.attacks.balance import Balance, control_rates
+from medanon.evaluate.attacks.risk import MIN_PATIENTS, rate, risk_entry, success_rate, threshold_entry
 from medanon.evaluate.attacks.stats import (
     BOOT_RESAMPLES,
+    bootstrap_p,
     cluster_summaries,
     components,
     delong,
@@ -131,7 +133,9 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
     b = cluster_summaries(stat, groups, est, confidence=confidence, seed=seed, n_resamples=n_resamples)
     upd = {"TAR_ci": b["TAR"]["ci"], "FAR_ci": b["FAR"]["ci"], "AUC_delong_ci": out["AUC_ci"],
            "AUC_ci": b["AUC"]["ci"], "interval": b["AUC"]["interval"], "patients": b["AUC"]["clusters"],
-           "resamples": b["AUC"]["resamples"], "seed": seed}
+           "resamples": b["AUC"]["resamples"], "seed": seed, "AUC_p_value": bootstrap_p(b["AUC"]["draws"], 0.5),
+           "AUC_p_value_test": "patient cluster bootstrap, interval inversion (twice the smaller share of resampled "
+                               "AUCs on either side of 0.5)"}
     if rev is not None:
         upd["reverse_TAR_ci"] = b["reverse_TAR"]["ci"]
     return upd
@@ -185,12 +189,13 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
                 record_patients: Sequence[frozenset], source_emb: np.ndarray, source_patients: Sequence[str],
                 source_record: Sequence[int], target_far: float = 0.01, seed: int = 0,
                 max_pairs: int = 5000, max_impostors: int = 1_000_000, confidence: float = 0.95,
-                n_resamples: int = BOOT_RESAMPLES) -> dict:
+                balance: Balance | None = None, n_resamples: int = BOOT_RESAMPLES) -> dict:
     """GMIA's table: control (all real held-out pairs), inner and outer risk, at the control's thresholds. Every
     TAR, FAR and AUC gets a patient cluster bootstrap interval (seeded by ``seed``): control pairs are resampled by
     held-out patient, inner and outer pairs by clusters of records and source patients linked by the mapping.
     ``risk`` / ``risk_reverse``: each source image linked to its own record (``source_record``) against held-out
-    images paired with the records (:func:`own_record_risk`)."""
+    images paired with the records (:func:`own_record_risk`); ``balance``: the stratifying label of the source
+    images (members) and the held-out images (controls), :mod:`.balance`."""
     if len(source_record) != len(source_emb) or len(source_patients) != len(source_emb):
         raise ValueError(f"need one record and one patient per source image: {len(source_emb)} source images, "
                          f"{len(source_record)} records, {len(source_patients)} patients")
@@ -206,16 +211,18 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     thr = threshold_at_far(imp, target_far)
     low = -threshold_at_far(-imp, target_far)                           # reverse attacker: accept score <= low
     n_imp, fa = len(imp), int((imp >= thr).sum())
+    n_pat = len(np.unique(cp))
     out = {"target_far": target_far, "threshold": thr, "low_threshold": low, "assumptions": ASSUMPTIONS,
-           "calibration": {"impostor_pairs": n_imp, "accepted": fa, "realised_far": fa / n_imp,
-                           "enough": n_imp >= 10 / target_far, "subsampled": bool(csub)},
+           "calibration": {"impostor_pairs": n_imp, "accepted": fa, "realised_far": fa / n_imp, "patients": n_pat,
+                           "enough": n_imp >= 10 / target_far and n_pat >= MIN_PATIENTS, "subsampled": bool(csub)},
            "control": verification_rates(c_scores, cl, thr, confidence=confidence, low_threshold=low,
                                          groups=np.unique(cp, return_inverse=True)[1][np.c_[ci, cj]], **boot)}
     cal = out["calibration"]                        # the control's FAR: the same impostor pairs, the same threshold
     cal.update(realised_far_ci=out["control"]["FAR_ci"], realised_far_interval=out["control"]["interval"])
-    if n_imp < 10 / target_far:
-        out["warning"] = (f"the threshold at FAR {target_far:g} is calibrated on {n_imp} impostor pairs, fewer than "
-                          f"10 / FAR = {10 / target_far:.0f}: the realised FAR is {fa}/{n_imp}; read the AUC instead")
+    if n_imp < 10 / target_far or n_pat < MIN_PATIENTS:
+        out["warning"] = (f"the threshold at FAR {target_far:g} is calibrated on {n_imp} impostor pairs of {n_pat} "
+                          f"patients, fewer than 10 / FAR = {10 / target_far:.0f} pairs or {MIN_PATIENTS} patients: "
+                          f"the realised FAR is {fa}/{n_imp}; read the AUC instead")
     rp = list(record_patients)
     re_ = unit(release_emb)
     owners = sorted({p for ps in rp for p in ps})
@@ -244,19 +251,23 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     out["n"] = (out["outer"] or {}).get("genuine_pairs", 0)          # genuine outer pairs: the headline's N
     out["risk"], out["risk_reverse"] = own_record_risk(
         own=_pair_dots(se, re_, np.arange(len(se)), np.asarray(source_record, np.int64)), control=ce @ re_.T,
-        threshold=thr, low_threshold=low, groups=sc_, control_groups=cp, confidence=confidence, **boot)
+        threshold=thr, low_threshold=low, groups=sc_, control_groups=cp, confidence=confidence, balance=balance,
+        calibration={"patients": n_pat, "pairs": n_imp, "far": target_far,
+                     "rates": (fa / n_imp, float((imp <= low).mean()))}, **boot)
     return out
 
 
 def own_record_risk(*, own: np.ndarray, control: np.ndarray, threshold: float, low_threshold: float, groups,
-                    control_groups, confidence: float = 0.95, seed: int = 0,
-                    n_resamples: int = BOOT_RESAMPLES) -> tuple[dict, dict]:
+                    control_groups, confidence: float = 0.95, seed: int = 0, balance: Balance | None = None,
+                    calibration: dict | None = None, n_resamples: int = BOOT_RESAMPLES) -> tuple[dict, dict]:
     """Residual-risk entries (forward, reverse) of linking a source image to its own record.
 
     ``own``: the score of each source image with the record made from it; ``control``: ``(held-out images,
     records)`` scores; ``groups`` / ``control_groups``: the patient cluster of each source / held-out image.
     Attack: a source's own pair is accepted (``>= threshold``; reverse ``<= low_threshold``); control: the share
-    of records a held-out image's pairs are accepted with."""
+    of records a held-out image's pairs are accepted with, reweighted to the members' strata where ``balance`` is
+    given. ``calibration`` (``patients``, ``pairs``, ``far``, ``rates``: the forward and reverse FAR on the
+    calibration pairs): each entry's ``threshold``, whose realised rate is the plain control's."""
     own, control = np.asarray(own, np.float64), np.asarray(control, np.float64)
     if len(own) == 0 or control.size == 0:
         raise ValueError("the linkability risk needs source images with their records and held-out images")
@@ -264,11 +275,22 @@ def own_record_risk(*, own: np.ndarray, control: np.ndarray, threshold: float, l
     ctl = "the same attack on real images of held-out patients (not in the release), each paired with every " \
           "released record: the share of its pairs accepted"
     entries = []
-    for accept, what in ((lambda v: v >= threshold, "a source image and the record made from it are accepted as the "
-                          "same patient (score at least the threshold at the target FAR)"),
-                         (lambda v: v <= low_threshold, "a source image and the record made from it score at most "
-                          "the lower threshold (reverse attacker: a release pushed away from its sources)")):
-        a = rate(accept(own), groups=np.asarray(groups), stream=0, **boot)
-        c = rate(accept(control).mean(1), groups=np.asarray(control_groups), stream=1, **boot)
-        entries.append(risk_entry(a, c, what=what, control_is=ctl))
+    for i, (t, accept, what) in enumerate((
+            (threshold, lambda v: v >= threshold, "a source image and the record made from it are accepted as the "
+             "same patient (score at least the threshold at the target FAR)"),
+            (low_threshold, lambda v: v <= low_threshold, "a source image and the record made from it score at "
+             "most the lower threshold (reverse attacker: a release pushed away from its sources)"))):
+        mg = np.asarray(groups)
+        a = rate(accept(own), groups=mg, stream=0, **boot)
+        c, plain = control_rates(accept(control).mean(1), groups=np.asarray(control_groups), balance=balance,
+                                 member_groups=mg, stream=1, **boot)
+        thr = None if calibration is None else threshold_entry(
+            value=t, nominal=calibration["far"], calibrated_on="all impostor pairs of held-out patients",
+            patients=calibration["patients"], units=calibration["pairs"], unit="pairs",
+            calibration_rate=calibration["rates"][i], realised=plain or c,
+            what="accepts a pair " + ("at or above" if i == 0 else "at or below") + " the threshold; realised: the "
+                 "share of (held-out image, released record) pairs accepted")
+        entries.append(risk_entry(a, c, what=what, control_is=ctl + (f", reweighted to the members' {balance.label} "
+                                                                      f"mix" if plain else ""),
+                                  unweighted=plain, threshold=thr))
     return entries[0], entries[1]

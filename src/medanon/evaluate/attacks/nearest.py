@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from medanon.evaluate.attacks.risk import rate, risk_entry
+from medanon.evaluate.attacks.balance import Balance, control_rates
+from medanon.evaluate.attacks.risk import rate, risk_entry, threshold_entry
 from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, delong, threshold_at_far, unit
 
 ASSUMPTIONS = ("attacker holds a target's real image, an identity network and the release, and claims membership "
@@ -38,8 +39,8 @@ ASSUMPTIONS = ("attacker holds a target's real image, an identity network and th
 
 def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray, release_emb: np.ndarray,
                               calib_emb: np.ndarray | None = None, fpr: float = 0.1, confidence: float = 0.95,
-                              member_groups=None, control_groups=None, seed: int = 0,
-                              n_resamples: int = BOOT_RESAMPLES) -> dict:
+                              member_groups=None, control_groups=None, calib_groups=None, seed: int = 0,
+                              balance: Balance | None = None, n_resamples: int = BOOT_RESAMPLES) -> dict:
     """Members vs held-out controls, one- and two-sided, with the residual risk against the control."""
     rel = unit(release_emb)
     if len(member_emb) == 0 or len(control_emb) == 0 or len(rel) == 0:
@@ -49,35 +50,49 @@ def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray
                                   unit(calib_emb) @ rel.T if has_calib else None, fpr=fpr, confidence=confidence,
                                   calibrated_on="half of the held-out patients" if has_calib else "the controls",
                                   member_groups=member_groups, control_groups=control_groups, seed=seed,
+                                  calib_groups=calib_groups if has_calib else None, balance=balance,
                                   n_resamples=n_resamples)
 
 
 def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray, calib_scores: np.ndarray | None,
                            *, fpr: float = 0.1, confidence: float = 0.95, calibrated_on: str = "the controls",
                            score: str = "cosine", assumptions: str = ASSUMPTIONS, member_groups=None,
-                           control_groups=None, seed: int = 0, n_resamples: int = BOOT_RESAMPLES) -> dict:
+                           control_groups=None, calib_groups=None, seed: int = 0, balance: Balance | None = None,
+                           n_resamples: int = BOOT_RESAMPLES) -> dict:
     """The attack on similarity matrices ``(targets, released records)`` of members, controls and calibration
     images (None: the controls calibrate): the most (reverse: least) similar record against the thresholds.
-    ``member_groups`` / ``control_groups``: the patient of each member / control row (both, or neither)."""
+    ``member_groups`` / ``control_groups``: the patient of each member / control row (both, or neither);
+    ``calib_groups``: of each calibration row (the number of calibration patients). ``balance``: the
+    stratifying label of members and controls (:mod:`.balance`): the control rate is reweighted to the members'
+    strata. Each risk entry carries its ``threshold`` with the realised (unweighted) rate on the controls."""
     if member_scores.size == 0 or control_scores.size == 0:
         raise ValueError("nearest-record membership needs member images, control images and released records")
     grouped = member_groups is not None and control_groups is not None
     mg, cg = (np.asarray(member_groups), np.asarray(control_groups)) if grouped else (None, None)
     m_hi, m_lo = member_scores.max(1), member_scores.min(1)
     c_hi, c_lo = control_scores.max(1), control_scores.min(1)
-    cal_hi, cal_lo = (calib_scores.max(1), calib_scores.min(1)) if calib_scores is not None and calib_scores.size \
-        else (c_hi, c_lo)
+    own_calib = calib_scores is not None and calib_scores.size
+    cal_hi, cal_lo = (calib_scores.max(1), calib_scores.min(1)) if own_calib else (c_hi, c_lo)
+    cal_groups = calib_groups if own_calib else cg
+    n_cal = len(np.unique(cal_groups)) if cal_groups is not None else len(cal_hi)
     tau, tau_lo = threshold_at_far(cal_hi, fpr), -threshold_at_far(-cal_lo, fpr)
     boot = {"confidence": confidence, "seed": seed, "n_resamples": n_resamples}
     entries = {}
-    for name, m, c, claim in (("forward", m_hi, c_hi, lambda v: v >= tau), ("reverse", m_lo, c_lo,
-                                                                              lambda v: v <= tau_lo)):
+    for name, m, c, cal, t, claim in (("forward", m_hi, c_hi, cal_hi, tau, lambda v: v >= tau),
+                                      ("reverse", m_lo, c_lo, cal_lo, tau_lo, lambda v: v <= tau_lo)):
         a = rate(claim(m), groups=mg, stream=0, **boot)
-        k = rate(claim(c), groups=cg, stream=1, **boot)           # independent resamples of other patients
+        k, plain = control_rates(claim(c), groups=cg, balance=balance, member_groups=mg, stream=1, **boot)
+        thr = threshold_entry(value=t, nominal=fpr, calibrated_on=calibrated_on, patients=n_cal, units=len(cal),
+                              unit="images", calibration_rate=float(claim(cal).mean()), realised=plain or k,
+                              what="claims a target whose " + ("most similar record scores at least" if name ==
+                              "forward" else "least similar record scores at most") + " the threshold; realised: "
+                              "the share of control targets claimed")
         entries[name] = risk_entry(a, k, what="a member's most similar released record passes the threshold"
                                    if name == "forward" else "a member's least similar released record falls "
                                                              "below the threshold",
-                                   control_is="the same attack on real images of held-out patients")
+                                   control_is="the same attack on real images of held-out patients" +
+                                   (f", reweighted to the members' {balance.label} mix" if plain else ""),
+                                   unweighted=plain, threshold=thr)
     kw = {"pos_groups": mg, "neg_groups": cg, **boot}
     auc = delong(m_hi, c_hi, **kw)
     auc_rev = delong(-m_lo, -c_lo, **kw)
@@ -88,6 +103,10 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
            "risk": entries["forward"], "risk_reverse": entries["reverse"]}
     if grouped:
         out.update(member_patients=len(np.unique(mg)), control_patients=len(np.unique(cg)))
+    out["calibration"] = {k: entries["forward"]["threshold"][k] for k in ("calibration_patients",
+                                                                          "calibration_images", "enough")}
+    if not out["calibration"]["enough"]:
+        out["warning"] = entries["forward"]["threshold"]["warning"]
     if score != "cosine":
         out["score"] = score
     return out

@@ -32,6 +32,8 @@ import numpy as np
 
 from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, TIE_TOL, cluster_summary, percentile_ci, wilson_estimate
 
+MIN_PATIENTS = 10               # fewer control / calibration patients: a rate near 10 % is not resolved
+
 
 @dataclass(frozen=True)
 class Rate:
@@ -47,6 +49,7 @@ class Rate:
     resamples: int | None = None
     seed: int | None = None
     draws: np.ndarray | None = field(default=None, compare=False, repr=False)   # the bootstrap's rates
+    balanced: dict | None = field(default=None, compare=False)  # a control reweighted to the members' strata
 
     @property
     def raw(self) -> float:
@@ -69,6 +72,8 @@ class Rate:
             out["exact"] = True
         if self.patients is not None:
             out.update(patients=self.patients, resamples=self.resamples, seed=self.seed)
+        if self.balanced is not None:
+            out["balanced"] = self.balanced
         return out
 
 
@@ -143,7 +148,8 @@ def residual_risk(attack: Rate, control: Rate) -> Risk:
 
 
 def risk_entry(attack: Rate, control: Rate | None, *, what: str, control_is: str,
-               baseline: Rate | None = None, baseline_is: str = "") -> dict:
+               baseline: Rate | None = None, baseline_is: str = "", unweighted: Rate | None = None,
+               threshold: dict | None = None) -> dict:
     """One row of the report's residual-risk table, keeping anonymeter's distinction:
 
     - **control**: the same attack against people who are not in the release (held-out patients); the
@@ -151,15 +157,44 @@ def risk_entry(attack: Rate, control: Rate | None, *, what: str, control_is: str
     - **baseline**: random guessing, a sanity check. Where an attack has no control population (it reads the
       target's own released record), ``control`` is None, ``control_is`` says why, and the residual is
       computed against the baseline and named so (``against: "baseline"``).
+
+    ``unweighted``: where ``control`` is reweighted to the members' strata (:mod:`.balance`), the plain control
+    rate, kept with its residual (``control_unweighted``, ``residual_risk_unweighted``). ``threshold``: where the
+    attack decides at a threshold set on calibration data, its value, the calibration set and the realised rate
+    on the controls (:func:`threshold_entry`).
     """
     ref = control if control is not None else baseline
     if ref is None:
         raise ValueError("a risk entry needs a control or a baseline")
     rr = residual_risk(attack, ref).to_dict()
-    return {"attack": attack.to_dict(), "control": control.to_dict() if control is not None else None,
-            "baseline": baseline.to_dict() if baseline is not None else None, "residual_risk": rr,
-            "against": "control" if control is not None else "baseline", "n": attack.trials,
-            "what": what, "control_is": control_is, "baseline_is": baseline_is}
+    out = {"attack": attack.to_dict(), "control": control.to_dict() if control is not None else None,
+           "baseline": baseline.to_dict() if baseline is not None else None, "residual_risk": rr,
+           "against": "control" if control is not None else "baseline", "n": attack.trials,
+           "what": what, "control_is": control_is, "baseline_is": baseline_is}
+    if unweighted is not None:
+        out.update(control_unweighted=unweighted.to_dict(),
+                   residual_risk_unweighted=residual_risk(attack, unweighted).to_dict())
+    if threshold is not None:
+        out["threshold"] = threshold
+    return out
+
+
+def threshold_entry(*, value: float, nominal: float, calibrated_on: str, patients: int, units: int,
+                    unit: str, calibration_rate: float, realised: Rate | None, what: str) -> dict:
+    """A threshold set at a nominal false-positive rate on calibration data, with what it gives: its rate on the
+    calibration set itself and the **realised** rate on the controls (out of sample) with its interval. Fewer than
+    ``MIN_PATIENTS`` calibration patients: ``enough`` false and a ``warning`` (the row is then invalid)."""
+    out = {"value": float(value), "nominal_fpr": float(nominal), "calibrated_on": calibrated_on,
+           "calibration_patients": int(patients), f"calibration_{unit}": int(units),
+           "calibration_rate": float(calibration_rate), "minimum_patients": MIN_PATIENTS,
+           "enough": int(patients) >= MIN_PATIENTS, "what": what}
+    if realised is not None:
+        out.update(realised_fpr=realised.raw, realised_fpr_ci=list(realised.ci), realised_fpr_interval=realised.method)
+    if not out["enough"]:
+        out["warning"] = (f"the threshold at a nominal rate of {nominal:g} is set on {patients} patients "
+                          f"({units} {unit}), fewer than {MIN_PATIENTS}: each patient moves the rate by over "
+                          f"{1 / max(patients, 1):.0%}, so the realised rate on new people is not resolved")
+    return out
 
 
 def nearest_share(query: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -177,7 +212,7 @@ def nearest_share(query: np.ndarray, keys: np.ndarray) -> np.ndarray:
 def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control_emb: np.ndarray,
                    control_secret: np.ndarray, release_emb: np.ndarray, release_secret: np.ndarray,
                    confidence: float = 0.95, seed: int = 0, member_groups=None, control_groups=None,
-                   n_resamples: int = BOOT_RESAMPLES) -> dict:
+                   balance=None, n_resamples: int = BOOT_RESAMPLES) -> dict:
     """Anonymeter's inference attack with nearest-record guessing, members vs controls.
 
     The guess for a target is the released secret of its nearest released record; records tied as nearest share
@@ -185,8 +220,11 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
     record with a missing secret is never chosen. The naive baseline guesses a random released value, scored by
     its expected success (the share of released values equal to the target's). Success counts are per target
     image; with ``member_groups`` / ``control_groups`` (the patient of each target) the intervals are patient
-    cluster bootstraps (seeded by ``seed``), else Wilson.
+    cluster bootstraps (seeded by ``seed``), else Wilson. ``balance``
+    (:class:`medanon.evaluate.attacks.balance.Balance`): the control rate is reweighted to the members' strata.
     """
+    from medanon.evaluate.attacks.balance import control_rates
+
     ok = ~np.isnan(release_secret)
     if ok.sum() == 0 or len(member_emb) == 0 or len(control_emb) == 0:
         raise ValueError("inference risk needs released secrets, member targets and control targets")
@@ -197,11 +235,13 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
     grouped = member_groups is not None and control_groups is not None
     kw = dict(confidence=confidence, seed=seed, n_resamples=n_resamples)
     a = rate(hit_m, groups=member_groups if grouped else None, stream=0, **kw)
-    c = rate(hit_c, groups=control_groups if grouped else None, stream=1, **kw)
+    c, plain = control_rates(hit_c, groups=control_groups if grouped else None, balance=balance,
+                             member_groups=member_groups if grouped else None, stream=1, **kw)
     b = rate(naive, groups=member_groups if grouped else None, stream=2, **kw)
     out = risk_entry(a, c, what="guess the secret of a target from the released label of its nearest record",
-                     control_is="the same attack on held-out patients whose images are not in the release",
-                     baseline=b, baseline_is="a random released label (its expected success)")
+                     control_is="the same attack on held-out patients whose images are not in the release" +
+                     (f", reweighted to the members' {balance.label} mix" if plain else ""),
+                     baseline=b, baseline_is="a random released label (its expected success)", unweighted=plain)
     out["naive_baseline"] = b.to_dict()
     out["attack_beats_naive"] = bool(a.value > b.value)
     return out

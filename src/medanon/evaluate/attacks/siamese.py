@@ -236,8 +236,10 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                    patients: np.ndarray, source_rows: np.ndarray,
                    record_patients: Sequence[frozenset], member_rows: np.ndarray, calib_rows: np.ndarray,
                    control_rows: np.ndarray, target_far: float = 0.01, fpr: float = 0.1, max_pairs: int = 5000,
-                   seed: int = 0, confidence: float = 0.95, n_resamples: int = BOOT_RESAMPLES) -> dict:
-    """Reference (real held-out pairs), outer verification and membership with its held-out control.
+                   seed: int = 0, confidence: float = 0.95, balance=None,
+                   n_resamples: int = BOOT_RESAMPLES) -> dict:
+    """Reference (real held-out pairs), outer verification and membership with its held-out control (reweighted
+    to the members' strata where ``balance`` is given, :mod:`.balance`).
 
     Rows index ``real_feats`` / ``patients``; ``source_rows`` are the real images of the release's members;
     ``calib_rows`` and ``control_rows`` are the two halves of the held-out patients."""
@@ -269,7 +271,8 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                                                confidence=confidence, calibrated_on="half of the held-out patients",
                                                score=MATCH_SCORE, assumptions=ASSUMPTIONS,
                                                member_groups=patients[member_rows],
-                                               control_groups=patients[control_rows], **boot)
+                                               control_groups=patients[control_rows],
+                                               calib_groups=patients[calib_rows], balance=balance, **boot)
     out["risk"], out["risk_reverse"] = out["membership"]["risk"], out["membership"]["risk_reverse"]
     out["n"] = (out["outer"] or {}).get("genuine_pairs", 0)
     return out

@@ -76,3 +76,24 @@ def test_a_threshold_set_on_too_few_patients_says_so():
     t = out["risk"]["threshold"]
     assert not t["enough"] and str(MIN_PATIENTS) in t["warning"] and out["warning"] == t["warning"]
     assert "control_unweighted" not in out["risk"]                      # no balance given: the plain control
+
+
+def test_linkability_risks_are_the_same_without_the_verification_tables():
+    """The known-answer calibration asks for the residual risks only (no inner / outer pair bootstraps): the same
+    entries, balanced controls and thresholds included."""
+    from medanon.evaluate.attacks.linkability import linkability
+
+    rng = np.random.default_rng(1)
+    pid = np.repeat(np.arange(12), 3)
+    src = rng.standard_normal((12, 8))[pid] + 0.3 * rng.standard_normal((36, 8))
+    hp = np.repeat(np.arange(12), 3)
+    held = rng.standard_normal((12, 8))[hp] + 0.3 * rng.standard_normal((36, 8))
+    grade = (pid % 3).astype(float)
+    kw = dict(control_emb=held, control_patients=hp.astype(str), release_emb=src + 0.1 * rng.standard_normal(src.shape),
+              record_patients=[frozenset([str(p)]) for p in pid], source_emb=src, source_patients=pid.astype(str),
+              source_record=list(range(36)), target_far=0.05, balance=Balance("grade", grade, (hp % 2).astype(float)))
+    full, lean = linkability(**kw), linkability(**kw, tables=False)
+    assert full["outer"] is not None and lean["outer"] is None and lean["inner"] is None
+    for key in ("risk", "risk_reverse", "calibration", "threshold", "control"):
+        assert lean[key] == full[key], key
+    assert full["risk"]["control"]["balanced"]["label"] == "grade" and "threshold" in full["risk"]

@@ -37,13 +37,15 @@ class Target:
     rel: ReleaseData
     rel_emb: np.ndarray                         # released images' identity embeddings
     real_emb: np.ndarray                        # every real image's identity embedding (same network)
+    tables: bool = True                         # False: residual risks only (the known-answer calibration)
     src_flat: np.ndarray | None = None          # real rows of the records' sources, flattened
     rec_flat: np.ndarray | None = None          # the record of each of them
     record_patients: list[frozenset] | None = None
 
     @classmethod
-    def of(cls, ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray, real_emb: np.ndarray) -> Target:
-        t = cls(rel, rel_emb, real_emb)
+    def of(cls, ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray, real_emb: np.ndarray,
+           tables: bool = True) -> Target:
+        t = cls(rel, rel_emb, real_emb, tables)
         if rel.sources is not None:
             t.src_flat = np.asarray([i for rows in rel.sources for i in rows], np.int64)
             t.rec_flat = np.asarray([r for r, rows in enumerate(rel.sources) for _ in rows], np.int64)
@@ -120,7 +122,7 @@ def _linkability(ctx: RealContext, t: Target) -> dict:
                        release_emb=t.rel_emb, record_patients=t.record_patients, source_emb=t.real_emb[t.src_flat],
                        source_patients=list(real.patients[t.src_flat]), source_record=t.rec_flat.tolist(),
                        target_far=a.target_far, seed=ctx.cfg.seed, max_pairs=a.max_pairs, confidence=a.confidence,
-                       balance=ctx.balance(t.src_flat, held))
+                       balance=ctx.balance(t.src_flat, held), tables=t.tables)
 
 
 @register("singling_out", lambda a: a.singling_out, identity=True)
@@ -156,7 +158,8 @@ def _siamese(ctx: RealContext, t: Target) -> dict:
                          patients=ctx.real.patients, source_rows=t.src_flat, record_patients=t.record_patients,
                          member_rows=np.unique(t.src_flat), calib_rows=calib, control_rows=control,
                          target_far=a.target_far, fpr=a.membership_fpr, max_pairs=a.max_pairs, seed=ctx.cfg.seed,
-                         confidence=a.confidence, balance=ctx.balance(np.unique(t.src_flat), control))
+                         confidence=a.confidence, balance=ctx.balance(np.unique(t.src_flat), control),
+                         tables=t.tables)
     out["trained_on"] = ctx.siamese_trained_on
     return out
 
@@ -184,17 +187,20 @@ def _inference(ctx: RealContext, t: Target) -> dict:
     return out
 
 
-def run_attacks(ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray | None = None) -> dict:
+def run_attacks(ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray | None = None, *,
+                tables: bool = True) -> dict:
     """Every enabled attack; the identity attacks again with the independent network (``independent``).
-    ``rel_emb``: the released images' embeddings by the main network, if already computed."""
+    ``rel_emb``: the released images' embeddings by the main network, if already computed. ``tables=False``:
+    the residual risks without the verification tables that only the report's attack sections show (the
+    known-answer calibration; the risk entries are the same)."""
     a = ctx.cfg.attacks
-    primary = Target.of(ctx, rel, ctx.embed(rel.images) if rel_emb is None else rel_emb, ctx.real_emb)
+    primary = Target.of(ctx, rel, ctx.embed(rel.images) if rel_emb is None else rel_emb, ctx.real_emb, tables)
     out: dict = {}
     for name, (enabled, fn, _) in ATTACKS.items():
         if enabled(a):
             out[name] = fn(ctx, primary)
     if ctx.independent is not None:
-        second = Target.of(ctx, rel, ctx.embed(rel.images, ctx.independent), ctx.real_emb_independent)
+        second = Target.of(ctx, rel, ctx.embed(rel.images, ctx.independent), ctx.real_emb_independent, tables)
         out["independent"] = {name: fn(ctx, second) for name, (enabled, fn, ident) in ATTACKS.items()
                               if ident and enabled(a)}
     return out

@@ -51,7 +51,7 @@ from medanon.runtime import RunDir, map_in_parallel
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 4                             # 4: utility ratio intervals; calibration and verdicts
+RESULTS_VERSION = 5                             # 5: controls reweighted, thresholds with realised rates
 
 
 @dataclass(frozen=True)

@@ -189,13 +189,15 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
                 record_patients: Sequence[frozenset], source_emb: np.ndarray, source_patients: Sequence[str],
                 source_record: Sequence[int], target_far: float = 0.01, seed: int = 0,
                 max_pairs: int = 5000, max_impostors: int = 1_000_000, confidence: float = 0.95,
-                balance: Balance | None = None, n_resamples: int = BOOT_RESAMPLES) -> dict:
+                balance: Balance | None = None, tables: bool = True, n_resamples: int = BOOT_RESAMPLES) -> dict:
     """GMIA's table: control (all real held-out pairs), inner and outer risk, at the control's thresholds. Every
     TAR, FAR and AUC gets a patient cluster bootstrap interval (seeded by ``seed``): control pairs are resampled by
     held-out patient, inner and outer pairs by clusters of records and source patients linked by the mapping.
     ``risk`` / ``risk_reverse``: each source image linked to its own record (``source_record``) against held-out
     images paired with the records (:func:`own_record_risk`); ``balance``: the stratifying label of the source
-    images (members) and the held-out images (controls), :mod:`.balance`."""
+    images (members) and the held-out images (controls), :mod:`.balance`. ``tables=False``: the residual risks
+    only, without the inner and outer verification tables (and their pair bootstraps), as the known-answer
+    calibration needs; the risk entries are the same."""
     if len(source_record) != len(source_emb) or len(source_patients) != len(source_emb):
         raise ValueError(f"need one record and one patient per source image: {len(source_emb)} source images, "
                          f"{len(source_record)} records, {len(source_patients)} patients")
@@ -225,11 +227,20 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
                           f"the realised FAR is {fa}/{n_imp}; read the AUC instead")
     rp = list(record_patients)
     re_ = unit(release_emb)
+    sp = list(source_patients)
+    rc, sc_ = record_clusters(rp, sp)
+    se = unit(source_emb)
+    out["risk"], out["risk_reverse"] = own_record_risk(
+        own=_pair_dots(se, re_, np.arange(len(se)), np.asarray(source_record, np.int64)), control=ce @ re_.T,
+        threshold=thr, low_threshold=low, groups=sc_, control_groups=cp, confidence=confidence, balance=balance,
+        calibration={"patients": n_pat, "pairs": n_imp, "far": target_far,
+                     "rates": (fa / n_imp, float((imp <= low).mean()))}, **boot)
+    if not tables:
+        out.update(inner=None, outer=None, n=len(se), tables="not computed (residual risks only)")
+        return out
     owners = sorted({p for ps in rp for p in ps})
     member = np.asarray([[p in ps for p in owners] for ps in rp], bool)        # (R, patients)
     same_rr = (member.astype(np.int32) @ member.T.astype(np.int32)) > 0
-    sp = list(source_patients)
-    rc, sc_ = record_clusters(rp, sp)
     ii, ij, il, isub = _pairs(same_rr, True, rng, max_impostors, max_pairs)
     if il.sum() and (~il).sum():
         out["inner"] = verification_rates(_pair_dots(re_, re_, ii, ij), il, thr, confidence=confidence,
@@ -238,7 +249,6 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     else:
         out["inner"] = None
         out["inner_note"] = "no two released records stand for a common patient: inner risk is not defined"
-    se = unit(source_emb)
     pidx = {p: n for n, p in enumerate(owners)}
     same_sr = np.stack([member[:, pidx[p]] if p in pidx else np.zeros(len(rp), bool) for p in sp])  # (S, R)
     oi, oj, ol, osub = _pairs(same_sr, False, rng, max_impostors, max_pairs)
@@ -249,11 +259,6 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     else:
         out["outer"] = None
     out["n"] = (out["outer"] or {}).get("genuine_pairs", 0)          # genuine outer pairs: the headline's N
-    out["risk"], out["risk_reverse"] = own_record_risk(
-        own=_pair_dots(se, re_, np.arange(len(se)), np.asarray(source_record, np.int64)), control=ce @ re_.T,
-        threshold=thr, low_threshold=low, groups=sc_, control_groups=cp, confidence=confidence, balance=balance,
-        calibration={"patients": n_pat, "pairs": n_imp, "far": target_far,
-                     "rates": (fa / n_imp, float((imp <= low).mean()))}, **boot)
     return out
 
 

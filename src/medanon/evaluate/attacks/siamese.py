@@ -236,13 +236,14 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                    patients: np.ndarray, source_rows: np.ndarray,
                    record_patients: Sequence[frozenset], member_rows: np.ndarray, calib_rows: np.ndarray,
                    control_rows: np.ndarray, target_far: float = 0.01, fpr: float = 0.1, max_pairs: int = 5000,
-                   seed: int = 0, confidence: float = 0.95, balance=None,
+                   seed: int = 0, confidence: float = 0.95, balance=None, tables: bool = True,
                    n_resamples: int = BOOT_RESAMPLES) -> dict:
     """Reference (real held-out pairs), outer verification and membership with its held-out control (reweighted
     to the members' strata where ``balance`` is given, :mod:`.balance`).
 
     Rows index ``real_feats`` / ``patients``; ``source_rows`` are the real images of the release's members;
-    ``calib_rows`` and ``control_rows`` are the two halves of the held-out patients."""
+    ``calib_rows`` and ``control_rows`` are the two halves of the held-out patients. ``tables=False``: no outer
+    verification table (its pair bootstrap), as the known-answer calibration needs; the risk entries are the same."""
     rng = np.random.default_rng(seed)
     boot = {"seed": seed, "n_resamples": n_resamples}
     held = np.r_[calib_rows, control_rows]
@@ -264,7 +265,7 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     out["outer"] = (verification_rates(score_pairs(net, real_feats[source_rows], release_feats, oi, oj), ol, thr,
                                        confidence=confidence, low_threshold=low, groups=np.stack([sc[oi], rc[oj]], 1),
                                        **boot) | {"subsampled": bool(osub)}
-                    if ol.sum() and (~ol).sum() else None)
+                    if tables and ol.sum() and (~ol).sum() else None)
     scores = {k: match_scores(net, real_feats[rows], release_feats)
               for k, rows in (("members", member_rows), ("calib", calib_rows), ("controls", control_rows))}
     out["membership"] = membership_from_scores(scores["members"], scores["controls"], scores["calib"], fpr=fpr,

@@ -10,7 +10,7 @@ does not depend on what the images show. With ``--resume CKPT`` the networks sta
 
 Measured on an Intel Xeon with AMX (one thread, the wide preset): bf16 was slower than float32 (about 1.0 against
 0.8 s per step); the convolutions of 16 to 64 channels are too small for AMX to pay for the casts. `train gan`
-therefore has no precision option; the numbers are in docs/backbone.md.
+therefore has no precision option; the numbers are in docs/experiments.md.
 """
 
 from __future__ import annotations

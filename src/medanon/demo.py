@@ -58,7 +58,7 @@ CLUSTER_BATCH = 80
 # k-SALSA's paper, a ReStyle encoder trained against a frozen generator. The frozen generator is the one co-trained
 # with a spatial latent map (W+ styles plus a 32 x 32 x 2 feature map; checkpoints/README.md), the only one here that
 # draws vessels; its reconstructions keep the vessel tree and identity (reconstruction FID 47.7 against 56.1 for the
-# co-trained encoder, docs/backbone.md, session 9). The releases' manifests name the codec and its latent space
+# co-trained encoder, docs/experiments.md). The releases' manifests name the codec and its latent space
 # ("ws+map").
 KSAME_CODEC = "restyle-map-fundus64.pt"
 

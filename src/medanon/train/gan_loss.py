@@ -7,7 +7,7 @@ the interval. The discriminator always sees images through the augmentation pipe
 ``loss="hinge"`` selects the hinge loss instead (Lim & Ye 2017; the loss of Projected GANs, Sauer et al.
 2021): D minimises ``relu(1 - D(real)) + relu(1 + D(fake))``, G minimises ``-D(fake)``. D gains nothing
 from logits beyond the margin. (On the fundus phantoms this alone did not tame the projected discriminator:
-its logits still reached 50-90 within 50 steps; docs/backbone.md, session 6.)
+its logits still reached 50-90 within 50 steps; docs/experiments.md.)
 """
 
 from __future__ import annotations

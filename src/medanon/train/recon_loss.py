@@ -12,7 +12,7 @@
   data has none), and works for any modality. ``detail_sigma`` is in pixels at the training resolution;
   scale it with the resolution (1 px at 64 px ≈ 8 px at 512 px for the same anatomy).
 
-``L += task_weight · ‖f(x̂) − f(x)‖² / ‖f(x)‖²`` (optional, session 10): ``f`` is the penultimate (pooled) feature
+``L += task_weight · ‖f(x̂) − f(x)‖² / ‖f(x)‖²`` (optional): ``f`` is the penultimate (pooled) feature
 vector of a classifier the user trained on a clinical label (``task_network``: a ``medanon train classifier``
 checkpoint, e.g. of the DR grade), the same features GMIA's E_ut compares. It asks the codec to keep what that
 classifier looks at (lesions that are a pixel or two wide and that pixel losses soften), scale-free (relative to the

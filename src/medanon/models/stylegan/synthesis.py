@@ -6,7 +6,7 @@ whose output is added to the upsampled image of the blocks before it.
 
 **Spatial latent map** (optional, ``map_resolution``/``map_channels``; 0 = StyleGAN2 as published). A
 W+ latent of ``num_ws`` styles cannot place a patient's 1–2 px vessel tree: a codec trained to memorise
-32 images with it reached a vessel AUROC of only 0.71 (docs/backbone.md). With a map, the latent gets
+32 images with it reached a vessel AUROC of only 0.71 (docs/experiments.md). With a map, the latent gets
 ``map_rows`` more rows of ``w_dim`` values that hold a (map_channels, map_resolution, map_resolution)
 feature map; a 1×1 convolution (``map_in``, zero at initialisation, so an untrained map changes nothing)
 lifts it to the block's feature maps, which it is added to before that block's ``toRGB``. This is the

@@ -59,6 +59,7 @@ def main() -> int:
                               "reason": check["reason"], "right": right}), flush=True)
     print(json.dumps({"benchmark": "known_answers", **counts, "patients": args.patients,
                       "per_patient": args.per_patient, "size": args.size, "device": args.device,
+                      "calibration_seconds": rep["calibration"]["seconds"],
                       "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
     return 1 if counts["wrong"] else 0
 

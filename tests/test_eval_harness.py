@@ -91,7 +91,8 @@ def test_copy_release_is_maximal_risk_and_unrelated_release_near_zero(world):
     near = cp["attacks"]["nearest"]
     assert near["auc"] == 1.0 and near["risk"]["attack"]["rate"] == 1.0 and near["risk"]["against"] == "control"
     assert near["risk"]["control"]["rate"] < 0.4 and near["risk"]["residual_risk"]["risk"] > 0.8
-    assert cp["attacks"]["membership"]["top_k_accuracy"] == 1.0 and cp["attacks"]["membership"]["p_value"] < 1e-6
+    assert cp["attacks"]["membership"]["top_k_accuracy"] == 1.0 and cp["attacks"]["membership"]["p_value_exact"] < 1e-6
+    assert cp["attacks"]["membership"]["p_value"] <= 0.005                 # the patient bootstrap's floor: 2 / 401
     so = cp["attacks"]["singling_out"]
     assert so["hidden_rate"] == 0.0 == so["hidden_rate_individual"]
     assert cp["attacks"]["inference"]["residual_risk"]["risk"] > 0.8
@@ -101,7 +102,7 @@ def test_copy_release_is_maximal_risk_and_unrelated_release_near_zero(world):
     u = un["attacks"]
     assert u["nearest"]["risk"]["residual_risk"]["ci"][0] == 0.0 and u["nearest"]["two_sided_auc"] < 0.75
     # the release writer orders records by secret randomness, so the attack's seeded split falls on other records in
-    # every run and p is uniform for unrelated people: p > 0.05 failed 1 run in 20 by chance (twice in session 8)
+    # every run and p is uniform for unrelated people: p > 0.05 failed 1 run in 20 by chance (seen twice)
     assert u["membership"]["p_value"] > 1e-3 and u["singling_out"]["hidden_rate"] > 0.8
     assert u["linkability"]["outer"]["AUC_two_sided"] < 0.75 and u["linkability"]["inner"]["AUC_two_sided"] < 0.75
     assert un["screening"]["copies_of_one_source"] == 0

@@ -51,7 +51,7 @@ from medanon.runtime import RunDir, map_in_parallel
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 5                             # 5: controls reweighted, thresholds with realised rates
+RESULTS_VERSION = 6                             # 6: controls reweighted, thresholds, bootstrap p-values
 
 
 @dataclass(frozen=True)

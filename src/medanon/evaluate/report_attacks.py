@@ -12,7 +12,7 @@ from medanon.evaluate.report_verdict import calibration_section
 
 CONTROLS = [
     ("Membership top-K (k-SALSA)", "baseline: the exact expected hits of a random ranking of the same pool "
-                                   "(hypergeometric); one-sided exact p-value; interval: bootstrap over the "
+                                   "(hypergeometric); p-value and interval: bootstrap over the "
                                    "patients of the records (Clopper-Pearson over the slots without patient ids)"),
     ("Nearest-record membership", "control: the same attack on real images of held-out patients (never "
                                   "released); residual risk against it; AUC members vs controls (patient "
@@ -93,7 +93,8 @@ def _membership(rels: list[dict]) -> str:
                           caption=f"Table 3 layout: top-K accuracy (%) with K = the record's number of source images "
                                   f"(k when each record stands for k images; ties share the slots), interval by "
                                   f"bootstrap over the records' patients, exact chance of a random ranking and "
-                                  f"the exact one-sided p-value. Pool: members and held-out images in equal "
+                                  f"the p-value of the patient bootstrap (the exact test of a random ranking "
+                                  f"where no patient ids reach it). Pool: members and held-out images in equal "
                                   f"numbers (e.g. {a['pool']} images for {a['records_evaluated']} records)."))
         out.append(_assume(a["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "membership"))

@@ -28,7 +28,9 @@ ground truth, and the real data):
    *exact* chance of a random ranking (record ``r`` draws ``k_r`` of the pool at random: hypergeometric
    hits, expected ``k_r / pool``), and the p-value is the exact upper tail of the convolution of those
    hypergeometric laws (:func:`medanon.evaluate.attacks.stats.topk_null`), averaged over the attacker's
-   hits under random tie breaking, not a bootstrap that collapses to zero width at k = 2. This is a
+   hits under random tie breaking (``p_value_exact``). That test treats the pool's images as independent; with
+   ``source_patients`` the reported ``p_value`` is the patient cluster bootstrap's instead (the resampled hit
+   rates against the exact chance, by interval inversion: :func:`.stats.bootstrap_p`). This is a
    baseline (random guessing), not a control: ranking held-out patients has no member to find.
 
 Worst case as in the paper: the member images offered to the attacker are the exact source images.
@@ -43,7 +45,15 @@ import torch
 import torch.nn.functional as F
 
 from medanon.evaluate.attacks.risk import exact_rate, rate, risk_entry
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, components, exact_interval, topk_hits, topk_null, upper_tail
+from medanon.evaluate.attacks.stats import (
+    BOOT_RESAMPLES,
+    bootstrap_p,
+    components,
+    exact_interval,
+    topk_hits,
+    topk_null,
+    upper_tail,
+)
 
 ASSUMPTIONS = ("attacker knows the method well enough to hold released records with their cluster membership for "
                "half of the release (as k-SALSA's attacker trained on training-set averages) and ranks candidate "
@@ -137,12 +147,16 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     attack = rate(hits_a, trials=ks_a, groups=groups, confidence=confidence, seed=seed, n_resamples=n_resamples)
     base = exact_rate(expected_hits / k_total, k_total, confidence=confidence)      # exact: no sampling error
     slots_ci = exact_interval(hits_total, k_total, confidence=confidence)
+    p_exact = upper_tail(null, observed)
     return {"top_k_accuracy": float((hits_a / ks_a).mean()), "ci": list(attack.ci) if groups is not None else slots_ci,
             "ci_slots": slots_ci, "interval": attack.method if groups is not None else
             "Clopper-Pearson over the K slots of the evaluated records", "hits": hits_total if hits_total % 1 else
             int(hits_total), "slots": k_total, "chance": expected_random, "baseline": expected_random,
-            "p_value": upper_tail(null, observed), "test": "exact: convolution of the records' hypergeometric hits "
-                                                           "under a random ranking",
+            "p_value": p_exact if groups is None else bootstrap_p(attack.draws, base.raw),
+            "p_value_exact": p_exact,
+            "test": "exact: convolution of the records' hypergeometric hits under a random ranking" if groups is None
+            else "patient cluster bootstrap of the hit rate against the exact chance (interval inversion); the exact "
+                 "test of a random ranking, which treats the pool's images as independent, in p_value_exact",
             "ties": "pool images tied at the K-th place share the slots left",
             "records_evaluated": len(chosen), "records_attacker": len(train_recs), "n": len(chosen),
             "pool": len(pool), "members_in_pool": len(mem_idx), "heldout_in_pool": len(held),

@@ -190,7 +190,8 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
 
 def bootstrap_p(draws, null: float) -> float:
     """Two-sided p-value of ``statistic = null`` by inverting the percentile interval: twice the smaller share of
-    the finite bootstrap draws at or beyond ``null`` on either side, with the +1 correction (never 0).
+    the finite bootstrap draws at or beyond ``null`` on either side (within ``TIE_TOL`` counts on both), with the
+    +1 correction: never below ``2 / (draws + 1)``.
 
     >>> bootstrap_p(np.linspace(0.6, 0.9, 399), 0.5)
     0.005
@@ -199,7 +200,8 @@ def bootstrap_p(draws, null: float) -> float:
     d = d[np.isfinite(d)]
     if len(d) == 0:
         return float("nan")
-    below, above = (int((d <= null).sum()) + 1) / (len(d) + 1), (int((d >= null).sum()) + 1) / (len(d) + 1)
+    tol = TIE_TOL * max(1.0, abs(null))                             # draws equal to the null up to rounding
+    below, above = (int((d <= null + tol).sum()) + 1) / (len(d) + 1), (int((d >= null - tol).sum()) + 1) / (len(d) + 1)
     return float(min(1.0, 2 * min(below, above)))
 
 

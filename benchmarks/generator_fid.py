@@ -7,7 +7,8 @@ a *control* set of other patients, ``N`` images drawn from each. Every evaluated
 - ``control``: real images of the other patients: the floor, what two samples of the same
   distribution score at this ``N`` (FID is biased upwards at small ``N``; DESIGN.md §6);
 - ``generated``: ``N`` samples ``G(mapping(z), truncation_psi)`` with fresh per-layer noise, as
-  StyleGAN's own FID is computed;
+  StyleGAN's own FID is computed (:func:`medanon.sampling.sample_images`, which ``medanon generate`` uses);
+- ``generated_const`` (with ``--const-noise``): the same latents rendered with the generator's constant noise;
 - ``recon_<codec>``: ``decode(encode(x))`` of the control images, for each codec checkpoint given.
 
 Generated and reconstructed images are quantised to 8 bits first, as the real PNGs are. Features
@@ -67,14 +68,12 @@ def split_by_patient(ds: ImageDataset, n: int, *, seed: int = 0) -> tuple[list[i
 
 
 @torch.no_grad()
-def generate(generator, n: int, *, truncation_psi: float = 1.0, seed: int = 0, batch: int = 64) -> torch.Tensor:
-    """``n`` generator samples (fresh noise, seeded), quantised to 8 bits."""
-    torch.manual_seed(seed)
-    out = []
-    for i in range(0, n, batch):
-        z = torch.randn(min(batch, n - i), generator.z_dim)
-        out.append(generator(z, truncation_psi=truncation_psi, noise_mode="random"))
-    return quantise(torch.cat(out))
+def generate(generator, n: int, *, truncation_psi: float = 1.0, seed: int = 0, batch: int = 64,
+             noise: str = "random") -> torch.Tensor:
+    """``n`` generator samples as ``medanon generate`` draws them (fresh noise per image, seeded), 8-bit."""
+    from medanon.sampling import sample_images
+
+    return quantise(sample_images(generator, n, seed=seed, truncation=truncation_psi, batch=batch, noise=noise))
 
 
 def fid_table(reference: torch.Tensor, sets: Mapping[str, ImageSource], *, extractor: FeatureExtractor,
@@ -114,6 +113,7 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples for the FID interval")
     ap.add_argument("--seed", type=int, default=0, help="patient split, image draw, z and bootstrap seed")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = all cores)")
+    ap.add_argument("--const-noise", action="store_true", help="also score samples with constant noise")
     args = ap.parse_args()
     from medanon.codecs.stylegan import load_codec
     from medanon.train.gan import load_generator
@@ -130,6 +130,9 @@ def main() -> None:
         "control": control,
         "generated": lambda: generate(G, args.n, truncation_psi=args.truncation, seed=args.seed),
     }
+    if args.const_noise:
+        sets["generated_const"] = lambda: generate(G, args.n, truncation_psi=args.truncation, seed=args.seed,
+                                                   noise="const")
     for path in args.codec:
         codec = load_codec(path)
         sets[f"recon_{codec.name}"] = lambda codec=codec: quantise(codec.reconstruct(control))

@@ -36,18 +36,22 @@ import torch.nn.functional as F
 from medanon.anonymize.latent_opt import optimize_latents
 from medanon.anonymize.style import SourceStyle, StyleConfig, source_grams, style_loss
 from medanon.errors import ConfigError
+from medanon.models.features.base import resize_antialiased
 
 FeatureFn = Callable[..., dict[str, torch.Tensor]]      # features(images, layers=[...]) -> {layer: tensor}
+ROWS = ("all", "styles")
 
 
 @dataclass
 class SalsaConfig:
     lam: float = 0.3                            # λ: content weight; style gets 1 − λ (Eq. 5); see docs/ksalsa.md
     steps: int = 100                            # Adam steps per cluster
-    lr: float = 0.1                             # Adam learning rate (the paper: 0.1)
-    style_layer: str = "block1"                 # early feature layer for the Gram matrices
+    lr: float = 0.01                            # Adam learning rate (the paper: 0.1; docs/ksalsa.md, Settings)
+    style_layer: str = "block1"                 # early feature layer(s) for the Gram matrices ("a+b": mean of both)
     content_layer: str = "pool"                 # deep embedding for the content loss
     style: StyleConfig = field(default_factory=StyleConfig)
+    rows: str = "all"                           # optimised rows: all | styles (a spatial map stays the centroid's)
+    feature_size: int | None = None             # resize images to this side before the feature network (None: as is)
 
     def validate(self) -> None:
         if not 0 <= self.lam <= 1:
@@ -56,12 +60,25 @@ class SalsaConfig:
             raise ConfigError(f"steps={self.steps} must not be negative")
         if self.lr <= 0:
             raise ConfigError(f"lr={self.lr} must be positive")
+        if self.rows not in ROWS:
+            raise ConfigError(f"rows={self.rows!r} must be one of {', '.join(ROWS)}",
+                              fix="rows='all' optimises the whole latent; 'styles' keeps a spatial map fixed")
+        if self.feature_size is not None and self.feature_size < 16:
+            raise ConfigError(f"feature_size={self.feature_size} must be at least 16, or None to keep the size")
+        if not all(self.style_layers):
+            raise ConfigError(f"style_layer={self.style_layer!r} names an empty layer",
+                              fix="e.g. style_layer='block1' or 'block1+block2'")
         self.style.validate()
+
+    @property
+    def style_layers(self) -> list[str]:
+        return self.style_layer.split("+")
 
     def describe(self) -> dict[str, Any]:
         return {"lambda": self.lam, "steps": self.steps, "lr": self.lr, "optimizer": "Adam(0.9, 0.999)",
                 "style_layer": self.style_layer, "content_layer": self.content_layer,
-                "content_target": "G(w0) (Eq. 6)", "style": self.style.describe()}
+                "content_target": "G(w0) (Eq. 6)", "rows": self.rows, "feature_size": self.feature_size,
+                "style": self.style.describe()}
 
 
 @dataclass
@@ -85,34 +102,54 @@ class KSalsa:
         synthesize: Callable[[torch.Tensor], torch.Tensor],  # ws -> images in about [-1, 1], differentiable
         features: FeatureFn,                    # features(images, layers=[...]) -> dict of tensors
         cfg: SalsaConfig | None = None,
+        *,
+        style_rows: int | None = None,          # rows of a latent that are styles (the rest: a spatial map)
     ):
         self.synthesize = synthesize
         self.features = features
         self.cfg = cfg or SalsaConfig()
         self.cfg.validate()
+        self.style_rows = style_rows
 
-    def sources(self, images: torch.Tensor, weights: torch.Tensor) -> SourceStyle:
-        """Source Grams of a batch: ``images`` (B, S, C, H, W), ``weights`` (B, S)."""
+    def _features(self, images: torch.Tensor, layers: list[str]) -> dict[str, torch.Tensor]:
+        if self.cfg.feature_size is not None:
+            images = resize_antialiased(images, self.cfg.feature_size)
+        return self.features(images, layers=layers)
+
+    def sources(self, images: torch.Tensor, weights: torch.Tensor) -> list[SourceStyle]:
+        """Source Grams of a batch, one per style layer: ``images`` (B, S, C, H, W), ``weights`` (B, S)."""
         with torch.no_grad():
-            f = self.features(images.flatten(0, 1), layers=[self.cfg.style_layer])[self.cfg.style_layer]
-        return source_grams(f.reshape(*images.shape[:2], *f.shape[1:]), weights.to(f.device), self.cfg.style)
+            feats = self._features(images.flatten(0, 1), self.cfg.style_layers)
+        return [source_grams(f.reshape(*images.shape[:2], *f.shape[1:]), weights.to(f.device), self.cfg.style)
+                for f in feats.values()]
+
+    def _row_mask(self, w0: torch.Tensor) -> torch.Tensor | None:
+        """Which latent rows the optimiser moves (None: all)."""
+        if self.cfg.rows == "all" or self.style_rows is None or self.style_rows >= w0.shape[1]:
+            return None
+        return (torch.arange(w0.shape[1], device=w0.device) < self.style_rows)[None, :, None]
 
     def average(self, images: torch.Tensor, latents: torch.Tensor, weights: torch.Tensor, *,
                 callback: Callable[[int, torch.Tensor], None] | None = None) -> SalsaResult:
         """Optimise one latent per cluster. ``images`` (B, S, C, H, W) the original sources,
-        ``latents`` (B, S, num_ws, w_dim) their inversions, ``weights`` (B, S) (0 = padding)."""
+        ``latents`` (B, S, num_rows, w_dim) their inversions, ``weights`` (B, S) (0 = padding)."""
         cfg = self.cfg
         w = (weights / weights.sum(1, keepdim=True)).to(latents)
         w0 = (w[:, :, None, None] * latents).sum(1)
         src = self.sources(images, weights)
-        layers = [cfg.style_layer, cfg.content_layer]
+        style_layers = cfg.style_layers
+        layers = list(dict.fromkeys([*style_layers, cfg.content_layer]))
+        mask = self._row_mask(w0)
         with torch.no_grad():
-            target = F.normalize(_embed(self.features(self.synthesize(w0), layers=[cfg.content_layer])
+            target = F.normalize(_embed(self._features(self.synthesize(w0), [cfg.content_layer])
                                         [cfg.content_layer]), dim=1)
 
         def loss_fn(ws: torch.Tensor):
-            f = self.features(self.synthesize(ws), layers=layers)
-            style = style_loss(f[cfg.style_layer], src, cfg.style)
+            if mask is not None:                 # fixed rows: their gradient is 0, so Adam never moves them
+                ws = torch.where(mask, ws, w0)
+            f = self._features(self.synthesize(ws), layers)
+            style = sum(style_loss(f[name], s, cfg.style) for name, s in zip(style_layers, src, strict=True))
+            style = style / len(style_layers)
             content = 1 - (F.normalize(_embed(f[cfg.content_layer]), dim=1) * target).sum(1)
             return cfg.lam * content + (1 - cfg.lam) * style, {"style": style, "content": content}
 
@@ -125,32 +162,42 @@ class KSalsa:
             return out
 
         res = optimize_latents(w0, record_first, steps=cfg.steps, lr=cfg.lr, callback=callback)
-        return SalsaResult(res.latents, w0.detach(), first["style"], res.extra["style"], res.extra["content"],
+        ws = res.latents if mask is None else torch.where(mask, res.latents, w0)
+        return SalsaResult(ws, w0.detach(), first["style"], res.extra["style"], res.extra["content"],
                            res.history)
 
 
 def reference_average(synthesize: Callable[[torch.Tensor], torch.Tensor], features: FeatureFn, cfg: SalsaConfig,
-                      images: torch.Tensor, latents: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+                      images: torch.Tensor, latents: torch.Tensor, weights: torch.Tensor, *,
+                      style_rows: int | None = None) -> torch.Tensor:
     """k-SALSA for ONE cluster, written as Algorithm 1 and the official code run it: its own Adam loop, the
     per-patch :func:`~medanon.anonymize.style.reference_style_loss` (source Grams rebuilt every step, one
-    cosine per patch pair). ``images`` (S, C, H, W), ``latents`` (S, num_ws, w_dim), ``weights`` (S,).
-    Returns the optimised ``ws`` (num_ws, w_dim). Slow on purpose: tests and the benchmark compare it with
+    cosine per patch pair). ``images`` (S, C, H, W), ``latents`` (S, num_rows, w_dim), ``weights`` (S,).
+    Returns the optimised ``ws`` (num_rows, w_dim). Slow on purpose: tests and the benchmark compare it with
     :meth:`KSalsa.average`."""
     from medanon.anonymize.style import reference_style_loss
 
+    def feats(x: torch.Tensor, layers: list[str]) -> dict[str, torch.Tensor]:
+        return features(x if cfg.feature_size is None else resize_antialiased(x, cfg.feature_size), layers=layers)
+
     w = (weights / weights.sum()).to(latents)
     w0 = (w[:, None, None] * latents).sum(0, keepdim=True)
+    moved = w0.new_ones(w0.shape[1], dtype=torch.bool)
+    if cfg.rows == "styles" and style_rows is not None:
+        moved[style_rows:] = False
     with torch.no_grad():
-        target = F.normalize(_embed(features(synthesize(w0), layers=[cfg.content_layer])[cfg.content_layer]), dim=1)
-        src = features(images, layers=[cfg.style_layer])[cfg.style_layer]
+        target = F.normalize(_embed(feats(synthesize(w0), [cfg.content_layer])[cfg.content_layer]), dim=1)
+        src = feats(images, cfg.style_layers)
     ws = w0.detach().clone().requires_grad_(True)
     opt = torch.optim.Adam([ws], lr=cfg.lr, betas=(0.9, 0.999))
     for _ in range(cfg.steps):
-        f = features(synthesize(ws), layers=[cfg.style_layer, cfg.content_layer])
-        style = reference_style_loss(f[cfg.style_layer][0], list(src), weights.tolist(), cfg.style)
+        f = feats(synthesize(ws), [*cfg.style_layers, cfg.content_layer])
+        style = sum(reference_style_loss(f[name][0], list(src[name]), weights.tolist(), cfg.style)
+                    for name in cfg.style_layers) / len(cfg.style_layers)
         content = 1 - (F.normalize(_embed(f[cfg.content_layer]), dim=1) * target).sum()
         loss = cfg.lam * content + (1 - cfg.lam) * style
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        ws.grad[:, ~moved] = 0                    # rows kept at the centroid (a spatial map with rows="styles")
         opt.step()
     return ws.detach()[0]

@@ -269,3 +269,14 @@ def test_a_labels_file_named_by_dataset_yaml_is_read_from_inside_only(tmp_path, 
                       "--mapping", other / "labels.csv", "--overwrite"])
     assert code != 0 and "never writes into" in msg, msg
     assert (other / "labels.csv").read_bytes() == before
+
+
+def test_a_splits_file_is_never_replaced_by_another_kind(tmp_path, phantom):
+    out = tmp_path / "rel"
+    mapping = tmp_path / "map.json"
+    assert _run(["anonymize", "kpixel", phantom, "--k", "2", "--out", out, "--mapping", mapping])[0] == 0
+    before = mapping.read_bytes()
+    code, msg = _run(["data", "split", phantom, "--out", mapping, "--overwrite"])
+    assert code != 0 and "not a splits" in msg and mapping.read_bytes() == before
+    code, msg = _run(["train", "identity", "--data", phantom, "--steps", "1", "--out", mapping])
+    assert code != 0 and "not a checkpoint" in msg and mapping.read_bytes() == before

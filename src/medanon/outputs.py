@@ -220,6 +220,9 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
                 if not is_medanon_output(out):
                     raise UnsafeOutputError(f"{name} {out} exists and was not written by medanon: medanon never "
                                             "writes into it", fix=f"choose another {name}")
+                if what is not None:                   # resumed or written into: only an output of its kind
+                    _kind_check(out, folder_kind(out) if out.is_dir() else file_kind(out), what, name,
+                                "folder" if out.is_dir() else "file")
             else:
                 check_replaceable(out, what=what, name=name)
     _check_writable(target.parent, out, name)

@@ -104,9 +104,10 @@ def _torchrun_process() -> None:
         sys.stdout = open(os.devnull, "w")              # rank 0 prints the summary lines
 
 
-def check_outputs(*outputs: tuple[object, str, str], data_dir=None, opts: dict | None = None, reads=(),
+def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, reads=(),
                   overwrite: bool = False, existing_ok: bool = False) -> None:
-    """Check every ``(path, kind, option name)`` output of a command before it does any work (``medanon.outputs``).
+    """Check every ``(path, kind, option name[, what])`` output of a command before it does any work
+    (``medanon.outputs``; ``what`` the kind of medanon output it is, e.g. ``splits``, which an existing one must be).
 
     The inputs are the dataset folder, the generic layout's labels CSV and image folder from ``opts``, and
     ``reads`` (checkpoints, releases); ``None`` outputs (an option not given) are skipped.
@@ -115,6 +116,7 @@ def check_outputs(*outputs: tuple[object, str, str], data_dir=None, opts: dict |
 
     opts = opts or {}
     inputs = [data_dir, opts.get("labels_csv"), opts.get("images_dir"), *reads]
-    for path, kind, name in outputs:
+    for path, kind, name, *what in outputs:
         if path is not None:
-            check_output(path, inputs=inputs, overwrite=overwrite, kind=kind, name=name, existing_ok=existing_ok)
+            check_output(path, inputs=inputs, overwrite=overwrite, kind=kind, name=name, existing_ok=existing_ok,
+                         what=what[0] if what else None)

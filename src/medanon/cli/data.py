@@ -250,7 +250,7 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
     from medanon.data.splits import split_patients, split_shortfalls, write_splits_csv
 
     sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
-    check_outputs((out, "file", "--out"), data_dir=data_dir, opts=opts, overwrite=overwrite)
+    check_outputs((out, "file", "--out", "splits"), data_dir=data_dir, opts=opts, overwrite=overwrite)
     ds = open_from_cli(data_dir, **opts)
     if sc.stratify and sc.stratify not in ds.label_names:
         raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",

@@ -280,3 +280,17 @@ def test_a_splits_file_is_never_replaced_by_another_kind(tmp_path, phantom):
     assert code != 0 and "not a splits" in msg and mapping.read_bytes() == before
     code, msg = _run(["train", "identity", "--data", phantom, "--steps", "1", "--out", mapping])
     assert code != 0 and "not a checkpoint" in msg and mapping.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["ldp-image --epsilon 1 --calibrate-on", "kpca --k 2 --basis-from"])
+def test_a_second_dataset_being_read_is_an_input(tmp_path, phantom, command):
+    other = tmp_path / "other"
+    shutil.copytree(phantom, other)
+    before = _tree_digest(other)
+    method, *opts, flag = command.split()
+    for out in (other, other / "rel", tmp_path / "rel"):
+        mapping = other / "labels.csv" if out == tmp_path / "rel" else tmp_path / "map.json"
+        code, msg = _run(["anonymize", method, phantom, *opts, flag, other, "--out", out, "--mapping", mapping,
+                          "--overwrite"])
+        assert code != 0 and "never writes into" in msg, (out, msg)
+    assert _tree_digest(other) == before

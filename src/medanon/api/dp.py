@@ -93,8 +93,9 @@ def _calibrate(batches, *, codec=None):
 
 def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
                 noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
-                device=None, notes: Sequence[str] = ()) -> Release:
+                device=None, notes: Sequence[str] = (), reads: Sequence[Any] = ()) -> Release:
     """A :class:`~medanon.release.release.Release` of ``ds`` in which every image goes through ``privatiser``.
+    ``reads``: other data the method read (a calibration dataset), never to be written over.
 
     One record per image (local DP: each record stands for its own source). ``noise_seed`` (testing
     only) makes the noise reproducible from the seed: the release then states "no formal guarantee"
@@ -130,8 +131,11 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                 "epsilon_image": privacy["epsilon_image"], "epsilon_element": privacy["epsilon_element"],
                 "D": privacy["D"]}
 
+    from medanon.outputs import dataset_inputs
+
     return Release(method=method, dataset=ds, params=params, privacy=privacy, labels=labels, produce=produce,
-                   seeds={}, models=models, notes=list(notes))
+                   seeds={}, models=models, notes=list(notes),
+                   inputs=[p for r in reads for p in dataset_inputs(r)])
 
 
 def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, calibration) -> dict[str, Any]:
@@ -229,7 +233,8 @@ def dpglow(ds: ImageDataset, *, epsilon: float, flow, per_element: bool = _L.per
     return ldp_release(ds, dp, method="dpglow",
                        params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center},
                        models={"glow": codec.sha256} if codec.sha256 else {}, noise_seed=noise_seed, batch=batch,
-                       release_labels=release_labels, device=device, notes=notes)
+                       release_labels=release_labels, device=device, notes=notes,
+                       reads=[calibrate_on] if calibrate_on is not None else [])
 
 
 def ldp_image(ds: ImageDataset, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
@@ -267,4 +272,5 @@ def ldp_image(ds: ImageDataset, *, epsilon: float, per_element: bool = _L.per_el
         calibration = _calibrate(_batches(calibrate_on, ds.size, ds.channels))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
-                       models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device)
+                       models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device,
+                       reads=[calibrate_on] if calibrate_on is not None else [])

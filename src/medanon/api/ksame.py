@@ -87,6 +87,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         seeds_used,
     )
     from medanon.config import validate
+    from medanon.outputs import dataset_inputs
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
@@ -113,7 +114,8 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
 
     return Release(method=cfg.method, dataset=ds, params=manifest_params(cfg, codec=codec, features=features),
                    privacy=privacy_statement(cfg, None), labels=labels, produce=produce,
-                   seeds=seeds_used(cfg, codec=codec), models=model_checksums(codec, features))
+                   seeds=seeds_used(cfg, codec=codec), models=model_checksums(codec, features),
+                   inputs=dataset_inputs(pca_basis) if pca_basis is not None else [])
 
 
 def _config(method: str, **kw):

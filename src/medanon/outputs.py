@@ -128,12 +128,14 @@ def _input_inside(out: Path, inputs: list[Path]) -> Path | None:
     wanted = {i: p for p in inputs if (i := _identity(p)) is not None}
     if not wanted or not out.is_dir():
         return None
-    for n, (root, dirs, files) in enumerate(os.walk(out)):
+    seen = 0
+    for root, dirs, files in os.walk(out):
         for name in (*dirs, *files):
             i = _identity(Path(root, name))
             if i in wanted:
                 return wanted[i]
-        if n > 100_000:                                # a folder this large is no medanon output: refused anyway
+        seen += len(dirs) + len(files)
+        if seen > 500_000:                             # no medanon output is this large: refused by rule 3 anyway
             break
     return None
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from medanon.anonymize.clustering_distances import TIE_DIST, TIE_SUM
+from medanon.anonymize.clustering_distances import TIE_DIST, TIE_SUM, auto_block
 from medanon.anonymize.clustering_greedy import NN_MARGIN, Greedy
 from medanon.errors import ConfigError, DataError
 
@@ -97,7 +97,7 @@ def _finish(points: np.ndarray, clusters, leftovers, k: int, drop_remainder: boo
 def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
                        strata: Sequence[object] | None = None,     # one stratum per point: cluster within each
                        drop_remainder: bool = False,               # leave the N mod k leftovers out (the paper)
-                       block: int = 2048,                          # rows per distance block (memory ~ block² floats)
+                       block: int | None = None,                   # rows per distance block (None: by device)
                        cache: int = 0,                             # neighbours cached per likely pick (0 = 4k)
                        dtype: torch.dtype = torch.float32,         # arithmetic of the distance products
                        progress: bool = False) -> Clustering:
@@ -117,7 +117,8 @@ def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
     n = len(x)
     if strata is None:
         _check(n, k)
-        clusters, left = Greedy(x, k, block=block, cache=cache or 4 * k, progress=progress, exact=given).run()
+        clusters, left = Greedy(x, k, block=block or auto_block(x.device), cache=cache or 4 * k, progress=progress,
+                                exact=given).run()
         return _finish(x.cpu().double().numpy(), clusters, left, k, drop_remainder)
     strata = list(strata)
     if len(strata) != n:

@@ -26,9 +26,22 @@ def pairwise(a: torch.Tensor, b: torch.Tensor, a2: torch.Tensor, b2: torch.Tenso
     return d.add_(b2[None, :]).clamp_min_(0.0).sqrt_()
 
 
-def blocked_sums(x: torch.Tensor, sq: torch.Tensor, block: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Sum of distances from each point of ``x`` (squared norms ``sq``) to all others, and the distance to its
-    nearest other point (0 for a lone point): upper-triangular blocks, each used twice."""
+def auto_block(device: torch.device) -> int:
+    """Rows per distance block: 2048 on the CPU; on a GPU the largest power of two up to 8192 whose largest
+    temporaries (a block x 4 block product in float32 and its float64 copy, 48 block² bytes) take at most a
+    quarter of the free memory."""
+    if device.type != "cuda":
+        return 2048
+    free = torch.cuda.mem_get_info(device)[0]
+    b = 2048
+    while b < 8192 and 48 * (2 * b) ** 2 <= free / 4:
+        b *= 2
+    return b
+
+
+def blocked_sums(x: torch.Tensor, sq: torch.Tensor, block: int, progress: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of distances from each point of ``x`` (squared norms ``sq``) to all others (float64), and the distance
+    to its nearest other point (0 for a lone point): upper-triangular blocks, each used twice; on x's device."""
     n, b = len(x), block
     s = torch.zeros(n, dtype=torch.float64, device=x.device)
     nn = torch.full((n,), math.inf, dtype=x.dtype, device=x.device)
@@ -51,8 +64,8 @@ def blocked_sums(x: torch.Tensor, sq: torch.Tensor, block: int, progress: bool) 
                 if j > i:
                     s[j:j + b] += d.sum(0)
                 bar.update()
-    nn = nn.double().cpu().numpy()
-    return s.cpu().numpy(), np.where(np.isfinite(nn), nn, 0.0)
+    nn = nn.double()
+    return s, torch.where(torch.isfinite(nn), nn, 0.0)
 
 
 class NearTies:

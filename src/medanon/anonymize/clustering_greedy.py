@@ -15,6 +15,11 @@ remaining points, group it with its k−1 nearest remaining neighbours and remov
 - near-ties of the float32 sums and distances are settled on float64 distances
   (:class:`medanon.anonymize.clustering_distances.NearTies`), ties by the lowest index.
 
+Every per-point array (sums, stamps, bounds, the hot set and its sums, the alive mask, the candidate columns)
+lives on the data's device and is updated by batched torch ops; an iteration moves one small vector to the
+host (the best hot sum, its index and the number of near-ties) and the k indices of the group back. The host
+keeps only what is per group or per cached list (an alive mirror, the removal order, the neighbour lists).
+
 What it returns (clusters of exactly k, and the N mod k points left over) becomes a
 :class:`medanon.anonymize.clustering.Clustering` in :func:`medanon.anonymize.clustering.same_size_clusters`.
 """
@@ -57,85 +62,108 @@ def one_thread(device: torch.device):
     return torch_threads(device, 1)
 
 
+@contextlib.contextmanager
+def full_float32():
+    """Full float32 products (no TF32) for the block: the tolerances of the bounds and near-ties assume
+    float32 rounding (``medanon.runtime.configure_cuda`` turns TF32 on for the rest of the library)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 class Greedy:
     """State of one greedy run on ``x`` (n, d).
 
     ``s[i]`` is the sum of distances from point i to the points alive when ``stamp[i]`` points had been
     removed, hence an upper bound of its current sum (sums only shrink). A *hot set* of the points
     with the largest bounds is kept exact after every removal (a small product against the removed
-    group); ``t_out`` bounds the sums of every alive point outside it. The pick of an iteration is the
-    best hot point when it beats ``t_out``; otherwise the hot set is rebuilt (and grown if needed).
+    group, into ``hs``); ``t_out`` bounds the sums of every alive point outside it. The pick of an iteration
+    is the best hot point when it beats ``t_out``; otherwise the hot set is rebuilt (and grown if needed).
     """
 
     def __init__(self, x: torch.Tensor, k: int, *, block: int, cache: int, progress: bool, hot_fraction: int = 8,
                  exact: torch.Tensor | None = None):
         self.x = x - x.mean(0, keepdim=True)         # centring keeps the norm trick accurate
         self.sq = (self.x * self.x).sum(1)
+        self.dev = x.device
         # near-ties are settled on float64 distances of the points as given
         self.ties = NearTies(exact if exact is not None else x, self.sq, block)
         self.n, self.k = len(x), k
         self.block = block
         self.cache_size = max(cache, 2 * k)
-        self.alive = np.ones(self.n, bool)
-        self.alive_t = torch.ones(self.n, dtype=torch.bool, device=x.device)
+        self.alive = np.ones(self.n, bool)            # host mirror, for the neighbour lists and near-ties
+        self.alive_t = torch.ones(self.n, dtype=torch.bool, device=self.dev)
         self.n_alive = self.n
         self.order = np.empty(self.n, np.int64)        # removal order
         self.rx, self.rq = torch.empty_like(self.x), torch.empty_like(self.sq)  # removed rows, in that order
         self.removed = 0
-        self.stamp = np.zeros(self.n, np.int64)
+        self.stamp = torch.zeros(self.n, dtype=torch.int64, device=self.dev)
         self.knn: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
-        self.kid = np.arange(self.n)                  # candidate columns of neighbour searches (compacted)
+        self.kid = torch.arange(self.n, device=self.dev)    # candidate columns of neighbour searches (compacted)
         self.kx, self.ksq = self.x, self.sq
         self.progress = progress
         self.wide = torch.get_num_threads()          # the caller's threads, for the loop's large products
-        self.s, nn = self._initial_sums()
+        with full_float32():
+            self.s, nn = self._initial_sums()
         # nn[i] <= the distance from i to any other point (its nearest neighbour's, less a float margin): a point
         # that leaves takes at least nn of it from every other point's sum, so stale sums fall with the removals
         self.nn = nn * (1.0 - NN_MARGIN)
+        self.nn_host = self.nn.cpu().numpy()
         self.taken = np.zeros(self.n + 1)             # taken[r]: sum of nn over the first r removed points
-        self.hot = np.zeros(0, np.int64)
+        self.hot = torch.zeros(0, dtype=torch.int64, device=self.dev)
+        self.hs = torch.zeros(0, dtype=torch.float64, device=self.dev)    # exact current sums of the hot set
         self.hot_fraction = hot_fraction
         self.t_out, self.t_out_at = math.inf, 0.0
 
-    def _rows(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        t = torch.from_numpy(ids).to(self.x.device)   # index_select: the same rows, 1.4-14x faster than x[t]
-        return self.x.index_select(0, t), self.sq.index_select(0, t)
+    def _rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x.index_select(0, ids), self.sq.index_select(0, ids)   # 1.4-14x faster than x[ids]
 
-    def _initial_sums(self) -> tuple[np.ndarray, np.ndarray]:
+    def _dev(self, ids: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(ids, np.int64)).to(self.dev)
+
+    def _initial_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Sum of distances from each point to all others, and the distance to its nearest other point."""
         return distances.blocked_sums(self.x, self.sq, self.block, self.progress)
 
-    def _bounds(self, ids: np.ndarray) -> np.ndarray:
+    def _bounds(self, ids: torch.Tensor, taken: torch.Tensor) -> torch.Tensor:
         """Upper bounds of the current sums of ``ids``: the sum at each one's stamp, less what the points removed
         since must have taken from it (each at least its own nn, and at least the point's nn)."""
-        since = self.removed - self.stamp[ids]
-        fell = np.maximum(self.taken[self.removed] - self.taken[self.stamp[ids]], since * self.nn[ids])
+        st = self.stamp[ids]
+        fell = torch.maximum(taken[self.removed] - taken[st], (self.removed - st) * self.nn[ids])
         return self.s[ids] - fell
 
     # -------------------------------------------------------------------------------------- sums upkeep
 
-    def _refresh(self, ids: np.ndarray) -> None:
+    def _refresh(self, ids: torch.Tensor) -> None:
         """Make s[ids] exact: subtract distances to the points removed since each one's stamp.
 
         Rows are grouped by stamp, so every (row, removed point) distance is computed once. These are the
         loop's largest products (up to ``block`` x ``4 block``): they run on the caller's threads.
         """
-        ids = ids[self.stamp[ids] < self.removed]
-        with torch_threads(self.x.device, self.wide):
-            self._refresh_groups(ids)
+        st = self.stamp[ids]
+        stale = st < self.removed
+        ids, st = ids[stale], st[stale]
+        if not len(ids):
+            return
+        st, o = torch.sort(st)
+        ids = ids[o]
+        stamps, counts = torch.unique_consecutive(st, return_counts=True)
+        with torch_threads(self.dev, self.wide):
+            start = 0
+            for lo, m in zip(stamps.tolist(), counts.tolist(), strict=True):
+                for c in range(start, start + m, self.block):
+                    part = ids[c:min(c + self.block, start + m)]
+                    xa, qa = self._rows(part)
+                    acc = torch.zeros(len(part), dtype=torch.float64, device=self.dev)
+                    for r in range(int(lo), self.removed, 4 * self.block):
+                        hi = min(r + 4 * self.block, self.removed)
+                        acc += distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi]).double().sum(1)
+                    self.s[part] -= acc
+                start += m
         self.stamp[ids] = self.removed
-
-    def _refresh_groups(self, ids: np.ndarray) -> None:
-        for lo in np.unique(self.stamp[ids]):
-            group = ids[self.stamp[ids] == lo]
-            for c in range(0, len(group), self.block):
-                part = group[c:c + self.block]
-                xa, qa = self._rows(part)
-                acc = np.zeros(len(part))
-                for r in range(int(lo), self.removed, 4 * self.block):
-                    hi = min(r + 4 * self.block, self.removed)
-                    acc += distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi]).double().sum(1).cpu().numpy()
-                self.s[part] -= acc
 
     def _rebuild(self) -> None:
         """A new hot set: the largest exact sums, grown until its best beats every bound outside.
@@ -143,70 +171,93 @@ class Greedy:
         Points are made exact in the order of their (stale) bounds, and only until no bound left
         could reach the hot set: points far from the top are not updated at all.
         """
-        alive = np.flatnonzero(self.alive)
-        bound = self._bounds(alive)
-        order = np.argsort(-bound, kind="stable")
-        by_bound, bound = alive[order], bound[order]
-        size = max(256, len(alive) // self.hot_fraction)
+        if len(self.hot):                                  # the hot sums are exact now
+            self.s[self.hot] = self.hs
+            self.stamp[self.hot] = self.removed
+        alive = torch.nonzero(self.alive_t).squeeze(1)
+        taken = torch.from_numpy(self.taken[:self.removed + 1]).to(self.dev)
+        bound, order = torch.sort(self._bounds(alive, taken), descending=True, stable=True)
+        by_bound = alive[order]
+        n_alive = len(by_bound)
+        size = max(256, n_alive // self.hot_fraction)
         done = 0
         while True:
-            size = min(size, len(alive))
-            while done < len(by_bound):
-                if done >= size:
-                    exact = self.s[by_bound[:done]]
-                    if bound[done] < np.partition(exact, done - size)[done - size]:
-                        break                              # no bound left can enter the top ``size``
+            size = min(size, n_alive)
+            while done < n_alive:
+                if done >= size:                           # no bound left can enter the top ``size``
+                    kth = torch.kthvalue(self.s[by_bound[:done]], done - size + 1).values
+                    if bool(bound[done] < kth):
+                        break
                 step = max(size, self.block)
                 self._refresh(by_bound[done:done + step])
-                done = min(done + step, len(by_bound))
+                done = min(done + step, n_alive)
             ready = by_bound[:done]
             exact = self.s[ready]
-            rest_bound = bound[done] if done < len(by_bound) else -math.inf
+            rest_bound = float(bound[done]) if done < n_alive else -math.inf
             if size >= len(ready):
                 self.hot, self.t_out = ready, rest_bound
             else:
-                top = np.argpartition(-exact, size)[:size]
-                rest = np.ones(len(ready), bool)
+                top = torch.topk(exact, size, sorted=False).indices
+                rest = torch.ones(len(ready), dtype=torch.bool, device=self.dev)
                 rest[top] = False
                 self.hot, self.t_out = ready[top], max(float(exact[rest].max()), rest_bound)
             self.t_out_at = self.taken[self.removed]
-            best = self.s[self.hot].max()
+            best = float(self.s[self.hot].max())
             if self.t_out == -math.inf or best > self.t_out + self.ties.sum_tol(best):
                 break                                      # (a near-tie could hide a lower-index one: grow)
             size *= 2
+        self.hs = self.s[self.hot].clone()
         self.hx, self.hq = self._rows(self.hot)
 
     def _outside(self) -> float:
         """A bound of the current sums outside the hot set: ``t_out`` less what the removals since took."""
         return self.t_out - (self.taken[self.removed] - self.t_out_at)
 
+    def _hot_sums(self) -> torch.Tensor:
+        """The hot set's exact sums, -inf for the points that have left."""
+        return torch.where(self.alive_t[self.hot], self.hs, -math.inf)
+
+    def _best(self) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """The best hot sum, and the hot positions within the near-tie tolerance of it (one host transfer)."""
+        hs = self._hot_sums()
+        best, arg = hs.max(0)
+        tol = distances.TIE_SUM * best.abs() + (self.ties.sum_floor + 1e-9)
+        near = hs >= best - tol
+        info = torch.stack([best, near.sum().double(), arg.double()]).cpu().tolist()
+        if info[1] <= 1 or info[0] == -math.inf:
+            return info[0], torch.tensor([int(info[2])]), hs
+        return info[0], torch.nonzero(near).squeeze(1).cpu(), hs
+
     def _argmax(self) -> int:
         """Index of the alive point with the largest sum (ties: lowest index).
 
         The best hot point, once it provably beats every point outside the hot set (else the hot set is rebuilt);
         near-ties of the float32-based sums are decided on float64 distances (:meth:`NearTies.pick`)."""
-        hot = self.hot[self.alive[self.hot]]
-        if not len(hot) or self.s[hot].max() <= self._outside() + self.ties.sum_tol(self.s[hot].max()):
+        best = -math.inf
+        if len(self.hot):
+            best, pos, hs = self._best()
+        if best == -math.inf or best <= self._outside() + self.ties.sum_tol(best):
             self._rebuild()
-            hot = self.hot
-        return self.ties.pick(hot, self.s[hot], self.alive)
+            best, pos, hs = self._best()
+        pos_d = pos.to(self.dev)
+        cands = self.hot[pos_d].cpu().numpy()
+        sums = hs[pos_d].cpu().numpy() if len(pos) > 1 else np.array([best])
+        return self.ties.pick(cands, sums, self.alive)
 
     def _remove(self, members: np.ndarray) -> None:
+        m = self._dev(members)
         self.alive[members] = False
-        self.alive_t[torch.from_numpy(members).to(self.x.device)] = False
+        self.alive_t[m] = False
         self.n_alive -= len(members)
-        xb, qb = self._rows(members)
-        self.order[self.removed:self.removed + len(members)] = members
-        self.rx[self.removed:self.removed + len(members)] = xb
-        self.rq[self.removed:self.removed + len(members)] = qb
+        xb, qb = self._rows(m)
         r = self.removed
-        self.taken[r + 1:r + len(members) + 1] = self.taken[r] + np.cumsum(self.nn[members])
+        self.order[r:r + len(members)] = members
+        self.rx[r:r + len(members)] = xb
+        self.rq[r:r + len(members)] = qb
+        self.taken[r + 1:r + len(members) + 1] = self.taken[r] + np.cumsum(self.nn_host[members])
         self.removed += len(members)
         if len(self.hot):                             # the hot set stays exact: one (hot x group) product
-            d = distances.pairwise(self.hx, xb, self.hq, qb).double().sum(1).cpu().numpy()  # 28x faster than dtype=
-            live = self.alive[self.hot]
-            self.s[self.hot[live]] -= d[live]
-            self.stamp[self.hot[live]] = self.removed
+            self.hs -= distances.pairwise(self.hx, xb, self.hq, qb).double().sum(1)   # 28x faster than dtype=
 
     # -------------------------------------------------------------------------------------- neighbours
 
@@ -219,27 +270,29 @@ class Greedy:
         if hit is not None:
             return hit
         # p and the likely next picks (best exact sums of the hot set), against every alive point
-        hot = self.hot[self.alive[self.hot]]
-        m = min(32, len(hot))
-        batch = np.union1d(hot[np.argpartition(-self.s[hot], m - 1)[:m]] if m else hot, [p])
+        hs = self._hot_sums()
+        top = torch.topk(hs, min(32, len(hs)))
+        likely = self.hot[top.indices[torch.isfinite(top.values)]].cpu().numpy()
+        batch = np.union1d(likely, [p])
         others = self.n_alive - 1
         kk = min(self.cache_size, others)
         complete = kk == others                      # the list holds every other alive point
         if 2 * self.n_alive < len(self.kid):              # compact the candidate columns as points leave
-            self.kid = np.flatnonzero(self.alive)
+            self.kid = torch.nonzero(self.alive_t).squeeze(1)
             self.kx, self.ksq = self._rows(self.kid)
-        xa, qa = self._rows(batch)
-        d = torch.empty((len(batch), len(self.kid)), dtype=self.x.dtype, device=self.x.device)
+        bt = self._dev(batch)
+        xa, qa = self._rows(bt)
+        d = torch.empty((len(batch), len(self.kid)), dtype=self.x.dtype, device=self.dev)
         step = 4 * self.block
-        with torch_threads(self.x.device, self.wide if len(batch) * len(self.kid) >= WIDE_MIN else 1):
+        with torch_threads(self.dev, self.wide if len(batch) * len(self.kid) >= WIDE_MIN else 1):
             for r in range(0, len(self.kid), step):
                 d[:, r:r + step] = distances.pairwise(xa, self.kx[r:r + step], qa, self.ksq[r:r + step])
-            d.masked_fill_(~self.alive_t[torch.from_numpy(self.kid).to(d.device)][None, :], math.inf)
-            d[torch.arange(len(batch)), torch.from_numpy(np.searchsorted(self.kid, batch)).to(d.device)] = math.inf
+            d.masked_fill_(~self.alive_t[self.kid][None, :], math.inf)
+            d[torch.arange(len(batch), device=self.dev), torch.searchsorted(self.kid, bt)] = math.inf
             vals, idx = torch.topk(d, kk if complete else kk + 1, dim=1, largest=False)
-        vals, idx = vals.cpu().numpy(), idx.cpu().numpy()
+        vals, kids = vals.cpu().numpy(), self.kid[idx].cpu().numpy()
         for row, q in enumerate(batch):
-            v, ids = vals[row], self.kid[idx[row]]
+            v, ids = vals[row], kids[row]
             o = np.lexsort((ids, v))
             v, ids = v[o], ids[o]
             limit = math.inf if complete else float(v[-1])
@@ -250,8 +303,8 @@ class Greedy:
             return hit
         # ties at the edge of the cached list (duplicates): sort every alive point by (distance, index)
         alive = np.flatnonzero(self.alive & (np.arange(self.n) != p))
-        xa, qa = self._rows(np.array([p]))
-        xb, qb = self._rows(alive)
+        xa, qa = self._rows(self._dev(np.array([p])))
+        xb, qb = self._rows(self._dev(alive))
         dist = distances.pairwise(xa, xb, qa, qb)[0].cpu().numpy()
         o = np.lexsort((alive, dist))
         return self.ties.settle(p, alive[o], dist[o], need, math.inf)
@@ -272,7 +325,7 @@ class Greedy:
         clusters = []
         bar = tqdm(total=self.n // self.k, desc="clustering: groups", disable=not self.progress, unit="cl")
         self.wide = torch.get_num_threads()
-        with one_thread(self.x.device), bar:
+        with one_thread(self.dev), full_float32(), bar:
             while self.n_alive >= self.k:
                 p = self._argmax()
                 members = np.concatenate([[p], self._neighbours(p)]).astype(np.int64)

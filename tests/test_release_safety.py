@@ -14,7 +14,7 @@ from medanon.cli import cli
 from medanon.config import PhantomConfig
 from medanon.data.layouts import scan
 from medanon.data.records import Record
-from medanon.errors import ConfigError, OutputExistsError
+from medanon.errors import ConfigError, DataError, OutputExistsError
 from medanon.outputs import UnsafeOutputError
 from medanon.phantoms.generate import generate
 from medanon.release import ReleaseWriter, audit_release, read_release
@@ -231,3 +231,12 @@ def test_writer_aggregates_labels_per_patient(tmp_path):
         rel.add("one", torch.zeros(3, 8, 8), recs)
     _, rows = read_release(tmp_path / "rel")
     assert rows[0]["grade_counts"] == "0:1;2:1" and rows[0]["grade"] == "2"   # a tie of patients: the worse grade
+
+
+def test_a_source_released_twice_is_refused(tmp_path, source):
+    _, records = source
+    with pytest.raises(DataError, match="more than 1 record"):
+        with ReleaseWriter(tmp_path / "rel", **SETTINGS) as w:
+            w.add("a", torch.zeros(3, 8, 8), [records[0]])
+            w.add("b", torch.zeros(3, 8, 8), [records[0]])      # the same source with fresh noise
+    assert not (tmp_path / "rel").exists()

@@ -326,6 +326,8 @@ class ReleaseWriter:
         if self.mapping is not None and self.mapping.exists():
             check_replaceable(self.mapping, what="mapping", name="mapping")
         rows = sorted(self.entries.values(), key=lambda e: e["name"])
+        views = (self.settings["params"].get("augmentation") or {}).get("views", 1)
+        _check_each_source_once(rows, views=int(views or 1), out=self.out)
         label_cols = [c for c in rows[0]["labels"]]
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -397,6 +399,19 @@ def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *,
                               fix="write the private mapping outside the release folder")
         check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping",
                      what="mapping")
+
+
+def _check_each_source_once(rows: list[dict[str, Any]], *, views: int, out: Path) -> None:
+    """A source image stands behind one record (``views`` records of one cluster with latent augmentation): more
+    would mean a record released twice with fresh randomness, e.g. by two runs writing one release."""
+    from collections import Counter
+
+    counts = Counter(s for e in rows for s in e["sources"])
+    over = sorted(s for s, n in counts.items() if n > views)
+    if over:
+        raise DataError(f"release {out}: {len(over)} source images stand behind more than {views} record(s) each; "
+                        "their noise or averages were drawn more than once, which the privacy statement does not "
+                        "cover", fix=f"delete {out}.partial and run the release again, in one process")
 
 
 def _is_empty_start(partial: Path) -> bool:

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 TIE_SUM = 2e-8                # relative: picks whose float32-based sums are this close are compared in float64
+HOST_PAIRS = 64                # float64 re-checks of at most this many pairs run on the host copy of the points
 TIE_DIST = 1e-5               # relative: neighbours this close to the k-th distance are compared in float64
 
 
@@ -80,7 +81,7 @@ class NearTies:
         # the norm trick's error in a float32 distance near 0 (duplicates): sqrt of its error in the square
         self.d_floor = math.sqrt(64 * torch.finfo(sq.dtype).eps * float(sq.max())) if len(sq) else 0.0
         # exact duplicates (bit-equal rows) have equal sums: a float64 greedy takes the lowest index of them
-        rows = np.ascontiguousarray(exact.cpu().numpy())
+        self.rows = rows = np.ascontiguousarray(exact.cpu().numpy())     # host copy: small float64 re-checks
         _, self.dup, counts = np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
                                         return_inverse=True, return_counts=True)
         self.dup = self.dup.ravel()
@@ -93,7 +94,11 @@ class NearTies:
         return TIE_SUM * abs(value) + self.sum_floor + 1e-9
 
     def distances64(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """Float64 distances (len(rows), len(cols)) from the points as given (differences, no norm trick)."""
+        """Float64 distances (len(rows), len(cols)) from the points as given (differences, no norm trick); a few
+        on the host copy (no device round trip: the neighbour near-ties of most picks), more on the device."""
+        if len(rows) * len(cols) <= HOST_PAIRS:
+            a, b = self.rows[rows].astype(np.float64), self.rows[cols].astype(np.float64)
+            return np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1))
         dev = self.exact.device
         a = self.exact.index_select(0, torch.from_numpy(rows).to(dev)).double()
         out = np.empty((len(rows), len(cols)))

@@ -217,16 +217,18 @@ class Greedy:
         """The hot set's exact sums, -inf for the points that have left."""
         return torch.where(self.alive_t[self.hot], self.hs, -math.inf)
 
-    def _best(self) -> tuple[float, torch.Tensor, torch.Tensor]:
-        """The best hot sum, and the hot positions within the near-tie tolerance of it (one host transfer)."""
+    def _best(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """The best hot sum and the alive hot points within the near-tie tolerance of it with their sums, in one
+        host transfer (a second one only when there are near-ties)."""
         hs = self._hot_sums()
         best, arg = hs.max(0)
         tol = distances.TIE_SUM * best.abs() + (self.ties.sum_floor + 1e-9)
         near = hs >= best - tol
-        info = torch.stack([best, near.sum().double(), arg.double()]).cpu().tolist()
+        info = torch.stack([best, near.sum().double(), self.hot[arg].double()]).cpu().tolist()
         if info[1] <= 1 or info[0] == -math.inf:
-            return info[0], torch.tensor([int(info[2])]), hs
-        return info[0], torch.nonzero(near).squeeze(1).cpu(), hs
+            return info[0], np.array([int(info[2])]), np.array([info[0]])
+        pos = torch.nonzero(near).squeeze(1)
+        return info[0], self.hot[pos].cpu().numpy(), hs[pos].cpu().numpy()
 
     def _argmax(self) -> int:
         """Index of the alive point with the largest sum (ties: lowest index).
@@ -235,13 +237,10 @@ class Greedy:
         near-ties of the float32-based sums are decided on float64 distances (:meth:`NearTies.pick`)."""
         best = -math.inf
         if len(self.hot):
-            best, pos, hs = self._best()
+            best, cands, sums = self._best()
         if best == -math.inf or best <= self._outside() + self.ties.sum_tol(best):
             self._rebuild()
-            best, pos, hs = self._best()
-        pos_d = pos.to(self.dev)
-        cands = self.hot[pos_d].cpu().numpy()
-        sums = hs[pos_d].cpu().numpy() if len(pos) > 1 else np.array([best])
+            best, cands, sums = self._best()
         return self.ties.pick(cands, sums, self.alive)
 
     def _remove(self, members: np.ndarray) -> None:

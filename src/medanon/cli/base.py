@@ -26,7 +26,7 @@ class MedanonGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MedanonError as e:
-            click.secho(f"error: {e}", fg="red", err=True)
+            click.secho(f"error: {_in_flags(e)}", fg="red", err=True)
             ctx.exit(1)
         except OSError as e:                           # no space, no permission, quota: the file and the reason
             where = f" {e.filename}" if e.filename else ""
@@ -38,6 +38,23 @@ class MedanonGroup(click.Group):
             click.secho("interrupted: nothing half-written was left under an output's name; rerun the same "
                         "command to resume", fg="yellow", err=True)
             ctx.exit(130)
+
+
+# The output rule's words (medanon.outputs, medanon.locks name the library's parameters) as every command's flags.
+OUTPUT_FLAGS = {"another out": "another --out", "another mapping": "another --mapping",
+                "another cache": "another --cache", "overwrite=True": "--overwrite"}
+
+
+def _in_flags(e: MedanonError) -> MedanonError:
+    """``e`` in the command line's words: ``out X is inside ...`` -> ``--out X is inside ...``."""
+    import re
+
+    from medanon.cli.words import reworded
+
+    e = reworded(e, OUTPUT_FLAGS)
+    e.message = re.sub(r"^(out|mapping|cache) ", r"--\1 ", e.message)
+    e.args = (str(e),)
+    return e
 
 
 @click.group(cls=MedanonGroup, context_settings=CONTEXT)

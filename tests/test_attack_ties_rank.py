@@ -161,3 +161,23 @@ def test_membership_top_k_constant_scores_at_chance(release):
         assert out["top_k_accuracy"] > 0.9 and out["p_value_exact"] < 1e-6
         assert out["p_value"] == pytest.approx(2 / 401)                   # the patient bootstrap's floor
     json.dumps(out)
+
+
+def test_near_copy_screen_shares_a_tied_nearest_image():
+    """A released image equally close to its own source and to an identical image of someone else counts 1/2 as a
+    copy of its own source (random tie breaking), not 1 because its source comes first in the source split."""
+    from medanon.evaluate.nearcopy import screen
+
+    g = torch.Generator().manual_seed(0)
+    real = torch.rand(24, 1, 8, 8, generator=g) * 2 - 1
+    real[1] = real[0]                                                  # another patient's identical image
+    real[12:] = real[12:] * 0.2 + real[torch.arange(12, 24) - (torch.arange(12, 24) % 2)] * 0.8
+    src, held = np.arange(12), np.arange(12, 24)
+    emb = real.flatten(1).double().numpy()
+    kw = dict(real_images=real, real_emb=emb, source_rows=src, heldout_rows=held,
+              heldout_patients=np.repeat(np.arange(6), 2).astype(str), quantile=0.1)
+    for own, share in ((0, 0.5), (1, 0.5), (2, 1.0)):
+        rel = real[[own if own < 2 else 2]]
+        out = screen(release_images=rel, release_emb=rel.flatten(1).double().numpy(), record_sources=[[own]], **kw)
+        assert out["closest"][0]["own_source_share"] == pytest.approx(share)
+        assert out["copies_of_one_source"] == pytest.approx(share)        # an exact copy is a near-copy

@@ -114,7 +114,13 @@ class Greedy:
         self.nn_host = self.nn.cpu().numpy()
         self.taken = np.zeros(self.n + 1)             # taken[r]: sum of nn over the first r removed points
         self.hot = torch.zeros(0, dtype=torch.int64, device=self.dev)
-        self.hs = torch.zeros(0, dtype=torch.float64, device=self.dev)    # exact current sums of the hot set
+        # the hot set's exact current sums (-inf once a point leaves) and its indices, each with a last slot for
+        # the points outside it (-inf, -1); hpos[i]: i's position in the hot set (that slot when outside)
+        self.hs = torch.full((1,), -math.inf, dtype=torch.float64, device=self.dev)
+        self.hot_ext = torch.full((1,), -1, dtype=torch.int64, device=self.dev)
+        self.hpos = torch.zeros(self.n, dtype=torch.int64, device=self.dev)
+        self.sum64 = ((lambda d: d.double().sum(1)) if self.dev.type == "cpu"      # 28x faster than dtype= there
+                      else (lambda d: d.sum(1, dtype=torch.float64)))              # one kernel
         self.hot_fraction = hot_fraction
         self.t_out, self.t_out_at = math.inf, 0.0
 
@@ -160,7 +166,7 @@ class Greedy:
                     acc = torch.zeros(len(part), dtype=torch.float64, device=self.dev)
                     for r in range(int(lo), self.removed, 4 * self.block):
                         hi = min(r + 4 * self.block, self.removed)
-                        acc += distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi]).double().sum(1)
+                        acc += self.sum64(distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi]))
                     self.s[part] -= acc
                 start += m
         self.stamp[ids] = self.removed
@@ -172,7 +178,7 @@ class Greedy:
         could reach the hot set: points far from the top are not updated at all.
         """
         if len(self.hot):                                  # the hot sums are exact now
-            self.s[self.hot] = self.hs
+            self.s[self.hot] = self.hs[:-1]
             self.stamp[self.hot] = self.removed
         alive = torch.nonzero(self.alive_t).squeeze(1)
         taken = torch.from_numpy(self.taken[:self.removed + 1]).to(self.dev)
@@ -206,29 +212,26 @@ class Greedy:
             if self.t_out == -math.inf or best > self.t_out + self.ties.sum_tol(best):
                 break                                      # (a near-tie could hide a lower-index one: grow)
             size *= 2
-        self.hs = self.s[self.hot].clone()
+        h = len(self.hot)
+        self.hs = torch.cat([self.s[self.hot], self.hs.new_full((1,), -math.inf)])
+        self.hot_ext = torch.cat([self.hot, self.hot.new_full((1,), -1)])
+        self.hpos.fill_(h)
+        self.hpos[self.hot] = torch.arange(h, device=self.dev)
         self.hx, self.hq = self._rows(self.hot)
 
     def _outside(self) -> float:
         """A bound of the current sums outside the hot set: ``t_out`` less what the removals since took."""
         return self.t_out - (self.taken[self.removed] - self.t_out_at)
 
-    def _hot_sums(self) -> torch.Tensor:
-        """The hot set's exact sums, -inf for the points that have left."""
-        return torch.where(self.alive_t[self.hot], self.hs, -math.inf)
-
     def _best(self) -> tuple[float, np.ndarray, np.ndarray]:
-        """The best hot sum and the alive hot points within the near-tie tolerance of it with their sums, in one
-        host transfer (a second one only when there are near-ties)."""
-        hs = self._hot_sums()
-        best, arg = hs.max(0)
-        tol = distances.TIE_SUM * best.abs() + (self.ties.sum_floor + 1e-9)
-        near = hs >= best - tol
-        info = torch.stack([best, near.sum().double(), self.hot[arg].double()]).cpu().tolist()
-        if info[1] <= 1 or info[0] == -math.inf:
-            return info[0], np.array([int(info[2])]), np.array([info[0]])
-        pos = torch.nonzero(near).squeeze(1)
-        return info[0], self.hot[pos].cpu().numpy(), hs[pos].cpu().numpy()
+        """The best hot sum, and the hot points within the near-tie tolerance of it with their sums: one host
+        transfer (the two best sums and the best index), a second only when the two are near-tied."""
+        top = torch.topk(self.hs, 2)
+        v0, v1, p = torch.cat([top.values, self.hot_ext[top.indices[:1]].double()]).cpu().tolist()
+        if v0 == -math.inf or v1 < v0 - self.ties.sum_tol(v0):
+            return v0, np.array([int(p)]), np.array([v0])
+        near = torch.nonzero(self.hs >= v0 - self.ties.sum_tol(v0)).squeeze(1)
+        return v0, self.hot_ext[near].cpu().numpy(), self.hs[near].cpu().numpy()
 
     def _argmax(self) -> int:
         """Index of the alive point with the largest sum (ties: lowest index).
@@ -256,7 +259,8 @@ class Greedy:
         self.taken[r + 1:r + len(members) + 1] = self.taken[r] + np.cumsum(self.nn_host[members])
         self.removed += len(members)
         if len(self.hot):                             # the hot set stays exact: one (hot x group) product
-            self.hs -= distances.pairwise(self.hx, xb, self.hq, qb).double().sum(1)   # 28x faster than dtype=
+            self.hs.index_fill_(0, self.hpos[m], -math.inf)
+            self.hs[:-1] -= self.sum64(distances.pairwise(self.hx, xb, self.hq, qb))
 
     # -------------------------------------------------------------------------------------- neighbours
 
@@ -269,9 +273,8 @@ class Greedy:
         if hit is not None:
             return hit
         # p and the likely next picks (best exact sums of the hot set), against every alive point
-        hs = self._hot_sums()
-        top = torch.topk(hs, min(32, len(hs)))
-        likely = self.hot[top.indices[torch.isfinite(top.values)]].cpu().numpy()
+        top = torch.topk(self.hs, min(32, len(self.hs)))
+        likely = self.hot_ext[top.indices[torch.isfinite(top.values)]].cpu().numpy()
         batch = np.union1d(likely, [p])
         others = self.n_alive - 1
         kk = min(self.cache_size, others)

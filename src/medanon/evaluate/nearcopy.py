@@ -108,15 +108,25 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         "copies_of_one_source": _count(single.sum()),
         "copies_of_one_source_in_multi_person_records": _count(single[n_src >= 2].sum()),
         "ties": "a nearest real image tied with t others counts 1/(t+1) as the record's own source",
-        "control": {"n": len(heldout_rows), "pixel_rate": float((held_d <= t_pix).mean()),
-                    "identity_rate": float((held_cos >= t_cos).mean()),
-                    "what": "held-out real images (new people) against the source split, same thresholds"},
+        "control": _control(held_d <= t_pix, held_cos >= t_cos, heldout_patients, confidence),
         "median_pixel_distance": float(np.median(d)), "median_heldout_pixel_distance": float(np.median(held_d)),
         "closest": [{"record": int(r), "real_row": int(nearest_row[r]), "pixel_rmse": float(d[r]),
                      "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r] > 0),
                      "own_source_share": float(own[r]), "near_copy": bool(near_pix[r])}
                     for r in order],
     }
+
+
+def _control(pix: np.ndarray, ident: np.ndarray, patients, confidence: float) -> dict:
+    """The screen's realised rates on held-out real images (new people), with patient bootstrap intervals where the
+    patients are known (Wilson otherwise)."""
+    from medanon.evaluate.attacks.risk import rate
+
+    groups = None if patients is None else np.asarray(patients)
+    p, i = (rate(x, groups=groups, confidence=confidence, stream=s) for s, x in enumerate((pix, ident)))
+    return {"n": len(pix), "pixel_rate": p.raw, "pixel_rate_ci": list(p.ci), "identity_rate": i.raw,
+            "identity_rate_ci": list(i.ci), "interval": p.method,
+            "what": "held-out real images (new people) against the source split, same thresholds"}
 
 
 def _count(x: float) -> int | float:

@@ -294,12 +294,14 @@ def _screening(rep: dict, grids: dict) -> str:
                      _iv(s["near_copies_identity_rate"], s["near_copies_identity_ci"], pct=True),
                      str(s["copies_of_one_source"]), str(s["copies_of_one_source_in_multi_person_records"]),
                      f"{_num(s['median_pixel_distance'])} / {_num(s['median_heldout_pixel_distance'])}",
-                     f"{_pct(s['control']['pixel_rate'])} / {_pct(s['control']['identity_rate'])}", str(s["n"])])
+                     f"{_iv(s['control']['pixel_rate'], s['control'].get('pixel_rate_ci'), pct=True)} / "
+                     f"{_iv(s['control']['identity_rate'], s['control'].get('identity_rate_ci'), pct=True)}",
+                     str(s["n"])])
     s0 = rels[0]["screening"]
     out = ["<h2>Memorisation and near-copy screening</h2>", _table(
         ["Release", "near-copies, pixels (%)", "near-copies, identity (%)", "copies of one source",
          "… in records claiming ≥ 2 people", "median RMSE to nearest real: release / held-out",
-         "control: held-out flagged, pixels / identity (%)", "N"], rows,
+         "control: held-out flagged, pixels / identity (%) [95% CI]", "N"], rows,
         caption=f"Each released image's nearest real source image by pixel RMSE and by identity cosine. Near-copy: "
                 f"closer than the {_pct(s0['quantile'])} % closest held-out image (a new person) comes to the source "
                 f"split (RMSE ≤ {_num(s0['pixel_threshold'])}, cosine ≥ {_num(s0['identity_threshold'])}). A copy of "

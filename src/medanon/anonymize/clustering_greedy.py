@@ -130,6 +130,11 @@ class Greedy:
     def _dev(self, ids: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(ids, np.int64)).to(self.dev)
 
+    def _columns(self, rows: int) -> int:
+        """Columns of one product with ``rows`` rows: 4 ``block``, or more for fewer rows than ``block`` (at most
+        4 block² distances a product; a few products instead of many small ones for the small groups)."""
+        return max(4 * self.block, 4 * self.block * self.block // max(rows, 1))
+
     def _initial_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Sum of distances from each point to all others, and the distance to its nearest other point."""
         return distances.blocked_sums(self.x, self.sq, self.block, self.progress)
@@ -147,7 +152,7 @@ class Greedy:
         """Make s[ids] exact: subtract distances to the points removed since each one's stamp.
 
         Rows are grouped by stamp, so every (row, removed point) distance is computed once. These are the
-        loop's largest products (up to ``block`` x ``4 block``): they run on the caller's threads.
+        loop's largest products (up to 4 block² distances): they run on the caller's threads.
         """
         st = self.stamp[ids]
         stale = st < self.removed
@@ -164,8 +169,9 @@ class Greedy:
                     part = ids[c:min(c + self.block, start + m)]
                     xa, qa = self._rows(part)
                     acc = torch.zeros(len(part), dtype=torch.float64, device=self.dev)
-                    for r in range(int(lo), self.removed, 4 * self.block):
-                        hi = min(r + 4 * self.block, self.removed)
+                    cols = self._columns(len(part))
+                    for r in range(int(lo), self.removed, cols):
+                        hi = min(r + cols, self.removed)
                         acc += self.sum64(distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi]))
                     self.s[part] -= acc
                 start += m
@@ -285,7 +291,7 @@ class Greedy:
         bt = self._dev(batch)
         xa, qa = self._rows(bt)
         d = torch.empty((len(batch), len(self.kid)), dtype=self.x.dtype, device=self.dev)
-        step = 4 * self.block
+        step = self._columns(len(batch))
         with torch_threads(self.dev, self.wide if len(batch) * len(self.kid) >= WIDE_MIN else 1):
             for r in range(0, len(self.kid), step):
                 d[:, r:r + step] = distances.pairwise(xa, self.kx[r:r + step], qa, self.ksq[r:r + step])

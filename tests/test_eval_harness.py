@@ -416,3 +416,19 @@ def test_calibration_validity_and_verdict_in_the_report(world):
             assert x["residual_risk"]["risk"] >= 0.5, row
     html = (world["out"] / "report.html").read_text()
     assert "<h2>Verdict</h2>" in html and "Calibration: the attacks on releases whose answer is known" in html
+
+
+def test_controls_are_balanced_and_thresholds_show_their_realised_rate(world):
+    """Issue 29: every control rate is reweighted to the members' grades (which label, in report.json), and every
+    residual risk decided at a calibrated threshold carries the rate it realises on the controls."""
+    rep = world["report"]
+    assert rep["controls_balanced_on"]["label"] == "grade"
+    near = _by_name(rep)["copy"]["attacks"]["nearest"]["risk"]
+    assert near["control"]["balanced"]["label"] == "grade" and "residual_risk_unweighted" in near
+    t = near["threshold"]
+    assert t["nominal_fpr"] == 0.1 and t["realised_fpr_ci"][0] <= t["realised_fpr"] <= t["realised_fpr_ci"][1]
+    assert t["enough"] == (t["calibration_patients"] >= 10)
+    link = _by_name(rep)["copy"]["attacks"]["linkability"]["risk"]
+    assert link["threshold"]["calibration_pairs"] > 0 and link["control"]["balanced"]["label"] == "grade"
+    html = (world["out"] / "report.html").read_text()
+    assert "nominal → realised" in html and "reweighted to the members" in html

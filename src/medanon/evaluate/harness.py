@@ -423,6 +423,10 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      "checkpoints_sha256": ckpts},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results,
         "calibration": calibration, "notes": ctx.notes,
+        "controls_balanced_on": {"setting": cfg.attacks.balance, "label": ctx.balance_label,
+                                 "how": "every control rate of a residual risk reweighted to the members' strata of "
+                                        "this label (each risk's control.balanced: strata, shares, weights)"
+                                 if ctx.balance_label else "not reweighted"},
         "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),
     }

@@ -23,6 +23,10 @@ def as_sets(c) -> list[tuple[int, ...]]:
 def check_partition(c, n: int, k: int, drop: bool) -> None:
     members = np.concatenate([*c.clusters, c.dropped])
     assert sorted(members.tolist()) == list(range(n))                       # disjoint and complete
+    assign = c.assignment(n)                                                # as documented: sorted int64 indices
+    for ci, m in enumerate(c.clusters):
+        assert m.dtype == np.int64 and (np.diff(m) > 0).all() and (assign[m] == ci).all()
+    assert (assign[c.dropped] == -1).all() and c.sizes.tolist() == [len(m) for m in c.clusters]
     assert len(c.clusters) == n // k
     r = n % k
     if drop:

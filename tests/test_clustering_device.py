@@ -1,0 +1,111 @@
+"""Same-size clustering on the data's device: state as tensors, a bounded number of ops per pick, full float32
+products, the block chosen by free memory, float32 = float64 assignments, and the benchmark's one command."""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from medanon.anonymize import clustering_distances, clustering_greedy
+from medanon.anonymize.clustering import naive_same_size_clusters, same_size_clusters
+from medanon.anonymize.clustering_distances import auto_block
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_per_point_state_is_on_the_data_device():
+    """Sums, stamps, the hot set, its sums and positions, the alive mask and the candidate columns are tensors
+    on the points' device (no per-point NumPy bookkeeping to copy back and forth)."""
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((300, 8)))
+    g = clustering_greedy.Greedy(x, 3, block=64, cache=12, progress=False)
+    g.run()
+    for name in ("s", "nn", "stamp", "hot", "hs", "hot_ext", "hpos", "alive_t", "kid"):
+        t = getattr(g, name)
+        assert isinstance(t, torch.Tensor) and t.device == x.device, name
+    assert g.n_alive < 3 and len(g.hs) == len(g.hot) + 1
+
+
+def test_ops_per_pick_do_not_grow_with_n():
+    """The greedy loop's torch ops per pick (every kernel and view, hot-set rebuilds and neighbour searches
+    included) stay flat from N = 400 to 1,600: no per-point or per-cluster loop of tensor ops (each would be a
+    kernel launch, or a host sync, on a GPU)."""
+    per_pick = []
+    for n in (400, 1600):
+        x = torch.from_numpy(np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32))
+        g = clustering_greedy.Greedy(x, 4, block=2048, cache=16, progress=False)   # the initial pass: not counted
+        with CountOps() as m:
+            g.run()
+        per_pick.append(sum(m.ops.values()) / (n // 4))
+    assert per_pick[1] < 50 and per_pick[1] < 1.2 * per_pick[0], per_pick
+
+
+def test_products_are_full_float32_inside_and_the_setting_is_restored(monkeypatch):
+    """The bounds and near-tie tolerances assume float32 rounding: TF32 (``medanon.runtime.configure_cuda``)
+    is off while the clustering runs and the caller's setting comes back."""
+    seen = set()
+    real = clustering_distances.pairwise
+
+    def spy(a, b, a2, b2):
+        seen.add(torch.get_float32_matmul_precision())
+        return real(a, b, a2, b2)
+
+    monkeypatch.setattr(clustering_distances, "pairwise", spy)
+    before = torch.get_float32_matmul_precision()
+    x = np.random.default_rng(1).standard_normal((200, 6)).astype(np.float32)
+    try:
+        torch.set_float32_matmul_precision("high")
+        got = same_size_clusters(x, 4, block=32)
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == {"highest"}
+    assert (got.assignment(200) == naive_same_size_clusters(x, 4).assignment(200)).all()
+
+
+def test_block_follows_free_gpu_memory(monkeypatch):
+    assert auto_block(torch.device("cpu")) == 2048
+    for free, block in ((80e9, 8192), (5e9, 4096), (1e9, 2048), (1e6, 2048)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None, f=free: (int(f), int(80e9)))
+        assert auto_block(torch.device("cuda")) == block, free
+
+
+def test_float32_and_float64_give_identical_assignments():
+    """Near-ties of the float32 sums (relative 2e-8) and distances (1e-5 of the k-th) are decided on float64
+    distances, exact ties by the lowest index: float32 and float64 products give the same clusters, on
+    high-dimensional Gaussians, duplicates and an integer grid (exact ties everywhere)."""
+    rng = np.random.default_rng(7)
+    cases = [rng.standard_normal((900, 512)),
+             rng.standard_normal((120, 32))[rng.integers(0, 120, 700)],
+             rng.integers(0, 3, (800, 6)).astype(np.float64)]
+    for x in cases:
+        n = len(x)
+        a = same_size_clusters(x, 5, dtype=torch.float32, block=128).assignment(n)
+        b = same_size_clusters(x, 5, dtype=torch.float64, block=128).assignment(n)
+        assert (a == b).all()
+        assert (a == naive_same_size_clusters(x, 5).assignment(n)).all()
+
+
+def test_benchmark_command_checks_the_device_against_the_cpu():
+    """The GPU command of benchmarks/clustering.py, in its CPU form: the check line and one timing line."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "clustering.py"), "--device", "cpu",
+                          "--check", "120", "--n", "150", "--dim", "16"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    lines = [json.loads(s) for s in out.splitlines()]
+    assert lines[0] == {"benchmark": "clustering-check", "n": 120, "device": "cpu", "identical_to_cpu": True}
+    assert lines[1]["n"] == 150 and lines[1]["clusters"] == 30 and lines[1]["min_size"] == 5
+    assert lines[1]["rebuilds"] >= 1 and lines[1]["block"] == 2048

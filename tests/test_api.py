@@ -175,7 +175,7 @@ def test_open_dataset_and_help_show_documented_signatures(world):
     with pytest.raises(ConfigError, match="labels_csv"):
         medanon.open_dataset(world["data"], image_col="file")
     text = pydoc.render_doc(medanon.anonymize.ksalsa, renderer=pydoc.plaintext)
-    assert "ksalsa(ds: 'ImageDataset', *, k: 'int', codec" in text and "-> 'Release'" in text
+    assert "ksalsa(ds: 'DataLike', *, k: 'int', codec" in text and "-> 'Release'" in text
     assert "Example" in text and ">>> rel = medanon.anonymize.ksalsa" in text
     for name in ("gmia", "snow", "dpglow", "ldp_image"):      # modules that are also the API functions
         module = getattr(medanon.anonymize, name)

@@ -8,10 +8,17 @@ The search path, in order:
    ``PYTHONPATH``), which is where the shipped 64 px models live (``checkpoints/README.md`` says how
    each was trained and reproduces it).
 
-The checkpoints are not package data: at 26 MB they stay out of the wheel, and a hospital
+The checkpoints are not package data: at about 100 MB they stay out of the wheel, and a hospital
 workstation usually installs from a copy of the source tree. ``medanon models`` lists every
-checkpoint on the search path with its kind and sha256 (the checksum a release manifest records
-for the models it used).
+checkpoint on the search path with its kind, sha256 (the checksum a release manifest records
+for the models it used), the role it is the default for (:data:`DEFAULTS`) and its card
+(:data:`CARDS`: what it was trained on, its measured quality, its intended use; the commands that
+measured them are in ``checkpoints/README.md``).
+
+Every method argument that takes a model (``codec=``, ``model=``, ``flow=``, ``identity=``,
+``utility=``, ``checkpoint=``) takes a name on the search path (``"restyle-map-fundus64"``, with or
+without ``.pt``), a path, or a loaded network; left out, the method uses :func:`default_model` for
+the data's modality.
 
 Example:
     >>> import os, tempfile
@@ -24,6 +31,8 @@ Example:
     ...
     medanon.errors.DataError: model no-such-model.pt is not on medanon's model search path...
     >>> del os.environ[ENV]
+    >>> default_model("ksame-codec", "fundus"), default_model("gmia-codec", "xray")
+    ('restyle-map-fundus64.pt', 'cotrained-map-xray64.pt')
 """
 
 from __future__ import annotations
@@ -105,3 +114,135 @@ def list_models() -> list[ModelInfo]:
             out.append(ModelInfo(path.name, path, path.stat().st_size, sha, kind, shadowed=path.name in seen))
             seen.add(path.name)
     return out
+
+
+# The shipped model each role uses when none is given, per modality: the demo's choices (src/medanon/demo.py).
+DEFAULTS: dict[str, dict[str, str]] = {
+    "ksame-codec": {"fundus": "restyle-map-fundus64.pt"},           # kcentroid, ksalsa, inverted (codec=)
+    "gmia-codec": {"fundus": "cotrained-map-fundus64.pt", "xray": "cotrained-map-xray64.pt"},   # gmia (model=)
+    "gmia-identity": {"fundus": "identity-fundus64.pt", "xray": "identity-xray64.pt"},          # gmia (identity=)
+    "gmia-utility": {"fundus": "classifier-grade-fundus64.pt", "xray": "classifier-pneumonia-xray64.pt"},  # utility=
+    "dpglow-flow": {"xray": "glow-xray64.pt", "fundus": "glow-fundus64.pt"},                    # dpglow (flow=)
+    "vessel-segmenter": {"fundus": "unet-vessels64.pt"},                                        # vs_snow (checkpoint=)
+    "evaluation-identity-attacker": {"fundus": "identity-attacker-fundus64.pt", "xray": "identity-attacker-xray64.pt"},
+    "evaluation-independent-attacker": {"fundus": "identity-attacker-independent-fundus24.pt",
+                                        "xray": "identity-attacker-independent-xray24.pt"},
+    "evaluation-siamese-attacker": {"fundus": "attacker-siamese-fundus64.pt", "xray": "attacker-siamese-xray64.pt"},
+    "evaluation-sex-attacker": {"fundus": "attacker-sex-fundus64.pt", "xray": "attacker-sex-xray64.pt"},
+}
+
+ROLE_WORDS = {"ksame-codec": "k-Same codec (kcentroid, ksalsa, inverted codec=)", "gmia-codec": "GMIA codec (model=)",
+              "gmia-identity": "GMIA E_id (identity=)", "gmia-utility": "GMIA E_ut (utility=)",
+              "dpglow-flow": "DP-GLOW flow (flow=)", "vessel-segmenter": "VS-Snow segmenter (checkpoint=)",
+              "evaluation-identity-attacker": "evaluation: main identity attacker",
+              "evaluation-independent-attacker": "evaluation: independent attacker",
+              "evaluation-siamese-attacker": "evaluation: Siamese attacker",
+              "evaluation-sex-attacker": "evaluation: attribute (sex) attacker"}
+
+
+@dataclass(frozen=True)
+class Card:
+    """What a shipped checkpoint is: trained on what, measured how well, meant for what (checkpoints/README.md)."""
+
+    trained_on: str
+    quality: str
+    use: str
+
+
+_PH = "phantoms only (medanon phantom, 64 px), never a real patient"
+CARDS: dict[str, Card] = {
+    "restyle-map-fundus64.pt": Card(f"{_PH}: ph-fundus64, frozen G of cotrained-map-fundus64.pt",
+                                    "PH2: vessel AUROC 0.863, TAR 1.000, recon. FID 47.7",
+                                    "default codec of k-Centroid, k-SALSA and GAN-Inverted (fundus)"),
+    "cotrained-map-fundus64.pt": Card(f"{_PH}: ph-fundus64", "PH2: vessel AUROC 0.855, TAR 0.995, recon. FID 56.1",
+                                      "default GMIA codec (fundus)"),
+    "cotrained-map-xray64.pt": Card(f"{_PH}: ph-xray64", "PH2X: recon. FID 93.6, TAR 0.995, pneumonia AUROC 0.952",
+                                    "default GMIA codec (X-ray)"),
+    "cotrained-map4-fundus64.pt": Card(f"{_PH}: ph-fundus64", "PH2: vessel AUROC 0.872, TAR 1.000, FID 42.4",
+                                       "comparison codec (4-channel map; leaks more through GMIA)"),
+    "cotrained-map4-task-fundus64.pt": Card(f"{_PH}: ph-fundus64", "PH2: vessel AUROC 0.874, TAR 1.000, FID 40.8",
+                                            "comparison codec with a task term"),
+    "cotrained-map4-xray64.pt": Card(f"{_PH}: ph-xray64", "PH2X: FID 44.9, TAR 1.000, AUROC 0.984",
+                                     "comparison codec (32 px map; leaks more through GMIA)"),
+    "restyle-fundus64.pt": Card(f"{_PH}: ph-fundus64, G of stylegan2-fundus64.pt",
+                                "PH2: vessel AUROC 0.495, TAR 0.010", "comparison W+ codec (no map)"),
+    "cotrained-fundus64.pt": Card(f"{_PH}: ph-fundus64", "PH2: vessel AUROC 0.557, TAR 0.055",
+                                  "comparison W+ codec (no map)"),
+    "cotrained-xray64.pt": Card(f"{_PH}: ph-xray64", "PH2X: FID 91.8, TAR 0.805, AUROC 0.765",
+                                "W+ X-ray codec; start of both X-ray map codecs"),
+    "stylegan2-fundus64-wide.pt": Card(f"{_PH}: ph-fundus64", "PH2 sample FID 58.4 [54.1, 62.0]",
+                                       "generator of medanon generate; start of the fundus map codecs"),
+    "stylegan2-fundus64-wide.resume.pt": Card(f"{_PH}: ph-fundus64", "as stylegan2-fundus64-wide.pt",
+                                              "training state (G, D, optimiser) to continue the wide GAN"),
+    "stylegan2-fundus64.pt": Card(f"{_PH}: ph-fundus64", "PH2 sample FID 205.5", "narrow generator of the W+ codecs"),
+    "identity-fundus64.pt": Card(f"{_PH}: demo training split", "test split: verification AUC 0.9986",
+                                 "default GMIA E_id (fundus)"),
+    "identity-xray64.pt": Card(f"{_PH}: demo training split", "test split: verification AUC 1.0000",
+                               "default GMIA E_id (X-ray)"),
+    "classifier-grade-fundus64.pt": Card(f"{_PH}: demo training split", "test split: grade kappa 0.742",
+                                         "default GMIA E_ut (fundus); a codec judge"),
+    "classifier-pneumonia-xray64.pt": Card(f"{_PH}: demo training split", "test split: pneumonia AUROC 0.887",
+                                           "default GMIA E_ut (X-ray)"),
+    "identity-attacker-fundus64.pt": Card(f"{_PH}: seed-1 phantom", "demo controls: verification AUC 0.9952",
+                                          "the evaluation's main identity attacker (fundus)"),
+    "identity-attacker-xray64.pt": Card(f"{_PH}: seed-1 phantom", "demo controls: verification AUC 0.99998",
+                                        "the evaluation's main identity attacker (X-ray)"),
+    "identity-attacker-independent-fundus24.pt": Card(f"{_PH}: seed-2 phantom", "demo held-out pairs: AUC 0.912",
+                                                      "the evaluation's independent attacker (fundus)"),
+    "identity-attacker-independent-xray24.pt": Card(f"{_PH}: seed-2 phantom", "demo held-out pairs: AUC 0.974",
+                                                    "the evaluation's independent attacker (X-ray)"),
+    "attacker-siamese-fundus64.pt": Card(f"{_PH}: seed-1 phantom", "demo held-out: AUC 0.966",
+                                         "the evaluation's Siamese attacker (fundus)"),
+    "attacker-siamese-xray64.pt": Card(f"{_PH}: seed-1 phantom", "demo held-out: AUC 0.996",
+                                       "the evaluation's Siamese attacker (X-ray)"),
+    "attacker-sex-fundus64.pt": Card(f"{_PH}: seed-1 phantom", "demo held-out: AUROC 0.593",
+                                     "the evaluation's attribute (sex) attacker (fundus)"),
+    "attacker-sex-xray64.pt": Card(f"{_PH}: seed-1 phantom", "demo held-out: AUROC 0.986",
+                                   "the evaluation's attribute (sex) attacker (X-ray)"),
+    "classifier-grade-independent-fundus64.pt": Card(f"{_PH}: seed-1 phantom (500 patients)",
+                                                     "PH2 sources: kappa 0.909",
+                                                     "independent judge of the grade the codecs keep"),
+    "glow-xray64.pt": Card(f"{_PH}: training split of a 400-patient phantom", "bits/dim val 3.881",
+                           "default DP-GLOW flow (X-ray); the likelihood-ratio mixture flow"),
+    "glow-fundus64.pt": Card(f"{_PH}: training split of a 400-patient phantom", "bits/dim val 3.249",
+                             "default DP-GLOW flow (fundus)"),
+    "glow-xray64-normal.pt": Card(f"{_PH}: the same X-ray split, pneumonia = 0", "bits/dim val 3.869",
+                                  "likelihood-ratio classifier's normal-only flow (DP-GLOW Table 3)"),
+    "unet-vessels64.pt": Card(f"{_PH}: phantom vessel masks (200 patients)", "phantom test: Dice 0.834, AUROC 0.986",
+                              "default VS-Snow vessel segmenter"),
+}
+
+
+def default_model(role: str, modality: str | None) -> str | None:
+    """The shipped file ``role`` uses for ``modality`` when none is given (None: no default for it)."""
+    if role not in DEFAULTS:
+        raise KeyError(f"no model role {role!r}; roles: {', '.join(DEFAULTS)}")
+    return DEFAULTS[role].get(modality or "")
+
+
+def defaults_of(name: str) -> list[str]:
+    """The roles (with modality) for which the file ``name`` is the default, e.g. ``['gmia-codec (xray)']``."""
+    return [f"{role} ({m})" for role, by in DEFAULTS.items() for m, n in by.items() if n == name]
+
+
+def resolve_model(value, *, role: str, modality: str | None, argument: str, method: str):
+    """A method's model argument as ``(path or loaded object, record)``: a loaded network is kept; a name is
+    looked up on the search path (:func:`find_model`), a path kept; None is the role's default for ``modality``.
+
+    ``record`` says which file was used and why, for the release manifest (``{"file": ..., "chosen": ...}``;
+    None for a loaded network). Raises :class:`~medanon.errors.ConfigError` when there is no default.
+    """
+    from medanon.errors import ConfigError
+
+    chosen = "given"
+    if value is None:
+        value = default_model(role, modality)
+        if value is None:
+            raise ConfigError(f"{method} needs {argument}: no shipped {ROLE_WORDS[role]} for {modality or 'this'} "
+                              "images", fix=f"pass {argument}= a checkpoint (name on `medanon models` or path) or a "
+                                            "loaded network")
+        chosen = f"default for {modality}"
+    if isinstance(value, bytes) or (not isinstance(value, (str, os.PathLike))):
+        return value, None
+    path = find_model(value)
+    return path, {"file": path.name, "chosen": chosen}

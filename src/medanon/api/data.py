@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ def open_dataset(path: str | Path, *,
                  label_cols: Sequence[str] | str = (),         # generic layout: NAME or NAME=COLUMN each
                  patient_col: str | None = None,               # generic layout: column of patient ids
                  images_dir: str | Path | None = None,         # generic layout: folder image paths are relative to
+                 transform: Callable | None = None,            # applied to every (C, H, W) image as it is loaded
                  progress: bool = False) -> ImageDataset:
     """Open the dataset folder ``path`` (an :class:`~medanon.data.dataset.ImageDataset`).
 
@@ -35,6 +37,9 @@ def open_dataset(path: str | Path, *,
     (or is left out with ``skip_bad=True``). ``max_pixels``: an image whose header claims more pixels is a
     bad file (raise it for genuinely large scans). ``allow_outside``: read files that the labels name
     outside ``path`` (``../x.png``, absolute paths, links out of the folder); refused by default.
+    ``transform``: a function of each loaded (C, H, W) image returning one of the same shape (e.g. a
+    torchvision transform); the methods anonymise what it returns. Images held in memory (tensors, arrays,
+    PIL images) need no folder: pass them to the methods directly (:func:`medanon.data.as_dataset`).
 
     Example:
         >>> import medanon
@@ -65,7 +70,12 @@ def open_dataset(path: str | Path, *,
     elif image_col is not None or cols or patient_col is not None or images_dir is not None:
         raise ConfigError("image_col, label_cols, patient_col and images_dir describe the generic layout",
                           fix="pass labels_csv as well")
-    return _open(path, cfg, generic=generic, progress=progress, max_pixels=max_pixels, allow_outside=allow_outside)
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path= is a {type(path).__name__}; open_dataset takes a folder (str or os.PathLike)",
+                          fix="pass the dataset folder; images held in memory go to the methods directly "
+                              "(medanon.data.as_dataset)")
+    return _open(path, cfg, generic=generic, progress=progress, max_pixels=max_pixels, allow_outside=allow_outside,
+                 transform=transform)
 
 
 def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", patients: int = 4, per_patient: int = 1,

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
+from medanon.api._inputs import dataset_arg, model_arg, number
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
+    from medanon.data.inputs import DataLike
     from medanon.release.release import Release
 
 CLIP_BOXES = ("public", "calibrated")
@@ -59,7 +61,8 @@ _L = LDPConfig
 
 def check_budget(epsilon: float, clip: bool) -> None:
     """A positive budget; clipping off only without noise (epsilon = inf)."""
-    if not (isinstance(epsilon, (int, float)) and epsilon > 0):
+    number("epsilon", epsilon)
+    if not epsilon > 0:
         raise ConfigError(f"epsilon={epsilon!r} is not a positive budget", fix="e.g. epsilon=100, per_element=True")
     if not clip and math.isfinite(epsilon):
         raise ConfigError("clip=False is only allowed with epsilon=inf (noise without clipping has unbounded "
@@ -79,6 +82,18 @@ def _batches(source, size: int | None = None, channels: int | None = None, *, ba
                           f"dataset {channels}x{size}px", fix="open both datasets with the same size and channels")
     for start in range(0, len(source), batch):
         yield torch.stack([source.load(i)["image"] for i in range(start, min(start + batch, len(source)))])
+
+
+def _calibration_set(source, ds):
+    """``calibrate_on`` as a tensor or a dataset (a folder, images in memory, ...: :func:`medanon.data.as_dataset`)."""
+    import torch
+
+    if isinstance(source, torch.Tensor) and source.ndim == 4 and source.is_floating_point() and \
+            bool((source >= -1).all() and (source <= 1).all()):
+        return source                            # (N, C, H, W) in [-1, 1], as before
+    from medanon.data.inputs import as_dataset
+
+    return as_dataset(source, argument="calibrate_on", size=ds.size)
 
 
 def _calibrate(batches, *, codec=None):
@@ -163,24 +178,26 @@ def load_flow_for(flow, device=None):
     return flow, None, None
 
 
-def dpglow(ds: ImageDataset, *, epsilon: float, flow, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
+def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
            alpha: float | None = _L.alpha, clip: bool = _L.clip, center: str = _L.center, calibrate_on=None,
            noise_seed: int | None = None, batch: int = _L.batch, release_labels: str | Sequence[str] | None = None,
-           device=None) -> Release:
+           patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent, ε-LDP per image.
 
     ``epsilon``: the privacy budget per image, or per latent element with ``per_element=True`` (the
     image budget is then ``epsilon * D``, D = C*H*W: the paper's "ε = 10² · H · W"); ``math.inf``
-    adds no noise (a reconstruction baseline, no privacy). ``flow``: a flow checkpoint
-    (``checkpoints/glow-xray64.pt``) or a loaded :class:`~medanon.models.glow.GlowCodec`; open the
-    dataset at its size. ``clip_box``: ``public`` (default: the data-independent [-4, 4] per element)
-    or ``calibrated`` (the paper: per-element min and max of training latents, whose leakage the
-    bound does not cover), from ``calibrate_on`` (a dataset or image tensor: the flow's training
-    set), else the statistics stored in the flow, else the released images themselves (a
-    :class:`~medanon.anonymize.privacy.DataDependentRelease` warning). ``alpha``: clip width as a
-    fraction of the box's range (Eq. 11; default 0.4). ``clip=False`` only with ``epsilon=inf``.
-    ``center``: ``zero`` (default) or ``midrange`` (Eq. 12). ``noise_seed``: testing only (see
-    :func:`ldp_release`). Releasing the flow's own training data warns
+    adds no noise (a reconstruction baseline, no privacy). ``ds``: an opened dataset, a folder, or images in
+    memory with optional ``patient_ids=``, ``labels=``, ``modality=`` (:func:`medanon.data.as_dataset`).
+    ``flow``: a flow checkpoint by name on ``medanon models`` or path, or a loaded
+    :class:`~medanon.models.glow.GlowCodec`; default: the shipped flow for the modality (X-ray
+    ``glow-xray64.pt``, fundus ``glow-fundus64.pt``). The images must have its size. ``clip_box``:
+    ``public`` (default: the data-independent [-4, 4] per element) or ``calibrated`` (the paper: per-element
+    min and max of training latents, whose leakage the bound does not cover), from ``calibrate_on`` (a
+    dataset, folder or images: the flow's training set), else the statistics stored in the flow, else the
+    released images themselves (a :class:`~medanon.anonymize.privacy.DataDependentRelease` warning).
+    ``alpha``: clip width as a fraction of the box's range (Eq. 11; default 0.4).
+    ``clip=False`` only with ``epsilon=inf``. ``center``: ``zero`` (default) or ``midrange`` (Eq. 12).
+    ``noise_seed``: testing only (see :func:`ldp_release`). Releasing the flow's own training data warns
     (:class:`~medanon.anonymize.privacy.CalibrationOverlap`). Returns a
     :class:`~medanon.release.release.Release`.
 
@@ -206,6 +223,10 @@ def dpglow(ds: ImageDataset, *, epsilon: float, flow, per_element: bool = _L.per
     LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip, center=center,
               batch=batch).validate()
     _check_box(clip_box, calibrate_on)
+    ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality)
+    used: dict[str, Any] = {}
+    if not isinstance(flow, tuple):
+        flow = model_arg(flow, role="dpglow-flow", ds=ds, argument="flow", method="dpglow", used=used)
     codec, stored, trained_on = load_flow_for(flow, device)
     cfg = codec.flow.cfg
     if (ds.size, ds.channels) != (cfg.resolution, cfg.channels):
@@ -213,13 +234,13 @@ def dpglow(ds: ImageDataset, *, epsilon: float, flow, per_element: bool = _L.per
                           f"{ds.channels}x{ds.size}px", fix=f"open the dataset with size={cfg.resolution}, "
                                                              f"channels={cfg.channels}")
     notes = []
-    if trained_on is not None:
+    if trained_on is not None and ds.root is not None:             # images in memory: no files to compare
         note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))
         notes += [note] if note else []
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
-        calibration = _calibrate(_batches(calibrate_on, ds.size, ds.channels), codec=codec)
+        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds), ds.size, ds.channels), codec=codec)
     elif stored is not None:
         calibration = stored
         notes.append(f"calibration: the flow's training set ({stored.count} images, sha256 "
@@ -231,15 +252,17 @@ def dpglow(ds: ImageDataset, *, epsilon: float, flow, per_element: bool = _L.per
         calibration = _calibrate(_batches(ds), codec=codec)
     dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip, center=center)
     return ldp_release(ds, dp, method="dpglow",
-                       params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center},
+                       params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center,
+                               **({"model_files": used} if used else {})},
                        models={"glow": codec.sha256} if codec.sha256 else {}, noise_seed=noise_seed, batch=batch,
                        release_labels=release_labels, device=device, notes=notes,
                        reads=[calibrate_on] if calibrate_on is not None else [])
 
 
-def ldp_image(ds: ImageDataset, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
+def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
               alpha: float | None = _L.alpha, clip: bool = _L.clip, calibrate_on=None, noise_seed: int | None = None,
-              batch: int = _L.batch, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
+              batch: int = _L.batch, release_labels: str | Sequence[str] | None = None, patient_ids=None,
+              labels=None, modality: str | None = None, device=None) -> Release:
     """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels, ε-LDP per image.
 
     Arguments as in :func:`dpglow`, on pixel values (D = C*H*W) instead of a flow latent. The public
@@ -261,6 +284,7 @@ def ldp_image(ds: ImageDataset, *, epsilon: float, per_element: bool = _L.per_el
     LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
               batch=batch).validate()
     _check_box(clip_box, calibrate_on)
+    ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality)
     if clip_box == "public":
         calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
     elif calibrate_on is None:
@@ -269,7 +293,7 @@ def ldp_image(ds: ImageDataset, *, epsilon: float, per_element: bool = _L.per_el
                       DataDependentRelease, stacklevel=2)
         calibration = _calibrate(_batches(ds))
     else:
-        calibration = _calibrate(_batches(calibrate_on, ds.size, ds.channels))
+        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds), ds.size, ds.channels))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
                        models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device,

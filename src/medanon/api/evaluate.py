@@ -7,6 +7,7 @@ call the public entry points :func:`medanon.release.audit.audit_release` and
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,11 @@ def _records(source):
         from medanon.data.layouts import scan
 
         return scan(source).records
-    return list(getattr(source, "records", source))
+    import dataclasses
+
+    # records of images held in memory have no file: their record id stands in for the file name
+    return [r if r.path is not None else dataclasses.replace(r, path=Path(r.record_id))
+            for r in getattr(source, "records", source)]
 
 
 def audit(release, *, source=None, mapping: str | Path | None = None, k: int | None = None):
@@ -164,12 +169,17 @@ def _summary(rel: dict[str, Any]) -> list[dict[str, Any]]:
 def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset: str = "full", config=None,
              size: int | None = None, splits: str | Path | None = None,
              mappings: Mapping[str, str | Path] | None = None, cache_dir: str | Path | None = None, device=None,
-             progress: bool = True) -> EvaluationResult:
+             patient_ids=None, labels=None, modality: str | None = None,
+             progress: bool | None = None) -> EvaluationResult:
     """Evaluate releases against the real data they were made from: fidelity, utility and privacy attacks.
 
     ``real``: the real dataset, opened (:func:`medanon.open_dataset`, any layout: its folder is read again
-    at the evaluation size with the options it was opened with) or as a folder (read with its detected layout).
-    ``releases``: release folders or saved :class:`~medanon.release.release.Release` objects.
+    at the evaluation size with the options it was opened with), as a folder (read with its detected layout),
+    or as images in memory with ``patient_ids=`` and optional ``labels=``, ``modality=``
+    (:func:`medanon.data.as_dataset`; written as 8-bit PNGs to a private temporary folder that is removed
+    afterwards, since the evaluation reads the real data from a folder).
+    ``releases``: release folders or :class:`~medanon.release.release.Release` objects (one not yet saved is
+    saved, with its private mapping, into the temporary folder first).
     ``out``: report folder (``report.html``, ``report.json``, ``cache/``; re-running resumes from the
     cache); by default a temporary folder. ``preset``: ``full``, ``fast`` (CPU-sized) or ``tiny`` (tests and
     notebooks on a tiny phantom: it runs in seconds, its numbers are not a measurement), or a whole
@@ -190,11 +200,27 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     import json
 
     from medanon.data.dataset import reading
+    from medanon.data.inputs import as_dataset
+    from medanon.data.memory import is_in_memory, write_dataset_folder
     from medanon.evaluate.config import PRESETS
     from medanon.evaluate.config import preset as make_preset
     from medanon.evaluate.harness import ReleaseSpec
     from medanon.evaluate.harness import evaluate as run_evaluation
+    from medanon.release.release import Release, show_progress
 
+    if not isinstance(real, (str, os.PathLike)):
+        real = as_dataset(real, patient_ids=patient_ids, labels=labels, modality=modality, argument="real")
+    elif (patient_ids, labels, modality) != (None, None, None):
+        raise ConfigError("patient_ids=, labels= and modality= describe images held in memory; real= is a folder",
+                          fix="leave them out (open the folder with medanon.open_dataset to choose how it is read)")
+    if isinstance(releases, (str, os.PathLike, Release)) or not isinstance(releases, Sequence):
+        raise ConfigError(f"releases= is a {type(releases).__name__}; it takes a list of release folders or Release "
+                          "objects", fix="pass releases=[rel] for one release")
+    for i, r in enumerate(releases):
+        if not isinstance(r, (str, os.PathLike, Release)):
+            raise ConfigError(f"releases[{i}] is a {type(r).__name__}; a release is a folder (str or os.PathLike) "
+                              "or a medanon Release", fix="anonymise the images first: rel = "
+                                                          "medanon.anonymize.<method>(...), then releases=[rel]")
     if preset not in PRESETS:
         raise ConfigError(f"preset={preset!r} must be one of {list(PRESETS)}")
     if config is None:
@@ -203,27 +229,37 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         from dataclasses import replace
 
         config = replace(config, size=size)
-    real_dir = getattr(real, "root", real)
-    if real_dir is None:
-        raise ConfigError("the real dataset has no folder", fix="pass real= a dataset opened from a folder")
+    progress = show_progress(progress)
     maps = dict(mappings or {})
-    specs = []
-    for r in releases:
-        path = Path(getattr(r, "path", r) or "")
-        if not getattr(r, "path", r):
-            raise ConfigError("a release has not been saved", fix="call release.save(path) before evaluating it")
+    tmp_dir = tempfile.TemporaryDirectory(prefix="medanon-eval-")
+    tmp = Path(tmp_dir.name)
+    real_dir = getattr(real, "root", real)
+    if is_in_memory(real):
+        real_dir = write_dataset_folder(real, tmp / "real")
+    if real_dir is None:
+        tmp_dir.cleanup()
+        raise ConfigError("the real dataset has no folder", fix="pass real= a dataset opened from a folder")
+    specs, saved_here = [], []
+    for i, r in enumerate(releases):
+        if isinstance(r, Release) and r.path is None:     # not saved yet: saved privately, mapping beside it
+            name = f"{r.method}-{i}"
+            saved_here.append(r)
+            r.save(tmp / "releases" / name, mapping=tmp / "mappings" / f"{name}.json", progress=progress)
+        path = Path(getattr(r, "path", r))
         mapping = maps.pop(path.name, None) or getattr(r, "mapping", None)
         specs.append(ReleaseSpec(path, mapping=mapping))
     if maps:
+        tmp_dir.cleanup()
         raise ConfigError(f"mappings name releases that are not evaluated: {sorted(maps)}")
     read_as = getattr(real, "read_options", None)            # an opened dataset: read its folder the same way
-    with tempfile.TemporaryDirectory(prefix="medanon-eval-") as tmp, \
-            (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):
-        folder = Path(out) if out is not None else Path(tmp)
+    with tmp_dir, (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):
+        folder = Path(out) if out is not None else tmp / "report"
         rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
                              cache_dir=cache_dir, progress=progress)
         html = (folder / "report.html").read_text(encoding="utf-8")
         report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    for r in saved_here:                                     # their temporary folders are gone
+        r.path, r.mapping = None, None
     del rep
     return EvaluationResult(releases=report.get("releases", []), controls=report.get("controls", {}),
                             real=report.get("real", {}), phantom=bool(report.get("phantom")),

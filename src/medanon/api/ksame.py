@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from medanon.anonymize.ksame import KSameConfig as _K
 from medanon.anonymize.salsa import SalsaConfig as _S
 from medanon.anonymize.style import StyleConfig as _St
+from medanon.api._inputs import dataset_arg, model_arg, number
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
+    from medanon.data.inputs import DataLike
     from medanon.release.release import Release
 
 ABLATIONS: dict[str, dict[str, Any]] = {        # Table 4 and supplement D of the k-SALSA paper
@@ -70,18 +72,22 @@ def _device(device, codec):
 
 
 def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
-                  release_labels: str | Sequence[str] | None = None, pca_basis=None, device=None) -> Release:
+                  release_labels: str | Sequence[str] | None = None, pca_basis=None, device=None,
+                  model_files: dict[str, Any] | None = None) -> Release:
     """A :class:`~medanon.release.release.Release` of ``ds`` by the k-Same method ``cfg.method``.
 
     ``cfg`` is a :class:`~medanon.anonymize.ksame.KSameConfig`; ``codec`` a StyleGAN inversion codec
     (or its checkpoint path; needed by ksalsa, kcentroid and inverted, optional for kpixel and kpca
     where it sets the clustering space); ``features`` the feature network of k-SALSA; ``pca_basis``
     a dataset separate from ``ds`` that the k-Same-PCA basis is fitted on (``cfg.pca_basis="separate"``).
+    ``model_files``: which checkpoint files were used and why (recorded in the manifest's params).
+    ``len(release)`` forms the clusters (the plan, not the images) and counts the records.
     """
     from medanon.anonymize.ksame import (
         LATENT_METHODS,
         manifest_params,
         model_checksums,
+        plan_clusters,
         privacy_statement,
         release_ksame,
         seeds_used,
@@ -106,31 +112,62 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     labels = choose_labels(ds, release_labels)
     dev = _device(device, codec)
 
+    planned: list[tuple] = []                    # the clusters, once formed (len() or the first save)
+
+    def plan(progress: bool = False) -> tuple:
+        if not planned:
+            planned.append(plan_clusters(ds, cfg, codec=codec, device=dev, progress=progress, pca_basis=pca_basis))
+        return planned[0]
+
+    def count() -> int:
+        if cfg.method == "inverted":
+            return len(ds)
+        return len(plan()[0].clusters) * cfg.views
+
     def produce(writer, progress: bool) -> dict[str, Any]:
         summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress,
-                                pca_basis=pca_basis)
+                                pca_basis=pca_basis, plan=None if cfg.method == "inverted" else plan(progress))
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
         return summary
 
-    return Release(method=cfg.method, dataset=ds, params=manifest_params(cfg, codec=codec, features=features),
+    params = manifest_params(cfg, codec=codec, features=features)
+    if model_files:
+        params["model_files"] = dict(model_files)
+    return Release(method=cfg.method, dataset=ds, params=params,
                    privacy=privacy_statement(cfg, None), labels=labels, produce=produce,
                    seeds=seeds_used(cfg, codec=codec), models=model_checksums(codec, features),
-                   inputs=dataset_inputs(pca_basis) if pca_basis is not None else [])
+                   inputs=dataset_inputs(pca_basis) if pca_basis is not None else [], count=count)
 
 
 def _config(method: str, **kw):
+    number("k", kw.get("k"), integer=True)
     return _K(method=method, **kw)
 
 
-def kpixel(ds: ImageDataset, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder,
+def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, default_codec: bool):
+    """The dataset (images in memory need ``patient_ids``) and the codec: by name, path, loaded, or (for the
+    latent methods) the default for the modality; returns ``(ds, codec, model_files)``."""
+    ds = dataset_arg(ds, method=method, patient_ids=patient_ids, labels=labels, modality=modality,
+                     require_patients=method != "inverted")
+    used: dict[str, Any] = {}
+    if codec is not None or default_codec:
+        codec = model_arg(codec, role="ksame-codec", ds=ds, argument="codec", method=method, used=used)
+    return ds, load_codec_for(codec, device), used
+
+
+def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder,
            codec=None, batch: int = _K.batch, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
-           device=None) -> Release:
+           patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
     """k-Same-Pixel: the mean image of each cluster of at least ``k`` patients.
 
+    ``ds``: an opened dataset, a dataset folder, or images in memory (a tensor or array (N, C, H, W), a list
+    of PIL images) with ``patient_ids=`` (one per image: required, the guarantee counts people) and
+    optional ``labels=`` (name -> one value per image) and ``modality=`` (:func:`medanon.data.as_dataset`).
     ``k``: people per released record, at least (keyword-only, no default). ``stratify``: cluster
     within strata of this label (a patient's worst value). ``drop_remainder``: leave out the N mod k
     leftover patients (the paper) instead of joining them to their nearest clusters. ``codec``:
-    optional inversion codec; with it, clusters are formed in its latent space, else in PCA space.
+    optional inversion codec (a name on ``medanon models``, a path or a loaded codec); with it, clusters are
+    formed in its latent space, else in PCA space.
     ``seed`` seeds the PCA subsample. ``release_labels``: labels published (aggregated per record;
     default: the modality's utility label). Returns a :class:`~medanon.release.release.Release`.
 
@@ -142,12 +179,15 @@ def kpixel(ds: ImageDataset, *, k: int, stratify: str = _K.stratify, drop_remain
         (3, 'pca')
     """
     cfg = _config("kpixel", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed)
-    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
+    ds, codec, used = _prepare("kpixel", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
+                               device=device, default_codec=False)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)
 
 
-def kpca(ds: ImageDataset, *, k: int, pca_components: float = _K.pca_components, pca_basis=None,
+def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca_basis=None,
          stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, codec=None, batch: int = _K.batch,
-         seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
+         seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
+         modality: str | None = None, device=None) -> Release:
     """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
 
     ``pca_components``: a count (e.g. 50) or a variance fraction in (0, 1). ``pca_basis``: a dataset
@@ -165,16 +205,25 @@ def kpca(ds: ImageDataset, *, k: int, pca_components: float = _K.pca_components,
     """
     cfg = _config("kpca", k=k, pca_components=pca_components, stratify=stratify, drop_remainder=drop_remainder,
                   batch=batch, seed=seed, pca_basis="separate" if pca_basis is not None else _K.pca_basis)
-    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, pca_basis=pca_basis, device=device)
+    ds, codec, used = _prepare("kpca", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
+                               device=device, default_codec=False)
+    if pca_basis is not None:
+        from medanon.data.inputs import as_dataset
+
+        pca_basis = as_dataset(pca_basis, argument="pca_basis", size=ds.size)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, pca_basis=pca_basis, device=device,
+                         model_files=used)
 
 
-def kcentroid(ds: ImageDataset, *, k: int, codec, views: int = _K.views, view_sigma: float = _K.view_sigma,
+def kcentroid(ds: DataLike, *, k: int, codec=None, views: int = _K.views, view_sigma: float = _K.view_sigma,
               stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
-              seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
+              seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
+              modality: str | None = None, device=None) -> Release:
     """k-Centroid: the mean latent of each cluster of at least ``k`` patients, rendered by the generator.
 
-    ``codec``: a StyleGAN inversion codec or its checkpoint (``checkpoints/restyle-fundus64.pt``);
-    the dataset must be opened at its size. ``views``: images per cluster, the average and
+    ``codec``: a StyleGAN inversion codec, or its checkpoint by name (``"restyle-map-fundus64"``) or path;
+    default: the shipped codec for the data's modality (fundus: ``restyle-map-fundus64.pt``; the manifest's
+    ``params.model_files`` says which). The images must have its size. ``views``: images per cluster, the average and
     ``views - 1`` noisy copies (k-SALSA supplement E), with noise ``view_sigma`` times the prior's W
     standard deviation (secret: drawn from the operating system). Other arguments as in :func:`kpixel`.
 
@@ -185,7 +234,9 @@ def kcentroid(ds: ImageDataset, *, k: int, codec, views: int = _K.views, view_si
     """
     cfg = _config("kcentroid", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
                   views=views, view_sigma=view_sigma)
-    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device)
+    ds, codec, used = _prepare("kcentroid", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
+                               device=device, default_codec=True)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)
 
 
 def feature_network(name: str = "efficientnet-lite0", *, weights: str | Path | None = None,
@@ -220,18 +271,19 @@ def check_layers(salsa, features) -> None:
                               fix=f"choose from {', '.join(features.layers)}")
 
 
-def ksalsa(ds: ImageDataset, *, k: int, codec, lam: float | None = None, steps: int = _S.steps, lr: float = _S.lr,
+def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps: int = _S.steps, lr: float = _S.lr,
            grid: int = _St.grid, ablation: str = "none", features="efficientnet-lite0",
            features_weights: str | Path | None = None, feature_size: int | None = None, style_layer: str | None = None,
            content_layer: str | None = None, views: int = _K.views, view_sigma: float = _K.view_sigma,
            stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
-           seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, device=None) -> Release:
+           seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
+           modality: str | None = None, device=None) -> Release:
     """k-SALSA (Algorithm 1): each cluster's centroid latent, refined by local style alignment.
 
     Every released record is computed from the images of one cluster of at least ``k`` patients
-    (keyword-only, no default). ``codec``: a StyleGAN inversion codec or its checkpoint
-    (``checkpoints/restyle-fundus64.pt``); open the dataset at its size. ``lam`` (λ, default 0.3,
-    or the ablation's) weighs the content loss against G(w0) and 1 - λ the local style loss;
+    (keyword-only, no default). ``ds``: as in :func:`kpixel`. ``codec``: a StyleGAN inversion codec, or its
+    checkpoint by name or path; default: the shipped one for the modality (as in :func:`kcentroid`).
+    ``lam`` (λ, default 0.3, or the ablation's) weighs the content loss against G(w0) and 1 - λ the local style loss;
     ``steps`` Adam steps at ``lr`` per cluster; ``grid`` patches per side for local styles;
     ``ablation`` one of :data:`ABLATIONS`.
     ``features``: the feature network, by name (``efficientnet-lite0``; ``vgg19`` needs
@@ -240,7 +292,7 @@ def ksalsa(ds: ImageDataset, *, k: int, codec, lam: float | None = None, steps: 
     the augmentation of :func:`kcentroid`. Other arguments as in :func:`kpixel`.
     Returns a :class:`~medanon.release.release.Release`; ``.save(path, mapping=...)`` writes it.
 
-    Example (a tiny untrained codec; the shipped one is ``checkpoints/restyle-fundus64.pt``):
+    Example (a tiny untrained codec; the shipped default is ``restyle-map-fundus64.pt``):
         >>> import torch, medanon
         >>> from medanon.models.stylegan import Generator
         >>> from medanon.models.encoder import Encoder
@@ -256,7 +308,9 @@ def ksalsa(ds: ImageDataset, *, k: int, codec, lam: float | None = None, steps: 
         >>> [tuple(im.shape) for im in rel.images(progress=False)]
         [(3, 16, 16), (3, 16, 16)]
     """
-    codec = load_codec_for(codec, device)
+    number("k", k, integer=True)
+    ds, codec, used = _prepare("ksalsa", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
+                               device=device, default_codec=True)
     net = features
     if isinstance(features, str):
         net = feature_network(features, weights=features_weights, input_size=feature_size,
@@ -268,19 +322,23 @@ def ksalsa(ds: ImageDataset, *, k: int, codec, lam: float | None = None, steps: 
     check_layers(salsa, net)
     cfg = _config("ksalsa", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
                   views=views, view_sigma=view_sigma, salsa=salsa)
-    return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device)
+    return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device,
+                         model_files=used)
 
 
-def inverted(ds: ImageDataset, *, codec, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
-             device=None) -> Release:
+def inverted(ds: DataLike, *, codec=None, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
+             patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
     """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the k-SALSA paper's comparison only.
 
-    Saving it warns, and its manifest says ``guarantee: none``.
+    Saving it warns, and its manifest says ``guarantee: none``. ``ds`` and ``codec`` as in :func:`kcentroid`
+    (``patient_ids`` optional: each image is a record of its own).
 
     Example:
         >>> import inspect, medanon
         >>> "NOT anonymised" in medanon.anonymize.inverted.__doc__
         True
     """
-    return ksame_release(ds, _config("inverted", k=1, seed=seed), codec=codec, release_labels=release_labels,
-                         device=device)
+    cfg = _config("inverted", k=1, seed=seed)
+    ds, codec, used = _prepare("inverted", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
+                               device=device, default_codec=True)
+    return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)

@@ -13,25 +13,32 @@ from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.gmia import GMIAConfig as _G
 from medanon.anonymize.snow_release import SnowConfig, VSSnowConfig
+from medanon.api._inputs import dataset_arg, model_arg, number
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
+    from medanon.data.inputs import DataLike
     from medanon.release.release import Release
 
 
-def gmia(ds: ImageDataset, *, model, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps,
+def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps,
          lr: float = _G.lr, margin: float = _G.margin, lambda_id: float = _G.lambda_id, lambda_ut: float = _G.lambda_ut,
          latent_space: str = _G.latent_space, batch_size: int = _G.batch_size, config=None,
-         release_labels: str | Sequence[str] | None = None, device=None) -> Release:
+         release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
+         modality: str | None = None, device=None) -> Release:
     """GMIA: each image's latent is optimised away from its identity while its utility features stay close.
 
     NO formal privacy guarantee: measure it with :func:`medanon.evaluate` (linkability, singling out).
-    ``model``: a co-trained codec (``checkpoints/cotrained-fundus64.pt``) or a ReStyle codec, as a
-    checkpoint or a loaded codec; open the dataset at its size. ``identity`` (E_id, needed for the
-    identity loss) and ``utility`` (E_ut, a classifier on the utility label, needed for the utility
-    loss): checkpoints or loaded :class:`~medanon.anonymize.gmia.IdentityEncoder` /
-    :class:`~medanon.anonymize.gmia.UtilityEncoder`. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA
+    ``ds``: an opened dataset, a folder, or images in memory with optional ``patient_ids=``, ``labels=``,
+    ``modality=`` (:func:`medanon.data.as_dataset`). ``model``: a co-trained codec or a ReStyle codec;
+    ``identity`` (E_id, for the identity loss) and ``utility`` (E_ut, a classifier on the utility label, for
+    the utility loss): each a name on ``medanon models`` (with or without ``.pt``), a path, or a loaded
+    network (:class:`~medanon.anonymize.gmia.IdentityEncoder` / :class:`~medanon.anonymize.gmia.UtilityEncoder`);
+    left out, the shipped default for the data's modality (fundus: ``cotrained-map-fundus64.pt``,
+    ``identity-fundus64.pt``, ``classifier-grade-fundus64.pt``; X-ray: ``cotrained-map-xray64.pt``,
+    ``identity-xray64.pt``, ``classifier-pneumonia-xray64.pt``; E_id and E_ut only where ``losses`` uses them).
+    The images must have the codec's size. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA
     Table 2), ``steps``, ``lr``, ``margin``, ``lambda_id``, ``lambda_ut``, ``latent_space`` (``w``,
     the paper's, or ``w+``), ``batch_size``: the fields of :class:`~medanon.anonymize.gmia.GMIAConfig`
     and their defaults (or pass a whole ``config=``). Settings that
@@ -54,6 +61,13 @@ def gmia(ds: ImageDataset, *, model, identity=None, utility=None, losses: str = 
                                                        lambda_id=lambda_id, lambda_ut=lambda_ut,
                                                        latent_space=latent_space, batch_size=batch_size)
     validate(cfg)
+    ds = dataset_arg(ds, method="gmia", patient_ids=patient_ids, labels=labels, modality=modality)
+    used: dict[str, Any] = {}
+    model = model_arg(model, role="gmia-codec", ds=ds, argument="model", method="gmia", used=used)
+    if identity is not None or "id" in cfg.losses.split("+"):
+        identity = model_arg(identity, role="gmia-identity", ds=ds, argument="identity", method="gmia", used=used)
+    if utility is not None or "ut" in cfg.losses.split("+"):
+        utility = model_arg(utility, role="gmia-utility", ds=ds, argument="utility", method="gmia", used=used)
     codec = load_codec_for(model, device)
     dev = device if device is not None else getattr(codec, "device", "cpu")
     if isinstance(identity, (str, Path)):
@@ -76,21 +90,25 @@ def gmia(ds: ImageDataset, *, model, identity=None, utility=None, losses: str = 
                             batch=cfg.batch_size, device=opt.device, progress=progress)
         return {"records": n}
 
-    return Release(method="gmia", dataset=ds, params=cfg.params(), privacy=gmia_privacy(cfg, opt.describe()),
-                   labels=labels, produce=produce, saver=saver)
+    from medanon.data.memory import is_in_memory
+
+    params = {**cfg.params(), **({"model_files": used} if used else {})}
+    # images in memory have no files for gmia_release's source checksum: they go through the release writer directly
+    return Release(method="gmia", dataset=ds, params=params, privacy=gmia_privacy(cfg, opt.describe()),
+                   labels=labels, produce=produce, saver=None if is_in_memory(ds) else saver)
 
 
 def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, release_labels, device, batch_size: int,
-                  workers: int, **kw) -> Release:
+                  workers: int, model_files: dict[str, Any] | None = None, **kw) -> Release:
     import torch
 
     from medanon.anonymize.snow import parse_fill, snow_privacy, vs_snow_privacy
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
-    if seed is not None and not isinstance(seed, int):
-        raise ConfigError(f"seed={seed!r} must be an integer or None (a secret seed)")
-    if not (isinstance(p, (int, float)) and 0 < p <= 1):
+    number("seed", seed, integer=True, allow_none=True)
+    number("p", p)
+    if not 0 < p <= 1:
         raise ConfigError(f"p={p!r} must be in (0, 1]", fix="the fraction of pixels replaced, e.g. p=0.1")
     if method == "vs-snow" and ds.channels != 3:
         raise ConfigError(f"vs_snow segments retinal vessels in colour fundus images; the dataset has {ds.channels} "
@@ -110,16 +128,16 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
                    batch_size=batch_size, workers=workers, overwrite=overwrite, progress=progress, **kw)
         return {"records": len(ds), "p": p}
 
-    return Release(method=method, dataset=ds, params={"p": p}, privacy=privacy, labels=labels, produce=None,
-                   seeds={method: seed} if seeded else {}, saver=saver)
+    return Release(method=method, dataset=ds, params={"p": p, **({"model_files": model_files} if model_files else {})},
+                   privacy=privacy, labels=labels, produce=None, seeds={method: seed} if seeded else {}, saver=saver)
 
 
 _S, _V = SnowConfig(), VSSnowConfig()         # defaults are read from the configs the CLI also uses
 
 
-def snow(ds: ImageDataset, *, p: float, seed: int | None = None, fill: str | Sequence[float] = _S.fill,
+def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequence[float] = _S.fill,
          release_labels: str | Sequence[str] | None = None, batch_size: int = _S.batch_size, workers: int = _S.workers,
-         device=None) -> Release:
+         patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
 
     With the defaults it guarantees (0, 1 - p)-differential privacy for single pixel positions only:
@@ -128,7 +146,9 @@ def snow(ds: ImageDataset, *, p: float, seed: int | None = None, fill: str | Seq
     by default a secret seed is drawn and recorded nowhere. ``fill``: ``grey`` (default, depends on
     no data), ``value:R,G,B`` (0-255, e.g. a public dataset's mean) or C values in [-1, 1], or
     ``dataset`` (the paper's mean of the released images: no formal guarantee). Settings that void
-    the guarantee warn (:class:`~medanon.anonymize.privacy.NoFormalGuarantee`) when saving.
+    the guarantee warn (:class:`~medanon.anonymize.privacy.NoFormalGuarantee`) when saving. ``ds``: an opened
+    dataset, a folder, or images in memory with optional ``patient_ids=``, ``labels=``, ``modality=``
+    (:func:`medanon.data.as_dataset`).
 
     Example:
         >>> import medanon
@@ -138,21 +158,23 @@ def snow(ds: ImageDataset, *, p: float, seed: int | None = None, fill: str | Seq
         >>> rel.params["p"], rel.seeds, medanon.audit(out).passed
         (0.25, {}, True)
     """
+    ds = dataset_arg(ds, method="snow", patient_ids=patient_ids, labels=labels, modality=modality)
     return _snow_release(ds, method="snow", p=p, seed=seed, release_labels=release_labels, device=device,
                          batch_size=batch_size, workers=workers, fill=fill)
 
 
-def vs_snow(ds: ImageDataset, *, p: float, seed: int | None = None, vessels: str = _V.vessels,
+def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _V.vessels,
             checkpoint: str | Path | None = _V.checkpoint, masks_dir: str | Path | None = _V.masks_dir,
             vessel_fraction: float = _V.vessel_fraction, release_labels: str | Sequence[str] | None = None,
-            batch_size: int = _V.batch_size, workers: int = _V.workers, device=None) -> Release:
+            batch_size: int = _V.batch_size, workers: int = _V.workers, patient_ids=None, labels=None,
+            modality: str | None = None, device=None) -> Release:
     """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
 
     No formal privacy guarantee is claimed: measure it with :func:`medanon.evaluate`. ``vessels``:
-    where the masks come from: ``unet`` (``checkpoint``, default the shipped
-    ``unet-vessels64.pt``), ``frangi`` / ``sato`` (``vessel_fraction`` of the field of view),
+    where the masks come from: ``unet`` (``checkpoint``: a name on ``medanon models`` or a path, default the
+    shipped ``unet-vessels64.pt``), ``frangi`` / ``sato`` (``vessel_fraction`` of the field of view),
     ``dataset`` (the layout's masks) or ``files`` (``masks_dir``). Colour fundus images only.
-    ``seed``: as in :func:`snow`.
+    ``seed``, ``ds``: as in :func:`snow`.
 
     Example:
         >>> import medanon
@@ -163,6 +185,11 @@ def vs_snow(ds: ImageDataset, *, p: float, seed: int | None = None, vessels: str
     """
     from medanon.segment.vessels import VesselSource
 
+    ds = dataset_arg(ds, method="vs_snow", patient_ids=patient_ids, labels=labels, modality=modality)
+    used: dict[str, Any] = {}
+    if vessels == "unet":
+        checkpoint = model_arg(checkpoint, role="vessel-segmenter", ds=ds, argument="checkpoint", method="vs_snow",
+                               used=used)
     source = VesselSource(vessels, checkpoint=checkpoint, masks_dir=masks_dir, fraction=vessel_fraction)
     return _snow_release(ds, method="vs-snow", p=p, seed=seed, release_labels=release_labels, device=device,
-                         batch_size=batch_size, workers=workers, vessels=source)
+                         batch_size=batch_size, workers=workers, vessels=source, model_files=used)

@@ -20,7 +20,7 @@ import math
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -96,15 +96,22 @@ class ImageDataset(Dataset):
     Items are dicts: ``image`` (C,H,W) float32 in [-1, 1], ``fov`` (1,H,W) bool, ``labels``
     (name -> float), ``patient_id``, ``record_id``, ``index``; plus ``mask`` (1,H,W) bool when the
     layout provides segmentation masks (phantom vessel or lung masks). ``read_options``: how the folder was
-    read (:class:`ReadOptions`; :func:`reading` reads it again the same way).
+    read (:class:`ReadOptions`; :func:`reading` reads it again the same way). ``transform``: a function applied to
+    every ``image`` when it is loaded ((C, H, W) in, the same shape out, values in [-1, 1]; e.g. a
+    torchvision transform): the methods anonymise what it returns (the evaluation reads the folder without it).
     """
 
     def __init__(self, records: Sequence[Record], *, size: int, channels: int, crop: str,
                  modality: str | None = None, layout: str = "", root: Path | None = None,
                  skipped: Sequence[Problem] = (), infos: Sequence[ImageInfo] = (),
                  max_pixels: int | None = DEFAULT_MAX_PIXELS, cache_bytes: int = CACHE_BYTES,
-                 read_options: ReadOptions | None = None):
+                 read_options: ReadOptions | None = None,
+                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None):
+        if transform is not None and not callable(transform):
+            raise DataError(f"transform= must be a function of a (C, H, W) tensor, not a {type(transform).__name__}",
+                            fix="pass e.g. transform=lambda x: x.flip(-1), or leave it out")
         self.records = list(records)
+        self.transform = transform
         self.size = size
         self.channels = channels
         self.crop = crop
@@ -134,12 +141,16 @@ class ImageDataset(Dataset):
     def patients(self) -> list[str]:
         return sorted({r.patient_id for r in self.records})
 
+    def _pixels(self, index: int) -> dict[str, torch.Tensor]:
+        """The preprocessed tensors of record ``index`` (from the cache, else decoded)."""
+        pixels = self._cache.get(self.records[index].path)
+        return pixels if pixels is not None else self._decode(index)
+
     def load(self, index: int) -> dict:
         rec = self.records[index]
-        pixels = self._cache.get(rec.path)
-        if pixels is None:
-            pixels = self._decode(index)
-        item = {k: v.clone() for k, v in pixels.items()}      # callers may write into what they get
+        item = {k: v.clone() for k, v in self._pixels(index).items()}      # callers may write into what they get
+        if self.transform is not None:
+            item["image"] = self._transformed(item["image"])
         item.update(labels={k: float(v) for k, v in rec.labels.items()}, patient_id=rec.patient_id,
                     record_id=rec.record_id, index=index)
         return item
@@ -160,6 +171,14 @@ class ImageDataset(Dataset):
         return pixels
 
     __getitem__ = load
+
+    def _transformed(self, image: torch.Tensor) -> torch.Tensor:
+        out = self.transform(image)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(image.shape):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise DataError(f"transform= returned {got} for a {tuple(image.shape)} image",
+                            fix="return a tensor of the shape it was given (C, H, W), values in [-1, 1]")
+        return out.float().clamp(-1, 1)
 
     def tensors(self, *, workers: int | None = None, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Load every image: returns ``images`` (N, C, H, W) float32 and ``fov`` (N, 1, H, W) bool."""
@@ -286,7 +305,8 @@ def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions |
 
 def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: GenericOptions | None = None,
                  progress: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-                 allow_outside: bool = False, check_pixels: bool | None = None) -> ImageDataset:
+                 allow_outside: bool = False, check_pixels: bool | None = None,
+                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> ImageDataset:
     """Scan, check and wrap a dataset folder. See the module docstring for error handling.
 
     ``max_pixels``: images claiming more are bad files (kind ``large``). ``allow_outside``: read files whose
@@ -330,7 +350,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     ds = ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
                       root=root, skipped=problems, infos=infos, max_pixels=max_pixels,
                       read_options=ReadOptions(layout, generic, cfg.skip_bad, max_pixels, allow_outside, cfg.channels,
-                                               cfg.crop, cfg.modality))
+                                               cfg.crop, cfg.modality), transform=transform)
     ds.source_files = list(sc.files)                     # labels and descriptor files (the output check's inputs)
     if cfg.skip_bad and check_pixels is not False:
         # Corrupt pixel data behind a good header: find it now (the tensors are kept, so this costs no
@@ -371,11 +391,15 @@ def subset(ds: ImageDataset, indices: Sequence[int], *, skipped: Sequence[Proble
     """The records ``indices`` of ``ds`` as a dataset of their own (e.g. one patient-level split); images already
     decoded stay decoded. ``skipped`` replaces the list of left-out files (default: ``ds``'s)."""
     keep = list(indices)
+    if hasattr(ds, "take"):                              # images held in memory (medanon.data.memory)
+        return ds.take(keep)
     out = ImageDataset([ds.records[i] for i in keep], size=ds.size, channels=ds.channels, crop=ds.crop,
                        modality=ds.modality, layout=ds.layout, root=ds.root,
                        skipped=list(ds.skipped if skipped is None else skipped),
                        infos=[ds.infos[i] for i in keep] if ds.infos else [],
-                       max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes, read_options=ds.read_options)
+                       max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes, read_options=ds.read_options,
+                       transform=ds.transform)
+    out.source_files = list(getattr(ds, "source_files", []))
     paths = {ds.records[i].path for i in keep}
     out._cache = {p: t for p, t in ds._cache.items() if p in paths}          # decoded tensors carry over
     out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())

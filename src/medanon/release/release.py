@@ -8,7 +8,10 @@ release is created, and nothing is held in memory beyond one batch when it is sa
 
 * :meth:`Release.save` opens the writer (random names, aggregated labels, manifest, private
   mapping, atomic rename, resume after an interruption) and streams the producer through it;
-* :meth:`Release.images` runs the producer into memory for a look in a notebook (``limit`` images).
+* :meth:`Release.images` gives the released images as one ``(N, C, H, W)`` tensor: read from the folder once
+  saved, else computed in memory for a look in a notebook (``limit`` images);
+* ``len(release)`` is the number of records (for the k-Same family: the clusters are formed to count them),
+  ``release[i]`` and ``for record in release`` give :class:`ReleasedRecord` s (image, published labels, people).
 
 This is the one release path: the command line builds the same ``Release`` from its options and
 saves it (docs/design.md, "Releases").
@@ -21,16 +24,19 @@ Example (k-Same-Pixel on a tiny phantom):
     Release('kpixel' of 6 images, labels ['grade'], guarantee 'k-anonymity...', not saved)
     >>> rel.method, rel.privacy["k"]
     ('kpixel', 3)
-    >>> next(rel.images()).shape
-    torch.Size([3, 16, 16])
+    >>> len(rel), rel.images().shape                  # 6 patients, k = 3: two records
+    (2, torch.Size([2, 3, 16, 16]))
     >>> out = rel.save(root.parent / "release", progress=False)
     >>> rel.summary["records"], medanon.audit(out).passed
     (2, True)
+    >>> rel[0].people, sorted(rel[0].labels), len(list(rel))
+    (3, ['grade'], 2)
 """
 
 from __future__ import annotations
 
-import itertools
+import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +55,8 @@ from medanon.release.sharded import ShardWriter, open_release
 from medanon.release.writer import read_release
 from medanon.runtime import files_digest
 
-__all__ = ["CaptureWriter", "PrivacyWarning", "Release", "is_phantom", "source_digest"]
+__all__ = ["CaptureWriter", "PrivacyWarning", "Release", "ReleasedRecord", "is_phantom", "show_progress",
+           "source_digest"]
 
 Producer = Callable[[Any, bool], dict[str, Any]]           # (writer, progress) -> summary of the run
 Saver = Callable[[Path, Path | None, bool, bool], dict[str, Any]]   # (out, mapping, overwrite, progress) -> summary
@@ -66,8 +73,18 @@ def source_digest(dataset) -> dict[str, Any]:
     for r in dataset.records:
         labels = {k: (None if v != v else v) for k, v in sorted(r.labels.items())}      # nan -> null
         h.update(json.dumps([r.record_id, r.patient_id, labels], default=str).encode() + b"\n")
-    return {"layout": dataset.layout, "modality": dataset.modality,
-            **files_digest([r.path for r in dataset.records], root=dataset.root), "records_sha256": h.hexdigest()}
+    content = dataset.content_digest() if hasattr(dataset, "content_digest") else \
+        files_digest([r.path for r in dataset.records], root=dataset.root)          # images in memory: their bytes
+    return {"layout": dataset.layout, "modality": dataset.modality, **content, "records_sha256": h.hexdigest()}
+
+
+def show_progress(progress: bool | None) -> bool:
+    """``progress``, or when None: whether progress bars can be drawn (stderr is a terminal, or a notebook).
+    A log file never gets bars: they would be lines of carriage returns and cursor movements."""
+    if progress is not None:
+        return bool(progress)
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty()) or "ipykernel" in sys.modules
 
 
 def is_phantom(dataset) -> bool:
@@ -79,6 +96,29 @@ def _png_to_float(path: Path) -> np.ndarray:
     """A release PNG as (C, H, W) float32 in [-1, 1]."""
     a = np.asarray(Image.open(path), dtype=np.float32) / 127.5 - 1.0
     return a[None] if a.ndim == 2 else np.ascontiguousarray(a.transpose(2, 0, 1))
+
+
+@dataclass(frozen=True)
+class ReleasedRecord:
+    """One record of a release: its image (C, H, W) float in [-1, 1], the labels published with it (aggregated
+    over its sources), and how many people it stands for. ``name``: its file in the release folder (None before
+    saving)."""
+
+    image: torch.Tensor
+    labels: dict[str, Any]
+    people: int
+    name: str | None = None
+
+    def __repr__(self) -> str:
+        return (f"ReleasedRecord(image {tuple(self.image.shape)}, labels {self.labels}, people {self.people}"
+                + (f", name {self.name!r})" if self.name else ")"))
+
+
+def _cell(value: str) -> Any:
+    try:
+        return float(value) if value != "" else float("nan")
+    except ValueError:
+        return value
 
 
 class _Enough(Exception):
@@ -153,9 +193,34 @@ class Release:
     summary: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None                              # where save() wrote it
     mapping: Path | None = None                           # the private mapping save() wrote, if any
+    count: Callable[[], int] | None = field(default=None, repr=False)   # records once planned (default: one an image)
+    _preview: CaptureWriter | None = field(default=None, init=False, repr=False)
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        """The number of records: counted in the folder once saved; else planned (for the k-Same family the
+        clusters are formed, which needs the images' embeddings but computes no released image)."""
+        if self.path is not None:
+            return int(read_release(self.path)[0]["counts"]["records"])
+        return int(self.count()) if self.count is not None else len(self.dataset)
+
+    def __iter__(self) -> Iterator[ReleasedRecord]:
+        """Every record (:class:`ReleasedRecord`): read one at a time once saved, else computed in memory."""
+        if self.path is not None:
+            return self._saved_records(None)
+        return iter(self._computed_records(None, show_progress(None)))
+
+    def __getitem__(self, index: int) -> ReleasedRecord:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"release indices are integers, not {type(index).__name__}")
+        n = len(self) if index < 0 else None
+        i = index + n if n is not None else index
+        if i < 0:
+            raise IndexError(f"record {index} of a release of {n} records")
+        got = list(self._saved_records(i + 1)) if self.path is not None else \
+            self._computed_records(i + 1, show_progress(None))
+        if i >= len(got):
+            raise IndexError(f"record {index} of a release of {len(got)} records")
+        return got[i]
 
     def __repr__(self) -> str:
         guarantee = str(self.privacy.get("guarantee", ""))
@@ -165,15 +230,20 @@ class Release:
                 f"guarantee {guarantee!r}, {where})")
 
     def save(self, path: str | Path, *, mapping: str | Path | None = None, overwrite: bool = False,
-             progress: bool = True) -> Path:
+             progress: bool | None = None) -> Path:
         """Write the release folder ``path`` through :class:`~medanon.release.writer.ReleaseWriter`.
 
         ``mapping``: a file *outside* the release for the private record -> sources mapping (the
         audit and the evaluation's attacks need it). ``overwrite`` replaces an existing release.
         An interrupted save resumes when called again with the same settings: records already
-        written are not recomputed. Returns ``path``; ``self.summary`` describes the run.
+        written are not recomputed. Returns ``path``; ``self.summary`` describes the run. ``progress``: bars on
+        stderr (default: only when it is a terminal or a notebook).
         """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path= is a {type(path).__name__}; save takes a folder path (str or os.PathLike)")
+        progress = show_progress(progress)
         out = Path(path)
+        self._preview = None
         mapping = Path(mapping) if mapping is not None else None
         self.path, self.mapping = None, None
         if self.saver is not None:
@@ -198,35 +268,66 @@ class Release:
         self.path, self.mapping = out, mapping
         return out
 
-    def images(self, limit: int | None = 16, *, progress: bool = False) -> Iterator[torch.Tensor]:
-        """The first ``limit`` released images, (C, H, W) float in [-1, 1], computed in memory (nothing written).
+    def images(self, limit: int | None = 16, *, progress: bool | None = False) -> torch.Tensor:
+        """The first ``limit`` released images as one (N, C, H, W) float tensor in [-1, 1] (``limit=None``: all).
 
-        For a look in a notebook. Images are computed as :meth:`save` computes them (for methods with
-        random noise, fresh noise: they are not the images a later ``save`` writes), and the producer
-        stops once ``limit`` images are held, except for Snow and VS-Snow, whose module writes the
-        release itself: they are saved to a temporary folder and read back. ``limit=None`` computes
-        and holds every image: use :meth:`save` for large datasets.
+        Once saved, they are read from the release folder (the images it publishes, in its file order).
+        Before, they are computed in memory as :meth:`save` computes them, and nothing is written (for a
+        look in a notebook; methods with random noise draw fresh noise, so they are not the images a later
+        ``save`` writes); the producer stops once ``limit`` images are held, except for Snow and VS-Snow,
+        whose module writes the release itself: they are saved to a temporary folder, read back and the
+        folder removed. Computed images are kept until :meth:`save`: ``rel[0]`` after ``rel.images()`` is
+        the same image. ``limit=None`` holds every image in memory.
         """
-        if self.produce is None:
-            return self._images_via_folder(limit, progress)
-        cap = CaptureWriter(method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
-                            limit=limit)
-        try:
-            self.produce(cap, progress)
-        except _Enough:
-            pass
-        return iter(cap.images)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise TypeError(f"limit={limit!r} ({type(limit).__name__}) must be a count >= 0 or None")
+        recs = list(self._saved_records(limit)) if self.path is not None else \
+            self._computed_records(limit, show_progress(progress))
+        if not recs:
+            c, s = getattr(self.dataset, "channels", 3), getattr(self.dataset, "size", 0)
+            return torch.empty((0, c, s, s))
+        return torch.stack([r.image for r in recs])
 
-    def _images_via_folder(self, limit: int | None, progress: bool) -> Iterator[torch.Tensor]:
-        """For methods whose module writes the release itself: save to a temporary folder, read back."""
+    def _saved_records(self, limit: int | None) -> Iterator[ReleasedRecord]:
+        _, rows = read_release(self.path)
+        names = list(self.labels)
+        for row in rows[:limit]:
+            image = torch.from_numpy(_png_to_float(self.path / row["image"]))
+            yield ReleasedRecord(image, {n: _cell(row[n]) for n in names if n in row}, int(row.get("n_people", 0)),
+                                 row["image"])
+
+    def _computed_records(self, limit: int | None, progress: bool) -> list[ReleasedRecord]:
+        cap = self._preview
+        if cap is None or (cap.limit is not None and (limit is None or limit > cap.limit)):
+            if self.produce is None:
+                cap = self._capture_via_folder(progress)
+            else:
+                cap = CaptureWriter(method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
+                                    limit=limit)
+                try:
+                    self.produce(cap, progress)
+                except _Enough:
+                    pass
+            self._preview = cap
+        out = [ReleasedRecord(im, dict(e["labels"]), len(e["patients"])) for im, e in
+               zip(cap.images, cap.entries.values(), strict=True)]
+        return out[:limit]
+
+    def _capture_via_folder(self, progress: bool) -> CaptureWriter:
+        """For methods whose module writes the release itself: save to a temporary folder, read every record back
+        (the folder is removed)."""
+        cap = CaptureWriter(method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
+                            limit=None)
         with tempfile.TemporaryDirectory(prefix="medanon-preview-") as tmp:
             out = Path(tmp) / "release"
             self.saver(out, None, False, progress)
-            names = sorted((out / "images").iterdir())[:limit]
-            images = [torch.from_numpy(_png_to_float(p)) for p in names]
-        return iter(images)
+            _, rows = read_release(out)
+            for row in rows:
+                cap.images.append(torch.from_numpy(_png_to_float(out / row["image"])))
+                cap.entries[row["image"]] = {"labels": {n: _cell(row[n]) for n in self.labels if n in row},
+                                             "patients": range(int(row.get("n_people", 0)))}
+        return cap
 
     def grid(self, n: int = 8) -> torch.Tensor:
         """Up to ``n`` released images side by side, (C, H, n*W), e.g. for ``plt.imshow``."""
-        imgs = list(itertools.islice(self.images(n), n))
-        return torch.cat(imgs, dim=-1)
+        return torch.cat(list(self.images(n)), dim=-1)

@@ -1,0 +1,48 @@
+"""What every API function does with its arguments first: the data as a dataset, models by name, types checked.
+
+* :func:`dataset_arg`: the ``ds`` argument through :func:`medanon.data.inputs.as_dataset` (a dataset, a
+  folder, or images in memory with ``patient_ids=``, ``labels=``, ``modality=``);
+* :func:`model_arg`: a ``codec=``, ``model=``, ``flow=``, ... argument through
+  :func:`medanon.models_registry.resolve_model` (a name on ``medanon models``, a path, a loaded network, or the
+  role's default for the data's modality), with the record the manifest keeps;
+* :func:`number`: a numeric argument of the wrong type is refused with a message that names the type.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+
+def dataset_arg(ds: Any, *, method: str, patient_ids=None, labels=None, modality=None, require_patients=False):
+    """``ds`` as the :class:`~medanon.data.dataset.ImageDataset` the methods read."""
+    from medanon.data.inputs import as_dataset
+
+    return as_dataset(ds, patient_ids=patient_ids, labels=labels, modality=modality,
+                      require_patients=require_patients, argument="ds", method=method)
+
+
+def model_arg(value: Any, *, role: str, ds, argument: str, method: str, used: dict[str, Any] | None = None):
+    """``value`` resolved for ``role`` on ``ds``'s modality; what was chosen is added to ``used`` (argument ->
+    {file, chosen}) for the release manifest."""
+    from medanon.models_registry import resolve_model
+
+    obj, record = resolve_model(value, role=role, modality=getattr(ds, "modality", None), argument=argument + "=",
+                                method=method)
+    if record is not None and used is not None:
+        used[argument] = record
+    return obj
+
+
+def number(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> None:
+    """Refuse ``value`` unless it is a real number (an integer with ``integer``); bools are not numbers here."""
+    from medanon.errors import ConfigError
+
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, numbers.Integral if integer else numbers.Real) and not isinstance(value, bool)
+    if not ok:
+        want = "an integer" if integer else "a number"
+        hint = f" (convert it: {name}={'int' if integer else 'float'}({value!r}))" if isinstance(value, str) else ""
+        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes {want}{hint}",
+                          fix=f"pass {name}= as {want}, e.g. {name}={'5' if integer else '0.3'}")

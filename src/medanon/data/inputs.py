@@ -1,0 +1,218 @@
+"""Inputs as users hold them: :func:`as_dataset` turns a dataset, a folder or images in memory into a dataset.
+
+Every ``medanon.anonymize.<method>`` and :func:`medanon.evaluate` call it on their data argument, so each
+accepts:
+
+* an opened dataset (:func:`medanon.open_dataset`, :func:`medanon.split_dataset`), kept as it is;
+* a dataset folder, as ``str`` or any ``os.PathLike`` (opened with its detected layout);
+* images in memory: a ``torch.Tensor`` or ``numpy`` array ``(N, C, H, W)`` (or ``(N, H, W)``; a numpy array
+  may be ``(N, H, W, C)``), or a list of PIL images or of ``(C, H, W)`` tensors / arrays. They need
+  ``patient_ids=`` (one per image) for the k-Same family; ``labels=`` (name -> one value per image) and
+  ``modality=`` (``fundus`` / ``xray``; default: fundus for 3 channels, X-ray for 1) are optional.
+
+Images in memory stay in memory (:class:`~medanon.data.memory.InMemoryDataset`): nothing is written to
+disk. Values: 8-bit integers span 0-255; floats span [-1, 1] when any value is negative, else [0, 1]
+(``value_range=(low, high)`` says otherwise).
+
+Example:
+    >>> import torch
+    >>> from medanon.data.inputs import as_dataset
+    >>> ds = as_dataset(torch.rand(6, 3, 16, 16), patient_ids=[0, 0, 1, 1, 2, 2], labels={"grade": [0, 1, 2, 0, 1, 4]})
+    >>> len(ds), ds.modality, ds.label_names, ds.patients
+    (6, 'fundus', ['grade'], ['0', '1', '2'])
+    >>> as_dataset(3.0)                      # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    medanon.errors.DataError: ds= is a float; ...
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from medanon.errors import ConfigError, DataError
+
+DataLike = Any
+"""What a method's ``ds`` (and :func:`medanon.evaluate`'s ``real``) may be: an ``ImageDataset``, a folder (``str`` or
+``os.PathLike``), a ``torch.Tensor`` or ``numpy.ndarray`` of images, or a list of PIL images or (C, H, W) tensors."""
+
+ACCEPTED = ("an opened dataset (medanon.open_dataset), a dataset folder (str or os.PathLike), a torch.Tensor or "
+            "numpy array (N, C, H, W), or a list of PIL images or of (C, H, W) tensors")
+MODALITIES = ("fundus", "xray")
+
+
+def _is_dataset(obj: Any) -> bool:
+    return hasattr(obj, "records") and hasattr(obj, "load") and hasattr(obj, "modality")
+
+
+def as_dataset(obj: Any, *, patient_ids: Sequence[Any] | None = None,
+               labels: Mapping[str, Sequence[float]] | None = None, modality: str | None = None,
+               transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+               value_range: tuple[float, float] | None = None, size: int = 64,
+               require_patients: bool = False, argument: str = "ds", method: str | None = None):
+    """``obj`` as an :class:`~medanon.data.dataset.ImageDataset` (see the module docstring for what it may be).
+
+    ``patient_ids``, ``labels``, ``modality``, ``value_range``: for images in memory only (a dataset or a folder
+    has its own). ``require_patients``: images in memory without ``patient_ids`` are refused (the k-Same
+    family: its guarantee counts people), else each image is its own patient. ``transform``: a function applied
+    to every image as it is loaded (see :class:`~medanon.data.dataset.ImageDataset`). ``size``: the side a
+    folder is opened at. ``argument`` / ``method`` name the caller's argument in errors.
+    """
+    if _is_dataset(obj):
+        _only_for_memory(argument, patient_ids=patient_ids, labels=labels, modality=modality, value_range=value_range)
+        if transform is not None:
+            import copy
+
+            obj = copy.copy(obj)                 # the caller's dataset keeps its own transform
+            obj.transform = transform
+        return obj
+    if isinstance(obj, (str, os.PathLike)):
+        _only_for_memory(argument, patient_ids=patient_ids, labels=labels, value_range=value_range)
+        from medanon.api.data import open_dataset
+
+        return open_dataset(Path(obj), size=size, modality=modality or "auto", transform=transform)
+    images = _images(obj, argument=argument, value_range=value_range)
+    if images is None:
+        raise DataError(f"{argument}= is a {_type_name(obj)}; {argument}= takes {ACCEPTED}",
+                        fix=f"pass one of those as {argument}=")
+    return from_images(images, patient_ids=patient_ids, labels=labels, modality=modality, transform=transform,
+                       require_patients=require_patients, argument=argument, method=method)
+
+
+def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality=None, transform=None,
+                require_patients: bool = False, argument: str = "ds", method: str | None = None):
+    """An :class:`~medanon.data.memory.InMemoryDataset` of ``images`` (N, C, H, W) float32 in [-1, 1]."""
+    from medanon.data.memory import InMemoryDataset
+
+    n, c, h, w = images.shape
+    if n == 0:
+        raise DataError(f"{argument}= holds no image", fix="pass at least one image")
+    if h != w:
+        raise DataError(f"{argument}= holds {h}x{w} images; medanon's methods work on square images",
+                        fix="crop or resize them to a square side (a power of two, e.g. 64) first")
+    if c not in (1, 3):
+        raise DataError(f"{argument}= has {c} channels; images have 1 (grayscale) or 3 (RGB)",
+                        fix="pass (N, C, H, W) with C = 1 or 3 (a numpy array may be (N, H, W, C))")
+    if patient_ids is None:
+        if require_patients:
+            raise ConfigError(f"{method or 'this method'} needs patient_ids= with images held in memory: its "
+                              "guarantee counts people, and several images may show one person",
+                              fix=f"pass patient_ids= one id per image ({n} ids), e.g. patient_ids=df['patient']")
+        patient_ids = [f"image{i:06d}" for i in range(n)]
+    patient_ids = _sequence(patient_ids, "patient_ids")
+    if len(patient_ids) != n:
+        raise ConfigError(f"patient_ids= has {len(patient_ids)} ids for {n} images", fix="pass one id per image")
+    pids = [_patient_id(p) for p in patient_ids]
+    if modality is None:
+        modality = "fundus" if c == 3 else "xray"
+    if modality not in MODALITIES:
+        raise ConfigError(f"modality={modality!r} is not one of {', '.join(MODALITIES)}")
+    return InMemoryDataset(images, patient_ids=pids, labels=_labels(labels, n), modality=modality,
+                           transform=transform)
+
+
+def _only_for_memory(argument: str, **given) -> None:
+    named = [k for k, v in given.items() if v is not None]
+    if named:
+        raise ConfigError(f"{', '.join(n + '=' for n in named)} describe images held in memory; {argument}= is a "
+                          "dataset or folder, which has its own",
+                          fix="leave them out (open the folder with medanon.open_dataset(..., modality=) to choose "
+                              "how it is read)")
+
+
+def _type_name(obj: Any) -> str:
+    t = type(obj)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _images(obj: Any, *, argument: str, value_range) -> torch.Tensor | None:
+    """``obj`` as (N, C, H, W) float32 in [-1, 1], or None when it is no kind of image collection."""
+    from medanon.data.memory import to_float_images
+
+    if isinstance(obj, torch.Tensor):
+        return to_float_images(_nchw(obj, argument, channels_last=False), value_range=value_range, name=argument + "=")
+    if isinstance(obj, np.ndarray):
+        return to_float_images(_nchw(obj, argument, channels_last=True), value_range=value_range, name=argument + "=")
+    if isinstance(obj, (list, tuple)) and obj:
+        try:
+            from PIL import Image
+        except ImportError:                      # pragma: no cover - pillow is a dependency
+            Image = None
+        if Image is not None and all(isinstance(x, Image.Image) for x in obj):
+            arrays = [np.asarray(x.convert("RGB") if x.mode not in ("L", "RGB", "I;16", "I", "F") else x)
+                      for x in obj]
+            return to_float_images(_stack(arrays, argument, channels_last=True), value_range=value_range,
+                                   name=argument + "=")
+        if all(isinstance(x, (torch.Tensor, np.ndarray)) for x in obj):
+            arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x for x in obj]
+            return to_float_images(_stack(arrays, argument, channels_last=False), value_range=value_range,
+                                   name=argument + "=")
+        bad = next(x for x in obj if not isinstance(x, (torch.Tensor, np.ndarray)))
+        raise DataError(f"{argument}= is a list holding a {_type_name(bad)}; a list holds PIL images or (C, H, W) "
+                        "tensors or arrays, all alike", fix="convert every item to the same kind first")
+    return None
+
+
+def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> np.ndarray:
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise DataError(f"{argument}= holds images of different shapes: {sorted(shapes)[:4]}",
+                        fix="resize them to one square size first")
+    a = np.stack(arrays)
+    if a.ndim == 4 and channels_last and a.shape[-1] in (1, 3):
+        a = a.transpose(0, 3, 1, 2)
+    return _nchw(a, argument, channels_last=False)
+
+
+def _nchw(a, argument: str, *, channels_last: bool):
+    if a.ndim == 3:                              # (N, H, W): one channel
+        return a[:, None]
+    if a.ndim != 4:
+        raise DataError(f"{argument}= has shape {tuple(a.shape)}; images are (N, C, H, W)",
+                        fix="stack the images into one (N, C, H, W) array (or (N, H, W) for grayscale)")
+    if channels_last and a.shape[1] not in (1, 3) and a.shape[-1] in (1, 3):
+        return a.transpose(0, 3, 1, 2)          # numpy's (N, H, W, C)
+    return a
+
+
+def _sequence(values: Any, name: str) -> list:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise ConfigError(f"{name}= is a {_type_name(values)}; it takes one value per image (a list, array or "
+                          "pandas Series)", fix=f"pass {name}=[...] with one entry per image")
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    return list(values.tolist() if hasattr(values, "tolist") else values)
+
+
+def _patient_id(p: Any) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        raise ConfigError("patient_ids= holds a missing id", fix="give every image its patient's id")
+    return str(p)
+
+
+def _labels(labels: Mapping[str, Sequence[Any]] | None, n: int) -> dict[str, list[float]]:
+    from medanon.data.labels import spec
+
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise ConfigError(f"labels= is a {_type_name(labels)}; it takes a mapping of label name -> one value per "
+                          "image", fix="pass e.g. labels={'grade': [0, 2, 1, ...]}")
+    out = {}
+    for name, values in labels.items():
+        vals = _sequence(values, f"labels[{name!r}]")
+        if len(vals) != n:
+            raise ConfigError(f"labels[{name!r}] has {len(vals)} values for {n} images", fix="pass one per image")
+        try:
+            out[str(name)] = [spec(str(name)).encode(v) for v in vals]
+        except ValueError as e:
+            raise ConfigError(f"labels[{name!r}]: {e}", fix="see medanon.data.labels.LABELS for the canonical "
+                                                            "values") from None
+    return out

@@ -1,0 +1,177 @@
+"""Images held in memory as a dataset: what ``medanon.anonymize.<method>(tensor, patient_ids=...)`` reads.
+
+:class:`InMemoryDataset` is an :class:`~medanon.data.dataset.ImageDataset` whose records have no file
+(``record.path is None``): each image is a row of one ``(N, C, H, W)`` float32 tensor in ``[-1, 1]``,
+with its patient id and labels. Every method reads it as it reads a folder (``ds.load(i)``); nothing
+is written to disk. An image's record id comes from its content (its 8-bit pixels), as the id of
+``images/<sha256>.png`` in a folder written by :func:`write_dataset_folder`: a release made from some
+of the images (``x[train]``) and :func:`medanon.evaluate` of all of them (``real=x``, which reads the
+real data from such a folder in a private temporary directory, removed afterwards) agree on every
+record.
+
+Example:
+    >>> import torch
+    >>> from medanon.data.memory import InMemoryDataset
+    >>> ds = InMemoryDataset(torch.zeros(4, 1, 8, 8), patient_ids=["a", "a", "b", "c"], modality="xray")
+    >>> len(ds), ds.size, ds.channels, ds.patients, ds.records[0].path is None
+    (4, 8, 1, ['a', 'b', 'c'], True)
+    >>> ds.load(2)["image"].shape, ds.load(2)["patient_id"]
+    (torch.Size([1, 8, 8]), 'b')
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from medanon.data.dataset import ImageDataset, ReadOptions
+from medanon.data.records import Record, make_record_id
+from medanon.errors import DataError
+
+MEMORY_LAYOUT = "memory"
+
+
+def image_names(images: torch.Tensor) -> list[str]:
+    """The relative path each image has in a folder written by :func:`write_dataset_folder`: ``images/`` and the
+    sha256 of its 8-bit pixels (and shape); the n-th copy of one image gets ``-n``."""
+    seen: dict[str, int] = {}
+    out = []
+    for img in images:
+        h = hashlib.sha256(str(tuple(img.shape)).encode())
+        h.update(_to_uint8(img).numpy().tobytes())
+        key = h.hexdigest()[:24]
+        n = seen[key] = seen.get(key, -1) + 1
+        out.append(f"images/{key}{f'-{n}' if n else ''}.png")
+    return out
+
+
+def _to_uint8(img: torch.Tensor) -> torch.Tensor:
+    return ((img.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+
+
+class InMemoryDataset(ImageDataset):
+    """``images`` (N, C, H, W) float32 in [-1, 1] with one patient id per image, as a dataset (no files).
+
+    ``labels``: label name -> N canonical floats (``nan`` = missing; :mod:`medanon.data.labels`).
+    ``modality``: ``fundus`` or ``xray``. ``transform``: as for folders (applied on every ``load``).
+    """
+
+    def __init__(self, images: torch.Tensor, *, patient_ids: Sequence[str],
+                 labels: Mapping[str, Sequence[float]] | None = None, modality: str | None = None,
+                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 indices: Sequence[int] | None = None, names: Sequence[str] | None = None):
+        n, c, h, _ = images.shape
+        keep = list(range(n)) if indices is None else list(indices)
+        labels = dict(labels or {})
+        names = list(names) if names is not None else image_names(images)
+        records = [Record(path=None, patient_id=str(patient_ids[i]),              # type: ignore[arg-type]
+                          labels={k: float(v[i]) for k, v in labels.items()}, record_id=make_record_id(names[i]))
+                   for i in keep]
+        super().__init__(records, size=h, channels=c, crop="none", modality=modality, layout=MEMORY_LAYOUT,
+                         root=None, transform=transform,
+                         read_options=ReadOptions(layout="medanon", channels=c, crop="none",
+                                                  modality=modality or "auto"))
+        self.images = images
+        self._rows = keep                       # row of ``images`` of each record
+        self._labels, self._pids, self._names = labels, list(patient_ids), names
+        self.source_files = []
+
+    def _pixels(self, index: int) -> dict[str, torch.Tensor]:
+        return {"image": self.images[self._rows[index]], "fov": torch.ones(1, self.size, self.size, dtype=torch.bool)}
+
+    def take(self, indices: Sequence[int]) -> InMemoryDataset:
+        """The records ``indices`` as a dataset of their own (no copy of the images)."""
+        return InMemoryDataset(self.images, patient_ids=self._pids, labels=self._labels, modality=self.modality,
+                               transform=self.transform, indices=[self._rows[i] for i in indices], names=self._names)
+
+    def content_digest(self) -> dict[str, Any]:
+        """One sha256 over the images' bytes (what a folder's ``files_digest`` is for files)."""
+        h = hashlib.sha256()
+        for row in self._rows:
+            h.update(self.images[row].contiguous().numpy().tobytes())
+        return {"files": 0, "images": len(self._rows), "bytes": len(self._rows) * self.images[0].numel() * 4,
+                "mode": "memory", "sha256": h.hexdigest()}
+
+    def __repr__(self) -> str:
+        return (f"InMemoryDataset({len(self)} images {self.channels}x{self.size}x{self.size}, "
+                f"{len(self.patients)} patients, modality {self.modality!r}, labels {self.label_names})")
+
+
+def is_in_memory(ds: Any) -> bool:
+    """Whether ``ds`` holds its images in memory (its records have no files)."""
+    return isinstance(ds, InMemoryDataset)
+
+
+def write_dataset_folder(ds: InMemoryDataset, out: str | Path) -> Path:
+    """Write ``ds`` as a folder of medanon's layout (``dataset.yaml``, ``labels.csv``, ``images/NNNNNN.png``)
+    whose record ids are ``ds``'s: for code that reads the real data from a folder (the evaluation).
+
+    The PNGs are 8-bit (the images are quantised as a saved release's are). ``out`` must not exist.
+    """
+    import yaml
+    from PIL import Image
+
+    from medanon.fsutil import atomic_dir
+
+    if ds.modality not in ("fundus", "xray"):
+        raise DataError(f"the images' modality is {ds.modality!r}; a dataset folder needs fundus or xray",
+                        fix="pass modality='fundus' or modality='xray'")
+    names = list(ds.label_names)
+    with atomic_dir(Path(out), overwrite=False, marker="dataset") as tmp:
+        (tmp / "images").mkdir()
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["image", "patient_id", *names])
+        for i, row in enumerate(ds._rows):
+            a = _to_uint8(ds.images[row]).numpy()
+            img = Image.fromarray(a[0], mode="L") if a.shape[0] == 1 else Image.fromarray(a.transpose(1, 2, 0), "RGB")
+            img.save(tmp / ds._names[row])
+            rec = ds.records[i]
+            w.writerow([ds._names[row], rec.patient_id,
+                        *("" if math.isnan(rec.labels.get(n, math.nan)) else _cell(rec.labels[n]) for n in names)])
+        (tmp / "labels.csv").write_text(buf.getvalue(), encoding="utf-8")
+        descriptor = {"format": "medanon-dataset", "version": 1, "modality": ds.modality, "labels": "labels.csv",
+                      "image_col": "image", "patient_col": "patient_id", "label_cols": names,
+                      "description": "images held in memory, written for an evaluation"}
+        (tmp / "dataset.yaml").write_text(yaml.safe_dump(descriptor, sort_keys=False), encoding="utf-8")
+        (tmp / "memory.json").write_text(json.dumps({"images": len(ds)}) + "\n", encoding="utf-8")
+    return Path(out)
+
+
+def _cell(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[float, float] | None,
+                    name: str) -> torch.Tensor:
+    """``array`` (N, C, H, W) as float32 in [-1, 1]. ``value_range``: the range the values span (default: 0-255
+    for integer types; for floats [-1, 1] when any value is negative, else [0, 1])."""
+    t = torch.as_tensor(array).detach().cpu()
+    if t.dtype == torch.bool or t.is_complex():
+        raise DataError(f"{name} holds {t.dtype} values", fix="pass images as floats or 8-bit integers")
+    if value_range is None:
+        if not t.is_floating_point():
+            value_range = (0.0, 255.0)
+        else:
+            value_range = (-1.0, 1.0) if bool((t < 0).any()) else (0.0, 1.0)
+    lo, hi = (float(v) for v in value_range)
+    if not hi > lo:
+        raise DataError(f"value_range={value_range!r} is empty", fix="pass (low, high) with high > low, e.g. (0, 255)")
+    t = t.float()
+    if not bool(torch.isfinite(t).all()):
+        raise DataError(f"{name} holds NaN or infinite values", fix="replace them before anonymising")
+    tol = 1e-3 * (hi - lo)
+    if t.numel() and (float(t.min()) < lo - tol or float(t.max()) > hi + tol):
+        raise DataError(f"{name} spans [{float(t.min()):.4g}, {float(t.max()):.4g}], outside value_range "
+                        f"({lo:g}, {hi:g})",
+                        fix="pass value_range=(low, high): the values that mean black and white, e.g. (0, 255)")
+    return ((t - lo) / (hi - lo) * 2 - 1).clamp(-1, 1).contiguous()

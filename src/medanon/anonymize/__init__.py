@@ -4,14 +4,20 @@
     >>> sorted(medanon.anonymize.METHODS)                       # doctest: +NORMALIZE_WHITESPACE
     ['dpglow', 'gmia', 'inverted', 'kcentroid', 'kpca', 'kpixel', 'ksalsa', 'ldp_image', 'snow', 'vs_snow']
 
-``medanon.anonymize.<method>(ds, *, ...)`` takes an opened dataset (:func:`medanon.open_dataset`)
-and the method's settings, keyword-only; the privacy-critical ones (``k``, ``epsilon``, ``p`` and
-``seed``) have no default. Nothing is computed until the release is saved
-(``rel.save(path, mapping=...)``) or looked at (``rel.images()``). The functions live in
-:mod:`medanon.api`; the algorithms in one module per method family here (``ksame``, ``salsa``,
+``medanon.anonymize.<method>(ds, *, ...)`` takes an opened dataset (:func:`medanon.open_dataset`), a
+dataset folder, or images in memory (a tensor or array (N, C, H, W), a list of PIL images) with
+``patient_ids=`` (:func:`medanon.data.as_dataset`), and the method's settings, keyword-only; the
+privacy-critical ones (``k``, ``epsilon``, ``p`` and ``seed``) have no default.
+Nothing is computed until the release is saved (``rel.save(path, mapping=...)``) or looked at (``rel.images()``).
+The functions live in :mod:`medanon.api`; the algorithms in one module per method family here (``ksame``, ``salsa``,
 ``dpglow``, ``ldp_image``, ``gmia``, ``snow``, ...). ``gmia``, ``snow``, ``dpglow`` and ``ldp_image``
 are both those modules and callable: ``medanon.anonymize.snow(ds, p=0.1, seed=0)`` calls the API
-function, ``from medanon.anonymize.snow import snow_sweep`` imports from the module.
+function, ``from medanon.anonymize.snow import snow_sweep`` imports from the module. The namespace
+shows the methods (``dir(medanon.anonymize)``, ``__all__``); the algorithm modules stay importable by
+their full names (``import medanon.anonymize.ksame``).
+
+    >>> [n for n in dir(medanon.anonymize) if not n.startswith("_")] == sorted(medanon.anonymize.__all__)
+    True
 """
 
 from medanon.api._callable import make_callable as _make_callable
@@ -31,3 +37,8 @@ METHODS = ("kpixel", "kpca", "kcentroid", "ksalsa", "inverted", "gmia", "snow", 
 
 __all__ = ["METHODS", "dpglow", "gmia", "inverted", "kcentroid", "kpca", "kpixel", "ksalsa", "ldp_image", "snow",
            "vs_snow"]
+
+
+def __dir__() -> list[str]:
+    """The public namespace: the methods (the algorithm modules are internals, imported by their full names)."""
+    return sorted(__all__)

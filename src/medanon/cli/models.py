@@ -13,20 +13,27 @@ from medanon.cli.base import CONTEXT, cli
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def models(as_json: bool) -> None:
     """List the checkpoints on the model search path: $MEDANON_MODELS (folders separated by ':'), then
-    checkpoints/ of the source checkout. Each with its kind and sha256, the checksum a release manifest
-    records for the models it used.
+    checkpoints/ of the source checkout. Each with its kind and sha256 (the checksum a release manifest
+    records for the models it used), the roles it is the default for (DEFAULT), and its card: what it was
+    trained on, its measured quality and its intended use (commands in checkpoints/README.md). Methods take
+    a model by its name here, with or without .pt (e.g. codec="restyle-map-fundus64").
 
     \b
     Example:
       MEDANON_MODELS=/srv/models medanon models
     """
-    from medanon.models_registry import ENV, list_models, search_path
+    from dataclasses import asdict
+
+    from medanon.models_registry import CARDS, ENV, defaults_of, list_models, search_path
 
     found = list_models()
     if as_json:
         click.echo(json.dumps({"search_path": [str(p) for p in search_path()],
                                "models": [{"name": m.name, "path": str(m.path), "bytes": m.bytes, "kind": m.kind,
-                                           "sha256": m.sha256, "shadowed": m.shadowed} for m in found]}, indent=2))
+                                           "sha256": m.sha256, "shadowed": m.shadowed,
+                                           "default_for": defaults_of(m.name),
+                                           "card": asdict(CARDS[m.name]) if m.name in CARDS else None}
+                                          for m in found]}, indent=2))
         return
     click.echo("search path ($" + ENV + ", then the source checkout's checkpoints/ if medanon runs from one):")
     for p in search_path():
@@ -35,6 +42,13 @@ def models(as_json: bool) -> None:
         click.echo(f"no checkpoints found: set {ENV} to a folder holding the shipped checkpoints/*.pt")
         return
     width = max(len(m.name) for m in found)
-    for m in found:
+    for m in sorted(found, key=lambda m: (not defaults_of(m.name), m.shadowed)):   # the defaults first
+        roles = defaults_of(m.name)
         click.echo(f"{m.name:<{width}}  {m.kind:<20} {m.bytes / 1e6:6.1f} MB  sha256 {m.sha256}"
                    + ("  (shadowed)" if m.shadowed else "") + f"\n{'':<{width}}  {m.path}")
+        if roles and not m.shadowed:
+            click.echo(f"{'':<{width}}  DEFAULT for {', '.join(roles)}")
+        card = CARDS.get(m.name)
+        if card is not None:
+            click.echo(f"{'':<{width}}  use: {card.use}\n{'':<{width}}  trained on: {card.trained_on}\n"
+                       f"{'':<{width}}  quality: {card.quality}")

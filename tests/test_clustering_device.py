@@ -109,3 +109,19 @@ def test_benchmark_command_checks_the_device_against_the_cpu():
     assert lines[0] == {"benchmark": "clustering-check", "n": 120, "device": "cpu", "identical_to_cpu": True}
     assert lines[1]["n"] == 150 and lines[1]["clusters"] == 30 and lines[1]["min_size"] == 5
     assert lines[1]["rebuilds"] >= 1 and lines[1]["block"] == 2048
+
+
+def test_merged_stamp_groups_give_the_same_clusters():
+    """Off the CPU, small groups of stale sums share products with the distances before each row's stamp masked
+    out; forced on here, the clusters are still the float64 reference's, and merged chunks did occur."""
+    x = np.random.default_rng(1).standard_normal((2000, 16))
+    g = clustering_greedy.Greedy(torch.from_numpy(x).float(), 5, block=256, cache=20, progress=False,
+                                 exact=torch.from_numpy(x))
+    g.merge = True
+    merged = []
+    real = g._chunks
+    g._chunks = lambda stamps, counts: merged.extend(c[3] for c in real(stamps, counts)) or real(stamps, counts)
+    clusters, left = g.run()
+    assert any(merged) and not len(left)
+    ref = naive_same_size_clusters(x, 5)
+    assert sorted(map(tuple, clusters)) == sorted(tuple(m) for m in ref.clusters)

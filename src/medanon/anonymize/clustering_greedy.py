@@ -105,6 +105,7 @@ class Greedy:
         self.kid = torch.arange(self.n, device=self.dev)    # candidate columns of neighbour searches (compacted)
         self.kx, self.ksq = self.x, self.sq
         self.progress = progress
+        self.merge = self.dev.type != "cpu"          # small stamp groups share products (see _refresh)
         self.wide = torch.get_num_threads()          # the caller's threads, for the loop's large products
         with full_float32():
             self.s, nn = self._initial_sums()
@@ -151,8 +152,11 @@ class Greedy:
     def _refresh(self, ids: torch.Tensor) -> None:
         """Make s[ids] exact: subtract distances to the points removed since each one's stamp.
 
-        Rows are grouped by stamp, so every (row, removed point) distance is computed once. These are the
-        loop's largest products (up to 4 block² distances): they run on the caller's threads.
+        Rows are grouped by stamp, so every (row, removed point) distance is computed once; with ``merge`` (off
+        the CPU), small groups of close stamps share a product, the distances to points removed before a row's
+        stamp masked out (at most as many as it needs), so that a refresh is a few large products rather than
+        one per stamp. These are the loop's largest products (up to 4 block² distances): they run on the
+        caller's threads.
         """
         st = self.stamp[ids]
         stale = st < self.removed
@@ -163,19 +167,37 @@ class Greedy:
         ids = ids[o]
         stamps, counts = torch.unique_consecutive(st, return_counts=True)
         with torch_threads(self.dev, self.wide):
-            start = 0
-            for lo, m in zip(stamps.tolist(), counts.tolist(), strict=True):
-                for c in range(start, start + m, self.block):
-                    part = ids[c:min(c + self.block, start + m)]
+            for start, end, lo, masked in self._chunks(stamps.tolist(), counts.tolist()):
+                for c in range(start, end, self.block):
+                    part = ids[c:min(c + self.block, end)]
                     xa, qa = self._rows(part)
                     acc = torch.zeros(len(part), dtype=torch.float64, device=self.dev)
                     cols = self._columns(len(part))
-                    for r in range(int(lo), self.removed, cols):
+                    for r in range(lo, self.removed, cols):
                         hi = min(r + cols, self.removed)
-                        acc += self.sum64(distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi]))
+                        d = distances.pairwise(xa, self.rx[r:hi], qa, self.rq[r:hi])
+                        if masked:                         # removed before the row's stamp: already subtracted
+                            before = torch.arange(r, hi, device=self.dev)[None, :] < st[c:c + len(part), None]
+                            d.masked_fill_(before, 0.0)
+                        acc += self.sum64(d)
                     self.s[part] -= acc
-                start += m
         self.stamp[ids] = self.removed
+
+    def _chunks(self, stamps: list[int], counts: list[int]) -> list[tuple[int, int, int, bool]]:
+        """Row ranges of the stamp-sorted ids that share products: (start, end, lowest stamp, masked). A group joins
+        the chunk before it while the chunk stays within ``block`` rows and the columns it would compute for
+        nothing (its stamp less the chunk's) are at most those it needs (the removals since its stamp)."""
+        out, start = [], 0
+        for lo, m in zip(stamps, counts, strict=True):
+            if out and self.merge:
+                s0, e0, lo0, _ = out[-1]
+                if e0 - s0 + m <= self.block and lo - lo0 <= self.removed - lo:
+                    out[-1] = (s0, e0 + m, lo0, True)
+                    start += m
+                    continue
+            out.append((start, start + m, lo, False))
+            start += m
+        return out
 
     def _rebuild(self) -> None:
         """A new hot set: the largest exact sums, grown until its best beats every bound outside.

@@ -83,11 +83,15 @@ def _check(n: int, k: int) -> None:
                         fix="lower k= or add data (k-anonymity needs at least k people per record)")
 
 
-def _finish(points: np.ndarray, clusters, leftovers, k: int, drop_remainder: bool) -> Clustering:
+def _finish(points: np.ndarray | torch.Tensor, clusters, leftovers, k: int, drop_remainder: bool) -> Clustering:
     if drop_remainder:
         if len(leftovers):
             log.warning("dropping %d leftover point(s) (drop_remainder=True): they are not released", len(leftovers))
         return Clustering(clusters, k, np.asarray(leftovers, np.int64))
+    if not len(leftovers):
+        return Clustering(clusters, k)
+    if isinstance(points, torch.Tensor):                 # to the host only when there are leftovers to attach
+        points = points.cpu().double().numpy()
     return Clustering(_attach_leftovers(points, clusters, leftovers), k)
 
 
@@ -119,7 +123,7 @@ def same_size_clusters(points: np.ndarray | torch.Tensor, k: int, *,
         _check(n, k)
         clusters, left = Greedy(x, k, block=block or auto_block(x.device), cache=cache or 4 * k, progress=progress,
                                 exact=given).run()
-        return _finish(x.cpu().double().numpy(), clusters, left, k, drop_remainder)
+        return _finish(x, clusters, left, k, drop_remainder)
     strata = list(strata)
     if len(strata) != n:
         raise ConfigError(f"strata has {len(strata)} entries for {n} points")

@@ -56,6 +56,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from medanon.evaluate.attacks.balance import Balance, control_rates
+from medanon.evaluate.attacks.pair_bootstrap import verification_draws
 from medanon.evaluate.attacks.risk import MIN_PATIENTS, rate, risk_entry, success_rate, threshold_entry
 from medanon.evaluate.attacks.stats import (
     BOOT_RESAMPLES,
@@ -63,6 +64,7 @@ from medanon.evaluate.attacks.stats import (
     cluster_summaries,
     components,
     delong,
+    summarise_draws,
     threshold_at_far,
     unit,
     weighted_auc,
@@ -114,10 +116,43 @@ def verification_rates(scores, genuine, threshold: float, *, confidence: float =
 
 
 def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, seed: int, n_resamples: int) -> dict:
-    """Patient cluster bootstrap intervals of TAR, FAR, AUC (and reverse TAR), in one pass of resamples."""
-    # genuine pairs first, then impostors by score: the statistics read contiguous columns of the weights
-    order = np.r_[np.flatnonzero(g), np.flatnonzero(~g)[np.argsort(sc[~g], kind="stable")]]
-    sc, g, groups = sc[order], g[order], np.asarray(groups)[order]
+    """Patient cluster bootstrap intervals of TAR, FAR, AUC (and reverse TAR), in one pass of resamples: from
+    clusters × clusters count matrices (:mod:`.pair_bootstrap`), else by weighting every pair in every resample."""
+    est = {"TAR": (out["TAR"], True), "FAR": (out["FAR"], True), "AUC": (out["AUC"], False),
+           "reverse_TAR": (out.get("reverse_TAR", out["TAR"]), True)}
+    fast = verification_draws(sc, g, acc, rev if rev is not None else acc, groups, n_resamples=n_resamples,
+                              seed=seed) if not GATHER else None
+    if fast is not None:
+        b = summarise_draws(fast[0], fast[1], est, confidence=confidence, seed=seed, n_resamples=n_resamples)
+    else:
+        b = cluster_summaries(_gathered_stat(sc, g, acc, rev), _sorted(sc, g, groups), est, confidence=confidence,
+                              seed=seed, n_resamples=n_resamples)
+    upd = {"TAR_ci": b["TAR"]["ci"], "FAR_ci": b["FAR"]["ci"], "AUC_delong_ci": out["AUC_ci"],
+           "AUC_ci": b["AUC"]["ci"], "interval": b["AUC"]["interval"], "patients": b["AUC"]["clusters"],
+           "resamples": b["AUC"]["resamples"], "seed": seed, "AUC_p_value": bootstrap_p(b["AUC"]["draws"], 0.5),
+           "AUC_p_value_test": "patient cluster bootstrap, interval inversion (twice the smaller share of resampled "
+                               "AUCs on either side of 0.5)"}
+    if rev is not None:
+        upd["reverse_TAR_ci"] = b["reverse_TAR"]["ci"]
+    return upd
+
+
+GATHER = False                  # True: always weight every pair (the reference the count matrices are tested against)
+
+
+def _order(sc, g) -> np.ndarray:
+    """Genuine pairs first, then impostors by score: the statistics read contiguous columns of the weights."""
+    return np.r_[np.flatnonzero(g), np.flatnonzero(~g)[np.argsort(sc[~g], kind="stable")]]
+
+
+def _sorted(sc, g, groups) -> np.ndarray:
+    return np.asarray(groups)[_order(sc, g)]
+
+
+def _gathered_stat(sc, g, acc, rev):
+    """TAR, FAR, AUC and reverse TAR from per-pair weights (pairs in :func:`_order`)."""
+    order = _order(sc, g)
+    sc, g = sc[order], g[order]
     ng_ = int(g.sum())
     a, r = acc[order].astype(np.float32), (rev if rev is not None else acc)[order].astype(np.float32)   # as weights
     auc = weighted_auc(sc, g)
@@ -127,18 +162,7 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
         n_g = wg.sum(1, dtype=np.float64)
         return np.stack([(wg @ a[:ng_]) / n_g, (wi @ a[ng_:]) / wi.sum(1, dtype=np.float64), auc(w),
                          (wg @ r[:ng_]) / n_g])
-
-    est = {"TAR": (out["TAR"], True), "FAR": (out["FAR"], True), "AUC": (out["AUC"], False),
-           "reverse_TAR": (out.get("reverse_TAR", out["TAR"]), True)}
-    b = cluster_summaries(stat, groups, est, confidence=confidence, seed=seed, n_resamples=n_resamples)
-    upd = {"TAR_ci": b["TAR"]["ci"], "FAR_ci": b["FAR"]["ci"], "AUC_delong_ci": out["AUC_ci"],
-           "AUC_ci": b["AUC"]["ci"], "interval": b["AUC"]["interval"], "patients": b["AUC"]["clusters"],
-           "resamples": b["AUC"]["resamples"], "seed": seed, "AUC_p_value": bootstrap_p(b["AUC"]["draws"], 0.5),
-           "AUC_p_value_test": "patient cluster bootstrap, interval inversion (twice the smaller share of resampled "
-                               "AUCs on either side of 0.5)"}
-    if rev is not None:
-        upd["reverse_TAR_ci"] = b["reverse_TAR"]["ci"]
-    return upd
+    return stat
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -327,7 +327,13 @@ def cluster_summaries(statistic, groups, estimates: dict[str, tuple[float, bool]
     """Several statistics from one pass of resamples: ``statistic(w)`` returns (len(estimates), resamples), in the
     order of ``estimates`` (name -> (estimate, is a rate))."""
     draws, g = cluster_bootstrap(statistic, groups, n_resamples=n_resamples, seed=seed, stream=stream)
-    draws = draws.reshape(len(estimates), -1)
+    return summarise_draws(draws, g, estimates, confidence=confidence, seed=seed, n_resamples=n_resamples)
+
+
+def summarise_draws(draws: np.ndarray, g: int, estimates: dict[str, tuple[float, bool]], *, confidence: float,
+                    seed: int, n_resamples: int) -> dict[str, dict]:
+    """:func:`cluster_summaries` from draws already made: (len(estimates), resamples) over ``g`` clusters."""
+    draws = np.asarray(draws, np.float64).reshape(len(estimates), -1)
     out = {}
     for row, (name, (est, is_rate)) in zip(draws, estimates.items(), strict=True):
         ci = percentile_ci(row, est, confidence)

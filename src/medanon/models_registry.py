@@ -238,7 +238,7 @@ def resolve_model(value, *, role: str, modality: str | None, argument: str, meth
     if value is None:
         value = default_model(role, modality)
         if value is None:
-            raise ConfigError(f"{method} needs {argument}: no shipped {ROLE_WORDS[role]} for {modality or 'this'} "
+            raise ConfigError(f"{method} needs {argument}=: no shipped {ROLE_WORDS[role]} for {modality or 'these'} "
                               "images", fix=f"pass {argument}= a checkpoint (name on `medanon models` or path) or a "
                                             "loaded network")
         chosen = f"default for {modality}"

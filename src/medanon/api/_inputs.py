@@ -27,7 +27,7 @@ def model_arg(value: Any, *, role: str, ds, argument: str, method: str, used: di
     {file, chosen}) for the release manifest."""
     from medanon.models_registry import resolve_model
 
-    obj, record = resolve_model(value, role=role, modality=getattr(ds, "modality", None), argument=argument + "=",
+    obj, record = resolve_model(value, role=role, modality=getattr(ds, "modality", None), argument=argument,
                                 method=method)
     if record is not None and used is not None:
         used[argument] = record

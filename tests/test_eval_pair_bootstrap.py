@@ -52,3 +52,17 @@ def test_the_draws_match_the_gathering_bootstrap_and_refuse_a_genuine_pair_acros
     assert g == g2 == 9 and np.allclose(draws, ref, atol=1e-12, equal_nan=True)
     genuine[np.flatnonzero(~genuine)[0]] = True                                      # a genuine pair of two clusters
     assert verification_draws(scores, genuine, acc, rev, groups, n_resamples=50) is None
+
+
+def test_delong_over_pairs_gives_the_gathering_bootstraps_interval():
+    from medanon.evaluate.attacks.stats import cluster_summary, delong, weighted_auc
+
+    rng = np.random.default_rng(4)
+    groups = rng.integers(0, 8, (600, 2))
+    genuine = groups[:, 0] == groups[:, 1]
+    scores = np.round(rng.standard_normal(600) + genuine, 1)
+    d = delong(scores[genuine], scores[~genuine], pos_groups=groups[genuine], neg_groups=groups[~genuine], seed=5)
+    pos = np.r_[np.ones(genuine.sum(), bool), np.zeros((~genuine).sum(), bool)]
+    ref = cluster_summary(weighted_auc(np.r_[scores[genuine], scores[~genuine]], pos),
+                          np.r_[groups[genuine], groups[~genuine]], d["auc"], seed=5)
+    assert d["ci"] == pytest.approx(ref["ci"], abs=1e-12) and d["patients"] == 8

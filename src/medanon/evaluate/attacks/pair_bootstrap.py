@@ -24,6 +24,8 @@ from scipy import sparse
 from medanon.evaluate.attacks.stats import _codes
 
 MAX_CELLS = 1 << 23             # H's entries (clusters × (clusters + 1)²): above it, the gathering bootstrap is used
+PAIRS_PER_CELL = 20             # ... and above 20 per pair, where weighting every pair costs less (measured: 140
+                                # clusters, 50,000 pairs 0.14 s against 0.08 s; 150,000 pairs 0.17 against 0.23 s)
 
 
 def _counts(g: int, n_resamples: int, seed: int, stream: int) -> np.ndarray:
@@ -40,12 +42,13 @@ def verification_draws(scores, genuine, accept, reverse, groups, *, n_resamples:
                        stream: int = 0) -> tuple[np.ndarray, int] | None:
     """Bootstrap draws (4, resamples) of TAR, FAR, AUC and reverse TAR over pairs (``accept`` / ``reverse``: the
     pairs each attacker accepts; ``groups`` (n, 2): the cluster of each side), and the number of clusters; None
-    where a genuine pair spans two clusters or the clusters are too many (``MAX_CELLS``)."""
+    where a genuine pair spans two clusters, or the clusters are too many for the pairs (``MAX_CELLS``,
+    ``PAIRS_PER_CELL``): the caller then weights every pair."""
     codes, g = _codes(groups)
     first = codes[:, 0]
     second = np.where(codes[:, 0] != codes[:, 1], codes[:, 1], g)
     gen = np.asarray(genuine, bool)
-    if g == 0 or (second[gen] != g).any() or g * (g + 1) ** 2 > MAX_CELLS:
+    if g == 0 or (second[gen] != g).any() or g * (g + 1) ** 2 > min(MAX_CELLS, PAIRS_PER_CELL * len(gen)):
         return None
     cells = (g + 1) ** 2
     idx = first * (g + 1) + second

@@ -179,8 +179,15 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     if pos_groups is not None and neg_groups is not None:
         groups = np.concatenate([np.asarray(pos_groups), np.asarray(neg_groups)])
         pos = np.r_[np.ones(m, bool), np.zeros(n, bool)]
-        boot = cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
-                               n_resamples=n_resamples)
+        fast = None
+        if groups.ndim == 2:                            # pairs: from count matrices (.pair_bootstrap), same draws
+            from medanon.evaluate.attacks.pair_bootstrap import verification_draws
+
+            fast = verification_draws(np.r_[x, y], pos, pos, pos, groups, n_resamples=n_resamples, seed=seed)
+        boot = (summarise_draws(fast[0][2:3], fast[1], {"x": (auc, False)}, confidence=confidence, seed=seed,
+                                n_resamples=n_resamples)["x"] if fast is not None else
+                cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
+                                n_resamples=n_resamples))
         out.update(ci=boot["ci"], interval=boot["interval"], patients=boot["clusters"],
                    resamples=boot["resamples"], seed=seed, p_value=bootstrap_p(boot["draws"], 0.5),
                    p_value_test=f"patient cluster bootstrap, interval inversion: twice the smaller share of the "

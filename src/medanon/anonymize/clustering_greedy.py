@@ -114,6 +114,7 @@ class Greedy:
         self.nn = nn * (1.0 - NN_MARGIN)
         self.nn_host = self.nn.cpu().numpy()
         self.taken = np.zeros(self.n + 1)             # taken[r]: sum of nn over the first r removed points
+        self.taken_t, self.taken_on_dev = torch.zeros(self.n + 1, dtype=torch.float64, device=self.dev), 0
         self.hot = torch.zeros(0, dtype=torch.int64, device=self.dev)
         # the hot set's exact current sums (-inf once a point leaves) and its indices, each with a last slot for
         # the points outside it (-inf, -1); hpos[i]: i's position in the hot set (that slot when outside)
@@ -209,7 +210,10 @@ class Greedy:
             self.s[self.hot] = self.hs[:-1]
             self.stamp[self.hot] = self.removed
         alive = torch.nonzero(self.alive_t).squeeze(1)
-        taken = torch.from_numpy(self.taken[:self.removed + 1]).to(self.dev)
+        r0 = self.taken_on_dev                             # copy the new part of ``taken`` only
+        self.taken_t[r0:self.removed + 1] = torch.from_numpy(self.taken[r0:self.removed + 1]).to(self.dev)
+        self.taken_on_dev = self.removed + 1
+        taken = self.taken_t
         bound, order = torch.sort(self._bounds(alive, taken), descending=True, stable=True)
         by_bound = alive[order]
         n_alive = len(by_bound)

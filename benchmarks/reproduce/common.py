@@ -1,0 +1,262 @@
+"""Shared parts of the paper-reproduction scripts (benchmarks/reproduce/<paper>.py).
+
+Each script: builds a phantom at a stated scale, splits it by patient as the demo does, writes the training
+split as its own dataset, makes the paper's releases with the shipped models (the demo's defaults), audits them,
+evaluates them with :func:`medanon.evaluate.harness.evaluate` (the demo's CPU-sized protocol, the calibrated
+attacks, verdicts and validity), then puts the paper's table cells next to ours (value, 95 % interval, N) and
+judges each claim of the paper. Every step reuses what is on disk: phantoms with the same settings, release
+folders (a release resumes by itself), and the evaluation cache, so an interrupted run resumes.
+
+Verdicts compare 95 % intervals: a claimed order ``a < b`` **holds** when a's interval lies wholly below b's,
+**does not hold** when it lies wholly above, otherwise it is **cannot tell at this N**. Two overlapping
+unpaired intervals can hide a real difference (the releases share one test set, but the evaluation pairs each
+release only with its same-N real baseline), so "cannot tell" is the conservative answer, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell at this N"
+
+
+@dataclass
+class Cell:
+    """One of our numbers: value, 95 % interval, N (and a note, e.g. an invalid attack)."""
+
+    value: float | None
+    lo: float | None = None
+    hi: float | None = None
+    n: int | str | None = None
+    note: str = ""
+
+    def fmt(self, digits: int = 3, scale: float = 1.0) -> str:
+        if self.value is None:
+            return "—" + (f" ({self.note})" if self.note else "")
+        v = f"{self.value * scale:.{digits}f}"
+        ci = f" [{self.lo * scale:.{digits}f}, {self.hi * scale:.{digits}f}]" if self.lo is not None else ""
+        n = f" N {self.n}" if self.n is not None else ""
+        return v + ci + n + (f" ({self.note})" if self.note else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "ci": [self.lo, self.hi], "n": self.n, **({"note": self.note} if self.note
+                                                                             else {})}
+
+
+def less(a: Cell, b: Cell) -> str:
+    """Verdict on the claim ``a < b`` from the two 95 % intervals (see the module docstring)."""
+    if a.value is None or b.value is None or a.lo is None or b.lo is None:
+        return UNSURE
+    if a.hi < b.lo:
+        return HOLDS
+    if a.lo > b.hi:
+        return FAILS
+    return UNSURE
+
+
+def below_zero(d: Cell) -> str:
+    """Verdict on ``d < 0`` from a (paired) difference interval."""
+    if d.value is None or d.lo is None:
+        return UNSURE
+    return HOLDS if d.hi < 0 else FAILS if d.lo > 0 else UNSURE
+
+
+def all_of(verdicts: list[str]) -> str:
+    """A claim made of several orders: holds if all hold, does not hold if any fails, else cannot tell."""
+    if any(v == FAILS for v in verdicts):
+        return FAILS
+    return HOLDS if verdicts and all(v == HOLDS for v in verdicts) else UNSURE
+
+
+@dataclass
+class Claim:
+    claim: str                                  # one line, with the paper's table and row
+    paper: str                                  # the paper's numbers
+    ours: str                                   # ours, with intervals and N
+    verdict: str
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(vars(self))
+
+
+# ---------------------------------------------------------------- reading report.json
+
+
+def release(report: dict, name: str) -> dict | None:
+    return next((r for r in report.get("releases", []) if r.get("name") == name), None)
+
+
+def fid_cell(rel: dict | None) -> Cell:
+    f = ((rel or {}).get("fidelity") or {}).get("fid")
+    if not f:
+        return Cell(None, note="not run" if rel is None else "no Inception")
+    return Cell(f["value"], *f.get("ci", [None, None])[:2], n=f.get("n"))
+
+
+def utility_cell(rel: dict | None, task: str, metric: str, which: str = "release") -> Cell:
+    """``which``: release, baseline (real images, same N) or difference (release − baseline, paired bootstrap)."""
+    u = ((rel or {}).get("utility") or {}).get(task) or {}
+    b = (u.get("paired_bootstrap") or {}).get(metric, {}).get(which)
+    if not b:
+        return Cell(None, note="not run" if rel is None else "no utility")
+    n = f"{u.get('n_train')}/{u.get('n_test')}"               # training records / test images
+    return Cell(b["value"], *b.get("ci", [None, None])[:2], n=n)
+
+
+def full_real_cell(report: dict, task: str, metric: str) -> Cell:
+    u = ((report.get("controls") or {}).get("utility_full_real") or {}).get(task) or {}
+    b = (u.get("bootstrap") or {}).get(metric, {}).get("release")
+    if not b:
+        return Cell(None, note="not run")
+    return Cell(b["value"], *b["ci"][:2], n=f"{u.get('n_train')}/{u.get('n_test')}")
+
+
+def real_fid_floor(report: dict, n: int | None) -> Cell:
+    """FID of held-out real images at the same N (the evaluation's control): the best a release can do."""
+    f = (((report.get("controls") or {}).get("fidelity_by_n") or {}).get(str(n)) or {}).get("fid")
+    if not f:
+        return Cell(None, note="no control")
+    return Cell(f["value"], *f["ci"][:2], n=f.get("n"))
+
+
+def attack_cell(rel: dict | None, attack: str, key: str, ci_key: str = "ci") -> Cell:
+    a = ((rel or {}).get("attacks") or {}).get(attack)
+    if not a or key not in a:
+        return Cell(None, note="not run")
+    valid = ((rel or {}).get("validity") or {}).get(attack) or {"valid": True}
+    n = f"{a.get('records_evaluated', a.get('n'))} rec/{a.get('slots', a.get('n'))} slots" \
+        if "slots" in a else a.get("n")
+    lo, hi = (a.get(ci_key) or [None, None])[:2]
+    return Cell(a[key], lo, hi, n=n, note="" if valid.get("valid", True) else "INVALID attack")
+
+
+def attack_valid(rel: dict | None, attack: str) -> tuple[bool, str]:
+    v = ((rel or {}).get("validity") or {}).get(attack) or {"valid": True, "reason": None}
+    return bool(v.get("valid", True)), v.get("reason") or ""
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c).replace("|", "/") for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def claims_table(claims: list[Claim]) -> str:
+    return md_table(["claim (paper's table, row)", "paper", "ours (95 % interval, N)", "verdict", "reason"],
+                    [[c.claim, c.paper, c.ours, f"**{c.verdict}**", c.reason] for c in claims])
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class Scale:
+    name: str
+    patients: int
+    per_patient: int
+    note: str                                    # what the scale stands for
+    overrides: dict[str, Any] = field(default_factory=dict)     # EvalConfig fields (dotted) changed at this scale
+
+
+def setup_threads(threads: int) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def phantom(out: Path, *, modality: str, patients: int, per_patient: int, size: int, seed: int) -> Path:
+    """The phantom dataset in ``out`` (reused when it holds the same settings; regenerated otherwise)."""
+    from medanon.config import PhantomConfig, to_dict
+    from medanon.phantoms.generate import generate
+
+    cfg = PhantomConfig(modality=modality, patients=patients, per_patient=per_patient, size=size, seed=seed)
+    info = out / "phantom.json"
+    if info.exists() and json.loads(info.read_text())["settings"] == {k: v for k, v in to_dict(cfg).items()
+                                                                        if k != "workers"}:
+        return out
+    return generate(cfg, out, overwrite=True, progress=False)
+
+
+def split(data: Path, out: Path, *, stratify: str, size: int, seed: int):
+    """The demo's patient split (15 % val = the attackers' patients, 15 % test = held-out controls), its CSV and
+    the training split as its own dataset folder. Returns (dataset, splits_csv, train_dir)."""
+    from medanon.config import DataConfig
+    from medanon.data.dataset import open_dataset
+    from medanon.data.splits import split_patients, write_splits_csv
+    from medanon.demo import write_subset
+
+    ds = open_dataset(data, DataConfig(size=size))
+    assignment = split_patients(ds.records, val=0.15, test=0.15, stratify=stratify, seed=seed)
+    csv = out / "splits.csv"
+    if not csv.exists():
+        write_splits_csv(csv, ds.records, assignment)
+    train = write_subset(data, [r for r in ds.records if assignment[r.patient_id] == "train"], out / "train")
+    return ds, csv, train
+
+
+def make_release(dest: Path, make, log: list[str], command: str) -> Path:
+    """Save ``make()`` to ``dest`` with its private mapping beside it unless it is complete already (a partly
+    written release resumes inside ``save``)."""
+    log.append(f"medanon {command} --out {dest}")
+    if not (dest / "manifest.json").exists():
+        make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"), progress=False)
+    return dest
+
+
+def audit_all(releases: list[Path], source_records) -> None:
+    from medanon.errors import DataError
+    from medanon.release.audit import audit_release
+
+    for rel in releases:
+        mapping = rel.with_name(rel.name + ".mapping.json")
+        rep = audit_release(rel, mapping=mapping if mapping.exists() else None, source_records=source_records)
+        if not rep.passed:
+            raise DataError(f"release {rel} failed its audit: {rep.format()}", fix="this is a bug: please report it")
+
+
+def apply_overrides(cfg, overrides: dict[str, Any]):
+    """``cfg`` with dotted EvalConfig fields replaced (``fidelity.max_samples``: 1000)."""
+    from dataclasses import replace
+
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        cfg = replace(cfg, **{head: apply_overrides(getattr(cfg, head), {rest: value}) if rest else value})
+    return cfg
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Timer:
+    def __init__(self):
+        self.t0, self.c0, self.stages = time.perf_counter(), cpu_seconds(), {}
+
+    def stage(self, name: str, t_wall: float, t_cpu: float) -> None:
+        self.stages[name] = {"wall_s": round(time.perf_counter() - t_wall, 1), "cpu_s": round(cpu_seconds() - t_cpu, 1)}
+
+    def total(self) -> dict[str, float]:
+        return {"wall_s": round(time.perf_counter() - self.t0, 1), "cpu_s": round(cpu_seconds() - self.c0, 1)}
+
+
+def git_commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

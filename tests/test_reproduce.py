@@ -1,0 +1,93 @@
+"""benchmarks/reproduce/ksalsa.py: its table assembly on a fixture report.json (the pipeline itself is the
+script's own run, docs/reproduction.md). The paper's cells and ours (value, interval, N) must both appear, and
+each claim's verdict must follow the intervals."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ksalsa():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
+    try:
+        yield importlib.import_module("ksalsa")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+
+
+def _pb(value, half, base=0.8):
+    return {"release": {"value": value, "ci": [value - half, value + half]},
+            "baseline": {"value": base, "ci": [base - 0.05, base + 0.05]},
+            "difference": {"value": value - base, "ci": [value - base - half, value - base + half]}}
+
+
+def _release(name, fid, kappa, mia, records=20, valid=True):
+    n_train = {"k2": 40, "k5": 16, "k1": 8}.get(name.split("-")[1][:2] if "-" in name else "", 120)
+    return {"name": name,
+            "fidelity": {"fid": {"value": fid, "ci": [fid - 5, fid + 5], "n": 30}},
+            "utility": {"grade": {"n_train": n_train, "n_test": 60,
+                                  "paired_bootstrap": {"kappa": _pb(kappa, 0.05), "accuracy": _pb(kappa / 2, 0.05)}}},
+            "attacks": {"membership": {"top_k_accuracy": mia, "ci": [mia - 0.05, mia + 0.05], "chance": 0.1,
+                                       "records_evaluated": records, "slots": records * 4}},
+            "validity": {"membership": {"valid": valid, "reason": None if valid else "misses an exact copy"}}}
+
+
+def _report():
+    fids = {"kpixel": 150, "kpca": 160, "kcentroid": 140, "ksalsa": 120}
+    kappas = {"kpixel": 0.1, "kpca": 0.2, "kcentroid": 0.5, "ksalsa": 0.52}
+    mias = {"kpixel": 0.8, "kpca": 0.6, "kcentroid": 0.4, "ksalsa": 0.2}
+    rels = [_release(f"{m}-k{k}", fids[m], kappas[m], mias[m], records=3 if k == 10 else 20)
+            for m in fids for k in (2, 5, 10)]
+    rels[-1]["fidelity"]["fid"] = {"value": 170, "ci": [165, 175], "n": 30}   # ksalsa-k10 above k-Centroid
+    rels += [_release("inverted", 60, 0.7, 0.5), _release("kcentroid-k5-v5", 140, 0.6, 0.4),
+             _release("ksalsa-k5-v5", 120, 0.7, 0.2)]
+    return {"releases": rels, "controls": {
+        "fidelity_by_n": {"30": {"fid": {"value": 50.0, "ci": [45.0, 55.0], "n": 30}}},
+        "utility_full_real": {"grade": {"n_train": 120, "n_test": 60,
+                                        "bootstrap": {"kappa": {"release": {"value": 0.9, "ci": [0.85, 0.95]}}}}}}}
+
+
+def test_tables_hold_papers_cells_and_ours_with_n_and_interval(ksalsa):
+    md, result = ksalsa.assemble(_report(), scale="fixture", note="a fixture", command="python x", timing={})
+    t1 = result["tables"]["table1_fid"]
+    assert "11.84" in t1 and "12.7" in t1 and "128.23" in t1                # paper, Table 1 APTOS
+    assert "120.0 [115.0, 125.0] N 30" in t1                               # ours: value [interval] N
+    assert "50.0 [45.0, 55.0] N 30" in t1                                  # the real-image control at that N
+    t2 = result["tables"]["table2_utility"]
+    assert "0.769" in t2 and "0.903" in t2
+    assert "0.520 [0.470, 0.570] N 16/60" in t2                            # training records / test images
+    t3 = result["tables"]["table3_membership"]
+    assert "77.55" in t3 and "20.0 [15.0, 25.0] N 20 rec/80 slots" in t3
+    paired = result["tables"]["utility_paired"]
+    assert "0.829" in paired and "-0.280 [-0.330, -0.230]" in paired       # ksalsa-k5 − real, paired
+    assert "scale `fixture`" in md and "## Claims" in md
+
+
+def test_claims_follow_the_intervals(ksalsa):
+    claims = {c.claim: c for c in ksalsa.claims(_report())}
+    assert claims["T1 k=5: k-SALSA's FID is below k-Centroid's"].verdict == "holds"
+    assert claims["T1 k=10: k-SALSA's FID is below k-Centroid's"].verdict == "does not hold"
+    assert claims["T2 k=5: k-SALSA's κ is above k-Centroid's"].verdict == "cannot tell at this N"   # overlap
+    assert claims["T2 k=5: real images of the same N beat k-SALSA (κ)"].verdict == "holds"
+    assert claims["T3 k=5: membership top-K falls Pixel > PCA > Centroid > SALSA (%)"].verdict == "holds"
+    few = claims["T3 k=10: membership top-K falls Pixel > PCA > Centroid > SALSA (%)"]
+    assert few.verdict == "cannot tell at this N" and "3 records" in few.reason
+    assert claims["S6 k=5: 5 latent views per cluster raise k-SALSA's κ"].verdict == "holds"
+    for c in claims.values():                                               # every claim carries the paper's number
+        assert c.paper and c.ours and c.verdict in ("holds", "does not hold", "cannot tell at this N")
+
+
+def test_invalid_attack_cannot_decide(ksalsa):
+    rep = _report()
+    for r in rep["releases"]:
+        if r["name"] == "kpca-k5":
+            r["validity"]["membership"] = {"valid": False, "reason": "misses an exact copy"}
+    c = {c.claim: c for c in ksalsa.claims(rep)}["T3 k=5: membership top-K falls Pixel > PCA > Centroid > SALSA (%)"]
+    assert c.verdict == "cannot tell at this N" and "k-Same-PCA" in c.reason

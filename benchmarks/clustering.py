@@ -6,7 +6,7 @@ seconds, those of the initial pass of distance sums, the greedy's hot-set rebuil
 block size and (on a GPU) the peak memory. ``--check N`` first clusters N points on the device and on the CPU and
 says whether the assignments are identical (the GPU path must give the CPU path's clusters).
 
-    python benchmarks/clustering.py --device cuda --check 3000 --n 35126,377110
+    python benchmarks/clustering.py --device cuda --check 3000 --n 35126,377110 --progress
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def counted_run(x: torch.Tensor, k: int) -> tuple[object, dict]:
+def counted_run(x: torch.Tensor, k: int, progress: bool = False) -> tuple[object, dict]:
     """Cluster ``x`` with the greedy's phases counted: initial-pass seconds, rebuilds, neighbour searches."""
     G = clustering_greedy.Greedy
     stats = {"initial_s": 0.0, "rebuilds": 0, "neighbour_searches": 0}
@@ -53,7 +53,7 @@ def counted_run(x: torch.Tensor, k: int) -> tuple[object, dict]:
 
     G._initial_sums, G._rebuild, G._neighbours = init, rebuild, neighbours
     try:
-        return same_size_clusters(x, k), stats
+        return same_size_clusters(x, k, progress=progress), stats
     finally:
         G._initial_sums, G._rebuild, G._neighbours = real_init, real_rebuild, real_nb
 
@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--check", type=int, default=0, help="first compare device and CPU assignments at this N")
+    ap.add_argument("--progress", action="store_true", help="progress bars on stderr (how far a long run got)")
     args = ap.parse_args()
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                        ("cpu" if args.device == "auto" else args.device))
@@ -83,7 +84,7 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats(dev)
         _sync(dev)
         t0 = time.perf_counter()
-        c, stats = counted_run(x, args.k)
+        c, stats = counted_run(x, args.k, args.progress)
         _sync(dev)
         out = {"benchmark": "clustering", "n": n, "k": args.k, "dim": args.dim, "device": name,
                "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - t0, 2),

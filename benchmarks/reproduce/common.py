@@ -260,3 +260,72 @@ def git_commit() -> str:
                               cwd=Path(__file__).parent, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def run_paper(args, *, paper: str, scale: Scale, modality: str, stratify: str, make_releases, assemble,
+              script: str) -> dict:
+    """The common pipeline: phantom -> split -> releases (``make_releases(train, rel_dir, ckpt, seed=, device=,
+    log=)``) -> audit -> the demo's evaluation -> ``assemble(report, scale=, note=, command=, timing=)`` ->
+    OUT/table.md, OUT/result.json and one JSON line on stdout. Every step resumes from what is on disk."""
+    setup_threads(args.threads)
+    from medanon.demo import default_checkpoints, eval_config
+    from medanon.evaluate.harness import evaluate
+    from medanon.runtime import resolve_device, seed_everything
+
+    out = args.out or Path(f"/work/repro-runs/{paper}-{scale.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    import sys
+
+    command = f"python benchmarks/reproduce/{script} " + " ".join(sys.argv[1:])
+    if args.tables_only:
+        report = json.loads((out / "report" / "report.json").read_text())
+        old = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
+        md, result = assemble(report, scale=scale.name, note=scale.note, command=old.get("command", command),
+                              timing=old.get("timing", {}))
+        result = {**old, **result}
+    else:
+        timer = Timer()
+        seed_everything(args.seed)
+        dev = resolve_device(args.device)
+        ckpt = default_checkpoints()
+        t, c = time.perf_counter(), cpu_seconds()
+        data = phantom(out / "data", modality=modality, patients=scale.patients, per_patient=scale.per_patient,
+                       size=64, seed=args.seed)
+        ds, splits, train = split(data, out, stratify=stratify, size=64, seed=args.seed)
+        timer.stage("phantom", t, c)
+        t, c, log = time.perf_counter(), cpu_seconds(), []
+        rels = make_releases(train, out / "releases", ckpt, seed=args.seed, device=dev, log=log)
+        audit_all(rels, ds.records)
+        timer.stage("releases", t, c)
+        t, c = time.perf_counter(), cpu_seconds()
+        cfg = eval_config(modality, 64, ckpt, scale.patients, scale.per_patient, args.seed,
+                          inception=not args.no_inception)
+        report = evaluate(data, rels, out / "report", config=apply_overrides(cfg, scale.overrides), splits=splits,
+                          device=dev, cache_dir=out / "cache", progress=False)
+        timer.stage("evaluate", t, c)
+        timing = {**timer.total(), "stages": timer.stages, "device": str(dev), "threads": args.threads}
+        md, result = assemble(report, scale=scale.name, note=scale.note, command=command, timing=timing)
+        result.update(command=command, out=str(out), commit=git_commit(), timing=timing, releases_commands=log,
+                      patients=scale.patients, images=scale.patients * scale.per_patient)
+    (out / "table.md").write_text(md)
+    (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    line = {k: result.get(k) for k in ("paper", "scale", "scale_note", "verdicts", "out", "commit", "timing")}
+    line["claims"] = [[c["claim"], c["verdict"]] for c in result["claims"]]
+    line["table"] = str(out / "table.md")
+    print(json.dumps(line))
+    return result
+
+
+def parser(doc: str, scales: dict[str, Scale]):
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", choices=sorted(scales), default="small")
+    p.add_argument("--out", type=Path, default=None, help="default /work/repro-runs/<paper>-<scale>")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto: a GPU when one is available")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-inception", action="store_true", help="no FID")
+    p.add_argument("--tables-only", action="store_true",
+                   help="rebuild table.md and result.json from OUT/report/report.json (no computation)")
+    return p

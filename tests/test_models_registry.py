@@ -45,11 +45,25 @@ def test_find_and_list_models(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     listed = json.loads(r.output)
     assert listed["search_path"][0] == str(mine)
-    assert {"name": "glow-xray64.pt", "path": str(path), "bytes": path.stat().st_size, "kind": "glow",
-            "sha256": sha256_file(path), "shadowed": False} in listed["models"]
+    ours = next(m for m in listed["models"] if m["path"] == str(path))
+    assert {k: ours[k] for k in ("name", "bytes", "kind", "sha256", "shadowed")} == {
+        "name": "glow-xray64.pt", "bytes": path.stat().st_size, "kind": "glow", "sha256": sha256_file(path),
+        "shadowed": False}
+    assert ours["default_for"] == ["dpglow-flow (xray)"] and "DP-GLOW" in ours["card"]["use"]
     r = CliRunner().invoke(cli, ["models"])
     assert r.exit_code == 0 and sha256_file(path) in r.output
     assert ("(shadowed)" in r.output) == (shipped is not None)
+    assert "DEFAULT for dpglow-flow (xray)" in r.output
+
+
+def test_every_default_and_card_names_a_shipped_file():
+    from medanon.models_registry import CARDS, DEFAULTS
+
+    if not SOURCE_CHECKPOINTS.is_dir():
+        pytest.skip("no source checkout")
+    shipped = {p.name for p in SOURCE_CHECKPOINTS.glob("*.pt")}
+    assert {n for by in DEFAULTS.values() for n in by.values()} <= shipped
+    assert set(CARDS) == shipped                               # every shipped file has its card
 
 
 def test_an_empty_search_path_says_what_to_do(tmp_path, monkeypatch):

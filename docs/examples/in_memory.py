@@ -43,6 +43,7 @@ print(released.shape, kc[0])
 # %% Measure both against all the images (tiny preset: a smoke run)
 res = medanon.evaluate(real=images, patient_ids=patients, labels={"grade": grades}, releases=[kc, snow],
                        preset="tiny", size=32, progress=False)
-for rec in res.summary():
-    if rec["attack"] == "verdict" and rec["metric"] == "residual_risk":
-        print(rec["release"], "residual risk", rec["value"], "valid", rec["valid"])
+rows = res.summary()                                      # one flat record per number (res.to_frame(): pandas)
+for rec in rows:
+    if rec["metric"] == "residual_risk":
+        print(f"{rec['release']:12} {rec['attack']:34} risk {rec['value']}  valid {rec['valid']}")

@@ -233,7 +233,7 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     maps = dict(mappings or {})
     tmp_dir = tempfile.TemporaryDirectory(prefix="medanon-eval-")
     tmp = Path(tmp_dir.name)
-    real_dir = getattr(real, "root", real)
+    real_dir = Path(real) if isinstance(real, (str, os.PathLike)) else real.root    # (a Path's .root is "/")
     if is_in_memory(real):
         real_dir = write_dataset_folder(real, tmp / "real")
     if real_dir is None:

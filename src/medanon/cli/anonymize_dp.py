@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from medanon.api.dp import LDPConfig
+from medanon.cli.anonymize_ksame import open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -53,6 +54,7 @@ def dp_options(f):
                      help="Private record -> source mapping file (outside the release)."),
         click.option("--overwrite", is_flag=True, help="Replace --out if it exists."),
         config_options("LDPConfig", example="epsilon=1"),
+        split_options,
     ]
     for o in reversed(opts):
         f = o(f)
@@ -120,7 +122,8 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
     flow = load_flow_for(flow_path, dev)
     data_opts["size"] = flow[0].flow.cfg.resolution
     data_opts["channels"] = str(flow[0].flow.cfg.channels)
-    ds = open_from_cli(data_dir, **data_opts)
+    split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
+    ds = open_split(data_dir, data_opts, *split, FLAGS)
     with library_call(FLAGS):
         release = dpglow(ds, flow=flow, **vars(cfg), calibrate_on=_calibration(calibrate_on, data_opts, ds),
                          noise_seed=noise_seed, release_labels=release_labels, device=dev)
@@ -146,7 +149,8 @@ def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_cl
 
     cfg = _config(config_file, overrides, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
                   no_clip=no_clip, batch=batch)
-    ds = open_from_cli(data_dir, **data_opts)
+    split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
+    ds = open_split(data_dir, data_opts, *split, FLAGS)
     with library_call(FLAGS):
         settings = {k: v for k, v in vars(cfg).items() if k != "center"}
         release = ldp_image(ds, **settings, calibrate_on=_calibration(calibrate_on, data_opts, ds),

@@ -8,43 +8,16 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.gmia import GMIAConfig
-from medanon.cli.anonymize_ksame import AMP_FLAGS, amp_option
+from medanon.cli.anonymize_ksame import AMP_FLAGS, amp_option, open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize
-from medanon.cli.data import data_options, open_from_cli
+from medanon.cli.data import data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
-SPLITS = ("all", "train", "val", "test")
 FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
          "lambda_id=": "--lambda-id ", "lambda_ut=": "--lambda-ut ", "latent_space=": "--latent-space ",
          "batch_size=": "--batch-size ", "identity=": "--identity ", "utility=": "--utility ",
          "open the dataset with size=": "pass --size ", "(map_location=, device=)": "(--device)", **RELEASE_FLAGS,
          **AMP_FLAGS}
-
-
-def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
-    """The records of one patient-level split (all of them for ``all``)."""
-    import numpy as np
-
-    from medanon.data.dataset import subset
-    from medanon.data.splits import split_patients
-
-    if split == "all":
-        if splits_csv is not None:
-            raise click.UsageError("--splits is only used with --split train|val|test")
-        return ds
-    if splits_csv is not None:
-        from medanon.evaluate.inputs import _read_splits_csv
-
-        names = _read_splits_csv(splits_csv, ds.records)
-    else:
-        from medanon.release.labels import default_labels
-
-        a = split_patients(ds.records, stratify=(default_labels(ds) or [""])[0], seed=split_seed)   # utility label
-        names = np.array([a[r.patient_id] for r in ds.records])
-    rows = np.flatnonzero(names == split)
-    if len(rows) == 0:
-        raise click.UsageError(f"the {split!r} split of {ds.root} is empty")
-    return subset(ds, rows.tolist())
 
 
 @anonymize.command("gmia", context_settings=CONTEXT)
@@ -77,11 +50,7 @@ def _select(ds, split: str, splits_csv: Path | None, split_seed: int):
               help="Images optimised together (speed only: the result does not depend on it)."
                    + default(GMIAConfig, "batch_size"))
 @config_options("GMIAConfig", example="steps=20")
-@click.option("--split", type=click.Choice(SPLITS), default="all",
-              help="Anonymise only one patient-level split (e.g. train, to evaluate against held-out test patients).")
-@click.option("--splits", "splits_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Splits CSV (record_id, patient_id, split); else --split is recomputed from --split-seed.")
-@click.option("--split-seed", type=int, default=0, help="Seed of the recomputed split (as `medanon data split`).")
+@split_options
 @click.option("--release-labels", default=None, metavar="NAME[,NAME...]",
               help="Labels to release.  [default: the utility label only: grade (fundus), pneumonia (X-ray)]")
 @click.option("--mapping", type=click.Path(path_type=Path), default=None,
@@ -134,7 +103,7 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
             raise click.BadParameter(f"the codec renders {g.img_channels}x{g.img_resolution}px images",
                                      param_hint=f"--{opt}")
         data_opts[opt] = want
-    ds = _select(open_from_cli(data_dir, **data_opts), split, splits_csv, split_seed)
+    ds = open_split(data_dir, data_opts, split, splits_csv, split_seed, FLAGS)
     labels = [s.strip() for s in release_labels.split(",") if s.strip()] if release_labels is not None else None
     with library_call(FLAGS):
         path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite)

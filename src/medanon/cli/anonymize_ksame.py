@@ -42,6 +42,36 @@ def amp_option(f):
                              "a few 8-bit levels (docs/distributed.md, 'Mixed precision').")(f)
 
 
+SPLIT_FLAGS = {"splits= is only used with split='train', 'val' or 'test'": "--splits is only used with --split "
+                                                                            "train|val|test",
+               "pass split= the part to release, e.g. split='train'": "pass --split train",
+               "release split='all'": "leave --split out", "split=": "--split "}
+
+
+def split_options(f):
+    """``--split NAME --splits CSV --split-seed N``: release one patient-level split of the dataset only."""
+    from medanon.data.splits import SPLIT_CHOICES
+
+    f = click.option("--split-seed", type=int, default=0,
+                     help="Seed of the recomputed split (as `medanon data split` and `medanon evaluate`).")(f)
+    f = click.option("--splits", "splits_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     default=None, help="Splits CSV (record_id, patient_id, split: `medanon data split`); else "
+                                        "--split is recomputed from --split-seed. Evaluate the release with the "
+                                        "same --splits.")(f)
+    return click.option("--split", type=click.Choice(SPLIT_CHOICES), default="all",
+                        help="Release only this patient-level split (e.g. train, to evaluate against held-out "
+                             "test patients).")(f)
+
+
+def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: int, flags):
+    """The dataset folder opened with the command's options, reduced to ``--split``."""
+    from medanon.data.splits import select_split
+
+    ds = open_from_cli(data_dir, **data_opts)
+    with library_call({**SPLIT_FLAGS, **flags}):
+        return select_split(ds, split, splits_csv=splits_csv, seed=split_seed)
+
+
 def ksame_options(*, model_required: bool, k: bool = True):
     """Options every k-Same command shares."""
     def deco(f):
@@ -67,7 +97,8 @@ def ksame_options(*, model_required: bool, k: bool = True):
         if k:
             opts[2:2] = [
                 click.option("--k", type=click.IntRange(min=1), default=None,
-                             help="People per record, at least." + default(KSameConfig, "k")),
+                             help="People per record, at least: the privacy claim, so it has no default.  "
+                                  "[required: here or in --config / --set k=N]"),
                 click.option("--stratify", default=None, metavar="LABEL",
                              help="Cluster within strata of LABEL (a patient's worst value), e.g. grade."),
                 click.option("--drop-remainder", is_flag=True, default=None,
@@ -78,6 +109,7 @@ def ksame_options(*, model_required: bool, k: bool = True):
             ]
         opts.append(config_options("KSameConfig"))
         opts.append(amp_option)
+        opts.append(split_options)
         for o in reversed(opts):
             f = o(f)
         return data_options(f)
@@ -93,6 +125,15 @@ def view_options(f):
                              + default(KSameConfig, "views"))(f)
 
 
+def _k_given(k, config_file, overrides) -> bool:
+    """Whether the command was told k: --k, --set k=N or a --config file with k."""
+    import yaml
+
+    if k is not None or any(o.split("=", 1)[0].strip() == "k" for o in overrides):
+        return True
+    return bool(config_file) and "k" in (yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {})
+
+
 def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, overwrite, config_file, overrides,
          data_opts, features=None, salsa=None, basis_from=None, **fields) -> None:
     """Build the config, make the one library call, save, print."""
@@ -100,6 +141,11 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
     from medanon.codecs.stylegan import load_codec
     from medanon.config import build
     from medanon.runtime import resolve_device
+
+    split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
+    if method != "inverted" and not _k_given(fields.get("k"), config_file, overrides):
+        raise click.UsageError("--k is required: the number of people every record stands for is the privacy "
+                               "claim, so it has no default (e.g. --k 5)")
 
     dev = resolve_device(ctx.obj["device"])
     amp = data_opts.pop("amp", "off")
@@ -113,7 +159,7 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
                                      param_hint="--size")
         data_opts["size"] = res
         data_opts["channels"] = str(codec.generator.img_channels)
-    ds = open_from_cli(data_dir, **data_opts)
+    ds = open_split(data_dir, data_opts, *split, FLAGS)
     basis = None
     if basis_from is not None:                  # k-Same-PCA: the basis from separate data, read like the data
         basis = open_from_cli(basis_from, **{**data_opts, "size": ds.size, "channels": str(ds.channels)})

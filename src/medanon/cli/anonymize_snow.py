@@ -14,8 +14,9 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.snow import SnowConfig, VSSnowConfig
+from medanon.cli.anonymize_ksame import open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize
-from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 from medanon.release.labels import parse_label_list
 
@@ -68,6 +69,7 @@ def _release_options(cfg_cls, example: str):
                          help="Threads reading images." + default(cfg_cls, "workers")),
             click.option("--overwrite", is_flag=True, help="Replace existing releases."),
             config_options(cfg_cls.__name__, example=example),
+            split_options,
         ]
         for o in reversed(opts):
             f = o(f)
@@ -85,7 +87,8 @@ def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, s
     device = resolve_device(ctx.obj["device"])
     with library_call(FLAGS):
         cfg = build(cfg_cls, path=config_file, overrides=overrides, p=_parse_ps(ps), **fields)
-        ds = open_from_cli(data_dir, **opts)
+        split = [opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
+        ds = open_split(data_dir, opts, *split, FLAGS)
         kw = {"fill": cfg.fill} if method == "snow" else {"vessels": cfg.source()}
         outs = snow_sweep(ds, out, method=method, ps=list(cfg.p), seed=seed, labels=parse_label_list(release_labels),
                           mapping=mapping, device=device, batch_size=cfg.batch_size, workers=cfg.workers,

@@ -88,3 +88,39 @@ def write_splits_csv(path, records: Sequence[Record], assignment: dict[str, str]
     for r in records:
         w.writerow([r.record_id, r.patient_id, assignment[r.patient_id]])
     atomic_write_text(path, buf.getvalue())
+
+
+SPLIT_CHOICES = ("all", "train", "val", "test")
+
+
+def select_split(ds, split: str, *, splits_csv=None, seed: int = 0):
+    """The records of ``ds`` in the patient-level ``split`` (``all``: ``ds`` itself), from the splits CSV
+    ``splits_csv`` (``record_id, patient_id, split``, as `medanon data split` writes) or recomputed as the
+    evaluation recomputes it (stratified by the modality's utility label, ``seed``). A release of one split
+    is then evaluated against the same CSV (or seed), its other patients held out."""
+    import numpy as np
+
+    from medanon.data.dataset import subset
+    from medanon.errors import ConfigError
+
+    if split not in SPLIT_CHOICES:
+        raise ConfigError(f"split={split!r} is not one of {', '.join(SPLIT_CHOICES)}")
+    if split == "all":
+        if splits_csv is not None:
+            raise ConfigError("splits= is only used with split='train', 'val' or 'test'",
+                              fix="pass split= the part to release, e.g. split='train'")
+        return ds
+    if splits_csv is not None:
+        from medanon.evaluate.inputs import _read_splits_csv
+
+        names = _read_splits_csv(splits_csv, ds.records)
+    else:
+        from medanon.release.labels import default_labels
+
+        a = split_patients(ds.records, stratify=(default_labels(ds) or [""])[0], seed=seed)   # the utility label
+        names = np.array([a[r.patient_id] for r in ds.records])
+    rows = np.flatnonzero(names == split)
+    if len(rows) == 0:
+        raise ConfigError(f"the {split!r} split of {ds.root} is empty",
+                          fix="check the splits CSV, or release split='all'")
+    return subset(ds, rows.tolist())

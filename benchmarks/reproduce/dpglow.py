@@ -77,7 +77,7 @@ def assemble(study: dict, *, command: str, timing: dict) -> tuple[str, dict]:
     rows = [[LABEL[r], f"{PAPER_T3[r][0]:.3f}", c[r]["ldp_image"].fmt(3), f"{PAPER_T3[r][1]:.3f}",
              c[r]["dpglow"].fmt(3)] for r in ROWS if r in c]
     table = C.md_table(["ε", "paper ID-LDP", "ours ID-LDP", "paper DP-GLOW", "ours DP-GLOW"], rows)
-    cl = claims(study)
+    cl = C.finalize(claims(study))
     counts = {v: sum(x.verdict == v for x in cl) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
     md = "\n".join([f"# DP-GLOW reproduction — scale `flows`: {SCALE_NOTE}", "", f"`{command}`  ({timing})", "",
                     "PHANTOM data; AUROC [95 % bootstrap interval over images] N images.", "", "## Table 3", "",

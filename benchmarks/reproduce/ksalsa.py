@@ -273,7 +273,7 @@ def _why(verdict: str, unsure: str, fails: str) -> str:
 def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict) -> tuple[str, dict]:
     """The Markdown page and the result dict from a report.json (no computation)."""
     t = tables(report)
-    cl = claims(report)
+    cl = C.finalize(claims(report))
     counts = {v: sum(c.verdict == v for c in cl) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
     md = [f"# k-SALSA reproduction — scale `{scale}`: {note}", "", f"`{command}`  ({timing})", "",
           "Every number of ours is on PHANTOM data: value [95 % interval] N. Utility N = training records / test "

@@ -113,6 +113,7 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
     claims.append(C.Claim("§4.2 p=0.5: VS-Snow keeps more DR F1 than Snow", "72.0 > 64.5",
                           f"{b.fmt(1, 100)} vs {a.fmt(1, 100)}", v,
                           {C.HOLDS: "", C.UNSURE: "unpaired intervals overlap", C.FAILS: "Snow keeps more"}[v]))
+    claims = C.finalize(claims)
     counts = {v: sum(c.verdict == v for c in claims) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
     md = "\n".join([f"# VS-Snow reproduction — scale `{scale}`: {note}", "", f"`{command}`  ({timing})", "",
                     "PHANTOM data: value [95 % interval] N. Paper: BRSET.", "",

@@ -125,3 +125,26 @@ def test_merged_stamp_groups_give_the_same_clusters():
     assert any(merged) and not len(left)
     ref = naive_same_size_clusters(x, 5)
     assert sorted(map(tuple, clusters)) == sorted(tuple(m) for m in ref.clusters)
+
+
+def test_duplicate_groups_are_bit_equal_rows(monkeypatch):
+    """Duplicates are found by a row hash checked word by word; a collision falls back to sorting whole rows;
+    either way the groups are exactly the bit-equal rows (float32, float64, and float16 rows of odd width)."""
+    rng = np.random.default_rng(5)
+
+    def partition(labels):
+        return sorted(tuple(np.flatnonzero(labels == v)) for v in np.unique(labels))
+
+    for dtype, d in ((np.float32, 64), (np.float64, 8), (np.float16, 5)):
+        rows = rng.standard_normal((40, d)).astype(dtype)[rng.integers(0, 40, 300)]
+        rows[7] = rows[8]
+        rows[7, 0], rows[8, 0] = -0.0, 0.0                                    # equal values, different bits
+        _, ref, ref_counts = np.unique(rows.view(np.dtype((np.void, rows.itemsize * d))).ravel(),
+                                       return_inverse=True, return_counts=True)
+        label, counts = clustering_distances.duplicate_groups(np.ascontiguousarray(rows))
+        assert partition(label) == partition(ref.ravel()) and sorted(counts) == sorted(ref_counts)
+        assert label[7] != label[8]
+        monkeypatch.setattr(clustering_distances, "_row_hash", lambda w: np.zeros(len(w), np.uint64))
+        label, _ = clustering_distances.duplicate_groups(np.ascontiguousarray(rows))   # every row collides
+        assert partition(label) == partition(ref.ravel())
+        monkeypatch.undo()

@@ -69,6 +69,34 @@ def blocked_sums(x: torch.Tensor, sq: torch.Tensor, block: int, progress: bool) 
     return s, torch.where(torch.isfinite(nn), nn, 0.0)
 
 
+def _row_hash(words: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row of unsigned words (a random odd multiplier per column, sums wrapping)."""
+    mult = np.random.default_rng(0).integers(1, 2**63, words.shape[1], dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    out = np.empty(len(words), np.uint64)
+    for c in range(0, len(words), 16384):
+        out[c:c + 16384] = (words[c:c + 16384].astype(np.uint64) * mult).sum(1, dtype=np.uint64)
+    return out
+
+
+def duplicate_groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A label per row, shared by bit-equal rows only, and the number of rows of each label.
+
+    Rows are hashed and the rows of a shared hash compared word by word; only on a collision (rows that differ
+    with one hash) are whole rows sorted, as every time before (7.2 s against 2.2 s for N = 377,110, d = 512 on one
+    core of a loaded 2-core VM)."""
+    n = len(rows)
+    raw = rows.reshape(n, -1).view(np.uint8)
+    width = raw.shape[1]
+    words = raw.view(np.uint64 if width % 8 == 0 else np.uint32 if width % 4 == 0 else np.uint8) if n else raw
+    _, first, label, counts = np.unique(_row_hash(words), return_index=True, return_inverse=True, return_counts=True)
+    shared = np.flatnonzero(counts[label] > 1)
+    if (words[shared] == words[first[label[shared]]]).all():
+        return label.ravel(), counts
+    _, label, counts = np.unique(raw.view(np.dtype((np.void, width))).ravel(), return_inverse=True,
+                                 return_counts=True)
+    return label.ravel(), counts
+
+
 class NearTies:
     """How far the float32 values can be off, and the float64 decision where that is too close to call.
 
@@ -82,9 +110,7 @@ class NearTies:
         self.d_floor = math.sqrt(64 * torch.finfo(sq.dtype).eps * float(sq.max())) if len(sq) else 0.0
         # exact duplicates (bit-equal rows) have equal sums: a float64 greedy takes the lowest index of them
         self.rows = rows = np.ascontiguousarray(exact.cpu().numpy())     # host copy: small float64 re-checks
-        _, self.dup, counts = np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
-                                        return_inverse=True, return_counts=True)
-        self.dup = self.dup.ravel()
+        self.dup, counts = duplicate_groups(rows)
         self.has_dup = counts[self.dup] > 1
         # a sum holds up to (copies - 1) float32 distances of duplicates, each off by up to d_floor
         self.sum_floor = self.d_floor * (int(counts.max()) - 1) if len(counts) else 0.0

@@ -92,3 +92,17 @@ def test_models_by_name_and_defaults(phantom):
         medanon.anonymize.kcentroid(np.zeros((2, 1, 64, 64), np.float32), k=1, patient_ids=[0, 1])
     with pytest.raises(DataError, match=r"model no-such-codec is not on medanon's model search path"):
         medanon.anonymize.kcentroid(x, k=2, codec="no-such-codec", patient_ids=pids)
+
+
+def test_the_command_line_takes_models_by_name(tmp_path):
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    root = medanon.make_phantom(tmp_path / "ph", modality="xray", patients=3, size=64)
+    res = CliRunner().invoke(cli, ["anonymize", "dpglow", "--data", str(root), "--flow", "glow-xray64", "--epsilon",
+                                   "1", "--out", str(tmp_path / "dp")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["anonymize", "dpglow", "--data", str(root), "--flow", str(tmp_path / "glow-xray64"),
+                                   "--epsilon", "1", "--out", str(tmp_path / "dp2")])
+    assert res.exit_code != 0 and "neither a file nor a model" in res.output      # a path is never a name

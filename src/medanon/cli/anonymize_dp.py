@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from medanon.api.dp import LDPConfig
-from medanon.cli.anonymize_ksame import open_split, split_options
+from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -95,8 +95,9 @@ def _report(release, ds, out) -> None:
 
 @anonymize.command("dpglow", context_settings=CONTEXT)
 @data_dir_argument(help="Dataset folder to anonymise.")
-@click.option("--flow", "flow_path", type=click.Path(path_type=Path), required=True,
-              help="Flow checkpoint (flow.pt from `medanon train flow`, or checkpoints/glow-xray64.pt).")
+@click.option("--flow", "flow_path", type=MODEL, required=True,
+              help="Flow: a name from `medanon models` (e.g. glow-xray64) or a checkpoint path (flow.pt from "
+                   "`medanon train flow`).")
 @click.option("--center", type=click.Choice(["zero", "midrange"]), default=None,
               help="Clip-box centre: zero = the standardised prior's mean (not data-derived; decodes more robustly, "
                    "see docs/dpglow.md); midrange = (max + min) / 2 of the training latents (the paper's Eq. 12)."

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.gmia import GMIAConfig
-from medanon.cli.anonymize_ksame import AMP_FLAGS, amp_option, open_split, split_options
+from medanon.cli.anonymize_ksame import AMP_FLAGS, MODEL, amp_option, open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -23,12 +23,12 @@ FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin="
 @anonymize.command("gmia", context_settings=CONTEXT)
 @click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="Dataset folder to anonymise.")
-@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+@click.option("--model", "model_path", type=MODEL, required=True,
               help="Codec checkpoint: co-trained encoder + generator (`medanon train autoencoder --export`), or a "
                    "ReStyle encoder (E-training, GMIA's comparison).")
-@click.option("--identity", "identity_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--identity", "identity_path", type=MODEL,
               default=None, help="E_id: identity network checkpoint (`medanon train identity`). Needed for L_id.")
-@click.option("--utility", "utility_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--utility", "utility_path", type=MODEL,
               default=None, help="E_ut: classifier checkpoint trained on the utility label (`medanon train classifier "
                                  "--label grade|pneumonia`); its penultimate features. Needed for L_ut.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder.")

@@ -48,6 +48,27 @@ SPLIT_FLAGS = {"splits= is only used with split='train', 'val' or 'test'": "--sp
                "release split='all'": "leave --split out", "split=": "--split "}
 
 
+class ModelParam(click.ParamType):
+    """A checkpoint by its name on the model search path (``medanon models``; ``.pt`` optional) or by its path."""
+
+    name = "NAME|PATH"
+
+    def convert(self, value, param, ctx):
+        from medanon.errors import DataError
+        from medanon.models_registry import find_model
+
+        if isinstance(value, Path):
+            return value
+        try:
+            return find_model(value)
+        except DataError as e:
+            self.fail(f"{value!r} is neither a file nor a model on the search path ({e.fix}); `medanon models` "
+                      "lists them", param, ctx)
+
+
+MODEL = ModelParam()
+
+
 def split_options(f):
     """``--split NAME --splits CSV --split-seed N``: release one patient-level split of the dataset only."""
     from medanon.data.splits import SPLIT_CHOICES
@@ -77,10 +98,10 @@ def ksame_options(*, model_required: bool, k: bool = True):
     def deco(f):
         opts = [
             data_dir_argument(help="Dataset folder to anonymise."),
-            click.option("--model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            click.option("--model", type=MODEL,
                          required=model_required, default=None,
-                         help="Inversion codec checkpoint (ReStyle encoder + its generator, e.g. "
-                              "checkpoints/restyle-fundus64.pt)."
+                         help="Inversion codec: a name from `medanon models` or a checkpoint path (ReStyle "
+                              "encoder + its generator; the fundus default is restyle-map-fundus64)."
                               + ("" if model_required else " Optional: with it, clusters are formed in its latent "
                                                            "space (the paper's setting), else in the PCA space.")),
             click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder."),

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.snow import SnowConfig, VSSnowConfig
-from medanon.cli.anonymize_ksame import open_split, split_options
+from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -127,8 +127,8 @@ def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, 
 @click.option("--vessels", type=click.Choice(["unet", "frangi", "sato", "dataset", "files"]), default=None,
               help="Vessel masks: trained U-Net, Frangi / Sato vesselness, the layout's masks, or files in --masks."
                    + default(VSSnowConfig, "vessels"))
-@click.option("--checkpoint", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="--vessels unet: segmenter checkpoint.  [default: checkpoints/unet-vessels64.pt]")
+@click.option("--checkpoint", type=MODEL, default=None,
+              help="--vessels unet: segmenter, a name from `medanon models` or a path.  [default: unet-vessels64]")
 @click.option("--masks", "masks_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="--vessels files: folder with one vessel mask per image (same stem, or DRIVE id).")
 @click.option("--vessel-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,

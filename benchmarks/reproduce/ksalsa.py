@@ -1,6 +1,7 @@
 """k-SALSA (Jeon et al., ECCV 2022) Tables 1–3 and supplement Tables 6–7, on a fundus phantom with the shipped models.
 
     nice -n 19 python benchmarks/reproduce/ksalsa.py --scale small --out /work/repro-runs/ksalsa-small
+    nice -n 19 python benchmarks/reproduce/ksalsa.py --scale demo --out /work/repro-runs/ksalsa-demo
     nice -n 19 python benchmarks/reproduce/ksalsa.py --scale paper --out /work/repro-runs/ksalsa-paper
 
 Releases (the demo's defaults: ``medanon.demo``): k-Same-Pixel, k-Same-PCA, k-Centroid and k-SALSA at k = 2, 5, 10
@@ -56,6 +57,8 @@ SCALES = {
     # pairs while giving 2x more clusters per k than the demo's four.
     "paper": C.Scale("paper", patients=1831, per_patient=2, note="3,662 fundus images as APTOS (1,831 patients x 2)",
                      overrides={"fidelity.max_samples": 1000, "fidelity.reference_samples": 1000}),
+    "demo": C.Scale("demo", patients=200, per_patient=4, note="800 fundus images (200 patients x 4): the demo's "
+                    "phantom, where real images of the same N are well above chance at every k"),
     "small": C.Scale("small", patients=120, per_patient=2, note="240 fundus images (120 patients x 2): a quick run"),
 }
 

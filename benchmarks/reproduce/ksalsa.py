@@ -58,7 +58,7 @@ SCALES = {
     "paper": C.Scale("paper", patients=1831, per_patient=2, note="3,662 fundus images as APTOS (1,831 patients x 2)",
                      overrides={"fidelity.max_samples": 1000, "fidelity.reference_samples": 1000}),
     "demo": C.Scale("demo", patients=200, per_patient=4, note="800 fundus images (200 patients x 4): the demo's "
-                    "phantom, where real images of the same N are well above chance at every k"),
+                    "phantom"),
     "small": C.Scale("small", patients=120, per_patient=2, note="240 fundus images (120 patients x 2): a quick run"),
 }
 

@@ -16,9 +16,10 @@ remaining points, group it with its k−1 nearest remaining neighbours and remov
   (:class:`medanon.anonymize.clustering_distances.NearTies`), ties by the lowest index.
 
 Every per-point array (sums, stamps, bounds, the hot set and its sums, the alive mask, the candidate columns)
-lives on the data's device and is updated by batched torch ops; an iteration moves one small vector to the
-host (the best hot sum, its index and the number of near-ties) and the k indices of the group back. The host
-keeps only what is per group or per cached list (an alive mirror, the removal order, the neighbour lists).
+lives on the data's device and is updated by batched torch ops (about 19 kernels a pick); a pick moves three
+numbers to the host (the two best hot sums and the best index) and the k indices of its group back. The host
+keeps only what is per group or per cached list (an alive mirror, the removal order, the neighbour lists), and
+a copy of the points for the float64 re-checks of a few pairs.
 
 What it returns (clusters of exactly k, and the N mod k points left over) becomes a
 :class:`medanon.anonymize.clustering.Clustering` in :func:`medanon.anonymize.clustering.same_size_clusters`.

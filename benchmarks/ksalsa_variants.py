@@ -6,8 +6,10 @@ as ``medanon anonymize`` does); every method then averages **the same clusters**
 :func:`medanon.evaluate.fidelity.inception_extractor`) with ``--subsets`` random subsets of N images drawn from
 a *reference* phantom of other patients (``--reference``); the line gives the mean and standard deviation over
 the subsets. ``real`` is N real images of the release phantom (one per cluster, a random member), the floor
-at this N. Every k-SALSA line also gives the mean |k-SALSA − k-Centroid| over pixels in 8-bit levels (/255)
-and the style loss before and after the optimisation.
+at this N. Every k-SALSA line also gives the mean |k-SALSA − k-Centroid| over pixels in 8-bit levels (/255),
+the style loss before and after the optimisation, and ``move_vs_member_spread``: how far the optimised latent
+moved from the centroid per coordinate, beside how far the cluster's members lie from it (weighted mean
+|w_i − w0|), for the style rows and the map rows.
 
     medanon phantom --modality fundus --patients 100 --per-patient 4 --size 64 --seed 11 --out ph-rel
     medanon phantom --modality fundus --patients 100 --per-patient 4 --size 64 --seed 12 --out ph-ref
@@ -166,18 +168,27 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         net = nets.setdefault("lite0", get_feature_network("efficientnet-lite0", input_size=None))
         salsa = KSalsa(codec.render, net, cfg, style_rows=codec.generator.num_ws)
-        outs, s0, s1 = [], [], []
+        outs, s0, s1, moved, spread = [], [], [], [], []
         for b in range(0, n, args.batch):
             sel = list(range(b, min(b + args.batch, n)))
             bi, bw = pad_clusters([clusters[i] for i in sel], [weights[i] for i in sel])
             images = load_images(ds, bi.reshape(-1)).reshape(*bi.shape, *ds[0]["image"].shape)
             res = salsa.average(images, latents[torch.from_numpy(bi)], bw.float())
             outs.append(codec.decode(res.ws))
+            lat = latents[torch.from_numpy(bi)]
+            bn = (bw / bw.sum(1, keepdim=True)).float()
+            spread.append((bn[:, :, None, None] * (lat - res.w0[:, None]).abs()).sum(1).mean((0, 2)))
+            moved.append((res.ws - res.w0).abs().mean((0, 2)))
             s0 += res.style_start.tolist()
             s1 += res.style_end.tolist()
         out = torch.cat(outs)
         diff = float((quantise(out) - quantise(centroid)).abs().mean() * 127.5)
-        emit(name, out, settings=cfg.describe(), diff_vs_kcentroid_255=round(diff, 2),
+        rows = codec.generator.num_ws           # per coordinate, mean over clusters: styles, then a map
+        mv, sp = torch.stack(moved).mean(0), torch.stack(spread).mean(0)
+        move = {"styles": [round(float(mv[:rows].mean()), 3), round(float(sp[:rows].mean()), 3)]}
+        if mv.shape[0] > rows:
+            move["map"] = [round(float(mv[rows:].mean()), 3), round(float(sp[rows:].mean()), 3)]
+        emit(name, out, settings=cfg.describe(), diff_vs_kcentroid_255=round(diff, 2), move_vs_member_spread=move,
              style_start=round(float(np.mean(s0)), 4), style_end=round(float(np.mean(s1)), 4),
              seconds=round(time.perf_counter() - t0, 1), cpu_s=round(time.process_time() - c0, 1))
         if args.grid_dir:

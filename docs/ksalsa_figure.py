@@ -1,16 +1,17 @@
-"""Write docs/img/ksalsa_fig2.png: two clusters of k = 5 phantom patients and their averages (paper Fig. 2 style).
+"""Write docs/img/ksalsa_fig2.png: clusters of k = 5 phantom patients and their averages (paper Fig. 2 style).
 
 Run from the repository root:
 
-    python docs/ksalsa_figure.py --model checkpoints/restyle-fundus64.pt [--data DIR] [--steps 100]
+    python docs/ksalsa_figure.py --model checkpoints/restyle-map-fundus64.pt [--data DIR] [--steps 100]
 
 Without ``--data`` it generates 200 fundus phantom patients with one image each (64 px, seed 5)
 in a temporary folder. The clusters are formed in the codec's latent space (people-level same-size
-clustering); the two shown are the clusters with the highest mean DR grade, where lesions are
-visible. For each: the five source images (top), then k-SALSA, k-Centroid, k-Same-Pixel and
-k-Same-PCA computed on the same cluster (bottom). Tiles are enlarged 2x (nearest neighbour).
-Every image is a PHANTOM. Prints one JSON line with the style loss of k-SALSA and k-Centroid
-averages of the two clusters.
+clustering); the ``--clusters`` shown are those with the highest mean DR grade, where lesions are
+visible. For each: one source image of each of the first five patients (top), then k-SALSA (the
+defaults), k-SALSA at ``--former-lr`` (the former default learning rate, 0 = left out), k-Centroid,
+k-Same-Pixel and k-Same-PCA computed on the same cluster (bottom). Tiles are enlarged 2x (nearest
+neighbour). Every image is a PHANTOM. Prints one JSON line with the style loss of the k-Centroid
+and k-SALSA averages of each cluster.
 
 With ``--cotrained CODEC`` (repeatable) it also shows, under each cluster's sources, their reconstructions
 G(E(x)) by ``--model`` and by each such codec: docs/backbone.md's side-by-side picture of what the backbone
@@ -28,6 +29,7 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +49,8 @@ from medanon.phantoms.generate import generate
 from medanon.release.writer import image_to_uint8
 
 SCALE, LABEL = 2, 14
-METHODS = (("ksalsa", "k-SALSA"), ("kcentroid", "k-Centroid"), ("kpixel", "k-Same-Pixel"), ("kpca", "k-Same-PCA"))
+METHODS = (("ksalsa", "k-SALSA"), ("former", "k-SALSA lr {lr:g}"), ("kcentroid", "k-Centroid"),
+           ("kpixel", "k-Same-Pixel"), ("kpca", "k-Same-PCA"))
 
 
 def tile(img: torch.Tensor, text: str) -> Image.Image:
@@ -73,6 +76,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--lam", type=float, default=SalsaConfig.lam)
+    ap.add_argument("--clusters", type=int, default=2, help="clusters shown (highest mean grade first)")
+    ap.add_argument("--former-lr", type=float, default=0.1, help="also k-SALSA at this learning rate (0: not)")
     ap.add_argument("--cotrained", action="append", default=[],
                     help="also show reconstructions by --model and this codec (repeatable)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "img" / "ksalsa_fig2.png"))
@@ -89,13 +94,14 @@ def main() -> None:
         base = KSameConfig(method="kpca", k=args.k, salsa=SalsaConfig(lam=args.lam, steps=args.steps))
         clustering, latents, pca = plan_clusters(ds, base, codec=codec, progress=False)
         grades = [np.mean([ds.records[i].labels.get("grade", 0) for i in c]) for c in clustering.clusters]
-        chosen = [clustering.clusters[i] for i in np.argsort(grades, kind="stable")[::-1][:2]]
+        chosen = [clustering.clusters[i] for i in np.argsort(grades, kind="stable")[::-1][:args.clusters]]
         pids = [r.patient_id for r in ds.records]
         weights = [member_weights(c, pids) for c in chosen]
         rows, stats = [], {}
         for n, members in enumerate(chosen):
-            sources = [tile(ds.load(int(i))["image"], f"source {j + 1} (grade {ds.records[i].labels['grade']:g})")
-                       for j, i in enumerate(members)]
+            first = list({pids[int(i)]: int(i) for i in reversed(members)}.values())[::-1][:args.k]  # 1 per patient
+            sources = [tile(ds.load(i)["image"], f"patient {j + 1} (grade {ds.records[i].labels['grade']:g})")
+                       for j, i in enumerate(first)]
             recons = []
             if args.cotrained:
                 x = torch.stack([ds.load(int(i))["image"] for i in members])
@@ -103,12 +109,17 @@ def main() -> None:
                     recons = [[tile(r, name) for r in c.reconstruct(x)] for c, name in codecs]
             outs = []
             for method, name in METHODS:
-                cfg = KSameConfig(method=method, k=args.k, salsa=base.salsa)
+                salsa = base.salsa
+                if method == "former":
+                    if not args.former_lr:
+                        continue
+                    method, salsa = "ksalsa", replace(base.salsa, lr=args.former_lr)
+                cfg = KSameConfig(method=method, k=args.k, salsa=salsa)
                 avg = ClusterAverager(cfg, ds, codec=codec, features=net, latents=latents, pca=pca, device="cpu")
-                outs.append(tile(avg([members], [weights[n]], ["figure"])[0, 0], name))
+                outs.append(tile(avg([members], [weights[n]], ["figure"])[0, 0], name.format(lr=salsa.lr)))
                 if method == "ksalsa":
-                    stats[f"cluster{n + 1}_style_loss_centroid_to_ksalsa"] = [round(avg.last["style_start"][0], 4),
-                                                                              round(avg.last["style_end"][0], 4)]
+                    stats[f"cluster{n + 1}_style_loss_centroid_to_ksalsa_lr{salsa.lr:g}"] = [
+                        round(avg.last["style_start"][0], 4), round(avg.last["style_end"][0], 4)]
             rows += [sources, *recons, outs]
         per = len(rows) // len(chosen)                  # rows of one cluster
         w, h = rows[0][0].size
@@ -121,7 +132,7 @@ def main() -> None:
         ImageDraw.Draw(sheet).text((2, per * h), f"PHANTOM images; k = {args.k}; {what}", fill=(90, 90, 90))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         sheet.save(args.out)
-    print(json.dumps({"figure": args.out, "k": args.k, "steps": args.steps, "lambda": args.lam,
+    print(json.dumps({"figure": args.out, "k": args.k, "steps": args.steps, "lambda": args.lam, "lr": base.salsa.lr,
                       "clusters": len(clustering.clusters), **stats}))
 
 

@@ -109,6 +109,9 @@ class KSalsa:
         self.features = features
         self.cfg = cfg or SalsaConfig()
         self.cfg.validate()
+        if self.cfg.rows == "styles" and style_rows is None:
+            raise ConfigError("rows='styles' needs style_rows: how many latent rows are styles (the rest a map)",
+                              fix="pass KSalsa(..., style_rows=codec.generator.num_ws), or use rows='all'")
         self.style_rows = style_rows
 
     def _features(self, images: torch.Tensor, layers: list[str]) -> dict[str, torch.Tensor]:

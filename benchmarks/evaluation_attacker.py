@@ -21,8 +21,9 @@ import torch
 from medanon.demo import attacker_checkpoint, default_checkpoints
 from medanon.evaluate.cache import Cache
 from medanon.evaluate.config import EvalConfig
-from medanon.evaluate.context import RealContext, network_checks
+from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import load_real
+from medanon.evaluate.network_checks import network_checks
 from medanon.fsutil import sha256_file
 
 

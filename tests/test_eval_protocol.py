@@ -156,7 +156,7 @@ def test_network_checks_flag_a_network_that_knows_the_members():
     from types import SimpleNamespace
 
     from medanon.evaluate.config import EvalConfig
-    from medanon.evaluate.context import network_checks
+    from medanon.evaluate.network_checks import network_checks
 
     rng = np.random.default_rng(0)
     pats = np.repeat(np.arange(60), 3).astype(str)

@@ -36,7 +36,6 @@ from medanon.evaluate.attacks import siamese as sia
 from medanon.evaluate.attacks.attribute import scores
 from medanon.evaluate.attacks.balance import Balance
 from medanon.evaluate.attacks.membership import descriptors
-from medanon.evaluate.attacks.stats import unit
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.inputs import RealData
@@ -377,58 +376,3 @@ class RealContext:
             self._models[key] = self.learner.fit(self.real_inputs[self.src[ok]], y, num_classes=task.num_classes,
                                                  seed=self.cfg.utility.seeds[0])
         return self._models[key]
-
-
-def _pair_scores(emb: np.ndarray, patients: np.ndarray, rng: np.random.Generator, cap: int = 200_000):
-    e = unit(emb)
-    i, j = np.triu_indices(len(e), 1)
-    if len(i) > cap:
-        k = rng.choice(len(i), cap, replace=False)
-        i, j = i[k], j[k]
-    return (e[i] * e[j]).sum(1), patients[i] == patients[j], (i, j)
-
-
-CHECK_PAIRS = 50_000            # pairs per network check (seeded subsample): the patient bootstrap reads each
-
-
-def network_checks(ctx: RealContext) -> dict:
-    """Does the identity network treat members and controls alike (issue 15, item 2)? Its verification AUC
-    on pairs of real source images (the members) and on pairs of held-out images (the controls), with patient
-    cluster bootstrap intervals (a pair weighted by the draws of its two patients; DeLong's, which treats pairs
-    as independent, kept in ``delong_ci``); and how alike the two attacker networks are (Pearson r of their
-    cosines on held-out pairs)."""
-    from medanon.evaluate.attacks.stats import delong
-
-    conf = ctx.cfg.attacks.confidence
-    out: dict[str, Any] = {}
-    nets = [("identity", ctx.real_emb)]
-    if ctx.real_emb_independent is not None:
-        nets.append(("independent", ctx.real_emb_independent))
-    for name, emb in nets:
-        row = {}
-        for group, rows in (("members", ctx.src), ("controls", ctx.held)):
-            pats = ctx.real.patients[rows]
-            sc, same, (i, j) = _pair_scores(emb[rows], pats, np.random.default_rng(ctx.cfg.seed), cap=CHECK_PAIRS)
-            code = np.unique(pats, return_inverse=True)[1]
-            pg = np.c_[code[i], code[j]]
-            d = delong(sc[same], sc[~same], confidence=conf, pos_groups=pg[same], neg_groups=pg[~same],
-                       seed=ctx.cfg.seed)
-            row[group] = {"auc": d["auc"], "ci": d["ci"], "interval": d["interval"], "delong_ci": d["delong_ci"],
-                          "patients": d.get("patients"), "genuine_pairs": int(same.sum()),
-                          "impostor_pairs": int((~same).sum())}
-        m, c = row["members"], row["controls"]
-        row["differs"] = bool(m["ci"][0] > c["ci"][1] or c["ci"][0] > m["ci"][1])
-        if row["differs"]:
-            ctx.note(f"the {name} network verifies members (AUC {m['auc']:.3f}) and controls (AUC {c['auc']:.3f}) "
-                     f"differently, with non-overlapping intervals: members and controls differ for reasons "
-                     f"unrelated to the release (was it trained on the members?), so residual risks against the "
-                     f"control are biased")
-        out[name] = row
-    if len(nets) == 2:
-        rng = np.random.default_rng(ctx.cfg.seed)
-        a, _, ij = _pair_scores(ctx.real_emb[ctx.held], ctx.real.patients[ctx.held], rng)
-        e = unit(ctx.real_emb_independent[ctx.held])
-        b = (e[ij[0]] * e[ij[1]]).sum(1)
-        out["cosine_correlation"] = {"pearson_r": float(np.corrcoef(a, b)[0, 1]), "pairs": len(a),
-                                     "on": "held-out image pairs"}
-    return out

@@ -42,9 +42,10 @@ from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.config import EvalConfig
-from medanon.evaluate.context import RealContext, checkpoint_trained_on, network_checks
+from medanon.evaluate.context import RealContext, checkpoint_trained_on
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.nearcopy import screen
+from medanon.evaluate.network_checks import network_checks
 from medanon.fsutil import sha256_file
 from medanon.models.identity import load_identity
 from medanon.runtime import RunDir, map_in_parallel

@@ -229,7 +229,8 @@ def test_ksame_commands_take_config_files_and_overrides(tmp_path, world):
         assert r.exit_code == 0, r.output
         return read_release(out)[0]["params"]["k"]
 
-    assert k_of() == 5                                       # KSameConfig's default
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(world["data"]), "--out", str(tmp_path / "no-k")])
+    assert r.exit_code == 2 and "--k is required" in r.output    # the privacy claim has no default
     assert k_of("--config", str(tmp_path / "k.yaml")) == 6  # the file over the default
     assert k_of("--config", str(tmp_path / "k.yaml"), "--set", "k=4") == 4   # --set over the file
     assert k_of("--set", "k=4", "--k", "3") == 3            # an explicit option over everything

@@ -201,7 +201,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     (:class:`~medanon.anonymize.privacy.CalibrationOverlap`). Returns a
     :class:`~medanon.release.release.Release`.
 
-    Example (a tiny untrained flow; the shipped one is ``checkpoints/glow-xray64.pt``):
+    Example (a tiny untrained flow; the shipped one is ``glow-xray64``):
         >>> import warnings, medanon
         >>> from medanon.models.glow import Glow, GlowCodec, GlowConfig
         >>> flow = GlowCodec(Glow(GlowConfig(resolution=16, channels=1, levels=2, depth=1, hidden=8)))

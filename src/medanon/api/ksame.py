@@ -101,7 +101,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     codec = load_codec_for(codec, device)
     if cfg.method in LATENT_METHODS and codec is None:
         raise ConfigError(f"{cfg.method} needs codec: an inversion codec (or its checkpoint, e.g. "
-                          "checkpoints/restyle-fundus64.pt)")
+                          "restyle-map-fundus64, the fundus default)")
     if cfg.method == "ksalsa" and features is None:
         raise ConfigError("ksalsa needs features: a feature network (medanon.models.features.get_feature_network)")
     if codec is not None:

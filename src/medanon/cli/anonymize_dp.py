@@ -111,7 +111,7 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
 
     \b
     Example:
-      medanon anonymize dpglow --data /data/rsna --flow checkpoints/glow-xray64.pt --epsilon 100 --per-element \\
+      medanon anonymize dpglow --data /data/rsna --flow glow-xray64 --epsilon 100 --per-element \\
             --out release-dpglow --mapping private/release-dpglow.json
     """
     from medanon.api.dp import dpglow, load_flow_for

@@ -69,8 +69,8 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
 
     \b
     Example:
-      medanon anonymize gmia --data /data/fundus --model checkpoints/cotrained-fundus64.pt \\
-            --identity checkpoints/identity-fundus64.pt --utility checkpoints/classifier-grade-fundus64.pt \\
+      medanon anonymize gmia --data /data/fundus --model cotrained-map-fundus64 \\
+            --identity identity-fundus64 --utility classifier-grade-fundus64 \\
             --out release-gmia --mapping private/release-gmia.json
     """
     import torch

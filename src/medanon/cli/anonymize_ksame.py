@@ -164,6 +164,10 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
     from medanon.runtime import resolve_device
 
     split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
+    if basis_from is not None:
+        fields["pca_basis"] = "separate"
+    with library_call(FLAGS, red=method == "inverted"):      # the settings are checked before any work
+        cfg = build(KSameConfig, path=config_file, overrides=overrides, method=method, **fields)
     if method != "inverted" and not _k_given(fields.get("k"), config_file, overrides):
         raise click.UsageError("--k is required: the number of people every record stands for is the privacy "
                                "claim, so it has no default (e.g. --k 5)")
@@ -184,10 +188,8 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
     basis = None
     if basis_from is not None:                  # k-Same-PCA: the basis from separate data, read like the data
         basis = open_from_cli(basis_from, **{**data_opts, "size": ds.size, "channels": str(ds.channels)})
-        fields["pca_basis"] = "separate"
     net = None
     with library_call(FLAGS, red=method == "inverted"):
-        cfg = build(KSameConfig, path=config_file, overrides=overrides, method=method, **fields)
         if salsa is not None:                   # k-SALSA: the feature network, the ablation, the layers
             from medanon.api.ksame import apply_ablation, check_layers, feature_network
 
@@ -234,7 +236,7 @@ def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
 
     \b
     Example:
-      medanon anonymize ksalsa --data /data/fundus --k 5 --model checkpoints/restyle-fundus64.pt \\
+      medanon anonymize ksalsa --data /data/fundus --k 5 --model restyle-map-fundus64 \\
             --out release-ksalsa-k5 --mapping private/release-ksalsa-k5.json
     """
     if lam is not None and "lam" in ABLATIONS[ablation]:
@@ -260,7 +262,7 @@ def kcentroid_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out,
 
     \b
     Example:
-      medanon anonymize kcentroid --data /data/fundus --k 5 --model checkpoints/restyle-fundus64.pt --out release-kc5
+      medanon anonymize kcentroid --data /data/fundus --k 5 --model restyle-map-fundus64 --out release-kc5
     """
     _run(ctx, "kcentroid", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
@@ -315,7 +317,7 @@ def inverted_cmd(ctx, data_dir, model, out, mapping, release_labels, overwrite, 
 
     \b
     Example:
-      medanon anonymize inverted --data /data/fundus --model checkpoints/restyle-fundus64.pt --out release-inv
+      medanon anonymize inverted --data /data/fundus --model restyle-map-fundus64 --out release-inv
     """
     _run(ctx, "inverted", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=1, seed=seed)

@@ -7,6 +7,7 @@ library call, :func:`medanon.api.ksame.ksame_release`, saves the release and pri
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import click
@@ -166,7 +167,8 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
     split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
     if basis_from is not None:
         fields["pca_basis"] = "separate"
-    with library_call(FLAGS, red=method == "inverted"):      # the settings are checked before any work
+    with library_call(FLAGS, red=method == "inverted"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # the settings are checked before any work; warned once, below
         cfg = build(KSameConfig, path=config_file, overrides=overrides, method=method, **fields)
     if method != "inverted" and not _k_given(fields.get("k"), config_file, overrides):
         raise click.UsageError("--k is required: the number of people every record stands for is the privacy "

@@ -44,10 +44,11 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--mapping", "mappings", multiple=True, metavar="NAME=FILE",
               help="Private mapping of the release named NAME (default: <release>.mapping.json next to it). "
                    "Membership, linkability and singling-out need it.")
-@click.option("--preset", type=click.Choice(["full", "fast"]), default="full",
+@click.option("--preset", type=click.Choice(["full", "fast", "tiny"]), default="full",
               help="full: 3 seeds of 300-step classifiers at 64 px, FID on up to 1000 images; fast: CPU-sized "
                    "(2 seeds of 150-step classifiers at 64 px, in bf16 where the CPU/GPU computes it natively, a "
-                   "400-step identity network at 32 px, FID on up to 50 images).")
+                   "400-step identity network at 32 px, FID on up to 50 images); tiny: checks that everything runs "
+                   "on a tiny phantom (no FID, 20-step classifiers, 32 px): its numbers are not a measurement.")
 @click.option("--size", type=click.IntRange(16, 1024), default=None, help="Evaluation image side.  [default: 64]")
 @click.option("--fid-samples", type=click.IntRange(min=0), default=None,
               help="Released images per method for FID/KID (0 = the smallest release).")
@@ -77,11 +78,12 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     """
     from medanon.config import apply_overrides, from_dict, load_yaml, to_dict, validate
     from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.config import preset as preset_config
     from medanon.evaluate.harness import ReleaseSpec
     from medanon.evaluate.harness import evaluate as run_evaluation
     from medanon.runtime import resolve_device
 
-    base = EvalConfig.fast(size=size or 64) if preset == "fast" else EvalConfig(size=size or 64)
+    base = preset_config(preset, size=size)
     data = to_dict(base)
     if config_file is not None:
         data = _merge(data, load_yaml(config_file))

@@ -37,6 +37,7 @@ def test_every_anonymize_command_releases_one_split(data, command):
     assert sources and sources <= train and len(rel) > len(train)
 
 
+@pytest.mark.slow
 def test_release_of_train_split_evaluates_against_the_same_splits(data):
     tmp, root, _ = data
     out = tmp / "rel-k2"

@@ -94,7 +94,7 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
         claims.append(C.Claim(f"T{1 if m == 'snow' else 2} {NAMES[m]}: sex accuracy falls from p=0.1 to p=0.5",
                               f"{PAPER[m]['sex'][3]} < {PAPER[m]['sex'][1]}", f"{s5.fmt(1, 100)} vs {s1.fmt(1, 100)}",
                               v, "" if v == C.HOLDS else "the attack failed its calibration: "
-                              + C.attack_valid(rels[2], "attribute")[1][:160] if not valid
+                              + C.attack_valid(rels[2], "attribute")[1].split("; ")[0] if not valid
                               else "intervals overlap" if v == C.UNSURE else "it rises"))
         f1, f5 = C.utility_cell(rels[0], TASK, METRIC), C.utility_cell(rels[2], TASK, METRIC)
         v = C.less(f5, f1)

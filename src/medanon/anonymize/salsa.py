@@ -1,7 +1,7 @@
 """k-SALSA averaging (Algorithm 1, lines 6–16): start at the centroid latent, optimise local style alignment.
 
 For each cluster, ``w`` starts at the weighted centroid ``w0`` of the sources' latents (Eq. 4) and is
-optimised with Adam (lr 0.1) on ``λ·content + (1 − λ)·style`` (Eq. 5):
+optimised with Adam (lr 0.01 by default; the paper: 0.1, see docs/ksalsa.md) on ``λ·content + (1 − λ)·style`` (Eq. 5):
 
 - style: :func:`medanon.anonymize.style.style_loss` between the *original* source images and
   ``G(w)`` on an early feature layer (Eq. 7; the paper: VGG19's second layer);
@@ -19,6 +19,10 @@ embedding (loss ≈ 0), and the latent only wanders where Adam normalises float-
 along directions the embedding does not see; the paper's content-only row used the code's loss. Both the style and the
 content network are the offline EfficientNet-Lite0 by default (VGG19 and MoCo weights cannot be
 obtained offline; a user-supplied VGG19 file can be selected), and manifests name them.
+
+Options measured in docs/ksalsa.md (none beat the defaults): ``style_layer="block1+block2"`` (the mean of the
+layers' style losses), ``feature_size`` (images resized before the feature network), ``rows="styles"`` (a
+spatial map's rows stay the centroid's; needs ``style_rows``).
 
 Batching: B clusters are optimised together (one generator and one feature pass per step for all
 of them); their source Grams and content targets are computed once, before the steps.

@@ -284,7 +284,7 @@ def run_paper(args, *, paper: str, scale: Scale, modality: str, stratify: str, m
                               timing=old.get("timing", {}))
         result = {**old, **result}
     else:
-        timer = Timer()
+        timer, commit = Timer(), git_commit()            # the code that runs (others may commit meanwhile)
         seed_everything(args.seed)
         dev = resolve_device(args.device)
         ckpt = default_checkpoints()
@@ -305,7 +305,7 @@ def run_paper(args, *, paper: str, scale: Scale, modality: str, stratify: str, m
         timer.stage("evaluate", t, c)
         timing = {**timer.total(), "stages": timer.stages, "device": str(dev), "threads": args.threads}
         md, result = assemble(report, scale=scale.name, note=scale.note, command=command, timing=timing)
-        result.update(command=command, out=str(out), commit=git_commit(), timing=timing, releases_commands=log,
+        result.update(command=command, out=str(out), commit=commit, timing=timing, releases_commands=log,
                       patients=scale.patients, images=scale.patients * scale.per_patient)
     (out / "table.md").write_text(md)
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")

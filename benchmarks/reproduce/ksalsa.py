@@ -278,7 +278,11 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
     t = tables(report)
     cl = C.finalize(claims(report))
     counts = {v: sum(c.verdict == v for c in cl) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
+    salsa = ((C.release(report, "ksalsa-k5") or {}).get("params") or {}).get("salsa") or {}
+    setting = ", ".join(f"{k} {salsa[k]}" for k in ("lambda", "steps", "lr", "style_layer", "content_layer")
+                        if k in salsa)
     md = [f"# k-SALSA reproduction — scale `{scale}`: {note}", "", f"`{command}`  ({timing})", "",
+          f"k-SALSA as run (from the release manifests): {setting or 'not run'}.", "",
           "Every number of ours is on PHANTOM data: value [95 % interval] N. Utility N = training records / test "
           "images; membership N = records / ranked slots.", "",
           "## Table 1: FID (APTOS columns)", "", t["table1_fid"], "",
@@ -286,7 +290,7 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
           "## Table 3: membership inference, top-K accuracy (%)", "", t["table3_membership"], "",
           "## Utility with a paired interval; latent augmentation (suppl. Tables 6–7)", "", t["utility_paired"], "",
           "## Claims", "", C.claims_table(cl), ""]
-    result = {"paper": "k-salsa", "scale": scale, "scale_note": note, "verdicts": counts,
+    result = {"paper": "k-salsa", "scale": scale, "scale_note": note, "verdicts": counts, "ksalsa_setting": setting,
               "claims": [c.to_dict() for c in cl], "tables": t}
     return "\n".join(md), result
 
@@ -315,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = args.out or Path(f"/work/repro-runs/ksalsa-{sc.name}")
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/reproduce/ksalsa.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    timer = C.Timer()
+    timer, commit = C.Timer(), C.git_commit()            # the code that runs (others may commit meanwhile)
     seed_everything(args.seed)
     dev = resolve_device(args.device)
     ckpt = default_checkpoints()
@@ -338,7 +342,7 @@ def main(argv: list[str] | None = None) -> dict:
     timing = {**timer.total(), "stages": timer.stages, "device": str(dev), "threads": args.threads}
     md, result = assemble(report, scale=sc.name, note=sc.note, command=command, timing=timing)
     (out / "table.md").write_text(md)
-    result.update(command=command, out=str(out), commit=C.git_commit(), timing=timing, releases_commands=log,
+    result.update(command=command, out=str(out), commit=commit, timing=timing, releases_commands=log,
                   patients=sc.patients, images=sc.patients * sc.per_patient)
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     _print_line(result, out)

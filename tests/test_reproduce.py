@@ -91,3 +91,21 @@ def test_invalid_attack_cannot_decide(ksalsa):
             r["validity"]["membership"] = {"valid": False, "reason": "misses an exact copy"}
     c = {c.claim: c for c in ksalsa.claims(rep)}["T3 k=5: membership top-K falls Pixel > PCA > Centroid > SALSA (%)"]
     assert c.verdict == "cannot tell at this N" and "k-Same-PCA" in c.reason
+
+
+def test_dpglow_table_has_papers_cells_and_ours():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
+    try:
+        dpglow = importlib.import_module("dpglow")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+    rows = [{"epsilon": e, "auroc_ldp_image": a, "auroc_ldp_image_ci95": [a - 0.05, a + 0.05],
+             "auroc_dpglow": d, "auroc_dpglow_ci95": [d - 0.05, d + 0.05]}
+            for e, a, d in (("inf (no clip)", 0.8, 0.8), ("1e3", 0.6, 0.75), ("1e2", 0.55, 0.7), ("1e1", 0.5, 0.55))]
+    md, result = dpglow.assemble({"rows": rows, "images": 200}, command="python x", timing={})
+    table = result["tables"]["table3_auroc"]
+    assert "0.813" in table and "0.539" in table                            # the paper's Table 3
+    assert "0.750 [0.700, 0.800] N 200" in table                           # ours
+    verdicts = {c["claim"]: c["verdict"] for c in result["claims"]}
+    assert verdicts["T3: DP-GLOW's AUROC falls from ∞ to 10¹·H·W"] == "holds"
+    assert "scale `flows`" in md and "## Claims" in md

@@ -134,3 +134,13 @@ def test_linkability_pairs_resampled_by_patient():
                           record_patients=[frozenset([str(p)]) for p in pid], source_emb=emb,
                           source_patients=pid.astype(str), source_record=list(range(60)), target_far=0.05)
     assert again["control"]["AUC_ci"] == c["AUC_ci"] and again["control"]["seed"] == 0      # same seed, same interval
+
+
+def test_delong_without_pairs_has_every_key():
+    from medanon.evaluate.attacks.stats import delong
+
+    empty = delong(np.array([]), np.array([0.1, 0.2]))
+    full = delong(np.array([0.9, 0.8]), np.array([0.1, 0.2]))
+    missing = set(full) - set(empty)
+    assert not missing & {"auc", "ci", "delong_ci", "interval", "p_value", "n_pos", "n_neg"}, missing
+    assert np.isnan(empty["delong_ci"]).all() and empty["n_pos"] == 0

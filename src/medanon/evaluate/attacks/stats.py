@@ -160,8 +160,8 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     m, n = len(x), len(y)
     if m == 0 or n == 0:
         nan = float("nan")
-        return {"auc": nan, "ci": [nan, nan], "se": nan, "p_value": nan, "two_sided_auc": nan, "n_pos": m,
-                "n_neg": n, "direction": "none", "interval": "none"}
+        return {"auc": nan, "ci": [nan, nan], "delong_ci": [nan, nan], "se": nan, "p_value": nan,
+                "two_sided_auc": nan, "n_pos": m, "n_neg": n, "direction": "none", "interval": "none"}
     # structural components: psi(x_i, y_j) averaged over the other sample, from ranks (ties count 1/2)
     rz = rankdata(np.r_[x, y])
     rx, ry = rankdata(x), rankdata(y)

@@ -311,9 +311,11 @@ def test_bad_input_is_named(tmp_path, phantoms):
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--k", "20", "--out",
                                  str(tmp_path / "y")])
     assert r.exit_code == 1 and "--k 20" in r.output and "lower --k or add data" in r.output   # a DataError, reworded
-    r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--stratify", "colour", "--out",
-                                 str(tmp_path / "z")])
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--k", "2", "--stratify", "colour",
+                                 "--out", str(tmp_path / "z")])
     assert r.exit_code == 1 and "--stratify 'colour'" in r.output
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--out", str(tmp_path / "w")])
+    assert r.exit_code == 2 and "--k" in r.output       # the privacy parameter has no default: the user states it
 
 
 @pytest.mark.parametrize("leak", ["member-named image", "patient id in manifest", "cluster of too few people"])

@@ -284,6 +284,7 @@ def run_paper(args, *, paper: str, scale: Scale, modality: str, stratify: str, m
                               timing=old.get("timing", {}))
         result = {**old, **result}
     else:
+        claim_out(out, paper=paper, scale=scale, seed=args.seed)
         timer, commit = Timer(), git_commit()            # the code that runs (others may commit meanwhile)
         seed_everything(args.seed)
         dev = resolve_device(args.device)
@@ -337,3 +338,21 @@ def finalize(claims: list[Claim]) -> list[Claim]:
         if "not run" in c.ours:
             c.verdict, c.reason = UNSURE, "not measured: a release or an attack of this row is missing"
     return claims
+
+
+def claim_out(out: Path, *, paper: str, scale: Scale, seed: int) -> None:
+    """Record what ``out`` holds; refuse to resume a folder made for another paper, scale or seed (its splits and
+    training subset would be stale)."""
+    from medanon.errors import ConfigError
+
+    want = {"paper": paper, "scale": scale.name, "patients": scale.patients, "per_patient": scale.per_patient,
+            "seed": seed}
+    path = out / "scale.json"
+    if path.exists():
+        have = json.loads(path.read_text())
+        if have != want:
+            raise ConfigError(f"{out} holds a run of {have}, not {want}",
+                              fix="pass another --out (each paper, scale and seed has its own folder)")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(want) + "\n")

@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = args.out or Path(f"/work/repro-runs/ksalsa-{sc.name}")
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/reproduce/ksalsa.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    C.claim_out(out, paper="ksalsa", scale=sc, seed=args.seed)
     timer, commit = C.Timer(), C.git_commit()            # the code that runs (others may commit meanwhile)
     seed_everything(args.seed)
     dev = resolve_device(args.device)

@@ -24,7 +24,6 @@ from medanon.models.classifier import ResNet
 from medanon.models.identity import IdentityNet
 from medanon.release.labels import SENSITIVE_LABELS, default_labels, release_labels
 from medanon.release.sharded import open_release
-from medanon.runtime import files_digest
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +139,10 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
         params["amp"] = networks["codec"]["amp"]
     models = {name: sha for name in ("codec", "identity", "utility")
               if (sha := _sha256(networks[name]))}
-    source = {"layout": dataset.layout, "modality": dataset.modality,
-              **files_digest([r.path for r in dataset.records], root=dataset.root)}
-    phantom = dataset.root is not None and (Path(dataset.root) / "phantom.json").is_file()
+    from medanon.release.release import is_phantom, source_digest
+
+    source = source_digest(dataset)                  # image bytes, record and patient ids, labels
+    phantom = is_phantom(dataset)
     parts: list[GMIAResult] = []
 
     def privatise(images: torch.Tensor, generator=None) -> torch.Tensor:

@@ -347,3 +347,20 @@ def test_audit_catches_leaks_planted_in_a_ksame_release(tmp_path, phantoms, leak
     failed = " ".join(c.name for c in rep.checks if not c.passed)
     assert {"member-named image": "random file names", "patient id in manifest": "patient id",
             "cluster of too few people": "people (mapping)"}[leak] in failed, rep.format()
+
+
+def test_the_shipped_codec_is_the_default_for_fundus_and_xray_asks_for_one(tmp_path, phantoms):
+    from medanon.fsutil import sha256_file
+    from medanon.models_registry import default_model, find_model
+
+    r = CliRunner().invoke(cli, ["anonymize", "kcentroid", "--data", str(phantoms), "--k", "4", "--out",
+                                 str(tmp_path / "kc")])
+    assert r.exit_code == 0, r.output
+    shipped = find_model(default_model("ksame-codec", "fundus"))
+    assert "restyle-map-fundus64" in r.output
+    assert read_release(tmp_path / "kc")[0]["models"]["codec:restyle"] == sha256_file(shipped)
+    xray = generate(PhantomConfig(modality="xray", patients=4, per_patient=1, size=32, workers=1), tmp_path / "xr",
+                    progress=False)
+    r = CliRunner().invoke(cli, ["anonymize", "kcentroid", "--data", str(xray), "--k", "2", "--out",
+                                 str(tmp_path / "kx")])
+    assert r.exit_code == 2 and "needs --model" in r.output and not (tmp_path / "kx").exists()

@@ -166,7 +166,7 @@ CARDS: dict[str, Card] = {
     "cotrained-fundus64.pt": Card(f"{_PH}: ph-fundus64", "PH2: vessel AUROC 0.557, TAR 0.055",
                                   "comparison W+ codec (no map)"),
     "cotrained-xray64.pt": Card(f"{_PH}: ph-xray64", "PH2X: FID 91.8, TAR 0.805, AUROC 0.765",
-                                "W+ X-ray codec; start of both X-ray map codecs"),
+                                "W+ X-ray codec; start of the X-ray map codec"),
     "stylegan2-fundus64-wide.pt": Card(f"{_PH}: ph-fundus64", "PH2 sample FID 58.4 [54.1, 62.0]",
                                        "generator of medanon generate; start of the fundus map codecs"),
     "stylegan2-fundus64-wide.resume.pt": Card(f"{_PH}: ph-fundus64", "as stylegan2-fundus64-wide.pt",

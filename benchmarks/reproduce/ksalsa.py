@@ -249,7 +249,7 @@ def claims(report: dict) -> list[C.Claim]:
     gap = "" if None in (full.value, same.value) else f"; gap {full.value - same.value:.3f} (paper 0.026)"
     out.append(C.Claim("S7: real images subsampled to k=5's N give a lower κ than all real images",
                        f"{PAPER_S7_KAPPA['subsampled']} < {PAPER_S7_KAPPA['full']}", f"{same.fmt(3)} vs {full.fmt(3)}",
-                       v, _why(v, "unpaired intervals overlap", "same-N is above all") + gap))
+                       v, (_why(v, "unpaired intervals overlap", "same-N is above all") + gap).lstrip("; ")))
     return out
 
 

@@ -136,3 +136,16 @@ def test_kid_error_kind_is_said_once_when_every_row_shares_it():
     rep["releases"][0]["fidelity"] = fid(3, "sd over subsets")               # two kinds: each row says its own
     page = _fidelity(rep)
     assert page.count(boot) == 1 and page.count("(sd over subsets)") == 1 and "KID's ± is the" not in page
+
+
+def test_the_verdict_links_each_method_to_its_papers_reproduced_claims():
+    from medanon.evaluate.report_verdict import verdict_section
+
+    verdict = {"risk": 0.1, "ci": [0.0, 0.2], "attack_name": "nearest", "utility_kept": [], "valid_attacks": 1,
+               "invalid_attacks": 0, "sentence": "s"}
+    rep = {"releases": [{"name": n, "method": m, "verdict": verdict} for n, m in
+                        (("a", "ksalsa"), ("b", "ldp-image"), ("c", "gmia"), ("d", "vs-snow"), ("e", "toy"))]}
+    html = verdict_section(rep)
+    for anchor in ("k-salsa", "dp-glow", "gmia", "vs-snow"):
+        assert f"docs/reproduction.md#{anchor}" in html
+    assert html.count("docs/reproduction.md") == 4       # a method of no paper links nothing

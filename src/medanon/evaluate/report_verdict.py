@@ -7,6 +7,22 @@ from medanon.evaluate.calibration import KNOWN, row_label
 from medanon.evaluate.report_format import _e, _num, _table
 
 INVALID = "<span class=invalid>{}</span>"
+# Each method's paper, and the section of medanon's docs/reproduction.md that reproduces its claims on phantoms.
+PAPERS = {**dict.fromkeys(("ksalsa", "kcentroid", "kpixel", "kpca", "inverted"), ("k-SALSA", "k-salsa")),
+          **dict.fromkeys(("dpglow", "ldp-image"), ("DP-GLOW", "dp-glow")), "gmia": ("GMIA", "gmia"),
+          **dict.fromkeys(("snow", "vs-snow"), ("VS-Snow", "vs-snow"))}
+
+
+def paper_claims(method: str | None) -> str:
+    """Where the claims of ``method``'s paper are reproduced (medanon's docs), or ``–``.
+
+    >>> paper_claims("kcentroid")
+    "k-SALSA's claims: docs/reproduction.md#k-salsa"
+    """
+    if method not in PAPERS:
+        return "–"
+    paper, anchor = PAPERS[method]
+    return f"{paper}'s claims: docs/reproduction.md#{anchor}"
 
 
 def _iv(d: dict | None) -> str:
@@ -28,12 +44,12 @@ def verdict_section(rep: dict) -> str:
                          + f" <span class=ci>{_e(u['metric_name'])}, {_e(u['task'])}</span>"
                          for u in v["utility_kept"]) or "–"
         rows.append([_e(r["name"]), risk, kept, f"{v['valid_attacks']} / {v['valid_attacks'] + v['invalid_attacks']}",
-                     _e(v["sentence"])])
+                     _e(v["sentence"]), _e(paper_claims(r.get("method")))])
     if not rows:
         return ""
     return "<h2>Verdict</h2>" + _table(
         ["Release", "Largest valid residual risk [95% CI] (attack)", "Utility kept: release ÷ real, same N [95% CI]",
-         "Valid attacks", "In words"], rows,
+         "Valid attacks", "In words", "The paper, reproduced (in medanon's source)"], rows,
         caption="Residual risk: (attack − control) / (1 − control), 0 = the attacker learns nothing of members beyond "
                 "what it learns of people not in the release. Only attacks that passed the known-answer calibration "
                 "(below), whose attacker is not at chance on held-out real images and was not trained on the members, "

@@ -332,6 +332,21 @@ def parser(doc: str, scales: dict[str, Scale]):
     return p
 
 
+def page(*, paper: str, title: str, scale: str, note: str, command: str, timing, intro: list[str],
+         sections: list[tuple[str, str]], claims: list[Claim], tables: dict, **extra) -> tuple[str, dict]:
+    """One paper's Markdown page (title, command, intro lines, one section per table, the claims) and its result
+    dict (verdict counts, claims, tables, ``extra``)."""
+    claims = finalize(claims)
+    counts = {v: sum(c.verdict == v for c in claims) for v in (HOLDS, FAILS, UNSURE)}
+    md = [f"# {title} reproduction — scale `{scale}`: {note}", "", f"`{command}`  ({timing})", ""]
+    for line in intro:
+        md += [line, ""]
+    for head, table in [*sections, ("Claims", claims_table(claims))]:
+        md += [f"## {head}", "", table, ""]
+    return "\n".join(md), {"paper": paper, "scale": scale, "scale_note": note, "verdicts": counts, **extra,
+                           "claims": [c.to_dict() for c in claims], "tables": tables}
+
+
 def finalize(claims: list[Claim]) -> list[Claim]:
     """A claim whose numbers were not measured (a release or an attack missing) says so instead of a reason."""
     for c in claims:

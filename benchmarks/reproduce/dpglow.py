@@ -77,13 +77,9 @@ def assemble(study: dict, *, command: str, timing: dict) -> tuple[str, dict]:
     rows = [[LABEL[r], f"{PAPER_T3[r][0]:.3f}", c[r]["ldp_image"].fmt(3), f"{PAPER_T3[r][1]:.3f}",
              c[r]["dpglow"].fmt(3)] for r in ROWS if r in c]
     table = C.md_table(["ε", "paper ID-LDP", "ours ID-LDP", "paper DP-GLOW", "ours DP-GLOW"], rows)
-    cl = C.finalize(claims(study))
-    counts = {v: sum(x.verdict == v for x in cl) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
-    md = "\n".join([f"# DP-GLOW reproduction — scale `flows`: {SCALE_NOTE}", "", f"`{command}`  ({timing})", "",
-                    "PHANTOM data; AUROC [95 % bootstrap interval over images] N images.", "", "## Table 3", "",
-                    table, "", "## Claims", "", C.claims_table(cl), ""])
-    return md, {"paper": "dp-glow", "scale": "flows", "scale_note": SCALE_NOTE, "verdicts": counts,
-                "claims": [x.to_dict() for x in cl], "tables": {"table3_auroc": table}}
+    return C.page(paper="dp-glow", title="DP-GLOW", scale="flows", note=SCALE_NOTE, command=command, timing=timing,
+                  intro=["PHANTOM data; AUROC [95 % bootstrap interval over images] N images."],
+                  sections=[("Table 3", table)], claims=claims(study), tables={"table3_auroc": table})
 
 
 def main(argv: list[str] | None = None) -> dict:

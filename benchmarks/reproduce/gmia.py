@@ -142,15 +142,11 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
     claims.append(C.Claim("T4: L_id raises the hidden rate", f"{PAPER_T4_HR['gmia']} > {PAPER_T4_HR['gmia-ut']}",
                           f"{b.fmt(3)} vs {a.fmt(3)}", C.UNSURE if invalid else v,
                           "singling-out attack failed its calibration" if invalid else _why(v)))
-    claims = C.finalize(claims)
-    counts = {v: sum(c.verdict == v for c in claims) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
-    tables = {"table2_utility": t2, "table3_linkability": t3, "table4_singling_out": t4}
-    md = "\n".join([f"# GMIA reproduction — scale `{scale}`: {note}", "", f"`{command}`  ({timing})", "",
-                    "PHANTOM X-rays: value [95 % interval] N. Paper: RSNA.", "",
-                    "## Table 2: utility (pneumonia)", "", t2, "", "## Table 3: linkability", "", t3, "",
-                    "## Table 4: singling out", "", t4, "", "## Claims", "", C.claims_table(claims), ""])
-    return md, {"paper": "gmia", "scale": scale, "scale_note": note, "verdicts": counts,
-                "claims": [c.to_dict() for c in claims], "tables": tables}
+    return C.page(paper="gmia", title="GMIA", scale=scale, note=note, command=command, timing=timing,
+                  intro=["PHANTOM X-rays: value [95 % interval] N. Paper: RSNA."],
+                  sections=[("Table 2: utility (pneumonia)", t2), ("Table 3: linkability", t3),
+                            ("Table 4: singling out", t4)], claims=claims,
+                  tables={"table2_utility": t2, "table3_linkability": t3, "table4_singling_out": t4})
 
 
 def main(argv: list[str] | None = None) -> dict:

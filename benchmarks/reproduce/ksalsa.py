@@ -276,23 +276,19 @@ def _why(verdict: str, unsure: str, fails: str) -> str:
 def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict) -> tuple[str, dict]:
     """The Markdown page and the result dict from a report.json (no computation)."""
     t = tables(report)
-    cl = C.finalize(claims(report))
-    counts = {v: sum(c.verdict == v for c in cl) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
     salsa = ((C.release(report, "ksalsa-k5") or {}).get("params") or {}).get("salsa") or {}
     setting = ", ".join(f"{k} {salsa[k]}" for k in ("lambda", "steps", "lr", "style_layer", "content_layer")
                         if k in salsa)
-    md = [f"# k-SALSA reproduction — scale `{scale}`: {note}", "", f"`{command}`  ({timing})", "",
-          f"k-SALSA as run (from the release manifests): {setting or 'not run'}.", "",
-          "Every number of ours is on PHANTOM data: value [95 % interval] N. Utility N = training records / test "
-          "images; membership N = records / ranked slots.", "",
-          "## Table 1: FID (APTOS columns)", "", t["table1_fid"], "",
-          "## Table 2: DR grading, accuracy and quadratic κ", "", t["table2_utility"], "",
-          "## Table 3: membership inference, top-K accuracy (%)", "", t["table3_membership"], "",
-          "## Utility with a paired interval; latent augmentation (suppl. Tables 6–7)", "", t["utility_paired"], "",
-          "## Claims", "", C.claims_table(cl), ""]
-    result = {"paper": "k-salsa", "scale": scale, "scale_note": note, "verdicts": counts, "ksalsa_setting": setting,
-              "claims": [c.to_dict() for c in cl], "tables": t}
-    return "\n".join(md), result
+    return C.page(paper="k-salsa", title="k-SALSA", scale=scale, note=note, command=command, timing=timing,
+                  intro=[f"k-SALSA as run (from the release manifests): {setting or 'not run'}.",
+                         "Every number of ours is on PHANTOM data: value [95 % interval] N. Utility N = training "
+                         "records / test images; membership N = records / ranked slots."],
+                  sections=[("Table 1: FID (APTOS columns)", t["table1_fid"]),
+                            ("Table 2: DR grading, accuracy and quadratic κ", t["table2_utility"]),
+                            ("Table 3: membership inference, top-K accuracy (%)", t["table3_membership"]),
+                            ("Utility with a paired interval; latent augmentation (suppl. Tables 6–7)",
+                             t["utility_paired"])],
+                  claims=claims(report), tables=t, ksalsa_setting=setting)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -113,14 +113,10 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
     claims.append(C.Claim("§4.2 p=0.5: VS-Snow keeps more DR F1 than Snow", "72.0 > 64.5",
                           f"{b.fmt(1, 100)} vs {a.fmt(1, 100)}", v,
                           {C.HOLDS: "", C.UNSURE: "unpaired intervals overlap", C.FAILS: "Snow keeps more"}[v]))
-    claims = C.finalize(claims)
-    counts = {v: sum(c.verdict == v for c in claims) for v in (C.HOLDS, C.FAILS, C.UNSURE)}
-    md = "\n".join([f"# VS-Snow reproduction — scale `{scale}`: {note}", "", f"`{command}`  ({timing})", "",
-                    "PHANTOM data: value [95 % interval] N. Paper: BRSET.", "",
-                    "## Table 1: Snow", "", tables["table1_snow"], "", "## Table 2: VS-Snow", "",
-                    tables["table2_vs-snow"], "", "## Claims", "", C.claims_table(claims), ""])
-    return md, {"paper": "vs-snow", "scale": scale, "scale_note": note, "verdicts": counts,
-                "claims": [c.to_dict() for c in claims], "tables": tables}
+    return C.page(paper="vs-snow", title="VS-Snow", scale=scale, note=note, command=command, timing=timing,
+                  intro=["PHANTOM data: value [95 % interval] N. Paper: BRSET."],
+                  sections=[("Table 1: Snow", tables["table1_snow"]), ("Table 2: VS-Snow", tables["table2_vs-snow"])],
+                  claims=claims, tables=tables)
 
 
 def main(argv: list[str] | None = None) -> dict:

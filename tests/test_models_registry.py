@@ -84,3 +84,21 @@ def test_an_installed_package_searches_only_the_environment(tmp_path, monkeypatc
     assert reg.search_path() == [tmp_path / "models"]
     monkeypatch.delenv(ENV)
     assert reg.search_path() == [] and reg.models_folder() is None
+
+
+def test_gmia_and_vs_snow_manifests_name_the_default_files_they_used(tmp_path):
+    import medanon
+    from medanon.config import PhantomConfig
+    from medanon.phantoms.generate import generate
+    from medanon.release import read_release
+
+    data = generate(PhantomConfig(patients=3, per_patient=1, size=64, workers=1), tmp_path / "d", progress=False)
+    ds = medanon.open_dataset(data, size=64)
+    rel = medanon.anonymize.gmia(ds, steps=1)
+    rel.save(tmp_path / "g", progress=False)
+    files = read_release(tmp_path / "g")[0]["params"]["model_files"]
+    assert files["model"]["file"] == "cotrained-map-fundus64.pt" and files["model"]["chosen"] == "default for fundus"
+    assert files["identity"]["file"] == "identity-fundus64.pt"
+    medanon.anonymize.vs_snow(ds, p=0.3).save(tmp_path / "v", progress=False)
+    files = read_release(tmp_path / "v")[0]["params"]["model_files"]
+    assert [f["file"] for f in files.values()] == ["unet-vessels64.pt"]

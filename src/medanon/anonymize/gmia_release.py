@@ -111,8 +111,10 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
                  labels: Sequence[str] | None = None,    # released labels (default: the utility label only)
                  mapping: str | Path | None = None,      # private record -> source mapping, outside the release
                  overwrite: bool = False,
-                 progress: bool = True) -> tuple[Path, dict[str, Any]]:
-    """Anonymise every record of ``dataset`` with ``gmia`` into the release ``out``.
+                 progress: bool = True,
+                 extra_params: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+    """Anonymise every record of ``dataset`` with ``gmia`` into the release ``out``; ``extra_params`` go into the
+    manifest's params (e.g. ``model_files``: which checkpoints were used and why).
 
     Resumable: records already written by an interrupted run with the same settings are skipped
     (results do not depend on how the images are batched). Returns the release folder and the
@@ -137,6 +139,7 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
               "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None}
     if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings
         params["amp"] = networks["codec"]["amp"]
+    params.update(extra_params or {})
     models = {name: sha for name in ("codec", "identity", "utility")
               if (sha := _sha256(networks[name]))}
     from medanon.release.release import is_phantom, source_digest

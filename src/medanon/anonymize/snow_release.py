@@ -148,8 +148,9 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
                mapping: str | Path | None = None,         # private mapping file(s), {p} as in out
                device: torch.device | str = "cpu",
                batch_size: int = 32, workers: int = 2, overwrite: bool = False,
-               progress: bool = True) -> dict[float, Path]:
-    """Write one Snow or VS-Snow release of ``dataset`` per p; returns p -> release folder.
+               progress: bool = True, extra_params: dict[str, Any] | None = None) -> dict[float, Path]:
+    """Write one Snow or VS-Snow release of ``dataset`` per p; returns p -> release folder. ``extra_params`` go into
+    each manifest's params (e.g. ``model_files``: which checkpoint was used and why).
 
     Resumable: an interrupted sweep continues where it stopped when run again with the same
     settings (records already written are skipped). The vessel masks (VS-Snow) and the random
@@ -222,7 +223,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     records = dataset.records
     with contextlib.ExitStack() as stack:
         writers = {p: stack.enter_context(ReleaseWriter(
-            outs[p], method=method, params={"p": p, **common}, privacy=privacy[p], labels=names,
+            outs[p], method=method, params={"p": p, **common, **(extra_params or {})}, privacy=privacy[p], labels=names,
             seeds={method: seed} if seeded else {}, models=models, source=source, phantom=phantom, mapping=maps[p],
             overwrite=overwrite)) for p in ps}
         todo = [i for i in range(len(records)) if not all(wr.done(records[i].record_id) for wr in writers.values())]

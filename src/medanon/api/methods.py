@@ -82,7 +82,7 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
         from medanon.anonymize.gmia_release import gmia_release
 
         _, outcome = gmia_release(ds, out, gmia=opt, labels=labels, mapping=mapping, overwrite=overwrite,
-                                  progress=progress)
+                                  progress=progress, extra_params={"model_files": used} if used else None)
         return {"records": len(ds), "optimisation_outcome": outcome}
 
     def produce(writer, progress: bool) -> dict[str, Any]:
@@ -125,7 +125,8 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
         from medanon.anonymize.snow import snow_sweep
 
         snow_sweep(ds, out, method=method, ps=[p], seed=seed, labels=labels, mapping=mapping, device=dev,
-                   batch_size=batch_size, workers=workers, overwrite=overwrite, progress=progress, **kw)
+                   batch_size=batch_size, workers=workers, overwrite=overwrite, progress=progress,
+                   extra_params={"model_files": model_files} if model_files else None, **kw)
         return {"records": len(ds), "p": p}
 
     return Release(method=method, dataset=ds, params={"p": p, **({"model_files": model_files} if model_files else {})},

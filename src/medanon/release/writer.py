@@ -51,29 +51,26 @@ import torch
 from PIL import Image
 
 from medanon.data.records import Record
-from medanon.errors import ConfigError, DataError, MedanonError, OutputExistsError
+from medanon.errors import ConfigError, DataError, OutputExistsError
 from medanon.fsutil import atomic_write_bytes, atomic_write_text
 from medanon.locks import OutputLock
-from medanon.outputs import MAPPING_FORMAT, check_output, check_replaceable, checkpoint_files
+from medanon.outputs import MAPPING_FORMAT, check_replaceable, checkpoint_files
 from medanon.release.aggregate import RULE, aggregate_labels
+from medanon.release.order import _shuffle, _stamp
+from medanon.release.writer_safety import (  # noqa: F401  (check_release_outputs, OutputWriteError: re-exported)
+    JOURNAL,
+    RANK_JOURNAL_GLOB,
+    OutputWriteError,
+    _check_each_source_once,
+    _is_empty_start,
+    _partial_foreign,
+    check_release_outputs,
+    os_error,
+)
 from medanon.runtime import software_versions
 
 FORMAT = "medanon-release"
 VERSION = 1
-JOURNAL = ".journal.jsonl"
-RANK_JOURNAL_GLOB = ".journal.rank*.jsonl"           # records of the other processes of a torchrun job
-
-
-class OutputWriteError(MedanonError):
-    """The operating system refused a write (no space, no permission, quota): the partial folder is kept."""
-
-
-def os_error(e: OSError, partial: Path | None = None) -> OutputWriteError:
-    """``e`` as one clear error naming the file; a resumable partial folder is named in the fix."""
-    where = e.filename or partial or "the output"
-    keep = f"; {partial} keeps what was written, and the same command resumes from it" if partial else ""
-    return OutputWriteError(f"could not write {where}: {e.strerror or e}",
-                            fix=f"free space or fix the permissions there, then rerun the same command{keep}")
 
 
 def image_to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -381,88 +378,6 @@ class ReleaseWriter:
             self.lock.release()
             if isinstance(exc, OSError):
                 raise os_error(exc, self.partial if self._started else None) from None
-
-
-def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *, inputs: Sequence[str | Path] = (),
-                          overwrite: bool = False) -> None:
-    """The checks a release's outputs must pass before any work starts (``medanon.outputs``).
-
-    ``out`` and ``mapping`` may not be, be inside, or contain any of ``inputs``; an existing one is replaced only
-    with ``overwrite`` and only if medanon wrote it; the mapping (private) may not be inside the release.
-    """
-    out = Path(out)
-    check_output(out, inputs=inputs, overwrite=overwrite, kind="dir", name="out", what="release")
-    if mapping is not None:
-        m, o = Path(os.path.abspath(mapping)).resolve(), Path(os.path.abspath(out)).resolve()
-        if m == o or o in m.parents:
-            raise ConfigError(f"the mapping file {mapping} would be inside the release {out}",
-                              fix="write the private mapping outside the release folder")
-        check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping",
-                     what="mapping")
-
-
-def _check_each_source_once(rows: list[dict[str, Any]], *, views: int, out: Path) -> None:
-    """A source image stands behind one record (``views`` records of one cluster with latent augmentation): more
-    would mean a record released twice with fresh randomness, e.g. by two runs writing one release."""
-    from collections import Counter
-
-    counts = Counter(s for e in rows for s in e["sources"])
-    over = sorted(s for s, n in counts.items() if n > views)
-    if over:
-        raise DataError(f"release {out}: {len(over)} source images stand behind more than {views} record(s) each; "
-                        "their noise or averages were drawn more than once, which the privacy statement does not "
-                        "cover", fix=f"delete {out}.partial and run the release again, in one process")
-
-
-def _is_empty_start(partial: Path) -> bool:
-    """A partial folder killed between its creation and its journal head: nothing but an empty ``images``."""
-    return all(p.name == "images" and p.is_dir() and not any(p.iterdir()) for p in partial.iterdir())
-
-
-def _partial_foreign(partial: Path) -> list[str]:
-    """Files in a partial release folder that the writer does not write there."""
-    ok_top = {JOURNAL, "labels.csv", "manifest.json"}
-    bad = []
-    for p in partial.iterdir():
-        if p.is_dir() and p.name in ("images", ".images.shuffled"):
-            bad += [f"{p.name}/{q.name}" for q in p.iterdir()
-                    if not (q.is_file() and (q.suffix == ".png" or q.name.endswith(".tmp")))]
-        elif not (p.is_file() and (p.name in ok_top or p.match(RANK_JOURNAL_GLOB))):
-            bad.append(p.name)
-    return sorted(bad)
-
-
-def _shuffle(folder: Path) -> None:
-    """Copy the images in a secret random order (new inodes, new directory order)."""
-    images = folder / "images"
-    shuffled = folder / ".images.shuffled"
-    if shuffled.exists():                                # a close that was interrupted: finish or redo it
-        if images.exists():
-            shutil.rmtree(shuffled)
-        else:
-            shuffled.rename(images)
-    shuffled.mkdir()
-    names = sorted(p.name for p in images.iterdir())
-    secrets.SystemRandom().shuffle(names)
-    for name in names:
-        shutil.copyfile(images / name, shuffled / name)
-    shutil.rmtree(images)
-    shuffled.rename(images)
-
-
-def _stamp(folder: Path) -> None:
-    """Make every file world-readable and give every file and folder one timestamp, so that nothing but the
-    random names orders the release."""
-    day = _dt.datetime.now(_dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
-    for root, dirs, files in os.walk(folder):
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
-            os.utime(os.path.join(root, f), (day, day))
-        for d in dirs:
-            os.chmod(os.path.join(root, d), 0o755)
-            os.utime(os.path.join(root, d), (day, day))
-    os.chmod(folder, 0o755)
-    os.utime(folder, (day, day))
 
 
 def _cell(v: object) -> str:

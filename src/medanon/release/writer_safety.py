@@ -1,0 +1,78 @@
+"""The release writer's safety checks: where a release and its mapping may go (``medanon.outputs``), what an
+interrupted release's partial folder may hold, that no source stands behind two records, and an operating
+system's refusal as one clear error. Used by :class:`medanon.release.writer.ReleaseWriter`."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from medanon.errors import ConfigError, DataError, MedanonError
+from medanon.outputs import check_output
+
+JOURNAL = ".journal.jsonl"
+RANK_JOURNAL_GLOB = ".journal.rank*.jsonl"           # records of the other processes of a torchrun job
+
+
+class OutputWriteError(MedanonError):
+    """The operating system refused a write (no space, no permission, quota): the partial folder is kept."""
+
+
+def os_error(e: OSError, partial: Path | None = None) -> OutputWriteError:
+    """``e`` as one clear error naming the file; a resumable partial folder is named in the fix."""
+    where = e.filename or partial or "the output"
+    keep = f"; {partial} keeps what was written, and the same command resumes from it" if partial else ""
+    return OutputWriteError(f"could not write {where}: {e.strerror or e}",
+                            fix=f"free space or fix the permissions there, then rerun the same command{keep}")
+
+
+def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *, inputs: Sequence[str | Path] = (),
+                          overwrite: bool = False) -> None:
+    """The checks a release's outputs must pass before any work starts (``medanon.outputs``).
+
+    ``out`` and ``mapping`` may not be, be inside, or contain any of ``inputs``; an existing one is replaced only
+    with ``overwrite`` and only if medanon wrote it; the mapping (private) may not be inside the release.
+    """
+    out = Path(out)
+    check_output(out, inputs=inputs, overwrite=overwrite, kind="dir", name="out", what="release")
+    if mapping is not None:
+        m, o = Path(os.path.abspath(mapping)).resolve(), Path(os.path.abspath(out)).resolve()
+        if m == o or o in m.parents:
+            raise ConfigError(f"the mapping file {mapping} would be inside the release {out}",
+                              fix="write the private mapping outside the release folder")
+        check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping",
+                     what="mapping")
+
+
+def _check_each_source_once(rows: list[dict[str, Any]], *, views: int, out: Path) -> None:
+    """A source image stands behind one record (``views`` records of one cluster with latent augmentation): more
+    would mean a record released twice with fresh randomness, e.g. by two runs writing one release."""
+    counts = Counter(s for e in rows for s in e["sources"])
+    over = sorted(s for s, n in counts.items() if n > views)
+    if over:
+        raise DataError(f"release {out}: {len(over)} source images stand behind more than {views} record(s) each; "
+                        "their noise or averages were drawn more than once, which the privacy statement does not "
+                        "cover", fix=f"delete {out}.partial and run the release again, in one process")
+
+
+def _is_empty_start(partial: Path) -> bool:
+    """A partial folder killed between its creation and its journal head: nothing but an empty ``images``."""
+    return all(p.name == "images" and p.is_dir() and not any(p.iterdir()) for p in partial.iterdir())
+
+
+def _partial_foreign(partial: Path) -> list[str]:
+    """Files in a partial release folder that the writer does not write there."""
+    ok_top = {JOURNAL, "labels.csv", "manifest.json"}
+    bad = []
+    for p in partial.iterdir():
+        if p.is_dir() and p.name in ("images", ".images.shuffled"):
+            bad += [f"{p.name}/{q.name}" for q in p.iterdir()
+                    if not (q.is_file() and (q.suffix == ".png" or q.name.endswith(".tmp")))]
+        elif not (p.is_file() and (p.name in ok_top or p.match(RANK_JOURNAL_GLOB))):
+            bad.append(p.name)
+    return sorted(bad)
+
+

@@ -50,8 +50,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str = "folder",
-               inputs: tuple = ()) -> Iterator[Path]:
+def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str = "folder") -> Iterator[Path]:
     """Yield a temporary directory that becomes ``out`` only if the block finishes.
 
     On an exception (including KeyboardInterrupt) the temporary directory is removed and ``out`` is left as
@@ -64,7 +63,7 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
     from medanon.outputs import check_output, check_replaceable, write_marker
 
     out = Path(out)
-    check_output(out, overwrite=overwrite, kind="dir", inputs=inputs, what=marker)
+    check_output(out, overwrite=overwrite, kind="dir", what=marker)
     with OutputLock(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))

@@ -347,3 +347,12 @@ def _read_dicom(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.n
     if str(getattr(ds, "PhotometricInterpretation", "MONOCHROME2")).upper() == "MONOCHROME1":
         a = 1.0 - a
     return a.astype(np.float32)
+
+
+def image_to_uint8(image) -> np.ndarray:
+    """(C, H, W) float in [-1, 1] (a torch tensor or an array) -> (H, W) or (H, W, 3) uint8, as written to PNG."""
+    a = image.detach().cpu().float().numpy() if hasattr(image, "detach") else np.asarray(image, np.float32)
+    if a.ndim != 3 or a.shape[0] not in (1, 3):
+        raise ValueError(f"images must be (C, H, W) with C = 1 or 3, got shape {a.shape}")
+    a = np.clip(np.rint((a + 1.0) * 127.5), 0, 255).astype(np.uint8)
+    return a[0] if a.shape[0] == 1 else np.transpose(a, (1, 2, 0))

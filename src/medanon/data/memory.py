@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from medanon.data.dataset import ImageDataset, ReadOptions
+from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record, make_record_id
 from medanon.errors import DataError
 
@@ -47,15 +48,11 @@ def image_names(images: torch.Tensor) -> list[str]:
     out = []
     for img in images:
         h = hashlib.sha256(str(tuple(img.shape)).encode())
-        h.update(_to_uint8(img).numpy().tobytes())
+        h.update(image_to_uint8(img).tobytes())
         key = h.hexdigest()[:24]
         n = seen[key] = seen.get(key, -1) + 1
         out.append(f"images/{key}{f'-{n}' if n else ''}.png")
     return out
-
-
-def _to_uint8(img: torch.Tensor) -> torch.Tensor:
-    return ((img.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
 
 
 class InMemoryDataset(ImageDataset):
@@ -132,9 +129,7 @@ def write_dataset_folder(ds: InMemoryDataset, out: str | Path) -> Path:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["image", "patient_id", *names])
         for i, row in enumerate(ds._rows):
-            a = _to_uint8(ds.images[row]).numpy()
-            img = Image.fromarray(a[0], mode="L") if a.shape[0] == 1 else Image.fromarray(a.transpose(1, 2, 0), "RGB")
-            img.save(tmp / ds._names[row])
+            Image.fromarray(image_to_uint8(ds.images[row])).save(tmp / ds._names[row])
             rec = ds.records[i]
             w.writerow([ds._names[row], rec.patient_id,
                         *("" if math.isnan(rec.labels.get(n, math.nan)) else _cell(rec.labels[n]) for n in names)])

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError, OutputExistsError
 from medanon.fsutil import atomic_write_bytes, atomic_write_text
@@ -71,15 +72,6 @@ from medanon.runtime import software_versions
 
 FORMAT = "medanon-release"
 VERSION = 1
-
-
-def image_to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
-    """(C, H, W) float in [-1, 1] -> (H, W) or (H, W, 3) uint8, as written to PNG."""
-    a = image.detach().cpu().float().numpy() if isinstance(image, torch.Tensor) else np.asarray(image, np.float32)
-    if a.ndim != 3 or a.shape[0] not in (1, 3):
-        raise ValueError(f"release images must be (C, H, W) with C = 1 or 3, got shape {a.shape}")
-    a = np.clip(np.rint((a + 1.0) * 127.5), 0, 255).astype(np.uint8)
-    return a[0] if a.shape[0] == 1 else np.transpose(a, (1, 2, 0))
 
 
 def _png(a: np.ndarray) -> bytes:

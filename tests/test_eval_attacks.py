@@ -92,9 +92,47 @@ def test_membership_top_k_succeeds_and_fails(release):
         assert out["top_k_accuracy"] > 0.9 and out["risk"]["residual_risk"]["risk"] > 0.8
     else:
         assert out["top_k_accuracy"] < 0.2 and out["p_value"] > 0.01           # the exact test does not reject
-    assert out["members_in_pool"] == out["heldout_in_pool"]
-    assert out["chance"] == pytest.approx(k / out["pool"]) and out["risk"]["against"] == "baseline"
+    assert out["members_in_pool"] == out["heldout_in_pool"] and out["records_not_evaluated"] == 0
+    assert out["pools"] == 1 and out["chance"] == pytest.approx(k / out["pool"])
+    assert out["risk"]["against"] == "baseline"
     assert out["risk"]["control"] is None and out["risk"]["baseline"]["exact"]
+
+
+@pytest.mark.parametrize("release", ["unprotected", "noise"])
+def test_membership_evaluates_every_target_record_with_few_heldout_images(release):
+    """Six held-out images balance three records of k = 2 at a time: the 15 target records are ranked in five
+    pools of 12, each with its own held-out draw, and the exact chance is 2 / 12 for every record."""
+    rng, emb, _, held, _ = _setting(seed=1, patients=60, per=1)
+    g = torch.Generator().manual_seed(0)
+    src_desc = descriptors(torch.rand(len(emb), 1, 8, 8, generator=g), emb)
+    held_desc = descriptors(torch.rand(6, 1, 8, 8, generator=g), held[:6])
+    groups = [list(range(i, i + 2)) for i in range(0, len(emb), 2)]
+    rel_desc = (np.stack([src_desc[g_].mean(0) for g_ in groups]) if release == "unprotected" else
+                descriptors(torch.rand(len(groups), 1, 8, 8, generator=g), rng.standard_normal((len(groups), 32))))
+    out = top_k_membership(release_desc=rel_desc, record_sources=groups, source_desc=src_desc,
+                           heldout_desc=held_desc, seed=0)
+    assert out["records_evaluated"] == 15 and out["records_not_evaluated"] == 0 and out["slots"] == 30
+    assert out["pools"] == 5 and out["pool_sizes"] == [12] * 5 and out["chance"] == pytest.approx(2 / 12)
+    if release == "unprotected":
+        assert out["top_k_accuracy"] > 0.9 and out["p_value_exact"] < 1e-6
+    else:
+        assert out["top_k_accuracy"] < 0.5 and out["p_value_exact"] > 0.01
+
+
+def test_membership_leaves_out_a_record_larger_than_the_heldout_images():
+    _, emb, _, held, _ = _setting(seed=1, patients=60, per=1)
+    g = torch.Generator().manual_seed(0)
+    src_desc = descriptors(torch.rand(len(emb), 1, 8, 8, generator=g), emb)
+    held_desc = descriptors(torch.rand(4, 1, 8, 8, generator=g), held[:4])
+    groups = [list(range(0, 6)), *[list(range(i, i + 2)) for i in range(6, len(emb), 2)]]
+    rel_desc = np.stack([src_desc[g_].mean(0) for g_ in groups])
+    out = top_k_membership(release_desc=rel_desc, record_sources=groups, source_desc=src_desc,
+                           heldout_desc=held_desc, seed=1)
+    order = np.random.default_rng(1).permutation(len(groups))          # the attack's own split of the records
+    big_in_target = 0 in order[len(groups) // 2:]
+    assert big_in_target and out["records_not_evaluated"] == 1          # seed 1 puts it among the targets
+    assert out["records_evaluated"] == len(groups) - len(groups) // 2 - 1
+    assert all(s <= 8 for s in out["pool_sizes"]) and out["members_in_pool"] == out["heldout_in_pool"]
 
 
 @pytest.mark.parametrize("release", ["unprotected", "noise"])

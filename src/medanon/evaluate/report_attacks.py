@@ -95,7 +95,8 @@ def _membership(rels: list[dict]) -> str:
                                   f"bootstrap over the records' patients, exact chance of a random ranking and "
                                   f"the p-value of the patient bootstrap (the exact test of a random ranking "
                                   f"where no patient ids reach it). Pool: members and held-out images in equal "
-                                  f"numbers (e.g. {a['pool']} images for {a['records_evaluated']} records)."))
+                                  f"numbers, in pools of at most twice the held-out images (e.g. {a.get('pools', 1)} "
+                                  f"pool(s) of up to {a['pool']} images for {a['records_evaluated']} records)."))
         out.append(_assume(a["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "membership"))
 

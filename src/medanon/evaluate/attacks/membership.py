@@ -14,9 +14,13 @@ ground truth, and the real data):
    (record, member of another attacker-half record) negatives. The attacker is a logistic regression
    on the pair features ``[|d(a) - d(c)|, d(a) * d(c)]`` of an image descriptor ``d`` (unit identity
    embedding and a standardised 8x8 thumbnail), i.e. a learned similarity, trained only on those pairs.
-3. **Target**: target-half records are taken in random order while their members fit in a pool
-   balanced with as many held-out real images (patients never in the release), like the paper's two
-   halves. For each of these records all pool images are ranked by the attacker's score.
+3. **Target**: the target-half records, in random order, are cut into consecutive pools: each pool holds
+   the members of its records and as many held-out real images (patients never in the release), like the
+   paper's two halves, and no more members than there are held-out images. Every target record is
+   evaluated (one pool when the held-out images suffice, as in the paper; several, each with its own draw
+   of held-out images, when they do not); a record with more source images than there are held-out images
+   cannot be balanced and is counted in ``records_not_evaluated``. For each record all images of its pool
+   are ranked by the attacker's score.
 4. Top-K accuracy with K = the record's number of distinct source images (k in a release whose records
    each stand for k images; not the ``k`` setting where records have more or fewer sources). **Ties never
    count for the attacker**: pool images tied at the K-th place share the slots left (a tied member
@@ -107,39 +111,39 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     clf = LogisticRegression(C=1.0, max_iter=2000, class_weight="balanced")
     clf.fit(x, y)
 
-    # 3. balanced target pool
-    budget = len(heldout_desc)
-    chosen, members = [], []
-    for r in target_recs:
-        mem = list(record_sources[r])
-        if len(members) + len(mem) > budget:
-            continue
-        chosen.append(int(r))
-        members += mem
-    if not chosen:
+    # 3. balanced target pools: each holds target records' members and as many held-out images
+    pools = _pools(target_recs, record_sources, len(heldout_desc))
+    if not pools:
         raise ValueError("not enough held-out images to balance even one target record's members")
-    mem_idx = np.asarray(members, np.int64)
-    held = rng.choice(len(heldout_desc), len(mem_idx), replace=False)
-    pool = np.concatenate([source_desc[mem_idx], heldout_desc[held]])
-    pool_owner = np.r_[mem_idx, -1 - np.arange(len(held))]          # source index, or negative for held-out
+    chosen = [r for pool_recs in pools for r in pool_recs]
 
-    # 4. rank and score (ties at the K-th place share the slots left)
-    hits, ks, hit_pmfs = [], [], []
-    for r in chosen:
-        srcs = {int(s) for s in record_sources[r]}
-        k = len(srcs)
-        scores = clf.decision_function(pair_features(np.repeat(release_desc[r:r + 1], len(pool), 0), pool))
-        h, pmf = topk_hits(scores, np.isin(pool_owner, list(srcs)), k)
-        hits.append(h)
-        ks.append(k)
-        hit_pmfs.append(pmf)
+    # 4. rank each record within its pool and score (ties at the K-th place share the slots left)
+    hits, ks, hit_pmfs, pool_sizes, record_pool = [], [], [], [], []
+    for pool_recs in pools:
+        mem_idx = np.concatenate([np.asarray(record_sources[r], np.int64) for r in pool_recs])
+        held = rng.choice(len(heldout_desc), len(mem_idx), replace=False)
+        pool = np.concatenate([source_desc[mem_idx], heldout_desc[held]])
+        pool_owner = np.r_[mem_idx, -1 - np.arange(len(held))]      # source index, or negative for held-out
+        pool_sizes.append(len(pool))
+        for r in pool_recs:
+            srcs = {int(s) for s in record_sources[r]}
+            k = len(srcs)
+            scores = clf.decision_function(pair_features(np.repeat(release_desc[r:r + 1], len(pool), 0), pool))
+            h, pmf = topk_hits(scores, np.isin(pool_owner, list(srcs)), k)
+            hits.append(h)
+            ks.append(k)
+            hit_pmfs.append(pmf)
+            record_pool.append(len(pool_sizes) - 1)
     hits_a, ks_a = np.asarray(hits), np.asarray(ks, np.float64)
     hits_total, k_total = float(hits_a.sum()), int(ks_a.sum())
     observed = np.ones(1)
     for pmf in hit_pmfs:
         observed = np.convolve(observed, pmf)                         # the attacker's total hits, over tie breaks
-    null, expected_hits = topk_null(ks, len(pool))
-    expected_random = float(np.mean(ks_a / len(pool)))
+    null, expected_hits = np.ones(1), 0.0
+    for i, size in enumerate(pool_sizes):                             # pools are ranked independently
+        pmf, mean = topk_null([k for k, p in zip(ks, record_pool, strict=True) if p == i], size)
+        null, expected_hits = np.convolve(null, pmf), expected_hits + mean
+    expected_random = float(np.mean(ks_a / np.asarray(pool_sizes, np.float64)[record_pool]))
     groups = None
     if source_patients is not None:
         sp = np.asarray(source_patients)
@@ -159,8 +163,26 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
                  "test of a random ranking, which treats the pool's images as independent, in p_value_exact",
             "ties": "pool images tied at the K-th place share the slots left",
             "records_evaluated": len(chosen), "records_attacker": len(train_recs), "n": len(chosen),
-            "pool": len(pool), "members_in_pool": len(mem_idx), "heldout_in_pool": len(held),
+            "records_not_evaluated": len(target_recs) - len(chosen), "pools": len(pools), "pool_sizes": pool_sizes,
+            "pool": max(pool_sizes), "members_in_pool": sum(pool_sizes) // 2, "heldout_in_pool": sum(pool_sizes) // 2,
             "k": sorted(set(ks)), "assumptions": ASSUMPTIONS,
             "risk": risk_entry(attack, None, what="a top-K ranked image is a member of the record",
                                control_is="none: ranking held-out patients alone has no member to find",
                                baseline=base, baseline_is="the exact expected hits of a random ranking")}
+
+
+def _pools(target_recs, record_sources, budget: int) -> list[list[int]]:
+    """Target records in their (random) order, cut into consecutive pools whose members fit ``budget`` held-out
+    images; a record with more source images than ``budget`` cannot be balanced and is left out."""
+    pools: list[list[int]] = [[]]
+    used = 0
+    for r in target_recs:
+        n = len(record_sources[r])
+        if n > budget:
+            continue
+        if used + n > budget:
+            pools.append([])
+            used = 0
+        pools[-1].append(int(r))
+        used += n
+    return [p for p in pools if p]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,9 @@ class EvaluationResult:
     """What :func:`evaluate` measured: one entry per release, the controls, notes; the report's files.
 
     ``releases`` holds, per release, its name, method, privacy statement, fidelity, utility and
-    attacks (as in ``report.json``; docs/evaluation.md explains every number).
+    attacks (as in ``report.json``; docs/evaluation.md explains every number). ``comparisons``: one entry per
+    pair of releases named in ``utility.compare`` and task (``report.json`` ``comparisons``): both releases'
+    utility on the same held-out images and the difference a - b with a paired patient bootstrap interval.
     """
 
     releases: list[dict[str, Any]]
@@ -78,6 +80,7 @@ class EvaluationResult:
     report: dict[str, Any] = field(repr=False)           # the whole report.json
     html: str = field(repr=False)                        # the self-contained HTML report
     out: Path | None = None                              # where the harness wrote it (None: a temporary folder)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)   # release vs release utility (utility.compare)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-ready dict (what ``report.json`` holds)."""
@@ -98,6 +101,8 @@ class EvaluationResult:
         ``attack`` is the residual-risk row (``nearest``, ``linkability (reverse)``, ``independent singling_out``,
         ...), ``verdict``, ``fidelity`` or ``utility: <task>``; ``lo`` / ``hi`` the 95 % interval (None where there
         is none); ``valid`` / ``reason`` the row's validity (attacks and the verdict; True for fidelity and utility).
+        A comparison of two releases (``utility.compare``) gives rows with ``release`` ``"<a> - <b>"`` and ``attack``
+        ``utility difference: <task>``: the difference a - b of each metric, ``n`` the held-out images.
 
         Example:
             >>> r = EvaluationResult(releases=[{"name": "k2", "attacks": {}, "fidelity": {"fid": {"value": 9.0,
@@ -106,7 +111,8 @@ class EvaluationResult:
             >>> r.summary()[0]["metric"], r.summary()[0]["value"]
             ('fid', 9.0)
         """
-        return [rec for r in self.releases for rec in _summary(r)]
+        return [rec for r in self.releases for rec in _summary(r)] + \
+            [rec for c in self.comparisons for rec in _comparison_summary(c)]
 
     def to_frame(self):
         """:meth:`summary` as a pandas DataFrame (one row per number); needs pandas."""
@@ -166,11 +172,17 @@ def _summary(rel: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _comparison_summary(c: dict[str, Any]) -> list[dict[str, Any]]:
+    """One comparison's records for :meth:`EvaluationResult.summary`: the difference a - b of every metric."""
+    return [_record(f"{c['a']} - {c['b']}", f"utility difference: {c['task']}", metric, m["difference"]["value"],
+                    m["difference"]["ci"], c.get("n")) for metric, m in (c.get("metrics") or {}).items()]
+
+
 def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset: str = "full", config=None,
              size: int | None = None, splits: str | Path | None = None,
              mappings: Mapping[str, str | Path] | None = None, cache_dir: str | Path | None = None, device=None,
              patient_ids=None, labels=None, modality: str | None = None,
-             progress: bool | None = None) -> EvaluationResult:
+             compare: Sequence[tuple[str, str]] | None = None, progress: bool | None = None) -> EvaluationResult:
     """Evaluate releases against the real data they were made from: fidelity, utility and privacy attacks.
 
     ``real``: the real dataset, opened (:func:`medanon.open_dataset`, any layout: its folder is read again
@@ -188,8 +200,11 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     ``splits``: the splits CSV the releases were made with (else the split is recomputed).
     ``mappings``: release name -> private mapping file (default: the mapping a Release was saved
     with, or ``<release>.mapping.json`` next to the folder); membership, linkability and singling-out
-    need it. Returns an :class:`EvaluationResult` (``.to_dict()``, ``.to_html(path)``, ``.summary()``: flat
-    records, ``.to_frame()``: the same as a pandas DataFrame).
+    need it. ``compare``: pairs of release names ``(a, b)`` (folder names; a Release saved here is named
+    ``<method>-<position>``) whose utility difference a - b gets a paired patient bootstrap interval
+    (``config.utility.compare``; the result's ``comparisons``). Returns an :class:`EvaluationResult`
+    (``.to_dict()``, ``.to_html(path)``, ``.summary()``: flat records, ``.to_frame()``: the same as a pandas
+    DataFrame).
 
     Example (signature only: a run trains classifiers, see docs/evaluation.md):
         >>> import inspect, medanon
@@ -226,9 +241,12 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     if config is None:
         config = make_preset(preset, size=size or getattr(real, "size", None))
     elif size is not None:
-        from dataclasses import replace
-
         config = replace(config, size=size)
+    if compare is not None:
+        if isinstance(compare, (str, bytes)) or any(isinstance(p, (str, bytes)) or len(p) != 2 for p in compare):
+            raise ConfigError(f"compare={compare!r} must be a list of (release_a, release_b) pairs",
+                              fix="pass compare=[('name_a', 'name_b')]")
+        config = replace(config, utility=replace(config.utility, compare=tuple((str(a), str(b)) for a, b in compare)))
     progress = show_progress(progress)
     maps = dict(mappings or {})
     tmp_dir = tempfile.TemporaryDirectory(prefix="medanon-eval-")
@@ -264,4 +282,5 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     return EvaluationResult(releases=report.get("releases", []), controls=report.get("controls", {}),
                             real=report.get("real", {}), phantom=bool(report.get("phantom")),
                             notes=list(report.get("notes", [])), seconds=float(report.get("seconds", 0.0)),
-                            report=report, html=html, out=Path(out) if out is not None else None)
+                            report=report, html=html, out=Path(out) if out is not None else None,
+                            comparisons=list(report.get("comparisons", [])))

@@ -51,10 +51,18 @@ class UtilityConfig:
     probe: ProbeConfig = field(default_factory=ProbeConfig)                             # the probe learner's
     full_real: bool = True                      # also train on every real source image: a reference row, and
                                                 # that model tested on the released images (DP-GLOW's direction)
+    compare: tuple[tuple[str, str], ...] = ()   # pairs of release names (a, b): a - b on the same held-out images,
+                                                # paired patient bootstrap (report.json "comparisons"); YAML
+                                                # [[a, b], ...], --set 'utility.compare=[[a, b]]'
 
     def validate(self) -> None:
         if not self.seeds:
             raise ConfigError("utility.seeds must name at least one seed")
+        for pair in self.compare:
+            if len(pair) != 2 or pair[0] == pair[1]:
+                raise ConfigError(f"utility.compare entry {list(pair)} must name two different releases",
+                                  fix="write pairs as [[release_a, release_b], ...] (on the command line: "
+                                      "--set 'utility.compare=[[a, b]]')")
         if self.bootstrap < 0 or 0 < self.bootstrap < 20:
             raise ConfigError(f"utility.bootstrap={self.bootstrap} must be 0 (off) or at least 20")
         if self.learner not in LEARNERS:

@@ -25,8 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +45,14 @@ from medanon.evaluate.context import RealContext, checkpoint_trained_on
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
+from medanon.evaluate.utility_run import comparisons, full_real_utility, release_utility
 from medanon.fsutil import sha256_file
 from medanon.models.identity import load_identity
-from medanon.runtime import RunDir, map_in_parallel
+from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 6                             # 6: controls reweighted, thresholds, bootstrap p-values
+RESULTS_VERSION = 7                             # 7: utility intervals over patients, probabilities kept
 
 
 @dataclass(frozen=True)
@@ -93,53 +93,6 @@ def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -
                            lambda: rel_emb[pick])
 
 
-def _utility_seed(ctx: RealContext, task: util.Task, x, y: np.ndarray, test_rows: np.ndarray,
-                  seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """One seed of the utility protocol: test-set probabilities of the learner trained on the release's encoded
-    images ``x``, and of the real baseline trained on as many real source images (cached)."""
-    model = ctx.learner.fit(x, y, num_classes=task.num_classes, seed=seed)
-    return ctx.learner.proba(model, ctx.real_inputs[test_rows]), ctx.baseline_probs(task, len(y), seed)
-
-
-def _utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict:
-    out = {}
-    ucfg = ctx.cfg.utility
-    encoded = None                                  # the release's images encoded for the learner, once
-    for task in tasks:
-        ok, y = task.targets(rel.label(task.label))
-        test_rows, y_test = ctx.test_set(task)
-        if ok.sum() < 2 or len(np.unique(y)) < 2:
-            out[task.label] = {"skipped": f"the release has {int(ok.sum())} record(s) labelled with "
-                                          f"{len(np.unique(y))} class(es) of {task.label!r}: nothing to learn"}
-            continue
-        if len(test_rows) < 2:
-            out[task.label] = {"skipped": f"the held-out split has no {task.label!r} labels to test on"}
-            continue
-        if encoded is None:
-            encoded = ctx.learner.encode(rel.images, f"{ctx.learner.name} inputs ({rel.name})")
-        x = encoded[torch.from_numpy(ok)] if isinstance(encoded, torch.Tensor) else encoded[ok]
-        seeds = list(ucfg.seeds)
-        if ctx.learner.deterministic:                   # one fit of the release serves every seed's baseline
-            p = ctx.learner.proba(ctx.learner.fit(x, y, num_classes=task.num_classes, seed=seeds[0]),
-                                  ctx.real_inputs[test_rows])
-            rel_p, base_p = [p] * len(seeds), [ctx.baseline_probs(task, len(y), s) for s in seeds]
-        else:
-            one_seed = partial(_utility_seed, ctx, task, x, y, test_rows)
-            rel_p, base_p = (list(v) for v in zip(*map_in_parallel(one_seed, seeds, device=ctx.device), strict=True))
-        runs = [util.score(task, y_test, p) for p in rel_p]
-        base = [util.score(task, y_test, p) for p in base_p]
-        entry = {"n_train": int(ok.sum()), "n_test": len(test_rows), "seeds": list(ucfg.seeds),
-                 "learner": ucfg.learner, "release": util.summarize(runs), "real_same_n": util.summarize(base)}
-        if ucfg.bootstrap:
-            entry["paired_bootstrap"] = util.paired_intervals(task, y_test, rel_p, base_p, n_resamples=ucfg.bootstrap,
-                                                              confidence=ctx.cfg.attacks.confidence,
-                                                              seed=ctx.cfg.seed)
-        if ucfg.full_real:
-            entry["real_model_on_release"] = util.score(task, y, ctx.learner.proba(ctx.full_real_model(task), x))
-        out[task.label] = entry
-    return out
-
-
 def _check_sources(ctx: RealContext, rel: ReleaseData) -> None:
     if rel.sources is None:
         return
@@ -166,7 +119,7 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
     rel_emb = ctx.embed(rel.images)                             # once per release: fidelity, attacks, screening
     res["fidelity"] = _fidelity(ctx, rel, n_fid, rel_emb)
     timing["fidelity"], t = time.perf_counter() - t, time.perf_counter()
-    res["utility"] = _utility(ctx, rel, tasks)
+    res["utility"] = release_utility(ctx, rel, tasks)
     timing["utility"], t = time.perf_counter() - t, time.perf_counter()
     res["attacks"] = run_attacks(ctx, rel, rel_emb)
     timing["attacks"], t = time.perf_counter() - t, time.perf_counter()
@@ -212,20 +165,7 @@ def _controls(ctx: RealContext, sizes: Sequence[int], tasks: list[util.Task]) ->
     out: dict[str, Any] = {"fidelity_by_n": _control_fidelity(ctx, sizes)}
     out["fidelity"] = out["fidelity_by_n"][str(max(sizes))]
     if ctx.cfg.utility.full_real:
-        util_out = {}
-        for task in tasks:
-            test_rows, y_test = ctx.test_set(task)
-            ok, _ = task.targets(ctx.real.label(task.label)[ctx.src])
-            if len(test_rows) < 2 or ok.sum() < 2:
-                continue
-            p = ctx.learner.proba(ctx.full_real_model(task), ctx.real_inputs[test_rows])
-            util_out[task.label] = {"n_train": int(ok.sum()), "n_test": len(test_rows),
-                                    "scores": util.score(task, y_test, p)}
-            if ctx.cfg.utility.bootstrap:
-                util_out[task.label]["bootstrap"] = util.paired_intervals(
-                    task, y_test, [p], [p], n_resamples=ctx.cfg.utility.bootstrap,
-                    confidence=ctx.cfg.attacks.confidence, seed=ctx.cfg.seed)
-        out["utility_full_real"] = util_out
+        out["utility_full_real"] = full_real_utility(ctx, tasks)
     return out
 
 
@@ -380,8 +320,14 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     names = [r.name for r in rels]
     if len(set(names)) != len(names):
         raise ConfigError(f"two releases share a name: {names}", fix="give releases distinct folder names")
+    unknown = sorted({n for pair in cfg.utility.compare for n in pair} - set(names))
+    if unknown:
+        raise ConfigError(f"utility.compare names release(s) {unknown} that are not evaluated (releases: {names})",
+                          fix="name releases by their display names (folder names unless given)")
     cache = Cache(cache_dir if cache_dir is not None else out / "cache")
-    ctx = RealContext(real, cfg, cache, dev, progress)
+    # comparisons read what each release left in the cache: naming pairs must not invalidate any cached result
+    keyed = replace(cfg, utility=replace(cfg.utility, compare=()))
+    ctx = RealContext(real, keyed, cache, dev, progress)
     n_fid = _fid_samples(cfg, rels)
     for note in _warnings(cfg, rels, n_fid):
         log.warning(note)
@@ -391,7 +337,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     ckpts = _checkpoint_digests(cfg)                # a checkpoint replaced at the same path invalidates the cache
     results = []
     for rel in tqdm(rels, desc="releases", disable=not progress, unit="release"):
-        key = digest(RESULTS_VERSION, rel.digest, ctx.key, to_dict(cfg), ckpts, n_fid[rel.name],
+        key = digest(RESULTS_VERSION, rel.digest, ctx.key, to_dict(keyed), ckpts, n_fid[rel.name],
                      [t.label for t in tasks],
                      str(rel.mapping_path and rel.mapping_path.stat().st_mtime_ns))
         got = cache.load_json(f"release-{key}")
@@ -400,6 +346,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
             cache.save_json(f"release-{key}", got)
         run.log_metrics(release=rel.name, seconds=got.get("seconds"))
         results.append(got)
+    compared = comparisons(ctx, rels, tasks, cfg.utility.compare)   # after every release (evaluated or cached)
     controls = _controls(ctx, list(n_fid.values()), tasks)
     checks = network_checks(ctx) if (cfg.attacks.linkability or cfg.attacks.singling_out or cfg.attacks.nearest) \
         else {}
@@ -423,6 +370,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      "siamese": {"trained_on": ctx.siamese_trained_on} if cfg.attacks.siamese else None,
                      "checkpoints_sha256": ckpts},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results,
+        "comparisons": compared,
         "calibration": calibration, "notes": ctx.notes,
         "controls_balanced_on": {"setting": cfg.attacks.balance, "label": ctx.balance_label,
                                  "how": "every control rate of a residual risk reweighted to the members' strata of "

@@ -115,32 +115,63 @@ def average_precision(y_true, score) -> float:
 # Twins of the functions above for a batch of samples of equal size: each row of a 2-D ``(B, n)`` input is
 # one sample and the result is ``(B,)``. The bootstrap (``utility.paired_intervals``) scores a thousand
 # resamples at once with them; each row equals the 1-D function on that row (tested).
+#
+# ``weights=`` (B, n), non-negative integer counts: row b is scored as the sample in which item i appears
+# ``weights[b, i]`` times (the patient cluster bootstrap: every image of a drawn patient, once per draw), exactly
+# as the 1-D function on the explicitly duplicated sample (tested). The other inputs may then have one row,
+# shared by every weight row. ``None``: every weight one (the unweighted code, unchanged).
 
 def _rows(a, dtype=np.int64) -> np.ndarray:
     return np.atleast_2d(np.asarray(a)).astype(dtype)
 
 
-def accuracy_rows(y_true, y_pred) -> np.ndarray:
+def _weights(weights, *arrays) -> tuple[np.ndarray, ...]:
+    """``weights`` as float (B, n) and each of ``arrays`` broadcast to it."""
+    w = np.atleast_2d(np.asarray(weights, np.float64))
+    if w.ndim != 2 or (w < 0).any():
+        raise ValueError(f"weights must be a (B, n) array of non-negative counts, got shape {w.shape}")
+    shape = np.broadcast_shapes(w.shape, *(a.shape for a in arrays))
+    return tuple(np.broadcast_to(a, shape) for a in (w, *arrays))
+
+
+def _sorted_groups(s: np.ndarray, descending: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of scores ``s`` (R, n): the stable sort order, and in that order True at the last item of each run of
+    equal scores."""
+    order = np.argsort(-s if descending else s, axis=1, kind="mergesort")
+    ss = np.take_along_axis(s, order, 1)
+    last = np.ones(ss.shape, bool)
+    last[:, :-1] = ss[:, 1:] != ss[:, :-1]
+    return order, last
+
+
+def accuracy_rows(y_true, y_pred, *, weights=None) -> np.ndarray:
     t, p = _rows(y_true), _rows(y_pred)
+    if weights is not None:
+        w, t, p = _weights(weights, t, p)
+        n = w.sum(1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(n > 0, (w * (t == p)).sum(1) / n, np.nan)
     return (t == p).mean(1) if t.shape[1] else np.full(len(t), np.nan)
 
 
-def confusion_rows(y_true, y_pred, labels) -> np.ndarray:
-    """``(B, K, K)`` counts per row, as :func:`confusion`."""
+def confusion_rows(y_true, y_pred, labels, *, weights=None) -> np.ndarray:
+    """``(B, K, K)`` counts per row, as :func:`confusion` (weighted: float sums of the weights)."""
     t, p = _rows(y_true), _rows(y_pred)
+    if weights is not None:
+        w, t, p = _weights(weights, t, p)
     k, b = len(np.asarray(labels).ravel()), len(t)
     i, j = _label_index(t, labels), _label_index(p, labels)
     ok = (i >= 0) & (j >= 0)
     cell = (np.arange(b)[:, None] * k * k + i * k + j)[ok]
-    return np.bincount(cell, minlength=b * k * k).reshape(b, k, k)
+    return np.bincount(cell, weights=None if weights is None else w[ok], minlength=b * k * k).reshape(b, k, k)
 
 
-def quadratic_kappa_rows(y_true, y_pred, *, labels) -> np.ndarray:
+def quadratic_kappa_rows(y_true, y_pred, *, labels, weights=None) -> np.ndarray:
     """:func:`quadratic_kappa` over the fixed class set ``labels``, per row."""
     k = len(np.asarray(labels).ravel())
     if k < 2:
-        return np.full(len(_rows(y_true)), np.nan)
-    o = confusion_rows(y_true, y_pred, labels).astype(np.float64)
+        return np.full(len(_rows(y_true if weights is None else weights)), np.nan)
+    o = confusion_rows(y_true, y_pred, labels, weights=weights).astype(np.float64)
     n = o.sum((1, 2))
     i, j = np.indices((k, k))
     w = (i - j) ** 2 / (k - 1) ** 2
@@ -151,13 +182,21 @@ def quadratic_kappa_rows(y_true, y_pred, *, labels) -> np.ndarray:
     return np.where(den > 0, out, np.nan)
 
 
-def f1_rows(y_true, y_pred, *, average: str, positive: int = 1, labels=None) -> np.ndarray:
+def f1_rows(y_true, y_pred, *, average: str, positive: int = 1, labels=None, weights=None) -> np.ndarray:
     """:func:`f1` per row: ``average="binary"``, or ``"macro"`` over the fixed class set ``labels``."""
     t, p = _rows(y_true), _rows(y_pred)
+    if weights is None:
+        def total(mask):
+            return mask.sum(1)
+    else:
+        w, t, p = _weights(weights, t, p)
+
+        def total(mask):
+            return (w * mask).sum(1)
 
     def one(c):
-        tp = ((t == c) & (p == c)).sum(1)
-        den = (t == c).sum(1) + (p == c).sum(1)
+        tp = total((t == c) & (p == c))
+        den = total(t == c) + total(p == c)
         return np.where(den > 0, 2 * tp / np.maximum(den, 1), 0.0)
 
     if average == "binary":
@@ -168,11 +207,13 @@ def f1_rows(y_true, y_pred, *, average: str, positive: int = 1, labels=None) -> 
     raise ValueError(f"average={average!r} with labels={labels!r}: row-wise F1 is binary, or macro over given labels")
 
 
-def roc_auc_rows(y_true, score) -> np.ndarray:
+def roc_auc_rows(y_true, score, *, weights=None) -> np.ndarray:
     """:func:`roc_auc` per row (NaN where a row has one class only)."""
     from scipy.stats import rankdata
 
     t, s = _rows(y_true).astype(bool), _rows(score, np.float64)
+    if weights is not None:
+        return _roc_auc_weighted(t, s, weights)
     n_pos, n_neg = t.sum(1), (~t).sum(1)
     ranks = rankdata(s, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -180,9 +221,11 @@ def roc_auc_rows(y_true, score) -> np.ndarray:
     return np.where((n_pos > 0) & (n_neg > 0), out, np.nan)
 
 
-def average_precision_rows(y_true, score) -> np.ndarray:
+def average_precision_rows(y_true, score, *, weights=None) -> np.ndarray:
     """:func:`average_precision` per row (NaN where a row has no positive)."""
     t, s = _rows(y_true).astype(bool), _rows(score, np.float64)
+    if weights is not None:
+        return _average_precision_weighted(t, s, weights)
     order = np.argsort(-s, axis=1, kind="mergesort")
     s, t = np.take_along_axis(s, order, 1), np.take_along_axis(t, order, 1)
     n_pos = t.sum(1)
@@ -194,4 +237,43 @@ def average_precision_rows(y_true, score) -> np.ndarray:
     precision = tp / np.arange(1, t.shape[1] + 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = (last * (tp - prev) * precision).sum(1) / n_pos
+    return np.where(n_pos > 0, out, np.nan)
+
+
+def _group_sums(v: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Per row, the sums of ``v`` (B, n) over each run of equal scores (``last`` marks a run's end, broadcast to
+    ``v``), at the run's first columns (0, 1, ...; zeros after the row's last run)."""
+    b, n = v.shape
+    gid = np.broadcast_to(np.cumsum(last, 1) - last, v.shape)         # run number of each item, 0-based
+    flat = (np.arange(b)[:, None] * n + gid).ravel()
+    return np.bincount(flat, weights=v.ravel(), minlength=b * n).reshape(b, n)
+
+
+def _roc_auc_weighted(t: np.ndarray, s: np.ndarray, weights) -> np.ndarray:
+    """Mann-Whitney AUC with item counts: sum over positives of (negatives below + half the tied negatives)."""
+    w, t, s = _weights(weights, t, s)
+    s1 = s[:1] if (s == s[:1]).all() else s                           # one shared score row: sort it once
+    order, last = _sorted_groups(s1, descending=False)
+    wt = np.take_along_axis(w * t, order, 1)
+    wf = np.take_along_axis(w * ~t, order, 1)
+    pos, neg = _group_sums(wt, last), _group_sums(wf, last)
+    below = np.cumsum(neg, 1) - neg                                   # negatives in the runs before
+    n_pos, n_neg = pos.sum(1), neg.sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (pos * (below + 0.5 * neg)).sum(1) / (n_pos * n_neg)
+    return np.where((n_pos > 0) & (n_neg > 0), out, np.nan)
+
+
+def _average_precision_weighted(t: np.ndarray, s: np.ndarray, weights) -> np.ndarray:
+    """Average precision with item counts: precision and recall at each distinct threshold from weighted counts."""
+    w, t, s = _weights(weights, t, s)
+    s1 = s[:1] if (s == s[:1]).all() else s
+    order, last = _sorted_groups(s1, descending=True)
+    tp_run = _group_sums(np.take_along_axis(w * t, order, 1), last)   # positives per distinct score, high first
+    all_run = _group_sums(np.take_along_axis(w, order, 1), last)
+    tp, seen = np.cumsum(tp_run, 1), np.cumsum(all_run, 1)
+    n_pos = tp[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.where(tp_run > 0, tp_run * tp / seen, 0.0)          # (R_n - R_n-1) P_n, times n_pos
+        out = step.sum(1) / n_pos
     return np.where(n_pos > 0, out, np.nan)

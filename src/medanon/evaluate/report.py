@@ -208,10 +208,10 @@ def _utility(rep: dict) -> str:
             rows.append(["<i>real, all source images (reference)</i>", str(full["n_train"]),
                          _num(full["scores"].get(HEADLINE[kind])), _ci(fb["release"]) if fb else "–", "–", "–", "–"])
         out.append(_table(["Release", "N train", f"{METRIC_NAMES[HEADLINE[kind]]} (train on release, ± sd over "
-                           "seeds)", "seed mean [95% CI over test images]", "Original, same N [95% CI]",
+                           "seeds)", "seed mean [95% CI]", "Original, same N [95% CI]",
                            "release − Original [95% CI]",
                            f"{METRIC_NAMES[HEADLINE[kind]]} of the real model on the release"], rows,
-                          caption=f"Intervals: paired percentile bootstrap over the {ntest} held-out test images "
+                          caption=f"Intervals: paired percentile bootstrap over {_resampled(rels, task, ntest)} "
                                   f"(scipy.stats.bootstrap, paired=True), of the metric averaged over seeds; a "
                                   f"difference whose interval contains 0 is not a measured difference. Right column: "
                                   f"a classifier trained on all real source images, tested on the released images "
@@ -220,6 +220,15 @@ def _utility(rep: dict) -> str:
         out.append("<p class=note>Binary (normal vs DR) and 3-class (healthy/NPDR/PDR) numbers are derived from the "
                    "5-class model by summing its probabilities; the papers trained separate models.</p>")
     return "\n".join(out)
+
+
+def _resampled(rels: list[dict], task: str, ntest: int) -> str:
+    """What the utility intervals resampled: the held-out patients (every image of a drawn patient), or images."""
+    pb = next((v for r in rels for v in ((r["utility"].get(task) or {}).get("paired_bootstrap") or {}).values()), {})
+    if pb.get("resampled") == "patients":
+        return (f"the {pb['n_patients']} held-out patients of the {ntest} test images (a drawn patient brings all "
+                f"its images)")
+    return f"the {ntest} held-out test images"
 
 
 def _statements(rep: dict) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from medanon.errors import ConfigError
 from medanon.evaluate import metrics as M
 
 
@@ -74,26 +75,30 @@ def score(task: Task, y_true: np.ndarray, proba: np.ndarray) -> dict[str, float]
     return {k: float(v[0]) for k, v in rows.items()}
 
 
-def score_rows(task: Task, y_true: np.ndarray, proba: np.ndarray) -> dict[str, np.ndarray]:
-    """:func:`score` of a batch of samples at once: ``y_true (B, N)``, ``proba (B, N, C)`` -> each metric ``(B,)``."""
+def score_rows(task: Task, y_true: np.ndarray, proba: np.ndarray, *, weights=None) -> dict[str, np.ndarray]:
+    """:func:`score` of a batch of samples at once: ``y_true (B, N)``, ``proba (B, N, C)`` -> each metric ``(B,)``.
+    ``weights (B, N)``: integer counts of each image in each sample (``y_true`` / ``proba`` may then have one row
+    shared by all), scored as the sample with the images repeated (:mod:`medanon.evaluate.metrics`)."""
     y = np.asarray(y_true, np.int64)
     p = np.asarray(proba, np.float64)
     pred = p.argmax(2)
+    w = {"weights": weights}
     if task.kind == "grade":
         yb, pb = (y > 0).astype(int), 1.0 - p[..., 0]
         y3 = np.where(y == 0, 0, np.where(y == 4, 2, 1))
         p3 = np.stack([p[..., 0], p[..., 1:4].sum(2), p[..., 4]], 2).argmax(2)
-        return {"accuracy": M.accuracy_rows(y, pred), "kappa": M.quadratic_kappa_rows(y, pred, labels=range(5)),
-                "binary_accuracy": M.accuracy_rows(yb, (pb >= 0.5).astype(int)),
-                "binary_f1": M.f1_rows(yb, (pb >= 0.5).astype(int), average="binary"),
-                "binary_auroc": M.roc_auc_rows(yb, pb),
-                "f1_3class": M.f1_rows(y3, p3, average="macro", labels=[0, 1, 2]),
-                "accuracy_3class": M.accuracy_rows(y3, p3)}
+        return {"accuracy": M.accuracy_rows(y, pred, **w),
+                "kappa": M.quadratic_kappa_rows(y, pred, labels=range(5), **w),
+                "binary_accuracy": M.accuracy_rows(yb, (pb >= 0.5).astype(int), **w),
+                "binary_f1": M.f1_rows(yb, (pb >= 0.5).astype(int), average="binary", **w),
+                "binary_auroc": M.roc_auc_rows(yb, pb, **w),
+                "f1_3class": M.f1_rows(y3, p3, average="macro", labels=[0, 1, 2], **w),
+                "accuracy_3class": M.accuracy_rows(y3, p3, **w)}
     if task.kind == "binary":
-        return {"auroc": M.roc_auc_rows(y, p[..., 1]), "ap": M.average_precision_rows(y, p[..., 1]),
-                "binary_acc": M.accuracy_rows(y, pred), "f1": M.f1_rows(y, pred, average="binary")}
+        return {"auroc": M.roc_auc_rows(y, p[..., 1], **w), "ap": M.average_precision_rows(y, p[..., 1], **w),
+                "binary_acc": M.accuracy_rows(y, pred, **w), "f1": M.f1_rows(y, pred, average="binary", **w)}
     labels = list(range(task.num_classes if task.num_classes else p.shape[2]))
-    return {"acc": M.accuracy_rows(y, pred), "f1_macro": M.f1_rows(y, pred, average="macro", labels=labels)}
+    return {"acc": M.accuracy_rows(y, pred, **w), "f1_macro": M.f1_rows(y, pred, average="macro", labels=labels, **w)}
 
 
 def summarize(runs: Sequence[dict[str, float]]) -> dict[str, dict]:
@@ -109,56 +114,160 @@ def summarize(runs: Sequence[dict[str, float]]) -> dict[str, dict]:
     return out
 
 
-def _seed_mean(task: Task, y: np.ndarray, probs: Sequence[np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
-    """Each metric averaged over seeds (NaN seeds left out; NaN where every seed is), for index rows ``idx (B, N)``."""
+def _seed_mean(task: Task, y: np.ndarray, probs: Sequence[np.ndarray], idx: np.ndarray | None = None,
+               weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each metric averaged over seeds (NaN seeds left out; NaN where every seed is), for index rows ``idx (B, N)``
+    or image counts ``weights (B, N)``."""
     import warnings
 
-    runs = [score_rows(task, y[idx], p[idx]) for p in probs]
+    if weights is not None:
+        runs = [score_rows(task, y[None], p[None], weights=weights) for p in probs]
+    else:
+        runs = [score_rows(task, y[idx], p[idx]) for p in probs]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)                 # all-NaN column -> NaN, as wanted
         return {k: np.nanmean(np.stack([r[k] for r in runs]), 0) for k in runs[0]}
 
 
-def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarray],
-                     baseline_probs: Sequence[np.ndarray], *, n_resamples: int = 1000, confidence: float = 0.95,
-                     seed: int = 0) -> dict[str, dict]:
-    """Paired percentile bootstrap over test images (``scipy.stats.bootstrap``, ``paired=True``) of every metric,
-    averaged over seeds: the release's, the baseline's, the difference release - baseline and the ratio
-    release / baseline (the share of the real images' value the release keeps), each as
-    ``{"value", "ci", "n"}``. The resamples are scored a batch at a time (:func:`score_rows`)."""
+def patient_codes(groups, n: int, *, argument: str = "groups") -> tuple[np.ndarray, int]:
+    """The patient of each of ``n`` test images as codes 0..G-1, and G."""
+    g = np.asarray(groups)
+    if g.shape != (n,):
+        raise ConfigError(f"{argument} has shape {g.shape} for {n} test images",
+                          fix=f"pass {argument}= the patient id of every test image, in the order of y")
+    _, codes = np.unique(g, return_inverse=True)
+    return codes.ravel(), int(codes.max()) + 1 if n else 0
+
+
+def _probs(arg: str, probs: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
+    out = [np.asarray(p, np.float64) for p in probs]
+    if not out or any(p.ndim != 2 or len(p) != n for p in out):
+        raise ConfigError(f"{arg} must be a non-empty list of (N, C) probability arrays, one per seed, for the "
+                          f"{n} test images; got shapes {[p.shape for p in out]}",
+                          fix="pass each seed's predicted probabilities on the test images, in the order of y")
+    return out
+
+
+def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confidence: float, seed: int,
+            names: tuple[str, str]) -> tuple[list[str], dict, dict, np.ndarray, np.ndarray, dict]:
+    """The paired bootstrap behind :func:`paired_intervals` and :func:`compare_releases`: the seed-averaged metrics
+    of ``a`` and ``b`` on the whole test set, and the percentile interval of a, b, a - b and a / b (rows in that
+    order, one per metric), resampling images, or patients when ``groups`` is given."""
     import warnings
 
     from scipy.stats import bootstrap
 
     y = np.asarray(y)
-    release_probs = [np.asarray(p, np.float64) for p in release_probs]
-    baseline_probs = [np.asarray(p, np.float64) for p in baseline_probs]
-    full = np.arange(len(y))
-    rel0, base0 = _seed_mean(task, y, release_probs, full[None]), _seed_mean(task, y, baseline_probs, full[None])
-    keys = list(rel0)
+    n = len(y)
+    a, b = _probs(names[0], probs_a, n), _probs(names[1], probs_b, n)
+    full = np.arange(n)
+    a0, b0 = _seed_mean(task, y, a, full[None]), _seed_mean(task, y, b, full[None])
+    keys = list(a0)
 
-    def stat(idx, axis=-1):
-        idx = np.asarray(idx, np.int64).reshape(-1, len(y))
-        r, b = _seed_mean(task, y, release_probs, idx), _seed_mean(task, y, baseline_probs, idx)
+    def stacked(ra, rb):
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = [r[k] / b[k] for k in keys]
-        return np.stack([r[k] for k in keys] + [b[k] for k in keys] + [r[k] - b[k] for k in keys] + ratio)
+            ratio = [ra[k] / rb[k] for k in keys]
+        return np.stack([ra[k] for k in keys] + [rb[k] for k in keys] + [ra[k] - rb[k] for k in keys] + ratio)
 
+    if groups is None:
+        unit = {"resampled": "images"}
+        data = full
+
+        def stat(idx, axis=-1):
+            idx = np.asarray(idx, np.int64).reshape(-1, n)
+            return stacked(_seed_mean(task, y, a, idx), _seed_mean(task, y, b, idx))
+    else:
+        codes, g = patient_codes(groups, n)
+        unit = {"resampled": "patients", "n_patients": g}
+        data = np.arange(g)
+
+        def stat(idx, axis=-1):                         # a resample of patients -> each image's count in it
+            idx = np.asarray(idx, np.int64).reshape(-1, g)
+            rows = len(idx)
+            counts = np.bincount((idx + g * np.arange(rows)[:, None]).ravel(), minlength=rows * g).reshape(rows, g)
+            w = counts[:, codes]
+            return stacked(_seed_mean(task, y, a, weights=w), _seed_mean(task, y, b, weights=w))
+
+    if len(data) < 2:                                   # nothing to resample: no interval
+        nan = np.full(4 * len(keys), np.nan)
+        return keys, a0, b0, nan, nan, unit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = bootstrap((full,), stat, vectorized=True, paired=True, n_resamples=n_resamples, batch=100,
+        res = bootstrap((data,), stat, vectorized=True, paired=True, n_resamples=n_resamples, batch=100,
                         confidence_level=confidence, method="percentile", random_state=seed)
-    lo, hi = res.confidence_interval.low, res.confidence_interval.high
+        # scipy's percentiles, over the resamples where the metric is defined (a resample of one class has no
+        # AUROC; a NaN would make the whole interval NaN); how many were not is reported
+        draws = np.asarray(res.bootstrap_distribution, np.float64).reshape(4 * len(keys), -1)
+        alpha = (1 - confidence) / 2
+        lo, hi = np.nanpercentile(draws, 100 * alpha, axis=-1), np.nanpercentile(draws, 100 * (1 - alpha), axis=-1)
+    unit["undefined"] = np.isnan(draws).sum(-1)
+    return keys, a0, b0, lo, hi, unit
+
+
+def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarray],
+                     baseline_probs: Sequence[np.ndarray], *, n_resamples: int = 1000, confidence: float = 0.95,
+                     seed: int = 0, groups=None) -> dict[str, dict]:
+    """Paired percentile bootstrap (``scipy.stats.bootstrap``, ``paired=True``) of every metric, averaged over
+    seeds: the release's, the baseline's, the difference release - baseline and the ratio release / baseline (the
+    share of the real images' value the release keeps), each as ``{"value", "ci"}``, with ``n`` (test images),
+    ``resampled`` and ``resamples``.
+
+    ``groups``: the patient of each test image. Given, whole patients are resampled with replacement (every image
+    of a drawn patient enters once per draw; ``resampled: "patients"``, ``n_patients``): images of one patient are
+    not independent, and resampling them one by one makes the interval too narrow. Without, test images are
+    resampled one by one (``resampled: "images"``). The resamples are scored a batch at a time
+    (:func:`score_rows`; patients as per-image counts, ``weights=``)."""
+    keys, r0, b0, lo, hi, unit = _paired(task, y, release_probs, baseline_probs, groups=groups,
+                                         n_resamples=n_resamples, confidence=confidence, seed=seed,
+                                         names=("release_probs", "baseline_probs"))
     out: dict[str, dict] = {}
     n = len(keys)
     for i, k in enumerate(keys):
-        r0, b0 = float(rel0[k][0]), float(base0[k][0])
-        out[k] = {"release": {"value": r0, "ci": [float(lo[i]), float(hi[i])]},
-                  "baseline": {"value": b0, "ci": [float(lo[n + i]), float(hi[n + i])]},
-                  "difference": {"value": r0 - b0, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
-                  "ratio": {"value": r0 / b0 if b0 else float("nan"),
+        rv, bv = float(r0[k][0]), float(b0[k][0])
+        out[k] = {"release": {"value": rv, "ci": [float(lo[i]), float(hi[i])]},
+                  "baseline": {"value": bv, "ci": [float(lo[n + i]), float(hi[n + i])]},
+                  "difference": {"value": rv - bv, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
+                  "ratio": {"value": rv / bv if bv else float("nan"),
                             "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]},
-                  "n": len(y), "resamples": n_resamples}
+                  **_unit(unit, len(y), n_resamples, [i, n + i, 2 * n + i, 3 * n + i])}
+    return out
+
+
+def _unit(unit: dict, n: int, n_resamples: int, rows: list[int]) -> dict:
+    """An interval entry's sample description: images, what was resampled, resamples (and undefined ones)."""
+    out = {"n": n, **{k: v for k, v in unit.items() if k != "undefined"}, "resamples": n_resamples}
+    bad = int(max(unit["undefined"][rows])) if "undefined" in unit else 0
+    if bad:
+        out["undefined_resamples"] = bad                # left out of the percentiles (the metric had no value)
+    return out
+
+
+def compare_releases(task: Task, y: np.ndarray, probs_a: Sequence[np.ndarray], probs_b: Sequence[np.ndarray], *,
+                     groups=None, n_resamples: int = 1000, confidence: float = 0.95,
+                     seed: int = 0) -> dict[str, dict]:
+    """Release a against release b of the same real data, tested on the same held-out images ``y``: every metric of
+    ``task`` averaged over each release's seeds (``probs_a`` / ``probs_b``: one ``(N, C)`` array per seed), and the
+    difference a - b with a paired percentile bootstrap interval (the same resamples score both), as
+    ``{metric: {"a": {value, ci}, "b": {value, ci}, "difference": {value, ci}, "n", "resampled", "resamples"}}``.
+    ``groups`` (the patient of each test image) resamples patients, as :func:`paired_intervals`.
+
+    Example:
+        >>> task, y = KNOWN_TASKS["pneumonia"], np.array([0, 1, 0, 1, 0, 1])
+        >>> p = np.eye(2)[y] * 0.8 + 0.1
+        >>> out = compare_releases(task, y, [p], [p], groups=[1, 1, 2, 2, 3, 3], n_resamples=50)
+        >>> out["auroc"]["difference"], out["auroc"]["resampled"], out["auroc"]["n_patients"]
+        ({'value': 0.0, 'ci': [0.0, 0.0]}, 'patients', 3)
+    """
+    keys, a0, b0, lo, hi, unit = _paired(task, y, probs_a, probs_b, groups=groups, n_resamples=n_resamples,
+                                         confidence=confidence, seed=seed, names=("probs_a", "probs_b"))
+    n = len(keys)
+    out: dict[str, dict] = {}
+    for i, k in enumerate(keys):
+        av, bv = float(a0[k][0]), float(b0[k][0])
+        out[k] = {"a": {"value": av, "ci": [float(lo[i]), float(hi[i])]},
+                  "b": {"value": bv, "ci": [float(lo[n + i]), float(hi[n + i])]},
+                  "difference": {"value": av - bv, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
+                  **_unit(unit, len(y), n_resamples, [i, n + i, 2 * n + i])}
     return out
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn import metrics as skm
 
+import medanon
 from medanon.errors import ConfigError
 from medanon.evaluate import metrics as M
 from medanon.evaluate import utility as U
@@ -250,3 +251,11 @@ def test_comparison_in_the_report_and_resumed_from_the_cache(world, monkeypatch)
         harness.evaluate(world["data"], world["releases"][:1], world["root"] / "bad",
                          config=_config(compare=(("views", "nope"),)), cache_dir=world["root"] / "cache",
                          progress=False)
+    res = medanon.evaluate(real=world["data"], releases=world["releases"], config=_config(), compare=[("k2", "views")],
+                           out=world["root"] / "api", cache_dir=world["root"] / "cache", progress=False)
+    assert res.comparisons[0]["metrics"]["kappa"]["difference"] == kappa["difference"]
+    rows = [r for r in res.summary() if r["attack"] == "utility difference: grade" and r["metric"] == "kappa"]
+    assert [(r["release"], r["value"], [r["lo"], r["hi"]]) for r in rows] == [("k2 - views", kappa["difference"][
+        "value"], kappa["difference"]["ci"])]
+    with pytest.raises(ConfigError, match="compare="):
+        medanon.evaluate(real=world["data"], releases=world["releases"], config=_config(), compare=[("k2",)])

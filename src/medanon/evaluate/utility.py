@@ -11,12 +11,14 @@ Tasks, chosen by the labels the release and the real data share:
 
 Protocol: every seed trains one classifier on the release (its released, aggregated labels) and
 one on real images of the source split *subsampled to the release's size* (k-SALSA Table 2: the
-"Original" row), both with the same budget of optimiser steps; both are tested on all held-out real
-images. Results are mean ± sd over seeds, and a **paired bootstrap over test images**
-(:func:`paired_intervals`, ``scipy.stats.bootstrap`` with ``paired=True``, percentile): the seed-averaged
+"Original" row; the size is the release's distinct source sets, :mod:`medanon.evaluate.utility_run`), both
+with the same budget of optimiser steps; both are tested on all held-out real images. Results are mean ± sd
+over seeds, and a **paired bootstrap over the held-out patients** (:func:`paired_intervals` with ``groups``,
+``scipy.stats.bootstrap`` with ``paired=True``, percentile; over images without ``groups``): the seed-averaged
 metric of the release's classifiers, of the real baseline's, and their difference, each with its interval
 (the sampling error of the test set, which the sd over seeds does not contain; for AUROC this is the
-bootstrap alternative to DeLong). A seed whose metric is undefined (NaN) is counted and reported
+bootstrap alternative to DeLong). Two releases tested on the same images compare the same way
+(:func:`compare_releases`). A seed whose metric is undefined (NaN) is counted and reported
 (``nan_seeds``), never dropped silently. Optional: the full-size real baseline, and the real model
 applied to the released images (train on real, test on release: DP-GLOW's direction).
 """

@@ -55,8 +55,8 @@ def test_rows_styles_keeps_the_map_rows_and_matches_the_reference():
     for i in range(2):
         ref = reference_average(k.synthesize, k.features, cfg, images[i], latents[i], weights[i], style_rows=2)
         torch.testing.assert_close(res.ws[i], ref, rtol=1e-4, atol=1e-4)
-    full = KSalsa(TinyDecoder(), TinyFeatures(), SalsaConfig(style_layer="early", content_layer="deep", steps=5,
-                                                             lr=0.05), style_rows=2).average(images, latents, weights)
+    every_row = SalsaConfig(style_layer="early", content_layer="deep", steps=5, lr=0.05, rows="all")
+    full = KSalsa(TinyDecoder(), TinyFeatures(), every_row, style_rows=2).average(images, latents, weights)
     assert (full.ws[:, 2:] - full.w0[:, 2:]).abs().max() > 1e-2
     assert NUM_WS == 4
 

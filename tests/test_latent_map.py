@@ -172,7 +172,9 @@ def test_latent_methods_run_on_a_map_latent(tmp_path, map_codec_ckpt):
 
     data = generate(PhantomConfig(patients=9, per_patient=2, size=32, workers=1, seed=3), tmp_path / "src",
                     progress=False)
-    for method, extra in [("kcentroid", ["--views", 2]), ("ksalsa", ["--steps", 2, "--batch", 2])]:
+    gan, _ = gan_checkpoint(tmp_path / "gan.pt")                     # k-SALSA's map prior at the codec's 32 px
+    for method, extra in [("kcentroid", ["--views", 2]),
+                          ("ksalsa", ["--steps", 2, "--batch", 2, "--map-generator", gan, "--map-samples", 8])]:
         out, mapping = tmp_path / method, tmp_path / f"{method}-map.json"
         run_cli([method, "--data", data, "--model", map_codec_ckpt, "--k", 3, "--out", out, "--mapping", mapping,
                  *extra])

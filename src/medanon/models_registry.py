@@ -122,6 +122,7 @@ def list_models() -> list[ModelInfo]:
 # The shipped model each role uses when none is given, per modality: the demo's choices (src/medanon/demo.py).
 DEFAULTS: dict[str, dict[str, str]] = {
     "ksame-codec": {"fundus": "restyle-map-fundus64.pt"},           # kcentroid, ksalsa, inverted (codec=)
+    "ksalsa-map-generator": {"fundus": "stylegan2-fundus64-wide.pt"},   # ksalsa's map prior (map_generator=)
     "gmia-codec": {"fundus": "cotrained-map-fundus64.pt", "xray": "cotrained-map-xray64.pt"},   # gmia (model=)
     "gmia-identity": {"fundus": "identity-fundus64.pt", "xray": "identity-xray64.pt"},          # gmia (identity=)
     "gmia-utility": {"fundus": "classifier-grade-fundus64.pt", "xray": "classifier-pneumonia-xray64.pt"},  # utility=
@@ -134,7 +135,9 @@ DEFAULTS: dict[str, dict[str, str]] = {
     "evaluation-sex-attacker": {"fundus": "attacker-sex-fundus64.pt", "xray": "attacker-sex-xray64.pt"},
 }
 
-ROLE_WORDS = {"ksame-codec": "k-Same codec (kcentroid, ksalsa, inverted codec=)", "gmia-codec": "GMIA codec (model=)",
+ROLE_WORDS = {"ksame-codec": "k-Same codec (kcentroid, ksalsa, inverted codec=)",
+              "ksalsa-map-generator": "k-SALSA map prior generator (map_generator=)",
+              "gmia-codec": "GMIA codec (model=)",
               "gmia-identity": "GMIA E_id (identity=)", "gmia-utility": "GMIA E_ut (utility=)",
               "dpglow-flow": "DP-GLOW flow (flow=)", "vessel-segmenter": "VS-Snow segmenter (checkpoint=)",
               "evaluation-identity-attacker": "evaluation: main identity attacker",
@@ -168,7 +171,8 @@ CARDS: dict[str, Card] = {
     "cotrained-xray64.pt": Card(f"{_PH}: ph-xray64", "PH2X: FID 91.8, TAR 0.805, AUROC 0.765",
                                 "W+ X-ray codec; start of the X-ray map codec"),
     "stylegan2-fundus64-wide.pt": Card(f"{_PH}: ph-fundus64", "PH2 sample FID 58.4 [54.1, 62.0]",
-                                       "generator of medanon generate; start of the fundus map codecs"),
+                                       "k-SALSA's map prior (fundus); generator of medanon generate; start of the "
+                                       "fundus map codecs"),
     "stylegan2-fundus64-wide.resume.pt": Card(f"{_PH}: ph-fundus64", "as stylegan2-fundus64-wide.pt",
                                               "training state (G, D, optimiser) to continue the wide GAN"),
     "stylegan2-fundus64.pt": Card(f"{_PH}: ph-fundus64", "PH2 sample FID 205.5", "narrow generator of the W+ codecs"),

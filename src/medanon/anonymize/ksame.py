@@ -97,9 +97,11 @@ def secret_generator() -> torch.Generator:
 class ClusterAverager:
     """The images of a batch of clusters for one method (also used by the docs figure)."""
 
-    def __init__(self, cfg: KSameConfig, ds, *, codec, features, latents, pca, device):
+    def __init__(self, cfg: KSameConfig, ds, *, codec, features, latents, pca, device, map_prior=None):
         self.cfg, self.ds, self.codec, self.latents, self.pca, self.device = cfg, ds, codec, latents, pca, device
-        self.salsa = KSalsa(codec.render, features, cfg.salsa) if cfg.method == "ksalsa" else None
+        self.map_prior = map_prior
+        self.salsa = KSalsa(codec.render, features, cfg.salsa, style_rows=codec.generator.num_ws) \
+            if cfg.method == "ksalsa" else None
         self.w_std = prior_w_std(codec.generator, seed=cfg.seed) if cfg.views > 1 else None
         self.last: dict[str, float] = {}
 
@@ -120,11 +122,16 @@ class ClusterAverager:
             idx, w = pad_clusters(clusters, weights)
             images = load_images(self.ds, idx.reshape(-1), self.device).reshape(*idx.shape, -1, self.ds.size,
                                                                                self.ds.size)
+            start, chosen = None, []
+            if self.map_prior is not None:       # the centroid's styles with the nearest synthetic map
+                map_idx, start = self.map_prior.start(centroid_latents(self.latents, clusters, weights))
+                chosen = map_idx.tolist()
             res = self.salsa.average(images, self.latents[torch.from_numpy(idx).to(self.latents.device)],
-                                     w.to(self.device))
+                                     w.to(self.device), start=start)
             ws = res.ws
             # per cluster: the run's summary averages over clusters, not over batches of unequal size
-            self.last = {"style_start": res.style_start.tolist(), "style_end": res.style_end.tolist()}
+            self.last = {"style_start": res.style_start.tolist(), "style_end": res.style_end.tolist(),
+                         "maps": chosen}
         if self.cfg.views > 1:                   # secret noise, fresh per cluster (never derivable from the manifest)
             ws = torch.cat([latent_views(ws[j:j + 1], views=self.cfg.views, sigma=self.cfg.view_sigma,
                                          scale=self.w_std, generator=secret_generator(),
@@ -185,11 +192,12 @@ def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: b
 
 
 def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, device="cpu",
-                  progress: bool = True, plan: tuple | None = None, pca_basis=None) -> dict[str, Any]:
+                  progress: bool = True, plan: tuple | None = None, pca_basis=None, map_prior=None) -> dict[str, Any]:
     """Run ``cfg.method`` on dataset ``ds`` into an open :class:`~medanon.release.ReleaseWriter`.
 
     Returns a summary (clusters, records written, records resumed, mean style losses for k-SALSA).
-    ``pca_basis``: a separate dataset for the k-Same-PCA basis (see :func:`plan_clusters`). Warns
+    ``pca_basis``: a separate dataset for the k-Same-PCA basis (see :func:`plan_clusters`); ``map_prior``: k-SALSA's
+    :class:`~medanon.anonymize.map_prior.MapPrior` (a codec with a spatial map, ``map_init="synthetic"``). Warns
     :class:`~medanon.anonymize.privacy.DataDependentRelease` for k-Same-PCA on a private basis and
     :class:`~medanon.anonymize.privacy.LabelHomogeneity` when a released label is the same for every
     patient of a record; the writer's privacy statement records the counts.
@@ -225,7 +233,8 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
                           fix="delete the .partial folder next to the release folder and start again")
     pids = [r.patient_id for r in ds.records]
     weights = [member_weights(c, pids) for c in clustering.clusters]
-    averager = ClusterAverager(cfg, ds, codec=codec, features=features, latents=latents, pca=pca, device=device)
+    averager = ClusterAverager(cfg, ds, codec=codec, features=features, latents=latents, pca=pca, device=device,
+                               map_prior=map_prior)
     todo = [i for i, key in enumerate(keys) if not all(writer.done(f"{key}/{v}") for v in range(cfg.views))]
     resumed = len(keys) - len(todo)
     style = []
@@ -253,6 +262,9 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     if style:
         summary["style_loss_start"] = float(np.mean([v for s in style for v in s["style_start"]]))  # over clusters
         summary["style_loss_end"] = float(np.mean([v for s in style for v in s["style_end"]]))
+        maps = [m for s in style for m in s["maps"]]
+        if maps:                                # how many distinct synthetic maps this run's clusters took
+            summary["synthetic_maps"] = {"clusters": len(maps), "distinct": len(set(maps))}
     if pca is not None:
         summary["pca"] = pca.describe()
     return summary

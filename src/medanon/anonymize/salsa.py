@@ -20,9 +20,14 @@ along directions the embedding does not see; the paper's content-only row used t
 content network are the offline EfficientNet-Lite0 by default (VGG19 and MoCo weights cannot be
 obtained offline; a user-supplied VGG19 file can be selected), and manifests name them.
 
+**A spatial map** (codecs with ``latent_space: ws+map``): the start takes the centroid's style rows and, with
+``map_init="synthetic"`` (the default), the map of the synthetic image nearest to the centroid's map
+(:mod:`medanon.anonymize.map_prior`: the GAN prior the paper's W+ centroid had), and ``rows="styles"`` (the
+default) optimises the styles only, so the map stays as drawn; ``map_init="centroid"`` starts from the members'
+mean map (a blend of k vessel trees) and ``rows="all"`` lets the optimiser move the map too (docs/ksalsa.md).
+
 Options measured in docs/ksalsa.md (none beat the defaults): ``style_layer="block1+block2"`` (the mean of the
-layers' style losses), ``feature_size`` (images resized before the feature network), ``rows="styles"`` (a
-spatial map's rows stay the centroid's; needs ``style_rows``).
+layers' style losses), ``feature_size`` (images resized before the feature network).
 
 Batching: B clusters are optimised together (one generator and one feature pass per step for all
 of them); their source Grams and content targets are computed once, before the steps.
@@ -44,6 +49,7 @@ from medanon.models.features.base import resize_antialiased
 
 FeatureFn = Callable[..., dict[str, torch.Tensor]]      # features(images, layers=[...]) -> {layer: tensor}
 ROWS = ("all", "styles")
+MAP_INITS = ("synthetic", "centroid")
 
 
 @dataclass
@@ -54,8 +60,10 @@ class SalsaConfig:
     style_layer: str = "block1"                 # early feature layer(s) for the Gram matrices ("a+b": mean of both)
     content_layer: str = "pool"                 # deep embedding for the content loss
     style: StyleConfig = field(default_factory=StyleConfig)
-    rows: str = "all"                           # optimised rows: all | styles (a spatial map stays the centroid's)
+    rows: str = "styles"                        # optimised rows: styles (a spatial map stays as started) | all
     feature_size: int | None = None             # resize images to this side before the feature network (None: as is)
+    map_init: str = "synthetic"                 # a spatial map's start: synthetic (map prior) | centroid (mean map)
+    map_samples: int = 1024                     # synthetic images the map prior chooses from
 
     def validate(self) -> None:
         if not 0 <= self.lam <= 1:
@@ -67,6 +75,12 @@ class SalsaConfig:
         if self.rows not in ROWS:
             raise ConfigError(f"rows={self.rows!r} must be one of {', '.join(ROWS)}",
                               fix="rows='all' optimises the whole latent; 'styles' keeps a spatial map fixed")
+        if self.map_init not in MAP_INITS:
+            raise ConfigError(f"map_init={self.map_init!r} must be one of {', '.join(MAP_INITS)}",
+                              fix="'synthetic' starts from the nearest synthetic image's map; 'centroid' from the "
+                                  "members' mean map")
+        if self.map_samples < 1:
+            raise ConfigError(f"map_samples={self.map_samples} must be at least 1")
         if self.feature_size is not None and self.feature_size < 16:
             raise ConfigError(f"feature_size={self.feature_size} must be at least 16, or None to keep the size")
         if not all(self.style_layers):
@@ -82,7 +96,7 @@ class SalsaConfig:
         return {"lambda": self.lam, "steps": self.steps, "lr": self.lr, "optimizer": "Adam(0.9, 0.999)",
                 "style_layer": self.style_layer, "content_layer": self.content_layer,
                 "content_target": "G(w0) (Eq. 6)", "rows": self.rows, "feature_size": self.feature_size,
-                "style": self.style.describe()}
+                "map_init": self.map_init, "style": self.style.describe()}
 
 
 @dataclass
@@ -107,15 +121,12 @@ class KSalsa:
         features: FeatureFn,                    # features(images, layers=[...]) -> dict of tensors
         cfg: SalsaConfig | None = None,
         *,
-        style_rows: int | None = None,          # rows of a latent that are styles (the rest: a spatial map)
-    ):
+        style_rows: int | None = None,          # rows of a latent that are styles (the rest: a spatial map;
+    ):                                          # None: every row is a style)
         self.synthesize = synthesize
         self.features = features
         self.cfg = cfg or SalsaConfig()
         self.cfg.validate()
-        if self.cfg.rows == "styles" and style_rows is None:
-            raise ConfigError("rows='styles' needs style_rows: how many latent rows are styles (the rest a map)",
-                              fix="pass KSalsa(..., style_rows=codec.generator.num_ws), or use rows='all'")
         self.style_rows = style_rows
 
     def _features(self, images: torch.Tensor, layers: list[str]) -> dict[str, torch.Tensor]:
@@ -137,12 +148,16 @@ class KSalsa:
         return (torch.arange(w0.shape[1], device=w0.device) < self.style_rows)[None, :, None]
 
     def average(self, images: torch.Tensor, latents: torch.Tensor, weights: torch.Tensor, *,
+                start: torch.Tensor | None = None,
                 callback: Callable[[int, torch.Tensor], None] | None = None) -> SalsaResult:
         """Optimise one latent per cluster. ``images`` (B, S, C, H, W) the original sources,
-        ``latents`` (B, S, num_rows, w_dim) their inversions, ``weights`` (B, S) (0 = padding)."""
+        ``latents`` (B, S, num_rows, w_dim) their inversions, ``weights`` (B, S) (0 = padding).
+        ``start`` (B, num_rows, w_dim): where to start instead of the centroid (the map prior's start: the
+        centroid's styles with a synthetic map; :mod:`medanon.anonymize.map_prior`); it is also the content
+        target's latent and what ``rows="styles"`` keeps."""
         cfg = self.cfg
         w = (weights / weights.sum(1, keepdim=True)).to(latents)
-        w0 = (w[:, :, None, None] * latents).sum(1)
+        w0 = (w[:, :, None, None] * latents).sum(1) if start is None else start.to(latents)
         src = self.sources(images, weights)
         style_layers = cfg.style_layers
         layers = list(dict.fromkeys([*style_layers, cfg.content_layer]))
@@ -176,10 +191,11 @@ class KSalsa:
 
 def reference_average(synthesize: Callable[[torch.Tensor], torch.Tensor], features: FeatureFn, cfg: SalsaConfig,
                       images: torch.Tensor, latents: torch.Tensor, weights: torch.Tensor, *,
-                      style_rows: int | None = None) -> torch.Tensor:
+                      style_rows: int | None = None, start: torch.Tensor | None = None) -> torch.Tensor:
     """k-SALSA for ONE cluster, written as Algorithm 1 and the official code run it: its own Adam loop, the
     per-patch :func:`~medanon.anonymize.style.reference_style_loss` (source Grams rebuilt every step, one
     cosine per patch pair). ``images`` (S, C, H, W), ``latents`` (S, num_rows, w_dim), ``weights`` (S,).
+    ``start`` (num_rows, w_dim): the start instead of the centroid, as in :meth:`KSalsa.average`.
     Returns the optimised ``ws`` (num_rows, w_dim). Slow on purpose: tests and the benchmark compare it with
     :meth:`KSalsa.average`."""
     from medanon.anonymize.style import reference_style_loss
@@ -188,7 +204,7 @@ def reference_average(synthesize: Callable[[torch.Tensor], torch.Tensor], featur
         return features(x if cfg.feature_size is None else resize_antialiased(x, cfg.feature_size), layers=layers)
 
     w = (weights / weights.sum()).to(latents)
-    w0 = (w[:, None, None] * latents).sum(0, keepdim=True)
+    w0 = (w[:, None, None] * latents).sum(0, keepdim=True) if start is None else start[None].to(latents)
     moved = w0.new_ones(w0.shape[1], dtype=torch.bool)
     if cfg.rows == "styles" and style_rows is not None:
         moved[style_rows:] = False

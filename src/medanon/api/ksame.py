@@ -73,7 +73,7 @@ def _device(device, codec):
 
 def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
                   release_labels: str | Sequence[str] | None = None, pca_basis=None, device=None,
-                  model_files: dict[str, Any] | None = None) -> Release:
+                  model_files: dict[str, Any] | None = None, map_generator=None) -> Release:
     """A :class:`~medanon.release.release.Release` of ``ds`` by the k-Same method ``cfg.method``.
 
     ``cfg`` is a :class:`~medanon.anonymize.ksame.KSameConfig`; ``codec`` a StyleGAN inversion codec
@@ -81,6 +81,9 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     where it sets the clustering space); ``features`` the feature network of k-SALSA; ``pca_basis``
     a dataset separate from ``ds`` that the k-Same-PCA basis is fitted on (``cfg.pca_basis="separate"``).
     ``model_files``: which checkpoint files were used and why (recorded in the manifest's params).
+    ``map_generator``: k-SALSA's map prior generator (a GAN checkpoint by name or path, or a loaded generator;
+    default: the shipped one for the modality), used when the codec has a spatial map and
+    ``cfg.salsa.map_init == "synthetic"`` (:mod:`medanon.anonymize.map_prior`).
     ``len(release)`` forms the clusters (the plan, not the images) and counts the records.
     """
     from medanon.anonymize.ksame import (
@@ -111,6 +114,9 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
                           fix=f"use one of {ds.label_names} or leave stratify out")
     labels = choose_labels(ds, release_labels)
     dev = _device(device, codec)
+    model_files = dict(model_files or {})
+    prior_gen = _map_generator(cfg, ds, codec, map_generator, dev, model_files)
+    priors: list = []                            # the map prior, built once before the first cluster
 
     planned: list[tuple] = []                    # the clusters, once formed (len() or the first save)
 
@@ -125,23 +131,74 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         return len(plan()[0].clusters) * cfg.views
 
     def produce(writer, progress: bool) -> dict[str, Any]:
+        from medanon.anonymize.map_prior import build_map_prior
+
+        if prior_gen is not None and not priors:
+            gen, info = prior_gen
+            priors.append(build_map_prior(codec, gen, samples=cfg.salsa.map_samples, seed=cfg.seed,
+                                          provenance=info))
         summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress,
-                                pca_basis=pca_basis, plan=None if cfg.method == "inverted" else plan(progress))
+                                pca_basis=pca_basis, plan=None if cfg.method == "inverted" else plan(progress),
+                                map_prior=priors[0] if priors else None)
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
         return summary
 
     params = manifest_params(cfg, codec=codec, features=features)
+    if cfg.method == "ksalsa":
+        params["salsa"]["map_prior"] = _map_prior_words(cfg, codec, prior_gen)
     if model_files:
-        params["model_files"] = dict(model_files)
+        params["model_files"] = model_files
+    models = model_checksums(codec, features)
+    if prior_gen is not None and prior_gen[1].get("sha256"):
+        models["map-generator"] = prior_gen[1]["sha256"]
     return Release(method=cfg.method, dataset=ds, params=params,
                    privacy=privacy_statement(cfg, None), labels=labels, produce=produce,
-                   seeds=seeds_used(cfg, codec=codec), models=model_checksums(codec, features),
+                   seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},
+                   models=models,
                    inputs=dataset_inputs(pca_basis) if pca_basis is not None else [], count=count)
 
 
 def _config(method: str, **kw):
     number("k", kw.get("k"), integer=True)
     return _K(method=method, **kw)
+
+
+def _map_generator(cfg, ds, codec, value, device, used: dict[str, Any]):
+    """k-SALSA's map prior generator as ``(loaded generator, provenance)``, or None where no prior applies (another
+    method, ``map_init="centroid"``, or a codec without a spatial map). Resolved before any work."""
+    from medanon.anonymize.map_prior import has_map
+
+    if cfg.method != "ksalsa" or cfg.salsa.map_init != "synthetic" or codec is None or not has_map(codec):
+        return None
+    import torch
+
+    if isinstance(value, torch.nn.Module):
+        return value.to(device).eval().requires_grad_(False), {"generator": type(value).__name__}
+    from medanon.api._inputs import model_arg
+    from medanon.checkpoint import load_checkpoint
+    from medanon.models_registry import default_model
+    from medanon.sampling import load_any_generator
+
+    if value is None and default_model("ksalsa-map-generator", ds.modality) is None:
+        raise ConfigError(f"ksalsa with a spatial-map codec starts from synthetic maps, and no map generator ships for "
+                          f"{ds.modality or 'these'} images",
+                          fix="pass map_generator= (--map-generator) a GAN checkpoint of this modality and size, or "
+                              "map_init='centroid' (--map-init centroid) to start from the members' mean map")
+    path = model_arg(value, role="ksalsa-map-generator", ds=ds, argument="map_generator", method="ksalsa", used=used)
+    blob = load_checkpoint(path, map_location="cpu")
+    return load_any_generator(path, device=device), {"generator": Path(path).name, "sha256": blob["sha256"]}
+
+
+def _map_prior_words(cfg, codec, prior_gen) -> Any:
+    from medanon.anonymize.map_prior import has_map
+
+    if prior_gen is not None:
+        return {"candidates": cfg.salsa.map_samples, "seed": cfg.seed, **prior_gen[1],
+                "choice": "each cluster starts from its centroid's styles and the map of the synthetic image (a GAN "
+                          "sample inverted by the codec) nearest to its centroid's map"}
+    if codec is not None and not has_map(codec):
+        return "none: the codec has no spatial map"
+    return "none: map_init='centroid' (the start's map is the members' mean map)"
 
 
 def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, default_codec: bool):
@@ -276,7 +333,8 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
            features_weights: str | Path | None = None, feature_size: int | None = None, style_layer: str | None = None,
            content_layer: str | None = None, views: int = _K.views, view_sigma: float = _K.view_sigma,
            stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
-           seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
+           seed: int = _K.seed, map_init: str = _S.map_init, map_generator=None, map_samples: int = _S.map_samples,
+           rows: str = _S.rows, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
            modality: str | None = None, device=None) -> Release:
     """k-SALSA (Algorithm 1): each cluster's centroid latent, refined by local style alignment.
 
@@ -289,7 +347,11 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
     ``features``: the feature network, by name (``efficientnet-lite0``; ``vgg19`` needs
     ``features_weights``) or as a loaded network; ``feature_size`` resizes images for it;
     ``style_layer``/``content_layer`` default to ``block1``/``pool``. ``views``, ``view_sigma``:
-    the augmentation of :func:`kcentroid`. Other arguments as in :func:`kpixel`.
+    the augmentation of :func:`kcentroid`. With a codec whose latent carries a spatial map, ``map_init="synthetic"``
+    starts each cluster from the map of the synthetic image nearest to its centroid's map (``map_samples`` images of
+    ``map_generator``, by name or path; default: the shipped generator of the modality, seeded by ``seed``) and
+    ``rows="styles"`` keeps that map while the styles are optimised; ``map_init="centroid"`` and ``rows="all"``
+    are the paper's literal start and update (docs/ksalsa.md). Other arguments as in :func:`kpixel`.
     Returns a :class:`~medanon.release.release.Release`; ``.save(path, mapping=...)`` writes it.
 
     Example (a tiny untrained codec; the shipped default is ``restyle-map-fundus64.pt``):
@@ -317,13 +379,14 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
                               device=device if device is not None else getattr(codec, "device", None))
     salsa = _S(lam=_S.lam if lam is None else lam, steps=steps, lr=lr,
                style_layer=style_layer or STYLE_LAYERS.get(net.name, _S.style_layer),
-               content_layer=content_layer or net.embedding_layer, style=_St(grid=grid))
+               content_layer=content_layer or net.embedding_layer, style=_St(grid=grid), map_init=map_init,
+               map_samples=map_samples, rows=rows)
     salsa = apply_ablation(salsa, ablation, lam_given=lam is not None)
     check_layers(salsa, net)
     cfg = _config("ksalsa", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
                   views=views, view_sigma=view_sigma, salsa=salsa)
     return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device,
-                         model_files=used)
+                         model_files=used, map_generator=map_generator)
 
 
 def inverted(ds: DataLike, *, codec=None, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,

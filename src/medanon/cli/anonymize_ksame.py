@@ -223,7 +223,7 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
             cfg.salsa = apply_ablation(cfg.salsa, salsa["ablation"], lam_given=salsa["lam"] is not None)
             check_layers(cfg.salsa, net)
         release = ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, pca_basis=basis,
-                                device=dev)
+                                device=dev, map_generator=(salsa or {}).get("map_generator"))
         release.save(out, mapping=mapping, overwrite=overwrite)
     summary = release.summary
     if summary.get("resumed_records"):
@@ -252,11 +252,23 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
               help="Resize images to this size for the feature network.  [default: the images' own size]")
 @click.option("--style-layer", default=None, help="Early layer for Grams.  [default: block1; relu1_2 for vgg19]")
 @click.option("--content-layer", default=None, help="Embedding layer for content.  [default: pool]")
+@click.option("--map-init", type=click.Choice(["synthetic", "centroid"]), default=None,
+              help="A spatial map's start: the nearest synthetic image's map, or the members' mean map (the paper's "
+                   "literal centroid)." + default(KSameConfig, "salsa.map_init"))
+@click.option("--map-generator", default=None,
+              help="GAN checkpoint (name or path) the synthetic maps are drawn from.  [default: the shipped one for "
+                   "the modality: stylegan2-fundus64-wide]")
+@click.option("--map-samples", type=click.IntRange(min=1), default=None,
+              help="Synthetic images to choose maps from." + default(KSameConfig, "salsa.map_samples"))
+@click.option("--rows", type=click.Choice(["styles", "all"]), default=None,
+              help="Latent rows the optimiser moves (styles: a spatial map stays as started)."
+                   + default(KSameConfig, "salsa.rows"))
 @view_options
 @click.pass_context
 def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
                seed, config_file, overrides, lam, steps, lr, grid, ablation, features_name, features_weights,
-               feature_size, style_layer, content_layer, views, view_sigma, **data_opts) -> None:
+               feature_size, style_layer, content_layer, map_init, map_generator, map_samples, rows, views,
+               view_sigma, **data_opts) -> None:
     """k-SALSA: centroid latents refined by local style alignment (Algorithm 1).
 
     \b
@@ -269,8 +281,9 @@ def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
     _run(ctx, "ksalsa", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts,
          features={"name": features_name, "weights": features_weights, "size": feature_size},
-         salsa={"ablation": ablation, "lam": lam}, salsa__lam=lam, salsa__steps=steps, salsa__lr=lr,
-         salsa__style__grid=grid, salsa__content_layer=content_layer,
+         salsa={"ablation": ablation, "lam": lam, "map_generator": map_generator}, salsa__lam=lam,
+         salsa__steps=steps, salsa__lr=lr, salsa__style__grid=grid, salsa__content_layer=content_layer,
+         salsa__map_init=map_init, salsa__map_samples=map_samples, salsa__rows=rows,
          salsa__style_layer=style_layer or (STYLE_LAYERS[features_name] if features_name != "efficientnet-lite0"
                                             else None),
          k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, views=views,

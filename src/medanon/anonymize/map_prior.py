@@ -1,0 +1,91 @@
+"""A structure prior for codecs whose latent carries a spatial map: the maps of a generator's own samples.
+
+The paper's k-SALSA starts each cluster at its centroid in StyleGAN2's W+, and the GAN's prior makes
+that centroid render as one plausible fundus with one vessel tree. A codec with a **spatial map**
+(``latent_space: ws+map``, e.g. ``restyle-map-fundus64.pt``: 10 style rows and a 32 × 32 × 2 map)
+draws each image's vessels from its map, and the generator has no prior over maps: the mean of k
+members' maps is a blend of k vessel trees, which renders as faint fragments (docs/ksalsa.md).
+
+The map prior restores what the paper relied on. ``samples`` images are drawn from a GAN (the
+unconditional generator of the data's modality, random per-layer noise, seeded), inverted by the
+codec, and their map rows kept. Each cluster then starts from its centroid's **style rows** and the
+**map of the synthetic image nearest to its centroid's map** (Euclidean, over the map rows), a map of
+nobody: no member's vessel tree enters the record through the map. The choice depends on the
+cluster's centroid only, so every record is still a function of its own cluster (k-anonymity holds
+as before); with ``rows="styles"`` (k-SALSA's default with a map prior) the optimisation then moves
+the styles and leaves the chosen map as drawn.
+
+What it assumes: the generator was trained on images of people other than those released (a public
+set), or its memorisation is accepted as outside the guarantee, as for the codec itself.
+
+    >>> import torch
+    >>> prior = MapPrior(maps=torch.zeros(3, 2, 4), style_rows=1, provenance={})
+    >>> prior.maps[1] += 1.0
+    >>> w0 = torch.cat([torch.zeros(1, 1, 4), torch.full((1, 2, 4), 0.9)], 1)   # a centroid near map 1
+    >>> idx, start = prior.start(w0)
+    >>> idx.tolist(), start[0, 1:].mean().item(), start[0, 0].abs().sum().item()
+    ([1], 1.0, 0.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from medanon.errors import ConfigError
+
+MAP_INITS = ("synthetic", "centroid")
+
+
+@dataclass
+class MapPrior:
+    maps: torch.Tensor                          # (M, map_rows, w_dim) the map rows of M synthetic images' inversions
+    style_rows: int                             # latent rows before the map (the codec's num_ws)
+    provenance: dict[str, Any]                  # generator file and sha256, samples, seed
+
+    def start(self, w0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For centroids ``w0`` (B, rows, w_dim): the index of the nearest synthetic map of each, and the start
+        latents: ``w0``'s style rows with that map."""
+        if w0.shape[1] != self.style_rows + self.maps.shape[1] or w0.shape[2] != self.maps.shape[2]:
+            raise ValueError(f"centroids of shape {tuple(w0.shape[1:])} do not fit maps of shape "
+                             f"{tuple(self.maps.shape[1:])} after {self.style_rows} style rows")
+        maps = self.maps.to(w0.device)
+        d = torch.cdist(w0[:, self.style_rows:].flatten(1).float(), maps.flatten(1).float())
+        idx = d.argmin(1)
+        return idx, torch.cat([w0[:, :self.style_rows], maps[idx].to(w0.dtype)], 1)
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": "the map rows of synthetic images (GAN samples inverted by the codec); each cluster takes "
+                          "the one nearest to its centroid's map", "candidates": int(self.maps.shape[0]),
+                **self.provenance}
+
+
+def has_map(codec) -> bool:
+    """Whether the codec's latent carries a spatial map after its style rows."""
+    g = codec.generator
+    return int(getattr(g, "num_rows", g.num_ws)) > int(g.num_ws)
+
+
+@torch.no_grad()
+def build_map_prior(codec, generator: torch.nn.Module, *, samples: int, seed: int, batch: int = 64,
+                    provenance: dict[str, Any] | None = None) -> MapPrior:
+    """Draw ``samples`` images from ``generator`` (seeded, random per-layer noise, as ``medanon generate``), invert
+    them with ``codec`` and keep their map rows."""
+    from medanon.sampling import sample_images
+
+    if not has_map(codec):
+        raise ConfigError("the codec's latent has no spatial map: a map prior has nothing to replace",
+                          fix="use map_init='centroid' with this codec")
+    g = codec.generator
+    if (generator.img_resolution, generator.img_channels) != (g.img_resolution, g.img_channels):
+        raise ConfigError(f"the map generator draws {generator.img_channels}×{generator.img_resolution} px images, the "
+                          f"codec inverts {g.img_channels}×{g.img_resolution} px",
+                          fix="pass a map generator trained at the codec's size and channels")
+    if samples < 1:
+        raise ConfigError(f"map_samples={samples} must be at least 1")
+    images = sample_images(generator, samples, seed=seed, batch=batch)
+    ws = torch.cat([codec.encode(images[i:i + batch]) for i in range(0, samples, batch)])
+    return MapPrior(maps=ws[:, g.num_ws:].cpu(), style_rows=int(g.num_ws),
+                    provenance={"samples": samples, "seed": seed, **(provenance or {})})

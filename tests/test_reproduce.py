@@ -48,7 +48,12 @@ def _report():
     rels[-1]["fidelity"]["fid"] = {"value": 170, "ci": [165, 175], "n": 30}   # ksalsa-k10 above k-Centroid
     rels += [_release("inverted", 60, 0.7, 0.5), _release("kcentroid-k5-v5", 140, 0.6, 0.4),
              _release("ksalsa-k5-v5", 120, 0.7, 0.2)]
-    return {"releases": rels, "controls": {
+    kappa = {r["name"]: r["utility"]["grade"]["paired_bootstrap"]["kappa"]["release"]["value"] for r in rels}
+    comps = [{"a": a, "b": b, "task": "grade", "n": 60, "n_patients": 15,
+              "metrics": {"kappa": {"difference": {"value": kappa[a] - kappa[b],
+                                                   "ci": [kappa[a] - kappa[b] - 0.03, kappa[a] - kappa[b] + 0.03]}}}}
+             for a, b in (("ksalsa-k5", "kcentroid-k5"), ("ksalsa-k5-v5", "ksalsa-k5"), ("kpixel-k5", "ksalsa-k5"))]
+    return {"releases": rels, "comparisons": comps, "controls": {
         "fidelity_by_n": {"30": {"fid": {"value": 50.0, "ci": [45.0, 55.0], "n": 30}}},
         "utility_full_real": {"grade": {"n_train": 120, "n_test": 60,
                                         "bootstrap": {"kappa": {"release": {"value": 0.9, "ci": [0.85, 0.95]}}}}}}}
@@ -74,7 +79,11 @@ def test_claims_follow_the_intervals(ksalsa):
     claims = {c.claim: c for c in ksalsa.claims(_report())}
     assert claims["T1 k=5: k-SALSA's FID is below k-Centroid's"].verdict == "holds"
     assert claims["T1 k=10: k-SALSA's FID is below k-Centroid's"].verdict == "does not hold"
-    assert claims["T2 k=5: k-SALSA's κ is above k-Centroid's"].verdict == "cannot tell at this N"   # overlap
+    assert claims["T2 k=5: k-SALSA's κ is above k-Centroid's"].verdict == "cannot tell at this N"   # 0.02 ± 0.03
+    assert "(paired) 0.020 [-0.010, 0.050] N 60 img/15 pat" in claims["T2 k=5: k-SALSA's κ is above k-Centroid's"].ours
+    both = claims["T2 k=5: k-SALSA's κ is above k-Same-Pixel's and k-Same-PCA's"]     # the pair stored as Pixel − SALSA
+    assert both.verdict == "cannot tell at this N" and "− Pixel 0.420 [0.390, 0.450]" in both.ours   # PCA not compared
+    assert claims["T2 k=10: k-SALSA's κ is above k-Centroid's"].verdict == "cannot tell at this N"
     assert claims["T2 k=5: real images of the same N beat k-SALSA (κ)"].verdict == "holds"
     assert claims["T3 k=5: membership top-K falls Pixel > PCA > Centroid > SALSA (%)"].verdict == "holds"
     few = claims["T3 k=10: membership top-K falls Pixel > PCA > Centroid > SALSA (%)"]

@@ -8,9 +8,11 @@ judges each claim of the paper. Every step reuses what is on disk: phantoms with
 folders (a release resumes by itself), and the evaluation cache, so an interrupted run resumes.
 
 Verdicts compare 95 % intervals: a claimed order ``a < b`` **holds** when a's interval lies wholly below b's,
-**does not hold** when it lies wholly above, otherwise it is **cannot tell at this N**. Two overlapping
-unpaired intervals can hide a real difference (the releases share one test set, but the evaluation pairs each
-release only with its same-N real baseline), so "cannot tell" is the conservative answer, never a pass.
+**does not hold** when it lies wholly above, otherwise it is **cannot tell at this N**. Where two releases are
+tested on the same held-out images (utility), the claim is judged on their **paired** difference (the
+evaluation's ``utility.compare``: a patient cluster bootstrap of a − b, :func:`compare_cell`): it holds when the
+difference's interval excludes 0 on the claimed side. Unpaired intervals (FID, membership) that overlap can hide a
+real difference, so "cannot tell" is the conservative answer there, never a pass.
 """
 
 from __future__ import annotations
@@ -108,6 +110,28 @@ def utility_cell(rel: dict | None, task: str, metric: str, which: str = "release
         return Cell(None, note="not run" if rel is None else "no utility")
     n = f"{u.get('n_train')}/{u.get('n_test')}"               # training records / test images
     return Cell(b["value"], *b.get("ci", [None, None])[:2], n=n)
+
+
+def compare_cell(report: dict, a: str, b: str, task: str, metric: str) -> Cell:
+    """Release ``a`` minus release ``b`` on the same held-out images: the evaluation's paired comparison
+    (``report["comparisons"]``, from ``utility.compare``), N = test images / patients resampled."""
+    for c in report.get("comparisons") or []:
+        if c.get("task") != task or {c.get("a"), c.get("b")} != {a, b}:
+            continue
+        m = (c.get("metrics") or {}).get(metric, {}).get("difference")
+        if not m:
+            break
+        sign = 1.0 if c["a"] == a else -1.0
+        lo, hi = (sign * x for x in m["ci"][:2])
+        return Cell(sign * m["value"], min(lo, hi), max(lo, hi), n=f"{c.get('n')} img/{c.get('n_patients')} pat")
+    return Cell(None, note="not compared")
+
+
+def above_zero(d: Cell) -> str:
+    """Verdict on ``d > 0`` from a paired difference interval."""
+    if d.value is None or d.lo is None:
+        return UNSURE
+    return HOLDS if d.lo > 0 else FAILS if d.hi < 0 else UNSURE
 
 
 def full_real_cell(report: dict, task: str, metric: str) -> Cell:

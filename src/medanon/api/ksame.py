@@ -131,12 +131,12 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         return len(plan()[0].clusters) * cfg.views
 
     def produce(writer, progress: bool) -> dict[str, Any]:
-        from medanon.anonymize.map_prior import build_map_prior
+        from medanon.anonymize.map_prior import cached_map_prior
 
         if prior_gen is not None and not priors:
             gen, info = prior_gen
-            priors.append(build_map_prior(codec, gen, samples=cfg.salsa.map_samples, seed=cfg.seed,
-                                          provenance=info))
+            priors.append(cached_map_prior(codec, gen, samples=cfg.salsa.map_samples, seed=cfg.seed,
+                                           provenance=info))
         summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress,
                                 pca_basis=pca_basis, plan=None if cfg.method == "inverted" else plan(progress),
                                 map_prior=priors[0] if priors else None)

@@ -77,6 +77,7 @@ def test_cli_records_the_map_prior_and_the_library_explains_a_missing_generator(
     assert prior["generator"] == "gan.pt" and prior["candidates"] == 8 and len(prior["sha256"]) == 64
     assert manifest["params"]["model_files"]["map_generator"] == {"file": "gan.pt", "chosen": "given"}
     assert manifest["params"]["salsa"]["rows"] == "styles" and len(rows) == 2
+    assert any("map generator (gan.pt)" in a for a in manifest["privacy"]["assumptions"])
     out2 = tmp_path / "rel-centroid"
     run_cli(["ksalsa", "--data", data, "--model", map_codec_ckpt, "--k", 3, "--out", out2, "--mapping",
              tmp_path / "m2.json", "--steps", 1, "--map-init", "centroid"])

@@ -30,6 +30,7 @@ set), or its memorisation is accepted as outside the guarantee, as for the codec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -107,3 +108,51 @@ def cached_map_prior(codec, generator: torch.nn.Module, *, samples: int, seed: i
         _LAST.clear()
         _LAST[key] = prior
     return prior
+
+
+# ---------------------------------------------------------------- the k-SALSA release's use of it
+
+def resolve_map_generator(cfg, ds, codec, value, device, used: dict[str, Any]):
+    """k-SALSA's map prior generator as ``(loaded generator, provenance)``, or None where no prior applies (another
+    method, ``map_init="centroid"``, or a codec without a spatial map). Resolved before any work."""
+    if cfg.method != "ksalsa" or cfg.salsa.map_init != "synthetic" or codec is None or not has_map(codec):
+        return None
+    if isinstance(value, torch.nn.Module):
+        return value.to(device).eval().requires_grad_(False), {"generator": type(value).__name__}
+    from medanon.api._inputs import model_arg
+    from medanon.checkpoint import load_checkpoint
+    from medanon.models_registry import default_model
+    from medanon.sampling import load_any_generator
+
+    if value is None and default_model("ksalsa-map-generator", ds.modality) is None:
+        raise ConfigError(f"ksalsa with a spatial-map codec starts from synthetic maps, and no map generator ships for "
+                          f"{ds.modality or 'these'} images",
+                          fix="pass map_generator= (--map-generator) a GAN checkpoint of this modality and size, or "
+                              "map_init='centroid' (--map-init centroid) to start from the members' mean map")
+    path = model_arg(value, role="ksalsa-map-generator", ds=ds, argument="map_generator", method="ksalsa", used=used)
+    blob = load_checkpoint(path, map_location="cpu")
+    return load_any_generator(path, device=device), {"generator": Path(path).name, "sha256": blob["sha256"]}
+
+
+def map_prior_params(cfg, codec, prior_gen) -> Any:
+    """What the manifest's ``params.salsa.map_prior`` says."""
+    if prior_gen is not None:
+        return {"candidates": cfg.salsa.map_samples, "seed": cfg.seed, **prior_gen[1],
+                "choice": "each cluster starts from its centroid's styles and the map of the synthetic image (a GAN "
+                          "sample inverted by the codec) nearest to its centroid's map"}
+    if codec is not None and not has_map(codec):
+        return "none: the codec has no spatial map"
+    return "none: map_init='centroid' (the start's map is the members' mean map)"
+
+
+def map_prior_statement(privacy: dict[str, Any], prior_gen) -> dict[str, Any]:
+    """The k-Same privacy statement with what the map prior adds (nothing without one)."""
+    if prior_gen is None:
+        return privacy
+    privacy["guarantee"] += ("; with k-SALSA's map prior a record's spatial map is that of one of the map generator's "
+                             "seeded samples, chosen by the cluster's centroid alone")
+    privacy["assumptions"].append(
+        f"the map generator ({prior_gen[1].get('generator')}) was trained on images of people other than those "
+        "released, or what it memorised is outside this guarantee: each record's spatial map is one of its samples "
+        "(benchmarks/map_prior_memorisation.py measures how close its samples come to its training patients)")
+    return privacy

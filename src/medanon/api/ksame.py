@@ -95,6 +95,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         release_ksame,
         seeds_used,
     )
+    from medanon.anonymize.map_prior import map_prior_params, map_prior_statement, resolve_map_generator
     from medanon.config import validate
     from medanon.outputs import dataset_inputs
     from medanon.release.labels import release_labels as choose_labels
@@ -115,7 +116,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     labels = choose_labels(ds, release_labels)
     dev = _device(device, codec)
     model_files = dict(model_files or {})
-    prior_gen = _map_generator(cfg, ds, codec, map_generator, dev, model_files)
+    prior_gen = resolve_map_generator(cfg, ds, codec, map_generator, dev, model_files)
     priors: list = []                            # the map prior, built once before the first cluster
 
     planned: list[tuple] = []                    # the clusters, once formed (len() or the first save)
@@ -145,14 +146,15 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
 
     params = manifest_params(cfg, codec=codec, features=features)
     if cfg.method == "ksalsa":
-        params["salsa"]["map_prior"] = _map_prior_words(cfg, codec, prior_gen)
+        params["salsa"]["map_prior"] = map_prior_params(cfg, codec, prior_gen)
     if model_files:
         params["model_files"] = model_files
     models = model_checksums(codec, features)
     if prior_gen is not None and prior_gen[1].get("sha256"):
         models["map-generator"] = prior_gen[1]["sha256"]
+    privacy = map_prior_statement(privacy_statement(cfg, None), prior_gen)
     return Release(method=cfg.method, dataset=ds, params=params,
-                   privacy=privacy_statement(cfg, None), labels=labels, produce=produce,
+                   privacy=privacy, labels=labels, produce=produce,
                    seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},
                    models=models,
                    inputs=dataset_inputs(pca_basis) if pca_basis is not None else [], count=count)
@@ -161,44 +163,6 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
 def _config(method: str, **kw):
     number("k", kw.get("k"), integer=True)
     return _K(method=method, **kw)
-
-
-def _map_generator(cfg, ds, codec, value, device, used: dict[str, Any]):
-    """k-SALSA's map prior generator as ``(loaded generator, provenance)``, or None where no prior applies (another
-    method, ``map_init="centroid"``, or a codec without a spatial map). Resolved before any work."""
-    from medanon.anonymize.map_prior import has_map
-
-    if cfg.method != "ksalsa" or cfg.salsa.map_init != "synthetic" or codec is None or not has_map(codec):
-        return None
-    import torch
-
-    if isinstance(value, torch.nn.Module):
-        return value.to(device).eval().requires_grad_(False), {"generator": type(value).__name__}
-    from medanon.api._inputs import model_arg
-    from medanon.checkpoint import load_checkpoint
-    from medanon.models_registry import default_model
-    from medanon.sampling import load_any_generator
-
-    if value is None and default_model("ksalsa-map-generator", ds.modality) is None:
-        raise ConfigError(f"ksalsa with a spatial-map codec starts from synthetic maps, and no map generator ships for "
-                          f"{ds.modality or 'these'} images",
-                          fix="pass map_generator= (--map-generator) a GAN checkpoint of this modality and size, or "
-                              "map_init='centroid' (--map-init centroid) to start from the members' mean map")
-    path = model_arg(value, role="ksalsa-map-generator", ds=ds, argument="map_generator", method="ksalsa", used=used)
-    blob = load_checkpoint(path, map_location="cpu")
-    return load_any_generator(path, device=device), {"generator": Path(path).name, "sha256": blob["sha256"]}
-
-
-def _map_prior_words(cfg, codec, prior_gen) -> Any:
-    from medanon.anonymize.map_prior import has_map
-
-    if prior_gen is not None:
-        return {"candidates": cfg.salsa.map_samples, "seed": cfg.seed, **prior_gen[1],
-                "choice": "each cluster starts from its centroid's styles and the map of the synthetic image (a GAN "
-                          "sample inverted by the codec) nearest to its centroid's map"}
-    if codec is not None and not has_map(codec):
-        return "none: the codec has no spatial map"
-    return "none: map_init='centroid' (the start's map is the members' mean map)"
 
 
 def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, default_codec: bool):

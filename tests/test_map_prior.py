@@ -1,5 +1,5 @@
 """k-SALSA's map prior: a codec with a spatial map starts each cluster from its centroid's styles and the map of the
-synthetic image nearest to the centroid's map; ``rows="styles"`` keeps that map (docs/ksalsa.md)."""
+synthetic image nearest to the centroid's map; ``rows="styles"`` would keep that map (docs/ksalsa.md)."""
 
 import json
 
@@ -76,7 +76,7 @@ def test_cli_records_the_map_prior_and_the_library_explains_a_missing_generator(
     prior = manifest["params"]["salsa"]["map_prior"]
     assert prior["generator"] == "gan.pt" and prior["candidates"] == 8 and len(prior["sha256"]) == 64
     assert manifest["params"]["model_files"]["map_generator"] == {"file": "gan.pt", "chosen": "given"}
-    assert manifest["params"]["salsa"]["rows"] == "styles" and len(rows) == 2
+    assert manifest["params"]["salsa"]["rows"] == "all" and len(rows) == 2
     assert any("map generator (gan.pt)" in a for a in manifest["privacy"]["assumptions"])
     out2 = tmp_path / "rel-centroid"
     run_cli(["ksalsa", "--data", data, "--model", map_codec_ckpt, "--k", 3, "--out", out2, "--mapping",

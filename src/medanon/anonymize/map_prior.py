@@ -12,8 +12,8 @@ codec, and their map rows kept. Each cluster then starts from its centroid's **s
 **map of the synthetic image nearest to its centroid's map** (Euclidean, over the map rows), a map of
 nobody: no member's vessel tree enters the record through the map. The choice depends on the
 cluster's centroid only, so every record is still a function of its own cluster (k-anonymity holds
-as before); with ``rows="styles"`` (k-SALSA's default with a map prior) the optimisation then moves
-the styles and leaves the chosen map as drawn.
+as before). The optimisation then starts there: with ``rows="all"`` (the default) the style loss also
+moves the map, where lesion textures are drawn; with ``rows="styles"`` the chosen map stays as drawn.
 
 What it assumes: the generator was trained on images of people other than those released (a public
 set), or its memorisation is accepted as outside the guarantee, as for the codec itself.

@@ -22,9 +22,10 @@ obtained offline; a user-supplied VGG19 file can be selected), and manifests nam
 
 **A spatial map** (codecs with ``latent_space: ws+map``): the start takes the centroid's style rows and, with
 ``map_init="synthetic"`` (the default), the map of the synthetic image nearest to the centroid's map
-(:mod:`medanon.anonymize.map_prior`: the GAN prior the paper's W+ centroid had), and ``rows="styles"`` (the
-default) optimises the styles only, so the map stays as drawn; ``map_init="centroid"`` starts from the members'
-mean map (a blend of k vessel trees) and ``rows="all"`` lets the optimiser move the map too (docs/ksalsa.md).
+(:mod:`medanon.anonymize.map_prior`: the GAN prior the paper's W+ centroid had), and ``rows="all"`` (the default)
+lets the style loss move the map too, where the cluster's lesion textures are drawn; ``rows="styles"`` keeps the
+drawn map (lower FID, lower utility) and ``map_init="centroid"`` starts from the members' mean map, a blend of k
+vessel trees, as the paper's literal centroid (docs/ksalsa.md).
 
 Options measured in docs/ksalsa.md (none beat the defaults): ``style_layer="block1+block2"`` (the mean of the
 layers' style losses), ``feature_size`` (images resized before the feature network).
@@ -60,7 +61,7 @@ class SalsaConfig:
     style_layer: str = "block1"                 # early feature layer(s) for the Gram matrices ("a+b": mean of both)
     content_layer: str = "pool"                 # deep embedding for the content loss
     style: StyleConfig = field(default_factory=StyleConfig)
-    rows: str = "styles"                        # optimised rows: styles (a spatial map stays as started) | all
+    rows: str = "all"                           # optimised rows: all | styles (a spatial map stays as started)
     feature_size: int | None = None             # resize images to this side before the feature network (None: as is)
     map_init: str = "synthetic"                 # a spatial map's start: synthetic (map prior) | centroid (mean map)
     map_samples: int = 1024                     # synthetic images the map prior chooses from

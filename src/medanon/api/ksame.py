@@ -314,8 +314,8 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
     the augmentation of :func:`kcentroid`. With a codec whose latent carries a spatial map, ``map_init="synthetic"``
     starts each cluster from the map of the synthetic image nearest to its centroid's map (``map_samples`` images of
     ``map_generator``, by name or path; default: the shipped generator of the modality, seeded by ``seed``) and
-    ``rows="styles"`` keeps that map while the styles are optimised; ``map_init="centroid"`` and ``rows="all"``
-    are the paper's literal start and update (docs/ksalsa.md). Other arguments as in :func:`kpixel`.
+    ``rows="all"`` optimises every latent row from there (``rows="styles"`` keeps the drawn map);
+    ``map_init="centroid"`` is the paper's literal start (docs/ksalsa.md). Other arguments as in :func:`kpixel`.
     Returns a :class:`~medanon.release.release.Release`; ``.save(path, mapping=...)`` writes it.
 
     Example (a tiny untrained codec; the shipped default is ``restyle-map-fundus64.pt``):

@@ -261,7 +261,7 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
 @click.option("--map-samples", type=click.IntRange(min=1), default=None,
               help="Synthetic images to choose maps from." + default(KSameConfig, "salsa.map_samples"))
 @click.option("--rows", type=click.Choice(["styles", "all"]), default=None,
-              help="Latent rows the optimiser moves (styles: a spatial map stays as started)."
+              help="Latent rows the optimiser moves (all; styles: a spatial map stays as started)."
                    + default(KSameConfig, "salsa.rows"))
 @view_options
 @click.pass_context

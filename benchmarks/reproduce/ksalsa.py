@@ -84,7 +84,7 @@ def comparisons(*, literal: bool = True) -> tuple[tuple[str, str], ...]:
 
 
 def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, ksalsa_steps: int,
-                  log: list[str], literal: bool = True) -> list[Path]:
+                  log: list[str], literal: bool = True, ksalsa_rows: str | None = None) -> list[Path]:
     import medanon.anonymize as anonymize
     from medanon.codecs.stylegan import load_codec
     from medanon.config import DataConfig
@@ -117,6 +117,9 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
         if name == LITERAL:
             kw.update(map_init="centroid", rows="all")
             cmd += " --map-init centroid --rows all"
+        elif method == "ksalsa" and ksalsa_rows is not None:
+            kw["rows"] = ksalsa_rows
+            cmd += f" --rows {ksalsa_rows}"
         if views > 1:
             kw["views"] = views
             cmd += f" --views {views}"
@@ -324,6 +327,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--ksalsa-steps", type=int, default=100, help="the demo's default")
+    p.add_argument("--ksalsa-rows", choices=["all", "styles"], default=None,
+                   help="k-SALSA's optimised rows (default: the method's); styles keeps the map prior's map")
     p.add_argument("--no-inception", action="store_true", help="no FID (Table 1 stays empty)")
     p.add_argument("--tables-only", action="store_true",
                    help="rebuild table.md and result.json from OUT/report/report.json (no computation)")
@@ -353,7 +358,7 @@ def main(argv: list[str] | None = None) -> dict:
     t, c, log = time.perf_counter(), C.cpu_seconds(), []
     literal = sc.name != "paper"
     rels = make_releases(train, out / "releases", ckpt, seed=args.seed, device=dev, ksalsa_steps=args.ksalsa_steps,
-                         log=log, literal=literal)
+                         log=log, literal=literal, ksalsa_rows=args.ksalsa_rows)
     C.audit_all(rels, ds.records)
     timer.stage("releases", t, c)
     t, c = time.perf_counter(), C.cpu_seconds()

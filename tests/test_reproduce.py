@@ -118,3 +118,12 @@ def test_dpglow_table_has_papers_cells_and_ours():
     verdicts = {c["claim"]: c["verdict"] for c in result["claims"]}
     assert verdicts["T3: DP-GLOW's AUROC falls from ∞ to 10¹·H·W"] == "holds"
     assert "scale `flows`" in md and "## Claims" in md
+
+
+def test_a_k_that_was_not_run_has_no_claims_and_shows_as_not_run(ksalsa):
+    rep = _report()
+    rep["releases"] = [r for r in rep["releases"] if not r["name"].endswith("-k10")]
+    claims = [c.claim for c in ksalsa.claims(rep)]
+    assert claims and not any("k=10" in c for c in claims) and any("k=5" in c for c in claims)
+    md, result = ksalsa.assemble(rep, scale="fixture", note="a fixture", command="python x", timing={})
+    assert "not run" in result["tables"]["table1_fid"]

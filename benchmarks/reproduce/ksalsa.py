@@ -69,22 +69,23 @@ SCALES = {
 LITERAL = "ksalsa-k5-centroidmap"                # the paper's literal start: the mean map, every row optimised
 
 
-def release_names(*, literal: bool = True) -> list[str]:
-    """Every release; ``literal``: also k-SALSA's literal start (left out at the paper scale, where its 256 clusters
-    would cost as much as k = 5 itself; the demo scale measures it)."""
-    return ([f"{m}-k{k}" for m in METHODS for k in KS] + ["inverted"]
+def release_names(*, literal: bool = True, ks: tuple[int, ...] = KS) -> list[str]:
+    """Every release at the ``ks`` run; ``literal``: also k-SALSA's literal start (left out at the paper scale, where
+    its 256 clusters would cost as much as k = 5 itself; the demo scale measures it)."""
+    return ([f"{m}-k{k}" for m in METHODS for k in ks] + ["inverted"]
             + [f"{m}-k5-v{VIEWS}" for m in ("kcentroid", "ksalsa")] + ([LITERAL] if literal else []))
 
 
-def comparisons(*, literal: bool = True) -> tuple[tuple[str, str], ...]:
+def comparisons(*, literal: bool = True, ks: tuple[int, ...] = KS) -> tuple[tuple[str, str], ...]:
     """The release pairs whose utility the claims compare (paired: the same held-out images)."""
-    pairs = [(f"ksalsa-k{k}", f"{m}-k{k}") for k in KS for m in ("kcentroid", "kpixel", "kpca")]
+    pairs = [(f"ksalsa-k{k}", f"{m}-k{k}") for k in ks for m in ("kcentroid", "kpixel", "kpca")]
     pairs += [(f"{m}-k5-v{VIEWS}", f"{m}-k5") for m in ("kcentroid", "ksalsa")]
     return tuple(pairs + ([("ksalsa-k5", LITERAL)] if literal else []))
 
 
 def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, ksalsa_steps: int,
-                  log: list[str], literal: bool = True, ksalsa_rows: str | None = None) -> list[Path]:
+                  log: list[str], literal: bool = True, ksalsa_rows: str | None = None,
+                  ks: tuple[int, ...] = KS) -> list[Path]:
     import medanon.anonymize as anonymize
     from medanon.codecs.stylegan import load_codec
     from medanon.config import DataConfig
@@ -95,7 +96,7 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
     codec_path = ckpt / KSAME_CODEC
     codec = load_codec(codec_path, map_location=device)
     out = []
-    for name in release_names(literal=literal):
+    for name in release_names(literal=literal, ks=ks):
         method, k, views = name.split("-")[0], None, 1
         if method != "inverted":
             k = int(name.split("-")[1][1:])
@@ -194,22 +195,33 @@ def tables(report: dict) -> dict[str, str]:
     t6 = C.md_table(["release", "paper κ (suppl. T6)", "ours κ", "real same-N κ", "release − real (paired)",
                      "real same-N decides (κ lower bound > 0.2)"], rows)
     rows = [[f"{a} − {b}", *(C.compare_cell(report, a, b, TASK, m).fmt(3) for m in ("kappa", "accuracy"))]
-            for a, b in comparisons(literal=R(LITERAL) is not None)]
+            for a, b in comparisons(literal=R(LITERAL) is not None, ks=_run(report))]
     tc = C.md_table(["releases (a − b)", "κ difference (paired)", "accuracy difference (paired)"], rows)
     return {"table1_fid": t1, "table2_utility": t2, "table3_membership": t3, "utility_paired": t6,
             "utility_release_pairs": tc}
 
 
+def _run(report: dict) -> tuple[int, ...]:
+    """The k whose k-SALSA release the report holds."""
+    return tuple(k for k in KS if C.release(report, f"ksalsa-k{k}") is not None)
+
+
 def claims(report: dict) -> list[C.Claim]:
-    """Each claim of the paper (APTOS), the paper's number, ours, and a verdict from the intervals."""
+    """Each claim of the paper (APTOS), the paper's number, ours, and a verdict from the intervals (the claims of a
+    k that was not run are left out)."""
     R = lambda n: C.release(report, n)                               # noqa: E731
     out: list[C.Claim] = []
+    run = _run(report)
     for i, k in enumerate(KS):
+        if k not in run:
+            continue
         s, c = C.fid_cell(R(f"ksalsa-k{k}")), C.fid_cell(R(f"kcentroid-k{k}"))
         out.append(C.Claim(f"T1 k={k}: k-SALSA's FID is below k-Centroid's",
                            f"{PAPER_T1_FID['ksalsa'][i]} < {PAPER_T1_FID['kcentroid'][i]}", f"{s.fmt(1)} vs {c.fmt(1)}",
                            C.less(s, c), _why(C.less(s, c), "intervals overlap", "k-SALSA's interval lies above")))
     for i, k in enumerate(KS):
+        if k not in run:
+            continue
         s = C.fid_cell(R(f"ksalsa-k{k}"))
         px, pc = C.fid_cell(R(f"kpixel-k{k}")), C.fid_cell(R(f"kpca-k{k}"))
         v = C.all_of([C.less(s, px), C.less(s, pc)])
@@ -219,6 +231,8 @@ def claims(report: dict) -> list[C.Claim]:
                                                                               "a pixel method's FID is lower")))
     inv = C.fid_cell(R("inverted"))
     for i, k in enumerate(KS):
+        if k not in run:
+            continue
         s = C.fid_cell(R(f"ksalsa-k{k}"))
         v = C.less(inv, s)
         out.append(C.Claim(f"T1 k={k}: averaging worsens FID (GAN-Inverted below k-SALSA)",
@@ -228,6 +242,8 @@ def claims(report: dict) -> list[C.Claim]:
                            + ("" if v == C.HOLDS else "; " + _why(v, "intervals overlap", "GAN-Inverted is higher"))))
     for metric, mname, j in (("kappa", "κ", 1), ("accuracy", "accuracy", 0)):
         for i, k in enumerate(KS[1:], start=1):
+            if k not in run:
+                continue
             d = C.compare_cell(report, f"ksalsa-k{k}", f"kcentroid-k{k}", TASK, metric)
             v = C.above_zero(d)
             out.append(C.Claim(f"T2 k={k}: k-SALSA's {mname} is above k-Centroid's",
@@ -235,6 +251,8 @@ def claims(report: dict) -> list[C.Claim]:
                                f"k-SALSA − k-Centroid (paired) {d.fmt(3)}", v,
                                _why(v, "the paired interval contains 0", "k-Centroid is above")))
     for i, k in enumerate(KS):
+        if k not in run:
+            continue
         dx, dc = (C.compare_cell(report, f"ksalsa-k{k}", f"{m}-k{k}", TASK, "kappa") for m in ("kpixel", "kpca"))
         v = C.all_of([C.above_zero(dx), C.above_zero(dc)])
         out.append(C.Claim(f"T2 k={k}: k-SALSA's κ is above k-Same-Pixel's and k-Same-PCA's",
@@ -242,6 +260,8 @@ def claims(report: dict) -> list[C.Claim]:
                            f"k-SALSA − Pixel {dx.fmt(3)}, − PCA {dc.fmt(3)} (paired)", v,
                            _why(v, "a paired interval contains 0", "a pixel method's κ is higher")))
     for i, k in enumerate(KS):
+        if k not in run:
+            continue
         d = C.utility_cell(R(f"ksalsa-k{k}"), TASK, "kappa", "difference")
         v = C.below_zero(d)
         out.append(C.Claim(f"T2 k={k}: real images of the same N beat k-SALSA (κ)",
@@ -249,6 +269,8 @@ def claims(report: dict) -> list[C.Claim]:
                            f"k-SALSA − real (paired) {d.fmt(3)}", v,
                            _why(v, "the paired interval contains 0", "k-SALSA is above real")))
     for i, k in enumerate(KS):
+        if k not in run:
+            continue
         cells = {m: C.attack_cell(R(f"{m}-k{k}"), "membership", "top_k_accuracy") for m in METHODS}
         v = C.all_of([C.less(cells[b], cells[a]) for a, b in itertools.pairwise(METHODS)])
         v, reason = _membership_guard(R, k, METHODS, v, _why(v, "adjacent intervals overlap",
@@ -257,6 +279,8 @@ def claims(report: dict) -> list[C.Claim]:
                            " > ".join(_pct(PAPER_T3_MIA[m][i]) for m in METHODS),
                            " / ".join(cells[m].fmt(1, 100) for m in METHODS), v, reason))
     for i, k in enumerate(KS):
+        if k not in run:
+            continue
         s, c = (C.attack_cell(R(f"{m}-k{k}"), "membership", "top_k_accuracy") for m in ("ksalsa", "kcentroid"))
         v = C.less(s, c)
         v, reason = _membership_guard(R, k, ("ksalsa", "kcentroid"), v,
@@ -327,6 +351,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--ksalsa-steps", type=int, default=100, help="the demo's default")
+    p.add_argument("--ks", type=int, nargs="+", default=list(KS), choices=KS,
+                   help="the k to run (the tables show the others as not run)")
     p.add_argument("--ksalsa-rows", choices=["all", "styles"], default=None,
                    help="k-SALSA's optimised rows (default: the method's); styles keeps the map prior's map")
     p.add_argument("--no-inception", action="store_true", help="no FID (Table 1 stays empty)")
@@ -358,12 +384,13 @@ def main(argv: list[str] | None = None) -> dict:
     t, c, log = time.perf_counter(), C.cpu_seconds(), []
     literal = sc.name != "paper"
     rels = make_releases(train, out / "releases", ckpt, seed=args.seed, device=dev, ksalsa_steps=args.ksalsa_steps,
-                         log=log, literal=literal, ksalsa_rows=args.ksalsa_rows)
+                         log=log, literal=literal, ksalsa_rows=args.ksalsa_rows, ks=tuple(args.ks))
     C.audit_all(rels, ds.records)
     timer.stage("releases", t, c)
     t, c = time.perf_counter(), C.cpu_seconds()
     cfg = eval_config("fundus", 64, ckpt, sc.patients, sc.per_patient, args.seed, inception=not args.no_inception)
-    cfg = C.apply_overrides(cfg, {**sc.overrides, "utility.compare": comparisons(literal=literal)})
+    cfg = C.apply_overrides(cfg, {**sc.overrides, "utility.compare": comparisons(literal=literal,
+                                                                                 ks=tuple(args.ks))})
     report = evaluate(data, rels, out / "report", config=cfg, splits=splits, device=dev, cache_dir=out / "cache",
                       progress=False)
     timer.stage("evaluate", t, c)

@@ -125,5 +125,5 @@ def test_a_k_that_was_not_run_has_no_claims_and_shows_as_not_run(ksalsa):
     rep["releases"] = [r for r in rep["releases"] if not r["name"].endswith("-k10")]
     claims = [c.claim for c in ksalsa.claims(rep)]
     assert claims and not any("k=10" in c for c in claims) and any("k=5" in c for c in claims)
-    md, result = ksalsa.assemble(rep, scale="fixture", note="a fixture", command="python x", timing={})
+    _, result = ksalsa.assemble(rep, scale="fixture", note="a fixture", command="python x", timing={})
     assert "not run" in result["tables"]["table1_fid"]

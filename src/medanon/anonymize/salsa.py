@@ -96,7 +96,8 @@ class SalsaConfig:
     def describe(self) -> dict[str, Any]:
         return {"lambda": self.lam, "steps": self.steps, "lr": self.lr, "optimizer": "Adam(0.9, 0.999)",
                 "style_layer": self.style_layer, "content_layer": self.content_layer,
-                "content_target": "G(w0) (Eq. 6)", "rows": self.rows, "feature_size": self.feature_size,
+                "content_target": "G(w0) (Eq. 6; w0 is the start: the centroid, with the map prior's map where "
+                                  "one applies)", "rows": self.rows, "feature_size": self.feature_size,
                 "map_init": self.map_init, "style": self.style.describe()}
 
 

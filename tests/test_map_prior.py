@@ -1,7 +1,6 @@
 """k-SALSA's map prior: a codec with a spatial map starts each cluster from its centroid's styles and the map of the
 synthetic image nearest to the centroid's map; ``rows="styles"`` would keep that map (docs/ksalsa.md)."""
 
-import json
 
 import pytest
 import torch
@@ -86,4 +85,8 @@ def test_cli_records_the_map_prior_and_the_library_explains_a_missing_generator(
     x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (6, 3, 32, 32)).astype("float32"))
     with pytest.raises(ConfigError, match="no map generator ships for fundus") as err:
         medanon.anonymize.ksalsa(x, patient_ids=[0, 1, 2, 3, 4, 5], modality="fundus", k=3, codec=map_codec_ckpt)
-    assert "--map-init centroid" in json.dumps(str(err.value.fix))
+    assert "map_init='centroid'" in str(err.value.fix) and "map_generator=" in str(err.value.fix)
+    from medanon.cli.anonymize_ksame import FLAGS
+    from medanon.cli.library import translate
+    assert "--map-init centroid" in translate(str(err.value.fix), FLAGS) and "--map-generator" in translate(
+        str(err.value.fix), FLAGS)

@@ -127,8 +127,8 @@ def resolve_map_generator(cfg, ds, codec, value, device, used: dict[str, Any]):
     if value is None and default_model("ksalsa-map-generator", ds.modality) is None:
         raise ConfigError(f"ksalsa with a spatial-map codec starts from synthetic maps, and no map generator ships for "
                           f"{ds.modality or 'these'} images",
-                          fix="pass map_generator= (--map-generator) a GAN checkpoint of this modality and size, or "
-                              "map_init='centroid' (--map-init centroid) to start from the members' mean map")
+                          fix="pass map_generator= a GAN checkpoint of this modality and size, or "
+                              "map_init='centroid' to start from the members' mean map")
     path = model_arg(value, role="ksalsa-map-generator", ds=ds, argument="map_generator", method="ksalsa", used=used)
     blob = load_checkpoint(path, map_location="cpu")
     return load_any_generator(path, device=device), {"generator": Path(path).name, "sha256": blob["sha256"]}

@@ -61,8 +61,8 @@ class UtilityConfig:
         for pair in self.compare:
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ConfigError(f"utility.compare entry {list(pair)} must name two different releases",
-                                  fix="write pairs as [[release_a, release_b], ...] (on the command line: "
-                                      "--set 'utility.compare=[[a, b]]')")
+                                  fix="write pairs as [[release_a, release_b], ...] of two evaluated releases' "
+                                      "names")
         if self.bootstrap < 0 or 0 < self.bootstrap < 20:
             raise ConfigError(f"utility.bootstrap={self.bootstrap} must be 0 (off) or at least 20")
         if self.learner not in LEARNERS:

@@ -6,20 +6,24 @@ as ``medanon anonymize`` does); every method then averages **the same clusters**
 :func:`medanon.evaluate.fidelity.inception_extractor`) with ``--subsets`` random subsets of N images drawn from
 a *reference* phantom of other patients (``--reference``); the line gives the mean and standard deviation over
 the subsets. ``real`` is N real images of the release phantom (one per cluster, a random member), the floor
-at this N. Every k-SALSA line also gives the mean |k-SALSA − k-Centroid| over pixels in 8-bit levels (/255),
-the style loss before and after the optimisation, and ``move_vs_member_spread``: how far the optimised latent
-moved from the centroid per coordinate, beside how far the cluster's members lie from it (weighted mean
-|w_i − w0|), for the style rows and the map rows.
+at this N. ``kcentroid-mapprior`` is G of the map prior's start (the centroid's style rows with the nearest
+synthetic map, :mod:`medanon.anonymize.map_prior`), not optimised: what the map alone gives. Every k-SALSA line
+also gives the mean |k-SALSA − k-Centroid| over pixels in 8-bit levels (/255), the style loss before and after
+the optimisation, and ``move_vs_member_spread``: how far the optimised latent moved from its start per
+coordinate, beside how far the cluster's members lie from that start (weighted mean |w_i − start|), for the
+style rows and the map rows. A variant whose settings have ``map_init=synthetic`` (the default) starts from the
+map prior, built once from ``--map-samples`` seeded samples of ``--map-generator`` inverted by the codec.
 
     medanon phantom --modality fundus --patients 100 --per-patient 4 --size 64 --seed 11 --out ph-rel
     medanon phantom --modality fundus --patients 100 --per-patient 4 --size 64 --seed 12 --out ph-ref
     OMP_NUM_THREADS=1 nice -n 15 python benchmarks/ksalsa_variants.py --data ph-rel --reference ph-ref \\
-        --model checkpoints/restyle-map-fundus64.pt --variant default --variant "old:style_layer=block1,steps=100"
+        --model checkpoints/restyle-map-fundus64.pt --variant default --variant "centroid:map_init=centroid"
 
 A variant is ``NAME`` or ``NAME:key=value,...`` with keys of :class:`medanon.anonymize.salsa.SalsaConfig`
 (``lam``, ``steps``, ``lr``, ``style_layer`` (``+`` joins several layers), ``content_layer``, ``rows``,
-``feature_size``) and ``grid`` (the style grid); unset keys take the defaults. ``--grid-dir`` writes one PNG
-per variant: for each of the first clusters its members, k-Centroid, k-Same-Pixel and the variant.
+``feature_size``, ``map_init``; the prior's size is ``--map-samples``) and ``grid`` (the style grid); unset keys
+take the defaults. ``--grid-dir`` writes one PNG per variant: for each of the first clusters its members,
+k-Centroid, k-Same-Pixel, the variant's start and the variant.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from medanon.anonymize.averaging import member_weights, pad_clusters, pixel_averages
 from medanon.anonymize.ksame import KSameConfig, load_images, plan_clusters
+from medanon.anonymize.map_prior import build_map_prior, has_map
 from medanon.anonymize.salsa import KSalsa, SalsaConfig
 from medanon.anonymize.style import StyleConfig
 from medanon.codecs.stylegan import load_codec
@@ -45,6 +50,7 @@ from medanon.config import DataConfig
 from medanon.data.dataset import open_dataset
 from medanon.evaluate.fidelity import extract_features, fd_from_features, inception_extractor
 from medanon.models.features import get_feature_network
+from medanon.sampling import load_any_generator
 
 
 def quantise(images: torch.Tensor) -> torch.Tensor:
@@ -114,6 +120,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache", default=None, help="a .npy file to keep the reference features in between runs")
     ap.add_argument("--skip-baselines", action="store_true", help="print no real/kpixel/kcentroid lines")
+    ap.add_argument("--map-generator", default="checkpoints/stylegan2-fundus64-wide.pt",
+                    help="GAN whose samples' maps the map prior chooses from (variants with map_init=synthetic)")
+    ap.add_argument("--map-samples", type=int, default=SalsaConfig().map_samples, help="the map prior's candidates")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t_start, cpu0 = time.perf_counter(), time.process_time()
@@ -158,13 +167,24 @@ def main() -> None:
     centroid = codec.decode(w0)
     if not args.skip_baselines:
         emit("kcentroid", centroid)
+    specs = [parse_variant(spec) for spec in args.variant]
+    prior, prior_start = None, None
+    if has_map(codec) and (any(cfg.map_init == "synthetic" for _, cfg in specs) or not args.skip_baselines):
+        t0 = time.perf_counter()
+        prior = build_map_prior(codec, load_any_generator(args.map_generator), samples=args.map_samples,
+                                seed=args.seed, provenance={"generator": Path(args.map_generator).name})
+        common["map_prior"] = {"generator": Path(args.map_generator).name, "samples": args.map_samples,
+                               "seed": args.seed, "build_s": round(time.perf_counter() - t0, 1)}
+        prior_start = prior.start(w0)[1]
+        if not args.skip_baselines:
+            emit("kcentroid-mapprior", codec.decode(prior_start))
     first = []                                   # one image of each of the first k patients of every cluster
     for c in clusters:
         one = {pids[int(i)]: int(i) for i in reversed(c)}
         first.append(list(load_images(ds, list(one.values())[::-1][:args.k])))
     nets: dict = {}
-    for spec in args.variant:
-        name, cfg = parse_variant(spec)
+    for name, cfg in specs:
+        use_prior = prior is not None and cfg.map_init == "synthetic"
         t0, c0 = time.perf_counter(), time.process_time()
         net = nets.setdefault("lite0", get_feature_network("efficientnet-lite0", input_size=None))
         salsa = KSalsa(codec.render, net, cfg, style_rows=codec.generator.num_ws)
@@ -173,7 +193,8 @@ def main() -> None:
             sel = list(range(b, min(b + args.batch, n)))
             bi, bw = pad_clusters([clusters[i] for i in sel], [weights[i] for i in sel])
             images = load_images(ds, bi.reshape(-1)).reshape(*bi.shape, *ds[0]["image"].shape)
-            res = salsa.average(images, latents[torch.from_numpy(bi)], bw.float())
+            start = prior.start(w0[sel])[1] if use_prior else None
+            res = salsa.average(images, latents[torch.from_numpy(bi)], bw.float(), start=start)
             outs.append(codec.decode(res.ws))
             lat = latents[torch.from_numpy(bi)]
             bn = (bw / bw.sum(1, keepdim=True)).float()
@@ -188,12 +209,14 @@ def main() -> None:
         move = {"styles": [round(float(mv[:rows].mean()), 3), round(float(sp[:rows].mean()), 3)]}
         if mv.shape[0] > rows:
             move["map"] = [round(float(mv[rows:].mean()), 3), round(float(sp[rows:].mean()), 3)]
-        emit(name, out, settings=cfg.describe(), diff_vs_kcentroid_255=round(diff, 2), move_vs_member_spread=move,
+        emit(name, out, settings=cfg.describe(), start="map prior" if use_prior else "centroid",
+             diff_vs_kcentroid_255=round(diff, 2), move_vs_member_spread=move,
              style_start=round(float(np.mean(s0)), 4), style_end=round(float(np.mean(s1)), 4),
              seconds=round(time.perf_counter() - t0, 1), cpu_s=round(time.process_time() - c0, 1))
         if args.grid_dir:
             Path(args.grid_dir).mkdir(parents=True, exist_ok=True)
-            rows = [first[j] + [centroid[j], pixel[j], out[j]] for j in range(min(args.grid_clusters, n))]
+            starts = codec.decode(prior_start[:args.grid_clusters]) if use_prior else centroid
+            rows = [first[j] + [centroid[j], pixel[j], starts[j], out[j]] for j in range(min(args.grid_clusters, n))]
             save_grid(Path(args.grid_dir) / f"{name}.png", rows)
     print(json.dumps({"done": True, "wall_s": round(time.perf_counter() - t_start, 1),
                       "cpu_s": round(time.process_time() - cpu0, 1)}), flush=True)

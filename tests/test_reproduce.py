@@ -127,3 +127,19 @@ def test_a_k_that_was_not_run_has_no_claims_and_shows_as_not_run(ksalsa):
     assert claims and not any("k=10" in c for c in claims) and any("k=5" in c for c in claims)
     _, result = ksalsa.assemble(rep, scale="fixture", note="a fixture", command="python x", timing={})
     assert "not run" in result["tables"]["table1_fid"]
+
+
+def test_gmia_orders_are_judged_on_paired_comparisons():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
+    try:
+        gmia = importlib.import_module("gmia")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+    comps = [{"a": "gmia-id", "b": "gmia", "task": "pneumonia", "n": 300, "n_patients": 150,
+              "metrics": {"auroc": {"difference": {"value": -0.12, "ci": [-0.2, -0.04]}}}}]
+    rep = {"releases": [{"name": n} for n in ("gmia", "gmia-id", "gmia-ut", "recon")], "comparisons": comps}
+    claims = {c["claim"]: c for c in gmia.assemble(rep, scale="fixture", note="x", command="python x",
+                                                   timing={})[1]["claims"]}
+    lut = claims["T2: adding L_ut to L_id raises AUROC"]                   # stored as gmia-id − gmia: sign flipped
+    assert lut["verdict"] == "holds" and "gmia − gmia-id (paired) 0.120 [0.040, 0.200]" in lut["ours"]
+    assert claims["T2: L_ut on the reconstruction raises AUROC"]["verdict"] == "cannot tell at this N"

@@ -287,7 +287,7 @@ def git_commit() -> str:
 
 
 def run_paper(args, *, paper: str, scale: Scale, modality: str, stratify: str, make_releases, assemble,
-              script: str) -> dict:
+              script: str, compare: tuple[tuple[str, str], ...] = ()) -> dict:
     """The common pipeline: phantom -> split -> releases (``make_releases(train, rel_dir, ckpt, seed=, device=,
     log=)``) -> audit -> the demo's evaluation -> ``assemble(report, scale=, note=, command=, timing=)`` ->
     OUT/table.md, OUT/result.json and one JSON line on stdout. Every step resumes from what is on disk."""
@@ -325,7 +325,8 @@ def run_paper(args, *, paper: str, scale: Scale, modality: str, stratify: str, m
         t, c = time.perf_counter(), cpu_seconds()
         cfg = eval_config(modality, 64, ckpt, scale.patients, scale.per_patient, args.seed,
                           inception=not args.no_inception)
-        report = evaluate(data, rels, out / "report", config=apply_overrides(cfg, scale.overrides), splits=splits,
+        overrides = {**scale.overrides, **({"utility.compare": compare} if compare else {})}
+        report = evaluate(data, rels, out / "report", config=apply_overrides(cfg, overrides), splits=splits,
                           device=dev, cache_dir=out / "cache", progress=False)
         timer.stage("evaluate", t, c)
         timing = {**timer.total(), "stages": timer.stages, "device": str(dev), "threads": args.threads}

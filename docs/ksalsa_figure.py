@@ -7,11 +7,13 @@ Run from the repository root:
 Without ``--data`` it generates 200 fundus phantom patients with one image each (64 px, seed 5)
 in a temporary folder. The clusters are formed in the codec's latent space (people-level same-size
 clustering); the ``--clusters`` shown are those with the highest mean DR grade, where lesions are
-visible. For each: one source image of each of the first five patients (top), then k-SALSA (the
-defaults), k-SALSA at ``--former-lr`` (the former default learning rate, 0 = left out), k-Centroid,
-k-Same-Pixel and k-Same-PCA computed on the same cluster (bottom). Tiles are enlarged 2x (nearest
-neighbour). Every image is a PHANTOM. Prints one JSON line with the style loss of the k-Centroid
-and k-SALSA averages of each cluster.
+visible. For each: one source image of each of the first five patients (top), then (bottom) k-SALSA
+(the defaults: the map prior's start, :mod:`medanon.anonymize.map_prior`, from ``--map-samples`` seeded
+samples of ``--map-generator``), k-Centroid, the map prior's start itself (the centroid's styles with the
+nearest synthetic map, not optimised), k-SALSA from the paper's literal start (``map_init="centroid"``:
+the members' mean map), k-Same-Pixel and k-Same-PCA, all computed on the same cluster. Tiles are
+enlarged 2x (nearest neighbour). Every image is a PHANTOM. Prints one JSON line with the style loss of
+the start and of the k-SALSA result of each cluster.
 
 With ``--cotrained CODEC`` (repeatable) it also shows, under each cluster's sources, their reconstructions
 G(E(x)) by ``--model`` and by each such codec: docs/backbone.md's side-by-side picture of what the backbone
@@ -38,8 +40,9 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from medanon.anonymize.averaging import member_weights
+from medanon.anonymize.averaging import centroid_latents, member_weights
 from medanon.anonymize.ksame import ClusterAverager, KSameConfig, plan_clusters
+from medanon.anonymize.map_prior import build_map_prior, has_map
 from medanon.anonymize.salsa import SalsaConfig
 from medanon.codecs.stylegan import load_codec
 from medanon.config import DataConfig, PhantomConfig
@@ -47,10 +50,11 @@ from medanon.data.dataset import open_dataset
 from medanon.models.features import get_feature_network
 from medanon.phantoms.generate import generate
 from medanon.release.writer import image_to_uint8
+from medanon.sampling import load_any_generator
 
 SCALE, LABEL = 2, 14
-METHODS = (("ksalsa", "k-SALSA"), ("former", "k-SALSA lr {lr:g}"), ("kcentroid", "k-Centroid"),
-           ("kpixel", "k-Same-Pixel"), ("kpca", "k-Same-PCA"))
+METHODS = (("ksalsa", "k-SALSA"), ("kcentroid", "k-Centroid"), ("start", "start: synth. map"),
+           ("literal", "k-SALSA mean map"), ("kpixel", "k-Same-Pixel"), ("kpca", "k-Same-PCA"))
 
 
 def tile(img: torch.Tensor, text: str) -> Image.Image:
@@ -77,12 +81,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--lam", type=float, default=SalsaConfig.lam)
     ap.add_argument("--clusters", type=int, default=2, help="clusters shown (highest mean grade first)")
-    ap.add_argument("--former-lr", type=float, default=0.1, help="also k-SALSA at this learning rate (0: not)")
+    ap.add_argument("--map-generator", default="checkpoints/stylegan2-fundus64-wide.pt",
+                    help="the map prior's GAN (a codec with a spatial map)")
+    ap.add_argument("--map-samples", type=int, default=SalsaConfig.map_samples, help="the map prior's candidates")
+    ap.add_argument("--seed", type=int, default=0, help="the map prior's samples")
     ap.add_argument("--cotrained", action="append", default=[],
                     help="also show reconstructions by --model and this codec (repeatable)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "img" / "ksalsa_fig2.png"))
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(args.data) if args.data else generate(
             PhantomConfig(patients=200, per_patient=1, size=64, seed=5, workers=2), Path(tmp) / "fundus",
@@ -93,6 +101,8 @@ def main() -> None:
         net = get_feature_network("efficientnet-lite0", input_size=None)
         base = KSameConfig(method="kpca", k=args.k, salsa=SalsaConfig(lam=args.lam, steps=args.steps))
         clustering, latents, pca = plan_clusters(ds, base, codec=codec, progress=False)
+        prior = build_map_prior(codec, load_any_generator(args.map_generator), samples=args.map_samples,
+                                seed=args.seed) if has_map(codec) else None
         grades = [np.mean([ds.records[i].labels.get("grade", 0) for i in c]) for c in clustering.clusters]
         chosen = [clustering.clusters[i] for i in np.argsort(grades, kind="stable")[::-1][:args.clusters]]
         pids = [r.patient_id for r in ds.records]
@@ -109,16 +119,23 @@ def main() -> None:
                     recons = [[tile(r, name) for r in c.reconstruct(x)] for c, name in codecs]
             outs = []
             for method, name in METHODS:
-                salsa = base.salsa
-                if method == "former":
-                    if not args.former_lr:
+                if method == "start":
+                    if prior is not None:
+                        with torch.no_grad():
+                            start = prior.start(centroid_latents(latents, [members], [weights[n]]))[1]
+                            outs.append(tile(codec.decode(start)[0], name))
+                    continue
+                salsa, mp = base.salsa, prior
+                if method == "literal":
+                    if prior is None:
                         continue
-                    method, salsa = "ksalsa", replace(base.salsa, lr=args.former_lr)
+                    method, salsa, mp = "ksalsa", replace(base.salsa, map_init="centroid", rows="all"), None
                 cfg = KSameConfig(method=method, k=args.k, salsa=salsa)
-                avg = ClusterAverager(cfg, ds, codec=codec, features=net, latents=latents, pca=pca, device="cpu")
-                outs.append(tile(avg([members], [weights[n]], ["figure"])[0, 0], name.format(lr=salsa.lr)))
+                avg = ClusterAverager(cfg, ds, codec=codec, features=net, latents=latents, pca=pca, device="cpu",
+                                      map_prior=mp if method == "ksalsa" else None)
+                outs.append(tile(avg([members], [weights[n]], ["figure"])[0, 0], name))
                 if method == "ksalsa":
-                    stats[f"cluster{n + 1}_style_loss_centroid_to_ksalsa_lr{salsa.lr:g}"] = [
+                    stats[f"cluster{n + 1}_style_loss_start_to_ksalsa_{salsa.map_init}"] = [
                         round(avg.last["style_start"][0], 4), round(avg.last["style_end"][0], 4)]
             rows += [sources, *recons, outs]
         per = len(rows) // len(chosen)                  # rows of one cluster
@@ -133,6 +150,7 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         sheet.save(args.out)
     print(json.dumps({"figure": args.out, "k": args.k, "steps": args.steps, "lambda": args.lam, "lr": base.salsa.lr,
+                      "rows": base.salsa.rows, "map_prior": None if prior is None else prior.describe()["candidates"],
                       "clusters": len(clustering.clusters), **stats}))
 
 

@@ -13,6 +13,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _script(name: str):
+    """A reproduction script as a module (benchmarks/reproduce is not a package)."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+
+
 @pytest.fixture(scope="module")
 def ksalsa():
     sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
@@ -103,11 +112,7 @@ def test_invalid_attack_cannot_decide(ksalsa):
 
 
 def test_dpglow_table_has_papers_cells_and_ours():
-    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
-    try:
-        dpglow = importlib.import_module("dpglow")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+    dpglow = _script("dpglow")
     rows = [{"epsilon": e, "auroc_ldp_image": a, "auroc_ldp_image_ci95": [a - 0.05, a + 0.05],
              "auroc_dpglow": d, "auroc_dpglow_ci95": [d - 0.05, d + 0.05]}
             for e, a, d in (("inf (no clip)", 0.8, 0.8), ("1e3", 0.6, 0.75), ("1e2", 0.55, 0.7), ("1e1", 0.5, 0.55))]
@@ -130,11 +135,7 @@ def test_a_k_that_was_not_run_has_no_claims_and_shows_as_not_run(ksalsa):
 
 
 def test_gmia_orders_are_judged_on_paired_comparisons():
-    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
-    try:
-        gmia = importlib.import_module("gmia")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+    gmia = _script("gmia")
     comps = [{"a": "gmia-id", "b": "gmia", "task": "pneumonia", "n": 300, "n_patients": 150,
               "metrics": {"auroc": {"difference": {"value": -0.12, "ci": [-0.2, -0.04]}}}}]
     rep = {"releases": [{"name": n} for n in ("gmia", "gmia-id", "gmia-ut", "recon")], "comparisons": comps}

@@ -4,7 +4,6 @@ each claim's verdict must follow the intervals."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -14,21 +13,24 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name: str):
-    """A reproduction script as a module (benchmarks/reproduce is not a package)."""
-    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
+    """A reproduction script as a module, loaded from its file under its own name: ``benchmarks/gmia.py`` (another
+    test's ``gmia``) may already be in ``sys.modules``."""
+    import importlib.util
+
+    folder = ROOT / "benchmarks" / "reproduce"
+    sys.path.insert(0, str(folder))                       # for the scripts' own ``import common``
     try:
-        return importlib.import_module(name)
+        spec = importlib.util.spec_from_file_location(f"reproduce_{name}", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
     finally:
-        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+        sys.path.remove(str(folder))
 
 
 @pytest.fixture(scope="module")
 def ksalsa():
-    sys.path.insert(0, str(ROOT / "benchmarks" / "reproduce"))
-    try:
-        yield importlib.import_module("ksalsa")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks" / "reproduce"))
+    return _script("ksalsa")
 
 
 def _pb(value, half, base=0.8):

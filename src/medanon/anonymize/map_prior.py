@@ -37,8 +37,6 @@ import torch
 
 from medanon.errors import ConfigError
 
-MAP_INITS = ("synthetic", "centroid")
-
 
 @dataclass
 class MapPrior:

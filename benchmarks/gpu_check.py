@@ -52,7 +52,8 @@ def checks(w: Path, dev: str, tiny: bool) -> list[tuple[str, list[str]]]:
         ("data-split", ["data", "split", str(fd), "--out", str(w / "splits.csv"), "--val", "0.3", "--test", "0.3"]),
     ]
     ks = [("kpixel", []), ("kpca", []), ("kcentroid", ["--model", str(CK / "restyle-map-fundus64.pt")]),
-          ("ksalsa", ["--model", str(CK / "restyle-map-fundus64.pt"), "--steps", "3", "--map-samples", "64"])]
+          ("ksalsa", ["--model", str(CK / "restyle-map-fundus64.pt"), "--steps", "3", "--map-init", "synthetic",
+                      "--map-samples", "64"])]
     out += [(f"anonymize-{m}", ["anonymize", m, "--data", str(fd), "--k", "2", *extra, "--out", str(rel / m)])
             for m, extra in ks]
     out += [

@@ -174,7 +174,8 @@ def test_latent_methods_run_on_a_map_latent(tmp_path, map_codec_ckpt):
                     progress=False)
     gan, _ = gan_checkpoint(tmp_path / "gan.pt")                     # k-SALSA's map prior at the codec's 32 px
     for method, extra in [("kcentroid", ["--views", 2]),
-                          ("ksalsa", ["--steps", 2, "--batch", 2, "--map-generator", gan, "--map-samples", 8])]:
+                          ("ksalsa", ["--steps", 2, "--batch", 2, "--map-init", "synthetic", "--map-generator", gan,
+                                     "--map-samples", 8])]:
         out, mapping = tmp_path / method, tmp_path / f"{method}-map.json"
         run_cli([method, "--data", data, "--model", map_codec_ckpt, "--k", 3, "--out", out, "--mapping", mapping,
                  *extra])

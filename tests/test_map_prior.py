@@ -70,7 +70,7 @@ def test_cli_records_the_map_prior_and_the_library_explains_a_missing_generator(
     gan, _ = gan_checkpoint(tmp_path / "gan.pt")
     out = tmp_path / "rel"
     run_cli(["ksalsa", "--data", data, "--model", map_codec_ckpt, "--k", 3, "--out", out, "--mapping",
-             tmp_path / "m.json", "--steps", 1, "--map-generator", gan, "--map-samples", 8])
+             tmp_path / "m.json", "--steps", 1, "--map-init", "synthetic", "--map-generator", gan, "--map-samples", 8])
     manifest, rows = read_release(out)
     prior = manifest["params"]["salsa"]["map_prior"]
     assert prior["generator"] == "gan.pt" and prior["candidates"] == 8 and len(prior["sha256"]) == 64
@@ -79,12 +79,13 @@ def test_cli_records_the_map_prior_and_the_library_explains_a_missing_generator(
     assert any("map generator (gan.pt)" in a for a in manifest["privacy"]["assumptions"])
     out2 = tmp_path / "rel-centroid"
     run_cli(["ksalsa", "--data", data, "--model", map_codec_ckpt, "--k", 3, "--out", out2, "--mapping",
-             tmp_path / "m2.json", "--steps", 1, "--map-init", "centroid"])
+             tmp_path / "m2.json", "--steps", 1])                         # the default: the members' mean map
     assert "map_init='centroid'" in read_release(out2)[0]["params"]["salsa"]["map_prior"]
     monkeypatch.delitem(DEFAULTS["ksalsa-map-generator"], "fundus")        # a modality with no shipped generator
     x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (6, 3, 32, 32)).astype("float32"))
     with pytest.raises(ConfigError, match="no map generator ships for fundus") as err:
-        medanon.anonymize.ksalsa(x, patient_ids=[0, 1, 2, 3, 4, 5], modality="fundus", k=3, codec=map_codec_ckpt)
+        medanon.anonymize.ksalsa(x, patient_ids=[0, 1, 2, 3, 4, 5], modality="fundus", k=3, codec=map_codec_ckpt,
+                                 map_init="synthetic")
     assert "map_init='centroid'" in str(err.value.fix) and "map_generator=" in str(err.value.fix)
     from medanon.cli.anonymize_ksame import FLAGS
     from medanon.cli.library import translate

@@ -85,7 +85,7 @@ def comparisons(*, literal: bool = True, ks: tuple[int, ...] = KS) -> tuple[tupl
 
 def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, ksalsa_steps: int,
                   log: list[str], literal: bool = True, ksalsa_rows: str | None = None,
-                  ks: tuple[int, ...] = KS) -> list[Path]:
+                  ks: tuple[int, ...] = KS, ksalsa_map_init: str | None = None) -> list[Path]:
     import medanon.anonymize as anonymize
     from medanon.codecs.stylegan import load_codec
     from medanon.config import DataConfig
@@ -118,9 +118,13 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
         if name == LITERAL:
             kw.update(map_init="centroid", rows="all")
             cmd += " --map-init centroid --rows all"
-        elif method == "ksalsa" and ksalsa_rows is not None:
-            kw["rows"] = ksalsa_rows
-            cmd += f" --rows {ksalsa_rows}"
+        elif method == "ksalsa":
+            if ksalsa_rows is not None:
+                kw["rows"] = ksalsa_rows
+                cmd += f" --rows {ksalsa_rows}"
+            if ksalsa_map_init is not None:
+                kw["map_init"] = ksalsa_map_init
+                cmd += f" --map-init {ksalsa_map_init}"
         if views > 1:
             kw["views"] = views
             cmd += f" --views {views}"
@@ -355,6 +359,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="the k to run (the tables show the others as not run)")
     p.add_argument("--literal", action="store_true",
                    help="also k-SALSA's literal start at k = 5 at the paper scale (made by default at the others)")
+    p.add_argument("--ksalsa-map-init", choices=["centroid", "synthetic"], default=None,
+                   help="k-SALSA's start (default: the method's); synthetic is the map prior")
     p.add_argument("--ksalsa-rows", choices=["all", "styles"], default=None,
                    help="k-SALSA's optimised rows (default: the method's); styles keeps the map prior's map")
     p.add_argument("--no-inception", action="store_true", help="no FID (Table 1 stays empty)")
@@ -386,7 +392,8 @@ def main(argv: list[str] | None = None) -> dict:
     t, c, log = time.perf_counter(), C.cpu_seconds(), []
     literal = sc.name != "paper" or args.literal
     rels = make_releases(train, out / "releases", ckpt, seed=args.seed, device=dev, ksalsa_steps=args.ksalsa_steps,
-                         log=log, literal=literal, ksalsa_rows=args.ksalsa_rows, ks=tuple(args.ks))
+                         log=log, literal=literal, ksalsa_rows=args.ksalsa_rows, ks=tuple(args.ks),
+                         ksalsa_map_init=args.ksalsa_map_init)
     C.audit_all(rels, ds.records)
     timer.stage("releases", t, c)
     t, c = time.perf_counter(), C.cpu_seconds()

@@ -6,7 +6,8 @@ that centroid render as one plausible fundus with one vessel tree. A codec with 
 draws each image's vessels from its map, and the generator has no prior over maps: the mean of k
 members' maps is a blend of k vessel trees, which renders as faint fragments (docs/ksalsa.md).
 
-The map prior restores what the paper relied on. ``samples`` images are drawn from a GAN (the
+The map prior (``map_init="synthetic"``, an option: it costs the grade, docs/ksalsa.md) restores what the
+paper relied on for realism. ``samples`` images are drawn from a GAN (the
 unconditional generator of the data's modality, random per-layer noise, seeded), inverted by the
 codec, and their map rows kept. Each cluster then starts from its centroid's **style rows** and the
 **map of the synthetic image nearest to its centroid's map** (Euclidean, over the map rows), a map of

@@ -312,10 +312,11 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
     ``features_weights``) or as a loaded network; ``feature_size`` resizes images for it;
     ``style_layer``/``content_layer`` default to ``block1``/``pool``. ``views``, ``view_sigma``:
     the augmentation of :func:`kcentroid`. With a codec whose latent carries a spatial map, ``map_init="synthetic"``
-    starts each cluster from the map of the synthetic image nearest to its centroid's map (``map_samples`` images of
+    (an option; default ``"centroid"``, the paper's start, which keeps the grade) starts each cluster from the map of
+    the synthetic image nearest to its centroid's map (``map_samples`` images of
     ``map_generator``, by name or path; default: the shipped generator of the modality, seeded by ``seed``) and
-    ``rows="all"`` optimises every latent row from there (``rows="styles"`` keeps the drawn map);
-    ``map_init="centroid"`` is the paper's literal start (docs/ksalsa.md). Other arguments as in :func:`kpixel`.
+    ``rows="all"`` optimises every latent row from there (``rows="styles"`` keeps the start's map)
+    (docs/ksalsa.md). Other arguments as in :func:`kpixel`.
     Returns a :class:`~medanon.release.release.Release`; ``.save(path, mapping=...)`` writes it.
 
     Example (a tiny untrained codec; the shipped default is ``restyle-map-fundus64.pt``):

@@ -254,8 +254,9 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
 @click.option("--style-layer", default=None, help="Early layer for Grams.  [default: block1; relu1_2 for vgg19]")
 @click.option("--content-layer", default=None, help="Embedding layer for content.  [default: pool]")
 @click.option("--map-init", type=click.Choice(["synthetic", "centroid"]), default=None,
-              help="A spatial map's start: the nearest synthetic image's map, or the members' mean map (the paper's "
-                   "literal centroid)." + default(KSameConfig, "salsa.map_init"))
+              help="A spatial map's start: the members' mean map (the paper's centroid; keeps the grade), or the "
+                   "nearest synthetic image's map (one vessel tree, lower FID, loses the grade)."
+                   + default(KSameConfig, "salsa.map_init"))
 @click.option("--map-generator", default=None,
               help="GAN checkpoint (name or path) the synthetic maps are drawn from.  [default: the shipped one for "
                    "the modality: stylegan2-fundus64-wide]")

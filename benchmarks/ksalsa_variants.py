@@ -11,13 +11,14 @@ synthetic map, :mod:`medanon.anonymize.map_prior`), not optimised: what the map 
 also gives the mean |k-SALSA − k-Centroid| over pixels in 8-bit levels (/255), the style loss before and after
 the optimisation, and ``move_vs_member_spread``: how far the optimised latent moved from its start per
 coordinate, beside how far the cluster's members lie from that start (weighted mean |w_i − start|), for the
-style rows and the map rows. A variant whose settings have ``map_init=synthetic`` (the default) starts from the
-map prior, built once from ``--map-samples`` seeded samples of ``--map-generator`` inverted by the codec.
+style rows and the map rows. A variant whose settings have ``map_init=synthetic`` (an option; the default is
+``centroid``) starts from the map prior, built once from ``--map-samples`` seeded samples of ``--map-generator``
+inverted by the codec.
 
     medanon phantom --modality fundus --patients 100 --per-patient 4 --size 64 --seed 11 --out ph-rel
     medanon phantom --modality fundus --patients 100 --per-patient 4 --size 64 --seed 12 --out ph-ref
     OMP_NUM_THREADS=1 nice -n 15 python benchmarks/ksalsa_variants.py --data ph-rel --reference ph-ref \\
-        --model checkpoints/restyle-map-fundus64.pt --variant default --variant "centroid:map_init=centroid"
+        --model checkpoints/restyle-map-fundus64.pt --variant default --variant "mapprior:map_init=synthetic"
 
 A variant is ``NAME`` or ``NAME:key=value,...`` with keys of :class:`medanon.anonymize.salsa.SalsaConfig`
 (``lam``, ``steps``, ``lr``, ``style_layer`` (``+`` joins several layers), ``content_layer``, ``rows``,

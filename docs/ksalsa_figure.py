@@ -8,10 +8,10 @@ Without ``--data`` it generates 200 fundus phantom patients with one image each 
 in a temporary folder. The clusters are formed in the codec's latent space (people-level same-size
 clustering); the ``--clusters`` shown are those with the highest mean DR grade, where lesions are
 visible. For each: one source image of each of the first five patients (top), then (bottom) k-SALSA
-(the defaults: the map prior's start, :mod:`medanon.anonymize.map_prior`, from ``--map-samples`` seeded
-samples of ``--map-generator``), k-Centroid, the map prior's start itself (the centroid's styles with the
-nearest synthetic map, not optimised), k-SALSA from the paper's literal start (``map_init="centroid"``:
-the members' mean map), k-Same-Pixel and k-Same-PCA, all computed on the same cluster. Tiles are
+from the map prior (``map_init="synthetic"``, :mod:`medanon.anonymize.map_prior`, from ``--map-samples``
+seeded samples of ``--map-generator``), k-Centroid, the map prior's start itself (the centroid's styles with
+the nearest synthetic map, not optimised), k-SALSA with its defaults (the paper's start, the members' mean
+map), k-Same-Pixel and k-Same-PCA, all computed on the same cluster. Tiles are
 enlarged 2x (nearest neighbour). Every image is a PHANTOM. Prints one JSON line with the style loss of
 the start and of the k-SALSA result of each cluster.
 
@@ -53,8 +53,8 @@ from medanon.release.writer import image_to_uint8
 from medanon.sampling import load_any_generator
 
 SCALE, LABEL = 2, 14
-METHODS = (("ksalsa", "k-SALSA"), ("kcentroid", "k-Centroid"), ("start", "start: synth. map"),
-           ("literal", "k-SALSA mean map"), ("kpixel", "k-Same-Pixel"), ("kpca", "k-Same-PCA"))
+METHODS = (("ksalsa", "k-SALSA, map prior"), ("kcentroid", "k-Centroid"), ("start", "start: synth. map"),
+           ("literal", "k-SALSA (default)"), ("kpixel", "k-Same-Pixel"), ("kpca", "k-Same-PCA"))
 
 
 def tile(img: torch.Tensor, text: str) -> Image.Image:
@@ -125,7 +125,7 @@ def main() -> None:
                             start = prior.start(centroid_latents(latents, [members], [weights[n]]))[1]
                             outs.append(tile(codec.decode(start)[0], name))
                     continue
-                salsa, mp = base.salsa, prior
+                salsa, mp = replace(base.salsa, map_init="synthetic"), prior
                 if method == "literal":
                     if prior is None:
                         continue

@@ -91,3 +91,12 @@ def test_cli_records_the_map_prior_and_the_library_explains_a_missing_generator(
     from medanon.cli.library import translate
     assert "--map-init centroid" in translate(str(err.value.fix), FLAGS) and "--map-generator" in translate(
         str(err.value.fix), FLAGS)
+
+
+def test_a_map_prior_is_refused_where_the_config_starts_from_the_centroid():
+    from medanon.anonymize.ksame import ClusterAverager, KSameConfig
+
+    prior = MapPrior(torch.zeros(3, 2, 4), 1, {})
+    cfg = KSameConfig(method="ksalsa", k=2)                                 # map_init="centroid", the default
+    with pytest.raises(ValueError, match="map_init='synthetic'"):
+        ClusterAverager(cfg, None, codec=None, features=None, latents=None, pca=None, device="cpu", map_prior=prior)

@@ -99,6 +99,8 @@ class ClusterAverager:
 
     def __init__(self, cfg: KSameConfig, ds, *, codec, features, latents, pca, device, map_prior=None):
         self.cfg, self.ds, self.codec, self.latents, self.pca, self.device = cfg, ds, codec, latents, pca, device
+        if map_prior is not None and (cfg.method != "ksalsa" or cfg.salsa.map_init != "synthetic"):
+            raise ValueError("a map prior is k-SALSA's start with map_init='synthetic'; this config does not use one")
         self.map_prior = map_prior
         self.salsa = KSalsa(codec.render, features, cfg.salsa, style_rows=codec.generator.num_ws) \
             if cfg.method == "ksalsa" else None

@@ -146,3 +146,35 @@ def test_gmia_orders_are_judged_on_paired_comparisons():
     lut = claims["T2: adding L_ut to L_id raises AUROC"]                   # stored as gmia-id − gmia: sign flipped
     assert lut["verdict"] == "holds" and "gmia − gmia-id (paired) 0.120 [0.040, 0.200]" in lut["ours"]
     assert claims["T2: L_ut on the reconstruction raises AUROC"]["verdict"] == "cannot tell at this N"
+
+
+class _Release:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def save(self, dest, *, mapping, progress):
+        self.calls.append(dest.name)
+        dest.mkdir()
+        (dest / "manifest.json").write_text("{}")
+        mapping.write_text("{}")
+
+
+def test_a_release_folder_is_reused_only_for_the_command_that_made_it(tmp_path, ksalsa):
+    """A re-run with other settings must not report the old release under the new ones."""
+    from medanon.errors import DataError
+
+    common = ksalsa.C
+    calls, log = [], []
+    dest = tmp_path / "ksalsa-k5"
+    make = lambda: _Release(calls)                                          # noqa: E731
+    common.make_release(dest, make, log, "anonymize ksalsa --k 5 --map-init centroid")
+    assert calls == ["ksalsa-k5"]
+    assert (tmp_path / "ksalsa-k5.command").read_text().strip() == "medanon anonymize ksalsa --k 5 --map-init centroid"
+    common.make_release(dest, make, log, "anonymize ksalsa --k 5 --map-init centroid")      # resumed: not remade
+    assert calls == ["ksalsa-k5"]
+    with pytest.raises(DataError, match="was made by `medanon anonymize ksalsa --k 5 --map-init centroid`"):
+        common.make_release(dest, make, log, "anonymize ksalsa --k 5 --map-init synthetic")
+    (tmp_path / "ksalsa-k5.command").unlink()                                # a folder that records nothing
+    with pytest.raises(DataError, match="does not record the command"):
+        common.make_release(dest, make, log, "anonymize ksalsa --k 5 --map-init centroid")
+    assert calls == ["ksalsa-k5"]

@@ -231,8 +231,28 @@ def split(data: Path, out: Path, *, stratify: str, size: int, seed: int):
 
 def make_release(dest: Path, make, log: list[str], command: str) -> Path:
     """Save ``make()`` to ``dest`` with its private mapping beside it unless it is complete already (a partly
-    written release resumes inside ``save``)."""
-    log.append(f"medanon {command} --out {dest}")
+    written release resumes inside ``save``).
+
+    The command that makes a release is recorded beside it (``NAME.command``) before any work, and a folder is
+    reused only when its recorded command is this one: a re-run with other settings (another k-SALSA start, say)
+    stops with an error instead of silently reporting the old release under the new settings.
+    """
+    from medanon.errors import DataError
+    from medanon.fsutil import atomic_write_text
+
+    line = f"medanon {command}"
+    log.append(f"{line} --out {dest}")
+    recipe = dest.with_name(dest.name + ".command")
+    recorded = recipe.read_text().strip() if recipe.is_file() else None
+    if recorded is None and dest.exists():
+        raise DataError(f"release folder {dest} exists but does not record the command that made it ({recipe.name} "
+                        f"is missing), so it cannot be told whether it is `{line}`",
+                        fix=f"remove {dest}, or, if `{line}` made it, write that line to {recipe}")
+    if dest.exists() and recorded != line:
+        raise DataError(f"release folder {dest} was made by `{recorded}`, not by `{line}`",
+                        fix="move it away or choose another output folder")
+    if recorded != line:
+        atomic_write_text(recipe, line + "\n")
     if not (dest / "manifest.json").exists():
         make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"), progress=False)
     return dest

@@ -118,13 +118,9 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
         if name == LITERAL:
             kw.update(map_init="centroid", rows="all")
             cmd += " --map-init centroid --rows all"
-        elif method == "ksalsa":
-            if ksalsa_rows is not None:
-                kw["rows"] = ksalsa_rows
-                cmd += f" --rows {ksalsa_rows}"
-            if ksalsa_map_init is not None:
-                kw["map_init"] = ksalsa_map_init
-                cmd += f" --map-init {ksalsa_map_init}"
+        elif method == "ksalsa":                # explicit, so the recorded command names the start it used
+            kw.update(map_init=ksalsa_map_init or "centroid", rows=ksalsa_rows or "all")
+            cmd += f" --map-init {kw['map_init']} --rows {kw['rows']}"
         if views > 1:
             kw["views"] = views
             cmd += f" --views {views}"

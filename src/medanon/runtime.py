@@ -60,8 +60,12 @@ def configure_cuda() -> None:
       already use TF32 by PyTorch's default): about 1e-3 relative error per product, far below what the
       methods' optimisations and the evaluation's statistics resolve; ``MEDANON_STRICT_FP32=1`` keeps full
       float32 (products and convolutions) for bit-level comparisons with the CPU;
-    - ``cudnn.benchmark``: cuDNN picks the fastest convolution algorithm per input shape, once per shape (the
-      loops here repeat a few shapes many times).
+    - ``cudnn.benchmark`` stays off: cuDNN's search for the fastest algorithm runs once per new input shape, and
+      the evaluation trains and applies many small networks on batches of varying shape, so the searches cost
+      more than they save (one H200, the fast-preset evaluation of two releases on a 48-image phantom, twice in
+      one process: 55.5 s with it, of which convolutions 18.0 s; then 18.0 s without, convolutions 0.7 s; the
+      first run also paid about 10 s of imports). Long runs of one shape
+      (GAN training at 256 px) may gain from it: ``MEDANON_CUDNN_BENCHMARK=1`` turns it on.
 
     Privacy guarantees are not affected: the noise is drawn from exact samplers in float64, and TF32 only touches
     deterministic maps before the clipping that bounds sensitivity and after the noise (post-processing).
@@ -73,7 +77,7 @@ def configure_cuda() -> None:
     strict = os.environ.get("MEDANON_STRICT_FP32", "") not in ("", "0")
     torch.set_float32_matmul_precision("highest" if strict else "high")
     torch.backends.cudnn.allow_tf32 = not strict
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = os.environ.get("MEDANON_CUDNN_BENCHMARK", "") not in ("", "0")
 
 
 def seed_everything(seed: int) -> None:
@@ -88,11 +92,32 @@ def seed_everything(seed: int) -> None:
         pass
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (as :data:`logging.lastResort` does), so
+    commands run one after another in one process with their output redirected each log to their own stream."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:           # StreamHandler.__init__ assigns it; the property ignores it
+        pass
+
+
 def setup_logging(level: str = "info") -> None:
+    """The command line's logging: records at ``level`` and above go to the current ``sys.stderr``. A root logger
+    that already has handlers (configured by the caller) is left as it is."""
     lvl = getattr(logging, level.upper(), None)
     if not isinstance(lvl, int):
         raise ConfigError(f"level={level!r} is not a logging level", fix="use debug, info, warning or error")
-    logging.basicConfig(level=lvl, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    if any(isinstance(h, _CurrentStderr) for h in root.handlers):
+        root.setLevel(lvl)
     logging.getLogger("medanon").setLevel(lvl)
 
 

@@ -178,3 +178,8 @@ def test_a_release_folder_is_reused_only_for_the_command_that_made_it(tmp_path, 
     with pytest.raises(DataError, match="does not record the command"):
         common.make_release(dest, make, log, "anonymize ksalsa --k 5 --map-init centroid")
     assert calls == ["ksalsa-k5"]
+    partial = tmp_path / "ksalsa-k2.partial"                                 # an interrupted release resumes only
+    partial.mkdir()                                                          # under the command that began it
+    (tmp_path / "ksalsa-k2.command").write_text("medanon anonymize ksalsa --k 2 --map-init centroid\n")
+    with pytest.raises(DataError, match="was made by"):
+        common.make_release(tmp_path / "ksalsa-k2", make, log, "anonymize ksalsa --k 2 --map-init synthetic")

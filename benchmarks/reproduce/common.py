@@ -244,12 +244,13 @@ def make_release(dest: Path, make, log: list[str], command: str) -> Path:
     log.append(f"{line} --out {dest}")
     recipe = dest.with_name(dest.name + ".command")
     recorded = recipe.read_text().strip() if recipe.is_file() else None
-    if recorded is None and dest.exists():
-        raise DataError(f"release folder {dest} exists but does not record the command that made it ({recipe.name} "
-                        f"is missing), so it cannot be told whether it is `{line}`",
+    started = dest.exists() or dest.with_name(dest.name + ".partial").exists()     # complete, or to be resumed
+    if recorded is None and started:
+        raise DataError(f"release folder {dest} (complete or .partial) exists but does not record the command that "
+                        f"made it ({recipe.name} is missing), so it cannot be told whether it is `{line}`",
                         fix=f"remove {dest}, or, if `{line}` made it, write that line to {recipe}")
-    if dest.exists() and recorded != line:
-        raise DataError(f"release folder {dest} was made by `{recorded}`, not by `{line}`",
+    if started and recorded != line:
+        raise DataError(f"release folder {dest} (complete or .partial) was made by `{recorded}`, not by `{line}`",
                         fix="move it away or choose another output folder")
     if recorded != line:
         atomic_write_text(recipe, line + "\n")

@@ -150,6 +150,27 @@ def test_rerun_resumes_from_the_cache(world):
     assert same                                                       # cached per release (NaN-safe comparison)
 
 
+def test_a_renamed_release_is_reported_under_its_new_name(world, tmp_path):
+    """The per-release cache is keyed by content, so a release moved to another folder is not re-evaluated; the
+    report must still name it (and its path and mapping) as it is now, not as when it was first evaluated."""
+    import shutil
+
+    from medanon.evaluate.harness import ReleaseSpec
+
+    src = world["releases"][1]                                       # "noise", evaluated by the fixture
+    moved = tmp_path / "renamed-noise"
+    shutil.copytree(src, moved)
+    shutil.copy2(src.with_name(src.name + MAPPING_SUFFIX), moved.with_name(moved.name + MAPPING_SUFFIX))
+    rep = evaluate(world["data"], [ReleaseSpec(moved, mapping=moved.with_name(moved.name + MAPPING_SUFFIX))],
+                   tmp_path / "r", config=tiny_config(samples=8), cache_dir=world["root"] / "cache", progress=False)
+    got = rep["releases"][0]
+    assert rep["seconds"] < world["report"]["seconds"]                # from the cache
+    assert (got["name"], got["path"]) == ("renamed-noise", str(moved))
+    assert got["mapping"] == str(moved.with_name(moved.name + MAPPING_SUFFIX))
+    old = _by_name(world["report"])["noise"]["attacks"]
+    assert json.dumps(got["attacks"], sort_keys=True) == json.dumps(old, sort_keys=True)   # the cached results
+
+
 def test_cli(world):
     r = CliRunner().invoke(cli, ["--device", "cpu", "evaluate", "--real", str(world["data"]), "--release",
                                  str(world["releases"][0]), "--out", str(world["root"] / "cli"), "--preset", "fast",

@@ -344,6 +344,9 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         if got is None:
             got = evaluate_release(ctx, rel, n_fid=n_fid[rel.name], tasks=tasks)
             cache.save_json(f"release-{key}", got)
+        else:                                       # keyed by content: a moved or renamed release is reported as
+            got.update(name=rel.name, path=str(rel.path),   # it is named now, not as when it was first evaluated
+                       mapping=str(rel.mapping_path) if rel.mapping_path else None)
         run.log_metrics(release=rel.name, seconds=got.get("seconds"))
         results.append(got)
     compared = comparisons(ctx, rels, tasks, cfg.utility.compare)   # after every release (evaluated or cached)

@@ -169,3 +169,15 @@ def test_item9_drop_remainder_statement_and_the_weights_option_the_error_names()
     assert "--features vgg19 --features-weights PATH" in translate(HOW_TO_GET, FLAGS)     # the command's words
     help_text = CliRunner().invoke(cli, ["anonymize", "ksalsa", "--help"]).output
     assert "--features-weights" in help_text                                  # the option the error names exists
+
+
+def test_k2_warns_and_names_k_salsas_measured_leak():
+    """k = 2 is weak for every method (the paper's Table 3); for k-SALSA the warning adds what the reproduction
+    measured on phantoms: it leaked more than k-Centroid at k = 2."""
+    for method, extra in (("ksalsa", True), ("kcentroid", False), ("kpixel", False)):
+        with pytest.warns(UserWarning, match="k = 2: no method gave strong protection") as got:
+            KSameConfig(method=method, k=2)
+        assert any("leaked more than k-Centroid" in str(w.message) for w in got) is extra
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        KSameConfig(method="ksalsa", k=5)                                # no warning at k = 5

@@ -48,5 +48,5 @@ class KSameConfig:
         if self.views > 1 and self.method not in ("ksalsa", "kcentroid"):
             raise ConfigError(f"views={self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
         if self.method != "inverted":
-            check_k(self.k)
+            check_k(self.k, self.method)
         self.salsa.validate()

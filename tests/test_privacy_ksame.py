@@ -176,8 +176,8 @@ def test_k2_warns_and_names_k_salsas_measured_leak():
     measured on phantoms: it leaked more than k-Centroid at k = 2."""
     for method, extra in (("ksalsa", True), ("kcentroid", False), ("kpixel", False)):
         with pytest.warns(UserWarning, match="k = 2: no method gave strong protection") as got:
-            KSameConfig(method=method, k=2)
+            KSameConfig(method=method, k=2).validate()
         assert any("leaked more than k-Centroid" in str(w.message) for w in got) is extra
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        KSameConfig(method="ksalsa", k=5)                                # no warning at k = 5
+        KSameConfig(method="ksalsa", k=5).validate()                     # no warning at k = 5

@@ -324,6 +324,7 @@ def _check_identifiers(rep: AuditReport, release: Path, ids: Identifiers) -> Non
     skipped_short = 0
     for kind, values in ids.kinds():
         found: list[str] = []
+        loose = [v for v in values if v.strip() and not _TOKEN.fullmatch(v)]   # not one token: match as substrings
         for where, text in texts.items():
             numeric_ok = where.startswith(("path", "metadata"))
             low = _norm(text)
@@ -331,7 +332,7 @@ def _check_identifiers(rep: AuditReport, release: Path, ids: Identifiers) -> Non
             tokens |= {t.rsplit(".", 1)[0] for t in tokens if "." in t}
             tokens |= {part for t in tokens for part in _PARTS.split(t) if part}
             hits = values & tokens
-            hits |= {v for v in values if not _TOKEN.fullmatch(v) and v.strip() and v in low}   # "josé silva"
+            hits |= {v for v in loose if v in low}                                  # "josé silva"
             for v in sorted(hits):
                 if _short_numeric(v) and not numeric_ok:
                     continue

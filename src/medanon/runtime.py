@@ -64,8 +64,8 @@ def configure_cuda() -> None:
       the evaluation trains and applies many small networks on batches of varying shape, so the searches cost
       more than they save (one H200, the fast-preset evaluation of two releases on a 48-image phantom, twice in
       one process: 55.5 s with it, of which convolutions 18.0 s; then 18.0 s without, convolutions 0.7 s; the
-      first run also paid about 10 s of imports). Long runs of one shape (GAN training at 256 px) may gain from
-      it: ``MEDANON_CUDNN_BENCHMARK=1`` turns it on.
+      first run also paid about 10 s of imports; ``benchmarks/profile_evaluate.py``). Long runs of one shape
+      (GAN training at 256 px) may gain from it: ``MEDANON_CUDNN_BENCHMARK=1`` turns it on.
 
     Privacy guarantees are not affected: the noise is drawn from exact samplers in float64, and TF32 only touches
     deterministic maps before the clipping that bounds sensitivity and after the noise (post-processing).

@@ -49,7 +49,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from medanon.data.tensors import resize_to
-from medanon.evaluate.attacks.linkability import _pairs, record_clusters, threshold_at_far, verification_rates
+from medanon.evaluate.attacks.linkability import (
+    _pairs,
+    record_clusters,
+    shared_patients,
+    threshold_at_far,
+    verification_rates,
+)
 from medanon.evaluate.attacks.nearest import membership_from_scores
 from medanon.evaluate.attacks.stats import BOOT_RESAMPLES
 
@@ -259,7 +265,7 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                                                  groups=np.unique(hp, return_inverse=True)[1][np.c_[ci, cj]], **boot)}
     rp = list(record_patients)
     sp = patients[source_rows]
-    same = np.stack([[p in ps for ps in rp] for p in sp])                          # (sources, records)
+    same = shared_patients(rp, list(sp))[1]                                        # (sources, records)
     oi, oj, ol, osub = _pairs(same, False, rng, 1_000_000, max_pairs)
     rc, sc = record_clusters(rp, list(sp))
     out["outer"] = (verification_rates(score_pairs(net, real_feats[source_rows], release_feats, oi, oj), ol, thr,

@@ -16,6 +16,7 @@ from medanon.evaluate.attacks.siamese import (
     MATCH_SCORE,
     SiameseConfig,
     SiameseNet,
+    match_extremes,
     match_scores,
     siamese_attack,
     train_siamese,
@@ -47,6 +48,9 @@ def test_match_score_of_an_exact_copy_is_a_perfect_match():
     s = match_scores(net, feats, feats)
     assert s.shape == (12, 12) and (s <= 0).all()
     assert np.diag(s) == pytest.approx(0.0, abs=1e-5)
+    ext = match_extremes(net, feats, feats[:7], rows=5)                 # blocks of 5 targets: the same extremes
+    full = match_scores(net, feats, feats[:7])
+    assert np.allclose(ext, np.c_[full.max(1), full.min(1)])
 
 
 @pytest.fixture(scope="module")

@@ -187,14 +187,26 @@ def _pairs(same: np.ndarray, upper: bool, rng: np.random.Generator, max_impostor
     impostors; each side subsampled (seeded) beyond its cap. Returns (i, j, genuine, subsampled)."""
     mask = np.triu(np.ones(same.shape, bool), 1) if upper else np.ones(same.shape, bool)
     gi, gj = np.nonzero(mask & same)
-    ii, ij = np.nonzero(mask & ~same)
+    impostor = mask & ~same
+    del mask
+    per_row = impostor.sum(1)
     sub = False
     if len(gi) > max_genuine:
         k = np.sort(rng.choice(len(gi), max_genuine, replace=False))
         gi, gj, sub = gi[k], gj[k], True
-    if len(ii) > max_impostors:
-        k = np.sort(rng.choice(len(ii), max_impostors, replace=False))
-        ii, ij, sub = ii[k], ij[k], True
+    if per_row.sum() > max_impostors:
+        # the k-th impostor cells in row-major order, found row by row: the same pairs as indexing np.nonzero's
+        # arrays, without materialising every impostor's indices (gigabytes at 11,354 x 11,354)
+        k = np.sort(rng.choice(int(per_row.sum()), max_impostors, replace=False))
+        start = np.r_[0, np.cumsum(per_row)[:-1]]
+        ii = np.searchsorted(np.cumsum(per_row), k, side="right")
+        ij = np.empty(len(k), np.int64)
+        rows, first = np.unique(ii, return_index=True)                 # k is sorted, so each row's draws are a run
+        for r, a, b in zip(rows, first, np.r_[first[1:], len(k)], strict=True):
+            ij[a:b] = np.flatnonzero(impostor[r])[k[a:b] - start[r]]
+        sub = True
+    else:
+        ii, ij = np.nonzero(impostor)
     return np.r_[gi, ii], np.r_[gj, ij], np.r_[np.ones(len(gi), bool), np.zeros(len(ii), bool)], sub
 
 

@@ -3,7 +3,6 @@ per-patient summary, and the refusal when there is nothing to compare."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from script_module import load_script
 
 from medanon.config import PhantomConfig
 from medanon.phantoms.generate import generate
@@ -19,15 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "codec_memorisation.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("codec_memorisation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_per_patient_means_and_the_bootstrap_interval():
-    m = _module()
+    m = load_script("benchmarks/codec_memorisation.py")
     ids, means = m.per_patient(np.array([1.0, 3.0, 10.0]), np.array(["b", "b", "a"]))
     assert ids.tolist() == ["a", "b"] and means.tolist() == [10.0, 2.0]
     got = m.compare(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0]), reps=200, rng=np.random.default_rng(0))

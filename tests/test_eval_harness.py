@@ -5,7 +5,6 @@ import csv
 import json
 import shutil
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -395,12 +394,9 @@ def test_siamese_and_attribute_attackers_from_checkpoints(world, tmp_path):
 
 def test_gmia_tables_script_reads_the_report(world):
     """docs/gmia_tables.py prints the report's own numbers: one row per release and attacker, utility per release."""
-    import importlib.util
+    from script_module import load_script
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "gmia_tables.py"
-    spec = importlib.util.spec_from_file_location("gmia_tables", path)
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
+    tables = load_script("docs/gmia_tables.py")
     releases = world["report"]["releases"]
     rows = tables.table_linkability(releases, {"copy": "COPY"})
     copy = _by_name(world["report"])["copy"]["attacks"]["linkability"]["outer"]

@@ -1,16 +1,14 @@
 """Issue 14, "Show": README's "What each release guarantees" table is what the code's statements generate."""
 
-import importlib.util
 from pathlib import Path
+
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("guarantees_table", ROOT / "docs" / "guarantees_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("docs/guarantees_table.py")
 
 
 def test_readme_table_is_the_generated_one():

@@ -194,12 +194,13 @@ def _pairs(same: np.ndarray, upper: bool, rng: np.random.Generator, max_impostor
     if len(gi) > max_genuine:
         k = np.sort(rng.choice(len(gi), max_genuine, replace=False))
         gi, gj, sub = gi[k], gj[k], True
-    if per_row.sum() > max_impostors:
+    ends = np.cumsum(per_row)
+    if len(ends) and ends[-1] > max_impostors:
         # the k-th impostor cells in row-major order, found row by row: the same pairs as indexing np.nonzero's
         # arrays, without materialising every impostor's indices (gigabytes at 11,354 x 11,354)
-        k = np.sort(rng.choice(int(per_row.sum()), max_impostors, replace=False))
-        start = np.r_[0, np.cumsum(per_row)[:-1]]
-        ii = np.searchsorted(np.cumsum(per_row), k, side="right")
+        k = np.sort(rng.choice(int(ends[-1]), max_impostors, replace=False))
+        start = ends - per_row
+        ii = np.searchsorted(ends, k, side="right")
         ij = np.empty(len(k), np.int64)
         rows, first = np.unique(ii, return_index=True)                 # k is sorted, so each row's draws are a run
         for r, a, b in zip(rows, first, np.r_[first[1:], len(k)], strict=True):
@@ -294,24 +295,38 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     return out
 
 
-def shared_patients(record_patients: Sequence, source_patients: Sequence) -> tuple[np.ndarray, np.ndarray]:
-    """``(R, R)``: whether two released records stand for a common patient; ``(S, R)``: whether a source image's
-    patient is among a record's. Through a sparse records × patients matrix: a dense product of an 11,354-record
-    release's one-hot rows took minutes per release."""
+def _members(record_patients: Sequence) -> tuple:
+    """The sparse ``(records, patients)`` membership matrix and each patient's column."""
     from scipy import sparse
 
     owners = {p: n for n, p in enumerate(sorted({p for ps in record_patients for p in ps}))}
     rows = np.repeat(np.arange(len(record_patients)), [len(ps) for ps in record_patients])
     cols = np.fromiter((owners[p] for ps in record_patients for p in ps), np.int64, count=len(rows))
     member = sparse.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)),
-                               shape=(len(record_patients), len(owners)))       # (R, patients)
-    same_rr = (member @ member.T).toarray() > 0
+                               shape=(len(record_patients), len(owners)))
+    return member, owners
+
+
+def _sources_in(member, owners: dict, source_patients: Sequence) -> np.ndarray:
     col = np.asarray([owners.get(p, -1) for p in source_patients], np.int64)
-    same_sr = np.zeros((len(col), len(record_patients)), bool)
+    same = np.zeros((len(col), member.shape[0]), bool)
     known = col >= 0
     if known.any():
-        same_sr[known] = member.T.tocsr()[col[known]].toarray() > 0
-    return same_rr, same_sr
+        same[known] = member.T.tocsr()[col[known]].toarray() > 0
+    return same
+
+
+def sources_in_records(record_patients: Sequence, source_patients: Sequence) -> np.ndarray:
+    """``(S, R)``: whether a source image's patient is among a record's (through the sparse membership matrix; a
+    Python test per pair is 129 M tests at 11,354 × 11,354)."""
+    return _sources_in(*_members(record_patients), source_patients)
+
+
+def shared_patients(record_patients: Sequence, source_patients: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """``(R, R)``: whether two released records stand for a common patient, as a sparse product (a dense one grows
+    as R²·patients); ``(S, R)``: :func:`sources_in_records`."""
+    member, owners = _members(record_patients)
+    return (member @ member.T).toarray() > 0, _sources_in(member, owners, source_patients)
 
 
 def own_record_risk(*, own: np.ndarray, control: np.ndarray, threshold: float, low_threshold: float, groups,

@@ -52,7 +52,7 @@ from medanon.data.tensors import resize_to
 from medanon.evaluate.attacks.linkability import (
     _pairs,
     record_clusters,
-    shared_patients,
+    sources_in_records,
     threshold_at_far,
     verification_rates,
 )
@@ -241,8 +241,8 @@ def match_scores(net: SiameseNet, target_feats: torch.Tensor, release_feats: tor
 def match_extremes(net: SiameseNet, target_feats: torch.Tensor, release_feats: torch.Tensor, *,
                    rows: int = 256) -> np.ndarray:
     """``(targets, 2)``: each target's best and worst :func:`match_scores` over the records, computed ``rows``
-    targets at a time: the whole matrix of 11,354 targets × 11,354 records (the VS-Snow paper scale) did not fit in
-    24 GB with its pair indices. The membership attack reads only these extremes (``max``/``min`` of a row)."""
+    targets at a time: with the whole matrix of 11,354 targets × 11,354 records and its int64 pair indices, the VS-Snow
+    paper-scale evaluation was killed at 24 GB. The membership attack reads only these extremes (``max``/``min``)."""
     out = np.zeros((len(target_feats), 2))
     for s in range(0, len(target_feats), rows):
         block = match_scores(net, target_feats[s:s + rows], release_feats)
@@ -277,7 +277,7 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                                                  groups=np.unique(hp, return_inverse=True)[1][np.c_[ci, cj]], **boot)}
     rp = list(record_patients)
     sp = patients[source_rows]
-    same = shared_patients(rp, list(sp))[1]                                        # (sources, records)
+    same = sources_in_records(rp, list(sp))                                        # (sources, records)
     oi, oj, ol, osub = _pairs(same, False, rng, 1_000_000, max_pairs)
     rc, sc = record_clusters(rp, list(sp))
     out["outer"] = (verification_rates(score_pairs(net, real_feats[source_rows], release_feats, oi, oj), ol, thr,

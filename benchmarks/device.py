@@ -9,7 +9,8 @@ the device gave at that moment:
   the config's batch, R1 and ADA as configured) of the config for ``--size`` (``cpu64.yaml`` at 64 px,
   ``gpu256.yaml`` at 256), on random images;
 - ``inversion``: images/s of ``decode(encode(x))`` of a ReStyle codec of the encoder config for the size
-  (``configs/encoder/cpu64.yaml`` or ``gpu256.yaml``; iterations as configured), no gradients;
+  (``configs/encoder/cpu64.yaml`` or ``gpu256.yaml``; iterations as configured), no gradients, with its FLOPs
+  per image (``torch.utils.flop_counter``, a multiply-add counted as 2) and the FLOP/s that rate achieves;
 - ``ksalsa``: seconds per cluster of k-SALSA averaging (k = 5, ``--ksalsa-steps`` Adam steps, clusters in
   batches of 8, EfficientNet-Lite0 features at the images' size), and the same scaled to 100 steps (the
   paper's setting; k-SALSA reports 19 s per cluster at 512 px on an RTX 3090);
@@ -18,7 +19,7 @@ the device gave at that moment:
 Models are untrained (speed does not depend on the weights). Nothing here is a GPU number unless the
 line's ``device`` says so: run it on the GPU to get GPU lines.
 
-    python benchmarks/device.py [--device auto|cpu|cuda] [--size 64] [--amp bf16]
+    python benchmarks/device.py [--device auto|cpu|cuda] [--size 64] [--amp bf16] [--profile 30]
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 from flow import matmul_flops, sync  # benchmarks/flow.py: float32 n x n products on the device
+from torch.utils.flop_counter import FlopCounterMode
 
 from medanon.config import build
 from medanon.models.stylegan import StyleGANConfig
@@ -51,8 +54,15 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+PROFILE_ROWS = 0  # --profile: operators listed per measurement (0: no profile)
+
+
 def timed(device: torch.device, fn, repeats: int) -> float:
-    """Best wall seconds of ``repeats`` calls of ``fn`` after one warm-up call."""
+    """Best wall seconds of ``repeats`` calls of ``fn`` after one warm-up call.
+
+    With ``--profile N`` one more call runs under ``torch.profiler`` and the N operators with the most device
+    time (CPU time on a CPU) go to stderr, with the number of kernel launches: where a GPU rate is lost.
+    """
     fn()
     sync(device)
     best = float("inf")
@@ -61,6 +71,15 @@ def timed(device: torch.device, fn, repeats: int) -> float:
         fn()
         sync(device)
         best = min(best, time.perf_counter() - t0)
+    if PROFILE_ROWS:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            fn()
+            sync(device)
+        key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=key, row_limit=PROFILE_ROWS), file=sys.stderr, flush=True)
     return best
 
 
@@ -89,11 +108,24 @@ def gan_train(size: int, device: torch.device, steps: int) -> dict:
     return {"img_per_s": cfg.batch * steps / seconds, "batch": cfg.batch, "steps": steps, "config": GAN[size]}
 
 
-def inversion(size: int, device: torch.device, amp: str | None, batch: int) -> dict:
+def inversion(size: int, device: torch.device, amp: str | None, batch: int, variant: str = "eager") -> dict:
+    """``variant``: ``eager`` as the library runs it; ``channels-last``: models and input in channels-last from
+    the start (no format conversions inside); ``compile``: ``torch.compile`` of encode and decode (the first,
+    untimed call compiles)."""
     codec = codec_for(size, device, amp)
     x = torch.rand(batch, codec.generator.img_channels, size, size, device=device) * 2 - 1
-    seconds = timed(device, lambda: codec.decode(codec.encode(x)), 2)
-    return {"img_per_s": batch / seconds, "batch": batch, "iterations": codec.iterations, "amp": amp}
+    encode, decode = codec.encode, codec.decode
+    if variant == "channels-last":
+        codec = codec.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif variant == "compile":
+        encode, decode = torch.compile(codec.encode), torch.compile(codec.decode)
+    seconds = timed(device, lambda: decode(encode(x)), 2)
+    with FlopCounterMode(display=False) as count, torch.no_grad():
+        codec.decode(codec.encode(x[:1]))
+    gflop = count.get_total_flops() / 1e9          # per image; a multiply-add counts 2
+    return {"img_per_s": batch / seconds, "batch": batch, "iterations": codec.iterations, "amp": amp,
+            "variant": variant, "gflop_per_img": gflop, "achieved_tflops": gflop * batch / seconds / 1e3}
 
 
 def ksalsa(size: int, device: torch.device, amp: str | None, steps: int, clusters: int = 8, k: int = 5) -> dict:
@@ -133,7 +165,13 @@ def main() -> None:
     ap.add_argument("--precision", default="tf32", choices=("tf32", "fp32"),
                     help="CUDA float32 products: tf32 as medanon runs them (medanon.runtime.configure_cuda), or fp32")
     ap.add_argument("--only", default="gan_train,inversion,ksalsa,fid")
+    ap.add_argument("--variant", default="eager", choices=("eager", "channels-last", "compile"),
+                    help="how the inversion runs (see inversion())")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after timing, profile one more call and print its N costliest operators to stderr")
     args = ap.parse_args()
+    global PROFILE_ROWS
+    PROFILE_ROWS = args.profile
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                        ("cpu" if args.device == "auto" else args.device))
     if dev.type == "cuda":
@@ -143,7 +181,7 @@ def main() -> None:
         configure_cuda()
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({cpu_name()}, {os.cpu_count()} cores)"
     runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps),
-            "inversion": lambda: inversion(args.size, dev, args.amp, args.batch),
+            "inversion": lambda: inversion(args.size, dev, args.amp, args.batch, args.variant),
             "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps, clusters=args.clusters),
             "fid": lambda: fid(args.size, dev)}
     for what in args.only.split(","):

@@ -4,15 +4,21 @@ The latents are standard Gaussian (seeded), as the inversions of a dataset rough
 ``--n`` takes several sizes: 35126 is EyePACS's training set, 377110 MIMIC-CXR's images. Each line gives the
 seconds, those of the initial pass of distance sums, the greedy's hot-set rebuilds and neighbour searches, the
 block size and (on a GPU) the peak memory. ``--check N`` first clusters N points on the device and on the CPU and
-says whether the assignments are identical (the GPU path must give the CPU path's clusters).
+says whether the assignments are identical (the GPU path must give the CPU path's clusters). ``--profile R`` runs
+the first size under cProfile and writes its R functions of most own time to stderr (that line's seconds then
+include the profiler's overhead, and it says ``"profiled": true``): where the greedy's time per group goes.
 
-    python benchmarks/clustering.py --device cuda --check 3000 --n 35126,377110 --progress
+    python benchmarks/clustering.py --device cuda --check 3000 --n 35126,377110 --progress [--profile 25]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
+import sys
 import time
 
 import numpy as np
@@ -66,6 +72,8 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--check", type=int, default=0, help="first compare device and CPU assignments at this N")
     ap.add_argument("--progress", action="store_true", help="progress bars on stderr (how far a long run got)")
+    ap.add_argument("--profile", type=int, default=0, metavar="R",
+                    help="run the first size under cProfile; its R costliest functions (own time) go to stderr")
     args = ap.parse_args()
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                        ("cpu" if args.device == "auto" else args.device))
@@ -78,16 +86,26 @@ def main() -> None:
         b = same_size_clusters(x, args.k).assignment(args.check)
         print(json.dumps({"benchmark": "clustering-check", "n": args.check, "device": name,
                           "identical_to_cpu": bool(np.array_equal(a, b))}), flush=True)
-    for n in (int(v) for v in args.n.split(",")):
+    for i, n in enumerate(int(v) for v in args.n.split(",")):
         x = torch.randn(n, args.dim, generator=torch.Generator().manual_seed(0)).to(dev)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
+        prof = cProfile.Profile() if args.profile and i == 0 else None
         _sync(dev)
         t0 = time.perf_counter()
+        if prof is not None:
+            prof.enable()
         c, stats = counted_run(x, args.k, args.progress)
         _sync(dev)
+        seconds = time.perf_counter() - t0
+        if prof is not None:
+            prof.disable()
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(args.profile)
+            print(f"clustering N = {n}, cProfile by own time:\n{text.getvalue()}", file=sys.stderr, flush=True)
+            stats["profiled"] = True
         out = {"benchmark": "clustering", "n": n, "k": args.k, "dim": args.dim, "device": name,
-               "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - t0, 2),
+               "threads": torch.get_num_threads(), "seconds": round(seconds, 2),
                "clusters": len(c.clusters), "min_size": int(c.sizes.min()), **stats}
         if dev.type == "cuda":
             out["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(dev) / 2**20)

@@ -128,20 +128,27 @@ def inversion(size: int, device: torch.device, amp: str | None, batch: int, vari
             "variant": variant, "gflop_per_img": gflop, "achieved_tflops": gflop * batch / seconds / 1e3}
 
 
-def ksalsa(size: int, device: torch.device, amp: str | None, steps: int, clusters: int = 8, k: int = 5) -> dict:
+def ksalsa(size: int, device: torch.device, amp: str | None, steps: int, clusters: int = 8, k: int = 5,
+           variant: str = "eager") -> dict:
+    """``variant``: ``eager`` as the library runs it; ``compile``: ``torch.compile`` of the rendering (generator)
+    and of the feature network, whose forward and backward run at every step (the first, untimed call compiles);
+    ``channels-last`` is the same as ``eager`` here."""
     from medanon.anonymize.salsa import KSalsa, SalsaConfig
     from medanon.models.features import get_feature_network
 
     codec = codec_for(size, device, amp)
     g = codec.generator
-    salsa = KSalsa(codec.render, get_feature_network("efficientnet-lite0", device=device), SalsaConfig(steps=steps))
+    render, features = codec.render, get_feature_network("efficientnet-lite0", device=device)
+    if variant == "compile":
+        render, features = torch.compile(render), torch.compile(features)
+    salsa = KSalsa(render, features, SalsaConfig(steps=steps))
     images = torch.rand(clusters, k, g.img_channels, size, size, device=device) * 2 - 1
     latents = g.w_avg.detach()[None, None, None].expand(clusters, k, g.num_ws, -1).clone()
     latents += 0.1 * torch.randn_like(latents)
     weights = torch.ones(clusters, k, device=device)
     seconds = timed(device, lambda: salsa.average(images, latents, weights), 1)
     return {"s_per_cluster": seconds / clusters, "s_per_cluster_at_100_steps": seconds / clusters * 100 / steps,
-            "steps": steps, "k": k, "clusters_per_batch": clusters, "amp": amp}
+            "steps": steps, "k": k, "clusters_per_batch": clusters, "amp": amp, "variant": variant}
 
 
 def fid(size: int, device: torch.device, batch: int = 64) -> dict:
@@ -166,7 +173,7 @@ def main() -> None:
                     help="CUDA float32 products: tf32 as medanon runs them (medanon.runtime.configure_cuda), or fp32")
     ap.add_argument("--only", default="gan_train,inversion,ksalsa,fid")
     ap.add_argument("--variant", default="eager", choices=("eager", "channels-last", "compile"),
-                    help="how the inversion runs (see inversion())")
+                    help="how the inversion and k-SALSA run (see inversion() and ksalsa())")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after timing, profile one more call and print its N costliest operators to stderr")
     args = ap.parse_args()
@@ -182,7 +189,8 @@ def main() -> None:
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({cpu_name()}, {os.cpu_count()} cores)"
     runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps),
             "inversion": lambda: inversion(args.size, dev, args.amp, args.batch, args.variant),
-            "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps, clusters=args.clusters),
+            "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps, clusters=args.clusters,
+                                     variant=args.variant),
             "fid": lambda: fid(args.size, dev)}
     for what in args.only.split(","):
         flops = matmul_flops(dev, n=2048)

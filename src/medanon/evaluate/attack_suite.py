@@ -1,7 +1,7 @@
 """The privacy attacks of one release, as a registry: each attack is a function of the real context and the
 release's :class:`Target`, registered with the switch that enables it. :func:`run_attacks` runs them all
 with the attacks' identity network and, where configured, repeats the identity attacks with the independent
-network (another architecture and input size, trained on the attacker split: issue 15, item 3).
+network (another architecture and input size, trained on the attacker split).
 
 Every result carries its N, an interval and, in ``risk``, its control (same attack on held-out patients)
 or, where no control population exists, its baseline (random guessing), named as such.

@@ -1,6 +1,6 @@
 """Everything an evaluation computes from the real data alone, built lazily and cached (:class:`RealContext`).
 
-Three disjoint groups of real patients (issue 15, items 1-3):
+Three disjoint groups of real patients:
 
 - **source** (``cfg.source_split``, ``train``): the patients a release may contain, its members;
 - **held-out** (``cfg.heldout_split``, ``test``): never released; the utility test set and the *controls*

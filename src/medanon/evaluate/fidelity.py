@@ -131,7 +131,7 @@ def kid_from_features(f1, f2, *, subsets: int = 100, subset_size: int = 1000,
 def kid_with_error(f1, f2, *, subsets: int = 100, subset_size: int = 1000, n_boot: int = 20,
                    seed: int = 0) -> dict:
     """KID (mean over subsets) with an error bar that exists at every N. When each set fits in one subset the
-    subsets are all the same draw and their sd is 0 (issue 15, item 10): the error bar is then the sd of KID
+    subsets are all the same draw and their sd is 0: the error bar is then the sd of KID
     over ``n_boot`` bootstrap resamples of both sets (with replacement; duplicated rows stay in the unbiased
     estimator's off-diagonal sums, a slight upward bias stated in ``error``)."""
     a, b = _f64(f1), _f64(f2)

@@ -1,4 +1,4 @@
-"""Does the identity network treat members and controls alike (issue 15, item 2)? Its verification AUC on pairs of
+"""Does the identity network treat members and controls alike? Its verification AUC on pairs of
 members and on pairs of controls, with patient cluster bootstrap intervals, and how alike the two attacker networks
 are."""
 
@@ -27,7 +27,7 @@ CHECK_PAIRS = 50_000            # pairs per network check (seeded subsample): th
 
 
 def network_checks(ctx: RealContext) -> dict:
-    """Does the identity network treat members and controls alike (issue 15, item 2)? Its verification AUC
+    """Does the identity network treat members and controls alike? Its verification AUC
     on pairs of real source images (the members) and on pairs of held-out images (the controls), with patient
     cluster bootstrap intervals (a pair weighted by the draws of its two patients; DeLong's, which treats pairs
     as independent, kept in ``delong_ci``); and how alike the two attacker networks are (Pearson r of their

@@ -47,7 +47,7 @@ def _skipped(rels: list[dict], ok: list[dict], key: str) -> list[str]:
 
 
 def _protocol(rep: dict) -> str:
-    """Item 10: which protocol the numbers follow, and where it departs from the papers'."""
+    """The Protocol section: which protocol the numbers follow, and where it departs from the papers'."""
     real = rep["real"]
     att = (rep["networks"].get("attacker_split") or {})
     ident = rep["networks"].get("identity") or {}

@@ -7,8 +7,8 @@
 * ``hp(x) = x − gaussian_blur(x, detail_sigma)`` is the image's fine detail: in a fundus photograph the
   vessel tree, microaneurysms and exudates; in a chest X-ray rib edges, lines and devices. A plain MSE
   barely rewards drawing a vessel one or two pixels wide (it is a small share of the pixels and of the
-  error), so a codec trained on it alone paints a smooth disc. The detail term (issue 12: "encoder
-  losses that weight thin structures") weights exactly those pixels, needs no vessel mask (a user's
+  error), so a codec trained on it alone paints a smooth disc. The detail term, an encoder loss
+  that weights thin structures, weights exactly those pixels, needs no vessel mask (a user's
   data has none), and works for any modality. ``detail_sigma`` is in pixels at the training resolution;
   scale it with the resolution (1 px at 64 px ≈ 8 px at 512 px for the same anatomy).
 

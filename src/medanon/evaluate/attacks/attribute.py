@@ -5,7 +5,7 @@ test on our released dataset to infer gender." The attacker is the small ResNet 
 :mod:`medanon.models.classifier` trained on real images of the **attacker split**: patients who are
 neither in the release nor among the held-out controls (the evaluation's ``attacks.attacker_split``,
 ``val`` by default). An attacker trained on the release's own source images would measure
-memorisation of its training images, not what the released images reveal (issue 15, item 1). It is
+memorisation of its training images, not what the released images reveal. It is
 tested on
 
 - the released images, against the truth of each record (the majority sex of its sources, from the

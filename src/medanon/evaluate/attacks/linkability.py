@@ -11,7 +11,7 @@ reaches a threshold. Standard definitions (ISO/IEC 19795-1), *not* the swapped o
 Protocol. The threshold is calibrated on **all** impostor pairs of a **control** set where the attack is
 known to work, real images of held-out patients (genuine pairs: two acquisitions of one patient;
 impostor pairs: two patients), at ``FAR = target_far``; the realised FAR on those pairs is reported with
-its interval, and a warning when there are fewer than ``10 / target_far`` of them (issue 15, item 7).
+its interval, and a warning when there are fewer than ``10 / target_far`` of them.
 That threshold is then applied to all pairs of
 
 - **inner risk**: pairs of released records, genuine when the two records stand for a common patient;

@@ -6,7 +6,8 @@ seconds, those of the initial pass of distance sums, the greedy's hot-set rebuil
 block size and (on a GPU) the peak memory. ``--check N`` first clusters N points on the device and on the CPU and
 says whether the assignments are identical (the GPU path must give the CPU path's clusters). ``--profile R`` runs
 the first size under cProfile and writes its R functions of most own time to stderr (that line's seconds then
-include the profiler's overhead, and it says ``"profiled": true``): where the greedy's time per group goes.
+include the profiler's overhead, and it says ``"profiled": true``): where the greedy's time per group goes. On a GPU
+the kernels run asynchronously: their time shows up at the host transfers that wait for them (``tolist``, ``cpu``).
 
     python benchmarks/clustering.py --device cuda --check 3000 --n 35126,377110 --progress [--profile 25]
 """

@@ -61,7 +61,7 @@ def timed(device: torch.device, fn, repeats: int) -> float:
     """Best wall seconds of ``repeats`` calls of ``fn`` after one warm-up call.
 
     With ``--profile N`` one more call runs under ``torch.profiler`` and the N operators with the most device
-    time (CPU time on a CPU) go to stderr, with the number of kernel launches: where a GPU rate is lost.
+    time (CPU time on a CPU) go to stderr, with how often each was called: where a GPU rate is lost.
     """
     fn()
     sync(device)
@@ -131,8 +131,8 @@ def inversion(size: int, device: torch.device, amp: str | None, batch: int, vari
 def ksalsa(size: int, device: torch.device, amp: str | None, steps: int, clusters: int = 8, k: int = 5,
            variant: str = "eager") -> dict:
     """``variant``: ``eager`` as the library runs it; ``compile``: ``torch.compile`` of the rendering (generator)
-    and of the feature network, whose forward and backward run at every step (the first, untimed call compiles);
-    ``channels-last`` is the same as ``eager`` here."""
+    and of the feature network, whose forward and backward run at every step (the first, untimed call compiles).
+    ``channels-last`` (an inversion variant) runs ``eager`` here, and the line says so."""
     from medanon.anonymize.salsa import KSalsa, SalsaConfig
     from medanon.models.features import get_feature_network
 
@@ -148,7 +148,8 @@ def ksalsa(size: int, device: torch.device, amp: str | None, steps: int, cluster
     weights = torch.ones(clusters, k, device=device)
     seconds = timed(device, lambda: salsa.average(images, latents, weights), 1)
     return {"s_per_cluster": seconds / clusters, "s_per_cluster_at_100_steps": seconds / clusters * 100 / steps,
-            "steps": steps, "k": k, "clusters_per_batch": clusters, "amp": amp, "variant": variant}
+            "steps": steps, "k": k, "clusters_per_batch": clusters, "amp": amp,
+            "variant": "compile" if variant == "compile" else "eager"}
 
 
 def fid(size: int, device: torch.device, batch: int = 64) -> dict:

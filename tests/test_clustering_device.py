@@ -101,14 +101,17 @@ def test_float32_and_float64_give_identical_assignments():
 
 
 def test_benchmark_command_checks_the_device_against_the_cpu():
-    """The GPU command of benchmarks/clustering.py, in its CPU form: the check line and one timing line."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "clustering.py"), "--device", "cpu",
-                          "--check", "120", "--n", "150", "--dim", "16"],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
-    lines = [json.loads(s) for s in out.splitlines()]
+    """The GPU command of benchmarks/clustering.py, in its CPU form: the check line and one timing line per size,
+    the first profiled (its costliest functions on stderr), the second not."""
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "clustering.py"), "--device", "cpu",
+                        "--check", "120", "--n", "150,100", "--dim", "16", "--profile", "5"],
+                       capture_output=True, text=True, timeout=120, check=True)
+    lines = [json.loads(s) for s in p.stdout.splitlines()]
     assert lines[0] == {"benchmark": "clustering-check", "n": 120, "device": "cpu", "identical_to_cpu": True}
     assert lines[1]["n"] == 150 and lines[1]["clusters"] == 30 and lines[1]["min_size"] == 5
     assert lines[1]["rebuilds"] >= 1 and lines[1]["block"] == 2048
+    assert lines[1]["profiled"] is True and "profiled" not in lines[2] and lines[2]["clusters"] == 20
+    assert p.stderr.count("cProfile by own time") == 1 and "clustering_greedy.py" in p.stderr
 
 
 def test_merged_stamp_groups_give_the_same_clusters():

@@ -1,0 +1,23 @@
+"""benchmarks/device.py in its CPU form: the inversion line carries its FLOPs, a variant and a profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_inversion_line_counts_flops_and_profiles():
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device.py"), "--device", "cpu", "--size", "64",
+                        "--only", "inversion", "--batch", "2", "--variant", "channels-last", "--profile", "4"],
+                       capture_output=True, text=True, timeout=300, check=True, cwd=ROOT / "benchmarks")
+    (line,) = [json.loads(s) for s in p.stdout.splitlines() if s.startswith("{")]
+    assert line["measure"] == "inversion" and line["variant"] == "channels-last" and line["batch"] == 2
+    # the shipped 64 px ReStyle config: a few hundred MFLOP per image (0.51 GFLOP with 2 iterations), and the
+    # achieved rate is the count times the images per second
+    assert 0.1 < line["gflop_per_img"] < 5
+    assert abs(line["achieved_tflops"] - line["gflop_per_img"] * line["img_per_s"] / 1e3) < 1e-3
+    assert "Self CPU" in p.stderr and "aten::" in p.stderr

@@ -16,6 +16,7 @@ the device gave at that moment:
   paper's setting; k-SALSA reports 19 s per cluster at 512 px on an RTX 3090);
 - ``fid``: images/s of the Inception-v3 FID feature network (299 px inputs, batches of 64).
 
+On a GPU each line also gives the peak memory allocated (``peak_gpu_mb``), what a batch size must fit in.
 Models are untrained (speed does not depend on the weights). Nothing here is a GPU number unless the
 line's ``device`` says so: run it on the GPU to get GPU lines.
 
@@ -195,8 +196,13 @@ def main() -> None:
             "fid": lambda: fid(args.size, dev)}
     for what in args.only.split(","):
         flops = matmul_flops(dev, n=2048)
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)
         t0 = time.perf_counter()
         res = runs[what]()
+        if dev.type == "cuda":                     # what a default batch on a GPU must fit in
+            res["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(dev) / 2**20)
         print(json.dumps({"measure": what, **{k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()},
                           "matmul_tflops_fp32": round(flops / 1e12, 4), "device": name, "size": args.size,
                           "precision": args.precision if dev.type == "cuda" else "fp32",

@@ -23,7 +23,7 @@ from medanon.evaluate.calibration import risk_rows, row_label
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.harness import evaluate
 from medanon.evaluate.inputs import load_real
-from medanon.evaluate.known_answers import KINDS, judge, write_known_answer
+from medanon.evaluate.known_answers import KINDS, copy_ceiling, judge, write_known_answer
 from medanon.phantoms.generate import generate
 
 
@@ -52,7 +52,7 @@ def main() -> int:
     for r, kind in zip(rep["releases"], KINDS, strict=True):
         for row, risk in risk_rows(r["attacks"]).items():
             rr, check = risk["residual_risk"], r["validity"][row]
-            right = judge(kind, row, rr, check["valid"])
+            right = judge(kind, row, rr, check["valid"], copy_ceiling(row, r["attacks"]))
             counts["no answer" if right is None else "right" if right else "wrong"] += 1
             print(json.dumps({"release": kind, "attack": row, "label": row_label(row), "risk": round(rr["risk"], 3),
                               "ci": [round(v, 3) for v in rr["ci"]], "valid": check["valid"],

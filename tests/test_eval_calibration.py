@@ -96,6 +96,9 @@ def test_known_answer_images_and_the_judge():
     assert not judge("constant", "nearest", {"risk": 0.2, "ci": [0.05, 0.3]}, True)
     assert judge("copy", "nearest (reverse)", {"risk": 0.0, "ci": [0.0, 0.0]}, True) is None
     assert judge("noise", "nearest", {"risk": 0.9, "ci": [0.7, 1.0]}, False) is None
+    # the attribute attack on a copy: judged against half its ceiling (0.195 here), not against 0.5
+    rr = {"risk": 0.17, "ci": [0.13, 0.20]}
+    assert judge("copy", "attribute", rr, True, ceiling=0.195) and not judge("copy", "attribute", rr, True)
 
 
 def test_a_control_of_too_few_patients_makes_a_row_invalid():
@@ -108,3 +111,31 @@ def test_a_control_of_too_few_patients_makes_a_row_invalid():
     assert "its control has 5 patients" in validity(rel, table, checks={}, trained_on_members={})["nearest"]["reason"]
     risk["control"]["patients"] = 12
     assert validity(rel, table, checks={}, trained_on_members={})["nearest"]["valid"]
+
+
+def _attribute(r, lo, hi, heldout=0.604, chance=0.508):
+    return {"attribute": {"risk": _risk(r, lo, hi), "heldout_real_accuracy": heldout, "heldout_chance": chance}}
+
+
+def test_the_attribute_attack_is_held_to_what_real_images_allow_it():
+    """A copy of real images tells a sex classifier no more than real images of people it never saw: at 60.4 %
+    on held-out images (majority 50.8 %) its ceiling is a residual of 0.195, so a copy at 0.17 (the VS-Snow
+    paper-scale phantom's) is caught, and the attack is not declared invalid for missing a bar of 0.5 that no copy
+    could reach. A copy it reads at baseline is still missed, and a strong attacker is held to half its own
+    ceiling."""
+    nulls = {"constant": _attribute(0.0, -0.02, 0.02), "noise": _attribute(0.01, -0.01, 0.03)}
+    seen = _attribute(0.17, 0.13, 0.20)
+    row = calibration_table({"copy": seen, "jpeg": seen, "shift": seen, **nulls})["attribute"]
+    assert row["passes"] and row["copy_check"]
+    blind = _attribute(0.01, -0.02, 0.04)
+    row = calibration_table({"copy": blind, "jpeg": seen, "shift": seen, **nulls})["attribute"]
+    assert not row["passes"] and "misses an exact copy" in row["reason"] and "needs 0.10" in row["reason"]
+    strong = _attribute(0.3, 0.25, 0.35, heldout=0.95, chance=0.5)       # ceiling 0.9: needs 0.45
+    row = calibration_table({"copy": strong, "jpeg": strong, "shift": strong, **nulls})["attribute"]
+    assert not row["passes"] and "half its 0.90" in row["reason"]
+    # every other attack keeps the absolute bar: a copy must be found with a residual of at least 0.5
+    copy = _attacks(_risk(0.17, 0.13, 0.20))
+    near = calibration_table({"copy": copy, "jpeg": copy, "shift": copy,
+                              "constant": _attacks(_risk(0.0, 0.0, 0.1)),
+                              "noise": _attacks(_risk(0.0, 0.0, 0.1))})["nearest"]
+    assert not near["passes"] and "needs" not in near["reason"]

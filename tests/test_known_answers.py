@@ -12,7 +12,7 @@ from medanon.config import PhantomConfig
 from medanon.evaluate.calibration import risk_rows
 from medanon.evaluate.harness import evaluate
 from medanon.evaluate.inputs import load_real
-from medanon.evaluate.known_answers import DETECTED, KINDS, judge, write_known_answer
+from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, judge, write_known_answer
 from medanon.phantoms.generate import generate
 
 
@@ -40,7 +40,8 @@ def test_every_valid_attack_gives_the_known_answer(answers):
     for kind in KINDS:
         rel = answers[kind]
         for row, risk in risk_rows(rel["attacks"]).items():
-            right = judge(kind, row, risk["residual_risk"], rel["validity"][row]["valid"])
+            right = judge(kind, row, risk["residual_risk"], rel["validity"][row]["valid"],
+                          copy_ceiling(row, rel["attacks"]))
             valid += right is not None
             null_rows += right is not None and kind not in DETECTED
             if right is False:

@@ -6,7 +6,11 @@ image, the private mapping known exactly; :func:`medanon.evaluate.known_answers.
 through every attack:
 
 - ``copy``, ``jpeg`` (re-encoded at quality 75) and ``shift`` (moved by one pixel): the source images, as such or
-  barely changed. A working attack detects each: residual risk ≥ 0.5 with its interval above 0;
+  barely changed. A working attack detects each: residual risk ≥ 0.5 with its interval above 0. The attribute
+  attack is held to what real images allow it: a copy of real images tells it no more than real images of people
+  it never saw, whose residual (its accuracy on held-out real images against their majority class) is its
+  ceiling, so it must reach half of that ceiling, with its interval above 0 (a sex classifier right on 60 % of
+  held-out images, majority 51 %, has a ceiling of 0.19, and could never reach 0.5 on any copy);
 - ``constant``: one mid-grey image per record; ``noise``: uniform noise per record (seeded); ``others``: real
   images of the attacker split's patients, who are neither members nor controls (when there is such a split).
   None carries anything of the members, so a working attack's residual risk interval includes 0.
@@ -34,7 +38,7 @@ from medanon.evaluate.attacks.risk import MIN_PATIENTS
 from medanon.evaluate.cache import digest
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
-from medanon.evaluate.known_answers import known_images
+from medanon.evaluate.known_answers import COPY_MIN, copy_ceiling, known_images
 from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
 
 KNOWN = ("copy", "jpeg", "shift", "constant", "noise", "others")
@@ -46,7 +50,6 @@ KNOWN_WHAT = {"copy": "every source image released as its own record (must be de
               "noise": "uniform noise, one image per source image (must not be detected)",
               "others": "real images of the attacker split's patients, who are neither members nor controls (must "
                         "not be detected; left out when the attackers had to train on the members)"}
-COPY_MIN = 0.5                                  # a copy must be detected at least this strongly
 MIN_CONTROL_PATIENTS = MIN_PATIENTS             # fewer control (or calibration) patients: the rate is not resolved
 VERSION = 6
 
@@ -128,11 +131,16 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
         copy_ok = None if row.endswith(" (reverse)") else True   # reverse: no copy test (a copy is not pushed away)
         for kind in COPIES if copy_ok else ():
             c = got[kind]
-            if c is None or not (c["risk"] >= COPY_MIN and c["ci"][0] > 0):
+            ceiling = copy_ceiling(row, calib.get(kind) or {})
+            need = COPY_MIN if ceiling is None else COPY_MIN * ceiling
+            if c is None or not (c["risk"] >= need and c["ci"][0] > 0):
                 copy_ok = False
                 what = "an exact copy" if kind == "copy" else f"the {kind} copy"
-                reasons.append(f"misses {what}" + ("" if c is None else
-                               f" (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}])"))
+                if c is None:
+                    reasons.append(f"misses {what}")
+                    continue
+                needs = "" if ceiling is None else f", needs {need:.2f}: half its {ceiling:.2f} on held-out real images"
+                reasons.append(f"misses {what} (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]{needs})")
         for kind in (k for k in KNOWN if k in rows and k not in COPIES):
             n = got[kind]
             if n is None:

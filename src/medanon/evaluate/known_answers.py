@@ -14,8 +14,9 @@ others      a real image of another person (``other``: images of patients   not 
             who are in no split of the evaluated data)
 ==========  ===============================================================  ==============
 
-"Detected": the residual risk's interval lies above 0 and reaches 0.5 (the evaluation's own calibration demands a
-point estimate ≥ 0.5 on its in-memory copies; a release folder of the same kind, written to PNG and read back, may
+"Detected": the residual risk's interval lies above 0 and reaches 0.5, or, for the attribute attack, half of what it
+reaches on held-out real images (:func:`copy_ceiling`; the evaluation's own calibration demands a point estimate
+that high on its in-memory copies; a release folder of the same kind, written to PNG and read back, may
 land just under it by chance); "not detected": the interval includes 0. An
 attack may also answer ``valid: false`` (it failed the evaluation's own calibration): that is an honest answer;
 a valid attack with the wrong answer is a defect (:func:`judge`).
@@ -37,6 +38,20 @@ from medanon.release.writer import image_to_uint8
 
 KINDS = ("copy", "jpeg", "shift", "constant", "noise", "others")
 DETECTED = ("copy", "jpeg", "shift")
+COPY_MIN = 0.5              # a copy must be detected at least this strongly (times the attack's ceiling)
+
+
+def copy_ceiling(row: str, attacks: dict) -> float | None:
+    """The largest residual risk a copy of real images can give the attack of ``row``: None (1, a perfect match)
+    for every attack but the attribute one, whose ceiling is its own residual on held-out real images, people it
+    never saw as the copy's members are: ``(accuracy - majority) / (1 - majority)``, clipped to [0, 1]."""
+    if row.removeprefix("independent ") != "attribute":
+        return None
+    a = attacks.get("attribute") or {}
+    acc, chance = a.get("heldout_real_accuracy"), a.get("heldout_chance")
+    if acc is None or chance is None or chance >= 1:
+        return None
+    return min(max((acc - chance) / (1 - chance), 0.0), 1.0)
 
 
 def _jpeg(img: torch.Tensor, quality: int = 75) -> torch.Tensor:
@@ -84,11 +99,12 @@ def write_known_answer(kind: str, out: str | Path, real: RealData, *, split: str
     return out
 
 
-def judge(kind: str, row: str, rr: dict, valid: bool) -> bool | None:
+def judge(kind: str, row: str, rr: dict, valid: bool, ceiling: float | None = None) -> bool | None:
     """Whether one valid residual-risk row gives ``kind``'s right answer; None for an invalid row and for a reverse
-    attacker on a copy (it looks for releases pushed away from their sources: a copy has no answer for it)."""
+    attacker on a copy (it looks for releases pushed away from their sources: a copy has no answer for it).
+    ``ceiling``: the most a copy can give this attack (:func:`copy_ceiling`; None: 1)."""
     if not valid or (row.endswith("(reverse)") and kind in DETECTED):
         return None
-    if kind in DETECTED:                     # detected, and consistent with a residual of at least 0.5
-        return rr["ci"][0] > 0 and rr["ci"][1] >= 0.5
+    if kind in DETECTED:                     # detected, and consistent with a residual of at least 0.5 x ceiling
+        return rr["ci"][0] > 0 and rr["ci"][1] >= COPY_MIN * (1.0 if ceiling is None else ceiling)
     return rr["ci"][0] <= 0

@@ -75,6 +75,7 @@ def calibration_section(rep: dict) -> str:
     return "<h2>Calibration: the attacks on releases whose answer is known</h2>" + _table(
         ["Attack", *(f"Residual risk: {k}" if i == 0 else k for i, k in enumerate(KNOWN)), "Calibration"], rows,
         caption=f"Known-answer releases of the source split, one record per source image: {what}. An attack passes "
-                f"when it detects every copy (residual risk ≥ 0.5, interval above 0) and no null (interval "
+                f"when it detects every copy (residual risk ≥ 0.5, interval above 0; the attribute attack: half its "
+                f"residual on held-out real images, the most a copy of real images can give it) and no null (interval "
                 f"includes 0). A failed attack's rows are greyed in every table below and left out of the verdict and "
                 f"the plots.{extra}")

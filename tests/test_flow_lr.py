@@ -126,3 +126,41 @@ def test_evaluate_dpglow_end_to_end(tmp_path: Path):
     assert res["phantom"] is True and res["data"]["split"] == split and len(res["rows"]) == 2
     assert res["images"] < len(ds) and Path(res["figure"]).is_file()
     assert all(math.isfinite(r["auroc_dpglow"]) for r in res["rows"])
+
+
+def test_intervals_resample_patients_not_images():
+    """Images of one patient are not independent: with every patient's images identical in score and label, the
+    interval over patients is that of a quarter of the images, wider than one that counts each image."""
+    from medanon.evaluate.flow_lr import auroc_ci
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.zeros(25), np.ones(25)]
+    s = rng.normal(size=50) + y
+    y4, s4, g4 = np.repeat(y, 4), np.repeat(s, 4), np.repeat(np.arange(50), 4)
+    as_images, as_patients = auroc_ci(y4, s4), auroc_ci(y4, s4, g4)
+    assert as_patients[1] - as_patients[0] > 1.5 * (as_images[1] - as_images[0])
+    assert as_patients == pytest.approx(auroc_ci(y, s), abs=0.02)   # the 50 patients' own interval
+
+
+def test_evaluate_dpglow_on_another_phantom(tmp_path: Path):
+    """A test set of other people: every image of a phantom of another seed, intervals over its patients; the flows'
+    own phantom seed is refused (its patients are the ones the flows were trained on)."""
+    kw = dict(modality="xray", size=16, workers=1, pneumonia_rate=0.5, marker_rate=0.3, situs_inversus_rate=0.3)
+    data = generate(PhantomConfig(patients=16, per_patient=2, seed=1, **kw), tmp_path / "xray", progress=False)
+    other = generate(PhantomConfig(patients=12, per_patient=2, seed=4, **kw), tmp_path / "other", progress=False)
+    same = generate(PhantomConfig(patients=6, per_patient=2, seed=1, **kw), tmp_path / "same", progress=False)
+    from medanon.config import DataConfig
+    from medanon.data.dataset import open_dataset
+    from medanon.errors import ConfigError
+
+    images, _ = open_dataset(data, DataConfig(size=16)).tensors(progress=False)
+    small = cfg(steps=4, checkpoint_every=4, batch=8)
+    split = {"val": 0.15, "test": 0.3, "seed": 0, "stratify": "pneumonia"}
+    mix = train_flow(small, images, out=tmp_path / "mix", progress=False, data={"split": split})
+    nor = train_flow(small, images[:8], out=tmp_path / "nor", progress=False, data={"split": split})
+    res = evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=other)
+    assert res["images"] == 24 and res["patients"] == 12 and res["data"]["test_patients"] == 12
+    assert str(other) in res["data"]["test_set"] and "patients" in res["interval"]
+    for bad in (same, data):
+        with pytest.raises(ConfigError, match="flows"):
+            evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=bad)

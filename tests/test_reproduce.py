@@ -125,6 +125,8 @@ def test_dpglow_table_has_papers_cells_and_ours():
     verdicts = {c["claim"]: c["verdict"] for c in result["claims"]}
     assert verdicts["T3: DP-GLOW's AUROC falls from ∞ to 10¹·H·W"] == "holds"
     assert "scale `flows`" in md and "## Claims" in md
+    md, _ = dpglow.assemble({"rows": rows, "images": 2000}, command="python x", timing={}, scale="paper")
+    assert "scale `paper`" in md and "2,000 patients" in md and "over patients" in md
 
 
 def test_a_k_that_was_not_run_has_no_claims_and_shows_as_not_run(ksalsa):

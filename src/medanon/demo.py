@@ -251,8 +251,9 @@ def _releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[P
 FLOW_PHANTOM = PhantomConfig(modality="xray", patients=400, per_patient=4, size=64, seed=0)
 
 
-def dpglow_study(out: Path, ckpt: Path, device, seed: int) -> dict | None:
-    """DP-GLOW Table 3 and the Figs. 4–7 picture with the shipped flows, on the flows' own held-out patients.
+def dpglow_study(out: Path, ckpt: Path, device, seed: int, test: PhantomConfig | None = None) -> dict | None:
+    """DP-GLOW Table 3 and the Figs. 4–7 picture with the shipped flows, on the flows' own held-out patients, or on
+    every image of the ``test`` phantom (another seed: people neither flow saw; ``OUT/data/xray-test``).
 
     Returns None (with a message) when the normal-only flow is not shipped or the regenerated phantom does
     not match the checksum the flow recorded (a changed phantom generator): then no test set is known to be
@@ -274,8 +275,14 @@ def dpglow_study(out: Path, ckpt: Path, device, seed: int) -> dict | None:
                    "(its checksum differs), so its held-out patients are unknown")
         return None
     report = report_folder(out, "xray")          # the figure goes where the X-ray report will be
+    test_dir = None if test is None else _phantoms(test, out / "data" / "xray-test")
     result = evaluate_dpglow(data_dir, mixture_flow=mixture, normal_flow=normal,
-                             figure=report / "dpglow_markers.png", seed=seed, device=device)
+                             figure=report / "dpglow_markers.png", seed=seed, device=device, test_dir=test_dir)
+    if test is not None:
+        result["data_note"] = (f"Test set: every image of `medanon phantom --modality xray --patients {test.patients} "
+                               f"--per-patient {test.per_patient} --size {test.size} --seed {test.seed}`, people "
+                               f"neither flow saw (they were trained on seed {FLOW_PHANTOM.seed}).")
+        return result
     result["data_note"] = (f"Test set: the patients of `medanon phantom --modality xray --patients "
                            f"{FLOW_PHANTOM.patients} --per-patient {FLOW_PHANTOM.per_patient} --size "
                            f"{FLOW_PHANTOM.size} --seed {FLOW_PHANTOM.seed}` that the shipped flows held out (their "

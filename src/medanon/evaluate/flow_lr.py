@@ -28,6 +28,7 @@ from medanon.anonymize.dpglow import DPGLOW_CENTER, DPGlow
 from medanon.anonymize.ldp import CENTERS, ClipCalibration
 from medanon.anonymize.ldp_image import ImageLDP
 from medanon.errors import ConfigError
+from medanon.evaluate.attacks.stats import cluster_summary, weighted_auc
 from medanon.evaluate.metrics import roc_auc
 from medanon.models.glow.codec import GlowCodec
 from medanon.models.glow.dequantize import image_to_flow
@@ -78,15 +79,14 @@ class FlowLikelihoodRatio:
 # ------------------------------------------------------------------------------------------------ Table 3
 
 
-def bootstrap_ci(abnormal: np.ndarray, score: np.ndarray, *, seed: int = 0, n: int = 1000) -> list[float]:
-    """95 % percentile-bootstrap interval of the AUROC over images (resampled with replacement)."""
-    rng = np.random.default_rng(seed)
-    vals = []
-    for _ in range(n):
-        idx = rng.integers(0, len(score), len(score))
-        if 0 < abnormal[idx].sum() < len(idx):
-            vals.append(roc_auc(abnormal[idx], score[idx]))
-    return [float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))]
+def auroc_ci(abnormal: np.ndarray, score: np.ndarray, groups: Sequence | None = None, *, seed: int = 0,
+             n_resamples: int = 1000) -> list[float]:
+    """95 % interval of the AUROC by a cluster bootstrap over ``groups`` (the patient of each image: images of one
+    patient are not independent, so whole patients are resampled); ``None``: one image per patient."""
+    groups = np.arange(len(score)) if groups is None else np.asarray(groups)
+    auc = roc_auc(abnormal, score)
+    return cluster_summary(weighted_auc(score, np.asarray(abnormal) == 1), groups, auc, seed=seed,
+                           n_resamples=n_resamples)["ci"]
 
 
 def _budget_label(eps: float) -> str:
@@ -97,15 +97,16 @@ def table3(classifier: FlowLikelihoodRatio, images: torch.Tensor, abnormal: Sequ
            latent_calibration: ClipCalibration, pixel_calibration: ClipCalibration, alpha: float = 0.4,
            pixel_alpha: float | None = None, epsilons: Sequence[float] = TABLE3_EPSILONS,
            mechanisms: Sequence[str] = MECHANISMS, center: str = DPGLOW_CENTER, seed: int = 0,
-           batch: int = 32) -> dict[str, Any]:
+           batch: int = 32, groups: Sequence | None = None) -> dict[str, Any]:
     """AUROC of the likelihood-ratio classifier on privatised images against ε, as the paper's Table 3.
 
     DP-GLOW runs through the classifier's *mixture* flow (the paper shares it between the two).
     ``epsilons`` are per element (image budget ε·D); a first row "inf (no clip)" scores the
     untouched images (baseline) and their flow reconstructions (DP-GLOW). Noise is seeded from
-    ``seed`` (an experiment, not a release). Each AUROC comes with a 95 % bootstrap interval over
-    images. ``pixel_alpha`` (default: ``alpha``) sets the baseline's clip width on its own;
-    ``mechanisms`` picks the columns. Returns a plain dict (JSON-ready).
+    ``seed`` (an experiment, not a release). Each AUROC comes with a 95 % cluster-bootstrap interval
+    over ``groups``, the patient of each image (None: every image its own patient). ``pixel_alpha``
+    (default: ``alpha``) sets the baseline's clip width on its own; ``mechanisms`` picks the columns.
+    Returns a plain dict (JSON-ready).
     """
     import warnings
 
@@ -132,11 +133,13 @@ def table3(classifier: FlowLikelihoodRatio, images: torch.Tensor, abnormal: Sequ
                              for i in range(0, len(images), batch)])
             score = -classifier.score(out).numpy()
             row[f"auroc_{name}"] = roc_auc(abnormal, score)
-            row[f"auroc_{name}_ci95"] = bootstrap_ci(abnormal, score, seed=seed)
+            row[f"auroc_{name}_ci95"] = auroc_ci(abnormal, score, groups, seed=seed)
         rows.append(row)
     return {
         "table": "DP-GLOW Table 3 (AUROC of flow likelihood-ratio pathology detection on privatised images)",
         "rows": rows, "images": len(images), "abnormal": int(abnormal.sum()), "D": latent_calibration.dims,
+        "patients": len(images) if groups is None else len(set(groups)),
+        "interval": "95 % cluster bootstrap over patients (1,000 resamples)",
         "alpha": alpha, "pixel_alpha": pixel_alpha, "dpglow_center": center, "noise_seed": seed,
         "calibration": {"latent_sha256": latent_calibration.checksum(), "pixel_sha256": pixel_calibration.checksum(),
                         "latent_samples": latent_calibration.count, "pixel_samples": pixel_calibration.count},
@@ -221,6 +224,33 @@ def _load(data_dir: str | Path, flow: str | Path, *, stratify: str, device, prog
     return _FlowData(codec, latent_cal, ds.records, ds.tensors(progress=progress)[0], parts, sp)
 
 
+def _phantom_seed(folder: str | Path) -> int | None:
+    import json
+
+    p = Path(folder) / "phantom.json"
+    try:
+        return int(json.loads(p.read_text())["settings"]["seed"]) if p.is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _other_test_set(test_dir: str | Path, data_dir: str | Path, fd: _FlowData, *, progress: bool):
+    """Every record and image of ``test_dir`` at the flow's size, refused where it cannot hold other people."""
+    from medanon.config import DataConfig
+    from medanon.data.dataset import open_dataset
+
+    if Path(test_dir).resolve() == Path(data_dir).resolve():
+        raise ConfigError(f"test_dir {test_dir} is the flows' own dataset", fix="pass a dataset of other people")
+    seed = _phantom_seed(test_dir)
+    if seed is not None and seed == _phantom_seed(data_dir):
+        raise ConfigError(f"test_dir {test_dir} is a phantom of seed {seed}, the seed of the flows' phantom "
+                          f"{data_dir}: its patients are the ones the flows were trained on",
+                          fix="generate the test phantom with another seed")
+    cfg = fd.codec.flow.cfg
+    ds = open_dataset(test_dir, DataConfig(size=cfg.resolution, channels=cfg.channels))
+    return ds.records, ds.tensors(progress=progress)[0]
+
+
 def marker_figure(data_dir: str | Path, *, flow: str | Path, figure: str | Path, epsilon: float = 1e2,
                   alpha: float = 0.4, pixel_alpha: float | None = None, center: str = DPGLOW_CENTER, seed: int = 0,
                   device: torch.device | str = "cpu") -> Path | None:
@@ -257,26 +287,34 @@ def evaluate_dpglow(data_dir: str | Path, *, mixture_flow: str | Path, normal_fl
                     pixel_alpha: float | None = None, mechanisms: Sequence[str] = MECHANISMS,
                     center: str = DPGLOW_CENTER, epsilons: Sequence[float] = TABLE3_EPSILONS,
                     figure_epsilon: float = 1e2, seed: int = 0, device: torch.device | str = "cpu",
-                    progress: bool = False) -> dict[str, Any]:
+                    progress: bool = False, test_dir: str | Path | None = None) -> dict[str, Any]:
     """Table 3 (and optionally the Figs. 4–7 PNG) for a dataset and two flows from `medanon train flow`.
 
     The evaluation images are the *test* split recorded in the mixture flow (the patients it never
-    saw); pixels are calibrated on its training split, the latent on its stored statistics.
+    saw), or every image of ``test_dir``: another dataset of people neither flow saw (the caller's
+    assurance; a phantom of the flows' own phantom seed is refused, its patients are the flows'). Pixels
+    are calibrated on the flow's training split, the latent on its stored statistics. Intervals resample
+    patients.
     """
     from medanon.anonymize.ldp_image import calibrate_pixels
     from medanon.train.flow import load_flow
 
     fd = _load(data_dir, mixture_flow, stratify=label, device=device, progress=progress)
     normal, _, _ = load_flow(normal_flow, map_location=device)
-    test = fd.parts["test"]
+    if test_dir is None:
+        test, images, source = fd.parts["test"], fd.take(fd.parts["test"]), f"the test split of {data_dir}"
+    else:
+        test, images = _other_test_set(test_dir, data_dir, fd, progress=progress)
+        source = f"every image of {test_dir}"
     if any(label not in r.labels for r in test):
-        raise ConfigError(f"{data_dir} has no label {label!r} on every test image", fix="pass label= NAME")
-    result = table3(FlowLikelihoodRatio(normal, fd.codec), fd.take(test), [r.labels[label] for r in test],
+        raise ConfigError(f"{source} has no label {label!r} on every image", fix="pass label= NAME")
+    result = table3(FlowLikelihoodRatio(normal, fd.codec), images, [r.labels[label] for r in test],
                     latent_calibration=fd.latent_cal, pixel_calibration=calibrate_pixels(fd.take(fd.parts["train"])),
                     alpha=alpha, pixel_alpha=pixel_alpha, epsilons=epsilons, mechanisms=mechanisms, center=center,
-                    seed=seed)
+                    seed=seed, groups=[r.patient_id for r in test])
     result.update(data={"images_total": len(fd.records), "test_patients": len({r.patient_id for r in test}),
-                        "split": fd.split, "label": label}, phantom=(Path(data_dir) / "phantom.json").is_file())
+                        "split": fd.split, "label": label, "test_set": source},
+                  phantom=(Path(data_dir) / "phantom.json").is_file())
     if figure is not None:
         path = marker_figure(data_dir, flow=mixture_flow, figure=figure, epsilon=figure_epsilon, alpha=alpha,
                              pixel_alpha=pixel_alpha, center=center, seed=seed, device=device)

@@ -81,8 +81,10 @@ def test_report_renders_statements_and_dpglow_table3(tmp_path: Path):
                         "auroc_ldp_image_ci95": [0.4, 0.6]}],
               "images": 236, "abnormal": 72, "D": 4096, "alpha": 0.4, "pixel_alpha": 0.4,
               "paper_table3_rsna_512px": {"1e2": {"ldp_image": 0.559, "dpglow": 0.665}},
-              "data": {"label": "pneumonia", "test_patients": 59}, "figure": str(fig)}
+              "data": {"label": "pneumonia", "test_patients": 59}, "figure": str(fig),
+              "interval": "95 % cluster bootstrap over patients (1,000 resamples)"}
     page = render_html(_minimal_report({"dpglow_table3": table3}), {})
+    assert "intervals: 95 % cluster bootstrap over patients" in page
     assert "<h2>Privacy statements</h2>" in page and "ε-local DP per image: ε = 1600" in page
     assert "DP-GLOW Table 3" in page and "0.612" in page and "0.499" in page and "0.665" in page
     assert "1e2 per pixel (× 4096 = 4.1e+05 per image)" in page

@@ -277,7 +277,9 @@ def _dpglow_table3(rep: dict) -> str:
                           f"normal images against the mixture flow, which is also DP-GLOW's codec) on {t['images']} "
                           f"test images ({t['abnormal']} with {_e(d.get('label', 'the label'))}) of "
                           f"{d.get('test_patients', '?')} patients neither flow was trained on, privatised by each "
-                          f"mechanism and rounded to 8 bits. α = {t['alpha']} (latent), {t['pixel_alpha']} (pixels); "
+                          f"mechanism and rounded to 8 bits; intervals: "
+                          f"{_e(t.get('interval', 'bootstrap over images'))}. α = {t['alpha']} (latent), "
+                          f"{t['pixel_alpha']} (pixels); "
                           f"noise seeded for this experiment. The paper's numbers are for reference only: other "
                           f"data, size and flows.")]
     if t.get("data_note"):

@@ -161,6 +161,8 @@ def test_evaluate_dpglow_on_another_phantom(tmp_path: Path):
     res = evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=other)
     assert res["images"] == 24 and res["patients"] == 12 and res["data"]["test_patients"] == 12
     assert str(other) in res["data"]["test_set"] and "patients" in res["interval"]
-    for bad in (same, data):
+    link = tmp_path / "link-to-data"
+    link.symlink_to(data, target_is_directory=True)
+    for bad in (same, data, link):
         with pytest.raises(ConfigError, match="flows"):
             evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=bad)

@@ -139,7 +139,8 @@ def table3(classifier: FlowLikelihoodRatio, images: torch.Tensor, abnormal: Sequ
         "table": "DP-GLOW Table 3 (AUROC of flow likelihood-ratio pathology detection on privatised images)",
         "rows": rows, "images": len(images), "abnormal": int(abnormal.sum()), "D": latent_calibration.dims,
         "patients": len(images) if groups is None else len(set(groups)),
-        "interval": "95 % cluster bootstrap over patients (1,000 resamples)",
+        "interval": ("95 % cluster bootstrap over patients (1,000 resamples)" if groups is not None else
+                     "95 % bootstrap over images, each taken as its own patient (1,000 resamples)"),
         "alpha": alpha, "pixel_alpha": pixel_alpha, "dpglow_center": center, "noise_seed": seed,
         "calibration": {"latent_sha256": latent_calibration.checksum(), "pixel_sha256": pixel_calibration.checksum(),
                         "latent_samples": latent_calibration.count, "pixel_samples": pixel_calibration.count},
@@ -239,7 +240,11 @@ def _other_test_set(test_dir: str | Path, data_dir: str | Path, fd: _FlowData, *
     from medanon.config import DataConfig
     from medanon.data.dataset import open_dataset
 
-    if Path(test_dir).resolve() == Path(data_dir).resolve():
+    try:
+        same = Path(test_dir).samefile(data_dir)          # the same folder by any path (links, mounts)
+    except OSError:
+        same = False
+    if same:
         raise ConfigError(f"test_dir {test_dir} is the flows' own dataset", fix="pass a dataset of other people")
     seed = _phantom_seed(test_dir)
     if seed is not None and seed == _phantom_seed(data_dir):
@@ -332,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--mixture", required=True, help="flow trained on the mixture (also DP-GLOW's codec)")
     ap.add_argument("--normal", required=True, help="flow trained on normal images only")
     ap.add_argument("--figure", default=None, help="PNG of the marker cases before and after")
+    ap.add_argument("--test-dir", default=None,
+                    help="score every image of this dataset of other people instead of the flow's test split")
     ap.add_argument("--label", default="pneumonia")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pixel-alpha", type=float, default=None, help="clip width of the baseline (default 0.4)")
@@ -343,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     res = evaluate_dpglow(args.data_dir, mixture_flow=args.mixture, normal_flow=args.normal, figure=args.figure,
                           label=args.label, seed=args.seed, pixel_alpha=args.pixel_alpha,
-                          mechanisms=(args.only,) if args.only else MECHANISMS, center=args.center, progress=True)
+                          mechanisms=(args.only,) if args.only else MECHANISMS, center=args.center, progress=True,
+                          test_dir=args.test_dir)
     print(json.dumps(res, indent=1))
 
 

@@ -130,6 +130,9 @@ def test_the_attribute_attack_is_held_to_what_real_images_allow_it():
     blind = _attribute(0.01, -0.02, 0.04)
     row = calibration_table({"copy": blind, "jpeg": seen, "shift": seen, **nulls})["attribute"]
     assert not row["passes"] and "misses an exact copy" in row["reason"] and "needs 0.10" in row["reason"]
+    blind_attacker = _attribute(0.0, 0.0, 0.24, heldout=0.528, chance=0.556)   # below the majority: ceiling 0
+    row = calibration_table({"copy": blind_attacker, "jpeg": blind_attacker, "shift": blind_attacker, **nulls})
+    assert not row["attribute"]["passes"] and "at chance on held-out real images" in row["attribute"]["reason"]
     strong = _attribute(0.3, 0.25, 0.35, heldout=0.95, chance=0.5)       # ceiling 0.9: needs 0.45
     row = calibration_table({"copy": strong, "jpeg": strong, "shift": strong, **nulls})["attribute"]
     assert not row["passes"] and "half its 0.90" in row["reason"]

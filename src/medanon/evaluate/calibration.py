@@ -140,7 +140,7 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
                     reasons.append(f"misses {what}")
                     continue
                 needs = ("" if ceiling is None else
-                         "; its attacker is at chance on held-out real images, so no copy can show" if ceiling == 0
+                         ", and its attacker is at chance on held-out real images: no copy can show" if ceiling == 0
                          else f", needs {need:.2f}: half its {ceiling:.2f} on held-out real images")
                 reasons.append(f"misses {what} (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]{needs})")
         for kind in (k for k in KNOWN if k in rows and k not in COPIES):

@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 timeout "$CHECK_S" python3 benchmarks/gpu_check.py --work /tmp/medanon-gc --jsonl "$OUT/gpu_check.jsonl" \
   > "$OUT/gpu_check.out" 2>&1
 tar czf "$OUT/gpu_check_logs.tgz" -C /tmp/medanon-gc logs
-# k-SALSA and inversion: the best eager setting, profiled, then compiled (torch.compile: about 95 s to compile the
+# k-SALSA and inversion: the best eager setting, profiled, then compiled (torch.compile: about 100 s to compile the
 # inversion on an H200, more with k-SALSA's backward passes)
 # (compiled: the inversion first, whose result is then in even if k-SALSA's compiling runs out of time)
 for args in "--only ksalsa,inversion --clusters 64 --batch 512 --profile 25" \

@@ -152,8 +152,6 @@ def test_rerun_resumes_from_the_cache(world):
 def test_a_renamed_release_is_reported_under_its_new_name(world, tmp_path):
     """The per-release cache is keyed by content, so a release moved to another folder is not re-evaluated; the
     report must still name it (and its path and mapping) as it is now, not as when it was first evaluated."""
-    import shutil
-
     from medanon.evaluate.harness import ReleaseSpec
 
     src = world["releases"][1]                                       # "noise", evaluated by the fixture

@@ -45,7 +45,7 @@ def copy_ceiling(row: str, attacks: dict) -> float | None:
     """The largest residual risk a copy of real images can give the attack of ``row``: None (1, a perfect match)
     for every attack but the attribute one, whose ceiling is its own residual on held-out real images, people it
     never saw as the copy's members are: ``(accuracy - majority) / (1 - majority)``, clipped to [0, 1]."""
-    if row.removeprefix("independent ") != "attribute":
+    if row != "attribute":
         return None
     a = attacks.get("attribute") or {}
     acc, chance = a.get("heldout_real_accuracy"), a.get("heldout_chance")

@@ -99,10 +99,14 @@ def codec_for(size: int, device: torch.device, amp: str | None):
     return StyleGANCodec(gen, enc, e.iterations, amp=amp).to(device)
 
 
-def gan_train(size: int, device: torch.device, steps: int) -> dict:
+def gan_train(size: int, device: torch.device, steps: int, batch: int = 0) -> dict:
+    """``batch``: images per step (0: the config's)."""
+    from dataclasses import replace
+
     from medanon.train.gan import StyleGANTrainer
 
     cfg = build(StyleGANConfig, path=ROOT / "configs" / "stylegan" / GAN[size])
+    cfg = replace(cfg, batch=batch) if batch else cfg
     images = torch.randint(0, 256, (max(64, 2 * cfg.batch), cfg.channels, size, size), dtype=torch.uint8)
     trainer = StyleGANTrainer(cfg, images, device)
     seconds = timed(device, lambda: [trainer.step() for _ in range(steps)], 1)
@@ -168,6 +172,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=64, choices=sorted(GAN))
     ap.add_argument("--amp", default=None, choices=("bf16", "fp16"), help="autocast of the codec (inversion, ksalsa)")
     ap.add_argument("--gan-steps", type=int, default=3)
+    ap.add_argument("--gan-batch", type=int, default=0, help="GAN training batch (0: the config's)")
     ap.add_argument("--ksalsa-steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=32, help="inversion batch")
     ap.add_argument("--clusters", type=int, default=8, help="k-SALSA clusters optimised together")
@@ -189,7 +194,7 @@ def main() -> None:
         os.environ["MEDANON_STRICT_FP32"] = "1" if args.precision == "fp32" else "0"
         configure_cuda()
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({cpu_name()}, {os.cpu_count()} cores)"
-    runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps),
+    runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps, args.gan_batch),
             "inversion": lambda: inversion(args.size, dev, args.amp, args.batch, args.variant),
             "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps, clusters=args.clusters,
                                      variant=args.variant),

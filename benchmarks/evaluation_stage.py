@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from medanon.demo import GMIA_RELEASE, default_checkpoints, eval_config
+from medanon.demo import default_checkpoints, eval_config
+from medanon.demo_releases import GMIA_RELEASE
 from medanon.evaluate.harness import evaluate
 
 XRAY_METHODS = ("dpglow", "ldp")

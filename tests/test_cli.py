@@ -103,6 +103,13 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["seeds"]["phantoms"] == 0 and manifest["inputs"]["fundus_phantom"]["files"] == 80
     assert "PASSED" in r.output and "FAILED" not in r.output          # every release passed its audit
+    # where the time went: each release made, and the audits, per modality
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    made = {r["modality"]: r["release_seconds"] for r in rows if r.get("step") == "anonymise"}
+    assert set(made["fundus"]) >= {"kpixel-k2", "ksalsa-k10", "gmia", "vs-snow-p0.5"}, made
+    assert set(made["xray"]) >= {"dpglow-eps1e1", "gmia-xray"}, made
+    assert all(v > 0 for m in made.values() for v in m.values())
+    assert {r["modality"] for r in rows if r.get("step") == "audit"} == {"fundus", "xray"}
     before = (out / "data" / "fundus" / "labels.csv").stat().st_mtime_ns
     r = runner.invoke(cli, args)
     assert r.exit_code == 0 and "(done already)" in r.output

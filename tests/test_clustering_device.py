@@ -34,10 +34,12 @@ def test_per_point_state_is_on_the_data_device():
     x = torch.from_numpy(np.random.default_rng(0).standard_normal((300, 8)))
     g = clustering_greedy.Greedy(x, 3, block=64, cache=12, progress=False)
     g.run()
-    for name in ("s", "nn", "stamp", "hot", "hs", "hot_ext", "hpos", "alive_t", "kid"):
+    for name in ("s", "nn", "stamp", "hot", "hs", "hpos", "alive_t", "kid"):
         t = getattr(g, name)
         assert isinstance(t, torch.Tensor) and t.device == x.device, name
     assert g.n_alive < 3 and len(g.hs) == len(g.hot) + 1
+    # the one host copy of the hot set (made at each rebuild, read by the picks): the hot indices and the sentinel
+    assert g.hot_host.tolist() == g.hot.tolist() + [-1]
 
 
 def test_ops_per_pick_do_not_grow_with_n():
@@ -51,7 +53,7 @@ def test_ops_per_pick_do_not_grow_with_n():
         with CountOps() as m:
             g.run()
         per_pick.append(sum(m.ops.values()) / (n // 4))
-    assert per_pick[1] < 50 and per_pick[1] < 1.2 * per_pick[0], per_pick
+    assert per_pick[1] < 30 and per_pick[1] < 1.2 * per_pick[0], per_pick      # 27.0 and 27.7 today
 
 
 def test_products_are_full_float32_inside_and_the_setting_is_restored(monkeypatch):

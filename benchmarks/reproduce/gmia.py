@@ -3,9 +3,9 @@
     nice -n 19 python benchmarks/reproduce/gmia.py --scale small --out /work/repro-runs/gmia-small
     nice -n 19 python benchmarks/reproduce/gmia.py --scale paper --out /work/repro-runs/gmia-paper
 
-Releases: GMIA with the demo's networks for X-rays (``medanon.demo.GMIA_NETWORKS["xray"]``: the co-trained codec
-``cotrained-map-xray64.pt``, E_id ``identity-xray64.pt``, E_ut ``classifier-pneumonia-xray64.pt``) and the method's
-default settings, with both losses (``gmia``), L_id only, L_ut only and no optimisation (``--steps 0``: the
+Releases: GMIA with the demo's networks for X-rays (``medanon.demo_releases.GMIA_NETWORKS["xray"]``: the co-trained
+codec ``cotrained-map-xray64.pt``, E_id ``identity-xray64.pt``, E_ut ``classifier-pneumonia-xray64.pt``) and the
+method's default settings, with both losses (``gmia``), L_id only, L_ut only and no optimisation (``--steps 0``: the
 co-training reconstruction X̂_R). The paper's E-training row needs an encoder-only X-ray codec, which is not shipped
 (Table 1, reconstruction, is docs/gmia_table1.py's). Evaluation: the demo's protocol (the shipped attackers).
 The paper: RSNA pneumonia X-rays (Tables 2–4), transcribed from /work/shared/papers/gmia.txt. Prints ONE JSON line;
@@ -54,7 +54,7 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
     import medanon.anonymize as anonymize
     from medanon.config import DataConfig
     from medanon.data.dataset import open_dataset
-    from medanon.demo import GMIA_NETWORKS, LATENT_BATCH
+    from medanon.demo_releases import GMIA_NETWORKS, LATENT_BATCH
 
     ds = open_dataset(train, DataConfig(size=64))
     nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS["xray"].items()}

@@ -92,7 +92,7 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
     from medanon.codecs.stylegan import load_codec
     from medanon.config import DataConfig
     from medanon.data.dataset import open_dataset
-    from medanon.demo import CLUSTER_BATCH, KSAME_CODEC
+    from medanon.demo_releases import CLUSTER_BATCH, KSAME_CODEC
 
     ds = open_dataset(train, DataConfig(size=64))
     codec_path = ckpt / KSAME_CODEC

@@ -21,47 +21,25 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 import yaml
 
-from medanon.codecs.stylegan import load_codec
 from medanon.config import DataConfig, PhantomConfig, to_dict
 from medanon.data.dataset import open_dataset
 from medanon.data.records import Record
 from medanon.data.splits import split_patients, write_splits_csv
 from medanon.data.summary import format_summary, summarize
+from medanon.demo_releases import releases_fundus, releases_xray
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_dir, atomic_write_text
 from medanon.outputs import check_output, write_marker
 from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
 
-if TYPE_CHECKING:
-    from medanon.release.release import Release
-
 log = logging.getLogger(__name__)
-
-KS = (2, 5, 10)
-SNOW_PS = (0.1, 0.3, 0.5)
-EPSILONS = ("1e3", "1e2", "1e1")                 # per pixel (x H*W per image)
-LATENT_BATCH = 32                               # GMIA images per batch at 64 px
-# k-Centroid / k-SALSA clusters per batch: the demo's 70 clusters at k = 2 (140 training patients) in one batch of
-# 80 instead of three of 32 (`ksalsa(k=2, steps=100)` on the demo's training split: 79.3 -> 66.9 s wall, 152.5 ->
-# 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching is speed only (tested).
-CLUSTER_BATCH = 80
-# The codec of the latent k-Same methods (k-Centroid, k-SALSA) and of their GAN-Inverted reference release: as in
-# k-SALSA's paper, a ReStyle encoder trained against a frozen generator. The frozen generator is the one co-trained
-# with a spatial latent map (W+ styles plus a 32 x 32 x 2 feature map; checkpoints/README.md), the only one here that
-# draws vessels; its reconstructions keep the vessel tree and identity (reconstruction FID 47.7 against 56.1 for the
-# co-trained encoder, docs/experiments.md). The releases' manifests name the codec and its latent space
-# ("ws+map").
-KSAME_CODEC = "restyle-map-fundus64.pt"
-
 
 @dataclass
 class DemoConfig:
@@ -132,117 +110,6 @@ def report_folder(out: Path, modality: str) -> Path:
     write_marker(report, "report")
     return report
 
-
-def _release(command: str, dest: Path, make: Callable[[], Release]) -> None:
-    """Make and save one release through the Python API unless ``dest`` exists; print the equivalent command.
-
-    ``make`` builds the :class:`~medanon.release.release.Release` (nothing is computed before ``save``); the
-    private mapping goes next to the release (``dest.mapping.json``), outside it.
-    """
-    click.secho("$ medanon " + command + f" --out {dest} --mapping {dest}.mapping.json", fg="cyan")
-    if dest.exists():
-        click.echo("  (done already)")
-        return
-    make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"))
-
-
-def _releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
-    import medanon.anonymize as anonymize
-
-    ds = open_dataset(data, DataConfig(size=cfg.size))
-    dev = cfg.device
-    out: list[Path] = []
-    latent = ckpt / KSAME_CODEC
-    methods = ["kpixel", "kpca"] + (["kcentroid", "ksalsa"] if latent.exists() else [])
-    if not latent.exists():
-        click.echo(f"k-Centroid, k-SALSA and GAN-Inverted skipped: {latent} is not shipped")
-    codec = None
-    for method in methods:
-        for k in KS:
-            dest = rel / f"{method}-k{k}"
-            command = f"anonymize {method} --data {data} --k {k} --seed {cfg.seed}"
-            kw = {"k": k, "seed": cfg.seed, "device": dev}
-            if method in ("kcentroid", "ksalsa"):
-                # CLUSTER_BATCH clusters per batch: the same averages as the default 8 (batching is speed only,
-                # tested), faster on 2 CPU cores at 64 px (`--batch 8|32`, k = 2, 20 steps: 18.5 and 13.8 s)
-                command += f" --model {latent} --batch {CLUSTER_BATCH}"
-                codec = codec or load_codec(latent, map_location=resolve_device(dev))
-                kw.update(codec=codec, batch=CLUSTER_BATCH)
-            if method == "ksalsa":
-                command += f" --steps {cfg.ksalsa_steps}"
-                kw["steps"] = cfg.ksalsa_steps
-            _release(command, dest, lambda m=method, kw=kw: getattr(anonymize, m)(ds, **kw))
-            out.append(dest)
-    if codec is not None:                       # the codec alone, NOT anonymised: what the latent methods start from
-        dest = rel / "inverted"
-        _release(f"anonymize inverted --data {data} --model {latent} --seed {cfg.seed}", dest,
-                 lambda: anonymize.inverted(ds, codec=codec, seed=cfg.seed, device=dev))
-        out.append(dest)
-    out += _releases_gmia(ds, data, rel, ckpt, cfg)
-    unet = ckpt / "unet-vessels64.pt"
-    for method in ("snow", "vs-snow"):
-        for p in SNOW_PS:
-            dest = rel / f"{method}-p{p}"
-            # no seed: a public seed would let anyone regenerate the hidden pixels (the release would then state no
-            # formal guarantee); the subsets come from secret randomness
-            command = f"anonymize {method} --data {data} --p {p}"
-            if method == "snow":
-                _release(command, dest, lambda p=p: anonymize.snow(ds, p=p, device=dev))
-            else:
-                _release(command + f" --checkpoint {unet}", dest,
-                         lambda p=p: anonymize.vs_snow(ds, p=p, checkpoint=unet, device=dev))
-            out.append(dest)
-    return out
-
-
-GMIA_NETWORKS = {
-    "fundus": {"model": "cotrained-map-fundus64.pt", "identity": "identity-fundus64.pt",
-               "utility": "classifier-grade-fundus64.pt"},
-    "xray": {"model": "cotrained-map-xray64.pt", "identity": "identity-xray64.pt",
-             "utility": "classifier-pneumonia-xray64.pt"},
-}
-GMIA_RELEASE = {"fundus": "gmia", "xray": "gmia-xray"}     # one releases/ folder serves both modalities
-
-
-def _releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, modality: str = "fundus") -> list[Path]:
-    """GMIA with the shipped co-trained codec, E_id and E_ut of ``modality`` (GMIA Table 2's setting with both
-    losses); the paper's own modality is chest X-ray."""
-    import medanon.anonymize as anonymize
-
-    missing = [name for name in GMIA_NETWORKS[modality].values() if not (ckpt / name).exists()]
-    if missing:
-        click.echo(f"GMIA ({modality}) skipped: {', '.join(missing)} not shipped in {ckpt}")
-        return []
-    dest = rel / GMIA_RELEASE[modality]
-    nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS[modality].items()}
-    kw = {**nets, "batch_size": LATENT_BATCH, "device": cfg.device}   # batch: speed only (docs/gmia.md)
-    command = f"anonymize gmia --data {data} " + " ".join(f"--{o} {p}" for o, p in nets.items())
-    if cfg.gmia_steps is not None:
-        kw["steps"] = cfg.gmia_steps
-        command += f" --steps {cfg.gmia_steps}"
-    _release(command + f" --batch-size {LATENT_BATCH}", dest, lambda: anonymize.gmia(ds, **kw))
-    return [dest]
-
-
-def _releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig) -> list[Path]:
-    import medanon.anonymize as anonymize
-
-    ds = open_dataset(data, DataConfig(size=cfg.size))
-    out: list[Path] = []
-    flow = ckpt / "glow-xray64.pt"
-    for method in ("dpglow", "ldp-image"):
-        for eps in EPSILONS:
-            dest = rel / f"{method}-eps{eps}"
-            command = f"anonymize {method} --data {data} --epsilon {eps} --per-element"
-            if method == "dpglow":
-                _release(command + f" --flow {flow}", dest,
-                         lambda e=float(eps): anonymize.dpglow(ds, epsilon=e, flow=flow, per_element=True,
-                                                               device=cfg.device))
-            else:
-                _release(command, dest, lambda e=float(eps): anonymize.ldp_image(ds, epsilon=e, per_element=True,
-                                                                                 device=cfg.device))
-            out.append(dest)
-    return out + _releases_gmia(ds, data, rel, ckpt, cfg, modality="xray")
 
 
 # The phantom the shipped X-ray flows were trained on (checkpoints/README.md): their held-out patients are the
@@ -391,12 +258,14 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
 
         click.echo(f"\n== {modality}: anonymising the training split ==")
         t0 = time.perf_counter()
-        make = _releases_fundus if modality == "fundus" else _releases_xray
-        releases[modality] = make(train, out / "releases", ckpt, cfg)
+        make = releases_fundus if modality == "fundus" else releases_xray
+        times: dict[str, float] = {}
+        releases[modality] = make(train, out / "releases", ckpt, cfg, times)
         run.log_metrics(step="anonymise", modality=modality, releases=len(releases[modality]),
-                        seconds=round(time.perf_counter() - t0, 1))
+                        seconds=round(time.perf_counter() - t0, 1), release_seconds=times)
 
         click.echo(f"\n== {modality}: audit ==")
+        t0 = time.perf_counter()
         for rel in releases[modality]:
             mapping = rel.with_name(rel.name + ".mapping.json")
             rep = audit_release(rel, mapping=mapping if mapping.exists() else None, source_records=ds.records)
@@ -404,6 +273,7 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
                        + "".join(f"; {c.name}: {c.detail}" for c in rep.checks if not c.passed))
             if not rep.passed:
                 raise DataError(f"release {rel} failed its audit", fix="this is a bug: please report it")
+        run.log_metrics(step="audit", modality=modality, seconds=round(time.perf_counter() - t0, 1))
 
         if not evaluation:
             continue

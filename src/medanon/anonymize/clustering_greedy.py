@@ -16,10 +16,11 @@ remaining points, group it with its k−1 nearest remaining neighbours and remov
   (:class:`medanon.anonymize.clustering_distances.NearTies`), ties by the lowest index.
 
 Every per-point array (sums, stamps, bounds, the hot set and its sums, the alive mask, the candidate columns)
-lives on the data's device and is updated by batched torch ops (about 19 kernels a pick); a pick moves three
-numbers to the host (the two best hot sums and the best index) and the k indices of its group back. The host
-keeps only what is per group or per cached list (an alive mirror, the removal order, the neighbour lists), and
-a copy of the points for the float64 re-checks of a few pairs.
+lives on the data's device and is updated by batched torch ops (about 17 kernels a pick, written in place where
+torch allows: on a GPU the loop is bound by launches, not arithmetic); a pick moves three numbers to the host (the
+two best hot sums and the best one's position in the hot set) and the k indices of its group back. The host keeps
+only what is per group, per cached list or per hot set (an alive mirror, the removal order, the neighbour lists,
+the hot set's indices), and a copy of the points for the float64 re-checks of a few pairs.
 
 What it returns (clusters of exactly k, and the N mod k points left over) becomes a
 :class:`medanon.anonymize.clustering.Clustering` in :func:`medanon.anonymize.clustering.same_size_clusters`.
@@ -120,7 +121,7 @@ class Greedy:
         # the hot set's exact current sums (-inf once a point leaves) and its indices, each with a last slot for
         # the points outside it (-inf, -1); hpos[i]: i's position in the hot set (that slot when outside)
         self.hs = torch.full((1,), -math.inf, dtype=torch.float64, device=self.dev)
-        self.hot_ext = torch.full((1,), -1, dtype=torch.int64, device=self.dev)
+        self.hot_host = np.full(1, -1, np.int64)      # on the host: a pick's position maps to its index there
         self.hpos = torch.zeros(self.n, dtype=torch.int64, device=self.dev)
         self.sum64 = ((lambda d: d.double().sum(1)) if self.dev.type == "cpu"      # 28x faster than dtype= there
                       else (lambda d: d.sum(1, dtype=torch.float64)))              # one kernel
@@ -247,7 +248,7 @@ class Greedy:
             size *= 2
         h = len(self.hot)
         self.hs = torch.cat([self.s[self.hot], self.hs.new_full((1,), -math.inf)])
-        self.hot_ext = torch.cat([self.hot, self.hot.new_full((1,), -1)])
+        self.hot_host = np.append(self.hot.cpu().numpy(), -1)
         self.hpos.fill_(h)
         self.hpos[self.hot] = torch.arange(h, device=self.dev)
         self.hx, self.hq = self._rows(self.hot)
@@ -260,11 +261,12 @@ class Greedy:
         """The best hot sum, and the hot points within the near-tie tolerance of it with their sums: one host
         transfer (the two best sums and the best index), a second only when the two are near-tied."""
         top = torch.topk(self.hs, 2)
-        v0, v1, p = torch.cat([top.values, self.hot_ext[top.indices[:1]].double()]).cpu().tolist()
+        v0, v1, pos = torch.cat([top.values, top.indices[:1].double()]).cpu().tolist()
+        p = self.hot_host[int(pos)]
         if v0 == -math.inf or v1 < v0 - self.ties.sum_tol(v0):
             return v0, np.array([int(p)]), np.array([v0])
         near = torch.nonzero(self.hs >= v0 - self.ties.sum_tol(v0)).squeeze(1)
-        return v0, self.hot_ext[near].cpu().numpy(), self.hs[near].cpu().numpy()
+        return v0, self.hot_host[near.cpu().numpy()], self.hs[near].cpu().numpy()
 
     def _argmax(self) -> int:
         """Index of the alive point with the largest sum (ties: lowest index).
@@ -282,18 +284,18 @@ class Greedy:
     def _remove(self, members: np.ndarray) -> None:
         m = self._dev(members)
         self.alive[members] = False
-        self.alive_t[m] = False
+        self.alive_t.index_fill_(0, m, False)
         self.n_alive -= len(members)
-        xb, qb = self._rows(m)
-        r = self.removed
-        self.order[r:r + len(members)] = members
-        self.rx[r:r + len(members)] = xb
-        self.rq[r:r + len(members)] = qb
-        self.taken[r + 1:r + len(members) + 1] = self.taken[r] + np.cumsum(self.nn_host[members])
-        self.removed += len(members)
+        r, e = self.removed, self.removed + len(members)
+        # the group's rows straight into the removed rows (no temporaries: on a GPU each op is a launch)
+        xb = torch.index_select(self.x, 0, m, out=self.rx[r:e])
+        qb = torch.index_select(self.sq, 0, m, out=self.rq[r:e])
+        self.order[r:e] = members
+        self.taken[r + 1:e + 1] = self.taken[r] + np.cumsum(self.nn_host[members])
+        self.removed = e
         if len(self.hot):                             # the hot set stays exact: one (hot x group) product
-            self.hs.index_fill_(0, self.hpos[m], -math.inf)
-            self.hs[:-1] -= self.sum64(distances.pairwise(self.hx, xb, self.hq, qb))
+            self.hs.index_fill_(0, self.hpos.index_select(0, m), -math.inf)
+            self.hs[:-1].sub_(self.sum64(distances.pairwise(self.hx, xb, self.hq, qb)))
 
     # -------------------------------------------------------------------------------------- neighbours
 
@@ -307,7 +309,7 @@ class Greedy:
             return hit
         # p and the likely next picks (best exact sums of the hot set), against every alive point
         top = torch.topk(self.hs, min(32, len(self.hs)))
-        likely = self.hot_ext[top.indices[torch.isfinite(top.values)]].cpu().numpy()
+        likely = self.hot_host[top.indices[torch.isfinite(top.values)].cpu().numpy()]
         batch = np.union1d(likely, [p])
         others = self.n_alive - 1
         kk = min(self.cache_size, others)

@@ -39,7 +39,7 @@ def test_per_point_state_is_on_the_data_device():
         assert isinstance(t, torch.Tensor) and t.device == x.device, name
     assert g.n_alive < 3 and len(g.hs) == len(g.hot) + 1
     # the one host copy of the hot set (made at each rebuild, read by the picks): the hot indices and the sentinel
-    assert g.hot_host.tolist() == g.hot.tolist() + [-1]
+    assert g.hot_host.tolist() == [*g.hot.tolist(), -1]
 
 
 def test_ops_per_pick_do_not_grow_with_n():

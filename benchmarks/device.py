@@ -14,7 +14,11 @@ the device gave at that moment:
 - ``ksalsa``: seconds per cluster of k-SALSA averaging (k = 5, ``--ksalsa-steps`` Adam steps, clusters in
   batches of 8, EfficientNet-Lite0 features at the images' size), and the same scaled to 100 steps (the
   paper's setting; k-SALSA reports 19 s per cluster at 512 px on an RTX 3090);
-- ``fid``: images/s of the Inception-v3 FID feature network (299 px inputs, batches of 64).
+- ``fid``: images/s of the Inception-v3 FID feature network (299 px inputs, batches of 64);
+- ``first_use``: seconds of the evaluation's utility probe (the fast preset's EfficientNet-Lite0 features at
+  several depths) on 512 images at 64 px (batches of 64): the first pass in the process, the second, and a pass with a new last
+  batch shape. A first pass much slower than the second is one-time cost (loading the network and its kernels,
+  cuDNN choosing or compiling kernels for each new shape) that falls on the first release an evaluation measures.
 
 On a GPU each line also gives the peak memory allocated (``peak_gpu_mb``), what a batch size must fit in.
 Models are untrained (speed does not depend on the weights). Nothing here is a GPU number unless the
@@ -166,6 +170,23 @@ def fid(size: int, device: torch.device, batch: int = 64) -> dict:
     return {"img_per_s": batch / seconds, "batch": batch, "network": info.get("name")}
 
 
+def first_use(device: torch.device, images: int = 512) -> dict:
+    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.learners import make_learner
+
+    learner = make_learner(EvalConfig.fast(size=64).utility, device=device)
+    x = torch.rand(images, 3, 64, 64) * 2 - 1
+
+    def seconds(images: torch.Tensor) -> float:
+        t0 = time.perf_counter()
+        learner.encode(images)                 # ends with a copy to the host: synchronised
+        return time.perf_counter() - t0
+
+    first = seconds(x)
+    return {"first_s": first, "second_s": seconds(x), "new_shape_s": seconds(x[:-5]), "images": len(x),
+            "network": learner.cfg.network}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto")
@@ -198,7 +219,8 @@ def main() -> None:
             "inversion": lambda: inversion(args.size, dev, args.amp, args.batch, args.variant),
             "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps, clusters=args.clusters,
                                      variant=args.variant),
-            "fid": lambda: fid(args.size, dev)}
+            "fid": lambda: fid(args.size, dev),
+            "first_use": lambda: first_use(dev)}
     for what in args.only.split(","):
         flops = matmul_flops(dev, n=2048)
         if dev.type == "cuda":

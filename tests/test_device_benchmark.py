@@ -1,4 +1,5 @@
-"""benchmarks/device.py in its CPU form: the inversion line carries its FLOPs, a variant and a profile."""
+"""benchmarks/device.py in its CPU form: the inversion line carries its FLOPs, a variant and a profile; the
+first-use measure times its three passes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,3 +24,13 @@ def test_inversion_line_counts_flops_and_profiles():
     assert 0.1 < line["gflop_per_img"] < 5
     assert abs(line["achieved_tflops"] - line["gflop_per_img"] * line["img_per_s"] / 1e3) < 1e-3
     assert "Self CPU" in p.stderr and "aten::" in p.stderr
+
+
+def test_first_use_line_times_three_passes_of_the_probe(monkeypatch):
+    """The first-use measure runs the evaluation's probe three times (first, again, a new last batch shape)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import device
+
+    out = device.first_use(torch.device("cpu"), images=70)       # batches of 64: 64 + 6, then 64 + 1
+    assert out["images"] == 70 and out["network"] == "efficientnet-lite0"
+    assert all(out[k] > 0 for k in ("first_s", "second_s", "new_shape_s"))

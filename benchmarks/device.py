@@ -16,9 +16,10 @@ the device gave at that moment:
   paper's setting; k-SALSA reports 19 s per cluster at 512 px on an RTX 3090);
 - ``fid``: images/s of the Inception-v3 FID feature network (299 px inputs, batches of 64);
 - ``first_use``: seconds of the evaluation's utility probe (the fast preset's EfficientNet-Lite0 features at
-  several depths) on 512 images at 64 px (batches of 64): the first pass in the process, the second, and a pass with a new last
-  batch shape. A first pass much slower than the second is one-time cost (loading the network and its kernels,
-  cuDNN choosing or compiling kernels for each new shape) that falls on the first release an evaluation measures.
+  several depths) on 512 images at 64 px in batches of 64: the first pass in the process, the second, and a pass
+  with a new last batch shape. A first pass much slower than the second is one-time cost (loading the network
+  and its kernels, cuDNN choosing or compiling kernels for each new shape) that falls on the first release an
+  evaluation measures.
 
 On a GPU each line also gives the peak memory allocated (``peak_gpu_mb``), what a batch size must fit in.
 Models are untrained (speed does not depend on the weights). Nothing here is a GPU number unless the

@@ -28,11 +28,13 @@ SNOW_PS = (0.1, 0.3, 0.5)
 EPSILONS = ("1e3", "1e2", "1e1")                 # per pixel (x H*W per image)
 LATENT_BATCH = 32                               # GMIA images per batch at 64 px on the CPU
 # On a GPU the demo's GMIA batches hold up to 512 images (its training splits: 560 fundus, 560 X-ray images), since
-# launches, not arithmetic, bound 64 px batches there; batching never changes GMIA's result (docs/gmia.md, tested).
+# launches, not arithmetic, bound 64 px batches there; batching changes GMIA's result only by float rounding (a
+# batch of 6 and one at a time agree to 1e-4, docs/gmia.md).
 GPU_LATENT_BATCH = 512
 # k-Centroid / k-SALSA clusters per batch: the demo's 70 clusters at k = 2 (140 training patients) in one batch of
 # 80 instead of three of 32 (`ksalsa(k=2, steps=100)` on the demo's training split: 79.3 -> 66.9 s wall, 152.5 ->
-# 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching is speed only (tested).
+# 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching changes the averages only by float
+# rounding (docs/distributed.md).
 CLUSTER_BATCH = 80
 # The codec of the latent k-Same methods (k-Centroid, k-SALSA) and of their GAN-Inverted reference release: as in
 # k-SALSA's paper, a ReStyle encoder trained against a frozen generator. The frozen generator is the one co-trained

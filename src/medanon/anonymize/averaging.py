@@ -14,12 +14,16 @@ many acquisitions does not dominate a record that stands for P people.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from medanon.errors import ConfigError
+
+T, R = TypeVar("T"), TypeVar("R")
 
 
 def member_weights(members: np.ndarray, patient_ids: Sequence[str]) -> np.ndarray:
@@ -129,6 +133,48 @@ def pad_clusters(clusters: Sequence[np.ndarray], weights: Sequence[np.ndarray]) 
 def cluster_batches(n_clusters: int, batch: int) -> list[range]:
     """Consecutive ranges of at most ``batch`` cluster indices."""
     return [range(i, min(i + batch, n_clusters)) for i in range(0, n_clusters, batch)] if n_clusters else []
+
+
+CPU_CLUSTER_BATCH = 8           # clusters averaged together by default on the CPU
+# ... and on a GPU, where launches bound small batches: k-SALSA at 256 px, bf16, k = 5 took 0.161 s a cluster with 64
+# per batch on an H200, 0.176 with 32 and 0.182 with 128 on an H100 (docs/gpu.md). Halved on running out of memory.
+GPU_CLUSTER_BATCH = 64
+
+
+def resolve_batch(batch: int, device: torch.device | str) -> int:
+    """Clusters per batch: ``batch``, or for 0 (the default) :data:`CPU_CLUSTER_BATCH` on the CPU and
+    :data:`GPU_CLUSTER_BATCH` elsewhere. Batching changes the speed, and an optimised average only by float rounding
+    (batched convolutions round with the batch's size; docs/distributed.md)."""
+    if batch:
+        return int(batch)
+    return CPU_CLUSTER_BATCH if torch.device(device).type == "cpu" else GPU_CLUSTER_BATCH
+
+
+def batches_within_memory(items: Sequence[T], batch: int, run: Callable[[list[T]], R], *,
+                          what: str) -> Iterator[tuple[list[T], R, int]]:
+    """``run`` on consecutive batches of at most ``batch`` items, yielding each batch with its result and the batch
+    size in force (the last batch may be shorter). A batch that
+    runs out of device memory (``torch.OutOfMemoryError``) is tried again with half as many items, down to one,
+    and a warning names the new size; the batches after it keep that size."""
+    pos = 0
+    while pos < len(items):
+        chunk = list(items[pos:pos + batch])
+        out_of_memory = False
+        try:
+            out = run(chunk)
+        except torch.OutOfMemoryError:
+            if len(chunk) == 1:
+                raise
+            out_of_memory = True                 # freed below, once the exception no longer holds its tensors
+        if out_of_memory:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            batch = len(chunk) // 2
+            warnings.warn(f"{what}: out of device memory with {len(chunk)} per batch; continuing with {batch}",
+                          stacklevel=2)
+            continue
+        yield chunk, out, batch
+        pos += len(chunk)
 
 
 def check_k(k: int, method: str = "") -> None:

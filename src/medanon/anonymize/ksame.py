@@ -35,12 +35,13 @@ from tqdm.auto import tqdm
 from medanon.anonymize.augment import latent_views, prior_w_std
 from medanon.anonymize.averaging import (
     PCA,
+    batches_within_memory,
     centroid_latents,
-    cluster_batches,
     member_weights,
     pad_clusters,
     pca_averages,
     pixel_averages,
+    resolve_batch,
 )
 from medanon.anonymize.clustering import Clustering, cluster_people
 from medanon.anonymize.ksame_config import DEFAULT_VIEW_SIGMA, LATENT_METHODS, METHODS, KSameConfig
@@ -240,24 +241,29 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     todo = [i for i, key in enumerate(keys) if not all(writer.done(f"{key}/{v}") for v in range(cfg.views))]
     resumed = len(keys) - len(todo)
     style = []
-    bar = tqdm(cluster_batches(len(todo), cfg.batch), desc=f"{cfg.method} (clusters of >= {cfg.k})",
-               disable=not progress, unit="batch")
-    for rng in bar:
-        chosen = [todo[i] for i in rng]
-        images = averager([clustering.clusters[i] for i in chosen], [weights[i] for i in chosen],
-                          [keys[i] for i in chosen])
+    batch = resolve_batch(cfg.batch, device)
+
+    def average(chosen: list[int]) -> torch.Tensor:
+        return averager([clustering.clusters[i] for i in chosen], [weights[i] for i in chosen],
+                        [keys[i] for i in chosen])
+
+    bar = tqdm(total=len(todo), desc=f"{cfg.method} (clusters of >= {cfg.k})", disable=not progress, unit="cluster")
+    for chosen, images, in_force in batches_within_memory(todo, batch, average, what=cfg.method):
+        batch = in_force                        # smaller after running out of memory
         for j, c in enumerate(chosen):
             sources = [ds.records[i] for i in clustering.clusters[c]]
             for v in range(cfg.views):
                 key = f"{keys[c]}/{v}"
                 if not writer.done(key):
                     writer.add(key, images[j, v], sources)
+        bar.update(len(chosen))
         if averager.last:
             style.append(averager.last)
             bar.set_postfix(style=f"{np.mean(averager.last['style_start']):.3f}->"
                                   f"{np.mean(averager.last['style_end']):.3f}")
+    bar.close()
     _labels_per_patient(writer, [[ds.records[i] for i in c] for c in clustering.clusters], keys, cfg.views, labels)
-    summary = {"clusters": len(keys), "resumed_clusters": resumed, "records": len(writer),
+    summary = {"clusters": len(keys), "resumed_clusters": resumed, "records": len(writer), "clusters_per_batch": batch,
                "dropped_images": len(clustering.dropped),
                "people_per_cluster": [int(min(len({pids[i] for i in c}) for c in clustering.clusters)),
                                       int(max(len({pids[i] for i in c}) for c in clustering.clusters))]}

@@ -25,7 +25,7 @@ class KSameConfig:
     stratify: str = ""                          # cluster within strata of this label (patient's worst value)
     drop_remainder: bool = False                # leave out the N mod k leftovers (and strata smaller than k)
     space: str = "auto"                         # clustering space: auto | latent | pca (auto: latent with a codec)
-    batch: int = 8                              # clusters averaged together
+    batch: int = 0                              # clusters averaged together (0: 8 on the CPU, 64 on a GPU)
     pca_components: float = 0.9                 # k-Same-PCA (and the pca space): count or variance fraction
     pca_fit_max: int = 2000                     # images the PCA is fitted on (seeded subsample beyond)
     pca_basis: str = "private"                  # kpca: private (fitted on the released data) | separate (basis=)
@@ -39,8 +39,8 @@ class KSameConfig:
             raise ConfigError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
         if self.space not in ("auto", "latent", "pca"):
             raise ConfigError(f"clustering space {self.space!r} must be auto, latent or pca")
-        if self.batch < 1:
-            raise ConfigError(f"batch={self.batch} must be at least 1")
+        if self.batch < 0:
+            raise ConfigError(f"batch={self.batch} must be at least 1, or 0 for the device's default")
         if self.views < 1:
             raise ConfigError(f"views={self.views} must be at least 1")
         if self.pca_basis not in ("private", "separate"):

@@ -128,8 +128,10 @@ def ksame_options(*, model_required: bool, k: bool = True):
                 click.option("--drop-remainder", is_flag=True, default=None,
                              help="Leave out the N mod k leftover patients (the paper) instead of joining them to "
                                   "their nearest clusters."),
-                click.option("--batch", type=click.IntRange(min=1), default=None,
-                             help="Clusters averaged together." + default(KSameConfig, "batch")),
+                click.option("--batch", type=click.IntRange(min=0), default=None,
+                             help="Clusters averaged together (0: 8 on the CPU, 64 on a GPU; halved if the GPU "
+                                  "runs out of memory). A speed setting: averages differ only by float rounding."
+                                  + default(KSameConfig, "batch")),
             ]
         opts.append(config_options("KSameConfig"))
         opts.append(amp_option)

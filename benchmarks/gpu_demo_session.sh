@@ -9,13 +9,8 @@
 set -u
 OUT=${1:?usage: gpu_demo_session.sh OUTDIR [TOTAL_SECONDS]}
 TOTAL_S=${2:-570}
-SECONDS=0
-within() {  # seconds a step may take: at most $1, and never past TOTAL_S (at least 1)
-  local left=$(( TOTAL_S - SECONDS - 5 ))
-  [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"
-}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+# shellcheck source=benchmarks/gpu_budget.sh
+source "$(dirname "$0")/gpu_budget.sh"
 DEMO=/tmp/medanon-demo
 timeout "$(within 200)" python3 -m medanon --device cuda -q demo --out "$DEMO" --no-inception --skip-evaluation \
   > "$OUT/demo.log" 2>&1

@@ -13,13 +13,8 @@ set -u
 OUT=${1:?usage: gpu_session.sh OUTDIR [TOTAL_SECONDS] [CHECK_SECONDS]}
 TOTAL_S=${2:-570}
 CHECK_S=${3:-240}
-SECONDS=0
-within() {  # seconds a step may take: at most $1, and never past TOTAL_S (at least 1)
-  local left=$(( TOTAL_S - SECONDS - 5 ))
-  [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"
-}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+# shellcheck source=benchmarks/gpu_budget.sh
+source "$(dirname "$0")/gpu_budget.sh"
 timeout "$CHECK_S" python3 benchmarks/gpu_check.py --work /tmp/medanon-gc --jsonl "$OUT/gpu_check.jsonl" \
   > "$OUT/gpu_check.out" 2>&1
 tar czf "$OUT/gpu_check_logs.tgz" -C /tmp/medanon-gc logs

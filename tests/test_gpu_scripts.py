@@ -1,0 +1,24 @@
+"""The GPU session scripts parse, and their shared budget caps every step at the call's time left."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("script", ["gpu_session.sh", "gpu_demo_session.sh", "gpu_budget.sh"])
+def test_scripts_parse(script):
+    subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / script)], check=True)
+
+
+def test_budget_caps_steps_and_makes_the_output_absolute(tmp_path: Path):
+    out = subprocess.run(["bash", "-c", f'set -u; OUT=rel; TOTAL_S=100; source {ROOT}/benchmarks/gpu_budget.sh; '
+                                        'echo "$OUT|$(pwd)|$(within 30)|$(within 200)"; SECONDS=99; '
+                                        'echo "$(within 30)"'],
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == [f"{tmp_path / 'rel'}|{ROOT}|30|95", "1"]          # never past the call's end, at least 1 s
+    assert (tmp_path / "rel").is_dir()

@@ -130,11 +130,6 @@ def pad_clusters(clusters: Sequence[np.ndarray], weights: Sequence[np.ndarray]) 
     return idx, w
 
 
-def cluster_batches(n_clusters: int, batch: int) -> list[range]:
-    """Consecutive ranges of at most ``batch`` cluster indices."""
-    return [range(i, min(i + batch, n_clusters)) for i in range(0, n_clusters, batch)] if n_clusters else []
-
-
 CPU_CLUSTER_BATCH = 8           # clusters averaged together by default on the CPU
 # ... and on a GPU, where launches bound small batches: k-SALSA at 256 px, bf16, k = 5 took 0.161 s a cluster with 64
 # per batch on an H200, 0.176 with 32 and 0.182 with 128 on an H100 (docs/gpu.md). Halved on running out of memory.
@@ -153,9 +148,9 @@ def resolve_batch(batch: int, device: torch.device | str) -> int:
 def batches_within_memory(items: Sequence[T], batch: int, run: Callable[[list[T]], R], *,
                           what: str) -> Iterator[tuple[list[T], R, int]]:
     """``run`` on consecutive batches of at most ``batch`` items, yielding each batch with its result and the batch
-    size in force (the last batch may be shorter). A batch that
-    runs out of device memory (``torch.OutOfMemoryError``) is tried again with half as many items, down to one,
-    and a warning names the new size; the batches after it keep that size."""
+    size in force (the last batch may be shorter). A batch that runs out of device memory
+    (``torch.OutOfMemoryError``) is tried again with half as many items, down to one, and a warning names the new
+    size; the batches after it keep that size."""
     pos = 0
     while pos < len(items):
         chunk = list(items[pos:pos + batch])

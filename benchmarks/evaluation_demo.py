@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 
-def demo_releases(demo: Path, modality: str) -> list[Path]:
+def releases_of(demo: Path, modality: str) -> list[Path]:
     """The release folders the demo evaluated for ``modality`` (its report), or made (its metrics)."""
     report = demo / f"report-{modality}" / "report.json"
     if report.exists():
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     from medanon.demo import eval_config
     from medanon.evaluate.harness import evaluate
 
-    releases = demo_releases(args.demo, args.modality)
+    releases = releases_of(args.demo, args.modality)
     import yaml
 
     cfg_file = yaml.safe_load((args.demo / "config.yaml").read_text()) or {}

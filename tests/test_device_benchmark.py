@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,8 +29,8 @@ def test_inversion_line_counts_flops_and_profiles():
 
 def test_first_use_line_times_three_passes_of_the_probe(monkeypatch):
     """The first-use measure runs the evaluation's probe three times (first, again, a new last batch shape)."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import device
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))               # device.py imports its sibling flow.py
+    device = load_script("benchmarks/device.py")
 
     out = device.first_use(torch.device("cpu"), images=70)       # batches of 64: 64 + 6, then 64 + 1
     assert out["images"] == 70 and out["network"] == "efficientnet-lite0"

@@ -83,8 +83,8 @@ def releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times: d
             command = f"anonymize {method} --data {data} --k {k} --seed {cfg.seed}"
             kw = {"k": k, "seed": cfg.seed, "device": dev}
             if method in ("kcentroid", "ksalsa"):
-                # CLUSTER_BATCH clusters per batch: the same averages as the default 8 (batching is speed only,
-                # tested), faster on 2 CPU cores at 64 px (`--batch 8|32`, k = 2, 20 steps: 18.5 and 13.8 s)
+                # CLUSTER_BATCH clusters per batch (see its comment): the averages differ from other batch sizes only
+                # by float rounding
                 command += f" --model {latent} --batch {CLUSTER_BATCH}"
                 codec = codec or load_codec(latent, map_location=resolve_device(dev))
                 kw.update(codec=codec, batch=CLUSTER_BATCH)
@@ -137,7 +137,7 @@ def releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times:
     dest = rel / GMIA_RELEASE[modality]
     nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS[modality].items()}
     batch = latent_batch(cfg.device)
-    kw = {**nets, "batch_size": batch, "device": cfg.device}   # batch: speed only (docs/gmia.md)
+    kw = {**nets, "batch_size": batch, "device": cfg.device}   # batch: speed, and float rounding (docs/gmia.md)
     command = f"anonymize gmia --data {data} " + " ".join(f"--{o} {p}" for o, p in nets.items())
     if cfg.gmia_steps is not None:
         kw["steps"] = cfg.gmia_steps

@@ -259,7 +259,8 @@ class Greedy:
 
     def _best(self) -> tuple[float, np.ndarray, np.ndarray]:
         """The best hot sum, and the hot points within the near-tie tolerance of it with their sums: one host
-        transfer (the two best sums and the best index), a second only when the two are near-tied."""
+        transfer (the two best sums and the best one's position in the hot set), a second only when the two are
+        near-tied."""
         top = torch.topk(self.hs, 2)
         v0, v1, pos = torch.cat([top.values, top.indices[:1].double()]).cpu().tolist()
         p = self.hot_host[int(pos)]

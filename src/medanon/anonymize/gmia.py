@@ -86,7 +86,7 @@ class GMIAConfig:
     lambda_id: float = 1.0                      # weight of L_id
     lambda_ut: float = 0.05                     # weight of L_ut (a Euclidean distance of unnormalised features)
     latent_space: str = "w"                     # w: one shared w_dim offset for all layers (the paper's W) | w+
-    batch_size: int = 16                        # images optimised together (speed only; results do not depend on it)
+    batch_size: int = 16                        # images optimised together (speed; results agree to float rounding)
 
     def validate(self) -> None:
         if self.latent_space not in SPACES:

@@ -114,6 +114,49 @@ def test_inception_matches_fid_helper(cat_batch, inception_out):
     np.testing.assert_allclose(inception_out[0]["pool"].numpy(), ref, atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def inception_file():
+    """The TorchScript file itself, run by its own code: the reference of the eager network."""
+    import warnings
+
+    from medanon.models.features.inception import WEIGHTS
+    from medanon.models.features.weights import resolve_packaged
+
+    path, _ = resolve_packaged(WEIGHTS, network="inception", path=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.load(str(path), map_location="cpu").eval()
+
+
+def test_inception_eager_body_matches_the_files_own_code(inception, inception_file, cat_batch):
+    """The eager body (batch norms folded, channels-last kept) gives the file's features: the pool embedding and an
+    intermediate map, on the cat and on random images of another size; no batch norm is left to run."""
+    torch.manual_seed(0)
+    for img in (cat_batch[0], torch.rand(3, 3, 64, 64) * 2 - 1):
+        x = inception.preprocess(img)
+        with torch.no_grad():
+            ours = inception(img, layers=["mixed_6", "pool"])
+            ref_pool = inception_file(x)
+            ref_map = x
+            for name in ("conv", "conv_1", "conv_2", "pool0", "conv_3", "conv_4", "pool1", "mixed", "mixed_1",
+                         "mixed_2", "mixed_3", "mixed_4", "mixed_5", "mixed_6"):
+                ref_map = getattr(inception_file.net.layers, name)(ref_map)
+        np.testing.assert_allclose(ours["pool"].numpy(), ref_pool.numpy(), atol=1e-4, rtol=1e-5)
+        np.testing.assert_allclose(ours["mixed_6"].numpy(), ref_map.numpy(), atol=1e-4, rtol=1e-5)
+    kinds = {type(m).__name__ for m in inception.modules()}
+    assert "RecursiveScriptModule" not in kinds and not any("BatchNorm" in k for k in kinds)
+
+
+def test_inception_eager_refuses_a_module_it_does_not_know(inception_file):
+    from medanon.models.features.inception_eager import convert
+
+    class Odd(torch.nn.Module):
+        original_name = "InceptionF"
+
+    with pytest.raises(ValueError, match="InceptionF"):
+        convert(Odd())
+
+
 # -- EfficientNet-Lite0 ---------------------------------------------------------------------------
 
 EFFNET_SHAPES = {"stem": (32, 112, 112), "block1": (16, 112, 112), "block2": (24, 56, 56), "block3": (40, 28, 28),
@@ -150,6 +193,22 @@ def test_effnet_matches_reference_implementation(effnet, effnet_cat, cat_batch):
     with torch.no_grad():
         expected = ref.eval()(effnet.preprocess(cat_batch[0]))
     torch.testing.assert_close(effnet_cat["logits"], expected, rtol=1e-5, atol=1e-4)
+
+
+def test_effnet_folded_batch_norms_give_the_unfolded_network(effnet, cat_batch):
+    """The shipped network has its batch norms folded into the convolutions; the same file loaded unfolded gives the
+    same maps and logits within float rounding, on the cat and on small random images (SAME padding)."""
+    plain = effnet_module.EfficientNetLite0()
+    plain.load_state_dict(torch.load(effnet.describe()["weights_file"], map_location="cpu", weights_only=True))
+    plain.eval()
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in effnet.modules())
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in plain.modules()) == 49
+    torch.manual_seed(0)
+    for x in (effnet.preprocess(cat_batch[0]), torch.randn(2, 3, 37, 45)):
+        with torch.no_grad():
+            ours, ref = dict(effnet.net.walk(x)), dict(plain.walk(x))
+        for name in ("block3", "head", "logits"):
+            torch.testing.assert_close(ours[name], ref[name], rtol=1e-4, atol=1e-4)
 
 
 def test_effnet_grey_is_repeated_rgb_and_native_size(effnet, effnet_native):

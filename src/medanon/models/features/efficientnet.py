@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from medanon.models.features.base import FeatureNetwork, freeze
 from medanon.models.features.weights import PackagedWeights, resolve_packaged
@@ -133,6 +134,20 @@ class EfficientNetLite0(nn.Module):
         *_, (_, logits) = self.walk(x)
         return logits
 
+    def fold_batch_norms(self) -> EfficientNetLite0:
+        """Fold every batch norm into the convolution before it (eval statistics; ``torch.nn.utils.fusion``) and
+        leave an identity in its place: the same function within float rounding, a third fewer operations. Only
+        for a frozen network: the folded one cannot be trained or have its statistics updated."""
+        pairs = [(self, "_conv_stem", "_bn0"), (self, "_conv_head", "_bn1")]
+        for b in self._blocks:
+            pairs += [(b, "_depthwise_conv", "_bn1"), (b, "_project_conv", "_bn2")]
+            if b._expand_conv is not None:
+                pairs.append((b, "_expand_conv", "_bn0"))
+        for owner, conv, bn in pairs:
+            setattr(owner, conv, fuse_conv_bn_eval(getattr(owner, conv).eval(), getattr(owner, bn).eval()))
+            setattr(owner, bn, nn.Identity())
+        return self
+
 
 class EfficientNetLite0Features(FeatureNetwork):
     """ImageNet EfficientNet-Lite0 features.
@@ -174,7 +189,7 @@ class EfficientNetLite0Features(FeatureNetwork):
         })
         net = EfficientNetLite0()
         net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        self.net = freeze(net)
+        self.net = freeze(net.eval().fold_batch_norms())
 
     def _normalise(self, x: torch.Tensor) -> torch.Tensor:
         return ((x + 1.0) * 127.5 - 127.0) / 128.0

@@ -8,6 +8,8 @@ says whether the assignments are identical (the GPU path must give the CPU path'
 the first size under cProfile and writes its R functions of most own time to stderr (that line's seconds then
 include the profiler's overhead, and it says ``"profiled": true``): where the greedy's time per group goes. On a GPU
 the kernels run asynchronously: their time shows up at the host transfers that wait for them (``tolist``, ``cpu``).
+On CUDA each pick's device work is a replayed CUDA graph (``graph_captures`` counts the recordings);
+``MEDANON_CUDA_GRAPHS=0`` before the command times the same code without graphs.
 
     python benchmarks/clustering.py --device cuda --check 3000 --n 35126,377110 --progress [--profile 25]
 """
@@ -38,7 +40,7 @@ def counted_run(x: torch.Tensor, k: int, progress: bool = False) -> tuple[object
     """Cluster ``x`` with the greedy's phases counted: initial-pass seconds, rebuilds, neighbour searches."""
     G = clustering_greedy.Greedy
     stats = {"initial_s": 0.0, "rebuilds": 0, "neighbour_searches": 0}
-    real_init, real_rebuild, real_nb = G._initial_sums, G._rebuild, G._neighbours
+    real_init, real_rebuild, real_nb, real_run = G._initial_sums, G._rebuild, G._neighbours, G.run
 
     def init(self):
         t0 = time.perf_counter()
@@ -58,11 +60,17 @@ def counted_run(x: torch.Tensor, k: int, progress: bool = False) -> tuple[object
         stats["neighbour_searches"] += len(self.knn) > cached
         return out
 
-    G._initial_sums, G._rebuild, G._neighbours = init, rebuild, neighbours
+    def run(self):
+        out = real_run(self)
+        stats["static_step"] = self.step is not None
+        stats["graph_captures"] = self.step.captures if self.step is not None else 0
+        return out
+
+    G._initial_sums, G._rebuild, G._neighbours, G.run = init, rebuild, neighbours, run
     try:
         return same_size_clusters(x, k, progress=progress), stats
     finally:
-        G._initial_sums, G._rebuild, G._neighbours = real_init, real_rebuild, real_nb
+        G._initial_sums, G._rebuild, G._neighbours, G.run = real_init, real_rebuild, real_nb, real_run
 
 
 def main() -> None:

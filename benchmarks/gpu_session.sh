@@ -2,7 +2,7 @@
 # Everything a lent GPU machine should run, in one call that must end inside TOTAL_SECONDS (default 570; a device
 # call may run 600 s). In order of importance: every command (gpu_check.py, at most CHECK_SECONDS: on an H100 its
 # 25 commands take about 210 s); the first and second pass of the evaluation's utility probe; clustering at
-# N = 35,126 and 377,110 (at most 150 s); k-SALSA and the inversion at 256 px in bf16 with 64 clusters per batch
+# N = 35,126 without and with CUDA graphs, then 377,110 (at most 175 s); k-SALSA and the inversion at 256 px in bf16 with 64 clusters per batch
 # (the best setting measured); GAN training at 256 px, batch 64; then
 # the demo end to end with whatever time is left (no Inception weights are needed: FID/KID are left out with
 # --no-inception; its metrics.jsonl gives each release's seconds). The profiles of the earlier runs are in
@@ -20,6 +20,9 @@ timeout "$CHECK_S" python3 benchmarks/gpu_check.py --work /tmp/medanon-gc --json
 tar czf "$OUT/gpu_check_logs.tgz" -C /tmp/medanon-gc logs
 # the evaluation's first release took 19 s on an H100 against 4 s on 2 CPU cores: one-time costs? (first vs second pass)
 timeout "$(within 60)" python3 benchmarks/device.py --device cuda --only first_use >> "$OUT/device256.jsonl" 2>> "$OUT/bench.err"
+# the greedy's picks as CUDA graphs (the default) against the same code without them, then the graphs at MIMIC's N
+timeout "$(within 25)" env MEDANON_CUDA_GRAPHS=0 python3 benchmarks/clustering.py --device cuda --n 35126 \
+  >> "$OUT/clustering.jsonl" 2>> "$OUT/bench.err"
 timeout "$(within 150)" python3 benchmarks/clustering.py --device cuda --check 3000 --n 35126,377110 \
   >> "$OUT/clustering.jsonl" 2>> "$OUT/bench.err"
 timeout "$(within 90)" python3 benchmarks/device.py --device cuda --size 256 --only ksalsa,inversion --ksalsa-steps 20 \

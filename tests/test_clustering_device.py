@@ -153,3 +153,42 @@ def test_duplicate_groups_are_bit_equal_rows(monkeypatch):
         label, _ = clustering_distances.duplicate_groups(np.ascontiguousarray(rows))   # every row collides
         assert partition(label) == partition(ref.ravel())
         monkeypatch.undo()
+
+
+def test_static_step_layout_gives_the_reference_clusters(monkeypatch):
+    """The layout CUDA graphs replay (hot set in power-of-two capacity buffers padded with -inf sums, the group and
+    its removed-row positions in one index buffer, the next pick's best sums returned by the removal), run on the
+    CPU: the float64 reference's clusters on Gaussians, duplicates and an integer grid, with the capacity both
+    grown and shrunk along the way, and the same removal order as the eager layout."""
+    monkeypatch.setattr(clustering_greedy, "HOT_MIN", 8)                   # hot sets small enough to shrink
+    rng = np.random.default_rng(11)
+    cases = [rng.standard_normal((700, 64)),
+             rng.standard_normal((90, 16))[rng.integers(0, 90, 500)],
+             rng.integers(0, 3, (600, 5)).astype(np.float64)]
+    for x in cases:
+        t = torch.from_numpy(x)
+        g = clustering_greedy.Greedy(t.float(), 5, block=128, cache=20, progress=False, exact=t, static=True,
+                                     hot_fraction=2)
+        caps = []
+        real = g.step._allocate
+        g.step._allocate = lambda cap, caps=caps, real=real: caps.append(cap) or real(cap)
+        clusters, left = g.run()
+        assert g.step.graph is None and g.step.captures == 0            # no graphs off CUDA
+        assert len(caps) >= 2 and caps[0] > min(caps), caps              # the capacity followed the hot set
+        ref = naive_same_size_clusters(x, 5)
+        assert sorted(map(tuple, clusters)) == sorted(tuple(m) for m in ref.clusters) and not len(left)
+        eager = clustering_greedy.Greedy(t.float(), 5, block=128, cache=20, progress=False, exact=t, static=False,
+                                         hot_fraction=2)
+        eager.run()
+        assert (eager.order == g.order).all()
+        assert torch.equal(eager.rx, g.rx) and torch.equal(eager.rq, g.rq)   # the removed rows, written by position
+
+
+def test_static_step_is_the_default_on_cuda_only(monkeypatch):
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32))
+    assert clustering_greedy.Greedy(x, 5, block=64, cache=20, progress=False).step is None
+    monkeypatch.setenv("MEDANON_CUDA_GRAPHS", "0")
+    from medanon.anonymize.clustering_step import graphs_enabled
+    assert not graphs_enabled()
+    monkeypatch.setenv("MEDANON_CUDA_GRAPHS", "1")
+    assert graphs_enabled()

@@ -18,9 +18,10 @@ remaining points, group it with its k−1 nearest remaining neighbours and remov
 Every per-point array (sums, stamps, bounds, the hot set and its sums, the alive mask, the candidate columns)
 lives on the data's device and is updated by batched torch ops (about 17 kernels a pick, written in place where
 torch allows: on a GPU the loop is bound by launches, not arithmetic); a pick moves three numbers to the host (the
-two best hot sums and the best one's position in the hot set) and the k indices of its group back. The host keeps
-only what is per group, per cached list or per hot set (an alive mirror, the removal order, the neighbour lists,
-the hot set's indices), and a copy of the points for the float64 re-checks of a few pairs.
+two best hot sums and the best one's position in the hot set) and the k indices of its group back. On CUDA
+the pick's kernels run on fixed buffers as one replayed CUDA graph (:mod:`medanon.anonymize.clustering_step`).
+The host keeps only what is per group, per cached list or per hot set (an alive mirror, the removal order, the
+neighbour lists, the hot set's indices), and a copy of the points for the float64 re-checks of a few pairs.
 
 What it returns (clusters of exactly k, and the N mod k points left over) becomes a
 :class:`medanon.anonymize.clustering.Clustering` in :func:`medanon.anonymize.clustering.same_size_clusters`.
@@ -37,8 +38,10 @@ from tqdm.auto import tqdm
 
 from medanon.anonymize import clustering_distances as distances
 from medanon.anonymize.clustering_distances import NearTies
+from medanon.anonymize.clustering_step import StaticStep, graphs_enabled
 
 NN_MARGIN = 1e-5              # relative: nearest-neighbour distances are float32; bounds must stay bounds
+HOT_MIN = 256                 # the smallest hot set
 WIDE_MIN = 32 * 4096          # distances in one neighbour search from which it runs on the caller's threads
 
 
@@ -87,7 +90,7 @@ class Greedy:
     """
 
     def __init__(self, x: torch.Tensor, k: int, *, block: int, cache: int, progress: bool, hot_fraction: int = 8,
-                 exact: torch.Tensor | None = None):
+                 exact: torch.Tensor | None = None, static: bool | None = None):
         self.x = x - x.mean(0, keepdim=True)         # centring keeps the norm trick accurate
         self.sq = (self.x * self.x).sum(1)
         self.dev = x.device
@@ -127,6 +130,11 @@ class Greedy:
                       else (lambda d: d.sum(1, dtype=torch.float64)))              # one kernel
         self.hot_fraction = hot_fraction
         self.t_out, self.t_out_at = math.inf, 0.0
+        # on CUDA the pick's device work runs on fixed buffers, replayed as a CUDA graph (medanon.anonymize.
+        # clustering_step); ``static`` chooses that layout on any device (the tests run it on the CPU)
+        static = self.dev.type == "cuda" if static is None else static
+        self.step = StaticStep(self, graphs=graphs_enabled()) if static else None
+        self.pending: list[float] | None = None       # the step's [best, second, position], when current
 
     def _rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x.index_select(0, ids), self.sq.index_select(0, ids)   # 1.4-14x faster than x[ids]
@@ -209,7 +217,7 @@ class Greedy:
         could reach the hot set: points far from the top are not updated at all.
         """
         if len(self.hot):                                  # the hot sums are exact now
-            self.s[self.hot] = self.hs[:-1]
+            self.s[self.hot] = self.hs[:len(self.hot)]
             self.stamp[self.hot] = self.removed
         alive = torch.nonzero(self.alive_t).squeeze(1)
         r0 = self.taken_on_dev                             # copy the new part of ``taken`` only
@@ -219,7 +227,7 @@ class Greedy:
         bound, order = torch.sort(self._bounds(alive, taken), descending=True, stable=True)
         by_bound = alive[order]
         n_alive = len(by_bound)
-        size = max(256, n_alive // self.hot_fraction)
+        size = max(HOT_MIN, n_alive // self.hot_fraction)
         done = 0
         while True:
             size = min(size, n_alive)
@@ -246,6 +254,11 @@ class Greedy:
             if self.t_out == -math.inf or best > self.t_out + self.ties.sum_tol(best):
                 break                                      # (a near-tie could hide a lower-index one: grow)
             size *= 2
+        self.pending = None
+        if self.step is not None:                          # into the step's fixed buffers
+            self.step.install(self.hot, self.s[self.hot])
+            self.hx, self.hq = self.step.hx, self.step.hq
+            return
         h = len(self.hot)
         self.hs = torch.cat([self.s[self.hot], self.hs.new_full((1,), -math.inf)])
         self.hot_host = np.append(self.hot.cpu().numpy(), -1)
@@ -257,12 +270,14 @@ class Greedy:
         """A bound of the current sums outside the hot set: ``t_out`` less what the removals since took."""
         return self.t_out - (self.taken[self.removed] - self.t_out_at)
 
-    def _best(self) -> tuple[float, np.ndarray, np.ndarray]:
+    def _best(self, pending: list[float] | None = None) -> tuple[float, np.ndarray, np.ndarray]:
         """The best hot sum, and the hot points within the near-tie tolerance of it with their sums: one host
-        transfer (the two best sums and the best one's position in the hot set), a second only when the two are
-        near-tied."""
-        top = torch.topk(self.hs, 2)
-        v0, v1, pos = torch.cat([top.values, top.indices[:1].double()]).cpu().tolist()
+        transfer (the two best sums and the best one's position in the hot set, or none when the static step
+        brought them with its removal: ``pending``), a second only when the two are near-tied."""
+        if pending is None:
+            top = torch.topk(self.hs, 2)
+            pending = torch.cat([top.values, top.indices[:1].double()]).cpu().tolist()
+        v0, v1, pos = pending
         p = self.hot_host[int(pos)]
         if v0 == -math.inf or v1 < v0 - self.ties.sum_tol(v0):
             return v0, np.array([int(p)]), np.array([v0])
@@ -276,24 +291,28 @@ class Greedy:
         near-ties of the float32-based sums are decided on float64 distances (:meth:`NearTies.pick`)."""
         best = -math.inf
         if len(self.hot):
-            best, cands, sums = self._best()
+            best, cands, sums = self._best(self.pending)
+        self.pending = None
         if best == -math.inf or best <= self._outside() + self.ties.sum_tol(best):
             self._rebuild()
             best, cands, sums = self._best()
         return self.ties.pick(cands, sums, self.alive)
 
     def _remove(self, members: np.ndarray) -> None:
-        m = self._dev(members)
         self.alive[members] = False
-        self.alive_t.index_fill_(0, m, False)
         self.n_alive -= len(members)
         r, e = self.removed, self.removed + len(members)
-        # the group's rows straight into the removed rows (no temporaries: on a GPU each op is a launch)
-        xb = torch.index_select(self.x, 0, m, out=self.rx[r:e])
-        qb = torch.index_select(self.sq, 0, m, out=self.rq[r:e])
         self.order[r:e] = members
         self.taken[r + 1:e + 1] = self.taken[r] + np.cumsum(self.nn_host[members])
         self.removed = e
+        if self.step is not None and len(self.hot) and len(members) == self.k:
+            self.pending = self.step.remove(members, r)      # the device work, and the next pick's best sums
+            return
+        m = self._dev(members)
+        self.alive_t.index_fill_(0, m, False)
+        # the group's rows straight into the removed rows (no temporaries: on a GPU each op is a launch)
+        xb = torch.index_select(self.x, 0, m, out=self.rx[r:e])
+        qb = torch.index_select(self.sq, 0, m, out=self.rq[r:e])
         if len(self.hot):                             # the hot set stays exact: one (hot x group) product
             self.hs.index_fill_(0, self.hpos.index_select(0, m), -math.inf)
             self.hs[:-1].sub_(self.sum64(distances.pairwise(self.hx, xb, self.hq, qb)))

@@ -59,9 +59,9 @@ class SameConv2d(nn.Conv2d):
         for size, k, s in zip(reversed(x.shape[-2:]), reversed(self.kernel_size), reversed(self.stride), strict=True):
             total = max((math.ceil(size / s) - 1) * s + k - size, 0)
             pads += [total // 2, total - total // 2]
-        if any(pads):
-            x = F.pad(x, pads)
-        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        if pads[0] == pads[1] and pads[2] == pads[3]:     # symmetric (every stride-1 layer): the convolution pads
+            return F.conv2d(x, self.weight, self.bias, self.stride, (pads[2], pads[0]), self.dilation, self.groups)
+        return F.conv2d(F.pad(x, pads), self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:
@@ -85,8 +85,8 @@ class MBConv(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x
         if self._expand_conv is not None:
-            h = F.relu6(self._bn0(self._expand_conv(h)))
-        h = F.relu6(self._bn1(self._depthwise_conv(h)))
+            h = F.relu6(self._bn0(self._expand_conv(h)), inplace=True)
+        h = F.relu6(self._bn1(self._depthwise_conv(h)), inplace=True)
         h = self._bn2(self._project_conv(h))
         return h + x if self.residual else h
 
@@ -116,7 +116,7 @@ class EfficientNetLite0(nn.Module):
         Runs channels-last (no oneDNN layout reorders on CPUs): `medanon anonymize ksalsa` on the demo's
         fundus training split at k = 10, 30 steps took 8.5 s instead of 9.3 s end to end (one run each,
         alternating), the same local style loss to 5 digits."""
-        x = F.relu6(self._bn0(self._conv_stem(x.contiguous(memory_format=torch.channels_last))))
+        x = F.relu6(self._bn0(self._conv_stem(x.contiguous(memory_format=torch.channels_last))), inplace=True)
         yield "stem", x
         start = 0
         for group, end in enumerate(self.group_ends, start=1):
@@ -124,7 +124,7 @@ class EfficientNetLite0(nn.Module):
                 x = block(x)
             start = end
             yield f"block{group}", x
-        x = F.relu6(self._bn1(self._conv_head(x)))
+        x = F.relu6(self._bn1(self._conv_head(x)), inplace=True)
         yield "head", x
         x = x.mean(dim=(2, 3))
         yield "pool", x

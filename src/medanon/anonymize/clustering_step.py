@@ -6,13 +6,14 @@ then find the two best hot sums. On a GPU those are about twenty small kernels w
 (0.8 ms a pick on an H100 before this module), so with ``static`` the step works on buffers whose addresses
 never change between rebuilds of the hot set and, on CUDA, is recorded once as a CUDA graph and replayed:
 
-- the hot set lives in capacity buffers (``cap`` rows, a power of two at least the hot set's size): rows past
-  the hot set are zeros and their sums ``-inf`` (they never win and stay ``-inf`` under subtraction); the last
-  slot is the sentinel of the points outside the hot set, as in the eager layout;
+- the hot set lives in capacity buffers (``cap`` rows, twice the power of two at or above the hot set's size):
+  rows past the hot set are zeros and their sums ``-inf`` (they never win and stay ``-inf`` under subtraction);
+  the last slot is the sentinel of the points outside the hot set, as in the eager layout;
 - the group's indices and its positions in the removed rows arrive in one small buffer (copied from pinned host
   memory without waiting), so the same recorded kernels serve every pick;
-- a new capacity (the hot set grew past it or shrank below a quarter of it) drops the graph; it is recorded
-  again at the next pick.
+- a new capacity (the hot set grew past it or shrank below an eighth of it: hot sets shrink with the points
+  left, so a few times a run) drops the graph; it is recorded again at the next pick, after one eager pick on the
+  recording stream. Recording skips ``torch.cuda.graph``'s garbage collection and cache flush.
 
 The step's arithmetic is the eager step's (the same products and sums, the padded rows aside), so the clusters
 are the same; ``tests/test_clustering_device.py`` runs the static layout on the CPU against the exact
@@ -65,8 +66,8 @@ class StaticStep:
     def install(self, hot: torch.Tensor, sums: torch.Tensor) -> None:
         """Put the hot set ``hot`` (indices) with its exact ``sums`` into the buffers."""
         g, h = self.g, len(hot)
-        if h > self.cap or 4 * h < self.cap:
-            self._allocate(max(2, 1 << max(h - 1, 1).bit_length()))
+        if h > self.cap or 8 * h < self.cap:
+            self._allocate(2 << max(h - 1, 1).bit_length())
         self.hs[:h] = sums
         self.hs[h:] = -math.inf
         torch.index_select(g.x, 0, hot, out=self.hx[:h])
@@ -128,9 +129,14 @@ class StaticStep:
 
     def _record_and_replay(self) -> None:
         graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(self.dev)
         try:
-            with torch.cuda.graph(graph, stream=self.stream):    # records; nothing runs
-                self._body()
+            with torch.cuda.stream(self.stream):                 # records; nothing runs
+                graph.capture_begin()
+                try:
+                    self._body()
+                finally:
+                    graph.capture_end()
         except RuntimeError as e:
             torch.cuda.synchronize(self.dev)
             warnings.warn(f"same-size clustering: a CUDA graph of the greedy's step could not be recorded ({e}); "

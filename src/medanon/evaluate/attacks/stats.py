@@ -172,12 +172,13 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     var = (v10.var(ddof=1) / m if m > 1 else 0.0) + (v01.var(ddof=1) / n if n > 1 else 0.0)
     se = math.sqrt(max(var, 0.0))
     z = float(norm.ppf(0.5 + confidence / 2))
-    p = float(mannwhitneyu(x, y, alternative="two-sided").pvalue)
     ci = [max(0.0, auc - z * se), min(1.0, auc + z * se)]
-    out = {"auc": auc, "ci": ci, "delong_ci": ci, "se": se, "p_value": p, "two_sided_auc": max(auc, 1.0 - auc),
-           "direction": "higher" if auc >= 0.5 else "lower", "n_pos": m, "n_neg": n, "interval": "DeLong",
-           "p_value_test": "Mann-Whitney, two-sided (units independent)"}
-    if pos_groups is not None and neg_groups is not None:
+    out = {"auc": auc, "ci": ci, "delong_ci": ci, "se": se, "two_sided_auc": max(auc, 1.0 - auc),
+           "direction": "higher" if auc >= 0.5 else "lower", "n_pos": m, "n_neg": n, "interval": "DeLong"}
+    if pos_groups is None or neg_groups is None:        # with patients, the bootstrap's p-value replaces it below
+        out.update(p_value=float(mannwhitneyu(x, y, alternative="two-sided").pvalue),
+                   p_value_test="Mann-Whitney, two-sided (units independent)")
+    else:
         groups = np.concatenate([np.asarray(pos_groups), np.asarray(neg_groups)])
         pos = np.r_[np.ones(m, bool), np.zeros(n, bool)]
         fast = None

@@ -6,18 +6,20 @@ then find the two best hot sums. On a GPU those are about twenty small kernels w
 (0.8 ms a pick on an H100 before this module), so with ``static`` the step works on buffers whose addresses
 never change between rebuilds of the hot set and, on CUDA, is recorded once as a CUDA graph and replayed:
 
-- the hot set lives in capacity buffers (``cap`` rows, twice the power of two at or above the hot set's size):
-  rows past the hot set are zeros and their sums ``-inf`` (they never win and stay ``-inf`` under subtraction);
-  the last slot is the sentinel of the points outside the hot set, as in the eager layout;
+- the hot set lives in capacity buffers (``cap`` rows, the power of two at or above the hot set's size): rows
+  past the hot set are zeros and their sums ``-inf`` (they never win and stay ``-inf`` under subtraction); the
+  last slot is the sentinel of the points outside the hot set, as in the eager layout. Every pick reads all
+  ``cap`` rows, so the capacity follows the hot set down;
 - the group's indices and its positions in the removed rows arrive in one small buffer (copied from pinned host
   memory without waiting), so the same recorded kernels serve every pick;
-- a new capacity (the hot set grew past it or shrank below an eighth of it: hot sets shrink with the points
+- a new capacity (the hot set grew past it or shrank below a quarter of it: hot sets shrink with the points
   left, so a few times a run) drops the graph; it is recorded again at the next pick, after one eager pick on the
-  recording stream. Recording skips ``torch.cuda.graph``'s garbage collection and cache flush.
+  recording stream. Recording skips ``torch.cuda.graph``'s garbage collection and cache flush, so that a hot set
+  that grows for a near-tie costs one more recording, not a pause.
 
-The step's arithmetic is the eager step's (the same products and sums, the padded rows aside), so the clusters
-are the same; ``tests/test_clustering_device.py`` runs the static layout on the CPU against the exact
-reference. A graph that cannot be recorded (a driver or build without support) is reported once by a warning
+The step's arithmetic is the eager step's up to float32 rounding (a product over more rows may sum in another
+order), which the greedy's float64 re-checks of near-ties absorb: the clusters are the float64 greedy's either way.
+``tests/test_clustering_device.py`` runs the static layout on the CPU against the exact reference. A graph that cannot be recorded (a driver or build without support) is reported once by a warning
 and the run continues without graphs. ``MEDANON_CUDA_GRAPHS=0`` turns them off.
 """
 
@@ -66,8 +68,8 @@ class StaticStep:
     def install(self, hot: torch.Tensor, sums: torch.Tensor) -> None:
         """Put the hot set ``hot`` (indices) with its exact ``sums`` into the buffers."""
         g, h = self.g, len(hot)
-        if h > self.cap or 8 * h < self.cap:
-            self._allocate(2 << max(h - 1, 1).bit_length())
+        if h > self.cap or 4 * h < self.cap:
+            self._allocate(1 << max(h - 1, 1).bit_length())
         self.hs[:h] = sums
         self.hs[h:] = -math.inf
         torch.index_select(g.x, 0, hot, out=self.hx[:h])

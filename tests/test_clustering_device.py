@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -192,3 +193,76 @@ def test_static_step_is_the_default_on_cuda_only(monkeypatch):
     assert not graphs_enabled()
     monkeypatch.setenv("MEDANON_CUDA_GRAPHS", "1")
     assert graphs_enabled()
+
+
+class _FakeStream:
+    def wait_stream(self, other):
+        pass
+
+
+def _fake_cuda(monkeypatch, graph_cls):
+    """Stand-ins for the CUDA calls of the graph path, so that its bookkeeping runs on the CPU."""
+    import contextlib
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", graph_cls)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+
+
+def _graph_greedy(x):
+    t = torch.from_numpy(x)
+    g = clustering_greedy.Greedy(t.float(), 5, block=128, cache=20, progress=False, exact=t, static=True,
+                                 hot_fraction=2)
+    g.step.graphs, g.step.stream = True, _FakeStream()
+    return g
+
+
+def test_graph_path_replays_on_the_live_buffers(monkeypatch):
+    """The graph path's bookkeeping with a stand-in graph: the first pick on new buffers runs eagerly (warm-up), the
+    next is recorded (here: run once) and every later pick replays. Each replay checks that the buffers the graph was
+    recorded on are still the ones the greedy reads and writes (a graph on stale buffers would silently compute on
+    old data); new capacities re-record. The clusters are the float64 reference's."""
+    monkeypatch.setattr(clustering_greedy, "HOT_MIN", 8)
+    holder = {}
+
+    class RecordingGraph:
+        def capture_begin(self):
+            self.fresh = True
+
+        def capture_end(self):
+            self.bound = holder["live"]()
+
+        def replay(self):
+            if self.fresh:                        # recording ran the pick once already (a real one runs nothing)
+                self.fresh = False
+                return
+            assert all(a is b for a, b in zip(self.bound, holder["live"](), strict=True)), "replay on stale buffers"
+            holder["replays"] = holder.get("replays", 0) + 1
+            holder["step"]._body()
+
+    _fake_cuda(monkeypatch, RecordingGraph)
+    x = np.random.default_rng(3).standard_normal((600, 24))
+    g = _graph_greedy(x)
+    s = g.step
+    holder["step"] = s
+    holder["live"] = lambda: (s.hs, s.hx, s.hq, s.buf, s.out, g.alive_t, g.rx, g.rq, g.hpos, g.x, g.sq)
+    clusters, left = g.run()
+    ref = naive_same_size_clusters(x, 5)
+    assert sorted(map(tuple, clusters)) == sorted(tuple(m) for m in ref.clusters) and not len(left)
+    assert s.captures >= 2 and holder["replays"] > 50
+
+
+def test_graph_that_cannot_be_recorded_warns_and_runs_eagerly(monkeypatch):
+    class FailingGraph:
+        def capture_begin(self):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    _fake_cuda(monkeypatch, FailingGraph)
+    x = np.random.default_rng(4).standard_normal((300, 8))
+    g = _graph_greedy(x)
+    with pytest.warns(RuntimeWarning, match="could not be recorded"):
+        clusters, _ = g.run()
+    assert not g.step.graphs and g.step.captures == 0
+    ref = naive_same_size_clusters(x, 5)
+    assert sorted(map(tuple, clusters)) == sorted(tuple(m) for m in ref.clusters)

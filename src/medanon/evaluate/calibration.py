@@ -38,7 +38,7 @@ from medanon.evaluate.attacks.risk import MIN_PATIENTS
 from medanon.evaluate.cache import digest
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
-from medanon.evaluate.known_answers import COPY_MIN, copy_ceiling, known_images
+from medanon.evaluate.known_answers import copy_ceiling, copy_threshold, known_images
 from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
 
 KNOWN = ("copy", "jpeg", "shift", "constant", "noise", "others")
@@ -132,7 +132,7 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
         for kind in COPIES if copy_ok else ():
             c = got[kind]
             ceiling = copy_ceiling(row, calib.get(kind) or {})
-            need = COPY_MIN if ceiling is None else COPY_MIN * ceiling
+            need = copy_threshold(ceiling)
             if c is None or not (c["risk"] >= need and c["ci"][0] > 0):
                 copy_ok = False
                 what = "an exact copy" if kind == "copy" else f"the {kind} copy"

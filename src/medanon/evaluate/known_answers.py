@@ -54,6 +54,11 @@ def copy_ceiling(row: str, attacks: dict) -> float | None:
     return min(max((acc - chance) / (1 - chance), 0.0), 1.0)
 
 
+def copy_threshold(ceiling: float | None) -> float:
+    """The residual risk a copy must reach: :data:`COPY_MIN` of the attack's ceiling (:func:`copy_ceiling`; None: 1)."""
+    return COPY_MIN * (1.0 if ceiling is None else ceiling)
+
+
 def _jpeg(img: torch.Tensor, quality: int = 75) -> torch.Tensor:
     buf = io.BytesIO()
     Image.fromarray(image_to_uint8(img)).save(buf, format="JPEG", quality=quality)
@@ -106,5 +111,5 @@ def judge(kind: str, row: str, rr: dict, valid: bool, ceiling: float | None = No
     if not valid or (row.endswith("(reverse)") and kind in DETECTED):
         return None
     if kind in DETECTED:                     # detected, and consistent with a residual of at least 0.5 x ceiling
-        return rr["ci"][0] > 0 and rr["ci"][1] >= COPY_MIN * (1.0 if ceiling is None else ceiling)
+        return rr["ci"][0] > 0 and rr["ci"][1] >= copy_threshold(ceiling)
     return rr["ci"][0] <= 0

@@ -104,18 +104,19 @@ def codec_for(size: int, device: torch.device, amp: str | None):
     return StyleGANCodec(gen, enc, e.iterations, amp=amp).to(device)
 
 
-def gan_train(size: int, device: torch.device, steps: int, batch: int = 0) -> dict:
-    """``batch``: images per step (0: the config's)."""
+def gan_train(size: int, device: torch.device, steps: int, batch: int = 0, amp: str | None = None) -> dict:
+    """``batch``: images per step (0: the config's); ``amp="bf16"``: the config's ``precision: bf16``."""
     from dataclasses import replace
 
     from medanon.train.gan import StyleGANTrainer
 
     cfg = build(StyleGANConfig, path=ROOT / "configs" / "stylegan" / GAN[size])
-    cfg = replace(cfg, batch=batch) if batch else cfg
+    cfg = replace(cfg, batch=batch or cfg.batch, precision="bf16" if amp == "bf16" else cfg.precision)
     images = torch.randint(0, 256, (max(64, 2 * cfg.batch), cfg.channels, size, size), dtype=torch.uint8)
     trainer = StyleGANTrainer(cfg, images, device)
     seconds = timed(device, lambda: [trainer.step() for _ in range(steps)], 1)
-    return {"img_per_s": cfg.batch * steps / seconds, "batch": cfg.batch, "steps": steps, "config": GAN[size]}
+    return {"img_per_s": cfg.batch * steps / seconds, "batch": cfg.batch, "steps": steps, "config": GAN[size],
+            "gan_precision": cfg.precision}
 
 
 def inversion(size: int, device: torch.device, amp: str | None, batch: int, variant: str = "eager") -> dict:
@@ -192,7 +193,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--size", type=int, default=64, choices=sorted(GAN))
-    ap.add_argument("--amp", default=None, choices=("bf16", "fp16"), help="autocast of the codec (inversion, ksalsa)")
+    ap.add_argument("--amp", default=None, choices=("bf16", "fp16"),
+                    help="autocast of the codec (inversion, ksalsa); bf16 also trains the GAN with precision: bf16")
     ap.add_argument("--gan-steps", type=int, default=3)
     ap.add_argument("--gan-batch", type=int, default=0, help="GAN training batch (0: the config's)")
     ap.add_argument("--ksalsa-steps", type=int, default=10)
@@ -216,7 +218,7 @@ def main() -> None:
         os.environ["MEDANON_STRICT_FP32"] = "1" if args.precision == "fp32" else "0"
         configure_cuda()
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({cpu_name()}, {os.cpu_count()} cores)"
-    runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps, args.gan_batch),
+    runs = {"gan_train": lambda: gan_train(args.size, dev, args.gan_steps, args.gan_batch, args.amp),
             "inversion": lambda: inversion(args.size, dev, args.amp, args.batch, args.variant),
             "ksalsa": lambda: ksalsa(args.size, dev, args.amp, args.ksalsa_steps, clusters=args.clusters,
                                      variant=args.variant),

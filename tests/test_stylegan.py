@@ -64,7 +64,7 @@ def test_mapping_and_synthesis_shapes(channels):
 
 
 def test_a_training_step_runs_under_bf16_autocast():
-    """benchmarks/gan_precision.py times steps under CPU bf16 autocast: the mapping's w_avg update must keep its
+    """A user's own loop may run the whole step under bf16 autocast: the mapping's w_avg update must keep its
     float32 buffer (w is bf16 there) and the step must stay finite."""
     trainer = StyleGANTrainer(tiny(), torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8), torch.device("cpu"))
     before = trainer.G.mapping.w_avg.clone()

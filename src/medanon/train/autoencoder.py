@@ -114,6 +114,10 @@ class AutoencoderConfig:
 
     def validate(self) -> None:
         check_encoder_fields(self)
+        if self.generator.precision != "fp32":
+            raise ConfigError(f"generator.precision={self.generator.precision!r}: co-training runs in float32; the "
+                              "precision setting applies to StyleGAN training alone", fix="leave generator.precision "
+                              "at fp32")
         if self.adversarial_weight < 0:
             raise ConfigError(f"adversarial_weight={self.adversarial_weight} must not be negative")
         for name in ("e_lr", "g_lr", "d_lr", "ada_kimg"):

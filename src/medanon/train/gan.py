@@ -19,7 +19,8 @@ checkpoints, time limit) is :func:`medanon.train.loop.run_loop`, shared with the
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
+import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.config import to_dict, validate
 from medanon.errors import ConfigError, DataError
 from medanon.models.stylegan import AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
-from medanon.runtime import RunDir
+from medanon.runtime import RunDir, native_bf16
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan_checkpoint import (
     KIND,
@@ -105,6 +106,9 @@ class StyleGANTrainer:
         if hasattr(self.D, "calibrate"):        # the projected D's fixed feature scale (a resume loads its own)
             self.D.calibrate(images[:64].to(device, torch.float32) / 127.5 - 1)
         self.G_ema = copy.deepcopy(self.G).eval().requires_grad_(False)
+        if self.amp is not None and not native_bf16(device):
+            warnings.warn(f"precision=bf16 on {device}, which does not compute bfloat16 natively: autocast is "
+                          "emulated there and slower than float32", RuntimeWarning, stacklevel=2)
         self.augment = AugmentPipe(cfg.augment, p=cfg.augment_p)
         self.ada = AdaController(self.augment, cfg.ada_target, cfg.ada_interval, cfg.ada_kimg, cfg.batch)
         self.opt_G = torch.optim.Adam(self.G.parameters(), lr=cfg.g_lr, betas=(0.0, 0.99), eps=1e-8)
@@ -163,6 +167,15 @@ class StyleGANTrainer:
             if st["cuda"] is not None:
                 st["cuda"] = torch.cuda.get_rng_state(self.device)
 
+    @property
+    def amp(self) -> torch.dtype | None:
+        """The autocast dtype of the forward passes (``cfg.precision``; a retuned resume may change it), or None."""
+        return torch.bfloat16 if self.cfg.precision == "bf16" else None
+
+    def _autocast(self):
+        """The generator's forward passes under ``cfg.precision`` (D's: :func:`medanon.train.gan_loss.logits_of`)."""
+        return torch.autocast(self.device.type, dtype=self.amp) if self.amp is not None else nullcontext()
+
     def real_batch(self) -> torch.Tensor:
         idx = torch.randint(len(self.images), (self.cfg.batch,), generator=self.data_rng)
         return self.images[idx].to(self.device, torch.float32) / 127.5 - 1
@@ -177,20 +190,22 @@ class StyleGANTrainer:
         # generator: non-saturating (or hinge) loss through D (D's weights frozen)
         self.D.requires_grad_(False)
         self.G.requires_grad_(True)
-        ws = sample_ws(self.G, self.latents(), style_mixing=cfg.style_mixing, generator=self.rng)
-        loss_G = generator_loss(self.D, self.augment, self.G.synthesis(ws), self.rng, loss=cfg.loss)
+        with self._autocast():
+            ws = sample_ws(self.G, self.latents(), style_mixing=cfg.style_mixing, generator=self.rng)
+            fake = self.G.synthesis(ws)
+        loss_G = generator_loss(self.D, self.augment, fake, self.rng, loss=cfg.loss, amp=self.amp)
         self.opt_G.zero_grad(set_to_none=True)
         loss_G.backward()
         self.opt_G.step()
         # discriminator: logistic loss, lazy R1 on reals, ADA
         self.G.requires_grad_(False)
-        with torch.no_grad():
+        with torch.no_grad(), self._autocast():
             ws = sample_ws(self.G, self.latents(), style_mixing=cfg.style_mixing, generator=self.rng,
                            update_emas=True)
             fake = self.G.synthesis(ws)
         out = discriminator_step(self.D, self.opt_D, self.augment, self.ada, self.real_batch(), fake,
                                  step=self.step_count, r1_gamma=cfg.r1_gamma, r1_interval=cfg.r1_interval,
-                                 generator=self.rng, loss=cfg.loss)
+                                 generator=self.rng, loss=cfg.loss, amp=self.amp)
         self.step_count += 1
         self.nimg += cfg.batch
         self.update_ema()
@@ -211,8 +226,10 @@ class StyleGANTrainer:
         for s in mine:
             with self._use_shard(s) as rng:
                 z = torch.randn(m, cfg.z_dim, device=self.device, generator=rng)
-                ws = sample_ws(self.G, z, style_mixing=cfg.style_mixing, generator=rng)
-                loss = generator_loss(self.D, self.augment, self.G.synthesis(ws), rng, loss=cfg.loss)
+                with self._autocast():
+                    ws = sample_ws(self.G, z, style_mixing=cfg.style_mixing, generator=rng)
+                    fake = self.G.synthesis(ws)
+                loss = generator_loss(self.D, self.augment, fake, rng, loss=cfg.loss, amp=self.amp)
                 (loss * weight).backward()
                 loss_G += loss.detach()
         d.sum_gradients(self.G.parameters())
@@ -227,14 +244,15 @@ class StyleGANTrainer:
         logits = []
         for s in mine:
             with self._use_shard(s) as rng:
-                with torch.no_grad():
+                with torch.no_grad(), self._autocast():
                     z = torch.randn(m, cfg.z_dim, device=self.device, generator=rng)
-                    w = self.G.mapping(z)
+                    w = self.G.mapping(z).float()
                     sums[4:] += w[:, 0].sum(dim=0)
                     fake = self.G.synthesis(mix_styles(self.G, w, z, style_mixing=cfg.style_mixing, generator=rng))
                 real = self.images[shard_rows(idx, s, self.shards)].to(self.device, torch.float32) / 127.5 - 1
                 loss, stats = discriminator_loss(self.D, self.augment, real, fake, generator=rng, loss=cfg.loss,
-                                                 r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0)
+                                                 r1_weight=cfg.r1_gamma * cfg.r1_interval if do_r1 else 0.0,
+                                                 amp=self.amp)
                 (loss * weight).backward()
             sums[0] += loss.detach()
             sums[1] += stats["loss_fake"]

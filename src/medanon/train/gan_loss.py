@@ -4,6 +4,10 @@ Non-saturating logistic loss (Goodfellow et al. 2014) with R1 regularisation on 
 (Mescheder et al. 2018), applied lazily: every ``r1_interval`` steps with its weight multiplied by
 the interval. The discriminator always sees images through the augmentation pipe, real and fake alike.
 
+``amp=torch.bfloat16`` runs the discriminator's forward passes under autocast (its convolutions and matrix
+products in bfloat16); the augmentation, the logits, the losses and R1's gradient with respect to the images
+stay in float32. bf16 has float32's range, so no loss scaling is needed.
+
 ``loss="hinge"`` selects the hinge loss instead (Lim & Ye 2017; the loss of Projected GANs, Sauer et al.
 2021): D minimises ``relu(1 - D(real)) + relu(1 + D(fake))``, G minimises ``-D(fake)``. D gains nothing
 from logits beyond the margin. (On the fundus phantoms this alone did not tame the projected discriminator:
@@ -46,17 +50,26 @@ def _check(loss: str) -> None:
         raise ConfigError(f"GAN loss={loss!r} is unknown", fix=f"use one of {', '.join(GAN_LOSSES)}")
 
 
+def logits_of(D: Discriminator, x: torch.Tensor, amp: torch.dtype | None = None) -> torch.Tensor:
+    """``D(x)`` in float32; with ``amp`` (``torch.bfloat16``) D's forward pass runs under autocast."""
+    if amp is None:
+        return D(x)
+    with torch.autocast(x.device.type, dtype=amp):
+        return D(x).float()
+
+
 def generator_loss(D: Discriminator, augment: AugmentPipe, fake: torch.Tensor,
-                   generator: torch.Generator | None = None, *, loss: str = "nonsaturating") -> torch.Tensor:
+                   generator: torch.Generator | None = None, *, loss: str = "nonsaturating",
+                   amp: torch.dtype | None = None) -> torch.Tensor:
     """Non-saturating loss ``softplus(-D(aug(G(z))))`` (or, for ``loss="hinge"``, ``-D(aug(G(z)))``), averaged."""
     _check(loss)
-    logits = D(augment(fake, generator))
+    logits = logits_of(D, augment(fake.float(), generator), amp)
     return -logits.mean() if loss == "hinge" else F.softplus(-logits).mean()
 
 
 def discriminator_loss(D: Discriminator, augment: AugmentPipe, real: torch.Tensor, fake: torch.Tensor, *,
                        r1_weight: float = 0.0, generator: torch.Generator | None = None, loss: str = "nonsaturating",
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       amp: torch.dtype | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``softplus(D(aug(fake))) + softplus(-D(aug(real)))`` (``loss="hinge"``: ``relu(1 + D(aug(fake))) +
     relu(1 - D(aug(real)))``) plus ``r1_weight / 2 * ||dD/dreal||^2``.
 
@@ -65,9 +78,9 @@ def discriminator_loss(D: Discriminator, augment: AugmentPipe, real: torch.Tenso
     with respect to the images before augmentation, as in StyleGAN2-ADA.
     """
     _check(loss)
-    fake_logits = D(augment(fake.detach(), generator))
+    fake_logits = logits_of(D, augment(fake.detach().float(), generator), amp)
     real = real.detach().requires_grad_(r1_weight > 0)
-    real_logits = D(augment(real, generator))
+    real_logits = logits_of(D, augment(real, generator), amp)
     if loss == "hinge":
         loss_fake, loss_real = F.relu(1 + fake_logits).mean(), F.relu(1 - real_logits).mean()
     else:
@@ -97,7 +110,8 @@ def finish_discriminator_step(D: Discriminator, opt_D: torch.optim.Optimizer, ad
 
 def discriminator_step(D: Discriminator, opt_D: torch.optim.Optimizer, augment: AugmentPipe, ada: AdaController,
                        real: torch.Tensor, fake: torch.Tensor, *, step: int, r1_gamma: float, r1_interval: int,
-                       generator: torch.Generator | None = None, loss: str = "nonsaturating") -> dict[str, float]:
+                       generator: torch.Generator | None = None, loss: str = "nonsaturating",
+                       amp: torch.dtype | None = None) -> dict[str, float]:
     """One discriminator update (R1 on the steps that are multiples of ``r1_interval``), then ADA bookkeeping.
 
     Returns ``loss_D``, ``D_real`` (mean logit on reals) and, on R1 steps, ``r1``. The caller freezes
@@ -106,7 +120,7 @@ def discriminator_step(D: Discriminator, opt_D: torch.optim.Optimizer, augment: 
     do_r1 = r1_gamma > 0 and step % r1_interval == 0
     D.requires_grad_(True)
     total, stats = discriminator_loss(D, augment, real, fake, r1_weight=r1_gamma * r1_interval if do_r1 else 0.0,
-                                      generator=generator, loss=loss)
+                                      generator=generator, loss=loss, amp=amp)
     opt_D.zero_grad(set_to_none=True)
     total.backward()
     opt_D.step()

@@ -13,6 +13,7 @@ from medanon.errors import ConfigError
 
 DISCRIMINATORS = ("stylegan", "projected")
 GAN_LOSSES = ("nonsaturating", "hinge")             # train/gan_loss.py
+GAN_PRECISIONS = ("fp32", "bf16")                   # of the training's forward passes (train/gan.py)
 AUGMENTS = ("xflip", "rotate90", "translate", "scale", "rotate", "brightness", "contrast", "saturation", "cutout")
 # The fields that define the networks' shapes and parametrisation (mapping_lr_mult scales the mapping's stored
 # weights): a checkpoint's weights fit only a config with the same values.
@@ -54,6 +55,8 @@ class StyleGANConfig:
     loss: str = "nonsaturating"                 # nonsaturating (StyleGAN2) | hinge (Projected GANs; train/gan_loss.py)
     discriminator: str = "stylegan"              # stylegan (residual) | projected (frozen EfficientNet-Lite0
                                                 # features, Sauer et al. 2021; models/stylegan/projected.py)
+    precision: str = "fp32"                     # fp32 | bf16: training's G and D forward passes under bf16 autocast;
+                                                # weights, Adam, EMA, augmentation and R1's gradient stay float32
     seed: int = 0                               # seeds weights, latents and augmentations
 
     def validate(self) -> None:
@@ -84,6 +87,8 @@ class StyleGANConfig:
             raise ConfigError(f"loss={self.loss!r} is unknown", fix=f"use one of {GAN_LOSSES}")
         if self.discriminator not in DISCRIMINATORS:
             raise ConfigError(f"discriminator={self.discriminator!r} is unknown", fix=f"use one of {DISCRIMINATORS}")
+        if self.precision not in GAN_PRECISIONS:
+            raise ConfigError(f"precision={self.precision!r} is unknown", fix=f"use one of {GAN_PRECISIONS}")
         unknown = sorted(set(self.augment) - set(AUGMENTS))
         if unknown:
             raise ConfigError(f"unknown augmentation(s) {unknown}", fix=f"choose from {', '.join(AUGMENTS)}")

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 import medanon
-from medanon.anonymize.privacy import CalibrationOverlap, DataDependentRelease, NoFormalGuarantee
+from medanon.anonymize.privacy import CalibrationOverlap, DataDependentRelease, NoFormalGuarantee, NotAnonymised
 from medanon.checkpoint import save_checkpoint
 from medanon.cli import cli
 from medanon.config import to_dict
@@ -150,7 +150,7 @@ def test_the_library_refuses_and_warns_in_parameter_names(tmp_path, world):
     assert read_release(tmp_path / "seeded")[0]["privacy"] == rel.privacy
     with pytest.warns(CalibrationOverlap):                   # releasing the flow's own training data
         A.dpglow(ds, epsilon=10.0, flow=world["dir"] / "flow.pt")
-    with pytest.warns(UserWarning, match="NOT anonymised"):
+    with pytest.warns(NotAnonymised, match="NOT anonymised"):
         A.inverted(ds, codec=world["dir"] / "restyle.pt").images(limit=1)
 
 

@@ -31,7 +31,7 @@ def test_a_batch_out_of_memory_is_halved_and_every_item_runs_once():
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return sum(chunk)
 
-    with pytest.warns(UserWarning) as seen:
+    with pytest.warns(RuntimeWarning) as seen:
         got = list(batches_within_memory(list(range(9)), 8, run, what="ksalsa"))
     assert [str(w.message) for w in seen] == ["ksalsa: out of device memory with 8 per batch; continuing with 4",
                                               "ksalsa: out of device memory with 4 per batch; continuing with 2"]
@@ -42,7 +42,7 @@ def test_a_batch_out_of_memory_is_halved_and_every_item_runs_once():
     def never(chunk):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
-    with pytest.raises(torch.OutOfMemoryError), pytest.warns(UserWarning):
+    with pytest.raises(torch.OutOfMemoryError), pytest.warns(RuntimeWarning):
         list(batches_within_memory([1, 2], 2, never, what="ksalsa"))           # one item that does not fit: raised
 
 
@@ -60,7 +60,7 @@ def test_a_release_that_runs_out_of_memory_finishes_with_the_same_images(tmp_pat
 
     monkeypatch.setattr(ksame.ClusterAverager, "__call__", small_memory)
     rel = medanon.anonymize.kpixel(ds, k=2, batch=8)
-    with pytest.warns(UserWarning, match="out of device memory with 6 per batch; continuing with 3"):
+    with pytest.warns(RuntimeWarning, match="out of device memory with 6 per batch; continuing with 3"):
         rel.save(tmp_path / "b8", mapping=tmp_path / "b8.json")
     assert rel.summary["clusters_per_batch"] == 1 and rel.summary["clusters"] == 6
     def images(folder: Path) -> list[bytes]:                    # record names are random: compare the images

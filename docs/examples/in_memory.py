@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 import medanon
+from medanon.anonymize.privacy import WeakSetting
 
 out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="medanon-example-"))
 phantom = medanon.open_dataset(medanon.make_phantom(out / "phantom", patients=16, per_patient=2, size=64), size=64)
@@ -31,7 +32,7 @@ x, ids, y = images[rows], [patients[i] for i in rows], {"grade": [grades[i] for 
 
 # %% Two methods; the codec by its name on `medanon models` (no path), the rest of the settings by keyword
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore", UserWarning)          # k = 2 warns: the paper found it weak
+    warnings.simplefilter("ignore", WeakSetting)          # k = 2 warns: the paper found it weak
     kc = medanon.anonymize.kcentroid(x, k=2, codec="restyle-map-fundus64", patient_ids=ids, labels=y)
 snow = medanon.anonymize.snow(x, p=0.3, patient_ids=ids, labels=y)
 print(len(kc), "k-Centroid records,", len(snow), "Snow records; codec:", kc.params["model_files"]["codec"])

@@ -64,6 +64,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from medanon.anonymize.gmia_networks import IdentityEncoder, UtilityEncoder, frozen
+from medanon.anonymize.privacy import NotAnonymised, PrivacyWarning, WeakSetting
 from medanon.errors import ConfigError
 
 __all__ = ["COS_EPS", "GMIA", "LOSSES", "OPTIMISER", "SPACES", "GMIAConfig", "GMIAResult", "IdentityEncoder",
@@ -127,19 +128,20 @@ class GMIAConfig:
         d.pop("batch_size")
         return {**d, "optimiser": OPTIMISER}
 
-    def warnings(self) -> list[str]:
-        """Settings under which little or no identity is removed (shown loudly by the callers)."""
-        out = []
+    def warnings(self) -> list[tuple[str, type[PrivacyWarning]]]:
+        """Settings under which little or no identity is removed, each with its warning class (the callers raise
+        them)."""
+        out: list[tuple[str, type[PrivacyWarning]]] = []
         if self.steps == 0:
-            out.append("steps=0: the release is the plain reconstruction G(E(X_R)); no identity is removed "
-                       "(the reconstruction baseline, GMIA's X̂_R rows)")
+            out.append(("steps=0: the release is the plain reconstruction G(E(X_R)); no identity is removed "
+                        "(the reconstruction baseline, GMIA's X̂_R rows)", NotAnonymised))
         elif not self.uses_id:
-            out.append("losses=ut: no identity loss; the latent is only pulled towards the source's utility "
-                       "features and identity is not removed (GMIA Table 2's L_ut ablation)")
+            out.append(("losses=ut: no identity loss; the latent is only pulled towards the source's utility "
+                        "features and identity is not removed (GMIA Table 2's L_ut ablation)", NotAnonymised))
         if self.uses_id and self.margin >= 0.5:
-            out.append(f"margin={self.margin:g}: released images may keep an identity embedding with cosine up to "
-                       f"{self.margin:g} to their source's; same-patient pairs of real images typically score in "
-                       "that range, so the identity network may still link them")
+            out.append((f"margin={self.margin:g}: released images may keep an identity embedding with cosine up to "
+                        f"{self.margin:g} to their source's; same-patient pairs of real images typically score in "
+                        "that range, so the identity network may still link them", WeakSetting))
         return out
 
 

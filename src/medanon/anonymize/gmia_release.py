@@ -18,6 +18,7 @@ import torch
 
 from medanon.anonymize.gmia import GMIA, GMIAConfig, GMIAResult, _concat, summarise
 from medanon.anonymize.ldp import release_dataset
+from medanon.anonymize.privacy import WeakSetting
 from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError
 from medanon.models.classifier import ResNet
@@ -68,8 +69,8 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[str]:
-    """Mismatches between the data and the networks: errors raised, doubts returned as warnings."""
+def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[tuple[str, type[UserWarning]]]:
+    """Mismatches between the data and the networks: errors raised, doubts returned with their warning class."""
     g = gmia.codec.generator if hasattr(gmia.codec, "generator") else None
     trained = getattr(gmia.codec, "provenance", {}).get("trained_on")
     if trained is not None:                      # modality, channels and size the codec was trained on
@@ -88,15 +89,16 @@ def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[str]:
                           fix="train the classifier on this modality (`medanon train classifier`)")
     label = getattr(ut, "label", None)
     if label in SENSITIVE_LABELS:
-        doubts.append(f"the utility network predicts {label!r}: L_ut will PRESERVE that sensitive attribute in "
-                      "the released images. Train it on the utility label (grade or pneumonia)")
+        doubts.append((f"the utility network predicts {label!r}: L_ut will PRESERVE that sensitive attribute in "
+                       "the released images. Train it on the utility label (grade or pneumonia)", WeakSetting))
     elif label is not None and default_labels(dataset) and label not in default_labels(dataset):
-        doubts.append(f"the utility network predicts {label!r}, not this modality's utility label "
-                      f"{default_labels(dataset)}")
+        doubts.append((f"the utility network predicts {label!r}, not this modality's utility label "
+                       f"{default_labels(dataset)}", UserWarning))
     id_net = getattr(gmia.identity, "net", None)
     if isinstance(id_net, IdentityNet) and id_net.in_channels != dataset.channels:
-        doubts.append(f"the identity network was trained on {id_net.in_channels}-channel images, the data "
-                      f"have {dataset.channels}: it sees converted images and may recognise patients poorly")
+        doubts.append((f"the identity network was trained on {id_net.in_channels}-channel images, the data "
+                       f"have {dataset.channels}: it sees converted images and may recognise patients poorly",
+                       WeakSetting))
     return doubts
 
 
@@ -124,10 +126,8 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
     from medanon.release.writer import check_release_outputs
 
     check_release_outputs(out, mapping, inputs=dataset_inputs(dataset), overwrite=overwrite)   # before any work
-    for doubt in check_networks(gmia, dataset):
-        warnings.warn(doubt, stacklevel=2)
-    for w in gmia.cfg.warnings():
-        warnings.warn(w, stacklevel=2)
+    for message, category in [*check_networks(gmia, dataset), *gmia.cfg.warnings()]:
+        warnings.warn(message, category, stacklevel=2)
     names = release_labels(dataset, labels)
     networks = gmia.describe()
     params = {**gmia.cfg.params(),

@@ -46,7 +46,7 @@ from medanon.anonymize.averaging import (
 from medanon.anonymize.clustering import Clustering, cluster_people
 from medanon.anonymize.ksame_config import DEFAULT_VIEW_SIGMA, LATENT_METHODS, METHODS, KSameConfig
 from medanon.anonymize.ksame_statement import manifest_params, model_checksums, privacy_statement, seeds_used
-from medanon.anonymize.privacy import DataDependentRelease
+from medanon.anonymize.privacy import DataDependentRelease, NotAnonymised
 from medanon.anonymize.salsa import KSalsa
 from medanon.errors import ConfigError, DataError
 from medanon.release.aggregate import aggregate_labels, warn_homogeneity
@@ -300,7 +300,7 @@ def _labels_per_patient(writer, sources: list[list], keys: list[str], views: int
 
 def _release_inverted(ds, writer, codec, *, progress: bool, batch: int = 64) -> dict[str, Any]:
     warnings.warn("GAN-Inverted releases one reconstruction per image: it is NOT anonymised (k = 1); it exists "
-                  "only as the paper's comparison", stacklevel=3)
+                  "only as the paper's comparison", NotAnonymised, stacklevel=3)
     todo = [i for i, r in enumerate(ds.records) if not writer.done(r.record_id)]
     for start in tqdm(range(0, len(todo), batch), desc="inverted", disable=not progress, unit="batch"):
         idx = todo[start:start + batch]

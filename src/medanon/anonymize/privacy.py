@@ -33,6 +33,21 @@ class WeakBudget(PrivacyWarning):
     """A differential-privacy budget so large that the bound protects nothing in practice."""
 
 
+class NotAnonymised(PrivacyWarning):
+    """The settings remove no identity: each released record is one person's image, reconstructed or processed
+    (GAN-Inverted, k = 1; GMIA without optimisation steps or without its identity loss)."""
+
+
+class WeakSetting(PrivacyWarning):
+    """A setting under which the method is known to protect weakly: k = 2, several Snow releases of the same
+    images, a GMIA margin that lets the identity network still link, a utility network trained on a sensitive
+    attribute, an identity network of another modality."""
+
+
+class LabelDisclosure(PrivacyWarning):
+    """A sensitive label (sex, age) released next to the images: no method protects a label it publishes."""
+
+
 class LabelHomogeneity(PrivacyWarning):
     """A released record's sensitive label is the same for all its patients, so the label (and its counts)
     disclose every member's value (the homogeneity attack on k-anonymity)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+from medanon.anonymize.privacy import LabelDisclosure
 from medanon.errors import ConfigError
 
 UTILITY_LABELS = {"fundus": ("grade",), "xray": ("pneumonia",)}
@@ -45,5 +46,6 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
         them = "it" if len(leaked) == 1 else "them"
         warnings.warn(f"releasing {', '.join(leaked)} next to the images hands {them} to any attacker as is: no "
                       "method protects a label it publishes (the attribute-inference attack of `medanon evaluate` "
-                      "uses sex as its target); the default is the utility label only", stacklevel=3)
+                      "uses sex as its target); the default is the utility label only", LabelDisclosure,
+                      stacklevel=3)
     return list(dict.fromkeys(chosen))

@@ -177,7 +177,7 @@ class ReleaseWriter:
             if self.partial.exists():
                 if (self.partial / JOURNAL).is_file():
                     warnings.warn(f"discarding the interrupted release in {self.partial} (resume=False, or "
-                                  "overwrite=True with other settings or sources)", stacklevel=3)
+                                  "overwrite=True with other settings or sources)", UserWarning, stacklevel=3)
                 shutil.rmtree(self.partial)
             if sharded:                                  # the other processes write into it from the start
                 self._start()

@@ -282,6 +282,27 @@ def test_dp_commands_take_config_files_and_overrides(tmp_path, world):
     assert not (tmp_path / "c").exists()
 
 
+def test_a_loaded_flow_brings_its_stored_calibration_and_training_record(world, tmp_path):
+    """A flow passed as a loaded codec decides as its path does: the clip box from the statistics stored with it
+    (not from the released images) and the warning that the release is its training data."""
+    from medanon.anonymize.dpglow import calibrate_latent
+    from medanon.train.flow import load_flow, save_flow
+
+    codec, _, blob = load_flow(world["dir"] / "flow.pt")
+    other = torch.rand(6, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(9)) * 2 - 1
+    path = save_flow(tmp_path / "calibrated.pt", codec.flow, calibration=calibrate_latent(codec, other),
+                     extra=blob["extra"])
+    loaded, stored, _ = load_flow(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        by_object = medanon.anonymize.dpglow(world["ds"], epsilon=10.0, flow=loaded, clip_box="calibrated")
+    assert any(issubclass(w.category, CalibrationOverlap) for w in caught)
+    assert not any("holds no calibration statistics" in str(w.message) for w in caught)
+    with pytest.warns(CalibrationOverlap):
+        by_path = medanon.anonymize.dpglow(world["ds"], epsilon=10.0, flow=path, clip_box="calibrated")
+    assert by_object.params["calibration_sha256"] == by_path.params["calibration_sha256"] == stored.checksum()
+
+
 def test_calibration_streams_and_equals_the_whole_tensor_one(world):
     """Calibrated clip boxes are running min/max over batches: never every image in memory, the same statistics."""
     from medanon.anonymize.dpglow import calibrate_latent

@@ -167,7 +167,8 @@ def _check_box(clip_box: str, calibrate_on) -> None:
 
 def load_flow_for(flow, device=None):
     """``flow`` as ``(GlowCodec, stored calibration or None, training-data record or None)``: a checkpoint path
-    is loaded onto ``device``, a codec has neither record, a triple (this function's result) is kept."""
+    is loaded onto ``device``; a loaded codec brings what its checkpoint stored (``load_flow`` keeps both on it;
+    a flow built in memory has neither); a triple (this function's result) is kept."""
     if isinstance(flow, tuple):
         return flow
     if isinstance(flow, (str, Path)):
@@ -175,7 +176,7 @@ def load_flow_for(flow, device=None):
 
         codec, stored, blob = load_flow(flow, map_location=device or "cpu")
         return codec, stored, (blob.get("extra") or {}).get("data")
-    return flow, None, None
+    return flow, getattr(flow, "calibration", None), getattr(flow, "trained_on", None)
 
 
 def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,

@@ -78,7 +78,9 @@ def load_flow(path: str | Path, *, map_location: str | torch.device = "cpu"
     flow.load_state_dict(blob["state"]["model"])
     cal = blob["state"].get("calibration")
     calibration = ClipCalibration.from_state(cal) if cal is not None else None
-    return GlowCodec(flow, sha256=blob["sha256"]), calibration, blob
+    codec = GlowCodec(flow, sha256=blob["sha256"], calibration=calibration,
+                      trained_on=(blob.get("extra") or {}).get("data"))
+    return codec, calibration, blob
 
 
 # ------------------------------------------------------------------------------------------------ metrics

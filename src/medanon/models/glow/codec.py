@@ -37,10 +37,16 @@ class GlowCodec(nn.Module):
     name = "glow"
     latent_space = "eps"
 
-    def __init__(self, flow: Glow, *, sha256: str = ""):
+    def __init__(self, flow: Glow, *, sha256: str = "", calibration: Any = None,
+                 trained_on: dict[str, Any] | None = None):
         super().__init__()
         self.flow = flow.eval()
         self.sha256 = sha256                    # checksum of the checkpoint the flow came from
+        # what the checkpoint stores beside the weights, kept with the loaded flow so that passing it as an object
+        # decides as passing its path does: the clip box's statistics of the flow's training latents
+        # (medanon.anonymize.ldp.ClipCalibration) and the record of its training data (which images it saw)
+        self.calibration = calibration
+        self.trained_on = trained_on
         self.diverged = 0                       # images whose decoding diverged so far (see module docstring)
 
     @property

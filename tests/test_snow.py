@@ -294,3 +294,22 @@ def test_a_seeded_snow_release_states_no_formal_guarantee(tmp_path: Path, phanto
     b = snow_sweep(ds, tmp_path / "b", ps=[0.3], progress=False)[0.3]
     assert sorted(p.read_bytes() for p in (a / "images").iterdir()) != \
         sorted(p.read_bytes() for p in (b / "images").iterdir())                  # secret seeds: two different draws
+
+
+def test_vs_snow_takes_a_loaded_segmenter_as_its_path(phantoms: Path):
+    """``checkpoint=`` takes a loaded LearnedSegmenter (threshold and size come with it); a bare network, which
+    lacks them, is refused before any work."""
+    import medanon
+    from medanon.segment.learned import LearnedSegmenter
+
+    path = Path(__file__).resolve().parents[1] / "checkpoints" / "unet-vessels64.pt"
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    loaded = LearnedSegmenter.from_checkpoint(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                  # seeded (testing only) and resized masks
+        by_object = medanon.anonymize.vs_snow(ds, p=0.5, seed=1, checkpoint=loaded)
+        by_path = medanon.anonymize.vs_snow(ds, p=0.5, seed=1, checkpoint=path)
+        released = [sorted(x.numpy().tobytes() for x in r.images()) for r in (by_object, by_path)]
+    assert released[0] == released[1]                    # the same images (a release's order is random)
+    with pytest.raises(ConfigError, match="bare FullResUNet"):
+        medanon.anonymize.vs_snow(ds, p=0.5, checkpoint=loaded.model)

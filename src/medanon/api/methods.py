@@ -172,9 +172,10 @@ def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _
     """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
 
     No formal privacy guarantee is claimed: measure it with :func:`medanon.evaluate`. ``vessels``:
-    where the masks come from: ``unet`` (``checkpoint``: a name on ``medanon models`` or a path, default the
-    shipped ``unet-vessels64.pt``), ``frangi`` / ``sato`` (``vessel_fraction`` of the field of view),
-    ``dataset`` (the layout's masks) or ``files`` (``masks_dir``). Colour fundus images only.
+    where the masks come from: ``unet`` (``checkpoint``: a name on ``medanon models``, a path or a loaded
+    :class:`~medanon.segment.learned.LearnedSegmenter`, default the shipped ``unet-vessels64.pt``), ``frangi`` /
+    ``sato`` (``vessel_fraction`` of the field of view), ``dataset`` (the layout's masks) or ``files``
+    (``masks_dir``). Colour fundus images only.
     ``seed``, ``ds``: as in :func:`snow`.
 
     Example:

@@ -33,8 +33,15 @@ SOURCES = (*SEGMENTERS, "dataset", "files")
 
 def get_segmenter(method: str = "unet", *, checkpoint: str | Path | None = None,
                   fraction: float = 0.10) -> LearnedSegmenter | Vesselness:
-    """A segmenter with ``probability(images, fov)`` and ``binarize(prob, fov)``."""
+    """A segmenter with ``probability(images, fov)`` and ``binarize(prob, fov)``. For ``unet``, ``checkpoint`` is a
+    path (default: the shipped one) or a loaded :class:`LearnedSegmenter`, used as it is."""
     if method == "unet":
+        if isinstance(checkpoint, LearnedSegmenter):
+            return checkpoint
+        if isinstance(checkpoint, torch.nn.Module):
+            raise ConfigError(f"checkpoint= is a bare {type(checkpoint).__name__}: a vessel segmenter needs the "
+                              "threshold and image size its checkpoint records",
+                              fix="pass the checkpoint's path or LearnedSegmenter.from_checkpoint(path)")
         return LearnedSegmenter.from_checkpoint(checkpoint)
     if method in ("frangi", "sato"):
         if checkpoint is not None:

@@ -4,11 +4,12 @@ Data flows one way (docs/design.md): ``data`` loads and preprocesses images, ``a
 them into a private release, ``release`` writes and audits it, ``evaluate`` measures it against the
 real data. The Python API, flat::
 
-    ds  = medanon.open_dataset(path, size=64)                       # any layout medanon reads
-    rel = medanon.anonymize.kpixel(ds, k=5)                         # one function per method
+    ds    = medanon.open_dataset(path, size=64)                     # any layout medanon reads
+    train = medanon.split_dataset(ds)["train"]                      # patient-level split; release train only
+    rel   = medanon.anonymize.kpixel(train, k=5)                    # one function per method
     rel.save("release-k5", mapping="private/k5.json")               # the one release path
     medanon.audit("release-k5", source=ds, mapping="private/k5.json")
-    res = medanon.evaluate(real=ds, releases=[rel], preset="fast")  # .to_dict(), .to_html(path)
+    res   = medanon.evaluate(real=ds, releases=[rel], preset="fast")  # .to_dict(), .to_html(path)
 
 Example:
     >>> import medanon

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine should run, in one call that must end inside TOTAL_SECONDS (default 570; a device
 # call may run 600 s). In order of importance: every command (gpu_check.py, at most CHECK_SECONDS: on an H100 its
-# 25 commands take about 210 s); the first and second pass of the evaluation's utility probe; clustering at
+# 26 commands take about 210 s); the first and second pass of the evaluation's utility probe; clustering at
 # N = 35,126 without and with CUDA graphs, then 377,110 (at most 175 s); k-SALSA and the inversion at 256 px in
 # bf16 with 64 clusters per batch (the best setting measured); GAN training at 256 px, batch 64, in float32 and in
 # bf16; then

@@ -59,7 +59,7 @@ def test_release_contents_and_clean_audit(tmp_path: Path, source):
     assert len(rows) == 4 and manifest["counts"]["min_people_per_record"] == 2
     assert manifest["params"] == {"k": 2} and manifest["counts"]["people"] == 8
     assert list(rows[0])[:3] == ["image", "n_sources", "n_people"] and "grade_counts" in rows[0]
-    assert sorted(p.name for p in out.iterdir()) == ["images", "labels.csv", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".medanon-output.json", "images", "labels.csv", "manifest.json"]
     assert not (tmp_path / "rel.partial").exists()
     rep = audit_release(out, mapping=tmp_path / "private" / "map.json", source_records=records)
     assert rep.passed, rep.format()

@@ -119,6 +119,36 @@ def foreign_files(folder: str | os.PathLike) -> list[str] | None:
                   if rel not in listed or (listed[rel] >= 0 and size != listed[rel]))
 
 
+def checkpoint_kind(path: str | os.PathLike) -> str | None:
+    """The ``kind`` a medanon checkpoint file records (``classifier``, ``identity``, ``stylegan2``, ...), or None."""
+    path = Path(path)
+    if not path.is_file() or not zipfile.is_zipfile(path):
+        return None
+    from medanon.checkpoint import FORMAT
+
+    try:
+        import torch
+
+        blob = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:                                  # any unreadable or unsafe file is not ours
+        return None
+    ok = isinstance(blob, dict) and blob.get("format") == FORMAT
+    return str(blob.get("kind")) if ok else None
+
+
+def run_command(folder: str | os.PathLike) -> str | None:
+    """The command whose run wrote ``folder`` (its manifest's ``command``, without a leading ``medanon``), or None."""
+    man = _json(Path(folder) / "manifest.json")
+    command = man.get("command") if isinstance(man, dict) else None
+    return normalise_command(command) if isinstance(command, str) else None
+
+
+def normalise_command(command: str) -> str:
+    """``medanon train gan`` and ``train gan`` name one command."""
+    words = command.split()
+    return " ".join(words[1:] if words[:1] == ["medanon"] else words)
+
+
 def file_kind(path: str | os.PathLike) -> str | None:
     """``mapping``, ``splits`` or ``checkpoint`` for a file medanon wrote, None for anything else."""
     path = Path(path)

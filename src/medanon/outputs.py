@@ -38,9 +38,12 @@ from medanon.output_inventory import (  # noqa: F401  (re-exported: the rule's v
     MAPPING_FORMAT,
     MARKER,
     SPLITS_HEADER,
+    checkpoint_kind,
     file_kind,
     folder_kind,
     foreign_files,
+    normalise_command,
+    run_command,
     write_marker,
 )
 
@@ -141,12 +144,37 @@ def _input_inside(out: Path, inputs: list[Path]) -> Path | None:
 
 
 def _kind_check(out: Path, kind: str | None, what: str | None, name: str, noun: str) -> None:
+    """``what`` may name a checkpoint's own kind too: ``checkpoint:classifier`` (several: ``checkpoint:a|b``)."""
     if kind is None:
         raise UnsafeOutputError(f"{name} {out} exists and was not written by medanon: it is never replaced, even "
                                 "with overwrite", fix=f"choose another {name}, or remove it yourself")
-    if what is not None and kind != what:
-        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not a {what}: overwrite replaces an "
+    base, _, inner = (what or "").partition(":")
+    if what is not None and kind != base:
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not a {base}: overwrite replaces an "
                                 "output only with one of its kind", fix=f"choose another {name}")
+    if inner:
+        held = checkpoint_kind(out)
+        if held not in inner.split("|"):
+            raise UnsafeOutputError(f"{name} {out} is a medanon {held} checkpoint, not a {inner.replace('|', ' or ')} "
+                                    "one: it is never replaced by another kind of model", fix=f"choose another {name}")
+
+
+def check_run_folder(path: str | os.PathLike, command: str, *, name: str = "out") -> None:
+    """A run (training, evaluation, demo) writes into an existing folder only when it is a run or report folder and,
+    where it records the command that wrote it, a run of this same ``command``: never into a release, a phantom
+    dataset or another command's run."""
+    p = Path(path)
+    if not p.is_dir() or not any(p.iterdir()):
+        return
+    kind = folder_kind(p)
+    if kind not in ("run", "report"):
+        raise UnsafeOutputError(f"{name} {p} is {'a medanon ' + kind if kind else 'not a medanon'} folder, not a run "
+                                f"of {normalise_command(command)}: a run writes only into its own folder",
+                                fix=f"choose another {name}")
+    done = run_command(p)
+    if done is not None and done != normalise_command(command):
+        raise UnsafeOutputError(f"{name} {p} holds a run of {done}, not of {normalise_command(command)}: a run resumes "
+                                "only its own folder", fix=f"choose another {name}")
 
 
 def check_replaceable(out: str | os.PathLike, *, what: str | None = None, name: str = "out") -> None:

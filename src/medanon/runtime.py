@@ -182,10 +182,11 @@ class RunDir:
 
     def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None):
         from medanon.locks import OutputLock
-        from medanon.outputs import check_output
+        from medanon.outputs import check_output, check_run_folder
 
         self.path = Path(path)
         check_output(self.path, existing_ok=True, kind="dir")     # a resumed run's own folder, never a foreign one
+        check_run_folder(self.path, command)
         self.lock = OutputLock(self.path, name="--out").acquire()  # one run per folder, until finish()
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path / "config.yaml", dump_yaml(config))

@@ -67,7 +67,7 @@ def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, see
     from medanon.cli.base import check_outputs
     from medanon.runtime import resolve_device
 
-    check_outputs((out, "dir", "--out"), data_dir=data_dir, opts=data_opts, existing_ok=True)
+    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, existing_ok=True)
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))

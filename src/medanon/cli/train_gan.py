@@ -54,8 +54,9 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
 
     from medanon.cli.base import check_outputs
 
-    check_outputs((out, "dir", "--out"), data_dir=data_dir, existing_ok=True)
-    check_outputs((export, "file", "--export"), data_dir=data_dir, reads=[out / "checkpoint.pt"], existing_ok=resume)
+    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, existing_ok=True)
+    check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir,
+                  reads=[out / "checkpoint.pt"], existing_ok=resume)
 
     from medanon.config import DataConfig, build
     from medanon.data.dataset import open_dataset

@@ -75,7 +75,8 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     """
     import numpy as np
 
-    check_outputs((out, "file", "--out", "checkpoint"), data_dir=data_dir, opts=opts, reads=[splits], existing_ok=True)
+    check_outputs((out, "file", "--out", "checkpoint:identity"), data_dir=data_dir, opts=opts, reads=[splits],
+                  existing_ok=True)
 
     from medanon.evaluate.metrics import roc_auc
     from medanon.runtime import resolve_device
@@ -139,7 +140,8 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     """
     from medanon.runtime import resolve_device
 
-    check_outputs((out, "file", "--out", "checkpoint"), data_dir=data_dir, opts=opts, reads=[splits], existing_ok=True)
+    check_outputs((out, "file", "--out", "checkpoint:classifier"), data_dir=data_dir, opts=opts, reads=[splits],
+                  existing_ok=True)
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))

@@ -51,8 +51,9 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
     """
 
     reads = [images_pair, masks_pair]
-    check_outputs((out, "dir", "--out"), data_dir=data_dir, opts=opts, reads=reads, existing_ok=True)
-    check_outputs((export, "file", "--export"), data_dir=data_dir, opts=opts, reads=[*reads, out / "checkpoint.pt"],
+    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=opts, reads=reads, existing_ok=True)
+    check_outputs((export, "file", "--export", "checkpoint:vessel-segmenter"), data_dir=data_dir, opts=opts,
+                  reads=[*reads, out / "checkpoint.pt"],
                   existing_ok=resume)
     from medanon.runtime import resolve_device
     from medanon.train.distributed import init_distributed, shutdown

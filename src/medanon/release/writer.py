@@ -53,9 +53,9 @@ from PIL import Image
 from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError, OutputExistsError
-from medanon.fsutil import atomic_write_bytes, atomic_write_text
+from medanon.fsutil import atomic_write_bytes, atomic_write_text, read_json_object
 from medanon.locks import OutputLock
-from medanon.outputs import MAPPING_FORMAT, check_replaceable, checkpoint_files
+from medanon.outputs import MAPPING_FORMAT, check_replaceable, checkpoint_files, write_marker
 from medanon.release.aggregate import RULE, aggregate_labels
 from medanon.release.order import _shuffle, _stamp
 from medanon.release.writer_safety import (  # noqa: F401  (check_release_outputs, OutputWriteError: re-exported)
@@ -350,6 +350,7 @@ class ReleaseWriter:
         _shuffle(self.partial)
         for journal in (self.partial / JOURNAL, *self.partial.glob(RANK_JOURNAL_GLOB)):
             journal.unlink()                             # private: never published
+        write_marker(self.partial, "release")           # its files and sizes: overwrite spares any edited since
         _stamp(self.partial)
         if self.out.exists():
             trash = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
@@ -393,9 +394,20 @@ def read_release(path: str | Path) -> tuple[dict[str, Any], list[dict[str, str]]
     if not man.is_file():
         raise DataError(f"{path} is not a medanon release: manifest.json is missing",
                         fix="pass a folder written by `medanon anonymize`")
-    manifest = json.loads(man.read_text(encoding="utf-8"))
+    manifest = read_json_object(man, what="a medanon release manifest",
+                                fix="pass a folder written by `medanon anonymize`, unchanged")
     if manifest.get("format") != FORMAT:
         raise DataError(f"{man} is not a medanon release manifest")
     with open(path / "labels.csv", encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     return manifest, rows
+
+
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """A release's private mapping file (what ``mapping=`` of ``Release.save`` writes): its object, with a
+    ``records`` object (record -> sources and patients), or a DataError naming the file."""
+    fix = "pass the private mapping file written together with this release"
+    data = read_json_object(path, what="a medanon release mapping", fix=fix)
+    if not isinstance(data.get("records"), dict):
+        raise DataError(f"{path} is not a medanon release mapping: it has no records", fix=fix)
+    return data

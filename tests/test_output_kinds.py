@@ -1,0 +1,102 @@
+"""A run writes only into its own folder and a trainer replaces only a model of its own kind: a release, a phantom
+or another command's run is never written into, and a checkpoint is never replaced by another kind of model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from medanon import make_phantom
+from medanon.checkpoint import save_checkpoint
+from medanon.cli import cli
+from medanon.outputs import UnsafeOutputError, check_output, check_run_folder
+from medanon.runtime import RunDir
+
+TINY = Path(__file__).resolve().parents[1] / "configs" / "stylegan" / "tiny32.yaml"
+
+
+def digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        h.update(str(p.relative_to(root)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture
+def release(tmp_path) -> Path:
+    rel = tmp_path / "release"
+    (rel / "images").mkdir(parents=True)
+    (rel / "manifest.json").write_text(json.dumps({"format": "medanon-release", "privacy": {"k": 5}}))
+    (rel / "labels.csv").write_text("image,grade\n")
+    return rel
+
+
+def test_a_run_never_writes_into_a_release_a_phantom_or_another_commands_run(tmp_path, release):
+    data = make_phantom(tmp_path / "fundus", patients=2, per_patient=1, size=16)
+    for folder in (release, data):
+        before = digest(folder)
+        with pytest.raises(UnsafeOutputError, match="a run writes only into its own folder"):
+            RunDir(folder, config={"a": 1}, command="train flow", seeds={})
+        assert digest(folder) == before
+    run = RunDir(tmp_path / "gan-run", config={"a": 1}, command="medanon train gan", seeds={})
+    run.finish()
+    with pytest.raises(UnsafeOutputError, match="holds a run of train gan, not of evaluate"):
+        check_run_folder(tmp_path / "gan-run", "evaluate")
+    check_run_folder(tmp_path / "gan-run", "train gan")      # the CLI's and the library's names are one command
+    RunDir(tmp_path / "gan-run", config={"a": 1}, command="train gan", seeds={}).finish()
+
+
+def test_cli_trainers_refuse_a_release_as_their_run_folder(tmp_path, release):
+    data = make_phantom(tmp_path / "fundus", patients=2, per_patient=2, size=32)
+    before = digest(release)
+    r = CliRunner().invoke(cli, ["train", "gan", "--data", str(data), "--config", str(TINY),
+                                 "--steps", "1", "--out", str(release)])
+    assert r.exit_code != 0 and "release folder, not a run" in r.output, r.output
+    assert digest(release) == before
+
+
+@pytest.mark.parametrize("held, wanted", [("identity", "classifier"), ("glow", "stylegan2"),
+                                          ("stylegan2", "vessel-segmenter")])
+def test_a_checkpoint_is_never_replaced_by_another_kind_of_model(tmp_path, held, wanted):
+    path = save_checkpoint(tmp_path / "model.pt", kind=held, config={}, state={})
+    before = path.read_bytes()
+    for existing_ok, overwrite in ((True, False), (False, True)):
+        with pytest.raises(UnsafeOutputError, match=f"is a medanon {held} checkpoint, not a {wanted} one"):
+            check_output(path, kind="file", name="out", what=f"checkpoint:{wanted}", existing_ok=existing_ok,
+                         overwrite=overwrite)
+    assert path.read_bytes() == before
+    check_output(path, kind="file", name="out", what=f"checkpoint:{held}", existing_ok=True)
+
+
+def test_cli_trainers_check_the_kind_of_the_model_they_would_replace(tmp_path):
+    data = make_phantom(tmp_path / "fundus", patients=2, per_patient=2, size=32)
+    flow = save_checkpoint(tmp_path / "glow.pt", kind="glow", config={}, state={})
+    ident = save_checkpoint(tmp_path / "identity.pt", kind="identity", config={}, state={})
+    before = {p: p.read_bytes() for p in (flow, ident)}
+    runs = [["train", "classifier", "--data", str(data), "--label", "grade", "--steps", "1", "--out", str(ident)],
+            ["train", "identity", "--data", str(data), "--steps", "1", "--out", str(flow)],
+            ["train", "gan", "--data", str(data), "--config", str(TINY), "--steps", "1",
+             "--out", str(tmp_path / "run"), "--resume", "--export", str(flow)]]
+    for args in runs:
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code != 0 and "never replaced by another kind of model" in r.output, (args, r.output)
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_overwrite_spares_a_release_file_edited_since(tmp_path):
+    import medanon
+
+    data = make_phantom(tmp_path / "fundus", patients=3, per_patient=1, size=16)
+    out = tmp_path / "release"
+    medanon.anonymize.snow(data, p=0.3).save(out, progress=False)
+    with open(out / "labels.csv", "a") as f:
+        f.write("# my note\n")
+    with pytest.raises(UnsafeOutputError, match="labels.csv, which medanon did not write there"):
+        medanon.anonymize.snow(data, p=0.3).save(out, overwrite=True, progress=False)
+    assert (out / "labels.csv").read_text().endswith("# my note\n")

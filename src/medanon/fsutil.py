@@ -81,3 +81,19 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+def read_json_object(path: str | os.PathLike, *, what: str, fix: str) -> dict:
+    """The JSON object in ``path``; a :class:`~medanon.errors.DataError` naming the file, ``what`` it should be and
+    the ``fix`` when it is unreadable, not UTF-8, not JSON or not an object."""
+    import json
+
+    from medanon.errors import DataError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path} is not {what}: {e}", fix=fix) from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path} is not {what}: it holds a JSON {type(data).__name__}, not an object", fix=fix)
+    return data

@@ -16,7 +16,6 @@ found at ``<release>.mapping.json`` next to the release folder unless given expl
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from medanon.data.records import Record
 from medanon.data.splits import split_patients
 from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
-from medanon.release.writer import read_release
+from medanon.release.writer import read_mapping, read_release
 from medanon.runtime import files_digest
 
 log = logging.getLogger(__name__)
@@ -189,8 +188,7 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
 
 
 def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[list[int]]:
-    data = json.loads(mp.read_text(encoding="utf-8"))
-    recs = data.get("records", {})
+    recs = read_mapping(mp)["records"]
     listed = [r["image"] for r in rows]
     absent = [img for img in listed if img not in recs]
     if absent:

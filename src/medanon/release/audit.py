@@ -40,8 +40,9 @@ from typing import Any
 
 from PIL import Image
 
+from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
-from medanon.release.writer import FORMAT
+from medanon.release.writer import FORMAT, read_mapping
 
 MIN_NUMERIC_LEN = 5
 NAME_PATTERN = re.compile(r"^[0-9a-f]{16}\.png$")
@@ -194,7 +195,8 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
         rep.add("structure", False, "manifest.json or labels.csv is missing: not a medanon release")
         rep.complete = False
         return rep
-    manifest = json.loads(man_path.read_text(encoding="utf-8"))
+    manifest = read_json_object(man_path, what="a medanon release manifest",
+                                fix="pass a folder written by `medanon anonymize`, unchanged")
     with open(csv_path, encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     images = sorted(p for p in (release / "images").rglob("*") if p.is_file()) if (release / "images").is_dir() else []
@@ -267,7 +269,7 @@ def _check_order(rep: AuditReport, release: Path, mapping: Path, source_records)
     """Spearman correlation between the images' inode order and the order of their first source."""
     from scipy.stats import spearmanr
 
-    recs = json.loads(mapping.read_text(encoding="utf-8")).get("records", {})
+    recs = read_mapping(mapping)["records"]
     position = {r.record_id: i for i, r in enumerate(source_records)}
     pairs = []
     for img, v in recs.items():
@@ -283,8 +285,8 @@ def _check_order(rep: AuditReport, release: Path, mapping: Path, source_records)
 
 
 def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records) -> None:
-    data = json.loads(mapping.read_text(encoding="utf-8"))
-    recs = data.get("records", {})
+    data = read_mapping(mapping)
+    recs = data["records"]
     listed = {r["image"] for r in rows}
     rep.add("mapping covers the release", set(recs) == listed,
             f"{len(set(recs) ^ listed)} records differ" if set(recs) != listed else f"{len(recs)} records")

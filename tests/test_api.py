@@ -253,6 +253,16 @@ def test_kpca_basis_from_separate_data(tmp_path, world):
     assert read_release(tmp_path / "cli")[0]["privacy"]["pca_basis"] == rel.privacy["pca_basis"]
 
 
+def test_kpca_refuses_a_basis_that_holds_the_released_images(tmp_path, world):
+    """A basis "separate" in name only would make the statement claim what is not true."""
+    import shutil
+
+    shutil.copytree(world["data"], tmp_path / "copy")
+    for basis in (world["ds"], medanon.open_dataset(tmp_path / "copy", size=SIZE)):
+        with pytest.raises(ConfigError, match="holds 24 of the images being released"):
+            medanon.anonymize.kpca(world["ds"], k=3, pca_components=3, pca_basis=basis).images(limit=1)
+
+
 def test_the_readme_python_example_runs(tmp_path, monkeypatch):
     """The first block of README.md's "Python API" section, as a user would paste it (the second evaluates)."""
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()

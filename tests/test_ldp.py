@@ -270,3 +270,18 @@ def test_cli_releases_with_the_privacy_record(tmp_path: Path, xray: Path, codec:
     res = runner.invoke(cli, ["anonymize", "ldp-image", str(xray), "--epsilon", "10", "--no-clip",
                               "--out", str(tmp_path / "rel3")])
     assert res.exit_code != 0 and "--no-clip" in res.output
+
+
+def test_dpglow_refuses_a_flow_of_another_modality_or_size(tmp_path: Path):
+    """A fundus dataset through the X-ray flow would be converted to grey and released as X-rays: refused, as the
+    codec methods refuse; so is a --size the flow does not work at (it was silently replaced by the flow's)."""
+    fundus = generate(PhantomConfig(modality="fundus", patients=2, per_patient=1, size=32, workers=1),
+                      tmp_path / "fundus", progress=False)
+    xray = generate(PhantomConfig(modality="xray", patients=2, per_patient=1, size=32, workers=1),
+                    tmp_path / "xray", progress=False)
+    flow = str(Path(__file__).resolve().parents[1] / "checkpoints" / "glow-xray64.pt")
+    base = ["--device", "cpu", "anonymize", "dpglow", "--flow", flow, "--epsilon", "100", "--per-element"]
+    r = CliRunner().invoke(cli, [*base, "--data", str(fundus), "--out", str(tmp_path / "a")])
+    assert r.exit_code != 0 and "trained on xray images" in r.output and not (tmp_path / "a").exists(), r.output
+    r = CliRunner().invoke(cli, [*base, "--data", str(xray), "--size", "32", "--out", str(tmp_path / "b")])
+    assert r.exit_code != 0 and "works on 1-channel 64 px images" in r.output and not (tmp_path / "b").exists()

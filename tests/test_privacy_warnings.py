@@ -59,3 +59,15 @@ def test_every_warning_of_the_release_code_names_its_class():
                         and not any(k.arg == "category" for k in node.keywords)):
                     bare.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert bare == []
+
+
+def test_a_label_that_is_the_patient_id_is_never_released():
+    g = torch.Generator().manual_seed(1)
+    ids = [100001, 100001, 100002, 100002, 100003, 100003]
+    ds = as_dataset(torch.rand(6, 3, 16, 16, generator=g), patient_ids=[f"{i}" for i in ids],
+                    labels={"grade": [0, 1, 2, 0, 1, 2], "mrn": ids, "site": [1, 1, 2, 2, 1, 1]}, modality="fundus")
+    with pytest.raises(medanon.errors.ConfigError, match="equals the patient id"):
+        medanon.anonymize.snow(ds, p=0.3, release_labels=["grade", "mrn"])
+    with pytest.raises(medanon.errors.ConfigError, match="equals the patient id"):
+        medanon.anonymize.kpixel(ds, k=2, release_labels=["mrn"])
+    medanon.anonymize.snow(ds, p=0.3, release_labels=["grade", "site"])     # other labels are released

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 import warnings
 from collections.abc import Sequence
@@ -156,6 +157,27 @@ def _check_basis(ds, cfg: KSameConfig, pca_basis) -> None:
     if pca_basis is not None and (pca_basis.size, pca_basis.channels) != (ds.size, ds.channels):
         raise ConfigError(f"the basis dataset gives {pca_basis.channels}x{pca_basis.size}px images, the released "
                           f"one {ds.channels}x{ds.size}px", fix="open both datasets with the same size= and channels=")
+    if pca_basis is not None and getattr(pca_basis, "modality", None) != getattr(ds, "modality", None):
+        raise ConfigError(f"the basis dataset holds {pca_basis.modality} images, the released one {ds.modality}",
+                          fix="fit the basis on images of the released modality")
+    shared = _shared_files(ds, pca_basis) if pca_basis is not None else 0
+    if shared:
+        raise ConfigError(f"the basis dataset holds {shared} of the images being released (same file contents): a "
+                          "basis fitted on them is not separate, and the statement would claim it is",
+                          fix="fit the basis on other images (public data), or use the private basis")
+
+
+def _shared_files(ds, other) -> int:
+    """How many of ``ds``'s image files have the contents of one of ``other``'s (sha256; datasets in memory,
+    which have no files, share none)."""
+    from medanon.fsutil import sha256_file
+
+    def digests(d) -> set[str]:
+        return {sha256_file(r.path) for r in getattr(d, "records", ()) if getattr(r, "path", None) is not None
+                and os.path.isfile(r.path)}
+
+    theirs = digests(other)
+    return len(digests(ds) & theirs) if theirs else 0
 
 
 def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: bool = True, pca_basis=None

@@ -30,7 +30,7 @@ def dp_options(f):
                      help="--epsilon is per element (latent element for dpglow, pixel value for ldp-image): the "
                           "image budget is epsilon * D, D = C*H*W, as in the paper's 'ε = 10² · H · W'. Only a way "
                           "to write the image budget: there is no per-pixel guarantee (for DP-GLOW one pixel can "
-                          "move every latent element). --per-pixel is the old name."),
+                          "move every latent element). --per-pixel is an alias."),
         click.option("--clip-box", type=click.Choice(["public", "calibrated"]), default=None,
                      help="public: a data-independent box (pixels [-1, 1]; latent [-4, 4]), nothing private enters "
                           "the mechanism; calibrated: per-element min/max of training images (the paper), whose "
@@ -121,8 +121,13 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
                   no_clip=no_clip, center=center, batch=batch)
     dev = resolve_device(ctx.obj["device"])
     flow = load_flow_for(flow_path, dev)
-    data_opts["size"] = flow[0].flow.cfg.resolution
-    data_opts["channels"] = str(flow[0].flow.cfg.channels)
+    fcfg = flow[0].flow.cfg
+    for key, value in (("size", fcfg.resolution), ("channels", fcfg.channels)):
+        if data_opts.get(key) not in (None, str(value), value):
+            raise click.UsageError(f"--{key} {data_opts[key]}: the flow {flow_path} works on {fcfg.channels}-channel "
+                                   f"{fcfg.resolution} px images; leave --{key} out (the flow's is used) or train a "
+                                   f"flow at that {key}")
+        data_opts[key] = str(value) if key == "channels" else value
     split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
     ds = open_split(data_dir, data_opts, *split, FLAGS)
     with library_call(FLAGS):

@@ -41,6 +41,10 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
     if unknown:
         raise ConfigError(f"release_labels={','.join(unknown)}: not label(s) of {dataset.root}",
                           fix=f"choose from {', '.join(dataset.label_names) or '(the dataset has no labels)'}")
+    ids = [n for n in chosen if _is_patient_id(dataset, n)]
+    if ids:
+        raise ConfigError(f"release_labels={','.join(ids)}: the label equals the patient id on every image, so "
+                          "releasing it would name each record's patients", fix="leave it out of release_labels")
     leaked = [n for n in chosen if n in SENSITIVE_LABELS]
     if leaked:
         them = "it" if len(leaked) == 1 else "them"
@@ -49,3 +53,20 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
                       "uses sex as its target); the default is the utility label only", LabelDisclosure,
                       stacklevel=3)
     return list(dict.fromkeys(chosen))
+
+
+def _is_patient_id(dataset, name: str) -> bool:
+    """Whether label ``name`` is the patient id itself (e.g. a medical record number declared both as the patient
+    column and as a label): equal to it, as a number, on every image that has it."""
+    seen = False
+    for r in getattr(dataset, "records", ()):
+        v = r.labels.get(name)
+        if v is None or v != v:                          # missing (nan)
+            continue
+        try:
+            if float(str(r.patient_id).strip()) != float(v):
+                return False
+        except ValueError:                               # a non-numeric patient id is no number label
+            return False
+        seen = True
+    return seen

@@ -97,6 +97,6 @@ def test_overwrite_spares_a_release_file_edited_since(tmp_path):
     medanon.anonymize.snow(data, p=0.3).save(out, progress=False)
     with open(out / "labels.csv", "a") as f:
         f.write("# my note\n")
-    with pytest.raises(UnsafeOutputError, match="labels.csv, which medanon did not write there"):
+    with pytest.raises(UnsafeOutputError, match=r"labels\.csv, which medanon did not write there"):
         medanon.anonymize.snow(data, p=0.3).save(out, overwrite=True, progress=False)
     assert (out / "labels.csv").read_text().endswith("# my note\n")

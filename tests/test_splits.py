@@ -67,3 +67,35 @@ def test_splits_csv(tmp_path: Path):
     write_splits_csv(tmp_path / "s.csv", recs, a)
     lines = (tmp_path / "s.csv").read_text().splitlines()
     assert lines[0] == "record_id,patient_id,split" and len(lines) == 21
+
+
+def test_a_splits_csv_that_splits_a_patient_or_names_another_part_is_refused(tmp_path: Path):
+    import csv
+    import re
+
+    import pytest
+
+    from medanon.errors import DataError
+    from medanon.evaluate.inputs import _read_splits_csv
+
+    recs = [Record(path=tmp_path / f"{p}_{i}.png", patient_id=p, record_id=f"{p}-{i}")
+            for p in ("a", "b", "c") for i in range(2)]
+    good = tmp_path / "good.csv"
+    write_splits_csv(good, recs, {"a": "train", "b": "test", "c": "val"})
+    assert list(_read_splits_csv(good, recs)) == ["train", "train", "test", "test", "val", "val"]
+    rows = list(csv.reader(open(good)))
+
+    def variant(name: str, change) -> Path:
+        out = [list(r) for r in rows]
+        change(out)
+        path = tmp_path / name
+        with open(path, "w", newline="") as f:
+            csv.writer(f).writerows(out)
+        return path
+
+    cases = {"patient(s) in more than one split (e.g. a in test and train)": lambda o: o[2].__setitem__(2, "test"),
+             "names split(s) ['trian']": lambda o: o[1].__setitem__(2, "trian"),
+             "gives 1 image(s) another patient": lambda o: o[3].__setitem__(1, "z")}
+    for i, (message, change) in enumerate(cases.items()):
+        with pytest.raises(DataError, match=re.escape(message)):
+            _read_splits_csv(variant(f"bad{i}.csv", change), recs)

@@ -28,7 +28,7 @@ from PIL import Image
 from medanon.config import DataConfig
 from medanon.data.dataset import ImageDataset, open_dataset
 from medanon.data.records import Record
-from medanon.data.splits import split_patients
+from medanon.data.splits import SPLITS, split_patients
 from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
 from medanon.release.writer import read_mapping, read_release
@@ -73,12 +73,29 @@ def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
     if not rows or not {"record_id", "split"} <= set(rows[0]):
         raise DataError(f"{path} is not a splits CSV (columns record_id, patient_id, split)",
                         fix="pass a file written by `medanon data split` or the demo (splits_<modality>.csv)")
-    by_id = {r["record_id"]: r["split"] for r in rows}
+    by_id = {r["record_id"]: r for r in rows}
     missing = [r.path.name for r in records if r.record_id not in by_id]
     if missing:
         raise DataError(f"{len(missing)} image(s) of the real dataset are not in {path}", files=missing,
                         fix="pass the splits CSV written for this dataset (same folder, same layout)")
-    return np.array([by_id[r.record_id] for r in records])
+    fix = "write it again with `medanon data split` (one part per patient)"
+    unknown = sorted({by_id[r.record_id]["split"] for r in records} - set(SPLITS))
+    if unknown:
+        raise DataError(f"{path} names split(s) {unknown}; a splits CSV holds only {', '.join(SPLITS)}", fix=fix)
+    if "patient_id" in rows[0]:
+        other = [r.path.name for r in records if by_id[r.record_id]["patient_id"] != str(r.patient_id)]
+        if other:
+            raise DataError(f"{path} gives {len(other)} image(s) another patient than the dataset does", files=other,
+                            fix="pass the splits CSV written for this dataset")
+    parts: dict[str, set[str]] = {}
+    for r in records:
+        parts.setdefault(str(r.patient_id), set()).add(by_id[r.record_id]["split"])
+    split_up = sorted(p for p, s in parts.items() if len(s) > 1)
+    if split_up:
+        raise DataError(f"{path} puts {len(split_up)} patient(s) in more than one split (e.g. {split_up[0]} in "
+                        f"{' and '.join(sorted(parts[split_up[0]]))}): held-out images of a released patient would "
+                        "count as strangers", fix=fix)
+    return np.array([by_id[r.record_id]["split"] for r in records])
 
 
 def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = None, stratify: str = "auto",

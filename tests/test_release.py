@@ -79,6 +79,8 @@ def test_resume_after_interruption(tmp_path: Path, source):
     assert not out.exists() and (tmp_path / "rel.partial").exists()
     with pytest.raises(ConfigError, match="other settings"):
         ReleaseWriter(out, **{**settings, "params": {"p": 0.2}})
+    with pytest.raises(ConfigError, match=r"other models \(codec: the checkpoint's content changed"):
+        ReleaseWriter(out, **settings, models={"codec": "0" * 64})      # started with no codec: one would mix
     redone = 0
     with ReleaseWriter(out, **settings) as rel:
         assert len(rel) == 5

@@ -158,7 +158,7 @@ class ReleaseWriter:
         self.source = dict(source or {})
         self.phantom = phantom
         self.entries: dict[str, dict[str, Any]] = {}
-        self._head = {"settings": self.settings, "source": self.source}
+        self._head = {"settings": self.settings, "source": self.source, "models": self.models}
         if self.partial.exists() and not self.partial.is_dir():
             raise OutputExistsError(f"{self.partial} exists and is not a folder",
                                     fix=f"move {self.partial} away: medanon keeps interrupted releases there")
@@ -217,6 +217,14 @@ class ReleaseWriter:
             raise ConfigError(f"{self.partial} holds an interrupted release of other source files (their "
                               "content changed since it was started): its images would be stale",
                               fix="pass overwrite=True to discard it and start over")
+        models = json.loads(json.dumps(self.models, default=_json_default))
+        if "models" in head and head["models"] != models:          # journals before models were recorded: not checked
+            changed = sorted(k for k in {*head["models"], *models} if head["models"].get(k) != models.get(k))
+            raise ConfigError(f"{self.partial} holds an interrupted release made with other models "
+                              f"({', '.join(changed)}: the checkpoint's content changed since it was started): one "
+                              "release would mix two models",
+                              fix="resume with the model files it was started with, or pass overwrite=True to discard "
+                                  "it and start over")
         lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()
         for line in lines[1:]:
             try:

@@ -194,3 +194,34 @@ def test_release_labels_default_unknown_and_sensitive():
     assert "grade, sex, age" in e.value.fix
     with pytest.warns(UserWarning, match="releasing sex"):
         assert release_labels(xray, ["pneumonia", "sex"]) == ["pneumonia", "sex"]
+
+
+def test_audit_checks_that_the_source_given_is_the_releases_own(tmp_path: Path):
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+
+    import medanon
+
+    fundus = medanon.make_phantom(tmp_path / "fundus", patients=4, per_patient=1, size=16)
+    xray = medanon.make_phantom(tmp_path / "xray", modality="xray", patients=4, per_patient=1, size=16)
+    out = medanon.anonymize.kpixel(medanon.open_dataset(fundus, size=16), k=2).save(
+        tmp_path / "rel", mapping=tmp_path / "rel.json", progress=False)
+    check = "the source given is the one the release was made from"
+
+    def verdict(source):
+        rep = medanon.audit(out, source=source, mapping=tmp_path / "rel.json")
+        return next((c.passed, c.detail) for c in rep.checks if c.name == check)
+
+    assert verdict(fundus) == (True, "")
+    assert verdict(medanon.open_dataset(fundus, size=16))[0]
+    passed, detail = verdict(xray)
+    assert not passed and "made from fundus images" in detail
+    shutil.copytree(fundus, tmp_path / "copy")
+    one = sorted((tmp_path / "copy" / "images").iterdir())[0]
+    pixels = np.array(Image.open(one))
+    pixels[0, 0] = 255 - pixels[0, 0]
+    Image.fromarray(pixels).save(one)
+    passed, detail = verdict(tmp_path / "copy")
+    assert not passed and "differ from those the release was made from" in detail

@@ -58,7 +58,12 @@ def audit(release, *, source=None, mapping: str | Path | None = None, k: int | N
         raise ConfigError("the release has not been saved", fix="call release.save(path) first, then audit(path)")
     if mapping is None and getattr(release, "mapping", None) is not None:
         mapping = release.mapping
-    return audit_release(path, k=k, mapping=mapping, source_records=_records(source))
+    if isinstance(source, (str, Path)):                 # a folder, scanned with its detected layout
+        from medanon.data.layouts import scan
+
+        source = scan(source)
+    return audit_release(path, k=k, mapping=mapping, source_records=_records(source),
+                         source_root=getattr(source, "root", None), source_modality=getattr(source, "modality", None))
 
 
 @dataclass

@@ -35,9 +35,9 @@ def audit(ctx: click.Context, release: Path, k, mapping, source, as_json, **layo
 
     try:
         # every file the labels name is searched for, inside the folder or not: names are read, never pixels
-        records = (scan_from_cli(source, **{**layout_opts, "allow_outside": True}).records
-                   if source is not None else None)
-        rep = audit_release(release, k=k, mapping=mapping, source_records=records)
+        scanned = scan_from_cli(source, **{**layout_opts, "allow_outside": True}) if source is not None else None
+        rep = audit_release(release, k=k, mapping=mapping, source_records=scanned and scanned.records,
+                            source_root=scanned and scanned.root, source_modality=scanned and scanned.modality)
     except (MedanonError, OSError, ValueError, KeyError) as e:
         click.secho(f"error: the audit could not run: {e}", fg="red", err=True)
         ctx.exit(3)

@@ -31,7 +31,7 @@ from medanon.data.records import Record
 from medanon.data.splits import SPLITS, split_patients
 from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
-from medanon.release.writer import read_mapping, read_release
+from medanon.release.writer import mapping_source_mismatch, read_mapping, read_release
 from medanon.runtime import files_digest
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,8 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
 
 
 def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[list[int]]:
-    recs = read_mapping(mp)["records"]
+    mapping = read_mapping(mp)
+    recs = mapping["records"]
     listed = [r["image"] for r in rows]
     absent = [img for img in listed if img not in recs]
     if absent:
@@ -216,4 +217,9 @@ def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[
         raise DataError(f"mapping {mp} names {len(unknown)} source record(s) that are not in the real dataset "
                         f"{real.root}", files=unknown[:20],
                         fix="evaluate against the dataset the release was made from (same folder and layout)")
+    named = sorted({s for img in listed for s in recs[img]["sources"]})
+    why = mapping_source_mismatch(mapping, [real.dataset.records[real.index[s]] for s in named], root=real.root,
+                                  modality=real.modality)
+    if why:
+        raise DataError(f"mapping {mp}: {why}", fix="evaluate against the dataset the release was made from")
     return [[real.index[s] for s in recs[img]["sources"]] for img in listed]

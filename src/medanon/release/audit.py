@@ -42,7 +42,7 @@ from PIL import Image
 
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
-from medanon.release.writer import FORMAT, read_mapping
+from medanon.release.writer import FORMAT, mapping_source_mismatch, read_mapping
 
 MIN_NUMERIC_LEN = 5
 NAME_PATTERN = re.compile(r"^[0-9a-f]{16}\.png$")
@@ -185,9 +185,12 @@ def png_problem(path: Path) -> str | None:
 
 
 def audit_release(release: str | Path, *, k: int | None = None, mapping: str | Path | None = None,
-                  source_records=None) -> AuditReport:
+                  source_records=None, source_root: Path | None = None, source_modality: str | None = None
+                  ) -> AuditReport:
     """Run every check. ``source_records`` (from :func:`medanon.data.layouts.scan`) enables the
-    identifier search and the recount of people per record from the mapping."""
+    identifier search and the recount of people per record from the mapping; with ``source_root`` and
+    ``source_modality`` (the scan's) the mapping's sources are checked to be the release's own (modality and, where
+    the mapping digests them by content, their files)."""
     release = Path(release)
     rep = AuditReport(str(release))
     man_path, csv_path = release / "manifest.json", release / "labels.csv"
@@ -226,7 +229,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
         rep.notes.append("no k given and the method has none: per-record people counts not checked")
 
     if mapping is not None:
-        _check_mapping(rep, Path(mapping), rows, k, source_records)
+        _check_mapping(rep, Path(mapping), rows, k, source_records, source_root, source_modality)
 
     if source_records is not None:
         _check_identifiers(rep, release, identifiers_from_records(source_records))
@@ -284,7 +287,8 @@ def _check_order(rep: AuditReport, release: Path, mapping: Path, source_records)
             f"inode order vs source order: Spearman {res.statistic:.2f} (p = {res.pvalue:.2g}, n = {len(pairs)})")
 
 
-def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records) -> None:
+def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, source_root=None,
+                   source_modality=None) -> None:
     data = read_mapping(mapping)
     recs = data["records"]
     listed = {r["image"] for r in rows}
@@ -296,6 +300,11 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records) -> 
         counts = {img: len({owner[s] for s in v["sources"] if s in owner}) for img, v in recs.items()}
         rep.add("mapping sources exist in the source dataset", not unknown,
                 f"{len(unknown)} unknown record ids" if unknown else "")
+        if source_root is not None or source_modality is not None:
+            by_id = {r.record_id: r for r in source_records}
+            named = [by_id[s] for s in sorted({s for v in recs.values() for s in v["sources"]}) if s in by_id]
+            why = mapping_source_mismatch(data, named, root=source_root, modality=source_modality)
+            rep.add("the source given is the one the release was made from", why is None, why or "")
         claimed = {r["image"]: int(r.get("n_people", 0) or 0) for r in rows}
         wrong = [img for img, n in counts.items() if claimed.get(img) != n]
         rep.add("n_people matches the sources' patients", not wrong,

@@ -100,3 +100,11 @@ def test_overwrite_spares_a_release_file_edited_since(tmp_path):
     with pytest.raises(UnsafeOutputError, match=r"labels\.csv, which medanon did not write there"):
         medanon.anonymize.snow(data, p=0.3).save(out, overwrite=True, progress=False)
     assert (out / "labels.csv").read_text().endswith("# my note\n")
+
+
+def test_an_evaluation_refused_for_its_inputs_leaves_no_output(tmp_path):
+    data = make_phantom(tmp_path / "fundus", patients=3, per_patient=1, size=16)
+    r = CliRunner().invoke(cli, ["evaluate", "--real", str(data), "--release", str(data), "--out",
+                                 str(tmp_path / "report"), "--preset", "tiny", "--no-inception"])
+    assert r.exit_code != 0 and "not a medanon release" in r.output, r.output
+    assert not (tmp_path / "report").exists()

@@ -48,6 +48,7 @@ from medanon.evaluate.network_checks import network_checks
 from medanon.evaluate.utility_run import comparisons, full_real_utility, release_utility
 from medanon.fsutil import sha256_file
 from medanon.models.identity import load_identity
+from medanon.outputs import check_output, check_run_folder
 from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
@@ -310,11 +311,10 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     cfg = cfg.resolved(dev)                     # classifiers' precision "auto": what runs here, in the report
     out = Path(out)
     t0 = time.perf_counter()
-    run = RunDir(out, config=cfg, command="evaluate", seeds={"evaluation": cfg.seed, "split": cfg.split.seed,
-                                                            "utility": list(cfg.utility.seeds)})
+    check_output(out, existing_ok=True, kind="dir")       # before reading anything; written only once all is read
+    check_run_folder(out, "evaluate")
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress)
-    run.record_input("real", real.root, files=[r.path for r in real.records])
     specs = [_spec(r) for r in releases]
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]
     names = [r.name for r in rels]
@@ -324,6 +324,9 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     if unknown:
         raise ConfigError(f"utility.compare names release(s) {unknown} that are not evaluated (releases: {names})",
                           fix="name releases by their display names (folder names unless given)")
+    run = RunDir(out, config=cfg, command="evaluate", seeds={"evaluation": cfg.seed, "split": cfg.split.seed,
+                                                            "utility": list(cfg.utility.seeds)})
+    run.record_input("real", real.root, files=[r.path for r in real.records])
     cache = Cache(cache_dir if cache_dir is not None else out / "cache")
     # comparisons read what each release left in the cache: naming pairs must not invalidate any cached result
     keyed = replace(cfg, utility=replace(cfg.utility, compare=()))

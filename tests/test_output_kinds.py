@@ -108,3 +108,9 @@ def test_an_evaluation_refused_for_its_inputs_leaves_no_output(tmp_path):
                                  str(tmp_path / "report"), "--preset", "tiny", "--no-inception"])
     assert r.exit_code != 0 and "not a medanon release" in r.output, r.output
     assert not (tmp_path / "report").exists()
+
+
+def test_a_demo_too_small_for_its_k_is_refused_before_any_work(tmp_path):
+    r = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--patients", "5", "--skip-evaluation"])
+    assert r.exit_code != 0 and "at least 20 patients" in r.output and "--patients 20" in r.output, r.output
+    assert not (tmp_path / "d").exists()

@@ -32,14 +32,17 @@ from medanon.data.dataset import open_dataset
 from medanon.data.records import Record
 from medanon.data.splits import split_patients, write_splits_csv
 from medanon.data.summary import format_summary, summarize
-from medanon.demo_releases import releases_fundus, releases_xray
+from medanon.demo_releases import KS, releases_fundus, releases_xray
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_dir, atomic_write_text
 from medanon.outputs import check_output, write_marker
 from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
 
+MIN_PATIENTS = 20      # per modality: the training split (about 70 %) must hold k = max(KS) = 10 patients
+
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class DemoConfig:
@@ -221,6 +224,10 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
     ckpt = Path(checkpoints) if checkpoints else default_checkpoints()
     cfg = DemoConfig(patients=patients, per_patient=per_patient, size=size, seed=seed, device=device,
                      ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=str(ckpt), inception=inception)
+    if patients < MIN_PATIENTS:
+        raise ConfigError(f"patients={patients}: the demo releases its training split (about 70 % of the patients) "
+                          f"at k = {max(KS)}, which needs at least {MIN_PATIENTS} patients per modality",
+                          fix=f"use patients={MIN_PATIENTS} or more")
     if size != 64:
         raise ConfigError(f"the demo's shipped checkpoints are 64 px; size={size} is not possible",
                           fix="run the demo at size=64, or train models at your size with `medanon train`")

@@ -26,7 +26,7 @@ from medanon.cli.words import speaks_flags
 @click.option("--no-inception", is_flag=True,
               help="Evaluate without FID/KID on Inception-v3 (for a machine without medanon[features]).")
 @click.pass_context
-@speaks_flags({"size=": "--size ", "checkpoints= DIR": "--checkpoints DIR"})
+@speaks_flags({"size=": "--size ", "checkpoints= DIR": "--checkpoints DIR", "patients=": "--patients "})
 def demo(ctx: click.Context, out: Path, patients: int, per_patient: int, size: int, seed: int, ksalsa_steps: int,
          gmia_steps: int | None, checkpoints: Path | None, skip_evaluation: bool, no_inception: bool) -> None:
     """The main job on the embedded phantom datasets: anonymise, audit, evaluate, report (PHANTOM results).

@@ -77,7 +77,7 @@ def test_resume_after_interruption(tmp_path: Path, source):
                     raise KeyboardInterrupt
                 rel.add(r.record_id, torch.zeros(3, 8, 8), [r])
     assert not out.exists() and (tmp_path / "rel.partial").exists()
-    with pytest.raises(ConfigError, match="other settings"):
+    with pytest.raises(ConfigError, match=r"other settings: params\.p 0\.1 -> 0\.2\n"):   # names what differs
         ReleaseWriter(out, **{**settings, "params": {"p": 0.2}})
     with pytest.raises(ConfigError, match=r"other models \(codec: the checkpoint's content changed"):
         ReleaseWriter(out, **settings, models={"codec": "0" * 64})      # started with no codec: one would mix

@@ -129,12 +129,14 @@ def dataset_channel_means(ds: ImageDataset, *, batch_size: int = 64, workers: in
     return acc.compute()
 
 
-def release_paths(out: str | Path, ps: Sequence[float]) -> dict[float, Path]:
-    """``out`` for each p: ``{p}`` in it is replaced by the value (``out="rel/snow-p{p}"``)."""
+def release_paths(out: str | Path, ps: Sequence[float], *, name: str = "out") -> dict[float, Path]:
+    """``out`` for each p: ``{p}`` in it is replaced by the value (``out="rel/snow-p{p}"``); ``name`` is the
+    argument's name in the error."""
     text = str(out)
     if len(ps) > 1 and "{p}" not in text:
-        raise ConfigError(f"several p values ({', '.join(f'{p:g}' for p in ps)}) need one release each, "
-                          f"but out={text!r} has no {{p}} in it", fix="e.g. out='releases/snow-p{p}'")
+        example = "releases/snow-p{p}" if name == "out" else "private/snow-p{p}.json"
+        raise ConfigError(f"several p values ({', '.join(f'{p:g}' for p in ps)}) need one {name} each, "
+                          f"but {name}={text!r} has no {{p}} in it", fix=f"e.g. {name}='{example}'")
     return {p: Path(text.replace("{p}", f"{p:g}")) for p in ps}
 
 
@@ -180,7 +182,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     seeded = seed is not None
     run_seed = int(seed) if seeded else secrets.randbits(63)
     outs = release_paths(out, ps)
-    maps = release_paths(mapping, ps) if mapping is not None else dict.fromkeys(ps)
+    maps = release_paths(mapping, ps, name="mapping") if mapping is not None else dict.fromkeys(ps)
     for p in ps:                                               # every output checked before any work
         check_release_outputs(outs[p], maps[p], inputs=dataset_inputs(dataset), overwrite=overwrite)
     names = release_labels(dataset, labels)

@@ -208,9 +208,10 @@ class ReleaseWriter:
 
     def _load_journal(self) -> None:
         head = self._journal_head()
-        if head.get("settings") != json.loads(json.dumps(self.settings, default=_json_default)):
-            raise ConfigError(f"{self.partial} holds an interrupted release with other settings "
-                              f"({head.get('settings')})",
+        now = json.loads(json.dumps(self.settings, default=_json_default))
+        if head.get("settings") != now:
+            raise ConfigError(f"{self.partial} holds an interrupted release with other settings: "
+                              f"{_differences(head.get('settings') or {}, now)}",
                               fix="rerun with the same settings to resume, or pass overwrite=True "
                                   "to discard it and start over")
         if head.get("source") != json.loads(json.dumps(self.source, default=_json_default)):
@@ -411,29 +412,14 @@ def read_release(path: str | Path) -> tuple[dict[str, Any], list[dict[str, str]]
     return manifest, rows
 
 
-def read_mapping(path: str | Path) -> dict[str, Any]:
-    """A release's private mapping file (what ``mapping=`` of ``Release.save`` writes): its object, with a
-    ``records`` object (record -> sources and patients), or a DataError naming the file."""
-    fix = "pass the private mapping file written together with this release"
-    data = read_json_object(path, what="a medanon release mapping", fix=fix)
-    if not isinstance(data.get("records"), dict):
-        raise DataError(f"{path} is not a medanon release mapping: it has no records", fix=fix)
-    return data
-
-
-def mapping_source_mismatch(mapping: dict[str, Any], records: Sequence[Any], *, root: Path | None,
-                            modality: str | None) -> str | None:
-    """Why the source images a mapping names (``records``: the dataset's records it names as sources) are not
-    those the release was made from, or None: another modality, or, where the mapping digests its sources by
-    content and names all of them, other file contents."""
-    from medanon.runtime import files_digest
-
-    src = mapping.get("source") or {}
-    if src.get("modality") and modality and src["modality"] != modality:
-        return f"the release was made from {src['modality']} images, the dataset given holds {modality} images"
-    if src.get("mode") == "content" and src.get("sha256") and src.get("files") == len(records) and root is not None:
-        now = files_digest([r.path for r in records], root=root)
-        if now["mode"] == "content" and now["sha256"] != src["sha256"]:
-            return ("the source images it names differ from those the release was made from (content sha256 "
-                    f"{now['sha256'][:12]}, made from {src['sha256'][:12]})")
-    return None
+def _differences(was: dict[str, Any], now: dict[str, Any], prefix: str = "") -> str:
+    """``params.k 5 -> 10; labels ['grade'] -> ['grade', 'sex']``: what differs between two settings dicts."""
+    out = []
+    for key in sorted({*was, *now}):
+        a, b = was.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = _differences(a, b, f"{prefix}{key}.")
+            out += [inner] if inner else []
+        elif a != b:
+            out.append(f"{prefix}{key} {a!r} -> {b!r}")
+    return "; ".join(out)

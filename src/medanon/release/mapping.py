@@ -1,0 +1,39 @@
+"""A release's private mapping file (record -> sources and patients), as the audit and the evaluation read it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from medanon.errors import DataError
+from medanon.fsutil import read_json_object
+
+
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """A release's private mapping file (what ``mapping=`` of ``Release.save`` writes): its object, with a
+    ``records`` object (record -> sources and patients), or a DataError naming the file."""
+    fix = "pass the private mapping file written together with this release"
+    data = read_json_object(path, what="a medanon release mapping", fix=fix)
+    if not isinstance(data.get("records"), dict):
+        raise DataError(f"{path} is not a medanon release mapping: it has no records", fix=fix)
+    return data
+
+
+def mapping_source_mismatch(mapping: dict[str, Any], records: Sequence[Any], *, root: Path | None,
+                            modality: str | None) -> str | None:
+    """Why the source images a mapping names (``records``: the dataset's records it names as sources) are not
+    those the release was made from, or None: another modality, or, where the mapping digests its sources by
+    content and names all of them, other file contents."""
+    from medanon.runtime import files_digest
+
+    src = mapping.get("source") or {}
+    if src.get("modality") and modality and src["modality"] != modality:
+        return f"the release was made from {src['modality']} images, the dataset given holds {modality} images"
+    if src.get("mode") == "content" and src.get("sha256") and src.get("files") == len(records) and root is not None:
+        now = files_digest([r.path for r in records], root=root)
+        if now["mode"] == "content" and now["sha256"] != src["sha256"]:
+            return ("the source images it names differ from those the release was made from (content sha256 "
+                    f"{now['sha256'][:12]}, made from {src['sha256'][:12]})")
+    return None
+

@@ -114,3 +114,11 @@ def test_a_demo_too_small_for_its_k_is_refused_before_any_work(tmp_path):
     r = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--patients", "5", "--skip-evaluation"])
     assert r.exit_code != 0 and "at least 20 patients" in r.output and "--patients 20" in r.output, r.output
     assert not (tmp_path / "d").exists()
+
+
+def test_resuming_a_run_that_does_not_exist_says_so(tmp_path):
+    data = make_phantom(tmp_path / "fundus", patients=2, per_patient=2, size=32)
+    r = CliRunner().invoke(cli, ["train", "gan", "--data", str(data), "--config", str(TINY), "--steps", "1",
+                                 "--out", str(tmp_path / "new"), "--resume"])
+    assert r.exit_code != 0 and "holds no training run to resume" in r.output and "without --resume" in r.output
+    assert not (tmp_path / "new").exists()

@@ -50,7 +50,7 @@ from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import keep_metrics_until, load_config, to_uint8
-from medanon.train.loop import CHECKPOINT, run_loop, training_images_change, training_images_digest
+from medanon.train.loop import check_run_state, run_loop, training_images_change, training_images_digest
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields, check_task_network_unchanged
 
 log = logging.getLogger(__name__)
@@ -149,11 +149,8 @@ def previous_run(out: Path, *, resume: bool, kind: str,
                  gan_ckpt: str | Path | None) -> dict[str, Any] | None:
     """The checkpoint of the run in ``out`` to resume (None for a new run, which must not overwrite one).
     ``gan_ckpt``, if given when resuming, must be the ``stylegan2`` checkpoint the run started from."""
-    ckpt_path = out / CHECKPOINT
+    ckpt_path = check_run_state(out, resume=resume)
     if not resume:
-        if ckpt_path.exists():
-            raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
-                              fix="pass resume=True to continue it, or choose another out folder")
         return None
     blob = load_checkpoint(ckpt_path, kind=kind)   # on the CPU, where random states must be
     started = blob["extra"].get("generator_checkpoint")

@@ -51,6 +51,7 @@ from medanon.train.gan_loss import (
 )
 from medanon.train.loop import (
     CHECKPOINT,
+    check_run_state,
     keep_metrics_until,
     run_loop,
     save_image_grid,
@@ -402,9 +403,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     out = Path(out)
     ckpt_path = out / CHECKPOINT
     data = to_uint8(images, cfg)
-    if not resume and ckpt_path.exists():
-        raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
-                          fix="pass resume=True to continue it, or choose another out folder")
+    check_run_state(out, resume=resume)
     if retune and not resume:
         raise ConfigError("retune=True changes the settings of a resumed run", fix="pass resume=True as well")
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)

@@ -24,6 +24,21 @@ CHECKPOINT = "checkpoint.pt"
 GRID_COLS = 8                                   # images per row of a sample grid
 
 
+def check_run_state(out: Path, *, resume: bool) -> Path:
+    """``out/checkpoint.pt``, checked against ``resume`` before any work: a new run never starts over a run's state,
+    and a resume needs one."""
+    from medanon.errors import ConfigError
+
+    path = Path(out) / CHECKPOINT
+    if not resume and path.exists():
+        raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
+                          fix="pass resume=True to continue it, or choose another out folder")
+    if resume and not path.is_file():
+        raise ConfigError(f"{out} holds no training run to resume ({CHECKPOINT} is missing)",
+                          fix="start a new run there (without resume=True), or name the folder of the run to continue")
+    return path
+
+
 def keep_metrics_until(path: Path, step: int) -> None:
     """On resume, drop metric lines written after the checkpoint (the run repeats those steps)."""
     if not path.exists():

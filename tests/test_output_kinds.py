@@ -79,7 +79,8 @@ def test_cli_trainers_check_the_kind_of_the_model_they_would_replace(tmp_path):
     flow = save_checkpoint(tmp_path / "glow.pt", kind="glow", config={}, state={})
     ident = save_checkpoint(tmp_path / "identity.pt", kind="identity", config={}, state={})
     before = {p: p.read_bytes() for p in (flow, ident)}
-    runs = [["train", "classifier", "--data", str(data), "--label", "grade", "--steps", "1", "--out", str(ident)],
+    runs = [["train", "classifier", "--data", str(data), "--label", "grade", "--steps", "1", "--out", str(ident),
+             "--overwrite"],
             ["train", "identity", "--data", str(data), "--steps", "1", "--out", str(flow)],
             ["train", "gan", "--data", str(data), "--config", str(TINY), "--steps", "1",
              "--out", str(tmp_path / "run"), "--resume", "--export", str(flow)]]
@@ -122,3 +123,17 @@ def test_resuming_a_run_that_does_not_exist_says_so(tmp_path):
                                  "--out", str(tmp_path / "new"), "--resume"])
     assert r.exit_code != 0 and "holds no training run to resume" in r.output and "without --resume" in r.output
     assert not (tmp_path / "new").exists()
+
+
+def test_a_finished_classifier_is_replaced_only_with_overwrite(tmp_path):
+    data = make_phantom(tmp_path / "fundus", patients=4, per_patient=2, size=32)
+    out = tmp_path / "grade.pt"
+    args = ["train", "classifier", "--data", str(data), "--label", "grade", "--steps", "1", "--split", "all",
+            "--out", str(out)]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    before = out.read_bytes()
+    r = CliRunner().invoke(cli, [*args, "--seed", "1"])
+    assert r.exit_code != 0 and "already exists" in r.output and "--overwrite" in r.output, r.output
+    assert out.read_bytes() == before
+    assert CliRunner().invoke(cli, [*args, "--seed", "1", "--overwrite"]).exit_code == 0
+    assert out.read_bytes() != before

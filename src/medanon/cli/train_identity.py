@@ -125,10 +125,11 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
               help="Cross-entropy, class-weighted cross-entropy, or class-weighted focal loss.")
 @click.option("--image-size", type=click.IntRange(min=8), default=None, help="Training side (default: --size).")
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing classifier checkpoint at --out.")
 @click.pass_context
 @speaks_flags(FLAGS)
 def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, label, out, steps, arch,
-                         loss, image_size, seed, **opts) -> None:
+                         loss, image_size, seed, overwrite, **opts) -> None:
     """Train the small ResNet classifier on one label of DATA_DIR and report its held-out test metrics.
 
     Under torchrun (`torchrun --nproc_per_node N -m medanon train classifier ...`) the batch is split
@@ -141,7 +142,7 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     from medanon.runtime import resolve_device
 
     check_outputs((out, "file", "--out", "checkpoint:classifier"), data_dir=data_dir, opts=opts, reads=[splits],
-                  existing_ok=True)
+                  overwrite=overwrite)      # it always trains afresh: a finished classifier is replaced only so
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))

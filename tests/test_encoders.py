@@ -305,3 +305,16 @@ def test_shipped_configs_load_and_validate(kind, cls):
         assert cfg.batch >= 1, path
     with pytest.raises(ConfigError):
         build(cls, path=paths[0], overrides=["no_such_field=1"])
+
+
+def test_an_encoder_is_not_trained_on_data_of_another_modality_than_its_generator(tmp_path):
+    """Refused before any image is read (it trained to the end and failed only when the codec was used)."""
+    root = Path(__file__).resolve().parents[1]
+    xray = generate(PhantomConfig(modality="xray", patients=2, per_patient=1, size=32, workers=1), tmp_path / "xray",
+                    progress=False)
+    r = CliRunner().invoke(cli, ["train", "encoder", str(xray), "--generator",
+                                 str(root / "checkpoints" / "stylegan2-fundus64.pt"), "--config",
+                                 str(root / "configs" / "encoder" / "cpu64.yaml"), "--steps", "1",
+                                 "--out", str(tmp_path / "run")])
+    assert r.exit_code != 0 and "trained on fundus images" in r.output, r.output
+    assert not (tmp_path / "run").exists()

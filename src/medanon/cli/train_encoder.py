@@ -83,28 +83,38 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     from medanon.checkpoint import load_checkpoint
     from medanon.train.loop import CHECKPOINT
 
+    trained = None
     if resume and (out / CHECKPOINT).exists():
         g = load_checkpoint(out / CHECKPOINT, kind=kind)["config"]["generator"]
     elif gan_ckpt is not None:          # a GAN, or (ReStyle) a co-trained codec whose generator it inverts
+        from medanon.codecs.stylegan import trained_on
         from medanon.train.encoder import GENERATOR_KINDS, generator_config
 
-        g = generator_config(load_checkpoint(gan_ckpt, kind=GENERATOR_KINDS))
+        blob = load_checkpoint(gan_ckpt, kind=GENERATOR_KINDS)
+        g = generator_config(blob)
+        trained = (gan_ckpt, trained_on(blob, int(g["channels"]), int(g["resolution"])))
     elif fallback is not None:
         g = {"resolution": fallback.resolution, "channels": fallback.channels}
     else:
         raise click.UsageError("pass --generator CHECKPOINT.pt (a `medanon train gan` checkpoint), or --resume a run")
-    return _load_images(data_dir, int(g["resolution"]), int(g["channels"]), data_opts)
+    return _load_images(data_dir, int(g["resolution"]), int(g["channels"]), data_opts, trained)
 
 
-def _load_images(data_dir: Path, resolution: int, channels: int, data_opts: dict):
-    """Every image of ``data_dir`` at the generator's resolution and channel count."""
+def _load_images(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None):
+    """Every image of ``data_dir`` at the generator's resolution and channel count; ``trained``: ``(checkpoint,
+    what it was trained on)``, refused before any image is read when the data are of another modality."""
     if data_opts.get("size") not in (None, resolution):
         raise click.BadParameter(f"the generator renders {resolution} px images; --size {data_opts['size']} "
                                  "cannot be inverted by it", param_hint="--size")
     if data_opts.get("channels") not in (None, str(channels)):
         raise click.BadParameter(f"the generator renders {channels}-channel images", param_hint="--channels")
     data_opts = {**data_opts, "size": resolution, "channels": str(channels)}
-    images, _ = open_from_cli(data_dir, **data_opts).tensors()
+    ds = open_from_cli(data_dir, **data_opts)
+    if trained is not None:
+        from medanon.codecs.stylegan import check_model_fits
+
+        check_model_fits(*trained, ds)
+    images, _ = ds.tensors()
     return images
 
 

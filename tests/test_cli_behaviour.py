@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from medanon.cli import cli
@@ -50,3 +51,14 @@ def test_a_library_warning_is_printed_once(tmp_path):
     assert r.output.count("WARNING: k = 2") == 1, r.output
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(data), "--k", "1", "--out", str(tmp_path / "rel1")])
     assert r.exit_code == 1 and "--k 1" in r.output and "use --k 5" in r.output
+
+
+def test_results_printed_as_json_are_strict_json():
+    """A metric that is NaN (no test example of a class) prints as null: `NaN` is not JSON."""
+    import json
+
+    from medanon.cli.base import to_json
+
+    text = to_json({"kappa": float("nan"), "auc": [0.5, float("inf")], "n": 3})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard constant {c}")) == \
+        {"kappa": None, "auc": [0.5, None], "n": 3}

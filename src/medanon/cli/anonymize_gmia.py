@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from medanon.anonymize.gmia import GMIAConfig
 from medanon.cli.anonymize_ksame import AMP_FLAGS, MODEL, amp_option, open_split, split_options
-from medanon.cli.base import CONTEXT, anonymize
+from medanon.cli.base import CONTEXT, anonymize, to_json
 from medanon.cli.data import data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
@@ -109,6 +108,6 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
         path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite)
     click.echo(f"wrote {len(ds)} GMIA images ({cfg.losses}, {cfg.steps} steps, m={cfg.margin:g}, "
                f"{cfg.latent_space.upper()}) to {path}")
-    click.echo(json.dumps({"optimisation_outcome": outcome}, indent=2))
+    click.echo(to_json({"optimisation_outcome": outcome}))
     click.echo("privacy: NO formal guarantee. Measure it: medanon evaluate (linkability, singling out, membership) "
                "with the private --mapping, and an identity network other than --identity.")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, check_outputs, train
+from medanon.cli.base import CONTEXT, check_outputs, to_json, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
@@ -108,7 +107,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
             result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])
             np.fill_diagonal(sim, -np.inf)
             result["test_rank1_identification"] = float((p[sim.argmax(1)] == p).mean())
-        click.echo(json.dumps(result, indent=2))
+        click.echo(to_json(result))
     finally:
         shutdown(dist)
 
@@ -185,4 +184,4 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
         if tok.sum():
             probs = predict_proba(model, resize_to(images[test[tok]], cfg.image_size))
             result["test"] = score(task, ty, probs.numpy())
-    click.echo(json.dumps(result, indent=2))
+    click.echo(to_json(result))

@@ -269,6 +269,8 @@ def checkpoints(tmp_path_factory):
     save_classifier(d / "sex.pt", ResNet(dataclasses.replace(small, num_classes=2)),
                     extra={"label": "sex", **train_cfg})
     save_classifier(d / "gray.pt", ResNet(dataclasses.replace(small, in_channels=1)), extra={"label": "grade"})
+    save_identity(d / "identity-gray.pt",
+                  IdentityNet(IdentityConfig(dataclasses.replace(small, in_channels=1), embed_dim=8, image_size=32)))
     return d, data
 
 
@@ -357,6 +359,9 @@ def test_cli_errors_and_warnings(tmp_path, checkpoints):
     assert res.exit_code == 1 and "needs the utility network" in res.output and "--utility" in res.output
     res = _cli(d, data, tmp_path / "e", "--losses", "id", "--size", "64")
     assert res.exit_code != 0 and "--size" in res.output
+    res = _cli(d, data, tmp_path / "f", "--utility", str(d / "grade.pt"), "--identity", str(d / "identity-gray.pt"))
+    assert res.exit_code == 1 and "--identity" in res.output and "1-channel" in res.output, res.output
+    assert not (tmp_path / "f").exists()
 
 
 def test_benchmark_prints_batched_and_single_seconds_per_image(capsys, monkeypatch):

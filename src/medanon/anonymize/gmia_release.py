@@ -96,9 +96,10 @@ def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[tuple[str, type[Us
                        f"{default_labels(dataset)}", UserWarning))
     id_net = getattr(gmia.identity, "net", None)
     if isinstance(id_net, IdentityNet) and id_net.in_channels != dataset.channels:
-        doubts.append((f"the identity network was trained on {id_net.in_channels}-channel images, the data "
-                       f"have {dataset.channels}: it sees converted images and may recognise patients poorly",
-                       WeakSetting))
+        raise ConfigError(f"the identity network (identity=) was trained on {id_net.in_channels}-channel images, the "
+                          f"data have {dataset.channels}: on converted images it would not recognise the patients "
+                          "whose identity GMIA is to remove",
+                          fix="train the identity network on this modality (`medanon train identity`)")
     return doubts
 
 

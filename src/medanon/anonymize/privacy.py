@@ -41,7 +41,7 @@ class NotAnonymised(PrivacyWarning):
 class WeakSetting(PrivacyWarning):
     """A setting under which the method is known to protect weakly: k = 2, several Snow releases of the same
     images, a GMIA margin that lets the identity network still link, a utility network trained on a sensitive
-    attribute, an identity network of another modality."""
+    attribute."""
 
 
 class LabelDisclosure(PrivacyWarning):

@@ -453,3 +453,14 @@ def test_record_id_hides_file_name(tmp_path, name):
         for part in [r.path.name, r.path.stem, r.patient_id, *r.path.stem.split("-")]:
             if len(part) >= 6:
                 assert part not in r.record_id
+
+
+def test_a_utf16_labels_file_reads_like_utf8(tmp_path):
+    """Excel's "Unicode text" export: UTF-16 with a byte-order mark, tab-separated."""
+    import medanon
+
+    root = medanon.make_phantom(tmp_path / "ph", patients=3, per_patient=1, size=16)
+    text = (root / "labels.csv").read_text(encoding="utf-8")
+    (root / "labels.csv").write_bytes(text.replace(",", "\t").encode("utf-16"))
+    ds = medanon.open_dataset(root, size=16)
+    assert len(ds) == 3 and "grade" in ds.label_names

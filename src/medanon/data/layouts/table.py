@@ -59,6 +59,12 @@ def _decode_bytes(path: Path) -> str:
         except (OSError, EOFError) as e:
             raise DataError(f"{path.name} is not a valid gzip file ({e})", files=[path],
                             fix="download it again, or decompress it and keep the plain .csv") from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):   # UTF-16 with its byte-order mark (Excel's "Unicode text")
+        try:
+            return raw.decode("utf-16")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path.name} starts as UTF-16 but does not decode ({e})", files=[path],
+                            fix="save it as a comma-separated UTF-8 CSV") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -105,7 +111,9 @@ def _read_header(path: Path) -> list[str]:
     """The header row only (used by layout detection); [] if the file cannot be read."""
     try:
         opener = gzip.open if path.name.lower().endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as f:
+        with opener(path, "rb") as b:
+            utf16 = b.read(2) in (b"\xff\xfe", b"\xfe\xff")
+        with opener(path, "rt", encoding="utf-16" if utf16 else "utf-8-sig", errors="replace", newline="") as f:
             first = f.readline()
     except (OSError, EOFError):
         return []

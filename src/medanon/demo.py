@@ -275,7 +275,8 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
         t0 = time.perf_counter()
         for rel in releases[modality]:
             mapping = rel.with_name(rel.name + ".mapping.json")
-            rep = audit_release(rel, mapping=mapping if mapping.exists() else None, source_records=ds.records)
+            rep = audit_release(rel, mapping=mapping if mapping.exists() else None, source_records=ds.records,
+                                source_root=ds.root, source_modality=ds.modality)
             click.echo(f"  {rel.name:<18} {'PASSED' if rep.passed else 'FAILED'}"
                        + "".join(f"; {c.name}: {c.detail}" for c in rep.checks if not c.passed))
             if not rep.passed:

@@ -32,9 +32,8 @@ LATENT_BATCH = 32                               # GMIA images per batch at 64 px
 # batch of 6 and one at a time agree to 1e-4, docs/gmia.md).
 GPU_LATENT_BATCH = 512
 # k-Centroid / k-SALSA clusters per batch: the demo's 70 clusters at k = 2 (140 training patients) in one batch of
-# 80 instead of three of 32 (`ksalsa(k=2, steps=100)` on the demo's training split: 79.3 -> 66.9 s wall, 152.5 ->
-# 132.3 CPU-s, one run each); k = 5 and 10 fit one batch of 32 already. Batching changes the averages only by float
-# rounding (docs/distributed.md).
+# 80 instead of three of 32, fewer and larger batches; k = 5 and 10 fit one batch of 32 already. Batching changes the
+# averages only by float rounding (docs/distributed.md).
 CLUSTER_BATCH = 80
 # The codec of the latent k-Same methods (k-Centroid, k-SALSA) and of their GAN-Inverted reference release: as in
 # k-SALSA's paper, a ReStyle encoder trained against a frozen generator. The frozen generator is the one co-trained

@@ -290,9 +290,8 @@ def map_in_parallel(fn: Callable[[T], R], items: Sequence[T], *, device="cpu") -
 
     Small networks use two CPU cores poorly inside one operation: training the evaluation's two seeds
     of the "small" ResNet side by side is 1.44x faster than one after the other on the 2-core machine
-    (`python benchmarks/evaluation.py`), and two GMIA batches side by side took 1.1-1.2x less wall time and
-    1.15-1.27x less CPU than one after the other on two threads (two alternating pairs of the demo's fundus GMIA
-    release; k-SALSA's larger batches showed no gain in a rough test, so they stay on both threads). Each call
+    (`python benchmarks/evaluation.py`); GMIA's image batches run side by side too (k-SALSA's larger batches stay
+    on both threads of one process). Each call
     must be independent and seeded on its own (:func:`~medanon.train.classifier.train_classifier` is: its
     batches use its own generator and its weight initialisation is serialised); results equal the sequential
     ones up to float rounding. On a GPU, with one item or with one torch thread (also inside a call of this

@@ -3,12 +3,12 @@ or another command's run is never written into, and a checkpoint is never replac
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_output_safety import _tree_digest
 
 from medanon import make_phantom
 from medanon.checkpoint import save_checkpoint
@@ -17,15 +17,6 @@ from medanon.outputs import UnsafeOutputError, check_output, check_run_folder
 from medanon.runtime import RunDir
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "stylegan" / "tiny32.yaml"
-
-
-def digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        h.update(str(p.relative_to(root)).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.fixture
@@ -40,10 +31,10 @@ def release(tmp_path) -> Path:
 def test_a_run_never_writes_into_a_release_a_phantom_or_another_commands_run(tmp_path, release):
     data = make_phantom(tmp_path / "fundus", patients=2, per_patient=1, size=16)
     for folder in (release, data):
-        before = digest(folder)
+        before = _tree_digest(folder)
         with pytest.raises(UnsafeOutputError, match="a run writes only into its own folder"):
             RunDir(folder, config={"a": 1}, command="train flow", seeds={})
-        assert digest(folder) == before
+        assert _tree_digest(folder) == before
     run = RunDir(tmp_path / "gan-run", config={"a": 1}, command="medanon train gan", seeds={})
     run.finish()
     with pytest.raises(UnsafeOutputError, match="holds a run of train gan, not of evaluate"):
@@ -54,11 +45,11 @@ def test_a_run_never_writes_into_a_release_a_phantom_or_another_commands_run(tmp
 
 def test_cli_trainers_refuse_a_release_as_their_run_folder(tmp_path, release):
     data = make_phantom(tmp_path / "fundus", patients=2, per_patient=2, size=32)
-    before = digest(release)
+    before = _tree_digest(release)
     r = CliRunner().invoke(cli, ["train", "gan", "--data", str(data), "--config", str(TINY),
                                  "--steps", "1", "--out", str(release)])
     assert r.exit_code != 0 and "release folder, not a run" in r.output, r.output
-    assert digest(release) == before
+    assert _tree_digest(release) == before
 
 
 @pytest.mark.parametrize("held, wanted", [("identity", "classifier"), ("glow", "stylegan2"),

@@ -163,14 +163,4 @@ def file_kind(path: str | os.PathLike) -> str | None:
                 return "splits" if next(csv.reader(f), None) == SPLITS_HEADER else None
         except (OSError, UnicodeDecodeError, csv.Error):
             return None
-    if zipfile.is_zipfile(path):                       # a torch checkpoint: look for medanon's format field
-        from medanon.checkpoint import FORMAT
-
-        try:
-            import torch
-
-            blob = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except Exception:                              # any unreadable or unsafe file is not ours
-            return None
-        return "checkpoint" if isinstance(blob, dict) and blob.get("format") == FORMAT else None
-    return None
+    return "checkpoint" if checkpoint_kind(path) is not None else None

@@ -230,14 +230,12 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
         flow = model_arg(flow, role="dpglow-flow", ds=ds, argument="flow", method="dpglow", used=used)
     codec, stored, trained_on = load_flow_for(flow, device)
     cfg = codec.flow.cfg
-    flow_modality = (trained_on or {}).get("modality")
-    if flow_modality and ds.modality and flow_modality != ds.modality:
-        raise ConfigError(f"the flow was trained on {flow_modality} images; the dataset holds {ds.modality} images",
-                          fix=f"use a flow trained on {ds.modality} images (the shipped glow-{ds.modality}64)")
-    if (ds.size, ds.channels) != (cfg.resolution, cfg.channels):
-        raise ConfigError(f"the flow works on {cfg.channels}x{cfg.resolution}px images, the dataset gives "
-                          f"{ds.channels}x{ds.size}px", fix=f"open the dataset with size={cfg.resolution}, "
-                                                             f"channels={cfg.channels}")
+    from medanon.codecs.stylegan import check_model_fits
+
+    modality = (trained_on or {}).get("modality")            # recorded by `medanon train flow`
+    check_model_fits(flow if isinstance(flow, (str, Path)) else None,
+                     {"modality": modality, "modality_recorded": modality is not None, "channels": cfg.channels,
+                      "resolution": cfg.resolution}, ds)
     notes = []
     if trained_on is not None and ds.root is not None:             # images in memory: no files to compare
         note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))

@@ -278,8 +278,7 @@ def check_model_fits(model: str | Path | None, trained: dict[str, Any], dataset:
         how = "as recorded in it" if trained.get("modality_recorded") else f"{trained['channels']}-channel images"
         raise ConfigError(f"{name} was trained on {trained['modality']} images ({how}); the dataset "
                           f"{getattr(dataset, 'root', '')} holds {given['modality']} images",
-                          fix=f"use a model trained on {given['modality']} images (`medanon train gan|encoder|"
-                              f"autoencoder` on such data)")
+                          fix=f"use a model trained on {given['modality']} images (`medanon train` on such data)")
     for key in ("channels", "resolution"):
         if given[key] is not None and given[key] != trained[key]:
             raise ConfigError(f"{name} was trained on {trained['channels']}x{trained['resolution']}px images; the "

@@ -62,3 +62,20 @@ def test_results_printed_as_json_are_strict_json():
     text = to_json({"kappa": float("nan"), "auc": [0.5, float("inf")], "n": 3})
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard constant {c}")) == \
         {"kappa": None, "auc": [0.5, None], "n": 3}
+
+
+def test_report_json_is_strict_json(tmp_path, monkeypatch):
+    """report.json holds null where the evaluation has NaN (a numpy one too), so jq and JSON.parse read it."""
+    import json
+
+    import numpy as np
+
+    from medanon.evaluate import report as report_module
+
+    report = {"config": {}, "releases": [{"name": "r", "auc": np.float32("nan"), "ci": np.array([0.1, np.inf]),
+                                          "fid": float("nan"), "n": np.int64(4)}]}
+    jp = tmp_path / "report.json"
+    monkeypatch.setattr(report_module, "render_html", lambda rep, grids: "")   # a bare report has no HTML
+    report_module.write_report(tmp_path, report, {})
+    got = json.loads(jp.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard constant {c}"))
+    assert got["releases"][0] == {"name": "r", "auc": None, "ci": [0.1, None], "fid": None, "n": 4}

@@ -127,3 +127,13 @@ def test_library_errors_and_warnings_name_no_flags(package):
     found = [f"{p.relative_to(SRC)}:{line}: {text!r}" for p in files
              for line, text in _raised_strings(p) if FLAG.search(text) and not OTHER_PROGRAMS.search(text)]
     assert not found, "\n".join(found)
+
+
+def test_an_epsilon_beyond_a_floats_range_is_refused_not_read_as_no_noise(tmp_path, data):
+    root, _ = data
+    for text, said in (("1e400", "'1e400' is beyond a float's range"), ("ten", "'ten' is not a number")):
+        r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "ldp-image", str(root), "--size", str(SIZE),
+                                     "--epsilon", text, "--out", str(tmp_path / "d")])
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and "Traceback" not in out and said in out and "--epsilon" in out, out
+        assert not (tmp_path / "d").exists()

@@ -224,6 +224,18 @@ def test_medanon_bad_version(tmp_path):
     assert "dataset.yaml" in str(e.value) and e.value.fix
 
 
+def test_medanon_column_errors_point_to_dataset_yaml(tmp_path):
+    """A medanon folder's columns are named by its dataset.yaml: the fix says to correct it there, not to pass
+    options that this layout does not take."""
+    root = fx.make_medanon(tmp_path, masks=False)
+    yaml_text = (root / "dataset.yaml").read_text()
+    for key, line in (("label_cols", "label_cols: [grade, no_such_column]\n"), ("image_col", "image_col: nope\n")):
+        (root / "dataset.yaml").write_text(yaml_text + line)
+        with pytest.raises(DataError) as e:
+            scan(root, "medanon")
+        assert f"correct {key} in {root / 'dataset.yaml'}" in e.value.fix and "pass " not in e.value.fix, e.value.fix
+
+
 # ---------------------------------------------------------------------------------------------- detection
 
 

@@ -128,3 +128,37 @@ def test_a_finished_classifier_is_replaced_only_with_overwrite(tmp_path):
     assert out.read_bytes() == before
     assert CliRunner().invoke(cli, [*args, "--seed", "1", "--overwrite"]).exit_code == 0
     assert out.read_bytes() != before
+
+
+def test_a_resumed_run_replaces_only_its_own_export(tmp_path):
+    """--resume --export replaces the file only when this run exported it (by content): never another run's export
+    of the same kind, nor this run's export edited since."""
+    data = make_phantom(tmp_path / "fundus", patients=2, per_patient=2, size=32)
+
+    def gan(run: str, export: Path, steps: int, *resume: str):
+        return CliRunner().invoke(cli, ["train", "gan", "--data", str(data), "--config", str(TINY), "--steps",
+                                        str(steps), "--out", str(tmp_path / run), "--export", str(export), *resume])
+
+    mine, theirs = tmp_path / "mine.pt", tmp_path / "theirs.pt"
+    for run, export in (("a", mine), ("b", theirs)):
+        r = gan(run, export, 1)
+        assert r.exit_code == 0, r.output
+    before = theirs.read_bytes()
+    r = gan("a", theirs, 2, "--resume")
+    assert r.exit_code != 0 and "is not an export of the run in" in r.output and "Traceback" not in r.output, r.output
+    assert theirs.read_bytes() == before
+    r = gan("a", mine, 2, "--resume")
+    assert r.exit_code == 0, r.output                                  # its own export: replaced by the new one
+    assert torch_step(mine) == 2
+    with open(mine, "ab") as f:                                        # changed since: no longer provably the run's
+        f.write(b"\0")
+    edited = mine.read_bytes()
+    r = gan("a", mine, 3, "--resume")
+    assert r.exit_code != 0 and "is not an export of the run in" in r.output, r.output
+    assert mine.read_bytes() == edited
+
+
+def torch_step(path: Path) -> int:
+    import torch
+
+    return int(torch.load(path, map_location="cpu", weights_only=True)["step"])

@@ -97,3 +97,28 @@ def read_json_object(path: str | os.PathLike, *, what: str, fix: str) -> dict:
     if not isinstance(data, dict):
         raise DataError(f"{path} is not {what}: it holds a JSON {type(data).__name__}, not an object", fix=fix)
     return data
+
+
+def strict_json(obj, *, indent: int | None = 2, default=None) -> str:
+    """``obj`` as strict JSON (RFC 8259): a NaN or infinite float, e.g. a metric with no test example of a class,
+    becomes ``null``, which every JSON reader accepts (``NaN`` is Python's extension, refused by ``jq`` and
+    JavaScript's ``JSON.parse``). ``default`` converts what ``json`` cannot (numpy scalars and arrays, paths) first.
+
+    >>> strict_json({"auc": float("nan"), "n": [1, float("inf")]}, indent=None)
+    '{"auc": null, "n": [1, null]}'
+    """
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if default is not None and not isinstance(v, (str, int, bool, type(None))):
+            return clean(default(v))
+        return v
+
+    return json.dumps(clean(obj), indent=indent, allow_nan=False)

@@ -269,3 +269,38 @@ def _check_writable(folder: Path, out: Path, name: str) -> None:
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UnsafeOutputError(f"{name} {out} cannot be written: no write permission in {probe}",
                                 fix=f"choose another {name}, in a folder you can write to")
+
+
+EXPORTS = "exports.json"       # in a run folder: the sha256 of every export the run wrote
+
+
+def record_export(run: str | os.PathLike, export: str | os.PathLike) -> None:
+    """Note in the run folder ``run`` that it exported ``export`` (by content), so that a resumed run may replace it
+    (:func:`check_own_export`)."""
+    from medanon.fsutil import atomic_write_text, read_json_object, sha256_file, strict_json
+
+    ledger_path = Path(run) / EXPORTS
+    ledger = read_json_object(ledger_path, what="a run's export list", fix="remove it") if ledger_path.is_file() \
+        else {}
+    ledger[str(Path(export).absolute())] = sha256_file(export)
+    atomic_write_text(ledger_path, strict_json(ledger) + "\n")
+
+
+def check_own_export(run: str | os.PathLike, export: str | os.PathLike | None, *, name: str = "export") -> None:
+    """A resumed run replaces an existing ``export`` only when the run itself wrote that very file (its content's
+    sha256 is in the run's :data:`EXPORTS`): never another run's export of the same kind, nor one edited since."""
+    if export is None or not Path(export).exists():
+        return
+    from medanon.fsutil import sha256_file
+
+    ledger_path = Path(run) / EXPORTS
+    try:
+        import json
+
+        ours = set(json.loads(ledger_path.read_text(encoding="utf-8")).values())
+    except (OSError, ValueError, AttributeError):
+        ours = set()
+    if not Path(export).is_file() or sha256_file(export) not in ours:
+        raise UnsafeOutputError(f"{name} {export} exists and is not an export of the run in {run} (another run's, "
+                                "one changed since, or one this run's folder did not record): a resumed run replaces "
+                                "only its own export", fix=f"choose another {name}, or remove {export} yourself")

@@ -8,6 +8,7 @@ the library's warnings are printed as ``WARNING:`` lines and its errors name the
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -19,11 +20,30 @@ from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
 
+class Budget(click.ParamType):
+    """A privacy budget: a positive number, or ``inf`` written as such. A number too large for a float (``1e400``)
+    would silently become ``inf``, a release without noise: it is refused instead."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            x = float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a number (e.g. 10, 1e4 or inf)", param, ctx)
+        if math.isinf(x) and "inf" not in str(value).strip().lower():
+            self.fail(f"{value!r} is beyond a float's range and would be read as inf, a release without noise; "
+                      "write inf if that is meant", param, ctx)
+        return x
+
+
 def dp_options(f):
     """Options shared by both mechanisms (privacy-critical ones have no silent default for epsilon)."""
     opts = [
         click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder."),
-        click.option("--epsilon", type=float, default=None,
+        click.option("--epsilon", type=Budget(), default=None,
                      help="Privacy budget per image, or per pixel/latent element with --per-element; 'inf' adds "
                           "no noise (no privacy: a reconstruction baseline).  [required: here or in --config]"),
         click.option("--per-element", "--per-pixel", "per_pixel", is_flag=True, default=None,

@@ -140,18 +140,7 @@ def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, read
 
 
 def to_json(obj) -> str:
-    """``obj`` as strict JSON for the terminal: a NaN or infinite number (e.g. a metric with no test example of a
-    class) becomes ``null``, which every JSON reader accepts."""
-    import json
-    import math
+    """``obj`` as strict JSON for the terminal (:func:`medanon.fsutil.strict_json`: NaN and infinities as ``null``)."""
+    from medanon.fsutil import strict_json
 
-    def clean(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        return v
-
-    return json.dumps(clean(obj), indent=2, allow_nan=False)
+    return strict_json(obj)

@@ -129,7 +129,10 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | No
 
     click.echo(f"wrote {ckpt} ({what}); load it with medanon.codecs.stylegan.load_codec")
     if export_path is not None:
+        from medanon.outputs import record_export
+
         click.echo(f"exported {export_codec(ckpt, export_path, **export_opts)}")
+        record_export(out, export_path)
     if eval_dir is None:
         return
     codec = load_codec(ckpt)
@@ -160,6 +163,10 @@ def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, 
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=reads, existing_ok=True)
     check_outputs((export_path, "file", "--export", f"checkpoint:{kind}"), data_dir=data_dir, opts=data_opts,
                   reads=[*reads, out / "checkpoint.pt"], existing_ok=resume)
+    if resume:
+        from medanon.outputs import check_own_export
+
+        check_own_export(out, export_path, name="--export")
 
 
 def _is_phantom(folder: Path) -> bool:

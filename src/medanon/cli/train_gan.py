@@ -53,10 +53,13 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     import torch
 
     from medanon.cli.base import check_outputs
+    from medanon.outputs import check_own_export, record_export
 
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, existing_ok=True)
     check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir,
                   reads=[out / "checkpoint.pt"], existing_ok=resume)
+    if resume:
+        check_own_export(out, export, name="--export")
 
     from medanon.config import DataConfig, build
     from medanon.data.dataset import open_dataset
@@ -84,5 +87,6 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
             click.echo(f"wrote {path}")
             if export is not None:
                 click.echo(f"exported {export_checkpoint(path, export)}")
+                record_export(out, export)
     finally:
         shutdown(dist)

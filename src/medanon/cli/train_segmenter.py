@@ -55,6 +55,10 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
     check_outputs((export, "file", "--export", "checkpoint:vessel-segmenter"), data_dir=data_dir, opts=opts,
                   reads=[*reads, out / "checkpoint.pt"],
                   existing_ok=resume)
+    if resume:
+        from medanon.outputs import check_own_export
+
+        check_own_export(out, export, name="--export")
     from medanon.runtime import resolve_device
     from medanon.train.distributed import init_distributed, shutdown
 
@@ -95,3 +99,6 @@ def _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr,
     if export is not None:
         atomic_write_bytes(export, path.read_bytes())
         click.echo(f"copied to {export}")
+        from medanon.outputs import record_export
+
+        record_export(out, export)

@@ -39,7 +39,7 @@ from medanon.evaluate.report_format import (
 from medanon.evaluate.report_plots import plots as _plots
 from medanon.evaluate.report_verdict import verdict_section
 from medanon.evaluate.utility import HEADLINE, METRIC_NAMES
-from medanon.fsutil import atomic_write_text
+from medanon.fsutil import atomic_write_text, strict_json
 from medanon.release.writer import image_to_uint8
 
 MAX_SOURCES_SHOWN = 5
@@ -378,6 +378,6 @@ def write_report(out: str | Path, report: dict, grids: dict[str, list[dict]]) ->
     from medanon.evaluate.cache import _default
 
     jp, hp = out / "report.json", out / "report.html"
-    atomic_write_text(jp, json.dumps(report, indent=1, default=_default, allow_nan=True) + "\n")
+    atomic_write_text(jp, strict_json(report, indent=1, default=_default) + "\n")
     atomic_write_text(hp, render_html(report, grids))
     return jp, hp

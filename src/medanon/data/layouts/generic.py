@@ -72,21 +72,26 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
                  all_labels: bool = False) -> Scan:
     """Read a CSV that names one image per row. ``all_labels``: every column other than the
     image / patient / mask columns is a label (medanon's dataset.yaml without ``label_cols``)."""
+    def fix(key: str, generic: str) -> str:       # a medanon folder's columns come from its dataset.yaml
+        return f"correct {key} in {root / 'dataset.yaml'}" if layout == "medanon" else generic
+
     csv_path = _locate(root, opts.labels_csv, "labels CSV",
-                       "pass labels_csv= the path of the CSV that lists the images")
+                       fix("labels", "pass labels_csv= the path of the CSV that lists the images"))
     table = read_table(csv_path)
-    img_idx = table.require(opts.image_col, fix="pass image_col= the column that names the image files")
-    pat_idx = (table.require(opts.patient_col, fix="pass patient_col= the column of patient ids, "
-                                                   "or leave it out if every image is its own patient")
+    img_idx = table.require(opts.image_col,
+                            fix=fix("image_col", "pass image_col= the column that names the image files"))
+    pat_idx = (table.require(opts.patient_col,
+                             fix=fix("patient_col", "pass patient_col= the column of patient ids, "
+                                                    "or leave it out if every image is its own patient"))
                if opts.patient_col else None)
-    mask_idx = (table.require(opts.mask_col, fix="name the column of mask files, or leave it out")
+    mask_idx = (table.require(opts.mask_col, fix=fix("mask_col", "name the column of mask files, or leave it out"))
                 if opts.mask_col else None)
     if all_labels:
         used = {img_idx, pat_idx, mask_idx}
         label_cols = [(h, h, i) for i, h in enumerate(table.header) if i not in used and h]
     else:
         label_cols = _parse_label_cols(opts.label_cols, table,
-                                       "pass label_cols= NAME or NAME=CSV_COLUMN for each label")
+                                       fix("label_cols", "pass label_cols= NAME or NAME=CSV_COLUMN for each label"))
     if opts.images_dir is not None:
         images_dir = Path(opts.images_dir).expanduser()
         if not images_dir.is_absolute() and not images_dir.is_dir() and (root / images_dir).is_dir():

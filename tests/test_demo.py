@@ -75,3 +75,17 @@ def test_the_report_folder_the_demo_prepares_is_one_the_evaluation_may_write(tmp
     (tmp_path / "report-fundus" / "notes.txt").write_text("mine")
     with pytest.raises(UnsafeOutputError):
         demo.report_folder(tmp_path, "fundus")                          # a foreign folder stays foreign
+
+
+def test_the_demos_part_of_a_phantom_is_phantom_data_and_its_releases_say_so(tmp_path: Path):
+    import json
+
+    import medanon
+
+    root = medanon.make_phantom(tmp_path / "fundus", patients=6, per_patient=2, size=16)
+    ds = medanon.open_dataset(root, size=16)
+    part = demo.write_subset(root, ds.records[:6], tmp_path / "fundus-train")
+    info = json.loads((part / "phantom.json").read_text())
+    assert info["phantom"] and info["subset"] and (info["images"], info["patients"]) == (6, 3)
+    medanon.anonymize.kpixel(medanon.open_dataset(part, size=16), k=3).save(tmp_path / "release", progress=False)
+    assert json.loads((tmp_path / "release" / "manifest.json").read_text())["phantom"] is True

@@ -101,6 +101,10 @@ def write_subset(root: Path, records: list[Record], out: Path) -> Path:
                     shutil.copyfile(root / cells[col], tmp / cells[col])
         (tmp / descriptor["labels"]).write_text("\n".join(rows) + "\n")
         (tmp / "dataset.yaml").write_text(yaml.safe_dump(descriptor, sort_keys=False))
+        if (root / "phantom.json").is_file():          # a part of a phantom is phantom data: its releases say so
+            info = json.loads((root / "phantom.json").read_text(encoding="utf-8"))
+            info.update(images=len(records), patients=len({r.patient_id for r in records}), subset=True)
+            (tmp / "phantom.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
 
 

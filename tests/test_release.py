@@ -225,3 +225,27 @@ def test_audit_checks_that_the_source_given_is_the_releases_own(tmp_path: Path):
     Image.fromarray(pixels).save(one)
     passed, detail = verdict(tmp_path / "copy")
     assert not passed and "differ from those the release was made from" in detail
+
+
+def test_without_a_mapping_the_manifests_modality_still_tells_a_wrong_source(tmp_path: Path):
+    """The manifest names the source's modality (nothing private): audit and evaluate refuse a source of another
+    modality even when the custodian kept no mapping (evaluate converted a fundus release to grey and went on)."""
+    import json
+
+    import medanon
+    from medanon.errors import DataError
+    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.harness import evaluate
+
+    fundus = medanon.make_phantom(tmp_path / "fundus", patients=6, per_patient=1, size=16)
+    xray = medanon.make_phantom(tmp_path / "xray", modality="xray", patients=6, per_patient=1, size=16)
+    out = medanon.anonymize.kpixel(medanon.open_dataset(fundus, size=16), k=2).save(tmp_path / "rel", progress=False)
+    assert json.loads((out / "manifest.json").read_text())["modality"] == "fundus"
+    check = "the source given is of the release's modality (manifest)"
+    for source, ok in ((fundus, True), (xray, False)):
+        rep = medanon.audit(out, source=source)
+        passed, detail = next((c.passed, c.detail) for c in rep.checks if c.name == check)
+        assert passed is ok and (ok or "made from fundus images, the source given holds xray" in detail)
+    with pytest.raises(DataError, match=r"was made from fundus images .* holds xray images"):
+        evaluate(xray, [out], tmp_path / "report", config=EvalConfig.tiny(size=16), progress=False)
+    assert not (tmp_path / "report").exists()

@@ -172,6 +172,11 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
     manifest, rows = read_release(path)
     if not rows:
         raise DataError(f"release {path} has no records", fix="pass a release written by `medanon anonymize`")
+    made_from = manifest.get("modality")
+    if made_from and real.modality and made_from != real.modality:
+        raise DataError(f"release {path} was made from {made_from} images (its manifest), the real dataset "
+                        f"{real.root} holds {real.modality} images",
+                        fix="evaluate against the dataset the release was made from")
     files = [path / r["image"] for r in rows]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:

@@ -229,6 +229,11 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     else:
         rep.notes.append("no k given and the method has none: per-record people counts not checked")
 
+    made_from = manifest.get("modality")
+    if source_modality is not None and made_from:
+        rep.add("the source given is of the release's modality (manifest)", made_from == source_modality,
+                "" if made_from == source_modality else f"made from {made_from} images, the source given holds "
+                                                       f"{source_modality} images")
     if mapping is not None:
         _check_mapping(rep, Path(mapping), rows, k, source_records, source_root, source_modality)
 

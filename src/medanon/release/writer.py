@@ -338,6 +338,7 @@ class ReleaseWriter:
         manifest = {
             "format": FORMAT, "version": VERSION,
             **self.settings,
+            **({"modality": self.source["modality"]} if self.source.get("modality") else {}),   # of the source
             "privacy": self.privacy,
             "label_rule": RULE,
             "seeds": self.seeds, "models": self.models,

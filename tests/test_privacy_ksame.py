@@ -181,3 +181,38 @@ def test_k2_warns_and_names_k_salsas_measured_leak():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         KSameConfig(method="ksalsa", k=5).validate()                     # no warning at k = 5
+
+
+def test_a_source_without_patient_ids_is_refused_by_the_k_same_family(tmp_path):
+    """APTOS, or a labels CSV without a patient column, makes every image a "patient" of its own: k images could
+    be fewer than k people, so the k-Same family refuses it, through the library and the command; a patient
+    column that names each image states that every image is a different person, and is accepted."""
+    import csv
+
+    import medanon
+    from medanon.errors import DataError
+
+    data = tmp_path / "generic"
+    root = generate(PhantomConfig(patients=4, per_patient=2, size=16, workers=1), data / "ph", progress=False)
+    with open(root / "labels.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(data / "meta.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["file", "grade", "as_patient"])
+        for r in rows:
+            w.writerow([f"ph/{r['image']}", r["grade"], r["image"]])
+    opts = {"layout": "generic", "labels_csv": data / "meta.csv", "image_col": "file", "label_cols": "grade"}
+    with pytest.warns(UserWarning, match="no patient column"):
+        ds = medanon.open_dataset(data, size=16, **opts)
+    assert not any(r.patient_known for r in ds.records)
+    for method in (medanon.anonymize.kpixel, medanon.anonymize.kpca):
+        with pytest.raises(DataError, match=r"needs patient ids, and .* has none") as e:
+            method(ds, k=2)
+        assert "patient_col=" in e.value.fix
+    r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "kpixel", str(data), "--layout", "generic",
+                                 "--labels", str(data / "meta.csv"), "--image-col", "file", "--label-cols",
+                                 "grade", "--size", "16", "--k", "2", "--out", str(tmp_path / "rel")])
+    assert r.exit_code == 1 and "needs patient ids" in r.output and "--patient-col" in r.output, r.output
+    assert not (tmp_path / "rel").exists() and not (tmp_path / "rel.partial").exists()
+    ds = medanon.open_dataset(data, size=16, patient_col="as_patient", **opts)
+    medanon.anonymize.kpixel(ds, k=2).save(tmp_path / "rel", progress=False)

@@ -102,6 +102,10 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     from medanon.release.release import Release
 
     validate(cfg)
+    if cfg.method != "inverted":                        # k counts people: a source without patient ids is refused
+        from medanon.data.inputs import require_patient_ids
+
+        require_patient_ids(ds, cfg.method)
     codec = load_codec_for(codec, device)
     if cfg.method in LATENT_METHODS and codec is None:
         raise ConfigError(f"{cfg.method} needs codec: an inversion codec (or its checkpoint, e.g. "

@@ -86,6 +86,20 @@ def as_dataset(obj: Any, *, patient_ids: Sequence[Any] | None = None,
                        require_patients=require_patients, argument=argument, method=method)
 
 
+def require_patient_ids(ds, method: str | None) -> None:
+    """Refuse ``ds`` when its source has no patient ids (APTOS; a labels CSV without a patient column): a
+    guarantee that counts people cannot be stated when each image merely counts as one."""
+    if all(getattr(r, "patient_known", True) for r in ds.records):
+        return
+    where = f"{ds.root} ({ds.layout} layout)" if getattr(ds, "root", None) is not None else "the dataset"
+    raise DataError(f"{method or 'this method'} needs patient ids, and {where} has none: each image would count as "
+                    "a patient of its own, so a record of k images could show fewer than k people (both eyes, or "
+                    "repeat visits, of one person)",
+                    fix="describe the data with a labels CSV that has a patient column (layout='generic', "
+                        "patient_col=COLUMN); if every image really is a different person, a column holding the "
+                        "image name states exactly that")
+
+
 def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality=None, transform=None,
                 require_patients: bool = False, argument: str = "ds", method: str | None = None):
     """An :class:`~medanon.data.memory.InMemoryDataset` of ``images`` (N, C, H, W) float32 in [-1, 1]."""

@@ -24,6 +24,7 @@ class Record:
     labels: dict[str, float] = field(default_factory=dict)  # canonical labels, nan = missing
     record_id: str = ""                         # opaque id, see make_record_id
     mask_path: Path | None = None               # optional segmentation mask (phantom vessel / lung masks)
+    patient_known: bool = True                  # False: the source has no patient ids, patient_id names the image
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,7 @@ class Collector:
     problems: list[Problem] = field(default_factory=list)
     image_dirs: set[Path] = field(default_factory=set)   # folders to check for unlabelled images
     scope: list[Path] = field(default_factory=list)      # besides root, folders whose images must be labelled
+    patients_known: bool = True                          # False: no patient ids, each image its own "patient"
 
     def rel(self, path: Path) -> str:
         try:
@@ -183,7 +184,8 @@ class Collector:
     def records(self) -> list[Record]:
         good = sorted((e for e in self.entries.values() if not e.bad), key=lambda e: e.rel)
         return [Record(path=e.path, patient_id=e.patient_id, labels=dict(e.labels),
-                       record_id=make_record_id(e.rel), mask_path=e.mask_path) for e in good]
+                       record_id=make_record_id(e.rel), mask_path=e.mask_path, patient_known=self.patients_known)
+                for e in good]
 
     def scan(self, layout: str, modality: str | None) -> Scan:
         return Scan(layout=layout, root=self.root, records=self.records(), problems=list(self.problems),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from medanon.data.labels import NAN, spec
@@ -75,6 +76,7 @@ def scan_aptos(root: Path) -> Scan:
                                primary=root / "train_images", describe=describe, required=["diagnosis"])
     warnings.warn("APTOS 2019 has no patient ids: every image counts as its own patient, so both eyes of one "
                   "person may land in different splits", LayoutWarning, stacklevel=4)
+    result.records = [replace(r, patient_known=False) for r in result.records]
     return result
 
 

@@ -107,7 +107,7 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
                       "patient-level splits and privacy checks cannot see repeat images of one person "
                       "(pass patient_col= if the CSV has patient ids)", LayoutWarning, stacklevel=4)
 
-    col = Collector(root, csv_path.name, scope=[images_dir])
+    col = Collector(root, csv_path.name, scope=[images_dir], patients_known=pat_idx is not None)
     dirs = Dirs()
     bases = [images_dir]
     for line, row in table.rows:

@@ -216,3 +216,14 @@ def test_a_source_without_patient_ids_is_refused_by_the_k_same_family(tmp_path):
     assert not (tmp_path / "rel").exists() and not (tmp_path / "rel.partial").exists()
     ds = medanon.open_dataset(data, size=16, patient_col="as_patient", **opts)
     medanon.anonymize.kpixel(ds, k=2).save(tmp_path / "rel", progress=False)
+
+
+def test_the_statement_names_what_released_labels_and_trained_models_leave_unprotected():
+    cfg = KSameConfig(method="kpixel", k=3)
+    bare = privacy_statement(cfg, None)["not_protected"]
+    assert not any("_counts" in s or "memorised" in s for s in bare)
+    told = privacy_statement(cfg, None, labels=["grade", "sex", "age"], uses_models=True)["not_protected"]
+    assert any(s.startswith("each record's grade_counts, sex_counts: how many of its patients") for s in told)
+    assert any(s.startswith("each record's mean age") for s in told)
+    assert "sex, age: released (sensitive), protected only by the aggregation above" in told
+    assert any("what the models (codec, feature network) memorised" in s for s in told)

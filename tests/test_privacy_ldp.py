@@ -158,3 +158,29 @@ def test_item5_exact_sampler_is_discrete_laplace_and_keeps_the_bound():
     latent = _quiet(LaplaceMechanism, ClipCalibration.public_box("glow-eps", 64), epsilon=2.0)
     assert latent.epsilon_image_tight <= 0.4 * 2.0 + 1e-12
     assert "exact discrete Laplace" in mech.privacy(space_description="p")["noise_source"]
+
+
+def test_the_statement_gives_the_clip_interval_delta_and_this_releases_patient_budget(tmp_path):
+    """The clip box names the interval elements are clipped to (α of the public range), δ = 0, and the release
+    gives the budget of its patient with the most images, not only the rule n · ε."""
+    import medanon
+
+    codec = GlowCodec(Glow(GlowConfig(resolution=8, channels=1, levels=2, depth=1, hidden=8)).eval())
+    dp = DPGlow(codec, epsilon=2.0)
+    p = dp.privacy()
+    assert "[-4, 4]" in p["clip_box"] and "alpha = 0.4" in p["clip_box"] and p["clip_box"].endswith("[-1.6, 1.6]")
+    assert p["delta"] == 0
+    root = medanon.make_phantom(tmp_path / "x", modality="xray", patients=3, per_patient=2, size=16)
+    rel = _quiet(medanon.anonymize.ldp_image, root, epsilon=1e4)
+    assert rel.privacy["max_images_per_patient"] == 2 and rel.privacy["epsilon_patient_max"] == 2e4
+
+
+def test_epsilon_inf_states_no_protection_without_noise_clauses(tmp_path):
+    import medanon
+
+    root = medanon.make_phantom(tmp_path / "x", modality="xray", patients=2, per_patient=1, size=16)
+    p = _quiet(medanon.anonymize.ldp_image, root, epsilon=math.inf).privacy
+    assert (p["guarantee"], p["unit"], p["epsilon_patient"], p["assumptions"]) == \
+        ("none", "none: no noise is added", "inf", [])
+    assert p["not_protected"] == ["everything: no noise is added; the released images are the inputs, clipped"]
+    assert "epsilon_patient_max" not in p and "secret" not in str(p)

@@ -37,7 +37,9 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
     return {
         "mechanism": ("GMIA latent optimisation (GMIA §2.2): per source image X_R, W_A starts at the encoder's "
                       "latent E(X_R) and Adam minimises lambda_id*max(0, cos(E_id(X_R), E_id(X_A)) - m) + "
-                      f"lambda_ut*||E_ut(X_R) - E_ut(X_A)||_2 over W_A only (losses={cfg.losses}, steps={cfg.steps}, "
+                      "lambda_ut*||E_ut(X_R) - E_ut(X_A)||_2 over W_A only (its style rows and, with a spatial-map "
+                      "codec, the map's rows, which GMIA does not have; every network frozen) "
+                      f"(losses={cfg.losses}, steps={cfg.steps}, "
                       f"m={cfg.margin:g}); the release is X_A = G(W_A), one image per source image"),
         "guarantee": "none: GMIA has no formal privacy guarantee (no differential privacy, no k-anonymity)",
         "epsilon": None, "delta": None, "k": None,

@@ -6,13 +6,23 @@ also the resume check (they must not change between an interrupted run and its r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from medanon.anonymize.clustering import Clustering
 from medanon.anonymize.ksame_config import KSameConfig
 
 
-def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[str, Any]:
+def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels: Sequence[str] = (),
+                      uses_models: bool = False) -> dict[str, Any]:
+    """The manifest's privacy field. ``labels``: the labels released next to the images; ``uses_models``: the
+    records are computed through trained networks (a codec, a feature network)."""
+    from medanon.data.labels import spec
+    from medanon.release.labels import SENSITIVE_LABELS
+
+    counted = [n for n in labels if spec(n).kind != "continuous"]
+    means = [n for n in labels if spec(n).kind == "continuous"]
+    sensitive = [n for n in labels if n in SENSITIVE_LABELS]
     if cfg.method == "inverted":
         return {"guarantee": "none: GAN-Inverted releases G(E(x)) for every image, one record per person's image; "
                              "it is the paper's non-anonymous comparison, not a de-identification",
@@ -50,6 +60,15 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None) -> dict[s
                "cluster through it"] if private_basis else []),
             "a released label that is the same for every patient of a record discloses each member's value"
             + (f" (with stratify={cfg.stratify!r}: every record's {cfg.stratify})" if cfg.stratify else ""),
+            *([f"each record's {', '.join(f'{n}_counts' for n in counted)}: how many of its patients have each "
+               "value, so whoever knows the other members' values learns the remaining member's"] if counted else []),
+            *([f"each record's mean {', '.join(means)}: with the other members' values it gives the remaining "
+               "member's"] if means else []),
+            *([f"{', '.join(sensitive)}: released (sensitive), protected only by the aggregation above"]
+              if sensitive else []),
+            *(["what the models (codec, feature network) memorised about their training images, where these "
+               "include released patients: a record then depends on them through the weights"]
+              if uses_models else []),
             *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
               if cfg.drop_remainder else []),
         ],

@@ -298,19 +298,24 @@ class LaplaceMechanism:
         """The manifest's privacy field: numbers and the exact statement."""
         finite = math.isfinite(self.epsilon_image)
         cal = self.calibration
-        box = (f"public: every element clipped within the data-independent range [{float(cal.lo[0]):g}, "
-               f"{float(cal.hi[0]):g}], computed from no image" if cal.public else
+        box = (f"public: the data-independent range [{float(cal.lo[0]):g}, {float(cal.hi[0]):g}], computed from no "
+               f"image; each element is clipped to alpha = {self.alpha:g} of its width about c_k"
+               + (f": [{float(self.lower.min()):g}, {float(self.upper.max()):g}]" if self.clip else "")
+               if cal.public else
                f"calibrated: per-element min and max of {cal.count} private training images (sha256 "
                f"{cal.checksum()[:12]}); NOT covered by the bound")
         out = {
             "mechanism": "laplace" if finite else ("none" if not self.clip else "clip only"),
             "guarantee": "epsilon-LDP" if finite else "none",
-            "unit": "one image (all its elements); a patient with n released images: n * epsilon",
+            "delta": 0 if finite else None,          # pure epsilon-DP: the Laplace mechanism has no failure probability
+            "unit": "one image (all its elements); a patient with n released images: n * epsilon" if finite
+                    else "none: no noise is added",
             "space": space_description,
             "epsilon_image": self.epsilon_image if finite else "inf",
             "epsilon_element": self.epsilon_element if finite else "inf",
             "epsilon_image_tight": self.epsilon_image_tight if finite else "inf",
-            "epsilon_patient": "n * epsilon_image for a patient with n released images (basic composition)",
+            "epsilon_patient": "n * epsilon_image for a patient with n released images (basic composition)"
+                               if finite else "inf",
             "distinguishing_bound": distinguishing_bound(self.epsilon_image) if finite else 1.0,
             "vacuous": (self.epsilon_image > WEAK_EPSILON) if finite else True,
             "D": self.dims,
@@ -330,13 +335,15 @@ class LaplaceMechanism:
                             if finite else "none",
             "sampler": self.sampler if finite else None,
             "calibration": cal.describe(),
-            "assumptions": [
+            "assumptions": [] if not finite else [
                 "the noise is secret: drawn from os.urandom for this release and recorded nowhere",
                 ("the clip box is public and fixed" if cal.public else
                  "the calibrated clip box is treated as a public constant")
                 + (" and the flow's weights are a fixed public function" if flow else ""),
             ],
-            "not_protected": [
+            "not_protected": ["everything: no noise is added; the released images are the inputs"
+                              + (" passed through the flow" if flow else "")
+                              + (", clipped" if self.clip else "")] if not finite else [
                 "a patient's other released images: n images of one patient are protected at n * epsilon",
                 *(["what the flow's weights memorised about their training images"] if flow else []),
                 *([] if cal.public else ["what the calibrated clip box (per-element min and max of private images) "

@@ -106,6 +106,19 @@ def _calibrate(batches, *, codec=None):
     return calibrate((codec.encode(b.to(dev)) for b in batches), space="glow-eps")
 
 
+def patient_budget(ds, epsilon_image: float) -> dict[str, Any]:
+    """The most images one patient has in ``ds`` and the budget that patient is protected at (basic composition);
+    unknown where the source has no patient ids (one person may have several images there)."""
+    from collections import Counter
+
+    if not all(getattr(r, "patient_known", True) for r in ds.records):
+        return {"max_images_per_patient": "unknown: the source has no patient ids",
+                "epsilon_patient_max": "unknown: the source has no patient ids, so one person may have several "
+                                       "released images, each adding epsilon_image"}
+    n = max(Counter(r.patient_id for r in ds.records).values())
+    return {"max_images_per_patient": n, "epsilon_patient_max": n * epsilon_image}
+
+
 def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
                 noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
                 device=None, notes: Sequence[str] = (), reads: Sequence[Any] = ()) -> Release:
@@ -124,6 +137,8 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
 
     labels = choose_labels(ds, release_labels)
     privacy = privatiser.privacy()
+    if privacy.get("guarantee") == "epsilon-LDP":        # the per-patient budget of this release, not only the rule
+        privacy = {**privacy, **patient_budget(ds, privacy["epsilon_image"])}
     if noise_seed is not None and privacy.get("guarantee") == "epsilon-LDP":
         warnings.warn(f"noise_seed={noise_seed}: the noise is reproducible, so the release states '{SEEDED}' (the "
                       "seed is not recorded). Use this for testing only; leave the seed out for a release",

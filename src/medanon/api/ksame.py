@@ -156,7 +156,8 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     models = model_checksums(codec, features)
     if prior_gen is not None and prior_gen[1].get("sha256"):
         models["map-generator"] = prior_gen[1]["sha256"]
-    privacy = map_prior_statement(privacy_statement(cfg, None), prior_gen)
+    privacy = map_prior_statement(privacy_statement(cfg, None, labels=labels,
+                                                    uses_models=codec is not None or features is not None), prior_gen)
     return Release(method=cfg.method, dataset=ds, params=params,
                    privacy=privacy, labels=labels, produce=produce,
                    seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},

@@ -62,8 +62,9 @@ FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin="
 def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_path, out, losses, steps, lr, margin,
              lambda_id, lambda_ut, latent_space, batch_size, config_file, overrides, split, splits_csv, split_seed,
              release_labels, mapping, threads, overwrite, **data_opts) -> None:
-    """GMIA: each image's latent W_A starts at the encoder's W and is optimised (the only trainable tensor)
-    so that the identity network no longer matches it to its source while the utility features stay close.
+    """GMIA: each image's latent W_A starts at the encoder's W and is optimised (the networks stay frozen; with a
+    spatial-map codec the map's rows, which GMIA does not have, move too) so that the identity network no longer
+    matches it to its source while the utility features stay close.
     NO formal privacy guarantee: measure the protection with `medanon evaluate` (linkability, singling out).
 
     \b

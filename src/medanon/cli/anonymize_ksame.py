@@ -300,7 +300,7 @@ def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
 @click.pass_context
 def kcentroid_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
                   seed, config_file, overrides, views, view_sigma, **data_opts) -> None:
-    """k-Centroid: the mean latent of each cluster, rendered by the generator (k-Same-Net style).
+    """k-Centroid: the mean latent of each cluster, rendered by the generator.
 
     \b
     Example:

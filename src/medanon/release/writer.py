@@ -158,7 +158,8 @@ class ReleaseWriter:
         self.source = dict(source or {})
         self.phantom = phantom
         self.entries: dict[str, dict[str, Any]] = {}
-        self._head = {"settings": self.settings, "source": self.source, "models": self.models}
+        self._head = {"settings": self.settings, "source": self.source, "models": self.models,
+                      "seeds": self.seeds, "guarantee": self.privacy.get("guarantee")}
         if self.partial.exists() and not self.partial.is_dir():
             raise OutputExistsError(f"{self.partial} exists and is not a folder",
                                     fix=f"move {self.partial} away: medanon keeps interrupted releases there")
@@ -226,6 +227,14 @@ class ReleaseWriter:
                               "release would mix two models",
                               fix="resume with the model files it was started with, or pass overwrite=True to discard "
                                   "it and start over")
+        seeds = json.loads(json.dumps(self.seeds, default=_json_default))
+        guarantee = self.privacy.get("guarantee")
+        if ("seeds" in head and head["seeds"] != seeds) or ("guarantee" in head and head["guarantee"] != guarantee):
+            raise ConfigError(f"{self.partial} holds an interrupted release made with other seeds or another privacy "
+                              f"guarantee (seeds {head.get('seeds')} -> {seeds}; guarantee {head.get('guarantee')!r} "
+                              f"-> {guarantee!r}): one statement cannot cover both halves",
+                              fix="resume with the seed setting it was started with, or pass overwrite=True to "
+                                  "discard it and start over")
         lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()
         for line in lines[1:]:
             try:

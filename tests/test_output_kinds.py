@@ -162,3 +162,25 @@ def torch_step(path: Path) -> int:
     import torch
 
     return int(torch.load(path, map_location="cpu", weights_only=True)["step"])
+
+
+def test_a_run_interrupted_while_opening_its_folder_can_be_run_again(tmp_path, monkeypatch):
+    """RunDir writes its manifest before anything else: a run killed right after it (e.g. while config.yaml is
+    written) leaves a folder the same command recognises as its own, not one it must refuse as foreign."""
+    import medanon.runtime as runtime
+
+    write = runtime.atomic_write_text
+
+    def killed(path, text):
+        if path.name == "config.yaml":
+            raise KeyboardInterrupt
+        write(path, text)
+
+    monkeypatch.setattr(runtime, "atomic_write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        RunDir(tmp_path / "run", config={"a": 1}, command="train gan", seeds={})
+    monkeypatch.undo()
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["manifest.json"]
+    RunDir(tmp_path / "run", config={"a": 1}, command="train gan", seeds={}).finish()
+    with pytest.raises(UnsafeOutputError, match="holds a run of train gan"):
+        RunDir(tmp_path / "run", config={"a": 1}, command="train flow", seeds={})

@@ -188,8 +188,6 @@ class RunDir:
         check_output(self.path, existing_ok=True, kind="dir")     # a resumed run's own folder, never a foreign one
         check_run_folder(self.path, command)
         self.lock = OutputLock(self.path, name="--out").acquire()  # one run per folder, until finish()
-        self.path.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path / "config.yaml", dump_yaml(config))
         self.manifest: dict[str, Any] = {
             "command": command,
             "argv": sys.argv[1:],
@@ -200,7 +198,9 @@ class RunDir:
             "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "finished": None,
         }
-        self._write_manifest()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._write_manifest()            # first: a folder interrupted now is still recognised as this run's
+        atomic_write_text(self.path / "config.yaml", dump_yaml(config))
 
     @property
     def metrics_path(self) -> Path:

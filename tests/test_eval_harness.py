@@ -474,3 +474,17 @@ def test_cached_real_inception_features_follow_the_network_implementation(tmp_pa
         got = RealContext.real_inception(ctx(implementation), rows, "reference")
         assert got.shape == (3, 3)
     assert len(calls) == 2                       # the second call of the same implementation came from the cache
+
+
+def test_the_cache_key_of_the_real_data_follows_its_labels(tmp_path):
+    """A label edited in labels.csv (images unchanged) must not reuse results computed with the old label."""
+    data = generate(PhantomConfig(patients=4, per_patient=2, size=16, workers=1), tmp_path / "ph", progress=False)
+    before = load_real(data, size=16).digest
+    assert load_real(data, size=16).digest == before                      # stable
+    lines = (data / "labels.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[1].split(",")
+    col = header.index("sex")
+    cells[col] = "0" if cells[col] == "1" else "1"
+    (data / "labels.csv").write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    assert load_real(data, size=16).digest != before

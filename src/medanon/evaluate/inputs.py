@@ -115,7 +115,12 @@ def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = No
         split = np.array([assignment[r.patient_id] for r in ds.records])
         where = f"split_patients(val={val}, test={test}, stratify={stratify!r}, seed={seed})"
     phantom = (root / "phantom.json").is_file()
-    dig = files_digest([r.path for r in ds.records], root=root)["sha256"]
+    # the cache key of everything computed from the real data: its images and what labels.csv says of them (patient
+    # ids and labels: an edited label must not reuse results computed with the old one)
+    from medanon.evaluate.cache import digest
+    from medanon.release.release import records_digest
+
+    dig = digest(files_digest([r.path for r in ds.records], root=root)["sha256"], records_digest(ds.records))
     return RealData(root=root, dataset=ds, images=images,
                     patients=np.array([r.patient_id for r in ds.records]), split=split, modality=ds.modality,
                     phantom=phantom, digest=dig, split_source=where,

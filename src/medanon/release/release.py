@@ -66,16 +66,22 @@ def source_digest(dataset) -> dict[str, Any]:
     """What the private journal and mapping record about the source: layout, modality, one checksum over its
     files' content and one over each record's id, patient id and labels (a resumed release notices a changed
     ``labels.csv`` as well as changed images). Fingerprints only: no paths, no identifiers."""
+    content = dataset.content_digest() if hasattr(dataset, "content_digest") else \
+        files_digest([r.path for r in dataset.records], root=dataset.root)          # images in memory: their bytes
+    return {"layout": dataset.layout, "modality": dataset.modality, **content,
+            "records_sha256": records_digest(dataset.records)}
+
+
+def records_digest(records) -> str:
+    """One sha256 over each record's id, patient id and labels (not its image)."""
     import hashlib
     import json
 
     h = hashlib.sha256()
-    for r in dataset.records:
+    for r in records:
         labels = {k: (None if v != v else v) for k, v in sorted(r.labels.items())}      # nan -> null
         h.update(json.dumps([r.record_id, r.patient_id, labels], default=str).encode() + b"\n")
-    content = dataset.content_digest() if hasattr(dataset, "content_digest") else \
-        files_digest([r.path for r in dataset.records], root=dataset.root)          # images in memory: their bytes
-    return {"layout": dataset.layout, "modality": dataset.modality, **content, "records_sha256": h.hexdigest()}
+    return h.hexdigest()
 
 
 def show_progress(progress: bool | None) -> bool:

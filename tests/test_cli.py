@@ -112,8 +112,9 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
     assert {r["modality"] for r in rows if r.get("step") == "audit"} == {"fundus", "xray"}
     before = (out / "data" / "fundus" / "labels.csv").stat().st_mtime_ns
     r = runner.invoke(cli, args)
-    assert r.exit_code == 0 and "(done already)" in r.output
+    assert r.exit_code == 0 and "(done already)" in r.output and "made again" not in r.output
     assert (out / "data" / "fundus" / "labels.csv").stat().st_mtime_ns == before  # reused, not regenerated
+    assert set(json.loads((out / "releases.json").read_text())) == {"fundus", "xray"}   # what they were made with
 
 
 def test_dataset_folder_positional_or_data_option(tmp_path: Path, runner):

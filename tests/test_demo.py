@@ -89,3 +89,40 @@ def test_the_demos_part_of_a_phantom_is_phantom_data_and_its_releases_say_so(tmp
     assert info["phantom"] and info["subset"] and (info["images"], info["patients"]) == (6, 3)
     medanon.anonymize.kpixel(medanon.open_dataset(part, size=16), k=3).save(tmp_path / "release", progress=False)
     assert json.loads((tmp_path / "release" / "manifest.json").read_text())["phantom"] is True
+
+
+def test_releases_made_with_other_settings_are_made_again_not_reused(tmp_path: Path):
+    """A demo re-run with other settings (more patients, more k-SALSA steps) replaces its releases, also after an
+    interrupted run that had already written the new settings to config.yaml; the same settings reuse them."""
+    import yaml
+
+    from medanon.config import to_dict
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    a = demo.DemoConfig(patients=20, ksalsa_steps=1, checkpoints="ck")
+    b = demo.DemoConfig(patients=24, ksalsa_steps=3, checkpoints="ck")
+    assert demo.stale_modalities(out, a) == set()                          # a fresh folder: nothing to replace
+    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(a)))
+    demo.record_releases_made(out, "fundus", a)
+    demo.record_releases_made(out, "xray", a)
+    assert demo.stale_modalities(out, a) == set()
+    assert demo.stale_modalities(out, b) == {"fundus", "xray"}
+    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(b)))           # run b interrupted after its fundus
+    demo.record_releases_made(out, "fundus", b)
+    assert demo.stale_modalities(out, b) == {"xray"}                       # config.yaml alone would say neither
+    assert demo.stale_modalities(out, demo.DemoConfig(patients=24, ksalsa_steps=3, checkpoints="ck",
+                                                      device="cuda", inception=False)) == {"xray"}
+
+
+def test_the_demos_subset_is_replaced_when_its_rows_change(tmp_path: Path):
+    import medanon
+
+    root = medanon.make_phantom(tmp_path / "fundus", patients=6, per_patient=1, size=16)
+    ds = medanon.open_dataset(root, size=16)
+    part = demo.write_subset(root, ds.records[:3], tmp_path / "train")
+    stamp = (part / "labels.csv").stat().st_mtime_ns
+    assert demo.write_subset(root, ds.records[:3], tmp_path / "train") == part
+    assert (part / "labels.csv").stat().st_mtime_ns == stamp                # the same rows: reused
+    demo.write_subset(root, ds.records[:4], tmp_path / "train")
+    assert len((part / "labels.csv").read_text().splitlines()) == 1 + 4     # other rows: replaced

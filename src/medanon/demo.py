@@ -32,7 +32,7 @@ from medanon.data.dataset import open_dataset
 from medanon.data.records import Record
 from medanon.data.splits import split_patients, write_splits_csv
 from medanon.data.summary import format_summary, summarize
-from medanon.demo_releases import KS, releases_fundus, releases_xray
+from medanon.demo_releases import KS, Made, releases_fundus, releases_xray
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_dir, atomic_write_text
 from medanon.outputs import check_output, write_marker
@@ -78,9 +78,8 @@ def _phantoms(cfg: PhantomConfig, out: Path) -> Path:
 
 
 def write_subset(root: Path, records: list[Record], out: Path) -> Path:
-    """Copy ``records`` of a medanon-layout dataset into their own dataset folder (atomically)."""
-    if (out / "dataset.yaml").exists():
-        return out
+    """Copy ``records`` of a medanon-layout dataset into their own dataset folder (atomically), unless ``out``
+    already holds exactly these rows (resume); a subset of other rows (other demo settings) is replaced."""
     descriptor = yaml.safe_load((root / "dataset.yaml").read_text())
     root = root.resolve()
     keep = {str(r.path.resolve().relative_to(root)) for r in records}
@@ -88,13 +87,14 @@ def write_subset(root: Path, records: list[Record], out: Path) -> Path:
     header = lines[0].split(",")
     img_col = header.index(descriptor["image_col"])
     mask_col = header.index(descriptor["mask_col"]) if descriptor.get("mask_col") in header else None
+    rows = [lines[0], *(line for line in lines[1:] if line.split(",")[img_col] in keep)]
+    held = out / descriptor["labels"]
+    if (out / "dataset.yaml").exists() and held.is_file() and held.read_text() == "\n".join(rows) + "\n" \
+            and _phantom_settings(out) == _phantom_settings(root):
+        return out
     with atomic_dir(out, overwrite=True, marker="dataset") as tmp:
-        rows = [lines[0]]
-        for line in lines[1:]:
+        for line in rows[1:]:
             cells = line.split(",")
-            if cells[img_col] not in keep:
-                continue
-            rows.append(line)
             for col in (img_col, mask_col):
                 if col is not None and cells[col]:
                     (tmp / cells[col]).parent.mkdir(parents=True, exist_ok=True)
@@ -106,6 +106,51 @@ def write_subset(root: Path, records: list[Record], out: Path) -> Path:
             info.update(images=len(records), patients=len({r.patient_id for r in records}), subset=True)
             (tmp / "phantom.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
+
+
+def _phantom_settings(folder: Path) -> dict | None:
+    info = folder / "phantom.json"
+    return json.loads(info.read_text(encoding="utf-8")).get("settings") if info.is_file() else None
+
+
+# What the demo's data and releases depend on: a change since the last run replaces its releases
+RELEASE_SETTINGS = ("patients", "per_patient", "size", "seed", "ksalsa_steps", "gmia_steps", "checkpoints")
+
+
+RELEASES_MADE = "releases.json"    # modality -> the RELEASE_SETTINGS its releases were all made with
+
+
+def release_settings(cfg: DemoConfig) -> dict:
+    now = to_dict(cfg)
+    return {k: now[k] for k in RELEASE_SETTINGS}
+
+
+def stale_modalities(out: Path, cfg: DemoConfig) -> set[str]:
+    """The modalities whose releases in ``out`` may have been made with other settings than ``cfg``: those
+    :data:`RELEASES_MADE` records with other settings, and, for those it does not record, all when the last run's
+    config.yaml differs (an interrupted run, or a folder from before the record)."""
+    now = release_settings(cfg)
+    try:
+        made = json.loads((out / RELEASES_MADE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        made = {}
+    try:
+        last = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        last = None
+    last_differs = isinstance(last, dict) and any(last.get(k) != v for k, v in now.items())
+    return {m for m in ("fundus", "xray")
+            if (made.get(m) != now if isinstance(made, dict) and m in made else last_differs)}
+
+
+def record_releases_made(out: Path, modality: str, cfg: DemoConfig) -> None:
+    path = out / RELEASES_MADE
+    try:
+        made = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        made = {}
+    made = {**(made if isinstance(made, dict) else {}), modality: release_settings(cfg)}
+    atomic_write_text(path, json.dumps(made, indent=1, sort_keys=True) + "\n")
 
 
 def report_folder(out: Path, modality: str) -> Path:
@@ -243,6 +288,7 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
     seed_everything(seed)
     dev = resolve_device(device)
     cfg.device = str(dev)
+    stale = stale_modalities(out, cfg)                 # read before RunDir writes this run's config.yaml
     run = RunDir(out, config=cfg, command="demo", seeds={"phantoms": seed, "splits": seed, "methods": seed})
     t_start = time.perf_counter()
     click.echo(f"medanon demo -> {out}   (device {dev}; all results below are on PHANTOM data)")
@@ -270,10 +316,13 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
         click.echo(f"\n== {modality}: anonymising the training split ==")
         t0 = time.perf_counter()
         make = releases_fundus if modality == "fundus" else releases_xray
-        times: dict[str, float] = {}
-        releases[modality] = make(train, out / "releases", ckpt, cfg, times)
+        if modality in stale and (out / "releases").is_dir():
+            click.echo(f"the {modality} releases in {out / 'releases'} were made with other settings: made again")
+        made = Made(remake=modality in stale)
+        releases[modality] = make(train, out / "releases", ckpt, cfg, made)
+        record_releases_made(out, modality, cfg)
         run.log_metrics(step="anonymise", modality=modality, releases=len(releases[modality]),
-                        seconds=round(time.perf_counter() - t0, 1), release_seconds=times)
+                        seconds=round(time.perf_counter() - t0, 1), release_seconds=made.times)
 
         click.echo(f"\n== {modality}: audit ==")
         t0 = time.perf_counter()

@@ -1,14 +1,17 @@
 """The releases of ``medanon demo``: every method whose model ships, through the Python API, each printed as its
-equivalent ``$ medanon anonymize ...`` command, skipped when its folder exists (resume), and timed.
+equivalent ``$ medanon anonymize ...`` command, skipped when its folder exists (resume) unless the demo's settings
+changed since it was made, and timed.
 
-:func:`releases_fundus` and :func:`releases_xray` return the release folders they made or found; ``times`` collects
-the seconds of each release made in this run (the demo logs them with its metrics).
+:func:`releases_fundus` and :func:`releases_xray` return the release folders they made or found; ``made`` (a
+:class:`Made`) says whether existing releases are stale and collects the seconds of each release made in this run
+(the demo logs them with its metrics).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,23 +52,33 @@ def latent_batch(device: str) -> int:
     return LATENT_BATCH if resolve_device(device).type == "cpu" else GPU_LATENT_BATCH
 
 
-def _release(command: str, dest: Path, make: Callable[[], Release], times: dict[str, float]) -> None:
-    """Make and save one release through the Python API unless ``dest`` exists; print the equivalent command.
+@dataclass
+class Made:
+    """The releases of one demo run: ``remake`` when the settings they were made with changed (they are replaced,
+    not reused), and the seconds of each release made in this run."""
+
+    remake: bool = False
+    times: dict[str, float] = field(default_factory=dict)
+
+
+def _release(command: str, dest: Path, make: Callable[[], Release], made: Made) -> None:
+    """Make and save one release through the Python API unless ``dest`` exists and is not stale; print the
+    equivalent command.
 
     ``make`` builds the :class:`~medanon.release.release.Release` (nothing is computed before ``save``); the
     private mapping goes next to the release (``dest.mapping.json``), outside it. The seconds it took go to
-    ``times[dest.name]``.
+    ``made.times[dest.name]``.
     """
     click.secho("$ medanon " + command + f" --out {dest} --mapping {dest}.mapping.json", fg="cyan")
-    if dest.exists():
+    if dest.exists() and not made.remake:
         click.echo("  (done already)")
         return
     t0 = time.perf_counter()
-    make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"))
-    times[dest.name] = round(time.perf_counter() - t0, 2)
+    make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"), overwrite=made.remake)
+    made.times[dest.name] = round(time.perf_counter() - t0, 2)
 
 
-def releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times: dict[str, float]) -> list[Path]:
+def releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, made: Made) -> list[Path]:
     import medanon.anonymize as anonymize
 
     ds = open_dataset(data, DataConfig(size=cfg.size))
@@ -90,14 +103,14 @@ def releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times: d
             if method == "ksalsa":
                 command += f" --steps {cfg.ksalsa_steps}"
                 kw["steps"] = cfg.ksalsa_steps
-            _release(command, dest, lambda m=method, kw=kw: getattr(anonymize, m)(ds, **kw), times)
+            _release(command, dest, lambda m=method, kw=kw: getattr(anonymize, m)(ds, **kw), made)
             out.append(dest)
     if codec is not None:                       # the codec alone, NOT anonymised: what the latent methods start from
         dest = rel / "inverted"
         _release(f"anonymize inverted --data {data} --model {latent} --seed {cfg.seed}", dest,
-                 lambda: anonymize.inverted(ds, codec=codec, seed=cfg.seed, device=dev), times)
+                 lambda: anonymize.inverted(ds, codec=codec, seed=cfg.seed, device=dev), made)
         out.append(dest)
-    out += releases_gmia(ds, data, rel, ckpt, cfg, times)
+    out += releases_gmia(ds, data, rel, ckpt, cfg, made)
     unet = ckpt / "unet-vessels64.pt"
     for method in ("snow", "vs-snow"):
         for p in SNOW_PS:
@@ -106,10 +119,10 @@ def releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times: d
             # formal guarantee); the subsets come from secret randomness
             command = f"anonymize {method} --data {data} --p {p}"
             if method == "snow":
-                _release(command, dest, lambda p=p: anonymize.snow(ds, p=p, device=dev), times)
+                _release(command, dest, lambda p=p: anonymize.snow(ds, p=p, device=dev), made)
             else:
                 _release(command + f" --checkpoint {unet}", dest,
-                         lambda p=p: anonymize.vs_snow(ds, p=p, checkpoint=unet, device=dev), times)
+                         lambda p=p: anonymize.vs_snow(ds, p=p, checkpoint=unet, device=dev), made)
             out.append(dest)
     return out
 
@@ -123,7 +136,7 @@ GMIA_NETWORKS = {
 GMIA_RELEASE = {"fundus": "gmia", "xray": "gmia-xray"}     # one releases/ folder serves both modalities
 
 
-def releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times: dict[str, float],
+def releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, made: Made,
                   modality: str = "fundus") -> list[Path]:
     """GMIA with the shipped co-trained codec, E_id and E_ut of ``modality`` (GMIA Table 2's setting with both
     losses); the paper's own modality is chest X-ray."""
@@ -141,11 +154,11 @@ def releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times:
     if cfg.gmia_steps is not None:
         kw["steps"] = cfg.gmia_steps
         command += f" --steps {cfg.gmia_steps}"
-    _release(command + f" --batch-size {batch}", dest, lambda: anonymize.gmia(ds, **kw), times)
+    _release(command + f" --batch-size {batch}", dest, lambda: anonymize.gmia(ds, **kw), made)
     return [dest]
 
 
-def releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times: dict[str, float]) -> list[Path]:
+def releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, made: Made) -> list[Path]:
     import medanon.anonymize as anonymize
 
     ds = open_dataset(data, DataConfig(size=cfg.size))
@@ -158,9 +171,9 @@ def releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, times: dic
             if method == "dpglow":
                 _release(command + f" --flow {flow}", dest,
                          lambda e=float(eps): anonymize.dpglow(ds, epsilon=e, flow=flow, per_element=True,
-                                                               device=cfg.device), times)
+                                                               device=cfg.device), made)
             else:
                 _release(command, dest, lambda e=float(eps): anonymize.ldp_image(ds, epsilon=e, per_element=True,
-                                                                                 device=cfg.device), times)
+                                                                                 device=cfg.device), made)
             out.append(dest)
-    return out + releases_gmia(ds, data, rel, ckpt, cfg, times, modality="xray")
+    return out + releases_gmia(ds, data, rel, ckpt, cfg, made, modality="xray")

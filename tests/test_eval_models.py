@@ -103,6 +103,8 @@ def test_identity_network_embeds_and_resumes(tmp_path):
     with pytest.raises(ConfigError, match="other settings"):
         train_identity(x, pid, cfg=IdentityTrainConfig(image_size=16, steps=31, batch=12, embed_dim=16),
                        out=tmp_path / "id.pt")
+    with pytest.raises(ConfigError, match="other settings, patients or images"):      # same ids, other people
+        train_identity(x.flip(-1), pid, cfg=cfg, out=tmp_path / "id.pt")
 
 
 def test_identity_resume_continues_an_interrupted_run(tmp_path):
@@ -126,9 +128,11 @@ def test_identity_resume_continues_an_interrupted_run(tmp_path):
             train_identity(x, pid, cfg=full, out=tmp_path / "id.pt")
     finally:
         T.save_identity = orig
-    assert load_identity(tmp_path / "id.pt")[1]["step"] == 10
+    assert not (tmp_path / "id.pt").exists()                           # the final name holds finished networks only
+    assert load_identity(tmp_path / "id.pt.partial")[1]["step"] == 10
     resumed = train_identity(x, pid, cfg=full, out=tmp_path / "id.pt")
     assert torch.allclose(resumed.embed(x), ref.embed(x), atol=1e-4)
+    assert load_identity(tmp_path / "id.pt")[1]["step"] == 20 and not (tmp_path / "id.pt.partial").exists()
 
 
 def test_identity_needs_repeated_acquisitions():

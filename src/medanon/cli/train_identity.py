@@ -90,8 +90,12 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
         patients = np.array([r.patient_id for r in ds.records])
         cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
                                   margin=margin, seed=seed)
-        if fresh and dist.is_main and out.exists():
-            out.unlink()
+        if fresh and dist.is_main:               # the network, and an interrupted run's state beside it
+            from medanon.output_inventory import checkpoint_kind
+
+            for held in (out, out.with_name(out.name + ".partial")):
+                if held.exists() and checkpoint_kind(held) == "identity":
+                    held.unlink()
         dist.barrier()                          # no rank resumes from a checkpoint --fresh removes
         net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=True, progress=True,
                              dist=dist)

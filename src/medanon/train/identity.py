@@ -115,7 +115,11 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
                              embed_dim=cfg.embed_dim, image_size=cfg.image_size)
     digest = patients_digest(ids)
     meta = {"train_config": cfg.to_dict(), "patients": len(ids), "images": len(keep), "patients_digest": digest,
+            "images_digest": sha256_bytes(x_all.detach().cpu().contiguous().numpy().tobytes())[:16],
             "single_image_patients_left_out": dropped}
+    # until the last step the state goes to OUT.partial: OUT itself only ever holds a finished network
+    final = Path(out) if out is not None else None
+    partial = final.with_name(final.name + ".partial") if final is not None else None
 
     torch.manual_seed(int(cfg.seed))
     net = IdentityNet(net_cfg).to(dev)
@@ -126,12 +130,14 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
                                                                                / cfg.steps)))
     gen = torch.Generator().manual_seed(int(cfg.seed))
     start = 0
-    if out is not None and resume and Path(out).is_file():
-        blob = load_checkpoint(out, kind=KIND)          # on the CPU, where the generator's state must be
+    held = next((p for p in (partial, final) if p is not None and resume and p.is_file()), None)
+    if held is not None:
+        blob = load_checkpoint(held, kind=KIND)         # on the CPU, where the generator's state must be
         same = blob["extra"].get("train_config") == meta["train_config"] and \
-            blob["extra"].get("patients_digest") == digest and blob["config"] == net_cfg.to_dict()
+            blob["extra"].get("patients_digest") == digest and blob["config"] == net_cfg.to_dict() and \
+            blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]
         if not same:
-            raise ConfigError(f"{out} holds an identity network trained with other settings or patients",
+            raise ConfigError(f"{held} holds an identity network trained with other settings, patients or images",
                               fix="choose another out file, or delete it to start over")
         net.load_state_dict(blob["state"]["net"])
         if blob["step"] >= cfg.steps:
@@ -152,10 +158,13 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
         both = torch.nn.parallel.DistributedDataParallel(both, device_ids=[dev.index] if dev.type == "cuda" else None)
 
     def save(step: int) -> None:
-        if out is not None and dist.is_main:
-            save_identity(out, net, step=step, extra=meta,
+        if final is not None and dist.is_main:
+            done = step >= cfg.steps
+            save_identity(final if done else partial, net, step=step, extra=meta,
                           state={"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
                                  "gen": gen.get_state()})
+            if done and partial.exists():
+                partial.unlink()
 
     net.train()
     head.train()

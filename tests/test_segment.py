@@ -12,7 +12,7 @@ from scipy.stats import mannwhitneyu
 from medanon.cli import cli
 from medanon.config import DataConfig, PhantomConfig
 from medanon.data.dataset import open_dataset
-from medanon.errors import DataError
+from medanon.errors import ConfigError, DataError
 from medanon.phantoms.generate import generate
 from medanon.segment import auroc, dice, get_segmenter, segment_vessels
 from medanon.segment.learned import SHIPPED
@@ -143,6 +143,13 @@ def test_training_resumes_exactly(tmp_path: Path, tiny32: Path, monkeypatch):
     monkeypatch.setattr(mod, "predict", real)
     with pytest.raises(Exception, match="resume=True"):
         train_segmenter(data, tmp_path / "run", cfg, progress=False)
+    from dataclasses import replace as changed
+
+    manifest = (tmp_path / "run" / "manifest.json").read_bytes()
+    other = changed(data, digest={**data.digest, "sha256": "0" * 64})      # an image or mask edited since
+    with pytest.raises(ConfigError, match="was trained on other data"):
+        train_segmenter(other, tmp_path / "run", cfg, progress=False, resume=True)
+    assert (tmp_path / "run" / "manifest.json").read_bytes() == manifest   # refused before anything is written
     out = train_segmenter(data, tmp_path / "run", cfg, progress=False, resume=True)
     a = torch.load(ref, weights_only=True)["state"]["model"]
     b = torch.load(out, weights_only=True)["state"]["model"]

@@ -37,7 +37,7 @@ from medanon.data.dataset import ImageDataset
 from medanon.data.records import Record, make_record_id
 from medanon.data.splits import split_patients
 from medanon.errors import ConfigError, DataError
-from medanon.fsutil import atomic_write_text
+from medanon.fsutil import atomic_write_text, sha256_bytes
 from medanon.models.unet import FullResUNet
 from medanon.runtime import RunDir, files_digest
 from medanon.segment.learned import KIND
@@ -222,6 +222,17 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     if out.exists() and any(out.iterdir()) and not resume:
         raise ConfigError(f"run folder {out} is not empty",
                           fix="pass resume=True to continue it, or choose another out folder")
+    data_key = {"files_sha256": data.digest.get("sha256"),
+                "patients_sha256": sha256_bytes("\n".join(r.patient_id for r in data.records).encode())}
+    held = None
+    if resume and last_path.exists():            # before anything is written: a refused resume changes nothing
+        held = load_checkpoint(last_path, kind=KIND + "-training")
+        if held["config"]["train"] != json.loads(json.dumps(asdict(cfg))):
+            raise ConfigError(f"{last_path} was written with other settings", fix="resume with the same options")
+        if held["extra"].get("data", data_key) != data_key:     # runs from before the record: not checked
+            raise ConfigError(f"{last_path} was trained on other data: the images, masks or patient ids changed "
+                              "since", fix="resume with the data it was started with, or start a new run in "
+                                           "another folder")
     dist.barrier()                              # every rank has checked before rank 0 writes
     splits = split_data(data, cfg)
     run = None
@@ -249,10 +260,8 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     rngs = {s: _shard_rng(cfg.seed, s) for s in mine} if shards > 1 else {}   # dropout, per shard
     g = torch.Generator().manual_seed(cfg.seed)
     start, best = 0, {"dice": -1.0, "epoch": -1, "state": copy.deepcopy(model.state_dict())}
-    if resume and last_path.exists():
-        blob = load_checkpoint(last_path, kind=KIND + "-training")
-        if blob["config"]["train"] != json.loads(json.dumps(asdict(cfg))):
-            raise ConfigError(f"{last_path} was written with other settings", fix="resume with the same options")
+    if held is not None:
+        blob = held
         model.load_state_dict(blob["state"]["model"])
         opt.load_state_dict(blob["state"]["optimizer"])
         g.set_state(blob["state"]["generator"])
@@ -309,7 +318,8 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
                         state={"model": model.state_dict(), "optimizer": opt.state_dict(),
                                "generator": g.get_state(), "torch_rng": torch_rng,
                                "best": best["state"], **({"shard_rngs": shard_rngs} if shard_rngs else {})},
-                        step=epoch + 1, extra={"best_dice": best["dice"], "best_epoch": best["epoch"]})
+                        step=epoch + 1, extra={"best_dice": best["dice"], "best_epoch": best["epoch"],
+                                               "data": data_key})
 
     if not dist.is_main:
         return out / "vessel-segmenter.pt"

@@ -211,3 +211,15 @@ def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path):
     assert blob["config"]["resolution"] == 16 and cal.count == blob["extra"]["train_images"]
     res = runner.invoke(cli, [*args[:-2], "--where", "nosuch=1", "--out", str(tmp_path / "r2")])
     assert res.exit_code != 0 and "unknown label" in res.output
+    # swap two images' labels: the same counts, another selection (and the same images): a resume refuses it
+    whole = [*args[:-2], "--subset", "all", "--out", str(tmp_path / "r3")]
+    assert runner.invoke(cli, [*whole, "--steps", "2"]).exit_code == 0
+    rows = (data / "labels.csv").read_text().splitlines()
+    col = rows[0].split(",").index("pneumonia")
+    cells = [r.split(",") for r in rows[1:]]
+    one = next(i for i, c in enumerate(cells) if c[col] == "1")
+    zero = next(i for i, c in enumerate(cells) if c[col] == "0")
+    cells[one][col], cells[zero][col] = "0", "1"
+    (data / "labels.csv").write_text("\n".join([rows[0], *(",".join(c) for c in cells)]) + "\n")
+    res = runner.invoke(cli, [*whole, "--steps", "4", "--resume"])
+    assert res.exit_code != 0 and "trained on other data (records changed since)" in res.output, res.output

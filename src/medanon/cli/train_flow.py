@@ -86,6 +86,7 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
     from medanon.data.splits import split_records
     from medanon.errors import ConfigError
     from medanon.models.glow import GlowConfig
+    from medanon.release.release import records_digest
     from medanon.runtime import cpu_count, files_digest
     from medanon.train.distributed import threads_per_rank
     from medanon.train.flow import train_flow
@@ -120,7 +121,10 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
     data = {"source": files_digest([r.path for r in ds.records], root=data_dir), "modality": ds.modality,
             "where": filters, "subset": subset, "split": {"val": val_frac, "test": test_frac, "seed": split_seed,
                                                           "stratify": stratify},
-            "train_images": len(train_recs), "val_images": len(val_recs)}
+            "train_images": len(train_recs), "val_images": len(val_recs),
+            # which records the split and --where chose, by id, patient and labels: an edited labels.csv can
+            # change the selection without changing its counts
+            "records": {"train": records_digest(train_recs), "val": records_digest(val_recs)}}
     res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume, data=data, dist=dist,
                      accumulation=accum)
     if not dist.is_main:

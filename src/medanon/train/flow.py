@@ -157,8 +157,10 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         if old != {k: v for k, v in to_dict(cfg).items() if k != "steps"}:
             raise ConfigError(f"{ckpt_path} was trained with another config ({blob['config']})",
                               fix="resume with the same config (only steps may change), or choose another out folder")
-        if data is not None and blob["extra"].get("data") not in (None, data):
-            raise ConfigError(f"{ckpt_path} was trained on other data ({blob['extra'].get('data')})",
+        saved = blob["extra"].get("data") or {}         # keys a run predates are not compared
+        changed = sorted(k for k in (data or {}) if k in saved and saved[k] != data[k])
+        if changed:
+            raise ConfigError(f"{ckpt_path} was trained on other data ({', '.join(changed)} changed since)",
                               fix="resume with the same dataset, filter and split, or choose another out folder")
         flow.load_state_dict(blob["state"]["model"])
         opt.load_state_dict(blob["state"]["optimizer"])

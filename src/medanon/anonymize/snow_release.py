@@ -211,8 +211,8 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
         means = None
         privacy = {p: vs_snow_privacy(p, vessels.describe(), seeded=seeded) for p in ps}
         log.warning("VS-Snow: no formal privacy guarantee; measure it with the evaluation's attacks")
-    common: dict[str, Any] = {"size": dataset.size, "channels": dataset.channels, "crop": dataset.crop,
-                              "batch_size": batch_size}
+    common: dict[str, Any] = {"size": dataset.size, "channels": dataset.channels, "crop": dataset.crop}
+    # batch_size is not a parameter of the release: outputs do not depend on it, so a resume may change it
     if means is not None:
         common.update(fill=fill_kind, fill_value=[round(float(m), 6) for m in means],
                       fill_value_255=[round((float(m) + 1) * 127.5, 3) for m in means])

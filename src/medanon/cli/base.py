@@ -35,8 +35,9 @@ class MedanonGroup(click.Group):
                         "its .partial folder)", fg="red", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
-            click.secho("interrupted: nothing half-written was left under an output's name; rerun the same "
-                        "command to resume", fg="yellow", err=True)
+            click.secho("interrupted: nothing half-written was left under an output's name. To continue: run the "
+                        "same command again (releases, evaluate, demo, train identity), add --resume (train gan, "
+                        "encoder, autoencoder, flow, segmenter); train classifier starts over", fg="yellow", err=True)
             ctx.exit(130)
 
 

@@ -265,6 +265,9 @@ def test_cli_trains_exports_and_resumes_both(tmp_path):
     assert report["phantom_results"] and report["reports"][0]["labels"]["iw_ssim"] == "IW-SSIM (2 scales)"
     assert set(report["reports"][0]["codec"]) == {"psnr", "ssim", "iw_ssim", "feature_distance"}
     assert "held-out (8 images, 1 iteration(s)): PSNR" in res.output
+    res = runner.invoke(cli, ["train", "encoder", *common, "--out", str(tmp_path / "re"), "--steps", "4", "--resume",
+                              "--set", "iterations=1"])     # --set on the run's own config, not on the defaults
+    assert res.exit_code == 0 and load_checkpoint(tmp_path / "re" / "checkpoint.pt")["step"] == 4, res.output
     res = runner.invoke(cli, ["train", "encoder", *common, "--generator", str(ckpt), "--size", "64",
                               "--out", str(tmp_path / "bad"), "--steps", "1"])
     assert res.exit_code != 0 and "--size" in res.output

@@ -209,6 +209,8 @@ def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path):
     _, cal, blob = load_flow(tmp_path / "run" / "flow.pt")
     assert blob["step"] == 4 and blob["extra"]["data"]["where"] == {"pneumonia": 0.0}
     assert blob["config"]["resolution"] == 16 and cal.count == blob["extra"]["train_images"]
+    res = runner.invoke(cli, [*args[:5], *args[7:], "--steps", "6", "--resume"])   # no --config: the run's own
+    assert res.exit_code == 0 and load_flow(tmp_path / "run" / "flow.pt")[2]["step"] == 6, res.output
     res = runner.invoke(cli, [*args[:-2], "--where", "nosuch=1", "--out", str(tmp_path / "r2")])
     assert res.exit_code != 0 and "unknown label" in res.output
     # swap two images' labels: the same counts, another selection (and the same images): a resume refuses it

@@ -69,8 +69,8 @@ def _setup(ctx, *, threads: int, config_file: Path | None, overrides, resume: bo
     device = resolve_device(ctx.obj["device"])
     if device.type == "cpu":
         torch.set_num_threads(threads_per_rank(threads, cpu_count()))   # under torchrun: the cores shared
-    if config_file is None and resume and not overrides and (out / "config.yaml").is_file():
-        config_file = out / "config.yaml"
+    if config_file is None and resume and (out / "config.yaml").is_file():
+        config_file = out / "config.yaml"             # the run's own settings, with any --set applied to them
     loop = {"steps": steps, "resume": resume, "device": device, "checkpoint_every": checkpoint_every,
             "sample_every": sample_every, "log_every": log_every, "max_seconds": minutes * 60 or None}
     return config_file, loop

@@ -94,6 +94,8 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
     if threads or dist.enabled:
         torch.set_num_threads(threads_per_rank(threads, cpu_count()))
     filters = parse_where(where)
+    if config_file is None and resume and (out / "config.yaml").is_file():
+        config_file = out / "config.yaml"             # the run's own settings (not the defaults), --set applied
     cfg = build(GlowConfig, path=config_file, overrides=overrides, steps=steps, batch=batch, seed=seed,
                 resolution=data_opts.get("size"))
     data_opts["size"] = cfg.resolution

@@ -184,3 +184,14 @@ def test_epsilon_inf_states_no_protection_without_noise_clauses(tmp_path):
         ("none", "none: no noise is added", "inf", [])
     assert p["not_protected"] == ["everything: no noise is added; the released images are the inputs, clipped"]
     assert "epsilon_patient_max" not in p and "secret" not in str(p)
+
+
+def test_without_patient_ids_the_patient_budget_is_unknown_not_epsilon():
+    """Images in memory without patient_ids each get an id of their own: one person may still have several, so the
+    release does not claim that its patients are protected at one image's epsilon."""
+    import medanon
+
+    rel = _quiet(medanon.anonymize.ldp_image, torch.zeros(4, 1, 8, 8), epsilon=100.0)
+    assert str(rel.privacy["epsilon_patient_max"]).startswith("unknown")
+    rel = _quiet(medanon.anonymize.ldp_image, torch.zeros(4, 1, 8, 8), epsilon=100.0, patient_ids=["a", "a", "b", "c"])
+    assert rel.privacy["max_images_per_patient"] == 2 and rel.privacy["epsilon_patient_max"] == 200.0

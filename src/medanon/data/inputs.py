@@ -119,6 +119,8 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
             raise ConfigError(f"{method or 'this method'} needs patient_ids= with images held in memory: its "
                               "guarantee counts people, and several images may show one person",
                               fix=f"pass patient_ids= one id per image ({n} ids), e.g. patient_ids=df['patient']")
+    known = patient_ids is not None
+    if not known:
         patient_ids = [f"image{i:06d}" for i in range(n)]
     patient_ids = _sequence(patient_ids, "patient_ids")
     if len(patient_ids) != n:
@@ -129,7 +131,7 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
     if modality not in MODALITIES:
         raise ConfigError(f"modality={modality!r} is not one of {', '.join(MODALITIES)}")
     return InMemoryDataset(images, patient_ids=pids, labels=_labels(labels, n), modality=modality,
-                           transform=transform)
+                           transform=transform, patients_known=known)
 
 
 def _only_for_memory(argument: str, **given) -> None:

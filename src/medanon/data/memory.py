@@ -65,13 +65,15 @@ class InMemoryDataset(ImageDataset):
     def __init__(self, images: torch.Tensor, *, patient_ids: Sequence[str],
                  labels: Mapping[str, Sequence[float]] | None = None, modality: str | None = None,
                  transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 indices: Sequence[int] | None = None, names: Sequence[str] | None = None):
+                 indices: Sequence[int] | None = None, names: Sequence[str] | None = None,
+                 patients_known: bool = True):        # False: the ids were made up, one per image
         n, c, h, _ = images.shape
         keep = list(range(n)) if indices is None else list(indices)
         labels = dict(labels or {})
         names = list(names) if names is not None else image_names(images)
         records = [Record(path=None, patient_id=str(patient_ids[i]),              # type: ignore[arg-type]
-                          labels={k: float(v[i]) for k, v in labels.items()}, record_id=make_record_id(names[i]))
+                          labels={k: float(v[i]) for k, v in labels.items()}, record_id=make_record_id(names[i]),
+                          patient_known=patients_known)
                    for i in keep]
         super().__init__(records, size=h, channels=c, crop="none", modality=modality, layout=MEMORY_LAYOUT,
                          root=None, transform=transform,
@@ -80,6 +82,7 @@ class InMemoryDataset(ImageDataset):
         self.images = images
         self._rows = keep                       # row of ``images`` of each record
         self._labels, self._pids, self._names = labels, list(patient_ids), names
+        self._patients_known = patients_known
         self.source_files = []
 
     def _pixels(self, index: int) -> dict[str, torch.Tensor]:
@@ -88,7 +91,8 @@ class InMemoryDataset(ImageDataset):
     def take(self, indices: Sequence[int]) -> InMemoryDataset:
         """The records ``indices`` as a dataset of their own (no copy of the images)."""
         return InMemoryDataset(self.images, patient_ids=self._pids, labels=self._labels, modality=self.modality,
-                               transform=self.transform, indices=[self._rows[i] for i in indices], names=self._names)
+                               transform=self.transform, indices=[self._rows[i] for i in indices], names=self._names,
+                               patients_known=self._patients_known)
 
     def content_digest(self) -> dict[str, Any]:
         """One sha256 over the images' bytes (what a folder's ``files_digest`` is for files)."""

@@ -142,3 +142,27 @@ def test_the_attribute_attack_is_held_to_what_real_images_allow_it():
                               "constant": _attacks(_risk(0.0, 0.0, 0.1)),
                               "noise": _attacks(_risk(0.0, 0.0, 0.1))})["nearest"]
     assert not near["passes"] and "needs" not in near["reason"]
+
+
+def test_the_verdict_says_whether_its_reference_is_a_control_or_a_baseline_and_gives_its_n():
+    rel = {"name": "R", "utility": {}, "attacks": {"singling_out": {"risk": {**_risk(0.4, 0.2, 0.6),
+                                                                             "against": "baseline", "n": 56}}}}
+    rel["validity"] = {"singling_out": {"valid": True}}
+    sentence = verdict(rel)["sentence"]
+    assert "(N 56)" in sentence and "measured against a baseline, random guessing" in sentence
+    assert "people not in the release" not in sentence
+    rel["attacks"]["singling_out"]["risk"]["against"] = "control"
+    assert "measured against a control, the same attack on people not in the release" in verdict(rel)["sentence"]
+
+
+def test_a_residual_risk_is_never_surer_than_its_attack_when_no_target_is_found():
+    """All bootstrap draws 0 (no target found): the attack's interval is Wilson's over patient clusters, and the
+    residual's must not collapse to [0, 0] below it."""
+    import numpy as np
+
+    from medanon.evaluate.attacks.risk import exact_rate, rate, residual_risk
+
+    attack = rate(np.zeros(12), groups=np.repeat(np.arange(3), 4), seed=0)       # 3 patients, nothing found
+    assert attack.ci[1] > 0.5
+    risk = residual_risk(attack, exact_rate(1 / 3, 12))
+    assert risk.value == 0 and risk.ci[1] >= (attack.ci[1] - 1 / 3) / (1 - 1 / 3) - 1e-12

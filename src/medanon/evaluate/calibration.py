@@ -253,7 +253,8 @@ def verdict(rel: dict) -> dict:
     if valid:
         row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][1]))
         out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row,
-                   attack_name=row_label(row))
+                   attack_name=row_label(row), against=r.get("against", "control"), n=r.get("n"),
+                   patients=(r.get("attack") or {}).get("patients"))
     out["sentence"] = _sentence(rel["name"], out)
     return out
 
@@ -264,8 +265,16 @@ def _sentence(name: str, v: dict) -> str:
                 f"real images or was trained on the members), so these attacks say nothing of its privacy")
     else:
         lo, hi = v["ci"]
+        size = f"N {v['n']}" + (f", {v['patients']} patient clusters" if v.get("patients") else "") \
+            if v.get("n") is not None else ""
+        of = (f"; it is the largest of {v['valid_attacks']} valid attack rows, and its interval is not adjusted for "
+              "that choice" if v["valid_attacks"] > 1 else "")
+        against = ("measured against a control, the same attack on people not in the release: 0 = it learns nothing "
+                   "beyond what it learns of them" if v.get("against", "control") == "control" else
+                   "measured against a baseline, random guessing, as this attack has no control population: 0 = it "
+                   "does no better than guessing")
         risk = (f"the strongest valid attack on {name}, {v['attack_name']}, has a residual risk of {v['risk']:.2f} "
-                f"[{lo:.2f}, {hi:.2f}] (0: it learns nothing beyond what it learns of people not in the release)")
+                f"[{lo:.2f}, {hi:.2f}]{' (' + size + ')' if size else ''}, {against}{of}")
     kept = [u for u in v["utility_kept"] if np.isfinite(u["kept"])]
     if kept:
         u = kept[0]

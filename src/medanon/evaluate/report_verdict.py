@@ -50,11 +50,14 @@ def verdict_section(rep: dict) -> str:
     return "<h2>Verdict</h2>" + _table(
         ["Release", "Largest valid residual risk [95% CI] (attack)", "Utility kept: release ÷ real, same N [95% CI]",
          "Valid attacks", "In words", "The paper, reproduced (in medanon's source)"], rows,
-        caption="Residual risk: (attack − control) / (1 − control), 0 = the attacker learns nothing of members beyond "
-                "what it learns of people not in the release. Only attacks that passed the known-answer calibration "
+        caption="Residual risk: (attack − reference) / (1 − reference). The reference is a control where the attack "
+                "has one (the same attack on people not in the release: 0 = the attacker learns nothing of members "
+                "beyond what it learns of them) and otherwise a baseline, random guessing (0 = no better than "
+                "guessing); the sentence says which, and the row's N. The largest valid row is shown, its interval "
+                "not adjusted for being the largest of several. Only attacks that passed the known-answer calibration "
                 "(below), whose attacker is not at chance on held-out real images and was not trained on the members, "
                 "count. Utility kept: the headline metric of a classifier trained on the release divided by that of "
-                "one trained on as many real images (paired bootstrap over the test images).")
+                "one trained on as many real images (paired bootstrap over the test set's patients).")
 
 
 def calibration_section(rep: dict) -> str:

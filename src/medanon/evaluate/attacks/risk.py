@@ -142,7 +142,15 @@ def residual_risk(attack: Rate, control: Rate) -> Risk:
             d = (attack.draws - c_draws) / (1.0 - c_draws)
         d = np.where(np.broadcast_to(c_draws, d.shape) < 1.0, d, np.nan)
         lo, hi = percentile_ci(d, r, attack.confidence)
-        return Risk(clip(r), (clip(lo), clip(hi)), r, (hi - lo) / 2, "percentile over the patient bootstrap draws")
+        how = "percentile over the patient bootstrap draws"
+        if np.ptp(attack.draws) == 0 and attack.interval is not None:
+            # the attack's draws show no spread (e.g. no target found in any resample): its interval is the Wilson
+            # fallback over patient clusters, and the residual can be no surer than that interval mapped through
+            # (a - c) / (1 - c); a percentile over constant draws would collapse it to a point
+            a_lo, a_hi = attack.interval
+            lo, hi = min(lo, (a_lo - c) / (1.0 - c)), max(hi, (a_hi - c) / (1.0 - c))
+            how = "the attack's interval (its draws show no spread) mapped through (a - c) / (1 - c)"
+        return Risk(clip(r), (clip(lo), clip(hi)), r, (hi - lo) / 2, how)
     err = math.sqrt((attack.error / abs(1.0 - c)) ** 2 + (control.error * (a - 1.0) / (1.0 - c) ** 2) ** 2)
     return Risk(clip(r), (clip(r - err), clip(r + err)), r, err)
 

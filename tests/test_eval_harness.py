@@ -488,3 +488,21 @@ def test_the_cache_key_of_the_real_data_follows_its_labels(tmp_path):
     cells[col] = "0" if cells[col] == "1" else "1"
     (data / "labels.csv").write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
     assert load_real(data, size=16).digest != before
+
+
+def test_attacks_resample_patients_who_share_records_together(world):
+    """Every record of k2 stands for two or more patients, who are not independent in the release: singling out and
+    nearest-record membership resample the clusters of patients linked by records, as linkability does (this
+    fixture puts a patient's images in several records, so its clusters are fewer than its records)."""
+    from medanon.evaluate.attacks.stats import components
+    from medanon.evaluate.inputs import load_release
+
+    real = world["real"]
+    rel = load_release(world["root"] / "k2", real, size=SIZE)
+    clusters = len(set(components([set(real.patients[rows].tolist()) for rows in rel.sources])[0].tolist()))
+    patients = len({p for rows in rel.sources for p in real.patients[rows].tolist()})
+    assert clusters < patients
+    k2 = _by_name(world["report"])["k2"]
+    assert k2["attacks"]["singling_out"]["risk"]["attack"]["patients"] == clusters
+    nearest = k2["attacks"]["nearest"]
+    assert nearest["member_clusters"] == clusters and nearest["member_patients"] == patients

@@ -23,6 +23,7 @@ from medanon.evaluate.attacks.risk import inference_risk
 from medanon.evaluate.attacks.siamese import embed as siamese_embed
 from medanon.evaluate.attacks.siamese import siamese_attack
 from medanon.evaluate.attacks.singling_out import singling_out
+from medanon.evaluate.attacks.stats import patient_clusters
 from medanon.evaluate.config import AttackConfig
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
@@ -41,6 +42,9 @@ class Target:
     src_flat: np.ndarray | None = None          # real rows of the records' sources, flattened
     rec_flat: np.ndarray | None = None          # the record of each of them
     record_patients: list[frozenset] | None = None
+    def clusters(self, patients) -> np.ndarray | None:
+        """The resampling unit of each of ``patients``: its cluster of patients linked by released records."""
+        return None if self.record_patients is None else patient_clusters(self.record_patients, patients)
 
     @classmethod
     def of(cls, ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray, real_emb: np.ndarray,
@@ -132,7 +136,7 @@ def _singling_out(ctx: RealContext, t: Target) -> dict:
         return {"skipped": "a single released record cannot be singled out among others"}
     return singling_out(source_emb=t.real_emb[t.src_flat], source_record=t.rec_flat, release_emb=t.rel_emb,
                         source_patients=list(ctx.real.patients[t.src_flat]), confidence=ctx.cfg.attacks.confidence,
-                        seed=ctx.cfg.seed)
+                        seed=ctx.cfg.seed, source_clusters=t.clusters(ctx.real.patients[t.src_flat]))
 
 
 @register("nearest", lambda a: a.nearest, identity=True)
@@ -145,7 +149,8 @@ def _nearest(ctx: RealContext, t: Target) -> dict:
                                      release_emb=t.rel_emb, calib_emb=t.real_emb[calib], fpr=a.membership_fpr,
                                      confidence=a.confidence, member_groups=ctx.real.patients[members],
                                      control_groups=ctx.real.patients[control], calib_groups=ctx.real.patients[calib],
-                                     seed=ctx.cfg.seed, balance=ctx.balance(members, control))
+                                     seed=ctx.cfg.seed, balance=ctx.balance(members, control),
+                                     member_clusters=t.clusters(ctx.real.patients[members]))
 
 
 @register("siamese", lambda a: a.siamese)
@@ -179,7 +184,8 @@ def _inference(ctx: RealContext, t: Target) -> dict:
     out = inference_risk(member_emb=t.real_emb[m_rows], member_secret=secret[m_rows],
                          control_emb=t.real_emb[c_rows], control_secret=secret[c_rows], release_emb=t.rel_emb,
                          release_secret=rel.label(a.attribute), confidence=a.confidence, seed=ctx.cfg.seed,
-                         member_groups=real.patients[m_rows], control_groups=real.patients[c_rows],
+                         member_groups=(t.clusters(real.patients[m_rows]) if t.record_patients is not None
+                                        else real.patients[m_rows]), control_groups=real.patients[c_rows],
                          balance=ctx.balance(m_rows, c_rows))
     out["members_are"] = ("real images of the patients the mapping lists" if t.src_flat is not None
                           else f"real images of the {ctx.cfg.source_split!r} split")

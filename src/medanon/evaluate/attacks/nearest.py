@@ -40,7 +40,8 @@ ASSUMPTIONS = ("attacker holds a target's real image, an identity network and th
 def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray, release_emb: np.ndarray,
                               calib_emb: np.ndarray | None = None, fpr: float = 0.1, confidence: float = 0.95,
                               member_groups=None, control_groups=None, calib_groups=None, seed: int = 0,
-                              balance: Balance | None = None, n_resamples: int = BOOT_RESAMPLES) -> dict:
+                              balance: Balance | None = None, n_resamples: int = BOOT_RESAMPLES,
+                              member_clusters=None) -> dict:
     """Members vs held-out controls, one- and two-sided, with the residual risk against the control."""
     rel = unit(release_emb)
     if len(member_emb) == 0 or len(control_emb) == 0 or len(rel) == 0:
@@ -50,6 +51,7 @@ def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray
                                   unit(calib_emb) @ rel.T if has_calib else None, fpr=fpr, confidence=confidence,
                                   calibrated_on="half of the held-out patients" if has_calib else "the controls",
                                   member_groups=member_groups, control_groups=control_groups, seed=seed,
+                                  member_clusters=member_clusters,
                                   calib_groups=calib_groups if has_calib else None, balance=balance,
                                   n_resamples=n_resamples)
 
@@ -58,17 +60,22 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
                            *, fpr: float = 0.1, confidence: float = 0.95, calibrated_on: str = "the controls",
                            score: str = "cosine", assumptions: str = ASSUMPTIONS, member_groups=None,
                            control_groups=None, calib_groups=None, seed: int = 0, balance: Balance | None = None,
-                           n_resamples: int = BOOT_RESAMPLES) -> dict:
+                           n_resamples: int = BOOT_RESAMPLES, member_clusters=None) -> dict:
     """The attack on similarity matrices ``(targets, released records)`` of members, controls and calibration
     images (None: the controls calibrate): the most (reverse: least) similar record against the thresholds.
     ``member_groups`` / ``control_groups``: the patient of each member / control row (both, or neither);
     ``calib_groups``: of each calibration row (the number of calibration patients). ``balance``: the
     stratifying label of members and controls (:mod:`.balance`): the control rate is reweighted to the members'
-    strata. Each risk entry carries its ``threshold`` with the realised (unweighted) rate on the controls."""
+    strata. Each risk entry carries its ``threshold`` with the realised (unweighted) rate on the controls.
+    ``member_clusters``: the resampling unit of each member row where patients share released records (the
+    connected components of patients linked by records): members' images are resampled by cluster."""
     if member_scores.size == 0 or control_scores.size == 0:
         raise ValueError("nearest-record membership needs member images, control images and released records")
     grouped = member_groups is not None and control_groups is not None
     mg, cg = (np.asarray(member_groups), np.asarray(control_groups)) if grouped else (None, None)
+    patients_of_members = mg
+    if grouped and member_clusters is not None:
+        mg = np.asarray(member_clusters)
     m_hi, m_lo = member_scores.max(1), member_scores.min(1)
     c_hi, c_lo = control_scores.max(1), control_scores.min(1)
     own_calib = calib_scores is not None and calib_scores.size
@@ -102,7 +109,8 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
            "n_members": len(m_hi), "n_controls": len(c_hi), "n": len(m_hi), "assumptions": assumptions,
            "risk": entries["forward"], "risk_reverse": entries["reverse"]}
     if grouped:
-        out.update(member_patients=len(np.unique(mg)), control_patients=len(np.unique(cg)))
+        out.update(member_patients=len(np.unique(patients_of_members)), control_patients=len(np.unique(cg)),
+                   member_clusters=len(np.unique(mg)))
     out["calibration"] = {k: entries["forward"]["threshold"][k] for k in ("calibration_patients",
                                                                           "calibration_images", "enough")}
     if not out["calibration"]["enough"]:

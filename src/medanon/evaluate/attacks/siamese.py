@@ -57,7 +57,7 @@ from medanon.evaluate.attacks.linkability import (
     verification_rates,
 )
 from medanon.evaluate.attacks.nearest import membership_from_scores
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, patient_clusters
 
 ASSUMPTIONS = ("attacker holds a Siamese network trained on pairs of real images of other patients (genuine: "
                "the same patient) and the real images it wants to verify or find (for members, the very source "
@@ -296,6 +296,7 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                                                confidence=confidence, calibrated_on="half of the held-out patients",
                                                score=MATCH_SCORE, assumptions=ASSUMPTIONS,
                                                member_groups=patients[member_rows],
+                                               member_clusters=patient_clusters(rp, patients[member_rows]),
                                                control_groups=patients[control_rows],
                                                calib_groups=patients[calib_rows], balance=balance, **boot)
     out["risk"], out["risk_reverse"] = out["membership"]["risk"], out["membership"]["risk_reverse"]

@@ -61,6 +61,7 @@ def _found(credit: np.ndarray, codes: np.ndarray, n_patients: int) -> np.ndarray
 
 def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], release_emb: np.ndarray,
                  source_patients: Sequence[str] | None = None, confidence: float = 0.95, seed: int = 0,
+                 source_clusters: Sequence[object] | None = None,
                  n_resamples: int = BOOT_RESAMPLES) -> dict:
     """HR per image and per individual, LC (both centres, and N_A), the reverse attacker, and the residual
     risk of top-1 singling out against random guessing."""
@@ -91,9 +92,11 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
     n, big_r = len(src), len(rel)
     exposed, exposed_rev = _found(top1, codes, len(uniq)), _found(rev1, codes, len(uniq))
     boot = dict(confidence=confidence, seed=seed, n_resamples=n_resamples)
-    med_ci = {f"{k}_ci": cluster_summary(weighted_median(v), pats, float(np.median(v)), **boot)["ci"]
+    # resampled by patient cluster: patients who share released records are one unit
+    unit_of = np.asarray(source_clusters) if grouped and source_clusters is not None else pats
+    med_ci = {f"{k}_ci": cluster_summary(weighted_median(v), unit_of, float(np.median(v)), **boot)["ci"]
               for k, v in (("LC_N_R", n_r), ("LC_N_R_x", n_r_x), ("LC_N_A", n_a))}
-    groups = pats if grouped else None
+    groups = unit_of if grouped else None
     attack = rate(top1, groups=groups, **boot)
     reverse = rate(rev1, groups=groups, **boot)
     base = exact_rate(1.0 / big_r, n, confidence=confidence)

@@ -270,6 +270,17 @@ def components(units: Sequence[Iterable]) -> tuple[np.ndarray, dict]:
     return unit_label, {p: labels[find(p)] for p in parent}
 
 
+def patient_clusters(record_patients: Sequence[Iterable], patients) -> np.ndarray:
+    """The resampling unit of each of ``patients``: the connected component of patients linked by the released
+    records they share (:func:`components`), as a string; a patient in no record is a unit of its own.
+
+    >>> patient_clusters([{"a", "b"}, {"c"}], ["a", "b", "c", "z"]).tolist()
+    ['cluster 0', 'cluster 0', 'cluster 1', 'patient z']
+    """
+    _, label = components(record_patients)
+    return np.asarray([f"cluster {label[p]}" if p in label else f"patient {p}" for p in patients])
+
+
 def _codes(groups) -> tuple[np.ndarray, int]:
     g = np.asarray(groups)
     if (g.ndim == 2 and g.shape[1] != 2) or g.ndim not in (1, 2):

@@ -20,7 +20,9 @@ CONTROLS = [
     ("Attribute inference", "baseline: the most frequent class; reference: Original = the same attacker on the "
                             "same records' real source images; the attacker never saw members or controls"),
     ("Linkability", "threshold from all impostor pairs of held-out patients at the target FAR (realised FAR "
-                    "shown with its exact interval); the held-out pairs are the attack's control row"),
+                    "shown with its patient bootstrap interval); these held-out pairs set the threshold and are not "
+                    "a control (they never meet the release); the residual's control: the same attack on real "
+                    "images of held-out patients against the release"),
     ("Siamese verification (Packhäuser)", "reference: real held-out pairs (threshold at the target FAR); its "
                                           "membership attack's control: the same attack on held-out patients"),
     ("Singling out", "baseline: a record picked at random (1/R); its control is the nearest-record attack"),
@@ -29,8 +31,8 @@ CONTROLS = [
     ("Near-copy screening", "control: held-out real images (new people) through the same screen; the thresholds "
                             "are its 1 % tail"),
     ("FID / KID / FD", "control: held-out real images at the releases' N against the same reference"),
-    ("Utility", "reference: a classifier trained on as many real source images, paired bootstrap over test "
-                "images for both and for their difference"),
+    ("Utility", "reference: a classifier trained on as many real source images, paired bootstrap over the "
+                "test set's patients for both and for their difference"),
 ]
 
 
@@ -116,12 +118,14 @@ def _nearest(rels: list[dict]) -> str:
                      f"{_pct(v['attack']['rate'])} / {_pct(v['control']['rate'])}",
                      _threshold(f.get("threshold")),
                      _iv(f["residual_risk"]["risk"], f["residual_risk"]["ci"]),
-                     _num(ind.get("two_sided_auc")), f"{a['n_members']} / {a['n_controls']}"])
+                     _num(ind.get("two_sided_auc")), f"{a['n_members']} / {a['n_controls']}"
+                     + (f" <span class=ci>({a['member_patients']} / {a['control_patients']} patients)</span>"
+                        if "member_patients" in a else "")])
     return "<h2>Membership by nearest released record (with a held-out control)</h2>" + _table(
-        ["Release", "AUC [95% CI]", "reverse AUC", "two-sided AUC", "p (Mann-Whitney)",
+        ["Release", "AUC [95% CI]", "reverse AUC", "two-sided AUC", "p (patient bootstrap)",
          "claimed: members / controls (%)", "reverse: members / controls (%)",
          "FPR: nominal → realised on controls (%) [95% CI]", "residual vs control [95% CI]",
-         "two-sided AUC, independent net", "members / controls"], rows,
+         "two-sided AUC, independent net", "members / controls: images (patients)"], rows,
         caption=f"The attacker claims a target is in the release when its most similar released record passes a "
                 f"threshold set on {ok[0]['attacks']['nearest']['calibrated_on']} (FPR "
                 f"{ok[0]['attacks']['nearest']['fpr']}); the reverse attacker when its least similar one falls "

@@ -166,3 +166,16 @@ def test_a_residual_risk_is_never_surer_than_its_attack_when_no_target_is_found(
     assert attack.ci[1] > 0.5
     risk = residual_risk(attack, exact_rate(1 / 3, 12))
     assert risk.value == 0 and risk.ci[1] >= (attack.ci[1] - 1 / 3) / (1 - 1 / 3) - 1e-12
+
+
+def test_a_reverse_attacker_that_flags_a_copy_is_not_trusted():
+    """A copy pushes nobody away: a reverse attacker whose residual on a (JPEG) copy is above 0 reacts to something
+    else, and fails its calibration; one that reads 0 on the copies and the nulls passes."""
+    quiet = _risk(0.0, 0.0, 0.1)
+    copy = _attacks(_risk(0.9, 0.7, 1.0), quiet)
+    calib = {"copy": copy, "jpeg": _attacks(_risk(0.9, 0.7, 1.0), _risk(0.17, 0.03, 0.28)), "shift": copy,
+             "constant": _attacks(quiet, quiet), "noise": _attacks(quiet, quiet)}
+    rev = calibration_table(calib)["nearest (reverse)"]
+    assert not rev["passes"] and "flags the jpeg copy, which pushes nobody away" in rev["reason"]
+    calib["jpeg"] = copy
+    assert calibration_table(calib)["nearest (reverse)"]["passes"]

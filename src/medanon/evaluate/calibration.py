@@ -143,13 +143,17 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
                          ", and its attacker is at chance on held-out real images: no copy can show" if ceiling == 0
                          else f", needs {need:.2f}: half its {ceiling:.2f} on held-out real images")
                 reasons.append(f"misses {what} (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]{needs})")
-        for kind in (k for k in KNOWN if k in rows and k not in COPIES):
+        # nulls: releases that carry nothing of the members' identities; for a reverse attacker (members whose
+        # records are all far from them) the copies are nulls too: a copy pushes nobody away
+        nulls = [k for k in KNOWN if k in rows and (k not in COPIES or copy_ok is None)]
+        for kind in nulls:
             n = got[kind]
             if n is None:
                 reasons.append(f"not measurable on the {kind} release")
             elif n["ci"][0] > 0:
-                reasons.append(f"flags the {kind} release (residual {n['risk']:.2f} [{n['ci'][0]:.2f}, "
-                               f"{n['ci'][1]:.2f}])")
+                what = f"the {kind} copy, which pushes nobody away" if kind in COPIES and kind != "copy" else \
+                    "an exact copy, which pushes nobody away" if kind == "copy" else f"the {kind} release"
+                reasons.append(f"flags {what} (residual {n['risk']:.2f} [{n['ci'][0]:.2f}, {n['ci'][1]:.2f}])")
         out[row] = {**{kind: got.get(kind) for kind in KNOWN}, "copy_check": copy_ok, "passes": not reasons,
                     "reason": "; ".join(reasons)}
     return out

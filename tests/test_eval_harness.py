@@ -506,3 +506,5 @@ def test_attacks_resample_patients_who_share_records_together(world):
     assert k2["attacks"]["singling_out"]["risk"]["attack"]["patients"] == clusters
     nearest = k2["attacks"]["nearest"]
     assert nearest["member_clusters"] == clusters and nearest["member_patients"] == patients
+    assert k2["fidelity"]["fd_identity"]["resampled"] == "patients"               # FD too
+    assert _by_name(world["report"])["k3-nomap"]["fidelity"]["fd_identity"]["resampled"] == "images"  # no mapping

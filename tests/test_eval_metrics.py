@@ -186,3 +186,24 @@ def test_confusion_matches_sklearn_for_any_label_order():
         t, p = rng.integers(0, 6, 100), rng.integers(0, 6, 100)
         keep = np.isin(t, labels) & np.isin(p, labels)
         assert (confusion(t, p, labels) == confusion_matrix(t[keep], p[keep], labels=labels)).all()
+
+
+def test_fd_intervals_resample_patients_when_they_are_known():
+    """Images of one patient are not independent: with each row's patient the FD bootstrap draws patients, and on
+    data with strong patient effects its interval is wider than the image bootstrap's."""
+    import numpy as np
+
+    from medanon.evaluate.fidelity import bootstrap_fd
+
+    def patients(n, seed):
+        g = np.random.default_rng(seed)
+        centre = g.normal(size=(n, 4))
+        return np.repeat(centre, 5, 0) + 0.1 * g.normal(size=(5 * n, 4)), np.repeat(np.arange(n), 5)
+
+    ref, g_ref = patients(20, 1)
+    ev, g_ev = patients(20, 2)
+    by_image = bootstrap_fd(ref, ev, n_boot=200, seed=0)
+    by_patient = bootstrap_fd(ref, ev, n_boot=200, seed=0, groups_ref=g_ref, groups_eval=g_ev)
+    assert by_image.to_dict()["resampled"] == "images" and by_patient.to_dict()["resampled"] == "patients"
+    assert by_patient.value == by_image.value
+    assert by_patient.high - by_patient.low > 1.5 * (by_image.high - by_image.low)

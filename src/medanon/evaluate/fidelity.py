@@ -128,22 +128,37 @@ def kid_from_features(f1, f2, *, subsets: int = 100, subset_size: int = 1000,
     return float(vals.mean()), float(vals.std(ddof=1) if subsets > 1 else 0.0)
 
 
+def resample_rows(rng: np.random.Generator, n: int, groups=None) -> np.ndarray:
+    """Rows of one bootstrap resample of ``n`` rows: rows drawn with replacement, or, with ``groups`` (the patient,
+    or patient cluster, of each row), groups drawn with replacement and every row of a drawn group taken."""
+    if groups is None:
+        return rng.integers(0, n, n)
+    _, inv = np.unique(np.asarray(groups), return_inverse=True)
+    rows_of = [np.flatnonzero(inv == g) for g in range(inv.max() + 1)]
+    return np.concatenate([rows_of[g] for g in rng.integers(0, len(rows_of), len(rows_of))])
+
+
 def kid_with_error(f1, f2, *, subsets: int = 100, subset_size: int = 1000, n_boot: int = 20,
-                   seed: int = 0) -> dict:
+                   seed: int = 0, groups1=None, groups2=None) -> dict:
     """KID (mean over subsets) with an error bar that exists at every N. When each set fits in one subset the
     subsets are all the same draw and their sd is 0: the error bar is then the sd of KID
     over ``n_boot`` bootstrap resamples of both sets (with replacement; duplicated rows stay in the unbiased
-    estimator's off-diagonal sums, a slight upward bias stated in ``error``)."""
+    estimator's off-diagonal sums, a slight upward bias stated in ``error``), by patient where ``groups1`` /
+    ``groups2`` give each row's patient (or patient cluster)."""
     a, b = _f64(f1), _f64(f2)
     m = min(subset_size, len(a), len(b))
     mean, sd = kid_from_features(a, b, subsets=subsets, subset_size=subset_size, seed=seed)
     out = {"mean": mean, "sd": sd, "subset_size": m, "n": [len(a), len(b)], "error": "sd over subsets"}
     if m >= min(len(a), len(b)) or subsets < 2:
         rng = np.random.default_rng(np.random.SeedSequence([seed, 0x4B1D]))
-        vals = [kid_from_features(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))],
-                                  subsets=1, subset_size=m, seed=seed)[0] for _ in range(max(n_boot, 2))]
+        vals = []
+        for _ in range(max(n_boot, 2)):
+            x, y = a[resample_rows(rng, len(a), groups1)], b[resample_rows(rng, len(b), groups2)]
+            k = min(m, len(x), len(y))
+            vals.append(kid_from_features(x, y, subsets=1, subset_size=k, seed=seed)[0])
+        unit = "patients" if groups1 is not None and groups2 is not None else "images"
         out.update(sd=float(np.std(vals, ddof=1)), error=f"sd over {len(vals)} bootstrap resamples of both sets "
-                                                         f"(one subset holds each whole set)")
+                                                         f"by {unit} (one subset holds each whole set)")
     return out
 
 
@@ -154,25 +169,31 @@ class Interval:
     high: float                                 # upper percentile bound
     confidence: float                           # e.g. 0.95
     n: tuple[int, int]                          # sample sizes (reference, evaluated)
+    resampled: str = "images"                   # the bootstrap's unit: images, or patients (clusters)
+    resamples: int = 0
 
     def to_dict(self) -> dict:
         return {"value": self.value, "ci": [self.low, self.high], "confidence": self.confidence,
-                "n_reference": self.n[0], "n": self.n[1]}
+                "n_reference": self.n[0], "n": self.n[1], "resampled": self.resampled, "resamples": self.resamples}
 
 
-def bootstrap_fd(f_ref, f_eval, *, n_boot: int = 50, confidence: float = 0.95, seed: int = 0) -> Interval:
-    """FD with a bias-shifted bootstrap percentile interval (both sets resampled ``n_boot`` times)."""
+def bootstrap_fd(f_ref, f_eval, *, n_boot: int = 50, confidence: float = 0.95, seed: int = 0,
+                 groups_ref=None, groups_eval=None) -> Interval:
+    """FD with a bias-shifted bootstrap percentile interval (both sets resampled ``n_boot`` times): by patient
+    where ``groups_ref`` / ``groups_eval`` give each row's patient (or cluster of patients sharing released
+    records; images of one patient are not independent), else by image."""
     a, b = _f64(f_ref), _f64(f_eval)
     value = fd_from_features(a, b)
     rng = np.random.default_rng(seed)
-    boots = [fd_from_features(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
+    unit = "patients" if groups_ref is not None and groups_eval is not None else "images"
+    boots = [fd_from_features(a[resample_rows(rng, len(a), groups_ref)], b[resample_rows(rng, len(b), groups_eval)])
              for _ in range(n_boot)]
     if not boots:
-        return Interval(value, value, value, confidence, (len(a), len(b)))
+        return Interval(value, value, value, confidence, (len(a), len(b)), unit, 0)
     q = (1.0 - confidence) / 2.0
     shift = float(np.mean(boots)) - value                       # resampling bias (duplicates inflate FD)
     lo, hi = float(np.quantile(boots, q)) - shift, float(np.quantile(boots, 1 - q)) - shift
-    return Interval(value, max(lo, 0.0), hi, confidence, (len(a), len(b)))
+    return Interval(value, max(lo, 0.0), hi, confidence, (len(a), len(b)), unit, len(boots))
 
 
 @torch.no_grad()

@@ -38,6 +38,7 @@ from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attack_suite import run_attacks
+from medanon.evaluate.attacks.stats import components
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.config import EvalConfig
@@ -53,7 +54,7 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 7                             # 7: utility intervals over patients, probabilities kept
+RESULTS_VERSION = 8                             # 8: FID/FD and every mapping attack resample patient clusters
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,22 @@ def _spec(r: str | Path | ReleaseSpec) -> ReleaseSpec:
 # ------------------------------------------------------------------------------------------------ per release
 
 
-def _fidelity_block(ctx: RealContext, n: int, inception, identity) -> dict:
+def _fidelity_block(ctx: RealContext, n: int, inception, identity, groups=None) -> dict:
     """FID + KID on Inception features and FD on identity embeddings of ``n`` images against the reference;
-    ``inception`` / ``identity`` are callables giving the evaluated set's features."""
+    ``inception`` / ``identity`` are callables giving the evaluated set's features; ``groups`` the patient (or
+    patient cluster) of each evaluated image, for intervals that resample patients (None: images)."""
     f = ctx.cfg.fidelity
     out: dict[str, Any] = {"n": int(n), "n_reference": len(ctx.ref_rows)}
-    boot = {"n_boot": f.bootstrap, "confidence": ctx.cfg.attacks.confidence, "seed": ctx.cfg.seed}
+    ref_groups = ctx.real.patients[ctx.ref_rows] if groups is not None else None
+    boot = {"n_boot": f.bootstrap, "confidence": ctx.cfg.attacks.confidence, "seed": ctx.cfg.seed,
+            "groups_ref": ref_groups, "groups_eval": groups}
     if ctx.inception is not None:
         ref = ctx.real_inception(ctx.ref_rows, "reference")
         feats = inception()
         out["fid"] = fid.bootstrap_fd(ref, feats, **boot).to_dict()
         out["kid"] = fid.kid_with_error(ref, feats, subsets=f.kid_subsets, subset_size=f.kid_subset_size,
-                                        n_boot=max(f.bootstrap, 2), seed=ctx.cfg.seed)
+                                        n_boot=max(f.bootstrap, 2), seed=ctx.cfg.seed, groups1=ref_groups,
+                                        groups2=groups)
     if f.in_domain:
         out["fd_identity"] = fid.bootstrap_fd(ctx.real_emb[ctx.ref_rows], identity(), **boot).to_dict()
     return out
@@ -90,8 +95,11 @@ def _fidelity_block(ctx: RealContext, n: int, inception, identity) -> dict:
 def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -> dict:
     rng = np.random.default_rng(np.random.SeedSequence([ctx.cfg.seed, 2]))
     pick = np.sort(rng.choice(len(rel.images), n, replace=False))
+    groups = None                               # records linked by the patients they share resample together
+    if rel.sources is not None:
+        groups = components([set(ctx.real.patients[rows].tolist()) for rows in rel.sources])[0][pick]
     return _fidelity_block(ctx, n, lambda: ctx.inception_features(rel.images[pick], f"Inception ({rel.name})"),
-                           lambda: rel_emb[pick])
+                           lambda: rel_emb[pick], groups)
 
 
 def _check_sources(ctx: RealContext, rel: ReleaseData) -> None:
@@ -156,7 +164,8 @@ def _control_fidelity(ctx: RealContext, sizes: Sequence[int]) -> dict[str, dict]
             ctx.note(f"the FID control of N = {n} has {m} held-out images: FID is biased by N, so that control "
                      f"is not a like-for-like floor; use more held-out patients or fidelity.samples={m}")
         rows = order[:m]
-        out[str(n)] = _fidelity_block(ctx, m, lambda m=m: inception(m), lambda rows=rows: ctx.real_emb[rows])
+        out[str(n)] = _fidelity_block(ctx, m, lambda m=m: inception(m), lambda rows=rows: ctx.real_emb[rows],
+                                      ctx.real.patients[rows])
     return out
 
 

@@ -171,3 +171,5 @@ def test_network_checks_flag_a_network_that_knows_the_members():
     assert out["identity"]["differs"] and out["identity"]["members"]["auc"] > out["identity"]["controls"]["auc"]
     assert not out["independent"]["differs"] and len(notes) == 1 and "trained on the members" in notes[0]
     assert -1 <= out["cosine_correlation"]["pearson_r"] <= 1
+    d = out["identity"]["difference"]                      # the test is on the difference, not on overlap
+    assert d["ci"][0] > 0 and d["value"] == out["identity"]["members"]["auc"] - out["identity"]["controls"]["auc"]

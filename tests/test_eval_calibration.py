@@ -179,3 +179,16 @@ def test_a_reverse_attacker_that_flags_a_copy_is_not_trusted():
     assert not rev["passes"] and "flags the jpeg copy, which pushes nobody away" in rev["reason"]
     calib["jpeg"] = copy
     assert calibration_table(calib)["nearest (reverse)"]["passes"]
+
+
+def test_a_row_whose_attack_rests_on_few_patients_is_not_valid():
+    """Rows against a baseline have no control to be too small: their own targets must reach the same floor."""
+    quiet = _risk(0.0, 0.0, 0.1)
+    calib = {k: {"membership": {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else quiet}} for k in KNOWN}
+    table = calibration_table(calib)
+    few = {**_risk(0.3, 0.0, 0.8), "attack": {"patients": 7}, "against": "baseline"}
+    rel = {"name": "R", "utility": {}, "attacks": {"membership": {"risk": few}}}
+    v = validity(rel, table, checks={}, trained_on_members={})
+    assert not v["membership"]["valid"] and "7 patient clusters" in v["membership"]["reason"]
+    rel["attacks"]["membership"]["risk"]["attack"]["patients"] = 14
+    assert validity(rel, table, checks={}, trained_on_members={})["membership"]["valid"]

@@ -210,6 +210,17 @@ def _few_controls(risk: dict) -> str | None:
     return None
 
 
+def _few_targets(risk: dict) -> str | None:
+    """Why the attack's own rate rests on too few patients (clusters) to tell anything, or None: the same floor as
+    for controls, which rows measured against a baseline would otherwise escape."""
+    a = risk.get("attack") or {}
+    n = a.get("patients")
+    if n is not None and n < MIN_CONTROL_PATIENTS:
+        return (f"its targets are {n} patient clusters (fewer than {MIN_CONTROL_PATIENTS}: each one moves the rate "
+                "by over 10 %, so the residual is not resolved)")
+    return None
+
+
 def _few_calibration(risk: dict) -> str | None:
     """Why the threshold of a risk row is set on too few patients, or None."""
     t = risk.get("threshold") or {}
@@ -226,7 +237,7 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
         reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
                    ("no known-answer calibration" if cal is None else None),
                    _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
-                   _few_controls(risk), _few_calibration(risk)]
+                   _few_targets(risk), _few_controls(risk), _few_calibration(risk)]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
     return out

@@ -148,6 +148,13 @@ def test_near_copy_of_a_single_source_in_a_k2_record():
     assert out["copies_of_one_source"] == 0 or out["closest"][0]["own_source"]
     assert out["near_copies_pixel"] >= 1 and not out["closest"][-1]["near_copy"]
     assert out["control"]["n"] == 20
+    # the identity threshold is set on half the held-out patients and its control read on the other half
+    assert out["control"]["identity_n"] == 10 and "half of the held-out patients" in out["identity_threshold_set_on"]
+    with_patients = screen(release_images=rel, release_emb=rel.flatten(1).double().numpy(), real_images=real,
+                           real_emb=emb, source_rows=src, heldout_rows=held, heldout_patients=pats[held].astype(str),
+                           real_patients=pats.astype(str), record_sources=[[0, 1], [2, 4], [6, 8]], quantile=0.05)
+    assert with_patients["interval"].startswith("patient cluster bootstrap")
+    assert out["interval"].startswith("Clopper-Pearson")
 
 
 def test_network_checks_flag_a_network_that_knows_the_members():

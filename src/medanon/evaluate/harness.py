@@ -136,7 +136,7 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
         res["screening"] = screen(release_images=rel.images, release_emb=rel_emb,
                                   real_images=ctx.real.images, real_emb=ctx.real_emb, source_rows=ctx.src,
                                   heldout_rows=ctx.held, heldout_patients=ctx.real.patients[ctx.held],
-                                  record_sources=rel.sources,
+                                  real_patients=ctx.real.patients, record_sources=rel.sources,
                                   quantile=ctx.cfg.attacks.near_copy_quantile, confidence=ctx.cfg.attacks.confidence)
         timing["screening"] = time.perf_counter() - t
     res["seconds"] = {k: round(v, 2) for k, v in timing.items()}

@@ -63,7 +63,7 @@ def _within_heldout(x: np.ndarray, patients: np.ndarray | None) -> np.ndarray:
 
 def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images: torch.Tensor,
            real_emb: np.ndarray, source_rows: np.ndarray, heldout_rows: np.ndarray,
-           heldout_patients: np.ndarray | None = None,
+           heldout_patients: np.ndarray | None = None, real_patients: np.ndarray | None = None,
            record_sources: list[list[int]] | None, quantile: float = 0.01, keep: int = 6,
            confidence: float = 0.95) -> dict:
     """Near-copy flags (pixel and identity), copies of a single source, and the ``keep`` closest pairs."""
@@ -74,7 +74,10 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     _, held_d = _rmse_nearest(hx, keys)
     same_d = _within_heldout(hx, heldout_patients)
     held_cos = (unit(real_emb[heldout_rows]) @ kemb.T).max(1)
-    t_pix, t_cos = float(np.quantile(same_d, quantile)), float(np.quantile(held_cos, 1 - quantile))
+    # the identity threshold is the (1 - quantile) tail of one half of the held-out patients, and its control rate
+    # is read on the other half: read on the images that set it, it would be the quantile by construction
+    sets, rest = _halves(heldout_patients, len(heldout_rows))
+    t_pix, t_cos = float(np.quantile(same_d, quantile)), float(np.quantile(held_cos[sets], 1 - quantile))
     tied: list = []
     j, d = _rmse_nearest(_flat(release_images), keys, tied=tied)
     cos_all = unit(release_emb) @ kemb.T
@@ -101,14 +104,18 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     n = len(d)
     return {
         "n": n, "quantile": quantile, "pixel_threshold": t_pix, "identity_threshold": t_cos,
+        "identity_threshold_set_on": ("half of the held-out patients (the control is the other half)"
+                                      if heldout_patients is not None else "the held-out images"),
         "near_copies_pixel": int(near_pix.sum()), "near_copies_pixel_rate": float(near_pix.mean()),
-        "near_copies_pixel_ci": exact_interval(int(near_pix.sum()), n, confidence=confidence),
+        "near_copies_pixel_ci": _release_ci(near_pix, record_sources, source_rows, real_patients, confidence),
         "near_copies_identity": int(near_id.sum()), "near_copies_identity_rate": float(near_id.mean()),
-        "near_copies_identity_ci": exact_interval(int(near_id.sum()), n, confidence=confidence),
+        "near_copies_identity_ci": _release_ci(near_id, record_sources, source_rows, real_patients, confidence),
+        "interval": ("patient cluster bootstrap over the records' patients" if record_sources is not None and
+                     real_patients is not None else "Clopper-Pearson over the records"),
         "copies_of_one_source": _count(single.sum()),
         "copies_of_one_source_in_multi_person_records": _count(single[n_src >= 2].sum()),
         "ties": "a nearest real image tied with t others counts 1/(t+1) as the record's own source",
-        "control": _control(held_d <= t_pix, held_cos >= t_cos, heldout_patients, confidence),
+        "control": _control(held_d <= t_pix, held_cos >= t_cos, heldout_patients, confidence, rest),
         "median_pixel_distance": float(np.median(d)), "median_heldout_pixel_distance": float(np.median(held_d)),
         "closest": [{"record": int(r), "real_row": int(nearest_row[r]), "pixel_rmse": float(d[r]),
                      "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r] > 0),
@@ -117,16 +124,46 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     }
 
 
-def _control(pix: np.ndarray, ident: np.ndarray, patients, confidence: float) -> dict:
+def _halves(patients, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the held-out images split by patient into two halves (alternate sorted patients); without
+    patients, every row in both."""
+    if patients is None:
+        every = np.arange(n)
+        return every, every
+    pats = np.asarray(patients)
+    uniq = np.unique(pats)
+    if len(uniq) < 2:
+        every = np.arange(n)
+        return every, every
+    first = np.isin(pats, uniq[::2])
+    return np.flatnonzero(first), np.flatnonzero(~first)
+
+
+def _release_ci(flags: np.ndarray, record_sources, source_rows, real_patients, confidence: float) -> list[float]:
+    """The interval of a release's flagged share: a patient cluster bootstrap over the records' patients (records
+    sharing patients resample together) where the mapping and patients are known, else Clopper-Pearson."""
+    from medanon.evaluate.attacks.risk import rate
+    from medanon.evaluate.attacks.stats import components
+
+    if record_sources is None or real_patients is None:
+        return exact_interval(int(flags.sum()), len(flags), confidence=confidence)
+    groups = components([set(np.asarray(real_patients)[list(s)].tolist()) for s in record_sources])[0]
+    return list(rate(flags.astype(float), groups=groups, confidence=confidence).ci)
+
+
+def _control(pix: np.ndarray, ident: np.ndarray, patients, confidence: float, rest: np.ndarray) -> dict:
     """The screen's realised rates on held-out real images (new people), with patient bootstrap intervals where the
-    patients are known (Wilson otherwise)."""
+    patients are known (Wilson otherwise); the identity rate on ``rest``, the half that did not set its
+    threshold."""
     from medanon.evaluate.attacks.risk import rate
 
     groups = None if patients is None else np.asarray(patients)
-    p, i = (rate(x, groups=groups, confidence=confidence, stream=s) for s, x in enumerate((pix, ident)))
+    p = rate(pix, groups=groups, confidence=confidence, stream=0)
+    i = rate(ident[rest], groups=None if groups is None else groups[rest], confidence=confidence, stream=1)
     return {"n": len(pix), "pixel_rate": p.raw, "pixel_rate_ci": list(p.ci), "identity_rate": i.raw,
-            "identity_rate_ci": list(i.ci), "interval": p.method,
-            "what": "held-out real images (new people) against the source split, same thresholds"}
+            "identity_rate_ci": list(i.ci), "identity_n": len(rest), "interval": p.method,
+            "what": "held-out real images (new people) against the source split, same thresholds; the identity "
+                    "rate on the half of the held-out patients that did not set its threshold"}
 
 
 def _count(x: float) -> int | float:

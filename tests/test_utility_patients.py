@@ -259,3 +259,27 @@ def test_comparison_in_the_report_and_resumed_from_the_cache(world, monkeypatch)
         "value"], kappa["difference"]["ci"])]
     with pytest.raises(ConfigError, match="compare="):
         medanon.evaluate(real=world["data"], releases=world["releases"], config=_config(), compare=[("k2",)])
+
+
+def test_the_full_real_reference_reports_its_own_interval_only(monkeypatch):
+    """Paired with itself, the reference classifier's difference would be 0 and its ratio 1, which say nothing."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from medanon.evaluate import utility_run
+
+    full = {"kappa": {"release": {"value": 0.5, "ci": [0.4, 0.6]}, "baseline": {"value": 0.5, "ci": [0.4, 0.6]},
+                      "difference": {"value": 0.0, "ci": [0.0, 0.0]}, "ratio": {"value": 1.0, "ci": [1.0, 1.0]}},
+            "resamples": 20}
+    task = SimpleNamespace(label="grade", targets=lambda y: (np.ones(len(y), bool), y))
+    ctx = SimpleNamespace(test_set=lambda t: (np.arange(4), np.array([0, 1, 0, 1])), src=np.arange(4),
+                          real=SimpleNamespace(label=lambda name: np.zeros(8)), real_inputs=np.zeros((8, 2)),
+                          learner=SimpleNamespace(proba=lambda model, x: np.full((len(x), 2), 0.5)),
+                          full_real_model=lambda t: None, cfg=SimpleNamespace(
+                              utility=SimpleNamespace(bootstrap=20), attacks=SimpleNamespace(confidence=0.95), seed=0))
+    monkeypatch.setattr(utility_run.util, "paired_intervals", lambda *a, **k: full)
+    monkeypatch.setattr(utility_run.util, "score", lambda *a, **k: {"kappa": 0.5})
+    monkeypatch.setattr(utility_run, "_test_patients", lambda ctx, rows: None)
+    got = utility_run.full_real_utility(ctx, [task])["grade"]["bootstrap"]
+    assert got == {"kappa": {"release": {"value": 0.5, "ci": [0.4, 0.6]}}, "resamples": 20}

@@ -116,10 +116,12 @@ def full_real_utility(ctx: RealContext, tasks: list[util.Task]) -> dict:
             continue
         p = ctx.learner.proba(ctx.full_real_model(task), ctx.real_inputs[test_rows])
         out[task.label] = {"n_train": int(ok.sum()), "n_test": len(test_rows), "scores": util.score(task, y_test, p)}
-        if ctx.cfg.utility.bootstrap:
-            out[task.label]["bootstrap"] = util.paired_intervals(
+        if ctx.cfg.utility.bootstrap:               # its own interval only: paired with itself, a difference is 0
+            boot = util.paired_intervals(
                 task, y_test, [p], [p], n_resamples=ctx.cfg.utility.bootstrap, confidence=ctx.cfg.attacks.confidence,
                 seed=ctx.cfg.seed, groups=_test_patients(ctx, test_rows))
+            out[task.label]["bootstrap"] = {k: ({"release": v["release"]} if isinstance(v, dict) and "release" in v
+                                                else v) for k, v in boot.items()}
     return out
 
 

@@ -20,8 +20,10 @@ threshold (a share ``fpr`` in the lower tail; a release optimised away from its 
 threshold-free AUC of members vs controls (ties count 1/2) and the Mann-Whitney test.
 
 Intervals: with ``member_groups`` and ``control_groups`` (the patient of each target image) the rates and
-AUCs get patient cluster bootstrap intervals (members and controls resampled independently, seeded by
-``seed``) and the residual risk the percentile interval over those resamples; without them, Wilson and DeLong.
+AUCs get patient cluster bootstrap intervals, seeded by ``seed`` (the rates: members and controls resampled
+independently; the AUC: one multinomial over the members' and controls' patients together, so the two groups'
+sizes vary between resamples), and the residual risk the percentile interval over the rates' resamples; without
+them, Wilson and DeLong.
 """
 
 from __future__ import annotations

@@ -184,3 +184,34 @@ def test_a_run_interrupted_while_opening_its_folder_can_be_run_again(tmp_path, m
     RunDir(tmp_path / "run", config={"a": 1}, command="train gan", seeds={}).finish()
     with pytest.raises(UnsafeOutputError, match="holds a run of train gan"):
         RunDir(tmp_path / "run", config={"a": 1}, command="train flow", seeds={})
+
+
+def test_nothing_is_written_inside_a_release_or_a_dataset_through_the_api(tmp_path):
+    """Through Python as at the command line: a release, a mapping, an evaluation, its cache or a phantom inside
+    another release or a dataset is refused, and EvaluationResult.to_html never replaces a file it did not write."""
+    import medanon
+    from medanon import EvaluationResult
+
+    data = make_phantom(tmp_path / "fundus", patients=3, per_patient=1, size=16)
+    rel = medanon.anonymize.snow(data, p=0.3).save(tmp_path / "r2", progress=False)
+    before = {p: _tree_digest(p) for p in (data, rel)}
+    for call in (lambda: medanon.anonymize.snow(data, p=0.3).save(rel / "nested", progress=False),
+                 lambda: medanon.anonymize.snow(data, p=0.3).save(tmp_path / "r4", mapping=rel / "m.json",
+                                                                   progress=False),
+                 lambda: make_phantom(data / "images" / "sub", patients=2, per_patient=1, size=16),
+                 lambda: medanon.evaluate(real=data, releases=[rel], out=data / "report", preset="tiny"),
+                 lambda: medanon.evaluate(real=data, releases=[rel], out=tmp_path / "rep", cache_dir=rel / "cache",
+                                          preset="tiny")):
+        with pytest.raises(UnsafeOutputError, match="medanon never writes into"):
+            call()
+    assert {p: _tree_digest(p) for p in (data, rel)} == before and not (tmp_path / "r4").exists()
+    result = EvaluationResult(releases=[{"path": str(rel)}], controls={}, real={"path": str(data)}, phantom=True,
+                              notes=[], seconds=0.0, report={}, html="<html>report</html>")
+    for target in (data / "labels.csv", data / "report.html", rel / "report.html"):
+        with pytest.raises(UnsafeOutputError):
+            result.to_html(target)
+    assert {p: _tree_digest(p) for p in (data, rel)} == before
+    (tmp_path / "notes.html").write_text("mine")
+    with pytest.raises(UnsafeOutputError, match="not a medanon report"):
+        result.to_html(tmp_path / "notes.html", overwrite=True)
+    assert (tmp_path / "notes.html").read_text() == "mine"

@@ -209,6 +209,26 @@ def _what(kind: str, name: str) -> str | None:
     return None
 
 
+def check_not_an_input(out: Path, *, inputs: Iterable[str | os.PathLike | None] = (), name: str = "out"
+                       ) -> list[tuple[str | os.PathLike, Path]]:
+    """Rule 1 alone: ``out`` is not inside a release, phantom or dataset folder, and not inside, over or around any
+    of ``inputs``. Returns the inputs with their resolved paths."""
+    target = _resolve(out)
+    shared = _inside_data_folder(target)
+    if shared is not None:
+        folder, held = shared
+        raise UnsafeOutputError(f"{name} {out} is inside {folder}, a medanon {held} folder: medanon never writes into "
+                                "a release (it is shared as it is) or a dataset", fix=f"choose another {name}, "
+                                                                                      "outside it")
+    resolved = [(inp, _resolve(inp)) for inp in inputs if inp is not None]
+    for inp, r in resolved:
+        rel = _relation(target, r)
+        if rel is not None:
+            raise UnsafeOutputError(f"{name} {out} {rel} {inp}: medanon never writes into, over or around "
+                                    "what it reads", fix=f"choose another {name}, outside the data it reads")
+    return resolved
+
+
 def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = (),
                  overwrite: bool = False, kind: Literal["dir", "file"] = "dir", name: str = "out",
                  existing_ok: bool = False, what: str | None = None) -> Path:
@@ -223,12 +243,7 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
     out = Path(path)
     target = _resolve(out)
     what = what if what is not None else _what(kind, name)
-    resolved = [(inp, _resolve(inp)) for inp in inputs if inp is not None]
-    for inp, r in resolved:
-        rel = _relation(target, r)
-        if rel is not None:
-            raise UnsafeOutputError(f"{name} {out} {rel} {inp}: medanon never writes into, over or around "
-                                    "what it reads", fix=f"choose another {name}, outside the data it reads")
+    resolved = check_not_an_input(out, inputs=inputs, name=name)
     if out.exists() or out.is_symlink():
         if kind == "dir" and not out.is_dir():
             raise UnsafeOutputError(f"{name} {out} exists and is not a folder",
@@ -257,6 +272,21 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
                 check_replaceable(out, what=what, name=name)
     _check_writable(target.parent, out, name)
     return out
+
+
+SHARED_KINDS = ("release", "phantom", "dataset")     # folders nothing is ever written into
+
+
+def _inside_data_folder(target: Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``target`` that is a medanon release, phantom or dataset, and its kind; None."""
+    for folder in target.parents:
+        if folder == folder.parent:
+            break
+        if folder.is_dir():
+            kind = folder_kind(folder)
+            if kind in SHARED_KINDS:
+                return folder, kind
+    return None
 
 
 def _check_writable(folder: Path, out: Path, name: str) -> None:

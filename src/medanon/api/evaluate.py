@@ -91,11 +91,27 @@ class EvaluationResult:
         """The report as a JSON-ready dict (what ``report.json`` holds)."""
         return self.report
 
-    def to_html(self, path: str | Path) -> Path:
-        """Write the self-contained HTML report to ``path``."""
+    def to_html(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the self-contained HTML report to ``path``: never into the data or releases it read, and over an
+        existing file only with ``overwrite`` when that file is a medanon report."""
+        from medanon.evaluate.report import REPORT_HEAD
         from medanon.fsutil import atomic_write_text
+        from medanon.outputs import OutputExistsError, UnsafeOutputError, check_not_an_input, check_output
 
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path= is a {type(path).__name__}; to_html takes a file path (str or os.PathLike)")
         path = Path(path)
+        reads = [self.real.get("path"), *(r.get("path") for r in self.releases)]
+        if path.is_file() and path.read_bytes().startswith(REPORT_HEAD.encode()):
+            if not overwrite:
+                raise OutputExistsError(f"path {path} already exists", fix="choose another path, or pass "
+                                                                          "overwrite=True to replace that report")
+            check_not_an_input(path, inputs=reads, name="path")
+        elif path.exists():
+            raise UnsafeOutputError(f"path {path} exists and is not a medanon report: it is never replaced",
+                                    fix="choose another path")
+        else:
+            check_output(path, inputs=reads, kind="file", name="path")
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, self.html)
         return path

@@ -320,11 +320,15 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     cfg = cfg.resolved(dev)                     # classifiers' precision "auto": what runs here, in the report
     out = Path(out)
     t0 = time.perf_counter()
-    check_output(out, existing_ok=True, kind="dir")       # before reading anything; written only once all is read
+    specs = [_spec(r) for r in releases]
+    reads = [real_dir, splits, *(s.path for s in specs), *(s.mapping for s in specs),
+             *(getattr(cfg.attacks, k) or None for k in ATTACKER_CHECKPOINTS)]
+    check_output(out, inputs=reads, existing_ok=True, kind="dir")   # before reading anything; written only once
+    if cache_dir is not None:                                       # all is read
+        check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache")
     check_run_folder(out, "evaluate")
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress)
-    specs = [_spec(r) for r in releases]
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]
     names = [r.name for r in rels]
     if len(set(names)) != len(names):

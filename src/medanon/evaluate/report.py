@@ -368,8 +368,11 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
         f"<h2>Configuration</h2><details><summary>settings of this evaluation</summary><pre>"
         f"{_e(json.dumps(rep['config'], indent=1))}</pre></details>",
     ])
-    return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>medanon evaluation report</title>"
+    return (f"{REPORT_HEAD}</title>"
             f"<style>{STYLE}</style></head><body>{body}</body></html>\n")
+
+
+REPORT_HEAD = "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>medanon evaluation report"
 
 
 def write_report(out: str | Path, report: dict, grids: dict[str, list[dict]]) -> tuple[Path, Path]:

@@ -235,13 +235,29 @@ def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
 
 
 def validate(cfg: Any) -> None:
-    """Call ``validate()`` on a dataclass and every nested dataclass that has one."""
+    """Call ``validate()`` on a dataclass and every nested dataclass that has one, after checking that every field
+    declared ``bool`` holds True or False and every ``int`` field an integer: ``overwrite="no"`` or
+    ``per_element="False"`` must not read as true, nor ``seed="x"`` reach a manifest."""
     if not dataclasses.is_dataclass(cfg):
         return
     for f in dataclasses.fields(cfg):
+        check_type(f.name, getattr(cfg, f.name), str(f.type))
         validate(getattr(cfg, f.name))
     if hasattr(cfg, "validate"):
         cfg.validate()
+
+
+def check_type(name: str, value: Any, declared: str) -> None:
+    """Refuse ``value`` for a setting declared ``bool`` unless it is one, and for one declared ``int`` unless it is
+    an integer (not a bool): the types a string or a float would otherwise pass as silently."""
+    import numbers
+
+    if declared == "bool" and not isinstance(value, bool) and type(value).__name__ != "bool_":
+        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes True or False",
+                          fix=f"pass {name}=True or {name}=False")
+    if declared == "int" and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes an integer",
+                          fix=f"pass {name}= as an integer, e.g. {name}=0")
 
 
 def dump_yaml(cfg: Any) -> str:

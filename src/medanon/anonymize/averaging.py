@@ -96,7 +96,10 @@ class PCA:
         else:
             q = int(self.n_components)
         q = max(1, min(q, rank, len(x) - 1 if len(x) > 1 else 1))
-        self.components_ = (evecs[:, :q].T @ xc) / evals[:q].sqrt()[:, None]   # (q, D), orthonormal rows
+        if rank == 0:                       # identical images: no direction varies, every coefficient is 0
+            self.components_ = torch.zeros(q, xc.shape[1], dtype=xc.dtype, device=xc.device)
+        else:
+            self.components_ = (evecs[:, :q].T @ xc) / evals[:q].sqrt()[:, None]   # (q, D), orthonormal rows
         self.explained_variance_ratio_ = ratio[:q]
         self.n_components_ = q
         self.n_fit_ = len(x)

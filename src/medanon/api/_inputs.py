@@ -46,3 +46,25 @@ def number(name: str, value: Any, *, integer: bool = False, allow_none: bool = F
         hint = f" (convert it: {name}={'int' if integer else 'float'}({value!r}))" if isinstance(value, str) else ""
         raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes {want}{hint}",
                           fix=f"pass {name}= as {want}, e.g. {name}={'5' if integer else '0.3'}")
+
+
+def device_arg(device: Any):
+    """``device=`` as a ``torch.device``, or None (the method's default): a string through
+    :func:`medanon.runtime.resolve_device` (``auto``, ``cpu``, ``cuda``, ``cuda:N``), a ``torch.device`` as it is;
+    an unknown name, or CUDA without a GPU, is a :class:`~medanon.errors.ConfigError` before any model is loaded."""
+    import torch
+
+    from medanon.errors import ConfigError
+    from medanon.runtime import resolve_device
+
+    if device is None:
+        return None
+    if isinstance(device, torch.device):
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"device={device!r} was asked for but no CUDA GPU is available",
+                              fix="use device='cpu' (or 'auto')")
+        return device
+    if not isinstance(device, str):
+        raise ConfigError(f"device={device!r} is a {type(device).__name__}; device takes a name or a torch.device",
+                          fix="pass device='cpu', 'cuda', 'cuda:N' or 'auto'")
+    return resolve_device(device)

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
-from medanon.api._inputs import dataset_arg, model_arg, number
+from medanon.api._inputs import dataset_arg, device_arg, model_arg, number
+from medanon.config import validate
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -236,8 +237,9 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     from medanon.anonymize.ldp import ClipCalibration
     from medanon.runtime import files_digest
 
-    LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip, center=center,
-              batch=batch).validate()
+    validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
+                       center=center, batch=batch))
+    device = device_arg(device)
     _check_box(clip_box, calibrate_on)
     ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality)
     used: dict[str, Any] = {}
@@ -299,8 +301,9 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
     from medanon.anonymize.ldp import ClipCalibration
     from medanon.anonymize.ldp_image import ImageLDP
 
-    LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
-              batch=batch).validate()
+    validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
+                       batch=batch))
+    device = device_arg(device)
     _check_box(clip_box, calibrate_on)
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality)
     if clip_box == "public":

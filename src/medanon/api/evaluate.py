@@ -235,8 +235,11 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     import contextlib
     import json
 
+    from medanon.api._inputs import device_arg
     from medanon.data.dataset import reading
     from medanon.data.inputs import as_dataset
+
+    device = device_arg(device)
     from medanon.data.memory import is_in_memory, write_dataset_folder
     from medanon.evaluate.config import PRESETS
     from medanon.evaluate.config import preset as make_preset

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from medanon.anonymize.ksame import KSameConfig as _K
 from medanon.anonymize.salsa import SalsaConfig as _S
 from medanon.anonymize.style import StyleConfig as _St
-from medanon.api._inputs import dataset_arg, model_arg, number
+from medanon.api._inputs import dataset_arg, device_arg, model_arg, number
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     ``cfg.salsa.map_init == "synthetic"`` (:mod:`medanon.anonymize.map_prior`).
     ``len(release)`` forms the clusters (the plan, not the images) and counts the records.
     """
+    device = device_arg(device)
     from medanon.anonymize.ksame import (
         LATENT_METHODS,
         manifest_params,
@@ -173,6 +174,7 @@ def _config(method: str, **kw):
 def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, default_codec: bool):
     """The dataset (images in memory need ``patient_ids``) and the codec: by name, path, loaded, or (for the
     latent methods) the default for the modality; returns ``(ds, codec, model_files)``."""
+    device = device_arg(device)
     ds = dataset_arg(ds, method=method, patient_ids=patient_ids, labels=labels, modality=modality,
                      require_patients=method != "inverted")
     used: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.gmia import GMIAConfig as _G
 from medanon.anonymize.snow_release import SnowConfig, VSSnowConfig
-from medanon.api._inputs import dataset_arg, model_arg, number
+from medanon.api._inputs import dataset_arg, device_arg, model_arg, number
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
         identity = model_arg(identity, role="gmia-identity", ds=ds, argument="identity", method="gmia", used=used)
     if utility is not None or "ut" in cfg.losses.split("+"):
         utility = model_arg(utility, role="gmia-utility", ds=ds, argument="utility", method="gmia", used=used)
+    device = device_arg(device)
     codec = load_codec_for(model, device)
     dev = device if device is not None else getattr(codec, "device", "cpu")
     if isinstance(identity, (str, Path)):
@@ -114,7 +115,7 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
         raise ConfigError(f"vs_snow segments retinal vessels in colour fundus images; the dataset has {ds.channels} "
                           "channel(s)", fix="use snow for X-rays")
     labels = choose_labels(ds, release_labels)
-    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dev = device_arg(device) or torch.device("cpu")
     seeded = seed is not None
     if method == "snow":
         privacy = snow_privacy(p, ds.size, ds.size, fill=parse_fill(kw["fill"], ds.channels)[0], seeded=seeded)

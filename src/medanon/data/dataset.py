@@ -30,7 +30,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from medanon.config import DataConfig
+from medanon.config import DataConfig, validate
 from medanon.data import imageio
 from medanon.data.decode import decode
 from medanon.data.imageio import DEFAULT_MAX_PIXELS, ImageInfo, TooLarge
@@ -323,7 +323,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
         generic, allow_outside = declared.generic, allow_outside or declared.allow_outside
         if max_pixels == DEFAULT_MAX_PIXELS:
             max_pixels = declared.max_pixels
-    cfg.validate()
+    validate(cfg)
     if not root.is_dir():
         raise DataError(f"dataset folder {root} does not exist or is not a folder",
                         fix="pass the folder that holds the images and the labels CSV")

@@ -247,6 +247,9 @@ class Release:
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path= is a {type(path).__name__}; save takes a folder path (str or os.PathLike)")
+        from medanon.config import check_type
+
+        check_type("overwrite", overwrite, "bool")           # overwrite="no" must not replace a release
         progress = show_progress(progress)
         out = Path(path)
         self._preview = None

@@ -252,7 +252,9 @@ def check_type(name: str, value: Any, declared: str) -> None:
     an integer (not a bool): the types a string or a float would otherwise pass as silently."""
     import numbers
 
-    if declared == "bool" and not isinstance(value, bool) and type(value).__name__ != "bool_":
+    import numpy as np
+
+    if declared == "bool" and not isinstance(value, (bool, np.bool_)):
         raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes True or False",
                           fix=f"pass {name}=True or {name}=False")
     if declared == "int" and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):

@@ -130,27 +130,27 @@ def stale_modalities(out: Path, cfg: DemoConfig) -> set[str]:
     :data:`RELEASES_MADE` records with other settings, and, for those it does not record, all when the last run's
     config.yaml differs (an interrupted run, or a folder from before the record)."""
     now = release_settings(cfg)
-    try:
-        made = json.loads((out / RELEASES_MADE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        made = {}
+    made = _releases_made(out)
     try:
         last = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         last = None
     last_differs = isinstance(last, dict) and any(last.get(k) != v for k, v in now.items())
-    return {m for m in ("fundus", "xray")
-            if (made.get(m) != now if isinstance(made, dict) and m in made else last_differs)}
+    return {m for m in ("fundus", "xray") if (made[m] != now if m in made else last_differs)}
+
+
+def _releases_made(out: Path) -> dict:
+    """What :data:`RELEASES_MADE` records (empty when absent or unreadable)."""
+    try:
+        made = json.loads((out / RELEASES_MADE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return made if isinstance(made, dict) else {}
 
 
 def record_releases_made(out: Path, modality: str, cfg: DemoConfig) -> None:
-    path = out / RELEASES_MADE
-    try:
-        made = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        made = {}
-    made = {**(made if isinstance(made, dict) else {}), modality: release_settings(cfg)}
-    atomic_write_text(path, json.dumps(made, indent=1, sort_keys=True) + "\n")
+    made = {**_releases_made(out), modality: release_settings(cfg)}
+    atomic_write_text(out / RELEASES_MADE, json.dumps(made, indent=1, sort_keys=True) + "\n")
 
 
 def report_folder(out: Path, modality: str) -> Path:

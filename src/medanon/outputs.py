@@ -210,9 +210,9 @@ def _what(kind: str, name: str) -> str | None:
 
 
 def check_not_an_input(out: Path, *, inputs: Iterable[str | os.PathLike | None] = (), name: str = "out"
-                       ) -> list[tuple[str | os.PathLike, Path]]:
+                       ) -> tuple[Path, list[tuple[str | os.PathLike, Path]]]:
     """Rule 1 alone: ``out`` is not inside a release, phantom or dataset folder, and not inside, over or around any
-    of ``inputs``. Returns the inputs with their resolved paths."""
+    of ``inputs``. Returns ``out`` resolved and the inputs with their resolved paths."""
     target = _resolve(out)
     shared = _inside_data_folder(target)
     if shared is not None:
@@ -226,7 +226,7 @@ def check_not_an_input(out: Path, *, inputs: Iterable[str | os.PathLike | None] 
         if rel is not None:
             raise UnsafeOutputError(f"{name} {out} {rel} {inp}: medanon never writes into, over or around "
                                     "what it reads", fix=f"choose another {name}, outside the data it reads")
-    return resolved
+    return target, resolved
 
 
 def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = (),
@@ -241,9 +241,8 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
     resumed, a report folder with its cache): it is written into, not replaced.
     """
     out = Path(path)
-    target = _resolve(out)
     what = what if what is not None else _what(kind, name)
-    resolved = check_not_an_input(out, inputs=inputs, name=name)
+    target, resolved = check_not_an_input(out, inputs=inputs, name=name)
     if out.exists() or out.is_symlink():
         if kind == "dir" and not out.is_dir():
             raise UnsafeOutputError(f"{name} {out} exists and is not a folder",
@@ -278,11 +277,12 @@ SHARED_KINDS = ("release", "phantom", "dataset")     # folders nothing is ever w
 
 
 def _inside_data_folder(target: Path) -> tuple[Path, str] | None:
-    """The nearest folder above ``target`` that is a medanon release, phantom or dataset, and its kind; None."""
+    """The nearest folder above ``target`` that is a medanon release, phantom or dataset, and its kind; None. Only
+    folders holding one of the files that name those kinds are read (never a run's checkpoint)."""
     for folder in target.parents:
         if folder == folder.parent:
             break
-        if folder.is_dir():
+        if any((folder / f).is_file() for f in (MARKER, "manifest.json", "phantom.json")):
             kind = folder_kind(folder)
             if kind in SHARED_KINDS:
                 return folder, kind
@@ -321,12 +321,12 @@ def check_own_export(run: str | os.PathLike, export: str | os.PathLike | None, *
     sha256 is in the run's :data:`EXPORTS`): never another run's export of the same kind, nor one edited since."""
     if export is None or not Path(export).exists():
         return
+    import json
+
     from medanon.fsutil import sha256_file
 
     ledger_path = Path(run) / EXPORTS
     try:
-        import json
-
         ours = set(json.loads(ledger_path.read_text(encoding="utf-8")).values())
     except (OSError, ValueError, AttributeError):
         ours = set()

@@ -112,7 +112,9 @@ def patient_budget(ds, epsilon_image: float) -> dict[str, Any]:
     unknown where the source has no patient ids (one person may have several images there)."""
     from collections import Counter
 
-    if not all(getattr(r, "patient_known", True) for r in ds.records):
+    from medanon.data.inputs import patients_known
+
+    if not patients_known(ds):
         return {"max_images_per_patient": "unknown: the source has no patient ids",
                 "epsilon_patient_max": "unknown: the source has no patient ids, so one person may have several "
                                        "released images, each adding epsilon_image"}

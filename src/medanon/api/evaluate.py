@@ -106,7 +106,7 @@ class EvaluationResult:
             if not overwrite:
                 raise OutputExistsError(f"path {path} already exists", fix="choose another path, or pass "
                                                                           "overwrite=True to replace that report")
-            check_not_an_input(path, inputs=reads, name="path")
+            check_not_an_input(path, inputs=reads, name="path")          # rule 1; replacing it is allowed
         elif path.exists():
             raise UnsafeOutputError(f"path {path} exists and is not a medanon report: it is never replaced",
                                     fix="choose another path")
@@ -238,8 +238,6 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     from medanon.api._inputs import device_arg
     from medanon.data.dataset import reading
     from medanon.data.inputs import as_dataset
-
-    device = device_arg(device)
     from medanon.data.memory import is_in_memory, write_dataset_folder
     from medanon.evaluate.config import PRESETS
     from medanon.evaluate.config import preset as make_preset
@@ -247,6 +245,7 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     from medanon.evaluate.harness import evaluate as run_evaluation
     from medanon.release.release import Release, show_progress
 
+    device = device_arg(device)
     if not isinstance(real, (str, os.PathLike)):
         real = as_dataset(real, patient_ids=patient_ids, labels=labels, modality=modality, argument="real")
     elif (patient_ids, labels, modality) != (None, None, None):

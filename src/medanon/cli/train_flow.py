@@ -83,10 +83,10 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
     import torch
 
     from medanon.config import build
+    from medanon.data.records import records_digest
     from medanon.data.splits import split_records
     from medanon.errors import ConfigError
     from medanon.models.glow import GlowConfig
-    from medanon.release.release import records_digest
     from medanon.runtime import cpu_count, files_digest
     from medanon.train.distributed import threads_per_rank
     from medanon.train.flow import train_flow

@@ -86,10 +86,16 @@ def as_dataset(obj: Any, *, patient_ids: Sequence[Any] | None = None,
                        require_patients=require_patients, argument=argument, method=method)
 
 
+def patients_known(ds) -> bool:
+    """Whether ``ds``'s patient ids come from its source (False for APTOS, a labels CSV without a patient column,
+    or images in memory without ``patient_ids``: each image then has an id of its own)."""
+    return all(getattr(r, "patient_known", True) for r in ds.records)
+
+
 def require_patient_ids(ds, method: str | None) -> None:
     """Refuse ``ds`` when its source has no patient ids (APTOS; a labels CSV without a patient column): a
     guarantee that counts people cannot be stated when each image merely counts as one."""
-    if all(getattr(r, "patient_known", True) for r in ds.records):
+    if patients_known(ds):
         return
     where = f"{ds.root} ({ds.layout} layout)" if getattr(ds, "root", None) is not None else "the dataset"
     raise DataError(f"{method or 'this method'} needs patient ids, and {where} has none: each image would count as "

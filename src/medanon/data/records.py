@@ -51,3 +51,15 @@ class Scan:
     allowed_roots: list[Path] = field(default_factory=list)  # folders besides root the user named (images_dir)
     files: list[Path] = field(default_factory=list)          # the labels and descriptor files read
     declared: list[Path] = field(default_factory=list)       # files a descriptor (dataset.yaml) names: inside only
+
+
+def records_digest(records) -> str:
+    """One sha256 over each record's id, patient id and labels (not its image)."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for r in records:
+        labels = {k: (None if v != v else v) for k, v in sorted(r.labels.items())}      # nan -> null
+        h.update(json.dumps([r.record_id, r.patient_id, labels], default=str).encode() + b"\n")
+    return h.hexdigest()

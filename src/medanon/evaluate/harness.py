@@ -38,7 +38,7 @@ from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attack_suite import run_attacks
-from medanon.evaluate.attacks.stats import components
+from medanon.evaluate.attacks.stats import record_clusters
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.config import EvalConfig
@@ -95,9 +95,7 @@ def _fidelity_block(ctx: RealContext, n: int, inception, identity, groups=None) 
 def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -> dict:
     rng = np.random.default_rng(np.random.SeedSequence([ctx.cfg.seed, 2]))
     pick = np.sort(rng.choice(len(rel.images), n, replace=False))
-    groups = None                               # records linked by the patients they share resample together
-    if rel.sources is not None:
-        groups = components([set(ctx.real.patients[rows].tolist()) for rows in rel.sources])[0][pick]
+    groups = record_clusters(rel.sources, ctx.real.patients)[pick] if rel.sources is not None else None
     return _fidelity_block(ctx, n, lambda: ctx.inception_features(rel.images[pick], f"Inception ({rel.name})"),
                            lambda: rel_emb[pick], groups)
 

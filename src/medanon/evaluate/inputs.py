@@ -117,8 +117,8 @@ def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = No
     phantom = (root / "phantom.json").is_file()
     # the cache key of everything computed from the real data: its images and what labels.csv says of them (patient
     # ids and labels: an edited label must not reuse results computed with the old one)
+    from medanon.data.records import records_digest
     from medanon.evaluate.cache import digest
-    from medanon.release.release import records_digest
 
     dig = digest(files_digest([r.path for r in ds.records], root=root)["sha256"], records_digest(ds.records))
     return RealData(root=root, dataset=ds, images=images,

@@ -107,9 +107,9 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         "identity_threshold_set_on": ("half of the held-out patients (the control is the other half)"
                                       if heldout_patients is not None else "the held-out images"),
         "near_copies_pixel": int(near_pix.sum()), "near_copies_pixel_rate": float(near_pix.mean()),
-        "near_copies_pixel_ci": _release_ci(near_pix, record_sources, source_rows, real_patients, confidence),
+        "near_copies_pixel_ci": _release_ci(near_pix, record_sources, real_patients, confidence),
         "near_copies_identity": int(near_id.sum()), "near_copies_identity_rate": float(near_id.mean()),
-        "near_copies_identity_ci": _release_ci(near_id, record_sources, source_rows, real_patients, confidence),
+        "near_copies_identity_ci": _release_ci(near_id, record_sources, real_patients, confidence),
         "interval": ("patient cluster bootstrap over the records' patients" if record_sources is not None and
                      real_patients is not None else "Clopper-Pearson over the records"),
         "copies_of_one_source": _count(single.sum()),
@@ -139,16 +139,16 @@ def _halves(patients, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(first), np.flatnonzero(~first)
 
 
-def _release_ci(flags: np.ndarray, record_sources, source_rows, real_patients, confidence: float) -> list[float]:
+def _release_ci(flags: np.ndarray, record_sources, real_patients, confidence: float) -> list[float]:
     """The interval of a release's flagged share: a patient cluster bootstrap over the records' patients (records
     sharing patients resample together) where the mapping and patients are known, else Clopper-Pearson."""
     from medanon.evaluate.attacks.risk import rate
-    from medanon.evaluate.attacks.stats import components
+    from medanon.evaluate.attacks.stats import record_clusters
 
     if record_sources is None or real_patients is None:
         return exact_interval(int(flags.sum()), len(flags), confidence=confidence)
-    groups = components([set(np.asarray(real_patients)[list(s)].tolist()) for s in record_sources])[0]
-    return list(rate(flags.astype(float), groups=groups, confidence=confidence).ci)
+    return list(rate(flags.astype(float), groups=record_clusters(record_sources, real_patients),
+                     confidence=confidence).ci)
 
 
 def _control(pix: np.ndarray, ident: np.ndarray, patients, confidence: float, rest: np.ndarray) -> dict:

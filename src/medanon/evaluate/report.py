@@ -43,6 +43,7 @@ from medanon.fsutil import atomic_write_text, strict_json
 from medanon.release.writer import image_to_uint8
 
 MAX_SOURCES_SHOWN = 5
+REPORT_HEAD = "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>medanon evaluation report"
 UTILITY_METRICS = {"grade": ["accuracy", "kappa", "binary_accuracy", "binary_auroc", "f1_3class"],
                    "binary": ["auroc", "ap", "binary_acc"], "multiclass": ["acc", "f1_macro"]}
 
@@ -370,9 +371,6 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
     ])
     return (f"{REPORT_HEAD}</title>"
             f"<style>{STYLE}</style></head><body>{body}</body></html>\n")
-
-
-REPORT_HEAD = "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>medanon evaluation report"
 
 
 def write_report(out: str | Path, report: dict, grids: dict[str, list[dict]]) -> tuple[Path, Path]:

@@ -48,7 +48,7 @@ import torch
 from PIL import Image
 
 from medanon.anonymize.privacy import PrivacyWarning
-from medanon.data.records import Record
+from medanon.data.records import Record, records_digest
 from medanon.outputs import dataset_inputs
 from medanon.release.aggregate import aggregate_labels
 from medanon.release.sharded import ShardWriter, open_release
@@ -70,18 +70,6 @@ def source_digest(dataset) -> dict[str, Any]:
         files_digest([r.path for r in dataset.records], root=dataset.root)          # images in memory: their bytes
     return {"layout": dataset.layout, "modality": dataset.modality, **content,
             "records_sha256": records_digest(dataset.records)}
-
-
-def records_digest(records) -> str:
-    """One sha256 over each record's id, patient id and labels (not its image)."""
-    import hashlib
-    import json
-
-    h = hashlib.sha256()
-    for r in records:
-        labels = {k: (None if v != v else v) for k, v in sorted(r.labels.items())}      # nan -> null
-        h.update(json.dumps([r.record_id, r.patient_id, labels], default=str).encode() + b"\n")
-    return h.hexdigest()
 
 
 def show_progress(progress: bool | None) -> bool:

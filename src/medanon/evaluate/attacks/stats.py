@@ -270,6 +270,17 @@ def components(units: Sequence[Iterable]) -> tuple[np.ndarray, dict]:
     return unit_label, {p: labels[find(p)] for p in parent}
 
 
+def record_clusters(record_sources: Sequence[Iterable[int]], patients) -> np.ndarray:
+    """The resampling unit of each released record: records linked by the patients they share (``patients[i]``:
+    the patient of real row ``i``; ``record_sources``: the real rows each record stands for) form one cluster.
+
+    >>> record_clusters([[0, 1], [2], [3]], np.array(["a", "b", "b", "c"])).tolist()
+    [0, 0, 1]
+    """
+    pats = np.asarray(patients)
+    return components([set(pats[list(rows)].tolist()) for rows in record_sources])[0]
+
+
 def patient_clusters(record_patients: Sequence[Iterable], patients) -> np.ndarray:
     """The resampling unit of each of ``patients``: the connected component of patients linked by the released
     records they share (:func:`components`), as a string; a patient in no record is a unit of its own.

@@ -28,11 +28,17 @@ def xray(tmp_path_factory):
     (lambda d: medanon.open_dataset(d, size=16, skip_bad="no"), "skip_bad='no' is a str"),
 ])
 def test_a_setting_of_the_wrong_type_is_refused(xray, call, said):
+    e = _refusal(call, xray, ConfigError)
+    assert said in str(e) and "takes" in str(e) and e.fix
+
+
+def _refusal(call, data, error):
+    """The error ``call(data)`` raises (warnings silenced), which must be of type ``error``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ConfigError, match="takes") as e:
-            call(xray)
-    assert said in str(e.value) and e.value.fix
+        with pytest.raises(error) as e:
+            call(data)
+    return e.value
 
 
 def test_overwrite_no_does_not_replace_a_release(xray, tmp_path):
@@ -58,7 +64,7 @@ def test_identical_images_form_clusters_like_any_others(tmp_path, method):
 
 
 @pytest.mark.parametrize("device, said", [("gpu9", "device='gpu9' is not understood"),
-                                          (7, "device=7 is a int")])
+                                          (7, "device=7 is an int")])
 def test_a_device_that_does_not_exist_is_a_config_error_before_any_model_loads(xray, device, said):
     for call in (lambda: medanon.anonymize.kpixel(xray, k=2, device=device),
                  lambda: medanon.anonymize.dpglow(xray, epsilon=1e4, device=device),
@@ -67,3 +73,52 @@ def test_a_device_that_does_not_exist_is_a_config_error_before_any_model_loads(x
             warnings.simplefilter("ignore")
             with pytest.raises(ConfigError, match=said):
                 call()
+
+
+@pytest.mark.parametrize("call, error, said", [
+    (lambda d: medanon.anonymize.kcentroid(d, k=2, codec=7), ConfigError, "codec=7 is an int; codec= takes"),
+    (lambda d: medanon.anonymize.dpglow(d, epsilon=1.0, flow=3), ConfigError, "flow=3 is an int"),
+    (lambda d: medanon.anonymize.kpixel(d, k=2, release_labels=5), ConfigError, "release_labels=5: it takes label"),
+    (lambda d: medanon.anonymize.snow(d, p=0.3, batch_size="8"), ConfigError, "batch_size='8' is a str"),
+    (lambda d: medanon.anonymize.snow(d, p=0.3, workers=0), ConfigError, "workers=0 must be at least 1"),
+    (lambda d: medanon.split_dataset(d, stratify="nope"), ConfigError, "stratify='nope' is not a label"),
+    (lambda d: medanon.split_dataset(d, val=0.6, test=0.5), ConfigError, "val=0.6, test=0.5"),
+    (lambda d: medanon.audit(d.parent / "missing"), medanon.errors.DataError, "is not a folder"),
+    (lambda d: medanon.evaluate(real=d, releases=[d.parent / "r"], size=0), ConfigError, "size=0: images are"),
+])
+def test_arguments_that_cannot_work_are_refused_by_name(xray, call, error, said):
+    """Each of these raised an AttributeError or TypeError that named no argument, or was accepted: a stratify that
+    is not a label split unstratified, size=0 evaluated at 64 px."""
+    e = _refusal(call, xray, error)
+    assert said in str(e) and e.fix
+
+
+def test_audit_refuses_k_below_one(xray, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = medanon.anonymize.kpixel(xray, k=2).save(tmp_path / "r", progress=False)
+    with pytest.raises(ConfigError, match="k=0"):
+        medanon.audit(out, k=0)
+    assert medanon.audit(out, k=2).passed
+
+
+def test_split_dataset_takes_a_folder(xray):
+    parts = medanon.split_dataset(xray)
+    assert sum(len(p) for p in parts.values()) == 6
+    assert not {r.patient_id for r in parts["train"].records} & {r.patient_id for r in parts["test"].records}
+
+
+@pytest.mark.parametrize("images, kw, said", [
+    (torch.rand(4, 1, 16, 16), {"modality": "fundus"}, "has 1 channel and modality='fundus'; fundus images have 3"),
+    (torch.rand(4, 3, 16, 16), {"modality": "xray"}, "has 3 channels and modality='xray'; xray images have 1"),
+])
+def test_images_in_memory_must_have_their_modality_s_channels(images, kw, said):
+    with pytest.raises(medanon.errors.DataError, match="") as e:
+        medanon.anonymize.kpixel(images, k=2, patient_ids=["a", "a", "b", "b"], **kw)
+    assert said in str(e.value)
+
+
+def test_an_empty_patient_id_is_refused():
+    """An empty id would make every image without one a single patient."""
+    with pytest.raises(ConfigError, match="empty id"):
+        medanon.anonymize.kpixel(torch.rand(4, 1, 16, 16), k=2, patient_ids=["", "", "b", "b"])

@@ -134,3 +134,20 @@ def test_dataset_folder_positional_or_data_option(tmp_path: Path, runner):
     assert r.exit_code == 2 and "given twice" in r.output
     r = runner.invoke(cli, ["anonymize", "kpixel", "--k", "2", "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and "--data DIR" in r.output
+
+
+def test_gmia_takes_the_data_as_its_first_argument_and_the_shipped_networks_by_default(tmp_path: Path, runner):
+    """Like every other command: `anonymize gmia DIR` with no --model/--identity/--utility uses the modality's
+    shipped codec, E_id and E_ut (`medanon models` marks them) and says which."""
+    data = tmp_path / "f"
+    assert runner.invoke(cli, ["phantom", "--patients", "2", "--per-patient", "1", "--size", "64", "--out", str(data),
+                               "--workers", "1"]).exit_code == 0
+    r = runner.invoke(cli, ["--device", "cpu", "anonymize", "gmia", str(data), "--steps", "1", "--out",
+                            str(tmp_path / "g")])
+    assert r.exit_code == 0, r.output
+    for flag, name in (("--model", "cotrained-map-fundus64.pt"), ("--identity", "identity-fundus64.pt"),
+                       ("--utility", "classifier-grade-fundus64.pt")):
+        assert f"{flag}: {name}, the shipped" in r.output
+    assert len(list((tmp_path / "g" / "images").rglob("*.png"))) == 2
+    r = runner.invoke(cli, ["anonymize", "gmia", str(tmp_path / "missing"), "--out", str(tmp_path / "g2")])
+    assert r.exit_code != 0 and "does not exist" in r.output and "ships no" not in r.output

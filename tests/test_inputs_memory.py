@@ -50,7 +50,7 @@ def test_wrong_inputs_name_the_argument_and_the_type(phantom):
         as_dataset(torch.full((2, 1, 8, 8), 3.0))
     with pytest.raises(ConfigError, match="describe images held in memory"):
         medanon.anonymize.snow(phantom[0], p=0.3, patient_ids=pids)
-    with pytest.raises(ConfigError, match=r"releases\[0\] is a Tensor"):
+    with pytest.raises(ConfigError, match=r"releases\[0\] is a torch.Tensor"):
         medanon.evaluate(real=x, patient_ids=pids, releases=[x], preset="tiny")
 
 

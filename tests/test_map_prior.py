@@ -100,3 +100,14 @@ def test_a_map_prior_is_refused_where_the_config_starts_from_the_centroid():
     cfg = KSameConfig(method="ksalsa", k=2)                                 # map_init="centroid", the default
     with pytest.raises(ValueError, match="map_init='synthetic'"):
         ClusterAverager(cfg, None, codec=None, features=None, latents=None, pca=None, device="cpu", map_prior=prior)
+
+
+def test_a_map_generator_that_nothing_would_read_is_refused(map_codec_ckpt):  # noqa: F811
+    """With map_init='centroid' (the default) no map prior is built: a given generator was silently not used."""
+    import medanon
+
+    x = torch.rand(4, 3, 32, 32) * 2 - 1
+    with pytest.raises(ConfigError, match="map_generator='nope' is not used: map_init='centroid'") as err:
+        medanon.anonymize.ksalsa(x, patient_ids=[0, 1, 2, 3], modality="fundus", k=2, codec=map_codec_ckpt,
+                                 map_generator="nope")
+    assert "leave map_generator= out" in str(err.value.fix)

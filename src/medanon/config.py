@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, a_type
 
 T = TypeVar("T")
 
@@ -255,11 +255,13 @@ def check_type(name: str, value: Any, declared: str) -> None:
     import numpy as np
 
     if declared == "bool" and not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes True or False",
+        raise ConfigError(f"{name}={value!r} is {a_type(value)}; {name} takes True or False",
                           fix=f"pass {name}=True or {name}=False")
     if declared == "int" and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes an integer",
-                          fix=f"pass {name}= as an integer, e.g. {name}=0")
+        raise ConfigError(f"{name}={value!r} is {a_type(value)}; {name} takes an integer",
+                          fix=f"pass {name}= as an integer"
+                              + (f", e.g. {name}={int(value)}" if isinstance(value, str) and value.strip().isdigit()
+                                 else ""))
 
 
 def dump_yaml(cfg: Any) -> str:

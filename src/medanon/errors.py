@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def a_type(value: object) -> str:
+    """``value``'s type with its article, for messages: ``a str``, ``an int``, ``a numpy.ndarray``."""
+    t = type(value)
+    name = t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}"
+    return ("an " if name[0].lower() in "aeiou" else "a ") + name
+
+
 class MedanonError(Exception):
     """Base class for errors that are the user's to fix; the CLI prints them without a traceback."""
 

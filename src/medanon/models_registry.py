@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from medanon.errors import DataError
+from medanon.errors import DataError, a_type
 
 ENV = "MEDANON_MODELS"
 _ROOT = Path(__file__).resolve().parents[2]     # src/medanon/ -> the repository root, in a source checkout
@@ -243,7 +243,12 @@ def resolve_model(value, *, role: str, modality: str | None, argument: str, meth
                               "images", fix=f"pass {argument}= a checkpoint (name on `medanon models` or path) or a "
                                             "loaded network")
         chosen = f"default for {modality}"
-    if isinstance(value, bytes) or (not isinstance(value, (str, os.PathLike))):
+    if not isinstance(value, (str, os.PathLike)):
+        if type(value).__module__ == "builtins" and not isinstance(value, tuple):   # 7, True, {}, [...]: no model
+            raise ConfigError(f"{argument}={value!r} is {a_type(value)}; {argument}= takes a checkpoint "
+                              f"(a name on `medanon models` or a path) or a loaded network",
+                              fix=f"pass {argument}= a checkpoint name or path, a loaded network, or leave it out for "
+                                  "the default")
         return value, None
     path = find_model(value)
     return path, {"file": path.name, "chosen": chosen}

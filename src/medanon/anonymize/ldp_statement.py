@@ -87,7 +87,17 @@ def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:
     (what the mechanism would give with secret noise), the guarantee is withdrawn."""
     secret = ("secret", "os.urandom", "recorded nowhere", "no seed exists")
     assumptions = [a for a in privacy.get("assumptions", []) if not any(w in a for w in secret)]
-    return {**privacy, "guarantee": f"none: {SEEDED}",
+    patient_max = privacy.get("epsilon_patient_max")
+    reference = {"epsilon_patient_max": (f"none (with secret noise it would be {patient_max:g})"
+                                         if isinstance(patient_max, (int, float)) else patient_max)}
+    return {**privacy, **({} if patient_max is None else reference), "guarantee": f"none: {SEEDED}",
+            "delta": None,
+            "unit": "none: the noise is reproducible from the seed (with secret noise: one image; a patient with n "
+                    "released images, n * epsilon)",
+            "epsilon_patient": "none (with secret noise it would be n * epsilon_image for a patient with n images)",
+            "not_protected": ["everything: whoever knows or guesses the seed regenerates the noise and recovers each "
+                              "clipped input", *[n for n in privacy.get("not_protected", [])
+                                                 if not n.startswith("a patient's other released images")]],
             "noise_source": ("seeded per-record torch generators (Mersenne Twister) from a seed the user chose "
                              "(not recorded in the release; whoever knows it regenerates the noise): TESTING ONLY"),
             "assumptions": ["none for privacy: the noise is reproducible from the seed, so it is not secret",

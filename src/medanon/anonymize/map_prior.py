@@ -13,7 +13,7 @@ codec, and their map rows kept. Each cluster then starts from its centroid's **s
 **map of the synthetic image nearest to its centroid's map** (Euclidean, over the map rows), a map of
 nobody: no member's vessel tree enters the record through the map. The choice depends on the
 cluster's centroid only, so every record is still a function of its own cluster (k-anonymity holds
-as before). The optimisation then starts there: with ``rows="all"`` (the default) the style loss also
+as without the prior). The optimisation then starts there: with ``rows="all"`` (the default) the style loss also
 moves the map, where lesion textures are drawn; with ``rows="styles"`` the chosen map stays as drawn.
 
 What it assumes: the generator was trained on images of people other than those released (a public
@@ -115,6 +115,13 @@ def resolve_map_generator(cfg, ds, codec, value, device, used: dict[str, Any]):
     """k-SALSA's map prior generator as ``(loaded generator, provenance)``, or None where no prior applies (another
     method, ``map_init="centroid"``, or a codec without a spatial map). Resolved before any work."""
     if cfg.method != "ksalsa" or cfg.salsa.map_init != "synthetic" or codec is None or not has_map(codec):
+        if value is not None and cfg.method == "ksalsa":          # given, and nothing would read it
+            why = ("map_init='centroid' starts from the members' mean map" if cfg.salsa.map_init != "synthetic"
+                   else "the codec has no spatial map")
+            shown = repr(str(value)) if isinstance(value, (str, Path)) else f"<{type(value).__name__}>"
+            raise ConfigError(f"map_generator={shown} is not used: {why}",
+                              fix="leave map_generator= out (it applies to a spatial-map codec with "
+                                  "map_init='synthetic')")
         return None
     if isinstance(value, torch.nn.Module):
         return value.to(device).eval().requires_grad_(False), {"generator": type(value).__name__}

@@ -36,7 +36,7 @@ def model_arg(value: Any, *, role: str, ds, argument: str, method: str, used: di
 
 def number(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> None:
     """Refuse ``value`` unless it is a real number (an integer with ``integer``); bools are not numbers here."""
-    from medanon.errors import ConfigError
+    from medanon.errors import ConfigError, a_type
 
     if value is None and allow_none:
         return
@@ -44,7 +44,7 @@ def number(name: str, value: Any, *, integer: bool = False, allow_none: bool = F
     if not ok:
         want = "an integer" if integer else "a number"
         hint = f" (convert it: {name}={'int' if integer else 'float'}({value!r}))" if isinstance(value, str) else ""
-        raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; {name} takes {want}{hint}",
+        raise ConfigError(f"{name}={value!r} is {a_type(value)}; {name} takes {want}{hint}",
                           fix=f"pass {name}= as {want}, e.g. {name}={'5' if integer else '0.3'}")
 
 
@@ -54,7 +54,7 @@ def device_arg(device: Any):
     an unknown name, or CUDA without a GPU, is a :class:`~medanon.errors.ConfigError` before any model is loaded."""
     import torch
 
-    from medanon.errors import ConfigError
+    from medanon.errors import ConfigError, a_type
     from medanon.runtime import resolve_device
 
     if device is None:
@@ -65,6 +65,6 @@ def device_arg(device: Any):
                               fix="use device='cpu' (or 'auto')")
         return device
     if not isinstance(device, str):
-        raise ConfigError(f"device={device!r} is a {type(device).__name__}; device takes a name or a torch.device",
+        raise ConfigError(f"device={device!r} is {a_type(device)}; device takes a name or a torch.device",
                           fix="pass device='cpu', 'cuda', 'cuda:N' or 'auto'")
     return resolve_device(device)

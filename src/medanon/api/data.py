@@ -53,7 +53,7 @@ def open_dataset(path: str | Path, *,
     from medanon.config import DataConfig, validate
     from medanon.data.dataset import open_dataset as _open
     from medanon.data.layouts import GenericOptions
-    from medanon.errors import ConfigError
+    from medanon.errors import ConfigError, a_type
 
     cfg = DataConfig(layout=layout, size=size, channels=channels, crop=crop, modality=modality, skip_bad=skip_bad)
     validate(cfg)
@@ -71,7 +71,7 @@ def open_dataset(path: str | Path, *,
         raise ConfigError("image_col, label_cols, patient_col and images_dir describe the generic layout",
                           fix="pass labels_csv as well")
     if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"path= is a {type(path).__name__}; open_dataset takes a folder (str or os.PathLike)",
+        raise ConfigError(f"path= is {a_type(path)}; open_dataset takes a folder (str or os.PathLike)",
                           fix="pass the dataset folder; images held in memory go to the methods directly "
                               "(medanon.data.as_dataset)")
     return _open(path, cfg, generic=generic, progress=progress, max_pixels=max_pixels, allow_outside=allow_outside,
@@ -102,9 +102,10 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
                                   seed=seed, workers=1), out, progress=progress)
 
 
-def split_dataset(ds: ImageDataset, *, val: float = 0.15, test: float = 0.15, stratify: str = "auto",
+def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: float = 0.15, stratify: str = "auto",
                   seed: int = 0) -> dict[str, ImageDataset]:
-    """Patient-level ``train``/``val``/``test`` parts of ``ds`` (no patient in two parts), as datasets.
+    """Patient-level ``train``/``val``/``test`` parts of ``ds`` (a dataset or its folder; no patient in two
+    parts), as datasets.
 
     ``stratify``: a label to balance (a patient's worst value); ``auto`` is the modality's utility
     label (``grade`` for fundus, ``pneumonia`` for X-rays), as :func:`medanon.evaluate` splits when it
@@ -120,12 +121,28 @@ def split_dataset(ds: ImageDataset, *, val: float = 0.15, test: float = 0.15, st
         >>> {r.patient_id for r in parts["train"].records} & {r.patient_id for r in parts["test"].records}
         set()
     """
+    from medanon.api._inputs import dataset_arg, number
     from medanon.data.dataset import subset
     from medanon.data.splits import split_patients
+    from medanon.errors import ConfigError, a_type
 
+    ds = dataset_arg(ds, method="split_dataset")
+    for name, value in (("val", val), ("test", test)):
+        number(name, value)
+    number("seed", seed, integer=True)
+    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
+        raise ConfigError(f"val={val}, test={test}: each part is a fraction of the patients, >= 0, and together "
+                          "below 1", fix="e.g. val=0.15, test=0.15")
+    if not isinstance(stratify, str):
+        raise ConfigError(f"stratify={stratify!r} is {a_type(stratify)}; it takes a label name",
+                          fix="pass stratify='grade', 'auto' or '' (none)")
     if stratify == "auto":
         stratify = {"fundus": "grade", "xray": "pneumonia"}.get(ds.modality or "", "")
         stratify = stratify if stratify in ds.label_names else ""
+    elif stratify and stratify not in ds.label_names:
+        raise ConfigError(f"stratify={stratify!r} is not a label of this dataset (labels: "
+                          f"{', '.join(ds.label_names) or 'none'})",
+                          fix="pass one of its labels, 'auto' (the modality's utility label) or '' (no strata)")
     assignment = split_patients(ds.records, val=val, test=test, stratify=stratify, seed=seed)
     return {name: subset(ds, [i for i, r in enumerate(ds.records) if assignment[r.patient_id] == name])
             for name in ("train", "val", "test")}

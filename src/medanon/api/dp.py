@@ -91,7 +91,7 @@ def _calibration_set(source, ds):
 
     if isinstance(source, torch.Tensor) and source.ndim == 4 and source.is_floating_point() and \
             bool((source >= -1).all() and (source <= 1).all()):
-        return source                            # (N, C, H, W) in [-1, 1], as before
+        return source                            # (N, C, H, W) in [-1, 1]: used as it is
     from medanon.data.inputs import as_dataset
 
     return as_dataset(source, argument="calibrate_on", size=ds.size)
@@ -156,10 +156,14 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                                   progress=progress)
         diverged = getattr(codec, "diverged", 0) - before
         if diverged:
+            holds = ("post-processing: the guarantee holds" if privacy.get("guarantee") == "epsilon-LDP"
+                     else "post-processing")
+            zero = str(privacy.get("clip_center", "")).startswith("c_k = 0")
             warnings.warn(f"the inverse flow diverged on {diverged} images released in this run (decoded values "
                           "beyond ±4 or not finite); each was decoded from its privatised latent shrunk towards "
-                          "the prior's mode (post-processing: the guarantee holds) and may look averaged. Try "
-                          "center='zero', or a better-trained flow (docs/dpglow.md).", UserWarning, stacklevel=2)
+                          f"the prior's mode ({holds}) and may look averaged. Try "
+                          + ("" if zero else "center='zero', or ") + "a better-trained flow (docs/dpglow.md).",
+                          UserWarning, stacklevel=2)
         return {"records": len(writer), "written": written, "diverged": diverged,
                 "epsilon_image": privacy["epsilon_image"], "epsilon_element": privacy["epsilon_element"],
                 "D": privacy["D"]}

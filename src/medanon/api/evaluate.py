@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from medanon.errors import ConfigError
+from medanon.api._inputs import number
+from medanon.errors import ConfigError, DataError, a_type
 
 
 def _records(source):
@@ -56,6 +57,16 @@ def audit(release, *, source=None, mapping: str | Path | None = None, k: int | N
     path = getattr(release, "path", release)
     if path is None:
         raise ConfigError("the release has not been saved", fix="call release.save(path) first, then audit(path)")
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"release= is {a_type(release)}; audit() takes a release folder "
+                          "or a saved Release", fix="pass the folder the release was saved to")
+    if not Path(path).is_dir():
+        raise DataError(f"release {path} is not a folder", files=[str(path)],
+                        fix="pass the folder a release was saved to (release.save(path) or `medanon anonymize`)")
+    number("k", k, integer=True, allow_none=True)
+    if k is not None and k < 1:
+        raise ConfigError(f"k={k}: an audit requires at least k people per record, k >= 1",
+                          fix="leave k= out for the method's own k, or pass k >= 1")
     if mapping is None and getattr(release, "mapping", None) is not None:
         mapping = release.mapping
     if isinstance(source, (str, Path)):                 # a folder, scanned with its detected layout
@@ -99,7 +110,7 @@ class EvaluationResult:
         from medanon.outputs import OutputExistsError, UnsafeOutputError, check_not_an_input, check_output
 
         if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path= is a {type(path).__name__}; to_html takes a file path (str or os.PathLike)")
+            raise TypeError(f"path= is {a_type(path)}; to_html takes a file path (str or os.PathLike)")
         path = Path(path)
         reads = [self.real.get("path"), *(r.get("path") for r in self.releases)]
         if path.is_file() and path.read_bytes().startswith(REPORT_HEAD.encode()):
@@ -252,17 +263,21 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         raise ConfigError("patient_ids=, labels= and modality= describe images held in memory; real= is a folder",
                           fix="leave them out (open the folder with medanon.open_dataset to choose how it is read)")
     if isinstance(releases, (str, os.PathLike, Release)) or not isinstance(releases, Sequence):
-        raise ConfigError(f"releases= is a {type(releases).__name__}; it takes a list of release folders or Release "
+        raise ConfigError(f"releases= is {a_type(releases)}; it takes a list of release folders or Release "
                           "objects", fix="pass releases=[rel] for one release")
     for i, r in enumerate(releases):
         if not isinstance(r, (str, os.PathLike, Release)):
-            raise ConfigError(f"releases[{i}] is a {type(r).__name__}; a release is a folder (str or os.PathLike) "
+            raise ConfigError(f"releases[{i}] is {a_type(r)}; a release is a folder (str or os.PathLike) "
                               "or a medanon Release", fix="anonymise the images first: rel = "
                                                           "medanon.anonymize.<method>(...), then releases=[rel]")
     if preset not in PRESETS:
         raise ConfigError(f"preset={preset!r} must be one of {list(PRESETS)}")
+    number("size", size, integer=True, allow_none=True)
+    if size is not None and not 16 <= size <= 1024:
+        raise ConfigError(f"size={size}: images are evaluated at a side between 16 and 1024 pixels",
+                          fix="leave size= out (the dataset's size) or pass e.g. size=64")
     if config is None:
-        config = make_preset(preset, size=size or getattr(real, "size", None))
+        config = make_preset(preset, size=size if size is not None else getattr(real, "size", None))
     elif size is not None:
         config = replace(config, size=size)
     if compare is not None:

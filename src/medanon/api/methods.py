@@ -109,6 +109,10 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
 
     number("seed", seed, integer=True, allow_none=True)
     number("p", p)
+    for name, value in (("batch_size", batch_size), ("workers", workers)):
+        number(name, value, integer=True)
+        if value < 1:
+            raise ConfigError(f"{name}={value} must be at least 1", fix=f"leave {name}= out, or pass e.g. {name}=2")
     if not 0 < p <= 1:
         raise ConfigError(f"p={p!r} must be in (0, 1]", fix="the fraction of pixels replaced, e.g. p=0.1")
     if method == "vs-snow" and ds.channels != 3:

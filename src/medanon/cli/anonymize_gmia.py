@@ -9,7 +9,7 @@ import click
 from medanon.anonymize.gmia import GMIAConfig
 from medanon.cli.anonymize_ksame import AMP_FLAGS, MODEL, amp_option, open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize, to_json
-from medanon.cli.data import data_options
+from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
 FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
@@ -20,16 +20,18 @@ FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin="
 
 
 @anonymize.command("gmia", context_settings=CONTEXT)
-@click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
-              help="Dataset folder to anonymise.")
-@click.option("--model", "model_path", type=MODEL, required=True,
+@data_dir_argument(help="Dataset folder to anonymise.")
+@click.option("--model", "model_path", type=MODEL, default=None,
               help="Codec checkpoint: co-trained encoder + generator (`medanon train autoencoder --export`), or a "
-                   "ReStyle encoder (E-training, GMIA's comparison).")
+                   "ReStyle encoder (E-training, GMIA's comparison). Default: the shipped GMIA codec for the data's "
+                   "modality (`medanon models`).")
 @click.option("--identity", "identity_path", type=MODEL,
-              default=None, help="E_id: identity network checkpoint (`medanon train identity`). Needed for L_id.")
+              default=None, help="E_id: identity network checkpoint (`medanon train identity`), for L_id. Default: "
+                                 "the shipped one for the data's modality.")
 @click.option("--utility", "utility_path", type=MODEL,
               default=None, help="E_ut: classifier checkpoint trained on the utility label (`medanon train classifier "
-                                 "--label grade|pneumonia`); its penultimate features. Needed for L_ut.")
+                                 "--label grade|pneumonia`); its penultimate features, for L_ut. Default: the "
+                                 "shipped one for the data's modality.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Release folder.")
 @click.option("--losses", type=click.Choice(["id+ut", "id", "ut"]), default=None,
               help="GMIA Table 2: both losses (the method), L_id only, or L_ut only." + default(GMIAConfig, "losses"))
@@ -75,8 +77,20 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     """
     import torch
 
+    from medanon.cli.models import shipped_default
+    from medanon.config import build
     from medanon.release.writer import check_release_outputs
 
+    with library_call(FLAGS):
+        cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr,
+                    margin=margin, lambda_id=lambda_id, lambda_ut=lambda_ut, latent_space=latent_space,
+                    batch_size=batch_size)
+    if model_path is None:
+        model_path = shipped_default(data_dir, data_opts, "gmia-codec", flag="--model", method="gmia")
+    if identity_path is None and "id" in cfg.losses.split("+"):
+        identity_path = shipped_default(data_dir, data_opts, "gmia-identity", flag="--identity", method="gmia")
+    if utility_path is None and "ut" in cfg.losses.split("+"):
+        utility_path = shipped_default(data_dir, data_opts, "gmia-utility", flag="--utility", method="gmia")
     check_release_outputs(out, mapping, overwrite=overwrite,            # before the networks are loaded
                           inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), model_path,
                                   identity_path, utility_path, splits_csv])
@@ -84,13 +98,9 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     from medanon.anonymize.gmia import GMIA
     from medanon.anonymize.gmia_release import gmia_release
     from medanon.codecs.stylegan import check_amp
-    from medanon.config import build
     from medanon.runtime import resolve_device
 
     with library_call(FLAGS):
-        cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr,
-                    margin=margin, lambda_id=lambda_id, lambda_ut=lambda_ut, latent_space=latent_space,
-                    batch_size=batch_size)
         device = resolve_device(ctx.obj["device"])
         if device.type == "cpu" and threads:
             torch.set_num_threads(threads)

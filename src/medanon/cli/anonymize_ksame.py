@@ -160,26 +160,6 @@ def _k_given(k, config_file, overrides) -> bool:
     return bool(config_file) and "k" in (yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {})
 
 
-def _default_codec(data_dir, data_opts: dict, method: str) -> Path:
-    """The shipped k-Same codec for the data's modality (``medanon models`` marks it), told to the user."""
-    from medanon.data.layouts import scan
-    from medanon.errors import MedanonError
-    from medanon.models_registry import default_model, find_model
-
-    modality = data_opts.get("modality") if data_opts.get("modality") not in (None, "auto") else None
-    if modality is None:
-        try:                                     # the layout names the modality; no pixel is decoded
-            modality = scan(Path(data_dir), data_opts.get("layout") or "auto").modality
-        except MedanonError:
-            modality = None                      # the data's own error comes when it is opened
-    name = default_model("ksame-codec", modality)
-    if name is None:
-        raise click.UsageError(f"{method} needs --model: medanon ships no k-Same codec for "
-                               f"{modality or 'this'} data (train one: docs/backbone.md)")
-    click.echo(f"--model: {name}, the shipped k-Same codec for {modality} data", err=True)
-    return find_model(name)
-
-
 def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, overwrite, config_file, overrides,
          data_opts, features=None, salsa=None, basis_from=None, **fields) -> None:
     """Build the config, make the one library call, save, print."""
@@ -202,7 +182,9 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
     amp = data_opts.pop("amp", "off")
     codec = None
     if model is None and method in ("ksalsa", "kcentroid", "inverted"):
-        model = _default_codec(data_dir, data_opts, method)
+        from medanon.cli.models import shipped_default
+
+        model = shipped_default(data_dir, data_opts, "ksame-codec", flag="--model", method=method)
     if model is not None:
         with library_call(FLAGS):
             codec = load_codec(model, map_location=dev, amp=amp)

@@ -52,3 +52,30 @@ def models(as_json: bool) -> None:
         if card is not None:
             click.echo(f"{'':<{width}}  use: {card.use}\n{'':<{width}}  trained on: {card.trained_on}\n"
                        f"{'':<{width}}  quality: {card.quality}")
+
+
+def shipped_default(data_dir, data_opts: dict, role: str, *, flag: str, method: str):
+    """The shipped model ``role`` uses for the data's modality (``medanon models`` marks it), told to the user; the
+    modality is the ``--modality`` given or the layout's (no pixel is decoded)."""
+    from pathlib import Path
+
+    from medanon.data.layouts import scan
+    from medanon.errors import MedanonError
+    from medanon.models_registry import ROLE_WORDS, default_model, find_model
+
+    modality = data_opts.get("modality") if data_opts.get("modality") not in (None, "auto") else None
+    unread = None
+    if modality is None:
+        try:
+            modality = scan(Path(data_dir), data_opts.get("layout") or "auto").modality
+        except MedanonError as e:                # e.g. a layout that needs --labels: the modality stays unknown
+            unread = e
+    name = default_model(role, modality)
+    if name is None and unread is not None:
+        raise unread                             # the data's own error, not "no model for this data"
+    if name is None:
+        raise click.UsageError(f"{method} needs {flag}: medanon ships no {ROLE_WORDS[role].split(' (')[0]} for "
+                               f"{modality or 'this'} data (train one: docs/backbone.md)")
+    click.echo(f"{flag}: {name}, the shipped {ROLE_WORDS[role].split(' (')[0]} for {modality} data", err=True)
+    return find_model(name)
+

@@ -39,7 +39,7 @@ def _split_options(f):
         click.option("--split", type=click.Choice(["train", "val", "test", "all"]), default="train",
                      help="Which patients to train on."),
         click.option("--splits", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-                     help="Splits CSV (record_id, patient_id, split); else the split is recomputed from --seed."),
+                     help="Splits CSV (record_id, patient_id, split); else the split is recomputed from --split-seed."),
         click.option("--split-seed", type=int, default=0, help="Seed of the recomputed split."),
         click.option("--stratify", default="auto", help="Label the recomputed split is stratified by."),
     ]

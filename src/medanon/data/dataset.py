@@ -36,7 +36,7 @@ from medanon.data.decode import decode
 from medanon.data.imageio import DEFAULT_MAX_PIXELS, ImageInfo, TooLarge
 from medanon.data.layouts import GenericOptions, scan
 from medanon.data.records import Problem, Record, Scan
-from medanon.errors import DataError
+from medanon.errors import DataError, a_type
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class ImageDataset(Dataset):
                  read_options: ReadOptions | None = None,
                  transform: Callable[[torch.Tensor], torch.Tensor] | None = None):
         if transform is not None and not callable(transform):
-            raise DataError(f"transform= must be a function of a (C, H, W) tensor, not a {type(transform).__name__}",
+            raise DataError(f"transform= must be a function of a (C, H, W) tensor, not {a_type(transform)}",
                             fix="pass e.g. transform=lambda x: x.flip(-1), or leave it out")
         self.records = list(records)
         self.transform = transform

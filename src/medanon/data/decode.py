@@ -15,7 +15,7 @@ holds it), in [0, 1] intensity units:
   about 1/255 (mean 0.1/255), while on the border ring itself the red channel can differ by up to ~8/255,
   because a JPEG stores colour at half resolution and draft mode decodes it at 1/16.
 
-Images no larger than a few times the output are decoded exactly as before (``scale`` 1), so small
+Images no larger than a few times the output are decoded at full size (``scale`` 1), so small
 datasets, such as the phantoms, give bit-identical tensors.
 """
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from medanon.errors import ConfigError, DataError
+from medanon.errors import ConfigError, DataError, a_type
 
 DataLike = Any
 """What a method's ``ds`` (and :func:`medanon.evaluate`'s ``real``) may be: an ``ImageDataset``, a folder (``str`` or
@@ -46,6 +46,7 @@ DataLike = Any
 ACCEPTED = ("an opened dataset (medanon.open_dataset), a dataset folder (str or os.PathLike), a torch.Tensor or "
             "numpy array (N, C, H, W), or a list of PIL images or of (C, H, W) tensors")
 MODALITIES = ("fundus", "xray")
+MODALITY_CHANNELS = {"fundus": 3, "xray": 1}             # what the layouts decode each modality to
 
 
 def _is_dataset(obj: Any) -> bool:
@@ -80,7 +81,7 @@ def as_dataset(obj: Any, *, patient_ids: Sequence[Any] | None = None,
         return open_dataset(Path(obj), size=size, modality=modality or "auto", transform=transform)
     images = _images(obj, argument=argument, value_range=value_range)
     if images is None:
-        raise DataError(f"{argument}= is a {_type_name(obj)}; {argument}= takes {ACCEPTED}",
+        raise DataError(f"{argument}= is {a_type(obj)}; {argument}= takes {ACCEPTED}",
                         fix=f"pass one of those as {argument}=")
     return from_images(images, patient_ids=patient_ids, labels=labels, modality=modality, transform=transform,
                        require_patients=require_patients, argument=argument, method=method)
@@ -136,6 +137,12 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
         modality = "fundus" if c == 3 else "xray"
     if modality not in MODALITIES:
         raise ConfigError(f"modality={modality!r} is not one of {', '.join(MODALITIES)}")
+    want = MODALITY_CHANNELS[modality]
+    if c != want:                                # a grey "fundus" or an RGB "X-ray": the models expect the other
+        how = ("images.expand(-1, 3, -1, -1) repeats the grey channel" if want == 3 else
+               "images.mean(1, keepdim=True) gives one grey channel")
+        raise DataError(f"{argument}= has {c} channel{'s' if c > 1 else ''} and modality={modality!r}; {modality} "
+                        f"images have {want}", fix=f"convert them ({how}) or pass the other modality")
     return InMemoryDataset(images, patient_ids=pids, labels=_labels(labels, n), modality=modality,
                            transform=transform, patients_known=known)
 
@@ -148,10 +155,6 @@ def _only_for_memory(argument: str, **given) -> None:
                           fix="leave them out (open the folder with medanon.open_dataset(..., modality=) to choose "
                               "how it is read)")
 
-
-def _type_name(obj: Any) -> str:
-    t = type(obj)
-    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
 
 
 def _images(obj: Any, *, argument: str, value_range) -> torch.Tensor | None:
@@ -177,7 +180,7 @@ def _images(obj: Any, *, argument: str, value_range) -> torch.Tensor | None:
             return to_float_images(_stack(arrays, argument, channels_last=False), value_range=value_range,
                                    name=argument + "=")
         bad = next(x for x in obj if not isinstance(x, (torch.Tensor, np.ndarray)))
-        raise DataError(f"{argument}= is a list holding a {_type_name(bad)}; a list holds PIL images or (C, H, W) "
+        raise DataError(f"{argument}= is a list holding {a_type(bad)}; a list holds PIL images or (C, H, W) "
                         "tensors or arrays, all alike", fix="convert every item to the same kind first")
     return None
 
@@ -206,7 +209,7 @@ def _nchw(a, argument: str, *, channels_last: bool):
 
 def _sequence(values: Any, name: str) -> list:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise ConfigError(f"{name}= is a {_type_name(values)}; it takes one value per image (a list, array or "
+        raise ConfigError(f"{name}= is {a_type(values)}; it takes one value per image (a list, array or "
                           "pandas Series)", fix=f"pass {name}=[...] with one entry per image")
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
@@ -216,6 +219,8 @@ def _sequence(values: Any, name: str) -> list:
 def _patient_id(p: Any) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         raise ConfigError("patient_ids= holds a missing id", fix="give every image its patient's id")
+    if not str(p).strip():                       # "" would make every image without an id one patient
+        raise ConfigError(f"patient_ids= holds an empty id ({p!r})", fix="give every image its patient's id")
     return str(p)
 
 
@@ -225,7 +230,7 @@ def _labels(labels: Mapping[str, Sequence[Any]] | None, n: int) -> dict[str, lis
     if labels is None:
         return {}
     if not isinstance(labels, Mapping):
-        raise ConfigError(f"labels= is a {_type_name(labels)}; it takes a mapping of label name -> one value per "
+        raise ConfigError(f"labels= is {a_type(labels)}; it takes a mapping of label name -> one value per "
                           "image", fix="pass e.g. labels={'grade': [0, 2, 1, ...]}")
     out = {}
     for name, values in labels.items():

@@ -167,8 +167,8 @@ class EvalConfig:
         """A CPU-sized protocol: small FID samples, short identity training, two seeds, and utility by a linear
         probe on frozen EfficientNet-Lite0 features instead of a CNN trained per release (learners.py).
 
-        Why the probe: on the demo's fundus split (560 training, 116 held-out images, 64 px) the CNN this preset
-        used to train (small ResNet, 150 steps) reached quadratic kappa 0.269 ± 0.234 over 6 seeds on DR grade
+        Why the probe: on the demo's fundus split (560 training, 116 held-out images, 64 px) a CNN trained per release
+        (small ResNet, 150 steps) reached quadratic kappa 0.269 ± 0.234 over 6 seeds on DR grade
         (`python benchmarks/classifier_precision.py`), the probe 0.876 (deterministic; 0.82-0.84 on 56-280 image
         subsamples), and pneumonia AUROC 0.865 ± 0.038 against 0.851: a stronger, steadier instrument, and the
         utility of 26 releases costs a few seconds of features and a convex fit each instead of two CNN trainings

@@ -37,6 +37,9 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
     chosen = parse_label_list(labels) if isinstance(labels, str) else labels
     if chosen is None:
         return default_labels(dataset)
+    if not isinstance(chosen, Sequence) or any(not isinstance(n, str) for n in chosen):
+        raise ConfigError(f"release_labels={labels!r}: it takes label names (a list of strings or one "
+                          "comma-separated string)", fix="pass e.g. release_labels=['grade'] or release_labels=[]")
     unknown = [n for n in chosen if n not in dataset.label_names]
     if unknown:
         raise ConfigError(f"release_labels={','.join(unknown)}: not label(s) of {dataset.root}",

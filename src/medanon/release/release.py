@@ -49,6 +49,7 @@ from PIL import Image
 
 from medanon.anonymize.privacy import PrivacyWarning
 from medanon.data.records import Record, records_digest
+from medanon.errors import a_type
 from medanon.outputs import dataset_inputs
 from medanon.release.aggregate import aggregate_labels
 from medanon.release.sharded import ShardWriter, open_release
@@ -234,7 +235,7 @@ class Release:
         stderr (default: only when it is a terminal or a notebook).
         """
         if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path= is a {type(path).__name__}; save takes a folder path (str or os.PathLike)")
+            raise TypeError(f"path= is {a_type(path)}; save takes a folder path (str or os.PathLike)")
         from medanon.config import check_type
 
         check_type("overwrite", overwrite, "bool")           # overwrite="no" must not replace a release

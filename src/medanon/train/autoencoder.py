@@ -10,7 +10,7 @@ Each step has two updates:
    (the reconstructions of step 1, rendered before its update, so no extra generator pass), with lazy R1
    and adaptive augmentation (ADA), exactly as in :mod:`medanon.train.gan_loss`.
 
-``texture_from_noise`` (default off, the loss of every earlier checkpoint) splits ``x̂`` in two: the pixel,
+``texture_from_noise`` (default off) splits ``x̂`` in two: the pixel,
 feature and detail losses compare the rendering *without* per-pixel noise, and the adversarial terms use a
 second rendering of the same latent *with* fresh noise. At 64 px the phantoms' film grain decides much of the
 Inception FID (real X-ray phantoms blurred by a 0.5 / 1 px Gaussian score 43 / 127 against a real control of

@@ -20,7 +20,7 @@ source's own features). It is ours, not the papers': k-SALSA's and GMIA's codecs
 features and D. Measure what it keeps with a classifier it was *not* trained with (`benchmarks/backbone_targets.py
 --classifier`), or the measurement is the loss itself.
 
-``detail_weight = 0`` and ``task_weight = 0`` (the defaults) are the loss every earlier checkpoint was trained with.
+``detail_weight = 0`` and ``task_weight = 0`` (the defaults) give the plain reconstruction loss, without either term.
 """
 
 from __future__ import annotations

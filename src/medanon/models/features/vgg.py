@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, a_type
 from medanon.models.features.base import FeatureNetwork, freeze, imagenet_normalise
 from medanon.models.features.weights import FeatureNetworkUnavailable, file_sha256, verify_sha256
 
@@ -94,7 +94,7 @@ def _features_state(path: Path, expected: dict[str, torch.Size]) -> dict[str, to
         raise ConfigError(f"VGG19 weights {path} cannot be loaded safely: {type(e).__name__}: {e}",
                           fix="pass a state_dict saved with torch.save (torchvision format)") from None
     if not isinstance(blob, dict):
-        raise ConfigError(f"VGG19 weights {path} hold a {type(blob).__name__}, not a state_dict", fix=HOW_TO_GET)
+        raise ConfigError(f"VGG19 weights {path} hold {a_type(blob)}, not a state_dict", fix=HOW_TO_GET)
     state = {k[len("features."):]: v for k, v in blob.items() if isinstance(k, str) and k.startswith("features.")}
     missing = sorted(set(expected) - set(state))
     wrong = sorted(k for k in set(expected) & set(state) if tuple(state[k].shape) != tuple(expected[k]))

@@ -6,8 +6,8 @@
 # bf16 with 64 clusters per batch (the best setting measured); GAN training at 256 px, batch 64, in float32 and in
 # bf16; then
 # the demo end to end with whatever time is left (no Inception weights are needed: FID/KID are left out with
-# --no-inception; its metrics.jsonl gives each release's seconds). The profiles of the earlier runs are in
-# docs/gpu.md; `--profile N` of device.py and clustering.py and `--variant compile` of device.py repeat them.
+# --no-inception; its metrics.jsonl gives each release's seconds). The GPU profiles measured are in
+# docs/gpu.md and docs/experiments-gpu.md; `--profile N` of device.py and clustering.py and `--variant compile` of device.py repeat them.
 # Results land in OUTDIR: at most 8 files of JSON lines and logs (what a device call brings back).
 #   bash benchmarks/gpu_session.sh OUTDIR [TOTAL_SECONDS] [CHECK_SECONDS]
 set -u
@@ -30,7 +30,7 @@ timeout "$(within 90)" python3 benchmarks/device.py --device cuda --size 256 --o
   --amp bf16 --clusters 64 --batch 512 >> "$OUT/device256.jsonl" 2>> "$OUT/bench.err"
 timeout "$(within 60)" python3 benchmarks/device.py --device cuda --size 256 --only gan_train --gan-steps 5 \
   --gan-batch 64 >> "$OUT/device256.jsonl" 2>> "$OUT/bench.err"
-# the same with the GAN's forward passes under bf16 autocast (precision: bf16; untimed on a GPU so far)
+# the same with the GAN's forward passes under bf16 autocast (precision: bf16; not measured on a GPU: docs/gpu.md)
 timeout "$(within 60)" python3 benchmarks/device.py --device cuda --size 256 --only gan_train --gan-steps 5 \
   --gan-batch 64 --amp bf16 >> "$OUT/device256.jsonl" 2>> "$OUT/bench.err"
 DEMO_S=$(( TOTAL_S - SECONDS - 5 ))

@@ -62,7 +62,8 @@ def test_fp16_only_on_cuda_and_unknown_settings_are_refused(tmp_path):
         c.amp = "fp16"                              # set later (as the CLI does): checked when it runs
         c.decode(torch.zeros(1, c.generator.num_ws, c.generator.w_dim))
     shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "restyle-fundus64.pt"
-    res = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "inverted", str(tmp_path), "--model", str(shipped),
-                                   "--amp", "fp16", "--out", str(tmp_path / "out")])
+    (tmp_path / "data").mkdir()
+    res = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "inverted", str(tmp_path / "data"), "--model",
+                                   str(shipped), "--amp", "fp16", "--out", str(tmp_path / "out")])
     assert res.exit_code == 1 and "--amp fp16 runs on CUDA GPUs only" in res.output, res.output
     assert not (tmp_path / "out").exists()

@@ -355,8 +355,8 @@ def test_cli_errors_and_warnings(tmp_path, checkpoints):
     res = _cli(d, data, tmp_path / "c", "--utility", str(d / "sex.pt"), "--margin", "0.8")
     assert res.exit_code == 0, res.output
     assert "PRESERVE that sensitive attribute" in res.stderr and "--margin 0.8" in res.stderr
-    res = _cli(d, data, tmp_path / "d")
-    assert res.exit_code == 1 and "needs the utility network" in res.output and "--utility" in res.output
+    res = _cli(d, data, tmp_path / "d")                   # no --utility: the modality's shipped E_ut, and said so
+    assert res.exit_code == 0 and "--utility: classifier-grade-fundus64.pt, the shipped" in res.output, res.output
     res = _cli(d, data, tmp_path / "e", "--losses", "id", "--size", "64")
     assert res.exit_code != 0 and "--size" in res.output
     res = _cli(d, data, tmp_path / "f", "--utility", str(d / "grade.pt"), "--identity", str(d / "identity-gray.pt"))

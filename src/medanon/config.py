@@ -178,17 +178,34 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (``k: 3`` then ``k: 4`` silently meant 4)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
+            data = yaml.load(f, Loader=_UniqueKeyLoader) or {}      # a SafeLoader: no code is built
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        raise ConfigError(f"config file {path} does not exist", fix="check the path given as the config") from None
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
+        raise ConfigError(f"config file {path} is not a readable text file ({type(e).__name__})",
+                          fix="give a YAML file, e.g. one of configs/ in the source checkout") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {e}", fix="correct the line it names") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        raise ConfigError(f"config file {path} must hold a mapping at the top level", fix="e.g. `steps: 100`")
     return data
 
 
@@ -249,11 +266,15 @@ def validate(cfg: Any) -> None:
 
 def check_type(name: str, value: Any, declared: str) -> None:
     """Refuse ``value`` for a setting declared ``bool`` unless it is one, and for one declared ``int`` unless it is
-    an integer (not a bool): the types a string or a float would otherwise pass as silently."""
+    an integer (not a bool): the types a string or a float would otherwise pass as silently; and NaN anywhere."""
+    import math
     import numbers
 
     import numpy as np
 
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and math.isnan(value):
+        raise ConfigError(f"{name}=nan is not a number: no setting takes it (it would pass every range check and "
+                          "make the result NaN)", fix=f"pass {name}= a number")
     if declared == "bool" and not isinstance(value, (bool, np.bool_)):
         raise ConfigError(f"{name}={value!r} is {a_type(value)}; {name} takes True or False",
                           fix=f"pass {name}=True or {name}=False")

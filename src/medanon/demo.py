@@ -157,7 +157,7 @@ def report_folder(out: Path, modality: str) -> Path:
     """``out/report-<modality>``, created as medanon's own folder (marked), so that the evaluation may write into
     it after the demo has put the DP-GLOW figure there (a folder medanon cannot recognise is never written)."""
     report = out / f"report-{modality}"
-    check_output(report, existing_ok=True, kind="dir")
+    check_output(report, existing_ok=True, kind="dir", what="report")
     report.mkdir(parents=True, exist_ok=True)
     write_marker(report, "report")
     return report

@@ -7,6 +7,7 @@ so an interrupted run never leaves a half-written file or directory under the fi
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import shutil
@@ -66,6 +67,7 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
     check_output(out, overwrite=overwrite, kind="dir", what=marker)
     with OutputLock(out):
         out.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(out)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
         try:
             yield tmp
@@ -75,12 +77,31 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
                 trash = out.with_name(f".{out.name}.old-{os.getpid()}")
                 os.replace(out, trash)
                 os.replace(tmp, out)
-                shutil.rmtree(trash, ignore_errors=True)
+                remove_replaced(trash)
             else:
                 os.replace(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+def remove_replaced(trash: Path) -> None:
+    """Remove an output that was just replaced (moved to ``trash``): a folder with what it holds, a link as a link
+    (what it pointed at is not medanon's to remove)."""
+    if trash.is_symlink() or trash.is_file():
+        trash.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def remove_leftovers(out: Path) -> None:
+    """Remove what killed runs left beside ``out`` (their ``.OUT.*.partial`` folders and ``.OUT.old-*`` replaced
+    outputs). Called by the holder of ``out``'s lock: no live run writes those names."""
+    if not out.parent.is_dir():
+        return
+    for p in out.parent.glob(f".{glob.escape(out.name)}.*"):
+        if p.name.endswith(".partial") or ".old-" in p.name[len(out.name) + 1:]:
+            remove_replaced(p)
 
 
 def read_json_object(path: str | os.PathLike, *, what: str, fix: str) -> dict:

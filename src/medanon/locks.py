@@ -48,7 +48,8 @@ class OutputLock:
         self.out = Path(out)
         self.name = name
         self.reentrant = reentrant
-        self.path = self.out.with_name(f".{self.out.name}.lock")
+        real = Path(os.path.realpath(self.out))          # one lock per file, whatever path (link, "..") reaches it
+        self.path = real.with_name(f".{real.name}.lock")
         self._fd: int | None = None
 
     def _refuse(self) -> None:

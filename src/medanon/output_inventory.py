@@ -2,10 +2,12 @@
 medanon's own output of the same kind, and only when nothing else was put there.
 
 Every folder medanon finishes carries a marker, ``.medanon-output.json``, with its kind (``release``,
-``phantom``, ``samples``, ``demo``, ...) and the list of files it wrote, each with its size. A folder may be
-replaced only when its kind is the one being written (a release replaces a release) and every file in it is one
-that the marker lists, at the size listed: a user's ``NOTES.txt`` added to an old release, a file that changed,
-or a marker copied into a user's folder all mean a refusal that names the file. A marker alone proves nothing.
+``phantom``, ``samples``, ``demo``, ...) and the list of files it wrote, each with its size and, for tables, texts
+and files up to 1 MiB, the sha256 of its content. A folder may be replaced only when its kind is the one being
+written (a release replaces a release) and every file in it is one that the marker lists, as listed: a user's
+``NOTES.txt`` added to an old release, a file that changed (a label edited in ``labels.csv``, even at the same
+size), or a marker copied into a user's folder all mean a refusal that names the file. A marker alone proves
+nothing.
 
 Releases of earlier versions carry no marker: their ``manifest.json`` identifies them and their ``labels.csv``
 lists their images, which is their inventory. Files medanon writes identify themselves: a mapping and a
@@ -56,14 +58,28 @@ def _files_under(folder: Path) -> dict[str, int]:
     return found
 
 
+HASHED_SIZE = 1 << 20                  # files up to this size (and every table or text file) are listed by content
+TEXT_SUFFIXES = (".csv", ".json", ".jsonl", ".yaml", ".yml", ".txt", ".md", ".html")
+
+
+def _hashed(rel: str, size: int) -> bool:
+    """Whether the marker lists ``rel`` by content too: an edit that keeps a file's size (a label changed in
+    ``labels.csv``) must not pass as medanon's own file. Large images are listed by size only (cost)."""
+    return size >= 0 and (size <= HASHED_SIZE or rel.lower().endswith(TEXT_SUFFIXES))
+
+
 def write_marker(folder: str | os.PathLike, kind: str) -> None:
-    """Mark ``folder`` as medanon's output of ``kind``, listing every file in it now (with its size)."""
+    """Mark ``folder`` as medanon's output of ``kind``, listing every file in it now (with its size, and the sha256
+    of its content where :func:`_hashed`)."""
     from medanon import __version__
+    from medanon.fsutil import sha256_file
 
     folder = Path(folder)
     files = {rel: size for rel, size in _files_under(folder).items() if rel != MARKER}
+    digests = {rel: sha256_file(folder / rel) for rel, size in files.items() if _hashed(rel, size)}
     (folder / MARKER).write_text(json.dumps({"written_by": "medanon", "kind": kind, "version": __version__,
-                                             "files": files}, sort_keys=True) + "\n", encoding="utf-8")
+                                             "files": files, "sha256": digests}, sort_keys=True) + "\n",
+                                 encoding="utf-8")
 
 
 def _release_inventory(folder: Path) -> dict[str, int] | None:
@@ -112,11 +128,16 @@ def written_files(folder: str | os.PathLike) -> dict[str, int] | None:
 def foreign_files(folder: str | os.PathLike) -> list[str] | None:
     """Files in ``folder`` that medanon did not write there (or that changed size since), sorted; None when
     medanon cannot say what it wrote there."""
+    from medanon.fsutil import sha256_file
+
     listed = written_files(folder)
     if listed is None:
         return None
+    marker = _json(Path(folder) / MARKER)
+    digests = marker.get("sha256") if isinstance(marker, dict) and isinstance(marker.get("sha256"), dict) else {}
     return sorted(rel for rel, size in _files_under(Path(folder)).items()
-                  if rel not in listed or (listed[rel] >= 0 and size != listed[rel]))
+                  if rel not in listed or (listed[rel] >= 0 and size != listed[rel])
+                  or (rel in digests and sha256_file(Path(folder) / rel) != digests[rel]))
 
 
 def checkpoint_kind(path: str | os.PathLike) -> str | None:

@@ -150,7 +150,8 @@ def _kind_check(out: Path, kind: str | None, what: str | None, name: str, noun: 
                                 "with overwrite", fix=f"choose another {name}, or remove it yourself")
     base, _, inner = (what or "").partition(":")
     if what is not None and kind != base:
-        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not a {base}: overwrite replaces an "
+        article = "an" if base[:1] in "aeiou" else "a"
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not {article} {base}: overwrite replaces an "
                                 "output only with one of its kind", fix=f"choose another {name}")
     if inner:
         held = checkpoint_kind(out)
@@ -231,16 +232,21 @@ def check_not_an_input(out: Path, *, inputs: Iterable[str | os.PathLike | None] 
 
 def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = (),
                  overwrite: bool = False, kind: Literal["dir", "file"] = "dir", name: str = "out",
-                 existing_ok: bool = False, what: str | None = None) -> Path:
+                 existing_ok: bool = False, what: str | None = None, can_overwrite: bool = True) -> Path:
     """Check that ``path`` may be written; return it unchanged. Raise before any work is done if not.
 
     ``inputs`` are the paths the command reads (see :func:`dataset_inputs`); ``kind`` says whether the output
     is a folder or a file; ``name`` is the argument's name for messages; ``what`` the kind of medanon output it
     is (``release``, ``mapping``, ``splits``, ``checkpoint``, ...), which an existing output must match to be
     replaced. ``existing_ok`` accepts an existing medanon output without ``overwrite`` (a run folder being
-    resumed, a report folder with its cache): it is written into, not replaced.
+    resumed, a report folder with its cache): it is written into, not replaced. ``can_overwrite``: whether the
+    caller offers ``overwrite`` at all (the fix of an existing output says so).
     """
     out = Path(path)
+    if out.name in ("", ".", ".."):                 # Path(".").name is "": no name to write beside or replace
+        raise UnsafeOutputError(f"{name} {str(path)!r} names a folder by its place, not its name: medanon writes a "
+                                "new output beside others",
+                                fix="give a path that ends in the new output's name, e.g. ./release")
     what = what if what is not None else _what(kind, name)
     target, resolved = check_not_an_input(out, inputs=inputs, name=name)
     if out.exists() or out.is_symlink():
@@ -259,7 +265,8 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
         if not empty_dir:
             if not (overwrite or existing_ok):
                 raise OutputExistsError(f"{name} {out} already exists",
-                                        fix=f"choose another {name}, or pass overwrite=True to replace it")
+                                        fix=f"choose another {name}, or pass overwrite=True to replace it"
+                                        if can_overwrite else f"choose another {name}, or remove {out} yourself")
             if existing_ok and not overwrite:
                 if not is_medanon_output(out):
                     raise UnsafeOutputError(f"{name} {out} exists and was not written by medanon: medanon never "
@@ -282,6 +289,8 @@ def _inside_data_folder(target: Path) -> tuple[Path, str] | None:
     for folder in target.parents:
         if folder == folder.parent:
             break
+        if (folder / "dataset.yaml").is_file():      # the medanon layout's description: a dataset
+            return folder, "dataset"
         if any((folder / f).is_file() for f in (MARKER, "manifest.json", "phantom.json")):
             kind = folder_kind(folder)
             if kind in SHARED_KINDS:

@@ -97,14 +97,15 @@ class GMIAConfig:
             raise ConfigError(f"losses={self.losses!r} is not one of {', '.join(LOSSES)}",
                               fix="use id+ut (GMIA), id (identity loss only) or ut (utility loss only)")
         if self.steps < 0:
-            raise ConfigError(f"steps={self.steps} must be >= 0")
+            raise ConfigError(f"steps={self.steps} must be >= 0", fix="e.g. steps=100; 0 releases the reconstructions")
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"lr={self.lr} must be a positive number")
+            raise ConfigError(f"lr={self.lr} must be a positive number", fix="e.g. lr=0.01")
         if not -1.0 <= self.margin < 1.0:
             raise ConfigError(f"margin={self.margin} must be a cosine in [-1, 1)",
                               fix="e.g. margin=0 (identity embeddings orthogonal to the source's)")
-        if self.lambda_id < 0 or self.lambda_ut < 0:
-            raise ConfigError(f"lambda_id={self.lambda_id} and lambda_ut={self.lambda_ut} must be >= 0")
+        if not (0 <= self.lambda_id < math.inf and 0 <= self.lambda_ut < math.inf):
+            raise ConfigError(f"lambda_id={self.lambda_id} and lambda_ut={self.lambda_ut} must be finite and >= 0",
+                              fix="e.g. lambda_id=1, lambda_ut=0.05")
         if self.uses_id and self.lambda_id == 0:
             raise ConfigError(f"losses={self.losses} with lambda_id=0 switches the identity loss off",
                               fix="use losses='ut' for the utility-only ablation, or a positive lambda_id=")

@@ -32,6 +32,7 @@ from medanon.release import ReleaseWriter
 from medanon.release.labels import release_labels
 from medanon.release.release import is_phantom, source_digest
 from medanon.release.writer import check_release_outputs
+from medanon.release.writer_safety import check_mapping_apart
 from medanon.segment.vessels import VesselSource
 
 log = logging.getLogger(__name__)
@@ -183,8 +184,13 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     run_seed = int(seed) if seeded else secrets.randbits(63)
     outs = release_paths(out, ps)
     maps = release_paths(mapping, ps, name="mapping") if mapping is not None else dict.fromkeys(ps)
+    reads = [*dataset_inputs(dataset), *(vessels.reads() if vessels is not None else [])]
     for p in ps:                                               # every output checked before any work
-        check_release_outputs(outs[p], maps[p], inputs=dataset_inputs(dataset), overwrite=overwrite)
+        check_release_outputs(outs[p], maps[p], inputs=reads, overwrite=overwrite)
+        if maps[p] is not None:                                # nor inside another p's release
+            check_mapping_apart(maps[p], list(outs.values()))
+    if vessels is not None:
+        vessels.bind(dataset.records)                          # every image's mask file found, before any work
     names = release_labels(dataset, labels)
     device = torch.device(device)
     h = w = dataset.size

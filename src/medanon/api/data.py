@@ -123,7 +123,7 @@ def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: flo
     """
     from medanon.api._inputs import dataset_arg, number
     from medanon.data.dataset import subset
-    from medanon.data.splits import split_patients
+    from medanon.data.splits import check_train_left, split_patients
     from medanon.errors import ConfigError, a_type
 
     ds = dataset_arg(ds, method="split_dataset")
@@ -144,5 +144,6 @@ def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: flo
                           f"{', '.join(ds.label_names) or 'none'})",
                           fix="pass one of its labels, 'auto' (the modality's utility label) or '' (no strata)")
     assignment = split_patients(ds.records, val=val, test=test, stratify=stratify, seed=seed)
+    check_train_left(assignment, val=val, test=test)
     return {name: subset(ds, [i for i, r in enumerate(ds.records) if assignment[r.patient_id] == name])
             for name in ("train", "val", "test")}

@@ -295,6 +295,7 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     if real_dir is None:
         tmp_dir.cleanup()
         raise ConfigError("the real dataset has no folder", fix="pass real= a dataset opened from a folder")
+    _check_folders_first(out, cache_dir, real_dir, splits, tmp_dir)   # before any release is made
     specs, saved_here = [], []
     for i, r in enumerate(releases):
         if isinstance(r, Release) and r.path is None:     # not saved yet: saved privately, mapping beside it
@@ -322,3 +323,21 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
                             notes=list(report.get("notes", [])), seconds=float(report.get("seconds", 0.0)),
                             report=report, html=html, out=Path(out) if out is not None else None,
                             comparisons=list(report.get("comparisons", [])))
+
+
+def _check_folders_first(out, cache_dir, real_dir, splits, tmp_dir) -> None:
+    """``out`` and ``cache_dir`` checked before a release not yet saved is made (hours for ksalsa); the harness
+    checks them again, with every release's folder."""
+    from medanon.outputs import check_output, check_run_folder
+
+    try:
+        if out is not None:
+            check_output(out, inputs=[real_dir, splits], existing_ok=True, kind="dir")
+            check_run_folder(out, "evaluate")
+        if cache_dir is not None:
+            check_output(cache_dir, inputs=[real_dir, splits], existing_ok=True, kind="dir", name="cache",
+                         what="evaluation-cache")
+    except BaseException:
+        tmp_dir.cleanup()
+        raise
+

@@ -34,10 +34,17 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"medanon.cli.{_name}")
 
 
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt                      # SIGTERM (kill, a scheduler's time limit) ends a run as Ctrl-C does
+
+
 def main() -> None:
+    import signal
+
     from medanon.cli.library import install_warning_display
 
     install_warning_display()
+    signal.signal(signal.SIGTERM, _terminated)   # temporary files removed, locks released, the partial release kept
     cli(prog_name="medanon")
 
 

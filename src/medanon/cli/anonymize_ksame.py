@@ -185,6 +185,19 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
         from medanon.cli.models import shipped_default
 
         model = shipped_default(data_dir, data_opts, "ksame-codec", flag="--model", method=method)
+    from medanon.cli.data import scan_from_cli
+    from medanon.errors import MedanonError
+    from medanon.outputs import dataset_inputs
+    from medanon.release.writer import check_release_outputs
+
+    try:                                         # the files the data reads (a scan decodes no pixel)
+        scanned = scan_from_cli(data_dir, **data_opts)
+        reads = [*dataset_inputs(scanned), *getattr(scanned, "files", ())]
+    except MedanonError:
+        reads = []                               # the data's own error comes when it is opened
+    check_release_outputs(out, mapping, overwrite=overwrite,            # before the data is read or a model loaded
+                          inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), model,
+                                  basis_from, split[1], *reads])
     if model is not None:
         with library_call(FLAGS):
             codec = load_codec(model, map_location=dev, amp=amp)

@@ -123,9 +123,10 @@ def _torchrun_process() -> None:
 
 
 def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, reads=(),
-                  overwrite: bool = False, existing_ok: bool = False) -> None:
+                  overwrite: bool = False, existing_ok: bool = False, can_overwrite: bool = True) -> None:
     """Check every ``(path, kind, option name[, what])`` output of a command before it does any work
     (``medanon.outputs``; ``what`` the kind of medanon output it is, e.g. ``splits``, which an existing one must be).
+    ``can_overwrite``: False for a command without ``--overwrite`` (its refusals do not suggest one).
 
     The inputs are the dataset folder, the generic layout's labels CSV and image folder from ``opts``, and
     ``reads`` (checkpoints, releases); ``None`` outputs (an option not given) are skipped.
@@ -137,7 +138,7 @@ def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, read
     for path, kind, name, *what in outputs:
         if path is not None:
             check_output(path, inputs=inputs, overwrite=overwrite, kind=kind, name=name, existing_ok=existing_ok,
-                         what=what[0] if what else None)
+                         what=what[0] if what else None, can_overwrite=can_overwrite)
 
 
 def to_json(obj) -> str:

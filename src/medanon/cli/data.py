@@ -247,16 +247,20 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
       medanon data split /data/brset --out private/splits.csv --stratify grade --val 0.15 --test 0.15"""
     from collections import Counter
 
-    from medanon.data.splits import split_patients, split_shortfalls, write_splits_csv
+    from medanon.data.splits import check_train_left, split_patients, split_shortfalls, write_splits_csv
 
     sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
+    from medanon.locks import OutputLock
+
     check_outputs((out, "file", "--out", "splits"), data_dir=data_dir, opts=opts, overwrite=overwrite)
-    ds = open_from_cli(data_dir, **opts)
-    if sc.stratify and sc.stratify not in ds.label_names:
-        raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",
-                           fix=f"use one of {ds.label_names} or --stratify ''")
-    assignment = split_patients(ds.records, val=sc.val, test=sc.test, stratify=sc.stratify, seed=sc.seed)
-    write_splits_csv(out, ds.records, assignment)
+    with OutputLock(out, name="--out"):          # two splits written to one file at once: refused, not mixed
+        ds = open_from_cli(data_dir, **opts)
+        if sc.stratify and sc.stratify not in ds.label_names:
+            raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",
+                               fix=f"use one of {ds.label_names} or --stratify ''")
+        assignment = split_patients(ds.records, val=sc.val, test=sc.test, stratify=sc.stratify, seed=sc.seed)
+        check_train_left(assignment, val=sc.val, test=sc.test)
+        write_splits_csv(out, ds.records, assignment)
     per_split = Counter(assignment[r.patient_id] for r in ds.records)
     patients = Counter(assignment.values())
     for problem in split_shortfalls(patients, {"val": sc.val, "test": sc.test}, sc.stratify):

@@ -162,7 +162,7 @@ def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, 
     before any work; nothing read."""
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=reads, existing_ok=True)
     check_outputs((export_path, "file", "--export", f"checkpoint:{kind}"), data_dir=data_dir, opts=data_opts,
-                  reads=[*reads, out / "checkpoint.pt"], existing_ok=resume)
+                  reads=[*reads, out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:
         from medanon.outputs import check_own_export
 
@@ -194,7 +194,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
       medanon train encoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/encoder/cpu64.yaml --out runs/restyle --export restyle.pt
     """
-    _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt, kind="restyle-encoder")
+    _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt, eval_dir, kind="restyle-encoder")
     from medanon.codecs.stylegan import KIND_RESTYLE
     from medanon.config import build
     from medanon.train.distributed import init_distributed, shutdown
@@ -241,7 +241,7 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
       medanon train autoencoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/autoencoder/cpu64.yaml --out runs/cotrained --export cotrained.pt
     """
-    _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt, kind="cotrained-autoencoder")
+    _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt, eval_dir, kind="cotrained-autoencoder")
     from medanon.codecs.stylegan import KIND_COTRAINED
     from medanon.config import build
     from medanon.train.autoencoder import AutoencoderConfig, train_autoencoder

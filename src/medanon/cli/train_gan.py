@@ -57,7 +57,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
 
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, existing_ok=True)
     check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir,
-                  reads=[out / "checkpoint.pt"], existing_ok=resume)
+                  reads=[out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:
         check_own_export(out, export, name="--export")
 

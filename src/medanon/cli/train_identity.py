@@ -9,6 +9,7 @@ import click
 from medanon.cli.base import CONTEXT, check_outputs, to_json, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
+from medanon.locks import OutputLock
 
 FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom --per-patient 2+"}
 
@@ -60,7 +61,8 @@ def _split_options(f):
 @click.option("--image-size", type=click.IntRange(min=8), default=None, help="Training side (default: --size).")
 @click.option("--margin", type=click.FloatRange(0, 1.5), default=0.3, help="ArcFace angular margin (radians).")
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
-@click.option("--fresh", is_flag=True, help="Start over instead of resuming a checkpoint at --out.")
+@click.option("--fresh", is_flag=True, help="Start over instead of resuming a checkpoint at --out; what --out holds "
+              "is replaced only when the new network is finished.")
 @click.pass_context
 @speaks_flags(FLAGS)
 def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, out, steps, arch, embed_dim,
@@ -83,6 +85,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     from medanon.train.identity import IdentityTrainConfig, train_identity
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
+    lock = OutputLock(out, name="--out").acquire() if dist.is_main else None    # one run writes --out at a time
     try:
         ds = open_from_cli(data_dir, **opts)
         images, _ = ds.tensors()
@@ -90,20 +93,14 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
         patients = np.array([r.patient_id for r in ds.records])
         cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
                                   margin=margin, seed=seed)
-        if fresh and dist.is_main:               # the network, and an interrupted run's state beside it
-            from medanon.output_inventory import checkpoint_kind
-
-            for held in (out, out.with_name(out.name + ".partial")):
-                if held.exists() and checkpoint_kind(held) == "identity":
-                    held.unlink()
-        dist.barrier()                          # no rank resumes from a checkpoint --fresh removes
-        net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=True, progress=True,
+        # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
+        net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=not fresh, progress=True,
                              dist=dist)
         if not dist.is_main:
             return
         result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
-        if split != "all":
-            test = _split_rows(ds, splits, "test", split_seed, stratify) if split != "test" else rows
+        if split not in ("all", "test"):         # trained on the test split: no held-out score exists
+            test = _split_rows(ds, splits, "test", split_seed, stratify)
             e = net.embed(images[test]).double().numpy()
             p = patients[test]
             sim = e @ e.T
@@ -113,6 +110,8 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
             result["test_rank1_identification"] = float((p[sim.argmax(1)] == p).mean())
         click.echo(to_json(result))
     finally:
+        if lock is not None:
+            lock.release()
         shutdown(dist)
 
 @train.command("classifier", context_settings=CONTEXT)
@@ -149,10 +148,13 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))
+    lock = OutputLock(out, name="--out").acquire() if dist.is_main else None    # one run writes --out at a time
     try:
         _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label, out, steps, arch, loss,
                           image_size, seed, opts)
     finally:
+        if lock is not None:
+            lock.release()
         shutdown(dist)
 
 
@@ -168,6 +170,11 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
     ds = open_from_cli(data_dir, **opts)
     if label not in ds.label_names:
         raise click.UsageError(f"--label {label!r} is not a label of {data_dir}; it has {ds.label_names}")
+    from medanon.data.labels import LABELS
+
+    if label in LABELS and LABELS[label].kind == "continuous":
+        raise click.UsageError(f"--label {label!r} is a continuous label (every value would be a class of its own); "
+                               "a classifier predicts classes: grade, sex, pneumonia, ...")
     images, _ = ds.tensors()
     values = ds.label_array(label)
     known = values[~np.isnan(values)]
@@ -182,7 +189,7 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
         return
     save_classifier(out, model, extra={"label": label, "train_config": cfg.to_dict()})
     result = {"checkpoint": str(out), "label": label, "trained_on": f"{split} split, {int(ok.sum())} images"}
-    if split != "all":
+    if split not in ("all", "test"):             # trained on the test split: no held-out score exists
         test = _split_rows(ds, splits, "test", split_seed, stratify)
         tok, ty = task.targets(values[test])
         if tok.sum():

@@ -53,8 +53,7 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
     reads = [images_pair, masks_pair]
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=opts, reads=reads, existing_ok=True)
     check_outputs((export, "file", "--export", "checkpoint:vessel-segmenter"), data_dir=data_dir, opts=opts,
-                  reads=[*reads, out / "checkpoint.pt"],
-                  existing_ok=resume)
+                  reads=[*reads, out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:
         from medanon.outputs import check_own_export
 

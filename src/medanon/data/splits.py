@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from medanon.data.records import Record
+from medanon.errors import ConfigError
 from medanon.fsutil import atomic_write_text
 
 SPLITS = ("train", "val", "test")
@@ -37,7 +38,8 @@ def split_patients(records: Sequence[Record], *, val: float = 0.15, test: float 
     Returns patient_id -> split name.
     """
     if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
-        raise ValueError(f"split fractions val={val}, test={test} must be >= 0 and sum below 1")
+        raise ConfigError(f"split fractions val={val}, test={test} must be >= 0 and sum below 1",
+                          fix="e.g. val=0.15, test=0.15")
     strata = patient_strata(records, stratify)
     groups: dict[str, list[str]] = defaultdict(list)
     for p, s in strata.items():
@@ -53,6 +55,13 @@ def split_patients(records: Sequence[Record], *, val: float = 0.15, test: float 
             u = (rank + offset) / n               # stratified systematic sampling in [0, 1)
             out[patients[idx]] = "test" if u < test else "val" if u < test + val else "train"
     return out
+
+
+def check_train_left(assignment: dict[str, str], *, val: float, test: float) -> None:
+    """A split written for use leaves patients to train on (a split file with an empty train part is refused)."""
+    if assignment and "train" not in assignment.values():
+        raise ConfigError(f"val={val}, test={test} leave no patient of {len(assignment)} for training",
+                          fix="lower val= and test= (e.g. 0.15 each), or give more patients")
 
 
 def split_shortfalls(patients: dict[str, int], fractions: dict[str, float], stratify: str = "") -> list[str]:

@@ -323,7 +323,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
              *(getattr(cfg.attacks, k) or None for k in ATTACKER_CHECKPOINTS)]
     check_output(out, inputs=reads, existing_ok=True, kind="dir")   # before reading anything; written only once
     if cache_dir is not None:                                       # all is read
-        check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache")
+        check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache",
+                     what="evaluation-cache")                       # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress)

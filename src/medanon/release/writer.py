@@ -53,7 +53,13 @@ from PIL import Image
 from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError, OutputExistsError
-from medanon.fsutil import atomic_write_bytes, atomic_write_text, read_json_object
+from medanon.fsutil import (
+    atomic_write_bytes,
+    atomic_write_text,
+    read_json_object,
+    remove_leftovers,
+    remove_replaced,
+)
 from medanon.locks import OutputLock
 from medanon.outputs import MAPPING_FORMAT, check_replaceable, checkpoint_files, write_marker
 from medanon.release.aggregate import RULE, aggregate_labels
@@ -137,13 +143,14 @@ class ReleaseWriter:
                               fix="run it without torchrun; ksalsa, kcentroid, kpixel, kpca, inverted, gmia, dpglow "
                                   "and ldp-image are the methods that run sharded (docs/distributed.md)")
         self.out = Path(out)
-        self.partial = self.out.with_name(self.out.name + ".partial")
         self.mapping = Path(mapping) if mapping else None
         self.overwrite = overwrite
         inputs = [*inputs, *checkpoint_files((models or {}).values())]     # the checkpoints the models came from
         check_release_outputs(self.out, self.mapping, inputs=inputs, overwrite=overwrite)
+        self.partial = self.out.with_name(self.out.name + ".partial")
         self.lock = OutputLock(self.out).acquire()      # one writer per release, before anything is touched
         try:
+            remove_leftovers(self.out)                   # a killed run's replaced release
             self._open(method, params, privacy, labels, seeds, models, source, phantom, resume, sharded)
         except BaseException:
             self.lock.release()
@@ -375,7 +382,7 @@ class ReleaseWriter:
             trash = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
             os.replace(self.out, trash)
             os.replace(self.partial, self.out)
-            shutil.rmtree(trash, ignore_errors=True)
+            remove_replaced(trash)
         else:
             self.partial.rename(self.out)
         return self.out

@@ -39,12 +39,45 @@ def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *,
     out = Path(out)
     check_output(out, inputs=inputs, overwrite=overwrite, kind="dir", name="out", what="release")
     if mapping is not None:
-        m, o = Path(os.path.abspath(mapping)).resolve(), Path(os.path.abspath(out)).resolve()
-        if m == o or o in m.parents:
-            raise ConfigError(f"the mapping file {mapping} would be inside the release {out}",
-                              fix="write the private mapping outside the release folder")
+        check_mapping_apart(mapping, [out])
         check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping",
-                     what="mapping")
+                     what="mapping", existing_ok=_written_by_interrupted_run(mapping, out))
+
+
+def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
+    """Whether ``mapping`` is the one an interrupted run of ``out`` wrote while finishing (the mapping is written
+    just before the release is renamed into place): the same command resumes it and writes it again."""
+    import json
+
+    if not (out.with_name(out.name + ".partial") / JOURNAL).is_file() or not Path(mapping).is_file():
+        return False
+    try:
+        held = json.loads(Path(mapping).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    from medanon.output_inventory import MAPPING_FORMAT
+
+    return isinstance(held, dict) and held.get("format") == MAPPING_FORMAT and held.get("release") == out.name
+
+
+def release_working_names(out: Path) -> tuple[str, str]:
+    """The names a release ``out`` is written under before it becomes ``out``: its ``OUT.partial`` folder, and the
+    ``.OUT.*`` siblings (lock, replaced release) of the same folder."""
+    return out.name + ".partial", "." + out.name + "."
+
+
+def check_mapping_apart(mapping: str | Path, outs: Sequence[str | Path]) -> None:
+    """The private ``mapping`` is not inside any of the releases ``outs``, nor inside the folders they are written
+    under until they are finished (``OUT.partial`` becomes ``OUT``: a mapping there would be published)."""
+    m = Path(os.path.abspath(mapping)).resolve()
+    for out in outs:
+        o = Path(os.path.abspath(out)).resolve()
+        partial, hidden = release_working_names(o)
+        for folder in (m, *m.parents):
+            if folder.parent == o.parent and (folder.name in (o.name, partial) or folder.name.startswith(hidden)):
+                raise ConfigError(f"the mapping file {mapping} would be inside the release {out} (or the folder it "
+                                  "is written in until it is finished), which is published",
+                                  fix="write the private mapping outside the release folder")
 
 
 def _check_each_source_once(rows: list[dict[str, Any]], *, views: int, out: Path) -> None:

@@ -4,8 +4,10 @@ Pairing rule (one rule for ``medanon anonymize vs-snow --vessels files --masks D
 ``medanon train segmenter --images DIR --masks DIR``): a mask belongs to the image with the same
 file stem (``img01.png`` <- ``img01.gif``), else, for DRIVE-style names, to the image with the same
 leading id before the first ``_`` (``21_training.tif`` <- ``21_manual1.gif``) when that id names
-exactly one mask. Images without a mask, or with two candidates, are one :class:`DataError` that
-lists them.
+exactly one mask and exactly one image (``P3_01.png`` never takes ``P3_02.png``'s mask). Images without a
+mask, or with two candidates, are one :class:`DataError` that lists them. A mask is read as vessel where it
+is at least half of full brightness, or, for a mask whose values are 0 and 1, where it is 1; a mask without
+a vessel pixel is an error.
 
 Alignment: a mask is drawn on the *source* image, which medanon crops (the fundus field of view, a
 centre square, ...) and resizes. :func:`load_aligned_mask` applies the same crop to the mask, found
@@ -15,7 +17,7 @@ and keeps pixels at least half covered.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,20 +53,30 @@ class MaskIndex:
         for f in files:
             self.by_stem[f.stem.lower()].append(f)
             self.by_id[f.stem.split("_")[0].lower()].append(f)
+        self.bound: dict[Path, Path] = {}
 
-    def find(self, image: Path) -> Path | None:
-        """The mask of ``image``, or None when there is none or it is ambiguous."""
+    def bind(self, images: Sequence[Path]) -> None:
+        """Pair every image of the dataset at once (one error listing all without a mask), so that a batch's
+        lookups see which ids other images share."""
+        self.bound = dict(zip(map(Path, images), self.pair(images), strict=True))
+
+    def find(self, image: Path, *, id_shared: bool = False) -> Path | None:
+        """The mask of ``image``, or None when there is none or it is ambiguous. ``id_shared``: another image
+        has the same leading id, so the id names no single image and only the stem may match."""
         same = self.by_stem.get(image.stem.lower(), [])
         if len(same) == 1:
             return same[0]
-        if same:
+        if same or id_shared:
             return None
         cand = self.by_id.get(image.stem.split("_")[0].lower(), [])
         return cand[0] if len(cand) == 1 else None
 
     def pair(self, images: Sequence[Path]) -> list[Path]:
         """The mask of every image, in order; one DataError listing every image without one."""
-        found = [self.find(Path(p)) for p in images]
+        if self.bound and all(Path(p) in self.bound for p in images):
+            return [self.bound[Path(p)] for p in images]
+        ids = Counter(Path(p).stem.split("_")[0].lower() for p in images)
+        found = [self.find(Path(p), id_shared=ids[Path(p).stem.split("_")[0].lower()] > 1) for p in images]
         missing = [str(p) for p, m in zip(images, found, strict=True) if m is None]
         if missing:
             raise DataError(f"{len(missing)} image(s) have no vessel mask (or several) in {self.folder}:",
@@ -83,15 +95,19 @@ def pair_folder(images_dir: str | Path, masks_dir: str | Path) -> list[tuple[Pat
 
 
 def read_mask(path: str | Path) -> np.ndarray:
-    """A mask file as (H, W) bool: pixels at least half of full brightness."""
+    """A mask file as (H, W) bool: pixels at least half of full brightness, or the 1s of a 0/1 mask."""
     path = Path(path)
     try:
         with Image.open(path) as im:
-            a = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+            a = np.asarray(im.convert("L"))
     except (OSError, ValueError) as e:
         raise DataError(f"cannot read mask {path}: {e}", files=[str(path)],
                         fix="replace the file with a readable 8-bit mask (PNG or GIF)") from None
-    return a >= 0.5
+    vessel = a > 0 if a.max() == 1 else a >= 128
+    if not vessel.any():
+        raise DataError(f"mask {path} has no vessel pixel (all its values are below half brightness)",
+                        files=[str(path)], fix="give a mask with vessels drawn as white (255) or 1 on black (0)")
+    return vessel
 
 
 def load_aligned_mask(mask_path: str | Path, image_path: str | Path, *, size: int, crop: str) -> np.ndarray:

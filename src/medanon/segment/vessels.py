@@ -80,6 +80,16 @@ class VesselSource:
             if method in SEGMENTERS else None
         self.index = MaskIndex(masks_dir) if masks_dir is not None else None
 
+    def bind(self, records: Sequence[Record]) -> None:
+        """Pair every record's image with its mask file now (``files``): all missing masks in one error, before
+        any work."""
+        if self.index is not None:
+            self.index.bind([r.path for r in records])
+
+    def reads(self) -> list[Path]:
+        """The files and folders this source reads besides the dataset (never to be written over)."""
+        return [self.index.folder] if self.index is not None else []
+
     def describe(self) -> dict[str, Any]:
         """What goes into a release manifest about the masks."""
         d: dict[str, Any] = {"method": self.method}

@@ -104,7 +104,27 @@ def read_table(path: Path) -> Table:
     if not header or not any(header):
         raise DataError(f"{path.name} is empty (no header row)", files=[path],
                         fix="the first line of the CSV must name its columns")
+    _check_shape(path, header, rows)
     return Table(path, header, rows)
+
+
+def _check_shape(path: Path, header: list[str], rows: list[tuple[int, list[str]]]) -> None:
+    """Every row has the header's cells (extra cells only if empty: a trailing delimiter), and no column name is
+    given twice: a row cut short would read its last cells as missing, or shift them into other columns (a
+    truncated patient id joins another patient), and a second ``grade`` column would be ignored."""
+    named = [h for h in header if h]
+    twice = sorted({h for h in named if named.count(h) > 1})
+    if twice:
+        raise DataError(f"{path.name} names column(s) {twice} more than once: which one holds the values is "
+                        "ambiguous", files=[path], fix="rename or remove the duplicate column(s)")
+    n = len(header)
+    bad = [line for line, cells in rows if len(cells) < n or any(cells[n:])]
+    if bad:
+        shown = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        raise DataError(f"{path.name}: {len(bad)} row(s) do not have the header's {n} cells (line(s) {shown}); a "
+                        "row cut short or with an extra delimiter would be read into the wrong columns",
+                        files=[path], fix="correct those lines (a missing value is an empty cell between "
+                                          "delimiters), or remove them")
 
 
 def _read_header(path: Path) -> list[str]:

@@ -1,0 +1,159 @@
+"""Outputs reached by other routes: the folder a release is written in until it is finished, a second output of
+the same run, the evaluation's cache, a network being retrained, an edit that keeps a file's size, what a killed
+run left beside an output, and an output named only by its place."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_release_safety import SETTINGS, _release
+
+import medanon
+from medanon.cli import cli
+from medanon.config import PhantomConfig
+from medanon.data.layouts import scan
+from medanon.errors import ConfigError
+from medanon.outputs import UnsafeOutputError
+from medanon.phantoms.generate import generate
+from medanon.release import ReleaseWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory) -> Path:
+    return generate(PhantomConfig(patients=6, per_patient=2, size=16, workers=1),
+                    tmp_path_factory.mktemp("routes") / "fundus", progress=False)
+
+
+def test_a_mapping_in_the_folder_that_becomes_the_release_is_refused(tmp_path, phantom):
+    """OUT.partial is renamed to OUT: a mapping written there was published with the release."""
+    records = scan(phantom).records
+    for mapping in (tmp_path / "r.partial" / "m.json", tmp_path / ".r.old-1" / "m.json", tmp_path / "r" / "m.json"):
+        with pytest.raises(ConfigError, match="would be inside the release"):
+            _release(tmp_path / "r", records, mapping=mapping)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "r.partial").exists()
+
+
+def test_a_snow_sweep_does_not_put_one_mapping_into_another_release(tmp_path, phantom):
+    r = CliRunner().invoke(cli, ["anonymize", "snow", str(phantom), "--size", "16", "--p", "0.1,0.12", "--out",
+                                 str(tmp_path / "r{p}"), "--mapping", str(tmp_path / "r{p}2" / "m.json")])
+    assert r.exit_code == 1 and "would be inside the release" in r.output, r.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_interrupted_close_resumes_with_its_own_mapping(tmp_path, phantom, monkeypatch):
+    """The mapping is written just before the release is renamed into place: a run stopped there resumes."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    real_shuffle = writer._shuffle
+
+    def stop(folder):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "_shuffle", stop)
+    with pytest.raises(KeyboardInterrupt):
+        _release(tmp_path / "r", records, mapping=tmp_path / "m.json")
+    assert (tmp_path / "m.json").is_file() and not (tmp_path / "r").exists()
+    monkeypatch.setattr(writer, "_shuffle", real_shuffle)
+    _release(tmp_path / "r", records, mapping=tmp_path / "m.json")
+    assert len(json.loads((tmp_path / "m.json").read_text())["records"]) == len(records)
+    other = tmp_path / "other.json"                   # another release's mapping is still never replaced
+    shutil.copy(tmp_path / "m.json", other)
+    with pytest.raises(Exception, match="already exists"):
+        _release(tmp_path / "r2", records, mapping=other)
+
+
+def test_the_evaluation_cache_is_never_another_output(tmp_path, phantom):
+    rel = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "rel", mapping=tmp_path / "m.json", progress=False)
+    other = medanon.anonymize.kpixel(phantom, k=3).save(tmp_path / "other", progress=False)
+    second = generate(PhantomConfig(patients=2, per_patient=1, size=16, workers=1), tmp_path / "ph2",
+                      progress=False)                                  # a dataset this evaluation does not read
+    before = {c: sorted(p.name for p in c.rglob("*")) for c in (other, second)}
+    for cache in (other, second):
+        with pytest.raises(UnsafeOutputError, match=r"is a medanon (release|phantom) folder, not an evaluation-cache"):
+            medanon.evaluate(real=phantom, releases=[rel], mappings={"rel": tmp_path / "m.json"}, cache_dir=cache,
+                             preset="tiny", size=16)
+    assert {c: sorted(p.name for p in c.rglob("*")) for c in (other, second)} == before
+
+
+def test_an_evaluation_refuses_its_folders_before_it_makes_a_release(tmp_path, phantom, monkeypatch):
+    from medanon.release.release import Release
+
+    made = []
+    monkeypatch.setattr(Release, "save", lambda self, *a, **k: made.append(a))
+    rel = medanon.anonymize.kpixel(phantom, k=2)
+    with pytest.raises(UnsafeOutputError):
+        medanon.evaluate(real=phantom, releases=[rel], out=phantom / "report", preset="tiny", size=16)
+    assert made == []
+
+
+def test_fresh_identity_training_keeps_the_old_network_until_the_new_one_exists(tmp_path, phantom):
+    old = tmp_path / "id.pt"
+    shutil.copy(ROOT / "checkpoints" / "identity-attacker-independent-fundus24.pt", old)
+    before = old.read_bytes()
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "identity", str(phantom), "--size", "16", "--out",
+                                 str(old), "--fresh", "--split", "test", "--steps", "2"])
+    assert r.exit_code != 0
+    assert old.read_bytes() == before
+
+
+def test_overwrite_spares_an_edit_that_keeps_the_size(tmp_path, phantom):
+    out = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", progress=False)
+    labels = out / "labels.csv"
+    text = labels.read_text()
+    head, first, *rest = text.split("\n")
+    cells = first.split(",")
+    cells[3] = "1" if cells[3] != "1" else "2"                             # one record's grade, same length
+    edited = "\n".join([head, ",".join(cells), *rest])
+    assert edited != text and len(edited) == len(text)
+    labels.write_text(edited)
+    with pytest.raises(UnsafeOutputError, match=r"labels\.csv"):
+        medanon.anonymize.kpixel(phantom, k=3).save(out, overwrite=True, progress=False)
+    assert labels.read_text() == edited
+
+
+def test_masks_read_from_a_folder_are_an_input(tmp_path, phantom):
+    masks = tmp_path / "masks"
+    shutil.copytree(phantom / "masks", masks)
+    rel = medanon.anonymize.vs_snow(phantom, p=0.3, vessels="files", masks_dir=masks)
+    with pytest.raises(UnsafeOutputError, match="never writes into"):
+        rel.save(masks / "rel", progress=False)
+
+
+def test_what_a_killed_run_left_beside_an_output_is_removed(tmp_path):
+    out = tmp_path / "ph"
+    (tmp_path / ".ph.x1y2.partial").mkdir()                                   # a killed phantom run's folder
+    (tmp_path / ".ph.x1y2.partial" / "a.png").write_bytes(b"x")
+    (tmp_path / "keep.partial").mkdir()                                       # not medanon's pattern: kept
+    generate(PhantomConfig(patients=2, per_patient=1, size=16, workers=1), out, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".ph.lock") == ["keep.partial", "ph"]
+
+
+def test_overwrite_of_a_link_replaces_the_link_and_keeps_what_it_pointed_at(tmp_path):
+    target = generate(PhantomConfig(patients=2, per_patient=1, size=16, workers=1), tmp_path / "ph",
+                      progress=False)
+    (tmp_path / "link").symlink_to(target)
+    generate(PhantomConfig(patients=3, per_patient=1, size=16, workers=1), tmp_path / "link", progress=False,
+             overwrite=True)
+    assert not (tmp_path / "link").is_symlink() and len(scan(tmp_path / "link").records) == 3
+    assert len(scan(target).records) == 2
+    assert not [p for p in tmp_path.iterdir() if ".old-" in p.name]
+
+
+@pytest.mark.parametrize("args", [["phantom", "--patients", "2", "--out", "."],
+                                  ["anonymize", "kpixel", "DATA", "--k", "2", "--out", "./"]])
+def test_an_output_named_only_by_its_place_is_refused(tmp_path, phantom, args, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli, [str(phantom) if a == "DATA" else a for a in args])
+    assert r.exit_code == 1 and "names a folder by its place" in r.output and "Traceback" not in r.output
+
+
+def test_a_release_writer_refuses_dot(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsafeOutputError, match="by its place"):
+        ReleaseWriter(Path("."), **SETTINGS)
+

@@ -233,7 +233,10 @@ def test_ksame_commands_take_config_files_and_overrides(tmp_path, world):
     assert r.exit_code == 2 and "--k is required" in r.output    # the privacy claim has no default
     assert k_of("--config", str(tmp_path / "k.yaml")) == 6  # the file over the default
     assert k_of("--config", str(tmp_path / "k.yaml"), "--set", "k=4") == 4   # --set over the file
-    assert k_of("--set", "k=4", "--k", "3") == 3            # an explicit option over everything
+    assert k_of("--config", str(tmp_path / "k.yaml"), "--k", "3") == 3   # an explicit option over the file
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(world["data"]), "--set", "k=4", "--k", "3", "--out",
+                                 str(tmp_path / "twice")])
+    assert r.exit_code == 1 and "k set twice" in r.output    # --set and its own option: which was meant is unclear
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(world["data"]), "--set", "colour=1", "--out",
                                  str(tmp_path / "bad")])
     assert r.exit_code == 1 and "unknown key" in r.output and "colour" in r.output

@@ -30,3 +30,16 @@ def test_refuses_pickled_objects_and_foreign_files(tmp_path: Path):
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(ConfigError, match="does not exist"):
         load_checkpoint(tmp_path / "none.pt")
+
+
+def test_an_empty_truncated_or_foreign_file_is_said_to_be_one(tmp_path: Path):
+    """torch's own errors for these read as a corrupt pickle, and the fix blamed pickled models."""
+    save_checkpoint(tmp_path / "ok.pt", kind="toy", config={}, state={"w": torch.zeros(3)})
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "ok.pt").read_bytes()[:200])
+    (tmp_path / "text.pt").write_text("not a model")
+    for name, said in (("empty.pt", "is empty"), ("cut.pt", "is not a checkpoint file"),
+                       ("text.pt", "is not a checkpoint file")):
+        with pytest.raises(ConfigError, match=said) as e:
+            load_checkpoint(tmp_path / name)
+        assert "pickled" not in str(e.value)

@@ -38,6 +38,26 @@ def save_checkpoint(path: str | Path, *, kind: str, config: dict[str, Any], stat
     return path
 
 
+def _check_readable(path: Path) -> None:
+    """An empty, unreadable or truncated file, or one that is not a torch archive at all, said as such (torch's own
+    errors for these read as a corrupt pickle)."""
+    import zipfile
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb"):
+            pass
+    except PermissionError:
+        raise ConfigError(f"checkpoint {path} cannot be read: permission denied",
+                          fix="make it readable for this user") from None
+    if size == 0:
+        raise ConfigError(f"checkpoint {path} is empty (0 bytes)", fix="copy or export the checkpoint again")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"{path} is not a checkpoint file: a .pt written by torch.save is a zip archive and this "
+                          "file is not one (truncated by a copy, or another kind of file)",
+                          fix="copy or export the checkpoint again; pass a file written by `medanon train`")
+
+
 def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = None,
                     map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` (safely: ``weights_only=True``)."""
@@ -45,6 +65,7 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
     if not path.is_file():
         raise ConfigError(f"checkpoint {path} does not exist",
                           fix="pass the path of a .pt file written by `medanon train` (see checkpoints/README.md)")
+    _check_readable(path)
     try:
         blob = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises several types for corrupt or unsafe files
@@ -65,7 +86,8 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
         raise ConfigError(f"{path} is not a medanon checkpoint", fix="pass a file written by `medanon train`")
     kinds = (kind,) if isinstance(kind, str) else kind
     if kinds and blob.get("kind") not in kinds:
-        raise ConfigError(f"checkpoint {path} holds a {blob.get('kind')!r} model, expected {' or '.join(kinds)}",
+        raise ConfigError(f"checkpoint {path} holds a model of kind {blob.get('kind')!r}, expected "
+                          f"{' or '.join(kinds)}",
                           fix="pass the checkpoint of the right model")
     blob["sha256"] = sha256_file(path)
     blob["path"] = str(path)

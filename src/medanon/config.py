@@ -236,6 +236,12 @@ def build(cls: type[T], *, path: str | Path | None = None, overrides: list[str] 
     """defaults <- YAML file <- ``key=value`` overrides <- explicit keyword values (None = not given)."""
     data: dict[str, Any] = load_yaml(path) if path else {}
     data = apply_overrides(data, overrides)
+    overridden = {item.split("=", 1)[0].strip() for item in overrides}
+    twice = sorted(k.replace("__", ".") for k, v in explicit.items()
+                   if v is not None and k.replace("__", ".") in overridden)
+    if twice:                                    # the explicit value would win and the override go unchecked
+        raise ConfigError(f"{', '.join(twice)} set twice: by an override (key=value) and by its own argument",
+                          fix="give each setting once")
     for k, v in explicit.items():
         if v is not None:
             _set_path(data, k.split("__"), v)

@@ -156,7 +156,8 @@ def vs_snow_privacy(p: float, vessels: dict[str, Any], *, seeded: bool = False) 
             "exactly one source image and resembles it",
             "repeated releases: with one seed the replaced sets are nested across p; with different seeds the union "
             "of unchanged vessel pixels reveals more than either",
-            "with --seed, the seed and the private order of the source images regenerate every replaced set",
+            "with a chosen seed (testing only), the seed and the private order of the source images regenerate every "
+            "replaced set",
             "labels released with the images are released as they are",
         ],
         "attack_measured": ("not by this command: the sex attacker's accuracy (privacy) and the DR classifier's F1 "

@@ -68,6 +68,9 @@ def train_flow_cmd(ctx, data_dir, out, config_file, overrides, steps, batch, see
     from medanon.runtime import resolve_device
 
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, existing_ok=True)
+    from medanon.train.loop import check_run_state
+
+    check_run_state(out, resume=resume)          # a resume needs a run, a new run an empty place: before the data
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))

@@ -29,7 +29,8 @@ from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
 from medanon.release.aggregate import aggregate_labels
 
-NEED_MAP = "needs the release's private mapping file (<release>.mapping.json next to the release, or --mapping)"
+NEED_MAP = ("needs the release's private mapping file (<release>.mapping.json next to the release unless another is "
+            "given for it)")
 
 
 @dataclass

@@ -57,7 +57,10 @@ class UtilityConfig:
 
     def validate(self) -> None:
         if not self.seeds:
-            raise ConfigError("utility.seeds must name at least one seed")
+            raise ConfigError("utility.seeds must name at least one seed", fix="e.g. seeds 0,1,2")
+        if len(set(self.seeds)) != len(self.seeds):      # a repeated seed repeats a run: n and sd would be false
+            raise ConfigError(f"utility.seeds={list(self.seeds)} names a seed more than once",
+                              fix="name each seed once, e.g. 0,1,2")
         for pair in self.compare:
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ConfigError(f"utility.compare entry {list(pair)} must name two different releases",

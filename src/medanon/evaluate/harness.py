@@ -49,6 +49,7 @@ from medanon.evaluate.network_checks import network_checks
 from medanon.evaluate.utility_run import comparisons, full_real_utility, release_utility
 from medanon.fsutil import sha256_file
 from medanon.models.identity import load_identity
+from medanon.output_inventory import checkpoint_kind
 from medanon.outputs import check_output, check_run_folder
 from medanon.runtime import RunDir
 
@@ -237,6 +238,8 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
 
 
 ATTACKER_CHECKPOINTS = ("identity_checkpoint", "independent_checkpoint", "siamese_checkpoint", "attribute_checkpoint")
+ATTACKER_KINDS = {"identity_checkpoint": "identity", "independent_checkpoint": "identity",
+                  "siamese_checkpoint": "siamese", "attribute_checkpoint": "classifier"}
 
 
 def _checkpoint_digests(cfg: EvalConfig) -> dict[str, str]:
@@ -311,6 +314,12 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         path = getattr(cfg.attacks, k)
         if path and not Path(path).is_file():
             raise ConfigError(f"attacks.{k}={path!r}: no such file", fix=f"pass an existing checkpoint, or "
+                              f"attacks.{k}='' to train that attacker on the attacker split")
+        held = checkpoint_kind(path) if path else None
+        if path and held != ATTACKER_KINDS[k]:      # before the run folder exists: nothing is left behind
+            want = ATTACKER_KINDS[k]
+            raise ConfigError(f"attacks.{k}={path!r} is {'a ' + held if held else 'not a medanon'} checkpoint, not "
+                              f"the {want} network it names", fix=f"pass a checkpoint of kind {want}, or "
                               f"attacks.{k}='' to train that attacker on the attacker split")
     if not releases:
         raise ConfigError("no release to evaluate", fix="pass at least one release folder in releases=")

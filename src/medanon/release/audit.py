@@ -239,6 +239,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
 
     if source_records is not None:
         _check_identifiers(rep, release, identifiers_from_records(source_records))
+        _check_copied_files(rep, release, images, source_records)
     else:
         rep.notes.append("no source given: the release was not searched for source identifiers")
 
@@ -256,6 +257,27 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     if mapping is not None and source_records is not None:
         _check_order(rep, release, Path(mapping), source_records)
     return rep
+
+
+def _check_copied_files(rep: AuditReport, release: Path, images: list[Path], source_records) -> None:
+    """No released file is byte for byte a source image or mask (a copy put into the release by hand or by a
+    tool). Only source files of a released file's size are read, so a dataset of large originals costs little.
+    A resized or re-encoded copy is a near copy: the evaluation's near-copy screening measures those."""
+    from medanon.fsutil import sha256_file
+
+    by_size: dict[int, list[Path]] = {}
+    for p in images:
+        by_size.setdefault(p.stat().st_size, []).append(p)
+    sources = {Path(f) for r in source_records for f in (r.path, getattr(r, "mask_path", None)) if f}
+    same_size = [s for s in sources if s.is_file() and s.stat().st_size in by_size]
+    source_digests = {sha256_file(s): s for s in same_size}
+    sizes = {s.stat().st_size for s in same_size}
+    candidates = [p for size in sizes for p in by_size[size]]
+    copied = sorted((str(p.relative_to(release)), source_digests[d].name) for p in candidates
+                    if (d := sha256_file(p)) in source_digests)
+    rep.add("no released file is a copy of a source file", not copied,
+            f"{len(copied)} are, e.g. {copied[0][0]} = source {copied[0][1]}" if copied else
+            f"{len(same_size)} source files of a released file's size compared by content")
 
 
 def _check_columns(rep: AuditReport, manifest: dict, rows: list[dict[str, str]]) -> None:

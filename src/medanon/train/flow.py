@@ -147,6 +147,9 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     if ckpt_path.exists() and not resume:
         raise ConfigError(f"{out} already holds a training run",
                           fix="pass resume=True to continue it, or choose another out folder")
+    if resume and not ckpt_path.is_file():
+        raise ConfigError(f"{out} holds no training run to resume (checkpoint.pt is missing)",
+                          fix="start a new run there (without resume=True), or name the folder of the run to continue")
     flow = Glow(cfg).to(device)
     opt = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -222,6 +222,9 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     if out.exists() and any(out.iterdir()) and not resume:
         raise ConfigError(f"run folder {out} is not empty",
                           fix="pass resume=True to continue it, or choose another out folder")
+    if resume and not last_path.is_file():
+        raise ConfigError(f"{out} holds no training run to resume (last.pt is missing)",
+                          fix="start a new run there (without resume=True), or name the folder of the run to continue")
     data_key = {"files_sha256": data.digest.get("sha256"),
                 "patients_sha256": sha256_bytes("\n".join(r.patient_id for r in data.records).encode())}
     held = None

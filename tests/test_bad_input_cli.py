@@ -1,0 +1,173 @@
+"""Bad input found by a command-line audit: each case was accepted (a wrong release, a wrong score) or ended in a
+traceback; each is now one clear error naming the file or the setting."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from medanon.cli import cli
+from medanon.config import PhantomConfig
+from medanon.data.layouts import scan
+from medanon.errors import DataError
+from medanon.phantoms.generate import generate
+from medanon.segment.mask_files import MaskIndex, read_mask
+
+
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory) -> Path:
+    return generate(PhantomConfig(patients=6, per_patient=2, size=16, workers=1),
+                    tmp_path_factory.mktemp("bad") / "fundus", progress=False)
+
+
+def _run(*args) -> tuple[int, str]:
+    r = CliRunner().invoke(cli, ["--device", "cpu", *map(str, args)])
+    assert "Traceback" not in r.output, r.output
+    return r.exit_code, " ".join(r.output.split())
+
+
+def test_a_row_cut_short_is_refused_not_read_as_another_patient(tmp_path, phantom):
+    """The last row cut inside its patient id ("P00012" -> "P0001") made a k = 2 record of one person."""
+    data = tmp_path / "d"
+    shutil.copytree(phantom, data)
+    labels = data / "labels.csv"
+    lines = labels.read_text().splitlines()
+    lines[-1] = lines[-1][: lines[-1].index(",", lines[-1].index(",") + 1) + 3]     # image, mask, 2 id chars
+    labels.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match="do not have the header's") as e:
+        scan(data)
+    assert f"line(s) {len(lines)}" in str(e.value)
+    code, out = _run("anonymize", "kpixel", data, "--k", "2", "--out", tmp_path / "r")
+    assert code == 1 and "do not have the header's" in out and not (tmp_path / "r").exists()
+
+
+def test_a_column_named_twice_is_refused(tmp_path, phantom):
+    data = tmp_path / "d"
+    shutil.copytree(phantom, data)
+    labels = data / "labels.csv"
+    rows = [line + ("," + line.split(",")[3] if i else ",grade") for i, line in
+            enumerate(labels.read_text().splitlines())]
+    labels.write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataError, match=r"names column\(s\) \['grade'\] more than once"):
+        scan(data)
+
+
+def test_vessel_masks_of_zeros_and_ones_are_read_and_an_empty_one_is_refused(tmp_path):
+    a = np.zeros((8, 8), np.uint8)
+    a[2:4] = 1
+    Image.fromarray(a).save(tmp_path / "m01.png")
+    assert read_mask(tmp_path / "m01.png").sum() == 16                     # a 0/1 mask: its 1s are vessel
+    Image.fromarray(a * 255).save(tmp_path / "m255.png")
+    assert read_mask(tmp_path / "m255.png").sum() == 16
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "empty.png")
+    with pytest.raises(DataError, match="has no vessel pixel"):
+        read_mask(tmp_path / "empty.png")
+
+
+def test_an_image_never_takes_the_mask_of_another_image_of_its_patient(tmp_path):
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    Image.fromarray(np.full((4, 4), 255, np.uint8)).save(masks / "P3_02.png")
+    index = MaskIndex(masks)
+    with pytest.raises(DataError, match="have no vessel mask") as e:
+        index.pair([Path("/x/P3_01.png"), Path("/x/P3_02.png")])
+    assert "P3_01.png" in str(e.value)
+    Image.fromarray(np.full((4, 4), 255, np.uint8)).save(masks / "21_manual1.gif")
+    assert MaskIndex(masks).pair([Path("/x/21_training.tif")]) == [masks / "21_manual1.gif"]   # DRIVE pairing
+
+
+@pytest.mark.parametrize("args, said", [
+    (["anonymize", "kcentroid", "DATA", "--k", "2", "--view-sigma", "nan"], "view_sigma=nan is not a number"),
+    (["anonymize", "ksalsa", "DATA", "--k", "2", "--lr", "nan"], "lr=nan is not a number"),
+    (["anonymize", "gmia", "DATA", "--lambda-id", "inf"], "must be finite"),
+    (["anonymize", "gmia", "DATA", "--lambda-id", "nan"], "--lambda-id nan is not a number"),
+])
+def test_settings_that_are_not_numbers_are_refused(tmp_path, phantom, args, said):
+    """NaN passed every range check: GMIA released black images, k-Centroid half-black ones, with rc 0."""
+    code, out = _run(*[phantom if a == "DATA" else a for a in args], "--out", tmp_path / "r")
+    assert code == 1 and said in out, out
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_config_file_must_be_text_and_name_each_key_once(tmp_path, phantom):
+    (tmp_path / "dup.yaml").write_text("k: 3\nk: 4\n")
+    code, out = _run("anonymize", "kpixel", phantom, "--config", tmp_path / "dup.yaml", "--out", tmp_path / "r")
+    assert code == 1 and "key 'k' is given twice" in out
+    code, out = _run("anonymize", "kpixel", phantom, "--k", "2", "--config", next((phantom / "images").iterdir()),
+                     "--out", tmp_path / "r")
+    assert code == 1 and "is not a readable text file" in out
+
+
+def test_a_split_that_leaves_no_training_patient_is_refused(tmp_path, phantom):
+    code, out = _run("data", "split", phantom, "--out", tmp_path / "s.csv", "--val", "0.99", "--test", "0")
+    assert code == 1 and "leave no patient" in out and not (tmp_path / "s.csv").exists()
+    code, out = _run("train", "flow", phantom, "--size", "16", "--steps", "1", "--out", tmp_path / "f", "--val", "0.9",
+                     "--test", "0.9")
+    assert code == 1 and "sum below 1" in out
+
+
+def test_a_classifier_trained_on_the_test_split_claims_no_test_score(tmp_path, phantom):
+    import json
+
+    code, out = _run("train", "classifier", phantom, "--size", "16", "--label", "grade", "--steps", "1", "--split",
+                     "test", "--out", tmp_path / "c.pt")
+    assert code == 0, out
+    assert "test" not in json.loads(out[out.index("{"):])
+    code, out = _run("train", "classifier", phantom, "--size", "16", "--label", "age", "--steps", "1",
+                     "--out", tmp_path / "a.pt")
+    assert code != 0 and "continuous label" in out
+
+
+def test_the_audit_finds_a_source_image_copied_into_a_release(tmp_path, phantom):
+    """A raw source PNG put over a released image (its time stamp matched) passed the audit."""
+    import os
+
+    import medanon
+
+    out = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", progress=False)
+    assert medanon.audit(out, source=phantom).passed
+    released = sorted((out / "images").iterdir())
+    stamp = os.stat(released[1])
+    shutil.copy(next((phantom / "images").iterdir()), released[0])
+    os.utime(released[0], (stamp.st_atime, stamp.st_mtime))
+    report = medanon.audit(out, source=phantom)
+    check = next(c for c in report.checks if c.name == "no released file is a copy of a source file")
+    assert not report.passed and not check.passed and released[0].name in check.detail
+
+
+def test_an_attacker_of_the_wrong_kind_is_refused_before_the_report_folder_exists(tmp_path, phantom):
+    import medanon
+
+    rel = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", mapping=tmp_path / "m.json", progress=False)
+    code, out = _run("evaluate", "--real", phantom, "--release", rel, "--mapping", f"r={tmp_path / 'm.json'}",
+                     "--preset", "tiny", "--no-inception", "--out", tmp_path / "ev", "--identity",
+                     Path(__file__).resolve().parents[1] / "checkpoints" / "glow-xray64.pt")
+    assert code == 1 and "is a glow checkpoint, not the identity network" in out, out
+    assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.parametrize("args, state", [(["train", "flow", "DATA", "--steps", "1"], "checkpoint.pt"),
+                                         (["train", "segmenter", "DATA", "--epochs", "1"], "last.pt")])
+def test_a_resume_of_a_run_never_started_is_refused(tmp_path, phantom, args, state):
+    code, out = _run(*[phantom if a == "DATA" else a for a in args], "--size", "16", "--out", tmp_path / "run",
+                     "--resume")
+    assert code == 1 and f"holds no training run to resume ({state} is missing)" in out, out
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_setting_given_twice_is_refused_not_half_checked(tmp_path, phantom):
+    """`--k 3 --set k=abc` ran with k = 3 and never looked at "abc"; `--set method=kpca` was ignored."""
+    for extra in (["--set", "k=abc"], ["--set", "method=kpca"]):
+        code, out = _run("anonymize", "kpixel", phantom, "--k", "3", *extra, "--out", tmp_path / "r")
+        assert code == 1 and "set twice" in out, out
+
+
+def test_a_utility_seed_named_twice_is_refused():
+    from medanon.errors import ConfigError
+    from medanon.evaluate.config import UtilityConfig
+
+    with pytest.raises(ConfigError, match="names a seed more than once"):
+        UtilityConfig(seeds=(0, 0)).validate()

@@ -171,3 +171,26 @@ def test_a_utility_seed_named_twice_is_refused():
 
     with pytest.raises(ConfigError, match="names a seed more than once"):
         UtilityConfig(seeds=(0, 0)).validate()
+
+
+def test_a_refused_release_leaves_no_folder_it_created(tmp_path, phantom):
+    code, out = _run("anonymize", "kpixel", phantom, "--k", "100", "--out", tmp_path / "new" / "sub" / "rel")
+    assert code == 1 and "lower --k" in out
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_vessel_segmenter_is_not_trained_on_x_ray_masks(tmp_path):
+    xray = generate(PhantomConfig(modality="xray", patients=2, per_patient=1, size=16, workers=1), tmp_path / "x",
+                    progress=False)
+    code, out = _run("train", "segmenter", xray, "--size", "16", "--epochs", "1", "--out", tmp_path / "run")
+    assert code == 1 and "trained on colour fundus photographs" in out and not (tmp_path / "run").exists()
+
+
+def test_held_out_data_of_the_encoder_is_neither_its_training_data_nor_another_modality(tmp_path, phantom):
+    gan = Path(__file__).resolve().parents[1] / "checkpoints" / "stylegan2-fundus64.pt"
+    xray = generate(PhantomConfig(modality="xray", patients=2, per_patient=1, size=16, workers=1), tmp_path / "x",
+                    progress=False)
+    for held, said in ((phantom, "is the training data"), (xray, "holds xray images")):
+        r = CliRunner().invoke(cli, ["train", "encoder", str(phantom), "--generator", str(gan), "--out",
+                                     str(tmp_path / "run"), "--eval-data", str(held), "--steps", "1"])
+        assert r.exit_code == 2 and said in r.output, r.output

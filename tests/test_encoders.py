@@ -257,8 +257,10 @@ def test_cli_trains_exports_and_resumes_both(tmp_path):
     assert res.exit_code == 0, res.output
     assert load_codec(tmp_path / "re.pt").iterations == 1
     assert (tmp_path / "re" / "samples" / "step-0000002.png").is_file()
+    heldout = generate(PhantomConfig(patients=4, per_patient=2, size=32, workers=1, seed=1), tmp_path / "heldout",
+                       progress=False)                        # other patients: --eval-data is never the training data
     res = runner.invoke(cli, ["train", "encoder", *common, "--out", str(tmp_path / "re"), "--steps", "3", "--resume",
-                              "--eval-data", str(data)])      # the run's own config.yaml
+                              "--eval-data", str(heldout)])   # the run's own config.yaml
     assert res.exit_code == 0, res.output
     assert load_checkpoint(tmp_path / "re" / "checkpoint.pt")["step"] == 3
     report = json.loads((tmp_path / "re" / "heldout.json").read_text())

@@ -157,3 +157,19 @@ def test_a_release_writer_refuses_dot(tmp_path, monkeypatch):
     with pytest.raises(UnsafeOutputError, match="by its place"):
         ReleaseWriter(Path("."), **SETTINGS)
 
+
+
+def test_an_evaluation_does_not_replace_the_report_of_another(tmp_path, phantom):
+    """A report of release A was replaced by one of release B in the same --out, without --overwrite."""
+    real = generate(PhantomConfig(patients=20, per_patient=2, size=32, workers=1), tmp_path / "real", progress=False)
+    train = medanon.split_dataset(real)["train"]                 # the split evaluate recomputes by default
+    for name, k in (("a", 2), ("b", 3)):
+        medanon.anonymize.kpixel(train, k=k).save(tmp_path / name, mapping=tmp_path / f"{name}.json", progress=False)
+    args = ["evaluate", "--real", str(real), "--preset", "tiny", "--no-inception", "--size", "32", "--out",
+            str(tmp_path / "ev")]
+    r = CliRunner().invoke(cli, [*args, "--release", str(tmp_path / "a"), "--mapping", f"a={tmp_path / 'a.json'}"])
+    assert r.exit_code == 0, r.output
+    before = (tmp_path / "ev" / "report.json").read_bytes()
+    r = CliRunner().invoke(cli, [*args, "--release", str(tmp_path / "b"), "--mapping", f"b={tmp_path / 'b.json'}"])
+    assert r.exit_code == 1 and "holds the report of another evaluation" in r.output and "--overwrite" in r.output
+    assert (tmp_path / "ev" / "report.json").read_bytes() == before

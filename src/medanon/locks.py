@@ -51,6 +51,7 @@ class OutputLock:
         real = Path(os.path.realpath(self.out))          # one lock per file, whatever path (link, "..") reaches it
         self.path = real.with_name(f".{real.name}.lock")
         self._fd: int | None = None
+        self._made: Path | None = None                   # the highest folder this lock created (removed if empty)
 
     def _refuse(self) -> None:
         raise ConcurrentRunError(f"another medanon run is writing {self.out.name} ({self.out}) now",
@@ -68,7 +69,9 @@ class OutputLock:
             self._fd, before._fd = before._fd, None      # this process's own earlier run (e.g. one that failed in
             _HELD[key] = self                            # a notebook and was never closed): taken over
             return self
+        missing = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._made = missing[-1] if missing else None
         if fcntl is None:                             # pragma: no cover
             try:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -104,6 +107,22 @@ class OutputLock:
                 os.unlink(self.path)
         os.close(self._fd)
         self._fd = None
+        self._remove_made_folders()
+
+    def _remove_made_folders(self) -> None:
+        """The folders the lock created for the output, if nothing was written into them (a refused run)."""
+        if self._made is None:
+            return
+        folder = self.path.parent
+        while True:
+            try:
+                folder.rmdir()                           # only an empty folder goes
+            except OSError:
+                break
+            if folder == self._made:
+                break
+            folder = folder.parent
+        self._made = None
 
     @property
     def held(self) -> bool:

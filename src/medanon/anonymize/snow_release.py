@@ -178,7 +178,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     if method == "vs-snow" and dataset.channels != 3:
         raise ConfigError(f"vs-snow segments retinal vessels in colour fundus images; {dataset.root} has "
                           f"{dataset.channels} channel(s)",
-                          fix="use snow for X-rays, or open the dataset with channels=3")
+                          fix="use snow for X-rays (VS-Snow needs colour fundus photographs)")
     fill_kind, fill_value = parse_fill(fill, dataset.channels)
     seeded = seed is not None
     run_seed = int(seed) if seeded else secrets.randbits(63)

@@ -214,7 +214,8 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
              size: int | None = None, splits: str | Path | None = None,
              mappings: Mapping[str, str | Path] | None = None, cache_dir: str | Path | None = None, device=None,
              patient_ids=None, labels=None, modality: str | None = None,
-             compare: Sequence[tuple[str, str]] | None = None, progress: bool | None = None) -> EvaluationResult:
+             compare: Sequence[tuple[str, str]] | None = None, progress: bool | None = None,
+             overwrite: bool = False) -> EvaluationResult:
     """Evaluate releases against the real data they were made from: fidelity, utility and privacy attacks.
 
     ``real``: the real dataset, opened (:func:`medanon.open_dataset`, any layout: its folder is read again
@@ -234,7 +235,9 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     with, or ``<release>.mapping.json`` next to the folder); membership, linkability and singling-out
     need it. ``compare``: pairs of release names ``(a, b)`` (folder names; a Release saved here is named
     ``<method>-<position>``) whose utility difference a - b gets a paired patient bootstrap interval
-    (``config.utility.compare``; the result's ``comparisons``). Returns an :class:`EvaluationResult`
+    (``config.utility.compare``; the result's ``comparisons``). ``overwrite``: replace the report of another
+    evaluation in ``out`` (a report of the same real data whose releases are all evaluated again is extended
+    without it). Returns an :class:`EvaluationResult`
     (``.to_dict()``, ``.to_html(path)``, ``.summary()``: flat records, ``.to_frame()``: the same as a pandas
     DataFrame).
 
@@ -257,6 +260,9 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     from medanon.release.release import Release, show_progress
 
     device = device_arg(device)
+    from medanon.config import check_type
+
+    check_type("overwrite", overwrite, "bool")
     if not isinstance(real, (str, os.PathLike)):
         real = as_dataset(real, patient_ids=patient_ids, labels=labels, modality=modality, argument="real")
     elif (patient_ids, labels, modality) != (None, None, None):
@@ -312,7 +318,7 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     with tmp_dir, (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):
         folder = Path(out) if out is not None else tmp / "report"
         rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
-                             cache_dir=cache_dir, progress=progress)
+                             cache_dir=cache_dir, progress=progress, overwrite=overwrite)
         html = (folder / "report.html").read_text(encoding="utf-8")
         report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     for r in saved_here:                                     # their temporary folders are gone

@@ -63,10 +63,13 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
               help="YAML file with EvalConfig fields (see medanon.evaluate.config).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set utility.classifier.steps=500 (repeatable).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the report of another evaluation in --out (a report of the same real data whose releases "
+                   "are all evaluated again is extended without it).")
 @click.pass_context
 @speaks_flags(FLAGS)
 def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, mappings, preset, size, fid_samples,
-             no_inception, seeds, identity_ckpt, cache_dir, config_file, overrides, **read_opts) -> None:
+             no_inception, seeds, identity_ckpt, cache_dir, config_file, overrides, overwrite, **read_opts) -> None:
     """Evaluate release folders against the real data they were made from: FID/KID and an in-domain Fréchet
     distance, downstream classifiers (train on the release, test on held-out real images), and the privacy
     attacks (membership, attribute inference, linkability, singling out) with their controls. Writes a JSON
@@ -118,7 +121,8 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     specs = [ReleaseSpec(r, mapping=maps.get(r.name)) for r in releases]
     with declared_from_cli(real_dir, **read_opts):
         rep = run_evaluation(real_dir, specs, out, config=cfg, splits=splits,
-                             device=resolve_device(ctx.obj["device"]), cache_dir=cache_dir, progress=True)
+                             device=resolve_device(ctx.obj["device"]), cache_dir=cache_dir, progress=True,
+                             overwrite=overwrite)
     click.echo(f"wrote {out / 'report.html'} and {out / 'report.json'} ({len(rep['releases'])} releases, "
                f"{rep['seconds']} s)" + ("; PHANTOM data: phantom results" if rep["phantom"] else ""))
 

@@ -157,16 +157,37 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | No
 
 
 def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, data_opts: dict, *reads,
-                   kind: str) -> None:
+                   kind: str, eval_dir: Path | None = None) -> None:
     """The run folder (resumed: existing is fine if it is a medanon run) and the export (a checkpoint of ``kind``),
     before any work; nothing read."""
+    reads = (*reads, eval_dir)
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=reads, existing_ok=True)
+    _check_heldout(data_dir, eval_dir)
     check_outputs((export_path, "file", "--export", f"checkpoint:{kind}"), data_dir=data_dir, opts=data_opts,
                   reads=[*reads, out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:
         from medanon.outputs import check_own_export
 
         check_own_export(out, export_path, name="--export")
+
+
+def _check_heldout(data_dir, eval_dir) -> None:
+    """``--eval-data`` is held-out data of the training data's modality: the training folder itself, or X-rays for a
+    fundus codec, would be reported as held-out reconstruction quality."""
+    if eval_dir is None or data_dir is None:
+        return
+    if Path(eval_dir).resolve() == Path(data_dir).resolve():
+        raise click.BadParameter("is the training data: its numbers would not be held-out ones",
+                                 param_hint="--eval-data")
+    from medanon.data.layouts import scan
+    from medanon.errors import MedanonError
+
+    try:
+        ours, theirs = scan(Path(data_dir)).modality, scan(Path(eval_dir)).modality
+    except MedanonError:
+        return                                   # the data's own error comes when it is opened
+    if ours and theirs and ours != theirs:
+        raise click.BadParameter(f"holds {theirs} images, the training data {ours} images", param_hint="--eval-data")
 
 
 def _is_phantom(folder: Path) -> bool:
@@ -194,7 +215,8 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
       medanon train encoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/encoder/cpu64.yaml --out runs/restyle --export restyle.pt
     """
-    _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt, eval_dir, kind="restyle-encoder")
+    _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt, kind="restyle-encoder",
+                   eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_RESTYLE
     from medanon.config import build
     from medanon.train.distributed import init_distributed, shutdown
@@ -241,7 +263,8 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
       medanon train autoencoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/autoencoder/cpu64.yaml --out runs/cotrained --export cotrained.pt
     """
-    _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt, eval_dir, kind="cotrained-autoencoder")
+    _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt, kind="cotrained-autoencoder",
+                   eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_COTRAINED
     from medanon.config import build
     from medanon.train.autoencoder import AutoencoderConfig, train_autoencoder

@@ -58,7 +58,7 @@ def _split_options(f):
 @click.option("--steps", type=click.IntRange(min=1), default=1500, help="Optimiser steps.")
 @click.option("--arch", type=click.Choice(["small", "resnet10", "resnet18"]), default="small", help="Backbone.")
 @click.option("--embed-dim", type=click.IntRange(min=2), default=128, help="Embedding size.")
-@click.option("--image-size", type=click.IntRange(min=8), default=None, help="Training side (default: --size).")
+@click.option("--image-size", type=click.IntRange(8, 1024), default=None, help="Training side (default: --size).")
 @click.option("--margin", type=click.FloatRange(0, 1.5), default=0.3, help="ArcFace angular margin (radians).")
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming a checkpoint at --out; what --out holds "
@@ -125,7 +125,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
 @click.option("--arch", type=click.Choice(["small", "resnet10", "resnet18"]), default="small", help="Architecture.")
 @click.option("--loss", type=click.Choice(["ce", "weighted", "focal"]), default="ce",
               help="Cross-entropy, class-weighted cross-entropy, or class-weighted focal loss.")
-@click.option("--image-size", type=click.IntRange(min=8), default=None, help="Training side (default: --size).")
+@click.option("--image-size", type=click.IntRange(8, 1024), default=None, help="Training side (default: --size).")
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing classifier checkpoint at --out.")
 @click.pass_context

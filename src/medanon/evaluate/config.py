@@ -186,7 +186,7 @@ class EvalConfig:
         return cls(size=size,
                    fidelity=FidelityConfig(max_samples=50, reference_samples=100, bootstrap=20, kid_subsets=20),
                    utility=UtilityConfig(seeds=(0, 1), classifier=clf, bootstrap=200, learner="probe",
-                                         probe=ProbeConfig(input_size=min(size, 64))),
+                                         probe=ProbeConfig(input_size=max(32, min(size, 64)))),
                    attacks=AttackConfig(attribute_classifier=clf,
                                         identity=IdentityTrainConfig(image_size=min(size, 32), steps=400),
                                         independent_image_size=indep,

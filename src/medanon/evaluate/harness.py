@@ -295,16 +295,17 @@ def _identity_optimised_against(rel: ReleaseData) -> dict | None:
 def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec], out: str | Path, *,
              config: EvalConfig | None = None, splits: str | Path | None = None,
              device: torch.device | str = "cpu", cache_dir: str | Path | None = None,
-             progress: bool = True, studies: dict[str, dict] | None = None) -> dict:
+             progress: bool = True, studies: dict[str, dict] | None = None, overwrite: bool = False) -> dict:
     """Evaluate ``releases`` against the real dataset in ``real_dir``; write ``out``/report.json and report.html.
 
     ``splits`` is the CSV of the patient-level split the releases were made with (else the split is
     recomputed from ``config.split``). ``cache_dir`` (default ``out/cache``)
     holds what is reused across runs. ``studies`` are results computed outside the release loop that the
     report shows in their own sections (``dpglow_table3``: the dict of
-    :func:`medanon.evaluate.flow_lr.evaluate_dpglow`). Returns the report as a dict.
+    :func:`medanon.evaluate.flow_lr.evaluate_dpglow`). ``overwrite``: replace the report of another evaluation in
+    ``out`` (one of the same real data and a subset of these releases is extended without it). Returns the report.
     """
-    from medanon.evaluate.report import build_closest, build_grids, write_report
+    from medanon.evaluate.report import build_closest, build_grids, check_report_replaceable, write_report
 
     cfg = config or EvalConfig()
     from medanon.config import validate
@@ -335,6 +336,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache",
                      what="evaluation-cache")                       # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
+    check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress)
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from medanon.errors import OutputExistsError
 from medanon.evaluate import privacy_text
 from medanon.evaluate.inputs import RealData, ReleaseData
 from medanon.evaluate.report_attacks import attack_sections
@@ -371,6 +372,26 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
     ])
     return (f"{REPORT_HEAD}</title>"
             f"<style>{STYLE}</style></head><body>{body}</body></html>\n")
+
+
+def check_report_replaceable(out: str | Path, real_dir: str | Path, release_paths, *, overwrite: bool) -> None:
+    """An existing report in ``out`` is rewritten only by the same evaluation, or one that extends it (the same real
+    data, every release it holds among the new ones); another evaluation's report needs ``overwrite``."""
+    path = Path(out) / "report.json"
+    if overwrite or not path.is_file():
+        return
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+        real, rels = str(held["real"]["path"]), [str(r["path"]) for r in held["releases"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return                                   # not a readable report: check_output has judged the folder
+    same = lambda a, b: Path(a).resolve() == Path(b).resolve()                    # noqa: E731
+    dropped = [r for r in rels if not any(same(r, p) for p in release_paths)]
+    if not same(real, real_dir) or dropped:
+        why = f"of {real}" if not same(real, real_dir) else f"with release(s) {[Path(r).name for r in dropped]}"
+        raise OutputExistsError(f"out {out} holds the report of another evaluation ({why}): it would be replaced",
+                                fix="choose another out, evaluate those releases too (a report is extended), or pass "
+                                    "overwrite=True to replace it")
 
 
 def write_report(out: str | Path, report: dict, grids: dict[str, list[dict]]) -> tuple[Path, Path]:

@@ -71,9 +71,11 @@ class SegmenterTrainConfig:
         step = 2 ** (self.levels - 1)
         if self.patch and (self.patch > self.size or self.patch % step):
             raise ConfigError(f"patch={self.patch} must be at most size={self.size} and divisible by {step}",
-                              fix="use 0 (whole images) or e.g. 64")
+                              fix=f"use 0 (whole images) or a multiple of {step} up to {self.size}, e.g. "
+                                  f"{max(step, self.size // 2)}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ConfigError("epochs, batch_size and lr must be positive")
+            raise ConfigError("epochs, batch_size and lr must be positive",
+                              fix="e.g. epochs=25, batch_size=16, lr=2e-3")
         if not (0 < self.val < 1 and 0 < self.test < 1 and self.val + self.test < 1):
             raise ConfigError(f"val={self.val}, test={self.test} must be in (0, 1) and sum below 1",
                               fix="the threshold is calibrated on val and the scores come from test")
@@ -94,7 +96,12 @@ class SegmentationData:
 
 
 def data_from_dataset(ds: ImageDataset, *, progress: bool = True) -> SegmentationData:
-    """Images and layout-provided masks (every record must have one)."""
+    """Images and layout-provided masks (every record must have one): colour fundus photographs only."""
+    if ds.modality != "fundus" or ds.channels != 3:
+        raise DataError(f"{ds.root} holds {ds.modality or 'unknown'} images with {ds.channels} channel(s): the vessel "
+                        "segmenter is trained on colour fundus photographs and their vessel masks (an X-ray "
+                        "phantom's masks are lungs)", files=[str(ds.root)],
+                        fix="train it on a fundus dataset with vessel masks, or on a folder pair of images and masks")
     lacking = [str(r.path) for r in ds.records if r.mask_path is None]
     if lacking:
         raise DataError(f"{len(lacking)} image(s) of {ds.root} have no vessel mask in the layout:", files=lacking,

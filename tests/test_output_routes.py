@@ -126,11 +126,14 @@ def test_masks_read_from_a_folder_are_an_input(tmp_path, phantom):
 
 def test_what_a_killed_run_left_beside_an_output_is_removed(tmp_path):
     out = tmp_path / "ph"
-    (tmp_path / ".ph.x1y2.partial").mkdir()                                   # a killed phantom run's folder
-    (tmp_path / ".ph.x1y2.partial" / "a.png").write_bytes(b"x")
+    (tmp_path / ".ph.x1y2z3w4.partial").mkdir()                               # a killed phantom run's folder
+    (tmp_path / ".ph.x1y2z3w4.partial" / "a.png").write_bytes(b"x")
+    (tmp_path / ".ph.old-123").mkdir()                                        # a killed replacement's old output
     (tmp_path / "keep.partial").mkdir()                                       # not medanon's pattern: kept
+    (tmp_path / ".ph.x.abcdefgh.partial").mkdir()                             # output "ph.x" being written: kept
     generate(PhantomConfig(patients=2, per_patient=1, size=16, workers=1), out, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".ph.lock") == ["keep.partial", "ph"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".ph.lock") == [".ph.x.abcdefgh.partial",
+                                                                                  "keep.partial", "ph"]
 
 
 def test_overwrite_of_a_link_replaces_the_link_and_keeps_what_it_pointed_at(tmp_path):

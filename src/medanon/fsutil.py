@@ -10,6 +10,7 @@ import contextlib
 import glob
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -99,8 +100,10 @@ def remove_leftovers(out: Path) -> None:
     outputs). Called by the holder of ``out``'s lock: no live run writes those names."""
     if not out.parent.is_dir():
         return
+    name = re.escape(out.name)                   # exactly the names atomic_dir and the release writer give them:
+    ours = re.compile(rf"\.{name}\.(?:[a-z0-9_]{{8}}\.partial|old-\d+)")   # never another output's ('r.x' for 'r')
     for p in out.parent.glob(f".{glob.escape(out.name)}.*"):
-        if p.name.endswith(".partial") or ".old-" in p.name[len(out.name) + 1:]:
+        if ours.fullmatch(p.name):
             remove_replaced(p)
 
 

@@ -73,8 +73,11 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     if config_file is None:
         config_file = out / "config.yaml"           # --resume [--retune --set X=...]: the run's own, X changed
     cfg = build(StyleGANConfig, path=config_file, overrides=overrides)
+    from medanon.locks import OutputLock
+
     dist = init_distributed(resolve_device(ctx.obj["device"]))
-    try:
+    early = OutputLock(out, name="--out").acquire() if dist.is_main else None   # a second run refused before the
+    try:                                                                         # data is read (the run takes it over)
         if dist.device.type == "cpu":
             torch.set_num_threads(threads_per_rank(threads, cpu_count()))
         ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=dist.is_main)
@@ -89,4 +92,6 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                 click.echo(f"exported {export_checkpoint(path, export)}")
                 record_export(out, export)
     finally:
+        if early is not None:
+            early.release()
         shutdown(dist)

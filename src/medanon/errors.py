@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def with_article(word: str) -> str:
+    """``word`` after its indefinite article, for messages: ``an identity``, ``a release``."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
 def a_type(value: object) -> str:
     """``value``'s type with its article, for messages: ``a str``, ``an int``, ``a numpy.ndarray``."""
     t = type(value)
-    name = t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}"
-    return ("an " if name[0].lower() in "aeiou" else "a ") + name
+    return with_article(t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}")
 
 
 class MedanonError(Exception):

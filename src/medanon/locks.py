@@ -137,3 +137,10 @@ class OutputLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.release()
+
+
+def main_rank_lock(out: str | os.PathLike, dist, *, name: str = "out"):
+    """``out``'s lock held by the process that writes it (rank 0 of a torchrun job, or the only process); the other
+    ranks write nothing and take no lock. A context manager."""
+    return OutputLock(out, name=name) if dist.is_main else contextlib.nullcontext()
+

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from medanon.errors import MedanonError, OutputExistsError
+from medanon.errors import MedanonError, OutputExistsError, with_article
 from medanon.output_inventory import (  # noqa: F401  (re-exported: the rule's vocabulary)
     MAPPING_FORMAT,
     MARKER,
@@ -150,9 +150,8 @@ def _kind_check(out: Path, kind: str | None, what: str | None, name: str, noun: 
                                 "with overwrite", fix=f"choose another {name}, or remove it yourself")
     base, _, inner = (what or "").partition(":")
     if what is not None and kind != base:
-        article = "an" if base[:1] in "aeiou" else "a"
-        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not {article} {base}: overwrite replaces an "
-                                "output only with one of its kind", fix=f"choose another {name}")
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not {with_article(base)}: overwrite "
+                                "replaces an output only with one of its kind", fix=f"choose another {name}")
     if inner:
         held = checkpoint_kind(out)
         if held not in inner.split("|"):

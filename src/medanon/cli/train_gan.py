@@ -73,25 +73,23 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     if config_file is None:
         config_file = out / "config.yaml"           # --resume [--retune --set X=...]: the run's own, X changed
     cfg = build(StyleGANConfig, path=config_file, overrides=overrides)
-    from medanon.locks import OutputLock
+    from medanon.locks import main_rank_lock
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))
-    early = OutputLock(out, name="--out").acquire() if dist.is_main else None   # a second run refused before the
-    try:                                                                         # data is read (the run takes it over)
-        if dist.device.type == "cpu":
-            torch.set_num_threads(threads_per_rank(threads, cpu_count()))
-        ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=dist.is_main)
-        images, _ = ds.tensors()
-        path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
-                              checkpoint_every=checkpoint_every,
-                              sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
-                              command="medanon train gan", dist=dist, accumulation=accum)
-        if dist.is_main:
-            click.echo(f"wrote {path}")
-            if export is not None:
-                click.echo(f"exported {export_checkpoint(path, export)}")
-                record_export(out, export)
+    try:                                         # the lock before the data is read: a second run is refused at once
+        with main_rank_lock(out, dist, name="--out"):                  # (the run's folder takes it over)
+            if dist.device.type == "cpu":
+                torch.set_num_threads(threads_per_rank(threads, cpu_count()))
+            ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=dist.is_main)
+            images, _ = ds.tensors()
+            path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
+                                  checkpoint_every=checkpoint_every,
+                                  sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
+                                  command="medanon train gan", dist=dist, accumulation=accum)
+            if dist.is_main:
+                click.echo(f"wrote {path}")
+                if export is not None:
+                    click.echo(f"exported {export_checkpoint(path, export)}")
+                    record_export(out, export)
     finally:
-        if early is not None:
-            early.release()
         shutdown(dist)

@@ -9,7 +9,7 @@ import click
 from medanon.cli.base import CONTEXT, check_outputs, to_json, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
-from medanon.locks import OutputLock
+from medanon.locks import main_rank_lock
 
 FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom --per-patient 2+"}
 
@@ -85,34 +85,33 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     from medanon.train.identity import IdentityTrainConfig, train_identity
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
-    lock = OutputLock(out, name="--out").acquire() if dist.is_main else None    # one run writes --out at a time
     try:
-        ds = open_from_cli(data_dir, **opts)
-        images, _ = ds.tensors()
-        rows = _split_rows(ds, splits, split, split_seed, stratify)
-        patients = np.array([r.patient_id for r in ds.records])
-        cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
-                                  margin=margin, seed=seed)
-        # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
-        net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=not fresh, progress=True,
-                             dist=dist)
-        if not dist.is_main:
-            return
-        result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
-        if split not in ("all", "test"):         # trained on the test split: no held-out score exists
-            test = _split_rows(ds, splits, "test", split_seed, stratify)
-            e = net.embed(images[test]).double().numpy()
-            p = patients[test]
-            sim = e @ e.T
-            iu = np.triu_indices(len(p), 1)
-            result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])
-            np.fill_diagonal(sim, -np.inf)
-            result["test_rank1_identification"] = float((p[sim.argmax(1)] == p).mean())
-        click.echo(to_json(result))
+        with main_rank_lock(out, dist, name="--out"):                 # one run writes --out at a time
+            ds = open_from_cli(data_dir, **opts)
+            images, _ = ds.tensors()
+            rows = _split_rows(ds, splits, split, split_seed, stratify)
+            patients = np.array([r.patient_id for r in ds.records])
+            cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
+                                      margin=margin, seed=seed)
+            # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
+            net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=not fresh, progress=True,
+                                 dist=dist)
+            if not dist.is_main:
+                return
+            result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
+            if split not in ("all", "test"):         # trained on the test split: no held-out score exists
+                test = _split_rows(ds, splits, "test", split_seed, stratify)
+                e = net.embed(images[test]).double().numpy()
+                p = patients[test]
+                sim = e @ e.T
+                iu = np.triu_indices(len(p), 1)
+                result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])
+                np.fill_diagonal(sim, -np.inf)
+                result["test_rank1_identification"] = float((p[sim.argmax(1)] == p).mean())
+            click.echo(to_json(result))
     finally:
-        if lock is not None:
-            lock.release()
         shutdown(dist)
+
 
 @train.command("classifier", context_settings=CONTEXT)
 @data_dir_argument(help="Dataset folder to train on.")
@@ -148,13 +147,11 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     from medanon.train.distributed import init_distributed, shutdown
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))
-    lock = OutputLock(out, name="--out").acquire() if dist.is_main else None    # one run writes --out at a time
     try:
-        _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label, out, steps, arch, loss,
-                          image_size, seed, opts)
+        with main_rank_lock(out, dist, name="--out"):                 # one run writes --out at a time
+            _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label, out, steps, arch, loss,
+                              image_size, seed, opts)
     finally:
-        if lock is not None:
-            lock.release()
         shutdown(dist)
 
 

@@ -269,10 +269,10 @@ def _check_copied_files(rep: AuditReport, release: Path, images: list[Path], sou
     for p in images:
         by_size.setdefault(p.stat().st_size, []).append(p)
     sources = {Path(f) for r in source_records for f in (r.path, getattr(r, "mask_path", None)) if f}
-    same_size = [s for s in sources if s.is_file() and s.stat().st_size in by_size]
+    sized = {s: s.stat().st_size for s in sources if s.is_file()}
+    same_size = [s for s, size in sized.items() if size in by_size]
     source_digests = {sha256_file(s): s for s in same_size}
-    sizes = {s.stat().st_size for s in same_size}
-    candidates = [p for size in sizes for p in by_size[size]]
+    candidates = [p for size in {sized[s] for s in same_size} for p in by_size[size]]
     copied = sorted((str(p.relative_to(release)), source_digests[d].name) for p in candidates
                     if (d := sha256_file(p)) in source_digests)
     rep.add("no released file is a copy of a source file", not copied,

@@ -36,6 +36,7 @@ from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequa
 from medanon.models.glow.actnorm import ActNorm, sync_actnorm
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
+from medanon.train.loop import check_run_state
 
 log = logging.getLogger(__name__)
 
@@ -143,13 +144,7 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     if len(images) < cfg.batch:
         raise ConfigError(f"{len(images)} training images are fewer than one batch of {cfg.batch}",
                           fix=f"use more images or batch={len(images)} or less")
-    ckpt_path = out / "checkpoint.pt"
-    if ckpt_path.exists() and not resume:
-        raise ConfigError(f"{out} already holds a training run",
-                          fix="pass resume=True to continue it, or choose another out folder")
-    if resume and not ckpt_path.is_file():
-        raise ConfigError(f"{out} holds no training run to resume (checkpoint.pt is missing)",
-                          fix="start a new run there (without resume=True), or name the folder of the run to continue")
+    ckpt_path = check_run_state(out, resume=resume)    # a new run needs an empty place, a resume a run
     flow = Glow(cfg).to(device)
     opt = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -176,3 +176,37 @@ def test_an_evaluation_does_not_replace_the_report_of_another(tmp_path, phantom)
     r = CliRunner().invoke(cli, [*args, "--release", str(tmp_path / "b"), "--mapping", f"b={tmp_path / 'b.json'}"])
     assert r.exit_code == 1 and "holds the report of another evaluation" in r.output and "--overwrite" in r.output
     assert (tmp_path / "ev" / "report.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("stop_at", ["write_marker", "_stamp", "remove_replaced"])
+def test_a_release_killed_while_moving_into_place_resumes(tmp_path, phantom, monkeypatch, stop_at):
+    """The journals leave OUT.partial before it is published; a run killed after that finishes on the next run."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    if stop_at == "remove_replaced":                  # replacing an older release: killed after the swap
+        _release(tmp_path / "r", records[:4])
+    real = getattr(writer, stop_at)
+
+    def stop(*args, **kwargs):
+        real(*args, **kwargs) if stop_at == "remove_replaced" else None
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, stop_at, stop)
+    with pytest.raises(KeyboardInterrupt):
+        _release(tmp_path / "r", records, mapping=tmp_path / "m.json", overwrite=True)
+    assert (tmp_path / ".r.closing").is_dir()
+    monkeypatch.setattr(writer, stop_at, real)
+    _release(tmp_path / "r", records, mapping=tmp_path / "m.json", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "r"]
+    assert len(list((tmp_path / "r" / "images").iterdir())) == len(records)
+    assert not [p for p in (tmp_path / "r").rglob(".journal*")]
+    assert len(json.loads((tmp_path / "m.json").read_text())["records"]) == len(records)
+
+
+def test_foreign_files_in_the_closing_folder_are_refused(tmp_path, phantom):
+    (tmp_path / ".r.closing").mkdir()
+    (tmp_path / ".r.closing" / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="did not write there"):
+        _release(tmp_path / "r", scan(phantom).records)
+    assert (tmp_path / ".r.closing" / "notes.txt").read_text() == "mine"

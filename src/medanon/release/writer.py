@@ -10,9 +10,10 @@
 While a release is being written it lives in ``RELEASE.partial/`` next to its final place, with a
 private journal (``.journal.jsonl``) of what each record stands for. A run that is interrupted
 resumes from the journal (records already written are not redone); when the writer closes, the
-journal is turned into the optional private mapping file and removed, and the folder is renamed
-into place. Rows of ``labels.csv`` are sorted by the random names, so their order says nothing
-about clusters or sources either.
+journal is turned into the optional private mapping file and moved out of the folder (into ``.RELEASE.closing/``,
+so that a run killed from then on still resumes), the folder is renamed into place and the journal removed.
+Rows of ``labels.csv`` are sorted by the random names, so their order says nothing about clusters or sources
+either.
 
 Nothing else about the files may tell the order they were made in (which is the source order): when
 the writer closes, the images are copied in a secret random order (so inode and directory order are
@@ -72,7 +73,9 @@ from medanon.release.writer_safety import (  # noqa: F401  (check_release_output
     _is_empty_start,
     _partial_foreign,
     check_release_outputs,
+    closing_folder,
     os_error,
+    restore_closing_journals,
 )
 from medanon.runtime import software_versions
 
@@ -151,6 +154,7 @@ class ReleaseWriter:
         self.lock = OutputLock(self.out).acquire()      # one writer per release, before anything is touched
         try:
             remove_leftovers(self.out)                   # a killed run's replaced release
+            restore_closing_journals(self.out, self.partial)   # a killed run's journals, while its release closed
             self._open(method, params, privacy, labels, seeds, models, source, phantom, resume, sharded)
         except BaseException:
             self.lock.release()
@@ -374,8 +378,12 @@ class ReleaseWriter:
             atomic_write_text(self.mapping, json.dumps(mapping, indent=1, default=_json_default) + "\n")
             os.chmod(self.mapping, 0o600)                # private: record -> source patients
         _shuffle(self.partial)
+        # the private journals leave the folder before it is published, but are kept until it is in place: a run
+        # killed from here on resumes from them (restore_closing_journals) instead of finding a folder it cannot read
+        closing = closing_folder(self.out)
+        closing.mkdir(mode=0o700, exist_ok=True)
         for journal in (self.partial / JOURNAL, *self.partial.glob(RANK_JOURNAL_GLOB)):
-            journal.unlink()                             # private: never published
+            os.replace(journal, closing / journal.name)
         write_marker(self.partial, "release")           # its files and sizes: overwrite spares any edited since
         _stamp(self.partial)
         if self.out.exists():
@@ -385,6 +393,7 @@ class ReleaseWriter:
             remove_replaced(trash)
         else:
             self.partial.rename(self.out)
+        shutil.rmtree(closing)
         return self.out
 
     def __enter__(self) -> ReleaseWriter:

@@ -5,13 +5,14 @@ system's refusal as one clear error. Used by :class:`medanon.release.writer.Rele
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from medanon.errors import ConfigError, DataError, MedanonError
-from medanon.outputs import check_output
+from medanon.errors import ConfigError, DataError, MedanonError, OutputExistsError
+from medanon.outputs import MARKER, check_output
 
 JOURNAL = ".journal.jsonl"
 RANK_JOURNAL_GLOB = ".journal.rank*.jsonl"           # records of the other processes of a torchrun job
@@ -89,6 +90,29 @@ def _check_each_source_once(rows: list[dict[str, Any]], *, views: int, out: Path
         raise DataError(f"release {out}: {len(over)} source images stand behind more than {views} record(s) each; "
                         "their noise or averages were drawn more than once, which the privacy statement does not "
                         "cover", fix=f"delete {out}.partial and run the release again, in one process")
+
+
+def closing_folder(out: Path) -> Path:
+    """Where the private journals wait while a finished release is moved into place: beside it, not in it."""
+    return out.with_name(f".{out.name}.closing")
+
+
+def restore_closing_journals(out: Path, partial: Path) -> None:
+    """A run killed while its release was being moved into place left the journals in ``.OUT.closing``: put them
+    back into ``OUT.partial``, so that this run resumes it; if the release did reach its place, they are stale and
+    removed."""
+    closing = closing_folder(out)
+    if not closing.is_dir():
+        return
+    names = [p.name for p in closing.iterdir()]
+    if any(not (n == JOURNAL or Path(n).match(RANK_JOURNAL_GLOB)) for n in names):
+        raise OutputExistsError(f"{closing} holds files medanon did not write there",
+                                fix=f"move {closing} away: medanon keeps a closing release's journals there")
+    if partial.is_dir() and not (partial / JOURNAL).exists() and JOURNAL in names:
+        for n in names:
+            os.replace(closing / n, partial / n)
+        (partial / MARKER).unlink(missing_ok=True)      # written again when this run closes
+    shutil.rmtree(closing)
 
 
 def _is_empty_start(partial: Path) -> bool:

@@ -57,3 +57,25 @@ class DataError(MedanonError):
 
 class OutputExistsError(MedanonError):
     """The output path exists and the user did not ask to overwrite it."""
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for :func:`warnings.warn` that names the first caller outside medanon (the user's line in a
+    script or notebook; for the command line, the library call it made), wherever in the library the warning is
+    raised. Call it as the argument: ``warnings.warn(message, Category, stacklevel=user_stacklevel())``."""
+    import inspect
+    import os
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    cli = package + "cli" + os.sep
+    frame = inspect.currentframe()
+    level = 0
+    try:
+        while frame is not None:
+            name = os.path.abspath(frame.f_code.co_filename)
+            if not name.startswith(package) or name.startswith(cli):
+                break
+            frame, level = frame.f_back, level + 1
+    finally:
+        del frame
+    return max(level, 1)

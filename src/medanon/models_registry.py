@@ -226,6 +226,33 @@ def defaults_of(name: str) -> list[str]:
     return [f"{role} ({m})" for role, by in DEFAULTS.items() for m, n in by.items() if n == name]
 
 
+# What a loaded network given for a role must have (duck-typed, so a user's own codec qualifies), and what it is
+LOADED: dict[str, tuple[tuple[str, ...], str]] = {
+    "ksame-codec": (("encode", "decode", "render", "describe"),
+                    "a StyleGAN codec (medanon.codecs.stylegan.load_codec(path), or StyleGANCodec(G, E))"),
+    "gmia-codec": (("encode", "decode", "render", "describe"),
+                   "a StyleGAN codec (medanon.codecs.stylegan.load_codec(path), or StyleGANCodec(G, E))"),
+    "dpglow-flow": (("encode", "decode", "describe", "flow"),
+                    "a flow codec (medanon.models.glow.GlowCodec(glow), or medanon.train.flow.load_flow(path)[0])"),
+    "gmia-identity": (("forward",), "an identity network (medanon.anonymize.gmia.IdentityEncoder)"),
+    "gmia-utility": (("forward",), "a utility network (medanon.anonymize.gmia.UtilityEncoder)"),
+}
+
+
+def _check_loaded(value, *, role: str, argument: str) -> None:
+    """A loaded network given for ``role`` has what the method calls, or a ConfigError says what to pass."""
+    from medanon.errors import ConfigError, a_type
+
+    if isinstance(value, tuple) or role not in LOADED:
+        return
+    needs, what = LOADED[role]
+    missing = [a for a in needs if not hasattr(value, a)]
+    if missing:
+        hint = (": wrap the Glow in GlowCodec(glow)" if role == "dpglow-flow" and hasattr(value, "log_prob") else "")
+        raise ConfigError(f"{argument}= is {a_type(value)}, not {what}: it has no {', '.join(missing)}{hint}",
+                          fix=f"pass {argument}= {what}, a checkpoint name on `medanon models` or a path")
+
+
 def resolve_model(value, *, role: str, modality: str | None, argument: str, method: str):
     """A method's model argument as ``(path or loaded object, record)``: a loaded network is kept; a name is
     looked up on the search path (:func:`find_model`), a path kept; None is the role's default for ``modality``.
@@ -249,6 +276,7 @@ def resolve_model(value, *, role: str, modality: str | None, argument: str, meth
                               f"(a name on `medanon models` or a path) or a loaded network",
                               fix=f"pass {argument}= a checkpoint name or path, a loaded network, or leave it out for "
                                   "the default")
+        _check_loaded(value, role=role, argument=argument)
         return value, None
     path = find_model(value)
     return path, {"file": path.name, "chosen": chosen}

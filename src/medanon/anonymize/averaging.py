@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from medanon.anonymize.privacy import WeakSetting
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 
 T, R = TypeVar("T"), TypeVar("R")
 
@@ -170,7 +170,7 @@ def batches_within_memory(items: Sequence[T], batch: int, run: Callable[[list[T]
                 torch.cuda.empty_cache()
             batch = len(chunk) // 2
             warnings.warn(f"{what}: out of device memory with {len(chunk)} per batch; continuing with {batch}",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=user_stacklevel())
             continue
         yield chunk, out, batch
         pos += len(chunk)
@@ -186,4 +186,4 @@ def check_k(k: int, method: str = "") -> None:
         extra = ("; on phantoms at the paper's scale k-SALSA at k = 2 leaked more than k-Centroid (membership top-K "
                  "44.5 % against 33.4 %, 320 records each)" if method == "ksalsa" else "")
         warnings.warn("k = 2: no method gave strong protection against membership inference at k = 2 in the "
-                      f"k-SALSA paper (Table 3){extra}; prefer k >= 5", WeakSetting, stacklevel=2)
+                      f"k-SALSA paper (Table 3){extra}; prefer k >= 5", WeakSetting, stacklevel=user_stacklevel())

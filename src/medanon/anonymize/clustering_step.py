@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from medanon.anonymize import clustering_distances as distances
+from medanon.errors import user_stacklevel
 
 
 def graphs_enabled() -> bool:
@@ -144,7 +145,7 @@ class StaticStep:
             torch.cuda.synchronize(self.dev)
             warnings.warn(f"same-size clustering: a CUDA graph of the greedy's step could not be recorded ({e}); "
                           "it continues without graphs (same clusters, more time per pick)", RuntimeWarning,
-                          stacklevel=4)
+                          stacklevel=user_stacklevel())
             self.graphs = False
             self._body()
             return

@@ -49,7 +49,7 @@ import torch
 
 from medanon.anonymize.ldp import ClipCalibration, LaplaceMechanism, calibrate
 from medanon.anonymize.privacy import CalibrationOverlap
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 from medanon.models.glow.codec import GlowCodec
 
 DPGLOW_CENTER = "zero"                          # default clip-box centre (see the module docstring)
@@ -110,5 +110,5 @@ def training_overlap(flow_data: dict[str, Any] | None, source_digest: dict[str, 
             f"{flow_data.get('subset', 'all')!r}): what the flow's weights (and a clip box calibrated on them) "
             "memorised about these images is outside the epsilon bound")
     warnings.warn(note + "; release images the flow never saw (its held-out split, or train the flow on other data)",
-                  CalibrationOverlap, stacklevel=2)
+                  CalibrationOverlap, stacklevel=user_stacklevel())
     return note

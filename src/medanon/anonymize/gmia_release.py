@@ -20,7 +20,7 @@ from medanon.anonymize.gmia import GMIA, GMIAConfig, GMIAResult, _concat, summar
 from medanon.anonymize.ldp import release_dataset
 from medanon.anonymize.privacy import WeakSetting
 from medanon.data.dataset import ImageDataset
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 from medanon.models.classifier import ResNet
 from medanon.models.identity import IdentityNet
 from medanon.release.labels import SENSITIVE_LABELS, default_labels, release_labels
@@ -130,7 +130,7 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
 
     check_release_outputs(out, mapping, inputs=dataset_inputs(dataset), overwrite=overwrite)   # before any work
     for message, category in [*check_networks(gmia, dataset), *gmia.cfg.warnings()]:
-        warnings.warn(message, category, stacklevel=2)
+        warnings.warn(message, category, stacklevel=user_stacklevel())
     names = release_labels(dataset, labels)
     networks = gmia.describe()
     params = {**gmia.cfg.params(),

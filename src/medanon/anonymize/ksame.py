@@ -49,7 +49,7 @@ from medanon.anonymize.ksame_config import DEFAULT_VIEW_SIGMA, LATENT_METHODS, M
 from medanon.anonymize.ksame_statement import manifest_params, model_checksums, privacy_statement, seeds_used
 from medanon.anonymize.privacy import DataDependentRelease, NotAnonymised
 from medanon.anonymize.salsa import KSalsa
-from medanon.errors import ConfigError, DataError
+from medanon.errors import ConfigError, DataError, user_stacklevel
 from medanon.release.aggregate import aggregate_labels, warn_homogeneity
 
 __all__ = ["DEFAULT_VIEW_SIGMA", "LATENT_METHODS", "METHODS", "ClusterAverager", "KSameConfig", "cluster_key",
@@ -217,7 +217,8 @@ def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: b
 
 
 def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, device="cpu",
-                  progress: bool = True, plan: tuple | None = None, pca_basis=None, map_prior=None) -> dict[str, Any]:
+                  progress: bool = True, plan: tuple | None = None, pca_basis=None, map_prior=None,
+                  validated: bool = False) -> dict[str, Any]:
     """Run ``cfg.method`` on dataset ``ds`` into an open :class:`~medanon.release.ReleaseWriter`.
 
     Returns a summary (clusters, records written, records resumed, mean style losses for k-SALSA).
@@ -225,9 +226,11 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     :class:`~medanon.anonymize.map_prior.MapPrior` (a codec with a spatial map, ``map_init="synthetic"``). Warns
     :class:`~medanon.anonymize.privacy.DataDependentRelease` for k-Same-PCA on a private basis and
     :class:`~medanon.anonymize.privacy.LabelHomogeneity` when a released label is the same for every
-    patient of a record; the writer's privacy statement records the counts.
+    patient of a record; the writer's privacy statement records the counts. ``validated``: ``cfg`` was checked
+    (and its weak settings warned about) when the release was planned.
     """
-    cfg.validate()
+    if not validated:
+        cfg.validate()
     if cfg.method in LATENT_METHODS and codec is None:
         raise ConfigError(f"{cfg.method} needs codec: an inversion codec (ReStyle encoder) or its checkpoint")
     if cfg.method == "ksalsa" and features is None:
@@ -239,13 +242,13 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
         warnings.warn("k-Same-PCA with the basis fitted on the released data: every record depends on images outside "
                       "its cluster through the basis (the statement says so); pass a separate basis dataset "
                       "(pca_basis=dataset) to keep each record a function of its cluster only",
-                      DataDependentRelease, stacklevel=2)
+                      DataDependentRelease, stacklevel=user_stacklevel())
     clustering, latents, pca = plan or plan_clusters(ds, cfg, codec=codec, device=device, progress=progress,
                                                      pca_basis=pca_basis)
     if not clustering.clusters:
         raise DataError("no cluster could be formed", fix="lower k= or add data")
     labels = list(writer.settings.get("labels", []))
-    homogeneous = warn_homogeneity([[ds.records[i] for i in c] for c in clustering.clusters], labels, stacklevel=3)
+    homogeneous = warn_homogeneity([[ds.records[i] for i in c] for c in clustering.clusters], labels)
     if labels and hasattr(writer, "privacy"):
         writer.privacy["homogeneous_records"] = {n: f"{c} of {len(clustering.clusters)}"
                                                  for n, c in homogeneous.items()}
@@ -322,7 +325,7 @@ def _labels_per_patient(writer, sources: list[list], keys: list[str], views: int
 
 def _release_inverted(ds, writer, codec, *, progress: bool, batch: int = 64) -> dict[str, Any]:
     warnings.warn("GAN-Inverted releases one reconstruction per image: it is NOT anonymised (k = 1); it exists "
-                  "only as the paper's comparison", NotAnonymised, stacklevel=3)
+                  "only as the paper's comparison", NotAnonymised, stacklevel=user_stacklevel())
     todo = [i for i, r in enumerate(ds.records) if not writer.done(r.record_id)]
     for start in tqdm(range(0, len(todo), batch), desc="inverted", disable=not progress, unit="batch"):
         idx = todo[start:start + batch]

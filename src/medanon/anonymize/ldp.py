@@ -85,7 +85,7 @@ from medanon.anonymize.ldp_statement import (
 )
 from medanon.anonymize.per_image import record_generator, release_dataset
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee, WeakBudget
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 
 __all__ = ["CENTERS", "CLIP_BOXES", "DEFAULT_ALPHA", "EXACT_CLAUSE", "FLOAT_CLAUSE", "GRID_STEPS", "PUBLIC_BOXES",
            "PUBLIC_LATENT_BOUND", "SAMPLERS", "SEEDED", "SPACES", "WEAK_EPSILON", "ClipCalibration",
@@ -198,23 +198,24 @@ class LaplaceMechanism:
     def _warn(self) -> None:
         if not math.isfinite(self.epsilon_image):
             warnings.warn(f"epsilon=inf: no noise is added{'' if self.clip else ' and nothing is clipped'}; the "
-                          "output carries NO differential-privacy guarantee", NoFormalGuarantee, stacklevel=3)
+                          "output carries NO differential-privacy guarantee", NoFormalGuarantee,
+                          stacklevel=user_stacklevel())
             return
         if self.alpha > 1:
             warnings.warn(f"alpha={self.alpha} > 1: the clip box is wider than the calibration range, so the "
                           "noise is scaled to the box width instead of Δ_k (Eq. 7 alone would not be ε-LDP)",
-                          UserWarning, stacklevel=3)
+                          UserWarning, stacklevel=user_stacklevel())
         if self.epsilon_image > WEAK_EPSILON:
             warnings.warn(
                 f"epsilon = {self.epsilon_image:.4g} per image ({self.epsilon_element:.4g} per element, D = "
                 f"{self.dims}): the guarantee bounds the log-likelihood ratio between any two images' outputs "
                 f"by {self.epsilon_image:.4g} nats, i.e. a factor e^{self.epsilon_image:.4g}; that is no formal "
                 "protection for a whole image. Any obfuscation at this budget is empirical (see docs/dpglow.md).",
-                WeakBudget, stacklevel=3)
+                WeakBudget, stacklevel=user_stacklevel())
         if not self.calibration.public:
             warnings.warn(f"the clip box is calibrated on {self.calibration.count} private images (per-element min "
                           "and max): what it reveals about them is outside the guarantee; clip_box='public' avoids it",
-                          DataDependentRelease, stacklevel=3)
+                          DataDependentRelease, stacklevel=user_stacklevel())
 
     # -------------------------------------------------------------------------------------------- apply
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from medanon.anonymize.privacy import CalibrationOverlap
+from medanon.errors import user_stacklevel
 
 PUBLIC_LATENT_BOUND = 4.0                       # public box of eps: [-4, 4]; P(|N(0, 1)| > 4) = 6.3e-5
 PUBLIC_BOXES = {"pixel": (-1.0, 1.0), "glow-eps": (-PUBLIC_LATENT_BOUND, PUBLIC_LATENT_BOUND)}
@@ -109,7 +110,7 @@ def calibrate(batches: Iterable[torch.Tensor], *, space: str) -> ClipCalibration
     return ClipCalibration(lo=lo, hi=hi, count=count, space=space)
 
 
-def calibration_overlap(released, calibration, *, stacklevel: int = 2) -> int:
+def calibration_overlap(released, calibration) -> int:
     """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) when images being released are among the
     images a clip box is calibrated on; returns how many are. ``released`` and ``calibration``: datasets (their
     records' files are compared, by resolved path) or sequences of paths."""
@@ -122,5 +123,5 @@ def calibration_overlap(released, calibration, *, stacklevel: int = 2) -> int:
         warnings.warn(f"{len(both)} of the images being released are among the {len(paths(calibration))} images the "
                       "clip box is calibrated on: their own per-element extremes shape the box, which the epsilon "
                       "bound does not cover; calibrate on other images (the training split) or use the public box",
-                      CalibrationOverlap, stacklevel=stacklevel)
+                      CalibrationOverlap, stacklevel=user_stacklevel())
     return len(both)

@@ -13,6 +13,7 @@ import torch
 
 from medanon.anonymize.ldp_statement import SEEDED, seeded_privacy
 from medanon.anonymize.privacy import NoFormalGuarantee
+from medanon.errors import user_stacklevel
 from medanon.runtime import map_in_parallel
 
 
@@ -41,7 +42,7 @@ def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torc
 
     if noise_seed is not None and writer.privacy.get("guarantee") == "epsilon-LDP":
         warnings.warn(f"noise seed {noise_seed}: the noise is reproducible, so the release states '{SEEDED}'. "
-                      "Leave the seed out for a release", NoFormalGuarantee, stacklevel=2)
+                      "Leave the seed out for a release", NoFormalGuarantee, stacklevel=user_stacklevel())
         writer.privacy.update(seeded_privacy(writer.privacy))
     todo = [i for i, r in enumerate(dataset.records) if not writer.done(r.record_id)]
     chunks = [todo[start:start + batch] for start in range(0, len(todo), batch)]

@@ -27,4 +27,8 @@ def make_callable(module_name: str, function: Callable) -> types.ModuleType:
     module.__class__ = CallableModule
     module.__api_function__ = function
     module.__signature__ = inspect.signature(function)
+    # help() shows the call first (what a user of the function reads), then what the module holds
+    sig = f"{module_name.rsplit('.', 1)[-1]}{module.__signature__}"
+    module.__doc__ = (f"{sig}\n\n{inspect.getdoc(function) or ''}\n\nThe module {module_name}:\n\n"
+                      f"{inspect.cleandoc(module.__doc__ or '')}")
     return module

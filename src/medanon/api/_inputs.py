@@ -14,12 +14,23 @@ import numbers
 from typing import Any
 
 
-def dataset_arg(ds: Any, *, method: str, patient_ids=None, labels=None, modality=None, require_patients=False):
+def dataset_arg(ds: Any, *, method: str, patient_ids=None, labels=None, modality=None, value_range=None,
+                require_patients=False, why: str | None = None):
     """``ds`` as the :class:`~medanon.data.dataset.ImageDataset` the methods read."""
     from medanon.data.inputs import as_dataset
 
-    return as_dataset(ds, patient_ids=patient_ids, labels=labels, modality=modality,
-                      require_patients=require_patients, argument="ds", method=method)
+    return as_dataset(ds, patient_ids=patient_ids, labels=labels, modality=modality, value_range=value_range,
+                      require_patients=require_patients, argument="ds", method=method, why=why)
+
+
+def memory_range(obj: Any, value_range):
+    """``value_range`` for a second data argument (``calibrate_on=``, ``pca_basis=``) when it holds images in memory,
+    as the first does; None for a dataset or a folder, which have their own."""
+    import os
+
+    from medanon.data.inputs import _is_dataset
+
+    return None if _is_dataset(obj) or isinstance(obj, (str, os.PathLike)) else value_range
 
 
 def model_arg(value: Any, *, role: str, ds, argument: str, method: str, used: dict[str, Any] | None = None):

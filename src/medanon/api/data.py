@@ -79,12 +79,12 @@ def open_dataset(path: str | Path, *,
 
 
 def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", patients: int = 4, per_patient: int = 1,
-                 size: int = 16, seed: int = 0, progress: bool = False) -> Path:
+                 size: int = 16, seed: int = 0, overwrite: bool = False, progress: bool = False) -> Path:
     """Write a phantom dataset (synthetic patients, :mod:`medanon.phantoms`) and return its folder.
 
-    ``out`` defaults to a new temporary folder. The defaults make a tiny dataset for examples and
-    tests; ``medanon phantom`` (and :class:`medanon.config.PhantomConfig`) make realistic ones.
-    Same seed, same bytes.
+    ``out`` defaults to a new temporary folder; ``overwrite`` replaces a phantom there (only a phantom). The
+    defaults make a tiny dataset for examples and tests; ``medanon phantom`` (and
+    :class:`medanon.config.PhantomConfig`) make realistic ones. Same seed, same bytes.
 
     Example:
         >>> import medanon
@@ -94,17 +94,20 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
     """
     import tempfile
 
-    from medanon.config import PhantomConfig
+    from medanon.config import PhantomConfig, check_type
     from medanon.phantoms.generate import generate
 
+    check_type("overwrite", overwrite, "bool")
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="medanon-phantom-")) / modality
     return generate(PhantomConfig(modality=modality, patients=patients, per_patient=per_patient, size=size,
-                                  seed=seed, workers=1), out, progress=progress)
+                                  seed=seed, workers=1), out, overwrite=overwrite, progress=progress)
 
 
 def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: float = 0.15, stratify: str = "auto",
-                  seed: int = 0) -> dict[str, ImageDataset]:
-    """Patient-level ``train``/``val``/``test`` parts of ``ds`` (a dataset or its folder; no patient in two
+                  seed: int = 0, patient_ids=None, labels=None, modality: str | None = None,
+                  value_range=None) -> dict[str, ImageDataset]:
+    """Patient-level ``train``/``val``/``test`` parts of ``ds`` (a dataset, its folder, or images in memory with
+    ``patient_ids=``, required, and optional ``labels=``, ``modality=``, ``value_range=``; no patient in two
     parts), as datasets.
 
     ``stratify``: a label to balance (a patient's worst value); ``auto`` is the modality's utility
@@ -126,7 +129,10 @@ def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: flo
     from medanon.data.splits import check_train_left, split_patients
     from medanon.errors import ConfigError, a_type
 
-    ds = dataset_arg(ds, method="split_dataset")
+    ds = dataset_arg(ds, method="split_dataset", patient_ids=patient_ids, labels=labels, modality=modality,
+                     value_range=value_range, require_patients=True,
+                     why="without them each image would be a patient of its own, and images of one person could "
+                         "land in both train and test")
     for name, value in (("val", val), ("test", test)):
         number(name, value)
     number("seed", seed, integer=True)

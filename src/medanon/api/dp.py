@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
-from medanon.api._inputs import dataset_arg, device_arg, model_arg, number
+from medanon.api._inputs import dataset_arg, device_arg, memory_range, model_arg, number
 from medanon.config import validate
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 
 if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
@@ -70,31 +70,26 @@ def check_budget(epsilon: float, clip: bool) -> None:
                           "sensitivity)", fix="keep clip=True, or use epsilon=math.inf for the no-noise baseline")
 
 
-def _batches(source, size: int | None = None, channels: int | None = None, *, batch: int = 64):
-    """Calibration images in batches (N, C, H, W): slices of a tensor, or a dataset read batch by batch (the
-    min and max are running statistics, so no more than one batch is ever in memory)."""
+def _batches(source, *, batch: int = 64):
+    """A dataset's images in batches (N, C, H, W), read batch by batch (the calibration's min and max are running
+    statistics, so no more than one batch is ever in memory)."""
     import torch
 
-    if isinstance(source, torch.Tensor):
-        yield from (source[i:i + batch] for i in range(0, len(source), batch))
-        return
-    if (size, channels) != (None, None) and (source.size, source.channels) != (size, channels):
-        raise ConfigError(f"the calibration dataset gives {source.channels}x{source.size}px images, the released "
-                          f"dataset {channels}x{size}px", fix="open both datasets with the same size and channels")
     for start in range(0, len(source), batch):
         yield torch.stack([source.load(i)["image"] for i in range(start, min(start + batch, len(source)))])
 
 
-def _calibration_set(source, ds):
-    """``calibrate_on`` as a tensor or a dataset (a folder, images in memory, ...: :func:`medanon.data.as_dataset`)."""
-    import torch
-
-    if isinstance(source, torch.Tensor) and source.ndim == 4 and source.is_floating_point() and \
-            bool((source >= -1).all() and (source <= 1).all()):
-        return source                            # (N, C, H, W) in [-1, 1]: used as it is
+def _calibration_set(source, ds, value_range=None):
+    """``calibrate_on`` as a dataset (a folder, images in memory, ...: :func:`medanon.data.as_dataset`), its values
+    read as the released images' are (``value_range`` where both are in memory) and of their size and channels."""
     from medanon.data.inputs import as_dataset
 
-    return as_dataset(source, argument="calibrate_on", size=ds.size)
+    cal = as_dataset(source, argument="calibrate_on", size=ds.size, value_range=memory_range(source, value_range))
+    if (cal.size, cal.channels) != (ds.size, ds.channels):
+        raise ConfigError(f"calibrate_on= holds {cal.channels}x{cal.size}px images, the released data "
+                          f"{ds.channels}x{ds.size}px", fix="calibrate on images of the released data's size and "
+                                                             "channels (normally the training set)")
+    return cal
 
 
 def _calibrate(batches, *, codec=None):
@@ -145,7 +140,7 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
     if noise_seed is not None and privacy.get("guarantee") == "epsilon-LDP":
         warnings.warn(f"noise_seed={noise_seed}: the noise is reproducible, so the release states '{SEEDED}' (the "
                       "seed is not recorded). Use this for testing only; leave the seed out for a release",
-                      NoFormalGuarantee, stacklevel=3)
+                      NoFormalGuarantee, stacklevel=user_stacklevel())
         privacy = seeded_privacy(privacy)
     dev = torch.device(device) if device is not None else torch.device("cpu")
     codec = getattr(privatiser, "codec", None)
@@ -163,7 +158,7 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                           "beyond ±4 or not finite); each was decoded from its privatised latent shrunk towards "
                           f"the prior's mode ({holds}) and may look averaged. Try "
                           + ("" if zero else "center='zero', or ") + "a better-trained flow (docs/dpglow.md).",
-                          UserWarning, stacklevel=2)
+                          UserWarning, stacklevel=user_stacklevel())
         return {"records": len(writer), "written": written, "diverged": diverged,
                 "epsilon_image": privacy["epsilon_image"], "epsilon_element": privacy["epsilon_element"],
                 "D": privacy["D"]}
@@ -184,7 +179,7 @@ def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, 
 def _check_box(clip_box: str, calibrate_on) -> None:
     if clip_box == "public" and calibrate_on is not None:
         warnings.warn("calibrate_on is not used with clip_box='public' (the box depends on no data); pass "
-                      "clip_box='calibrated' to calibrate it", UserWarning, stacklevel=3)
+                      "clip_box='calibrated' to calibrate it", UserWarning, stacklevel=user_stacklevel())
 
 
 def load_flow_for(flow, device=None):
@@ -204,7 +199,7 @@ def load_flow_for(flow, device=None):
 def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
            alpha: float | None = _L.alpha, clip: bool = _L.clip, center: str = _L.center, calibrate_on=None,
            noise_seed: int | None = None, batch: int = _L.batch, release_labels: str | Sequence[str] | None = None,
-           patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
+           patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent, ε-LDP per image.
 
     ``epsilon``: the privacy budget per image, or per latent element with ``per_element=True`` (the
@@ -247,7 +242,8 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                        center=center, batch=batch))
     device = device_arg(device)
     _check_box(clip_box, calibrate_on)
-    ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality)
+    ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality,
+                     value_range=value_range)
     used: dict[str, Any] = {}
     if not isinstance(flow, tuple):
         flow = model_arg(flow, role="dpglow-flow", ds=ds, argument="flow", method="dpglow", used=used)
@@ -266,7 +262,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
-        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds), ds.size, ds.channels), codec=codec)
+        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range)), codec=codec)
     elif stored is not None:
         calibration = stored
         notes.append(f"calibration: the flow's training set ({stored.count} images, sha256 "
@@ -274,7 +270,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     else:
         warnings.warn("the flow holds no calibration statistics and no calibrate_on was given: calibrating on the "
                       "images being released (their min and max are then outside the guarantee)",
-                      DataDependentRelease, stacklevel=2)
+                      DataDependentRelease, stacklevel=user_stacklevel())
         calibration = _calibrate(_batches(ds), codec=codec)
     dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip, center=center)
     return ldp_release(ds, dp, method="dpglow",
@@ -288,7 +284,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
 def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
               alpha: float | None = _L.alpha, clip: bool = _L.clip, calibrate_on=None, noise_seed: int | None = None,
               batch: int = _L.batch, release_labels: str | Sequence[str] | None = None, patient_ids=None,
-              labels=None, modality: str | None = None, device=None) -> Release:
+              labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """Image-domain LDP (DP-GLOW's baseline): the Laplace mechanism on clipped pixels, ε-LDP per image.
 
     Arguments as in :func:`dpglow`, on pixel values (D = C*H*W) instead of a flow latent. The public
@@ -311,16 +307,17 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
                        batch=batch))
     device = device_arg(device)
     _check_box(clip_box, calibrate_on)
-    ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality)
+    ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,
+                     value_range=value_range)
     if clip_box == "public":
         calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
     elif calibrate_on is None:
         warnings.warn("no calibrate_on: the clip bounds come from the images being released; the per-element min "
                       "and max of those images are then outside the privacy guarantee. Pass the training set.",
-                      DataDependentRelease, stacklevel=2)
+                      DataDependentRelease, stacklevel=user_stacklevel())
         calibration = _calibrate(_batches(ds))
     else:
-        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds), ds.size, ds.channels))
+        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range)))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
                        models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device,

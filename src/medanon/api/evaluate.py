@@ -17,6 +17,9 @@ from typing import Any
 from medanon.api._inputs import number
 from medanon.errors import ConfigError, DataError, a_type
 
+PATIENTS_WHY = ("its splits, controls and intervals are by patient, and several images may show one "
+                "person (if each image really is a different person, patient_ids=range(len(images)) says so)")
+
 
 def _records(source):
     """Source records from a dataset, a folder (scanned with its detected layout) or a list of records."""
@@ -28,9 +31,16 @@ def _records(source):
         return scan(source).records
     import dataclasses
 
+    from medanon.data.records import Record
+
+    records = getattr(source, "records", source)
+    if not isinstance(records, (list, tuple)) or not all(isinstance(r, Record) for r in records):
+        raise ConfigError(f"source= is {a_type(source)}; the audit takes the source dataset, its folder, or its "
+                          "records", fix="pass the dataset the release was made from: a folder, "
+                                         "medanon.open_dataset(folder), or for images held in memory "
+                                         "medanon.data.as_dataset(images, patient_ids=...)")
     # records of images held in memory have no file: their record id stands in for the file name
-    return [r if r.path is not None else dataclasses.replace(r, path=Path(r.record_id))
-            for r in getattr(source, "records", source)]
+    return [r if r.path is not None else dataclasses.replace(r, path=Path(r.record_id)) for r in records]
 
 
 def audit(release, *, source=None, mapping: str | Path | None = None, k: int | None = None):
@@ -213,15 +223,16 @@ def _comparison_summary(c: dict[str, Any]) -> list[dict[str, Any]]:
 def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset: str = "full", config=None,
              size: int | None = None, splits: str | Path | None = None,
              mappings: Mapping[str, str | Path] | None = None, cache_dir: str | Path | None = None, device=None,
-             patient_ids=None, labels=None, modality: str | None = None,
+             patient_ids=None, labels=None, modality: str | None = None, value_range=None,
              compare: Sequence[tuple[str, str]] | None = None, progress: bool | None = None,
              overwrite: bool = False) -> EvaluationResult:
     """Evaluate releases against the real data they were made from: fidelity, utility and privacy attacks.
 
     ``real``: the real dataset, opened (:func:`medanon.open_dataset`, any layout: its folder is read again
     at the evaluation size with the options it was opened with), as a folder (read with its detected layout),
-    or as images in memory with ``patient_ids=`` and optional ``labels=``, ``modality=``
-    (:func:`medanon.data.as_dataset`; written as 8-bit PNGs to a private temporary folder that is removed
+    or as images in memory with ``patient_ids=`` (required: splits, controls and intervals are by patient) and
+    optional ``labels=``, ``modality=``, ``value_range=`` (:func:`medanon.data.as_dataset`; give the range a release
+    of some of the same images was made with; written as 8-bit PNGs to a private temporary folder that is removed
     afterwards, since the evaluation reads the real data from a folder).
     ``releases``: release folders or :class:`~medanon.release.release.Release` objects (one not yet saved is
     saved, with its private mapping, into the temporary folder first).
@@ -264,9 +275,11 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
 
     check_type("overwrite", overwrite, "bool")
     if not isinstance(real, (str, os.PathLike)):
-        real = as_dataset(real, patient_ids=patient_ids, labels=labels, modality=modality, argument="real")
-    elif (patient_ids, labels, modality) != (None, None, None):
-        raise ConfigError("patient_ids=, labels= and modality= describe images held in memory; real= is a folder",
+        real = as_dataset(real, patient_ids=patient_ids, labels=labels, modality=modality, value_range=value_range,
+                          argument="real", method="evaluate", require_patients=True, why=PATIENTS_WHY)
+    elif (patient_ids, labels, modality, value_range) != (None, None, None, None):
+        raise ConfigError("patient_ids=, labels=, modality= and value_range= describe images held in memory; real= "
+                          "is a folder",
                           fix="leave them out (open the folder with medanon.open_dataset to choose how it is read)")
     if isinstance(releases, (str, os.PathLike, Release)) or not isinstance(releases, Sequence):
         raise ConfigError(f"releases= is {a_type(releases)}; it takes a list of release folders or Release "

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from medanon.anonymize.ksame import KSameConfig as _K
 from medanon.anonymize.salsa import SalsaConfig as _S
 from medanon.anonymize.style import StyleConfig as _St
-from medanon.api._inputs import dataset_arg, device_arg, model_arg, number
-from medanon.errors import ConfigError
+from medanon.api._inputs import dataset_arg, device_arg, memory_range, model_arg, number
+from medanon.errors import ConfigError, a_type
 
 if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
@@ -145,7 +145,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
                                            provenance=info))
         summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress,
                                 pca_basis=pca_basis, plan=None if cfg.method == "inverted" else plan(progress),
-                                map_prior=priors[0] if priors else None)
+                                map_prior=priors[0] if priors else None, validated=True)
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
         return summary
 
@@ -171,12 +171,13 @@ def _config(method: str, **kw):
     return _K(method=method, **kw)
 
 
-def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, default_codec: bool):
+def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, default_codec: bool,
+             value_range=None):
     """The dataset (images in memory need ``patient_ids``) and the codec: by name, path, loaded, or (for the
     latent methods) the default for the modality; returns ``(ds, codec, model_files)``."""
     device = device_arg(device)
     ds = dataset_arg(ds, method=method, patient_ids=patient_ids, labels=labels, modality=modality,
-                     require_patients=method != "inverted")
+                     value_range=value_range, require_patients=method != "inverted")
     used: dict[str, Any] = {}
     if codec is not None or default_codec:
         codec = model_arg(codec, role="ksame-codec", ds=ds, argument="codec", method=method, used=used)
@@ -185,7 +186,7 @@ def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, d
 
 def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder,
            codec=None, batch: int = _K.batch, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
-           patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
+           patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """k-Same-Pixel: the mean image of each cluster of at least ``k`` patients.
 
     ``ds``: an opened dataset, a dataset folder, or images in memory (a tensor or array (N, C, H, W), a list
@@ -208,14 +209,14 @@ def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder:
     """
     cfg = _config("kpixel", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed)
     ds, codec, used = _prepare("kpixel", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
-                               device=device, default_codec=False)
+                               value_range=value_range, device=device, default_codec=False)
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)
 
 
 def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca_basis=None,
          stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, codec=None, batch: int = _K.batch,
          seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
-         modality: str | None = None, device=None) -> Release:
+         modality: str | None = None, value_range=None, device=None) -> Release:
     """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
 
     ``pca_components``: a count (e.g. 50) or a variance fraction in (0, 1). ``pca_basis``: a dataset
@@ -234,11 +235,12 @@ def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca
     cfg = _config("kpca", k=k, pca_components=pca_components, stratify=stratify, drop_remainder=drop_remainder,
                   batch=batch, seed=seed, pca_basis="separate" if pca_basis is not None else _K.pca_basis)
     ds, codec, used = _prepare("kpca", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
-                               device=device, default_codec=False)
+                               value_range=value_range, device=device, default_codec=False)
     if pca_basis is not None:
         from medanon.data.inputs import as_dataset
 
-        pca_basis = as_dataset(pca_basis, argument="pca_basis", size=ds.size)
+        pca_basis = as_dataset(pca_basis, argument="pca_basis", size=ds.size, value_range=memory_range(pca_basis,
+                                                                                                       value_range))
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, pca_basis=pca_basis, device=device,
                          model_files=used)
 
@@ -246,7 +248,7 @@ def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca
 def kcentroid(ds: DataLike, *, k: int, codec=None, views: int = _K.views, view_sigma: float = _K.view_sigma,
               stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
               seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
-              modality: str | None = None, device=None) -> Release:
+              modality: str | None = None, value_range=None, device=None) -> Release:
     """k-Centroid: the mean latent of each cluster of at least ``k`` patients, rendered by the generator.
 
     ``codec``: a StyleGAN inversion codec, or its checkpoint by name (``"restyle-map-fundus64"``) or path;
@@ -263,7 +265,7 @@ def kcentroid(ds: DataLike, *, k: int, codec=None, views: int = _K.views, view_s
     cfg = _config("kcentroid", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
                   views=views, view_sigma=view_sigma)
     ds, codec, used = _prepare("kcentroid", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
-                               device=device, default_codec=True)
+                               value_range=value_range, device=device, default_codec=True)
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)
 
 
@@ -306,7 +308,7 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
            stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
            seed: int = _K.seed, map_init: str = _S.map_init, map_generator=None, map_samples: int = _S.map_samples,
            rows: str = _S.rows, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
-           modality: str | None = None, device=None) -> Release:
+           modality: str | None = None, value_range=None, device=None) -> Release:
     """k-SALSA (Algorithm 1): each cluster's centroid latent, refined by local style alignment.
 
     Every released record is computed from the images of one cluster of at least ``k`` patients
@@ -344,8 +346,12 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
     """
     number("k", k, integer=True)
     ds, codec, used = _prepare("ksalsa", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
-                               device=device, default_codec=True)
+                               value_range=value_range, device=device, default_codec=True)
     net = features
+    if not isinstance(features, str) and not all(hasattr(features, a) for a in ("name", "layers", "embedding_layer")):
+        raise ConfigError(f"features= is {a_type(features)}, not a feature network",
+                          fix="pass a name ('efficientnet-lite0', or 'vgg19' with features_weights=) or a network "
+                              "from medanon.models.features.get_feature_network")
     if isinstance(features, str):
         net = feature_network(features, weights=features_weights, input_size=feature_size,
                               device=device if device is not None else getattr(codec, "device", None))
@@ -362,7 +368,7 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
 
 
 def inverted(ds: DataLike, *, codec=None, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
-             patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
+             patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the k-SALSA paper's comparison only.
 
     Saving it warns, and its manifest says ``guarantee: none``. ``ds`` and ``codec`` as in :func:`kcentroid`
@@ -375,5 +381,5 @@ def inverted(ds: DataLike, *, codec=None, seed: int = _K.seed, release_labels: s
     """
     cfg = _config("inverted", k=1, seed=seed)
     ds, codec, used = _prepare("inverted", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
-                               device=device, default_codec=True)
+                               value_range=value_range, device=device, default_codec=True)
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)

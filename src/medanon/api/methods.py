@@ -26,7 +26,7 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
          lr: float = _G.lr, margin: float = _G.margin, lambda_id: float = _G.lambda_id, lambda_ut: float = _G.lambda_ut,
          latent_space: str = _G.latent_space, batch_size: int = _G.batch_size, config=None,
          release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
-         modality: str | None = None, device=None) -> Release:
+         modality: str | None = None, value_range=None, device=None) -> Release:
     """GMIA: each image's latent is optimised away from its identity while its utility features stay close.
 
     NO formal privacy guarantee: measure it with :func:`medanon.evaluate` (linkability, singling out).
@@ -61,7 +61,8 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
                                                        lambda_id=lambda_id, lambda_ut=lambda_ut,
                                                        latent_space=latent_space, batch_size=batch_size)
     validate(cfg)
-    ds = dataset_arg(ds, method="gmia", patient_ids=patient_ids, labels=labels, modality=modality)
+    ds = dataset_arg(ds, method="gmia", patient_ids=patient_ids, labels=labels, modality=modality,
+                     value_range=value_range)
     used: dict[str, Any] = {}
     model = model_arg(model, role="gmia-codec", ds=ds, argument="model", method="gmia", used=used)
     if identity is not None or "id" in cfg.losses.split("+"):
@@ -91,12 +92,10 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
                             batch=cfg.batch_size, device=opt.device, progress=progress)
         return {"records": n}
 
-    from medanon.data.memory import is_in_memory
-
     params = {**cfg.params(), **({"model_files": used} if used else {})}
-    # images in memory have no files for gmia_release's source checksum: they go through the release writer directly
+    # saved through gmia_release (its warnings, checksums and optimisation outcome); produce() only previews images
     return Release(method="gmia", dataset=ds, params=params, privacy=gmia_privacy(cfg, opt.describe()),
-                   labels=labels, produce=produce, saver=None if is_in_memory(ds) else saver)
+                   labels=labels, produce=produce, saver=saver)
 
 
 def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, release_labels, device, batch_size: int,
@@ -143,7 +142,7 @@ _S, _V = SnowConfig(), VSSnowConfig()         # defaults are read from the confi
 
 def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequence[float] = _S.fill,
          release_labels: str | Sequence[str] | None = None, batch_size: int = _S.batch_size, workers: int = _S.workers,
-         patient_ids=None, labels=None, modality: str | None = None, device=None) -> Release:
+         patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
 
     With the defaults it guarantees (0, 1 - p)-differential privacy for single pixel positions only:
@@ -164,7 +163,8 @@ def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequenc
         >>> rel.params["p"], rel.seeds, medanon.audit(out).passed
         (0.25, {}, True)
     """
-    ds = dataset_arg(ds, method="snow", patient_ids=patient_ids, labels=labels, modality=modality)
+    ds = dataset_arg(ds, method="snow", patient_ids=patient_ids, labels=labels, modality=modality,
+                     value_range=value_range)
     return _snow_release(ds, method="snow", p=p, seed=seed, release_labels=release_labels, device=device,
                          batch_size=batch_size, workers=workers, fill=fill)
 
@@ -173,7 +173,7 @@ def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _
             checkpoint: str | Path | None = _V.checkpoint, masks_dir: str | Path | None = _V.masks_dir,
             vessel_fraction: float = _V.vessel_fraction, release_labels: str | Sequence[str] | None = None,
             batch_size: int = _V.batch_size, workers: int = _V.workers, patient_ids=None, labels=None,
-            modality: str | None = None, device=None) -> Release:
+            modality: str | None = None, value_range=None, device=None) -> Release:
     """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
 
     No formal privacy guarantee is claimed: measure it with :func:`medanon.evaluate`. ``vessels``:
@@ -192,7 +192,8 @@ def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _
     """
     from medanon.segment.vessels import VesselSource
 
-    ds = dataset_arg(ds, method="vs_snow", patient_ids=patient_ids, labels=labels, modality=modality)
+    ds = dataset_arg(ds, method="vs_snow", patient_ids=patient_ids, labels=labels, modality=modality,
+                     value_range=value_range)
     used: dict[str, Any] = {}
     if vessels == "unet":
         checkpoint = model_arg(checkpoint, role="vessel-segmenter", ds=ds, argument="checkpoint", method="vs_snow",

@@ -276,8 +276,10 @@ def check_model_fits(model: str | Path | None, trained: dict[str, Any], dataset:
     name = f"model {model}" if model is not None else "the model"
     if given["modality"] and trained["modality"] and given["modality"] != trained["modality"]:
         how = "as recorded in it" if trained.get("modality_recorded") else f"{trained['channels']}-channel images"
-        raise ConfigError(f"{name} was trained on {trained['modality']} images ({how}); the dataset "
-                          f"{getattr(dataset, 'root', '')} holds {given['modality']} images",
+        from medanon.data.inputs import data_name
+
+        raise ConfigError(f"{name} was trained on {trained['modality']} images ({how}); "
+                          f"the data given ({data_name(dataset)}) are {given['modality']} images",
                           fix=f"use a model trained on {given['modality']} images (`medanon train` on such data)")
     for key in ("channels", "resolution"):
         if given[key] is not None and given[key] != trained[key]:

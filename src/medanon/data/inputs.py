@@ -11,8 +11,11 @@ accepts:
   ``modality=`` (``fundus`` / ``xray``; default: fundus for 3 channels, X-ray for 1) are optional.
 
 Images in memory stay in memory (:class:`~medanon.data.memory.InMemoryDataset`): nothing is written to
-disk. Values: 8-bit integers span 0-255; floats span [-1, 1] when any value is negative, else [0, 1]
-(``value_range=(low, high)`` says otherwise).
+disk. Values: 8-bit integers span 0-255; floats span [0, 1] when none is negative and [-1, 1] when some value
+is below -0.5; floats whose minimum lies in [-0.5, 0) could be either and are refused. ``value_range=(low, high)``,
+which every method and :func:`medanon.evaluate` take, states the range and turns the guess off: pass it when
+different calls see different subsets of the same images. A 3-D array with 3 in its first dimension (one RGB image,
+or three grey ones?) is refused unless ``modality="xray"``.
 
 Example:
     >>> import torch
@@ -57,12 +60,14 @@ def as_dataset(obj: Any, *, patient_ids: Sequence[Any] | None = None,
                labels: Mapping[str, Sequence[float]] | None = None, modality: str | None = None,
                transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
                value_range: tuple[float, float] | None = None, size: int = 64,
-               require_patients: bool = False, argument: str = "ds", method: str | None = None):
+               require_patients: bool = False, argument: str = "ds", method: str | None = None,
+               why: str | None = None):
     """``obj`` as an :class:`~medanon.data.dataset.ImageDataset` (see the module docstring for what it may be).
 
     ``patient_ids``, ``labels``, ``modality``, ``value_range``: for images in memory only (a dataset or a folder
     has its own). ``require_patients``: images in memory without ``patient_ids`` are refused (the k-Same
-    family: its guarantee counts people), else each image is its own patient. ``transform``: a function applied
+    family: its guarantee counts people; ``why`` says why, if for another reason), else each image is its own
+    patient. ``transform``: a function applied
     to every image as it is loaded (see :class:`~medanon.data.dataset.ImageDataset`). ``size``: the side a
     folder is opened at. ``argument`` / ``method`` name the caller's argument in errors.
     """
@@ -79,12 +84,18 @@ def as_dataset(obj: Any, *, patient_ids: Sequence[Any] | None = None,
         from medanon.api.data import open_dataset
 
         return open_dataset(Path(obj), size=size, modality=modality or "auto", transform=transform)
-    images = _images(obj, argument=argument, value_range=value_range)
+    images = _images(obj, argument=argument, value_range=value_range, modality=modality)
     if images is None:
         raise DataError(f"{argument}= is {a_type(obj)}; {argument}= takes {ACCEPTED}",
                         fix=f"pass one of those as {argument}=")
     return from_images(images, patient_ids=patient_ids, labels=labels, modality=modality, transform=transform,
-                       require_patients=require_patients, argument=argument, method=method)
+                       require_patients=require_patients, argument=argument, method=method, why=why)
+
+
+def data_name(ds) -> str:
+    """How messages name ``ds``: its folder, or "the images held in memory" (a dataset without a folder)."""
+    root = getattr(ds, "root", None)
+    return str(root) if root is not None else "the images held in memory"
 
 
 def patients_known(ds) -> bool:
@@ -108,7 +119,8 @@ def require_patient_ids(ds, method: str | None) -> None:
 
 
 def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality=None, transform=None,
-                require_patients: bool = False, argument: str = "ds", method: str | None = None):
+                require_patients: bool = False, argument: str = "ds", method: str | None = None,
+                why: str | None = None):
     """An :class:`~medanon.data.memory.InMemoryDataset` of ``images`` (N, C, H, W) float32 in [-1, 1]."""
     from medanon.data.memory import InMemoryDataset
 
@@ -123,8 +135,8 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
                         fix="pass (N, C, H, W) with C = 1 or 3 (a numpy array may be (N, H, W, C))")
     if patient_ids is None:
         if require_patients:
-            raise ConfigError(f"{method or 'this method'} needs patient_ids= with images held in memory: its "
-                              "guarantee counts people, and several images may show one person",
+            why = why or "its guarantee counts people, and several images may show one person"
+            raise ConfigError(f"{method or 'this method'} needs patient_ids= with images held in memory: {why}",
                               fix=f"pass patient_ids= one id per image ({n} ids), e.g. patient_ids=df['patient']")
     known = patient_ids is not None
     if not known:
@@ -157,14 +169,16 @@ def _only_for_memory(argument: str, **given) -> None:
 
 
 
-def _images(obj: Any, *, argument: str, value_range) -> torch.Tensor | None:
+def _images(obj: Any, *, argument: str, value_range, modality: str | None = None) -> torch.Tensor | None:
     """``obj`` as (N, C, H, W) float32 in [-1, 1], or None when it is no kind of image collection."""
     from medanon.data.memory import to_float_images
 
     if isinstance(obj, torch.Tensor):
-        return to_float_images(_nchw(obj, argument, channels_last=False), value_range=value_range, name=argument + "=")
+        return to_float_images(_nchw(obj, argument, channels_last=False, modality=modality), value_range=value_range,
+                               name=argument + "=")
     if isinstance(obj, np.ndarray):
-        return to_float_images(_nchw(obj, argument, channels_last=True), value_range=value_range, name=argument + "=")
+        return to_float_images(_nchw(obj, argument, channels_last=True, modality=modality), value_range=value_range,
+                               name=argument + "=")
     if isinstance(obj, (list, tuple)) and obj:
         try:
             from PIL import Image
@@ -173,19 +187,19 @@ def _images(obj: Any, *, argument: str, value_range) -> torch.Tensor | None:
         if Image is not None and all(isinstance(x, Image.Image) for x in obj):
             arrays = [np.asarray(x.convert("RGB") if x.mode not in ("L", "RGB", "I;16", "I", "F") else x)
                       for x in obj]
-            return to_float_images(_stack(arrays, argument, channels_last=True), value_range=value_range,
-                                   name=argument + "=")
+            return to_float_images(_stack(arrays, argument, channels_last=True, modality="pil"),
+                                   value_range=value_range, name=argument + "=")
         if all(isinstance(x, (torch.Tensor, np.ndarray)) for x in obj):
             arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x for x in obj]
-            return to_float_images(_stack(arrays, argument, channels_last=False), value_range=value_range,
-                                   name=argument + "=")
+            return to_float_images(_stack(arrays, argument, channels_last=False, modality="list"),
+                                   value_range=value_range, name=argument + "=")
         bad = next(x for x in obj if not isinstance(x, (torch.Tensor, np.ndarray)))
         raise DataError(f"{argument}= is a list holding {a_type(bad)}; a list holds PIL images or (C, H, W) "
                         "tensors or arrays, all alike", fix="convert every item to the same kind first")
     return None
 
 
-def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> np.ndarray:
+def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool, modality: str) -> np.ndarray:
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise DataError(f"{argument}= holds images of different shapes: {sorted(shapes)[:4]}",
@@ -193,17 +207,32 @@ def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> n
     a = np.stack(arrays)
     if a.ndim == 4 and channels_last and a.shape[-1] in (1, 3):
         a = a.transpose(0, 3, 1, 2)
-    return _nchw(a, argument, channels_last=False)
+    return _nchw(a, argument, channels_last=False, modality=modality)
 
 
-def _nchw(a, argument: str, *, channels_last: bool):
+def _nchw(a, argument: str, *, channels_last: bool, modality: str | None):
+    """``a`` as (N, C, H, W). Shapes that could be read two ways are refused, never guessed: a 3-D array whose
+    first dimension is 3 (one RGB image, or three grey ones?) unless ``modality="xray"``; an (H, W, C) image; a
+    tensor whose last dimension looks like channels."""
+    shape = tuple(a.shape)
     if a.ndim == 3:                              # (N, H, W): one channel
+        if shape[0] == 3 and modality not in ("xray", "pil", "list"):
+            raise DataError(f"{argument}= has shape {shape}: one (C, H, W) colour image, or 3 grey (H, W) images?",
+                            fix="pass one image as a batch of one, images[None] (shape (1, 3, H, W)); for grey "
+                                "images pass shape (N, 1, H, W) or modality='xray'")
+        if shape[-1] in (1, 3) and shape[0] == shape[1] and shape[0] not in (1, 3):
+            raise DataError(f"{argument}= has shape {shape}: one (H, W, C) image?",
+                            fix="pass images as (N, C, H, W), e.g. image.permute(2, 0, 1)[None] for a tensor "
+                                "(a numpy array may be (N, H, W, C))")
         return a[:, None]
     if a.ndim != 4:
-        raise DataError(f"{argument}= has shape {tuple(a.shape)}; images are (N, C, H, W)",
+        raise DataError(f"{argument}= has shape {shape}; images are (N, C, H, W)",
                         fix="stack the images into one (N, C, H, W) array (or (N, H, W) for grayscale)")
-    if channels_last and a.shape[1] not in (1, 3) and a.shape[-1] in (1, 3):
-        return a.transpose(0, 3, 1, 2)          # numpy's (N, H, W, C)
+    if shape[1] not in (1, 3) and shape[-1] in (1, 3):
+        if channels_last:
+            return a.transpose(0, 3, 1, 2)      # numpy's (N, H, W, C)
+        raise DataError(f"{argument}= has shape {shape}: channels last? A tensor is read as (N, C, H, W)",
+                        fix="pass images.permute(0, 3, 1, 2) (channels first)")
     return a
 
 

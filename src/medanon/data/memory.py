@@ -153,15 +153,23 @@ def _cell(v: float) -> str:
 def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[float, float] | None,
                     name: str) -> torch.Tensor:
     """``array`` (N, C, H, W) as float32 in [-1, 1]. ``value_range``: the range the values span (default: 0-255
-    for integer types; for floats [-1, 1] when any value is negative, else [0, 1])."""
+    for integer types; for floats [0, 1] when none is negative, [-1, 1] when one is below -0.5, and refused in
+    between, where either could be meant)."""
     t = torch.as_tensor(array).detach().cpu()
     if t.dtype == torch.bool or t.is_complex():
         raise DataError(f"{name} holds {t.dtype} values", fix="pass images as floats or 8-bit integers")
     if value_range is None:
         if not t.is_floating_point():
             value_range = (0.0, 255.0)
+        elif t.numel() and float(t.min()) < 0:
+            low = float(t.min())
+            if low >= -0.5:                      # [0, 1] with rounding below 0, or [-1, 1] without dark pixels?
+                raise DataError(f"{name} spans [{low:.4g}, {float(t.max()):.4g}]: [0, 1] images a little below 0, "
+                                "or [-1, 1] images without dark pixels? medanon does not guess",
+                                fix="pass value_range=(0, 1) or value_range=(-1, 1)")
+            value_range = (-1.0, 1.0)
         else:
-            value_range = (-1.0, 1.0) if bool((t < 0).any()) else (0.0, 1.0)
+            value_range = (0.0, 1.0)
     lo, hi = (float(v) for v in value_range)
     if not hi > lo:
         raise DataError(f"value_range={value_range!r} is empty", fix="pass (low, high) with high > low, e.g. (0, 255)")

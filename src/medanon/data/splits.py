@@ -130,6 +130,8 @@ def select_split(ds, split: str, *, splits_csv=None, seed: int = 0):
         names = np.array([a[r.patient_id] for r in ds.records])
     rows = np.flatnonzero(names == split)
     if len(rows) == 0:
-        raise ConfigError(f"the {split!r} split of {ds.root} is empty",
+        from medanon.data.inputs import data_name
+
+        raise ConfigError(f"the {split!r} split of {data_name(ds)} is empty",
                           fix="check the splits CSV, or release split='all'")
     return subset(ds, rows.tolist())

@@ -35,6 +35,7 @@ from typing import Any
 
 from medanon.anonymize.privacy import LabelHomogeneity
 from medanon.data.labels import spec
+from medanon.errors import user_stacklevel
 
 RULE = ("per patient first (ordinal: the patient's worst value; binary: 1 if any image is 1; categorical: the "
         "patient's most frequent; continuous: the patient's mean), then over the record's patients, each once: "
@@ -114,8 +115,7 @@ def homogeneous_labels(sources: Sequence[Any], names: Sequence[str], *,
     return out
 
 
-def warn_homogeneity(records: Sequence[Sequence[Any]], names: Sequence[str], *, stacklevel: int = 2
-                     ) -> dict[str, int]:
+def warn_homogeneity(records: Sequence[Sequence[Any]], names: Sequence[str]) -> dict[str, int]:
     """Count the records (each a list of source Records) whose released label is uniform over their patients,
     per label; warn :class:`~medanon.anonymize.privacy.LabelHomogeneity` when any is. Returns the counts."""
     counts = {name: 0 for name in names}
@@ -129,5 +129,5 @@ def warn_homogeneity(records: Sequence[Sequence[Any]], names: Sequence[str], *, 
                       "the released label and its counts disclose each member's value to anyone who knows a patient "
                       "is in the record (k-anonymity does not prevent this; with stratify= it holds for every "
                       "record). Release fewer labels, or do not stratify on a sensitive one",
-                      LabelHomogeneity, stacklevel=stacklevel)
+                      LabelHomogeneity, stacklevel=user_stacklevel())
     return counts

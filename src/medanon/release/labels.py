@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Sequence
 
 from medanon.anonymize.privacy import LabelDisclosure
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 
 UTILITY_LABELS = {"fundus": ("grade",), "xray": ("pneumonia",)}
 SENSITIVE_LABELS = ("sex", "age")
@@ -42,7 +42,9 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
                           "comma-separated string)", fix="pass e.g. release_labels=['grade'] or release_labels=[]")
     unknown = [n for n in chosen if n not in dataset.label_names]
     if unknown:
-        raise ConfigError(f"release_labels={','.join(unknown)}: not label(s) of {dataset.root}",
+        from medanon.data.inputs import data_name
+
+        raise ConfigError(f"release_labels={','.join(unknown)}: not label(s) of {data_name(dataset)}",
                           fix=f"choose from {', '.join(dataset.label_names) or '(the dataset has no labels)'}")
     ids = [n for n in chosen if _is_patient_id(dataset, n)]
     if ids:
@@ -54,7 +56,7 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
         warnings.warn(f"releasing {', '.join(leaked)} next to the images hands {them} to any attacker as is: no "
                       "method protects a label it publishes (the attribute-inference attack of `medanon evaluate` "
                       "uses sex as its target); the default is the utility label only", LabelDisclosure,
-                      stacklevel=3)
+                      stacklevel=user_stacklevel())
     return list(dict.fromkeys(chosen))
 
 

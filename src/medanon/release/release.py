@@ -247,7 +247,7 @@ class Release:
         if self.saver is not None:
             self.summary = dict(self.saver(out, mapping, overwrite, progress))
             manifest, _ = read_release(out)
-            self.params, self.privacy = manifest["params"], manifest["privacy"]
+            self.params, self.privacy, self.models = manifest["params"], manifest["privacy"], manifest["models"]
             self.path, self.mapping = out, mapping
             return out
         with open_release(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
@@ -259,7 +259,7 @@ class Release:
             if isinstance(writer, ShardWriter):          # torchrun: this process computed one share
                 summary = _job_summary(writer.gather({**summary, "written": len(writer.written)}))
         manifest, _ = read_release(out)                 # what was written, e.g. counts the run added
-        self.params, self.privacy = manifest["params"], manifest["privacy"]
+        self.params, self.privacy, self.models = manifest["params"], manifest["privacy"], manifest["models"]
         if "processes" in summary:
             summary["records"] = manifest["counts"]["records"]
         self.summary = {**summary, "resumed_records": resumed}

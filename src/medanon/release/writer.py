@@ -53,7 +53,7 @@ from PIL import Image
 
 from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record
-from medanon.errors import ConfigError, DataError, OutputExistsError
+from medanon.errors import ConfigError, DataError, OutputExistsError, user_stacklevel
 from medanon.fsutil import (
     atomic_write_bytes,
     atomic_write_text,
@@ -189,7 +189,8 @@ class ReleaseWriter:
             if self.partial.exists():
                 if (self.partial / JOURNAL).is_file():
                     warnings.warn(f"discarding the interrupted release in {self.partial} (resume=False, or "
-                                  "overwrite=True with other settings or sources)", UserWarning, stacklevel=3)
+                                  "overwrite=True with other settings or sources)", UserWarning,
+                                  stacklevel=user_stacklevel())
                 shutil.rmtree(self.partial)
             if sharded:                                  # the other processes write into it from the start
                 self._start()

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from medanon.checkpoint import load_checkpoint
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 from medanon.models.unet import FullResUNet
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class LearnedSegmenter:
         if side != self.size or images.shape[-2] != self.size:
             warnings.warn(f"vessel segmenter trained at {self.size} px applied to {tuple(images.shape[-2:])} images: "
                           f"resizing to {self.size} px and back (train one at this size for sharper masks)",
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
         dev = images.device
         self.model.to(dev)
         out = []

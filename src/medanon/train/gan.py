@@ -28,7 +28,7 @@ import torch
 
 from medanon.checkpoint import load_checkpoint, save_checkpoint
 from medanon.config import to_dict, validate
-from medanon.errors import ConfigError, DataError
+from medanon.errors import ConfigError, DataError, user_stacklevel
 from medanon.models.stylegan import AdaController, AugmentPipe, Generator, StyleGANConfig, make_discriminator
 from medanon.runtime import RunDir, native_bf16
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
@@ -109,7 +109,7 @@ class StyleGANTrainer:
         self.G_ema = copy.deepcopy(self.G).eval().requires_grad_(False)
         if self.amp is not None and not native_bf16(device):
             warnings.warn(f"precision=bf16 on {device}, which does not compute bfloat16 natively: autocast is "
-                          "emulated there and slower than float32", RuntimeWarning, stacklevel=2)
+                          "emulated there and slower than float32", RuntimeWarning, stacklevel=user_stacklevel())
         self.augment = AugmentPipe(cfg.augment, p=cfg.augment_p)
         self.ada = AdaController(self.augment, cfg.ada_target, cfg.ada_interval, cfg.ada_kimg, cfg.batch)
         self.opt_G = torch.optim.Adam(self.G.parameters(), lr=cfg.g_lr, betas=(0.0, 0.99), eps=1e-8)

@@ -13,6 +13,8 @@ import warnings
 
 import torch
 
+from medanon.errors import user_stacklevel
+
 __all__ = ["restore_generator"]
 
 
@@ -30,6 +32,7 @@ def restore_generator(gen: torch.Generator, state: torch.Tensor, *, seed: int, s
         gen.set_state(state)
         return True
     warnings.warn(f"the checkpoint's random state (step {step}) was saved on another kind of device than "
-                  f"{gen.device.type}; its random stream restarts from seed {seed + step}", stacklevel=2)
+                  f"{gen.device.type}; its random stream restarts from seed {seed + step}",
+                  stacklevel=user_stacklevel())
     gen.manual_seed(seed + step)
     return False

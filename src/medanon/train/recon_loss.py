@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 from medanon.evaluate.reconstruction import feature_distance_name, gaussian_kernel1d, perceptual_distance
 
 
@@ -157,7 +157,7 @@ def task_network(path: str, device: torch.device, *, channels: int | None = None
                           f"{channels}-channel images", fix="use a classifier trained on the codec's modality")
     if net.label in SENSITIVE_LABELS:
         warnings.warn(f"task_network={path} predicts {net.label!r}: the task term teaches the codec to KEEP that "
-                      "sensitive attribute in its reconstructions", stacklevel=2)
+                      "sensitive attribute in its reconstructions", stacklevel=user_stacklevel())
     return net
 
 

@@ -16,7 +16,7 @@ from medanon.data.layouts.collect import Collector, Dirs, Entry, encode, expecte
 from medanon.data.layouts.common import GENERIC_FIX, LAYOUT_FIX, LayoutWarning
 from medanon.data.layouts.table import first_existing, read_table
 from medanon.data.records import Scan
-from medanon.errors import DataError
+from medanon.errors import DataError, user_stacklevel
 
 # --------------------------------------------------------------------------------------------
 # Chest X-ray helpers
@@ -198,7 +198,8 @@ def scan_mimic(root: Path) -> Scan:
             patients[_id(pt.cell(row, p_subj))] = (sex, age)
     else:
         warnings.warn(f"no patients.csv(.gz) in {root}: MIMIC records get no sex/age labels "
-                      "(copy MIMIC-IV hosp/patients.csv.gz there to add them)", LayoutWarning, stacklevel=4)
+                      "(copy MIMIC-IV hosp/patients.csv.gz there to add them)", LayoutWarning,
+                      stacklevel=user_stacklevel())
 
     col = Collector(root, meta_path.name)
     dirs = Dirs()

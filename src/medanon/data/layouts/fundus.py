@@ -26,7 +26,7 @@ from medanon.data.layouts.collect import (
 from medanon.data.layouts.common import GENERIC_FIX, IMAGE_EXTENSIONS, LAYOUT_FIX, LayoutWarning
 from medanon.data.layouts.table import Table, first_existing, has_columns, read_table
 from medanon.data.records import Scan
-from medanon.errors import DataError
+from medanon.errors import DataError, user_stacklevel
 
 # --------------------------------------------------------------------------------------------
 # APTOS 2019 and EyePACS (Kaggle)
@@ -75,7 +75,7 @@ def scan_aptos(root: Path) -> Scan:
                                bases=[root / "train_images", root], default_ext=".png",
                                primary=root / "train_images", describe=describe, required=["diagnosis"])
     warnings.warn("APTOS 2019 has no patient ids: every image counts as its own patient, so both eyes of one "
-                  "person may land in different splits", LayoutWarning, stacklevel=4)
+                  "person may land in different splits", LayoutWarning, stacklevel=user_stacklevel())
     result.records = [replace(r, patient_known=False) for r in result.records]
     return result
 

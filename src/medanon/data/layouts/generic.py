@@ -17,7 +17,7 @@ from medanon.data.layouts.collect import Collector, Dirs, encode, expected_path,
 from medanon.data.layouts.common import GENERIC_FIX, LayoutWarning
 from medanon.data.layouts.table import Table, read_table
 from medanon.data.records import Scan
-from medanon.errors import DataError
+from medanon.errors import DataError, user_stacklevel
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
     if pat_idx is None:
         warnings.warn(f"{csv_path.name}: no patient column given, so every image counts as its own patient; "
                       "patient-level splits and privacy checks cannot see repeat images of one person "
-                      "(pass patient_col= if the CSV has patient ids)", LayoutWarning, stacklevel=4)
+                      "(pass patient_col= if the CSV has patient ids)", LayoutWarning, stacklevel=user_stacklevel())
 
     col = Collector(root, csv_path.name, scope=[images_dir], patients_known=pat_idx is not None)
     dirs = Dirs()

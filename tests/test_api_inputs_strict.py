@@ -1,0 +1,121 @@
+"""Images in memory are never read two ways: shapes and value ranges that could mean two things are refused, a
+second data argument is read as the first, and GMIA's release is the same whether its data are files or tensors.
+Loaded networks of the wrong kind, help() of the callable modules, and where warnings point."""
+
+import json
+import pydoc
+import warnings
+
+import pytest
+import torch
+from test_api import SIZE, world  # noqa: F401  (the fixture)
+from test_inputs_memory import phantom  # noqa: F401  (the fixture: dataset, tensor, patient ids)
+
+import medanon
+from medanon.anonymize.privacy import WeakSetting
+from medanon.errors import ConfigError, DataError
+from medanon.models.glow import Glow, GlowConfig
+
+
+def test_shapes_that_could_be_read_two_ways_are_refused(phantom):  # noqa: F811
+    _, x, _ = phantom
+    with pytest.raises(DataError, match=r"one \(C, H, W\) colour image, or 3 grey"):
+        medanon.anonymize.snow(x[0], p=0.3)
+    with pytest.raises(DataError, match=r"one \(H, W, C\) image"):
+        medanon.anonymize.snow(x[0].permute(1, 2, 0), p=0.3)
+    with pytest.raises(DataError, match="channels last"):
+        medanon.anonymize.snow(x.permute(0, 2, 3, 1), p=0.3)
+    grey = medanon.data.as_dataset(x[0], modality="xray")               # said: three grey images
+    assert (len(grey), grey.channels) == (3, 1)
+    assert len(medanon.data.as_dataset(x[0][None])) == 1                 # one colour image, as a batch of one
+
+
+def test_a_value_range_that_could_be_either_is_refused_and_value_range_says_which(phantom):  # noqa: F811
+    _, x, pids = phantom
+    x01 = (x + 1) / 2
+    nudged = x01.clone()
+    nudged[0, 0, 0, 0] = -1e-4                                          # one pixel a little below 0
+    with pytest.raises(DataError, match=r"value_range=\(0, 1\) or value_range=\(-1, 1\)"):
+        medanon.anonymize.kpixel(nudged, k=2, patient_ids=pids)
+    read = medanon.data.as_dataset(nudged, value_range=(0, 1), patient_ids=pids)
+    assert torch.allclose(read.load(1)["image"], x[1], atol=1e-6)      # read as [0, 1], not as [-1, 1]
+    rel = medanon.anonymize.kpixel(nudged, k=2, patient_ids=pids, value_range=(0, 1))
+    assert rel.privacy["k"] == 2
+    for ds_arg in (medanon.make_phantom(patients=2),):                    # a folder has its own range
+        with pytest.raises(ConfigError, match="describe images held in memory"):
+            medanon.anonymize.snow(ds_arg, p=0.3, value_range=(0, 1))
+
+
+def test_calibrate_on_in_memory_is_read_as_the_released_images_are(phantom):  # noqa: F811
+    _, x, _ = phantom
+    x01 = (x + 1) / 2
+    box = {}
+    for name, cal in (("tensor [0, 1]", x01), ("list [0, 1]", list(x01)), ("tensor [-1, 1]", x)):
+        rel = medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=cal)
+        box[name] = rel.params["calibration_sha256"]
+    assert len(set(box.values())) == 1, box                             # the same images, the same box
+    with pytest.raises(ConfigError, match=r"calibrate_on= holds 1x16px images, the released data 3x16px"):
+        medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=x01[:, :1])
+
+
+def test_split_dataset_and_evaluate_need_patient_ids_for_images_in_memory(phantom):  # noqa: F811
+    _, x, pids = phantom
+    with pytest.raises(ConfigError, match="split_dataset needs patient_ids="):
+        medanon.split_dataset(x)
+    with pytest.raises(ConfigError, match="evaluate needs patient_ids="):
+        medanon.evaluate(real=x, releases=[], preset="tiny")
+    parts = medanon.split_dataset(x, patient_ids=pids, stratify="")
+    train, test = ({r.patient_id for r in parts[n].records} for n in ("train", "test"))
+    assert train and not train & test
+
+
+def test_gmia_of_images_in_memory_writes_the_manifest_a_folder_gets(tmp_path, world):  # noqa: F811
+    ds, d = world["ds"], world["dir"]
+    x = torch.stack([ds.load(i)["image"] for i in range(len(ds))])
+    nets = {"model": d / "restyle.pt", "identity": d / "identity.pt", "utility": d / "grade.pt"}
+    manifests = {}
+    for name, data, kw in (("folder", ds, {}), ("memory", x, {"patient_ids": [r.patient_id for r in ds.records]})):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rel = medanon.anonymize.gmia(data, **nets, steps=0, batch_size=8, **kw)
+            out = rel.save(tmp_path / name, progress=False)
+        assert any("identity" in str(w.message).lower() or w.category.__name__ == "NotAnonymised" for w in caught)
+        manifests[name] = json.loads((out / "manifest.json").read_text())
+        assert rel.models == manifests[name]["models"] and rel.models
+    a, b = manifests["folder"], manifests["memory"]
+    assert a["models"] == b["models"]
+    assert set(a["privacy"]) == set(b["privacy"]) and "optimisation_outcome" in b["privacy"]
+    assert set(a["params"]) == set(b["params"]) and b["params"]["size"] == SIZE
+
+
+def test_loaded_networks_of_the_wrong_kind_are_named(phantom):  # noqa: F811
+    ds, x, _ = phantom
+    with pytest.raises(ConfigError, match=r"codec= is a torch\.Linear, not a StyleGAN codec"):
+        medanon.anonymize.kcentroid(ds, k=2, codec=torch.nn.Linear(2, 2))
+    glow = Glow(GlowConfig(resolution=16, channels=3, levels=2, depth=1, hidden=8))
+    with pytest.raises(ConfigError, match=r"wrap the Glow in GlowCodec\(glow\)"):
+        medanon.anonymize.dpglow(ds, epsilon=1.0, flow=glow)
+    with pytest.raises(ConfigError, match=r"features= is a torch\.Linear, not a feature network"):
+        medanon.anonymize.ksalsa(ds, k=2, features=torch.nn.Linear(2, 2))   # the shipped codec
+    with pytest.raises(ConfigError, match=r"source= is a torch\.Tensor"):
+        medanon.audit(medanon.anonymize.kpixel(ds, k=2).save(ds.root.parent / "kp", overwrite=True, progress=False),
+                      source=x)
+
+
+def test_help_of_a_callable_module_shows_the_function_first():
+    for module, words in ((medanon.evaluate, "preset"), (medanon.anonymize.dpglow, "epsilon"),
+                          (medanon.anonymize.ldp_image, "calibrate_on")):
+        text = pydoc.render_doc(module, renderer=pydoc.plaintext)
+        head = text.split("DESCRIPTION", 1)[1][:3000]
+        assert words in head and "The module" in text, module.__name__
+
+
+def test_warnings_point_at_the_callers_line_and_are_raised_once(phantom):  # noqa: F811
+    ds, _, _ = phantom
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rel = medanon.anonymize.kpixel(ds, k=2)
+        rel.save(ds.root.parent / "kp2", overwrite=True, progress=False)
+    weak = [w for w in caught if w.category is WeakSetting]
+    assert len(weak) == 1, [str(w.message) for w in weak]
+    assert all(w.filename == __file__ for w in caught), {(w.filename, w.lineno) for w in caught}

@@ -176,8 +176,10 @@ def _inference(ctx: RealContext, t: Target) -> dict:
     secret = real.label(a.attribute)
     if a.attribute not in rel.label_names or np.isnan(rel.label(a.attribute)).all():
         return {"skipped": f"the release publishes no {a.attribute!r} label to infer from"}
-    members_pat = set(real.patients[t.src_flat].tolist()) if t.src_flat is not None else \
-        set(real.patients[ctx.src].tolist())
+    if t.src_flat is None:
+        return {"skipped": "no mapping: it says whose attribute to infer (the records' patients); the whole source "
+                           "split in their place would dilute the risk and borrow the split's size"}
+    members_pat = set(real.patients[t.src_flat].tolist())
     m_rows = np.asarray([i for i in ctx.src if real.patients[i] in members_pat and not np.isnan(secret[i])])
     c_rows = np.asarray([i for i in ctx.held if not np.isnan(secret[i])])
     if len(m_rows) == 0 or len(c_rows) == 0:
@@ -188,8 +190,7 @@ def _inference(ctx: RealContext, t: Target) -> dict:
                          member_groups=(t.clusters(real.patients[m_rows]) if t.record_patients is not None
                                         else real.patients[m_rows]), control_groups=real.patients[c_rows],
                          balance=ctx.balance(m_rows, c_rows))
-    out["members_are"] = ("real images of the patients the mapping lists" if t.src_flat is not None
-                          else f"real images of the {ctx.cfg.source_split!r} split")
+    out["members_are"] = "real images of the patients the mapping lists"
     out["n"] = len(m_rows)
     return out
 

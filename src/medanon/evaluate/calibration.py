@@ -169,6 +169,13 @@ def _at_chance(row: str, rel: dict, checks: dict) -> str | None:
             return (f"the attribute attacker is at chance on held-out real images (accuracy "
                     f"{a['heldout_real_accuracy']:.2f}, interval from {lo:.2f}; majority class {chance:.2f})")
         return None
+    if base == "siamese":                            # its own network: its verification of held-out real pairs
+        ref = (rel["attacks"].get("siamese") or {}).get("reference") or {}
+        lo = (ref.get("AUC_ci") or [math.nan])[0]
+        if ref and not lo > 0.5:
+            return (f"the Siamese network does not tell held-out patients apart (verification AUC "
+                    f"{ref['AUC']:.2f}, interval from {lo:.2f})")
+        return None
     if base in IDENTITY_ATTACKS:
         net = "independent" if row.startswith("independent ") else "identity"
         c = (checks.get(net) or {}).get("controls")
@@ -229,15 +236,25 @@ def _few_calibration(risk: dict) -> str | None:
     return None
 
 
+def _controls_copied(rel: dict) -> str | None:
+    """Why every row of a release is invalid because it holds exact copies of held-out patients' images, or None."""
+    n = ((rel.get("screening") or {}).get("heldout") or {}).get("exact_copies") or 0
+    if n:
+        return (f"the release holds {n} exact copies of held-out patients' images: they are the attacks' controls and "
+                "the utility test set, so every control-based number is contaminated")
+    return None
+
+
 def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool]) -> dict[str, dict]:
     """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched)."""
     out = {}
+    contaminated = _controls_copied(rel)
     for row, risk in risk_rows(rel["attacks"]).items():
         cal = table.get(row)
         reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
                    ("no known-answer calibration" if cal is None else None),
                    _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
-                   _few_targets(risk), _few_controls(risk), _few_calibration(risk)]
+                   _few_targets(risk), _few_controls(risk), _few_calibration(risk), contaminated]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
     return out
@@ -269,15 +286,67 @@ def verdict(rel: dict) -> dict:
         row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][1]))
         out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row,
                    attack_name=row_label(row), against=r.get("against", "control"), n=r.get("n"),
+                   baseline_is=r.get("baseline_is") or "random guessing",
                    patients=(r.get("attack") or {}).get("patients"))
-    out["sentence"] = _sentence(rel["name"], out)
+    out["exposure"] = exposure(rel.get("screening"))
+    out["sentence"] = _sentence(rel["name"], out, _why_invalid(rel))
     return out
 
 
-def _sentence(name: str, v: dict) -> str:
+def exposure(screen: dict | None) -> dict:
+    """What the near-copy screen found that needs no mapping and no attack: exact copies of real images and the
+    patients they copy, near-copies beyond what new people's images show, near-copies the mapping does not explain,
+    and copies of held-out patients' images."""
+    if not screen or "exact_copies" not in screen:
+        return {}
+    control_hi = ((screen.get("control") or {}).get("pixel_rate_ci") or [math.nan, math.nan])[1]
+    excess = bool(screen["near_copies_pixel_ci"][0] > control_hi)          # above new people's natural rate
+    return {"exact_copies": screen["exact_copies"], "exact_copy_patients": screen.get("exact_copy_patients"),
+            "near_copies": screen["near_copies_pixel"], "n": screen["n"],
+            "near_copy_rate": screen["near_copies_pixel_rate"], "near_copy_ci": screen["near_copies_pixel_ci"],
+            "control_rate": (screen.get("control") or {}).get("pixel_rate"), "near_copies_beyond_control": excess,
+            "near_copy_patients": screen.get("near_copy_patients"),
+            "max_near_copies_of_one_patient": screen.get("max_near_copies_of_one_patient"),
+            "near_copies_not_of_own_source": screen.get("near_copies_not_of_own_source"),
+            "heldout_exact_copies": (screen.get("heldout") or {}).get("exact_copies", 0),
+            "heldout_near_copies": (screen.get("heldout") or {}).get("near_copies", 0)}
+
+
+def _exposure_sentences(name: str, e: dict) -> list[str]:
+    out = []
+    if e.get("exact_copies"):
+        who = f" of {e['exact_copy_patients']} patients" if e.get("exact_copy_patients") is not None else ""
+        out.append(f"{name} holds {e['exact_copies']} exact copies of real images{who} of the source split (found "
+                   "without the mapping): those patients are exposed whatever the attacks measure")
+    elif e.get("near_copies_beyond_control"):
+        lo, hi = e["near_copy_ci"]
+        out.append(f"{e['near_copies']} of {e['n']} released images of {name} ({e['near_copy_rate']:.0%} [{lo:.0%}, "
+                   f"{hi:.0%}]; new people's images {e['control_rate']:.0%}) are closer to a real image of the source "
+                   f"split than a second photo of the same patient, copying {e['near_copy_patients']} patients (up to "
+                   f"{e['max_near_copies_of_one_patient']} images of one)")
+    if e.get("near_copies_not_of_own_source"):
+        out.append(f"{e['near_copies_not_of_own_source']} near-copies are nearest to a real image their mapping "
+                   "does not name as a source: check that the mapping is this release's, since every attack that "
+                   "reads it is wrong otherwise")
+    if e.get("heldout_exact_copies"):
+        out.append(f"it holds {e['heldout_exact_copies']} exact copies of held-out patients' images, the controls "
+                   "and the utility test set: no attack row is valid")
+    return out
+
+
+def _why_invalid(rel: dict) -> list[str]:
+    """The distinct reasons its rows are invalid, and the attacks skipped, for the "no valid attack" sentence."""
+    reasons = {v["reason"] for v in (rel.get("validity") or {}).values() if v.get("reason")}
+    skipped = sorted({f"{name}: {a['skipped']}" for name, a in (rel.get("attacks") or {}).items()
+                      if isinstance(a, dict) and a.get("skipped")})
+    return sorted(reasons) + skipped
+
+
+def _sentence(name: str, v: dict, why: list[str] | None = None) -> str:
+    lead = _exposure_sentences(name, v.get("exposure") or {})
     if "risk" not in v:
-        risk = (f"no attack on {name} is valid (each failed its known-answer calibration, is at chance on held-out "
-                f"real images or was trained on the members), so these attacks say nothing of its privacy")
+        reasons = "; ".join(why[:4]) + ("; ..." if len(why) > 4 else "") if why else "none was run"
+        risk = (f"no attack on {name} is valid, so the attacks say nothing of its privacy (why: {reasons})")
     else:
         lo, hi = v["ci"]
         size = f"N {v['n']}" + (f", {v['patients']} patient clusters" if v.get("patients") else "") \
@@ -286,8 +355,8 @@ def _sentence(name: str, v: dict) -> str:
               "that choice" if v["valid_attacks"] > 1 else "")
         against = ("measured against a control, the same attack on people not in the release: 0 = it learns nothing "
                    "beyond what it learns of them" if v.get("against", "control") == "control" else
-                   "measured against a baseline, random guessing, as this attack has no control population: 0 = it "
-                   "does no better than guessing")
+                   f"measured against a baseline, {v.get('baseline_is') or 'random guessing'}, as this attack has no "
+                   "control population: 0 = it does no better than that guess")
         risk = (f"the strongest valid attack on {name}, {v['attack_name']}, has a residual risk of {v['risk']:.2f} "
                 f"[{lo:.2f}, {hi:.2f}]{' (' + size + ')' if size else ''}, {against}{of}")
     kept = [u for u in v["utility_kept"] if np.isfinite(u["kept"])]
@@ -296,7 +365,7 @@ def _sentence(name: str, v: dict) -> str:
         ci = f" [{u['ci'][0]:.2f}, {u['ci'][1]:.2f}]" if u.get("ci") else ""
         risk += (f"; it keeps {u['kept']:.2f}{ci} of the {u['metric_name']} of {u['task']} that real images of "
                  f"the same number give")
-    return risk[0].upper() + risk[1:] + "."
+    return " ".join(x[0].upper() + x[1:] + "." for x in [*lead, risk])
 
 
 def calibrate_and_judge(ctx: RealContext, checkpoints: dict[str, str], results: list[dict], checks: dict) -> dict:

@@ -25,7 +25,8 @@ CONTROLS = [
                     "images of held-out patients against the release"),
     ("Siamese verification (Packhäuser)", "reference: real held-out pairs (threshold at the target FAR); its "
                                           "membership attack's control: the same attack on held-out patients"),
-    ("Singling out", "baseline: a record picked at random (1/R); its control is the nearest-record attack"),
+    ("Singling out", "baseline: a record picked at random (1/R); no control (a held-out patient has no record of "
+                     "its own); nearest-record membership asks a like question against a control"),
     ("Inference (anonymeter)", "control: the same attack on held-out patients; baseline: a random released "
                                "label"),
     ("Near-copy screening", "control: held-out real images (new people) through the same screen; the thresholds "
@@ -345,7 +346,7 @@ def _risks(rep: dict) -> str:
         return ""
     return "<h2>Residual risk</h2>" + _table(
         ["Release", "Attack", "Attack success (%)", "Control: same attack, held-out patients (%)",
-         "Baseline: random guess (%)", "Threshold: nominal → realised on controls (%) [95% CI]",
+         "Baseline: guessing without the release (%)", "Threshold: nominal → realised on controls (%) [95% CI]",
          "Residual risk [95% CI]", "Valid"], rows,
         caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over "
                 "bootstrap resamples of the patients on both sides (Wilson with the error propagated where no patient "

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, cluster_bootstrap, percentile_ci, wilson
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, cluster_bootstrap, no_spread, percentile_ci, wilson
 
 MAX_STRATA = 10
 
@@ -105,7 +105,7 @@ def balanced_rate(outcomes, balance: Balance, *, control_groups=None, member_gro
     ok = draws[np.isfinite(draws)]
     how = (f"patient cluster bootstrap (percentile, {n_resamples} resamples, seed {seed}), control reweighted to the "
            f"members' {balance.label} strata in every resample")
-    if len(ok) and float(ok.max() - ok.min()) <= 1e-12:
+    if no_spread(ok):
         lo, hi = wilson(est * g, g, confidence=confidence)
         ci = [min(lo, est), max(hi, est)]
         how = f"Wilson with one trial per patient cluster ({g}): the bootstrap resamples show no spread"

@@ -33,8 +33,9 @@ ground truth, and the real data):
    hits, expected ``k_r / pool``), and the p-value is the exact upper tail of the convolution of those
    hypergeometric laws (:func:`medanon.evaluate.attacks.stats.topk_null`), averaged over the attacker's
    hits under random tie breaking (``p_value_exact``). That test treats the pool's images as independent; with
-   ``source_patients`` the reported ``p_value`` is the patient cluster bootstrap's instead (the resampled hit
-   rates against the exact chance, by interval inversion: :func:`.stats.bootstrap_p`). This is a
+   ``source_patients`` the reported ``p_value`` is the patient cluster bootstrap's instead (one-sided: the share of
+   resampled hit rates at or below the exact chance, :func:`.stats.bootstrap_p`, never below 1 / (resamples + 1)).
+   This is a
    baseline (random guessing), not a control: ranking held-out patients has no member to find.
 
 Worst case as in the paper: the member images offered to the attacker are the exact source images.
@@ -156,11 +157,13 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
             "ci_slots": slots_ci, "interval": attack.method if groups is not None else
             "Clopper-Pearson over the K slots of the evaluated records", "hits": hits_total if hits_total % 1 else
             int(hits_total), "slots": k_total, "chance": expected_random, "baseline": expected_random,
-            "p_value": p_exact if groups is None else bootstrap_p(attack.draws, base.raw),
+            # one-sided: an attack better than a random ranking (a hit rate below chance is no evidence of a leak)
+            "p_value": p_exact if groups is None else bootstrap_p(attack.draws, base.raw, alternative="greater"),
             "p_value_exact": p_exact,
             "test": "exact: convolution of the records' hypergeometric hits under a random ranking" if groups is None
-            else "patient cluster bootstrap of the hit rate against the exact chance (interval inversion); the exact "
-                 "test of a random ranking, which treats the pool's images as independent, in p_value_exact",
+            else "one-sided patient cluster bootstrap of the hit rate against the exact chance (interval inversion); "
+                 "the exact test of a random ranking, which treats the pool's images as independent, in "
+                 "p_value_exact",
             "ties": "pool images tied at the K-th place share the slots left",
             "records_evaluated": len(chosen), "records_attacker": len(train_recs), "n": len(chosen),
             "records_not_evaluated": len(target_recs) - len(chosen), "pools": len(pools), "pool_sizes": pool_sizes,

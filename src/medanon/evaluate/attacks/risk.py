@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, TIE_TOL, cluster_summary, percentile_ci, wilson_estimate
+from medanon.evaluate.attacks.stats import (
+    BOOT_RESAMPLES,
+    TIE_TOL,
+    cluster_summary,
+    no_spread,
+    percentile_ci,
+    wilson_estimate,
+)
 
 MIN_PATIENTS = 10               # fewer control / calibration patients: a rate near 10 % is not resolved
 
@@ -143,7 +150,7 @@ def residual_risk(attack: Rate, control: Rate) -> Risk:
         d = np.where(np.broadcast_to(c_draws, d.shape) < 1.0, d, np.nan)
         lo, hi = percentile_ci(d, r, attack.confidence)
         how = "percentile over the patient bootstrap draws"
-        if np.ptp(attack.draws) == 0 and attack.interval is not None:
+        if no_spread(attack.draws) and attack.interval is not None:
             # the attack's draws show no spread (e.g. no target found in any resample): its interval is the Wilson
             # fallback over patient clusters, and the residual can be no surer than that interval mapped through
             # (a - c) / (1 - c); a percentile over constant draws would collapse it to a point

@@ -25,8 +25,8 @@ sources, as GMIA's, sits at negative similarity to them); both success rates are
 
 Baseline (random guessing, not a control): a record picked at random is the own record with probability
 ``1 / R`` (HR = 1 - 1/R; ``N_A`` uniform on 0..R-1). Singling out reads the target's own record, so it
-has no population of non-members to run on; its control is the nearest-record membership attack
-(:mod:`.nearest`), the same similarity run on held-out patients.
+has no population of non-members to run on, so it has no control; the nearest-record membership attack
+(:mod:`.nearest`) asks a like question, with the same similarity, against held-out patients.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
             "chance_hidden_rate": 1.0 - 1.0 / big_r, "chance_LC_N_A": (big_r - 1) / 2.0,
             "n_sources": n, "n_records": big_r, "n": n, "assumptions": ASSUMPTIONS,
             "risk": risk_entry(attack, None, what="the own released record of a real image is its most similar",
-                               control_is="none: a held-out patient has no own record; see the nearest-record "
-                                          "membership attack for the control",
+                               control_is="none: a held-out patient has no record of its own (nearest-record "
+                                          "membership asks a like question against a control)",
                                baseline=base, baseline_is="a record picked at random (1/R)"),
             "risk_reverse": risk_entry(reverse, None, what="the own released record of a real image is its least "
                                                            "similar", control_is="none (as above)",

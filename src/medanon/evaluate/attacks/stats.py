@@ -197,20 +197,27 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     return out
 
 
-def bootstrap_p(draws, null: float) -> float:
-    """Two-sided p-value of ``statistic = null`` by inverting the percentile interval: twice the smaller share of
+def bootstrap_p(draws, null: float, *, alternative: str = "two-sided") -> float:
+    """p-value of ``statistic = null`` by inverting the percentile interval: two-sided, twice the smaller share of
     the finite bootstrap draws at or beyond ``null`` on either side (within ``TIE_TOL`` counts on both), with the
-    +1 correction: never below ``2 / (draws + 1)``.
+    +1 correction: never below ``2 / (draws + 1)``; ``alternative="greater"`` (an attack better than chance), the
+    share at or below ``null``, never below ``1 / (draws + 1)``.
 
     >>> bootstrap_p(np.linspace(0.6, 0.9, 399), 0.5)
     0.005
+    >>> bootstrap_p(np.zeros(399), 0.008, alternative="greater")    # below chance: no evidence of a leak
+    1.0
     """
+    if alternative not in ("two-sided", "greater"):
+        raise ValueError(f"alternative={alternative!r} must be 'two-sided' or 'greater'")
     d = np.asarray(draws, np.float64)
     d = d[np.isfinite(d)]
     if len(d) == 0:
         return float("nan")
     tol = TIE_TOL * max(1.0, abs(null))                             # draws equal to the null up to rounding
     below, above = (int((d <= null + tol).sum()) + 1) / (len(d) + 1), (int((d >= null - tol).sum()) + 1) / (len(d) + 1)
+    if alternative == "greater":
+        return float(min(1.0, below))
     return float(min(1.0, 2 * min(below, above)))
 
 
@@ -359,6 +366,14 @@ def cluster_summaries(statistic, groups, estimates: dict[str, tuple[float, bool]
     return summarise_draws(draws, g, estimates, confidence=confidence, seed=seed, n_resamples=n_resamples)
 
 
+def no_spread(draws: np.ndarray) -> bool:
+    """Whether bootstrap draws show no spread: their finite values agree to 1e-12 (float sums of the same rate
+    differ in the last bits, so an exact comparison would miss it)."""
+    ok = np.asarray(draws, np.float64)
+    ok = ok[np.isfinite(ok)]
+    return bool(len(ok)) and float(ok.max() - ok.min()) <= 1e-12
+
+
 def summarise_draws(draws: np.ndarray, g: int, estimates: dict[str, tuple[float, bool]], *, confidence: float,
                     seed: int, n_resamples: int) -> dict[str, dict]:
     """:func:`cluster_summaries` from draws already made: (len(estimates), resamples) over ``g`` clusters."""
@@ -368,7 +383,7 @@ def summarise_draws(draws: np.ndarray, g: int, estimates: dict[str, tuple[float,
         ci = percentile_ci(row, est, confidence)
         ok = row[np.isfinite(row)]
         how = f"patient cluster bootstrap (percentile, {n_resamples} resamples, seed {seed})"
-        if is_rate and len(ok) and float(ok.max() - ok.min()) <= 1e-12:
+        if is_rate and no_spread(ok):
             lo, hi = wilson(est * g, g, confidence=confidence)
             ci = [min(lo, est), max(hi, est)]
             how = (f"Wilson with one trial per patient cluster ({g}): the {n_resamples} bootstrap resamples show "

@@ -1,0 +1,124 @@
+"""What the near-copy screen finds without the mapping reaches the verdict: exact copies of real images, copies of
+held-out (control) patients, near-copies the mapping does not explain. Inference needs the mapping; a top-K
+p-value below chance is not significant; a residual whose attack draws show no spread keeps the attack's interval."""
+
+import numpy as np
+import pytest
+import torch
+
+from medanon.evaluate.attacks.risk import Rate, residual_risk
+from medanon.evaluate.attacks.stats import bootstrap_p, no_spread
+from medanon.evaluate.calibration import validity, verdict
+from medanon.evaluate.nearcopy import screen
+
+
+@pytest.fixture(scope="module")
+def real():
+    """40 patients of 2 images each, second images close to the first; rows 0..59 the source split, 60..79 held
+    out."""
+    g = torch.Generator().manual_seed(0)
+    first = torch.rand(40, 3, 8, 8, generator=g) * 2 - 1
+    images = torch.stack([first, (first + 0.05 * torch.randn(40, 3, 8, 8, generator=g)).clamp(-1, 1)], 1)
+    images = images.flatten(0, 1)                                      # patient p: rows 2p, 2p + 1
+    patients = np.repeat(np.arange(40), 2).astype(str)
+    emb = torch.randn(80, 16, generator=g).numpy()
+    return images, patients, emb, np.arange(60), np.arange(60, 80)
+
+
+def _screen(real, release, sources):
+    images, patients, emb, src, held = real
+    return screen(release_images=release, release_emb=torch.randn(len(release), 16).numpy(), real_images=images,
+                  real_emb=emb, source_rows=src, heldout_rows=held, heldout_patients=patients[held],
+                  real_patients=patients, record_sources=sources)
+
+
+def test_exact_copies_of_one_patient_among_noise_are_counted_with_their_patient(real):
+    images = real[0]
+    noise = torch.rand(20, 3, 8, 8, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    release = torch.cat([images[[4, 5]], noise])                      # patient 2's two images, then noise
+    sources = [[4], [5], *[[i] for i in range(6, 26)]]
+    s = _screen(real, release, sources)
+    assert (s["exact_copies"], s["exact_copy_patients"]) == (2, 1)
+    assert s["near_copies_not_of_own_source"] == 0 and s["heldout"]["exact_copies"] == 0
+    rel = {"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}}
+    v = verdict(rel)
+    assert v["exposure"]["exact_copies"] == 2
+    assert v["sentence"].startswith("R holds 2 exact copies of real images of 1 patients of the source split")
+
+
+def test_copies_the_mapping_does_not_explain_are_named(real):
+    images = real[0]
+    release = images[list(range(0, 20))]                             # exact copies of rows 0..19
+    wrong = [[(i + 2) % 60] for i in range(20)]                      # the mapping names another patient
+    s = _screen(real, release, wrong)
+    assert s["near_copies_not_of_own_source"] == 20
+    assert "mapping does not name as a source" in verdict({"name": "R", "utility": {}, "attacks": {},
+                                                           "screening": s, "validity": {}})["sentence"]
+    assert _screen(real, release, [[i] for i in range(20)])["near_copies_not_of_own_source"] == 0
+
+
+def test_copies_of_held_out_patients_make_every_row_invalid(real):
+    images = real[0]
+    release = images[60:70]                                          # held-out patients' images
+    s = _screen(real, release, [[i] for i in range(10)])             # the mapping claims members
+    assert s["heldout"]["exact_copies"] == 10
+    rel = {"name": "R", "utility": {}, "screening": s,
+           "attacks": {"nearest": {"risk": {"residual_risk": {"risk": 0.05, "ci": [0.0, 0.15]}, "attack": {},
+                                            "control_is": "held-out patients"}}}}
+    copy = {"nearest": {"risk": {"residual_risk": {"risk": 0.9, "ci": [0.7, 1.0]}}}}
+    null = {"nearest": {"risk": {"residual_risk": {"risk": 0.0, "ci": [0.0, 0.1]}}}}
+    from medanon.evaluate.calibration import calibration_table
+
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "constant": null, "noise": null})
+    rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
+    assert not rel["validity"]["nearest"]["valid"]
+    assert "exact copies of held-out patients' images" in rel["validity"]["nearest"]["reason"]
+    assert "risk" not in verdict(rel)
+
+
+def test_an_honest_release_shows_no_exposure(real):
+    noise = torch.rand(20, 3, 8, 8, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    s = _screen(real, noise, [[i] for i in range(20)])
+    e = verdict({"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}})["exposure"]
+    assert e["exact_copies"] == 0 and not e["near_copies_beyond_control"] and e["heldout_exact_copies"] == 0
+    assert not e["near_copies_not_of_own_source"]
+
+
+def test_the_no_valid_attack_sentence_gives_the_actual_reasons():
+    rel = {"name": "R", "utility": {}, "attacks": {"inference": {"skipped": "no mapping: it says whose"},
+                                                   "nearest": {"risk": {"residual_risk": {"risk": 0.1, "ci": [0, .2]},
+                                                                        "attack": {"patients": 3}}}},
+           "validity": {"nearest": {"valid": False, "reason": "its targets are 3 patient clusters"}}}
+    sentence = verdict(rel)["sentence"]
+    assert "its targets are 3 patient clusters" in sentence and "inference: no mapping" in sentence
+
+
+def test_a_top_k_hit_rate_below_chance_is_not_significant():
+    assert bootstrap_p(np.zeros(400), 0.008, alternative="greater") == 1.0
+    assert bootstrap_p(np.full(400, 0.9), 0.008, alternative="greater") == pytest.approx(1 / 401)
+    with pytest.raises(ValueError):
+        bootstrap_p(np.zeros(3), 0.5, alternative="less")
+
+
+def test_draws_equal_up_to_rounding_show_no_spread_and_keep_the_attacks_interval():
+    draws = np.full(400, 0.0085) + np.arange(400) * 1e-19                # sums of one rate, last bits apart
+    assert no_spread(draws) and not no_spread(np.r_[draws, 0.1])
+    attack = Rate(value=0.0085, error=0.05, successes=1, trials=117, interval=(0.0006, 0.105), draws=draws,
+                  method="Wilson with one trial per patient cluster")
+    control = Rate(value=0.0085, error=0.0, successes=1, trials=117, exact=0.0085)
+    r = residual_risk(attack, control)
+    assert r.ci[1] > 0.09                                            # not collapsed to [0, 0]
+
+
+def test_a_siamese_network_at_chance_on_held_out_pairs_is_not_valid():
+    from medanon.evaluate.calibration import calibration_table
+
+    risk = {"residual_risk": {"risk": 0.2, "ci": [0.05, 0.4]}, "attack": {}, "control_is": "held-out patients"}
+    copy = {"siamese": {"risk": {"residual_risk": {"risk": 0.9, "ci": [0.7, 1.0]}}}}
+    null = {"siamese": {"risk": {"residual_risk": {"risk": 0.0, "ci": [0.0, 0.1]}}}}
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "constant": null, "noise": null})
+    for ci, valid in (([0.45, 0.6], False), ([0.7, 0.9], True)):
+        rel = {"name": "R", "utility": {},
+               "attacks": {"siamese": {"risk": risk, "reference": {"AUC": sum(ci) / 2, "AUC_ci": ci}}}}
+        row = validity(rel, table, checks={}, trained_on_members={})["siamese"]
+        assert row["valid"] is valid and (valid or "Siamese network does not tell" in row["reason"])

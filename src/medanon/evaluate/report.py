@@ -158,10 +158,21 @@ def _learner_text(rep: dict) -> str:
             f"{c.get('image_size', '?')} px) trained from scratch on each release, one per seed.")
 
 
+def _utility_sizes(sizes: dict) -> str:
+    """The utility test's images per task, or why there is none."""
+    if not sizes:
+        return "none (no release publishes a label that the held-out images have)"
+    return json.dumps(sizes)
+
+
 def _utility(rep: dict) -> str:
     rels = rep["releases"]
     out = ["<h2>Utility: train on the release, test on held-out real images</h2>",
            f"<p class=note>{_learner_text(rep)}</p>"]
+    if not rep["tasks"]:
+        return "".join(out[:1]) + ("<p class=note>No utility task: no release publishes a label column that the "
+                                   "held-out real images have, so nothing can be trained on the release and "
+                                   "tested on them.</p>")
     methods, settings = _columns(rels)
     for task in rep["tasks"]:
         kind = _kind(task)
@@ -351,7 +362,7 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
         f"({real['heldout_images']} images) for testing and attack controls</dd>"
         f"<dt>Sample sizes</dt><dd>FID/KID/FD: {_e(fid_sizes_text(rep))} images per release vs "
         f"{rep['sample_sizes']['fid_reference']} reference; utility test: "
-        f"{_e(json.dumps(rep['sample_sizes']['utility_test']))}</dd>"
+        f"{_e(_utility_sizes(rep['sample_sizes']['utility_test']))}</dd>"
         f"<dt>Identity network</dt><dd>{_e(ident.get('trained_on') or ident.get('checkpoint') or 'not used')}</dd>"
         f"<dt>Device, time</dt><dd>{_e(rep['device'])}, {rep['seconds']} s</dd></dl>")
     rels = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['method'])}</td><td>{_e(r['setting'])}</td>"

@@ -119,3 +119,19 @@ def test_warnings_point_at_the_callers_line_and_are_raised_once(phantom):  # noq
     weak = [w for w in caught if w.category is WeakSetting]
     assert len(weak) == 1, [str(w.message) for w in weak]
     assert all(w.filename == __file__ for w in caught), {(w.filename, w.lineno) for w in caught}
+
+
+def test_every_statement_has_the_same_keys(phantom):  # noqa: F811
+    from medanon.anonymize.privacy import NO_UNIT, STANDARD_FIELDS
+
+    ds = phantom[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rels = {"kpixel": medanon.anonymize.kpixel(ds, k=2), "snow": medanon.anonymize.snow(ds, p=0.3),
+                "vs_snow": medanon.anonymize.vs_snow(ds, p=0.3, vessels="dataset"),
+                "ldp_image": medanon.anonymize.ldp_image(ds, epsilon=10.0)}
+    for name, rel in rels.items():
+        assert set(STANDARD_FIELDS) <= set(rel.privacy), name
+    assert rels["kpixel"].privacy["k"] == 2 and rels["kpixel"].privacy["epsilon_image"] is None
+    assert rels["snow"].privacy["epsilon_image"] is None and rels["snow"].privacy["delta"] > 0
+    assert rels["vs_snow"].privacy["unit"] == NO_UNIT and rels["ldp_image"].privacy["epsilon_image"] == 10.0

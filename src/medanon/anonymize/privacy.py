@@ -51,3 +51,26 @@ class LabelDisclosure(PrivacyWarning):
 class LabelHomogeneity(PrivacyWarning):
     """A released record's sensitive label is the same for all its patients, so the label (and its counts)
     disclose every member's value (the homogeneity attack on k-anonymity)."""
+
+
+# Every release's statement carries these keys, whatever its method; None means the statement makes no such
+# guarantee (Snow's (0, delta) is per pixel position, so its per-image epsilon is None; k-Same has no epsilon).
+STANDARD_FIELDS = ("guarantee", "unit", "k", "epsilon_image", "epsilon_patient", "delta")
+NO_UNIT = "none: no formal guarantee, so no unit is protected"
+
+
+def with_standard_fields(statement: dict) -> dict:
+    """``statement`` with every key of :data:`STANDARD_FIELDS` (None where it makes no such guarantee), so that
+    statements of different methods read alike; a statement of no guarantee protects no unit.
+
+    >>> with_standard_fields({"guarantee": "none: no formal guarantee"})["unit"]
+    'none: no formal guarantee, so no unit is protected'
+    >>> with_standard_fields({"guarantee": "epsilon-LDP", "epsilon_image": 2.0})["k"] is None
+    True
+    """
+    out = dict(statement)
+    for key in STANDARD_FIELDS:
+        out.setdefault(key, None)
+    if out["unit"] is None and str(out.get("guarantee") or "none").startswith("none"):
+        out["unit"] = NO_UNIT
+    return out

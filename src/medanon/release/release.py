@@ -191,6 +191,11 @@ class Release:
     count: Callable[[], int] | None = field(default=None, repr=False)   # records once planned (default: one an image)
     _preview: CaptureWriter | None = field(default=None, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        from medanon.anonymize.privacy import with_standard_fields
+
+        self.privacy = with_standard_fields(self.privacy)
+
     def __len__(self) -> int:
         """The number of records: counted in the folder once saved; else planned (for the k-Same family the
         clusters are formed, which needs the images' embeddings but computes no released image)."""

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from medanon.anonymize.privacy import with_standard_fields
 from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError, OutputExistsError, user_stacklevel
@@ -163,7 +164,7 @@ class ReleaseWriter:
     def _open(self, method, params, privacy, labels, seeds, models, source, phantom, resume, sharded) -> None:
         overwrite = self.overwrite
         self.settings = {"method": method, "params": dict(params), "labels": list(labels)}
-        self.privacy = dict(privacy)
+        self.privacy = with_standard_fields(privacy)       # the same keys for every method (None: no such guarantee)
         self.seeds = dict(seeds or {})
         self.models = dict(models or {})
         self.source = dict(source or {})

@@ -122,3 +122,21 @@ def test_a_siamese_network_at_chance_on_held_out_pairs_is_not_valid():
                "attacks": {"siamese": {"risk": risk, "reference": {"AUC": sum(ci) / 2, "AUC_ci": ci}}}}
         row = validity(rel, table, checks={}, trained_on_members={})["siamese"]
         assert row["valid"] is valid and (valid or "Siamese network does not tell" in row["reason"])
+
+
+def test_members_without_a_control_in_their_stratum_are_left_out_of_the_attack_rate():
+    from medanon.evaluate.attacks.balance import Balance
+    from medanon.evaluate.attacks.nearest import membership_from_scores
+
+    rng = np.random.default_rng(0)
+    members, controls = rng.random((40, 5)), rng.random((40, 5))
+    members[30:] += 5.0                                              # grade 3 members: always claimed
+    grade_m = np.r_[np.zeros(30), np.full(10, 3.0)]                  # no control patient has grade 3
+    b = Balance("grade", grade_m, np.zeros(40))
+    out = membership_from_scores(members, controls, None, member_groups=np.arange(40).astype(str),
+                                 control_groups=(np.arange(40) + 100).astype(str), balance=b)
+    assert out["members_left_out"] == 10 and out["n_members"] == 30
+    plain = membership_from_scores(members, controls, None, member_groups=np.arange(40).astype(str),
+                                   control_groups=(np.arange(40) + 100).astype(str))
+    assert plain["members_left_out"] == 0 and plain["n_members"] == 40
+    assert out["risk"]["attack"]["rate"] < plain["risk"]["attack"]["rate"]   # the uncompared stratum is out

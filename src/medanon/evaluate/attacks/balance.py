@@ -61,6 +61,13 @@ class Balance:
         return code[:len(m)], code[len(m):], [names[i] for i in used]
 
 
+def covered(balance: Balance) -> np.ndarray:
+    """Which member targets are in a stratum that has a control target: the attack rate is read on these only, so
+    that it and the balanced control describe the same strata (the others have nothing to be compared with)."""
+    m, c, _ = balance.codes()
+    return np.isin(m, c)
+
+
 def _onehot(codes: np.ndarray, s: int) -> np.ndarray:
     out = np.zeros((len(codes), s))
     out[np.arange(len(codes)), codes] = 1.0

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from medanon.evaluate.attacks.balance import Balance, control_rates
+from medanon.evaluate.attacks.balance import Balance, control_rates, covered
 from medanon.evaluate.attacks.risk import rate, risk_entry, threshold_entry
 from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, delong, threshold_at_far, unit
 
@@ -78,6 +78,14 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
     patients_of_members = mg
     if grouped and member_clusters is not None:
         mg = np.asarray(member_clusters)
+    uncovered = 0
+    if balance is not None and (keep := covered(balance)).any() and not keep.all():
+        # members in strata without a control target cannot be compared: the attack rate leaves them out too
+        uncovered = int((~keep).sum())
+        member_scores = member_scores[keep]
+        mg = mg[keep] if mg is not None else None
+        patients_of_members = patients_of_members[keep] if patients_of_members is not None else None
+        balance = Balance(balance.label, np.asarray(balance.member)[keep], balance.control)
     m_hi, m_lo = member_scores.max(1), member_scores.min(1)
     c_hi, c_lo = control_scores.max(1), control_scores.min(1)
     own_calib = calib_scores is not None and calib_scores.size
@@ -109,6 +117,8 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
            "reverse_auc": auc_rev["auc"], "reverse_auc_ci": auc_rev["ci"], "interval": auc["interval"],
            "threshold": tau, "low_threshold": tau_lo, "fpr": fpr, "calibrated_on": calibrated_on,
            "n_members": len(m_hi), "n_controls": len(c_hi), "n": len(m_hi), "assumptions": assumptions,
+           "members_left_out": uncovered, "members_left_out_why": ("in a stratum of the balancing label without a "
+                                                                  "control target" if uncovered else None),
            "risk": entries["forward"], "risk_reverse": entries["reverse"]}
     if grouped:
         out.update(member_patients=len(np.unique(patients_of_members)), control_patients=len(np.unique(cg)),

@@ -294,3 +294,19 @@ def test_a_second_dataset_being_read_is_an_input(tmp_path, phantom, command):
                           "--overwrite"])
         assert code != 0 and "never writes into" in msg, (out, msg)
     assert _tree_digest(other) == before
+
+
+def test_a_second_run_naming_the_same_mapping_is_refused_at_once(tmp_path, phantom):
+    mapping = tmp_path / "private" / "m.json"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from medanon.locks import OutputLock; "
+                               f"lock = OutputLock({str(mapping)!r}).acquire(); print('held', flush=True); "
+                               "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:                                                # another run is making a release with this mapping
+        assert holder.stdout.readline().strip() == "held"
+        code, msg = _run(["anonymize", "kpixel", phantom, "--k", "2", "--out", tmp_path / "other",
+                          "--mapping", mapping])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code != 0 and "another medanon run is writing m.json" in msg, msg
+    assert not (tmp_path / "other").exists() and not mapping.exists()

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from test_release_safety import SETTINGS, _release
 
@@ -210,3 +211,33 @@ def test_foreign_files_in_the_closing_folder_are_refused(tmp_path, phantom):
     with pytest.raises(Exception, match="did not write there"):
         _release(tmp_path / "r", scan(phantom).records)
     assert (tmp_path / ".r.closing" / "notes.txt").read_text() == "mine"
+
+
+def test_a_release_killed_while_closing_resumes_with_its_mapping_without_overwrite(tmp_path, phantom, monkeypatch):
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    real = writer._stamp
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "_stamp", stop)
+    with pytest.raises(KeyboardInterrupt):
+        _release(tmp_path / "r", records, mapping=tmp_path / "m.json")
+    monkeypatch.setattr(writer, "_stamp", real)
+    _release(tmp_path / "r", records, mapping=tmp_path / "m.json")      # the same command, no overwrite
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "r"]
+
+
+def test_a_mapping_that_appears_while_a_release_is_made_is_not_replaced(tmp_path, phantom):
+    """Another run naming the same mapping finished first: this one must not replace its private mapping."""
+    records = scan(phantom).records
+    mapping = tmp_path / "m.json"
+    with pytest.raises(Exception, match="appeared while this release was being made"):
+        with ReleaseWriter(tmp_path / "r", **SETTINGS, mapping=mapping, source={"sha256": "a"}) as rel:
+            for r in records:
+                rel.add(r.record_id, torch.zeros(3, 8, 8), [r])
+            mapping.write_text('{"format": "medanon-mapping", "release": "other"}')
+    assert json.loads(mapping.read_text())["release"] == "other"
+    assert (tmp_path / "r.partial").is_dir() and not (tmp_path / "r").exists()

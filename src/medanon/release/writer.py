@@ -154,11 +154,18 @@ class ReleaseWriter:
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.lock = OutputLock(self.out).acquire()      # one writer per release, before anything is touched
         try:
+            # and per mapping: two runs naming one mapping would each replace the other's when they close
+            self.mapping_lock = OutputLock(self.mapping, name="mapping").acquire() if self.mapping else None
+        except BaseException:
+            self.lock.release()
+            raise
+        self._mapping_existed = self.mapping is not None and self.mapping.exists()
+        try:
             remove_leftovers(self.out)                   # a killed run's replaced release
             restore_closing_journals(self.out, self.partial)   # a killed run's journals, while its release closed
             self._open(method, params, privacy, labels, seeds, models, source, phantom, resume, sharded)
         except BaseException:
-            self.lock.release()
+            self._release_locks()
             raise
 
     def _open(self, method, params, privacy, labels, seeds, models, source, phantom, resume, sharded) -> None:
@@ -336,7 +343,12 @@ class ReleaseWriter:
         except OSError as e:
             raise os_error(e, self.partial) from None
         finally:
-            self.lock.release()
+            self._release_locks()
+
+    def _release_locks(self) -> None:
+        self.lock.release()
+        if self.mapping_lock is not None:
+            self.mapping_lock.release()
 
     def _close(self) -> Path:
         if not self.entries:
@@ -344,6 +356,10 @@ class ReleaseWriter:
         if self.out.exists():                            # files may have been added to the old release meanwhile
             check_replaceable(self.out, what="release", name="out")
         if self.mapping is not None and self.mapping.exists():
+            if not (self.overwrite or self._mapping_existed):     # written by someone else while this run ran
+                raise OutputExistsError(f"mapping {self.mapping} appeared while this release was being made",
+                                        fix=f"pass another mapping path (the release stays in {self.partial}, and "
+                                            "the same command with it resumes), or overwrite=True")
             check_replaceable(self.mapping, what="mapping", name="mapping")
         rows = sorted(self.entries.values(), key=lambda e: e["name"])
         views = (self.settings["params"].get("augmentation") or {}).get("views", 1)
@@ -405,7 +421,7 @@ class ReleaseWriter:
         if exc_type is None:
             self.close()
         else:
-            self.lock.release()
+            self._release_locks()
             if isinstance(exc, OSError):
                 raise os_error(exc, self.partial if self._started else None) from None
 

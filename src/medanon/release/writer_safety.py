@@ -50,7 +50,8 @@ def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
     just before the release is renamed into place): the same command resumes it and writes it again."""
     import json
 
-    if not (out.with_name(out.name + ".partial") / JOURNAL).is_file() or not Path(mapping).is_file():
+    journals = (out.with_name(out.name + ".partial") / JOURNAL, closing_folder(out) / JOURNAL)
+    if not any(j.is_file() for j in journals) or not Path(mapping).is_file():     # a run killed while closing
         return False
     try:
         held = json.loads(Path(mapping).read_text(encoding="utf-8"))

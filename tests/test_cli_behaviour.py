@@ -79,3 +79,15 @@ def test_report_json_is_strict_json(tmp_path, monkeypatch):
     report_module.write_report(tmp_path, report, {})
     got = json.loads(jp.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard constant {c}"))
     assert got["releases"][0] == {"name": "r", "auc": None, "ci": [0.1, None], "fid": None, "n": 4}
+
+
+def test_phantom_workers_end_without_a_traceback(tmp_path):
+    """Closing the rendering pool sends its workers SIGTERM; forked from the command line they inherited its
+    SIGTERM handler, and every successful run printed a KeyboardInterrupt traceback per worker."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "medanon", "phantom", "--modality", "fundus", "--patients", "8",
+                        "--size", "16", "--workers", "2", "--out", str(tmp_path / "p")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "KeyboardInterrupt" not in r.stderr, r.stderr

@@ -215,3 +215,11 @@ def test_nothing_is_written_inside_a_release_or_a_dataset_through_the_api(tmp_pa
     with pytest.raises(UnsafeOutputError, match="not a medanon report"):
         result.to_html(tmp_path / "notes.html", overwrite=True)
     assert (tmp_path / "notes.html").read_text() == "mine"
+
+
+def test_a_demo_too_small_for_its_evaluation_is_refused_before_any_work(tmp_path):
+    """25 patients release at k = 10 (17 training patients: one record), but FID and the attacks need two records
+    per release: the evaluation failed after every release was made."""
+    r = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--patients", "25", "--no-inception"])
+    assert r.exit_code != 0 and "at least 30 patients" in r.output and "--patients 30" in r.output, r.output
+    assert not (tmp_path / "d").exists()

@@ -40,6 +40,7 @@ from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
 
 MIN_PATIENTS = 20      # per modality: the training split (about 70 %) must hold k = max(KS) = 10 patients
+MIN_PATIENTS_EVALUATED = 30   # and two records at k = 10 (21 training patients), the fewest FID and the attacks take
 
 log = logging.getLogger(__name__)
 
@@ -273,10 +274,13 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
     ckpt = Path(checkpoints) if checkpoints else default_checkpoints()
     cfg = DemoConfig(patients=patients, per_patient=per_patient, size=size, seed=seed, device=device,
                      ksalsa_steps=ksalsa_steps, gmia_steps=gmia_steps, checkpoints=str(ckpt), inception=inception)
-    if patients < MIN_PATIENTS:
+    least = MIN_PATIENTS_EVALUATED if evaluation else MIN_PATIENTS
+    if patients < least:
+        what = (f", and its evaluation needs two records at k = {max(KS)}" if evaluation else "")
         raise ConfigError(f"patients={patients}: the demo releases its training split (about 70 % of the patients) "
-                          f"at k = {max(KS)}, which needs at least {MIN_PATIENTS} patients per modality",
-                          fix=f"use patients={MIN_PATIENTS} or more")
+                          f"at k = {max(KS)}{what}, which needs at least {least} patients per modality",
+                          fix=f"use patients={least} or more" + ("" if not evaluation else
+                                                                  f" ({MIN_PATIENTS} without the evaluation)"))
     if size != 64:
         raise ConfigError(f"the demo's shipped checkpoints are 64 px; size={size} is not possible",
                           fix="run the demo at size=64, or train models at your size with `medanon train`")

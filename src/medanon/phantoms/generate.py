@@ -88,6 +88,16 @@ def _render_patient(job: tuple[PhantomConfig, int, str]) -> list[dict[str, Any]]
     return rows
 
 
+def _worker_signals() -> None:
+    """A rendering worker ends quietly when the pool is closed (SIGTERM, from ``Pool.terminate``) and leaves Ctrl-C
+    to the parent: a forked worker would otherwise inherit the command line's SIGTERM handler and print a
+    KeyboardInterrupt traceback at the end of every successful run."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def generate(cfg: PhantomConfig, out: str | Path, *, overwrite: bool = False, progress: bool = True) -> Path:
     """Render the phantom dataset described by ``cfg`` into ``out`` (atomically). Returns ``out``."""
     cfg.validate()
@@ -107,7 +117,7 @@ def generate(cfg: PhantomConfig, out: str | Path, *, overwrite: bool = False, pr
                 bar.update(cfg.per_patient)
         else:
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-            with ctx.Pool(workers) as pool:
+            with ctx.Pool(workers, initializer=_worker_signals) as pool:
                 for rows in pool.imap(_render_patient, jobs, chunksize=max(1, min(16, cfg.patients // (4 * workers)))):
                     results.append(rows)
                     bar.update(cfg.per_patient)

@@ -196,6 +196,7 @@ def test_bad_input(world, tmp_path):
     with pytest.raises(DataError, match="outside the 'train' split"):
         evaluate(data, [leaky], tmp_path / "r1", config=tiny_config(), cache_dir=world["root"] / "cache",
                  progress=False)
+    assert not (tmp_path / "r1").exists()                              # refused before the report folder is made
     with pytest.raises(ConfigError, match="larger than release"):
         evaluate(data, world["releases"][:1], tmp_path / "r2", config=tiny_config(samples=10_000, max_samples=10_000),
                  progress=False)

@@ -101,21 +101,22 @@ def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -
                            lambda: rel_emb[pick], groups)
 
 
-def _check_sources(ctx: RealContext, rel: ReleaseData) -> None:
+def _check_sources(real, source_split: str, rel: ReleaseData) -> None:
+    """A release whose mapping names images outside the source split is refused (before anything is written)."""
     if rel.sources is None:
         return
     flat = np.asarray([i for rows in rel.sources for i in rows], np.int64)
-    bad = flat[ctx.real.split[flat] != ctx.cfg.source_split]
+    bad = flat[real.split[flat] != source_split]
     if len(bad):
-        raise DataError(f"release {rel.path} stands for {len(bad)} image(s) outside the {ctx.cfg.source_split!r} split "
-                        f"(e.g. patients {sorted(set(ctx.real.patients[bad].tolist()))[:5]}): its held-out patients "
+        raise DataError(f"release {rel.path} stands for {len(bad)} image(s) outside the {source_split!r} split "
+                        f"(e.g. patients {sorted(set(real.patients[bad].tolist()))[:5]}): its held-out patients "
                         f"would be tested against themselves", files=[str(rel.mapping_path)],
                         fix="evaluate with the split the release was made from (splits= CSV, or split_seed=)")
 
 
 def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: list[util.Task]) -> dict:
     """Fidelity, utility and attacks of one release (no caching here)."""
-    _check_sources(ctx, rel)
+    _check_sources(ctx.real, ctx.cfg.source_split, rel)
     timing: dict[str, float] = {}
     res: dict[str, Any] = {
         "name": rel.name, "path": str(rel.path), "method": rel.method, "params": rel.params, "setting": rel.setting,
@@ -347,6 +348,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     if unknown:
         raise ConfigError(f"utility.compare names release(s) {unknown} that are not evaluated (releases: {names})",
                           fix="name releases by their display names (folder names unless given)")
+    for r in rels:                                      # every refusal before the report folder is made
+        _check_sources(real, cfg.source_split, r)
     run = RunDir(out, config=cfg, command="evaluate", seeds={"evaluation": cfg.seed, "split": cfg.split.seed,
                                                             "utility": list(cfg.utility.seeds)})
     run.record_input("real", real.root, files=[r.path for r in real.records])

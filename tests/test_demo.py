@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,3 +127,35 @@ def test_the_demos_subset_is_replaced_when_its_rows_change(tmp_path: Path):
     assert (part / "labels.csv").stat().st_mtime_ns == stamp                # the same rows: reused
     demo.write_subset(root, ds.records[:4], tmp_path / "train")
     assert len((part / "labels.csv").read_text().splitlines()) == 1 + 4     # other rows: replaced
+
+
+def test_releases_made_with_a_checkpoint_since_replaced_are_made_again(tmp_path: Path):
+    """A checkpoint retrained into the same folder under the same name: the releases made with the old one are
+    stale, though every setting the demo records is the same."""
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "restyle-map-fundus64.pt").write_bytes(b"old weights")
+    out = tmp_path / "demo"
+    out.mkdir()
+    cfg = demo.DemoConfig(patients=30, checkpoints=str(ck))
+    demo.record_releases_made(out, "fundus", cfg)
+    assert demo.stale_modalities(out, cfg) == set()
+    (ck / "restyle-map-fundus64.pt").write_bytes(b"new weights")
+    assert demo.stale_modalities(out, cfg) == {"fundus"}
+
+
+def test_the_demos_phantoms_edited_since_are_refused_not_reused(tmp_path: Path):
+    from PIL import Image
+
+    from medanon.errors import DataError
+
+    cfg = PhantomConfig(modality="fundus", patients=3, per_patient=1, size=16, workers=1)
+    data = demo._phantoms(cfg, tmp_path / "fundus")
+    assert demo._phantoms(cfg, data) == data                               # unchanged: reused
+    png = sorted((data / "images").glob("*.png"))[0]
+    a = np.asarray(Image.open(png)).copy()
+    a[0, 0] = 255 - a[0, 0]
+    Image.fromarray(a).save(png)                                          # one pixel edited
+    with pytest.raises(DataError, match="changed or added since the demo generated it"):
+        demo._phantoms(cfg, data)
+    assert png.exists()                                                   # nothing replaced

@@ -35,6 +35,7 @@ from medanon.data.summary import format_summary, summarize
 from medanon.demo_releases import KS, Made, releases_fundus, releases_xray
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_dir, atomic_write_text
+from medanon.output_inventory import foreign_files
 from medanon.outputs import check_output, write_marker
 from medanon.phantoms.generate import generate
 from medanon.runtime import RunDir, resolve_device, seed_everything
@@ -72,6 +73,11 @@ def _phantoms(cfg: PhantomConfig, out: Path) -> Path:
     if info.exists():
         settings = json.loads(info.read_text())["settings"]
         if settings == {k: v for k, v in to_dict(cfg).items() if k != "workers"}:
+            edited = foreign_files(out)
+            if edited:                          # its releases and audits would read data the demo did not make
+                raise DataError(f"{out} holds {len(edited)} file(s) changed or added since the demo generated it, "
+                                f"e.g. {edited[0]}", files=[str(out / e) for e in edited[:5]],
+                                fix=f"move {out} away (the demo then generates its phantoms again) or restore it")
             log.info("reusing phantom data in %s", out)
             return out
         click.echo(f"{out} holds phantoms with other settings: regenerating")
@@ -122,8 +128,14 @@ RELEASES_MADE = "releases.json"    # modality -> the RELEASE_SETTINGS its releas
 
 
 def release_settings(cfg: DemoConfig) -> dict:
+    """:data:`RELEASE_SETTINGS` of ``cfg``, and a digest of the checkpoint files (a checkpoint retrained or replaced
+    in the same folder, under the same name, changes the releases made with it)."""
+    from medanon.runtime import files_digest
+
     now = to_dict(cfg)
-    return {k: now[k] for k in RELEASE_SETTINGS}
+    ckpt = Path(cfg.checkpoints)
+    return {**{k: now[k] for k in RELEASE_SETTINGS},
+            "checkpoint_files": files_digest(sorted(ckpt.glob("*.pt")), root=ckpt)["sha256"]}
 
 
 def stale_modalities(out: Path, cfg: DemoConfig) -> set[str]:
@@ -136,7 +148,7 @@ def stale_modalities(out: Path, cfg: DemoConfig) -> set[str]:
         last = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         last = None
-    last_differs = isinstance(last, dict) and any(last.get(k) != v for k, v in now.items())
+    last_differs = isinstance(last, dict) and any(last.get(k) != now[k] for k in RELEASE_SETTINGS)
     return {m for m in ("fundus", "xray") if (made[m] != now if m in made else last_differs)}
 
 
@@ -337,7 +349,10 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
             click.echo(f"  {rel.name:<18} {'PASSED' if rep.passed else 'FAILED'}"
                        + "".join(f"; {c.name}: {c.detail}" for c in rep.checks if not c.passed))
             if not rep.passed:
-                raise DataError(f"release {rel} failed its audit", fix="this is a bug: please report it")
+                raise DataError(f"release {rel} failed its audit (the checks that failed are listed above)",
+                                fix=f"if {rel} or the demo's data were changed after the release was made, move the "
+                                    "release away and run the demo again to make it anew; otherwise this is a bug: "
+                                    "please report it")
         run.log_metrics(step="audit", modality=modality, seconds=round(time.perf_counter() - t0, 1))
 
         if not evaluation:

@@ -11,7 +11,8 @@ from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 from medanon.locks import main_rank_lock
 
-FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom --per-patient 2+"}
+FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom --per-patient 2+",
+         "resume=False": "--fresh"}
 
 
 def _split_rows(ds, splits: Path | None, split: str, seed: int, stratify: str):

@@ -137,8 +137,15 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
             blob["extra"].get("patients_digest") == digest and blob["config"] == net_cfg.to_dict() and \
             blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]
         if not same:
-            raise ConfigError(f"{held} holds an identity network trained with other settings, patients or images",
-                              fix="choose another out file, or delete it to start over")
+            changed = [what for what, ok in (
+                ("settings", blob["extra"].get("train_config") == meta["train_config"]
+                 and blob["config"] == net_cfg.to_dict()),
+                ("patients", blob["extra"].get("patients_digest") == digest),
+                ("images", blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]))
+                if not ok]
+            raise ConfigError(f"{held} holds an identity network trained with other {' and '.join(changed)}",
+                              fix="choose another out file, or resume=False to train anew (the file is replaced "
+                                  "only when the new network is finished)")
         net.load_state_dict(blob["state"]["net"])
         if blob["step"] >= cfg.steps:
             log.info("identity network in %s is complete (%d steps)", out, blob["step"])

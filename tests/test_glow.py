@@ -172,7 +172,7 @@ def test_resume_continues_exactly(tmp_path: Path):
     train_flow(tiny_cfg(steps=10, checkpoint_every=10), images, out=tmp_path / "b", progress=False)
     with pytest.raises(ConfigError, match="resume=True"):
         train_flow(tiny_cfg(steps=20, checkpoint_every=10), images, out=tmp_path / "b", progress=False)
-    with pytest.raises(ConfigError, match="another config"):
+    with pytest.raises(ConfigError, match=r"another config \(lr .* -> 0\.01\)"):     # names what changed
         train_flow(tiny_cfg(steps=20, checkpoint_every=10, lr=1e-2), images, out=tmp_path / "b", resume=True,
                    progress=False)
     resumed = train_flow(tiny_cfg(steps=20, checkpoint_every=10), images, out=tmp_path / "b", resume=True,

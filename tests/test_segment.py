@@ -149,6 +149,8 @@ def test_training_resumes_exactly(tmp_path: Path, tiny32: Path, monkeypatch):
     other = changed(data, digest={**data.digest, "sha256": "0" * 64})      # an image or mask edited since
     with pytest.raises(ConfigError, match="was trained on other data"):
         train_segmenter(other, tmp_path / "run", cfg, progress=False, resume=True)
+    with pytest.raises(ConfigError, match=r"other settings \(batch_size 8 -> 4\)"):   # says what changed
+        train_segmenter(data, tmp_path / "run", changed(cfg, batch_size=4), progress=False, resume=True)
     assert (tmp_path / "run" / "manifest.json").read_bytes() == manifest   # refused before anything is written
     out = train_segmenter(data, tmp_path / "run", cfg, progress=False, resume=True)
     a = torch.load(ref, weights_only=True)["state"]["model"]

@@ -293,3 +293,20 @@ def check_type(name: str, value: Any, declared: str) -> None:
 
 def dump_yaml(cfg: Any) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def differences(was: dict[str, Any], now: dict[str, Any], prefix: str = "") -> str:
+    """What differs between two settings dicts, for messages.
+
+    >>> differences({"params": {"k": 5}, "labels": ["grade"]}, {"params": {"k": 10}, "labels": ["grade"]})
+    'params.k 5 -> 10'
+    """
+    out = []
+    for key in sorted({*was, *now}):
+        a, b = was.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = differences(a, b, f"{prefix}{key}.")
+            out += [inner] if inner else []
+        elif a != b:
+            out.append(f"{prefix}{key} {a!r} -> {b!r}")
+    return "; ".join(out)

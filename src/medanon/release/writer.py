@@ -52,6 +52,7 @@ import torch
 from PIL import Image
 
 from medanon.anonymize.privacy import with_standard_fields
+from medanon.config import differences
 from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError, OutputExistsError, user_stacklevel
@@ -232,7 +233,7 @@ class ReleaseWriter:
         now = json.loads(json.dumps(self.settings, default=_json_default))
         if head.get("settings") != now:
             raise ConfigError(f"{self.partial} holds an interrupted release with other settings: "
-                              f"{_differences(head.get('settings') or {}, now)}",
+                              f"{differences(head.get('settings') or {}, now)}",
                               fix="rerun with the same settings to resume, or pass overwrite=True "
                                   "to discard it and start over")
         if head.get("source") != json.loads(json.dumps(self.source, default=_json_default)):
@@ -454,16 +455,3 @@ def read_release(path: str | Path) -> tuple[dict[str, Any], list[dict[str, str]]
     with open(path / "labels.csv", encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     return manifest, rows
-
-
-def _differences(was: dict[str, Any], now: dict[str, Any], prefix: str = "") -> str:
-    """``params.k 5 -> 10; labels ['grade'] -> ['grade', 'sex']``: what differs between two settings dicts."""
-    out = []
-    for key in sorted({*was, *now}):
-        a, b = was.get(key), now.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            inner = _differences(a, b, f"{prefix}{key}.")
-            out += [inner] if inner else []
-        elif a != b:
-            out.append(f"{prefix}{key} {a!r} -> {b!r}")
-    return "; ".join(out)

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from medanon.anonymize.dpglow import calibrate_latent
 from medanon.anonymize.ldp import ClipCalibration
 from medanon.checkpoint import load_checkpoint, save_checkpoint
-from medanon.config import from_dict, to_dict
+from medanon.config import differences, from_dict, to_dict
 from medanon.errors import ConfigError
 from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequantize, image_to_flow
 from medanon.models.glow.actnorm import ActNorm, sync_actnorm
@@ -152,8 +152,9 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     if resume and ckpt_path.exists():
         blob = load_checkpoint(ckpt_path, kind=KIND_TRAINING)   # on the CPU: the generator state and order live there
         old = {k: v for k, v in blob["config"].items() if k != "steps"}
-        if old != {k: v for k, v in to_dict(cfg).items() if k != "steps"}:
-            raise ConfigError(f"{ckpt_path} was trained with another config ({blob['config']})",
+        now = {k: v for k, v in to_dict(cfg).items() if k != "steps"}
+        if old != now:
+            raise ConfigError(f"{ckpt_path} was trained with another config ({differences(old, now)})",
                               fix="resume with the same config (only steps may change), or choose another out folder")
         saved = blob["extra"].get("data") or {}         # keys a run predates are not compared
         changed = sorted(k for k in (data or {}) if k in saved and saved[k] != data[k])

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.config import differences
 from medanon.data.dataset import ImageDataset
 from medanon.data.records import Record, make_record_id
 from medanon.data.splits import split_patients
@@ -238,7 +239,9 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     if resume and last_path.exists():            # before anything is written: a refused resume changes nothing
         held = load_checkpoint(last_path, kind=KIND + "-training")
         if held["config"]["train"] != json.loads(json.dumps(asdict(cfg))):
-            raise ConfigError(f"{last_path} was written with other settings", fix="resume with the same options")
+            raise ConfigError(f"{last_path} was written with other settings "
+                              f"({differences(held['config']['train'], json.loads(json.dumps(asdict(cfg))))})",
+                              fix="resume with the same options, or start a new run in another folder")
         if held["extra"].get("data", data_key) != data_key:     # runs from before the record: not checked
             raise ConfigError(f"{last_path} was trained on other data: the images, masks or patient ids changed "
                               "since", fix="resume with the data it was started with, or start a new run in "

@@ -179,6 +179,11 @@ def test_resume_continues_exactly(tmp_path: Path):
                          progress=False)
     a, b = load_flow(straight.path)[0].flow.state_dict(), load_flow(resumed.path)[0].flow.state_dict()
     assert all(torch.allclose(a[k].float(), b[k].float(), atol=1e-6) for k in a)
+    metrics = (tmp_path / "b" / "metrics.jsonl").read_text()
+    again = train_flow(tiny_cfg(steps=20, checkpoint_every=10), images, out=tmp_path / "b", resume=True,
+                       progress=False)                                  # finished: nothing done or logged again
+    assert (again.path, again.steps, again.train_bpd) == (resumed.path, 20, resumed.train_bpd)
+    assert (tmp_path / "b" / "metrics.jsonl").read_text() == metrics
 
 
 def test_load_flow_refuses_other_checkpoints(tmp_path: Path):

@@ -165,6 +165,10 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         opt.load_state_dict(blob["state"]["optimizer"])
         gen.set_state(blob["state"]["generator"])
         order, pos, step = blob["state"]["order"], int(blob["extra"]["pos"]), blob["step"]
+        done = _finished(out / "flow.pt", step) if step >= cfg.steps else None
+        if done is not None:                    # a finished run: nothing to train, evaluate or log again
+            log.info("flow %s is complete (%d steps)", done.path, step)
+            return done
         log.info("resuming %s at step %d", out, step)
     run = None
     if dist.is_main:
@@ -254,6 +258,18 @@ def _sharded_backward(flow: Glow, model: torch.nn.Module, opt: torch.optim.Optim
             (loss / accumulation).backward()
         total += loss.detach()
     return dist.all_reduce_sum(total) / shards
+
+
+def _finished(path: Path, step: int) -> FlowRun | None:
+    """The run that wrote ``path`` at ``step``, as :func:`train_flow` returned it, or None (not written yet)."""
+    if not path.is_file():
+        return None
+    blob = load_checkpoint(path, kind=KIND)
+    if blob["step"] != step:
+        return None
+    extra = blob.get("extra") or {}
+    return FlowRun(path=path, steps=step, train_bpd=extra.get("train_bpd", math.nan), val_bpd=extra.get("val_bpd"),
+                   seconds=0.0)
 
 
 def _finish(flow: Glow, images: torch.Tensor, val_images: torch.Tensor | None, *, out: Path, run: RunDir,

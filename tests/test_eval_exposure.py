@@ -140,3 +140,21 @@ def test_members_without_a_control_in_their_stratum_are_left_out_of_the_attack_r
                                    control_groups=(np.arange(40) + 100).astype(str))
     assert plain["members_left_out"] == 0 and plain["n_members"] == 40
     assert out["risk"]["attack"]["rate"] < plain["risk"]["attack"]["rate"]   # the uncompared stratum is out
+
+
+def test_a_rate_whose_interval_counts_records_as_independent_is_not_valid():
+    """Without a mapping the attribute attack's records reach it without patients: a Wilson interval over records
+    treats one patient's several records as independent."""
+    from medanon.evaluate.calibration import calibration_table
+
+    copy = {"attribute": {"risk": {"residual_risk": {"risk": 0.9, "ci": [0.7, 1.0]}}}}
+    null = {"attribute": {"risk": {"residual_risk": {"risk": 0.0, "ci": [0.0, 0.1]}}}}
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "constant": null, "noise": null})
+    for attack, valid in (({"rate": 0.7, "ci": [0.6, 0.8], "trials": 117, "interval": "Wilson"}, False),
+                          ({"rate": 0.7, "ci": [0.5, 0.85], "trials": 117, "patients": 39,
+                            "interval": "patient cluster bootstrap"}, True)):
+        risk = {"residual_risk": {"risk": 0.3, "ci": [0.1, 0.5]}, "attack": attack, "control_is": "none",
+                "against": "baseline"}
+        rel = {"name": "R", "utility": {}, "attacks": {"attribute": {"risk": risk}}}
+        row = validity(rel, table, checks={}, trained_on_members={})["attribute"]
+        assert row["valid"] is valid and (valid or "records as independent" in row["reason"])

@@ -228,6 +228,16 @@ def _few_targets(risk: dict) -> str | None:
     return None
 
 
+def _images_as_independent(risk: dict) -> str | None:
+    """Why an attack rate's interval does not respect patients (no mapping, so records were counted as independent
+    trials; one patient's several records are not), or None."""
+    a = risk.get("attack") or {}
+    if a and a.get("patients") is None and not a.get("exact") and str(a.get("interval", "")).startswith("Wilson"):
+        return ("its interval counts released records as independent (without the mapping no patient reaches the "
+                "attack, and one patient's records are not independent)")
+    return None
+
+
 def _few_calibration(risk: dict) -> str | None:
     """Why the threshold of a risk row is set on too few patients, or None."""
     t = risk.get("threshold") or {}
@@ -254,7 +264,8 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
         reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
                    ("no known-answer calibration" if cal is None else None),
                    _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
-                   _few_targets(risk), _few_controls(risk), _few_calibration(risk), contaminated]
+                   _few_targets(risk), _few_controls(risk), _few_calibration(risk), _images_as_independent(risk),
+                   contaminated]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
     return out

@@ -247,10 +247,10 @@ def _few_calibration(risk: dict) -> str | None:
 
 
 def _controls_copied(rel: dict) -> str | None:
-    """Why every row of a release is invalid because it holds exact copies of held-out patients' images, or None."""
-    n = ((rel.get("screening") or {}).get("heldout") or {}).get("exact_copies") or 0
+    """Why every row of a release is invalid because it holds copies of held-out patients' images, or None."""
+    n = ((rel.get("screening") or {}).get("heldout") or {}).get("copies") or 0
     if n:
-        return (f"the release holds {n} exact copies of held-out patients' images: they are the attacks' controls and "
+        return (f"the release holds {n} copies of held-out patients' images: they are the attacks' controls and "
                 "the utility test set, so every control-based number is contaminated")
     return None
 
@@ -305,43 +305,53 @@ def verdict(rel: dict) -> dict:
 
 
 def exposure(screen: dict | None) -> dict:
-    """What the near-copy screen found that needs no mapping and no attack: exact copies of real images and the
-    patients they copy, near-copies beyond what new people's images show, near-copies the mapping does not explain,
-    and copies of held-out patients' images."""
-    if not screen or "exact_copies" not in screen:
+    """What the near-copy screen found that needs no attack: copies of real images (within one grey level) and the
+    patients they copy; near-copies above new people's rate (with the mapping, copies of one of their own sources
+    only, since an average of several people can be pixel-near to a real image too); copies the mapping does not
+    explain; copies of held-out patients' images."""
+    if not screen or "copies" not in screen:
         return {}
+    n = screen["n"]
     control_hi = ((screen.get("control") or {}).get("pixel_rate_ci") or [math.nan, math.nan])[1]
-    excess = bool(screen["near_copies_pixel_ci"][0] > control_hi)          # above new people's natural rate
-    return {"exact_copies": screen["exact_copies"], "exact_copy_patients": screen.get("exact_copy_patients"),
-            "near_copies": screen["near_copies_pixel"], "n": screen["n"],
-            "near_copy_rate": screen["near_copies_pixel_rate"], "near_copy_ci": screen["near_copies_pixel_ci"],
-            "control_rate": (screen.get("control") or {}).get("pixel_rate"), "near_copies_beyond_control": excess,
-            "near_copy_patients": screen.get("near_copy_patients"),
-            "max_near_copies_of_one_patient": screen.get("max_near_copies_of_one_patient"),
-            "near_copies_not_of_own_source": screen.get("near_copies_not_of_own_source"),
-            "heldout_exact_copies": (screen.get("heldout") or {}).get("exact_copies", 0),
+    mapped = screen.get("copies_not_of_own_source") is not None
+    near = screen["copies_of_one_source"] if mapped else screen["near_copies_pixel"]
+    return {"copies": screen["copies"], "copy_patients": screen.get("copy_patients"), "n": n, "mapped": mapped,
+            "near_copies": near, "near_copies_are": ("copies of one of their own sources (the mapping says which)"
+                                                     if mapped else "near-copies of any real image (no mapping)"),
+            "control_rate": (screen.get("control") or {}).get("pixel_rate"),
+            "near_copies_beyond_control": bool(near > control_hi * n),
+            "in_multi_person_records": screen.get("copies_of_one_source_in_multi_person_records") if mapped else None,
+            "copies_not_of_own_source": screen.get("copies_not_of_own_source"),
+            "heldout_copies": (screen.get("heldout") or {}).get("copies", 0),
             "heldout_near_copies": (screen.get("heldout") or {}).get("near_copies", 0)}
 
 
 def _exposure_sentences(name: str, e: dict) -> list[str]:
     out = []
-    if e.get("exact_copies"):
-        who = f" of {e['exact_copy_patients']} patients" if e.get("exact_copy_patients") is not None else ""
-        out.append(f"{name} holds {e['exact_copies']} exact copies of real images{who} of the source split (found "
-                   "without the mapping): those patients are exposed whatever the attacks measure")
+    if e.get("copies"):
+        who = f" of {e['copy_patients']} patients" if e.get("copy_patients") is not None else ""
+        out.append(f"{name} holds {e['copies']} images within one grey level (RMS) of a real image{who} of the source "
+                   "split (found without the mapping): those images are released as they are, whatever the attacks "
+                   "measure")
     elif e.get("near_copies_beyond_control"):
-        lo, hi = e["near_copy_ci"]
-        out.append(f"{e['near_copies']} of {e['n']} released images of {name} ({e['near_copy_rate']:.0%} [{lo:.0%}, "
-                   f"{hi:.0%}]; new people's images {e['control_rate']:.0%}) are closer to a real image of the source "
-                   f"split than a second photo of the same patient, copying {e['near_copy_patients']} patients (up to "
-                   f"{e['max_near_copies_of_one_patient']} images of one)")
-    if e.get("near_copies_not_of_own_source"):
-        out.append(f"{e['near_copies_not_of_own_source']} near-copies are nearest to a real image their mapping "
-                   "does not name as a source: check that the mapping is this release's, since every attack that "
-                   "reads it is wrong otherwise")
-    if e.get("heldout_exact_copies"):
-        out.append(f"it holds {e['heldout_exact_copies']} exact copies of held-out patients' images, the controls "
-                   "and the utility test set: no attack row is valid")
+        rate = f"{e['control_rate']:.0%}" if e.get("control_rate") is not None else "n/a"
+        if e.get("mapped"):
+            multi = e.get("in_multi_person_records") or 0
+            out.append(f"{e['near_copies']} of {e['n']} released images of {name} are near-copies of one of their "
+                       f"own sources: closer to it than a second photo of the same patient is (new people's images: "
+                       f"{rate})" + (f"; {multi} of them stand for several people, and are still a copy of one "
+                                     "(much closer to it than to the record's other sources)" if multi else ""))
+        else:
+            out.append(f"{e['near_copies']} of {e['n']} released images of {name} are closer to a real image than a "
+                       f"second photo of the same patient is (new people's images: {rate}); without the mapping the "
+                       "screen cannot tell copies from averages of several people")
+    if e.get("copies_not_of_own_source"):
+        out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
+                   "their source: check that the mapping is this release's, since every attack that reads it is "
+                   "wrong otherwise")
+    if e.get("heldout_copies"):
+        out.append(f"it holds {e['heldout_copies']} copies of held-out patients' images, the controls and the utility "
+                   "test set: no attack row is valid")
     return out
 
 

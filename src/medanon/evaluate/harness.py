@@ -55,7 +55,8 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 8                             # 8: FID/FD and every mapping attack resample patient clusters
+RESULTS_VERSION = 9     # 9: the screen counts copies and screens the held-out images; inference needs a mapping;
+#                          membership leaves members of strata without controls out; top-K's p-value is one-sided
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ stand for two or more people (k-anonymity), that claim does not protect the pers
 k-Same-Pixel average over near-duplicate images of two "patients" is the original photo). The closest
 pairs are kept for the report to show side by side.
 
-What needs no statistics is counted apart: **exact copies** (within one 8-bit level, RMS, of a real image) and the
-patients they copy, and the same screen against the **held-out** images, whose patients are the attacks' controls
-and the utility test set (a release holding their images contaminates both). Where the mapping is given, the
-near-copies whose nearest real image is none of their record's sources are counted too (a mapping that is not this
-release's makes every attack that reads it wrong).
+What needs no statistics is counted apart: **copies** (within one 8-bit grey level, RMS, of a real image: the image
+itself, or one changed too little to tell at the evaluation size) and the patients they copy, and the same screen
+against the **held-out** images, whose patients are the attacks' controls and the utility test set (a release
+holding their images contaminates both). Where the mapping is given, the copies whose real image is none of their
+record's sources are counted too (a mapping that is not this release's makes every attack that reads it wrong).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from medanon.evaluate.attacks.stats import exact_interval, unit
 
 TIE_TOL_PIXELS = 1e-9           # relative: squared distances this close (rounding of the expansion) are tied
-EXACT_RMSE = 1 / 127.5          # an exact copy: within one 8-bit level (RMS) of a real image, at the evaluation size
+COPY_RMSE = 1 / 127.5           # a copy: within one 8-bit grey level (RMS) of a real image, at the evaluation size
 
 
 def _flat(images: torch.Tensor) -> np.ndarray:
@@ -109,15 +109,15 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         single[r] *= d[r] <= 0.5 * float(np.median(od))
     order = np.argsort(d, kind="stable")[:keep]
     n = len(d)
-    exact = d <= EXACT_RMSE
+    copies = d <= COPY_RMSE
     _, hd = _rmse_nearest(_flat(release_images), hx)               # the same screen against the held-out images
-    h_exact, h_near = hd <= EXACT_RMSE, hd <= t_pix
+    h_copies, h_near = hd <= COPY_RMSE, hd <= t_pix
     return {
-        **_exposure(exact, near_pix, nearest_row, real_patients, own if srcs is not None else None),
-        "heldout": {"exact_copies": int(h_exact.sum()), "near_copies": int(h_near.sum()),
+        **_exposure(copies, near_pix, nearest_row, real_patients, own if srcs is not None else None),
+        "heldout": {"copies": int(h_copies.sum()), "near_copies": int(h_near.sum()),
                     "what": "the released images against the held-out images (the controls' and the utility test's "
                             "patients), same thresholds"},
-        "exact_rmse": EXACT_RMSE,
+        "copy_rmse": COPY_RMSE,
         "n": n, "quantile": quantile, "pixel_threshold": t_pix, "identity_threshold": t_cos,
         "identity_threshold_set_on": ("half of the held-out patients (the control is the other half)"
                                       if heldout_patients is not None else "the held-out images"),
@@ -139,18 +139,14 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     }
 
 
-def _exposure(exact: np.ndarray, near: np.ndarray, nearest_row: np.ndarray, real_patients, own) -> dict:
-    """Exact copies and near-copies with the patients whose images they copy (no interval: counts of what is in
-    the release), and the near-copies not of their record's own sources (``own``: None without a mapping)."""
+def _exposure(copies: np.ndarray, near: np.ndarray, nearest_row: np.ndarray, real_patients, own) -> dict:
+    """Copies and near-copies with the patients whose images they copy (no interval: counts of what is in the
+    release), and the copies not of their record's own sources (``own``: None without a mapping)."""
     pats = np.asarray(real_patients)[nearest_row] if real_patients is not None else None
-    out = {"exact_copies": int(exact.sum()),
-           "exact_copy_patients": None if pats is None else len(set(pats[exact].tolist())),
-           "near_copy_patients": None if pats is None else len(set(pats[near].tolist())),
-           "max_near_copies_of_one_patient": (None if pats is None else
-                                              max(np.unique(pats[near], return_counts=True)[1], default=0).item()
-                                              if near.any() else 0),
-           "near_copies_not_of_own_source": None if own is None else int((near & (own == 0)).sum())}
-    return out
+    return {"copies": int(copies.sum()),
+            "copy_patients": None if pats is None else len(set(pats[copies].tolist())),
+            "near_copy_patients": None if pats is None else len(set(pats[near].tolist())),
+            "copies_not_of_own_source": None if own is None else int((copies & (own == 0)).sum())}
 
 
 def _halves(patients, n: int) -> tuple[np.ndarray, np.ndarray]:

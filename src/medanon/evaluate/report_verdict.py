@@ -59,25 +59,26 @@ def verdict_section(rep: dict) -> str:
                 "not adjusted for being the largest of several. Only attacks that passed the known-answer calibration "
                 "(below), whose attacker is not at chance on held-out real images and was not trained on the members, "
                 "count. Utility kept: the headline metric of a classifier trained on the release divided by that of "
-                "one trained on as many real images (paired bootstrap over the test set's patients). Copies: exact "
-                "copies (within one 8-bit level of a real image) and near-copies (closer to a real image than a second "
-                "photo of the same patient) of the source split's images, and of the held-out patients' images, from "
-                "the near-copy screen, which reads no mapping; a near-copy count is shown where it is above new "
-                "people's rate.")
+                "one trained on as many real images (paired bootstrap over the test set's patients). Copies: "
+                "released images within one 8-bit grey level (RMS) of a real image of the source split or of the "
+                "held-out patients, from the near-copy screen, which needs no mapping; otherwise near-copies (closer "
+                "to a real image than a second photo of the same patient; with the mapping, of one of their own "
+                "sources), shown where they are above new people's rate.")
 
 
 def _exposure(e: dict) -> str:
     if not e:
         return "–"
     parts = []
-    if e.get("exact_copies"):
-        parts.append(INVALID.format(f"{e['exact_copies']} exact copies ({e.get('exact_copy_patients')} patients)"))
+    if e.get("copies"):
+        parts.append(INVALID.format(f"{e['copies']} copies ({e.get('copy_patients')} patients)"))
     elif e.get("near_copies_beyond_control"):
-        parts.append(INVALID.format(f"{e['near_copies']} near-copies ({e.get('near_copy_patients')} patients)"))
-    if e.get("heldout_exact_copies"):
-        parts.append(INVALID.format(f"{e['heldout_exact_copies']} exact copies of held-out patients"))
-    if e.get("near_copies_not_of_own_source"):
-        parts.append(INVALID.format(f"{e['near_copies_not_of_own_source']} not of their mapped sources"))
+        what = "near-copies of their sources" if e.get("mapped") else "near-copies"
+        parts.append(INVALID.format(f"{e['near_copies']} {what}"))
+    if e.get("heldout_copies"):
+        parts.append(INVALID.format(f"{e['heldout_copies']} copies of held-out patients"))
+    if e.get("copies_not_of_own_source"):
+        parts.append(INVALID.format(f"{e['copies_not_of_own_source']} copies not of their mapped sources"))
     return "; ".join(parts) or "none found"
 
 

@@ -1,6 +1,7 @@
 """What the near-copy screen finds without the mapping reaches the verdict: copies of real images (within one grey
-level), copies of held-out (control) patients, copies the mapping does not explain; averages are not called copies. Inference needs the mapping; a top-K
-p-value below chance is not significant; a residual whose attack draws show no spread keeps the attack's interval."""
+level), copies of held-out (control) patients, copies the mapping does not explain; averages are not called copies.
+Inference needs the mapping; a top-K p-value below chance is not significant; a residual whose attack draws show no
+spread keeps the attack's interval."""
 
 import numpy as np
 import pytest

@@ -74,6 +74,7 @@ def network_checks(ctx: RealContext) -> dict:
         a, _, ij = _pair_scores(ctx.real_emb[ctx.held], ctx.real.patients[ctx.held], rng)
         e = unit(ctx.real_emb_independent[ctx.held])
         b = (e[ij[0]] * e[ij[1]]).sum(1)
-        out["cosine_correlation"] = {"pearson_r": float(np.corrcoef(a, b)[0, 1]), "pairs": len(a),
-                                     "on": "held-out image pairs"}
+        # fewer than two pairs, or a constant score: no correlation to speak of (NaN, not numpy's warnings)
+        r = float(np.corrcoef(a, b)[0, 1]) if len(a) >= 2 and np.ptp(a) > 0 and np.ptp(b) > 0 else float("nan")
+        out["cosine_correlation"] = {"pearson_r": r, "pairs": len(a), "on": "held-out image pairs"}
     return out

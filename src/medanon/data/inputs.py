@@ -187,11 +187,11 @@ def _images(obj: Any, *, argument: str, value_range, modality: str | None = None
         if Image is not None and all(isinstance(x, Image.Image) for x in obj):
             arrays = [np.asarray(x.convert("RGB") if x.mode not in ("L", "RGB", "I;16", "I", "F") else x)
                       for x in obj]
-            return to_float_images(_stack(arrays, argument, channels_last=True, modality="pil"),
+            return to_float_images(_stack(arrays, argument, channels_last=True),
                                    value_range=value_range, name=argument + "=")
         if all(isinstance(x, (torch.Tensor, np.ndarray)) for x in obj):
             arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x for x in obj]
-            return to_float_images(_stack(arrays, argument, channels_last=False, modality="list"),
+            return to_float_images(_stack(arrays, argument, channels_last=False),
                                    value_range=value_range, name=argument + "=")
         bad = next(x for x in obj if not isinstance(x, (torch.Tensor, np.ndarray)))
         raise DataError(f"{argument}= is a list holding {a_type(bad)}; a list holds PIL images or (C, H, W) "
@@ -199,7 +199,7 @@ def _images(obj: Any, *, argument: str, value_range, modality: str | None = None
     return None
 
 
-def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool, modality: str) -> np.ndarray:
+def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> np.ndarray:
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise DataError(f"{argument}= holds images of different shapes: {sorted(shapes)[:4]}",
@@ -207,16 +207,16 @@ def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool, moda
     a = np.stack(arrays)
     if a.ndim == 4 and channels_last and a.shape[-1] in (1, 3):
         a = a.transpose(0, 3, 1, 2)
-    return _nchw(a, argument, channels_last=False, modality=modality)
+    return _nchw(a, argument, channels_last=False, listed=True)
 
 
-def _nchw(a, argument: str, *, channels_last: bool, modality: str | None):
+def _nchw(a, argument: str, *, channels_last: bool, modality: str | None = None, listed: bool = False):
     """``a`` as (N, C, H, W). Shapes that could be read two ways are refused, never guessed: a 3-D array whose
     first dimension is 3 (one RGB image, or three grey ones?) unless ``modality="xray"``; an (H, W, C) image; a
     tensor whose last dimension looks like channels."""
     shape = tuple(a.shape)
     if a.ndim == 3:                              # (N, H, W): one channel
-        if shape[0] == 3 and modality not in ("xray", "pil", "list"):
+        if shape[0] == 3 and modality != "xray" and not listed:      # a list holds images, one per item
             raise DataError(f"{argument}= has shape {shape}: one (C, H, W) colour image, or 3 grey (H, W) images?",
                             fix="pass one image as a batch of one, images[None] (shape (1, 3, H, W)); for grey "
                                 "images pass shape (N, 1, H, W) or modality='xray'")

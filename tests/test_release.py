@@ -81,8 +81,9 @@ def test_resume_after_interruption(tmp_path: Path, source):
         ReleaseWriter(out, **{**settings, "params": {"p": 0.2}})
     with pytest.raises(ConfigError, match=r"other models \(codec: the checkpoint's content changed"):
         ReleaseWriter(out, **settings, models={"codec": "0" * 64})      # started with no codec: one would mix
-    for other in ({"seeds": {"snow": 1}}, {"privacy": {"guarantee": "none: seeded"}}):   # a seed, or no guarantee
-        with pytest.raises(ConfigError, match="other seeds or another privacy guarantee"):
+    for other, what in (({"seeds": {"snow": 1}}, r"\(seeds\.snow None -> 1\)"),       # a seed, or no guarantee
+                        ({"privacy": {"guarantee": "none: seeded"}}, r"\(guarantee .* -> 'none: seeded'\)")):
+        with pytest.raises(ConfigError, match="other seeds or another privacy guarantee " + what):
             ReleaseWriter(out, **{**settings, **other})
     redone = 0
     with ReleaseWriter(out, **settings) as rel:

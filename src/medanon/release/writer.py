@@ -251,9 +251,10 @@ class ReleaseWriter:
         seeds = json.loads(json.dumps(self.seeds, default=_json_default))
         guarantee = self.privacy.get("guarantee")
         if ("seeds" in head and head["seeds"] != seeds) or ("guarantee" in head and head["guarantee"] != guarantee):
+            what = differences({"seeds": head.get("seeds", seeds), "guarantee": head.get("guarantee", guarantee)},
+                               {"seeds": seeds, "guarantee": guarantee})
             raise ConfigError(f"{self.partial} holds an interrupted release made with other seeds or another privacy "
-                              f"guarantee (seeds {head.get('seeds')} -> {seeds}; guarantee {head.get('guarantee')!r} "
-                              f"-> {guarantee!r}): one statement cannot cover both halves",
+                              f"guarantee ({what}): one statement cannot cover both halves",
                               fix="resume with the seed setting it was started with, or pass overwrite=True to "
                                   "discard it and start over")
         lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()

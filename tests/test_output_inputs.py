@@ -170,7 +170,7 @@ def test_resume_notices_a_changed_patient_id_or_label(tmp_path, phantom):
     (data / "labels.csv").write_text("\n".join(",".join(cells) for cells in lines) + "\n")
     changed = open_dataset(data, size=32)
     assert [r.path for r in changed.records] == [r.path for r in ds.records]
-    with pytest.raises(ConfigError, match="other source files"):
+    with pytest.raises(ConfigError, match="other sources: the images, their ids or labels"):
         ReleaseWriter(out, **SETTINGS, source=source_digest(changed))
 
 

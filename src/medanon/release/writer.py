@@ -237,9 +237,11 @@ class ReleaseWriter:
                               fix="rerun with the same settings to resume, or pass overwrite=True "
                                   "to discard it and start over")
         if head.get("source") != json.loads(json.dumps(self.source, default=_json_default)):
-            raise ConfigError(f"{self.partial} holds an interrupted release of other source files (their "
-                              "content changed since it was started): its images would be stale",
-                              fix="pass overwrite=True to discard it and start over")
+            raise ConfigError(f"{self.partial} holds an interrupted release of other sources: the images, their "
+                              "ids or labels, or which of them are released (another split or subset) changed since "
+                              "it was started, so its images would be stale",
+                              fix="resume with the data and split it was started with, or pass overwrite=True to "
+                                  "discard it and start over")
         models = json.loads(json.dumps(self.models, default=_json_default))
         if "models" in head and head["models"] != models:          # journals before models were recorded: not checked
             changed = sorted(k for k in {*head["models"], *models} if head["models"].get(k) != models.get(k))

@@ -109,7 +109,7 @@ def test_resume_notices_changed_source_content(tmp_path, source):
     _, records = source
     out = tmp_path / "rel"
     _interrupted(out, records, 3, source_digest={"sha256": "old"})
-    with pytest.raises(ConfigError, match="content changed"):
+    with pytest.raises(ConfigError, match="other sources: the images, their ids or labels"):
         ReleaseWriter(out, **SETTINGS, source={"sha256": "new"})
     assert len(ReleaseWriter(out, **SETTINGS, source={"sha256": "old"})) == 3       # same sources: resumes
 

@@ -171,3 +171,15 @@ def test_averages_of_two_people_are_not_called_copies(real):
     assert s["copies"] == 0 and s["copies_of_one_source"] == 0
     v = verdict({"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}})
     assert not v["exposure"]["near_copies_beyond_control"] and v["sentence"].startswith("No attack on R is valid")
+
+
+def test_members_kept_in_covered_strata_stay_covered_for_a_numeric_label():
+    """Dropping members must not move a numeric label's quintile bins (re-binning left some uncovered again)."""
+    from medanon.evaluate.attacks.balance import Balance, covered
+
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        b = Balance("age", rng.integers(20, 90, 40).astype(float), rng.integers(20, 60, 12).astype(float))
+        keep = covered(b)
+        if keep.any():
+            assert covered(b.keep_members(keep)).all(), seed

@@ -185,6 +185,7 @@ def test_a_release_killed_while_moving_into_place_resumes(tmp_path, phantom, mon
     import medanon.release.writer as writer
 
     records = scan(phantom).records
+    real_write = writer.write_record
     if stop_at == "remove_replaced":                  # replacing an older release: killed after the swap
         _release(tmp_path / "r", records[:4])
     real = getattr(writer, stop_at)
@@ -198,7 +199,11 @@ def test_a_release_killed_while_moving_into_place_resumes(tmp_path, phantom, mon
         _release(tmp_path / "r", records, mapping=tmp_path / "m.json", overwrite=True)
     assert (tmp_path / ".r.closing").is_dir()
     monkeypatch.setattr(writer, stop_at, real)
+    written = []
+    monkeypatch.setattr(writer, "write_record", lambda *a, **k: written.append(1) or real_write(*a, **k))
     _release(tmp_path / "r", records, mapping=tmp_path / "m.json", overwrite=True)
+    # killed before the rename, every record is reused; after it (the release in place), the run makes it anew
+    assert len(written) == (len(records) if stop_at == "remove_replaced" else 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "r"]
     assert len(list((tmp_path / "r" / "images").iterdir())) == len(records)
     assert not [p for p in (tmp_path / "r").rglob(".journal*")]

@@ -181,7 +181,8 @@ def test_epsilon_inf_states_no_protection_without_noise_clauses(tmp_path):
     root = medanon.make_phantom(tmp_path / "x", modality="xray", patients=2, per_patient=1, size=16)
     p = _quiet(medanon.anonymize.ldp_image, root, epsilon=math.inf).privacy
     assert (p["guarantee"], p["unit"], p["epsilon_patient"], p["assumptions"]) == \
-        ("none", "none: no noise is added", "inf", [])
+        ("none", "none: no noise is added", None, [])                      # no guarantee: no epsilon in its keys
+    assert p["without_guarantee"]["epsilon_patient"] == "inf" and p["epsilon_image"] is None
     assert p["not_protected"] == ["everything: no noise is added; the released images are the inputs, clipped"]
     assert "epsilon_patient_max" not in p and "secret" not in str(p)
 

@@ -56,21 +56,37 @@ class LabelHomogeneity(PrivacyWarning):
 # Every release's statement carries these keys, whatever its method; None means the statement makes no such
 # guarantee (Snow's (0, delta) is per pixel position, so its per-image epsilon is None; k-Same has no epsilon).
 STANDARD_FIELDS = ("guarantee", "unit", "k", "epsilon_image", "epsilon_patient", "delta")
+GUARANTEE_FIELDS = ("k", "epsilon_image", "epsilon_patient", "delta")
 NO_UNIT = "none: no formal guarantee, so no unit is protected"
 
 
+def no_guarantee(statement: dict) -> bool:
+    """Whether ``statement`` guarantees nothing (its ``guarantee`` begins with "none", or is missing)."""
+    return str(statement.get("guarantee") or "none").startswith("none")
+
+
 def with_standard_fields(statement: dict) -> dict:
-    """``statement`` with every key of :data:`STANDARD_FIELDS` (None where it makes no such guarantee), so that
-    statements of different methods read alike; a statement of no guarantee protects no unit.
+    """``statement`` with every key of :data:`STANDARD_FIELDS`, None where it makes no such guarantee, so that
+    statements of different methods read alike. A statement of no guarantee protects no unit, and the numbers it
+    records for reference (a seeded LDP release's epsilon, GAN-Inverted's k = 1) move to ``without_guarantee``.
 
     >>> with_standard_fields({"guarantee": "none: no formal guarantee"})["unit"]
     'none: no formal guarantee, so no unit is protected'
     >>> with_standard_fields({"guarantee": "epsilon-LDP", "epsilon_image": 2.0})["k"] is None
     True
+    >>> s = with_standard_fields({"guarantee": "none: seeded noise", "epsilon_image": 2.0})
+    >>> s["epsilon_image"], s["without_guarantee"]
+    (None, {'epsilon_image': 2.0})
     """
     out = dict(statement)
     for key in STANDARD_FIELDS:
         out.setdefault(key, None)
-    if out["unit"] is None and str(out.get("guarantee") or "none").startswith("none"):
-        out["unit"] = NO_UNIT
+    if no_guarantee(out):
+        kept = {k: out[k] for k in GUARANTEE_FIELDS
+                if out[k] is not None and not (isinstance(out[k], str) and out[k].startswith("none"))}
+        if kept:
+            out["without_guarantee"] = {**(out.get("without_guarantee") or {}), **kept}
+            out.update(dict.fromkeys(kept))
+        if out["unit"] is None:
+            out["unit"] = NO_UNIT
     return out

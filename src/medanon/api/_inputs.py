@@ -23,14 +23,26 @@ def dataset_arg(ds: Any, *, method: str, patient_ids=None, labels=None, modality
                       require_patients=require_patients, argument="ds", method=method, why=why)
 
 
-def memory_range(obj: Any, value_range):
-    """``value_range`` for a second data argument (``calibrate_on=``, ``pca_basis=``) when it holds images in memory,
-    as the first does; None for a dataset or a folder, which have their own."""
-    import os
+def value_kind(obj: Any) -> str | None:
+    """``"float"`` or ``"integer"`` for images held in memory (a tensor, an array, a list of them or of PIL images),
+    None for anything else (a dataset, a folder)."""
+    import numpy as np
+    import torch
 
-    from medanon.data.inputs import _is_dataset
+    first = obj[0] if isinstance(obj, (list, tuple)) and obj else obj
+    if isinstance(first, (torch.Tensor, np.ndarray)):
+        floating = first.is_floating_point() if isinstance(first, torch.Tensor) else np.issubdtype(first.dtype,
+                                                                                                    np.floating)
+        return "float" if floating else "integer"
+    return "integer" if type(first).__module__.startswith("PIL") else None
 
-    return None if _is_dataset(obj) or isinstance(obj, (str, os.PathLike)) else value_range
+
+def memory_range(obj: Any, value_range, *, like: Any):
+    """``value_range`` for a second data argument (``calibrate_on=``, ``pca_basis=``) where it holds images in memory
+    of the same kind (float or integer) as the first, ``like``; None otherwise (a dataset or folder has its own
+    values, and images of another kind are read by their own range)."""
+    kind = value_kind(obj)
+    return value_range if kind is not None and kind == value_kind(like) else None
 
 
 def model_arg(value: Any, *, role: str, ds, argument: str, method: str, used: dict[str, Any] | None = None):

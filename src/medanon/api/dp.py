@@ -79,12 +79,14 @@ def _batches(source, *, batch: int = 64):
         yield torch.stack([source.load(i)["image"] for i in range(start, min(start + batch, len(source)))])
 
 
-def _calibration_set(source, ds, value_range=None):
+def _calibration_set(source, ds, value_range=None, *, like=None):
     """``calibrate_on`` as a dataset (a folder, images in memory, ...: :func:`medanon.data.as_dataset`), its values
-    read as the released images' are (``value_range`` where both are in memory) and of their size and channels."""
+    read as the released images' are (``value_range`` where both are images in memory of one kind, ``like`` being
+    the released images as given) and of their size and channels."""
     from medanon.data.inputs import as_dataset
 
-    cal = as_dataset(source, argument="calibrate_on", size=ds.size, value_range=memory_range(source, value_range))
+    cal = as_dataset(source, argument="calibrate_on", size=ds.size,
+                     value_range=memory_range(source, value_range, like=like))
     if (cal.size, cal.channels) != (ds.size, ds.channels):
         raise ConfigError(f"calibrate_on= holds {cal.channels}x{cal.size}px images, the released data "
                           f"{ds.channels}x{ds.size}px", fix="calibrate on images of the released data's size and "
@@ -242,6 +244,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                        center=center, batch=batch))
     device = device_arg(device)
     _check_box(clip_box, calibrate_on)
+    given = ds
     ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
     used: dict[str, Any] = {}
@@ -262,7 +265,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
-        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range)), codec=codec)
+        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range, like=given)), codec=codec)
     elif stored is not None:
         calibration = stored
         notes.append(f"calibration: the flow's training set ({stored.count} images, sha256 "
@@ -307,6 +310,7 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
                        batch=batch))
     device = device_arg(device)
     _check_box(clip_box, calibrate_on)
+    given = ds
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
     if clip_box == "public":
@@ -317,7 +321,7 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
                       DataDependentRelease, stacklevel=user_stacklevel())
         calibration = _calibrate(_batches(ds))
     else:
-        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range)))
+        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range, like=given)))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
                        models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device,

@@ -234,13 +234,14 @@ def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca
     """
     cfg = _config("kpca", k=k, pca_components=pca_components, stratify=stratify, drop_remainder=drop_remainder,
                   batch=batch, seed=seed, pca_basis="separate" if pca_basis is not None else _K.pca_basis)
+    given = ds
     ds, codec, used = _prepare("kpca", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
                                value_range=value_range, device=device, default_codec=False)
     if pca_basis is not None:
         from medanon.data.inputs import as_dataset
 
-        pca_basis = as_dataset(pca_basis, argument="pca_basis", size=ds.size, value_range=memory_range(pca_basis,
-                                                                                                       value_range))
+        pca_basis = as_dataset(pca_basis, argument="pca_basis", size=ds.size,
+                               value_range=memory_range(pca_basis, value_range, like=given))
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, pca_basis=pca_basis, device=device,
                          model_files=used)
 

@@ -109,8 +109,12 @@ def _report(release, ds, out) -> None:
     s, privacy = release.summary, release.privacy
     if s.get("resumed_records"):
         click.echo(f"resuming: {s['resumed_records']} of {len(ds)} images already released")
-    click.echo(f"wrote {len(ds)} images to {out} ({release.method}, epsilon {privacy['epsilon_image']} per image, "
-               f"{privacy['epsilon_element']} per element, D = {privacy['D']})")
+    from medanon.anonymize.privacy import no_guarantee
+
+    what = (f"no formal guarantee: {str(privacy['guarantee']).split(':', 1)[-1].strip()}" if no_guarantee(privacy)
+            else f"epsilon {privacy['epsilon_image']} per image, {privacy['epsilon_element']} per element, "
+                 f"D = {privacy['D']}")
+    click.echo(f"wrote {len(ds)} images to {out} ({release.method}, {what})")
 
 
 @anonymize.command("dpglow", context_settings=CONTEXT)

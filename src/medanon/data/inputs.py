@@ -191,7 +191,8 @@ def _images(obj: Any, *, argument: str, value_range, modality: str | None = None
                                    value_range=value_range, name=argument + "=")
         if all(isinstance(x, (torch.Tensor, np.ndarray)) for x in obj):
             arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x for x in obj]
-            return to_float_images(_stack(arrays, argument, channels_last=False),
+            numpy_items = all(isinstance(x, np.ndarray) for x in obj)      # numpy's images may be (H, W, C)
+            return to_float_images(_stack(arrays, argument, channels_last=numpy_items),
                                    value_range=value_range, name=argument + "=")
         bad = next(x for x in obj if not isinstance(x, (torch.Tensor, np.ndarray)))
         raise DataError(f"{argument}= is a list holding {a_type(bad)}; a list holds PIL images or (C, H, W) "
@@ -220,7 +221,7 @@ def _nchw(a, argument: str, *, channels_last: bool, modality: str | None = None,
             raise DataError(f"{argument}= has shape {shape}: one (C, H, W) colour image, or 3 grey (H, W) images?",
                             fix="pass one image as a batch of one, images[None] (shape (1, 3, H, W)); for grey "
                                 "images pass shape (N, 1, H, W) or modality='xray'")
-        if shape[-1] in (1, 3) and shape[0] == shape[1] and shape[0] not in (1, 3):
+        if shape[-1] in (1, 3) and shape[0] not in (1, 3) and shape[1] not in (1, 3):
             raise DataError(f"{argument}= has shape {shape}: one (H, W, C) image?",
                             fix="pass images as (N, C, H, W), e.g. image.permute(2, 0, 1)[None] for a tensor "
                                 "(a numpy array may be (N, H, W, C))")

@@ -86,7 +86,8 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     sets, rest = _halves(heldout_patients, len(heldout_rows))
     t_pix, t_cos = float(np.quantile(same_d, quantile)), float(np.quantile(held_cos[sets], 1 - quantile))
     tied: list = []
-    j, d = _rmse_nearest(_flat(release_images), keys, tied=tied)
+    released = _flat(release_images)
+    j, d = _rmse_nearest(released, keys, tied=tied)
     cos_all = unit(release_emb) @ kemb.T
     jc = cos_all.argmax(1)
     c = cos_all[np.arange(len(jc)), jc]
@@ -105,12 +106,12 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     for r in np.flatnonzero((single > 0) & (n_src >= 2)):           # one source much closer than the others
         others = [int(i) for i in record_sources[r] if int(i) != int(nearest_row[r])]
         od = np.sqrt(((real_images[torch.as_tensor(others)].float().flatten(1).double().numpy()
-                       - _flat(release_images[r:r + 1])) ** 2).mean(1))
+                       - released[r:r + 1]) ** 2).mean(1))
         single[r] *= d[r] <= 0.5 * float(np.median(od))
     order = np.argsort(d, kind="stable")[:keep]
     n = len(d)
     copies = d <= COPY_RMSE
-    _, hd = _rmse_nearest(_flat(release_images), hx)               # the same screen against the held-out images
+    _, hd = _rmse_nearest(released, hx)                             # the same screen against the held-out images
     h_copies, h_near = hd <= COPY_RMSE, hd <= t_pix
     return {
         **_exposure(copies, near_pix, nearest_row, real_patients, own if srcs is not None else None),

@@ -67,7 +67,7 @@ def headline(priv: dict[str, Any]) -> str:
         return f"(0, δ)-DP for one pixel position, δ = {priv['delta']:.3g}; none for a whole image"
     if guarantee.startswith("none") or guarantee == "":
         reason = guarantee.split(":", 1)[1].strip() if ":" in guarantee else ""
-        if priv.get("epsilon_image") == "inf":
+        if (priv.get("without_guarantee") or {}).get("epsilon_image", priv.get("epsilon_image")) == "inf":
             reason = "ε = ∞, no noise"
         if reason.startswith("no formal guarantee"):
             return reason

@@ -58,8 +58,11 @@ def verdict_section(rep: dict) -> str:
                 "guessing); the sentence says which, and the row's N. The largest valid row is shown, its interval "
                 "not adjusted for being the largest of several. Only attacks that passed the known-answer calibration "
                 "(below), whose attacker is not at chance on held-out real images and was not trained on the members, "
-                "count. Utility kept: the headline metric of a classifier trained on the release divided by that of "
-                "one trained on as many real images (paired bootstrap over the test set's patients). Copies: "
+                "whose targets, control and threshold each rest on at least 10 patients, whose interval respects "
+                "patients, and whose release holds no copy of a held-out patient's image count (the residual-risk "
+                "table gives each row's reason). Utility kept: the headline metric of a classifier trained on the "
+                "release divided by that of one trained on as many real images (paired bootstrap over the test set's "
+                "patients). Copies: "
                 "released images within one 8-bit grey level (RMS) of a real image of the source split or of the "
                 "held-out patients, from the near-copy screen, which needs no mapping; otherwise near-copies (closer "
                 "to a real image than a second photo of the same patient; with the mapping, of one of their own "
@@ -71,7 +74,8 @@ def _exposure(e: dict) -> str:
         return "–"
     parts = []
     if e.get("copies"):
-        parts.append(INVALID.format(f"{e['copies']} copies ({e.get('copy_patients')} patients)"))
+        who = f" ({e['copy_patients']} patients)" if e.get("copy_patients") is not None else ""
+        parts.append(INVALID.format(f"{e['copies']} copies{who}"))
     elif e.get("near_copies_beyond_control"):
         what = "near-copies of their sources" if e.get("mapped") else "near-copies"
         parts.append(INVALID.format(f"{e['near_copies']} {what}"))

@@ -166,8 +166,13 @@ def open_release(out: str | Path, **kw: Any) -> Iterator[ReleaseWriter | ShardWr
     d.barrier()                                  # rank 0 has discarded or cleaned OUT.partial: now write
     writer = ShardWriter(d, partial=Path(info["partial"]), settings=info["settings"], privacy=dict(info["privacy"]),
                          resumed=info["resumed"], head_line=info["head"], main=main)
-    yield writer
-    _finish(d, writer, out)
+    try:
+        yield writer
+        _finish(d, writer, out)
+    except BaseException:
+        if main is not None:                     # rank 0 gives back the release's and the mapping's locks
+            main.release_locks()
+        raise
 
 
 def _finish(d: Dist, writer: ShardWriter, out: Path) -> None:

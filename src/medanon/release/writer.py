@@ -166,7 +166,7 @@ class ReleaseWriter:
             restore_closing_journals(self.out, self.partial)   # a killed run's journals, while its release closed
             self._open(method, params, privacy, labels, seeds, models, source, phantom, resume, sharded)
         except BaseException:
-            self._release_locks()
+            self.release_locks()
             raise
 
     def _open(self, method, params, privacy, labels, seeds, models, source, phantom, resume, sharded) -> None:
@@ -347,9 +347,10 @@ class ReleaseWriter:
         except OSError as e:
             raise os_error(e, self.partial) from None
         finally:
-            self._release_locks()
+            self.release_locks()
 
-    def _release_locks(self) -> None:
+    def release_locks(self) -> None:
+        """Give back the release's and the mapping's locks (done on close and on any failure; idempotent)."""
         self.lock.release()
         if self.mapping_lock is not None:
             self.mapping_lock.release()
@@ -425,7 +426,7 @@ class ReleaseWriter:
         if exc_type is None:
             self.close()
         else:
-            self._release_locks()
+            self.release_locks()
             if isinstance(exc, OSError):
                 raise os_error(exc, self.partial if self._started else None) from None
 

@@ -168,7 +168,8 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         done = _finished(out / "flow.pt", step) if step >= cfg.steps else None
         if done is not None:                    # a finished run: nothing to train, evaluate or log again
             log.info("flow %s is complete (%d steps)", done.path, step)
-            return done
+            return done if dist.is_main else FlowRun(path=done.path, steps=step, train_bpd=math.nan, val_bpd=None,
+                                                     seconds=0.0)     # as the other ranks of a run return
         log.info("resuming %s at step %d", out, step)
     run = None
     if dist.is_main:

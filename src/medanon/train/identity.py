@@ -133,19 +133,16 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     held = next((p for p in (partial, final) if p is not None and resume and p.is_file()), None)
     if held is not None:
         blob = load_checkpoint(held, kind=KIND)         # on the CPU, where the generator's state must be
-        same = blob["extra"].get("train_config") == meta["train_config"] and \
-            blob["extra"].get("patients_digest") == digest and blob["config"] == net_cfg.to_dict() and \
-            blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]
-        if not same:
-            changed = [what for what, ok in (
-                ("settings", blob["extra"].get("train_config") == meta["train_config"]
-                 and blob["config"] == net_cfg.to_dict()),
-                ("patients", blob["extra"].get("patients_digest") == digest),
-                ("images", blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]))
-                if not ok]
+        changed = [what for what, ok in (
+            ("settings", blob["extra"].get("train_config") == meta["train_config"]
+             and blob["config"] == net_cfg.to_dict()),
+            ("patients", blob["extra"].get("patients_digest") == digest),
+            ("images", blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]))
+            if not ok]
+        if changed:
+            kept = " (a finished network there is replaced only when the new one is)" if held == final else ""
             raise ConfigError(f"{held} holds an identity network trained with other {' and '.join(changed)}",
-                              fix="choose another out file, or resume=False to train anew (the file is replaced "
-                                  "only when the new network is finished)")
+                              fix=f"choose another out file, or resume=False to train anew{kept}")
         net.load_state_dict(blob["state"]["net"])
         if blob["step"] >= cfg.steps:
             log.info("identity network in %s is complete (%d steps)", out, blob["step"])

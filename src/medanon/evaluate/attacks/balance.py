@@ -34,13 +34,23 @@ MAX_STRATA = 10
 
 @dataclass(frozen=True)
 class Balance:
-    """The stratifying label's value for each member target and each control target (NaN: missing)."""
+    """The stratifying label's value for each member target and each control target (NaN: missing). ``strata``:
+    the strata already fixed (from :meth:`codes` of the balance this one keeps some members of), so that dropping
+    members does not move a numeric label's quintile bins."""
     label: str
     member: np.ndarray
     control: np.ndarray
+    strata: tuple[np.ndarray, np.ndarray, list[str]] | None = None
+
+    def keep_members(self, keep: np.ndarray) -> Balance:
+        """The same strata with only the members ``keep`` (a boolean mask over the members)."""
+        m, c, names = self.codes()
+        return Balance(self.label, np.asarray(self.member)[keep], self.control, strata=(m[keep], c, names))
 
     def codes(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
         """Stratum index of each member and control target, and the strata's names."""
+        if self.strata is not None:
+            return self.strata
         m, c = np.asarray(self.member, np.float64), np.asarray(self.control, np.float64)
         both = np.r_[m, c]
         known = both[~np.isnan(both)]

@@ -85,7 +85,7 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
         member_scores = member_scores[keep]
         mg = mg[keep] if mg is not None else None
         patients_of_members = patients_of_members[keep] if patients_of_members is not None else None
-        balance = Balance(balance.label, np.asarray(balance.member)[keep], balance.control)
+        balance = balance.keep_members(keep)
     m_hi, m_lo = member_scores.max(1), member_scores.min(1)
     c_hi, c_lo = control_scores.max(1), control_scores.min(1)
     own_calib = calib_scores is not None and calib_scores.size

@@ -1,0 +1,98 @@
+"""The verdict in words: one sentence per release, from :func:`medanon.evaluate.calibration.verdict`'s numbers.
+
+:func:`exposure` reads what the near-copy screen found without the mapping (copies of real images, near-copies,
+copies the mapping does not explain, copies of held-out patients); :func:`sentence` states it first, then the
+largest valid residual risk with its N and reference (a control, or a baseline named as such), or why no attack is
+valid, then the utility kept.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def exposure(screen: dict | None) -> dict:
+    """What the near-copy screen found that needs no attack: copies of real images (within one grey level) and the
+    patients they copy; near-copies above new people's rate (with the mapping, copies of one of their own sources
+    only, since an average of several people can be pixel-near to a real image too); copies the mapping does not
+    explain; copies of held-out patients' images."""
+    if not screen or "copies" not in screen:
+        return {}
+    n = screen["n"]
+    control_hi = ((screen.get("control") or {}).get("pixel_rate_ci") or [math.nan, math.nan])[1]
+    mapped = screen.get("copies_not_of_own_source") is not None
+    near = screen["copies_of_one_source"] if mapped else screen["near_copies_pixel"]
+    return {"copies": screen["copies"], "copy_patients": screen.get("copy_patients"), "n": n, "mapped": mapped,
+            "near_copies": near, "near_copies_are": ("copies of one of their own sources (the mapping says which)"
+                                                     if mapped else "near-copies of any real image (no mapping)"),
+            "control_rate": (screen.get("control") or {}).get("pixel_rate"),
+            "near_copies_beyond_control": bool(near > control_hi * n),
+            "in_multi_person_records": screen.get("copies_of_one_source_in_multi_person_records") if mapped else None,
+            "copies_not_of_own_source": screen.get("copies_not_of_own_source"),
+            "heldout_copies": (screen.get("heldout") or {}).get("copies", 0),
+            "heldout_near_copies": (screen.get("heldout") or {}).get("near_copies", 0)}
+
+
+def _exposure_sentences(name: str, e: dict) -> list[str]:
+    out = []
+    if e.get("copies"):
+        who = f" of {e['copy_patients']} patients" if e.get("copy_patients") is not None else ""
+        out.append(f"{name} holds {e['copies']} images within one grey level (RMS) of a real image{who} of the source "
+                   "split (found without the mapping): those images are released as they are, whatever the attacks "
+                   "measure")
+    elif e.get("near_copies_beyond_control"):
+        rate = f"{e['control_rate']:.0%}" if e.get("control_rate") is not None else "n/a"
+        if e.get("mapped"):
+            multi = e.get("in_multi_person_records") or 0
+            out.append(f"{e['near_copies']} of {e['n']} released images of {name} are near-copies of one of their "
+                       f"own sources: closer to it than a second photo of the same patient is (new people's images: "
+                       f"{rate})" + (f"; {multi} of them stand for several people, and are still a copy of one "
+                                     "(much closer to it than to the record's other sources)" if multi else ""))
+        else:
+            out.append(f"{e['near_copies']} of {e['n']} released images of {name} are closer to a real image than a "
+                       f"second photo of the same patient is (new people's images: {rate}); without the mapping the "
+                       "screen cannot tell copies from averages of several people")
+    if e.get("copies_not_of_own_source"):
+        out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
+                   "their source: check that the mapping is this release's, since every attack that reads it is "
+                   "wrong otherwise")
+    if e.get("heldout_copies"):
+        out.append(f"it holds {e['heldout_copies']} copies of held-out patients' images, the controls and the utility "
+                   "test set: no attack row is valid")
+    return out
+
+
+def why_invalid(rel: dict) -> list[str]:
+    """The distinct reasons its rows are invalid, and the attacks skipped, for the "no valid attack" sentence."""
+    reasons = {v["reason"] for v in (rel.get("validity") or {}).values() if v.get("reason")}
+    skipped = sorted({f"{name}: {a['skipped']}" for name, a in (rel.get("attacks") or {}).items()
+                      if isinstance(a, dict) and a.get("skipped")})
+    return sorted(reasons) + skipped
+
+
+def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
+    lead = _exposure_sentences(name, v.get("exposure") or {})
+    if "risk" not in v:
+        reasons = "; ".join(why[:4]) + ("; ..." if len(why) > 4 else "") if why else "none was run"
+        risk = (f"no attack on {name} is valid, so the attacks say nothing of its privacy (why: {reasons})")
+    else:
+        lo, hi = v["ci"]
+        size = f"N {v['n']}" + (f", {v['patients']} patient clusters" if v.get("patients") else "") \
+            if v.get("n") is not None else ""
+        of = (f"; it is the largest of {v['valid_attacks']} valid attack rows, and its interval is not adjusted for "
+              "that choice" if v["valid_attacks"] > 1 else "")
+        against = ("measured against a control, the same attack on people not in the release: 0 = it learns nothing "
+                   "beyond what it learns of them" if v.get("against", "control") == "control" else
+                   f"measured against a baseline, {v.get('baseline_is') or 'random guessing'}, as this attack has no "
+                   "control population: 0 = it does no better than that guess")
+        risk = (f"the strongest valid attack on {name}, {v['attack_name']}, has a residual risk of {v['risk']:.2f} "
+                f"[{lo:.2f}, {hi:.2f}]{' (' + size + ')' if size else ''}, {against}{of}")
+    kept = [u for u in v["utility_kept"] if np.isfinite(u["kept"])]
+    if kept:
+        u = kept[0]
+        ci = f" [{u['ci'][0]:.2f}, {u['ci'][1]:.2f}]" if u.get("ci") else ""
+        risk += (f"; it keeps {u['kept']:.2f}{ci} of the {u['metric_name']} of {u['task']} that real images of "
+                 f"the same number give")
+    return " ".join(x[0].upper() + x[1:] + "." for x in [*lead, risk])

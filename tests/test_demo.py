@@ -159,3 +159,12 @@ def test_the_demos_phantoms_edited_since_are_refused_not_reused(tmp_path: Path):
     with pytest.raises(DataError, match="changed or added since the demo generated it"):
         demo._phantoms(cfg, data)
     assert png.exists()                                                   # nothing replaced
+
+
+def test_a_fundus_only_setting_leaves_the_xray_releases_alone(tmp_path: Path):
+    out = tmp_path / "demo"
+    out.mkdir()
+    a = demo.DemoConfig(patients=30, ksalsa_steps=100, checkpoints="ck")
+    demo.record_releases_made(out, "fundus", a)
+    demo.record_releases_made(out, "xray", a)
+    assert demo.stale_modalities(out, demo.DemoConfig(patients=30, ksalsa_steps=50, checkpoints="ck")) == {"fundus"}

@@ -127,14 +127,18 @@ RELEASE_SETTINGS = ("patients", "per_patient", "size", "seed", "ksalsa_steps", "
 RELEASES_MADE = "releases.json"    # modality -> the RELEASE_SETTINGS its releases were all made with
 
 
-def release_settings(cfg: DemoConfig) -> dict:
-    """:data:`RELEASE_SETTINGS` of ``cfg``, and a digest of the checkpoint files (a checkpoint retrained or replaced
-    in the same folder, under the same name, changes the releases made with it)."""
+FUNDUS_ONLY = ("ksalsa_steps",)      # settings of methods the X-ray releases do not use
+
+
+def release_settings(cfg: DemoConfig, modality: str | None = None) -> dict:
+    """:data:`RELEASE_SETTINGS` of ``cfg`` that ``modality``'s releases depend on, and a digest of the checkpoint
+    files (a checkpoint retrained or replaced in the same folder, under the same name, changes the releases made
+    with it)."""
     from medanon.runtime import files_digest
 
     now = to_dict(cfg)
     ckpt = Path(cfg.checkpoints)
-    return {**{k: now[k] for k in RELEASE_SETTINGS},
+    return {**{k: now[k] for k in RELEASE_SETTINGS if not (modality == "xray" and k in FUNDUS_ONLY)},
             "checkpoint_files": files_digest(sorted(ckpt.glob("*.pt")), root=ckpt)["sha256"]}
 
 
@@ -142,14 +146,15 @@ def stale_modalities(out: Path, cfg: DemoConfig) -> set[str]:
     """The modalities whose releases in ``out`` may have been made with other settings than ``cfg``: those
     :data:`RELEASES_MADE` records with other settings, and, for those it does not record, all when the last run's
     config.yaml differs (an interrupted run, or a folder from before the record)."""
-    now = release_settings(cfg)
+    now = {m: release_settings(cfg, m) for m in ("fundus", "xray")}
     made = _releases_made(out)
     try:
         last = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         last = None
-    last_differs = isinstance(last, dict) and any(last.get(k) != now[k] for k in RELEASE_SETTINGS)
-    return {m for m in ("fundus", "xray") if (made[m] != now if m in made else last_differs)}
+    cfg_now = to_dict(cfg)
+    last_differs = isinstance(last, dict) and any(last.get(k) != cfg_now[k] for k in RELEASE_SETTINGS)
+    return {m for m in ("fundus", "xray") if (made[m] != now[m] if m in made else last_differs)}
 
 
 def _releases_made(out: Path) -> dict:
@@ -162,7 +167,7 @@ def _releases_made(out: Path) -> dict:
 
 
 def record_releases_made(out: Path, modality: str, cfg: DemoConfig) -> None:
-    made = {**_releases_made(out), modality: release_settings(cfg)}
+    made = {**_releases_made(out), modality: release_settings(cfg, modality)}
     atomic_write_text(out / RELEASES_MADE, json.dumps(made, indent=1, sort_keys=True) + "\n")
 
 

@@ -26,6 +26,8 @@ def test_shapes_that_could_be_read_two_ways_are_refused(phantom):  # noqa: F811
         medanon.anonymize.snow(x[0].permute(1, 2, 0), p=0.3)
     with pytest.raises(DataError, match="channels last"):
         medanon.anonymize.snow(x.permute(0, 2, 3, 1), p=0.3)
+    with pytest.raises(DataError, match=r"list of \(16, 16, 3\) tensors: channels last"):
+        medanon.data.as_dataset(list(x.permute(0, 2, 3, 1)))
     grey = medanon.data.as_dataset(x[0], modality="xray")               # said: three grey images
     assert (len(grey), grey.channels) == (3, 1)
     assert len(medanon.data.as_dataset(x[0][None])) == 1                 # one colour image, as a batch of one

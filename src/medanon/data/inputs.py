@@ -232,6 +232,9 @@ def _nchw(a, argument: str, *, channels_last: bool, modality: str | None = None,
     if shape[1] not in (1, 3) and shape[-1] in (1, 3):
         if channels_last:
             return a.transpose(0, 3, 1, 2)      # numpy's (N, H, W, C)
+        if listed:
+            raise DataError(f"{argument}= is a list of {shape[1:]} tensors: channels last? Each is read as (C, H, W)",
+                            fix="pass [t.permute(2, 0, 1) for t in images] (channels first)")
         raise DataError(f"{argument}= has shape {shape}: channels last? A tensor is read as (N, C, H, W)",
                         fix="pass images.permute(0, 3, 1, 2) (channels first)")
     return a

@@ -130,23 +130,29 @@ RELEASES_MADE = "releases.json"    # modality -> the RELEASE_SETTINGS its releas
 FUNDUS_ONLY = ("ksalsa_steps",)      # settings of methods the X-ray releases do not use
 
 
-def release_settings(cfg: DemoConfig, modality: str | None = None) -> dict:
-    """:data:`RELEASE_SETTINGS` of ``cfg`` that ``modality``'s releases depend on, and a digest of the checkpoint
-    files (a checkpoint retrained or replaced in the same folder, under the same name, changes the releases made
-    with it)."""
+def checkpoints_digest(cfg: DemoConfig) -> str:
+    """One sha256 over the checkpoint files (a checkpoint retrained or replaced in the same folder, under the same
+    name, changes the releases made with it)."""
     from medanon.runtime import files_digest
 
-    now = to_dict(cfg)
     ckpt = Path(cfg.checkpoints)
+    return files_digest(sorted(ckpt.glob("*.pt")), root=ckpt)["sha256"]
+
+
+def release_settings(cfg: DemoConfig, modality: str, checkpoints: str) -> dict:
+    """:data:`RELEASE_SETTINGS` of ``cfg`` that ``modality``'s releases depend on, with ``checkpoints``
+    (:func:`checkpoints_digest`)."""
+    now = to_dict(cfg)
     return {**{k: now[k] for k in RELEASE_SETTINGS if not (modality == "xray" and k in FUNDUS_ONLY)},
-            "checkpoint_files": files_digest(sorted(ckpt.glob("*.pt")), root=ckpt)["sha256"]}
+            "checkpoint_files": checkpoints}
 
 
 def stale_modalities(out: Path, cfg: DemoConfig) -> set[str]:
     """The modalities whose releases in ``out`` may have been made with other settings than ``cfg``: those
     :data:`RELEASES_MADE` records with other settings, and, for those it does not record, all when the last run's
     config.yaml differs (an interrupted run, or a folder from before the record)."""
-    now = {m: release_settings(cfg, m) for m in ("fundus", "xray")}
+    digest = checkpoints_digest(cfg)
+    now = {m: release_settings(cfg, m, digest) for m in ("fundus", "xray")}
     made = _releases_made(out)
     try:
         last = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
@@ -167,7 +173,7 @@ def _releases_made(out: Path) -> dict:
 
 
 def record_releases_made(out: Path, modality: str, cfg: DemoConfig) -> None:
-    made = {**_releases_made(out), modality: release_settings(cfg, modality)}
+    made = {**_releases_made(out), modality: release_settings(cfg, modality, checkpoints_digest(cfg))}
     atomic_write_text(out / RELEASES_MADE, json.dumps(made, indent=1, sort_keys=True) + "\n")
 
 

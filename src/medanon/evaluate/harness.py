@@ -116,8 +116,7 @@ def _check_sources(real, source_split: str, rel: ReleaseData) -> None:
 
 
 def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: list[util.Task]) -> dict:
-    """Fidelity, utility and attacks of one release (no caching here)."""
-    _check_sources(ctx.real, ctx.cfg.source_split, rel)
+    """Fidelity, utility and attacks of one release (no caching here; :func:`evaluate` has checked its sources)."""
     timing: dict[str, float] = {}
     res: dict[str, Any] = {
         "name": rel.name, "path": str(rel.path), "method": rel.method, "params": rel.params, "setting": rel.setting,

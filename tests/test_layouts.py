@@ -124,8 +124,10 @@ def test_brset_bad_sex_code_is_a_label_problem(tmp_path):
 
 def test_rsna(tmp_path):
     root = fx.make_rsna(tmp_path, n=4)
-    s = scan(root, "rsna")
+    with pytest.warns(LayoutWarning, match="one per image"):
+        s = scan(root, "rsna")
     assert (s.layout, s.modality, s.problems) == ("rsna", "xray", [])
+    assert not any(r.patient_known for r in s.records)    # patientId names an image, not a person
     exp = fx.rsna_expected(4)
     assert len(s.records) == 4                            # 6 CSV rows: positives have two boxes
     for r in s.records:
@@ -138,7 +140,8 @@ def test_rsna_unreadable_dicom(tmp_path):
     root = fx.make_rsna(tmp_path, n=2)
     bad = root / "stage_2_train_images" / f"{next(iter(fx.rsna_expected(2)))}.dcm"
     bad.write_bytes(b"not a dicom file at all")
-    s = scan(root)
+    with pytest.warns(LayoutWarning, match="one per image"):
+        s = scan(root)
     assert kinds(s) == ["unreadable"] and bad.name in s.problems[0].path
     assert len(s.records) == 1
 

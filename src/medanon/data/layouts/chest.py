@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from medanon.data.labels import CHEXPERT_FINDINGS, LABELS, NAN, spec
@@ -114,7 +115,14 @@ def scan_rsna(root: Path) -> Scan:
     if (root / "stage_2_train_images").is_dir():
         col.image_dirs.add(root / "stage_2_train_images")
     col.check_unlabelled(dirs)
-    return col.scan("rsna", "xray")
+    result = col.scan("rsna", "xray")
+    # RSNA's patientId names one image (the NIH source's patients were split across ids), so it is not a person:
+    # one person may hold several ids, and a guarantee that counts people cannot rest on it.
+    warnings.warn("RSNA Pneumonia's patientId is one per image, not one per person: every image counts as its own "
+                  "patient, so one person's images may land in different splits", LayoutWarning,
+                  stacklevel=user_stacklevel())
+    result.records = [replace(r, patient_known=False) for r in result.records]
+    return result
 
 
 # --------------------------------------------------------------------------------------------

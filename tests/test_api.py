@@ -139,7 +139,7 @@ def test_the_library_refuses_and_warns_in_parameter_names(tmp_path, world):
         A.ksalsa(ds, k=3, codec=world["dir"] / "restyle.pt", lam=0.5, ablation="style-only")
     with pytest.raises(ConfigError, match="open the dataset with size=32"):
         A.kcentroid(medanon.open_dataset(world["data"], size=64), k=3, codec=world["dir"] / "restyle.pt")
-    with pytest.warns(DataDependentRelease, match="outside the privacy guarantee"):
+    with pytest.warns(DataDependentRelease, match="no formal guarantee"):
         A.ldp_image(ds, epsilon=math.inf, clip_box="calibrated")     # no calibrate_on: the released images' bounds
     with pytest.warns(NoFormalGuarantee, match="noise_seed=3"):
         rel = A.ldp_image(ds, epsilon=10.0, noise_seed=3)

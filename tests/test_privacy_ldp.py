@@ -116,7 +116,12 @@ def test_item6_public_box_is_the_default_and_data_independent():
     assert ClipCalibration.from_state(state).public
 
 
-def test_item6_overlap_with_the_flows_training_data_is_warned():
+def test_item6_overlap_with_the_flows_training_data_is_warned(tmp_path):
+    (tmp_path / "other").mkdir()
+    for name, data in (("a1.png", b"one"), ("a2.png", b"two"), ("a3.png", b"three"), ("b1.png", b"six")):
+        (tmp_path / name).write_bytes(data)                              # b1 has a2's size, not its content
+    (tmp_path / "other" / "copy.png").write_bytes(b"one")
+    (tmp_path / "other" / "link.png").symlink_to(tmp_path / "a3.png")
     data = {"source": {"sha256": "ab" * 32}, "subset": "train"}
     with pytest.warns(CalibrationOverlap, match="training data"):
         note = training_overlap(data, {"sha256": "ab" * 32})
@@ -125,9 +130,12 @@ def test_item6_overlap_with_the_flows_training_data_is_warned():
         warnings.simplefilter("error", CalibrationOverlap)
         assert training_overlap(data, {"sha256": "cd" * 32}) is None
         assert training_overlap(None, {"sha256": "cd" * 32}) is None
-        assert calibration_overlap(["/a/1.png", "/a/2.png"], ["/b/1.png"]) == 0
-    with pytest.warns(CalibrationOverlap, match="2 of the images being released"):
-        assert calibration_overlap(_DS(), ["/x/0.png", "/x/2.png", "/y/9.png"]) == 2
+        assert calibration_overlap([tmp_path / "a1.png", tmp_path / "a2.png"], [tmp_path / "b1.png"]) == 0
+    # the same content under another name and folder is the same image; equal sizes alone are not
+    with pytest.warns(CalibrationOverlap, match="2 of the 3 images being released"):
+        assert calibration_overlap([tmp_path / n for n in ("a1.png", "a2.png", "a3.png")],
+                                   [tmp_path / "other" / "copy.png", tmp_path / "other" / "link.png",
+                                    tmp_path / "b1.png"]) == 2
 
 
 def test_item5_exact_sampler_is_discrete_laplace_and_keeps_the_bound():

@@ -341,6 +341,10 @@ class LaplaceMechanism:
                 ("the clip box is public and fixed" if cal.public else
                  "the calibrated clip box is treated as a public constant")
                 + (" and the flow's weights are a fixed public function" if flow else ""),
+                *(["the flow was trained on people who are not in this release: its weights are a function of its "
+                   "training images that the noise does not cover, so for a released person who trained it the "
+                   "bound does not hold (medanon detects only a release of the flow's own training folder)"]
+                  if flow else []),
             ],
             "not_protected": ["everything: no noise is added; the released images are the inputs"
                               + (" passed through the flow" if flow else "")

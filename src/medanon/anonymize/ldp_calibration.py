@@ -4,7 +4,8 @@ The Laplace mechanism (:mod:`medanon.anonymize.ldp`) clips every element of a sa
 public box (:meth:`ClipCalibration.public_box`, computed from no image: pixels ``[-1, 1]``, the
 standardised flow latent ``[-4, 4]``) or, as in the DP-GLOW paper, the per-element min and max of
 private training images (:func:`calibrate`, Eqs. 8, 11, 12), whose leakage the ε bound does not
-cover; :func:`calibration_overlap` warns when released images are among those.
+cover; :func:`calibration_overlap` warns when released images are among those (the release then
+states no guarantee).
 """
 
 from __future__ import annotations
@@ -110,18 +111,64 @@ def calibrate(batches: Iterable[torch.Tensor], *, space: str) -> ClipCalibration
     return ClipCalibration(lo=lo, hi=hi, count=count, space=space)
 
 
+def _image_keys(ds, pixels: bool, sizes: set[int] | None = None) -> dict[str, int]:
+    """What identifies each image of ``ds``: the sha256 of its file's bytes (only for files of a size in
+    ``sizes``: others cannot be equal), or with ``pixels`` of its decoded 8-bit pixels. Returns key -> count."""
+    from medanon.fsutil import sha256_file
+
+    keys: dict[str, int] = {}
+    for i, r in enumerate(ds.records):
+        if pixels:
+            a = ((ds.load(i)["image"].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+            key = "px:" + hashlib.sha256(a.contiguous().numpy().tobytes()).hexdigest()
+        else:
+            if sizes is not None and Path(r.path).stat().st_size not in sizes:
+                continue
+            key = "file:" + sha256_file(r.path)
+        keys[key] = keys.get(key, 0) + 1
+    return keys
+
+
+def _as_records(x):
+    """A dataset, or a sequence of image paths as an object with ``records`` of those paths."""
+    if hasattr(x, "records"):
+        return x
+    from types import SimpleNamespace
+
+    return SimpleNamespace(records=[SimpleNamespace(path=Path(p)) for p in x])
+
+
+def images_in_common(released, other) -> int:
+    """How many images of ``released`` are also images of ``other`` (datasets, or sequences of image paths): the
+    same file
+    content (whatever its path: a link, a copy in another folder) or, where either holds images in memory, the
+    same 8-bit pixels at the datasets' size.
+
+    >>> import torch
+    >>> from medanon.data.inputs import as_dataset
+    >>> x = torch.rand(4, 1, 8, 8) * 2 - 1
+    >>> a = as_dataset(x, patient_ids=list("abcd"), modality="xray")
+    >>> b = as_dataset(torch.cat([x[:1], -x[1:]]), patient_ids=list("abcd"), modality="xray")
+    >>> images_in_common(a, b)
+    1
+    """
+    released, other = (_as_records(d) for d in (released, other))
+    pixels = any(getattr(r, "path", None) is None for d in (released, other) for r in d.records)
+    sizes = None if pixels else {Path(r.path).stat().st_size for r in other.records}
+    mine = _image_keys(released, pixels, sizes)
+    theirs = _image_keys(other, pixels, None if pixels else {Path(r.path).stat().st_size for r in released.records})
+    return sum(n for k, n in mine.items() if k in theirs)
+
+
 def calibration_overlap(released, calibration) -> int:
     """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) when images being released are among the
-    images a clip box is calibrated on; returns how many are. ``released`` and ``calibration``: datasets (their
-    records' files are compared, by resolved path) or sequences of paths."""
-    def paths(x) -> set[str]:
-        items = getattr(x, "records", x)
-        return {str(Path(getattr(r, "path", r)).resolve()) for r in items}
-
-    both = paths(released) & paths(calibration)
+    images a clip box is calibrated on (:func:`images_in_common`); returns how many are."""
+    released, calibration = _as_records(released), _as_records(calibration)
+    both = images_in_common(released, calibration)
     if both:
-        warnings.warn(f"{len(both)} of the images being released are among the {len(paths(calibration))} images the "
-                      "clip box is calibrated on: their own per-element extremes shape the box, which the epsilon "
-                      "bound does not cover; calibrate on other images (the training split) or use the public box",
-                      CalibrationOverlap, stacklevel=user_stacklevel())
-    return len(both)
+        warnings.warn(f"{both} of the {len(released.records)} images being released are among the "
+                      f"{len(calibration.records)} images "
+                      "the clip box is calibrated on: their own per-element extremes shape the box, so the release "
+                      "states no formal guarantee; calibrate on other patients' images (the training split of "
+                      "another release) or use the public box", CalibrationOverlap, stacklevel=user_stacklevel())
+    return both

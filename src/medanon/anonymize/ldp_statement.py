@@ -82,27 +82,27 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
     return " ".join(parts)
 
 
-def withdrawn_privacy(privacy: dict[str, Any], *, reason: str, why: str, noise_note: str | None = None
-                      ) -> dict[str, Any]:
+def withdrawn_privacy(privacy: dict[str, Any], *, reason: str, why: str, noise_note: str | None = None,
+                      without: str = "without this flaw") -> dict[str, Any]:
     """The statement of an ε-LDP release whose guarantee does not hold: ``reason`` (short, after "none: ") and
     ``why`` (what breaks the bound) are stated; the ε numbers are kept for reference (what the mechanism would
-    give without the flaw). ``noise_note`` replaces the noise description (a seeded release's noise)."""
+    give ``without`` the flaw). ``noise_note`` replaces the noise description (a seeded release's noise)."""
     patient_max = privacy.get("epsilon_patient_max")
-    reference = {"epsilon_patient_max": (f"none (without this flaw it would be {patient_max:g})"
+    reference = {"epsilon_patient_max": (f"none ({without} it would be {patient_max:g})"
                                          if isinstance(patient_max, (int, float)) else patient_max)}
     statement = str(privacy.get("statement", ""))
     if noise_note is not None:                   # the exact-noise sentence describes a path this release did not take
         statement = statement.replace(EXACT_CLAUSE, "").replace(FLOAT_CLAUSE, "").rstrip()
     return {**privacy, **({} if patient_max is None else reference), "guarantee": f"none: {reason}",
             "delta": None,
-            "unit": f"none: {reason} (without it: one image; a patient with n released images, n * epsilon)",
-            "epsilon_patient": "none (without this flaw it would be n * epsilon_image for a patient with n images)",
+            "unit": f"none: {reason} ({without}: one image; a patient with n released images, n * epsilon)",
+            "epsilon_patient": f"none ({without} it would be n * epsilon_image for a patient with n images)",
             "not_protected": [f"everything: {why}", *[n for n in privacy.get("not_protected", [])
                                                        if not n.startswith("a patient's other released images")]],
             **({"noise_source": noise_note, "sampler": "float"} if noise_note is not None else {}),
             "why_no_guarantee": [why, *privacy.get("why_no_guarantee", [])],
             "statement": f"NO FORMAL GUARANTEE ({reason}): {why}. The epsilon below is what the mechanism would "
-                         "give without this flaw. " + statement}
+                         f"give {without}. " + statement}
 
 
 def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:
                            "guesses the seed regenerates it and subtracts it, recovering the clipped input",
         noise_note="seeded per-record torch generators (Mersenne Twister, 64-bit floating-point Laplace) from a "
                    "seed the user chose (not recorded in the release; whoever knows it regenerates the noise): "
-                   "TESTING ONLY")
+                   "TESTING ONLY", without="with secret noise")
     out["assumptions"] = ["none for privacy: the noise is reproducible from the seed, so it is not secret",
                           *out["assumptions"]]
     return out

@@ -104,6 +104,21 @@ def _calibrate(batches, *, codec=None):
     return calibrate((codec.encode(b.to(dev)) for b in batches), space="glow-eps")
 
 
+CALIBRATED_ON_RELEASE = ("the clip box was calibrated on the released images",
+                         "each released image's own extremes shape the clip box every image is clipped to, so one "
+                         "image changes how all the others are released; the bound holds only for a box fixed "
+                         "before the released images are seen")
+
+
+def _overlap(ds, cal_set) -> tuple[str, str] | None:
+    """The withdrawal of a release some of whose images are among the calibration images, else None."""
+    from medanon.anonymize.ldp import calibration_overlap
+
+    n = calibration_overlap(ds, cal_set)
+    return None if not n else (f"{n} released images are among the images the clip box was calibrated on",
+                               "those images' own extremes shape the clip box, so the bound does not hold for them")
+
+
 def patient_budget(ds, epsilon_image: float) -> dict[str, Any]:
     """The most images one patient has in ``ds`` and the budget that patient is protected at (basic composition);
     unknown where the source has no patient ids (one person may have several images there)."""
@@ -121,9 +136,12 @@ def patient_budget(ds, epsilon_image: float) -> dict[str, Any]:
 
 def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
                 noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
-                device=None, notes: Sequence[str] = (), reads: Sequence[Any] = ()) -> Release:
+                device=None, notes: Sequence[str] = (), reads: Sequence[Any] = (),
+                withdrawn: tuple[str, str] | None = None) -> Release:
     """A :class:`~medanon.release.release.Release` of ``ds`` in which every image goes through ``privatiser``.
-    ``reads``: other data the method read (a calibration dataset), never to be written over.
+    ``reads``: other data the method read (a calibration dataset), never to be written over. ``withdrawn``:
+    ``(reason, why)`` when the mechanism depends on the released images themselves (a clip box calibrated on
+    them, a flow trained on them): the release then states no guarantee, with the reason.
 
     One record per image (local DP: each record stands for its own source). ``noise_seed`` (testing
     only) makes the noise reproducible from the seed: the release then states "no formal guarantee"
@@ -132,6 +150,7 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
     import torch
 
     from medanon.anonymize.ldp import SEEDED, release_dataset, seeded_privacy
+    from medanon.anonymize.ldp_statement import withdrawn_privacy
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
@@ -144,6 +163,10 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                       "seed is not recorded). Use this for testing only; leave the seed out for a release",
                       NoFormalGuarantee, stacklevel=user_stacklevel())
         privacy = seeded_privacy(privacy)
+    if withdrawn is not None and privacy.get("guarantee") == "epsilon-LDP":
+        privacy = withdrawn_privacy(privacy, reason=withdrawn[0], why=withdrawn[1])
+    elif withdrawn is not None:                  # already without a guarantee: one more reason
+        privacy = {**privacy, "why_no_guarantee": [*privacy.get("why_no_guarantee", []), withdrawn[1]]}
     dev = torch.device(device) if device is not None else torch.device("cpu")
     codec = getattr(privatiser, "codec", None)
 
@@ -259,29 +282,37 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                      {"modality": modality, "modality_recorded": modality is not None, "channels": cfg.channels,
                       "resolution": cfg.resolution}, ds)
     notes = []
+    withdrawn = None
     if trained_on is not None and ds.root is not None:             # images in memory: no files to compare
         note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))
         notes += [note] if note else []
+        if note:
+            withdrawn = ("the released images are the flow's own training data",
+                         "the flow's weights are a function of its training images, which the noise does not "
+                         "protect, and every released image passes through them")
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
-        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range, like=given)), codec=codec)
+        cal_set = _calibration_set(calibrate_on, ds, value_range, like=given)
+        withdrawn = _overlap(ds, cal_set) or withdrawn
+        calibration = _calibrate(_batches(cal_set), codec=codec)
     elif stored is not None:
         calibration = stored
         notes.append(f"calibration: the flow's training set ({stored.count} images, sha256 "
                      f"{stored.checksum()[:12]})")
     else:
         warnings.warn("the flow holds no calibration statistics and no calibrate_on was given: calibrating on the "
-                      "images being released (their min and max are then outside the guarantee)",
-                      DataDependentRelease, stacklevel=user_stacklevel())
+                      "images being released, so the release states no formal guarantee (each image's extremes "
+                      "shape the box every image is clipped to)", DataDependentRelease, stacklevel=user_stacklevel())
         calibration = _calibrate(_batches(ds), codec=codec)
+        withdrawn = CALIBRATED_ON_RELEASE
     dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip, center=center)
     return ldp_release(ds, dp, method="dpglow",
                        params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center,
                                **({"model_files": used} if used else {})},
                        models={"glow": codec.sha256} if codec.sha256 else {}, noise_seed=noise_seed, batch=batch,
                        release_labels=release_labels, device=device, notes=notes,
-                       reads=[calibrate_on] if calibrate_on is not None else [])
+                       reads=[calibrate_on] if calibrate_on is not None else [], withdrawn=withdrawn)
 
 
 def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
@@ -313,16 +344,21 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
     given = ds
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
+    withdrawn = None
     if clip_box == "public":
         calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
     elif calibrate_on is None:
-        warnings.warn("no calibrate_on: the clip bounds come from the images being released; the per-element min "
-                      "and max of those images are then outside the privacy guarantee. Pass the training set.",
-                      DataDependentRelease, stacklevel=user_stacklevel())
+        warnings.warn("no calibrate_on: the clip bounds come from the images being released, so the release states "
+                      "no formal guarantee (each image's extremes shape the box every image is clipped to). Pass "
+                      "other patients' images, or use the public box.", DataDependentRelease,
+                      stacklevel=user_stacklevel())
         calibration = _calibrate(_batches(ds))
+        withdrawn = CALIBRATED_ON_RELEASE
     else:
-        calibration = _calibrate(_batches(_calibration_set(calibrate_on, ds, value_range, like=given)))
+        cal_set = _calibration_set(calibrate_on, ds, value_range, like=given)
+        withdrawn = _overlap(ds, cal_set)
+        calibration = _calibrate(_batches(cal_set))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
                        models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device,
-                       reads=[calibrate_on] if calibrate_on is not None else [])
+                       reads=[calibrate_on] if calibrate_on is not None else [], withdrawn=withdrawn)

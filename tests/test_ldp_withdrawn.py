@@ -1,0 +1,119 @@
+"""An ε-LDP release states no guarantee when its mechanism depends on the released images (a clip box calibrated
+on them, a flow trained on them), and the default (exact) noise is the noise the bound needs."""
+
+import math
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import medanon
+from medanon.anonymize.ldp import EXACT_CLAUSE, GRID_STEPS, ClipCalibration, LaplaceMechanism
+from medanon.anonymize.privacy import CalibrationOverlap, DataDependentRelease, NoFormalGuarantee
+from medanon.config import PhantomConfig
+from medanon.data.layouts import scan
+from medanon.models.glow import Glow, GlowCodec, GlowConfig
+from medanon.phantoms.generate import generate
+from medanon.runtime import files_digest
+from medanon.train.flow import save_flow
+
+
+@pytest.fixture(scope="module")
+def phantoms(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("ph")
+    made = [generate(PhantomConfig(modality="xray", patients=4, per_patient=2, size=16, workers=1, seed=s),
+                     root / f"seed{s}", progress=False) for s in (3, 4)]
+    return made[0], made[1]
+
+
+def _quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **kw)
+
+
+def test_a_box_calibrated_on_the_released_images_withdraws_the_guarantee(phantoms):
+    data, other = phantoms
+    with pytest.warns(DataDependentRelease, match="no formal guarantee"):
+        rel = _quiet_but(DataDependentRelease, medanon.anonymize.ldp_image, data, epsilon=50.0,
+                         clip_box="calibrated")
+    p = rel.privacy
+    assert p["guarantee"] == "none: the clip box was calibrated on the released images"
+    assert p["epsilon_image"] is None and p["without_guarantee"]["epsilon_image"] == 50.0
+    assert p["statement"].startswith("NO FORMAL GUARANTEE") and p["delta"] is None
+
+    # calibrated on other people: the guarantee stands
+    rel = _quiet(medanon.anonymize.ldp_image, data, epsilon=50.0, clip_box="calibrated", calibrate_on=other)
+    assert rel.privacy["guarantee"] == "epsilon-LDP" and rel.privacy["epsilon_image"] == 50.0
+
+
+def test_a_calibration_set_holding_released_images_under_other_names_withdraws_it(phantoms, tmp_path):
+    data, other = phantoms
+    mixed = tmp_path / "mixed"
+    shutil.copytree(other, mixed)                            # another folder: other people plus two copied images
+    copied = sorted((data / "images").iterdir())[:2]
+    for i, f in enumerate(copied):
+        shutil.copyfile(f, mixed / "images" / f"renamed{i}.png")
+    lines = (mixed / "labels.csv").read_text().splitlines()
+    first = lines[1].split(",")
+    for i in range(len(copied)):
+        lines.append(",".join([f"images/renamed{i}.png", "", f"EXTRA{i}", *first[3:]]))
+    (mixed / "labels.csv").write_text("\n".join(lines) + "\n")
+    assert len(scan(mixed).records) == 10
+    with pytest.warns(CalibrationOverlap, match="2 of the 8 images being released"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.ldp_image, data, epsilon=50.0,
+                         clip_box="calibrated", calibrate_on=mixed)
+    p = rel.privacy
+    assert p["guarantee"] == "none: 2 released images are among the images the clip box was calibrated on"
+
+
+def test_a_flow_trained_on_the_released_folder_withdraws_the_guarantee(phantoms, tmp_path):
+    data, _ = phantoms
+    codec = GlowCodec(Glow(GlowConfig(channels=1, resolution=16, levels=2, depth=1, hidden=8)).eval())
+    digest = files_digest([r.path for r in scan(data).records], root=data)
+    flow = save_flow(tmp_path / "flow.pt", codec.flow,
+                     extra={"data": {"source": digest, "modality": "xray", "subset": "all"}})
+    with pytest.warns(CalibrationOverlap, match="flow's own training data"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.dpglow, medanon.open_dataset(data, size=16),
+                         epsilon=1e4, flow=flow)
+    p = rel.privacy
+    assert p["guarantee"] == "none: the released images are the flow's own training data"
+    assert any("trained on people who are not in this release" in a for a in p["assumptions"])
+
+
+def test_a_seeded_release_does_not_claim_the_exact_sampler(phantoms):
+    data, _ = phantoms
+    with pytest.warns(NoFormalGuarantee):
+        rel = _quiet_but(NoFormalGuarantee, medanon.anonymize.ldp_image, data, epsilon=50.0, noise_seed=1)
+    p = rel.privacy
+    assert p["sampler"] == "float" and EXACT_CLAUSE not in p["statement"]
+    assert "Mersenne Twister" in p["noise_source"]
+
+
+def test_the_default_noise_has_the_scale_the_bound_needs():
+    """The default path (secret, exact) adds discrete Laplace noise of scale ``grid_scale`` grid steps: its mean
+    absolute value and its spread match the pmf, so a mechanism adding less noise than its statement says fails."""
+    dims = 4
+    mech = _quiet(LaplaceMechanism, ClipCalibration.public_box("pixel", dims), epsilon=dims * GRID_STEPS / 50.0)
+    t = mech.grid_scale
+    assert t == 50 and mech.sampler == "exact"
+    v = torch.zeros(5000, dims, dtype=torch.float64)        # the box's centre: grid step 2048, far from its ends
+    steps = ((mech(v) - v) / (mech.width / GRID_STEPS)).round()
+    q = math.exp(-1 / t)
+    mean_abs = 2 * q / (1 - q * q)                           # E|X| of the discrete Laplace pmf ∝ q^|x|
+    n = steps.numel()
+    var = 2 * q / (1 - q) ** 2                               # Var(X) = E[X^2]
+    assert abs(float(steps.abs().mean()) - mean_abs) < 6 * math.sqrt(var - mean_abs ** 2) / math.sqrt(n)
+    assert abs(float(steps.mean())) < 6 * math.sqrt(var / n)
+    within = float((steps.abs() <= t).double().mean())       # P(|X| <= t) = 1 - 2 q^(t+1) / (1 + q)
+    assert abs(within - (1 - 2 * q ** (t + 1) / (1 + q))) < 0.02
+
+
+def _quiet_but(keep, fn, *a, **kw):
+    """``fn`` with every warning but ``keep`` silenced (the test asserts that one)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("always", keep)
+        return fn(*a, **kw)

@@ -227,3 +227,25 @@ def test_the_statement_names_what_released_labels_and_trained_models_leave_unpro
     assert any(s.startswith("each record's mean age") for s in told)
     assert "sex, age: released (sensitive), protected only by the aggregation above" in told
     assert any("what the models (codec, feature network) memorised" in s for s in told)
+
+
+def test_the_guarantee_is_per_release_and_several_releases_of_the_same_patients_are_named():
+    """Two k-Same releases of one patient set can be differenced (benchmarks/differencing.py): the statement
+    assumes one release and lists the others as unprotected; the evaluation notes releases sharing people."""
+    from types import SimpleNamespace
+
+    from medanon.anonymize.gmia import GMIAConfig
+    from medanon.anonymize.gmia_release import gmia_privacy
+    from medanon.evaluate.harness import _shared_people
+
+    s = privacy_statement(KSameConfig(method="kcentroid", k=5), None)
+    assert any(a.startswith("this is the only release of these patients' images") for a in s["assumptions"])
+    assert s["not_protected"][0].startswith("other releases of the same patients")
+    assert "k-SALSA §4.5" in s["not_guaranteed"] and "not the paper's classifier" in s["not_guaranteed"]
+    g = gmia_privacy(GMIAConfig(), {})
+    assert any(n.startswith("linking by recomputation") for n in g["not_protected"])
+    assert any("shipped checkpoints (the defaults) are public" in a for a in g["assumptions"])
+
+    rel = lambda name, sources: SimpleNamespace(name=name, sources=sources)   # noqa: E731
+    assert _shared_people([rel("a", [[0, 1], [2, 3]]), rel("b", [[4, 5]]), rel("c", None)]) == []
+    assert _shared_people([rel("a", [[0, 1], [2, 3]]), rel("b", [[3, 5]]), rel("c", [[9]])]) == ["a", "b"]

@@ -46,16 +46,23 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
                         if cfg.views > 1 else ""),
         "k": cfg.k, "unit": "patient (as identified by the source's patient ids)",
         "assumptions": ["the source's patient ids are correct: one id per person, one person per id",
+                        "this is the only release of these patients' images: the guarantee is per release, and "
+                        "two releases whose groups overlap (another k, method, split or subset) can be differenced",
                         "the models (generator, encoder, feature network) are not released; if they were trained "
-                        "on the private images, what they memorised is outside this guarantee"],
+                        "on the private images, what they memorised is outside this guarantee (medanon's shipped "
+                        "checkpoints are public and were trained on phantoms)"],
         "not_guaranteed": "k-anonymity does not bound what can be inferred about a cluster member from the average "
-                          "(it is not differential privacy); measure it with the membership-inference attack of "
-                          "`medanon evaluate` (top-K accuracy, k-SALSA §4.5)",
+                          "(it is not differential privacy); measure it with the top-K membership attack of "
+                          "`medanon evaluate` (modelled on k-SALSA §4.5 with medanon's identity network, not the "
+                          "paper's classifier; docs/evaluation.md)",
         "labels": ("aggregated per patient (each patient counts once, whatever their number of images); a label "
                    "that is the same for every patient of a record discloses each member's value (homogeneity)"
                    + (f": with stratify={cfg.stratify!r} every record is homogeneous in {cfg.stratify}, so its "
                       f"released {cfg.stratify} is each member's (worst) {cfg.stratify}" if cfg.stratify else "")),
         "not_protected": [
+            "other releases of the same patients: the average of a group minus the averages of groups inside it "
+            "(k·A − k'·B) is the average of the members left, down to one patient's image (k-Same releases at "
+            "several k of one patient set); publish one k-Same release of a patient set",
             *(["the PCA basis is fitted on the whole private dataset: every record depends on images outside its "
                "cluster through it"] if private_basis else []),
             "a released label that is the same for every patient of a record discloses each member's value"
@@ -69,6 +76,7 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
             *(["what the models (codec, feature network) memorised about their training images, where these "
                "include released patients: a record then depends on them through the weights"]
               if uses_models else []),
+            "the release's size and each record's n_sources (how many images its patients have in all)",
             *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
               if cfg.drop_remainder else []),
         ],

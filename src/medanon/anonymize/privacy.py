@@ -58,6 +58,8 @@ class LabelHomogeneity(PrivacyWarning):
 STANDARD_FIELDS = ("guarantee", "unit", "k", "epsilon_image", "epsilon_patient", "delta")
 GUARANTEE_FIELDS = ("k", "epsilon_image", "epsilon_patient", "delta")
 NO_UNIT = "none: no formal guarantee, so no unit is protected"
+COUNTS = ("the manifest's counts: records, source images and people in the release (and for DP the most images one "
+          "patient has), exact, from the private data")
 
 
 def no_guarantee(statement: dict) -> bool:
@@ -81,6 +83,8 @@ def with_standard_fields(statement: dict) -> dict:
     out = dict(statement)
     for key in STANDARD_FIELDS:
         out.setdefault(key, None)
+    if not no_guarantee(out) and COUNTS not in out.get("not_protected", []):
+        out["not_protected"] = [*out.get("not_protected", []), COUNTS]
     if no_guarantee(out):
         kept = {k: out[k] for k in GUARANTEE_FIELDS
                 if out[k] is not None and not (isinstance(out[k], str) and out[k].startswith("none"))}

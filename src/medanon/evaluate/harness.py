@@ -201,6 +201,12 @@ def _fid_samples(cfg: EvalConfig, releases: Sequence[ReleaseData]) -> dict[str, 
     return sizes
 
 
+def _shared_people(rels: Sequence[ReleaseData]) -> list[str]:
+    """The releases (by name) whose mapping shares a source image with another release's."""
+    rows = {r.name: {i for record in r.sources for i in record} for r in rels if r.sources is not None}
+    return [a for a in rows if any(rows[a] & rows[b] for b in rows if b != a)]
+
+
 def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int]) -> list[str]:
     """Settings that weaken what the report can claim, said loudly (log and report)."""
     out = []
@@ -219,6 +225,12 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
         if r.sources is None:
             out.append(f"release {r.name}: no private mapping, so membership, linkability and singling-out are not "
                        f"measured (the attacks that need ground truth of who is in which record)")
+    shared = _shared_people(rels)
+    if shared:
+        out.append(f"releases {', '.join(shared)} are made from images of the same people (their mappings share "
+                   "source images): compare them, but publish at most one. Together they protect less than each "
+                   "alone: averages of overlapping groups can be differenced down to one person's image (k-Same "
+                   "releases at several k), ε budgets add up, and Snow's unchanged pixels add up")
     sha = sha256_file(cfg.attacks.identity_checkpoint) if cfg.attacks.identity_checkpoint else None
     ours = to_dict(cfg.attacks.identity)
     for r in rels:

@@ -20,30 +20,37 @@ from medanon.models.glow import Glow, GlowConfig
 
 def test_shapes_that_could_be_read_two_ways_are_refused(phantom):  # noqa: F811
     _, x, _ = phantom
+    r = (-1, 1)
     with pytest.raises(DataError, match=r"one \(C, H, W\) colour image, or 3 grey"):
-        medanon.anonymize.snow(x[0], p=0.3)
+        medanon.anonymize.snow(x[0], p=0.3, value_range=r)
     with pytest.raises(DataError, match=r"one \(H, W, C\) image"):
-        medanon.anonymize.snow(x[0].permute(1, 2, 0), p=0.3)
+        medanon.anonymize.snow(x[0].permute(1, 2, 0), p=0.3, value_range=r)
     with pytest.raises(DataError, match="channels last"):
-        medanon.anonymize.snow(x.permute(0, 2, 3, 1), p=0.3)
+        medanon.anonymize.snow(x.permute(0, 2, 3, 1), p=0.3, value_range=r)
     with pytest.raises(DataError, match=r"list of \(16, 16, 3\) tensors: channels last"):
-        medanon.data.as_dataset(list(x.permute(0, 2, 3, 1)))
-    grey = medanon.data.as_dataset(x[0], modality="xray")               # said: three grey images
+        medanon.data.as_dataset(list(x.permute(0, 2, 3, 1)), value_range=r)
+    grey = medanon.data.as_dataset(x[0], modality="xray", value_range=r)   # said: three grey images
     assert (len(grey), grey.channels) == (3, 1)
-    assert len(medanon.data.as_dataset(x[0][None])) == 1                 # one colour image, as a batch of one
+    assert len(medanon.data.as_dataset(x[0][None], value_range=r)) == 1    # one colour image, as a batch of one
     with pytest.raises(DataError, match=r"one \(H, W, C\) image"):       # not 48 grey images 64 x 3
         medanon.data.as_dataset(np.zeros((48, 64, 3), np.uint8))
     hwc = [a.transpose(1, 2, 0) for a in ((x[:4] + 1) * 127.5).round().byte().numpy()]   # numpy's images: (H, W, C)
     assert torch.allclose(medanon.data.as_dataset(hwc).load(1)["image"], x[1], atol=1 / 127.5 + 1e-6)
 
 
-def test_a_value_range_that_could_be_either_is_refused_and_value_range_says_which(phantom):  # noqa: F811
+def test_float_images_need_value_range_so_no_image_changes_how_another_is_read(phantom):  # noqa: F811
+    """A range guessed from the values would let one image decide how all are read: one pixel of -0.9 would
+    turn a [0, 1] batch into [-1, 1] and move every other image's released values (a per-image guarantee, and
+    k-Same's "computed only from its cluster", would then be false). Floats need value_range=."""
     _, x, pids = phantom
     x01 = (x + 1) / 2
     nudged = x01.clone()
     nudged[0, 0, 0, 0] = -1e-4                                          # one pixel a little below 0
-    with pytest.raises(DataError, match=r"value_range=\(0, 1\) or value_range=\(-1, 1\)"):
-        medanon.anonymize.kpixel(nudged, k=2, patient_ids=pids)
+    for images in (x01, x, nudged):
+        with pytest.raises(DataError, match=r"value_range=\(0, 1\) or value_range=\(-1, 1\)"):
+            medanon.anonymize.kpixel(images, k=2, patient_ids=pids)
+    u8 = medanon.data.as_dataset((x01 * 255).round().to(torch.uint8), patient_ids=pids)   # 8-bit: 0-255
+    assert torch.allclose(u8.load(1)["image"], x[1], atol=1 / 127.5 + 1e-6)
     read = medanon.data.as_dataset(nudged, value_range=(0, 1), patient_ids=pids)
     assert torch.allclose(read.load(1)["image"], x[1], atol=1e-6)      # read as [0, 1], not as [-1, 1]
     rel = medanon.anonymize.kpixel(nudged, k=2, patient_ids=pids, value_range=(0, 1))
@@ -57,21 +64,24 @@ def test_calibrate_on_in_memory_is_read_as_the_released_images_are(phantom):  # 
     _, x, _ = phantom
     x01 = (x + 1) / 2
     box = {}
-    for name, cal in (("tensor [0, 1]", x01), ("list [0, 1]", list(x01)), ("tensor [-1, 1]", x)):
-        rel = medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=cal)
+    for name, cal in (("tensor [0, 1]", x01), ("list [0, 1]", list(x01)),
+                      ("dataset [-1, 1]", medanon.data.as_dataset(x, value_range=(-1, 1)))):
+        rel = medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=cal,
+                                          value_range=(0, 1))
         box[name] = rel.params["calibration_sha256"]
     assert len(set(box.values())) == 1, box                             # the same images, the same box
     with pytest.raises(ConfigError, match=r"calibrate_on= holds 1x16px images, the released data 3x16px"):
-        medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=x01[:, :1])
+        medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=x01[:, :1],
+                                    value_range=(0, 1))
 
 
 def test_split_dataset_and_evaluate_need_patient_ids_for_images_in_memory(phantom):  # noqa: F811
     _, x, pids = phantom
     with pytest.raises(ConfigError, match="split_dataset needs patient_ids="):
-        medanon.split_dataset(x)
+        medanon.split_dataset(x, value_range=(-1, 1))
     with pytest.raises(ConfigError, match="evaluate needs patient_ids="):
-        medanon.evaluate(real=x, releases=[], preset="tiny")
-    parts = medanon.split_dataset(x, patient_ids=pids, stratify="")
+        medanon.evaluate(real=x, releases=[], preset="tiny", value_range=(-1, 1))
+    parts = medanon.split_dataset(x, patient_ids=pids, stratify="", value_range=(-1, 1))
     train, test = ({r.patient_id for r in parts[n].records} for n in ("train", "test"))
     assert train and not train & test
 
@@ -81,7 +91,8 @@ def test_gmia_of_images_in_memory_writes_the_manifest_a_folder_gets(tmp_path, wo
     x = torch.stack([ds.load(i)["image"] for i in range(len(ds))])
     nets = {"model": d / "restyle.pt", "identity": d / "identity.pt", "utility": d / "grade.pt"}
     manifests = {}
-    for name, data, kw in (("folder", ds, {}), ("memory", x, {"patient_ids": [r.patient_id for r in ds.records]})):
+    for name, data, kw in (("folder", ds, {}), ("memory", x, {"patient_ids": [r.patient_id for r in ds.records],
+                                                              "value_range": (-1, 1)})):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             rel = medanon.anonymize.gmia(data, **nets, steps=0, batch_size=8, **kw)
@@ -159,14 +170,18 @@ def test_a_tiny_evaluation_raises_no_numpy_warnings(tmp_path):
 
 def test_value_range_reaches_calibrate_on_only_for_images_of_the_same_kind(phantom):  # noqa: F811
     """uint8 released images with value_range=(0, 255) and a float [0, 1] calibration set: the range is the uint8
-    images', and applied to the floats it would read them as black. The box comes from calibrate_on alone, so it
-    must be the one the floats give on their own."""
+    images', and applied to the floats it would read them as black: the floats need their own (a dataset of
+    them). The box comes from calibrate_on alone, so it must be the one the floats give on their own."""
     _, x, _ = phantom
     x01 = (x + 1) / 2
     u8 = (x01 * 255).round().to(torch.uint8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mixed = medanon.anonymize.ldp_image(u8, epsilon=1.0, clip_box="calibrated", calibrate_on=x01,
-                                            value_range=(0, 255))
-        alone = medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=x01)
+        with pytest.raises(DataError, match="calibrate_on= holds floating-point images"):
+            medanon.anonymize.ldp_image(u8, epsilon=1.0, clip_box="calibrated", calibrate_on=x01,
+                                        value_range=(0, 255))
+        mixed = medanon.anonymize.ldp_image(u8, epsilon=1.0, clip_box="calibrated", value_range=(0, 255),
+                                            calibrate_on=medanon.data.as_dataset(x01, value_range=(0, 1)))
+        alone = medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=x01,
+                                            value_range=(0, 1))
     assert mixed.params["calibration_sha256"] == alone.params["calibration_sha256"]

@@ -57,8 +57,9 @@ def test_identical_images_form_clusters_like_any_others(tmp_path, method):
     failed deep inside with a numpy error)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = getattr(medanon.anonymize, method)(torch.zeros(4, 1, 16, 16), k=2,
-                                                 patient_ids=["a", "a", "b", "b"]).save(tmp_path / "r", progress=False)
+        rel = getattr(medanon.anonymize, method)(torch.zeros(4, 1, 16, 16), k=2,
+                                                 patient_ids=["a", "a", "b", "b"], value_range=(0, 1))
+        out = rel.save(tmp_path / "r", progress=False)
     counts = json.loads((out / "manifest.json").read_text())["counts"]
     assert counts["records"] == 1 and counts["min_people_per_record"] == 2
 
@@ -114,11 +115,12 @@ def test_split_dataset_takes_a_folder(xray):
 ])
 def test_images_in_memory_must_have_their_modality_s_channels(images, kw, said):
     with pytest.raises(medanon.errors.DataError, match="") as e:
-        medanon.anonymize.kpixel(images, k=2, patient_ids=["a", "a", "b", "b"], **kw)
+        medanon.anonymize.kpixel(images, k=2, patient_ids=["a", "a", "b", "b"], value_range=(0, 1), **kw)
     assert said in str(e.value)
 
 
 def test_an_empty_patient_id_is_refused():
     """An empty id would make every image without one a single patient."""
     with pytest.raises(ConfigError, match="empty id"):
-        medanon.anonymize.kpixel(torch.rand(4, 1, 16, 16), k=2, patient_ids=["", "", "b", "b"])
+        medanon.anonymize.kpixel(torch.rand(4, 1, 16, 16), k=2, patient_ids=["", "", "b", "b"],
+                                 value_range=(0, 1))

@@ -100,6 +100,12 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
         assert "spatial map (not in the paper) is optimised" in params(rel)["latent_space"], rel
     assert json.loads((out / "releases" / "inverted" / "manifest.json").read_text())["privacy"]["guarantee"] \
         .startswith("none")
+    # the demo's X-ray patients are the first patients of the phantom the shipped flow was trained on: checked
+    # image by image against that folder, so DP-GLOW's release states no guarantee; image LDP (no flow) keeps it
+    dp = json.loads((out / "releases" / "dpglow-eps1e1" / "manifest.json").read_text())["privacy"]
+    assert dp["guarantee"].endswith("released images are in the folder the flow was trained on"), dp["guarantee"]
+    ldp = json.loads((out / "releases" / "ldp-image-eps1e1" / "manifest.json").read_text())["privacy"]
+    assert ldp["guarantee"] == "epsilon-LDP"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["seeds"]["phantoms"] == 0 and manifest["inputs"]["fundus_phantom"]["files"] == 80
     assert "PASSED" in r.output and "FAILED" not in r.output          # every release passed its audit

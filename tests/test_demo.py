@@ -16,7 +16,7 @@ def test_dpglow_study_refuses_data_the_flows_were_not_trained_on(tmp_path: Path,
     monkeypatch.setattr(demo, "FLOW_PHANTOM", PhantomConfig(modality="xray", patients=3, per_patient=1, size=64,
                                                             seed=0))
     assert demo.dpglow_study(tmp_path, demo.default_checkpoints(), torch.device("cpu"), 0) is None
-    assert "is not the phantom glow-xray64.pt was trained on" in capsys.readouterr().out
+    assert "is not the one glow-xray64.pt was trained on" in capsys.readouterr().out
 
 
 def test_dpglow_study_skips_without_the_normal_flow(tmp_path: Path, capsys):

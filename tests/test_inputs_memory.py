@@ -20,10 +20,10 @@ def phantom():
 def test_every_kind_of_input_gives_the_same_images(phantom):
     ds, x, pids = phantom
     u8 = ((x + 1) * 127.5).round().to(torch.uint8)
-    kinds = [x, (x + 1) / 2, u8, u8.numpy().transpose(0, 2, 3, 1),
-             [Image.fromarray(a.transpose(1, 2, 0)) for a in u8.numpy()], list(x)]
-    for obj in kinds:
-        m = as_dataset(obj, patient_ids=pids)
+    kinds = [(x, (-1, 1)), ((x + 1) / 2, (0, 1)), (u8, None), (u8.numpy().transpose(0, 2, 3, 1), None),
+             ([Image.fromarray(a.transpose(1, 2, 0)) for a in u8.numpy()], None), (list(x), (-1, 1))]
+    for obj, value_range in kinds:
+        m = as_dataset(obj, patient_ids=pids, value_range=value_range)
         assert (len(m), m.channels, m.size, m.modality) == (12, 3, 16, "fundus")
         assert torch.allclose(m.load(3)["image"], x[3], atol=1 / 127.5 + 1e-6)
     assert as_dataset(str(ds.root), size=16).records == ds.records                  # a folder as str
@@ -35,28 +35,30 @@ def test_wrong_inputs_name_the_argument_and_the_type(phantom):
     with pytest.raises(DataError, match="ds= is a float; ds= takes an opened dataset"):
         medanon.anonymize.snow(3.0, p=0.3)
     with pytest.raises(ConfigError, match="kpixel needs patient_ids="):
-        medanon.anonymize.kpixel(x, k=2)
+        medanon.anonymize.kpixel(x, k=2, value_range=(-1, 1))
     with pytest.raises(ConfigError, match="patient_ids= has 3 ids for 12 images"):
-        medanon.anonymize.kpixel(x, k=2, patient_ids=pids[:3])
+        medanon.anonymize.kpixel(x, k=2, patient_ids=pids[:3], value_range=(-1, 1))
     with pytest.raises(ConfigError, match=r"p='0.3' is a str; p takes a number"):
-        medanon.anonymize.snow(x, p="0.3")
+        medanon.anonymize.snow(x, p="0.3", value_range=(-1, 1))
     with pytest.raises(ConfigError, match=r"k=2.0 is a float; k takes an integer"):
-        medanon.anonymize.kpixel(x, k=2.0, patient_ids=pids)
+        medanon.anonymize.kpixel(x, k=2.0, patient_ids=pids, value_range=(-1, 1))
     with pytest.raises(ConfigError, match="epsilon='1' is a str"):
-        medanon.anonymize.ldp_image(x, epsilon="1")
+        medanon.anonymize.ldp_image(x, epsilon="1", value_range=(-1, 1))
     with pytest.raises(DataError, match="16x8 images"):
-        as_dataset(torch.zeros(2, 3, 16, 8))
+        as_dataset(torch.zeros(2, 3, 16, 8), value_range=(0, 1))
     with pytest.raises(DataError, match="outside value_range"):
-        as_dataset(torch.full((2, 1, 8, 8), 3.0))
+        as_dataset(torch.full((2, 1, 8, 8), 3.0), value_range=(0, 1))
+    with pytest.raises(DataError, match=r"floating-point images .* and no value_range"):
+        as_dataset(torch.zeros(2, 1, 8, 8))
     with pytest.raises(ConfigError, match="describe images held in memory"):
         medanon.anonymize.snow(phantom[0], p=0.3, patient_ids=pids)
     with pytest.raises(ConfigError, match=r"releases\[0\] is a torch.Tensor"):
-        medanon.evaluate(real=x, patient_ids=pids, releases=[x], preset="tiny")
+        medanon.evaluate(real=x, patient_ids=pids, releases=[x], preset="tiny", value_range=(-1, 1))
 
 
 def test_release_of_tensors_counts_iterates_and_indexes_records(phantom, tmp_path):
     _, x, pids = phantom
-    rel = medanon.anonymize.kpixel(x, k=2, patient_ids=pids, labels={"grade": [0, 1] * 6})
+    rel = medanon.anonymize.kpixel(x, k=2, patient_ids=pids, labels={"grade": [0, 1] * 6}, value_range=(-1, 1))
     assert len(rel) == 3                                    # 6 patients, k = 2: planned, nothing computed
     imgs = rel.images(limit=None)
     assert imgs.shape == (3, 3, 16, 16) and torch.equal(rel[0].image, imgs[0]) and rel[-1].people == 2
@@ -70,15 +72,15 @@ def test_release_of_tensors_counts_iterates_and_indexes_records(phantom, tmp_pat
 
 def test_subsets_keep_record_ids_and_transform_applies(phantom):
     _, x, pids = phantom
-    full = as_dataset(x, patient_ids=pids)
-    part = as_dataset(x[[1, 4]], patient_ids=[pids[1], pids[4]])
+    full = as_dataset(x, patient_ids=pids, value_range=(-1, 1))
+    part = as_dataset(x[[1, 4]], patient_ids=[pids[1], pids[4]], value_range=(-1, 1))
     assert [r.record_id for r in part.records] == [full.records[1].record_id, full.records[4].record_id]
-    flipped = as_dataset(x, patient_ids=pids, transform=lambda im: im.flip(-1))
+    flipped = as_dataset(x, patient_ids=pids, transform=lambda im: im.flip(-1), value_range=(-1, 1))
     assert torch.equal(flipped.load(0)["image"], x[0].flip(-1))
     assert torch.equal(medanon.split_dataset(flipped)["train"].load(0)["image"].flip(-1),
                        medanon.split_dataset(full)["train"].load(0)["image"])
     with pytest.raises(DataError, match="transform= returned"):
-        as_dataset(x, patient_ids=pids, transform=lambda im: im[:1]).load(0)
+        as_dataset(x, patient_ids=pids, transform=lambda im: im[:1], value_range=(-1, 1)).load(0)
 
 
 def test_models_by_name_and_defaults(phantom):
@@ -89,9 +91,10 @@ def test_models_by_name_and_defaults(phantom):
     assert default_model("ksame-codec", "fundus") == "restyle-map-fundus64.pt"
     assert default_model("ksame-codec", "xray") is None
     with pytest.raises(ConfigError, match="kcentroid needs codec=: no shipped"):
-        medanon.anonymize.kcentroid(np.zeros((2, 1, 64, 64), np.float32), k=1, patient_ids=[0, 1])
+        medanon.anonymize.kcentroid(np.zeros((2, 1, 64, 64), np.float32), k=1, patient_ids=[0, 1],
+                                    value_range=(0, 1))
     with pytest.raises(DataError, match=r"model no-such-codec is not on medanon's model search path"):
-        medanon.anonymize.kcentroid(x, k=2, codec="no-such-codec", patient_ids=pids)
+        medanon.anonymize.kcentroid(x, k=2, codec="no-such-codec", patient_ids=pids, value_range=(-1, 1))
 
 
 def test_the_command_line_takes_models_by_name(tmp_path):

@@ -117,3 +117,46 @@ def _quiet_but(keep, fn, *a, **kw):
         warnings.simplefilter("ignore")
         warnings.simplefilter("always", keep)
         return fn(*a, **kw)
+
+
+def test_flow_training_compares_the_released_people_with_the_flows_training_folder(phantoms, tmp_path):
+    """With the flow's training folder given, released images found in it withdraw the guarantee (even when the
+    released folder is another one), a folder the flow did not record is refused, and a disjoint one keeps it."""
+    from medanon.errors import ConfigError
+
+    data, other = phantoms
+    codec = GlowCodec(Glow(GlowConfig(channels=1, resolution=16, levels=2, depth=1, hidden=8)).eval())
+    digest = files_digest([r.path for r in scan(other).records], root=other)
+    flow = save_flow(tmp_path / "flow.pt", codec.flow,
+                     extra={"data": {"source": digest, "modality": "xray", "subset": "train"}})
+    mixed = tmp_path / "mixed"                                # the released folder: data plus one of the flow's images
+    shutil.copytree(data, mixed)
+    shutil.copyfile(sorted((other / "images").iterdir())[0], mixed / "images" / "zz.png")
+    lines = (mixed / "labels.csv").read_text().splitlines()
+    lines.append(",".join(["images/zz.png", "", "NEW", *lines[1].split(",")[3:]]))
+    (mixed / "labels.csv").write_text("\n".join(lines) + "\n")
+    released = medanon.open_dataset(mixed, size=16)
+    with pytest.warns(CalibrationOverlap, match="1 released images are in the folder the flow was trained on"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.dpglow, released, epsilon=1e4, flow=flow,
+                         flow_training=other)
+    assert rel.privacy["guarantee"] == "none: 1 released images are in the folder the flow was trained on"
+    with pytest.raises(ConfigError, match="is not the folder the flow was trained on"):
+        _quiet(medanon.anonymize.dpglow, released, epsilon=1e4, flow=flow, flow_training=data)
+    clean = _quiet(medanon.anonymize.dpglow, medanon.open_dataset(data, size=16), epsilon=1e4, flow=flow,
+                   flow_training=other)
+    assert clean.privacy["guarantee"] == "epsilon-LDP"
+    assert any("none of them is in it" in n for n in clean.notes)
+
+
+def test_a_calibration_folder_given_as_a_relative_path_is_an_input_not_the_working_directory(phantoms, tmp_path,
+                                                                                          monkeypatch):
+    """calibrate_on=Path("cal") was taken for the dataset it names only when opened: its inputs were read off the
+    path object itself (``Path.root``, the empty string: the working directory), so every release saved there was
+    refused as written "inside the input"."""
+    data, other = phantoms
+    shutil.copytree(other, tmp_path / "cal")
+    monkeypatch.chdir(tmp_path)
+    rel = _quiet(medanon.anonymize.ldp_image, medanon.open_dataset(data, size=16), epsilon=50.0,
+                 clip_box="calibrated", calibrate_on=Path("cal"))
+    out = _quiet(rel.save, "release", progress=False)
+    assert (out / "manifest.json").is_file() and rel.privacy["guarantee"] == "epsilon-LDP"

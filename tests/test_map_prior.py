@@ -85,7 +85,7 @@ def test_cli_records_the_map_prior_and_the_library_explains_a_missing_generator(
     x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (6, 3, 32, 32)).astype("float32"))
     with pytest.raises(ConfigError, match="no map generator ships for fundus") as err:
         medanon.anonymize.ksalsa(x, patient_ids=[0, 1, 2, 3, 4, 5], modality="fundus", k=3, codec=map_codec_ckpt,
-                                 map_init="synthetic")
+                                 map_init="synthetic", value_range=(-1, 1))
     assert "map_init='centroid'" in str(err.value.fix) and "map_generator=" in str(err.value.fix)
     from medanon.cli.anonymize_ksame import FLAGS
     from medanon.cli.library import translate
@@ -109,5 +109,5 @@ def test_a_map_generator_that_nothing_would_read_is_refused(map_codec_ckpt):  # 
     x = torch.rand(4, 3, 32, 32) * 2 - 1
     with pytest.raises(ConfigError, match="map_generator='nope' is not used: map_init='centroid'") as err:
         medanon.anonymize.ksalsa(x, patient_ids=[0, 1, 2, 3], modality="fundus", k=2, codec=map_codec_ckpt,
-                                 map_generator="nope")
+                                 map_generator="nope", value_range=(-1, 1))
     assert "leave map_generator= out" in str(err.value.fix)

@@ -200,9 +200,10 @@ def test_without_patient_ids_the_patient_budget_is_unknown_not_epsilon():
     release does not claim that its patients are protected at one image's epsilon."""
     import medanon
 
-    rel = _quiet(medanon.anonymize.ldp_image, torch.zeros(4, 1, 8, 8), epsilon=100.0)
+    rel = _quiet(medanon.anonymize.ldp_image, torch.zeros(4, 1, 8, 8), epsilon=100.0, value_range=(0, 1))
     assert str(rel.privacy["epsilon_patient_max"]).startswith("unknown")
-    rel = _quiet(medanon.anonymize.ldp_image, torch.zeros(4, 1, 8, 8), epsilon=100.0, patient_ids=["a", "a", "b", "c"])
+    rel = _quiet(medanon.anonymize.ldp_image, torch.zeros(4, 1, 8, 8), epsilon=100.0, patient_ids=["a", "a", "b", "c"],
+                 value_range=(0, 1))
     assert rel.privacy["max_images_per_patient"] == 2 and rel.privacy["epsilon_patient_max"] == 200.0
 
 
@@ -213,12 +214,14 @@ def test_a_seeded_release_states_no_protection_for_images_or_patients(tmp_path):
 
     x = torch.rand(4, 1, 16, 16) * 2 - 1
     with pytest.warns(NoFormalGuarantee):
-        rel = medanon.anonymize.ldp_image(x, epsilon=1.0, patient_ids=["a", "a", "b", "c"], noise_seed=3)
+        rel = medanon.anonymize.ldp_image(x, epsilon=1.0, patient_ids=["a", "a", "b", "c"], noise_seed=3,
+                                          value_range=(-1, 1))
     p = rel.privacy
     assert p["guarantee"].startswith("none") and p["delta"] is None
-    assert p["unit"].startswith("none") and p["epsilon_patient"].startswith("none")
+    assert p["unit"].startswith("none") and p["epsilon_patient"] is None
+    assert p["without_guarantee"]["epsilon_patient"].startswith("none")
     assert p["epsilon_patient_max"] == "none (with secret noise it would be 2)"
     assert p["not_protected"][0].startswith("everything")
     assert not any(n.startswith("a patient's other released images") for n in p["not_protected"])
-    secret = medanon.anonymize.ldp_image(x, epsilon=1.0, patient_ids=["a", "a", "b", "c"]).privacy
+    secret = medanon.anonymize.ldp_image(x, epsilon=1.0, patient_ids=["a", "a", "b", "c"], value_range=(-1, 1)).privacy
     assert secret["epsilon_patient_max"] == 2.0 and secret["delta"] == 0

@@ -23,7 +23,8 @@ SRC = Path(medanon.__file__).parent
 def ds():
     g = torch.Generator().manual_seed(0)
     return as_dataset(torch.rand(8, 3, 16, 16, generator=g) * 2 - 1, patient_ids=[0, 0, 1, 1, 2, 2, 3, 3],
-                      labels={"grade": [0, 1, 2, 0, 1, 2, 0, 1], "sex": [0, 0, 1, 1, 0, 0, 1, 1]}, modality="fundus")
+                      labels={"grade": [0, 1, 2, 0, 1, 2, 0, 1], "sex": [0, 0, 1, 1, 0, 0, 1, 1]}, modality="fundus",
+                      value_range=(-1, 1))
 
 
 def test_weak_settings_become_errors_under_the_documented_filter(ds, tmp_path):
@@ -65,7 +66,8 @@ def test_a_label_that_is_the_patient_id_is_never_released():
     g = torch.Generator().manual_seed(1)
     ids = [100001, 100001, 100002, 100002, 100003, 100003]
     ds = as_dataset(torch.rand(6, 3, 16, 16, generator=g), patient_ids=[f"{i}" for i in ids],
-                    labels={"grade": [0, 1, 2, 0, 1, 2], "mrn": ids, "site": [1, 1, 2, 2, 1, 1]}, modality="fundus")
+                    labels={"grade": [0, 1, 2, 0, 1, 2], "mrn": ids, "site": [1, 1, 2, 2, 1, 1]}, modality="fundus",
+                    value_range=(0, 1))
     with pytest.raises(medanon.errors.ConfigError, match="equals the patient id"):
         medanon.anonymize.snow(ds, p=0.3, release_labels=["grade", "mrn"])
     with pytest.raises(medanon.errors.ConfigError, match="equals the patient id"):

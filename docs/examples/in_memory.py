@@ -25,7 +25,7 @@ grades = [r.labels["grade"] for r in phantom.records]
 print(images.shape, images.dtype, len(set(patients)), "patients")
 
 # %% Release the training patients only; the held-out ones measure the release
-data = medanon.data.as_dataset(images, patient_ids=patients, labels={"grade": grades})
+data = medanon.data.as_dataset(images, patient_ids=patients, labels={"grade": grades}, value_range=(0, 1))
 train = medanon.split_dataset(data)["train"]              # the evaluation recomputes the same split
 rows = [i for i, p in enumerate(patients) if p in set(train.patients)]
 x, ids, y = images[rows], [patients[i] for i in rows], {"grade": [grades[i] for i in rows]}
@@ -33,8 +33,9 @@ x, ids, y = images[rows], [patients[i] for i in rows], {"grade": [grades[i] for 
 # %% Two methods; the codec by its name on `medanon models` (no path), the rest of the settings by keyword
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", WeakSetting)          # k = 2 warns: the paper found it weak
-    kc = medanon.anonymize.kcentroid(x, k=2, codec="restyle-map-fundus64", patient_ids=ids, labels=y)
-snow = medanon.anonymize.snow(x, p=0.3, patient_ids=ids, labels=y)
+    kc = medanon.anonymize.kcentroid(x, k=2, codec="restyle-map-fundus64", patient_ids=ids, labels=y,
+                                     value_range=(0, 1))            # floats: say what black and white are
+snow = medanon.anonymize.snow(x, p=0.3, patient_ids=ids, labels=y, value_range=(0, 1))
 print(len(kc), "k-Centroid records,", len(snow), "Snow records; codec:", kc.params["model_files"]["codec"])
 
 # %% Results as tensors, records as objects
@@ -43,7 +44,7 @@ print(released.shape, kc[0])
 
 # %% Measure both against all the images (tiny preset: a smoke run)
 res = medanon.evaluate(real=images, patient_ids=patients, labels={"grade": grades}, releases=[kc, snow],
-                       preset="tiny", size=32, progress=False)
+                       preset="tiny", size=32, progress=False, value_range=(0, 1))
 rows = res.summary()                                      # one flat record per number (res.to_frame(): pandas)
 for rec in rows:
     if rec["metric"] == "residual_risk":

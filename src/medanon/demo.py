@@ -194,6 +194,22 @@ def report_folder(out: Path, modality: str) -> Path:
 FLOW_PHANTOM = PhantomConfig(modality="xray", patients=400, per_patient=4, size=64, seed=0)
 
 
+def flow_training_folder(out: Path, ckpt: Path) -> Path | None:
+    """``OUT/data/xray-flows``: the phantom the shipped X-ray flow was trained on, regenerated (or reused), or None
+    when the flow is not shipped or the regenerated folder's checksum is not the one the flow recorded."""
+    from medanon.checkpoint import load_checkpoint
+    from medanon.runtime import files_digest
+    from medanon.train.flow import KIND as FLOW_KIND
+
+    flow = ckpt / "glow-xray64.pt"
+    if not flow.exists():
+        return None
+    data_dir = _phantoms(FLOW_PHANTOM, out / "data" / "xray-flows")
+    recorded = load_checkpoint(flow, kind=FLOW_KIND)["extra"]["data"]["source"]["sha256"]
+    ds = open_dataset(data_dir, DataConfig(size=FLOW_PHANTOM.size))
+    return data_dir if files_digest([r.path for r in ds.records], root=data_dir)["sha256"] == recorded else None
+
+
 def dpglow_study(out: Path, ckpt: Path, device, seed: int, test: PhantomConfig | None = None) -> dict | None:
     """DP-GLOW Table 3 and the Figs. 4–7 picture with the shipped flows, on the flows' own held-out patients, or on
     every image of the ``test`` phantom (another seed: people neither flow saw; ``OUT/data/xray-test``).
@@ -201,20 +217,15 @@ def dpglow_study(out: Path, ckpt: Path, device, seed: int, test: PhantomConfig |
     Returns None (with a message) when the normal-only flow is not shipped or the regenerated phantom does
     not match the checksum the flow recorded (a changed phantom generator): then no test set is known to be
     unseen by the flows, and no number is better than a biased one."""
-    from medanon.checkpoint import load_checkpoint
     from medanon.evaluate.flow_lr import evaluate_dpglow
-    from medanon.runtime import files_digest
-    from medanon.train.flow import KIND as FLOW_KIND
 
     mixture, normal = ckpt / "glow-xray64.pt", ckpt / "glow-xray64-normal.pt"
     if not normal.exists():
         click.echo(f"DP-GLOW Table 3 skipped: {normal} is not shipped")
         return None
-    data_dir = _phantoms(FLOW_PHANTOM, out / "data" / "xray-flows")
-    recorded = load_checkpoint(mixture, kind=FLOW_KIND)["extra"]["data"]["source"]["sha256"]
-    ds = open_dataset(data_dir, DataConfig(size=FLOW_PHANTOM.size))
-    if files_digest([r.path for r in ds.records], root=data_dir)["sha256"] != recorded:
-        click.echo(f"DP-GLOW Table 3 skipped: {data_dir} is not the phantom {mixture.name} was trained on "
+    data_dir = flow_training_folder(out, ckpt)
+    if data_dir is None:
+        click.echo(f"DP-GLOW Table 3 skipped: the regenerated phantom is not the one {mixture.name} was trained on "
                    "(its checksum differs), so its held-out patients are unknown")
         return None
     report = report_folder(out, "xray")          # the figure goes where the X-ray report will be
@@ -346,6 +357,8 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
         if modality in stale and (out / "releases").is_dir():
             click.echo(f"the {modality} releases in {out / 'releases'} were made with other settings: made again")
         made = Made(remake=modality in stale)
+        if modality == "xray":                  # the flow's training phantom: DP-GLOW checks its people against it
+            made.flow_training = flow_training_folder(out, ckpt)
         releases[modality] = make(train, out / "releases", ckpt, cfg, made)
         record_releases_made(out, modality, cfg)
         run.log_metrics(step="anonymise", modality=modality, releases=len(releases[modality]),

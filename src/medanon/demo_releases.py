@@ -59,6 +59,7 @@ class Made:
 
     remake: bool = False
     times: dict[str, float] = field(default_factory=dict)
+    flow_training: Path | None = None           # the folder the shipped X-ray flow was trained on (DP-GLOW's check)
 
 
 def _release(command: str, dest: Path, make: Callable[[], Release], made: Made) -> None:
@@ -169,9 +170,10 @@ def releases_xray(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, made: Made
             dest = rel / f"{method}-eps{eps}"
             command = f"anonymize {method} --data {data} --epsilon {eps} --per-element"
             if method == "dpglow":
-                _release(command + f" --flow {flow}", dest,
-                         lambda e=float(eps): anonymize.dpglow(ds, epsilon=e, flow=flow, per_element=True,
-                                                               device=cfg.device), made)
+                seen = made.flow_training
+                _release(command + f" --flow {flow}" + (f" --flow-training {seen}" if seen else ""), dest,
+                         lambda e=float(eps), seen=seen: anonymize.dpglow(ds, epsilon=e, flow=flow, per_element=True,
+                                                                          device=cfg.device, flow_training=seen), made)
             else:
                 _release(command, dest, lambda e=float(eps): anonymize.ldp_image(ds, epsilon=e, per_element=True,
                                                                                  device=cfg.device), made)

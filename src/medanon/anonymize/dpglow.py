@@ -93,6 +93,36 @@ class DPGlow:
         return self.mechanism.privacy(space_description=SPACE, flow=f"GLOW, checkpoint sha256 {self.codec.sha256}")
 
 
+def folder_overlap(flow_data: dict[str, Any] | None, training, released) -> tuple[str, str] | None:
+    """The withdrawal ``(reason, why)`` of a release some of whose images are in the folder the flow was trained
+    on, else None; ``training`` is that folder as a dataset, checked against the digest the flow recorded (a
+    :class:`~medanon.errors.ConfigError` if it is another folder). Images are compared by file content (or 8-bit
+    pixels for images in memory); the whole folder counts, its held-out part included, which errs on the safe
+    side. Warns :class:`~medanon.anonymize.privacy.CalibrationOverlap` when any is found."""
+    from medanon.anonymize.ldp_calibration import images_in_common
+    from medanon.runtime import files_digest
+
+    src = (flow_data or {}).get("source") or {}
+    if not src.get("sha256"):
+        raise ConfigError("the flow records no training folder to check flow_training= against",
+                          fix="leave flow_training= out (the statement then assumes the flow never saw these "
+                              "people), or use a flow trained by `medanon train flow`")
+    got = files_digest([r.path for r in training.records], root=training.root)["sha256"]
+    if got != src["sha256"]:
+        raise ConfigError(f"flow_training= {training.root} is not the folder the flow was trained on (its sha256 "
+                          f"{got[:12]} differs from the recorded {src['sha256'][:12]})",
+                          fix="pass the folder `medanon train flow` read, unchanged")
+    n = images_in_common(released, training)
+    if not n:
+        return None
+    reason = f"{n} released images are in the folder the flow was trained on"
+    warnings.warn(reason + ": what the flow's weights memorised about them is outside the epsilon bound, so the "
+                  "release states no formal guarantee; release people the flow never saw",
+                  CalibrationOverlap, stacklevel=user_stacklevel())
+    return reason, ("the flow's weights are a function of its training images, which the noise does not protect, "
+                    "and every released image passes through them")
+
+
 def training_overlap(flow_data: dict[str, Any] | None, source_digest: dict[str, Any] | None) -> str | None:
     """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) and return a note when the dataset being
     released is the one the flow was trained (and its stored box calibrated) on.

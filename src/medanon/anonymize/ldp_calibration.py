@@ -147,8 +147,8 @@ def images_in_common(released, other) -> int:
     >>> import torch
     >>> from medanon.data.inputs import as_dataset
     >>> x = torch.rand(4, 1, 8, 8) * 2 - 1
-    >>> a = as_dataset(x, patient_ids=list("abcd"), modality="xray")
-    >>> b = as_dataset(torch.cat([x[:1], -x[1:]]), patient_ids=list("abcd"), modality="xray")
+    >>> a = as_dataset(x, patient_ids=list("abcd"), modality="xray", value_range=(-1, 1))
+    >>> b = as_dataset(torch.cat([x[:1], -x[1:]]), patient_ids=list("abcd"), modality="xray", value_range=(-1, 1))
     >>> images_in_common(a, b)
     1
     """

@@ -76,9 +76,10 @@ def with_standard_fields(statement: dict) -> dict:
     'none: no formal guarantee, so no unit is protected'
     >>> with_standard_fields({"guarantee": "epsilon-LDP", "epsilon_image": 2.0})["k"] is None
     True
-    >>> s = with_standard_fields({"guarantee": "none: seeded noise", "epsilon_image": 2.0})
-    >>> s["epsilon_image"], s["without_guarantee"]
-    (None, {'epsilon_image': 2.0})
+    >>> s = with_standard_fields({"guarantee": "none: seeded noise", "epsilon_image": 2.0,
+    ...                           "epsilon_patient": "none (with secret noise: n * epsilon_image)"})
+    >>> s["epsilon_image"], s["epsilon_patient"], s["without_guarantee"]["epsilon_image"]
+    (None, None, 2.0)
     """
     out = dict(statement)
     for key in STANDARD_FIELDS:
@@ -86,8 +87,7 @@ def with_standard_fields(statement: dict) -> dict:
     if not no_guarantee(out) and COUNTS not in out.get("not_protected", []):
         out["not_protected"] = [*out.get("not_protected", []), COUNTS]
     if no_guarantee(out):
-        kept = {k: out[k] for k in GUARANTEE_FIELDS
-                if out[k] is not None and not (isinstance(out[k], str) and out[k].startswith("none"))}
+        kept = {k: out[k] for k in GUARANTEE_FIELDS if out[k] is not None}   # numbers, and "none (...)" texts
         if kept:
             out["without_guarantee"] = {**(out.get("without_guarantee") or {}), **kept}
             out.update(dict.fromkeys(kept))

@@ -201,10 +201,20 @@ def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, 
             "calibration_sha256": calibration.checksum()}
 
 
-def _check_box(clip_box: str, calibrate_on) -> None:
-    if clip_box == "public" and calibrate_on is not None:
-        warnings.warn("calibrate_on is not used with clip_box='public' (the box depends on no data); pass "
-                      "clip_box='calibrated' to calibrate it", UserWarning, stacklevel=user_stacklevel())
+def _check_box(clip_box: str, calibrate_on, ds) -> list[Any]:
+    """Warn about a calibrate_on the public box does not use; returns what of it is on disk (an unused folder is
+    still never written over)."""
+    if clip_box != "public" or calibrate_on is None:
+        return []
+    warnings.warn("calibrate_on is not used with clip_box='public' (the box depends on no data); pass "
+                  "clip_box='calibrated' to calibrate it", UserWarning, stacklevel=user_stacklevel())
+    if hasattr(calibrate_on, "records"):
+        return [calibrate_on]
+    if isinstance(calibrate_on, (str, Path)):
+        from medanon.data.inputs import as_dataset
+
+        return [as_dataset(calibrate_on, argument="calibrate_on", size=ds.size)]
+    return []
 
 
 def load_flow_for(flow, device=None):
@@ -224,7 +234,8 @@ def load_flow_for(flow, device=None):
 def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
            alpha: float | None = _L.alpha, clip: bool = _L.clip, center: str = _L.center, calibrate_on=None,
            noise_seed: int | None = None, batch: int = _L.batch, release_labels: str | Sequence[str] | None = None,
-           patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
+           patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None,
+           flow_training=None) -> Release:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent, ε-LDP per image.
 
     ``epsilon``: the privacy budget per image, or per latent element with ``per_element=True`` (the
@@ -241,7 +252,10 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     ``alpha``: clip width as a fraction of the box's range (Eq. 11; default 0.4).
     ``clip=False`` only with ``epsilon=inf``. ``center``: ``zero`` (default) or ``midrange`` (Eq. 12).
     ``noise_seed``: testing only (see :func:`ldp_release`). Releasing the flow's own training data warns
-    (:class:`~medanon.anonymize.privacy.CalibrationOverlap`). Returns a
+    (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) and states no guarantee; ``flow_training``: the
+    folder the flow was trained on (checked against its recorded digest), whose images are compared with the
+    released ones one by one, so that released people among the flow's training people withdraw the guarantee
+    too (without it, the statement assumes there are none). Returns a
     :class:`~medanon.release.release.Release`.
 
     Example (a tiny untrained flow; the shipped one is ``glow-xray64``):
@@ -266,7 +280,6 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
                        center=center, batch=batch))
     device = device_arg(device)
-    _check_box(clip_box, calibrate_on)
     given = ds
     ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
@@ -283,6 +296,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                       "resolution": cfg.resolution}, ds)
     notes = []
     withdrawn = None
+    reads: list[Any] = _check_box(clip_box, calibrate_on, ds)     # other data read: never to be written over
     if trained_on is not None and ds.root is not None:             # images in memory: no files to compare
         note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))
         notes += [note] if note else []
@@ -290,10 +304,20 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
             withdrawn = ("the released images are the flow's own training data",
                          "the flow's weights are a function of its training images, which the noise does not "
                          "protect, and every released image passes through them")
+    if flow_training is not None:
+        from medanon.anonymize.dpglow import folder_overlap
+        from medanon.data.inputs import as_dataset
+
+        training = as_dataset(flow_training, argument="flow_training", size=ds.size)
+        reads.append(training)
+        withdrawn = folder_overlap(trained_on, training, ds) or withdrawn
+        notes.append(f"flow_training: {training.root} (the flow's recorded training folder) compared image by image "
+                     "with the released images" + (f": {withdrawn[0]}" if withdrawn else ": none of them is in it"))
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
         cal_set = _calibration_set(calibrate_on, ds, value_range, like=given)
+        reads.append(cal_set)
         withdrawn = _overlap(ds, cal_set) or withdrawn
         calibration = _calibrate(_batches(cal_set), codec=codec)
     elif stored is not None:
@@ -312,7 +336,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                                **({"model_files": used} if used else {})},
                        models={"glow": codec.sha256} if codec.sha256 else {}, noise_seed=noise_seed, batch=batch,
                        release_labels=release_labels, device=device, notes=notes,
-                       reads=[calibrate_on] if calibrate_on is not None else [], withdrawn=withdrawn)
+                       reads=reads, withdrawn=withdrawn)
 
 
 def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_element, clip_box: str = _L.clip_box,
@@ -340,11 +364,11 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
     validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
                        batch=batch))
     device = device_arg(device)
-    _check_box(clip_box, calibrate_on)
     given = ds
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
     withdrawn = None
+    reads: list[Any] = _check_box(clip_box, calibrate_on, ds)
     if clip_box == "public":
         calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
     elif calibrate_on is None:
@@ -356,9 +380,10 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
         withdrawn = CALIBRATED_ON_RELEASE
     else:
         cal_set = _calibration_set(calibrate_on, ds, value_range, like=given)
+        reads.append(cal_set)
         withdrawn = _overlap(ds, cal_set)
         calibration = _calibrate(_batches(cal_set))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
                        models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device,
-                       reads=[calibrate_on] if calibrate_on is not None else [], withdrawn=withdrawn)
+                       reads=reads, withdrawn=withdrawn)

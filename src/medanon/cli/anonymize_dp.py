@@ -18,6 +18,7 @@ from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
+from medanon.cli.models import shipped_default
 
 
 class Budget(click.ParamType):
@@ -84,7 +85,8 @@ def dp_options(f):
 FLAGS = {"give epsilon=": "give --epsilon", "epsilon=math.inf": "--epsilon inf", "epsilon=inf": "--epsilon inf",
          "epsilon=": "--epsilon ", "keep clip=True": "leave --no-clip out", "clip=False": "--no-clip",
          "per_element=True": "--per-element", "clip_box=": "--clip-box ", "calibrate_on": "--calibrate-on",
-         "noise_seed=": "--seed ", "alpha=": "--alpha ", "center=": "--center ", "batch=": "--batch ",
+         "noise_seed=": "--seed ", "alpha=": "--alpha ", "flow_training=": "--flow-training ", "center=": "--center ",
+         "batch=": "--batch ",
          "release_labels": "--release-labels", "open the dataset with size=": "pass --size ", **RELEASE_FLAGS}
 
 
@@ -119,9 +121,13 @@ def _report(release, ds, out) -> None:
 
 @anonymize.command("dpglow", context_settings=CONTEXT)
 @data_dir_argument(help="Dataset folder to anonymise.")
-@click.option("--flow", "flow_path", type=MODEL, required=True,
+@click.option("--flow", "flow_path", type=MODEL, default=None,
               help="Flow: a name from `medanon models` (e.g. glow-xray64) or a checkpoint path (flow.pt from "
-                   "`medanon train flow`).")
+                   "`medanon train flow`). Default: the shipped flow for the data's modality.")
+@click.option("--flow-training", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The folder the flow was trained on (checked against the digest the flow recorded): released "
+                   "images found in it withdraw the guarantee. Without it the statement assumes the flow never saw "
+                   "the released people.")
 @click.option("--center", type=click.Choice(["zero", "midrange"]), default=None,
               help="Clip-box centre: zero = the standardised prior's mean (not data-derived; decodes more robustly, "
                    "see docs/dpglow.md); midrange = (max + min) / 2 of the training latents (the paper's Eq. 12)."
@@ -129,8 +135,9 @@ def _report(release, ds, out) -> None:
 @data_options
 @dp_options
 @click.pass_context
-def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_box, alpha, no_clip, calibrate_on,
-               release_labels, batch, noise_seed, mapping, overwrite, config_file, overrides, **data_opts) -> None:
+def dpglow_cmd(ctx, data_dir, flow_path, flow_training, out, center, epsilon, per_pixel, clip_box, alpha, no_clip,
+               calibrate_on, release_labels, batch, noise_seed, mapping, overwrite, config_file, overrides,
+               **data_opts) -> None:
     """DP-GLOW: the Laplace mechanism in a GLOW flow's standardised latent (ε-LDP per image).
 
     \b
@@ -144,6 +151,8 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
     cfg = _config(config_file, overrides, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
                   no_clip=no_clip, center=center, batch=batch)
     dev = resolve_device(ctx.obj["device"])
+    if flow_path is None:
+        flow_path = shipped_default(data_dir, data_opts, "dpglow-flow", flag="--flow", method="dpglow")
     flow = load_flow_for(flow_path, dev)
     fcfg = flow[0].flow.cfg
     for key, value in (("size", fcfg.resolution), ("channels", fcfg.channels)):
@@ -156,7 +165,8 @@ def dpglow_cmd(ctx, data_dir, flow_path, out, center, epsilon, per_pixel, clip_b
     ds = open_split(data_dir, data_opts, *split, FLAGS)
     with library_call(FLAGS):
         release = dpglow(ds, flow=flow, **vars(cfg), calibrate_on=_calibration(calibrate_on, data_opts, ds),
-                         noise_seed=noise_seed, release_labels=release_labels, device=dev)
+                         noise_seed=noise_seed, release_labels=release_labels, device=dev,
+                         flow_training=flow_training)
         release.save(out, mapping=mapping, overwrite=overwrite)
     _report(release, ds, out)
 

@@ -11,16 +11,16 @@ accepts:
   ``modality=`` (``fundus`` / ``xray``; default: fundus for 3 channels, X-ray for 1) are optional.
 
 Images in memory stay in memory (:class:`~medanon.data.memory.InMemoryDataset`): nothing is written to
-disk. Values: 8-bit integers span 0-255; floats span [0, 1] when none is negative and [-1, 1] when some value
-is below -0.5; floats whose minimum lies in [-0.5, 0) could be either and are refused. ``value_range=(low, high)``,
-which every method and :func:`medanon.evaluate` take, states the range and turns the guess off: pass it when
-different calls see different subsets of the same images. A 3-D array with 3 in its first dimension (one RGB image,
-or three grey ones?) is refused unless ``modality="xray"``.
+disk. Values: 8-bit integers span 0-255; floats need ``value_range=(low, high)`` (every method,
+:func:`medanon.evaluate` and :func:`medanon.split_dataset` take it), since a range guessed from the values would
+let one image's pixels change how every other image is read. A 3-D array with 3 in its first dimension (one RGB
+image, or three grey ones?) is refused unless ``modality="xray"``.
 
 Example:
     >>> import torch
     >>> from medanon.data.inputs import as_dataset
-    >>> ds = as_dataset(torch.rand(6, 3, 16, 16), patient_ids=[0, 0, 1, 1, 2, 2], labels={"grade": [0, 1, 2, 0, 1, 4]})
+    >>> ds = as_dataset(torch.rand(6, 3, 16, 16), patient_ids=[0, 0, 1, 1, 2, 2], labels={"grade": [0, 1, 2, 0, 1, 4]},
+    ...                 value_range=(0, 1))
     >>> len(ds), ds.modality, ds.label_names, ds.patients
     (6, 'fundus', ['grade'], ['0', '1', '2'])
     >>> as_dataset(3.0)                      # doctest: +ELLIPSIS

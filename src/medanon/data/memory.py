@@ -152,24 +152,21 @@ def _cell(v: float) -> str:
 
 def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[float, float] | None,
                     name: str) -> torch.Tensor:
-    """``array`` (N, C, H, W) as float32 in [-1, 1]. ``value_range``: the range the values span (default: 0-255
-    for integer types; for floats [0, 1] when none is negative, [-1, 1] when one is below -0.5, and refused in
-    between, where either could be meant)."""
+    """``array`` (N, C, H, W) as float32 in [-1, 1]. ``value_range``: the range the values span; 0-255 by default
+    for integer types. Floats need it: a range guessed from the values would let one image's pixels change how
+    every other image is read (and released)."""
     t = torch.as_tensor(array).detach().cpu()
     if t.dtype == torch.bool or t.is_complex():
         raise DataError(f"{name} holds {t.dtype} values", fix="pass images as floats or 8-bit integers")
     if value_range is None:
-        if not t.is_floating_point():
-            value_range = (0.0, 255.0)
-        elif t.numel() and float(t.min()) < 0:
-            low = float(t.min())
-            if low >= -0.5:                      # [0, 1] with rounding below 0, or [-1, 1] without dark pixels?
-                raise DataError(f"{name} spans [{low:.4g}, {float(t.max()):.4g}]: [0, 1] images a little below 0, "
-                                "or [-1, 1] images without dark pixels? medanon does not guess",
-                                fix="pass value_range=(0, 1) or value_range=(-1, 1)")
-            value_range = (-1.0, 1.0)
-        else:
-            value_range = (0.0, 1.0)
+        if t.is_floating_point():
+            span = f"spans [{float(t.min()):.4g}, {float(t.max()):.4g}]" if t.numel() else "is empty"
+            raise DataError(f"{name} holds floating-point images ({span}) and no value_range: medanon does not "
+                            "guess what black and white are from the values, since one image's pixels would then "
+                            "change how every other image is read",
+                            fix="pass value_range=(0, 1) or value_range=(-1, 1), or a dataset made with "
+                                "medanon.data.as_dataset(images, value_range=...) (8-bit integers need none)")
+        value_range = (0.0, 255.0)
     lo, hi = (float(v) for v in value_range)
     if not hi > lo:
         raise DataError(f"value_range={value_range!r} is empty", fix="pass (low, high) with high > low, e.g. (0, 255)")

@@ -39,15 +39,24 @@ def statements() -> list[tuple[str, dict[str, Any]]]:
                                     else "midrange")
         return mech.privacy(space_description=space, flow=flow)
 
+    from medanon.anonymize.privacy import with_standard_fields
+
     glow = "GLOW, checkpoint sha256 ..."
-    return [
-        ("k-SALSA, k-Centroid, k-Same-Pixel (`--k 5`)", privacy_statement(KSameConfig(method="ksalsa", k=5), None)),
+    GRADE = ("grade",)
+    return [(name, with_standard_fields(priv)) for name, priv in [
+        # fundus, as released by default: the utility label (grade) beside each record; the latent methods through
+        # a trained codec
+        ("k-SALSA, k-Centroid (`--k 5`, fundus: a codec, grade released, the defaults)",
+         privacy_statement(KSameConfig(method="ksalsa", k=5), None, labels=GRADE, uses_models=True)),
+        ("k-Same-Pixel (`--k 5`, fundus: grade released, the default)",
+         privacy_statement(KSameConfig(method="kpixel", k=5), None, labels=GRADE)),
         ("k-Same-PCA (`--k 5`, basis fitted on the released data: the default)",
-         privacy_statement(KSameConfig(method="kpca", k=5), None)),
+         privacy_statement(KSameConfig(method="kpca", k=5), None, labels=GRADE)),
         ("k-Same-PCA (`--k 5 --basis-from DIR`)",
-         privacy_statement(KSameConfig(method="kpca", k=5, pca_basis="separate"), None)),
+         privacy_statement(KSameConfig(method="kpca", k=5, pca_basis="separate"), None, labels=GRADE)),
         ("k-Same family with `--stratify grade --drop-remainder`",
-         privacy_statement(KSameConfig(method="kcentroid", k=5, stratify="grade", drop_remainder=True), None)),
+         privacy_statement(KSameConfig(method="kcentroid", k=5, stratify="grade", drop_remainder=True), None,
+                           labels=GRADE, uses_models=True)),
         ("GAN-Inverted", privacy_statement(KSameConfig(method="inverted", k=1), None)),
         ("DP-GLOW (`--epsilon 1`, 64 px X-ray, public clip box, secret noise: the defaults)",
          ldp(GLOW_SPACE, 1.0, flow=glow)),
@@ -59,7 +68,7 @@ def statements() -> list[tuple[str, dict[str, Any]]]:
         ("Snow or VS-Snow with `--seed`", snow_privacy(0.3, 64, 64, seeded=True)),
         ("VS-Snow (`--p 0.3`)", vs_snow_privacy(0.3, {"method": "unet"})),
         ("GMIA", gmia_privacy(GMIAConfig(), {})),
-    ]
+    ]]
 
 
 def _cell(value: Any) -> str:

@@ -20,7 +20,7 @@ def test_readme_table_is_the_generated_one():
 
 def test_table_rows_say_what_defaults_guarantee_and_what_voids_it():
     rows = {line.split(" | ")[0].lstrip("| "): line for line in _module().table().splitlines()[2:]}
-    assert len(rows) == 14
+    assert len(rows) == 15
     snow = next(v for k, v in rows.items() if k.startswith("Snow (`--p 0.3`"))
     assert "(0, δ)-DP for one pixel position" in snow
     assert "no formal guarantee (data-derived fill)" in rows["Snow with `--fill dataset` (the paper's fill)"]
@@ -30,3 +30,19 @@ def test_table_rows_say_what_defaults_guarantee_and_what_voids_it():
     assert "vacuous" in next(v for k, v in rows.items() if "per-element" in k)
     assert "PCA basis depends on every image" in next(v for k, v in rows.items() if "basis fitted on the" in k)
     assert "no formal guarantee" in rows["GMIA"]
+
+
+def test_a_row_is_what_a_default_release_states(tmp_path):
+    """The table is built from statements, not releases: a default k-Same-Pixel release of a fundus phantom (grade
+    released beside the images) must state exactly what its row says."""
+    import warnings
+
+    import medanon
+
+    row = dict(_module().statements())["k-Same-Pixel (`--k 5`, fundus: grade released, the default)"]
+    ds = medanon.open_dataset(medanon.make_phantom(tmp_path / "ph", patients=10, per_patient=2, size=16), size=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = medanon.anonymize.kpixel(ds, k=5)
+    for key in ("guarantee", "unit", "k", "assumptions", "not_protected", "not_guaranteed"):
+        assert rel.privacy[key] == row[key], key

@@ -140,6 +140,10 @@ def test_flow_training_compares_the_released_people_with_the_flows_training_fold
         rel = _quiet_but(CalibrationOverlap, medanon.anonymize.dpglow, released, epsilon=1e4, flow=flow,
                          flow_training=other)
     assert rel.privacy["guarantee"] == "none: 1 released images are in the folder the flow was trained on"
+    both = _quiet(medanon.anonymize.dpglow, released, epsilon=1e4, flow=flow, flow_training=other,
+                  clip_box="calibrated", calibrate_on=released)                 # two reasons: both are stated
+    assert both.privacy["guarantee"] == ("none: 1 released images are in the folder the flow was trained on; "
+                                         "9 released images are among the images the clip box was calibrated on")
     with pytest.raises(ConfigError, match="is not the folder the flow was trained on"):
         _quiet(medanon.anonymize.dpglow, released, epsilon=1e4, flow=flow, flow_training=data)
     clean = _quiet(medanon.anonymize.dpglow, medanon.open_dataset(data, size=16), epsilon=1e4, flow=flow,

@@ -110,13 +110,13 @@ CALIBRATED_ON_RELEASE = ("the clip box was calibrated on the released images",
                          "before the released images are seen")
 
 
-def _overlap(ds, cal_set) -> tuple[str, str] | None:
-    """The withdrawal of a release some of whose images are among the calibration images, else None."""
+def _overlap(ds, cal_set) -> list[tuple[str, str]]:
+    """The withdrawal of a release some of whose images are among the calibration images (none: empty)."""
     from medanon.anonymize.ldp import calibration_overlap
 
     n = calibration_overlap(ds, cal_set)
-    return None if not n else (f"{n} released images are among the images the clip box was calibrated on",
-                               "those images' own extremes shape the clip box, so the bound does not hold for them")
+    return [] if not n else [(f"{n} released images are among the images the clip box was calibrated on",
+                              "those images' own extremes shape the clip box, so the bound does not hold for them")]
 
 
 def patient_budget(ds, epsilon_image: float) -> dict[str, Any]:
@@ -137,11 +137,11 @@ def patient_budget(ds, epsilon_image: float) -> dict[str, Any]:
 def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
                 noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
                 device=None, notes: Sequence[str] = (), reads: Sequence[Any] = (),
-                withdrawn: tuple[str, str] | None = None) -> Release:
+                withdrawn: Sequence[tuple[str, str]] = ()) -> Release:
     """A :class:`~medanon.release.release.Release` of ``ds`` in which every image goes through ``privatiser``.
     ``reads``: other data the method read (a calibration dataset), never to be written over. ``withdrawn``:
-    ``(reason, why)`` when the mechanism depends on the released images themselves (a clip box calibrated on
-    them, a flow trained on them): the release then states no guarantee, with the reason.
+    ``(reason, why)`` pairs, one for each way the mechanism depends on the released images themselves (a clip box
+    calibrated on them, a flow trained on them): the release then states no guarantee, with every reason.
 
     One record per image (local DP: each record stands for its own source). ``noise_seed`` (testing
     only) makes the noise reproducible from the seed: the release then states "no formal guarantee"
@@ -163,10 +163,11 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                       "seed is not recorded). Use this for testing only; leave the seed out for a release",
                       NoFormalGuarantee, stacklevel=user_stacklevel())
         privacy = seeded_privacy(privacy)
-    if withdrawn is not None and privacy.get("guarantee") == "epsilon-LDP":
-        privacy = withdrawn_privacy(privacy, reason=withdrawn[0], why=withdrawn[1])
-    elif withdrawn is not None:                  # already without a guarantee: one more reason
-        privacy = {**privacy, "why_no_guarantee": [*privacy.get("why_no_guarantee", []), withdrawn[1]]}
+    if withdrawn and privacy.get("guarantee") == "epsilon-LDP":
+        privacy = withdrawn_privacy(privacy, reason="; ".join(r for r, _ in withdrawn),
+                                    why="; ".join(w for _, w in withdrawn))
+    elif withdrawn:                              # already without a guarantee: more reasons
+        privacy = {**privacy, "why_no_guarantee": [*privacy.get("why_no_guarantee", []), *(w for _, w in withdrawn)]}
     dev = torch.device(device) if device is not None else torch.device("cpu")
     codec = getattr(privatiser, "codec", None)
 
@@ -295,30 +296,31 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                      {"modality": modality, "modality_recorded": modality is not None, "channels": cfg.channels,
                       "resolution": cfg.resolution}, ds)
     notes = []
-    withdrawn = None
+    withdrawn: list[tuple[str, str]] = []
     reads: list[Any] = _check_box(clip_box, calibrate_on, ds)     # other data read: never to be written over
     if trained_on is not None and ds.root is not None:             # images in memory: no files to compare
         note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))
         notes += [note] if note else []
         if note:
-            withdrawn = ("the released images are the flow's own training data",
-                         "the flow's weights are a function of its training images, which the noise does not "
-                         "protect, and every released image passes through them")
+            withdrawn.append(("the released images are the flow's own training data",
+                              "the flow's weights are a function of its training images, which the noise does not "
+                              "protect, and every released image passes through them"))
     if flow_training is not None:
         from medanon.anonymize.dpglow import folder_overlap
         from medanon.data.inputs import as_dataset
 
         training = as_dataset(flow_training, argument="flow_training", size=ds.size)
         reads.append(training)
-        withdrawn = folder_overlap(trained_on, training, ds) or withdrawn
+        seen = folder_overlap(trained_on, training, ds)
+        withdrawn += [seen] if seen else []
         notes.append(f"flow_training: {training.root} (the flow's recorded training folder) compared image by image "
-                     "with the released images" + (f": {withdrawn[0]}" if withdrawn else ": none of them is in it"))
+                     "with the released images" + (f": {seen[0]}" if seen else ": none of them is in it"))
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
         cal_set = _calibration_set(calibrate_on, ds, value_range, like=given)
         reads.append(cal_set)
-        withdrawn = _overlap(ds, cal_set) or withdrawn
+        withdrawn += _overlap(ds, cal_set)
         calibration = _calibrate(_batches(cal_set), codec=codec)
     elif stored is not None:
         calibration = stored
@@ -329,7 +331,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                       "images being released, so the release states no formal guarantee (each image's extremes "
                       "shape the box every image is clipped to)", DataDependentRelease, stacklevel=user_stacklevel())
         calibration = _calibrate(_batches(ds), codec=codec)
-        withdrawn = CALIBRATED_ON_RELEASE
+        withdrawn.append(CALIBRATED_ON_RELEASE)
     dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip, center=center)
     return ldp_release(ds, dp, method="dpglow",
                        params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center,
@@ -367,7 +369,7 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
     given = ds
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
-    withdrawn = None
+    withdrawn: list[tuple[str, str]] = []
     reads: list[Any] = _check_box(clip_box, calibrate_on, ds)
     if clip_box == "public":
         calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
@@ -377,11 +379,11 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
                       "other patients' images, or use the public box.", DataDependentRelease,
                       stacklevel=user_stacklevel())
         calibration = _calibrate(_batches(ds))
-        withdrawn = CALIBRATED_ON_RELEASE
+        withdrawn.append(CALIBRATED_ON_RELEASE)
     else:
         cal_set = _calibration_set(calibrate_on, ds, value_range, like=given)
         reads.append(cal_set)
-        withdrawn = _overlap(ds, cal_set)
+        withdrawn += _overlap(ds, cal_set)
         calibration = _calibrate(_batches(cal_set))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),

@@ -236,7 +236,7 @@ def test_the_guarantee_is_per_release_and_several_releases_of_the_same_patients_
 
     from medanon.anonymize.gmia import GMIAConfig
     from medanon.anonymize.gmia_release import gmia_privacy
-    from medanon.evaluate.harness import _shared_people
+    from medanon.evaluate.cautions import shared_people
 
     s = privacy_statement(KSameConfig(method="kcentroid", k=5), None)
     assert any(a.startswith("this is the only release of these patients' images") for a in s["assumptions"])
@@ -247,5 +247,27 @@ def test_the_guarantee_is_per_release_and_several_releases_of_the_same_patients_
     assert any("shipped checkpoints (the defaults) are public" in a for a in g["assumptions"])
 
     rel = lambda name, sources: SimpleNamespace(name=name, sources=sources)   # noqa: E731
-    assert _shared_people([rel("a", [[0, 1], [2, 3]]), rel("b", [[4, 5]]), rel("c", None)]) == []
-    assert _shared_people([rel("a", [[0, 1], [2, 3]]), rel("b", [[3, 5]]), rel("c", [[9]])]) == ["a", "b"]
+    assert shared_people([rel("a", [[0, 1], [2, 3]]), rel("b", [[4, 5]]), rel("c", None)]) == []
+    assert shared_people([rel("a", [[0, 1], [2, 3]]), rel("b", [[3, 5]]), rel("c", [[9]])]) == ["a", "b"]
+
+
+def test_releases_made_with_the_public_shipped_models_are_named_as_recomputable():
+    """GMIA and GAN-Inverted are deterministic per image: made with medanon's shipped checkpoints (public), anyone
+    with a candidate image recomputes its record. The evaluation says so; a private model, or a method whose records
+    need more than one candidate (k-Same) or secret randomness, is not named."""
+    from types import SimpleNamespace
+
+    from medanon.evaluate.cautions import public_models
+    from medanon.models_registry import SOURCE_CHECKPOINTS
+
+    def sha(name):
+        from medanon.checkpoint import load_checkpoint
+
+        return load_checkpoint(SOURCE_CHECKPOINTS / name)["sha256"]
+
+    shipped = {"codec": sha("cotrained-map-fundus64.pt"), "identity": sha("identity-fundus64.pt"),
+               "utility": sha("classifier-grade-fundus64.pt")}
+    rel = lambda name, method, models: SimpleNamespace(name=name, method=method, manifest={"models": models})  # noqa: E731
+    named = public_models([rel("g", "gmia", shipped), rel("own", "gmia", {**shipped, "codec": "ab" * 32}),
+                           rel("k", "kcentroid", {"codec": shipped["codec"]})])
+    assert named == {"g": ["classifier-grade-fundus64.pt", "cotrained-map-fundus64.pt", "identity-fundus64.pt"]}

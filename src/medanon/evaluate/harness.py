@@ -41,6 +41,7 @@ from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.attacks.stats import record_clusters
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.calibration import calibrate_and_judge
+from medanon.evaluate.cautions import public_models, shared_people
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.context import RealContext, checkpoint_trained_on
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
@@ -201,12 +202,6 @@ def _fid_samples(cfg: EvalConfig, releases: Sequence[ReleaseData]) -> dict[str, 
     return sizes
 
 
-def _shared_people(rels: Sequence[ReleaseData]) -> list[str]:
-    """The releases (by name) whose mapping shares a source image with another release's."""
-    rows = {r.name: {i for record in r.sources for i in record} for r in rels if r.sources is not None}
-    return [a for a in rows if any(rows[a] & rows[b] for b in rows if b != a)]
-
-
 def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int]) -> list[str]:
     """Settings that weaken what the report can claim, said loudly (log and report)."""
     out = []
@@ -225,12 +220,16 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
         if r.sources is None:
             out.append(f"release {r.name}: no private mapping, so membership, linkability and singling-out are not "
                        f"measured (the attacks that need ground truth of who is in which record)")
-    shared = _shared_people(rels)
+    shared = shared_people(rels)
     if shared:
         out.append(f"releases {', '.join(shared)} are made from images of the same people (their mappings share "
                    "source images): compare them, but publish at most one. Together they protect less than each "
                    "alone: averages of overlapping groups can be differenced down to one person's image (k-Same "
                    "releases at several k), ε budgets add up, and Snow's unchanged pixels add up")
+    for name, files in public_models(rels).items():
+        out.append(f"release {name} was made with medanon's public shipped models ({', '.join(files)}): anyone "
+                   "holding a candidate image recomputes its released image exactly and links it, whatever the "
+                   "attacks below measure (they assume the models are secret)")
     sha = sha256_file(cfg.attacks.identity_checkpoint) if cfg.attacks.identity_checkpoint else None
     ours = to_dict(cfg.attacks.identity)
     for r in rels:

@@ -1,5 +1,6 @@
 """Pieces of `medanon demo` that its end-to-end test (tests/test_cli.py, without evaluation) does not reach."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,11 @@ def test_releases_made_with_other_settings_are_made_again_not_reused(tmp_path: P
     assert demo.stale_modalities(out, b) == {"xray"}                       # config.yaml alone would say neither
     assert demo.stale_modalities(out, demo.DemoConfig(patients=24, ksalsa_steps=3, checkpoints="ck",
                                                       device="cuda", inception=False)) == {"xray"}
+    # releases an earlier version made, whose statements this version words differently, are made again
+    made = json.loads((out / demo.RELEASES_MADE).read_text())
+    del made["fundus"]["statements"]                                     # as an earlier version recorded it
+    (out / demo.RELEASES_MADE).write_text(json.dumps(made))
+    assert demo.stale_modalities(out, b) == {"fundus", "xray"}
 
 
 def test_the_demos_subset_is_replaced_when_its_rows_change(tmp_path: Path):

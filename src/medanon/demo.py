@@ -127,6 +127,9 @@ RELEASE_SETTINGS = ("patients", "per_patient", "size", "seed", "ksalsa_steps", "
 RELEASES_MADE = "releases.json"    # modality -> the RELEASE_SETTINGS its releases were all made with
 
 
+# What the releases state: raised when the privacy statements the methods write change, so that a demo folder made
+# by an earlier version remakes its releases instead of reusing statements that are no longer true.
+STATEMENTS = 2
 FUNDUS_ONLY = ("ksalsa_steps",)      # settings of methods the X-ray releases do not use
 
 
@@ -144,7 +147,7 @@ def release_settings(cfg: DemoConfig, modality: str, checkpoints: str) -> dict:
     (:func:`checkpoints_digest`)."""
     now = to_dict(cfg)
     return {**{k: now[k] for k in RELEASE_SETTINGS if not (modality == "xray" and k in FUNDUS_ONLY)},
-            "checkpoint_files": checkpoints}
+            "checkpoint_files": checkpoints, "statements": STATEMENTS}
 
 
 def stale_modalities(out: Path, cfg: DemoConfig) -> set[str]:

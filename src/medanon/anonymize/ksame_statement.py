@@ -76,7 +76,7 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
             *(["what the models (codec, feature network) memorised about their training images, where these "
                "include released patients: a record then depends on them through the weights"]
               if uses_models else []),
-            "the release's size and each record's n_sources (how many images its patients have in all)",
+            "each record's n_sources: how many images its patients have in all",
             *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
               if cfg.drop_remainder else []),
         ],

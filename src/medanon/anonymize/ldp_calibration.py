@@ -140,9 +140,8 @@ def _as_records(x):
 
 def images_in_common(released, other) -> int:
     """How many images of ``released`` are also images of ``other`` (datasets, or sequences of image paths): the
-    same file
-    content (whatever its path: a link, a copy in another folder) or, where either holds images in memory, the
-    same 8-bit pixels at the datasets' size.
+    same file content (whatever its path: a link, a copy in another folder) or, where either holds images in
+    memory, the same 8-bit pixels at the datasets' size.
 
     >>> import torch
     >>> from medanon.data.inputs import as_dataset
@@ -154,9 +153,9 @@ def images_in_common(released, other) -> int:
     """
     released, other = (_as_records(d) for d in (released, other))
     pixels = any(getattr(r, "path", None) is None for d in (released, other) for r in d.records)
-    sizes = None if pixels else {Path(r.path).stat().st_size for r in other.records}
-    mine = _image_keys(released, pixels, sizes)
-    theirs = _image_keys(other, pixels, None if pixels else {Path(r.path).stat().st_size for r in released.records})
+    sizes = [None, None] if pixels else [{Path(r.path).stat().st_size for r in d.records} for d in (released, other)]
+    mine = _image_keys(released, pixels, sizes[1])          # only files of a size the other side has are hashed
+    theirs = _image_keys(other, pixels, sizes[0])
     return sum(n for k, n in mine.items() if k in theirs)
 
 

@@ -8,7 +8,10 @@ subset stays inside it, up to rounding); the private mappings and the source are
 ``isolated`` counts the pairs that isolate one patient, ``recovered`` those whose d is nearest that patient's
 mean image among all patients, ``mean_error`` is d's mean absolute difference from it in grey levels, and
 ``true_in_top`` how many of the attacker's ``isolated`` best-ranked pairs are such pairs (expected over a random
-order among pairs tied at the cut).
+order among pairs tied at the cut). ``attack`` is :mod:`medanon.evaluate.attacks.differencing`, the attack
+``medanon evaluate`` runs on every two releases of the same people, on the same two folders: patients it recovers
+beyond what one record shows, out of the released ones, and among control patients of two other phantoms (one for
+the controls, one for the threshold's scale), who are in neither release.
 
     python benchmarks/differencing.py [--patients 30] [--per-patient 3] [--ks 3,2]
 """
@@ -36,6 +39,38 @@ def _records(folder: Path) -> dict[str, tuple[np.ndarray, int]]:
             for r in rows}
 
 
+def _people(work: Path, name: str, seed: int, patients: int, per_patient: int):
+    data = medanon.make_phantom(modality="fundus", patients=patients, per_patient=per_patient, size=64,
+                                out=work / name, seed=seed)
+    ds = medanon.open_dataset(data, size=64)
+    return ds.tensors(progress=False)[0], [r.patient_id for r in ds.records]
+
+
+def _library_attack(args, got: dict, k_a: int, k_b: int, work: Path) -> dict:
+    from medanon.evaluate.attacks.differencing import differencing
+
+    def records(recs: dict) -> tuple[np.ndarray, list[int]]:
+        return (np.stack([a.transpose(2, 0, 1) / 127.5 - 1 for a, _ in recs.values()]),
+                [n for _, n in recs.values()])
+
+    (a, na), (b, nb) = records(got["A"]), records(got["B"])
+    ds = got["ds"]
+    members = ds.tensors(progress=False)[0], [r.patient_id for r in ds.records]
+    controls = _people(work, "controls", 1, args.patients, args.per_patient)
+    scale = _people(work, "scale", 2, args.patients, 1)
+    res = differencing(release_a=a, people_a=na, release_b=b, people_b=nb, member_images=members[0],
+                       member_patients=members[1], control_images=controls[0],
+                       control_patients=[f"c{p}" for p in controls[1]], scale_images=scale[0],
+                       scale_patients=scale[1])
+    return {"recovered": res["members"]["recovered_beyond"], "of": res["members"]["patients"],
+            "controls_recovered": res["controls"]["recovered"], "control_patients": res["controls"]["patients"],
+            "median_error": round(res["members"]["median_error"] * 127.5, 2)
+            if res["members"]["median_error"] is not None else None,
+            "threshold": round(res["threshold"]["value"] * 127.5, 2),
+            "residual_risk": [round(res["risk"]["residual_risk"][k], 3) if k == "risk" else
+                              [round(v, 3) for v in res["risk"]["residual_risk"]["ci"]] for k in ("risk", "ci")]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--patients", type=int, default=30)
@@ -56,6 +91,8 @@ def main() -> None:
                 medanon.anonymize.kpixel(ds, k=k).save(work / f"k{k}", mapping=work / f"k{k}.json", progress=False)
             maps[k] = json.loads((work / f"k{k}.json").read_text())["records"]
         A, B = _records(work / f"k{k_a}"), _records(work / f"k{k_b}")
+        work_images = {"A": A, "B": B, "ds": ds}
+        attack = _library_attack(args, work_images, k_a, k_b, work)
         per: dict[str, list[np.ndarray]] = {}
         for i, r in enumerate(ds.records):
             per.setdefault(r.patient_id, []).append((ds.load(i)["image"].numpy().transpose(1, 2, 0) + 1) * 127.5)
@@ -88,7 +125,7 @@ def main() -> None:
         "records": [len(A), len(B)], "pairs": len(pairs), "isolated": isolated,
         "recovered": sum(p[2] for p in pairs),
         "mean_error": round(float(np.mean(errors)), 2) if errors else None,
-        "true_in_top": round(top, 2),
+        "true_in_top": round(top, 2), "attack": attack,
         "seconds": round(time.perf_counter() - t0, 1)}))
 
 

@@ -92,3 +92,24 @@ def write_unrelated(out: Path, real: RealData, other: torch.Tensor, *, split: st
         for n, i in enumerate(rows):
             w.add(f"u{n}", other[int(order[n % len(other)])], [real.records[i]])
     return out
+
+
+
+def write_nested_pair(small: Path, large: Path, real: RealData, *, k: int = 2, split: str = "train",
+                      seed: int = 0) -> tuple[Path, Path]:
+    """Two releases of the same people at maximal differencing risk: ``small`` averages the first image of ``k``
+    patients per record; ``large`` averages the same images and one more, another image of a patient of the next
+    record, so that each pair of records differences into that one image (patients need two images or more)."""
+    rows = real.rows(split)
+    pats = real.patients[rows]
+    first = np.asarray([int(np.flatnonzero(pats == p)[0]) for p in dict.fromkeys(pats)])
+    second = {pats[i]: int(np.flatnonzero(pats == pats[i])[1]) for i in first}
+    groups = [[int(first[j]) for j in g] for g in k_clusters(pats[first], k, seed)]
+    for out, n_more in ((small, 0), (large, 1)):
+        privacy = {"k": k + n_more, "statement": f"each record averages >= {k + n_more} people"}
+        with _writer(out, real, "k-same-pixel", {"k": k + n_more}, privacy) as w:
+            for n, g in enumerate(groups):
+                more = [second[pats[groups[(n + 1) % len(groups)][0]]]] * n_more
+                idx = rows[[*g, *more]]
+                w.add(f"g{n}", real.images[idx].mean(0), [real.records[i] for i in idx])
+    return small, large

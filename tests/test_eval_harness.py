@@ -10,14 +10,21 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from fixtures_eval_releases import write_copy, write_k_same_pixel, write_noise, write_unprotected, write_unrelated
+from fixtures_eval_releases import (
+    write_copy,
+    write_k_same_pixel,
+    write_nested_pair,
+    write_noise,
+    write_unprotected,
+    write_unrelated,
+)
 
 from medanon.cli import cli
 from medanon.config import PhantomConfig
 from medanon.errors import ConfigError, DataError
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.harness import ReleaseSpec, evaluate
-from medanon.evaluate.inputs import MAPPING_SUFFIX, load_real
+from medanon.evaluate.inputs import MAPPING_SUFFIX, load_real, load_release
 from medanon.phantoms.generate import generate
 
 SIZE = 32
@@ -135,6 +142,36 @@ def test_report_schema_and_controls_section(world):
     assert link["calibration"]["impostor_pairs"] < 1000 and "fewer than 10 / FAR" in link["warning"]
     assert rep["networks"]["attacker_split"]["split"] == "val"
     assert rep["networks"]["checks"]["identity"]["members"]["auc"] > 0.5
+
+
+def test_releases_of_the_same_people_are_differenced(world, tmp_path):
+    """Every two releases sharing people are differenced record by record: on the fixture's releases nothing beyond
+    what one release shows (copies show everyone; noise and others' images difference into no one), while k = 2
+    averages and the same groups with one more image each give up those images' patients; the settings of this
+    attack on releases together never invalidate a release's cached result."""
+    diff = {tuple(d["releases"]): d for d in world["report"]["differencing"]}
+    assert set(diff) == {("unprotected", "k2"), ("noise", "k2"), ("k2", "copy"), ("k2", "unrelated")}
+    for d in diff.values():
+        assert d["members"]["recovered_beyond"] == 0 and d["risk"]["residual_risk"]["ci"][0] == 0
+        assert d["controls"]["recovered"] == 0 and d["scale_from"].startswith("val split")
+    assert diff[("k2", "copy")]["members"]["shown_alone"] == diff[("k2", "copy")]["members"]["patients"]
+
+    small, large = write_nested_pair(tmp_path / "n2", tmp_path / "n3", world["real"])
+    cfg = tiny_config(samples=8)
+    cache = tmp_path / "cache"
+    shutil.copytree(world["root"] / "cache", cache)
+    rep = evaluate(world["data"], [small, large], tmp_path / "r", config=cfg, cache_dir=cache, progress=False)
+    (d,) = rep["differencing"]
+    isolated = {world["real"].patients[rows[-1]] for rows in load_release(large, world["real"], size=SIZE).sources}
+    assert d["members"]["recovered_beyond"] == len(isolated) > 5 and d["threshold"]["fraction"] == 0.25
+    assert d["risk"]["residual_risk"]["ci"][0] > 0 and d["controls"]["recovered"] == 0
+    assert any(n.startswith("differencing n2 and n3 recovers the image of") for n in rep["notes"])
+    results = sorted(p.name for p in cache.rglob("release-*"))
+    stricter = replace(cfg, attacks=replace(cfg.attacks, differencing_fraction=0.05))
+    again = evaluate(world["data"], [small, large], tmp_path / "r2", config=stricter, cache_dir=cache, progress=False)
+    assert sorted(p.name for p in cache.rglob("release-*")) == results      # no release evaluated again
+    assert again["differencing"][0]["threshold"]["fraction"] == 0.05
+    assert "Releases of the same people, differenced" in (tmp_path / "r" / "report.html").read_text()
 
 
 def test_release_without_mapping_runs_what_it_can(world):

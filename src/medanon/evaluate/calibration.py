@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from medanon.config import to_dict
 from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.attacks.risk import MIN_PATIENTS
 from medanon.evaluate.cache import digest
+from medanon.evaluate.config import result_key
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
 from medanon.evaluate.known_answers import copy_ceiling, copy_threshold, known_images
@@ -83,7 +83,7 @@ def calibrate(ctx: RealContext, checkpoints: dict[str, str]) -> dict[str, dict]:
     for kind in KNOWN:
         if kind == "others" and (ctx.attacker_from == ctx.cfg.source_split or not len(ctx.attacker_rows)):
             continue                        # no people outside the members and the controls to release
-        key = digest("calibration", VERSION, kind, ctx.key, to_dict(ctx.cfg), checkpoints)
+        key = digest("calibration", VERSION, kind, ctx.key, result_key(ctx.cfg), checkpoints)
         got = ctx.cache.load_json(f"calibration-{key}")
         if got is None:
             got = run_attacks(ctx, known_answer_release(ctx, kind), tables=False)   # its table reads risks only

@@ -1,12 +1,16 @@
-"""What a report says about its releases together: releases made from the same people, and releases anyone can
-recompute because the models they were made with are medanon's public shipped checkpoints."""
+"""What a report says about its releases together: releases made from the same people (noted, and differenced by
+:func:`differencing_results`), and releases anyone can recompute because the models they were made with are
+medanon's public shipped checkpoints."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
+    from medanon.evaluate.context import RealContext
     from medanon.evaluate.inputs import ReleaseData
 
 RECOMPUTABLE = ("gmia", "inverted")             # deterministic per image: the models and a candidate give its record
@@ -33,3 +37,57 @@ def shared_people(rels: Sequence[ReleaseData]) -> list[str]:
     """The releases (by name) whose mapping shares a source image with another release's."""
     rows = {r.name: {i for record in r.sources for i in record} for r in rels if r.sources is not None}
     return [a for a in rows if any(rows[a] & rows[b] for b in rows if b != a)]
+
+
+def _people_column(rel: ReleaseData) -> np.ndarray | None:
+    """Each record's public ``n_people`` (None where a record lacks it: not a release of counted records)."""
+    try:
+        n = np.asarray([int(r.get("n_people") or 0) for r in rel.rows], np.int64)
+    except ValueError:
+        return None
+    return n if len(n) and (n > 0).all() else None
+
+
+def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[dict]:
+    """The differencing attack (:mod:`medanon.evaluate.attacks.differencing`) on every two releases that share a
+    patient (by their mappings) and have records of different ``n_people``; members are the patients of either
+    release, controls the held-out patients, the threshold's scale the attacker split's patients (held-out where
+    the attacker split is the source split). Pairs it cannot measure, and pairs where it recovers people, are
+    noted (``ctx.note``)."""
+    from medanon.evaluate.attacks.differencing import differencing
+
+    a = ctx.cfg.attacks
+    real = ctx.real
+    usable = [(r, _people_column(r)) for r in rels if r.sources is not None]
+    usable = [(r, n) for r, n in usable if n is not None]
+    own = ctx.attacker_from != ctx.cfg.source_split
+    scale_rows, scale_split = (ctx.attacker_rows, ctx.attacker_from) if own else (ctx.held, ctx.cfg.heldout_split)
+    out = []
+    for i, (ra, na) in enumerate(usable):
+        for rb, nb in usable[i + 1:]:
+            pa = {real.patients[j] for rows in ra.sources for j in rows}
+            pb = {real.patients[j] for rows in rb.sources for j in rows}
+            if not pa & pb or (na[:, None] == nb[None, :]).all():
+                continue
+            members = np.flatnonzero(np.isin(real.patients, sorted(pa | pb)))
+            work = float(len(na)) * len(nb) * (len(members) + len(ctx.held))
+            if work > a.differencing_max_work:
+                ctx.note(f"differencing {ra.name} and {rb.name} is not measured: {work:.2g} pair-to-image distances "
+                         f"exceed attacks.differencing_max_work={a.differencing_max_work:g}; raise it to measure")
+                continue
+            got = differencing(release_a=ra.images, people_a=na, release_b=rb.images, people_b=nb,
+                               member_images=real.images[members], member_patients=real.patients[members],
+                               control_images=real.images[ctx.held], control_patients=real.patients[ctx.held],
+                               scale_images=real.images[scale_rows], scale_patients=real.patients[scale_rows],
+                               fraction=a.differencing_fraction, confidence=a.confidence)
+            got.update(releases=[ra.name, rb.name], shared_patients=len(pa & pb),
+                       scale_from=f"{scale_split} split ({ctx.split_name(scale_rows)})")
+            rr = got["risk"]["residual_risk"]
+            if rr["ci"][0] > 0:
+                m = got["members"]
+                ctx.note(f"differencing {ra.name} and {rb.name} recovers the image of {m['recovered_beyond']} of "
+                         f"{m['patients']} patients (a difference of two records within "
+                         f"{got['threshold']['value']:.3g} RMS of their image, where neither release alone is): "
+                         f"publish at most one of them")
+            out.append(got)
+    return out

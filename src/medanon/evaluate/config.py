@@ -102,6 +102,9 @@ class AttackConfig:
     screening: bool = True                      # near-copy screening of every released image
     near_copy_quantile: float = 0.01            # a released image is a near-copy below this quantile of real
                                                 # image-to-nearest-other-patient distances
+    differencing: bool = True                   # difference every two releases of the same people, record by
+    differencing_fraction: float = 0.25         # record; recovered: within this share of the median distance
+    differencing_max_work: float = 5e10         # between two patients; pairs x targets above this: not measured
 
     @property
     def independent(self) -> IdentityTrainConfig:
@@ -116,8 +119,12 @@ class AttackConfig:
             raise ConfigError(f"attacks.confidence={self.confidence} must be in [0.5, 1)")
         if self.max_pairs < 10:
             raise ConfigError("attacks.max_pairs must be at least 10")
-        if not 0 < self.membership_fpr < 1 or not 0 < self.near_copy_quantile < 1:
-            raise ConfigError("attacks.membership_fpr and attacks.near_copy_quantile must be in (0, 1)")
+        if not 0 < self.membership_fpr < 1 or not 0 < self.near_copy_quantile < 1 or \
+                not 0 < self.differencing_fraction < 1:
+            raise ConfigError("attacks.membership_fpr, attacks.near_copy_quantile and attacks.differencing_fraction "
+                              "must be in (0, 1)")
+        if not self.differencing_max_work > 0:
+            raise ConfigError(f"attacks.differencing_max_work={self.differencing_max_work} must be positive")
         self.independent.validate()
         n = self.siamese_net
         if n.image_size < 8 or n.width < 1 or n.steps < 1 or n.batch < 4 or n.lr <= 0:
@@ -221,3 +228,19 @@ def preset(name: str, *, size: int | None = None) -> EvalConfig:
     if name == "tiny":
         return EvalConfig.tiny(size=size or 32)
     raise ConfigError(f"preset={name!r} is not an evaluation preset", fix=f"use one of {list(PRESETS)}")
+
+
+CROSS_RELEASE = ("differencing", "differencing_fraction", "differencing_max_work")   # read only by attacks on
+#                                                                                      releases together
+
+
+def result_key(cfg: EvalConfig) -> dict:
+    """``cfg`` as the key of results computed per release or from the real data: without the settings only the
+    attacks on releases together read (:data:`CROSS_RELEASE`) and without ``utility.compare`` (comparisons read
+    what each release left in the cache), so changing those never invalidates a cached result."""
+    from medanon.config import to_dict
+
+    out = to_dict(replace(cfg, utility=replace(cfg.utility, compare=())))
+    for k in CROSS_RELEASE:
+        out["attacks"].pop(k)
+    return out

@@ -12,7 +12,7 @@ A release is written by :class:`medanon.release.ReleaseWriter` from the *source*
 of the real data, with its private mapping at ``<release>.mapping.json`` (``mapping=`` argument of
 the writer); the demo is a thin caller::
 
-    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.config import EvalConfig, result_key
     from medanon.evaluate.harness import evaluate
 
     evaluate("demo-output/data/fundus", ["demo-output/releases/ksalsa-k5", ...], "demo-output/report-fundus",
@@ -41,8 +41,8 @@ from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.attacks.stats import record_clusters
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.calibration import calibrate_and_judge
-from medanon.evaluate.cautions import public_models, shared_people
-from medanon.evaluate.config import EvalConfig
+from medanon.evaluate.cautions import differencing_results, public_models, shared_people
+from medanon.evaluate.config import EvalConfig, result_key
 from medanon.evaluate.context import RealContext, checkpoint_trained_on
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.nearcopy import screen
@@ -249,6 +249,7 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
     return out
 
 
+
 ATTACKER_CHECKPOINTS = ("identity_checkpoint", "independent_checkpoint", "siamese_checkpoint", "attribute_checkpoint")
 ATTACKER_KINDS = {"identity_checkpoint": "identity", "independent_checkpoint": "identity",
                   "siamese_checkpoint": "siamese", "attribute_checkpoint": "classifier"}
@@ -377,7 +378,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     ckpts = _checkpoint_digests(cfg)                # a checkpoint replaced at the same path invalidates the cache
     results = []
     for rel in tqdm(rels, desc="releases", disable=not progress, unit="release"):
-        key = digest(RESULTS_VERSION, rel.digest, ctx.key, to_dict(keyed), ckpts, n_fid[rel.name],
+        key = digest(RESULTS_VERSION, rel.digest, ctx.key, result_key(cfg), ckpts, n_fid[rel.name],
                      [t.label for t in tasks],
                      str(rel.mapping_path and rel.mapping_path.stat().st_mtime_ns))
         got = cache.load_json(f"release-{key}")
@@ -390,6 +391,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         run.log_metrics(release=rel.name, seconds=got.get("seconds"))
         results.append(got)
     compared = comparisons(ctx, rels, tasks, cfg.utility.compare)   # after every release (evaluated or cached)
+    differenced = differencing_results(ctx, rels) if cfg.attacks.differencing else []
     controls = _controls(ctx, list(n_fid.values()), tasks)
     checks = network_checks(ctx) if (cfg.attacks.linkability or cfg.attacks.singling_out or cfg.attacks.nearest) \
         else {}
@@ -413,7 +415,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      "siamese": {"trained_on": ctx.siamese_trained_on} if cfg.attacks.siamese else None,
                      "checkpoints_sha256": ckpts},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results,
-        "comparisons": compared,
+        "comparisons": compared, "differencing": differenced,
         "calibration": calibration, "notes": ctx.notes,
         "controls_balanced_on": {"setting": cfg.attacks.balance, "label": ctx.balance_label,
                                  "how": "every control rate of a residual risk reweighted to the members' strata of "

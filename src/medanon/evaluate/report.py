@@ -24,6 +24,7 @@ from medanon.errors import OutputExistsError
 from medanon.evaluate import privacy_text
 from medanon.evaluate.inputs import RealData, ReleaseData
 from medanon.evaluate.report_attacks import attack_sections
+from medanon.evaluate.report_differencing import differencing_section
 from medanon.evaluate.report_format import (
     _cell,
     _ci,
@@ -376,7 +377,8 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
     body = "\n".join([
         "<h1>medanon evaluation report</h1>", banner, verdict_section(rep), summary, "<h2>Releases</h2>", rel_table,
         notes,
-        _statements(rep), _fidelity(rep), _utility(rep), attack_sections(rep, grids), _dpglow_table3(rep), _plots(rep),
+        _statements(rep), _fidelity(rep), _utility(rep), attack_sections(rep, grids), differencing_section(rep),
+        _dpglow_table3(rep), _plots(rep),
         _grids(rep, grids),
         f"<h2>Configuration</h2><details><summary>settings of this evaluation</summary><pre>"
         f"{_e(json.dumps(rep['config'], indent=1))}</pre></details>",

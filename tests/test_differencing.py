@@ -1,0 +1,108 @@
+"""The differencing attack on two releases of the same people, on releases whose answer is known: nested averages
+give up the people the smaller one leaves out; disjoint people, a constant release and a release that already
+shows everyone add nothing."""
+
+import numpy as np
+import pytest
+import torch
+
+from medanon.evaluate.attacks.differencing import differencing, nearest_difference
+
+SIZE = 12
+
+
+def _people(n: int, seed: int, per: int = 1) -> tuple[torch.Tensor, np.ndarray]:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.rand(n, 1, 3, SIZE, SIZE, generator=g) * 1.6 - 0.8
+    imgs = (base + 0.1 * torch.randn(n, per, 3, SIZE, SIZE, generator=g)).clamp(-1, 1).flatten(0, 1)
+    return imgs, np.repeat([f"{seed}-{i}" for i in range(n)], per)
+
+
+def _q(x: torch.Tensor) -> torch.Tensor:
+    """8-bit, as a release folder stores it."""
+    return torch.round((x + 1) * 127.5) / 127.5 - 1
+
+
+def _release(images, patients, groups) -> tuple[torch.Tensor, list[int]]:
+    """One record per group of patients: the mean of its patients' mean images (k-Same-Pixel's weights)."""
+    pats = np.asarray(patients)
+    means = {p: images[torch.from_numpy(np.flatnonzero(pats == p))].mean(0) for p in dict.fromkeys(pats)}
+    return _q(torch.stack([torch.stack([means[p] for p in g]).mean(0) for g in groups])), [len(g) for g in groups]
+
+
+def _attack(a, b, members, controls, scale):
+    return differencing(release_a=a[0], people_a=a[1], release_b=b[0], people_b=b[1], member_images=members[0],
+                        member_patients=members[1], control_images=controls[0], control_patients=controls[1],
+                        scale_images=scale[0], scale_patients=scale[1])
+
+
+@pytest.fixture(scope="module")
+def world():
+    members, controls, scale = _people(30, 0, per=2), _people(20, 1, per=2), _people(20, 2)
+    names = list(dict.fromkeys(members[1]))
+    return members, controls, scale, names
+
+
+def test_nested_averages_give_up_the_people_the_smaller_one_leaves_out(world):
+    members, controls, scale, names = world
+    a = _release(*members, [names[i:i + 3] for i in range(0, 30, 3)])          # k = 3
+    b = _release(*members, [names[i:i + 2] for i in range(0, 30, 3)])          # the first two of each: k = 2
+    got = _attack(a, b, members, controls, scale)
+    m, c = got["members"], got["controls"]
+    assert (m["patients"], m["recovered"], m["shown_alone"], m["recovered_beyond"]) == (30, 10, 0, 10)
+    assert c["recovered"] == 0 and got["pairs"] == 100
+    assert m["median_error"] < 0.01 < got["threshold"]["value"]              # the 8-bit rounding, nothing more
+    rr = got["risk"]["residual_risk"]
+    assert got["risk"]["n"] == 30 and got["risk"]["attack"]["rate"] == pytest.approx(1 / 3) and rr["ci"][0] > 0.1
+
+
+def test_disjoint_people_constant_and_copies_add_nothing(world):
+    members, controls, scale, names = world
+    first = _release(*members, [names[i:i + 3] for i in range(0, 15, 3)])
+    second = _release(*members, [names[i:i + 2] for i in range(15, 29, 2)])
+    got = _attack(first, second, members, controls, scale)
+    assert got["members"]["recovered"] == 0 and got["risk"]["residual_risk"]["ci"][0] == 0
+
+    pairs = _release(*members, [names[i:i + 2] for i in range(0, 30, 2)])
+    constant = (torch.zeros(15, 3, SIZE, SIZE), [1] * 15)
+    assert _attack(pairs, constant, members, controls, scale)["members"]["recovered"] == 0
+
+    # a copy of every patient's mean image shows each alone: the difference adds no one
+    copies = _release(*members, [[p] for p in names])
+    got = _attack(pairs, copies, members, controls, scale)
+    assert got["members"]["recovered"] == 30 and got["members"]["shown_alone"] == 30
+    assert got["members"]["recovered_beyond"] == 0 and got["risk"]["residual_risk"]["ci"][0] == 0
+
+
+def test_a_copy_of_half_the_people_gives_up_their_partners(world):
+    members, controls, scale, names = world
+    pairs = _release(*members, [names[i:i + 2] for i in range(0, 30, 2)])
+    half = _release(*members, [[names[i]] for i in range(0, 30, 2)])
+    got = _attack(pairs, half, members, controls, scale)
+    assert got["members"]["recovered_beyond"] == 15 and got["members"]["shown_alone"] == 15
+    assert got["controls"]["recovered"] == 0
+
+
+def test_the_distances_from_inner_products_are_those_of_the_differences_formed():
+    g = torch.Generator().manual_seed(3)
+    a, b, refs = (torch.rand(n, 20, generator=g, dtype=torch.float64) for n in (5, 4, 7))
+    na, nb = np.array([3, 2, 3, 4, 1]), np.array([2, 1, 3, 2])
+    brute = torch.full((7,), float("inf"), dtype=torch.float64)
+    for i in range(5):
+        for j in range(4):
+            if na[i] != nb[j]:
+                d = (na[i] * a[i] - nb[j] * b[j]) / (na[i] - nb[j])
+                brute = torch.minimum(brute, (refs - d).pow(2).mean(1).sqrt())
+    for chunk in (1, 7, 1 << 22):                                              # one target at a time, or all
+        torch.testing.assert_close(nearest_difference(a, na, b, nb, refs, chunk=chunk), brute)
+
+
+def test_bad_settings_are_refused(world):
+    members, controls, scale, names = world
+    a = _release(*members, [names[:2]])
+    with pytest.raises(ValueError, match="fraction"):
+        differencing(release_a=a[0], people_a=a[1], release_b=a[0], people_b=a[1], member_images=members[0],
+                     member_patients=members[1], control_images=controls[0], control_patients=controls[1],
+                     scale_images=scale[0], scale_patients=scale[1], fraction=1.5)
+    with pytest.raises(ValueError, match="at least 2 patients"):
+        _attack(a, a, members, controls, (scale[0][:1], scale[1][:1]))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -102,3 +103,30 @@ def test_gmia_and_vs_snow_manifests_name_the_default_files_they_used(tmp_path):
     medanon.anonymize.vs_snow(ds, p=0.3).save(tmp_path / "v", progress=False)
     files = read_release(tmp_path / "v")[0]["params"]["model_files"]
     assert [f["file"] for f in files.values()] == ["unet-vessels64.pt"]
+
+
+def test_the_shipped_table_is_the_checkpoints_folder_and_names_a_copy_anywhere(tmp_path, monkeypatch):
+    """The digests of medanon's public checkpoints (medanon.models_shipped) are those of checkpoints/*.pt; a copy
+    installed elsewhere under another name is recognised as the shipped one, an edited file is not."""
+    import shutil
+
+    from medanon.models_shipped import SHIPPED
+
+    if not SOURCE_CHECKPOINTS.is_dir():
+        pytest.skip("no source checkout")
+    now = {p.name: sha256_file(p) for p in sorted(SOURCE_CHECKPOINTS.glob("*.pt"))}
+    assert SHIPPED == now, "a checkpoint was retrained or added: update src/medanon/models_shipped.py to " + repr(now)
+    readme = (SOURCE_CHECKPOINTS / "README.md").read_text()
+    table = dict(re.findall(r"^\| `([\w.-]+\.pt)` \| `([0-9a-f]{64})` \|$", readme, re.M))
+    assert table == now, "update the checksum table of checkpoints/README.md"
+    mine = tmp_path / "models"
+    mine.mkdir()
+    shutil.copy(SOURCE_CHECKPOINTS / "unet-vessels64.pt", mine / "my-segmenter.pt")
+    edited = mine / "edited.pt"
+    edited.write_bytes((SOURCE_CHECKPOINTS / "unet-vessels64.pt").read_bytes() + b"\0")
+    monkeypatch.setenv(ENV, str(mine))
+    found = {m.name: m for m in list_models() if m.path.parent == mine}
+    assert found["my-segmenter.pt"].shipped == "unet-vessels64.pt" and found["edited.pt"].shipped is None
+    r = CliRunner().invoke(cli, ["models"])
+    assert r.exit_code == 0 and "shipped (public): unet-vessels64.pt" in r.output
+    assert "not a shipped checkpoint" in r.output

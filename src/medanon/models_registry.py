@@ -96,6 +96,13 @@ class ModelInfo:
     kind: str                                   # the checkpoint's model family (restyle-encoder, glow, ...)
     shadowed: bool = False                      # an earlier folder of the search path has a file of this name
 
+    @property
+    def shipped(self) -> str | None:
+        """The shipped (public) checkpoint this file is, by digest, whatever its name or folder; None if none."""
+        from medanon.models_shipped import shipped_name
+
+        return shipped_name(self.sha256)
+
 
 def list_models() -> list[ModelInfo]:
     """Every ``*.pt`` on the search path, in search order, with its sha256 and checkpoint kind."""

@@ -15,7 +15,8 @@ def models(as_json: bool) -> None:
     """List the checkpoints on the model search path: $MEDANON_MODELS (folders separated by ':'), then
     checkpoints/ of the source checkout. Each with its kind and sha256 (the checksum a release manifest
     records for the models it used), the roles it is the default for (DEFAULT), and its card: what it was
-    trained on, its measured quality and its intended use (commands in checkpoints/README.md). Methods take
+    trained on, its measured quality and its intended use (commands in checkpoints/README.md), and whether it
+    is one of medanon's shipped checkpoints, which are public (by digest, whatever its name). Methods take
     a model by its name here, with or without .pt (e.g. codec="restyle-map-fundus64").
 
     \b
@@ -30,7 +31,7 @@ def models(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"search_path": [str(p) for p in search_path()],
                                "models": [{"name": m.name, "path": str(m.path), "bytes": m.bytes, "kind": m.kind,
-                                           "sha256": m.sha256, "shadowed": m.shadowed,
+                                           "sha256": m.sha256, "shadowed": m.shadowed, "shipped": m.shipped,
                                            "default_for": defaults_of(m.name),
                                            "card": asdict(CARDS[m.name]) if m.name in CARDS else None}
                                           for m in found]}, indent=2))
@@ -48,6 +49,8 @@ def models(as_json: bool) -> None:
                    + ("  (shadowed)" if m.shadowed else "") + f"\n{'':<{width}}  {m.path}")
         if roles and not m.shadowed:
             click.echo(f"{'':<{width}}  DEFAULT for {', '.join(roles)}")
+        click.echo(f"{'':<{width}}  " + (f"shipped (public): {m.shipped}" if m.shipped else
+                                         "not a shipped checkpoint (its digest is none of medanon's public ones)"))
         card = CARDS.get(m.name)
         if card is not None:
             click.echo(f"{'':<{width}}  use: {card.use}\n{'':<{width}}  trained on: {card.trained_on}\n"

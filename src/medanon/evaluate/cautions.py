@@ -18,18 +18,15 @@ RECOMPUTABLE = ("gmia", "inverted")             # deterministic per image: the m
 
 def public_models(rels: Sequence[ReleaseData]) -> dict[str, list[str]]:
     """Release name -> the shipped checkpoints it was made with, for releases of a deterministic per-image method
-    made only with medanon's shipped (public) models: anyone can recompute their records."""
-    wanted = [r for r in rels if r.method in RECOMPUTABLE and (r.manifest.get("models") or {})]
-    if not wanted:
-        return {}
-    from medanon.models_registry import SOURCE_CHECKPOINTS, list_models
+    made only with medanon's shipped (public) models, wherever they were installed (recognised by the digests the
+    manifest records, :mod:`medanon.models_shipped`): anyone can recompute their records."""
+    from medanon.models_shipped import shipped_name
 
-    shipped = {m.sha256: m.name for m in list_models() if m.path.parent == SOURCE_CHECKPOINTS}
     out = {}
-    for r in wanted:
-        digests = list(r.manifest["models"].values())
-        if all(d in shipped for d in digests):
-            out[r.name] = sorted({shipped[d] for d in digests})
+    for r in rels:
+        names = [shipped_name(d) for d in (r.manifest.get("models") or {}).values()]
+        if r.method in RECOMPUTABLE and names and all(names):
+            out[r.name] = sorted(set(names))
     return out
 
 

@@ -36,7 +36,7 @@ def layout_options(f):
                                                     "generic"]), default="auto",
                      help="Folder layout; 'auto' detects it from the files present."),
         click.option("--labels", "labels_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     default=None, help="Generic layout: the labels CSV."),
+                     default=None, help="Generic layout: the labels CSV (a path, not relative to DATA_DIR)."),
         click.option("--image-col", default=None, help="Generic layout: column with image paths."),
         click.option("--label-cols", default=None,
                      help="Generic layout: comma-separated labels, each NAME or NAME=COLUMN (e.g. grade=level,sex)."),
@@ -211,7 +211,7 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
     Examples:
       medanon data summary /data/aptos2019
       medanon data summary /data/eyepacs --decode --skip-bad
-      medanon data summary /data/mine --labels labels.csv --image-col file --label-cols grade=dr_level,sex \\
+      medanon data summary /data/mine --labels /data/mine/labels.csv --image-col file --label-cols grade=dr_level,sex \\
           --patient-col subject"""
     from medanon.data.dataset import drop_records, raise_for_problems, verify_decoding
     from medanon.data.summary import format_summary, summarize

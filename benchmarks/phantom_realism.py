@@ -4,7 +4,8 @@
 spots) over ``--patients`` phantom patients of each DR grade, rendered at 64 px (counts do not depend on the size).
 ``colour``: at each size, the mean and standard deviation of R, G and B inside the field of view (0-255), for the
 real retina of scikit-image (``skimage.data.retina``, resized) and for ``--images`` phantoms (mean of per-image
-statistics), as ``tests/test_phantom_fundus.py::test_colour_statistics_match_the_real_retina`` compares them.
+statistics), as ``tests/test_phantom_fundus.py::test_colour_statistics_match_the_real_retina`` compares them, and
+the phantoms' vessel share of the field of view (mean and range over the images: VS-Snow's ``vessel_fraction``).
 
     python benchmarks/phantom_realism.py [--patients 12] [--images 40] [--sizes 64,128,256]
 """
@@ -56,9 +57,12 @@ def main() -> None:
     colour = {}
     for size in (int(s) for s in args.sizes.split(",")):
         real = (resize(data.retina(), (size, size), anti_aliasing=True) * 255).round().astype(np.uint8)
-        fake = [render(sample_patient(patient_rng(SEED, i), PhantomParams()), acquisition_rng(SEED, i, 0), size).image
+        made = [render(sample_patient(patient_rng(SEED, i), PhantomParams()), acquisition_rng(SEED, i, 0), size)
                 for i in range(args.images)]
-        colour[str(size)] = {"real": _stats([real]), "phantom": _stats(fake), "phantoms": args.images}
+        share = [float(r.mask[_fov(r.image)].astype(bool).mean()) for r in made]
+        colour[str(size)] = {"real": _stats([real]), "phantom": _stats([r.image for r in made]),
+                             "phantoms": args.images, "vessel_share": [round(float(np.mean(share)), 3),
+                                                                       round(min(share), 3), round(max(share), 3)]}
     print(json.dumps({"lesions_by_grade": lesions, "patients_per_grade": args.patients, "colour": colour,
                       "seconds": round(time.perf_counter() - t0, 1)}))
 

@@ -171,7 +171,9 @@ def test_releases_of_the_same_people_are_differenced(world, tmp_path):
     again = evaluate(world["data"], [small, large], tmp_path / "r2", config=stricter, cache_dir=cache, progress=False)
     assert sorted(p.name for p in cache.rglob("release-*")) == results      # no release evaluated again
     assert again["differencing"][0]["threshold"]["fraction"] == 0.05
-    assert "Releases of the same people, differenced" in (tmp_path / "r" / "report.html").read_text()
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "Releases of the same people, differenced" in html and "<b>Together</b>: differencing n2 and n3" in html
+    assert "<b>Together</b>" not in (world["out"] / "report.html").read_text()     # nothing recovered there
 
 
 def test_release_without_mapping_runs_what_it_can(world):

@@ -48,7 +48,13 @@ def verdict_section(rep: dict) -> str:
                      _e(v["sentence"]), _e(paper_claims(r.get("method")))])
     if not rows:
         return ""
-    return "<h2>Verdict</h2>" + _table(
+    together = "".join(
+        f"<p class=note><b>Together</b>: differencing {_e(' and '.join(d['releases']))} recovers the image of "
+        f"{d['members']['recovered_beyond']} of {d['members']['patients']} patients (residual risk "
+        f"{_iv(d['risk']['residual_risk'])}): publish at most one of them (section \"Releases of the same people, "
+        f"differenced\").</p>"
+        for d in rep.get("differencing") or [] if d["risk"]["residual_risk"]["ci"][0] > 0)
+    return "<h2>Verdict</h2>" + together + _table(
         ["Release", "Copies of real images (no mapping needed)", "Largest valid residual risk [95% CI] (attack)",
          "Utility kept: release ÷ real, same N [95% CI]", "Valid attacks", "In words",
          "The paper, reproduced (in medanon's source)"], rows,

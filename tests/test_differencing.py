@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from medanon.evaluate.attacks.differencing import differencing, nearest_difference
+from medanon.evaluate.attacks.differencing import Space, differencing
 
 SIZE = 12
 
@@ -84,17 +84,25 @@ def test_a_copy_of_half_the_people_gives_up_their_partners(world):
 
 
 def test_the_distances_from_inner_products_are_those_of_the_differences_formed():
+    """Centred float32 inner products give the distances of the differences formed one by one (pairs whose counts
+    differ by one, or by up to max_gap), pooled to ``side`` when the images are larger."""
     g = torch.Generator().manual_seed(3)
-    a, b, refs = (torch.rand(n, 20, generator=g, dtype=torch.float64) for n in (5, 4, 7))
+    a, b = torch.rand(5, 1, 8, 8, generator=g) * 2 - 1, torch.rand(4, 1, 8, 8, generator=g) * 2 - 1
+    refs = torch.rand(7, 1, 8, 8, generator=g) * 2 - 1
     na, nb = np.array([3, 2, 3, 4, 1]), np.array([2, 1, 3, 2])
-    brute = torch.full((7,), float("inf"), dtype=torch.float64)
-    for i in range(5):
-        for j in range(4):
-            if na[i] != nb[j]:
-                d = (na[i] * a[i] - nb[j] * b[j]) / (na[i] - nb[j])
-                brute = torch.minimum(brute, (refs - d).pow(2).mean(1).sqrt())
-    for chunk in (1, 7, 1 << 22):                                              # one target at a time, or all
-        torch.testing.assert_close(nearest_difference(a, na, b, nb, refs, chunk=chunk), brute)
+    for side, max_gap in ((8, 1), (8, 3), (4, 1)):
+        pool = (lambda x: x) if side == 8 else (lambda x: torch.nn.functional.avg_pool2d(x, 2))
+        brute = torch.full((7,), float("inf"), dtype=torch.float64)
+        for i in range(5):
+            for j in range(4):
+                if 0 < abs(na[i] - nb[j]) <= max_gap:
+                    d = (na[i] * pool(a[i:i + 1]).double() - nb[j] * pool(b[j:j + 1]).double()) / (na[i] - nb[j])
+                    brute = torch.minimum(brute, (pool(refs).double() - d).pow(2).flatten(1).mean(1).sqrt())
+        space = Space(refs, [str(n) for n in range(7)], side=side)
+        for chunk in (1, 7, 1 << 22):                                          # one pair at a time, or all
+            got = space.nearest_difference(space.released(a, na), space.released(b, nb), max_gap=max_gap,
+                                           chunk=chunk)
+            torch.testing.assert_close(got.double(), brute, atol=1e-5, rtol=1e-5)
 
 
 def test_bad_settings_are_refused(world):
@@ -106,3 +114,5 @@ def test_bad_settings_are_refused(world):
                      scale_images=scale[0], scale_patients=scale[1], fraction=1.5)
     with pytest.raises(ValueError, match="at least 2 patients"):
         _attack(a, a, members, controls, (scale[0][:1], scale[1][:1]))
+    with pytest.raises(ValueError, match="both a member and a control"):
+        _attack(a, a, members, members, scale)

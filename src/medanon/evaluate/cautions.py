@@ -47,11 +47,11 @@ def _people_column(rel: ReleaseData) -> np.ndarray | None:
 
 def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[dict]:
     """The differencing attack (:mod:`medanon.evaluate.attacks.differencing`) on every two releases that share a
-    patient (by their mappings) and have records of different ``n_people``; members are the patients of either
-    release, controls the held-out patients, the threshold's scale the attacker split's patients (held-out where
-    the attacker split is the source split). Pairs it cannot measure, and pairs where it recovers people, are
-    noted (``ctx.note``)."""
-    from medanon.evaluate.attacks.differencing import differencing
+    patient (by their mappings) and have records whose ``n_people`` differ by one; members are the patients of
+    either release, controls the held-out patients, the threshold's scale the attacker split's patients (held-out
+    where the attacker split is the source split). Each release's products with the targets are computed once.
+    Pairs it cannot measure, and pairs where it recovers people, are noted (``ctx.note``)."""
+    from medanon.evaluate.attacks.differencing import Released, Space, attack_pair, threshold_entry
 
     a = ctx.cfg.attacks
     real = ctx.real
@@ -59,32 +59,39 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
     usable = [(r, n) for r, n in usable if n is not None]
     own = ctx.attacker_from != ctx.cfg.source_split
     scale_rows, scale_split = (ctx.attacker_rows, ctx.attacker_from) if own else (ctx.held, ctx.cfg.heldout_split)
-    out = []
+    pairs = []
     for i, (ra, na) in enumerate(usable):
         for rb, nb in usable[i + 1:]:
             pa = {real.patients[j] for rows in ra.sources for j in rows}
             pb = {real.patients[j] for rows in rb.sources for j in rows}
-            if not pa & pb or (na[:, None] == nb[None, :]).all():
-                continue
-            members = np.flatnonzero(np.isin(real.patients, sorted(pa | pb)))
-            work = float(len(na)) * len(nb) * (len(members) + len(ctx.held))
-            if work > a.differencing_max_work:
-                ctx.note(f"differencing {ra.name} and {rb.name} is not measured: {work:.2g} pair-to-image distances "
-                         f"exceed attacks.differencing_max_work={a.differencing_max_work:g}; raise it to measure")
-                continue
-            got = differencing(release_a=ra.images, people_a=na, release_b=rb.images, people_b=nb,
-                               member_images=real.images[members], member_patients=real.patients[members],
-                               control_images=real.images[ctx.held], control_patients=real.patients[ctx.held],
-                               scale_images=real.images[scale_rows], scale_patients=real.patients[scale_rows],
-                               fraction=a.differencing_fraction, confidence=a.confidence)
-            got.update(releases=[ra.name, rb.name], shared_patients=len(pa & pb),
-                       scale_from=f"{scale_split} split ({ctx.split_name(scale_rows)})")
-            rr = got["risk"]["residual_risk"]
-            if rr["ci"][0] > 0:
-                m = got["members"]
-                ctx.note(f"differencing {ra.name} and {rb.name} recovers the image of {m['recovered_beyond']} of "
-                         f"{m['patients']} patients (a difference of two records within "
-                         f"{got['threshold']['value']:.3g} RMS of their image, where neither release alone is): "
-                         f"publish at most one of them")
-            out.append(got)
+            if pa & pb and (np.abs(na[:, None] - nb[None, :]) == 1).any():
+                pairs.append((ra, na, pa, rb, nb, pb))
+    if not pairs:
+        return []
+    controls = set(real.patients[ctx.held].tolist())
+    targets = np.flatnonzero(np.isin(real.patients, sorted(set().union(*(p[2] | p[5] for p in pairs)) | controls)))
+    space = Space(real.images[targets], real.patients[targets])
+    threshold = threshold_entry(real.images[scale_rows], real.patients[scale_rows], a.differencing_fraction)
+    released: dict[str, Released] = {}
+    out = []
+    for ra, na, pa, rb, nb, pb in pairs:
+        work = float(len(na)) * len(nb) * len(space.refs)
+        if work > a.differencing_max_work:
+            ctx.note(f"differencing {ra.name} and {rb.name} is not measured: {work:.2g} pair-to-image distances "
+                     f"exceed attacks.differencing_max_work={a.differencing_max_work:g}; raise it to measure")
+            continue
+        for r, n in ((ra, na), (rb, nb)):
+            if r.name not in released:
+                released[r.name] = space.released(r.images, n)
+        got = attack_pair(space, released[ra.name], released[rb.name], members=pa | pb, controls=controls,
+                          threshold=threshold, confidence=a.confidence)
+        got.update(releases=[ra.name, rb.name], shared_patients=len(pa & pb),
+                   scale_from=f"{scale_split} split ({ctx.split_name(scale_rows)})")
+        if got["risk"]["residual_risk"]["ci"][0] > 0:
+            m = got["members"]
+            ctx.note(f"differencing {ra.name} and {rb.name} recovers the image of {m['recovered_beyond']} of "
+                     f"{m['patients']} patients (a difference of two records within "
+                     f"{got['threshold']['value']:.3g} RMS of their image, at most half as far as any released "
+                     "record): publish at most one of them")
+        out.append(got)
     return out

@@ -6,8 +6,9 @@ from __future__ import annotations
 from medanon.evaluate.report_attacks import _iv, _rate
 from medanon.evaluate.report_format import _assume, _e, _num, _table
 
-CAPTION = ("For every two records of different n_people, (n_a·a − n_b·b) / (n_a − n_b): where the smaller record's "
-           "people are all in the larger, the mean image of the people left over. Success: such an image within the "
+CAPTION = ("For every two records whose n_people differ by one, (n_a·a − n_b·b) / (n_a − n_b): where the smaller "
+           "record's people are all in the larger, the image of the one person left over (images compared "
+           "average-pooled to at most 32 px). Success: such an image within the "
            "threshold of one of a patient's images (or their mean), and at most half as far from it as the nearest "
            "released record. Patients are the unit (Wilson intervals); the control is the same search for held-out "
            "patients, who are in neither release. Not measured: differences in a latent space (k-Centroid, "

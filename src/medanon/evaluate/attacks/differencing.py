@@ -22,10 +22,15 @@ every pair of records and asks whether one of them *is* the target:
   held-out patients, who are in neither release (any success there is a false recovery). Patients are the unit:
   each counts once, so the Wilson interval over patients respects images of one patient being alike.
 
-The distances of all pairs to all targets come from inner products (``|d − v|²`` expands into ``a·a``, ``b·b``,
-``a·b``, ``a·v``, ``b·v`` and ``v·v``), in float64, so the cost is that of the pair-by-target minimum, not of forming
-every ``d``. Known answers (``tests/test_differencing.py``): nested k-Same-Pixel releases at k = 3 and 2 recover the
-people the smaller release leaves out; releases of disjoint people, or a constant release, recover no one.
+Only pairs whose counts differ by one are formed (``max_gap``): a difference of more people is the mean of several,
+nobody's image. Images are compared average-pooled to at most ``side`` pixels (32: differences and rounding are
+linear, pooling keeps both) and centred on the targets' mean (``d − μ = α(a − μ) − β(b − μ)`` as α − β = 1), so the
+distances of all pairs to all targets come from float32 inner products (``|d − v|²`` expands into ``a·a``, ``b·b``,
+``a·b``, ``a·v``, ``b·v`` and ``v·v``), and each release's products with the targets are computed once
+(:class:`Space`), whatever the number of pairs it is in.
+
+Known answers (``tests/test_differencing.py``): nested k-Same-Pixel releases at k = 3 and 2 recover the people the
+smaller release leaves out; releases of disjoint people, or a constant release, recover no one.
 
 Not measured here: differencing in a latent space (k-Centroid or k-SALSA averages inverted with a public codec),
 combinations of more than two records, and releases whose records are not averages (Snow's unchanged pixels, DP
@@ -35,126 +40,169 @@ noise that averages out over releases).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from medanon.evaluate.attacks.risk import risk_entry, success_rate
 
 ASSUMPTIONS = ("attacker holds a target's real images and both public releases (images and each record's "
-               "n_people); for every pair of records of different n_people it forms (n_a·a − n_b·b) / (n_a − n_b); "
-               "success = one such image within the threshold of the target and at most half as far from it as the "
-               "nearest released record")
+               "n_people); for every pair of records whose n_people differ by one it forms (n_a·a − n_b·b) / "
+               "(n_a − n_b); success = one such image within the threshold of the target and at most half as far "
+               "from it as the nearest released record")
+SIDE = 32
+CHUNK = 1 << 22                                 # pair-by-target distances held at once
 
 
-def _flat(x) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
-    return t.reshape(len(t), -1).to(torch.float64)
+def pooled(images, side: int = SIDE) -> torch.Tensor:
+    """(N, C, H, W) images as float32 rows (N, D), average-pooled to at most ``side`` pixels a side."""
+    x = torch.as_tensor(np.asarray(images) if not isinstance(images, torch.Tensor) else images).to(torch.float32)
+    if x.shape[-1] > side:
+        x = F.adaptive_avg_pool2d(x, side)
+    return x.reshape(len(x), -1)
 
 
-def patient_references(images, patients: Sequence) -> tuple[torch.Tensor, np.ndarray, list]:
-    """Each patient's images and their mean, as rows (R, D), with the patient index of each row and the patients."""
+@dataclass
+class Released:
+    rows: torch.Tensor                          # (R, D) centred
+    people: np.ndarray                          # (R,) public n_people
+    norms: torch.Tensor                         # (R,) |r|²
+    dots: torch.Tensor                          # (R, T) r · v
+    alone: torch.Tensor                         # (T,) RMS distance of each target row to its nearest record
+
+
+class Space:
+    """The targets (each patient's images and their mean, pooled and centred) and, once per release, its products
+    with them."""
+
+    def __init__(self, images, patients: Sequence, *, side: int = SIDE):
+        x = pooled(images, side)
+        self.side, self.dim = side, x.shape[1]
+        self.mu = x.mean(0)
+        pats = np.asarray(patients).astype(str)
+        self.names = sorted(set(pats.tolist()))
+        rows, owner = [], []
+        for n, p in enumerate(self.names):
+            own = x[torch.from_numpy(np.flatnonzero(pats == p))] - self.mu
+            rows += [own, own.mean(0, keepdim=True)] if len(own) > 1 else [own]
+            owner += [n] * (len(own) + (len(own) > 1))
+        self.refs, self.owner = torch.cat(rows), np.asarray(owner, np.int64)
+        self.vv = (self.refs * self.refs).sum(1)
+
+    def released(self, images, people: Sequence[int]) -> Released:
+        r = pooled(images, self.side)
+        if r.shape[1] != self.dim:
+            raise ValueError(f"the release's images pool to {r.shape[1]} values, the targets' to {self.dim}")
+        r = r - self.mu
+        norms, dots = (r * r).sum(1), r @ self.refs.T
+        alone = (norms[:, None] + self.vv[None] - 2 * dots).clamp_min(0).min(0).values
+        return Released(r, np.asarray(people, np.int64), norms, dots, alone.sqrt() / self.dim ** 0.5)
+
+    def nearest_difference(self, a: Released, b: Released, *, max_gap: int = 1, chunk: int = CHUNK) -> torch.Tensor:
+        """Per target row: the RMS distance to the nearest ``(n_a·a − n_b·b) / (n_a − n_b)`` over the record pairs
+        with 0 < |n_a − n_b| <= ``max_gap`` (inf where none qualifies). Pairs are taken a block per pair of counts
+        (one α and β): ``|d − v|² = dd[i, j] + x[i, v] + y[j, v] + |v|²``, broadcast in chunks of ``a``'s rows."""
+        best = torch.full((len(self.refs),), float("inf"))
+        ab = None
+        for n_a in np.unique(a.people):
+            for n_b in np.unique(b.people):
+                if not 0 < abs(int(n_a) - int(n_b)) <= max_gap:
+                    continue
+                if ab is None:
+                    ab = a.rows @ b.rows.T
+                i = torch.from_numpy(np.flatnonzero(a.people == n_a))
+                j = torch.from_numpy(np.flatnonzero(b.people == n_b))
+                alpha, beta = float(n_a) / float(n_a - n_b), float(n_b) / float(n_a - n_b)
+                dd = (alpha ** 2 * a.norms[i, None] + beta ** 2 * b.norms[None, j]
+                      - 2 * alpha * beta * ab[i][:, j])                                   # (I, J)
+                x = -2 * alpha * a.dots[i] + self.vv[None]                                # (I, T)
+                y = 2 * beta * b.dots[j]                                                  # (J, T)
+                step = max(1, chunk // max(len(j) * len(self.refs), 1))
+                for s in range(0, len(i), step):
+                    sq = dd[s:s + step, :, None] + y[None] + x[s:s + step, None]
+                    best = torch.minimum(best, sq.flatten(0, 1).min(0).values)
+        return best.clamp_min(0).sqrt() / self.dim ** 0.5
+
+    def per_patient(self, row_values: torch.Tensor) -> np.ndarray:
+        out = np.full(len(self.names), np.inf)
+        np.minimum.at(out, self.owner, row_values.numpy().astype(np.float64))
+        return out
+
+
+def scale(images, patients: Sequence, *, side: int = SIDE) -> tuple[float, int]:
+    """The median RMS difference between the mean images of two different patients (pooled like the targets), and
+    the patients it used."""
     pats = np.asarray(patients).astype(str)
     names = sorted(set(pats.tolist()))
-    x = _flat(images)
-    rows, owner = [], []
-    for n, p in enumerate(names):
-        own = x[torch.from_numpy(np.flatnonzero(pats == p))]
-        rows += [own, own.mean(0, keepdim=True)] if len(own) > 1 else [own]
-        owner += [n] * (len(own) + (len(own) > 1))
-    return torch.cat(rows), np.asarray(owner, np.int64), names
-
-
-def scale(images, patients: Sequence) -> tuple[float, int]:
-    """The median RMS difference between the mean images of two different patients, and the patients it used."""
-    pats = np.asarray(patients).astype(str)
-    names = sorted(set(pats.tolist()))
-    x = _flat(images)
+    x = pooled(images, side)
     means = torch.stack([x[torch.from_numpy(np.flatnonzero(pats == p))].mean(0) for p in names])
     if len(means) < 2:
         return float("nan"), len(means)
-    d = torch.cdist(means, means).div(means.shape[1] ** 0.5)
+    d = torch.cdist(means.double(), means.double()).div(means.shape[1] ** 0.5)
     iu = torch.triu_indices(len(means), len(means), 1)
     return float(d[iu[0], iu[1]].median()), len(means)
 
 
-def nearest_single(records: torch.Tensor, refs: torch.Tensor) -> torch.Tensor:
-    """Per reference row: the RMS difference to the nearest record."""
-    return torch.cdist(refs, records).min(1).values.div(refs.shape[1] ** 0.5)
-
-
-def nearest_difference(a: torch.Tensor, n_a: np.ndarray, b: torch.Tensor, n_b: np.ndarray, refs: torch.Tensor, *,
-                       chunk: int = 1 << 22) -> torch.Tensor:
-    """Per reference row: the RMS difference to the nearest ``(n_a·a − n_b·b) / (n_a − n_b)`` over all record pairs
-    of different ``n`` (inf where no pair qualifies)."""
-    na = torch.as_tensor(np.asarray(n_a, np.float64))[:, None]
-    nb = torch.as_tensor(np.asarray(n_b, np.float64))[None, :]
-    gap = na - nb
-    ok = gap != 0
-    alpha = torch.where(ok, na / gap.where(ok, torch.ones_like(gap)), torch.zeros_like(gap))   # (A, B)
-    beta = torch.where(ok, nb / gap.where(ok, torch.ones_like(gap)), torch.zeros_like(gap))
-    aa, bb, ab = (a * a).sum(1)[:, None], (b * b).sum(1)[None, :], a @ b.T
-    dd = alpha ** 2 * aa + beta ** 2 * bb - 2 * alpha * beta * ab                              # |d|², (A, B)
-    av, bv, vv = a @ refs.T, b @ refs.T, (refs * refs).sum(1)                                  # (A, R), (B, R), (R,)
-    best = torch.full((len(refs),), float("inf"), dtype=torch.float64)
-    step = max(1, chunk // max(a.shape[0] * b.shape[0], 1))
-    for s in range(0, len(refs), step):
-        sl = slice(s, s + step)
-        sq = (dd[..., None] - 2 * alpha[..., None] * av[:, None, sl] + 2 * beta[..., None] * bv[None, :, sl]
-              + vv[sl])
-        sq = sq.masked_fill(~ok[..., None], float("inf"))
-        best[sl] = sq.flatten(0, 1).min(0).values.clamp_min(0)
-    return best.sqrt().div(refs.shape[1] ** 0.5)
-
-
-def _per_patient(row_values: torch.Tensor, owner: np.ndarray, n: int) -> np.ndarray:
-    out = np.full(n, np.inf)
-    np.minimum.at(out, owner, row_values.numpy())
-    return out
-
-
-def differencing(*, release_a, people_a: Sequence[int], release_b, people_b: Sequence[int], member_images,
-                 member_patients: Sequence, control_images, control_patients: Sequence, scale_images,
-                 scale_patients: Sequence, fraction: float = 0.25, confidence: float = 0.95) -> dict:
-    """The differencing attack on two releases (images (R, C, H, W) in [−1, 1] at one size, with each record's
-    public ``n_people``) against their members (the patients of either release, with their real images) and
-    controls (held-out patients); the threshold's scale comes from ``scale_images`` of other patients.
-
-    Returns the report entry: the residual-risk row (members vs controls, Wilson over patients), the threshold with
-    its scale, and the counts of patients: recovered (some difference within the threshold), shown alone (some record
-    within it), recovered beyond (recovered, by a difference at most half as far as the nearest record: the attack's
-    success), with the median RMS difference of the members' best difference where it succeeds.
-    """
+def threshold_entry(images, patients: Sequence, fraction: float, *, side: int = SIDE) -> dict:
+    """The threshold: ``fraction`` × the median distance between two patients of ``images`` (other people)."""
     if not 0 < fraction < 1:
         raise ValueError(f"fraction={fraction} must be in (0, 1)")
-    a, b = _flat(release_a), _flat(release_b)
-    if a.shape[1] != b.shape[1]:
-        raise ValueError(f"the releases' images differ in size ({a.shape[1]} vs {b.shape[1]} values)")
-    typical, used = scale(scale_images, scale_patients)
-    threshold = fraction * typical
-    if not np.isfinite(threshold):
-        raise ValueError(f"the threshold needs the mean images of at least 2 patients; scale_images has {used}")
-    both = torch.cat([a, b])
-    out: dict = {"assumptions": ASSUMPTIONS,
-                 "threshold": {"value": threshold, "fraction": fraction, "median_patient_distance": typical,
-                               "patients": used, "unit": "RMS difference of pixels in [-1, 1]"},
-                 "pairs": int(sum(int(x != y) for x in people_a for y in people_b))}
+    typical, used = scale(images, patients, side=side)
+    if not np.isfinite(typical):
+        raise ValueError(f"the threshold needs the mean images of at least 2 patients; the scale images have {used}")
+    return {"value": fraction * typical, "fraction": fraction, "median_patient_distance": typical, "patients": used,
+            "unit": f"RMS difference of pixels in [-1, 1], images average-pooled to at most {side} px"}
+
+
+def attack_pair(space: Space, a: Released, b: Released, *, members: set, controls: set, threshold: dict,
+                confidence: float = 0.95, max_gap: int = 1) -> dict:
+    """The report entry of two releases (see the module): counts per group of patients (``members``,
+    ``controls``: patient names of the space), the residual-risk row and the threshold."""
+    t = threshold["value"]
+    diff = space.per_patient(space.nearest_difference(a, b, max_gap=max_gap))
+    alone = space.per_patient(torch.minimum(a.alone, b.alone))
+    names = np.asarray(space.names)
+    gap = np.abs(a.people[:, None] - b.people[None, :])
+    out: dict = {"assumptions": ASSUMPTIONS, "threshold": threshold, "max_gap": max_gap,
+                 "pairs": int(((gap > 0) & (gap <= max_gap)).sum())}
     found = {}
-    for who, images, patients in (("members", member_images, member_patients),
-                                  ("controls", control_images, control_patients)):
-        refs, owner, names = patient_references(images, patients)
-        diff = _per_patient(nearest_difference(a, np.asarray(people_a), b, np.asarray(people_b), refs), owner,
-                            len(names))
-        alone = _per_patient(nearest_single(both, refs), owner, len(names))
-        hit = diff < threshold
-        found[who] = hit & (diff <= alone / 2)
-        out[who] = {"patients": len(names), "recovered": int(hit.sum()), "shown_alone": int((alone < threshold).sum()),
-                    "recovered_beyond": int(found[who].sum())}
+    for who, group in (("members", members), ("controls", controls)):
+        keep = np.isin(names, sorted(group))
+        hit = diff[keep] < t
+        found[who] = hit & (diff[keep] <= alone[keep] / 2)
+        out[who] = {"patients": int(keep.sum()), "recovered": int(hit.sum()),
+                    "shown_alone": int((alone[keep] < t).sum()), "recovered_beyond": int(found[who].sum())}
         if who == "members":
-            out[who]["median_error"] = float(np.median(diff[found[who]])) if found[who].any() else None
+            out[who]["median_error"] = float(np.median(diff[keep][found[who]])) if found[who].any() else None
     attack = success_rate(int(found["members"].sum()), len(found["members"]), confidence=confidence)
     control = success_rate(int(found["controls"].sum()), len(found["controls"]), confidence=confidence)
     out["risk"] = risk_entry(attack, control, what="patients whose image a difference of two records recovers, "
                              "beyond what either release shows alone",
                              control_is="held-out patients: the same search over the same differences")
     return out
+
+
+def differencing(*, release_a, people_a: Sequence[int], release_b, people_b: Sequence[int], member_images,
+                 member_patients: Sequence, control_images, control_patients: Sequence, scale_images,
+                 scale_patients: Sequence, fraction: float = 0.25, confidence: float = 0.95, max_gap: int = 1,
+                 side: int = SIDE) -> dict:
+    """The differencing attack on two releases (images (R, C, H, W) in [−1, 1], with each record's public
+    ``n_people``) against their members (the patients of either release, with their real images) and controls
+    (held-out patients, other names); the threshold's scale comes from ``scale_images`` of other patients.
+
+    Returns the report entry: the residual-risk row (members vs controls, Wilson over patients), the threshold with
+    its scale, and the counts of patients: recovered (some difference within the threshold), shown alone (some record
+    within it), recovered beyond (recovered, by a difference at most half as far as the nearest record: the attack's
+    success), with the median RMS difference of the members' best difference where it succeeds.
+    """
+    threshold = threshold_entry(scale_images, scale_patients, fraction, side=side)
+    mp, cp = np.asarray(member_patients).astype(str), np.asarray(control_patients).astype(str)
+    if set(mp) & set(cp):
+        raise ValueError("a patient is both a member and a control")
+    images = torch.cat([torch.as_tensor(np.asarray(member_images)), torch.as_tensor(np.asarray(control_images))])
+    space = Space(images, np.concatenate([mp, cp]), side=side)
+    a, b = space.released(release_a, people_a), space.released(release_b, people_b)
+    return attack_pair(space, a, b, members=set(mp), controls=set(cp), threshold=threshold, confidence=confidence,
+                       max_gap=max_gap)

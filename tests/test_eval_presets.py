@@ -50,6 +50,12 @@ def test_summary_is_one_flat_record_per_number():
     assert by[("utility: grade", "kappa")]["value"] == 0.7 and by[("utility: grade", "kappa")]["n"] == 30
     assert ("verdict", "utility_kept grade kappa") in by and len(recs) == 7
 
+    diff = {"releases": ["k2", "k3"], "risk": {"residual_risk": {"risk": 0.2, "ci": [0.1, 0.3]}, "n": 30}}
+    res = _result()
+    res.differencing = [diff]
+    (row,) = [r for r in res.summary() if r["attack"] == "differencing"]
+    assert (row["release"], row["value"], row["lo"], row["n"]) == ("k2 + k3", 0.2, 0.1, 30)
+
 
 def test_to_frame_needs_pandas():
     res = _result()

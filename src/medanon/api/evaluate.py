@@ -95,6 +95,8 @@ class EvaluationResult:
     attacks (as in ``report.json``; docs/evaluation.md explains every number). ``comparisons``: one entry per
     pair of releases named in ``utility.compare`` and task (``report.json`` ``comparisons``): both releases'
     utility on the same held-out images and the difference a - b with a paired patient bootstrap interval.
+    ``differencing``: one entry per two releases of the same people (``report.json`` ``differencing``): the patients
+    a difference of their records recovers, against held-out controls.
     """
 
     releases: list[dict[str, Any]]
@@ -107,6 +109,7 @@ class EvaluationResult:
     html: str = field(repr=False)                        # the self-contained HTML report
     out: Path | None = None                              # where the harness wrote it (None: a temporary folder)
     comparisons: list[dict[str, Any]] = field(default_factory=list)   # release vs release utility (utility.compare)
+    differencing: list[dict[str, Any]] = field(default_factory=list)  # two releases of the same people, differenced
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-ready dict (what ``report.json`` holds)."""
@@ -144,7 +147,8 @@ class EvaluationResult:
         ...), ``verdict``, ``fidelity`` or ``utility: <task>``; ``lo`` / ``hi`` the 95 % interval (None where there
         is none); ``valid`` / ``reason`` the row's validity (attacks and the verdict; True for fidelity and utility).
         A comparison of two releases (``utility.compare``) gives rows with ``release`` ``"<a> - <b>"`` and ``attack``
-        ``utility difference: <task>``: the difference a - b of each metric, ``n`` the held-out images.
+        ``utility difference: <task>``: the difference a - b of each metric, ``n`` the held-out images. Two releases
+        of the same people differenced give a row with ``release`` ``"<a> + <b>"`` and ``attack`` ``differencing``.
 
         Example:
             >>> r = EvaluationResult(releases=[{"name": "k2", "attacks": {}, "fidelity": {"fid": {"value": 9.0,
@@ -154,7 +158,9 @@ class EvaluationResult:
             ('fid', 9.0)
         """
         return [rec for r in self.releases for rec in _summary(r)] + \
-            [rec for c in self.comparisons for rec in _comparison_summary(c)]
+            [rec for c in self.comparisons for rec in _comparison_summary(c)] + \
+            [_record(" + ".join(d["releases"]), "differencing", "residual_risk", d["risk"]["residual_risk"]["risk"],
+                     d["risk"]["residual_risk"]["ci"], d["risk"]["n"]) for d in self.differencing]
 
     def to_frame(self):
         """:meth:`summary` as a pandas DataFrame (one row per number); needs pandas."""
@@ -341,7 +347,8 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
                             real=report.get("real", {}), phantom=bool(report.get("phantom")),
                             notes=list(report.get("notes", [])), seconds=float(report.get("seconds", 0.0)),
                             report=report, html=html, out=Path(out) if out is not None else None,
-                            comparisons=list(report.get("comparisons", [])))
+                            comparisons=list(report.get("comparisons", [])),
+                            differencing=list(report.get("differencing", [])))
 
 
 def _check_folders_first(out, cache_dir, real_dir, splits, tmp_dir) -> None:

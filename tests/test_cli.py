@@ -84,6 +84,8 @@ def test_demo_runs_and_resumes(tmp_path: Path, runner, monkeypatch):
     r = runner.invoke(cli, args)
     assert r.exit_code == 0, r.output
     assert "PHANTOM" in r.output
+    # the library's warnings speak the flags of the command the demo prints beside them
+    assert "(--basis-from DIR)" in r.output and "pca_basis=" not in r.output
     for f in ("config.yaml", "manifest.json", "metrics.jsonl", "summary.json", "splits_fundus.csv",
               "splits_xray.csv", "releases/kpixel-k10/labels.csv", "releases/snow-p0.5/labels.csv",
               "releases/dpglow-eps1e1/labels.csv", "releases/ksalsa-k5/labels.csv", "releases/inverted/labels.csv",

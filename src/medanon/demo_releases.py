@@ -74,9 +74,25 @@ def _release(command: str, dest: Path, make: Callable[[], Release], made: Made) 
     if dest.exists() and not made.remake:
         click.echo("  (done already)")
         return
+    from medanon.cli.library import library_call
+
     t0 = time.perf_counter()
-    make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"), overwrite=made.remake)
+    with library_call(command_flags(command)):      # its warnings in the words of the command printed above
+        make().save(dest, mapping=dest.with_name(dest.name + ".mapping.json"), overwrite=made.remake)
     made.times[dest.name] = round(time.perf_counter() - t0, 2)
+
+
+def command_flags(command: str) -> dict[str, str]:
+    """The flags of the ``medanon anonymize`` command ``command`` (e.g. ``"anonymize kpca --data D --k 2"``) for
+    the library's parameter words its warnings use (``pca_basis=dataset`` -> ``--basis-from DIR``)."""
+    from medanon.cli import anonymize_dp, anonymize_gmia, anonymize_ksame, anonymize_snow
+    from medanon.cli.library import RELEASE_FLAGS
+
+    by = {**dict.fromkeys(("kpixel", "kpca", "kcentroid", "ksalsa", "inverted"), anonymize_ksame.FLAGS),
+          "gmia": anonymize_gmia.FLAGS, **dict.fromkeys(("dpglow", "ldp-image"), anonymize_dp.FLAGS),
+          **dict.fromkeys(("snow", "vs-snow"), anonymize_snow.FLAGS)}
+    words = command.split()
+    return {**RELEASE_FLAGS, **by.get(words[1] if len(words) > 1 else "", {})}
 
 
 def releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, made: Made) -> list[Path]:

@@ -98,6 +98,31 @@ def test_resume_after_interruption(tmp_path: Path, source):
         ReleaseWriter(out, **settings)
 
 
+def test_a_resume_keeps_the_mapping_the_first_run_was_asked_for(tmp_path: Path, source):
+    """A release started with a private mapping and resumed without one would have none (and none can be made
+    later): refused, naming the file; resumed with a mapping, even at another path, it completes with one."""
+    _, records = source
+    out, first, later = tmp_path / "rel", tmp_path / "private" / "map.json", tmp_path / "elsewhere.json"
+    settings = dict(method="toy", params={"p": 0.1}, privacy={}, labels=["grade"])
+    with pytest.raises(KeyboardInterrupt):
+        with ReleaseWriter(out, **settings, mapping=first) as rel:
+            for i, r in enumerate(records):
+                if i == 3:
+                    raise KeyboardInterrupt
+                rel.add(r.record_id, torch.zeros(3, 8, 8), [r])
+    for overwrite in (False, True):
+        with pytest.raises(ConfigError, match="started with a private mapping") as e:
+            ReleaseWriter(out, **settings, overwrite=overwrite)
+        assert str(first) in str(e.value) and "rel.partial" in e.value.fix
+    with ReleaseWriter(out, **settings, mapping=later) as rel:
+        assert len(rel) == 3
+        for r in records:
+            if not rel.done(r.record_id):
+                rel.add(r.record_id, torch.zeros(3, 8, 8), [r])
+    assert later.is_file() and not first.exists()
+    assert len(json.loads(later.read_text())["records"]) == len(records)
+
+
 def test_mapping_inside_release_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="outside"):
         ReleaseWriter(tmp_path / "rel", method="x", params={}, privacy={}, labels=[],

@@ -179,7 +179,8 @@ class ReleaseWriter:
         self.phantom = phantom
         self.entries: dict[str, dict[str, Any]] = {}
         self._head = {"settings": self.settings, "source": self.source, "models": self.models,
-                      "seeds": self.seeds, "guarantee": self.privacy.get("guarantee")}
+                      "seeds": self.seeds, "guarantee": self.privacy.get("guarantee"),
+                      "mapping": str(self.mapping) if self.mapping is not None else None}
         if self.partial.exists() and not self.partial.is_dir():
             raise OutputExistsError(f"{self.partial} exists and is not a folder",
                                     fix=f"move {self.partial} away: medanon keeps interrupted releases there")
@@ -226,10 +227,18 @@ class ReleaseWriter:
             return {}
 
     def _same_settings(self) -> bool:
-        return self._journal_head() == json.loads(json.dumps(self._head, default=_json_default))
+        """The journal's head is this run's, but for where the mapping goes (a resume may write it elsewhere)."""
+        head, now = self._journal_head(), json.loads(json.dumps(self._head, default=_json_default))
+        return {k: v for k, v in head.items() if k != "mapping"} == {k: v for k, v in now.items() if k != "mapping"}
 
     def _load_journal(self) -> None:
         head = self._journal_head()
+        if head.get("mapping") and self.mapping is None:
+            raise ConfigError(f"{self.partial} holds an interrupted release that was started with a private mapping "
+                              f"({head['mapping']}); resumed without one, the release would have none, and a mapping "
+                              "cannot be made afterwards",
+                              fix=f"resume with mapping={head['mapping']} (or another mapping file), or delete "
+                                  f"{self.partial} to start over without one")
         now = json.loads(json.dumps(self.settings, default=_json_default))
         if head.get("settings") != now:
             raise ConfigError(f"{self.partial} holds an interrupted release with other settings: "

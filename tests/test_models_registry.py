@@ -130,3 +130,10 @@ def test_the_shipped_table_is_the_checkpoints_folder_and_names_a_copy_anywhere(t
     r = CliRunner().invoke(cli, ["models"])
     assert r.exit_code == 0 and "shipped (public): unet-vessels64.pt" in r.output
     assert "not a shipped checkpoint" in r.output
+
+    # a dangling link among them is listed as such; the others are still listed
+    (mine / "dangling.pt").symlink_to(tmp_path / "nowhere.pt")
+    found = {m.name: m for m in list_models() if m.path.parent == mine}
+    assert found["dangling.pt"].kind.startswith("unreadable: a link to") and found["dangling.pt"].shipped is None
+    r = CliRunner().invoke(cli, ["models"])
+    assert r.exit_code == 0 and "does not exist" in r.output and "my-segmenter.pt" in r.output

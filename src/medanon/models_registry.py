@@ -101,7 +101,7 @@ class ModelInfo:
         """The shipped (public) checkpoint this file is, by digest, whatever its name or folder; None if none."""
         from medanon.models_shipped import shipped_name
 
-        return shipped_name(self.sha256)
+        return shipped_name(self.sha256) if self.sha256 else None
 
 
 def list_models() -> list[ModelInfo]:
@@ -114,13 +114,20 @@ def list_models() -> list[ModelInfo]:
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.pt")):
+            if not path.is_file():                  # a dangling link, or a folder named *.pt: listed, not read
+                where = f"a link to {os.readlink(path)}, which does not exist" if path.is_symlink() else "not a file"
+                out.append(ModelInfo(path.name, path, 0, "", f"unreadable: {where}", shadowed=path.name in seen))
+                continue
             try:
                 blob = load_checkpoint(path)
                 kind, sha = str(blob.get("kind")), blob["sha256"]
             except ConfigError:
                 from medanon.fsutil import sha256_file
 
-                kind, sha = "not a medanon checkpoint", sha256_file(path)
+                try:
+                    kind, sha = "not a medanon checkpoint", sha256_file(path)
+                except OSError as e:
+                    kind, sha = f"unreadable: {e.strerror or e}", ""
             out.append(ModelInfo(path.name, path, path.stat().st_size, sha, kind, shadowed=path.name in seen))
             seen.add(path.name)
     return out

@@ -45,6 +45,9 @@ def models(as_json: bool) -> None:
     width = max(len(m.name) for m in found)
     for m in sorted(found, key=lambda m: (not defaults_of(m.name), m.shadowed)):   # the defaults first
         roles = defaults_of(m.name)
+        if not m.sha256:                            # a dangling link or an unreadable file: said, and skipped
+            click.echo(f"{m.name:<{width}}  {m.kind}\n{'':<{width}}  {m.path}")
+            continue
         click.echo(f"{m.name:<{width}}  {m.kind:<20} {m.bytes / 1e6:6.1f} MB  sha256 {m.sha256}"
                    + ("  (shadowed)" if m.shadowed else "") + f"\n{'':<{width}}  {m.path}")
         if roles and not m.shadowed:

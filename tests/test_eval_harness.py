@@ -293,7 +293,8 @@ def test_loud_warnings(world, tmp_path):
     with_ckpt = replace(cfg, fidelity=replace(cfg.fidelity, inception=True),
                         attacks=replace(cfg.attacks, identity_checkpoint=str(ckpt)))
     text = " ".join(_warnings(with_ckpt, [rel], n_fid={rel.name: 8}))
-    for what in ("bias dominates", "single seed", "no private mapping", "optimised against the very"):
+    for what in ("bias dominates", "single seed", "no private mapping", "nothing ties the release to this real data",
+                 "optimised against the very"):
         assert what in text, what
     for params in ({"losses": "id+ut", "steps": 0}, {"losses": "ut", "steps": 10}):   # never optimised against it
         rel.manifest["params"] = params

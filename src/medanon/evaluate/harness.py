@@ -219,7 +219,9 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
     for r in rels:
         if r.sources is None:
             out.append(f"release {r.name}: no private mapping, so membership, linkability and singling-out are not "
-                       f"measured (the attacks that need ground truth of who is in which record)")
+                       f"measured (the attacks that need ground truth of who is in which record), and nothing ties "
+                       f"the release to this real data (the public manifest holds no fingerprint of its sources): "
+                       f"were it made from other images, the other attacks would measure strangers")
     shared = shared_people(rels)
     if shared:
         out.append(f"releases {', '.join(shared)} are made from images of the same people (their mappings share "

@@ -174,3 +174,12 @@ def test_a_fundus_only_setting_leaves_the_xray_releases_alone(tmp_path: Path):
     demo.record_releases_made(out, "fundus", a)
     demo.record_releases_made(out, "xray", a)
     assert demo.stale_modalities(out, demo.DemoConfig(patients=30, ksalsa_steps=50, checkpoints="ck")) == {"fundus"}
+
+
+def test_the_demo_command_offers_only_what_the_demo_accepts():
+    """--help's ranges are the demo's own: the fewest patients it takes, and the shipped checkpoints' size."""
+    from medanon.cli.demo import demo as command
+
+    opts = {p.name: p for p in command.params}
+    assert opts["patients"].type.min == demo.MIN_PATIENTS and str(demo.MIN_PATIENTS_EVALUATED) in opts["patients"].help
+    assert opts["size"].type.min == opts["size"].type.max == demo.DemoConfig().size == 64

@@ -13,9 +13,12 @@ from medanon.cli.words import speaks_flags
 @cli.command(context_settings=CONTEXT)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-output"),
               help="Run directory for everything the demo writes.")
-@click.option("--patients", type=click.IntRange(min=2), default=200, help="Phantom patients per modality.")
+@click.option("--patients", type=click.IntRange(min=20), default=200,
+              help="Phantom patients per modality: at least 20, and 30 for the evaluation.")
 @click.option("--per-patient", type=click.IntRange(min=1), default=4, help="Acquisitions per patient.")
-@click.option("--size", type=click.IntRange(16, 1024), default=64, help="Image side in pixels.")
+@click.option("--size", type=click.IntRange(64, 64), default=64,
+              help="Image side in pixels: 64, the size of the shipped checkpoints (other sizes need models trained "
+                   "at that size with `medanon train`).")
 @click.option("--seed", type=int, default=0, help="Random seed for everything the demo does.")
 @click.option("--ksalsa-steps", type=click.IntRange(min=0), default=100, help="Adam steps per k-SALSA cluster.")
 @click.option("--gmia-steps", type=click.IntRange(min=0), default=None,

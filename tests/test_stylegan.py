@@ -229,6 +229,24 @@ def test_retune_changes_training_settings_of_a_resumed_run_and_records_them(tmp_
     assert load_checkpoint(again)["extra"]["config_changes"] == after["extra"]["config_changes"]
 
 
+def test_a_run_resumes_only_on_images_of_its_modality(tmp_path: Path):
+    """retune may change the training images, not what the model is of: a fundus run continued on X-rays (made RGB
+    by the loader) is refused; the modality is recorded with the images, and a run that recorded none resumes."""
+    torch.manual_seed(0)
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    cfg = tiny()
+    part = train_stylegan(images, cfg, tmp_path / "run", steps=1, progress=False, modality="fundus")
+    assert load_checkpoint(part)["extra"]["training_images"]["modality"] == "fundus"
+    other = torch.rand(12, 3, 16, 16) * 2 - 1
+    with pytest.raises(ConfigError, match="trained on fundus images; these are xray images"):
+        train_stylegan(other, cfg, tmp_path / "run", steps=2, resume=True, retune=True, progress=False,
+                       modality="xray")
+    kept = train_stylegan(images, cfg, tmp_path / "run", steps=2, resume=True, progress=False)  # none given: kept
+    assert load_checkpoint(kept)["extra"]["training_images"]["modality"] == "fundus"
+    train_stylegan(other, cfg, tmp_path / "run", steps=3, resume=True, retune=True, progress=False,
+                   modality="fundus")
+
+
 def test_retune_changes_the_batch_and_images_seen_are_counted(tmp_path: Path):
     """A CPU run continued at a GPU's larger batch: kimg counts the images each step actually saw, in the
     checkpoint, the metrics and the manifest, and the change is recorded."""

@@ -85,7 +85,8 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
             path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
                                   checkpoint_every=checkpoint_every,
                                   sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
-                                  command="medanon train gan", dist=dist, accumulation=accum)
+                                  command="medanon train gan", dist=dist, accumulation=accum,
+                                  modality=ds.modality)
             if dist.is_main:
                 click.echo(f"wrote {path}")
                 if export is not None:

@@ -381,7 +381,7 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
                    checkpoint_every: int = 500,
                    sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
                    progress: bool = True, command: str = "train gan", dist: Dist | None = None,
-                   accumulation: int = 1) -> Path:
+                   accumulation: int = 1, modality: str | None = None) -> Path:
     """Train StyleGAN2-ADA on ``images`` (N, C, H, W) in [-1, 1] until ``steps`` steps of ``cfg.batch`` images.
 
     Writes the run directory described in the module docstring to ``out`` and returns the path of the
@@ -395,7 +395,8 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
 
     ``dist`` (from :func:`medanon.train.distributed.init_distributed`, under torchrun) and
     ``accumulation`` split each step's ``cfg.batch`` images into shards (see :class:`StyleGANTrainer`);
-    every rank calls this function, rank 0 alone writes the run directory.
+    every rank calls this function, rank 0 alone writes the run directory. ``modality`` (the dataset's, where
+    known) is recorded with the training images; a resume on another modality is refused, even with ``retune``.
     """
     validate(cfg)
     dist = dist or Dist(device=torch.device(device))
@@ -407,10 +408,15 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     if retune and not resume:
         raise ConfigError("retune=True changes the settings of a resumed run", fix="pass resume=True as well")
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
+    if modality:
+        trainer.training_images["modality"] = modality
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND)   # on the CPU: random states must be; load_state_dict moves
         changes = resume_changes(cfg, blob, retune=retune)
         changes += training_images_change(blob, trainer.training_images, retune=retune)
+        known = (blob["extra"].get("training_images") or {}).get("modality")
+        if known and "modality" not in trainer.training_images:      # kept when not given again
+            trainer.training_images["modality"] = known
         trainer.load(blob)
         trainer.config_changes += changes
         if dist.is_main:

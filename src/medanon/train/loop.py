@@ -56,10 +56,17 @@ def training_images_digest(images: torch.Tensor) -> dict[str, Any]:
 def training_images_change(blob: dict[str, Any], digest: dict[str, Any], *,
                            retune: bool | None = None) -> list[dict[str, Any]]:
     """Refuse to resume a run on other training images than its checkpoint's, unless ``retune`` (for trainers that
-    accept it; None: they do not): then the change is returned as a ``config_changes`` record. A checkpoint from
-    before images were recorded cannot be checked and is accepted."""
+    accept it; None: they do not): then the change is returned as a ``config_changes`` record. Images of another
+    modality than the checkpoint's (where both are recorded) are refused even then. A checkpoint from before images
+    were recorded cannot be checked and is accepted."""
     saved = blob["extra"].get("training_images")
-    if saved is None or saved == digest:
+    if saved is None:
+        return []
+    was, now = saved.get("modality"), digest.get("modality")
+    if was and now and was != now:                  # even with retune: another modality is another model
+        raise ConfigError(f"checkpoint {blob['path']} was trained on {was} images; these are {now} images",
+                          fix=f"train a {now} model in a new run (another out folder)")
+    if all(saved.get(k) == digest.get(k) for k in ("count", "sha256_uint8")):
         return []
     what = (f"checkpoint {blob['path']} was trained on other images ({saved['count']} images, sha256 "
             f"{saved['sha256_uint8'][:12]}...) than these ({digest['count']} images, {digest['sha256_uint8'][:12]}...)")

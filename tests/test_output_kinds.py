@@ -103,8 +103,15 @@ def test_an_evaluation_refused_for_its_inputs_leaves_no_output(tmp_path):
 
 
 def test_a_demo_too_small_for_its_k_is_refused_before_any_work(tmp_path):
+    from medanon.demo import run_demo
+    from medanon.errors import ConfigError
+
     r = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--patients", "5", "--skip-evaluation"])
-    assert r.exit_code != 0 and "at least 20 patients" in r.output and "--patients 20" in r.output, r.output
+    assert r.exit_code == 2 and "x>=20" in r.output, r.output                 # --help's range
+    r = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--patients", "25"])
+    assert r.exit_code == 1 and "at least 30 patients" in r.output and "--patients 30" in r.output, r.output
+    with pytest.raises(ConfigError, match="at least 20 patients"):
+        run_demo(tmp_path / "d", patients=5, evaluation=False)
     assert not (tmp_path / "d").exists()
 
 
@@ -223,3 +230,14 @@ def test_a_demo_too_small_for_its_evaluation_is_refused_before_any_work(tmp_path
     r = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--patients", "25", "--no-inception"])
     assert r.exit_code != 0 and "at least 30 patients" in r.output and "--patients 30" in r.output, r.output
     assert not (tmp_path / "d").exists()
+
+
+def test_a_dangling_link_as_output_is_named_as_such(tmp_path):
+    """An --out that is a link to nothing is refused as a dangling link (not as "not a folder"), and the place it
+    points to is not created."""
+    link = tmp_path / "dl"
+    link.symlink_to(tmp_path / "elsewhere")
+    for kind in ("dir", "file"):
+        with pytest.raises(UnsafeOutputError, match="is a link to .*elsewhere, which does not exist"):
+            check_output(link, inputs=[], kind=kind, name="--out")
+    assert not (tmp_path / "elsewhere").exists() and link.is_symlink()

@@ -249,6 +249,10 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
     what = what if what is not None else _what(kind, name)
     target, resolved = check_not_an_input(out, inputs=inputs, name=name)
     if out.exists() or out.is_symlink():
+        if out.is_symlink() and not out.exists():
+            raise UnsafeOutputError(f"{name} {out} is a link to {os.readlink(out)}, which does not exist: medanon "
+                                    "does not write through a dangling link",
+                                    fix=f"choose another {name}, or remove the link yourself")
         if kind == "dir" and not out.is_dir():
             raise UnsafeOutputError(f"{name} {out} exists and is not a folder",
                                     fix=f"choose another {name}, or move that file away yourself")

@@ -241,3 +241,15 @@ def test_a_dangling_link_as_output_is_named_as_such(tmp_path):
         with pytest.raises(UnsafeOutputError, match="is a link to .*elsewhere, which does not exist"):
             check_output(link, inputs=[], kind=kind, name="--out")
     assert not (tmp_path / "elsewhere").exists() and link.is_symlink()
+
+
+def test_the_runs_own_checkpoint_is_no_export_path(tmp_path):
+    """--export OUT/checkpoint.pt is refused before any work as the run's own checkpoint (not as an input), for the
+    trainers that export."""
+    data = make_phantom(tmp_path / "fundus", patients=2, per_patient=1, size=32)
+    run = tmp_path / "run"
+    for cmd in (["train", "gan", "--data", str(data), "--config", str(TINY), "--steps", "1"],
+                ["train", "segmenter", str(data), "--epochs", "1"]):
+        r = CliRunner().invoke(cli, [*cmd, "--out", str(run), "--export", str(run / "checkpoint.pt")])
+        assert r.exit_code == 1 and "is the run's own checkpoint" in r.output, r.output
+        assert not run.exists()

@@ -141,6 +141,24 @@ def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, read
                          what=what[0] if what else None, can_overwrite=can_overwrite)
 
 
+def check_export_is_not_the_run(export, out, name: str = "--export") -> None:
+    """Refuse an export path that is the run's own ``checkpoint.pt`` in ``out`` (compared as files where both
+    exist), which every save of the run replaces: said as such, not as an input."""
+    import os
+    from pathlib import Path
+
+    from medanon.outputs import UnsafeOutputError
+
+    if export is None:
+        return
+    own = Path(out) / "checkpoint.pt"
+    same = os.path.abspath(export) == os.path.abspath(own) or (
+        Path(export).exists() and own.exists() and os.path.samefile(export, own))
+    if same:
+        raise UnsafeOutputError(f"{name} {export} is the run's own checkpoint ({own}), which every save of the run "
+                                "replaces", fix=f"export to a file outside the run folder, e.g. {name} model.pt")
+
+
 def to_json(obj) -> str:
     """``obj`` as strict JSON for the terminal (:func:`medanon.fsutil.strict_json`: NaN and infinities as ``null``)."""
     from medanon.fsutil import strict_json

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, check_outputs, train
+from medanon.cli.base import CONTEXT, check_export_is_not_the_run, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
@@ -163,6 +163,7 @@ def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, 
     reads = (*reads, eval_dir)
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=reads, existing_ok=True)
     _check_heldout(data_dir, eval_dir)
+    check_export_is_not_the_run(export_path, out)
     check_outputs((export_path, "file", "--export", f"checkpoint:{kind}"), data_dir=data_dir, opts=data_opts,
                   reads=[*reads, out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:

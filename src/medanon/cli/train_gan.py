@@ -52,10 +52,11 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     """
     import torch
 
-    from medanon.cli.base import check_outputs
+    from medanon.cli.base import check_export_is_not_the_run, check_outputs
     from medanon.outputs import check_own_export, record_export
 
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, existing_ok=True)
+    check_export_is_not_the_run(export, out)
     check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir,
                   reads=[out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, check_outputs, train
+from medanon.cli.base import CONTEXT, check_export_is_not_the_run, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 from medanon.fsutil import atomic_write_bytes
@@ -52,6 +52,7 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
 
     reads = [images_pair, masks_pair]
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=opts, reads=reads, existing_ok=True)
+    check_export_is_not_the_run(export, out)
     check_outputs((export, "file", "--export", "checkpoint:vessel-segmenter"), data_dir=data_dir, opts=opts,
                   reads=[*reads, out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:

@@ -278,3 +278,22 @@ def test_without_a_mapping_the_manifests_modality_still_tells_a_wrong_source(tmp
     with pytest.raises(DataError, match=r"was made from fundus images .* holds xray images"):
         evaluate(xray, [out], tmp_path / "report", config=EvalConfig.tiny(size=16), progress=False)
     assert not (tmp_path / "report").exists()
+
+
+def test_an_image_of_nan_or_inf_is_never_released(tmp_path: Path, source):
+    """A diverged method's NaN image would become an all-black PNG: refused, naming the record; nothing of it is
+    written, and k-SALSA's learning rate must be finite."""
+    from medanon.anonymize.salsa import SalsaConfig
+
+    _, records = source
+    out = tmp_path / "rel"
+    with pytest.raises(ConfigError, match="holds NaN or infinite values"):
+        with ReleaseWriter(out, method="toy", params={}, privacy={}, labels=[]) as rel:
+            rel.add("fine", torch.zeros(3, 8, 8), records[:1])
+            bad = torch.zeros(3, 8, 8)
+            bad[0, 0, 0] = float("nan")
+            rel.add("diverged", bad, records[1:2])
+    assert not out.exists() and len(list((tmp_path / "rel.partial" / "images").iterdir())) == 1
+    for lr in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ConfigError, match="must be a positive number"):
+            SalsaConfig(lr=lr).validate()

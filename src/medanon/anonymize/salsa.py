@@ -36,6 +36,7 @@ of them); their source Grams and content targets are computed once, before the s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,8 +72,8 @@ class SalsaConfig:
             raise ConfigError(f"λ = {self.lam} must be in [0, 1] (content weight; style gets 1 − λ)")
         if self.steps < 0:
             raise ConfigError(f"steps={self.steps} must not be negative")
-        if self.lr <= 0:
-            raise ConfigError(f"lr={self.lr} must be positive")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr={self.lr} must be a positive number", fix="e.g. lr=0.01")
         if self.rows not in ROWS:
             raise ConfigError(f"rows={self.rows!r} must be one of {', '.join(ROWS)}",
                               fix="rows='all' optimises the whole latent; 'styles' keeps a spatial map fixed")

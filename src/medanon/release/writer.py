@@ -102,6 +102,12 @@ def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np
     then its line in the private journal ``journal``. Returns the journal entry."""
     if not sources:
         raise ValueError("a released record must stand for at least one source")
+    finite = torch.isfinite(image).all() if isinstance(image, torch.Tensor) else np.isfinite(np.asarray(image)).all()
+    if not finite:                                  # cast to 8 bits, NaN would become a black image, silently
+        raise ConfigError(f"the image of release record {key!r} holds NaN or infinite values: the method diverged "
+                          "(e.g. a learning rate too large), and such an image is not released",
+                          fix="rerun with other settings (the records written so far are kept for a resume with the "
+                              "same settings; delete the .partial folder to start over with others)")
     name = secrets.token_hex(8) + ".png"
     atomic_write_bytes(partial / "images" / name, _png(image_to_uint8(image)))
     entry = {

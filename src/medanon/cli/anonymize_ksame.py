@@ -29,7 +29,7 @@ FLAGS = {"features='vgg19', features_weights=PATH (k-SALSA)": "--features vgg19 
          "release_labels": "--release-labels", "open the dataset with size=": "pass --size ",
          "pca_basis=dataset": "--basis-from DIR", "pca_basis=": "--set pca_basis=", "k=": "--k ",
          "use k = ": "use --k ", "drop_remainder=True": "--drop-remainder", "needs features": "needs --features",
-         "pca_components=": "--pca-components ", "space=": "--set space=",
+         "pca_components=": "--pca-components ", "space=": "--set space=", "lr=": "--lr ", "steps=": "--steps ",
          "open both datasets with the same size= and channels=": "read both with the same --size and --channels",
          **RELEASE_FLAGS}
 AMP_FLAGS = {"amp='fp16'": "--amp fp16", "use amp='bf16'": "use --amp bf16", "amp=": "--amp "}

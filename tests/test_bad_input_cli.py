@@ -81,7 +81,7 @@ def test_an_image_never_takes_the_mask_of_another_image_of_its_patient(tmp_path)
 
 @pytest.mark.parametrize("args, said", [
     (["anonymize", "kcentroid", "DATA", "--k", "2", "--view-sigma", "nan"], "view_sigma=nan is not a number"),
-    (["anonymize", "ksalsa", "DATA", "--k", "2", "--lr", "nan"], "lr=nan is not a number"),
+    (["anonymize", "ksalsa", "DATA", "--k", "2", "--lr", "nan"], "--lr nan is not a number"),
     (["anonymize", "gmia", "DATA", "--lambda-id", "inf"], "must be finite"),
     (["anonymize", "gmia", "DATA", "--lambda-id", "nan"], "--lambda-id nan is not a number"),
 ])

@@ -17,6 +17,8 @@ def test_in_memory_example_runs(tmp_path, monkeypatch, capsys):
     assert ns["released"].shape[1:] == (3, 64, 64) and len(ns["kc"]) == ns["released"].shape[0]
     names = sorted(r["name"] for r in ns["res"].releases)
     assert names == ["kcentroid-0", "snow-1"]
-    assert ns["rows"] and {r["release"] for r in ns["rows"]} == {"kcentroid-0", "snow-1"}
+    assert ns["rows"] and {r["release"] for r in ns["rows"] if r["attack"] != "differencing"} == {"kcentroid-0",
+                                                                                                  "snow-1"}
+    assert {r["release"] for r in ns["rows"] if r["attack"] == "differencing"} == {"kcentroid-0 + snow-1"}
     assert "kcentroid-0" in capsys.readouterr().out
     assert not list(tmp_path.glob("medanon-eval-*"))          # nothing of the evaluation's temporary folder is left

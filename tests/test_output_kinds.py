@@ -238,7 +238,7 @@ def test_a_dangling_link_as_output_is_named_as_such(tmp_path):
     link = tmp_path / "dl"
     link.symlink_to(tmp_path / "elsewhere")
     for kind in ("dir", "file"):
-        with pytest.raises(UnsafeOutputError, match="is a link to .*elsewhere, which does not exist"):
+        with pytest.raises(UnsafeOutputError, match=r"is a link to .*elsewhere, which does not exist"):
             check_output(link, inputs=[], kind=kind, name="--out")
     assert not (tmp_path / "elsewhere").exists() and link.is_symlink()
 

@@ -123,6 +123,30 @@ def test_a_resume_keeps_the_mapping_the_first_run_was_asked_for(tmp_path: Path, 
     assert len(json.loads(later.read_text())["records"]) == len(records)
 
 
+def test_a_torchrun_ranks_records_are_kept_when_the_mapping_moves(tmp_path: Path, source):
+    """A record another process of a sharded run finished (its rank journal carries the run's head) is taken in
+    by a resume that writes the mapping elsewhere: the heads differ only in where the mapping goes."""
+    from medanon.release.writer import JOURNAL, write_record
+
+    _, records = source
+    out = tmp_path / "rel"
+    settings = dict(method="toy", params={"p": 0.1}, privacy={}, labels=["grade"])
+    with pytest.raises(KeyboardInterrupt):
+        with ReleaseWriter(out, **settings, mapping=tmp_path / "first.json") as rel:
+            rel.add(records[0].record_id, torch.zeros(3, 8, 8), [records[0]])
+            partial = rel.partial
+            head = (partial / JOURNAL).read_text(encoding="utf-8").splitlines()[0]
+            (partial / ".journal.rank1.jsonl").write_text(head + "\n", encoding="utf-8")
+            write_record(partial, ".journal.rank1.jsonl", records[1].record_id, torch.zeros(3, 8, 8), [records[1]],
+                         ["grade"])
+            raise KeyboardInterrupt
+    with ReleaseWriter(out, **settings, mapping=tmp_path / "second.json") as rel:
+        assert {records[0].record_id, records[1].record_id} <= set(rel.entries)
+        for r in records[2:]:
+            rel.add(r.record_id, torch.zeros(3, 8, 8), [r])
+    assert len(read_release(out)[1]) == len(records)
+
+
 def test_mapping_inside_release_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="outside"):
         ReleaseWriter(tmp_path / "rel", method="x", params={}, privacy={}, labels=[],

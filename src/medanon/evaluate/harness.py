@@ -12,7 +12,7 @@ A release is written by :class:`medanon.release.ReleaseWriter` from the *source*
 of the real data, with its private mapping at ``<release>.mapping.json`` (``mapping=`` argument of
 the writer); the demo is a thin caller::
 
-    from medanon.evaluate.config import EvalConfig, result_key
+    from medanon.evaluate.config import EvalConfig
     from medanon.evaluate.harness import evaluate
 
     evaluate("demo-output/data/fundus", ["demo-output/releases/ksalsa-k5", ...], "demo-output/report-fundus",
@@ -218,8 +218,9 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
         out.append("utility uses a single seed: the reported sd is 0 and says nothing about training variance")
     for r in rels:
         if r.sources is None:
-            out.append(f"release {r.name}: no private mapping, so membership, linkability and singling-out are not "
-                       f"measured (the attacks that need ground truth of who is in which record), and nothing ties "
+            out.append(f"release {r.name}: no private mapping, so membership, linkability, singling-out and "
+                       f"differencing are not measured (the attacks that need ground truth of who is in which "
+                       f"record), and nothing ties "
                        f"the release to this real data (the public manifest holds no fingerprint of its sources): "
                        f"were it made from other images, the other attacks would measure strangers")
     shared = shared_people(rels)
@@ -249,7 +250,6 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
                        f"and its linkability and singling-out numbers are optimistic; change attacks.identity.seed")
         out += _independence(cfg, r.name, theirs)
     return out
-
 
 
 ATTACKER_CHECKPOINTS = ("identity_checkpoint", "independent_checkpoint", "siamese_checkpoint", "attribute_checkpoint")

@@ -122,6 +122,12 @@ def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np
     return entry
 
 
+def _but_mapping(head: dict[str, Any]) -> dict[str, Any]:
+    """A journal head without where the mapping goes: a resume may write the mapping elsewhere, so two heads that
+    differ only there are of one release."""
+    return {k: v for k, v in head.items() if k != "mapping"}
+
+
 class ReleaseWriter:
     """Collects released records and writes the release folder.
 
@@ -233,9 +239,8 @@ class ReleaseWriter:
             return {}
 
     def _same_settings(self) -> bool:
-        """The journal's head is this run's, but for where the mapping goes (a resume may write it elsewhere)."""
-        head, now = self._journal_head(), json.loads(json.dumps(self._head, default=_json_default))
-        return {k: v for k, v in head.items() if k != "mapping"} == {k: v for k, v in now.items() if k != "mapping"}
+        return _but_mapping(self._journal_head()) == _but_mapping(json.loads(json.dumps(self._head,
+                                                                                     default=_json_default)))
 
     def _load_journal(self) -> None:
         head = self._journal_head()
@@ -322,13 +327,13 @@ class ReleaseWriter:
         Called when a sharded run ends (rank 0 merges) and when an interrupted one is resumed (with any
         number of processes): a record a rank finished before the interruption is never recomputed.
         """
-        head = json.loads(json.dumps(self._head, default=_json_default))
+        head = _but_mapping(json.loads(json.dumps(self._head, default=_json_default)))
         taken = 0
         for path in sorted(self.partial.glob(RANK_JOURNAL_GLOB)):
             lines = path.read_text(encoding="utf-8").splitlines()
             same = False
             try:
-                same = bool(lines) and json.loads(lines[0]) == head
+                same = bool(lines) and _but_mapping(json.loads(lines[0])) == head
             except json.JSONDecodeError:
                 pass
             new = []

@@ -157,3 +157,19 @@ def test_summary_reads_headers_only_unless_decode(tmp_path: Path, runner):
     assert r.exit_code == 0 and "images    2" in r.output and "s2.png: unreadable" in r.output
     r = runner.invoke(cli, ["data", "summary", str(root), *opts, "--size", "16", "--decode"])
     assert r.exit_code == 1 and "s2.png" in r.output and "--skip-bad" in r.output
+
+
+def test_summary_lists_mixed_channel_counts_as_a_problem(tmp_path: Path, runner):
+    """A grey image in a colour set: the summary is printed, with the problem, its files and the fix, and exits 1;
+    with --channels there is no problem."""
+    from medanon import make_phantom
+
+    data = make_phantom(tmp_path / "ph", patients=3, per_patient=1, size=16)
+    grey = sorted((data / "images").iterdir())[1]
+    Image.open(grey).convert("L").save(grey)
+    r = runner.invoke(cli, ["data", "summary", str(data)])
+    assert r.exit_code == 1 and "patients 3" in r.output, r.output
+    assert "PROBLEM   the images have mixed channel counts" in r.output and grey.name in r.output
+    assert "--channels 3" in r.output and "channels=" not in r.output
+    r = runner.invoke(cli, ["data", "summary", str(data), "--channels", "3"])
+    assert r.exit_code == 0 and "PROBLEM" not in r.output, r.output

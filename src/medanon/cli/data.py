@@ -205,7 +205,8 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
     """Counts by label and patient, image sizes and problems of the dataset in DATA_DIR.
 
     Files the other commands would refuse (missing, unreadable, too large, outside the folder) are
-    refused here the same way; --skip-bad lists them instead.
+    refused here the same way; --skip-bad lists them instead. Images of mixed channel counts are listed as a
+    PROBLEM under the summary (exit status 1) unless --channels says what to make of them.
 
     \b
     Examples:
@@ -213,17 +214,29 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
       medanon data summary /data/eyepacs --decode --skip-bad
       medanon data summary /data/mine --labels /data/mine/labels.csv --image-col file --label-cols grade=dr_level,sex \\
           --patient-col subject"""
-    from medanon.data.dataset import drop_records, raise_for_problems, verify_decoding
+    from medanon.data.dataset import MixedChannels, drop_records, raise_for_problems, verify_decoding
     from medanon.data.summary import format_summary, summarize
 
-    ds = open_from_cli(data_dir, check_pixels=decode, **opts)      # headers only unless --decode
+    mixed = None
+    try:
+        ds = open_from_cli(data_dir, check_pixels=decode, **opts)      # headers only unless --decode
+    except MixedChannels as e:                  # a problem to list with the others: summarised as RGB
+        mixed = e
+        ds = open_from_cli(data_dir, check_pixels=decode, **{**opts, "channels": "3"})
     if decode:
         bad = verify_decoding(ds, progress=True)
         if bad and not opts["skip_bad"]:
             raise_for_problems(bad, root=data_dir)
         ds = drop_records(ds, bad)
     s = summarize(ds)
+    if mixed is not None:
+        from medanon.cli.library import translate
+        from medanon.cli.words import DATA_FLAGS
+
+        s["problems"] = [{"problem": mixed.message, "files": mixed.files, "fix": translate(mixed.fix, DATA_FLAGS)}]
     click.echo(json.dumps(s, indent=2) if as_json else format_summary(s))
+    if mixed is not None:                       # printed in full, and still a problem the other commands refuse
+        click.get_current_context().exit(1)
 
 
 @data.command("split", context_settings=CONTEXT)

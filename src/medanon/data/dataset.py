@@ -252,6 +252,10 @@ def raise_for_problems(problems: Sequence[Problem], *, root: Path) -> None:
                     fix=f"{fixes}; or pass skip_bad=True to leave these files out and continue")
 
 
+class MixedChannels(DataError):
+    """The images of a dataset have different channel counts and no ``channels=`` says what to make of them."""
+
+
 def resolve_channels(requested: int, modality: str | None, infos: Sequence[ImageInfo],
                      records: Sequence[Record]) -> int:
     """An explicit ``channels`` wins; else the images must agree, and the modality decides conversions."""
@@ -262,7 +266,7 @@ def resolve_channels(requested: int, modality: str | None, infos: Sequence[Image
         minority = min(counts, key=lambda c: counts[c])
         odd = [str(r.path) for r, i in zip(records, infos, strict=True) if i.channels == minority]
         desc = ", ".join(f"{n} with {c} channel{'s' if c > 1 else ''}" for c, n in sorted(counts.items()))
-        raise DataError(f"the images have mixed channel counts ({desc}); the {minority}-channel ones are:",
+        raise MixedChannels(f"the images have mixed channel counts ({desc}); the {minority}-channel ones are:",
                         files=odd, fix="pass channels=3 to convert every image to RGB, or channels=1 for "
                                        "grayscale (a grayscale image in a colour fundus set may be a red-free "
                                        "or angiography frame that does not belong)")

@@ -79,6 +79,12 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(head + f"min {e['min']:g}  mean {e['mean']:g}  max {e['max']:g}  sd {e['sd']:g}" + miss)
         else:
             lines.append(head + "all missing")
+    for p in s.get("problems", []):                 # found, not skipped: the other commands refuse the dataset
+        lines.append(f"PROBLEM   {p['problem']}")
+        lines += [f"  - {f}" for f in p["files"][:20]]
+        if len(p["files"]) > 20:
+            lines.append(f"  ... and {len(p['files']) - 20} more")
+        lines.append(f"  fix: {p['fix']}")
     if s["skipped"]:
         lines.append(f"skipped   {len(s['skipped'])} file(s):")
         lines += [f"  - {p}" for p in s["skipped"][:20]]

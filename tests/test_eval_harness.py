@@ -173,7 +173,8 @@ def test_releases_of_the_same_people_are_differenced(world, tmp_path):
     assert again["differencing"][0]["threshold"]["fraction"] == 0.05
     html = (tmp_path / "r" / "report.html").read_text()
     assert "Releases of the same people, differenced" in html and "<b>Together</b>: differencing n2 and n3" in html
-    assert "<b>Together</b>" not in (world["out"] / "report.html").read_text()     # nothing recovered there
+    quiet = (world["out"] / "report.html").read_text()                            # nothing recovered there
+    assert "<b>Together</b>" not in quiet and "2 pair(s) of releases recover nobody, member or control: noise" in quiet
 
 
 def test_release_without_mapping_runs_what_it_can(world):

@@ -18,7 +18,8 @@ CAPTION = ("For every two records whose n_people differ by one, (n_a·a − n_b�
 def differencing_section(rep: dict) -> str:
     rows = []
     entries = rep.get("differencing") or []
-    for d in entries:
+    nobody = [d for d in entries if not d["members"]["recovered"] and not d["controls"]["recovered"]]
+    for d in (d for d in entries if d not in nobody):
         m, t = d["members"], d["threshold"]
         rr = d["risk"]["residual_risk"]
         rows.append([_e(" × ".join(d["releases"])), str(d["shared_patients"]), str(d["pairs"]),
@@ -27,9 +28,13 @@ def differencing_section(rep: dict) -> str:
                      f"{m['recovered']} / {m['shown_alone']} / {m['recovered_beyond']} of {m['patients']}",
                      _rate(d["risk"]["attack"]), _rate(d["risk"]["control"]),
                      _iv(rr["risk"], rr["ci"]), _num(m.get("median_error"))])
-    if not rows:
+    if not entries:
         return ""
-    return ("<h2>Releases of the same people, differenced</h2>" + _assume(entries[0]["assumptions"]) + _table(
+    quiet = (f"<p>{len(nobody)} pair(s) of releases recover nobody, member or control: "
+             f"{_e('; '.join(' × '.join(d['releases']) for d in nobody))}.</p>" if nobody else "")
+    if not rows:
+        return "<h2>Releases of the same people, differenced</h2>" + _assume(entries[0]["assumptions"]) + quiet
+    return ("<h2>Releases of the same people, differenced</h2>" + _assume(entries[0]["assumptions"]) + quiet + _table(
         ["Releases", "Shared patients", "Record pairs", "Threshold (RMS, pixels in [−1, 1])",
          "Members: recovered / shown by a record alone / recovered beyond", "Attack success (%)",
          "Control: same attack, held-out patients (%)", "Residual risk [95% CI]", "Median error of the recovered"],

@@ -55,15 +55,13 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
 
     a = ctx.cfg.attacks
     real = ctx.real
-    usable = [(r, _people_column(r)) for r in rels if r.sources is not None]
-    usable = [(r, n) for r, n in usable if n is not None]
+    usable = [(r, n, {real.patients[j] for rows in r.sources for j in rows})          # each release's patients, once
+              for r in rels if r.sources is not None and (n := _people_column(r)) is not None]
     own = ctx.attacker_from != ctx.cfg.source_split
     scale_rows, scale_split = (ctx.attacker_rows, ctx.attacker_from) if own else (ctx.held, ctx.cfg.heldout_split)
     pairs = []
-    for i, (ra, na) in enumerate(usable):
-        for rb, nb in usable[i + 1:]:
-            pa = {real.patients[j] for rows in ra.sources for j in rows}
-            pb = {real.patients[j] for rows in rb.sources for j in rows}
+    for i, (ra, na, pa) in enumerate(usable):
+        for rb, nb, pb in usable[i + 1:]:
             if pa & pb and (np.abs(na[:, None] - nb[None, :]) == 1).any():
                 pairs.append((ra, na, pa, rb, nb, pb))
     if not pairs:

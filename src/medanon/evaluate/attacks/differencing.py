@@ -64,6 +64,14 @@ def pooled(images, side: int = SIDE) -> torch.Tensor:
     return x.reshape(len(x), -1)
 
 
+def by_patient(patients: Sequence) -> tuple[list[str], list[torch.Tensor]]:
+    """The patients (sorted) and the rows of each, in one pass (not one scan of every row per patient)."""
+    names, inverse = np.unique(np.asarray(patients).astype(str), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    rows = np.split(order, np.cumsum(np.bincount(inverse, minlength=len(names)))[:-1])
+    return names.tolist(), [torch.from_numpy(r) for r in rows]
+
+
 @dataclass
 class Released:
     rows: torch.Tensor                          # (R, D) centred
@@ -81,11 +89,10 @@ class Space:
         x = pooled(images, side)
         self.side, self.dim = side, x.shape[1]
         self.mu = x.mean(0)
-        pats = np.asarray(patients).astype(str)
-        self.names = sorted(set(pats.tolist()))
+        self.names, groups = by_patient(patients)
         rows, owner = [], []
-        for n, p in enumerate(self.names):
-            own = x[torch.from_numpy(np.flatnonzero(pats == p))] - self.mu
+        for n, idx in enumerate(groups):
+            own = x[idx] - self.mu
             rows += [own, own.mean(0, keepdim=True)] if len(own) > 1 else [own]
             owner += [n] * (len(own) + (len(own) > 1))
         self.refs, self.owner = torch.cat(rows), np.asarray(owner, np.int64)
@@ -134,10 +141,8 @@ class Space:
 def scale(images, patients: Sequence, *, side: int = SIDE) -> tuple[float, int]:
     """The median RMS difference between the mean images of two different patients (pooled like the targets), and
     the patients it used."""
-    pats = np.asarray(patients).astype(str)
-    names = sorted(set(pats.tolist()))
     x = pooled(images, side)
-    means = torch.stack([x[torch.from_numpy(np.flatnonzero(pats == p))].mean(0) for p in names])
+    means = torch.stack([x[idx].mean(0) for idx in by_patient(patients)[1]])
     if len(means) < 2:
         return float("nan"), len(means)
     d = torch.cdist(means.double(), means.double()).div(means.shape[1] ** 0.5)

@@ -173,3 +173,32 @@ def test_summary_lists_mixed_channel_counts_as_a_problem(tmp_path: Path, runner)
     assert "--channels 3" in r.output and "channels=" not in r.output
     r = runner.invoke(cli, ["data", "summary", str(data), "--channels", "3"])
     assert r.exit_code == 0 and "PROBLEM" not in r.output, r.output
+
+
+def test_transparent_images_are_named_once_and_summarised(tmp_path: Path, runner):
+    """A fundus image saved with a transparent background: the summary counts images declaring transparency, the
+    dataset warns once per folder when it decodes one (naming the file), and the pixels read are the stored colour."""
+    from medanon import make_phantom
+    from medanon.data.imageio import TransparencyIgnored
+
+    data = make_phantom(tmp_path / "ph", patients=3, per_patient=1, size=16)
+    files = sorted((data / "images").iterdir())
+    for f in files[:2]:
+        im = Image.open(f).convert("RGBA")
+        a = np.asarray(im).copy()
+        a[:4, :, 3] = 0                                            # a transparent band; colour kept
+        Image.fromarray(a).save(f)
+    r = runner.invoke(cli, ["data", "summary", str(data)])
+    assert r.exit_code == 0 and "alpha     2 image(s) declare transparency" in r.output, r.output
+    ds = open_dataset(data, DataConfig(size=16))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds.tensors(progress=False)
+        ds.tensors(progress=False)
+        open_dataset(data, DataConfig(size=16)).tensors(progress=False)
+    said = [w for w in caught if issubclass(w.category, TransparencyIgnored)]
+    assert len(said) == 1 and "has transparent pixels" in str(said[0].message), [str(w.message) for w in caught]
+    assert any(f.name in str(said[0].message) for f in files[:2])
+    plain = make_phantom(tmp_path / "plain", patients=3, per_patient=1, size=16)
+    r = runner.invoke(cli, ["data", "summary", str(plain)])
+    assert r.exit_code == 0 and "alpha" not in r.output

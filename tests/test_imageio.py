@@ -82,3 +82,32 @@ def test_corrupt_and_missing_files_name_the_file(tmp_path: Path):
     dcm.write_bytes(b"\0" * 128 + b"DICM" + b"garbage")
     with pytest.raises(DataError, match=r"bad\.dcm"):
         imageio.read(dcm)
+
+
+def test_transparency_is_reported_not_applied(tmp_path: Path):
+    """An alpha channel is dropped (stored colour read) and reported: declared by the header (probe) and, when a
+    pixel is below full opacity, by the decoded image; an opaque alpha channel is declared but not transparent."""
+    rgb = np.random.default_rng(0).integers(0, 256, (20, 24, 3), dtype=np.uint8)
+    alpha = np.full((20, 24), 255, np.uint8)
+    cases = {}
+    Image.fromarray(np.dstack([rgb, alpha])).save(tmp_path / "opaque.png")
+    cases["opaque.png"] = (True, False)
+    alpha[:3] = 0
+    Image.fromarray(np.dstack([rgb, alpha])).save(tmp_path / "rgba.png")
+    cases["rgba.png"] = (True, True)
+    Image.fromarray(np.dstack([rgb[..., 0], alpha]), mode="LA").save(tmp_path / "la.png")
+    cases["la.png"] = (True, True)
+    Image.fromarray(rgb[..., 0]).save(tmp_path / "trns.png", transparency=int(rgb[0, 0, 0]))   # a tRNS colour
+    cases["trns.png"] = (True, True)
+    tifffile.imwrite(tmp_path / "rgba.tif", np.dstack([rgb, alpha]), photometric="rgb", extrasamples=["unassalpha"])
+    cases["rgba.tif"] = (True, True)
+    Image.fromarray(rgb).save(tmp_path / "plain.png")
+    cases["plain.png"] = (False, False)
+    for name, (declared, transparent) in cases.items():
+        assert imageio.probe(tmp_path / name).alpha is declared, name
+        for scale in (1, 2):
+            red = imageio.read_reduced(tmp_path / name, scale)
+            assert red.transparent is transparent, (name, scale)
+    colour = imageio.read(tmp_path / "rgba.png")
+    np.testing.assert_allclose(colour, rgb / 255.0, atol=1e-6)   # the stored colour, transparent rows included
+    np.testing.assert_allclose(imageio.read(tmp_path / "rgba.tif"), rgb / 255.0, atol=1e-6)

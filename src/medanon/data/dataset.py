@@ -160,6 +160,8 @@ class ImageDataset(Dataset):
         info = self.infos[index] if index < len(self.infos) else None
         pre = decode(rec.path, size=self.size, channels=self.channels, crop=self.crop, max_pixels=self.max_pixels,
                      info=info)
+        if pre.transparent:
+            imageio.warn_transparent(rec.path, self.root)
         pixels = {"image": torch.from_numpy(pre.image), "fov": torch.from_numpy(pre.fov[None])}
         if rec.mask_path is not None:
             pixels["mask"] = torch.from_numpy(_load_mask(rec.mask_path, self.size, self.crop)[None])

@@ -21,6 +21,7 @@ datasets, such as the phantoms, give bit-identical tensors.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from medanon.data import imageio
@@ -44,7 +45,8 @@ def decode(path: str | Path, *, size: int, channels: int, crop: str,
            info: imageio.ImageInfo | None = None) -> Preprocessed:
     """``preprocess(imageio.read(path), ...)``, decoding at a reduced scale where that cannot be seen.
 
-    ``info`` (from :func:`imageio.probe`) saves reading the header twice."""
+    ``info`` (from :func:`imageio.probe`) saves reading the header twice. ``transparent`` of the result says the
+    file had pixels below full opacity (their stored colour is what was read)."""
     info = info or imageio.probe(path, max_pixels=max_pixels)
     scale = choose_scale(info.width, info.height, size)
     while scale > 1:
@@ -52,7 +54,10 @@ def decode(path: str | Path, *, size: int, channels: int, crop: str,
         plan = plan_crop(red.image, crop, scale=red.scale, width=red.width, height=red.height)
         side = max(red.width, red.height) if plan.whole else plan.side
         if side / red.scale >= OVERSAMPLE * size:
-            return render(red.image, plan, scale=red.scale, width=red.width, height=red.height, size=size,
-                          channels=channels)
+            pre = render(red.image, plan, scale=red.scale, width=red.width, height=red.height, size=size,
+                         channels=channels)
+            return dataclasses.replace(pre, transparent=red.transparent)
         scale //= 2            # a small field of view in a large frame: decode finer
-    return preprocess(imageio.read(path, max_pixels=max_pixels), size=size, channels=channels, crop=crop)
+    full = imageio.read_reduced(path, 1, max_pixels=max_pixels)
+    pre = preprocess(full.image, size=size, channels=channels, crop=crop)
+    return dataclasses.replace(pre, transparent=full.transparent)

@@ -10,11 +10,17 @@ Every reader refuses an image whose header claims more than ``max_pixels`` pixel
 would need gigabytes to decode (a "decompression bomb"). A larger ``max_pixels`` raises the limit for
 genuinely large scans. EXIF orientation is applied, so a photograph stored sideways with
 ``Orientation = 6`` loads upright.
+
+Transparency is ignored: an alpha channel (or a PNG's transparent colour) is dropped and every pixel's stored colour
+is read, which under transparent pixels may differ from what a viewer shows. ``ImageInfo.alpha`` says a header
+declares one; ``Reduced.transparent`` says a decoded image has a pixel below full opacity, and the dataset warns
+(:class:`TransparencyIgnored`) the first time it decodes one.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +39,32 @@ DEFAULT_MAX_PIXELS = 64_000_000
 _EXIF_ORIENTATION = 0x0112
 
 # PIL modes by number of channels medanon will produce from them (alpha is dropped).
-_GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+_GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+_ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
+
+
+class TransparencyIgnored(UserWarning):
+    """An image has transparent pixels; medanon reads their stored colour and ignores the transparency."""
+
+
+_WARNED_TRANSPARENT: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def warn_transparent(path: Path, root: Path | None) -> None:
+    """Warn (:class:`TransparencyIgnored`, once per dataset folder in a process) that ``path`` has transparent
+    pixels whose stored colour is read."""
+    key = str(Path(root).resolve() if root is not None else path)
+    with _WARNED_LOCK:
+        if key in _WARNED_TRANSPARENT:
+            return
+        _WARNED_TRANSPARENT.add(key)
+    where = f" (other images of {root} may too; said once per folder)" if root is not None else ""
+    warnings.warn(f"{path} has transparent pixels{where}: medanon ignores transparency and reads each pixel's "
+                  "stored colour, which under transparent pixels may differ from what a viewer shows (e.g. white "
+                  "instead of a black background). If transparency marks a background, flatten the images first: "
+                  "composite them over the background's colour (black for fundus photographs)",
+                  TransparencyIgnored, stacklevel=2)
 
 
 @dataclass(frozen=True)
@@ -42,6 +73,7 @@ class ImageInfo:
     height: int
     channels: int                                # 1 or 3 after medanon's conversion rules
     kind: str                                    # png | jpeg | tiff | dicom | ...
+    alpha: bool = False                          # the header declares transparency (ignored when read)
 
 
 def _is_dicom(path: Path) -> bool:
@@ -137,6 +169,7 @@ def probe(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> I
             with Image.open(path) as im:
                 w, h = im.size
                 mode = im.mode
+                alpha = _declares_alpha(im)
                 fmt = (im.format or path.suffix.lstrip(".")).lower()
                 if _orientation(im) in (5, 6, 7, 8):
                     w, h = h, w
@@ -145,7 +178,28 @@ def probe(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> I
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise _unreadable(path, f"not a recognised image ({e})") from None
     _check_pixels(path, w, h, max_pixels)
-    return ImageInfo(w, h, 1 if mode in _GRAY_MODES else 3, fmt)
+    return ImageInfo(w, h, 1 if mode in _GRAY_MODES else 3, fmt, alpha)
+
+
+def _declares_alpha(im: Image.Image) -> bool:
+    """An alpha channel, or a transparent colour (PNG tRNS, GIF), is declared by the header."""
+    return im.mode in _ALPHA_MODES or "transparency" in im.info
+
+
+def _transparent(im: Image.Image) -> bool:
+    """Some pixel of the loaded image is below full opacity."""
+    if not _declares_alpha(im):
+        return False
+    rgba = im if im.mode in _ALPHA_MODES else im.convert("RGBA")
+    return rgba.getchannel("A").getextrema()[0] < 255
+
+
+def _array_transparent(a: np.ndarray) -> bool:
+    """The last channel of a 2- or 4-channel array (alpha) is below full opacity somewhere."""
+    if a.ndim != 3 or a.shape[-1] not in (2, 4):
+        return False
+    full = np.iinfo(a.dtype).max if a.dtype.kind in "ui" else 1.0
+    return bool(a[..., -1].min() < full)
 
 
 def read(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
@@ -159,6 +213,7 @@ class Reduced:
     scale: int                                   # source pixels per reduced pixel along each axis
     width: int                                   # source size (after EXIF orientation)
     height: int
+    transparent: bool = False                    # some pixel was below full opacity (its colour is read as is)
 
 
 def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Reduced:
@@ -176,8 +231,8 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
         return _box_reduced(a, scale, a.shape[1], a.shape[0])
     if path.suffix.lower() in TIFF_EXTENSIONS:
         try:
-            a = _read_tiff(path, max_pixels)
-            return _box_reduced(a, scale, a.shape[1], a.shape[0])
+            a, transparent = _read_tiff(path, max_pixels)
+            return _box_reduced(a, scale, a.shape[1], a.shape[0], transparent=transparent)
         except TooLarge:
             raise
         except DataError:
@@ -194,6 +249,7 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
                     im.draft(im.mode, (max(1, width // scale), max(1, height // scale)))
                     got = _draft_scale(width, height, im.size)
                 im.load()
+                transparent = _transparent(im)
                 orientation = _orientation(im)
                 if orientation in range(2, 9):
                     im = ImageOps.exif_transpose(im)
@@ -202,15 +258,16 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
                 further = scale // got
                 small = _pil_uint8(im) if further > 1 else None
                 if small is not None:   # box-average the 8-bit pixels before they become floats (4-5x faster)
-                    return Reduced((_box_mean(small, further) / 255.0).astype(np.float32), scale, width, height)
+                    return Reduced((_box_mean(small, further) / 255.0).astype(np.float32), scale, width, height,
+                                   transparent)
                 a = _pil_to_float(im)
     except Image.DecompressionBombError as e:
         raise _bomb_error(path, e, max_pixels) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise _unreadable(path, f"decoding failed ({type(e).__name__}: {e})") from None
     if got != scale:
-        return _box_reduced(a, scale // got, width, height, done=got)
-    return Reduced(a, scale, width, height)
+        return _box_reduced(a, scale // got, width, height, done=got, transparent=transparent)
+    return Reduced(a, scale, width, height, transparent)
 
 
 def _draft_scale(width: int, height: int, size: tuple[int, int]) -> int:
@@ -220,11 +277,12 @@ def _draft_scale(width: int, height: int, size: tuple[int, int]) -> int:
     return 1
 
 
-def _box_reduced(a: np.ndarray, factor: int, width: int, height: int, *, done: int = 1) -> Reduced:
+def _box_reduced(a: np.ndarray, factor: int, width: int, height: int, *, done: int = 1,
+                 transparent: bool = False) -> Reduced:
     """``a`` (already reduced ``done`` times) box-averaged by a further integer ``factor``."""
     if factor <= 1:
-        return Reduced(a, done, width, height)
-    return Reduced(_box_mean(a, factor).astype(np.float32), done * factor, width, height)
+        return Reduced(a, done, width, height, transparent)
+    return Reduced(_box_mean(a, factor).astype(np.float32), done * factor, width, height, transparent)
 
 
 def _box_mean(a: np.ndarray, f: int) -> np.ndarray:
@@ -254,7 +312,7 @@ def _box_mean(a: np.ndarray, f: int) -> np.ndarray:
 
 def _pil_uint8(im: Image.Image) -> np.ndarray | None:
     """The 8-bit pixels of ``im`` as _pil_to_float converts them (L or RGB), or None for 16-bit/float modes."""
-    if im.mode in ("1", "L", "LA"):
+    if im.mode in ("1", "L", "LA", "La"):
         return np.asarray(im if im.mode == "L" else im.convert("L"))
     if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         return None
@@ -273,14 +331,15 @@ def _pil_to_float(im: Image.Image) -> np.ndarray:
         a = np.asarray(im, dtype=np.float32)
         lo, hi = float(a.min()), float(a.max())
         a = (a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)
-    elif mode in ("1", "L", "LA"):
+    elif mode in ("1", "L", "LA", "La"):
         return np.asarray(im.convert("L"), dtype=np.float32) / 255.0      # 8-bit: already in [0, 1]
     else:
         return np.asarray(im if mode == "RGB" else im.convert("RGB"), dtype=np.float32) / 255.0
     return np.clip(a, 0.0, 1.0)
 
 
-def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[np.ndarray, bool]:
+    """The first page in [0, 1], and whether its alpha channel (dropped) had a pixel below full opacity."""
     import tifffile
 
     try:
@@ -295,7 +354,8 @@ def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.nd
         raise
     except Exception as e:
         raise _unreadable(path, f"TIFF decoding failed ({type(e).__name__}: {e})") from None
-    return _scale_array(np.asarray(a), path)
+    a = np.asarray(a)
+    return _scale_array(a, path), _array_transparent(a)
 
 
 def _scale_array(a: np.ndarray, path: Path) -> np.ndarray:

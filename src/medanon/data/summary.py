@@ -48,6 +48,7 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
         "distinct_source_sizes": len(sizes),
         "source_channels": {str(k): v for k, v in sorted(channels.items())},
         "file_types": dict(kinds),
+        "alpha_channel": sum(i.alpha for i in ds.infos),
         "output": {"size": ds.size, "channels": ds.channels, "crop": ds.crop},
         "labels": labels,
         "skipped": [str(p) for p in ds.skipped],
@@ -67,8 +68,11 @@ def format_summary(s: dict[str, Any]) -> str:
         + "   files " + ", ".join(f"{k}: {v}" for k, v in s["file_types"].items()),
         f"output    {s['output']['size']}x{s['output']['size']} px, {s['output']['channels']} channel(s), "
         f"crop {s['output']['crop']}",
-        "labels",
     ]
+    if s.get("alpha_channel"):
+        lines.append(f"alpha     {s['alpha_channel']} image(s) declare transparency; it is ignored (each pixel's "
+                     "stored colour is read; decoding every image warns if any pixel is transparent)")
+    lines.append("labels")
     width = max([20, *(len(n) + 2 for n in s["labels"])])     # MIMIC: enlarged_cardiomediastinum
     for name, e in s["labels"].items():
         miss = f"   missing {e['missing']}" if e["missing"] else ""

@@ -177,6 +177,7 @@ class Preprocessed:
     image: np.ndarray                            # float32 (C, size, size) in [-1, 1]
     fov: np.ndarray                              # bool (size, size): pixels inside the field of view
     fov_found: bool
+    transparent: bool = False                    # the source had transparent pixels (read as their stored colour)
 
 
 def preprocess(img: np.ndarray, *, size: int, channels: int, crop: str) -> Preprocessed:

@@ -21,8 +21,9 @@ def _labels(real: RealData) -> list[str]:
     return [n for n in ("grade", "pneumonia", "sex", "age") if n in real.label_names]
 
 
-def _writer(out: Path, real: RealData, method: str, params: dict, privacy: dict) -> ReleaseWriter:
-    return ReleaseWriter(out, method=method, params=params, privacy=privacy, labels=_labels(real),
+def _writer(out: Path, real: RealData, method: str, params: dict, privacy: dict,
+            models: dict | None = None) -> ReleaseWriter:
+    return ReleaseWriter(out, method=method, params=params, privacy=privacy, labels=_labels(real), models=models,
                          seeds={"fixture": 0}, phantom=real.phantom, mapping=out.with_name(out.name + MAPPING_SUFFIX))
 
 
@@ -96,10 +97,14 @@ def write_unrelated(out: Path, real: RealData, other: torch.Tensor, *, split: st
 
 
 def write_nested_pair(small: Path, large: Path, real: RealData, *, k: int = 2, split: str = "train",
-                      seed: int = 0) -> tuple[Path, Path]:
+                      seed: int = 0, average=None, method: str = "k-same-pixel",
+                      models: dict | None = None) -> tuple[Path, Path]:
     """Two releases of the same people at maximal differencing risk: ``small`` averages the first image of ``k``
     patients per record; ``large`` averages the same images and one more, another image of a patient of the next
-    record, so that each pair of records differences into that one image (patients need two images or more)."""
+    record, so that each pair of records differences into that one image (patients need two images or more).
+    ``average``: images (n, C, H, W) -> the record (default: their mean; e.g. a codec's image of their mean
+    latent, with the codec's digest in ``models``)."""
+    average = average or (lambda x: x.mean(0))
     rows = real.rows(split)
     pats = real.patients[rows]
     first = np.asarray([int(np.flatnonzero(pats == p)[0]) for p in dict.fromkeys(pats)])
@@ -107,9 +112,9 @@ def write_nested_pair(small: Path, large: Path, real: RealData, *, k: int = 2, s
     groups = [[int(first[j]) for j in g] for g in k_clusters(pats[first], k, seed)]
     for out, n_more in ((small, 0), (large, 1)):
         privacy = {"k": k + n_more, "statement": f"each record averages >= {k + n_more} people"}
-        with _writer(out, real, "k-same-pixel", {"k": k + n_more}, privacy) as w:
+        with _writer(out, real, method, {"k": k + n_more}, privacy, models) as w:
             for n, g in enumerate(groups):
                 more = [second[pats[groups[(n + 1) % len(groups)][0]]]] * n_more
                 idx = rows[[*g, *more]]
-                w.add(f"g{n}", real.images[idx].mean(0), [real.records[i] for i in idx])
+                w.add(f"g{n}", average(real.images[idx]), [real.records[i] for i in idx])
     return small, large

@@ -116,3 +116,21 @@ def test_bad_settings_are_refused(world):
         _attack(a, a, members, controls, (scale[0][:1], scale[1][:1]))
     with pytest.raises(ValueError, match="both a member and a control"):
         _attack(a, a, members, members, scale)
+
+
+def test_the_public_codec_inverts_images_of_any_evaluation_size():
+    """The evaluation's inverter loads a shipped codec by name and gives one latent row per image, resizing images of
+    another size to the codec's; the same image gives the same row."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from medanon.evaluate.cautions import _inverter
+
+    invert = _inverter(SimpleNamespace(device=torch.device("cpu")), "restyle-map-fundus64.pt")
+    x = torch.rand(3, 3, 32, 32) * 2 - 1
+    rows = invert(x)
+    assert rows.shape[0] == 3 and rows.ndim == 2 and rows.dtype == torch.float32
+    assert torch.allclose(invert(x[:1]), rows[:1], atol=1e-4)        # batch size changes only rounding
+    big = torch.nn.functional.interpolate(x, size=(64, 64), mode="bilinear", antialias=True, align_corners=False)
+    assert torch.allclose(invert(big), rows, atol=1e-4)

@@ -177,6 +177,46 @@ def test_releases_of_the_same_people_are_differenced(world, tmp_path):
     assert "<b>Together</b>" not in quiet and "2 pair(s) of releases recover nobody, member or control: noise" in quiet
 
 
+def _cube(images: torch.Tensor) -> torch.Tensor:
+    return images.flatten(1).double().pow(3).float()
+
+
+def _render_mean_cube(images: torch.Tensor) -> torch.Tensor:
+    m = images.double().pow(3).mean(0)
+    return (m.sign() * m.abs().pow(1 / 3)).float()
+
+
+def test_releases_of_a_public_codec_are_differenced_in_its_latent(world, tmp_path, monkeypatch):
+    """Records rendered from mean latents (a cube codec here: latent x³, record ∛(mean x³)) subtract in the latent
+    space, not in pixels: where both manifests name a shipped (public) codec, the attack inverts the records with it
+    and recovers every isolated patient, controls none; the pixel entry is still reported beside it."""
+    import medanon.evaluate.cautions as cautions
+    from medanon.models_shipped import SHIPPED
+
+    monkeypatch.setattr(cautions, "_inverter", lambda ctx, name: _cube)
+    public = {"codec:restyle": SHIPPED["restyle-map-fundus64.pt"]}
+    small, large = write_nested_pair(tmp_path / "c2", tmp_path / "c3", world["real"], average=_render_mean_cube,
+                                     method="kcentroid", models=public)
+    cache = tmp_path / "cache"
+    shutil.copytree(world["root"] / "cache", cache)
+    rep = evaluate(world["data"], [small, large], tmp_path / "r", config=tiny_config(samples=8), cache_dir=cache,
+                   progress=False)
+    by_space = {d["space"]: d for d in rep["differencing"]}
+    assert set(by_space) == {"pixels", "latent"} and by_space["latent"]["codec"] == "restyle-map-fundus64.pt"
+    isolated = {world["real"].patients[rows[-1]] for rows in load_release(large, world["real"], size=SIZE).sources}
+    latent, pixels = by_space["latent"], by_space["pixels"]
+    assert latent["members"]["recovered_beyond"] == len(isolated) > 5 and latent["controls"]["recovered"] == 0
+    assert pixels["members"]["recovered_beyond"] < len(isolated)
+    assert "latents of restyle-map-fundus64.pt" in latent["threshold"]["unit"]
+    assert any("in the latent space of restyle-map-fundus64.pt (public) recovers the latent" in n for n in rep["notes"])
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "latent: restyle-map-fundus64.pt" in html
+    private = [load_release(p, world["real"], size=SIZE) for p in (small, large)]
+    assert [cautions.public_codec(r) for r in private] == ["restyle-map-fundus64.pt"] * 2
+    private[0].manifest["models"] = {"codec:restyle": "0" * 64}                 # a codec nobody else holds
+    assert cautions.public_codec(private[0]) is None
+
+
 def test_release_without_mapping_runs_what_it_can(world):
     nm = _by_name(world["report"])["k3-nomap"]["attacks"]
     for a in ("membership", "linkability", "singling_out"):

@@ -62,7 +62,10 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
         "not_protected": [
             "other releases of the same patients: the average of a group minus the averages of groups inside it "
             "(k·A − k'·B) is the average of the members left, down to one patient's image (k-Same releases at "
-            "several k of one patient set); publish one k-Same release of a patient set",
+            "several k of one patient set)"
+            + ("; the averages are latents, and whoever holds the codec (a shipped one is public) inverts the "
+               "records and differences those" if cfg.method in ("kcentroid", "ksalsa") else "")
+            + "; publish one k-Same release of a patient set",
             *(["the PCA basis is fitted on the whole private dataset: every record depends on images outside its "
                "cluster through it"] if private_basis else []),
             "a released label that is the same for every patient of a record discloses each member's value"

@@ -148,7 +148,8 @@ class EvaluationResult:
         is none); ``valid`` / ``reason`` the row's validity (attacks and the verdict; True for fidelity and utility).
         A comparison of two releases (``utility.compare``) gives rows with ``release`` ``"<a> - <b>"`` and ``attack``
         ``utility difference: <task>``: the difference a - b of each metric, ``n`` the held-out images. Two releases
-        of the same people differenced give a row with ``release`` ``"<a> + <b>"`` and ``attack`` ``differencing``.
+        of the same people differenced give a row with ``release`` ``"<a> + <b>"`` and ``attack`` ``differencing`` (in
+        pixels) or ``differencing (latent: <codec>)`` (in the latent space of the public codec both were made with).
 
         Example:
             >>> r = EvaluationResult(releases=[{"name": "k2", "attacks": {}, "fidelity": {"fid": {"value": 9.0,
@@ -159,8 +160,10 @@ class EvaluationResult:
         """
         return [rec for r in self.releases for rec in _summary(r)] + \
             [rec for c in self.comparisons for rec in _comparison_summary(c)] + \
-            [_record(" + ".join(d["releases"]), "differencing", "residual_risk", d["risk"]["residual_risk"]["risk"],
-                     d["risk"]["residual_risk"]["ci"], d["risk"]["n"]) for d in self.differencing]
+            [_record(" + ".join(d["releases"]), "differencing" + ("" if d.get("space", "pixels") == "pixels" else
+                                                                  f" (latent: {d['codec']})"),
+                     "residual_risk", d["risk"]["residual_risk"]["risk"], d["risk"]["residual_risk"]["ci"],
+                     d["risk"]["n"]) for d in self.differencing]
 
     def to_frame(self):
         """:meth:`summary` as a pandas DataFrame (one row per number); needs pandas."""

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from medanon.errors import MedanonError
+
 if TYPE_CHECKING:
     from medanon.evaluate.context import RealContext
     from medanon.evaluate.inputs import ReleaseData
@@ -45,51 +47,121 @@ def _people_column(rel: ReleaseData) -> np.ndarray | None:
     return n if len(n) and (n > 0).all() else None
 
 
+def public_codec(rel: ReleaseData) -> str | None:
+    """The shipped (public) checkpoint of the StyleGAN codec a release was made with, or None (no codec, or a
+    private one): anyone holding it can invert the release's images to the latents they were rendered from."""
+    from medanon.models_shipped import shipped_name
+
+    for key, digest in (rel.manifest.get("models") or {}).items():
+        if key.startswith("codec:"):
+            return shipped_name(digest)
+    return None
+
+
+def _pairs(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[tuple]:
+    """Every two releases that share a patient and have records whose ``n_people`` differ by one, as
+    ``(release, n_people, patients)`` twice."""
+    real = ctx.real
+    usable = [(r, n, {real.patients[j] for rows in r.sources for j in rows})          # each release's patients, once
+              for r in rels if r.sources is not None and (n := _people_column(r)) is not None]
+    return [(*x, *y) for i, x in enumerate(usable) for y in usable[i + 1:]
+            if x[2] & y[2] and (np.abs(x[1][:, None] - y[1][None, :]) == 1).any()]
+
+
 def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[dict]:
     """The differencing attack (:mod:`medanon.evaluate.attacks.differencing`) on every two releases that share a
     patient (by their mappings) and have records whose ``n_people`` differ by one; members are the patients of
     either release, controls the held-out patients, the threshold's scale the attacker split's patients (held-out
-    where the attacker split is the source split). Each release's products with the targets are computed once.
-    Pairs it cannot measure, and pairs where it recovers people, are noted (``ctx.note``)."""
-    from medanon.evaluate.attacks.differencing import Released, Space, attack_pair, threshold_entry
+    where the attacker split is the source split). Pixels are differenced for every such pair, and the latents of
+    the public codec both releases were made with (:func:`public_codec`; their images inverted by its encoder) for
+    every pair that has one: k-Centroid records are rendered from mean latents, which subtract where their pixels
+    do not. Pairs it cannot measure, and pairs where it recovers people, are noted (``ctx.note``)."""
+    from medanon.evaluate.attacks.differencing import Space, threshold_entry
 
-    a = ctx.cfg.attacks
-    real = ctx.real
-    usable = [(r, n, {real.patients[j] for rows in r.sources for j in rows})          # each release's patients, once
-              for r in rels if r.sources is not None and (n := _people_column(r)) is not None]
-    own = ctx.attacker_from != ctx.cfg.source_split
-    scale_rows, scale_split = (ctx.attacker_rows, ctx.attacker_from) if own else (ctx.held, ctx.cfg.heldout_split)
-    pairs = []
-    for i, (ra, na, pa) in enumerate(usable):
-        for rb, nb, pb in usable[i + 1:]:
-            if pa & pb and (np.abs(na[:, None] - nb[None, :]) == 1).any():
-                pairs.append((ra, na, pa, rb, nb, pb))
+    pairs = _pairs(ctx, rels)
     if not pairs:
         return []
+    real = ctx.real
+    own = ctx.attacker_from != ctx.cfg.source_split
+    scale_rows, scale_split = (ctx.attacker_rows, ctx.attacker_from) if own else (ctx.held, ctx.cfg.heldout_split)
     controls = set(real.patients[ctx.held].tolist())
     targets = np.flatnonzero(np.isin(real.patients, sorted(set().union(*(p[2] | p[5] for p in pairs)) | controls)))
+    fraction = ctx.cfg.attacks.differencing_fraction
     space = Space(real.images[targets], real.patients[targets])
-    threshold = threshold_entry(real.images[scale_rows], real.patients[scale_rows], a.differencing_fraction)
+    threshold = threshold_entry(real.images[scale_rows], real.patients[scale_rows], fraction)
+    scale_from = f"{scale_split} split ({ctx.split_name(scale_rows)})"
+    out = _measure(ctx, pairs, space, threshold, lambda r: r.images, controls, scale_from, space="pixels")
+    by_codec: dict[str, list[tuple]] = {}
+    for p in pairs:
+        if (name := public_codec(p[0])) is not None and name == public_codec(p[3]):
+            by_codec.setdefault(name, []).append(p)
+    for name, group in sorted(by_codec.items()):
+        try:
+            invert = _inverter(ctx, name)
+        except MedanonError as e:               # not installed here, or not a StyleGAN codec
+            ctx.note(f"differencing {', '.join(sorted({r.name for p in group for r in (p[0], p[3])}))} in the latent "
+                     f"space of {name} is not measured: {e.message}")
+            continue
+        latent = Space(invert(real.images[targets]), real.patients[targets])
+        limit = threshold_entry(invert(real.images[scale_rows]), real.patients[scale_rows], fraction,
+                                unit=f"RMS difference of the latents of {name}, the public codec")
+        out += _measure(ctx, group, latent, limit, lambda r, f=invert: f(r.images), controls, scale_from,
+                        space="latent", codec=name)
+    return out
+
+
+def _inverter(ctx: RealContext, name: str):
+    """Images (N, C, H, W) at the evaluation size -> the public codec's latents (N, D), float32 on the CPU, resized
+    to the codec's resolution where the evaluation's differs."""
+    import torch
+    import torch.nn.functional as F
+
+    from medanon.codecs.stylegan import load_codec
+    from medanon.models_registry import find_model
+
+    codec = load_codec(find_model(name), map_location=ctx.device)
+    side = int(codec.describe()["resolution"])
+
+    def invert(images: torch.Tensor) -> torch.Tensor:
+        rows = []
+        with torch.no_grad():
+            for s in range(0, len(images), 64):
+                x = images[s:s + 64].to(ctx.device)
+                if x.shape[-1] != side:
+                    x = F.interpolate(x, size=(side, side), mode="bilinear", antialias=True, align_corners=False)
+                rows.append(codec.encode(x).flatten(1).float().cpu())
+        return torch.cat(rows)
+
+    return invert
+
+
+def _measure(ctx: RealContext, pairs: list[tuple], targets, threshold: dict, rows_of, controls: set,
+             scale_from: str, **where) -> list[dict]:
+    """The attack on each pair in one space; each release's products with the targets are computed once."""
+    from medanon.evaluate.attacks.differencing import Released, attack_pair
+
+    a = ctx.cfg.attacks
     released: dict[str, Released] = {}
     out = []
+    how = "" if where["space"] == "pixels" else f" in the latent space of {where['codec']} (public)"
     for ra, na, pa, rb, nb, pb in pairs:
-        work = float(len(na)) * len(nb) * len(space.refs)
+        work = float(len(na)) * len(nb) * len(targets.refs)
         if work > a.differencing_max_work:
-            ctx.note(f"differencing {ra.name} and {rb.name} is not measured: {work:.2g} pair-to-image distances "
+            ctx.note(f"differencing {ra.name} and {rb.name}{how} is not measured: {work:.2g} pair-to-image distances "
                      f"exceed attacks.differencing_max_work={a.differencing_max_work:g}; raise it to measure")
             continue
         for r, n in ((ra, na), (rb, nb)):
             if r.name not in released:
-                released[r.name] = space.released(r.images, n)
-        got = attack_pair(space, released[ra.name], released[rb.name], members=pa | pb, controls=controls,
+                released[r.name] = targets.released(rows_of(r), n)
+        got = attack_pair(targets, released[ra.name], released[rb.name], members=pa | pb, controls=controls,
                           threshold=threshold, confidence=a.confidence)
-        got.update(releases=[ra.name, rb.name], shared_patients=len(pa & pb),
-                   scale_from=f"{scale_split} split ({ctx.split_name(scale_rows)})")
+        got.update(releases=[ra.name, rb.name], shared_patients=len(pa & pb), scale_from=scale_from, **where)
         if got["risk"]["residual_risk"]["ci"][0] > 0:
             m = got["members"]
-            ctx.note(f"differencing {ra.name} and {rb.name} recovers the image of {m['recovered_beyond']} of "
+            what = "image" if where["space"] == "pixels" else "latent (and so the codec's image)"
+            ctx.note(f"differencing {ra.name} and {rb.name}{how} recovers the {what} of {m['recovered_beyond']} of "
                      f"{m['patients']} patients (a difference of two records within "
-                     f"{got['threshold']['value']:.3g} RMS of their image, at most half as far as any released "
+                     f"{got['threshold']['value']:.3g} RMS of theirs, at most half as far as any released "
                      "record): publish at most one of them")
         out.append(got)
     return out

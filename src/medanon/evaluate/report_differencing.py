@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from medanon.evaluate.report_attacks import _iv, _rate
 from medanon.evaluate.report_format import _assume, _e, _num, _table
+from medanon.evaluate.report_format import differencing_space as space
 
 CAPTION = ("For every two records whose n_people differ by one, (n_a·a − n_b·b) / (n_a − n_b): where the smaller "
-           "record's people are all in the larger, the image of the one person left over (images compared "
-           "average-pooled to at most 32 px). Success: such an image within the "
+           "record's people are all in the larger, the image of the one person left over (pixels: images compared "
+           "average-pooled to at most 32 px; latent: for two releases made with the same public codec, the records "
+           "inverted by its encoder and their latents differenced, against the latents of the patients' images). "
+           "Success: such a difference within the "
            "threshold of one of a patient's images (or their mean), and at most half as far from it as the nearest "
            "released record. Patients are the unit (Wilson intervals); the control is the same search for held-out "
-           "patients, who are in neither release. Not measured: differences in a latent space (k-Centroid, "
-           "k-SALSA), of more than two records, and noise averaged over releases.")
+           "patients, who are in neither release. Not measured: differences of more than two records, latents of a "
+           "codec that is not public, and noise averaged over releases.")
 
 
 def differencing_section(rep: dict) -> str:
@@ -22,7 +25,7 @@ def differencing_section(rep: dict) -> str:
     for d in (d for d in entries if d not in nobody):
         m, t = d["members"], d["threshold"]
         rr = d["risk"]["residual_risk"]
-        rows.append([_e(" × ".join(d["releases"])), str(d["shared_patients"]), str(d["pairs"]),
+        rows.append([_e(" × ".join(d["releases"])), _e(space(d)), str(d["shared_patients"]), str(d["pairs"]),
                      f"{_num(t['value'])} <span class=ci>{_num(t['fraction'], 2)} × "
                      f"{_num(t['median_patient_distance'])} ({t['patients']} patients)</span>",
                      f"{m['recovered']} / {m['shown_alone']} / {m['recovered_beyond']} of {m['patients']}",
@@ -31,11 +34,11 @@ def differencing_section(rep: dict) -> str:
     if not entries:
         return ""
     quiet = (f"<p>{len(nobody)} pair(s) of releases recover nobody, member or control: "
-             f"{_e('; '.join(' × '.join(d['releases']) for d in nobody))}.</p>" if nobody else "")
+             f"{_e('; '.join(' × '.join(d['releases']) + f' ({space(d)})' for d in nobody))}.</p>" if nobody else "")
     if not rows:
         return "<h2>Releases of the same people, differenced</h2>" + _assume(entries[0]["assumptions"]) + quiet
     return ("<h2>Releases of the same people, differenced</h2>" + _assume(entries[0]["assumptions"]) + quiet + _table(
-        ["Releases", "Shared patients", "Record pairs", "Threshold (RMS, pixels in [−1, 1])",
+        ["Releases", "Space", "Shared patients", "Record pairs", "Threshold (RMS: pixels in [−1, 1], or latents)",
          "Members: recovered / shown by a record alone / recovered beyond", "Attack success (%)",
          "Control: same attack, held-out patients (%)", "Residual risk [95% CI]", "Median error of the recovered"],
         rows, caption=CAPTION))

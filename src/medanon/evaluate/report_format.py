@@ -109,3 +109,8 @@ def _assume(text: str) -> str:
     return f"<p class=assume><b>Assumptions.</b> {_e(text)}.</p>"
 
 
+
+
+def differencing_space(d: dict) -> str:
+    """Where a pair of releases was differenced (a ``differencing`` entry): ``pixels``, or ``latent: <codec>``."""
+    return "pixels" if d.get("space", "pixels") == "pixels" else f"latent: {d['codec']}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from medanon.evaluate.calibration import KNOWN, row_label
 from medanon.evaluate.report_format import _e, _num, _table
+from medanon.evaluate.report_format import differencing_space as space
 
 INVALID = "<span class=invalid>{}</span>"
 # Each method's paper, and the section of medanon's docs/reproduction.md that reproduces its claims on phantoms.
@@ -49,7 +50,8 @@ def verdict_section(rep: dict) -> str:
     if not rows:
         return ""
     together = "".join(
-        f"<p class=note><b>Together</b>: differencing {_e(' and '.join(d['releases']))} recovers the image of "
+        f"<p class=note><b>Together</b>: differencing {_e(' and '.join(d['releases']))} ({_e(space(d))}) "
+        f"recovers the {'image' if space(d) == 'pixels' else 'latent'} of "
         f"{d['members']['recovered_beyond']} of {d['members']['patients']} patients (residual risk "
         f"{_iv(d['risk']['residual_risk'])}): publish at most one of them (section \"Releases of the same people, "
         f"differenced\").</p>"

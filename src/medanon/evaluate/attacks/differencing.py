@@ -32,9 +32,13 @@ distances of all pairs to all targets come from float32 inner products (``|d −
 Known answers (``tests/test_differencing.py``): nested k-Same-Pixel releases at k = 3 and 2 recover the people the
 smaller release leaves out; releases of disjoint people, or a constant release, recover no one.
 
-Not measured here: differencing in a latent space (k-Centroid or k-SALSA averages inverted with a public codec),
-combinations of more than two records, and releases whose records are not averages (Snow's unchanged pixels, DP
-noise that averages out over releases).
+The rows may be a codec's latents instead of images (:func:`pooled` takes (N, D) rows as they are): a k-Centroid
+record is the generator's image of its members' mean latent, so an attacker holding the public codec inverts the
+released images and differences latents (``medanon evaluate`` does, for releases made with a shipped codec;
+``benchmarks/latent_differencing.py`` measures both spaces on nested k-Centroid releases).
+
+Not measured here: combinations of more than two records, and releases whose records are not averages (Snow's
+unchanged pixels, DP noise that averages out over releases).
 """
 
 from __future__ import annotations
@@ -57,8 +61,11 @@ CHUNK = 1 << 22                                 # pair-by-target distances held 
 
 
 def pooled(images, side: int = SIDE) -> torch.Tensor:
-    """(N, C, H, W) images as float32 rows (N, D), average-pooled to at most ``side`` pixels a side."""
+    """(N, C, H, W) images as float32 rows (N, D), average-pooled to at most ``side`` pixels a side; rows (N, D)
+    already (e.g. a codec's latents) are taken as they are."""
     x = torch.as_tensor(np.asarray(images) if not isinstance(images, torch.Tensor) else images).to(torch.float32)
+    if x.ndim == 2:
+        return x
     if x.shape[-1] > side:
         x = F.adaptive_avg_pool2d(x, side)
     return x.reshape(len(x), -1)
@@ -150,15 +157,16 @@ def scale(images, patients: Sequence, *, side: int = SIDE) -> tuple[float, int]:
     return float(d[iu[0], iu[1]].median()), len(means)
 
 
-def threshold_entry(images, patients: Sequence, fraction: float, *, side: int = SIDE) -> dict:
-    """The threshold: ``fraction`` × the median distance between two patients of ``images`` (other people)."""
+def threshold_entry(images, patients: Sequence, fraction: float, *, side: int = SIDE, unit: str | None = None) -> dict:
+    """The threshold: ``fraction`` × the median distance between two patients of ``images`` (other people);
+    ``unit`` says what the distance is between, where the rows are not pooled images."""
     if not 0 < fraction < 1:
         raise ValueError(f"fraction={fraction} must be in (0, 1)")
     typical, used = scale(images, patients, side=side)
     if not np.isfinite(typical):
         raise ValueError(f"the threshold needs the mean images of at least 2 patients; the scale images have {used}")
     return {"value": fraction * typical, "fraction": fraction, "median_patient_distance": typical, "patients": used,
-            "unit": f"RMS difference of pixels in [-1, 1], images average-pooled to at most {side} px"}
+            "unit": unit or f"RMS difference of pixels in [-1, 1], images average-pooled to at most {side} px"}
 
 
 def attack_pair(space: Space, a: Released, b: Released, *, members: set, controls: set, threshold: dict,

@@ -17,7 +17,11 @@ evaluation's criterion (:mod:`medanon.evaluate.attacks.differencing`) applied to
 (a difference within 0.25 × the median inter-patient distance and at most half as far as any released record)
 out of the released ones, and among control patients of another phantom (in neither release).
 
+``--method ksalsa`` releases k-SALSA instead (its records start from the mean latent and are then optimised, so
+``oracle`` is the mean latents the optimisation started from).
+
     python benchmarks/latent_differencing.py [--patients 30] [--per-patient 3] [--ks 3,2] [--steps 200]
+                                             [--method kcentroid|ksalsa]
 """
 
 from __future__ import annotations
@@ -102,6 +106,7 @@ def main() -> None:
     ap.add_argument("--per-patient", type=int, default=3)
     ap.add_argument("--ks", default="3,2", help="the two releases' k, larger first")
     ap.add_argument("--steps", type=int, default=200, help="Adam steps of the optimised inversion")
+    ap.add_argument("--method", choices=("kcentroid", "ksalsa"), default="kcentroid")
     args = ap.parse_args()
     k_a, k_b = (int(k) for k in args.ks.split(","))
     torch.manual_seed(0)
@@ -114,8 +119,8 @@ def main() -> None:
         for k in (k_a, k_b):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                medanon.anonymize.kcentroid(ds, k=k, codec=codec).save(work / f"k{k}", mapping=work / f"k{k}.json",
-                                                                     progress=False)
+                getattr(medanon.anonymize, args.method)(ds, k=k, codec=codec).save(
+                    work / f"k{k}", mapping=work / f"k{k}.json", progress=False)
             rel[k] = _released(work / f"k{k}")
             maps[k] = json.loads((work / f"k{k}.json").read_text())["records"]
         images = ds.tensors(progress=False)[0]
@@ -142,7 +147,8 @@ def main() -> None:
     with torch.enable_grad():
         optimised = [_optimised(codec, rel[k][0], e, args.steps) for k, e in zip((k_a, k_b), encoded, strict=True)]
     people = [torch.tensor(rel[k][1], dtype=torch.float32) for k in (k_a, k_b)]
-    out = {"patients": args.patients, "per_patient": args.per_patient, "k": [k_a, k_b], "codec": CODEC,
+    out = {"method": args.method, "patients": args.patients, "per_patient": args.per_patient, "k": [k_a, k_b],
+           "codec": CODEC,
            "records": [len(rel[k][1]) for k in (k_a, k_b)], "isolated": len(truth)}
     with torch.no_grad():
         for how, z in (("oracle", oracle), ("encoder", encoded), ("optimised", optimised)):

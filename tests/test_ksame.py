@@ -364,3 +364,14 @@ def test_the_shipped_codec_is_the_default_for_fundus_and_xray_asks_for_one(tmp_p
     r = CliRunner().invoke(cli, ["anonymize", "kcentroid", "--data", str(xray), "--k", "2", "--out",
                                  str(tmp_path / "kx")])
     assert r.exit_code == 2 and "needs --model" in r.output and not (tmp_path / "kx").exists()
+
+
+def test_latent_optimisation_runs_inside_a_callers_no_grad():
+    """k-SALSA's and GMIA's optimisation take gradients even when the caller holds torch.no_grad() (an evaluation
+    loop, a notebook cell): the result is optimised, not an autograd error."""
+    from medanon.anonymize.latent_opt import optimize_latents
+
+    with torch.no_grad():
+        res = optimize_latents(torch.zeros(2, 3), lambda w: (w - 1).pow(2).sum(1), steps=200, lr=0.05)
+    assert torch.allclose(res.latents, torch.ones(2, 3), atol=1e-2)
+    assert res.history[-1].max() < res.history[0].min()

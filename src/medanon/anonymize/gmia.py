@@ -232,6 +232,7 @@ class GMIA:
             parts.append(self.optimise(self.codec.encode(x), x))
         return _concat(parts)
 
+    @torch.enable_grad()                 # gradients even inside a caller's torch.no_grad()
     def optimise(self, ws: torch.Tensor, sources: torch.Tensor) -> GMIAResult:
         """Optimise ``W_A`` from ``ws`` (not modified) against the sources ``X_R`` (one batch, any size)."""
         cfg = self.cfg

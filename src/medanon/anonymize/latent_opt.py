@@ -24,6 +24,7 @@ class LatentOptResult:
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # last values of named loss terms, (B,) each
 
 
+@torch.enable_grad()                 # gradients even inside a caller's torch.no_grad()
 def optimize_latents(init: torch.Tensor, loss_fn: Callable[[torch.Tensor], torch.Tensor | tuple], *,
                      steps: int,                                   # Adam steps
                      lr: float = 0.1,                              # learning rate (k-SALSA: 0.1)

@@ -192,6 +192,7 @@ class KSalsa:
                            res.history)
 
 
+@torch.enable_grad()                 # gradients even inside a caller's torch.no_grad()
 def reference_average(synthesize: Callable[[torch.Tensor], torch.Tensor], features: FeatureFn, cfg: SalsaConfig,
                       images: torch.Tensor, latents: torch.Tensor, weights: torch.Tensor, *,
                       style_rows: int | None = None, start: torch.Tensor | None = None) -> torch.Tensor:

@@ -164,3 +164,37 @@ def test_a_calibration_folder_given_as_a_relative_path_is_an_input_not_the_worki
                  clip_box="calibrated", calibrate_on=Path("cal"))
     out = _quiet(rel.save, "release", progress=False)
     assert (out / "manifest.json").is_file() and rel.privacy["guarantee"] == "epsilon-LDP"
+
+
+def test_a_phantom_of_the_flows_training_people_withdraws_the_guarantee(tmp_path):
+    """A phantom's patients are fixed by its seed: a smaller phantom of the seed a flow was trained on holds its
+    training people, whatever its size or number of patients. `medanon train flow` records the phantom it read;
+    a release of such people states no guarantee, one of another seed keeps it; the shipped flows' training
+    phantoms are known (the default seed 0), so the README's workflow is caught too."""
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+    from medanon.phantoms.provenance import shared_people
+
+    root = Path(__file__).resolve().parents[1]
+    train = medanon.make_phantom(tmp_path / "train", modality="xray", patients=5, per_patient=2, size=32, seed=11)
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "flow", str(train), "--config",
+                                 str(root / "configs/glow/tiny32.yaml"), "--steps", "1", "--val", "0", "--test", "0",
+                                 "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    flow = tmp_path / "run" / "flow.pt"
+    same = medanon.open_dataset(medanon.make_phantom(tmp_path / "same", modality="xray", patients=8, per_patient=1,
+                                                     size=32, seed=11), size=32)
+    with pytest.warns(CalibrationOverlap, match="5 released patients .* are people of the phantom the flow"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.dpglow, same, epsilon=1e4, flow=flow)
+    assert rel.privacy["guarantee"].startswith("none: 5 released patients (P00001, P00002, P00003, ...)")
+    other = medanon.make_phantom(tmp_path / "other", modality="xray", patients=8, per_patient=1, size=32, seed=12)
+    kept = _quiet(medanon.anonymize.dpglow, medanon.open_dataset(other, size=32), epsilon=1e4, flow=flow)
+    assert kept.privacy["guarantee"] == "epsilon-LDP"
+
+    small = medanon.make_phantom(tmp_path / "default", modality="xray", patients=3, per_patient=1, size=16)
+    shipped = {"modality": "xray", "seed": 0, "patients": 400}
+    assert shared_people(shipped, small, ["P00001", "P00002", "P00003"]) == ["P00001", "P00002", "P00003"]
+    assert shared_people(shipped, other, ["P00001"]) == []                      # seed 12: other people
+    assert shared_people({**shipped, "pneumonia_rate": 0.5}, small, ["P00001"]) == []   # other settings
+    assert shared_people(shipped, tmp_path / "run", ["P00001"]) == []           # not a phantom folder

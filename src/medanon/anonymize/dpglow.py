@@ -142,3 +142,24 @@ def training_overlap(flow_data: dict[str, Any] | None, source_digest: dict[str, 
     warnings.warn(note + "; release images the flow never saw (its held-out split, or train the flow on other data)",
                   CalibrationOverlap, stacklevel=user_stacklevel())
     return note
+
+
+def phantom_overlap(flow_data: dict[str, Any] | None, flow_sha256: str | None, released) -> tuple[str, str] | None:
+    """The withdrawal ``(reason, why)`` of a phantom release whose synthetic people the flow was trained on (the same
+    phantom seed and settings, patients within its count: :mod:`medanon.phantoms.provenance`), else None. The
+    training phantom is the one the flow's run recorded, or, for a shipped flow, the one it was trained on. Warns
+    :class:`~medanon.anonymize.privacy.CalibrationOverlap` when any released patient is one of them."""
+    from medanon.models_shipped import shipped_name
+    from medanon.phantoms.provenance import shared_people, training_phantom
+
+    trained = training_phantom(flow_data, shipped_name(flow_sha256) if flow_sha256 else None)
+    shared = shared_people(trained, getattr(released, "root", None), [r.patient_id for r in released.records])
+    if not shared:
+        return None
+    reason = (f"{len(shared)} released patients ({', '.join(shared[:3])}{', ...' if len(shared) > 3 else ''}) are "
+              f"people of the phantom the flow was trained on (seed {trained['seed']}, {trained['patients']} patients)")
+    warnings.warn(reason + ": what the flow's weights memorised about them is outside the epsilon bound, so the "
+                  "release states no formal guarantee; make the phantom with another seed",
+                  CalibrationOverlap, stacklevel=user_stacklevel())
+    return reason, ("a phantom's patients are fixed by its seed and settings, so these are the flow's training "
+                    "people, and the noise does not cover what the flow's weights hold of them")

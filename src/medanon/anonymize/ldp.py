@@ -343,7 +343,9 @@ class LaplaceMechanism:
                 + (" and the flow's weights are a fixed public function" if flow else ""),
                 *(["the flow was trained on people who are not in this release: its weights are a function of its "
                    "training images that the noise does not cover, so for a released person who trained it the "
-                   "bound does not hold (medanon detects only a release of the flow's own training folder)"]
+                   "bound does not hold (medanon detects a release of the flow's training folder, of people of "
+                   "the phantom it was trained on, and, given that folder as flow_training, any of its images; "
+                   "other data is unchecked)"]
                   if flow else []),
             ],
             "not_protected": ["everything: no noise is added; the released images are the inputs"

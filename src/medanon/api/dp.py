@@ -305,6 +305,10 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
             withdrawn.append(("the released images are the flow's own training data",
                               "the flow's weights are a function of its training images, which the noise does not "
                               "protect, and every released image passes through them"))
+    from medanon.anonymize.dpglow import phantom_overlap
+
+    same_people = phantom_overlap(trained_on, codec.sha256, ds)
+    withdrawn += [same_people] if same_people else []
     if flow_training is not None:
         from medanon.anonymize.dpglow import folder_overlap
         from medanon.data.inputs import as_dataset

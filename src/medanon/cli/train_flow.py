@@ -90,6 +90,7 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
     from medanon.data.splits import split_records
     from medanon.errors import ConfigError
     from medanon.models.glow import GlowConfig
+    from medanon.phantoms.provenance import phantom_settings
     from medanon.runtime import cpu_count, files_digest
     from medanon.train.distributed import threads_per_rank
     from medanon.train.flow import train_flow
@@ -129,7 +130,9 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
             "train_images": len(train_recs), "val_images": len(val_recs),
             # which records the split and --where chose, by id, patient and labels: an edited labels.csv can
             # change the selection without changing its counts
-            "records": {"train": records_digest(train_recs), "val": records_digest(val_recs)}}
+            "records": {"train": records_digest(train_recs), "val": records_digest(val_recs)},
+            # a phantom's people are fixed by its seed: a release of another phantom can tell it holds them
+            **({"phantom": phantom} if (phantom := phantom_settings(data_dir)) else {})}
     res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume, data=data, dist=dist,
                      accumulation=accum)
     if not dist.is_main:

@@ -1,0 +1,70 @@
+"""Which synthetic people a phantom folder holds, so that a release can tell whether a model was trained on them.
+
+Phantom patient ``i`` (id ``P{i+1:05d}``) is drawn from the seed and the generator's settings alone: the same person
+in every phantom of that modality, seed and settings, whatever its number of patients, images per patient or image
+size. A phantom of 6 patients at the default seed 0 is the first 6 people of the 400-patient phantom the shipped
+flows were trained on. :func:`shared_people` names the released patients a model's training phantom holds too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+RENDERING = ("patients", "per_patient", "size", "workers")     # how many and how large: not who
+
+# The phantoms the shipped flows were trained on (checkpoints/README.md; the flows' recorded source digests are
+# these folders' digests). Settings not listed are PhantomConfig's defaults.
+SHIPPED_TRAINING: dict[str, dict[str, Any]] = {
+    "glow-xray64.pt": {"modality": "xray", "seed": 0, "patients": 400},
+    "glow-xray64-normal.pt": {"modality": "xray", "seed": 0, "patients": 400},
+    "glow-fundus64.pt": {"modality": "fundus", "seed": 0, "patients": 400},
+}
+
+
+def people_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings that decide who a phantom's patients are (all but :data:`RENDERING`), defaults filled in."""
+    from medanon.config import PhantomConfig
+
+    full = {**asdict(PhantomConfig()), **settings}
+    return {k: (list(v) if isinstance(v, tuple | list) else v) for k, v in full.items() if k not in RENDERING}
+
+
+def phantom_settings(root: str | Path | None) -> dict[str, Any] | None:
+    """The generator settings a phantom folder records (``phantom.json``), or None for any other folder."""
+    if root is None:
+        return None
+    path = Path(root) / "phantom.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    settings = info.get("settings") if isinstance(info, dict) and info.get("phantom") else None
+    return dict(settings) if isinstance(settings, dict) and "seed" in settings else None
+
+
+def training_phantom(trained_on: dict[str, Any] | None, shipped_name: str | None) -> dict[str, Any] | None:
+    """The phantom settings a model was trained on: recorded by its training run (``data.phantom``), else the table
+    of shipped checkpoints by name, else None (trained on other data, or not known)."""
+    recorded = (trained_on or {}).get("phantom")
+    if isinstance(recorded, dict) and "seed" in recorded:
+        return recorded
+    return SHIPPED_TRAINING.get(shipped_name or "")
+
+
+def shared_people(trained: dict[str, Any] | None, released_root: str | Path | None,
+                  patient_ids: Iterable[str]) -> list[str]:
+    """The released patients (of a phantom folder) who are also patients of the training phantom: same people
+    settings and an index below its patient count. Empty where either is not a phantom."""
+    released = phantom_settings(released_root)
+    if trained is None or released is None or people_of(trained) != people_of(released):
+        return []
+    n = int(trained.get("patients", 0))
+    out = []
+    for pid in sorted(set(patient_ids)):
+        if len(pid) > 1 and pid[0] == "P" and pid[1:].isdigit() and 1 <= int(pid[1:]) <= n:
+            out.append(pid)
+    return out

@@ -94,6 +94,7 @@ def test_every_method_saves_an_audited_release(tmp_path, world, method):
         assert min(people) >= MIN_PEOPLE[method] and manifest["counts"]["people"] == 12
     else:                                                     # one record per image
         assert len(rows) == len(world["ds"]) and set(people) == {1}
+    assert manifest["counts"]["sources"] == len(world["ds"])  # distinct images, however many views each record has
     report = medanon.audit(rel, source=world["ds"])           # the mapping the release was saved with
     assert report.passed, report.format()
     assert any("mapping" in c.name for c in report.checks)

@@ -48,9 +48,10 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
         "assumptions": ["the source's patient ids are correct: one id per person, one person per id",
                         "this is the only release of these patients' images: the guarantee is per release, and "
                         "two releases whose groups overlap (another k, method, split or subset) can be differenced",
-                        "the models (generator, encoder, feature network) are not released; if they were trained "
-                        "on the private images, what they memorised is outside this guarantee (medanon's shipped "
-                        "checkpoints are public and were trained on phantoms)"],
+                        *(["the models (codec, feature network) were not trained on the released patients' images, "
+                           "or what they memorised of them is accepted as outside this guarantee; the guarantee does "
+                           "not need the models to be secret (medanon's shipped checkpoints are public and were "
+                           "trained on phantoms)"] if uses_models else [])],
         "not_guaranteed": "k-anonymity does not bound what can be inferred about a cluster member from the average "
                           "(it is not differential privacy); measure it with the top-K membership attack of "
                           "`medanon evaluate` (modelled on k-SALSA §4.5 with medanon's identity network, not the "

@@ -406,7 +406,8 @@ class ReleaseWriter:
             "label_rule": RULE,
             "seeds": self.seeds, "models": self.models,
             "phantom": self.phantom,
-            "counts": {"records": len(rows), "sources": sum(len(e["sources"]) for e in rows),
+            "counts": {"records": len(rows),
+                       "sources": len({s for e in rows for s in e["sources"]}),     # distinct: views repeat them
                        "people": len({p for e in rows for p in e["patients"]}),
                        "min_people_per_record": min(people), "max_people_per_record": max(people)},
             "software": software_versions(),

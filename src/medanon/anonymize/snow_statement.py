@@ -97,8 +97,8 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
         }
     return {
         "mechanism": (f"Snow (John et al., ETRA 2020) as in VS-Snow Eq. 1: per image exactly k = round(p*H*W) "
-                      f"= {k} of the {h * w} pixel positions, uniformly at random, are set in every channel to the "
-                      f"fill value"),
+                      f"= {k} of the {h * w} pixel positions, drawn pseudo-uniformly (see assumptions), are set "
+                      f"in every channel to the fill value"),
         "fill": FILL_TEXT[fill],
         "guarantee": (f"(0, delta)-differential privacy for ONE PIXEL POSITION of one image, delta = 1 - k/(H*W) = "
                       f"{delta:.4f} (VS-Snow §1.1): for two images that differ only at one pixel "
@@ -106,7 +106,10 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
                       f"that position is released as the fill value, whatever its input, with probability k/(H*W)"),
         "epsilon": 0.0, "delta": round(delta, 6), "unit": "one pixel position (all channels) of one image",
         "assumptions": [
-            "the hidden sets are drawn from a secret seed (operating-system randomness), recorded nowhere",
+            "the hidden sets are drawn from a secret seed (operating-system randomness), recorded nowhere; each "
+            "image's set is a permutation from a Mersenne Twister seeded with 32 bits derived from that seed and the "
+            "image's index: pseudo-random, not cryptographic, so the probability k/(H*W) that a position is "
+            "hidden, and delta, hold up to that generator's bias",
             "the fill value depends on no private image" + (" (the user vouches for the supplied constant)"
                                                             if fill == "value" else ""),
         ],

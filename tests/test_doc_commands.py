@@ -64,7 +64,8 @@ def problem(args: list[str]) -> str | None:
         ctx = cmd.make_context(name, list(args), parent=ctx, resilient_parsing=True)
         if not isinstance(cmd, click.Group):
             return f"{' '.join(chain)}: unexpected arguments {ctx.args}" if ctx.args else None
-        rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        protected = vars(ctx).get("_protected_args")               # Click >= 8.2; before, ``protected_args``
+        rest = [*(ctx.protected_args if protected is None else protected), *ctx.args]
         if not rest:
             return None
         sub = cmd.get_command(ctx, rest[0])

@@ -156,8 +156,9 @@ def phantom_overlap(flow_data: dict[str, Any] | None, flow_sha256: str | None, r
     shared = shared_people(trained, getattr(released, "root", None), [r.patient_id for r in released.records])
     if not shared:
         return None
-    reason = (f"{len(shared)} released patients ({', '.join(shared[:3])}{', ...' if len(shared) > 3 else ''}) are "
-              f"people of the phantom the flow was trained on (seed {trained['seed']}, {trained['patients']} patients)")
+    # a count, never the ids: the reason goes into the public manifest
+    reason = (f"{len(shared)} released patients are people of the phantom the flow was trained on (seed "
+              f"{trained['seed']}, {trained['patients']} patients)")
     warnings.warn(reason + ": what the flow's weights memorised about them is outside the epsilon bound, so the "
                   "release states no formal guarantee; make the phantom with another seed",
                   CalibrationOverlap, stacklevel=user_stacklevel())

@@ -190,8 +190,11 @@ def _transparent(im: Image.Image) -> bool:
     """Some pixel of the loaded image is below full opacity."""
     if not _declares_alpha(im):
         return False
-    rgba = im if im.mode in _ALPHA_MODES else im.convert("RGBA")
-    return rgba.getchannel("A").getextrema()[0] < 255
+    try:
+        rgba = im if im.mode in _ALPHA_MODES else im.convert("RGBA")
+        return rgba.getchannel("A").getextrema()[0] < 255
+    except (ValueError, OSError):               # a mode Pillow cannot convert (e.g. 16-bit with a tRNS colour)
+        return True                             # declared, so said: the warning errs on the side of telling
 
 
 def _array_transparent(a: np.ndarray) -> bool:

@@ -158,10 +158,12 @@ class EvaluationResult:
             >>> r.summary()[0]["metric"], r.summary()[0]["value"]
             ('fid', 9.0)
         """
+        from medanon.evaluate.report_format import differencing_space
+
         return [rec for r in self.releases for rec in _summary(r)] + \
             [rec for c in self.comparisons for rec in _comparison_summary(c)] + \
-            [_record(" + ".join(d["releases"]), "differencing" + ("" if d.get("space", "pixels") == "pixels" else
-                                                                  f" (latent: {d['codec']})"),
+            [_record(" + ".join(d["releases"]), "differencing" + ("" if (s := differencing_space(d)) == "pixels"
+                                                                  else f" ({s})"),
                      "residual_risk", d["risk"]["residual_risk"]["risk"], d["risk"]["residual_risk"]["ci"],
                      d["risk"]["n"]) for d in self.differencing]
 

@@ -102,8 +102,10 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
             ctx.note(f"differencing {', '.join(sorted({r.name for p in group for r in (p[0], p[3])}))} in the latent "
                      f"space of {name} is not measured: {e.message}")
             continue
-        latent = Space(invert(real.images[targets]), real.patients[targets])
-        limit = threshold_entry(invert(real.images[scale_rows]), real.patients[scale_rows], fraction,
+        needed = np.union1d(targets, scale_rows)            # each image inverted once (the scale may be held-out)
+        z = invert(real.images[needed])
+        latent = Space(z[np.searchsorted(needed, targets)], real.patients[targets])
+        limit = threshold_entry(z[np.searchsorted(needed, scale_rows)], real.patients[scale_rows], fraction,
                                 unit=f"RMS difference of the latents of {name}, the public codec")
         out += _measure(ctx, group, latent, limit, lambda r, f=invert: f(r.images), controls, scale_from,
                         space="latent", codec=name)
@@ -113,26 +115,13 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
 def _inverter(ctx: RealContext, name: str):
     """Images (N, C, H, W) at the evaluation size -> the public codec's latents (N, D), float32 on the CPU, resized
     to the codec's resolution where the evaluation's differs."""
-    import torch
-    import torch.nn.functional as F
-
     from medanon.codecs.stylegan import load_codec
+    from medanon.models.features.base import resize_antialiased
     from medanon.models_registry import find_model
 
-    codec = load_codec(find_model(name), map_location=ctx.device)
+    codec = load_codec(find_model(name), map_location=ctx.device)      # encode batches and moves to its device
     side = int(codec.describe()["resolution"])
-
-    def invert(images: torch.Tensor) -> torch.Tensor:
-        rows = []
-        with torch.no_grad():
-            for s in range(0, len(images), 64):
-                x = images[s:s + 64].to(ctx.device)
-                if x.shape[-1] != side:
-                    x = F.interpolate(x, size=(side, side), mode="bilinear", antialias=True, align_corners=False)
-                rows.append(codec.encode(x).flatten(1).float().cpu())
-        return torch.cat(rows)
-
-    return invert
+    return lambda images: codec.encode(resize_antialiased(images, side)).flatten(1).float().cpu()
 
 
 def _measure(ctx: RealContext, pairs: list[tuple], targets, threshold: dict, rows_of, controls: set,

@@ -350,3 +350,18 @@ def test_an_interrupted_save_resumes(tmp_path, world, monkeypatch):
     rel.save(tmp_path / "rel", progress=False)
     assert rel.summary["resumed_records"] == 5 and rel.summary["written"] == len(world["ds"]) - 5
     assert len(read_release(tmp_path / "rel")[1]) == len(world["ds"]) and rel.path == tmp_path / "rel"
+
+
+def test_a_preview_of_a_noisy_release_is_said_to_be_another_release(world):
+    """images() before save() of a method with secret randomness draws its own: a second, independent release of
+    the same images, which the statement of the saved one does not cover; said once per preview, and not for a
+    deterministic method."""
+    from medanon.anonymize.privacy import PrivacyWarning
+
+    noisy = medanon.anonymize.ldp_image(world["ds"], epsilon=1e2, per_element=True, clip_box="public")
+    with pytest.warns(PrivacyWarning, match="a second release of these images"):
+        noisy.images(limit=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        noisy.images(limit=2)                                # the same preview, kept: no new draw
+        medanon.anonymize.kpixel(world["ds"], k=3).images(limit=1)

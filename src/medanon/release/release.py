@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,9 @@ from medanon.runtime import files_digest
 
 __all__ = ["CaptureWriter", "PrivacyWarning", "Release", "ReleasedRecord", "is_phantom", "show_progress",
            "source_digest"]
+
+# Methods whose every run draws fresh secret randomness: a preview before save() is another, independent release.
+FRESH_RANDOMNESS = ("dpglow", "ldp-image", "snow", "vs-snow")
 
 Producer = Callable[[Any, bool], dict[str, Any]]           # (writer, progress) -> summary of the run
 Saver = Callable[[Path, Path | None, bool, bool], dict[str, Any]]   # (out, mapping, overwrite, progress) -> summary
@@ -276,8 +280,9 @@ class Release:
 
         Once saved, they are read from the release folder (the images it publishes, in its file order).
         Before, they are computed in memory as :meth:`save` computes them, and nothing is written (for a
-        look in a notebook; methods with random noise draw fresh noise, so they are not the images a later
-        ``save`` writes); the producer stops once ``limit`` images are held, except for Snow and VS-Snow,
+        look in a notebook; methods with secret randomness, :data:`FRESH_RANDOMNESS`, draw their own, so they are
+        not the images a later ``save`` writes but another release, and a :class:`PrivacyWarning` says so); the
+        producer stops once ``limit`` images are held, except for Snow and VS-Snow,
         whose module writes the release itself: they are saved to a temporary folder, read back and the
         folder removed. Computed images are kept until :meth:`save`: ``rel[0]`` after ``rel.images()`` is
         the same image. ``limit=None`` holds every image in memory.
@@ -302,6 +307,11 @@ class Release:
     def _computed_records(self, limit: int | None, progress: bool) -> list[ReleasedRecord]:
         cap = self._preview
         if cap is None or (cap.limit is not None and (limit is None or limit > cap.limit)):
+            if self.method in FRESH_RANDOMNESS:
+                warnings.warn(f"{self.method}: images before save() draw their own secret randomness, so they are "
+                              "a second release of these images, independent of the one save() writes (two noisy "
+                              "copies spend twice the privacy budget; two Snow draws hide different pixels): look "
+                              "at them, share only the saved release", PrivacyWarning, stacklevel=3)
             if self.produce is None:
                 cap = self._capture_via_folder(progress)
             else:

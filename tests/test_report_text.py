@@ -30,7 +30,7 @@ def test_headlines_state_each_claim_with_its_numbers():
     assert privacy_text.headline(privacy_statement(KSameConfig(method="ksalsa", k=5), None)) == \
         "k-anonymity: k = 5 patients per record"
     h = privacy_text.headline(_laplace(100.0))
-    assert h == ("ε-local DP per image: ε = 1600 (tight 636.3) (= 100 per element × D = 16; not a per-pixel "
+    assert h == ("ε-local DP per image (δ = 0): ε = 1600 (tight 636.3) (= 100 per element × D = 16; not a per-pixel "
                  "guarantee); n·ε for a patient with n images; vacuous at this ε")
     assert privacy_text.headline(_laplace(math.inf, clip=False)) == "no formal guarantee (ε = ∞, no noise)"
     h = privacy_text.headline(snow_privacy(0.3, 8, 8, fill="grey"))
@@ -85,7 +85,7 @@ def test_report_renders_statements_and_dpglow_table3(tmp_path: Path):
               "interval": "95 % cluster bootstrap over patients (1,000 resamples)"}
     page = render_html(_minimal_report({"dpglow_table3": table3}), {})
     assert "intervals: 95 % cluster bootstrap over patients" in page
-    assert "<h2>Privacy statements</h2>" in page and "ε-local DP per image: ε = 1600" in page
+    assert "<h2>Privacy statements</h2>" in page and "ε-local DP per image (δ = 0): ε = 1600" in page
     assert "DP-GLOW Table 3" in page and "0.612" in page and "0.499" in page and "0.665" in page
     assert "1e2 per pixel (× 4096 = 4.1e+05 per image)" in page
     assert page.count("data:image/png;base64,") == 1                # the figure, embedded

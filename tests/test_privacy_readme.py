@@ -26,7 +26,7 @@ def test_table_rows_say_what_defaults_guarantee_and_what_voids_it():
     assert "no formal guarantee (data-derived fill)" in rows["Snow with `--fill dataset` (the paper's fill)"]
     assert "no formal guarantee (reproducible noise, testing only)" in rows["DP-GLOW or image LDP with `--seed`"]
     dp = next(v for k, v in rows.items() if k.startswith("DP-GLOW (`--epsilon 1`"))
-    assert "per image: ε = 1" in dp and "n·ε for a patient with n images" in dp and "vacuous" not in dp
+    assert "per image (δ = 0): ε = 1" in dp and "n·ε for a patient with n images" in dp and "vacuous" not in dp
     assert "vacuous" in next(v for k, v in rows.items() if "per-element" in k)
     assert "PCA basis depends on every image" in next(v for k, v in rows.items() if "basis fitted on the" in k)
     assert "no formal guarantee" in rows["GMIA"]

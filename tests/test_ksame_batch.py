@@ -16,10 +16,22 @@ from medanon.config import PhantomConfig
 from medanon.phantoms.generate import generate
 
 
-def test_the_default_batch_follows_the_device():
-    assert resolve_batch(0, "cpu") == CPU_CLUSTER_BATCH == 8
-    assert resolve_batch(0, torch.device("cuda")) == GPU_CLUSTER_BATCH == 64      # a device object: no GPU needed
-    assert resolve_batch(3, torch.device("cuda")) == resolve_batch(3, "cpu") == 3   # a batch given is kept
+def test_the_default_batch_follows_the_device_and_the_image_size():
+    assert resolve_batch(0, "cpu") == resolve_batch(0, "cpu", 64) == CPU_CLUSTER_BATCH == 32
+    assert [resolve_batch(0, "cpu", s) for s in (32, 128, 256, 512, 1024)] == [128, 8, 2, 1, 1]
+    assert resolve_batch(0, torch.device("cuda"), 512) == GPU_CLUSTER_BATCH == 64   # a device object: no GPU needed
+    assert resolve_batch(3, torch.device("cuda")) == resolve_batch(3, "cpu", 512) == 3   # a batch given is kept
+
+
+def test_items_are_shared_evenly_between_the_fewest_batches():
+    def sizes(n: int, batch: int) -> list[int]:
+        got = list(batches_within_memory(list(range(n)), batch, len, what="ksalsa"))
+        assert [i for chunk, _, _ in got for i in chunk] == list(range(n))     # every item once, in order
+        return [r for _, r, _ in got]
+
+    assert sizes(70, 32) == [24, 24, 22]
+    assert sizes(64, 32) == [32, 32] and sizes(5, 32) == [5] and sizes(1, 1) == [1] and sizes(0, 8) == []
+    assert sizes(9, 8) == [5, 4]
 
 
 def test_a_batch_out_of_memory_is_halved_and_every_item_runs_once():
@@ -27,17 +39,17 @@ def test_a_batch_out_of_memory_is_halved_and_every_item_runs_once():
 
     def run(chunk):
         sizes.append(len(chunk))
-        if len(chunk) > 3:
+        if len(chunk) > 1:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return sum(chunk)
 
     with pytest.warns(RuntimeWarning) as seen:
         got = list(batches_within_memory(list(range(9)), 8, run, what="ksalsa"))
-    assert [str(w.message) for w in seen] == ["ksalsa: out of device memory with 8 per batch; continuing with 4",
-                                              "ksalsa: out of device memory with 4 per batch; continuing with 2"]
-    assert [c for c, _, _ in got] == [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
-    assert [r for _, r, _ in got] == [1, 5, 9, 13, 8] and {b for _, _, b in got} == {2}
-    assert sizes == [8, 4, 2, 2, 2, 2, 1]
+    assert [str(w.message) for w in seen] == ["ksalsa: out of device memory with 5 per batch; continuing with 2",
+                                              "ksalsa: out of device memory with 2 per batch; continuing with 1"]
+    assert [c for c, _, _ in got] == [[i] for i in range(9)]
+    assert [r for _, r, _ in got] == list(range(9)) and {b for _, _, b in got} == {1}
+    assert sizes == [5, 2] + [1] * 9
 
     def never(chunk):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")

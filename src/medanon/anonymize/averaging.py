@@ -14,6 +14,7 @@ many acquisitions does not dominate a record that stands for P people.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
@@ -134,27 +135,40 @@ def pad_clusters(clusters: Sequence[np.ndarray], weights: Sequence[np.ndarray]) 
     return idx, w
 
 
-CPU_CLUSTER_BATCH = 8           # clusters averaged together by default on the CPU
+CPU_CLUSTER_BATCH = 32          # clusters averaged together by default on the CPU at 64 px (a quarter as many per
+# doubling of the side, so that memory stays about the same): with the demo's codec, k-SALSA averaged 1.24, 1.43 and
+# 0.97 times as many clusters a second as with 8 at k = 2, 5, 10 (`python benchmarks/cluster_batch.py`, docs/ksalsa.md).
+CPU_BATCH_SIZE = 64             # the image side that CPU_CLUSTER_BATCH is for
 # ... and on a GPU, where launches bound small batches: k-SALSA at 256 px, bf16, k = 5 took 0.161 s a cluster with 64
 # per batch on an H200, 0.176 with 32 and 0.182 with 128 on an H100 (docs/gpu.md). Halved on running out of memory.
 GPU_CLUSTER_BATCH = 64
 
 
-def resolve_batch(batch: int, device: torch.device | str) -> int:
-    """Clusters per batch: ``batch``, or for 0 (the default) :data:`CPU_CLUSTER_BATCH` on the CPU and
-    :data:`GPU_CLUSTER_BATCH` elsewhere. Batching changes the speed, and an optimised average only by float rounding
-    (batched convolutions round with the batch's size; docs/distributed.md)."""
+def resolve_batch(batch: int, device: torch.device | str, size: int = CPU_BATCH_SIZE) -> int:
+    """Clusters per batch: ``batch``, or for 0 (the default) :data:`GPU_CLUSTER_BATCH` on a GPU and on the CPU
+    :data:`CPU_CLUSTER_BATCH` at 64 px, scaled by ``(64 / size)²`` for images of side ``size`` (memory and work per
+    cluster grow with the pixels), at least 1. Batching changes the speed, and an optimised average only by float
+    rounding (batched convolutions round with the batch's size; docs/distributed.md).
+
+    >>> resolve_batch(0, "cpu", 64), resolve_batch(0, "cpu", 128), resolve_batch(0, "cpu", 512), resolve_batch(5, "cpu")
+    (32, 8, 1, 5)
+    """
     if batch:
         return int(batch)
-    return CPU_CLUSTER_BATCH if torch.device(device).type == "cpu" else GPU_CLUSTER_BATCH
+    if torch.device(device).type != "cpu":
+        return GPU_CLUSTER_BATCH
+    return max(1, int(CPU_CLUSTER_BATCH * (CPU_BATCH_SIZE / size) ** 2))
 
 
 def batches_within_memory(items: Sequence[T], batch: int, run: Callable[[list[T]], R], *,
                           what: str) -> Iterator[tuple[list[T], R, int]]:
     """``run`` on consecutive batches of at most ``batch`` items, yielding each batch with its result and the batch
-    size in force (the last batch may be shorter). A batch that runs out of device memory
-    (``torch.OutOfMemoryError``) is tried again with half as many items, down to one, and a warning names the new
-    size; the batches after it keep that size."""
+    size in force. The items are shared evenly between the fewest batches of at most ``batch`` (70 items at 32 a
+    batch: 24, 24, 22, not 32, 32, 6), so that no short last batch runs at a small batch's speed. A batch that runs out
+    of device memory (``torch.OutOfMemoryError``) is tried again with half as many items, down to one, and a warning
+    names the new size; the batches after it keep that size."""
+    if items and batch > 0:
+        batch = math.ceil(len(items) / math.ceil(len(items) / batch))
     pos = 0
     while pos < len(items):
         chunk = list(items[pos:pos + batch])

@@ -266,7 +266,7 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     todo = [i for i, key in enumerate(keys) if not all(writer.done(f"{key}/{v}") for v in range(cfg.views))]
     resumed = len(keys) - len(todo)
     style = []
-    batch = resolve_batch(cfg.batch, device)
+    batch = resolve_batch(cfg.batch, device, ds.size)
 
     def average(chosen: list[int]) -> torch.Tensor:
         return averager([clustering.clusters[i] for i in chosen], [weights[i] for i in chosen],

@@ -25,7 +25,7 @@ class KSameConfig:
     stratify: str = ""                          # cluster within strata of this label (patient's worst value)
     drop_remainder: bool = False                # leave out the N mod k leftovers (and strata smaller than k)
     space: str = "auto"                         # clustering space: auto | latent | pca (auto: latent with a codec)
-    batch: int = 0                              # clusters averaged together (0: 8 on the CPU, 64 on a GPU)
+    batch: int = 0                              # clusters averaged together (0: 32 on the CPU at 64 px, 64 on a GPU)
     pca_components: float = 0.9                 # k-Same-PCA (and the pca space): count or variance fraction
     pca_fit_max: int = 2000                     # images the PCA is fitted on (seeded subsample beyond)
     pca_basis: str = "private"                  # kpca: private (fitted on the released data) | separate (basis=)

@@ -129,8 +129,9 @@ def ksame_options(*, model_required: bool, k: bool = True):
                              help="Leave out the N mod k leftover patients (the paper) instead of joining them to "
                                   "their nearest clusters."),
                 click.option("--batch", type=click.IntRange(min=0), default=None,
-                             help="Clusters averaged together (0: 8 on the CPU, 64 on a GPU; halved if the GPU "
-                                  "runs out of memory). A speed setting: averages differ only by float rounding."
+                             help="Clusters averaged together (0: 32 on the CPU at 64 px, a quarter as many per "
+                                  "doubling of the side; 64 on a GPU, halved if it runs out of memory). A speed "
+                                  "setting: averages differ only by float rounding."
                                   + default(KSameConfig, "batch")),
             ]
         opts.append(config_options("KSameConfig"))

@@ -61,7 +61,8 @@ def headline(priv: dict[str, Any]) -> str:
         tight_text = f" (tight {tight:.4g})" if _finite(tight) and tight < e * (1 - 1e-9) else ""
         vacuous = priv.get("vacuous", e > 10)
         delta = f" (δ = {priv['delta']:g})" if _finite(priv.get("delta")) else ""
-        return (f"ε-local DP per image{delta}: ε = {e:.4g}{tight_text} (= {priv.get('epsilon_element', float('nan')):g} "
+        per_element = priv.get("epsilon_element", float("nan"))
+        return (f"ε-local DP per image{delta}: ε = {e:.4g}{tight_text} (= {per_element:g} "
                 f"per element × D = {priv.get('D')}; not a per-pixel guarantee); n·ε for a patient with n images"
                 + ("; vacuous at this ε" if vacuous else ""))
     if priv.get("epsilon") == 0 and _finite(priv.get("delta")):

@@ -93,7 +93,7 @@ def fid_over_subsets(ref: np.ndarray, feats: np.ndarray, *, subsets: int, seed: 
 def save_grid(path: Path, rows: list[list[torch.Tensor]]) -> None:
     from PIL import Image
 
-    from medanon.release.writer import image_to_uint8
+    from medanon.data.imageio import image_to_uint8
 
     tiles = [[image_to_uint8(t) for t in row] for row in rows]
     h, w = tiles[0][0].shape[:2]

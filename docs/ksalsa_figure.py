@@ -47,9 +47,9 @@ from medanon.anonymize.salsa import SalsaConfig
 from medanon.codecs.stylegan import load_codec
 from medanon.config import DataConfig, PhantomConfig
 from medanon.data.dataset import open_dataset
+from medanon.data.imageio import image_to_uint8
 from medanon.models.features import get_feature_network
 from medanon.phantoms.generate import generate
-from medanon.release.writer import image_to_uint8
 from medanon.sampling import load_any_generator
 
 SCALE, LABEL = 2, 14

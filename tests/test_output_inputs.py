@@ -183,9 +183,9 @@ def test_arguments_are_checked_before_anything_is_created(tmp_path, phantom):
 
 
 def test_a_full_disk_is_one_clear_error_and_the_run_resumes(tmp_path, phantom, monkeypatch):
-    import medanon.release.writer as writer
+    import medanon.release.files as files
 
-    real = writer.atomic_write_bytes
+    real = files.atomic_write_bytes
     calls = {"n": 0}
 
     def full(path, data):
@@ -194,13 +194,13 @@ def test_a_full_disk_is_one_clear_error_and_the_run_resumes(tmp_path, phantom, m
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, data)
 
-    monkeypatch.setattr(writer, "atomic_write_bytes", full)
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
     out = tmp_path / "rel"
     args = ["anonymize", "ldp-image", phantom, "--epsilon", "1", "--out", out]
     code, msg = _run(args)
     assert code == 1 and "No space left on device" in msg and ".partial" in msg, msg
     assert len(list((tmp_path / "rel.partial" / "images").iterdir())) == 3
-    monkeypatch.setattr(writer, "atomic_write_bytes", real)
+    monkeypatch.setattr(files, "atomic_write_bytes", real)
     code, msg = _run(args)
     assert code == 0, msg
     assert len(list((out / "images").iterdir())) == 12

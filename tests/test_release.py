@@ -126,7 +126,8 @@ def test_a_resume_keeps_the_mapping_the_first_run_was_asked_for(tmp_path: Path, 
 def test_a_torchrun_ranks_records_are_kept_when_the_mapping_moves(tmp_path: Path, source):
     """A record another process of a sharded run finished (its rank journal carries the run's head) is taken in
     by a resume that writes the mapping elsewhere: the heads differ only in where the mapping goes."""
-    from medanon.release.writer import JOURNAL, write_record
+    from medanon.release.files import write_record
+    from medanon.release.writer import JOURNAL
 
     _, records = source
     out = tmp_path / "rel"

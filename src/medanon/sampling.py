@@ -35,9 +35,9 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from medanon.checkpoint import load_checkpoint
+from medanon.data.imageio import image_to_uint8
 from medanon.errors import ConfigError
 from medanon.fsutil import atomic_dir, sha256_file
-from medanon.release.writer import image_to_uint8
 from medanon.train.loop import save_image_grid
 
 GENERATOR_KINDS = ("stylegan2", "restyle-encoder", "cotrained-autoencoder")

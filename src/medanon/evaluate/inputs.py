@@ -31,8 +31,8 @@ from medanon.data.records import Record
 from medanon.data.splits import SPLITS, split_patients
 from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
+from medanon.release.files import read_release
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
-from medanon.release.writer import read_release
 from medanon.runtime import files_digest
 
 log = logging.getLogger(__name__)

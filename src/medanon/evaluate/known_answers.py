@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from medanon.data.imageio import image_to_uint8
 from medanon.evaluate.inputs import MAPPING_SUFFIX, RealData
 from medanon.release import ReleaseWriter
-from medanon.release.writer import image_to_uint8
 
 KINDS = ("copy", "jpeg", "shift", "constant", "noise", "others")
 DETECTED = ("copy", "jpeg", "shift")

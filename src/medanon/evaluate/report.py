@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from medanon.data.imageio import image_to_uint8
 from medanon.errors import OutputExistsError
 from medanon.evaluate import privacy_text
 from medanon.evaluate.inputs import RealData, ReleaseData
@@ -42,7 +43,6 @@ from medanon.evaluate.report_plots import plots as _plots
 from medanon.evaluate.report_verdict import verdict_section
 from medanon.evaluate.utility import HEADLINE, METRIC_NAMES
 from medanon.fsutil import atomic_write_text, strict_json
-from medanon.release.writer import image_to_uint8
 
 MAX_SOURCES_SHOWN = 5
 REPORT_HEAD = "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>medanon evaluation report"

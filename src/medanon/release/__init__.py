@@ -8,6 +8,7 @@ the release. :mod:`medanon.release.audit` checks a release against its guarantee
 
 from medanon.release.aggregate import aggregate_labels
 from medanon.release.audit import AuditReport, audit_release
-from medanon.release.writer import ReleaseWriter, read_release
+from medanon.release.files import read_release
+from medanon.release.writer import ReleaseWriter
 
 __all__ = ["AuditReport", "ReleaseWriter", "aggregate_labels", "audit_release", "read_release"]

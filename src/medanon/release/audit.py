@@ -42,8 +42,8 @@ from PIL import Image
 
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
+from medanon.release.files import FORMAT
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
-from medanon.release.writer import FORMAT
 
 MIN_NUMERIC_LEN = 5
 NAME_PATTERN = re.compile(r"^[0-9a-f]{16}\.png$")

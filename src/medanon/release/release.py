@@ -53,8 +53,8 @@ from medanon.data.records import Record, records_digest
 from medanon.errors import a_type
 from medanon.outputs import dataset_inputs
 from medanon.release.aggregate import aggregate_labels
+from medanon.release.files import read_release
 from medanon.release.sharded import ShardWriter, open_release
-from medanon.release.writer import read_release
 from medanon.runtime import files_digest
 
 __all__ = ["CaptureWriter", "PrivacyWarning", "Release", "ReleasedRecord", "is_phantom", "show_progress",

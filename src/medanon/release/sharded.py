@@ -43,7 +43,8 @@ import torch
 
 from medanon.data.records import Record
 from medanon.errors import DataError
-from medanon.release.writer import JOURNAL, ReleaseWriter, launched_by_torchrun, write_record
+from medanon.release.files import write_record
+from medanon.release.writer import JOURNAL, ReleaseWriter, launched_by_torchrun
 from medanon.train.distributed import Dist, init_distributed, shutdown
 
 __all__ = ["ShardWriter", "open_release", "release_group", "unit_of"]

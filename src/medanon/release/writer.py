@@ -34,13 +34,8 @@ sources changed starts over) and into the private mapping, never into the public
 
 from __future__ import annotations
 
-import csv
-import datetime as _dt
-import io
 import json
-import math
 import os
-import secrets
 import shutil
 import warnings
 from collections.abc import Mapping, Sequence
@@ -49,23 +44,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from medanon.anonymize.privacy import with_standard_fields
 from medanon.config import differences
-from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError, OutputExistsError, user_stacklevel
 from medanon.fsutil import (
-    atomic_write_bytes,
     atomic_write_text,
-    read_json_object,
     remove_leftovers,
     remove_replaced,
 )
 from medanon.locks import OutputLock
-from medanon.outputs import MAPPING_FORMAT, check_replaceable, checkpoint_files, write_marker
-from medanon.release.aggregate import RULE, aggregate_labels
+from medanon.outputs import check_replaceable, checkpoint_files, write_marker
+from medanon.release.files import _json_default, labels_csv, manifest_json, mapping_json, write_record
 from medanon.release.order import _shuffle, _stamp
 from medanon.release.writer_safety import (  # noqa: F401  (check_release_outputs, OutputWriteError: re-exported)
     JOURNAL,
@@ -79,47 +70,11 @@ from medanon.release.writer_safety import (  # noqa: F401  (check_release_output
     os_error,
     restore_closing_journals,
 )
-from medanon.runtime import software_versions
-
-FORMAT = "medanon-release"
-VERSION = 1
-
-
-def _png(a: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, format="PNG")   # no text chunks, no EXIF: nothing but pixels
-    return buf.getvalue()
 
 
 def launched_by_torchrun() -> bool:
     """Whether this process is one of several that torchrun started (its environment names a rank)."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
-
-
-def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record],
-                 labels: Sequence[str]) -> dict[str, Any]:
-    """Write one record into the partial folder ``partial``: its image under a secret random name (atomically),
-    then its line in the private journal ``journal``. Returns the journal entry."""
-    if not sources:
-        raise ValueError("a released record must stand for at least one source")
-    finite = torch.isfinite(image).all() if isinstance(image, torch.Tensor) else np.isfinite(np.asarray(image)).all()
-    if not finite:                                  # cast to 8 bits, NaN would become a black image, silently
-        raise ConfigError(f"the image of release record {key!r} holds NaN or infinite values: the method diverged "
-                          "(e.g. a learning rate too large), and such an image is not released",
-                          fix="rerun with other settings (the records written so far are kept for a resume with the "
-                              "same settings; delete the .partial folder to start over with others)")
-    name = secrets.token_hex(8) + ".png"
-    atomic_write_bytes(partial / "images" / name, _png(image_to_uint8(image)))
-    entry = {
-        "key": key, "name": name,
-        "sources": [r.record_id for r in sources],
-        "patients": sorted({r.patient_id for r in sources}),
-        "labels": aggregate_labels(list(sources), list(labels)),                  # per patient
-    }
-    with open(partial / journal, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry, default=_json_default) + "\n")
-        f.flush()
-    return entry
 
 
 def _but_mapping(head: dict[str, Any]) -> dict[str, Any]:
@@ -389,37 +344,13 @@ class ReleaseWriter:
         rows = sorted(self.entries.values(), key=lambda e: e["name"])
         views = (self.settings["params"].get("augmentation") or {}).get("views", 1)
         _check_each_source_once(rows, views=int(views or 1), out=self.out)
-        label_cols = [c for c in rows[0]["labels"]]
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["image", "n_sources", "n_people", *label_cols])
-        for e in rows:
-            w.writerow([f"images/{e['name']}", len(e["sources"]), len(e["patients"]),
-                        *[_cell(e["labels"][c]) for c in label_cols]])
-        atomic_write_text(self.partial / "labels.csv", buf.getvalue())
-        people = [len(e["patients"]) for e in rows]
-        manifest = {
-            "format": FORMAT, "version": VERSION,
-            **self.settings,
-            **({"modality": self.source["modality"]} if self.source.get("modality") else {}),   # of the source
-            "privacy": self.privacy,
-            "label_rule": RULE,
-            "seeds": self.seeds, "models": self.models,
-            "phantom": self.phantom,
-            "counts": {"records": len(rows),
-                       "sources": len({s for e in rows for s in e["sources"]}),     # distinct: views repeat them
-                       "people": len({p for e in rows for p in e["patients"]}),
-                       "min_people_per_record": min(people), "max_people_per_record": max(people)},
-            "software": software_versions(),
-            "created": _dt.datetime.now(_dt.UTC).date().isoformat(),
-        }
-        atomic_write_text(self.partial / "manifest.json", json.dumps(manifest, indent=2, default=_json_default) + "\n")
+        atomic_write_text(self.partial / "labels.csv", labels_csv(rows))
+        atomic_write_text(self.partial / "manifest.json", manifest_json(
+            rows, settings=self.settings, source=self.source, privacy=self.privacy, seeds=self.seeds,
+            models=self.models, phantom=self.phantom))
         if self.mapping is not None:
-            mapping = {"format": MAPPING_FORMAT, "release": self.out.name, "method": self.settings["method"],
-                       "source": self.source,
-                       "records": {f"images/{e['name']}": {"sources": e["sources"], "patients": e["patients"]}
-                                   for e in rows}}
-            atomic_write_text(self.mapping, json.dumps(mapping, indent=1, default=_json_default) + "\n")
+            atomic_write_text(self.mapping, mapping_json(rows, release=self.out.name, method=self.settings["method"],
+                                                         source=self.source))
             os.chmod(self.mapping, 0o600)                # private: record -> source patients
         _shuffle(self.partial)
         # the private journals leave the folder before it is published, but are kept until it is in place: a run
@@ -452,31 +383,3 @@ class ReleaseWriter:
                 raise os_error(exc, self.partial if self._started else None) from None
 
 
-def _cell(v: object) -> str:
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:g}"
-    return str(v)
-
-
-def _json_default(o: object) -> object:
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def read_release(path: str | Path) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """The manifest and the ``labels.csv`` rows of a release (what evaluation reads)."""
-    path = Path(path)
-    man = path / "manifest.json"
-    if not man.is_file():
-        raise DataError(f"{path} is not a medanon release: manifest.json is missing",
-                        fix="pass a folder written by `medanon anonymize`")
-    manifest = read_json_object(man, what="a medanon release manifest",
-                                fix="pass a folder written by `medanon anonymize`, unchanged")
-    if manifest.get("format") != FORMAT:
-        raise DataError(f"{man} is not a medanon release manifest")
-    with open(path / "labels.csv", encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return manifest, rows

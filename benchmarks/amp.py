@@ -66,7 +66,11 @@ def main() -> None:
     ap.add_argument("--amp", default="bf16")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="medanon-amp-"))
+    with tempfile.TemporaryDirectory(prefix="medanon-amp-") as tmp:     # the releases are only compared, then removed
+        print(json.dumps(compare(args, Path(tmp))))
+
+
+def compare(args: argparse.Namespace, tmp: Path) -> dict:
     data = args.data or medanon.make_phantom(tmp / "data", patients=args.images // 2, per_patient=2, size=64, seed=1)
     ds = medanon.open_dataset(data, size=64)
     ds.records = ds.records[:args.images]
@@ -96,7 +100,7 @@ def main() -> None:
             entry["id_cos_after_mean"] = {"fp32": outcome[0]["id_cos_after"]["mean"],
                                           args.amp: outcome[1]["id_cos_after"]["mean"]}
         out[k] = entry
-    print(json.dumps(out))
+    return out
 
 
 if __name__ == "__main__":

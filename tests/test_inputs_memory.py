@@ -11,8 +11,9 @@ from medanon.errors import ConfigError, DataError
 
 
 @pytest.fixture(scope="module")
-def phantom():
-    ds = medanon.open_dataset(medanon.make_phantom(patients=6, per_patient=2), size=16)
+def phantom(tmp_path_factory):          # module-scoped: made before the per-test temporary folder exists
+    ds = medanon.open_dataset(medanon.make_phantom(tmp_path_factory.mktemp("memory") / "fundus", patients=6,
+                                                   per_patient=2), size=16)
     x = torch.stack([ds.load(i)["image"] for i in range(len(ds))])
     return ds, x, [r.patient_id for r in ds.records]
 

@@ -365,3 +365,6 @@ def test_a_preview_of_a_noisy_release_is_said_to_be_another_release(world):
         warnings.simplefilter("error", PrivacyWarning)
         noisy.images(limit=2)                                # the same preview, kept: no new draw
         medanon.anonymize.kpixel(world["ds"], k=3).images(limit=1)
+        medanon.anonymize.kcentroid(world["ds"], k=3, codec=world["dir"] / "restyle.pt").images(limit=1)
+    with pytest.warns(PrivacyWarning, match="latent views"):              # secret view noise, drawn again
+        medanon.anonymize.kcentroid(world["ds"], k=3, codec=world["dir"] / "restyle.pt", views=2).images(limit=1)

@@ -84,6 +84,32 @@ def test_subsets_keep_record_ids_and_transform_applies(phantom):
         as_dataset(x, patient_ids=pids, transform=lambda im: im[:1], value_range=(-1, 1)).load(0)
 
 
+@pytest.mark.parametrize("transform, words", [
+    (lambda im: (im + 1) * 127.5, "values from 0 to"),                       # 8-bit scale: was clipped to white
+    (lambda im: (im - 0.45) / 0.22, "values from"),                          # ImageNet-style normalisation
+    (lambda im: im * float("nan"), "NaN or infinite"),
+])
+def test_a_transform_out_of_range_is_refused_not_clipped(phantom, transform, words):
+    ds, x, pids = phantom
+    for data in (as_dataset(x, patient_ids=pids, value_range=(-1, 1), transform=transform),
+                 medanon.open_dataset(ds.root, size=16, transform=transform)):
+        with pytest.raises(DataError, match="transform=") as e:
+            data.load(0)
+        assert words in str(e.value) and "[-1, 1]" in str(e.value)
+    overshoot = as_dataset(x, patient_ids=pids, value_range=(-1, 1), transform=lambda im: im * 1.05)
+    assert overshoot.load(0)["image"].abs().max() <= 1                      # an interpolation's overshoot: clamped
+
+
+def test_evaluate_refuses_a_part_of_a_folder_it_would_read_whole(phantom, tmp_path):
+    ds = phantom[0]
+    parts = medanon.split_dataset(ds)
+    assert parts["train"].part_of == len(ds) and ds.part_of is None
+    with pytest.raises(ConfigError, match=rf"holds {len(parts['train'])} of the {len(ds)} images") as e:
+        medanon.evaluate(real=parts["train"], releases=[medanon.anonymize.kpixel(parts["train"], k=2)], preset="tiny",
+                         out=tmp_path / "report")
+    assert "real=ds" in e.value.fix and not (tmp_path / "report").exists()
+
+
 def test_models_by_name_and_defaults(phantom):
     from medanon.models_registry import default_model, find_model
 

@@ -292,6 +292,11 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         raise ConfigError("patient_ids=, labels=, modality= and value_range= describe images held in memory; real= "
                           "is a folder",
                           fix="leave them out (open the folder with medanon.open_dataset to choose how it is read)")
+    if getattr(real, "part_of", None) and not is_in_memory(real):
+        raise ConfigError(f"real= holds {len(real)} of the {real.part_of} images of the folder {real.root} (a part, "
+                          "e.g. one split); the evaluation reads whole folders, and would evaluate all of them",
+                          fix="pass the whole dataset: real=ds (the patient split the releases were made from "
+                              "comes from splits=, and without it from the same split_dataset defaults)")
     if isinstance(releases, (str, os.PathLike, Release)) or not isinstance(releases, Sequence):
         raise ConfigError(f"releases= is {a_type(releases)}; it takes a list of release folders or Release "
                           "objects", fix="pass releases=[rel] for one release")

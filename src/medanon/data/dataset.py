@@ -90,6 +90,9 @@ class ReadOptions:
     modality: str = "auto"
 
 
+TRANSFORM_SLACK = 1.1          # a transform's output beyond ±this is refused; within it, clamped to [-1, 1]
+
+
 class ImageDataset(Dataset):
     """Images of one dataset, preprocessed to ``size`` x ``size`` with ``channels`` channels.
 
@@ -123,6 +126,7 @@ class ImageDataset(Dataset):
         self.max_pixels = max_pixels
         self.cache_bytes = cache_bytes
         self.read_options = read_options or ReadOptions(layout=layout or "auto", max_pixels=max_pixels)
+        self.part_of: int | None = None                      # the folder's image count, when this is a part of it
         self._cache: dict[Path, dict] = {}
         self._cached_bytes = 0
         self._cache_lock = threading.Lock()                  # loads run in threads
@@ -180,7 +184,17 @@ class ImageDataset(Dataset):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise DataError(f"transform= returned {got} for a {tuple(image.shape)} image",
                             fix="return a tensor of the shape it was given (C, H, W), values in [-1, 1]")
-        return out.float().clamp(-1, 1)
+        out = out.float()
+        if not torch.isfinite(out).all():
+            raise DataError(f"transform= returned NaN or infinite values for a {tuple(image.shape)} image",
+                            fix="return finite values in [-1, 1]")
+        low, high = float(out.min()), float(out.max())
+        if low < -TRANSFORM_SLACK or high > TRANSFORM_SLACK:    # another scale (0-255, ImageNet normalisation)
+            raise DataError(f"transform= returned values from {low:.4g} to {high:.4g}; images are read in [-1, 1] "
+                            "(clipping them would change the image without a word)",
+                            fix="return the image in [-1, 1], as the transform receives it (e.g. x.flip(-1)); "
+                                "undo any normalisation inside the transform")
+        return out.clamp(-1, 1)                             # an interpolation's small overshoot
 
     def tensors(self, *, workers: int | None = None, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Load every image: returns ``images`` (N, C, H, W) float32 and ``fov`` (N, 1, H, W) bool."""
@@ -406,6 +420,8 @@ def subset(ds: ImageDataset, indices: Sequence[int], *, skipped: Sequence[Proble
                        max_pixels=ds.max_pixels, cache_bytes=ds.cache_bytes, read_options=ds.read_options,
                        transform=ds.transform)
     out.source_files = list(getattr(ds, "source_files", []))
+    # a part of what the folder opens to (e.g. one split): code that reads whole folders refuses it (evaluate)
+    out.part_of = ds.part_of or (len(ds.records) if len(keep) < len(ds.records) else None)
     paths = {ds.records[i].path for i in keep}
     out._cache = {p: t for p, t in ds._cache.items() if p in paths}          # decoded tensors carry over
     out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())
@@ -415,5 +431,7 @@ def subset(ds: ImageDataset, indices: Sequence[int], *, skipped: Sequence[Proble
 def drop_records(ds: ImageDataset, problems: Sequence[Problem]) -> ImageDataset:
     """A copy of ``ds`` without the records named in ``problems`` (which join ``skipped``)."""
     bad = {p.path for p in problems}
-    return subset(ds, [i for i, r in enumerate(ds.records) if str(r.path) not in bad],
-                  skipped=list(ds.skipped) + list(problems))
+    out = subset(ds, [i for i, r in enumerate(ds.records) if str(r.path) not in bad],
+                 skipped=list(ds.skipped) + list(problems))
+    out.part_of = ds.part_of                            # the folder read again leaves the same files out
+    return out

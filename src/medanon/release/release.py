@@ -60,7 +60,8 @@ from medanon.runtime import files_digest
 __all__ = ["CaptureWriter", "PrivacyWarning", "Release", "ReleasedRecord", "is_phantom", "show_progress",
            "source_digest"]
 
-# Methods whose every run draws fresh secret randomness: a preview before save() is another, independent release.
+# Methods whose every run draws fresh secret randomness: a preview before save() is another, independent release
+# (so is one of a k-Same release with latent views, whose view noise is secret).
 FRESH_RANDOMNESS = ("dpglow", "ldp-image", "snow", "vs-snow")
 
 Producer = Callable[[Any, bool], dict[str, Any]]           # (writer, progress) -> summary of the run
@@ -307,11 +308,13 @@ class Release:
     def _computed_records(self, limit: int | None, progress: bool) -> list[ReleasedRecord]:
         cap = self._preview
         if cap is None or (cap.limit is not None and (limit is None or limit > cap.limit)):
-            if self.method in FRESH_RANDOMNESS:
+            views = int(((self.params or {}).get("augmentation") or {}).get("views") or 1)
+            if self.method in FRESH_RANDOMNESS or views > 1:
                 warnings.warn(f"{self.method}: images before save() draw their own secret randomness, so they are "
                               "a second release of these images, independent of the one save() writes (two noisy "
-                              "copies spend twice the privacy budget; two Snow draws hide different pixels): look "
-                              "at them, share only the saved release", PrivacyWarning, stacklevel=3)
+                              "copies spend twice the privacy budget; two Snow draws hide different pixels; two "
+                              "draws of latent views average their noise away): look at them, share only the saved "
+                              "release", PrivacyWarning, stacklevel=3)
             if self.produce is None:
                 cap = self._capture_via_folder(progress)
             else:

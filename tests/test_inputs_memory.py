@@ -1,5 +1,7 @@
 """Inputs as users hold them (medanon.data.as_dataset): tensors, arrays, PIL lists, folders; errors name the type."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -136,3 +138,55 @@ def test_the_command_line_takes_models_by_name(tmp_path):
     res = CliRunner().invoke(cli, ["anonymize", "dpglow", "--data", str(root), "--flow", str(tmp_path / "glow-xray64"),
                                    "--epsilon", "1", "--out", str(tmp_path / "dp2")])
     assert res.exit_code != 0 and "neither a file nor a model" in res.output      # a path is never a name
+
+
+def test_integers_wider_than_8_bits_need_value_range(phantom):
+    _, x, pids = phantom
+    u8 = ((x + 1) * 127.5).round()
+    for dtype in (torch.int16, torch.int32, torch.int64, torch.uint16):
+        with pytest.raises(DataError, match=r"integers spanning \[\d+, \d+\] and no value_range") as e:
+            as_dataset(u8.to(dtype), patient_ids=pids)
+        assert "value_range=(0, 65535)" in e.value.fix
+    wide = as_dataset((u8 * 257).to(torch.int32), patient_ids=pids, value_range=(0, 65535))   # 16-bit, declared
+    assert torch.allclose(wide.load(1)["image"], as_dataset(u8.to(torch.uint8), patient_ids=pids).load(1)["image"],
+                          atol=1e-5)
+
+
+@pytest.mark.parametrize("value_range", [1.0, (0, 1, 2), "01", (0, "white")])
+def test_a_value_range_that_is_not_two_numbers_is_named(phantom, value_range):
+    _, x, pids = phantom
+    with pytest.raises(DataError, match="value_range="):
+        as_dataset((x + 1) / 2, patient_ids=pids, value_range=value_range)
+
+
+def test_images_using_a_corner_of_their_declared_range_warn(phantom):
+    from medanon.data.memory import ValueRangeWarning
+
+    _, x, pids = phantom
+    x01 = (x + 1) / 2
+    with pytest.warns(ValueRangeWarning, match="only the upper half of value_range"):
+        as_dataset(x01, patient_ids=pids, value_range=(-1, 1))              # [0, 1] declared as [-1, 1]: washed out
+    with pytest.warns(ValueRangeWarning, match="only the lowest 1/128"):
+        as_dataset(x01, patient_ids=pids, value_range=(0, 255))             # [0, 1] declared as 8-bit: black
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ValueRangeWarning)
+        as_dataset(x01, patient_ids=pids, value_range=(0, 1))
+        as_dataset(x, patient_ids=pids, value_range=(-1, 1))
+
+
+def test_grey_pil_images_stay_grey_whatever_their_mode(phantom):
+    from PIL import Image
+
+    _, x, pids = phantom
+    grey = [Image.fromarray(((im.mean(0) + 1) * 127.5).round().byte().numpy(), mode="L") for im in x]
+    expected = as_dataset(grey, patient_ids=pids, modality="xray").load(0)["image"]
+    for mode in ("LA", "P"):
+        ds = as_dataset([im.convert(mode) for im in grey], patient_ids=pids, modality="xray")
+        assert ds.channels == 1 and torch.equal(ds.load(0)["image"], expected), mode
+    binary = as_dataset([im.convert("1") for im in grey], patient_ids=pids, modality="xray")
+    assert binary.channels == 1 and set(binary.load(0)["image"].unique().tolist()) <= {-1.0, 1.0}
+    colour = [Image.fromarray(((im.permute(1, 2, 0) + 1) * 127.5).round().byte().numpy()).convert("P") for im in x]
+    assert as_dataset(colour, patient_ids=pids).channels == 3                # a palette of colours stays colour
+    with pytest.raises(DataError, match="different shapes") as e:
+        as_dataset([grey[0], grey[1].convert("RGB")], patient_ids=pids[:2])
+    assert "one mode" in e.value.fix

@@ -185,8 +185,7 @@ def _images(obj: Any, *, argument: str, value_range, modality: str | None = None
         except ImportError:                      # pragma: no cover - pillow is a dependency
             Image = None
         if Image is not None and all(isinstance(x, Image.Image) for x in obj):
-            arrays = [np.asarray(x.convert("RGB") if x.mode not in ("L", "RGB", "I;16", "I", "F") else x)
-                      for x in obj]
+            arrays = [_pil_array(x) for x in obj]
             return to_float_images(_stack(arrays, argument, channels_last=True),
                                    value_range=value_range, name=argument + "=")
         if all(isinstance(x, (torch.Tensor, np.ndarray)) for x in obj):
@@ -200,11 +199,30 @@ def _images(obj: Any, *, argument: str, value_range, modality: str | None = None
     return None
 
 
+# PIL modes read as they are; other grey modes become "L", colour ones "RGB" (alpha is dropped)
+_PIL_AS_IS = ("L", "RGB", "I", "F", "I;16", "I;16B", "I;16L", "I;16N")
+
+
+def _pil_array(image) -> np.ndarray:
+    """One PIL image as an array, grey images (modes 1, LA, a palette of greys) as one channel."""
+    if image.mode in _PIL_AS_IS:
+        return np.asarray(image)
+    if image.mode in ("1", "LA", "La"):
+        return np.asarray(image.convert("L"))
+    rgb = np.asarray(image.convert("RGB"))
+    if image.mode in ("P", "PA") and (rgb == rgb[..., :1]).all():      # a palette of greys only
+        return np.ascontiguousarray(rgb[..., 0])
+    return rgb
+
+
 def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> np.ndarray:
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
+        sides = {tuple(sorted(a.shape[:2])) if a.ndim >= 2 else a.shape for a in arrays} if channels_last else shapes
+        mixed = channels_last and len(sides) == 1 and len({a.ndim for a in arrays}) > 1
         raise DataError(f"{argument}= holds images of different shapes: {sorted(shapes)[:4]}",
-                        fix="resize them to one square size first")
+                        fix="convert them all to one mode, grey ('L') or colour ('RGB')" if mixed
+                        else "resize them to one square size first")
     a = np.stack(arrays)
     if a.ndim == 4 and channels_last and a.shape[-1] in (1, 3):
         a = a.transpose(0, 3, 1, 2)

@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ import torch
 from medanon.data.dataset import ImageDataset, ReadOptions
 from medanon.data.imageio import image_to_uint8
 from medanon.data.records import Record, make_record_id
-from medanon.errors import DataError
+from medanon.errors import DataError, user_stacklevel
 
 MEMORY_LAYOUT = "memory"
 
@@ -150,11 +151,29 @@ def _cell(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
+class ValueRangeWarning(UserWarning):
+    """Images held in memory use only a corner of their declared ``value_range`` (e.g. [0, 1] images declared as
+    (-1, 1), which would be released washed out)."""
+
+
+def _range_pair(value_range) -> tuple[float, float]:
+    if isinstance(value_range, (str, bytes)) or not isinstance(value_range, (tuple, list)) or len(value_range) != 2:
+        raise DataError(f"value_range={value_range!r} is not a (low, high) pair",
+                        fix="pass value_range=(low, high): the values that mean black and white, e.g. (0, 1)")
+    try:
+        lo, hi = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        raise DataError(f"value_range={value_range!r} holds something that is not a number",
+                        fix="pass value_range=(low, high) of two numbers, e.g. (0, 255)") from None
+    return lo, hi
+
+
 def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[float, float] | None,
                     name: str) -> torch.Tensor:
     """``array`` (N, C, H, W) as float32 in [-1, 1]. ``value_range``: the range the values span; 0-255 by default
-    for integer types. Floats need it: a range guessed from the values would let one image's pixels change how
-    every other image is read (and released)."""
+    for 8-bit integers (uint8) only. Floats and wider integers need it: a range guessed from the values would let one
+    image's pixels change how every other image is read (and released). Values that all lie in the upper half of
+    the range, or within 1/128 of its low end, raise a :class:`ValueRangeWarning`: the range is likely not theirs."""
     t = torch.as_tensor(array).detach().cpu()
     if t.dtype == torch.bool or t.is_complex():
         raise DataError(f"{name} holds {t.dtype} values", fix="pass images as floats or 8-bit integers")
@@ -166,8 +185,15 @@ def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[floa
                             "change how every other image is read",
                             fix="pass value_range=(0, 1) or value_range=(-1, 1), or a dataset made with "
                                 "medanon.data.as_dataset(images, value_range=...) (8-bit integers need none)")
+        if t.dtype != torch.uint8:
+            wide = t.to(torch.int64)                    # (min() has no kernel for every integer type)
+            span = f" spanning [{int(wide.min())}, {int(wide.max())}]" if t.numel() else ""
+            raise DataError(f"{name} holds {str(t.dtype).removeprefix('torch.')} integers{span} and no value_range: "
+                            "only 8-bit images (uint8) are read as 0-255 without one",
+                            fix="pass value_range=(0, 65535) for 16-bit images, (0, 4095) for 12-bit ones, (0, 255) "
+                                "for 8-bit values held in a wider type")
         value_range = (0.0, 255.0)
-    lo, hi = (float(v) for v in value_range)
+    lo, hi = _range_pair(value_range)
     if not hi > lo:
         raise DataError(f"value_range={value_range!r} is empty", fix="pass (low, high) with high > low, e.g. (0, 255)")
     t = t.float()
@@ -178,4 +204,10 @@ def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[floa
         raise DataError(f"{name} spans [{float(t.min()):.4g}, {float(t.max()):.4g}], outside value_range "
                         f"({lo:g}, {hi:g})",
                         fix="pass value_range=(low, high): the values that mean black and white, e.g. (0, 255)")
+    if t.numel() and (float(t.min()) >= (lo + hi) / 2 or float(t.max()) <= lo + (hi - lo) / 128):
+        warnings.warn(f"{name} spans [{float(t.min()):.4g}, {float(t.max()):.4g}], only "
+                      f"{'the upper half' if float(t.min()) >= (lo + hi) / 2 else 'the lowest 1/128'} of "
+                      f"value_range ({lo:g}, {hi:g}): if that is not the images' range (e.g. images in [0, 1] "
+                      "declared as (-1, 1) or (0, 255)), they are read washed out or black; pass their own range",
+                      ValueRangeWarning, stacklevel=user_stacklevel())
     return ((t - lo) / (hi - lo) * 2 - 1).clamp(-1, 1).contiguous()

@@ -120,6 +120,18 @@ def test_loaded_networks_of_the_wrong_kind_are_named(phantom):  # noqa: F811
                       source=x)
 
 
+def test_gmia_refuses_networks_of_the_other_modality_before_any_image(tmp_path):
+    """E_id or E_ut trained on grey X-rays would run on converted fundus images, recognising nobody: refused when the
+    release is made, before a preview or save runs them."""
+    ds = medanon.open_dataset(medanon.make_phantom(tmp_path / "fundus", patients=2, size=64), size=64)
+    with pytest.raises(ConfigError, match="the identity network \\(identity=\\) was trained on 1-channel images"):
+        medanon.anonymize.gmia(ds, model="cotrained-map-fundus64", identity="identity-xray64",
+                               utility="classifier-grade-fundus64")
+    with pytest.raises(ConfigError, match="the utility classifier \\(utility=\\) takes 1-channel images"):
+        medanon.anonymize.gmia(ds, model="cotrained-map-fundus64", identity="identity-fundus64",
+                               utility="classifier-pneumonia-xray64")
+
+
 def test_help_of_a_callable_module_shows_the_function_first():
     for module, words in ((medanon.evaluate, "preset"), (medanon.anonymize.dpglow, "epsilon"),
                           (medanon.anonymize.ldp_image, "calibrate_on")):

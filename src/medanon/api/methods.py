@@ -78,6 +78,9 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
         utility = UtilityEncoder.from_checkpoint(utility, map_location=dev)
     opt = GMIA(codec, identity=identity, utility=utility, cfg=cfg)
     check_codec_matches(ds, codec)
+    from medanon.anonymize.gmia_release import check_networks
+
+    check_networks(opt, ds)          # a network of the other modality is refused now; its doubts warn on save
     labels = choose_labels(ds, release_labels)
 
     def saver(out: Path, mapping: Path | None, overwrite: bool, progress: bool) -> dict[str, Any]:

@@ -132,6 +132,22 @@ def test_gmia_refuses_networks_of_the_other_modality_before_any_image(tmp_path):
                                utility="classifier-pneumonia-xray64")
 
 
+def test_settings_are_refused_when_the_release_is_made_not_after_the_work(phantom, tmp_path):  # noqa: F811
+    """Settings a method can check alone are refused by the call that makes the release, before any clustering,
+    inversion or preview."""
+    ds, _, _ = phantom
+    with pytest.raises(ConfigError, match="pca_components=0 must be a count"):
+        medanon.anonymize.kpca(ds, k=2, pca_components=0)
+    with pytest.raises(ConfigError, match="view_sigma=-0.1 must be a finite number"):
+        medanon.anonymize.kcentroid(ds, k=2, views=2, view_sigma=-0.1)
+    xray = medanon.open_dataset(medanon.make_phantom(tmp_path / "xray", modality="xray", patients=4), size=16)
+    with pytest.raises(ConfigError, match="the basis dataset gives 1x16px images"):
+        medanon.anonymize.kpca(ds, k=2, pca_basis=xray)
+    in_memory = medanon.data.as_dataset(phantom[1], patient_ids=phantom[2], value_range=(-1, 1))
+    with pytest.raises(DataError, match="vessels='dataset': 12 of the 12 images have no vessel mask"):
+        medanon.anonymize.vs_snow(in_memory, p=0.3, vessels="dataset")
+
+
 def test_help_of_a_callable_module_shows_the_function_first():
     for module, words in ((medanon.evaluate, "preset"), (medanon.anonymize.dpglow, "epsilon"),
                           (medanon.anonymize.ldp_image, "calibrate_on")):

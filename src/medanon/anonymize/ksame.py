@@ -147,7 +147,9 @@ class ClusterAverager:
                                                            self.ds.size)
 
 
-def _check_basis(ds, cfg: KSameConfig, pca_basis) -> None:
+def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> None:
+    """The separate PCA basis fits the released data (size, channels, modality) and, with ``content``, shares no
+    image file with it (a digest of both datasets' files: the cost of reading them)."""
     if cfg.method == "kpca" and cfg.pca_basis == "separate" and pca_basis is None:
         raise ConfigError("pca_basis='separate' needs the separate dataset to fit the basis on",
                           fix="give the separate dataset (pca_basis=dataset), or use the private basis")
@@ -160,7 +162,7 @@ def _check_basis(ds, cfg: KSameConfig, pca_basis) -> None:
     if pca_basis is not None and getattr(pca_basis, "modality", None) != getattr(ds, "modality", None):
         raise ConfigError(f"the basis dataset holds {pca_basis.modality} images, the released one {ds.modality}",
                           fix="fit the basis on images of the released modality")
-    shared = _shared_files(ds, pca_basis) if pca_basis is not None else 0
+    shared = _shared_files(ds, pca_basis) if pca_basis is not None and content else 0
     if shared:
         raise ConfigError(f"the basis dataset holds {shared} of the images being released (same file contents): a "
                           "basis fitted on them is not separate, and the statement would claim it is",
@@ -190,7 +192,7 @@ def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: b
     """
     from medanon.data.splits import patient_strata
 
-    _check_basis(ds, cfg, pca_basis)
+    check_basis(ds, cfg, pca_basis)
     space = cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca")
     if space == "latent" and codec is None:
         raise ConfigError("space='latent' needs codec: an inversion codec to cluster in its latent space")
@@ -237,7 +239,7 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
         raise ConfigError("ksalsa needs features: a feature network (medanon.models.features.get_feature_network)")
     if cfg.method == "inverted":
         return _release_inverted(ds, writer, codec, progress=progress)
-    _check_basis(ds, cfg, pca_basis)
+    check_basis(ds, cfg, pca_basis)
     if cfg.method == "kpca" and cfg.pca_basis == "private":
         warnings.warn("k-Same-PCA with the basis fitted on the released data: every record depends on images outside "
                       "its cluster through the basis (the statement says so); pass a separate basis dataset "

@@ -178,8 +178,13 @@ class LaplaceMechanism:
         self.grid_scale = (math.ceil(GRID_STEPS * max(1.0, 1.0 / self.alpha) * self.dims / self.epsilon_image)
                            if math.isfinite(self.epsilon_image) else 0)
         if sampler == "exact" and self.grid_scale >= MAX_SCALE:
+            smallest = GRID_STEPS * max(1.0, 1.0 / self.alpha) * self.dims / (MAX_SCALE - 1)
             raise ConfigError(f"epsilon={self.epsilon_image:g} per image is too small for the exact sampler's "
-                              "integer range", fix="use a larger epsilon, or sampler='float'")
+                              f"integer range (the smallest it draws for: about {smallest:.3g} per image here); at "
+                              "such an epsilon the released images are noise",
+                              fix=f"use an epsilon of at least {smallest:.3g} per image (the mechanism classes, e.g. "
+                                  "medanon.anonymize.ldp_image.ImageLDP, also take sampler='float', floating-point "
+                                  "noise without the exact guarantee)")
         self._warn()
 
     # -------------------------------------------------------------------------------------------- numbers

@@ -89,6 +89,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     device = device_arg(device)
     from medanon.anonymize.ksame import (
         LATENT_METHODS,
+        check_basis,
         manifest_params,
         model_checksums,
         plan_clusters,
@@ -115,6 +116,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         raise ConfigError("ksalsa needs features: a feature network (medanon.models.features.get_feature_network)")
     if codec is not None:
         check_codec_matches(ds, codec)
+    check_basis(ds, cfg, pca_basis, content=False)      # its files are compared when the clusters are formed
     if cfg.stratify and cfg.stratify not in ds.label_names:
         raise ConfigError(f"stratify={cfg.stratify!r} is not a label of the dataset",
                           fix=f"use one of {ds.label_names} or leave stratify out")

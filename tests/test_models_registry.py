@@ -34,6 +34,9 @@ def test_find_and_list_models(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="not on medanon's model search path") as e:
         find_model("nothing-here")
     assert str(mine) in str(e.value) and ENV in str(e.value)
+    for path_like in ("./glow-xray64.pt", "sub/glow-xray64.pt"):      # a path, however short: never a name
+        with pytest.raises(DataError, match=f"model file {re.escape(path_like)} does not exist"):
+            find_model(path_like)
     found = {(m.path.parent, m.name): m for m in list_models()}
     ours = found[(mine, "glow-xray64.pt")]
     assert ours.kind == "glow" and ours.sha256 == sha256_file(path) and not ours.shadowed

@@ -65,8 +65,9 @@ def find_model(name: str | Path) -> Path:
     p = Path(name)
     if p.is_file():
         return p
-    if p.parent != Path("."):                    # a path, not a name: never replaced by a model of that name
-        raise DataError(f"model file {p} does not exist", files=[str(p)],
+    # a path, not a name (pathlib drops a leading "./"): never replaced by a model of that name
+    if p.parent != Path(".") or str(name).startswith(("./", ".\\")):
+        raise DataError(f"model file {os.fspath(name)} does not exist", files=[os.fspath(name)],
                         fix="pass an existing checkpoint, or the name of one `medanon models` lists")
     names = [p.name] if p.suffix == ".pt" else [p.name, p.name + ".pt"]
     for folder in search_path():

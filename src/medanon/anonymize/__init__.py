@@ -7,7 +7,9 @@
 ``medanon.anonymize.<method>(ds, *, ...)`` takes an opened dataset (:func:`medanon.open_dataset`), a
 dataset folder, or images in memory (a tensor or array (N, C, H, W), a list of PIL images) with
 ``patient_ids=`` (:func:`medanon.data.as_dataset`), and the method's settings, keyword-only; the
-privacy-critical ones (``k``, ``epsilon``, ``p`` and ``seed``) have no default.
+privacy-critical ones (``k``, ``epsilon``, ``p``) have no default, and secret randomness stays secret unless a seed
+is given (Snow's ``seed``, the DP methods' ``noise_seed``: for tests, and the statement then says the noise can be
+regenerated).
 Nothing is computed until the release is saved (``rel.save(path, mapping=...)``) or looked at (``rel.images()``).
 The functions live in :mod:`medanon.api`; the algorithms in one module per method family here (``ksame``, ``salsa``,
 ``dpglow``, ``ldp_image``, ``gmia``, ``snow``, ...). ``gmia``, ``snow``, ``dpglow`` and ``ldp_image``

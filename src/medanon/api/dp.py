@@ -151,9 +151,14 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
 
     from medanon.anonymize.ldp import SEEDED, release_dataset, seeded_privacy
     from medanon.anonymize.ldp_statement import withdrawn_privacy
+    from medanon.api._inputs import number
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
+    number("noise_seed", noise_seed, integer=True, allow_none=True)
+    if noise_seed is not None and noise_seed < 0:
+        raise ConfigError(f"noise_seed={noise_seed} must not be negative", fix="pass noise_seed= >= 0, or leave it out "
+                                                                              "(secret noise)")
     labels = choose_labels(ds, release_labels)
     privacy = privatiser.privacy()
     if privacy.get("guarantee") == "epsilon-LDP":        # the per-patient budget of this release, not only the rule

@@ -190,3 +190,16 @@ def test_grey_pil_images_stay_grey_whatever_their_mode(phantom):
     with pytest.raises(DataError, match="different shapes") as e:
         as_dataset([grey[0], grey[1].convert("RGB")], patient_ids=pids[:2])
     assert "one mode" in e.value.fix
+
+
+def test_evaluating_images_read_another_way_names_value_range(phantom):
+    """Images in memory are known by their pixels as read: evaluated with another value_range than the release was
+    made with, they are other records; the error says so (not a temporary folder that is gone)."""
+    _, x, pids = phantom
+    x01 = (x + 1) / 2
+    rel = medanon.anonymize.kpixel(medanon.split_dataset(x01, patient_ids=pids, value_range=(0, 1))["train"], k=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DataError, match="a different value_range") as e:
+            medanon.evaluate(real=x01, patient_ids=pids, value_range=(-1, 1), releases=[rel], preset="tiny")
+    assert "medanon-eval-" not in str(e.value)

@@ -94,10 +94,13 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
     """
     import tempfile
 
+    from medanon.api._inputs import number
     from medanon.config import PhantomConfig, check_type
     from medanon.phantoms.generate import generate
 
     check_type("overwrite", overwrite, "bool")
+    for name, value in (("patients", patients), ("per_patient", per_patient), ("size", size), ("seed", seed)):
+        number(name, value, integer=True)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="medanon-phantom-")) / modality
     return generate(PhantomConfig(modality=modality, patients=patients, per_patient=per_patient, size=size,
                                   seed=seed, workers=1), out, overwrite=overwrite, progress=progress)

@@ -346,8 +346,16 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     read_as = getattr(real, "read_options", None)            # an opened dataset: read its folder the same way
     with tmp_dir, (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):
         folder = Path(out) if out is not None else tmp / "report"
-        rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
-                             cache_dir=cache_dir, progress=progress, overwrite=overwrite)
+        try:
+            rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
+                                 cache_dir=cache_dir, progress=progress, overwrite=overwrite)
+        except DataError as e:
+            if not is_in_memory(real) or "that are not in the real dataset" not in e.message:
+                raise
+            raise DataError(  # the temporary folder named in the message is gone; what differs is how it was read
+                "a release names source images that real= does not hold: images held in memory are known by their "
+                "pixels as read, so a different value_range (or other images) gives other records",
+                fix="pass real= the images the releases were made from, with the same value_range=") from None
         html = (folder / "report.html").read_text(encoding="utf-8")
         report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     for r in saved_here:                                     # their temporary folders are gone

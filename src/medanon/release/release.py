@@ -175,8 +175,10 @@ class Release:
 
     Attributes are what the manifest will record: ``method``, ``params`` (the settings that define the
     result; also the resume check), ``privacy`` (the privacy statement), ``labels`` (the labels
-    published, aggregated per record), ``seeds`` and ``models`` (checkpoint sha256). After
-    :meth:`save`, ``summary`` holds what the run reports (records, clusters, resumed records, ...).
+    published, aggregated per record), ``seeds`` and ``models`` (checkpoint sha256). Methods that write their
+    release themselves (GMIA, Snow, VS-Snow) add to ``params``, ``privacy`` and ``models`` what they compute while
+    saving (image size, fill values, the codec's description, the optimisation's outcome): after :meth:`save` these
+    three are the manifest's, and ``summary`` holds what the run reports (records, clusters, resumed records, ...).
     """
 
     method: str

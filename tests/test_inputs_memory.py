@@ -160,7 +160,7 @@ def test_a_value_range_that_is_not_two_numbers_is_named(phantom, value_range):
 
 
 def test_images_using_a_corner_of_their_declared_range_warn(phantom):
-    from medanon.data.memory import ValueRangeWarning
+    from medanon.data import ValueRangeWarning
 
     _, x, pids = phantom
     x01 = (x + 1) / 2

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["as_dataset"]
+__all__ = ["ValueRangeWarning", "as_dataset"]
 
 
 def __getattr__(name: str):
@@ -11,4 +11,8 @@ def __getattr__(name: str):
         from medanon.data.inputs import as_dataset
 
         return as_dataset
+    if name == "ValueRangeWarning":
+        from medanon.data.memory import ValueRangeWarning
+
+        return ValueRangeWarning
     raise AttributeError(f"module 'medanon.data' has no attribute {name!r}")

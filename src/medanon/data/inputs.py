@@ -218,8 +218,7 @@ def _pil_array(image) -> np.ndarray:
 def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> np.ndarray:
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
-        sides = {tuple(sorted(a.shape[:2])) if a.ndim >= 2 else a.shape for a in arrays} if channels_last else shapes
-        mixed = channels_last and len(sides) == 1 and len({a.ndim for a in arrays}) > 1
+        mixed = channels_last and len({a.shape[:2] for a in arrays}) == 1     # (H, W) grey beside (H, W, 3) colour
         raise DataError(f"{argument}= holds images of different shapes: {sorted(shapes)[:4]}",
                         fix="convert them all to one mode, grey ('L') or colour ('RGB')" if mixed
                         else "resize them to one square size first")

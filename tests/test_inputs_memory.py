@@ -203,3 +203,13 @@ def test_evaluating_images_read_another_way_names_value_range(phantom):
         with pytest.raises(DataError, match="a different value_range") as e:
             medanon.evaluate(real=x01, patient_ids=pids, value_range=(-1, 1), releases=[rel], preset="tiny")
     assert "medanon-eval-" not in str(e.value)
+
+
+def test_a_folder_is_read_as_the_modality_it_declares(tmp_path):
+    root = medanon.make_phantom(tmp_path / "fundus", patients=2)
+    with pytest.raises(DataError, match=r"holds fundus images .* modality='xray' would read them as xray"):
+        medanon.open_dataset(root, size=16, modality="xray")
+    ds = medanon.open_dataset(root, size=16, modality="fundus")
+    assert repr(ds) == f"ImageDataset(2 images 3x16x16, 2 patients, modality 'fundus', layout 'medanon', root '{root}')"
+    assert "(part of 4)" in repr(medanon.split_dataset(medanon.open_dataset(
+        medanon.make_phantom(tmp_path / "four", patients=4), size=16), val=0.25, test=0.25)["train"])

@@ -134,6 +134,12 @@ class ImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
+    def __repr__(self) -> str:
+        part = f" (part of {self.part_of})" if self.part_of else ""
+        return (f"ImageDataset({len(self)} images{part} {self.channels}x{self.size}x{self.size}, "
+                f"{len({r.patient_id for r in self.records})} patients, modality {self.modality!r}, "
+                f"layout {self.layout!r}, root {str(self.root) if self.root is not None else None!r})")
+
     @property
     def label_names(self) -> list[str]:
         names: dict[str, None] = {}
@@ -349,6 +355,10 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
                         fix="pass the folder that holds the images and the labels CSV")
     layout = "generic" if generic is not None and cfg.layout == "auto" else cfg.layout
     sc: Scan = scan(root, layout, generic=generic, allow_outside=allow_outside)
+    if cfg.modality != "auto" and sc.modality is not None and cfg.modality != sc.modality:
+        raise DataError(f"{root} holds {sc.modality} images (its {sc.layout} layout says so), and modality="
+                        f"{cfg.modality!r} would read them as {cfg.modality} images (with the other modality's "
+                        "channels and models)", fix="leave modality= out, or pass the folder of the modality you mean")
     modality = cfg.modality if cfg.modality != "auto" else sc.modality
     good, infos, problems = check_records(sc.records, progress=progress, max_pixels=max_pixels)
     problems = list(sc.problems) + problems

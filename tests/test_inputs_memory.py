@@ -213,3 +213,13 @@ def test_a_folder_is_read_as_the_modality_it_declares(tmp_path):
     assert repr(ds) == f"ImageDataset(2 images 3x16x16, 2 patients, modality 'fundus', layout 'medanon', root '{root}')"
     assert "(part of 4)" in repr(medanon.split_dataset(medanon.open_dataset(
         medanon.make_phantom(tmp_path / "four", patients=4), size=16), val=0.25, test=0.25)["train"])
+
+
+def test_evaluate_refuses_real_images_with_a_transform_it_would_not_apply(phantom, tmp_path):
+    ds, x, pids = phantom
+    for real in (medanon.open_dataset(ds.root, size=16, transform=lambda im: im.flip(-1)),
+                 as_dataset(x, patient_ids=pids, value_range=(-1, 1), transform=lambda im: im.flip(-1))):
+        with pytest.raises(ConfigError, match="real= has a transform=, which the evaluation would not apply"):
+            medanon.evaluate(real=real, releases=[medanon.anonymize.kpixel(real, k=2)], preset="tiny",
+                             out=tmp_path / "r")
+    assert not (tmp_path / "r").exists()

@@ -292,6 +292,13 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         raise ConfigError("patient_ids=, labels=, modality= and value_range= describe images held in memory; real= "
                           "is a folder",
                           fix="leave them out (open the folder with medanon.open_dataset to choose how it is read)")
+    if getattr(real, "transform", None) is not None:
+        raise ConfigError("real= has a transform=, which the evaluation would not apply: it reads the images "
+                          "themselves, so the releases (made from transformed images) would be measured against "
+                          "images they were not made from",
+                          fix="hold the transformed images in memory (x, _ = ds.tensors(); "
+                              "medanon.data.as_dataset(x, patient_ids=..., value_range=(-1, 1))) and make and "
+                              "evaluate the releases from them")
     if getattr(real, "part_of", None) and not is_in_memory(real):
         raise ConfigError(f"real= holds {len(real)} of the {real.part_of} images of the folder {real.root} (a part, "
                           "e.g. one split); the evaluation reads whole folders, and would evaluate all of them",

@@ -44,7 +44,49 @@ def test_copies_of_one_patient_among_noise_are_counted_with_their_patient(real):
     rel = {"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}}
     v = verdict(rel)
     assert v["exposure"]["copies"] == 2
-    assert v["sentence"].startswith("R holds 2 images within one grey level (RMS) of a real image of 1 patients")
+    assert v["sentence"].startswith("R holds 2 images within one grey level (RMS) of a real image of 1 patient ")
+
+
+def test_mirrored_copies_are_copies(real):
+    """A left-right mirror of a real image is a copy of it (the two eyes are mirror images): counted as one, in either
+    orientation, by pixels and, given the mirrored embeddings, by identity; the held-out control goes through the
+    same two orientations."""
+    images, patients, emb, src, held = real
+    release = images[list(range(0, 20))].flip(-1)                    # mirrored copies of rows 0..19
+    s = _screen(real, release, [[i] for i in range(20)])
+    assert (s["copies"], s["copy_patients"], s["mirrored"]) == (20, 10, 20)
+    assert s["copies_of_one_source"] == 20 and s["closest"][0]["mirrored"]
+    v = verdict({"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}})
+    assert v["exposure"]["copies"] == 20 and v["sentence"].startswith("R holds 20 images within one grey level")
+    by_id = screen(release_images=release, release_emb=torch.randn(20, 16).numpy(), real_images=images,
+                   real_emb=emb, source_rows=src, heldout_rows=held, heldout_patients=patients[held],
+                   real_patients=patients, record_sources=[[i] for i in range(20)],
+                   release_emb_mirrored=emb[:20],                    # a mirrored copy, mirrored back: the source
+                   real_emb_mirrored=torch.randn(80, 16, generator=torch.Generator().manual_seed(3)).numpy())
+    assert by_id["near_copies_identity"] == 20
+    with pytest.raises(ValueError, match="mirrored embeddings of both"):
+        screen(release_images=release, release_emb=emb[:20], real_images=images, real_emb=emb, source_rows=src,
+               heldout_rows=held, record_sources=None, release_emb_mirrored=emb[:20])
+
+
+def test_identity_and_held_out_near_copies_reach_the_sentence(real):
+    """Near-copies found only by identity, and near-copies (not copies) of held-out patients, are said when they are
+    more than new people's images give."""
+    e = {"copies": 0, "n": 20, "mapped": True, "near_copies": 0, "near_copies_beyond_control": False,
+         "identity_near_copies": 6, "identity_control_rate": 0.05, "identity_beyond_control": True,
+         "heldout_copies": 0, "heldout_near_copies": 7, "heldout_near_beyond_control": True}
+    from medanon.evaluate.verdict_text import _exposure_sentences
+
+    said = " ".join(_exposure_sentences("R", e))
+    assert "6 of 20 released images of R are identity near-copies" in said
+    assert "7 near-copies of held-out patients' images" in said
+    images = real[0]
+    g = torch.Generator().manual_seed(5)
+    near_held = (images[60:80] + 0.01 * torch.randn(20, 3, 8, 8, generator=g)).clamp(-1, 1)  # held-out, nudged
+    s = _screen(real, near_held, [[i] for i in range(20)])
+    v = verdict({"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}})
+    assert s["heldout"]["copies"] == 0 and v["exposure"]["heldout_near_beyond_control"]
+    assert "near-copies of held-out patients' images" in v["sentence"]
 
 
 def test_copies_the_mapping_does_not_explain_are_named(real):

@@ -25,6 +25,7 @@ from medanon.errors import ConfigError, DataError
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.harness import ReleaseSpec, evaluate
 from medanon.evaluate.inputs import MAPPING_SUFFIX, load_real, load_release
+from medanon.evaluate.verdict_text import exposure
 from medanon.phantoms.generate import generate
 
 SIZE = 32
@@ -116,7 +117,10 @@ def test_copy_release_is_maximal_risk_and_unrelated_release_near_zero(world):
     # every run and p is uniform for unrelated people: p > 0.05 failed 1 run in 20 by chance (seen twice)
     assert u["membership"]["p_value"] > 1e-3 and u["singling_out"]["hidden_rate"] > 0.8
     assert u["linkability"]["outer"]["AUC_two_sided"] < 0.75 and u["linkability"]["inner"]["AUC_two_sided"] < 0.75
-    assert un["screening"]["copies_of_one_source"] == 0
+    # other people's images: no copy, and no more near-copies than new people's images give (at this fixture's size
+    # a few fall within the loose pixel threshold by chance, in either orientation, as held-out images do)
+    assert un["screening"]["copies"] == 0 and not exposure(un["screening"])["near_copies_beyond_control"]
+    assert not exposure(un["screening"])["identity_beyond_control"]
     # the FID control is drawn from held-out patients at exactly the releases' N
     sizes = world["report"]["sample_sizes"]["fid_per_release"]
     assert world["report"]["controls"]["fidelity"]["n"] == 8 == sizes["copy"]

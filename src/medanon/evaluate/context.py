@@ -150,6 +150,13 @@ class RealContext:
         return self.cache.array(name, lambda: self.embed(self.real.images))
 
     @cached_property
+    def real_emb_mirrored(self) -> np.ndarray:
+        """:attr:`real_emb` of the real images mirrored left-right (the near-copy screen's second orientation)."""
+        a = self.cfg.attacks
+        key = digest(self.key, to_dict(a.identity), self.identity_info.get("sha256"), self.attacker_rows.tolist())
+        return self.cache.array(f"real-identity-mirrored-{key}", lambda: self.embed(self.real.images.flip(-1)))
+
+    @cached_property
     def real_emb_independent(self) -> np.ndarray | None:
         a = self.cfg.attacks
         if self.independent is None:

@@ -56,8 +56,7 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 9     # 9: the screen counts copies and screens the held-out images; inference needs a mapping;
-#                          membership leaves members of strata without controls out; top-K's p-value is one-sided
+RESULTS_VERSION = 10    # 10: the screen compares both orientations (a mirrored copy is a copy)
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,9 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
                                   real_images=ctx.real.images, real_emb=ctx.real_emb, source_rows=ctx.src,
                                   heldout_rows=ctx.held, heldout_patients=ctx.real.patients[ctx.held],
                                   real_patients=ctx.real.patients, record_sources=rel.sources,
-                                  quantile=ctx.cfg.attacks.near_copy_quantile, confidence=ctx.cfg.attacks.confidence)
+                                  quantile=ctx.cfg.attacks.near_copy_quantile, confidence=ctx.cfg.attacks.confidence,
+                                  release_emb_mirrored=ctx.embed(rel.images.flip(-1)),
+                                  real_emb_mirrored=ctx.real_emb_mirrored)
         timing["screening"] = time.perf_counter() - t
     res["seconds"] = {k: round(v, 2) for k, v in timing.items()}
     return res

@@ -14,6 +14,11 @@ stand for two or more people (k-anonymity), that claim does not protect the pers
 k-Same-Pixel average over near-duplicate images of two "patients" is the original photo). The closest
 pairs are kept for the report to show side by side.
 
+**Both orientations.** A left-right mirror of a real image is a copy of it (fundus photographs of the two eyes are
+mirror images of each other's anatomy, so an identity network can miss one): every released image is compared in
+both orientations and counts at its nearer one, by pixels and, where the mirrored images' embeddings are given, by
+identity; the held-out control images go through the same screen, so its rates and thresholds stay like for like.
+
 What needs no statistics is counted apart: **copies** (within one 8-bit grey level, RMS, of a real image: the image
 itself, or one changed too little to tell at the evaluation size) and the patients they copy, and the same screen
 against the **held-out** images, whose patients are the attacks' controls and the utility test set (a release
@@ -56,6 +61,27 @@ def _rmse_nearest(query: np.ndarray, keys: np.ndarray, chunk: int = 512,
 
 
 
+def _nearest_either(images: torch.Tensor, keys: np.ndarray, tied: list | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_rmse_nearest` of ``images`` (N, C, H, W) as they are and mirrored left-right, each row at its nearer
+    orientation: (index, RMSE, mirrored?, the rows as compared)."""
+    flat, mirrored = _flat(images), _flat(images.flip(-1))
+    t0: list | None = [] if tied is not None else None
+    t1: list | None = [] if tied is not None else None
+    j0, d0 = _rmse_nearest(flat, keys, tied=t0)
+    j1, d1 = _rmse_nearest(mirrored, keys, tied=t1)
+    flip = d1 < d0
+    if tied is not None:
+        tied += [b if f else a for a, b, f in zip(t0, t1, flip, strict=True)]
+    return np.where(flip, j1, j0), np.where(flip, d1, d0), flip, np.where(flip[:, None], mirrored, flat)
+
+
+def _best_cosine(emb: np.ndarray, emb_mirrored: np.ndarray | None, keys: np.ndarray) -> np.ndarray:
+    """(N, K) cosines of each row to each key, the larger of the two orientations where mirrored rows are given."""
+    cos = unit(emb) @ keys.T
+    return cos if emb_mirrored is None else np.maximum(cos, unit(emb_mirrored) @ keys.T)
+
+
 def _within_heldout(x: np.ndarray, patients: np.ndarray | None) -> np.ndarray:
     """Each held-out image's RMSE to its nearest other image of the same patient (any other image if none)."""
     d2 = np.maximum((x ** 2).sum(1)[:, None] + (x ** 2).sum(1)[None, :] - 2 * x @ x.T, 0.0) / x.shape[1]
@@ -72,23 +98,28 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
            real_emb: np.ndarray, source_rows: np.ndarray, heldout_rows: np.ndarray,
            heldout_patients: np.ndarray | None = None, real_patients: np.ndarray | None = None,
            record_sources: list[list[int]] | None, quantile: float = 0.01, keep: int = 6,
-           confidence: float = 0.95) -> dict:
-    """Near-copy flags (pixel and identity), copies of a single source, and the ``keep`` closest pairs."""
+           confidence: float = 0.95, release_emb_mirrored: np.ndarray | None = None,
+           real_emb_mirrored: np.ndarray | None = None) -> dict:
+    """Near-copy flags (pixel and identity), copies of a single source, and the ``keep`` closest pairs; every image in
+    both orientations (the identity screen where both mirrored embeddings are given)."""
+    if (release_emb_mirrored is None) != (real_emb_mirrored is None):
+        raise ValueError("give the mirrored embeddings of both the release and the real images, or of neither")
     keys = _flat(real_images[torch.as_tensor(source_rows)])
     kemb = unit(real_emb[source_rows])
     # control: held-out real images (never released, no patient in common) through the same screen
-    hx = _flat(real_images[torch.as_tensor(heldout_rows)])
-    _, held_d = _rmse_nearest(hx, keys)
+    held = real_images[torch.as_tensor(heldout_rows)]
+    hx = _flat(held)
+    _, held_d, _, _ = _nearest_either(held, keys)
     same_d = _within_heldout(hx, heldout_patients)
-    held_cos = (unit(real_emb[heldout_rows]) @ kemb.T).max(1)
+    held_cos = _best_cosine(real_emb[heldout_rows], None if real_emb_mirrored is None else
+                            real_emb_mirrored[heldout_rows], kemb).max(1)
     # the identity threshold is the (1 - quantile) tail of one half of the held-out patients, and its control rate
     # is read on the other half: read on the images that set it, it would be the quantile by construction
     sets, rest = _halves(heldout_patients, len(heldout_rows))
     t_pix, t_cos = float(np.quantile(same_d, quantile)), float(np.quantile(held_cos[sets], 1 - quantile))
     tied: list = []
-    released = _flat(release_images)
-    j, d = _rmse_nearest(released, keys, tied=tied)
-    cos_all = unit(release_emb) @ kemb.T
+    j, d, mirrored, released = _nearest_either(release_images, keys, tied=tied)
+    cos_all = _best_cosine(release_emb, release_emb_mirrored, kemb)
     jc = cos_all.argmax(1)
     c = cos_all[np.arange(len(jc)), jc]
     near_pix, near_id = d <= t_pix, c >= t_cos
@@ -111,14 +142,16 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     order = np.argsort(d, kind="stable")[:keep]
     n = len(d)
     copies = d <= COPY_RMSE
-    _, hd = _rmse_nearest(released, hx)                             # the same screen against the held-out images
+    _, hd, _, _ = _nearest_either(release_images, hx)              # the same screen against the held-out images
     h_copies, h_near = hd <= COPY_RMSE, hd <= t_pix
     return {
         **_exposure(copies, near_pix, nearest_row, real_patients, own if srcs is not None else None),
         "heldout": {"copies": int(h_copies.sum()), "near_copies": int(h_near.sum()),
                     "what": "the released images against the held-out images (the controls' and the utility test's "
                             "patients), same thresholds"},
-        "copy_rmse": COPY_RMSE,
+        "copy_rmse": COPY_RMSE, "mirrored": int(mirrored.sum()),
+        "orientations": "both: each image compared as it is and mirrored left-right, at the nearer"
+                        + ("" if release_emb_mirrored is not None else " (pixels only; identity as it is)"),
         "n": n, "quantile": quantile, "pixel_threshold": t_pix, "identity_threshold": t_cos,
         "identity_threshold_set_on": ("half of the held-out patients (the control is the other half)"
                                       if heldout_patients is not None else "the held-out images"),
@@ -135,7 +168,7 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         "median_pixel_distance": float(np.median(d)), "median_heldout_pixel_distance": float(np.median(held_d)),
         "closest": [{"record": int(r), "real_row": int(nearest_row[r]), "pixel_rmse": float(d[r]),
                      "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r] > 0),
-                     "own_source_share": float(own[r]), "near_copy": bool(near_pix[r])}
+                     "own_source_share": float(own[r]), "near_copy": bool(near_pix[r]), "mirrored": bool(mirrored[r])}
                     for r in order],
     }
 

@@ -21,7 +21,10 @@ def exposure(screen: dict | None) -> dict:
     if not screen or "copies" not in screen:
         return {}
     n = screen["n"]
-    control_hi = ((screen.get("control") or {}).get("pixel_rate_ci") or [math.nan, math.nan])[1]
+    control = screen.get("control") or {}
+    control_hi = (control.get("pixel_rate_ci") or [math.nan, math.nan])[1]
+    identity_hi = (control.get("identity_rate_ci") or [math.nan, math.nan])[1]
+    heldout = screen.get("heldout") or {}
     mapped = screen.get("copies_not_of_own_source") is not None
     near = screen["copies_of_one_source"] if mapped else screen["near_copies_pixel"]
     return {"copies": screen["copies"], "copy_patients": screen.get("copy_patients"), "n": n, "mapped": mapped,
@@ -31,14 +34,22 @@ def exposure(screen: dict | None) -> dict:
             "near_copies_beyond_control": bool(near > control_hi * n),
             "in_multi_person_records": screen.get("copies_of_one_source_in_multi_person_records") if mapped else None,
             "copies_not_of_own_source": screen.get("copies_not_of_own_source"),
-            "heldout_copies": (screen.get("heldout") or {}).get("copies", 0),
-            "heldout_near_copies": (screen.get("heldout") or {}).get("near_copies", 0)}
+            "identity_near_copies": screen.get("near_copies_identity", 0),
+            "identity_control_rate": control.get("identity_rate"),
+            "identity_beyond_control": bool(screen.get("near_copies_identity", 0) > identity_hi * n),
+            "heldout_copies": heldout.get("copies", 0),
+            "heldout_near_copies": heldout.get("near_copies", 0),
+            "heldout_near_beyond_control": bool(heldout.get("near_copies", 0) > control_hi * n)}
+
+
+def _patients(n: int) -> str:
+    return f"{n} patient" + ("" if n == 1 else "s")
 
 
 def _exposure_sentences(name: str, e: dict) -> list[str]:
     out = []
     if e.get("copies"):
-        who = f" of {e['copy_patients']} patients" if e.get("copy_patients") is not None else ""
+        who = f" of {_patients(e['copy_patients'])}" if e.get("copy_patients") is not None else ""
         out.append(f"{name} holds {e['copies']} images within one grey level (RMS) of a real image{who} of the source "
                    "split (found without the mapping): those images are released as they are, whatever the attacks "
                    "measure")
@@ -54,6 +65,11 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
             out.append(f"{e['near_copies']} of {e['n']} released images of {name} are closer to a real image than a "
                        f"second photo of the same patient is (new people's images: {rate}); without the mapping the "
                        "screen cannot tell copies from averages of several people")
+    if not e.get("copies") and e.get("identity_beyond_control"):
+        rate = f"{e['identity_control_rate']:.0%}" if e.get("identity_control_rate") is not None else "n/a"
+        out.append(f"{e['identity_near_copies']} of {e['n']} released images of {name} are identity near-copies: the "
+                   "identity network finds a real image of the source split as like them as it finds a new "
+                   f"person's image in only a few cases (new people's images: {rate}), whatever their pixels")
     if e.get("copies_not_of_own_source"):
         out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
                    "their source: check that the mapping is this release's, since every attack that reads it is "
@@ -61,6 +77,11 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
     if e.get("heldout_copies"):
         out.append(f"it holds {e['heldout_copies']} copies of held-out patients' images, the controls and the utility "
                    "test set: no attack row is valid")
+    elif e.get("heldout_near_beyond_control"):
+        out.append(f"it holds {e['heldout_near_copies']} near-copies of held-out patients' images (closer than a "
+                   "second photo of the same patient is), more than new people's images give: if they are those "
+                   "patients' images, the controls and the utility test set are in the release, and the attack "
+                   "and utility figures below are not to be trusted")
     return out
 
 

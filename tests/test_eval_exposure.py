@@ -78,7 +78,7 @@ def test_identity_and_held_out_near_copies_reach_the_sentence(real):
     from medanon.evaluate.verdict_text import _exposure_sentences
 
     said = " ".join(_exposure_sentences("R", e))
-    assert "6 of 20 released images of R are identity near-copies" in said
+    assert "6 of 20 released images of R are near-copies by identity" in said
     assert "7 near-copies of held-out patients' images" in said
     images = real[0]
     g = torch.Generator().manual_seed(5)
@@ -87,6 +87,11 @@ def test_identity_and_held_out_near_copies_reach_the_sentence(real):
     v = verdict({"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}})
     assert s["heldout"]["copies"] == 0 and v["exposure"]["heldout_near_beyond_control"]
     assert "near-copies of held-out patients' images" in v["sentence"]
+    averages = torch.stack([images[[i, i + 1]].mean(0) for i in range(0, 40, 2)])     # of source images only
+    sa = _screen(real, averages, [[i, i + 1] for i in range(0, 40, 2)])
+    assert sa["heldout"]["near_copies_not_of_sources"] == 0
+    assert not verdict({"name": "R", "utility": {}, "attacks": {}, "validity": {},
+                        "screening": sa})["exposure"]["heldout_near_beyond_control"]
 
 
 def test_copies_the_mapping_does_not_explain_are_named(real):

@@ -144,11 +144,15 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     copies = d <= COPY_RMSE
     _, hd, _, _ = _nearest_either(release_images, hx)              # the same screen against the held-out images
     h_copies, h_near = hd <= COPY_RMSE, hd <= t_pix
+    h_closer = h_near & (hd <= 0.5 * d)         # much nearer a held-out image than any source: not an average of them
     return {
         **_exposure(copies, near_pix, nearest_row, real_patients, own if srcs is not None else None),
         "heldout": {"copies": int(h_copies.sum()), "near_copies": int(h_near.sum()),
+                    "near_copies_not_of_sources": int(h_closer.sum()),
                     "what": "the released images against the held-out images (the controls' and the utility test's "
-                            "patients), same thresholds"},
+                            "patients), same thresholds; near-copies not of sources: at most half as far from the "
+                            "held-out image as from the nearest source image (an average of sources is near to "
+                            "held-out images too)"},
         "copy_rmse": COPY_RMSE, "mirrored": int(mirrored.sum()),
         "orientations": "both: each image compared as it is and mirrored left-right, at the nearer"
                         + ("" if release_emb_mirrored is not None else " (pixels only; identity as it is)"),

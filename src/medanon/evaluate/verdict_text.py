@@ -38,8 +38,8 @@ def exposure(screen: dict | None) -> dict:
             "identity_control_rate": control.get("identity_rate"),
             "identity_beyond_control": bool(screen.get("near_copies_identity", 0) > identity_hi * n),
             "heldout_copies": heldout.get("copies", 0),
-            "heldout_near_copies": heldout.get("near_copies", 0),
-            "heldout_near_beyond_control": bool(heldout.get("near_copies", 0) > control_hi * n)}
+            "heldout_near_copies": heldout.get("near_copies_not_of_sources", 0),
+            "heldout_near_beyond_control": bool(heldout.get("near_copies_not_of_sources", 0) > control_hi * n)}
 
 
 def _patients(n: int) -> str:
@@ -67,9 +67,9 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
                        "screen cannot tell copies from averages of several people")
     if not e.get("copies") and e.get("identity_beyond_control"):
         rate = f"{e['identity_control_rate']:.0%}" if e.get("identity_control_rate") is not None else "n/a"
-        out.append(f"{e['identity_near_copies']} of {e['n']} released images of {name} are identity near-copies: the "
-                   "identity network finds a real image of the source split as like them as it finds a new "
-                   f"person's image in only a few cases (new people's images: {rate}), whatever their pixels")
+        out.append(f"{e['identity_near_copies']} of {e['n']} released images of {name} are near-copies by identity: "
+                   "to the identity network they are as like a real image of the source split as new people's "
+                   f"images almost never are (new people's images: {rate}), whatever their pixels")
     if e.get("copies_not_of_own_source"):
         out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
                    "their source: check that the mapping is this release's, since every attack that reads it is "
@@ -79,7 +79,8 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
                    "test set: no attack row is valid")
     elif e.get("heldout_near_beyond_control"):
         out.append(f"it holds {e['heldout_near_copies']} near-copies of held-out patients' images (closer than a "
-                   "second photo of the same patient is), more than new people's images give: if they are those "
+                   "second photo of the same patient is, and much closer than to any source image), more than new "
+                   "people's images give: if they are those "
                    "patients' images, the controls and the utility test set are in the release, and the attack "
                    "and utility figures below are not to be trusted")
     return out

@@ -56,6 +56,13 @@ def centroid_latents(latents: torch.Tensor, clusters: Sequence[np.ndarray], weig
     return weighted_means(latents, clusters, weights)
 
 
+def check_components(n_components: float) -> None:
+    """A PCA's components: an integer count >= 1, or a variance fraction in (0, 1)."""
+    if not (0 < n_components < 1 or (float(n_components).is_integer() and n_components >= 1)):
+        raise ConfigError(f"pca_components={n_components} must be a count >= 1 or a variance fraction in (0, 1)",
+                          fix="e.g. pca_components=0.9 or pca_components=50")
+
+
 class PCA:
     """Principal components of flattened images, fitted on a seeded subsample, in float64.
 
@@ -70,9 +77,7 @@ class PCA:
         fit_max: int = 2000,                    # images used for the fit (a seeded random subsample beyond)
         seed: int = 0,                          # seed of the subsample
     ):
-        if not (0 < n_components < 1 or (float(n_components).is_integer() and n_components >= 1)):
-            raise ConfigError(f"PCA components {n_components} must be a count >= 1 or a variance fraction in (0, 1)",
-                              fix="e.g. pca_components=0.9 or pca_components=50")
+        check_components(n_components)
         self.n_components = n_components
         self.fit_max = fit_max
         self.seed = seed

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from medanon.anonymize.averaging import check_k
+from medanon.anonymize.averaging import check_components, check_k
 from medanon.anonymize.salsa import SalsaConfig
 from medanon.errors import ConfigError
 
@@ -46,9 +46,7 @@ class KSameConfig:
             raise ConfigError(f"views={self.views} must be at least 1")
         if self.pca_basis not in ("private", "separate"):
             raise ConfigError(f"pca_basis={self.pca_basis!r} must be private or separate")
-        if not (0 < self.pca_components < 1 or (float(self.pca_components).is_integer() and self.pca_components >= 1)):
-            raise ConfigError(f"pca_components={self.pca_components} must be a count >= 1 or a variance fraction in "
-                              "(0, 1)", fix="e.g. pca_components=0.9 or pca_components=50")
+        check_components(self.pca_components)
         if self.pca_fit_max < 2:
             raise ConfigError(f"pca_fit_max={self.pca_fit_max} must be at least 2 (images the PCA is fitted on)")
         if not (self.view_sigma >= 0 and math.isfinite(self.view_sigma)):

@@ -279,6 +279,7 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     from medanon.evaluate.config import preset as make_preset
     from medanon.evaluate.harness import ReleaseSpec
     from medanon.evaluate.harness import evaluate as run_evaluation
+    from medanon.evaluate.inputs import UnknownSources
     from medanon.release.release import Release, show_progress
 
     device = device_arg(device)
@@ -356,8 +357,8 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         try:
             rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
                                  cache_dir=cache_dir, progress=progress, overwrite=overwrite)
-        except DataError as e:
-            if not is_in_memory(real) or "that are not in the real dataset" not in e.message:
+        except UnknownSources:
+            if not is_in_memory(real):
                 raise
             raise DataError(  # the temporary folder named in the message is gone; what differs is how it was read
                 "a release names source images that real= does not hold: images held in memory are known by their "

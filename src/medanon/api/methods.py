@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from medanon.anonymize.gmia import GMIAConfig as _G
 from medanon.anonymize.snow_release import SnowConfig, VSSnowConfig
 from medanon.api._inputs import dataset_arg, device_arg, model_arg, number
-from medanon.errors import ConfigError, DataError
+from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
@@ -198,13 +198,10 @@ def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _
     ds = dataset_arg(ds, method="vs_snow", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
     used: dict[str, Any] = {}
-    no_mask = sum(r.mask_path is None for r in ds.records) if vessels == "dataset" else 0
-    if no_mask:
-        raise DataError(f"vessels='dataset': {no_mask} of the {len(ds)} images have no vessel mask in the dataset's "
-                        "layout", fix="use vessels='unet', 'frangi' or 'sato', or vessels='files' with masks_dir=")
     if vessels == "unet":
         checkpoint = model_arg(checkpoint, role="vessel-segmenter", ds=ds, argument="checkpoint", method="vs_snow",
                                used=used)
     source = VesselSource(vessels, checkpoint=checkpoint, masks_dir=masks_dir, fraction=vessel_fraction)
+    source.bind(ds.records)                      # every image's mask found now, not when the release is saved
     return _snow_release(ds, method="vs-snow", p=p, seed=seed, release_labels=release_labels, device=device,
                          batch_size=batch_size, workers=workers, vessels=source, model_files=used)

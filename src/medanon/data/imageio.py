@@ -259,7 +259,7 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
                     if orientation in (5, 6, 7, 8):
                         width, height = height, width
                 further = scale // got
-                small = _pil_uint8(im) if further > 1 else None
+                small = pil_uint8(im) if further > 1 else None
                 if small is not None:   # box-average the 8-bit pixels before they become floats (4-5x faster)
                     return Reduced((_box_mean(small, further) / 255.0).astype(np.float32), scale, width, height,
                                    transparent)
@@ -313,7 +313,7 @@ def _box_mean(a: np.ndarray, f: int) -> np.ndarray:
     return out / (count[..., None] if rest else count)
 
 
-def _pil_uint8(im: Image.Image) -> np.ndarray | None:
+def pil_uint8(im: Image.Image) -> np.ndarray | None:
     """The 8-bit pixels of ``im`` as _pil_to_float converts them (L or RGB), or None for 16-bit/float modes."""
     if im.mode in ("1", "L", "LA", "La"):
         return np.asarray(im if im.mode == "L" else im.convert("L"))

@@ -199,20 +199,18 @@ def _images(obj: Any, *, argument: str, value_range, modality: str | None = None
     return None
 
 
-# PIL modes read as they are; other grey modes become "L", colour ones "RGB" (alpha is dropped)
-_PIL_AS_IS = ("L", "RGB", "I", "F", "I;16", "I;16B", "I;16L", "I;16N")
-
-
 def _pil_array(image) -> np.ndarray:
-    """One PIL image as an array, grey images (modes 1, LA, a palette of greys) as one channel."""
-    if image.mode in _PIL_AS_IS:
+    """One PIL image as an array: 8-bit modes as a folder's images are read (grey as L, colour as RGB; alpha
+    dropped), except a palette of greys, which stays one channel; 16-bit and float modes as they are (their
+    value_range says what they mean)."""
+    from medanon.data.imageio import pil_uint8
+
+    u8 = pil_uint8(image)
+    if u8 is None:
         return np.asarray(image)
-    if image.mode in ("1", "LA", "La"):
-        return np.asarray(image.convert("L"))
-    rgb = np.asarray(image.convert("RGB"))
-    if image.mode in ("P", "PA") and (rgb == rgb[..., :1]).all():      # a palette of greys only
-        return np.ascontiguousarray(rgb[..., 0])
-    return rgb
+    if image.mode in ("P", "PA") and (u8 == u8[..., :1]).all():       # a palette of greys only
+        return np.ascontiguousarray(u8[..., 0])
+    return u8
 
 
 def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> np.ndarray:

@@ -199,14 +199,16 @@ def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[floa
     t = t.float()
     if not bool(torch.isfinite(t).all()):
         raise DataError(f"{name} holds NaN or infinite values", fix="replace them before anonymising")
+    if not t.numel():
+        return t.contiguous()
+    low, high = float(t.min()), float(t.max())
     tol = 1e-3 * (hi - lo)
-    if t.numel() and (float(t.min()) < lo - tol or float(t.max()) > hi + tol):
-        raise DataError(f"{name} spans [{float(t.min()):.4g}, {float(t.max()):.4g}], outside value_range "
-                        f"({lo:g}, {hi:g})",
+    if low < lo - tol or high > hi + tol:
+        raise DataError(f"{name} spans [{low:.4g}, {high:.4g}], outside value_range ({lo:g}, {hi:g})",
                         fix="pass value_range=(low, high): the values that mean black and white, e.g. (0, 255)")
-    if t.numel() and (float(t.min()) >= (lo + hi) / 2 or float(t.max()) <= lo + (hi - lo) / 128):
-        warnings.warn(f"{name} spans [{float(t.min()):.4g}, {float(t.max()):.4g}], only "
-                      f"{'the upper half' if float(t.min()) >= (lo + hi) / 2 else 'the lowest 1/128'} of "
+    if low >= (lo + hi) / 2 or high <= lo + (hi - lo) / 128:
+        warnings.warn(f"{name} spans [{low:.4g}, {high:.4g}], only "
+                      f"{'the upper half' if low >= (lo + hi) / 2 else 'the lowest 1/128'} of "
                       f"value_range ({lo:g}, {hi:g}): if that is not the images' range (e.g. images in [0, 1] "
                       "declared as (-1, 1) or (0, 255)), they are read washed out or black; pass their own range",
                       ValueRangeWarning, stacklevel=user_stacklevel())

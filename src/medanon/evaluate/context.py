@@ -143,18 +143,20 @@ class RealContext:
         return (net or self.identity).embed(images.to(self.device)).double().numpy()
 
     @cached_property
-    def real_emb(self) -> np.ndarray:
+    def _identity_key(self) -> str:
+        """What the real images' identity embeddings depend on: the data, the identity network and its training."""
         a = self.cfg.attacks
-        key = digest(self.key, to_dict(a.identity), self.identity_info.get("sha256"), self.attacker_rows.tolist())
-        name = f"real-identity-{key}"
-        return self.cache.array(name, lambda: self.embed(self.real.images))
+        return digest(self.key, to_dict(a.identity), self.identity_info.get("sha256"), self.attacker_rows.tolist())
+
+    @cached_property
+    def real_emb(self) -> np.ndarray:
+        return self.cache.array(f"real-identity-{self._identity_key}", lambda: self.embed(self.real.images))
 
     @cached_property
     def real_emb_mirrored(self) -> np.ndarray:
         """:attr:`real_emb` of the real images mirrored left-right (the near-copy screen's second orientation)."""
-        a = self.cfg.attacks
-        key = digest(self.key, to_dict(a.identity), self.identity_info.get("sha256"), self.attacker_rows.tolist())
-        return self.cache.array(f"real-identity-mirrored-{key}", lambda: self.embed(self.real.images.flip(-1)))
+        return self.cache.array(f"real-identity-mirrored-{self._identity_key}",
+                                lambda: self.embed(self.real.images.flip(-1)))
 
     @cached_property
     def real_emb_independent(self) -> np.ndarray | None:

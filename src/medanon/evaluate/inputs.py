@@ -215,6 +215,10 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
     return rel
 
 
+class UnknownSources(DataError):
+    """A release's mapping names source records that the real dataset does not hold."""
+
+
 def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[list[int]]:
     mapping = read_mapping(mp)
     recs = mapping["records"]
@@ -225,7 +229,7 @@ def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[
                         fix="pass the mapping written together with this release")
     unknown = sorted({s for img in listed for s in recs[img]["sources"] if s not in real.index})
     if unknown:
-        raise DataError(f"mapping {mp} names {len(unknown)} source record(s) that are not in the real dataset "
+        raise UnknownSources(f"mapping {mp} names {len(unknown)} source record(s) that are not in the real dataset "
                         f"{real.root}", files=unknown[:20],
                         fix="evaluate against the dataset the release was made from (same folder and layout)")
     named = sorted({s for img in listed for s in recs[img]["sources"]})

@@ -61,6 +61,9 @@ def segment_vessels(images: torch.Tensor, *, method: str = "unet", fov: torch.Te
     return seg.binarize(seg.probability(images, fov), fov)
 
 
+NO_MASK_FIX = "use vessels='unet', 'frangi' or 'sato', or vessels='files' with masks_dir="
+
+
 class VesselSource:
     """Vessel masks for batches of a dataset, from any of :data:`SOURCES`."""
 
@@ -81,10 +84,14 @@ class VesselSource:
         self.index = MaskIndex(masks_dir) if masks_dir is not None else None
 
     def bind(self, records: Sequence[Record]) -> None:
-        """Pair every record's image with its mask file now (``files``): all missing masks in one error, before
-        any work."""
+        """Pair every record's image with its mask now (``files``: its mask file; ``dataset``: the layout's mask):
+        all missing masks in one error, before any work."""
         if self.index is not None:
             self.index.bind([r.path for r in records])
+        no_mask = sum(r.mask_path is None for r in records) if self.method == "dataset" else 0
+        if no_mask:
+            raise DataError(f"vessels='dataset': {no_mask} of the {len(records)} images have no vessel mask in the "
+                            "dataset's layout", fix=NO_MASK_FIX)
 
     def reads(self) -> list[Path]:
         """The files and folders this source reads besides the dataset (never to be written over)."""
@@ -107,8 +114,7 @@ class VesselSource:
             return segment_vessels(images, fov=fov, segmenter=self.segmenter)
         if self.method == "dataset":
             if layout_masks is None:
-                raise DataError("vessels='dataset': this dataset's layout provides no masks",
-                                fix="use vessels='unet', 'frangi' or 'sato', or vessels='files' with masks_dir=")
+                raise DataError("vessels='dataset': this dataset's layout provides no masks", fix=NO_MASK_FIX)
             return layout_masks.to(images.device).bool()
         assert self.index is not None
         paths = self.index.pair([r.path for r in records])

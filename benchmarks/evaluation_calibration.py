@@ -1,6 +1,6 @@
 """CPU seconds of the known-answer calibration's attacks, with and without the verification tables.
 
-The calibration scores six known-answer releases (one record per source image) through every attack; its table
+The calibration scores the known-answer releases (one record per source image) through every attack; its table
 reads the residual risks only, so it runs the attacks with ``tables=False`` (no inner / outer verification tables
 and their pair bootstraps). This script times both ways on the same context, alternating, one torch and BLAS
 thread, process CPU seconds, and checks that every residual-risk entry is identical. It reuses the networks a

@@ -1,4 +1,4 @@
-"""Every attack on the six known-answer releases (``medanon.evaluate.known_answers``): one JSON line per release and
+"""Every attack on the seven known-answer releases (``medanon.evaluate.known_answers``): one JSON line per release and
 residual-risk row, with the residual risk, its interval, its validity and whether a valid row gave the right answer;
 then a summary line: valid rows right or wrong, and rows with no answer (invalid, or a reverse attacker on a copy).
 

@@ -50,7 +50,7 @@ def test_match_score_of_an_exact_copy_is_a_perfect_match():
     assert np.diag(s) == pytest.approx(0.0, abs=1e-5)
     ext = match_extremes(net, feats, feats[:7], rows=5)                 # blocks of 5 targets: the same extremes
     full = match_scores(net, feats, feats[:7])
-    assert np.allclose(ext, np.c_[full.max(1), full.min(1)])
+    assert np.allclose(ext, np.c_[full.max(1), full.min(1)], atol=1e-5)   # float32 logits, blocked or not
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +159,26 @@ def test_linkability_needs_one_record_per_source_image():
         L.linkability(control_emb=hel, control_patients=hp, release_emb=src,
                       record_patients=[frozenset([p]) for p in sp], source_emb=src, source_patients=sp,
                       source_record=list(range(len(src) - 1)))
+
+
+def test_a_mirrored_copy_is_found_when_both_orientations_are_compared():
+    """A mirrored image embeds elsewhere (here: a fixed rotation of the embedding space): compared as released it is
+    a stranger; compared in both orientations, the mirror image of each record is its source, and the rows read a
+    copy; the threshold stays set on real pairs, and the control (held-out images against the same records, both
+    orientations) reads no rise."""
+    from medanon.evaluate.attacks.singling_out import singling_out
+
+    rng, _, src, sp, hel, hp = _embeddings()
+    rot = np.linalg.qr(rng.standard_normal((src.shape[1], src.shape[1])))[0]   # "mirroring" of an embedding
+    released = src @ rot                                                       # mirrored copies, record k = source k
+    kw = dict(control_emb=hel, control_patients=hp, record_patients=[frozenset([p]) for p in sp], source_emb=src,
+              source_patients=sp, source_record=list(range(len(src))))
+    one_way = L.linkability(release_emb=released, **kw)
+    assert _includes_zero(one_way["risk"])
+    both = L.linkability(release_emb=released, release_emb_mirrored=released @ rot.T, **kw)
+    assert _detected(both["risk"]) and both["risk"]["attack"]["rate"] == 1.0
+    assert both["threshold"] == one_way["threshold"] and both["risk"]["control"]["rate"] < 0.05
+    assert "mirrored left-right" in both["assumptions"] and "mirrored" not in one_way["assumptions"]
+    s = singling_out(source_emb=src, source_record=list(range(len(src))), release_emb=released,
+                     source_patients=sp, release_emb_mirrored=released @ rot.T)
+    assert s["hidden_rate"] == 0.0

@@ -1,5 +1,7 @@
 """Known-answer calibration: which attacks pass, which risk rows are valid, and the verdict per release."""
 
+import pytest
+
 from medanon.evaluate.calibration import COPIES, KNOWN, calibration_table, validity, verdict
 
 
@@ -16,13 +18,15 @@ def _attacks(forward, reverse=None):
 
 def test_an_attack_passes_only_when_it_sees_the_copy_and_not_the_nulls():
     seen = _attacks(_risk(0.9, 0.7, 1.0))
-    good = {"copy": seen, "jpeg": seen, "shift": seen, "constant": _attacks(_risk(0.0, 0.0, 0.1)),
+    good = {"copy": seen, "jpeg": seen, "shift": seen, "mirror": seen, "constant": _attacks(_risk(0.0, 0.0, 0.1)),
             "noise": _attacks(_risk(0.05, 0.0, 0.2))}
     assert calibration_table(good)["nearest"]["passes"]
     weak = {**good, "copy": _attacks(_risk(0.3, 0.1, 0.5))}
     assert "misses an exact copy" in calibration_table(weak)["nearest"]["reason"]
     brittle = {**good, "shift": _attacks(_risk(0.2, 0.05, 0.4))}
     assert "misses the shift copy" in calibration_table(brittle)["nearest"]["reason"]
+    one_way = {**good, "mirror": _attacks(_risk(0.1, 0.0, 0.3))}      # compares one orientation only
+    assert "misses the mirror copy" in calibration_table(one_way)["nearest"]["reason"]
     fooled = {**good, "constant": _attacks(_risk(0.2, 0.05, 0.4))}
     t = calibration_table(fooled)["nearest"]
     assert not t["passes"] and "flags the constant release" in t["reason"]
@@ -30,7 +34,7 @@ def test_an_attack_passes_only_when_it_sees_the_copy_and_not_the_nulls():
 
 def test_a_reverse_attacker_has_no_copy_check_but_must_pass_the_nulls():
     copy = _attacks(_risk(0.9, 0.7, 1.0), _risk(0.0, 0.0, 0.0))
-    calib = {"copy": copy, "jpeg": copy, "shift": copy,
+    calib = {"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy,
              "constant": _attacks(_risk(0.0, 0.0, 0.1), _risk(0.0, 0.0, 0.1)),
              "noise": _attacks(_risk(0.0, 0.0, 0.1), _risk(0.1, 0.02, 0.2))}
     rev = calibration_table(calib)["nearest (reverse)"]
@@ -39,7 +43,7 @@ def test_a_reverse_attacker_has_no_copy_check_but_must_pass_the_nulls():
 
 def test_the_verdict_takes_the_largest_valid_risk_only():
     copy = {"nearest": {"risk": _risk(0.9, 0.7, 1.0)}, "singling_out": {"risk": _risk(0.2, 0.0, 0.4)}}
-    calib = {"copy": copy, "jpeg": copy, "shift": copy,
+    calib = {"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy,
              "constant": {"nearest": {"risk": _risk(0.0, 0.0, 0.1)}, "singling_out": {"risk": _risk(0.0, 0.0, 0.1)}},
              "noise": {"nearest": {"risk": _risk(0.0, 0.0, 0.1)}, "singling_out": {"risk": _risk(0.0, 0.0, 0.1)}}}
     table = calibration_table(calib)
@@ -125,20 +129,21 @@ def test_the_attribute_attack_is_held_to_what_real_images_allow_it():
     ceiling."""
     nulls = {"constant": _attribute(0.0, -0.02, 0.02), "noise": _attribute(0.01, -0.01, 0.03)}
     seen = _attribute(0.17, 0.13, 0.20)
-    row = calibration_table({"copy": seen, "jpeg": seen, "shift": seen, **nulls})["attribute"]
+    row = calibration_table({"copy": seen, "jpeg": seen, "shift": seen, "mirror": seen, **nulls})["attribute"]
     assert row["passes"] and row["copy_check"]
     blind = _attribute(0.01, -0.02, 0.04)
-    row = calibration_table({"copy": blind, "jpeg": seen, "shift": seen, **nulls})["attribute"]
+    row = calibration_table({"copy": blind, "jpeg": seen, "shift": seen, "mirror": seen, **nulls})["attribute"]
     assert not row["passes"] and "misses an exact copy" in row["reason"] and "needs 0.10" in row["reason"]
     blind_attacker = _attribute(0.0, 0.0, 0.24, heldout=0.528, chance=0.556)   # below the majority: ceiling 0
-    row = calibration_table({"copy": blind_attacker, "jpeg": blind_attacker, "shift": blind_attacker, **nulls})
+    row = calibration_table({"copy": blind_attacker, "jpeg": blind_attacker, "shift": blind_attacker,
+                             "mirror": blind_attacker, **nulls})
     assert not row["attribute"]["passes"] and "at chance on held-out real images" in row["attribute"]["reason"]
     strong = _attribute(0.3, 0.25, 0.35, heldout=0.95, chance=0.5)       # ceiling 0.9: needs 0.45
-    row = calibration_table({"copy": strong, "jpeg": strong, "shift": strong, **nulls})["attribute"]
+    row = calibration_table({"copy": strong, "jpeg": strong, "shift": strong, "mirror": strong, **nulls})["attribute"]
     assert not row["passes"] and "half its 0.90" in row["reason"]
     # every other attack keeps the absolute bar: a copy must be found with a residual of at least 0.5
     copy = _attacks(_risk(0.17, 0.13, 0.20))
-    near = calibration_table({"copy": copy, "jpeg": copy, "shift": copy,
+    near = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy,
                               "constant": _attacks(_risk(0.0, 0.0, 0.1)),
                               "noise": _attacks(_risk(0.0, 0.0, 0.1))})["nearest"]
     assert not near["passes"] and "needs" not in near["reason"]
@@ -174,6 +179,7 @@ def test_a_reverse_attacker_that_flags_a_copy_is_not_trusted():
     quiet = _risk(0.0, 0.0, 0.1)
     copy = _attacks(_risk(0.9, 0.7, 1.0), quiet)
     calib = {"copy": copy, "jpeg": _attacks(_risk(0.9, 0.7, 1.0), _risk(0.17, 0.03, 0.28)), "shift": copy,
+             "mirror": copy,
              "constant": _attacks(quiet, quiet), "noise": _attacks(quiet, quiet)}
     rev = calibration_table(calib)["nearest (reverse)"]
     assert not rev["passes"] and "flags the jpeg copy, which pushes nobody away" in rev["reason"]
@@ -192,3 +198,28 @@ def test_a_row_whose_attack_rests_on_few_patients_is_not_valid():
     assert not v["membership"]["valid"] and "7 patient clusters" in v["membership"]["reason"]
     rel["attacks"]["membership"]["risk"]["attack"]["patients"] = 14
     assert validity(rel, table, checks={}, trained_on_members={})["membership"]["valid"]
+
+
+def _utility(release: float, real: float, base_ci, ratio_ci) -> dict:
+    return {"grade": {"release": {"kappa": {"mean": release}}, "real_same_n": {"kappa": {"mean": real}},
+                      "paired_bootstrap": {"kappa": {"baseline": {"ci": base_ci}, "ratio": {"ci": ratio_ci}}}}}
+
+
+def test_a_share_of_a_real_baseline_at_chance_is_not_stated():
+    """κ kept = release / real is stated only where real images of the same N do better than chance: a ratio to a
+    κ near 0 gave "3.86 [-6.31, nan]"."""
+    from medanon.evaluate.calibration import _utility_kept
+    from medanon.evaluate.verdict_text import sentence
+
+    ok = _utility_kept({"utility": _utility(0.4, 0.5, [0.3, 0.7], [0.6, 1.0])})[0]
+    assert ok["kept"] == pytest.approx(0.8) and ok["ci"] == [0.6, 1.0] and "undefined" not in ok
+    noise = _utility_kept({"utility": _utility(0.19, 0.05, [-0.12, 0.21], [-6.31, float("nan")])})[0]
+    assert noise["kept"] != noise["kept"] and noise["ci"] is None
+    assert "not above chance (0)" in noise["undefined"] and "0.05 [-0.12, 0.21]" in noise["undefined"]
+    v = {"utility_kept": [noise], "valid_attacks": 0}
+    assert "utility share is not stated: real images of the same number reach" in sentence("R", v)
+    said = sentence("R", {"utility_kept": [ok], "valid_attacks": 0})
+    assert "it keeps 0.80 [0.60, 1.00] of the Cohen's κ (quadratic) of grade" in said
+    # held-out images in the release: the test set is contaminated, and no utility figure follows
+    held = {"utility_kept": [ok], "valid_attacks": 0, "exposure": {"heldout_copies": 5, "n": 20, "copies": 0}}
+    assert "keeps" not in sentence("R", held) and "copies of held-out patients' images" in sentence("R", held)

@@ -117,7 +117,8 @@ def test_copies_of_held_out_patients_make_every_row_invalid(real):
     null = {"nearest": {"risk": {"residual_risk": {"risk": 0.0, "ci": [0.0, 0.1]}}}}
     from medanon.evaluate.calibration import calibration_table
 
-    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "constant": null, "noise": null})
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy, "constant": null,
+                               "noise": null})
     rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
     assert not rel["validity"]["nearest"]["valid"]
     assert "copies of held-out patients' images" in rel["validity"]["nearest"]["reason"]
@@ -164,7 +165,8 @@ def test_a_siamese_network_at_chance_on_held_out_pairs_is_not_valid():
     risk = {"residual_risk": {"risk": 0.2, "ci": [0.05, 0.4]}, "attack": {}, "control_is": "held-out patients"}
     copy = {"siamese": {"risk": {"residual_risk": {"risk": 0.9, "ci": [0.7, 1.0]}}}}
     null = {"siamese": {"risk": {"residual_risk": {"risk": 0.0, "ci": [0.0, 0.1]}}}}
-    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "constant": null, "noise": null})
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy, "constant": null,
+                               "noise": null})
     for ci, valid in (([0.45, 0.6], False), ([0.7, 0.9], True)):
         rel = {"name": "R", "utility": {},
                "attacks": {"siamese": {"risk": risk, "reference": {"AUC": sum(ci) / 2, "AUC_ci": ci}}}}
@@ -197,7 +199,8 @@ def test_a_rate_whose_interval_counts_records_as_independent_is_not_valid():
 
     copy = {"attribute": {"risk": {"residual_risk": {"risk": 0.9, "ci": [0.7, 1.0]}}}}
     null = {"attribute": {"risk": {"residual_risk": {"risk": 0.0, "ci": [0.0, 0.1]}}}}
-    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "constant": null, "noise": null})
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy, "constant": null,
+                               "noise": null})
     for attack, valid in (({"rate": 0.7, "ci": [0.6, 0.8], "trials": 117, "interval": "Wilson"}, False),
                           ({"rate": 0.7, "ci": [0.5, 0.85], "trials": 117, "patients": 39,
                             "interval": "patient cluster bootstrap"}, True)):

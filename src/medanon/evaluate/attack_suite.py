@@ -1,7 +1,9 @@
 """The privacy attacks of one release, as a registry: each attack is a function of the real context and the
 release's :class:`Target`, registered with the switch that enables it. :func:`run_attacks` runs them all
 with the attacks' identity network and, where configured, repeats the identity attacks with the independent
-network (another architecture and input size, trained on the attacker split).
+network (another architecture and input size, trained on the attacker split). Every attack scores each released
+image against a real one as released and mirrored left-right and keeps the higher score
+(:mod:`medanon.evaluate.attacks.views`): a mirrored copy is a copy.
 
 Every result carries its N, an interval and, in ``risk``, its control (same attack on held-out patients)
 or, where no control population exists, its baseline (random guessing), named as such.
@@ -43,14 +45,16 @@ class Target:
     src_flat: np.ndarray | None = None          # real rows of the records' sources, flattened
     rec_flat: np.ndarray | None = None          # the record of each of them
     record_patients: list[frozenset] | None = None
+    rel_emb_mirrored: np.ndarray | None = None  # the released images mirrored left-right (same network)
+
     def clusters(self, patients) -> np.ndarray | None:
         """The resampling unit of each of ``patients``: its cluster of patients linked by released records."""
         return None if self.record_patients is None else patient_clusters(self.record_patients, patients)
 
     @classmethod
-    def of(cls, ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray, real_emb: np.ndarray,
-           tables: bool = True) -> Target:
-        t = cls(rel, rel_emb, real_emb, tables)
+    def of(cls, ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray, real_emb: np.ndarray, tables: bool = True,
+           rel_emb_mirrored: np.ndarray | None = None) -> Target:
+        t = cls(rel, rel_emb, real_emb, tables, rel_emb_mirrored=rel_emb_mirrored)
         if rel.sources is not None:
             t.src_flat = np.asarray([i for rows in rel.sources for i in rows], np.int64)
             t.rec_flat = np.asarray([r for r, rows in enumerate(rel.sources) for _ in rows], np.int64)
@@ -86,7 +90,9 @@ def _needs_mapping(fn: Attack) -> Attack:
 def _membership(ctx: RealContext, t: Target) -> dict:
     return top_k_membership(release_desc=descriptors(t.rel.images, t.rel_emb), record_sources=t.rel.sources,
                             source_desc=ctx.real_desc, heldout_desc=ctx.real_desc[ctx.held], seed=ctx.cfg.seed,
-                            confidence=ctx.cfg.attacks.confidence, source_patients=ctx.real.patients)
+                            confidence=ctx.cfg.attacks.confidence, source_patients=ctx.real.patients,
+                            release_desc_mirrored=None if t.rel_emb_mirrored is None else
+                            descriptors(t.rel.images.flip(-1), t.rel_emb_mirrored))
 
 
 def truth_from_sources(ctx: RealContext, rel: ReleaseData, label: str) -> np.ndarray:
@@ -127,7 +133,8 @@ def _linkability(ctx: RealContext, t: Target) -> dict:
                        release_emb=t.rel_emb, record_patients=t.record_patients, source_emb=t.real_emb[t.src_flat],
                        source_patients=list(real.patients[t.src_flat]), source_record=t.rec_flat.tolist(),
                        target_far=a.target_far, seed=ctx.cfg.seed, max_pairs=a.max_pairs, confidence=a.confidence,
-                       balance=ctx.balance(t.src_flat, held), tables=t.tables)
+                       balance=ctx.balance(t.src_flat, held), tables=t.tables,
+                       release_emb_mirrored=t.rel_emb_mirrored)
 
 
 @register("singling_out", lambda a: a.singling_out, identity=True)
@@ -137,7 +144,8 @@ def _singling_out(ctx: RealContext, t: Target) -> dict:
         return {"skipped": "a single released record cannot be singled out among others"}
     return singling_out(source_emb=t.real_emb[t.src_flat], source_record=t.rec_flat, release_emb=t.rel_emb,
                         source_patients=list(ctx.real.patients[t.src_flat]), confidence=ctx.cfg.attacks.confidence,
-                        seed=ctx.cfg.seed, source_clusters=t.clusters(ctx.real.patients[t.src_flat]))
+                        seed=ctx.cfg.seed, source_clusters=t.clusters(ctx.real.patients[t.src_flat]),
+                        release_emb_mirrored=t.rel_emb_mirrored)
 
 
 @register("nearest", lambda a: a.nearest, identity=True)
@@ -151,7 +159,8 @@ def _nearest(ctx: RealContext, t: Target) -> dict:
                                      confidence=a.confidence, member_groups=ctx.real.patients[members],
                                      control_groups=ctx.real.patients[control], calib_groups=ctx.real.patients[calib],
                                      seed=ctx.cfg.seed, balance=ctx.balance(members, control),
-                                     member_clusters=t.clusters(ctx.real.patients[members]))
+                                     member_clusters=t.clusters(ctx.real.patients[members]),
+                                     release_emb_mirrored=t.rel_emb_mirrored)
 
 
 @register("siamese", lambda a: a.siamese)
@@ -165,7 +174,7 @@ def _siamese(ctx: RealContext, t: Target) -> dict:
                          member_rows=np.unique(t.src_flat), calib_rows=calib, control_rows=control,
                          target_far=a.target_far, fpr=a.membership_fpr, max_pairs=a.max_pairs, seed=ctx.cfg.seed,
                          confidence=a.confidence, balance=ctx.balance(np.unique(t.src_flat), control),
-                         tables=t.tables)
+                         tables=t.tables, release_feats_mirrored=siamese_embed(net, t.rel.images.flip(-1)))
     out["trained_on"] = ctx.siamese_trained_on
     return out
 
@@ -189,26 +198,31 @@ def _inference(ctx: RealContext, t: Target) -> dict:
                          release_secret=rel.label(a.attribute), confidence=a.confidence, seed=ctx.cfg.seed,
                          member_groups=(t.clusters(real.patients[m_rows]) if t.record_patients is not None
                                         else real.patients[m_rows]), control_groups=real.patients[c_rows],
-                         balance=ctx.balance(m_rows, c_rows))
+                         balance=ctx.balance(m_rows, c_rows), release_emb_mirrored=t.rel_emb_mirrored)
     out["members_are"] = "real images of the patients the mapping lists"
     out["n"] = len(m_rows)
     return out
 
 
-def run_attacks(ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray | None = None, *,
-                tables: bool = True) -> dict:
-    """Every enabled attack; the identity attacks again with the independent network (``independent``).
-    ``rel_emb``: the released images' embeddings by the main network, if already computed. ``tables=False``:
-    the residual risks without the verification tables that only the report's attack sections show (the
-    known-answer calibration; the risk entries are the same)."""
+def run_attacks(ctx: RealContext, rel: ReleaseData, rel_emb: np.ndarray | None = None,
+                rel_emb_mirrored: np.ndarray | None = None, *, tables: bool = True) -> dict:
+    """Every enabled attack; the identity attacks again with the independent network (``independent``). Every
+    attack compares each released image with a real one as released and mirrored left-right, the higher score kept
+    (:mod:`medanon.evaluate.attacks.views`). ``rel_emb`` / ``rel_emb_mirrored``: the released images' embeddings by
+    the main network, as released and mirrored, if already computed. ``tables=False``: the residual risks without
+    the verification tables that only the report's attack sections show (the known-answer calibration; the risk
+    entries are the same)."""
     a = ctx.cfg.attacks
-    primary = Target.of(ctx, rel, ctx.embed(rel.images) if rel_emb is None else rel_emb, ctx.real_emb, tables)
+    emb = ctx.embed(rel.images) if rel_emb is None else rel_emb
+    emb_m = ctx.embed(rel.images.flip(-1)) if rel_emb_mirrored is None else rel_emb_mirrored
+    primary = Target.of(ctx, rel, emb, ctx.real_emb, tables, emb_m)
     out: dict = {}
     for name, (enabled, fn, _) in ATTACKS.items():
         if enabled(a):
             out[name] = fn(ctx, primary)
     if ctx.independent is not None:
-        second = Target.of(ctx, rel, ctx.embed(rel.images, ctx.independent), ctx.real_emb_independent, tables)
+        second = Target.of(ctx, rel, ctx.embed(rel.images, ctx.independent), ctx.real_emb_independent, tables,
+                           ctx.embed(rel.images.flip(-1), ctx.independent))
         out["independent"] = {name: fn(ctx, second) for name, (enabled, fn, ident) in ATTACKS.items()
                               if ident and enabled(a)}
     return out

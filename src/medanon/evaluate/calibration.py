@@ -1,16 +1,17 @@
 """Known-answer calibration of the attacks, the validity of every residual risk, and one verdict per release.
 
 An attack is trusted only after it gets releases whose answer is known right. From the real data an evaluation
-already holds, six **known-answer releases** of the source split are built in memory (one record per source
+already holds, seven **known-answer releases** of the source split are built in memory (one record per source
 image, the private mapping known exactly; :func:`medanon.evaluate.known_answers.known_images`) and scored
 through every attack:
 
-- ``copy``, ``jpeg`` (re-encoded at quality 75) and ``shift`` (moved by one pixel): the source images, as such or
-  barely changed. A working attack detects each: residual risk ≥ 0.5 with its interval above 0. The attribute
-  attack is held to what real images allow it: a copy of real images tells it no more than real images of people
-  it never saw, whose residual (its accuracy on held-out real images against their majority class) is its
-  ceiling, so it must reach half of that ceiling, with its interval above 0 (a sex classifier right on 60 % of
-  held-out images, majority 51 %, has a ceiling of 0.19, and could never reach 0.5 on any copy);
+- ``copy``, ``jpeg`` (re-encoded at quality 75), ``shift`` (moved by one pixel) and ``mirror`` (mirrored
+  left-right): the source images, as such or barely changed. A working attack detects each: residual risk ≥ 0.5
+  with its interval above 0. The attribute attack is held to what real images allow it: a copy of real images
+  tells it no more than real images of people it never saw, whose residual (its accuracy on held-out real images
+  against their majority class) is its ceiling, so it must reach half of that ceiling, with its interval above 0
+  (a sex classifier right on 60 % of held-out images, majority 51 %, has a ceiling of 0.19, and could never reach
+  0.5 on any copy);
 - ``constant``: one mid-grey image per record; ``noise``: uniform noise per record (seeded); ``others``: real
   images of the attacker split's patients, who are neither members nor controls (when there is such a split).
   None carries anything of the members, so a working attack's residual risk interval includes 0.
@@ -39,20 +40,21 @@ from medanon.evaluate.config import result_key
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
 from medanon.evaluate.known_answers import copy_ceiling, copy_threshold, known_images
-from medanon.evaluate.utility import HEADLINE, KNOWN_TASKS, METRIC_NAMES
+from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, KNOWN_TASKS, METRIC_NAMES
 from medanon.evaluate.verdict_text import exposure, sentence, why_invalid
 
-KNOWN = ("copy", "jpeg", "shift", "constant", "noise", "others")
-COPIES = ("copy", "jpeg", "shift")
+KNOWN = ("copy", "jpeg", "shift", "mirror", "constant", "noise", "others")
+COPIES = ("copy", "jpeg", "shift", "mirror")
 KNOWN_WHAT = {"copy": "every source image released as its own record (must be detected)",
               "jpeg": "every source image re-encoded as JPEG, quality 75 (must be detected)",
               "shift": "every source image moved by one pixel (must be detected)",
+              "mirror": "every source image mirrored left-right (must be detected)",
               "constant": "one mid-grey image per source image (must not be detected)",
               "noise": "uniform noise, one image per source image (must not be detected)",
               "others": "real images of the attacker split's patients, who are neither members nor controls (must "
                         "not be detected; left out when the attackers had to train on the members)"}
 MIN_CONTROL_PATIENTS = MIN_PATIENTS             # fewer control (or calibration) patients: the rate is not resolved
-VERSION = 6
+VERSION = 7
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
          "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
@@ -131,7 +133,7 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
         reasons = []
         copy_ok = None if row.endswith(" (reverse)") else True   # reverse: no copy test (a copy is not pushed away)
         for kind in COPIES if copy_ok else ():
-            c = got[kind]
+            c = got.get(kind)                               # a known answer not run: not passed either
             ceiling = copy_ceiling(row, calib.get(kind) or {})
             need = copy_threshold(ceiling)
             if c is None or not (c["risk"] >= need and c["ci"][0] > 0):
@@ -274,17 +276,31 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
 
 
 def _utility_kept(rel: dict) -> list[dict]:
+    """The release's headline metric as a share of real images' of the same N, per task. The share is defined only
+    where the real images' value lies above chance (its paired bootstrap interval, where there is one): a ratio to
+    a learner that learned nothing (κ near 0) is noise, "3.86 [-6.31, nan]"; there ``kept`` is NaN and
+    ``undefined`` says why."""
     out = []
     for label, u in (rel.get("utility") or {}).items():
         if "skipped" in u:
             continue
         metric = HEADLINE[KNOWN_TASKS[label].kind if label in KNOWN_TASKS else "multiclass"]
         boot = (u.get("paired_bootstrap") or {}).get(metric) or {}
-        real = u["real_same_n"][metric]["mean"]
-        kept = u["release"][metric]["mean"] / real if real and np.isfinite(real) and real > 0 else math.nan
-        out.append({"task": label, "metric": metric, "metric_name": METRIC_NAMES.get(metric, metric),
-                    "kept": kept, "ci": (boot.get("ratio") or {}).get("ci"),
-                    "release": u["release"][metric]["mean"], "real_same_n": real})
+        real, chance = u["real_same_n"][metric]["mean"], HEADLINE_CHANCE.get(metric, 0.0)
+        base_ci = (boot.get("baseline") or {}).get("ci")
+        ratio_ci = (boot.get("ratio") or {}).get("ci")
+        floor = base_ci[0] if base_ci and np.isfinite(base_ci[0]) else real
+        entry = {"task": label, "metric": metric, "metric_name": METRIC_NAMES.get(metric, metric),
+                 "kept": math.nan, "ci": None, "release": u["release"][metric]["mean"], "real_same_n": real}
+        if not (real is not None and np.isfinite(real) and floor is not None and floor > chance):
+            iv = f" [{base_ci[0]:.2f}, {base_ci[1]:.2f}]" if base_ci and np.all(np.isfinite(base_ci)) else ""
+            got = f"{real:.2f}" if real is not None else "no value"
+            entry["undefined"] = (f"real images of the same number reach a {entry['metric_name']} of {got}{iv}, "
+                                  f"not above chance ({chance:g}), so no share of it can be stated")
+        else:
+            entry.update(kept=entry["release"] / real,
+                         ci=ratio_ci if ratio_ci and np.all(np.isfinite(ratio_ci)) else None)
+        out.append(entry)
     return out
 
 

@@ -56,7 +56,7 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 10    # 10: the screen compares both orientations (a mirrored copy is a copy)
+RESULTS_VERSION = 11    # 11: the attacks turn each released image to its nearer orientation
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,8 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
     timing["fidelity"], t = time.perf_counter() - t, time.perf_counter()
     res["utility"] = release_utility(ctx, rel, tasks)
     timing["utility"], t = time.perf_counter() - t, time.perf_counter()
-    res["attacks"] = run_attacks(ctx, rel, rel_emb)
+    rel_emb_mirrored = ctx.embed(rel.images.flip(-1))          # the attacks' orientation step and the screen
+    res["attacks"] = run_attacks(ctx, rel, rel_emb, rel_emb_mirrored)
     timing["attacks"], t = time.perf_counter() - t, time.perf_counter()
     if ctx.cfg.attacks.screening:
         res["screening"] = screen(release_images=rel.images, release_emb=rel_emb,
@@ -138,7 +139,7 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
                                   heldout_rows=ctx.held, heldout_patients=ctx.real.patients[ctx.held],
                                   real_patients=ctx.real.patients, record_sources=rel.sources,
                                   quantile=ctx.cfg.attacks.near_copy_quantile, confidence=ctx.cfg.attacks.confidence,
-                                  release_emb_mirrored=ctx.embed(rel.images.flip(-1)),
+                                  release_emb_mirrored=rel_emb_mirrored,
                                   real_emb_mirrored=ctx.real_emb_mirrored)
         timing["screening"] = time.perf_counter() - t
     res["seconds"] = {k: round(v, 2) for k, v in timing.items()}

@@ -8,6 +8,7 @@ kind        what each record is                                              rig
 copy        the source image itself                                          detected
 jpeg        the source image re-encoded as JPEG (quality 75)                 detected
 shift       the source image moved by one pixel (edge rows repeated)         detected
+mirror      the source image mirrored left-right                              detected
 constant    one mid-grey image                                               not detected
 noise       uniform noise (seeded)                                           not detected
 others      a real image of another person (``other``: images of patients   not detected
@@ -36,8 +37,8 @@ from medanon.data.imageio import image_to_uint8
 from medanon.evaluate.inputs import MAPPING_SUFFIX, RealData
 from medanon.release import ReleaseWriter
 
-KINDS = ("copy", "jpeg", "shift", "constant", "noise", "others")
-DETECTED = ("copy", "jpeg", "shift")
+KINDS = ("copy", "jpeg", "shift", "mirror", "constant", "noise", "others")
+DETECTED = ("copy", "jpeg", "shift", "mirror")
 COPY_MIN = 0.5              # a copy must be detected at least this strongly (times the attack's ceiling)
 
 
@@ -76,6 +77,8 @@ def known_images(kind: str, sources: torch.Tensor, *, seed: int = 0) -> torch.Te
         return torch.stack([_jpeg(x) for x in sources]) if len(sources) else sources.clone()
     if kind == "shift":
         return F.pad(sources, (1, 0, 1, 0), mode="replicate")[:, :, :-1, :-1]
+    if kind == "mirror":
+        return sources.flip(-1)
     if kind == "constant":
         return torch.zeros_like(sources)
     if kind == "noise":

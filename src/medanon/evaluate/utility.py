@@ -54,6 +54,8 @@ KNOWN_TASKS = {
 
 # The headline metric of each task (privacy-utility plots, summaries) and every metric's display name.
 HEADLINE = {"grade": "kappa", "binary": "auroc", "multiclass": "f1_macro"}
+HEADLINE_CHANCE = {"kappa": 0.0, "auroc": 0.5, "f1_macro": 0.0}   # what a learner that learned nothing scores (F1: 0
+                                                                   # is its floor, below its chance)
 METRIC_NAMES = {
     "accuracy": "Accuracy (5-class)", "kappa": "Cohen's κ (quadratic)", "binary_accuracy": "Accuracy normal vs DR",
     "binary_f1": "F1 normal vs DR", "binary_auroc": "AUROC normal vs DR", "f1_3class": "F1 healthy/NPDR/PDR (macro)",

@@ -7,6 +7,7 @@
 - :mod:`.siamese`     — Packhäuser et al. 2022: a Siamese network verifying "same patient?" on image pairs;
 - :mod:`.risk`        — success rates with Wilson or patient cluster bootstrap intervals and residual risk over
   a control set (the estimator of anonymeter, Giomi et al. 2023), and the nearest-record inference attack;
+- :mod:`.views`       — every released image scored as released and mirrored left-right, the higher kept;
 - :mod:`.stats`       — exact tests, ranks that give a tie no credit (a tie with t others counts 1/(t+1)), and
   the patient cluster bootstrap.
 """

@@ -69,6 +69,7 @@ from medanon.evaluate.attacks.stats import (
     unit,
     weighted_auc,
 )
+from medanon.evaluate.attacks.views import assumptions, cosines, pair_cosines, pair_dots
 
 __all__ = ["linkability", "threshold_at_far", "verification_rates"]
 
@@ -171,16 +172,6 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1)
 
 
-def _pair_dots(a: np.ndarray, b: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """``(a[i] * b[j]).sum(1)`` without gathering one row pair per pair: each row of ``a[i]`` meets ``b`` in one
-    matrix product over the distinct rows, then the pairs are read off (the same numbers; pair sets here are up
-    to a million pairs of 128-d rows, i.e. gigabytes gathered)."""
-    if len(i) == 0:
-        return np.zeros(0)
-    ui, inv = np.unique(i, return_inverse=True)
-    return np.einsum("pk,pk->p", a[ui][inv], b[j]) if len(ui) > 0.5 * len(i) else (a[ui] @ b.T)[inv, j]
-
-
 def _pairs(same: np.ndarray, upper: bool, rng: np.random.Generator, max_impostors: int,
            max_genuine: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """All (i, j) of a same-patient matrix (upper triangle only when ``upper``): genuine first, then
@@ -226,7 +217,8 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
                 record_patients: Sequence[frozenset], source_emb: np.ndarray, source_patients: Sequence[str],
                 source_record: Sequence[int], target_far: float = 0.01, seed: int = 0,
                 max_pairs: int = 5000, max_impostors: int = 1_000_000, confidence: float = 0.95,
-                balance: Balance | None = None, tables: bool = True, n_resamples: int = BOOT_RESAMPLES) -> dict:
+                balance: Balance | None = None, tables: bool = True, n_resamples: int = BOOT_RESAMPLES,
+                release_emb_mirrored: np.ndarray | None = None) -> dict:
     """GMIA's table: control (all real held-out pairs), inner and outer risk, at the control's thresholds. Every
     TAR, FAR and AUC gets a patient cluster bootstrap interval (seeded by ``seed``): control pairs are resampled by
     held-out patient, inner and outer pairs by clusters of records and source patients linked by the mapping.
@@ -234,7 +226,10 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     images paired with the records (:func:`own_record_risk`); ``balance``: the stratifying label of the source
     images (members) and the held-out images (controls), :mod:`.balance`. ``tables=False``: the residual risks
     only, without the inner and outer verification tables (and their pair bootstraps), as the known-answer
-    calibration needs; the risk entries are the same."""
+    calibration needs; the risk entries are the same. ``release_emb_mirrored``: the released images' embeddings
+    mirrored left-right; every pair with a record is then scored in both orientations of the record, the higher kept
+    (:mod:`.views`); the threshold stays set on real pairs, and the control, held-out images scored against the
+    records the same way, carries any rise in the accept rate that the second orientation brings."""
     if len(source_record) != len(source_emb) or len(source_patients) != len(source_emb):
         raise ValueError(f"need one record and one patient per source image: {len(source_emb)} source images, "
                          f"{len(source_record)} records, {len(source_patients)} patients")
@@ -245,13 +240,14 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     ci, cj, cl, csub = _pairs(cp[:, None] == cp[None, :], True, rng, max_impostors, max_pairs)
     if cl.sum() == 0 or (~cl).sum() == 0:
         raise ValueError("the control set needs held-out patients with two or more images")
-    c_scores = _pair_dots(ce, ce, ci, cj)
+    c_scores = pair_dots(ce, ce, ci, cj)
     imp = c_scores[~cl]
     thr = threshold_at_far(imp, target_far)
     low = -threshold_at_far(-imp, target_far)                           # reverse attacker: accept score <= low
     n_imp, fa = len(imp), int((imp >= thr).sum())
     n_pat = len(np.unique(cp))
-    out = {"target_far": target_far, "threshold": thr, "low_threshold": low, "assumptions": ASSUMPTIONS,
+    out = {"target_far": target_far, "threshold": thr, "low_threshold": low,
+           "assumptions": assumptions(ASSUMPTIONS, release_emb_mirrored),
            "calibration": {"impostor_pairs": n_imp, "accepted": fa, "realised_far": fa / n_imp, "patients": n_pat,
                            "enough": n_imp >= 10 / target_far and n_pat >= MIN_PATIENTS, "subsampled": bool(csub)},
            "control": verification_rates(c_scores, cl, thr, confidence=confidence, low_threshold=low,
@@ -264,11 +260,13 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
                           f"the realised FAR is {fa}/{n_imp}; read the AUC instead")
     rp = list(record_patients)
     re_ = unit(release_emb)
+    rem = None if release_emb_mirrored is None else unit(release_emb_mirrored)
     sp = list(source_patients)
     rc, sc_ = record_clusters(rp, sp)
     se = unit(source_emb)
     out["risk"], out["risk_reverse"] = own_record_risk(
-        own=_pair_dots(se, re_, np.arange(len(se)), np.asarray(source_record, np.int64)), control=ce @ re_.T,
+        own=pair_cosines(se, re_, np.arange(len(se)), np.asarray(source_record, np.int64), rem),
+        control=cosines(ce, re_, rem),
         threshold=thr, low_threshold=low, groups=sc_, control_groups=cp, confidence=confidence, balance=balance,
         calibration={"patients": n_pat, "pairs": n_imp, "far": target_far,
                      "rates": (fa / n_imp, float((imp <= low).mean()))}, **boot)
@@ -278,7 +276,7 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
     same_rr, same_sr = shared_patients(rp, sp)
     ii, ij, il, isub = _pairs(same_rr, True, rng, max_impostors, max_pairs)
     if il.sum() and (~il).sum():
-        out["inner"] = verification_rates(_pair_dots(re_, re_, ii, ij), il, thr, confidence=confidence,
+        out["inner"] = verification_rates(pair_cosines(re_, re_, ii, ij, rem), il, thr, confidence=confidence,
                                           low_threshold=low, groups=np.stack([rc[ii], rc[ij]], 1), **boot)
         out["inner"]["subsampled"] = bool(isub)
     else:
@@ -286,7 +284,7 @@ def linkability(*, control_emb: np.ndarray, control_patients: Sequence[str], rel
         out["inner_note"] = "no two released records stand for a common patient: inner risk is not defined"
     oi, oj, ol, osub = _pairs(same_sr, False, rng, max_impostors, max_pairs)
     if ol.sum() and (~ol).sum():
-        out["outer"] = verification_rates(_pair_dots(se, re_, oi, oj), ol, thr, confidence=confidence,
+        out["outer"] = verification_rates(pair_cosines(se, re_, oi, oj, rem), ol, thr, confidence=confidence,
                                           low_threshold=low, groups=np.stack([sc_[oi], rc[oj]], 1), **boot)
         out["outer"]["subsampled"] = bool(osub)
     else:

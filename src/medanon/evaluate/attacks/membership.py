@@ -59,6 +59,7 @@ from medanon.evaluate.attacks.stats import (
     topk_null,
     upper_tail,
 )
+from medanon.evaluate.attacks.views import assumptions
 
 ASSUMPTIONS = ("attacker knows the method well enough to hold released records with their cluster membership for "
                "half of the release (as k-SALSA's attacker trained on training-set averages) and ranks candidate "
@@ -82,9 +83,21 @@ def pair_features(a: np.ndarray, c: np.ndarray) -> np.ndarray:
 def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Sequence[int]],
                      source_desc: np.ndarray, heldout_desc: np.ndarray, seed: int = 0, negatives: int = 4,
                      confidence: float = 0.95, source_patients: Sequence | None = None,
-                     n_resamples: int = BOOT_RESAMPLES) -> dict:
+                     n_resamples: int = BOOT_RESAMPLES, release_desc_mirrored: np.ndarray | None = None) -> dict:
     """Run the attack. ``record_sources[r]`` indexes ``source_desc`` rows of record ``r``'s source images;
-    ``source_patients[i]``: the patient of ``source_desc`` row ``i`` (for the patient-level interval)."""
+    ``source_patients[i]``: the patient of ``source_desc`` row ``i`` (for the patient-level interval).
+    ``release_desc_mirrored``: the descriptors of the released images mirrored left-right; each record then meets
+    each candidate, in training and in ranking, in the orientation whose descriptor is nearer the candidate's
+    (:mod:`.views`)."""
+
+    def facing(r: int, cands: np.ndarray) -> np.ndarray:
+        """Record ``r``'s descriptor once per candidate row, in the orientation nearer that candidate."""
+        a = np.repeat(release_desc[r:r + 1], len(cands), 0)
+        if release_desc_mirrored is None:
+            return a
+        flip = cands @ release_desc_mirrored[r] > cands @ release_desc[r]
+        return np.where(flip[:, None], release_desc_mirrored[r][None, :], a)
+
     from sklearn.linear_model import LogisticRegression
 
     rng = np.random.default_rng(seed)
@@ -100,12 +113,11 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     for r in train_recs:
         mem = np.asarray(record_sources[r], np.int64)
         others = np.setdiff1d(train_members, mem)
-        for m in mem:
-            feats.append(pair_features(release_desc[r:r + 1], source_desc[m:m + 1]))
-            labels.append(1)
+        feats.append(pair_features(facing(r, source_desc[mem]), source_desc[mem]))
+        labels += [1] * len(mem)
         if len(others):
             neg = rng.choice(others, min(len(others), negatives * len(mem)), replace=False)
-            feats.append(pair_features(np.repeat(release_desc[r:r + 1], len(neg), 0), source_desc[neg]))
+            feats.append(pair_features(facing(r, source_desc[neg]), source_desc[neg]))
             labels += [0] * len(neg)
     x = np.concatenate(feats)
     y = np.asarray(labels)
@@ -129,7 +141,7 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
         for r in pool_recs:
             srcs = {int(s) for s in record_sources[r]}
             k = len(srcs)
-            scores = clf.decision_function(pair_features(np.repeat(release_desc[r:r + 1], len(pool), 0), pool))
+            scores = clf.decision_function(pair_features(facing(r, pool), pool))
             h, pmf = topk_hits(scores, np.isin(pool_owner, list(srcs)), k)
             hits.append(h)
             ks.append(k)
@@ -168,7 +180,7 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
             "records_evaluated": len(chosen), "records_attacker": len(train_recs), "n": len(chosen),
             "records_not_evaluated": len(target_recs) - len(chosen), "pools": len(pools), "pool_sizes": pool_sizes,
             "pool": max(pool_sizes), "members_in_pool": sum(pool_sizes) // 2, "heldout_in_pool": sum(pool_sizes) // 2,
-            "k": sorted(set(ks)), "assumptions": ASSUMPTIONS,
+            "k": sorted(set(ks)), "assumptions": assumptions(ASSUMPTIONS, release_desc_mirrored),
             "risk": risk_entry(attack, None, what="a top-K ranked image is a member of the record",
                                control_is="none: ranking held-out patients alone has no member to find",
                                baseline=base, baseline_is="the exact expected hits of a random ranking")}

@@ -33,6 +33,7 @@ import numpy as np
 from medanon.evaluate.attacks.balance import Balance, control_rates, covered
 from medanon.evaluate.attacks.risk import rate, risk_entry, threshold_entry
 from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, delong, threshold_at_far, unit
+from medanon.evaluate.attacks.views import BOTH, cosines
 
 ASSUMPTIONS = ("attacker holds a target's real image, an identity network and the release, and claims membership "
                "when the most (reverse: least) similar released record passes a threshold set on real images of "
@@ -43,19 +44,22 @@ def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray
                               calib_emb: np.ndarray | None = None, fpr: float = 0.1, confidence: float = 0.95,
                               member_groups=None, control_groups=None, calib_groups=None, seed: int = 0,
                               balance: Balance | None = None, n_resamples: int = BOOT_RESAMPLES,
-                              member_clusters=None) -> dict:
-    """Members vs held-out controls, one- and two-sided, with the residual risk against the control."""
+                              member_clusters=None, release_emb_mirrored: np.ndarray | None = None) -> dict:
+    """Members vs held-out controls, one- and two-sided, with the residual risk against the control.
+    ``release_emb_mirrored``: the released images' embeddings mirrored left-right; each target's score for a record
+    is then the higher of the two orientations (:mod:`.views`)."""
     rel = unit(release_emb)
     if len(member_emb) == 0 or len(control_emb) == 0 or len(rel) == 0:
         raise ValueError("nearest-record membership needs member images, control images and released records")
     has_calib = calib_emb is not None and len(calib_emb) > 0
-    return membership_from_scores(unit(member_emb) @ rel.T, unit(control_emb) @ rel.T,
-                                  unit(calib_emb) @ rel.T if has_calib else None, fpr=fpr, confidence=confidence,
+    rem = release_emb_mirrored
+    return membership_from_scores(cosines(member_emb, rel, rem), cosines(control_emb, rel, rem),
+                                  cosines(calib_emb, rel, rem) if has_calib else None, fpr=fpr, confidence=confidence,
                                   calibrated_on="half of the held-out patients" if has_calib else "the controls",
                                   member_groups=member_groups, control_groups=control_groups, seed=seed,
                                   member_clusters=member_clusters,
                                   calib_groups=calib_groups if has_calib else None, balance=balance,
-                                  n_resamples=n_resamples)
+                                  n_resamples=n_resamples, assumptions=ASSUMPTIONS + (BOTH if rem is not None else ""))
 
 
 def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray, calib_scores: np.ndarray | None,

@@ -38,6 +38,7 @@ from medanon.evaluate.attacks.stats import (
     percentile_ci,
     wilson_estimate,
 )
+from medanon.evaluate.attacks.views import cosines
 
 MIN_PATIENTS = 10               # fewer control / calibration patients: a rate near 10 % is not resolved
 
@@ -212,13 +213,12 @@ def threshold_entry(*, value: float, nominal: float, calibrated_on: str, patient
     return out
 
 
-def nearest_share(query: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def nearest_share(query: np.ndarray, keys: np.ndarray, keys_mirrored: np.ndarray | None = None) -> np.ndarray:
     """(queries, keys) weights: ``1 / t`` on the ``t`` keys tied for the highest cosine similarity to each query,
-    0 elsewhere (rows need not be unit length). A guess read off "the nearest record" is then credited by the
+    0 elsewhere (rows need not be unit length; each key in both orientations where ``keys_mirrored`` is given,
+    :func:`~medanon.evaluate.attacks.views.cosines`). A guess read off "the nearest record" is then credited by the
     share of tied records that give it, its expected success under random tie breaking."""
-    q = query / np.maximum(np.linalg.norm(query, axis=1, keepdims=True), 1e-12)
-    k = keys / np.maximum(np.linalg.norm(keys, axis=1, keepdims=True), 1e-12)
-    sim = q @ k.T
+    sim = cosines(query, keys, keys_mirrored)
     best = sim.max(1, keepdims=True)
     tied = np.abs(sim - best) <= TIE_TOL * np.maximum(1.0, np.abs(best))
     return tied / tied.sum(1, keepdims=True)
@@ -227,7 +227,8 @@ def nearest_share(query: np.ndarray, keys: np.ndarray) -> np.ndarray:
 def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control_emb: np.ndarray,
                    control_secret: np.ndarray, release_emb: np.ndarray, release_secret: np.ndarray,
                    confidence: float = 0.95, seed: int = 0, member_groups=None, control_groups=None,
-                   balance=None, n_resamples: int = BOOT_RESAMPLES) -> dict:
+                   balance=None, n_resamples: int = BOOT_RESAMPLES,
+                   release_emb_mirrored: np.ndarray | None = None) -> dict:
     """Anonymeter's inference attack with nearest-record guessing, members vs controls.
 
     The guess for a target is the released secret of its nearest released record; records tied as nearest share
@@ -237,6 +238,8 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
     image; with ``member_groups`` / ``control_groups`` (the patient of each target) the intervals are patient
     cluster bootstraps (seeded by ``seed``), else Wilson. ``balance``
     (:class:`medanon.evaluate.attacks.balance.Balance`): the control rate is reweighted to the members' strata.
+    ``release_emb_mirrored``: the released images' embeddings mirrored left-right; the nearest record is then
+    found in both orientations (:mod:`.views`).
     """
     from medanon.evaluate.attacks.balance import control_rates
 
@@ -244,8 +247,9 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
     if ok.sum() == 0 or len(member_emb) == 0 or len(control_emb) == 0:
         raise ValueError("inference risk needs released secrets, member targets and control targets")
     rel_emb, rel_sec = release_emb[ok], release_secret[ok]
-    hit_m = (nearest_share(member_emb, rel_emb) * (rel_sec[None, :] == member_secret[:, None])).sum(1)
-    hit_c = (nearest_share(control_emb, rel_emb) * (rel_sec[None, :] == control_secret[:, None])).sum(1)
+    rel_m = None if release_emb_mirrored is None else release_emb_mirrored[ok]
+    hit_m = (nearest_share(member_emb, rel_emb, rel_m) * (rel_sec[None, :] == member_secret[:, None])).sum(1)
+    hit_c = (nearest_share(control_emb, rel_emb, rel_m) * (rel_sec[None, :] == control_secret[:, None])).sum(1)
     naive = (rel_sec[None, :] == member_secret[:, None]).mean(1)
     grouped = member_groups is not None and control_groups is not None
     kw = dict(confidence=confidence, seed=seed, n_resamples=n_resamples)
@@ -253,7 +257,8 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
     c, plain = control_rates(hit_c, groups=control_groups if grouped else None, balance=balance,
                              member_groups=member_groups if grouped else None, stream=1, **kw)
     b = rate(naive, groups=member_groups if grouped else None, stream=2, **kw)
-    out = risk_entry(a, c, what="guess the secret of a target from the released label of its nearest record",
+    out = risk_entry(a, c, what="guess the secret of a target from the released label of its nearest record" +
+                     (" (each record as released or mirrored left-right, the nearer)" if rel_m is not None else ""),
                      control_is="the same attack on held-out patients whose images are not in the release" +
                      (f", reweighted to the members' {balance.label} mix" if plain else ""),
                      baseline=b, baseline_is="a random released label (its expected success)", unweighted=plain)

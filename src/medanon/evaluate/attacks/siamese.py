@@ -58,6 +58,7 @@ from medanon.evaluate.attacks.linkability import (
 )
 from medanon.evaluate.attacks.nearest import membership_from_scores
 from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, patient_clusters
+from medanon.evaluate.attacks.views import assumptions
 
 ASSUMPTIONS = ("attacker holds a Siamese network trained on pairs of real images of other patients (genuine: "
                "the same patient) and the real images it wants to verify or find (for members, the very source "
@@ -245,13 +246,17 @@ def match_scores(net: SiameseNet, target_feats: torch.Tensor, release_feats: tor
 
 
 def match_extremes(net: SiameseNet, target_feats: torch.Tensor, release_feats: torch.Tensor, *,
-                   rows: int = 256) -> np.ndarray:
+                   rows: int = 256, release_feats_mirrored: torch.Tensor | None = None) -> np.ndarray:
     """``(targets, 2)``: each target's best and worst :func:`match_scores` over the records, computed ``rows``
     targets at a time: with the whole matrix of 11,354 targets × 11,354 records and its int64 pair indices, the VS-Snow
-    paper-scale evaluation was killed at 24 GB. The membership attack reads only these extremes (``max``/``min``)."""
+    paper-scale evaluation was killed at 24 GB. The membership attack reads only these extremes (``max``/``min``).
+    ``release_feats_mirrored``: the records' features mirrored left-right; each pair then scores its record's better
+    orientation (:mod:`.views`)."""
     out = np.zeros((len(target_feats), 2))
     for s in range(0, len(target_feats), rows):
         block = match_scores(net, target_feats[s:s + rows], release_feats)
+        if release_feats_mirrored is not None:
+            block = np.maximum(block, match_scores(net, target_feats[s:s + rows], release_feats_mirrored))
         out[s:s + rows] = np.c_[block.max(1), block.min(1)]
     return out
 
@@ -261,13 +266,20 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                    record_patients: Sequence[frozenset], member_rows: np.ndarray, calib_rows: np.ndarray,
                    control_rows: np.ndarray, target_far: float = 0.01, fpr: float = 0.1, max_pairs: int = 5000,
                    seed: int = 0, confidence: float = 0.95, balance=None, tables: bool = True,
-                   n_resamples: int = BOOT_RESAMPLES) -> dict:
+                   n_resamples: int = BOOT_RESAMPLES, release_feats_mirrored: torch.Tensor | None = None) -> dict:
     """Reference (real held-out pairs), outer verification and membership with its held-out control (reweighted
     to the members' strata where ``balance`` is given, :mod:`.balance`).
 
     Rows index ``real_feats`` / ``patients``; ``source_rows`` are the real images of the release's members;
     ``calib_rows`` and ``control_rows`` are the two halves of the held-out patients. ``tables=False``: no outer
-    verification table (its pair bootstrap), as the known-answer calibration needs; the risk entries are the same."""
+    verification table (its pair bootstrap), as the known-answer calibration needs; the risk entries are the same.
+    ``release_feats_mirrored``: the records' features mirrored left-right; every pair with a record then scores the
+    record's better orientation (:mod:`.views`); the reference stays on real pairs as they are."""
+
+    def pairs(fa: torch.Tensor, fb: torch.Tensor, fb_mirrored: torch.Tensor | None, i, j) -> np.ndarray:
+        got = score_pairs(net, fa, fb, i, j)
+        return got if fb_mirrored is None else np.maximum(got, score_pairs(net, fa, fb_mirrored, i, j))
+
     rng = np.random.default_rng(seed)
     boot = {"seed": seed, "n_resamples": n_resamples}
     held = np.r_[calib_rows, control_rows]
@@ -278,7 +290,8 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     ref = score_pairs(net, real_feats[held], real_feats[held], ci, cj)
     imp = ref[~cl]
     thr, low = threshold_at_far(imp, target_far), -threshold_at_far(-imp, target_far)
-    out: dict = {"target_far": target_far, "threshold": thr, "low_threshold": low, "assumptions": ASSUMPTIONS,
+    out: dict = {"target_far": target_far, "threshold": thr, "low_threshold": low,
+                 "assumptions": assumptions(ASSUMPTIONS, release_feats_mirrored),
                  "reference": verification_rates(ref, cl, thr, confidence=confidence, low_threshold=low,
                                                  groups=np.unique(hp, return_inverse=True)[1][np.c_[ci, cj]], **boot)}
     rp = list(record_patients)
@@ -286,15 +299,18 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     same = sources_in_records(rp, list(sp))                                        # (sources, records)
     oi, oj, ol, osub = _pairs(same, False, rng, 1_000_000, max_pairs)
     rc, sc = record_clusters(rp, list(sp))
-    out["outer"] = (verification_rates(score_pairs(net, real_feats[source_rows], release_feats, oi, oj), ol, thr,
+    out["outer"] = (verification_rates(pairs(real_feats[source_rows], release_feats, release_feats_mirrored, oi, oj),
+                                       ol, thr,
                                        confidence=confidence, low_threshold=low, groups=np.stack([sc[oi], rc[oj]], 1),
                                        **boot) | {"subsampled": bool(osub)}
                     if tables and ol.sum() and (~ol).sum() else None)
-    scores = {k: match_extremes(net, real_feats[rows], release_feats)           # (targets, [best, worst])
+    scores = {k: match_extremes(net, real_feats[rows], release_feats,           # (targets, [best, worst])
+                                release_feats_mirrored=release_feats_mirrored)
               for k, rows in (("members", member_rows), ("calib", calib_rows), ("controls", control_rows))}
     out["membership"] = membership_from_scores(scores["members"], scores["controls"], scores["calib"], fpr=fpr,
                                                confidence=confidence, calibrated_on="half of the held-out patients",
-                                               score=MATCH_SCORE, assumptions=ASSUMPTIONS,
+                                               score=MATCH_SCORE,
+                                               assumptions=assumptions(ASSUMPTIONS, release_feats_mirrored),
                                                member_groups=patients[member_rows],
                                                member_clusters=patient_clusters(rp, patients[member_rows]),
                                                control_groups=patients[control_rows],

@@ -45,6 +45,7 @@ from medanon.evaluate.attacks.stats import (
     unit,
     weighted_median,
 )
+from medanon.evaluate.attacks.views import assumptions, cosines
 
 ASSUMPTIONS = ("attacker holds the real image of a target and an identity network trained on real patients; "
                "success = the target's own released record is the most similar one (reverse: the least similar); "
@@ -61,10 +62,11 @@ def _found(credit: np.ndarray, codes: np.ndarray, n_patients: int) -> np.ndarray
 
 def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], release_emb: np.ndarray,
                  source_patients: Sequence[str] | None = None, confidence: float = 0.95, seed: int = 0,
-                 source_clusters: Sequence[object] | None = None,
-                 n_resamples: int = BOOT_RESAMPLES) -> dict:
+                 source_clusters: Sequence[object] | None = None, n_resamples: int = BOOT_RESAMPLES,
+                 release_emb_mirrored: np.ndarray | None = None) -> dict:
     """HR per image and per individual, LC (both centres, and N_A), the reverse attacker, and the residual
-    risk of top-1 singling out against random guessing."""
+    risk of top-1 singling out against random guessing. ``release_emb_mirrored``: the released images' embeddings
+    mirrored left-right; each source then meets each record in the record's better orientation (:mod:`.views`)."""
     src, rel = unit(source_emb), unit(release_emb)
     own = np.asarray(source_record, np.int64)
     if len(src) == 0 or len(rel) < 2:
@@ -72,7 +74,7 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
     grouped = source_patients is not None
     pats = np.asarray(source_patients if grouped else np.arange(len(src)).astype(str))
     uniq, codes = np.unique(pats, return_inverse=True)
-    sim = src @ rel.T                                               # (n_sources, R)
+    sim = cosines(src, rel, release_emb_mirrored)                   # (n_sources, R)
     own_sim = sim[np.arange(len(src)), own]
     top1, rev1 = top1_credit(sim, own), top1_credit(-sim, own)      # ties: 1 / (tied records)
     n_a = mid_rank(sim, own)                                        # records before the own one, ties half
@@ -111,7 +113,8 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
             **med_ci, "interval": attack.method, "ties": "a record tied with t others counts 1/(t+1); in N_A and "
                                                         "N_R a tied competitor counts 1/2",
             "chance_hidden_rate": 1.0 - 1.0 / big_r, "chance_LC_N_A": (big_r - 1) / 2.0,
-            "n_sources": n, "n_records": big_r, "n": n, "assumptions": ASSUMPTIONS,
+            "n_sources": n, "n_records": big_r, "n": n,
+            "assumptions": assumptions(ASSUMPTIONS, release_emb_mirrored),
             "risk": risk_entry(attack, None, what="the own released record of a real image is its most similar",
                                control_is="none: a held-out patient has no record of its own (nearest-record "
                                           "membership asks a like question against a control)",

@@ -79,7 +79,7 @@ def test_identity_and_held_out_near_copies_reach_the_sentence(real):
 
     said = " ".join(_exposure_sentences("R", e))
     assert "6 of 20 released images of R are near-copies by identity" in said
-    assert "7 near-copies of held-out patients' images" in said
+    assert "near-copies of held-out patients' images, 7 by pixels" in said and "no attack row is valid" in said
     images = real[0]
     g = torch.Generator().manual_seed(5)
     near_held = (images[60:80] + 0.01 * torch.randn(20, 3, 8, 8, generator=g)).clamp(-1, 1)  # held-out, nudged
@@ -92,6 +92,30 @@ def test_identity_and_held_out_near_copies_reach_the_sentence(real):
     assert sa["heldout"]["near_copies_not_of_sources"] == 0
     assert not verdict({"name": "R", "utility": {}, "attacks": {}, "validity": {},
                         "screening": sa})["exposure"]["heldout_near_beyond_control"]
+
+
+def test_held_out_near_copies_by_identity_void_every_row(real):
+    """Held-out patients' images changed in brightness or compression can pass the pixel screen; to the identity
+    network they are still those people: the screen counts them against the held-out images too, the sentence says
+    so and every attack row is invalid (they are the controls). Noise with the identity of nobody in particular is
+    not flagged."""
+    images, patients, emb, src, held = real
+    noise = torch.rand(20, 3, 8, 8, generator=torch.Generator().manual_seed(2)) * 2 - 1   # pixels near nobody
+    s = screen(release_images=noise, release_emb=emb[held], real_images=images, real_emb=emb, source_rows=src,
+               heldout_rows=held, heldout_patients=patients[held], real_patients=patients,
+               record_sources=[[i] for i in range(20)])
+    assert s["heldout"]["near_copies_identity_not_of_sources"] == 20 and s["heldout"]["near_copies"] == 0
+    risk = {"residual_risk": {"risk": 0.0, "ci": [0.0, 0.1]}, "attack": {}, "control_is": "held-out patients"}
+    rel = {"name": "R", "utility": {}, "attacks": {"nearest": {"risk": risk}}, "screening": s}
+    rel["validity"] = validity(rel, {}, checks={}, trained_on_members={})
+    assert not rel["validity"]["nearest"]["valid"]
+    assert "near-copies of held-out patients' images" in rel["validity"]["nearest"]["reason"]
+    v = verdict(rel)
+    assert v["exposure"]["heldout_identity_beyond_control"] and "20 by identity" in v["sentence"]
+    other = screen(release_images=noise, release_emb=torch.randn(20, 16, generator=torch.Generator().manual_seed(9))
+                   .numpy(), real_images=images, real_emb=emb, source_rows=src, heldout_rows=held,
+                   heldout_patients=patients[held], real_patients=patients, record_sources=[[i] for i in range(20)])
+    assert other["heldout"]["near_copies_identity_not_of_sources"] <= 1
 
 
 def test_copies_the_mapping_does_not_explain_are_named(real):
@@ -157,6 +181,12 @@ def test_draws_equal_up_to_rounding_show_no_spread_and_keep_the_attacks_interval
     control = Rate(value=0.0085, error=0.0, successes=1, trials=117, exact=0.0085)
     r = residual_risk(attack, control)
     assert r.ci[1] > 0.09                                            # not collapsed to [0, 0]
+
+
+def test_a_control_that_always_succeeds_leaves_the_residual_undefined_and_says_why():
+    attack = Rate(value=0.8, error=0.1, successes=4, trials=5)
+    r = residual_risk(attack, Rate(value=1.0, error=0.0, successes=5, trials=5, exact=1.0))
+    assert np.isnan(r.value) and all(np.isnan(r.ci)) and r.method.startswith("undefined: the control succeeds")
 
 
 def test_a_siamese_network_at_chance_on_held_out_pairs_is_not_valid():

@@ -41,7 +41,7 @@ from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
 from medanon.evaluate.known_answers import copy_ceiling, copy_threshold, known_images
 from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, KNOWN_TASKS, METRIC_NAMES
-from medanon.evaluate.verdict_text import exposure, sentence, why_invalid
+from medanon.evaluate.verdict_text import exposure, heldout_in_release, sentence, why_invalid
 
 KNOWN = ("copy", "jpeg", "shift", "mirror", "constant", "noise", "others")
 COPIES = ("copy", "jpeg", "shift", "mirror")
@@ -250,10 +250,13 @@ def _few_calibration(risk: dict) -> str | None:
 
 
 def _controls_copied(rel: dict) -> str | None:
-    """Why every row of a release is invalid because it holds copies of held-out patients' images, or None."""
-    n = ((rel.get("screening") or {}).get("heldout") or {}).get("copies") or 0
-    if n:
-        return (f"the release holds {n} copies of held-out patients' images: they are the attacks' controls, the "
+    """Why every row of a release is invalid because it holds held-out patients' images (copies, or near-copies
+    above new people's rate: :func:`~medanon.evaluate.verdict_text.heldout_in_release`), or None."""
+    e = exposure(rel.get("screening"))
+    what = (f"{e['heldout_copies']} copies" if e.get("heldout_copies") else
+            "near-copies" if heldout_in_release(e) else None)
+    if what:
+        return (f"the release holds {what} of held-out patients' images: they are the attacks' controls, the "
                 "pools and thresholds the attacks calibrate on, and the utility test set, so no comparison with them "
                 "holds")
     return None

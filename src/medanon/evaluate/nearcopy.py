@@ -145,14 +145,18 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     _, hd, _, _ = _nearest_either(release_images, hx)              # the same screen against the held-out images
     h_copies, h_near = hd <= COPY_RMSE, hd <= t_pix
     h_closer = h_near & (hd <= 0.5 * d)         # much nearer a held-out image than any source: not an average of them
+    h_cos = _best_cosine(release_emb, release_emb_mirrored, unit(real_emb[heldout_rows])).max(1)
+    h_ident = (h_cos >= t_cos) & (h_cos > c)    # by identity: as like a held-out person as a copy, and more than any
     return {
         **_exposure(copies, near_pix, nearest_row, real_patients, own if srcs is not None else None),
         "heldout": {"copies": int(h_copies.sum()), "near_copies": int(h_near.sum()),
                     "near_copies_not_of_sources": int(h_closer.sum()),
+                    "near_copies_identity_not_of_sources": int(h_ident.sum()),
                     "what": "the released images against the held-out images (the controls' and the utility test's "
                             "patients), same thresholds; near-copies not of sources: at most half as far from the "
                             "held-out image as from the nearest source image (an average of sources is near to "
-                            "held-out images too)"},
+                            "held-out images too); by identity: at or above the identity threshold for a held-out "
+                            "image and nearer it than any source image"},
         "copy_rmse": COPY_RMSE, "mirrored": int(mirrored.sum()),
         "orientations": "both: each image compared as it is and mirrored left-right, at the nearer"
                         + ("" if release_emb_mirrored is not None else " (pixels only; identity as it is)"),

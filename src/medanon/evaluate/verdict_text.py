@@ -39,7 +39,17 @@ def exposure(screen: dict | None) -> dict:
             "identity_beyond_control": bool(screen.get("near_copies_identity", 0) > identity_hi * n),
             "heldout_copies": heldout.get("copies", 0),
             "heldout_near_copies": heldout.get("near_copies_not_of_sources", 0),
-            "heldout_near_beyond_control": bool(heldout.get("near_copies_not_of_sources", 0) > control_hi * n)}
+            "heldout_near_beyond_control": bool(heldout.get("near_copies_not_of_sources", 0) > control_hi * n),
+            "heldout_identity_near_copies": heldout.get("near_copies_identity_not_of_sources", 0),
+            "heldout_identity_beyond_control": bool(heldout.get("near_copies_identity_not_of_sources", 0)
+                                                    > identity_hi * n)}
+
+
+def heldout_in_release(e: dict) -> bool:
+    """Whether the screen says the release holds held-out patients' images: copies, or near-copies (by pixels or by
+    identity) above new people's rate."""
+    return bool(e.get("heldout_copies") or e.get("heldout_near_beyond_control")
+                or e.get("heldout_identity_beyond_control"))
 
 
 def _patients(n: int) -> str:
@@ -77,12 +87,14 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
     if e.get("heldout_copies"):
         out.append(f"it holds {e['heldout_copies']} copies of held-out patients' images, the controls and the utility "
                    "test set: no attack row is valid")
-    elif e.get("heldout_near_beyond_control"):
-        out.append(f"it holds {e['heldout_near_copies']} near-copies of held-out patients' images (closer than a "
-                   "second photo of the same patient is, and much closer than to any source image), more than new "
-                   "people's images give: if they are those "
-                   "patients' images, the controls and the utility test set are in the release, and the attack "
-                   "and utility figures below are not to be trusted")
+    elif heldout_in_release(e):
+        found = ([f"{e['heldout_near_copies']} by pixels (closer than a second photo of the same patient is, and much "
+                  "closer than to any source image)"] if e.get("heldout_near_beyond_control") else []) + \
+            ([f"{e['heldout_identity_near_copies']} by identity (as like a held-out patient as a copy, and more "
+              "than like any source patient)"] if e.get("heldout_identity_beyond_control") else [])
+        out.append(f"it holds near-copies of held-out patients' images, {' and '.join(found)}, more than new "
+                   "people's images give: if they are those patients' images, the controls and the utility test set "
+                   "are in the release, and no attack row is valid")
     return out
 
 
@@ -113,7 +125,7 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
                 f"[{lo:.2f}, {hi:.2f}]{' (' + size + ')' if size else ''}, {against}{of}")
     e = v.get("exposure") or {}
     kept = [u for u in v["utility_kept"] if np.isfinite(u["kept"])]
-    if e.get("heldout_copies") or e.get("heldout_near_beyond_control"):
+    if heldout_in_release(e):
         pass                                # the utility test set is in the release: said above, no figure
     elif kept:
         u = kept[0]

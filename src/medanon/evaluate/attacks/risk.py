@@ -140,8 +140,9 @@ def residual_risk(attack: Rate, control: Rate) -> Risk:
     has patient bootstrap draws and the control has its own (independent) draws or is exact, the percentile
     interval of the residual over the draws instead."""
     a, c = attack.value, control.value
-    if c >= 1.0:
-        return Risk(float("nan"), (float("nan"), float("nan")), float("nan"), float("nan"))
+    if c >= 1.0:                                    # nothing is left to attack beyond what the control gives
+        return Risk(float("nan"), (float("nan"), float("nan")), float("nan"), float("nan"),
+                    "undefined: the control succeeds on every target (rate 1), so no attack can show more than it")
     r = (a - c) / (1.0 - c)
     clip = lambda v: min(max(v, 0.0), 1.0)          # noqa: E731
     c_draws = control.draws if control.draws is not None else (np.array(c) if control.error == 0 else None)

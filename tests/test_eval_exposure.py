@@ -263,3 +263,27 @@ def test_members_kept_in_covered_strata_stay_covered_for_a_numeric_label():
         keep = covered(b)
         if keep.any():
             assert covered(b.keep_members(keep)).all(), seed
+
+
+def test_a_k_the_mapping_does_not_bear_out_leads_the_sentence():
+    """A release claiming k = 5 whose mapping shows records of one person: the claim is false for them, and the
+    sentence says so first, counted from the mapping; a release whose records all stand for 5 people says nothing."""
+    from pathlib import Path
+
+    from medanon.evaluate.cautions import k_claim
+    from medanon.evaluate.inputs import ReleaseData
+
+    patients = np.repeat([f"P{i}" for i in range(12)], 2)             # rows 2p, 2p + 1: patient p
+    sources = [list(range(0, 10)), list(range(10, 20)), [20, 21], [22]]
+    rel = ReleaseData(path=Path("R"), name="R", manifest={"privacy": {"k": 5}}, rows=[], images=torch.zeros(4, 1, 2, 2),
+                      digest="d", sources=sources)
+    kc = k_claim(rel, patients)
+    assert (kc["k"], kc["records"], kc["below_k"], kc["smallest"]) == (5, 4, 2, 1)
+    v = verdict({"name": "R", "utility": {}, "attacks": {}, "validity": {}, "k_claim": kc})
+    assert v["sentence"].startswith("R's mapping shows 2 of its 4 records standing for fewer than the k = 5 people")
+    rel.sources = sources[:2]
+    assert k_claim(rel, patients)["below_k"] == 0
+    assert "mapping shows" not in verdict({"name": "R", "utility": {}, "attacks": {}, "validity": {},
+                                          "k_claim": k_claim(rel, patients)})["sentence"]
+    rel.manifest = {"privacy": {"k": None}}
+    assert k_claim(rel, patients) is None

@@ -321,6 +321,7 @@ def verdict(rel: dict) -> dict:
                    baseline_is=r.get("baseline_is") or "random guessing",
                    patients=(r.get("attack") or {}).get("patients"))
     out["exposure"] = exposure(rel.get("screening"))
+    out["k_claim"] = rel.get("k_claim")
     out["sentence"] = sentence(rel["name"], out, why_invalid(rel))
     return out
 

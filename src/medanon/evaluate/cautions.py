@@ -154,3 +154,16 @@ def _measure(ctx: RealContext, pairs: list[tuple], targets, threshold: dict, row
                      "record): publish at most one of them")
         out.append(got)
     return out
+
+
+def k_claim(rel: ReleaseData, patients: np.ndarray) -> dict | None:
+    """Whether the release's mapping bears out the k its privacy statement claims: the people (distinct patients of
+    the real data) each record stands for, counted from the mapping. None where nothing is claimed or there is no
+    mapping."""
+    k = (rel.manifest.get("privacy") or {}).get("k")
+    if not k or rel.sources is None or not len(rel.sources):
+        return None
+    people = np.asarray([len(set(patients[np.asarray(rows, np.int64)].tolist())) for rows in rel.sources])
+    return {"k": int(k), "records": len(people), "below_k": int((people < int(k)).sum()),
+            "smallest": int(people.min()), "what": "people per record counted from the mapping against the k that "
+                                                   "the release's privacy statement claims"}

@@ -41,7 +41,7 @@ from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.attacks.stats import record_clusters
 from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.calibration import calibrate_and_judge
-from medanon.evaluate.cautions import differencing_results, public_models, shared_people
+from medanon.evaluate.cautions import differencing_results, k_claim, public_models, shared_people
 from medanon.evaluate.config import EvalConfig, result_key
 from medanon.evaluate.context import RealContext, checkpoint_trained_on
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
@@ -56,7 +56,7 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 11    # 11: the attacks turn each released image to its nearer orientation
+RESULTS_VERSION = 12    # 12: the k a release claims, recounted from its mapping (k_claim)
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,7 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
         "privacy": rel.manifest.get("privacy", {}), "phantom": bool(rel.manifest.get("phantom", False)),
         "records": len(rel.images), "counts": rel.manifest.get("counts", {}),
         "mapping": str(rel.mapping_path) if rel.mapping_path else None,
+        "k_claim": k_claim(rel, ctx.real.patients),
     }
     t = time.perf_counter()
     rel_emb = ctx.embed(rel.images)                             # once per release: fidelity, attacks, screening

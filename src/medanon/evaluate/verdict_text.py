@@ -106,8 +106,16 @@ def why_invalid(rel: dict) -> list[str]:
     return sorted(reasons) + skipped
 
 
+def _k_sentence(name: str, kc: dict | None) -> list[str]:
+    if not kc or not kc.get("below_k"):
+        return []
+    return [f"{name}'s mapping shows {kc['below_k']} of its {kc['records']} records standing for fewer than the "
+            f"k = {kc['k']} people its privacy statement claims (the fewest: {kc['smallest']}): the k-anonymity "
+            "claim does not hold for them"]
+
+
 def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
-    lead = _exposure_sentences(name, v.get("exposure") or {})
+    lead = _k_sentence(name, v.get("k_claim")) + _exposure_sentences(name, v.get("exposure") or {})
     if "risk" not in v:
         reasons = "; ".join(why[:4]) + ("; ..." if len(why) > 4 else "") if why else "none was run"
         risk = (f"no attack on {name} is valid, so the attacks say nothing of its privacy (why: {reasons})")

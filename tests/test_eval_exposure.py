@@ -126,6 +126,10 @@ def test_copies_the_mapping_does_not_explain_are_named(real):
     assert s["copies_not_of_own_source"] == 20
     assert "the mapping does not name as their source" in verdict({"name": "R", "utility": {}, "attacks": {},
                                                            "screening": s, "validity": {}})["sentence"]
+    risk = {"residual_risk": {"risk": 0.03, "ci": [0.0, 0.07]}, "attack": {}, "control_is": "held-out patients"}
+    rel = {"name": "R", "utility": {}, "attacks": {"linkability": {"risk": risk}}, "screening": s}
+    row = validity(rel, {}, checks={}, trained_on_members={})["linkability"]
+    assert not row["valid"] and "the mapping does not describe this release" in row["reason"]
     assert _screen(real, release, [[i] for i in range(20)])["copies_not_of_own_source"] == 0
 
 

@@ -262,17 +262,28 @@ def _controls_copied(rel: dict) -> str | None:
     return None
 
 
+def _mapping_contradicted(rel: dict) -> str | None:
+    """Why every row is invalid because released copies are of real images their records' mapped sources are not
+    (the mapping is not this release's, or wrong): every attack reads the mapping."""
+    n = (rel.get("screening") or {}).get("copies_not_of_own_source") or 0
+    if n:
+        return (f"{n} released images are copies of a real image their record's mapped sources do not include: the "
+                "mapping does not describe this release, and every attack reads it")
+    return None
+
+
 def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool]) -> dict[str, dict]:
     """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched)."""
     out = {}
     contaminated = _controls_copied(rel)
+    contradicted = _mapping_contradicted(rel)
     for row, risk in risk_rows(rel["attacks"]).items():
         cal = table.get(row)
         reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
                    ("no known-answer calibration" if cal is None else None),
                    _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
                    _few_targets(risk), _few_controls(risk), _few_calibration(risk), _images_as_independent(risk),
-                   contaminated]
+                   contaminated, contradicted]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from medanon.evaluate.calibration import KNOWN, row_label
 from medanon.evaluate.report_format import _e, _num, _table
 from medanon.evaluate.report_format import differencing_space as space
+from medanon.evaluate.verdict_text import heldout_in_release
 
 INVALID = "<span class=invalid>{}</span>"
 # Each method's paper, and the section of medanon's docs/reproduction.md that reproduces its claims on phantoms.
@@ -89,6 +90,8 @@ def _exposure(e: dict) -> str:
         parts.append(INVALID.format(f"{e['near_copies']} {what}"))
     if e.get("heldout_copies"):
         parts.append(INVALID.format(f"{e['heldout_copies']} copies of held-out patients"))
+    elif heldout_in_release(e):
+        parts.append(INVALID.format("near-copies of held-out patients"))
     if e.get("copies_not_of_own_source"):
         parts.append(INVALID.format(f"{e['copies_not_of_own_source']} copies not of their mapped sources"))
     return "; ".join(parts) or "none found"

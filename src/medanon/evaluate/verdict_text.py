@@ -82,8 +82,8 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
                    f"images almost never are (new people's images: {rate}), whatever their pixels")
     if e.get("copies_not_of_own_source"):
         out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
-                   "their source: check that the mapping is this release's, since every attack that reads it is "
-                   "wrong otherwise")
+                   "their source: the mapping does not describe this release (check that it is this release's), so "
+                   "no attack row, all of which read it, is valid")
     if e.get("heldout_copies"):
         out.append(f"it holds {e['heldout_copies']} copies of held-out patients' images, the controls and the utility "
                    "test set: no attack row is valid")

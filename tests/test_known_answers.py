@@ -10,6 +10,7 @@ from test_eval_harness import SIZE, tiny_config
 
 from medanon.config import PhantomConfig
 from medanon.evaluate.calibration import risk_rows
+from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.harness import evaluate
 from medanon.evaluate.inputs import load_real
 from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, judge, write_known_answer
@@ -19,11 +20,15 @@ from medanon.phantoms.generate import generate
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory):
     root = tmp_path_factory.mktemp("known")
-    data = generate(PhantomConfig(patients=60, per_patient=2, size=SIZE, workers=1), root / "fundus", progress=False)
+    # 80 x 3: at 60 x 2 the top-K membership attack reads the JPEG copy at 0.28-0.49 from run to run (its random
+    # half split and the identity network's float rounding), on either side of the 0.5 its calibration demands
+    data = generate(PhantomConfig(patients=80, per_patient=3, size=SIZE, workers=1), root / "fundus", progress=False)
     other = generate(PhantomConfig(patients=20, per_patient=3, size=SIZE, workers=1, seed=7), root / "other",
                      progress=False)
-    cfg = tiny_config()                     # 24 held-out patients: 12 per half, above the minimum control of 10
-    cfg = replace(cfg, split=replace(cfg.split, val=0.2, test=0.4))
+    # 32 held-out patients: 16 per half, above the minimum control of 10; the fast preset's attackers (the tiny
+    # preset's identity network reads a JPEG copy at 0.15 and voids most rows, the verdict then resting on a few)
+    cfg = tiny_config()
+    cfg = replace(cfg, split=replace(cfg.split, val=0.2, test=0.4), attacks=EvalConfig.fast(size=SIZE).attacks)
     real = load_real(data, size=SIZE, stratify=cfg.split.stratify, val=cfg.split.val, test=cfg.split.test,
                      seed=cfg.split.seed)
     rels = [write_known_answer(k, root / k, real, other=load_real(other, size=SIZE).images) for k in KINDS]

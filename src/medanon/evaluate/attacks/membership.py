@@ -86,16 +86,19 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
                      n_resamples: int = BOOT_RESAMPLES, release_desc_mirrored: np.ndarray | None = None) -> dict:
     """Run the attack. ``record_sources[r]`` indexes ``source_desc`` rows of record ``r``'s source images;
     ``source_patients[i]``: the patient of ``source_desc`` row ``i`` (for the patient-level interval).
-    ``release_desc_mirrored``: the descriptors of the released images mirrored left-right; each record then meets
-    each candidate, in training and in ranking, in the orientation whose descriptor is nearer the candidate's
-    (:mod:`.views`)."""
+    ``release_desc_mirrored``: the descriptors of the released images mirrored left-right. A training record, whose
+    members the attacker holds, is taken in the orientation nearer them on average; a ranked record meets each
+    candidate in the orientation whose descriptor is nearer the candidate's (:mod:`.views`)."""
 
-    def facing(r: int, cands: np.ndarray) -> np.ndarray:
-        """Record ``r``'s descriptor once per candidate row, in the orientation nearer that candidate."""
+    def facing(r: int, cands: np.ndarray, *, as_one: bool = False) -> np.ndarray:
+        """Record ``r``'s descriptor once per candidate row: in the orientation nearer each candidate, or
+        (``as_one``) in the one nearer the candidates on average."""
         a = np.repeat(release_desc[r:r + 1], len(cands), 0)
         if release_desc_mirrored is None:
             return a
         flip = cands @ release_desc_mirrored[r] > cands @ release_desc[r]
+        if as_one:
+            flip = np.full(len(cands), (cands @ release_desc_mirrored[r]).mean() > (cands @ release_desc[r]).mean())
         return np.where(flip[:, None], release_desc_mirrored[r][None, :], a)
 
     from sklearn.linear_model import LogisticRegression
@@ -113,11 +116,12 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     for r in train_recs:
         mem = np.asarray(record_sources[r], np.int64)
         others = np.setdiff1d(train_members, mem)
-        feats.append(pair_features(facing(r, source_desc[mem]), source_desc[mem]))
+        seen = facing(r, source_desc[mem], as_one=True)[:1]          # its orientation, from its known members
+        feats.append(pair_features(np.repeat(seen, len(mem), 0), source_desc[mem]))
         labels += [1] * len(mem)
         if len(others):
             neg = rng.choice(others, min(len(others), negatives * len(mem)), replace=False)
-            feats.append(pair_features(facing(r, source_desc[neg]), source_desc[neg]))
+            feats.append(pair_features(np.repeat(seen, len(neg), 0), source_desc[neg]))
             labels += [0] * len(neg)
     x = np.concatenate(feats)
     y = np.asarray(labels)

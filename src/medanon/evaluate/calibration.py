@@ -39,12 +39,12 @@ from medanon.evaluate.cache import digest
 from medanon.evaluate.config import result_key
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
-from medanon.evaluate.known_answers import copy_ceiling, copy_threshold, known_images
+from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, copy_threshold, known_images
 from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, KNOWN_TASKS, METRIC_NAMES
 from medanon.evaluate.verdict_text import exposure, heldout_in_release, sentence, why_invalid
 
-KNOWN = ("copy", "jpeg", "shift", "mirror", "constant", "noise", "others")
-COPIES = ("copy", "jpeg", "shift", "mirror")
+KNOWN = KINDS                                   # the known-answer releases, in their table order
+COPIES = DETECTED                               # those a working attack must detect
 KNOWN_WHAT = {"copy": "every source image released as its own record (must be detected)",
               "jpeg": "every source image re-encoded as JPEG, quality 75 (must be detected)",
               "shift": "every source image moved by one pixel (must be detected)",

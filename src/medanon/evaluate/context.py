@@ -159,17 +159,13 @@ class RealContext:
                                 lambda: self.embed(self.real.images.flip(-1)))
 
     @cached_property
-    def _independent_key(self) -> str:
-        a = self.cfg.attacks
-        ck = sha256_file(a.independent_checkpoint) if a.independent_checkpoint else None
-        return digest(self.key, to_dict(a.independent), self.attacker_rows.tolist(), ck)
-
-    @cached_property
     def real_emb_independent(self) -> np.ndarray | None:
+        a = self.cfg.attacks
         if self.independent is None:
             return None
-        return self.cache.array(f"real-identity-indep-{self._independent_key}",
-                                lambda: self.embed(self.real.images, self.independent))
+        ck = sha256_file(a.independent_checkpoint) if a.independent_checkpoint else None
+        name = f"real-identity-indep-{digest(self.key, to_dict(a.independent), self.attacker_rows.tolist(), ck)}"
+        return self.cache.array(name, lambda: self.embed(self.real.images, self.independent))
 
     @cached_property
     def siamese(self) -> sia.SiameseNet | None:

@@ -131,15 +131,14 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
                    "control population: 0 = it does no better than that guess")
         risk = (f"the strongest valid attack on {name}, {v['attack_name']}, has a residual risk of {v['risk']:.2f} "
                 f"[{lo:.2f}, {hi:.2f}]{' (' + size + ')' if size else ''}, {against}{of}")
-    e = v.get("exposure") or {}
-    kept = [u for u in v["utility_kept"] if np.isfinite(u["kept"])]
-    if heldout_in_release(e):
-        pass                                # the utility test set is in the release: said above, no figure
-    elif kept:
+    # held-out images in the release: the utility test set is in it (said above), so no utility figure
+    shown = [] if heldout_in_release(v.get("exposure") or {}) else v["utility_kept"]
+    kept = [u for u in shown if np.isfinite(u["kept"])]
+    if kept:
         u = kept[0]
         ci = f" [{u['ci'][0]:.2f}, {u['ci'][1]:.2f}]" if u.get("ci") else ""
         risk += (f"; it keeps {u['kept']:.2f}{ci} of the {u['metric_name']} of {u['task']} that real images of "
                  f"the same number give")
-    elif v["utility_kept"] and v["utility_kept"][0].get("undefined"):
-        risk += f"; its utility share is not stated: {v['utility_kept'][0]['undefined']}"
+    elif shown and shown[0].get("undefined"):
+        risk += f"; its utility share is not stated: {shown[0]['undefined']}"
     return " ".join(x[0].upper() + x[1:] + "." for x in [*lead, risk])

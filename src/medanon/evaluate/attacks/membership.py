@@ -96,9 +96,8 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
         a = np.repeat(release_desc[r:r + 1], len(cands), 0)
         if release_desc_mirrored is None:
             return a
-        flip = cands @ release_desc_mirrored[r] > cands @ release_desc[r]
-        if as_one:
-            flip = np.full(len(cands), (cands @ release_desc_mirrored[r]).mean() > (cands @ release_desc[r]).mean())
+        mirrored, released = cands @ release_desc_mirrored[r], cands @ release_desc[r]
+        flip = np.full(len(cands), mirrored.mean() > released.mean()) if as_one else mirrored > released
         return np.where(flip[:, None], release_desc_mirrored[r][None, :], a)
 
     from sklearn.linear_model import LogisticRegression

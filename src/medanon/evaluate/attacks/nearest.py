@@ -33,7 +33,7 @@ import numpy as np
 from medanon.evaluate.attacks.balance import Balance, control_rates, covered
 from medanon.evaluate.attacks.risk import rate, risk_entry, threshold_entry
 from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, delong, threshold_at_far, unit
-from medanon.evaluate.attacks.views import BOTH, cosines
+from medanon.evaluate.attacks.views import assumptions, cosines
 
 ASSUMPTIONS = ("attacker holds a target's real image, an identity network and the release, and claims membership "
                "when the most (reverse: least) similar released record passes a threshold set on real images of "
@@ -59,7 +59,7 @@ def nearest_record_membership(*, member_emb: np.ndarray, control_emb: np.ndarray
                                   member_groups=member_groups, control_groups=control_groups, seed=seed,
                                   member_clusters=member_clusters,
                                   calib_groups=calib_groups if has_calib else None, balance=balance,
-                                  n_resamples=n_resamples, assumptions=ASSUMPTIONS + (BOTH if rem is not None else ""))
+                                  n_resamples=n_resamples, assumptions=assumptions(ASSUMPTIONS, rem))
 
 
 def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray, calib_scores: np.ndarray | None,

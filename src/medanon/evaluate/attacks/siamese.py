@@ -276,10 +276,6 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     ``release_feats_mirrored``: the records' features mirrored left-right; every pair with a record then scores the
     record's better orientation (:mod:`.views`); the reference stays on real pairs as they are."""
 
-    def pairs(fa: torch.Tensor, fb: torch.Tensor, fb_mirrored: torch.Tensor | None, i, j) -> np.ndarray:
-        got = score_pairs(net, fa, fb, i, j)
-        return got if fb_mirrored is None else np.maximum(got, score_pairs(net, fa, fb_mirrored, i, j))
-
     rng = np.random.default_rng(seed)
     boot = {"seed": seed, "n_resamples": n_resamples}
     held = np.r_[calib_rows, control_rows]
@@ -299,11 +295,13 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     same = sources_in_records(rp, list(sp))                                        # (sources, records)
     oi, oj, ol, osub = _pairs(same, False, rng, 1_000_000, max_pairs)
     rc, sc = record_clusters(rp, list(sp))
-    out["outer"] = (verification_rates(pairs(real_feats[source_rows], release_feats, release_feats_mirrored, oi, oj),
-                                       ol, thr,
-                                       confidence=confidence, low_threshold=low, groups=np.stack([sc[oi], rc[oj]], 1),
-                                       **boot) | {"subsampled": bool(osub)}
-                    if tables and ol.sum() and (~ol).sum() else None)
+    out["outer"] = None
+    if tables and ol.sum() and (~ol).sum():
+        outer = score_pairs(net, real_feats[source_rows], release_feats, oi, oj)
+        if release_feats_mirrored is not None:                      # each record at its better orientation
+            outer = np.maximum(outer, score_pairs(net, real_feats[source_rows], release_feats_mirrored, oi, oj))
+        out["outer"] = verification_rates(outer, ol, thr, confidence=confidence, low_threshold=low,
+                                          groups=np.stack([sc[oi], rc[oj]], 1), **boot) | {"subsampled": bool(osub)}
     scores = {k: match_extremes(net, real_feats[rows], release_feats,           # (targets, [best, worst])
                                 release_feats_mirrored=release_feats_mirrored)
               for k, rows in (("members", member_rows), ("calib", calib_rows), ("controls", control_rows))}

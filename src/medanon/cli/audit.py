@@ -29,7 +29,7 @@ def audit(ctx: click.Context, release: Path, k, mapping, source, as_json, **layo
     Exit status: 0 every check passed, 1 a check failed, 3 the audit could not run (not a release,
     unreadable mapping or source).
 
-    Example: medanon audit release-k5 --source /data/aptos2019 --mapping private/release-k5.json"""
+    Example: medanon audit release-k5 --source /data/brset --mapping private/release-k5.json"""
     from medanon.errors import MedanonError
     from medanon.release.audit import audit_release
 

@@ -279,6 +279,34 @@ def test_audit_checks_that_the_source_given_is_the_releases_own(tmp_path: Path):
     Image.fromarray(pixels).save(one)
     passed, detail = verdict(tmp_path / "copy")
     assert not passed and "differ from those the release was made from" in detail
+    # a phantom of fewer people names some of the sources only: not confirmed, and k not recounted from its ids
+    small = medanon.make_phantom(tmp_path / "small", patients=2, per_patient=1, size=16, seed=7)
+    passed, detail = verdict(small)
+    assert not passed and "not confirmed: 2 of the sources" in detail
+    rep = medanon.audit(out, source=small, mapping=tmp_path / "rel.json")
+    assert next(c for c in rep.checks if c.name.startswith("every record stands for >= 2 people (mapping)")).passed
+    assert any("counted from the mapping's own patient ids" in n for n in rep.notes)
+
+
+def test_audit_with_another_releases_mapping_or_dataset_is_an_argument_error(tmp_path: Path):
+    # reported as a failed k check, it read as a leak; it is a wrong argument (the audit exits 3, not 1)
+    import medanon
+    from medanon.errors import ConfigError
+
+    fundus = medanon.make_phantom(tmp_path / "fundus", patients=4, per_patient=1, size=16)
+    ds = medanon.open_dataset(fundus, size=16)
+    a = medanon.anonymize.kpixel(ds, k=2).save(tmp_path / "a", mapping=tmp_path / "a.json", progress=False)
+    medanon.anonymize.snow(ds, p=0.3).save(tmp_path / "b", mapping=tmp_path / "b.json", progress=False)
+    with pytest.raises(ConfigError, match=r"not this release's.*mapping of release 'b'"):
+        medanon.audit(a, source=fundus, mapping=tmp_path / "b.json")
+    r = CliRunner().invoke(cli, ["audit", str(a), "--source", str(fundus), "--mapping", str(tmp_path / "b.json")])
+    assert r.exit_code == 3 and "not this release's" in r.output and "FAIL" not in r.output
+    other = medanon.make_phantom(tmp_path / "other", modality="xray", patients=2, per_patient=1, size=16, seed=3)
+    for rec in sorted((other / "images").iterdir()):
+        rec.rename(rec.with_name("x" + rec.name))
+    (other / "labels.csv").write_text((other / "labels.csv").read_text().replace("images/P", "images/xP"))
+    with pytest.raises(ConfigError, match="holds none of the 4 source images"):
+        medanon.audit(a, source=other, mapping=tmp_path / "a.json")
 
 
 def test_without_a_mapping_the_manifests_modality_still_tells_a_wrong_source(tmp_path: Path):

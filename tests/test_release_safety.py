@@ -67,7 +67,19 @@ def test_existing_mapping_needs_overwrite_and_must_be_medanons(tmp_path, source)
     foreign.write_text('{"mine": 1}')
     with pytest.raises(UnsafeOutputError, match="not written by medanon"):
         ReleaseWriter(tmp_path / "c", **SETTINGS, mapping=foreign, overwrite=True)
-    ReleaseWriter(tmp_path / "d", **SETTINGS, mapping=tmp_path / "map.json", overwrite=True)   # medanon's: fine
+    ReleaseWriter(tmp_path / "a", **SETTINGS, mapping=tmp_path / "map.json", overwrite=True)   # its own: fine
+
+
+def test_overwrite_never_replaces_another_releases_mapping(tmp_path, source):
+    # a mistyped mapping path with overwrite would cut release a's records off their sources for good
+    _, records = source
+    _release(tmp_path / "a", records[:4], mapping=tmp_path / "map.json")
+    before = (tmp_path / "map.json").read_text()
+    with pytest.raises(OutputExistsError, match="belongs to the release 'a', not to 'd'"):
+        ReleaseWriter(tmp_path / "d", **SETTINGS, mapping=tmp_path / "map.json", overwrite=True)
+    assert (tmp_path / "map.json").read_text() == before and not (tmp_path / "d").exists()
+    _release(tmp_path / "a", records[:6], mapping=tmp_path / "map.json", overwrite=True)      # a again: replaced
+    assert len(json.loads((tmp_path / "map.json").read_text())["records"]) == 6
 
 
 def test_file_at_out_and_foreign_folder_refused_before_work(tmp_path):

@@ -26,8 +26,9 @@ def audit(ctx: click.Context, release: Path, k, mapping, source, as_json, **layo
     """Verify that every record of RELEASE stands for at least k people and that no source file name,
     record id or patient id appears anywhere in it (paths, CSV, manifest, image metadata).
 
-    Exit status: 0 every check passed, 1 a check failed, 3 the audit could not run (not a release,
-    unreadable mapping or source).
+    Exit status: 0 every check passed, 1 a check failed, 2 a usage error (an option, or a path that does not
+    exist), 3 the audit could not run (not a release, an unreadable mapping or source, another release's mapping,
+    a source that is not the release's dataset).
 
     Example: medanon audit release-k5 --source /data/brset --mapping private/release-k5.json"""
     from medanon.errors import MedanonError

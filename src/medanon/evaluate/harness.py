@@ -103,8 +103,11 @@ def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -
 
 
 def _check_sources(real, source_split: str, rel: ReleaseData) -> None:
-    """A release whose mapping names images outside the source split is refused (before anything is written)."""
+    """A release whose mapping names images outside the source split is refused (before anything is written); without
+    a mapping, one whose public counts exceed the split's people or images (it cannot have been made from the split
+    alone)."""
     if rel.sources is None:
+        _check_counts(real, source_split, rel)
         return
     flat = np.asarray([i for rows in rel.sources for i in rows], np.int64)
     bad = flat[real.split[flat] != source_split]
@@ -113,6 +116,21 @@ def _check_sources(real, source_split: str, rel: ReleaseData) -> None:
                         f"(e.g. patients {sorted(set(real.patients[bad].tolist()))[:5]}): its held-out patients "
                         f"would be tested against themselves", files=[str(rel.mapping_path)],
                         fix="evaluate with the split the release was made from (splits= CSV, or split_seed=)")
+
+
+def _check_counts(real, source_split: str, rel: ReleaseData) -> None:
+    counts = rel.manifest.get("counts") or {}
+    inside = real.split == source_split
+    have = {"people": len(set(real.patients[inside].tolist())), "sources": int(inside.sum())}
+    over = [f"{counts[k]} {what} where the split has {have[k]}"
+            for k, what in (("people", "people"), ("sources", "source images"))
+            if isinstance(counts.get(k), int) and counts[k] > have[k]]
+    if over:
+        raise DataError(f"release {rel.path} stands for more than the {source_split!r} split holds "
+                        f"({'; '.join(over)}, by its public manifest): it was made from other images too, so its "
+                        "held-out patients may be in it and would be tested against themselves",
+                        fix="evaluate with the split the release was made from (splits= CSV, or split_seed=), and "
+                            "give its mapping")
 
 
 def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: list[util.Task]) -> dict:

@@ -40,6 +40,7 @@ from typing import Any
 
 from PIL import Image
 
+from medanon.errors import ConfigError
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
 from medanon.release.files import FORMAT
@@ -356,25 +357,40 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
     data = read_mapping(mapping)
     recs = data["records"]
     listed = {r["image"] for r in rows}
+    if listed and not set(recs) & listed:               # another release's mapping: an argument error, not a leak
+        raise ConfigError(f"the mapping {mapping} is not this release's: it names none of its {len(listed)} records "
+                          f"(it is the mapping of release {data.get('release', '?')!r})",
+                          fix="give the mapping written with this release")
     rep.add("mapping covers the release", set(recs) == listed,
             f"{len(set(recs) ^ listed)} records differ" if set(recs) != listed else f"{len(recs)} records")
+    counts = {img: len(set(v["patients"])) for img, v in recs.items()}
     if source_records is not None:
         owner = {r.record_id: r.patient_id for r in source_records}
-        unknown = {s for v in recs.values() for s in v["sources"] if s not in owner}
-        counts = {img: len({owner[s] for s in v["sources"] if s in owner}) for img, v in recs.items()}
+        named_ids = {s for v in recs.values() for s in v["sources"]}
+        unknown = {s for s in named_ids if s not in owner}
+        if named_ids and unknown == named_ids:
+            raise ConfigError(f"the source dataset given holds none of the {len(named_ids)} source images the mapping "
+                              f"{mapping} names: it is not the dataset this release was made from",
+                              fix="give the dataset the release was made from (and the same layout options)")
         rep.add("mapping sources exist in the source dataset", not unknown,
                 f"{len(unknown)} unknown record ids" if unknown else "")
+        why = None
         if source_root is not None or source_modality is not None:
             by_id = {r.record_id: r for r in source_records}
-            named = [by_id[s] for s in sorted({s for v in recs.values() for s in v["sources"]}) if s in by_id]
-            why = mapping_source_mismatch(data, named, root=source_root, modality=source_modality)
+            why = mapping_source_mismatch(data, [by_id[s] for s in sorted(named_ids) if s in by_id],
+                                          root=source_root, modality=source_modality)
+            if why is None and unknown:
+                why = f"not confirmed: {len(unknown)} of the sources the mapping names are not in it"
             rep.add("the source given is the one the release was made from", why is None, why or "")
-        claimed = {r["image"]: int(r.get("n_people", 0) or 0) for r in rows}
-        wrong = [img for img, n in counts.items() if claimed.get(img) != n]
-        rep.add("n_people matches the sources' patients", not wrong,
-                f"{len(wrong)} records claim another count" if wrong else "")
-    else:
-        counts = {img: len(set(v["patients"])) for img, v in recs.items()}
+        if why is None and not unknown:                 # the people per record, recounted from the source's ids
+            counts = {img: len({owner[s] for s in v["sources"]}) for img, v in recs.items()}
+            claimed = {r["image"]: int(r.get("n_people", 0) or 0) for r in rows}
+            wrong = [img for img, n in counts.items() if claimed.get(img) != n]
+            rep.add("n_people matches the sources' patients", not wrong,
+                    f"{len(wrong)} records claim another count" if wrong else "")
+        else:
+            rep.notes.append("the people per record are counted from the mapping's own patient ids: the source given "
+                             "is not confirmed to be the release's")
     if k is not None and counts:
         low = [img for img, n in counts.items() if n < int(k)]
         rep.add(f"every record stands for >= {k} people (mapping)", not low,

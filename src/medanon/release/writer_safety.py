@@ -43,23 +43,43 @@ def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *,
         check_mapping_apart(mapping, [out])
         check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping",
                      what="mapping", existing_ok=_written_by_interrupted_run(mapping, out))
+        _check_mapping_is_of(mapping, out)
+
+
+def _held_mapping(mapping: str | Path) -> dict | None:
+    """The medanon mapping at ``mapping``, or None when there is none (or it is not one: the output rules judge
+    that)."""
+    import json
+
+    from medanon.output_inventory import MAPPING_FORMAT
+
+    try:
+        held = json.loads(Path(mapping).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return held if isinstance(held, dict) and held.get("format") == MAPPING_FORMAT else None
+
+
+def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
+    """An existing mapping is replaced only by the mapping of the release it belongs to (the release folder's name it
+    records): another release's mapping is the only link of that release's records to their sources, so replacing it
+    would leave that release impossible to audit or evaluate."""
+    held = _held_mapping(mapping) if Path(mapping).is_file() else None
+    if held is not None and held.get("release") != out.name:
+        raise OutputExistsError(f"the mapping {mapping} belongs to the release {held.get('release')!r}, not to "
+                                f"{out.name!r}: replacing it would lose which sources stand behind that release's "
+                                "records", fix="give this release its own mapping path (if that release is gone, "
+                                                "delete its mapping yourself first)")
 
 
 def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
     """Whether ``mapping`` is the one an interrupted run of ``out`` wrote while finishing (the mapping is written
     just before the release is renamed into place): the same command resumes it and writes it again."""
-    import json
-
     journals = (out.with_name(out.name + ".partial") / JOURNAL, closing_folder(out) / JOURNAL)
     if not any(j.is_file() for j in journals) or not Path(mapping).is_file():     # a run killed while closing
         return False
-    try:
-        held = json.loads(Path(mapping).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    from medanon.output_inventory import MAPPING_FORMAT
-
-    return isinstance(held, dict) and held.get("format") == MAPPING_FORMAT and held.get("release") == out.name
+    held = _held_mapping(mapping)
+    return held is not None and held.get("release") == out.name
 
 
 def release_working_names(out: Path) -> tuple[str, str]:

@@ -49,7 +49,10 @@ def test_a_library_warning_is_printed_once(tmp_path):
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(data), "--k", "2", "--out", str(tmp_path / "rel")])
     assert r.exit_code == 0, r.output
     assert r.output.count("WARNING: k = 2") == 1, r.output
+    assert "note: no --mapping given, so no private mapping was written" in r.output     # said, not silent
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(data), "--k", "1", "--out", str(tmp_path / "rel1")])
+    assert r.exit_code == 2 and "x>=2" in r.output                     # a usage error, as --help's range says
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(data), "--set", "k=1", "--out", str(tmp_path / "rel1")])
     assert r.exit_code == 1 and "--k 1" in r.output and "use --k 5" in r.output
 
 

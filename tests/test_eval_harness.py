@@ -304,6 +304,13 @@ def test_bad_input(world, tmp_path):
         w.writerow([real.records[0].record_id, real.records[0].patient_id, "train"])
     with pytest.raises(DataError, match="not in"):
         evaluate(data, world["releases"][:1], tmp_path / "r4", config=tiny_config(), splits=splits, progress=False)
+    with open(splits, "w", newline="") as f:                            # every patient in train: no controls
+        w = csv.writer(f)
+        w.writerow(["record_id", "patient_id", "split"])
+        w.writerows([r.record_id, r.patient_id, "train"] for r in real.records)
+    with pytest.raises(DataError, match="too few to evaluate"):
+        evaluate(data, world["releases"][:1], tmp_path / "r4", config=tiny_config(), splits=splits, progress=False)
+    assert not (tmp_path / "r4").exists()                              # refused before the report folder is made
     broken = tmp_path / "broken"
     shutil.copytree(world["releases"][1], broken)
     next((broken / "images").iterdir()).unlink()

@@ -305,7 +305,7 @@ def test_resume_does_not_redo_written_clusters(tmp_path, phantoms, monkeypatch):
 
 
 def test_bad_input_is_named(tmp_path, phantoms):
-    r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--k", "1", "--out",
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--set", "k=1", "--out",
                                  str(tmp_path / "x")])
     assert r.exit_code == 1 and "--k 1" in r.output and "fix:" in r.output
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--k", "20", "--out",

@@ -274,8 +274,10 @@ def test_default_fill_is_data_independent_and_a_data_derived_fill_claims_nothing
     man, _ = read_release(out)
     assert man["params"]["fill_value"] == pytest.approx([1.0, -1.0, 0.0])
     assert man["privacy"]["delta"] is not None and "supplied by the user" in man["privacy"]["fill"]
-    with pytest.raises(ConfigError, match="value"):
+    with pytest.raises(ConfigError, match="gives 2 value"):
         snow_sweep(ds, tmp_path / "bad", ps=[0.3], fill="value:1,2", progress=False)
+    with pytest.raises(ConfigError, match="outside 0-255"):                 # three values, one out of range
+        snow_sweep(ds, tmp_path / "bad", ps=[0.3], fill="value:300,0,0", progress=False)
     runner = CliRunner()
     r = runner.invoke(cli, ["anonymize", "snow", str(phantoms), "--size", "32", "--p", "0.2", "--fill", "dataset",
                             "--out", str(tmp_path / "cli")])

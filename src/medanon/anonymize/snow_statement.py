@@ -40,9 +40,12 @@ def parse_fill(fill: str | Sequence[float], channels: int) -> tuple[str, torch.T
                               "or dataset (the paper's; no formal guarantee)")
     if vals.numel() == 1 and channels > 1:
         vals = vals.expand(channels).clone()
-    if vals.numel() != channels or not bool(((vals >= -1) & (vals <= 1)).all()):
-        raise ConfigError(f"fill={fill!r}: need {channels} value(s): value:R,G,B in 0-255, or numbers in [-1, 1]",
-                          fix="one value per channel, e.g. fill='value:128,64,32'")
+    if vals.numel() != channels:
+        raise ConfigError(f"fill={fill!r} gives {vals.numel()} value(s): the images have {channels} channel(s)",
+                          fix="one value per channel (or one for all), e.g. fill='value:128,64,32'")
+    if not bool(((vals >= -1) & (vals <= 1)).all()):
+        raise ConfigError(f"fill={fill!r}: a value is outside 0-255 (value:R,G,B) or [-1, 1] (numbers)",
+                          fix="one value per channel in 0-255, e.g. fill='value:128,64,32'")
     return kind, vals
 
 

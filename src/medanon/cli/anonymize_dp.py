@@ -15,7 +15,7 @@ import click
 
 from medanon.api.dp import LDPConfig
 from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
-from medanon.cli.base import CONTEXT, anonymize
+from medanon.cli.base import CONTEXT, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 from medanon.cli.models import shipped_default
@@ -105,7 +105,7 @@ def _calibration(path: Path | None, data_opts: dict, ds):
     return open_from_cli(path, **{**data_opts, "size": ds.size, "channels": str(ds.channels)})
 
 
-def _report(release, ds, out) -> None:
+def _report(release, ds, out, mapping) -> None:
     for note in release.notes:
         click.echo(note)
     s, privacy = release.summary, release.privacy
@@ -113,10 +113,12 @@ def _report(release, ds, out) -> None:
         click.echo(f"resuming: {s['resumed_records']} of {len(ds)} images already released")
     from medanon.anonymize.privacy import no_guarantee
 
-    what = (f"no formal guarantee: {str(privacy['guarantee']).split(':', 1)[-1].strip()}" if no_guarantee(privacy)
+    why = str(privacy.get("guarantee") or "").partition(":")[2].strip()
+    what = ("no formal guarantee" + (f": {why}" if why else "") if no_guarantee(privacy)
             else f"epsilon {privacy['epsilon_image']} per image, {privacy['epsilon_element']} per element, "
                  f"D = {privacy['D']}")
     click.echo(f"wrote {len(ds)} images to {out} ({release.method}, {what})")
+    note_without_mapping(mapping)
 
 
 @anonymize.command("dpglow", context_settings=CONTEXT)
@@ -168,7 +170,7 @@ def dpglow_cmd(ctx, data_dir, flow_path, flow_training, out, center, epsilon, pe
                          noise_seed=noise_seed, release_labels=release_labels, device=dev,
                          flow_training=flow_training)
         release.save(out, mapping=mapping, overwrite=overwrite)
-    _report(release, ds, out)
+    _report(release, ds, out, mapping)
 
 
 @anonymize.command("ldp-image", context_settings=CONTEXT)
@@ -197,4 +199,4 @@ def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_cl
                             noise_seed=noise_seed, release_labels=release_labels,
                             device=resolve_device(ctx.obj["device"]))
         release.save(out, mapping=mapping, overwrite=overwrite)
-    _report(release, ds, out)
+    _report(release, ds, out, mapping)

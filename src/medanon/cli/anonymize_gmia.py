@@ -8,7 +8,7 @@ import click
 
 from medanon.anonymize.gmia import GMIAConfig
 from medanon.cli.anonymize_ksame import AMP_FLAGS, MODEL, amp_option, open_split, split_options
-from medanon.cli.base import CONTEXT, anonymize, to_json
+from medanon.cli.base import CONTEXT, anonymize, note_without_mapping, to_json
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
@@ -117,6 +117,7 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     labels = [s.strip() for s in release_labels.split(",") if s.strip()] if release_labels is not None else None
     with library_call(FLAGS):
         path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite)
+    note_without_mapping(mapping)
     click.echo(f"wrote {len(ds)} GMIA images ({cfg.losses}, {cfg.steps} steps, m={cfg.margin:g}, "
                f"{cfg.latent_space.upper()}) to {path}")
     click.echo(to_json({"optimisation_outcome": outcome}))

@@ -14,7 +14,7 @@ import click
 
 from medanon.anonymize.ksame import KSameConfig
 from medanon.api.ksame import ABLATIONS, STYLE_LAYERS
-from medanon.cli.base import CONTEXT, anonymize
+from medanon.cli.base import CONTEXT, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
@@ -120,7 +120,7 @@ def ksame_options(*, model_required: bool, k: bool = True):
         ]
         if k:
             opts[2:2] = [
-                click.option("--k", type=click.IntRange(min=1), default=None,
+                click.option("--k", type=click.IntRange(min=2), default=None,
                              help="People per record, at least: the privacy claim, so it has no default.  "
                                   "[required: here or in --config / --set k=N]"),
                 click.option("--stratify", default=None, metavar="LABEL",
@@ -224,6 +224,7 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
         release = ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, pca_basis=basis,
                                 device=dev, map_generator=(salsa or {}).get("map_generator"))
         release.save(out, mapping=mapping, overwrite=overwrite)
+    note_without_mapping(mapping)
     summary = release.summary
     if summary.get("resumed_records"):
         click.echo(f"resuming: {summary['resumed_records']} records already written")

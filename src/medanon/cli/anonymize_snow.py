@@ -15,7 +15,7 @@ import click
 
 from medanon.anonymize.snow import SnowConfig, VSSnowConfig
 from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
-from medanon.cli.base import CONTEXT, anonymize
+from medanon.cli.base import CONTEXT, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 from medanon.release.labels import parse_label_list
@@ -96,6 +96,7 @@ def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, s
     for p, path in outs.items():
         click.echo(f"p={p:g}: wrote {len(ds)} images to {path}")
     click.echo("privacy: see 'privacy' in each manifest.json; measure it with the evaluation (sex attacker)")
+    note_without_mapping(mapping)
 
 
 @anonymize.command("snow", context_settings=CONTEXT)

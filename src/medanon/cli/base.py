@@ -109,6 +109,14 @@ def anonymize() -> None:
         _torchrun_process()
 
 
+def note_without_mapping(mapping) -> None:
+    """The note of a release written without ``--mapping``: nothing ties its records to their sources then."""
+    if mapping is None:
+        click.echo("note: no --mapping given, so no private mapping was written: `medanon audit` cannot recount the "
+                   "people per record from the sources, and `medanon evaluate` cannot run membership, linkability or "
+                   "singling out on this release (make it again with --mapping FILE outside the release to keep one)")
+
+
 def _torchrun_process() -> None:
     """One of several processes torchrun started: its own GPU under --device cuda; only rank 0 prints."""
     import os

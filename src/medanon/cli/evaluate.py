@@ -42,7 +42,8 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
                    "splits_fundus.csv. Without it the split is recomputed from --split-seed.")
 @click.option("--split-seed", type=int, default=None, help="Seed of the patient-level split.  [default: 0]")
 @click.option("--mapping", "mappings", multiple=True, metavar="NAME=FILE",
-              help="Private mapping of the release named NAME (default: <release>.mapping.json next to it). "
+              help="Private mapping of the release named NAME (default: <release>.mapping.json beside the release "
+                   "folder, where there is one; anonymize writes a mapping only where its --mapping says). "
                    "Membership, linkability and singling-out need it.")
 @click.option("--preset", type=click.Choice(["full", "fast", "tiny"]), default="full",
               help="full: 3 seeds of 300-step classifiers at 64 px, FID on up to 1000 images; fast: CPU-sized "

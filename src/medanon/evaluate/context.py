@@ -71,17 +71,22 @@ def checkpoint_trained_on(path: str) -> str:
         f"checkpoint {path} (its training patients are not known here)"
 
 
+def split_rows(real: RealData, cfg: EvalConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the source and the held-out split; too few of either is refused (before the report is made)."""
+    src, held = real.rows(cfg.source_split), real.rows(cfg.heldout_split)
+    if len(src) < 2 or len(held) < 2:
+        raise DataError(f"the real dataset's {cfg.source_split!r} split has {len(src)} images and its "
+                        f"{cfg.heldout_split!r} split {len(held)}: too few to evaluate",
+                        fix="use a larger dataset or other split fractions")
+    return src, held
+
+
 class RealContext:
     """Everything computed from the real data alone, built lazily and cached."""
 
     def __init__(self, real: RealData, cfg: EvalConfig, cache: Cache, device: torch.device, progress: bool):
         self.real, self.cfg, self.cache, self.device, self.progress = real, cfg, cache, device, progress
-        self.src = real.rows(cfg.source_split)
-        self.held = real.rows(cfg.heldout_split)
-        if len(self.src) < 2 or len(self.held) < 2:
-            raise DataError(f"the real dataset's {cfg.source_split!r} split has {len(self.src)} images and its "
-                            f"{cfg.heldout_split!r} split {len(self.held)}: too few to evaluate",
-                            fix="use a larger dataset or other split fractions")
+        self.src, self.held = split_rows(real, cfg)
         self.key = digest(real.digest, real.split.tolist(), cfg.size)
         self.notes: list[str] = []
         self._models: dict[str, Any] = {}               # classifiers trained on real data, by content key

@@ -43,7 +43,7 @@ from medanon.evaluate.cache import Cache, digest
 from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.cautions import differencing_results, k_claim, public_models, shared_people
 from medanon.evaluate.config import EvalConfig, result_key
-from medanon.evaluate.context import RealContext, checkpoint_trained_on
+from medanon.evaluate.context import RealContext, checkpoint_trained_on, split_rows
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
@@ -383,7 +383,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     if unknown:
         raise ConfigError(f"utility.compare names release(s) {unknown} that are not evaluated (releases: {names})",
                           fix="name releases by their display names (folder names unless given)")
-    for r in rels:                                      # every refusal before the report folder is made
+    split_rows(real, cfg)                               # every refusal before the report folder is made
+    for r in rels:
         _check_sources(real, cfg.source_split, r)
     run = RunDir(out, config=cfg, command="evaluate", seeds={"evaluation": cfg.seed, "split": cfg.split.seed,
                                                             "utility": list(cfg.utility.seeds)})

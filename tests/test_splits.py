@@ -99,3 +99,17 @@ def test_a_splits_csv_that_splits_a_patient_or_names_another_part_is_refused(tmp
     for i, (message, change) in enumerate(cases.items()):
         with pytest.raises(DataError, match=re.escape(message)):
             _read_splits_csv(variant(f"bad{i}.csv", change), recs)
+
+
+def test_a_splits_csv_with_rows_the_dataset_lacks_is_read_with_a_warning(tmp_path: Path):
+    import pytest
+
+    from medanon.data.layouts.common import LayoutWarning
+    from medanon.evaluate.inputs import _read_splits_csv
+
+    recs = [Record(path=tmp_path / f"{p}_{i}.png", patient_id=p, record_id=f"{p}-{i}")
+            for p in ("a", "b", "c") for i in range(2)]
+    path = tmp_path / "splits.csv"
+    write_splits_csv(path, recs, {"a": "train", "b": "test", "c": "val"})
+    with pytest.warns(LayoutWarning, match="lists 2 record"):           # e.g. a splits file of a larger version
+        assert list(_read_splits_csv(path, recs[:4])) == ["train", "train", "test", "test"]

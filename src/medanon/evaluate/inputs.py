@@ -79,6 +79,16 @@ def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
     if missing:
         raise DataError(f"{len(missing)} image(s) of the real dataset are not in {path}", files=missing,
                         fix="pass the splits CSV written for this dataset (same folder, same layout)")
+    extra = len(by_id.keys() - {r.record_id for r in records})
+    if extra:
+        import warnings
+
+        from medanon.data.layouts.common import LayoutWarning
+        from medanon.errors import user_stacklevel
+
+        warnings.warn(f"{path} lists {extra} record(s) the dataset does not have (images left out as unreadable, or a "
+                      "splits file of another version of the dataset): those rows are ignored; check "
+                      "that it is this dataset's", LayoutWarning, stacklevel=user_stacklevel())
     fix = "write it again with `medanon data split` (one part per patient)"
     unknown = sorted({by_id[r.record_id]["split"] for r in records} - set(SPLITS))
     if unknown:

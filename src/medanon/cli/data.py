@@ -42,7 +42,8 @@ def layout_options(f):
                      help="Generic layout: comma-separated labels, each NAME or NAME=COLUMN (e.g. grade=level,sex)."),
         click.option("--patient-col", default=None, help="Generic layout: column with patient ids."),
         click.option("--images", "images_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     default=None, help="Generic layout: folder the image paths are relative to."),
+                     default=None, help="Generic layout: folder the image paths are relative to.  "
+                                        "[default: the --labels CSV's folder]"),
     ]
     f = speaks_flags(DATA_FLAGS)(f)             # every dataset-reading command takes these, and the data words
     for o in reversed(opts):

@@ -117,7 +117,10 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
             continue
         path = resolve(dirs, bases, value)
         if path is None:
-            col.missing(expected_path(bases, value, ""), line, looked=where_looked(value, bases, root))
+            looked = where_looked(value, bases, root)
+            if opts.images_dir is None:
+                looked += f" (the folder of {csv_path.name}, unless an images folder is given)"
+            col.missing(expected_path(bases, value, ""), line, looked=looked)
             continue
         labels: dict[str, float] = {}
         errors: list[str] = []

@@ -54,7 +54,11 @@ def checks(w: Path, dev: str, tiny: bool) -> list[tuple[str, list[str]]]:
     ks = [("kpixel", []), ("kpca", []), ("kcentroid", ["--model", str(CK / "restyle-map-fundus64.pt")]),
           ("ksalsa", ["--model", str(CK / "restyle-map-fundus64.pt"), "--steps", "3", "--map-init", "synthetic",
                       "--map-samples", "64"])]
-    out += [(f"anonymize-{m}", ["anonymize", m, "--data", str(fd), "--k", "2", *extra, "--out", str(rel / m)])
+    # the evaluated releases are of the split's training patients, with their mappings (beside them, where evaluate
+    # looks): a release of every patient holds the evaluation's controls and is refused
+    out += [(f"anonymize-{m}", ["anonymize", m, "--data", str(fd), "--k", "2", *extra, "--split", "train", "--splits",
+                                str(w / "splits.csv"), "--mapping", str(rel / f"{m}.mapping.json"),
+                                "--out", str(rel / m)])
             for m, extra in ks]
     out += [
         ("anonymize-inverted", ["anonymize", "inverted", "--data", str(fd), "--model",

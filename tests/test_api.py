@@ -262,9 +262,15 @@ def test_kpca_refuses_a_basis_that_holds_the_released_images(tmp_path, world):
     import shutil
 
     shutil.copytree(world["data"], tmp_path / "copy")
-    for basis in (world["ds"], medanon.open_dataset(tmp_path / "copy", size=SIZE)):
+    x = torch.stack([world["ds"].load(i)["image"] for i in range(len(world["ds"]))])
+    pids = [r.patient_id for r in world["ds"].records]
+    in_memory = medanon.data.as_dataset(x, patient_ids=pids, modality="fundus", value_range=(-1, 1))
+    for basis in (world["ds"], medanon.open_dataset(tmp_path / "copy", size=SIZE), in_memory):
         with pytest.raises(ConfigError, match="holds 24 of the images being released"):
             medanon.anonymize.kpca(world["ds"], k=3, pca_components=3, pca_basis=basis).images(limit=1)
+    with pytest.raises(ConfigError, match="holds 24 of the images being released"):    # both in memory
+        medanon.anonymize.kpca(x, k=3, pca_components=3, pca_basis=in_memory, patient_ids=pids,
+                               value_range=(-1, 1)).images(limit=1)
 
 
 def test_the_readme_python_example_runs(tmp_path, monkeypatch):

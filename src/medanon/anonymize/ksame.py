@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import warnings
 from collections.abc import Sequence
@@ -149,7 +148,8 @@ class ClusterAverager:
 
 def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> None:
     """The separate PCA basis fits the released data (size, channels, modality) and, with ``content``, shares no
-    image file with it (a digest of both datasets' files: the cost of reading them)."""
+    image with it (:func:`~medanon.anonymize.ldp_calibration.images_in_common`: the same file contents, or the same
+    8-bit pixels where either holds images in memory)."""
     if cfg.method == "kpca" and cfg.pca_basis == "separate" and pca_basis is None:
         raise ConfigError("pca_basis='separate' needs the separate dataset to fit the basis on",
                           fix="give the separate dataset (pca_basis=dataset), or use the private basis")
@@ -162,24 +162,14 @@ def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> Non
     if pca_basis is not None and getattr(pca_basis, "modality", None) != getattr(ds, "modality", None):
         raise ConfigError(f"the basis dataset holds {pca_basis.modality} images, the released one {ds.modality}",
                           fix="fit the basis on images of the released modality")
-    shared = _shared_files(ds, pca_basis) if pca_basis is not None and content else 0
+    from medanon.anonymize.ldp_calibration import images_in_common
+
+    shared = images_in_common(ds, pca_basis) if pca_basis is not None and content else 0
     if shared:
-        raise ConfigError(f"the basis dataset holds {shared} of the images being released (same file contents): a "
+        raise ConfigError(f"the basis dataset holds {shared} of the images being released (the same file contents, "
+                          "or the same 8-bit pixels for images in memory): a "
                           "basis fitted on them is not separate, and the statement would claim it is",
                           fix="fit the basis on other images (public data), or use the private basis")
-
-
-def _shared_files(ds, other) -> int:
-    """How many of ``ds``'s image files have the contents of one of ``other``'s (sha256; datasets in memory,
-    which have no files, share none)."""
-    from medanon.fsutil import sha256_file
-
-    def digests(d) -> set[str]:
-        return {sha256_file(r.path) for r in getattr(d, "records", ()) if getattr(r, "path", None) is not None
-                and os.path.isfile(r.path)}
-
-    theirs = digests(other)
-    return len(digests(ds) & theirs) if theirs else 0
 
 
 def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: bool = True, pca_basis=None

@@ -27,9 +27,10 @@ def _writer(out: Path, real: RealData, method: str, params: dict, privacy: dict,
                          seeds={"fixture": 0}, phantom=real.phantom, mapping=out.with_name(out.name + MAPPING_SUFFIX))
 
 
-def write_unprotected(out: Path, real: RealData, *, split: str = "train") -> Path:
+def write_unprotected(out: Path, real: RealData, *, split: str | None = "train") -> Path:
+    """The real images of ``split`` (None: of every patient) as a release, with its mapping beside it."""
     with _writer(out, real, "unprotected", {}, {"statement": "none: the real images themselves"}) as w:
-        for i in real.rows(split):
+        for i in (real.rows(split) if split is not None else range(len(real.images))):
             w.add(f"r{i}", real.images[i], [real.records[i]])
     return out
 

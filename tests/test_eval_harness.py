@@ -11,7 +11,6 @@ import pytest
 import torch
 from click.testing import CliRunner
 from fixtures_eval_releases import (
-    _writer,
     write_copy,
     write_k_same_pixel,
     write_nested_pair,
@@ -282,10 +281,7 @@ def test_bad_input(world, tmp_path):
         evaluate(data, [leaky], tmp_path / "r1", config=tiny_config(), cache_dir=world["root"] / "cache",
                  progress=False)
     assert not (tmp_path / "r1").exists()                              # refused before the report folder is made
-    whole = tmp_path / "whole"                                         # every patient, its mapping not given
-    with _writer(whole, real, "unprotected", {}, {"statement": "none"}) as w:
-        for i in range(len(real.images)):
-            w.add(f"r{i}", real.images[i], [real.records[i]])
+    whole = write_unprotected(tmp_path / "whole", real, split=None)    # every patient, its mapping not given
     (tmp_path / f"whole{MAPPING_SUFFIX}").unlink()
     with pytest.raises(DataError, match=r"more than the 'train' split holds \(30 people where the split has 20; 90 "):
         evaluate(data, [whole], tmp_path / "r1", config=tiny_config(), cache_dir=world["root"] / "cache",

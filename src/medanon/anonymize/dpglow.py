@@ -99,7 +99,7 @@ def folder_overlap(flow_data: dict[str, Any] | None, training, released) -> tupl
     :class:`~medanon.errors.ConfigError` if it is another folder). Images are compared by file content (or 8-bit
     pixels for images in memory); the whole folder counts, its held-out part included, which errs on the safe
     side. Warns :class:`~medanon.anonymize.privacy.CalibrationOverlap` when any is found."""
-    from medanon.anonymize.ldp_calibration import images_in_common
+    from medanon.data.overlap import images_in_common
     from medanon.runtime import files_digest
 
     src = (flow_data or {}).get("source") or {}

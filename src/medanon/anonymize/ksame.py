@@ -148,7 +148,7 @@ class ClusterAverager:
 
 def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> None:
     """The separate PCA basis fits the released data (size, channels, modality) and, with ``content``, shares no
-    image with it (:func:`~medanon.anonymize.ldp_calibration.images_in_common`: the same file contents, or the same
+    image with it (:func:`~medanon.data.overlap.images_in_common`: the same file contents, or the same
     8-bit pixels where either holds images in memory)."""
     if cfg.method == "kpca" and cfg.pca_basis == "separate" and pca_basis is None:
         raise ConfigError("pca_basis='separate' needs the separate dataset to fit the basis on",
@@ -162,7 +162,7 @@ def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> Non
     if pca_basis is not None and getattr(pca_basis, "modality", None) != getattr(ds, "modality", None):
         raise ConfigError(f"the basis dataset holds {pca_basis.modality} images, the released one {ds.modality}",
                           fix="fit the basis on images of the released modality")
-    from medanon.anonymize.ldp_calibration import images_in_common
+    from medanon.data.overlap import images_in_common
 
     shared = images_in_common(ds, pca_basis) if pca_basis is not None and content else 0
     if shared:

@@ -14,12 +14,12 @@ import hashlib
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from medanon.anonymize.privacy import CalibrationOverlap
+from medanon.data.overlap import as_records, images_in_common
 from medanon.errors import user_stacklevel
 
 PUBLIC_LATENT_BOUND = 4.0                       # public box of eps: [-4, 4]; P(|N(0, 1)| > 4) = 6.3e-5
@@ -111,58 +111,10 @@ def calibrate(batches: Iterable[torch.Tensor], *, space: str) -> ClipCalibration
     return ClipCalibration(lo=lo, hi=hi, count=count, space=space)
 
 
-def _image_keys(ds, pixels: bool, sizes: set[int] | None = None) -> dict[str, int]:
-    """What identifies each image of ``ds``: the sha256 of its file's bytes (only for files of a size in
-    ``sizes``: others cannot be equal), or with ``pixels`` of its decoded 8-bit pixels. Returns key -> count."""
-    from medanon.fsutil import sha256_file
-
-    keys: dict[str, int] = {}
-    for i, r in enumerate(ds.records):
-        if pixels:
-            a = ((ds.load(i)["image"].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-            key = "px:" + hashlib.sha256(a.contiguous().numpy().tobytes()).hexdigest()
-        else:
-            if sizes is not None and Path(r.path).stat().st_size not in sizes:
-                continue
-            key = "file:" + sha256_file(r.path)
-        keys[key] = keys.get(key, 0) + 1
-    return keys
-
-
-def _as_records(x):
-    """A dataset, or a sequence of image paths as an object with ``records`` of those paths."""
-    if hasattr(x, "records"):
-        return x
-    from types import SimpleNamespace
-
-    return SimpleNamespace(records=[SimpleNamespace(path=Path(p)) for p in x])
-
-
-def images_in_common(released, other) -> int:
-    """How many images of ``released`` are also images of ``other`` (datasets, or sequences of image paths): the
-    same file content (whatever its path: a link, a copy in another folder) or, where either holds images in
-    memory, the same 8-bit pixels at the datasets' size.
-
-    >>> import torch
-    >>> from medanon.data.inputs import as_dataset
-    >>> x = torch.rand(4, 1, 8, 8) * 2 - 1
-    >>> a = as_dataset(x, patient_ids=list("abcd"), modality="xray", value_range=(-1, 1))
-    >>> b = as_dataset(torch.cat([x[:1], -x[1:]]), patient_ids=list("abcd"), modality="xray", value_range=(-1, 1))
-    >>> images_in_common(a, b)
-    1
-    """
-    released, other = (_as_records(d) for d in (released, other))
-    pixels = any(getattr(r, "path", None) is None for d in (released, other) for r in d.records)
-    sizes = [None, None] if pixels else [{Path(r.path).stat().st_size for r in d.records} for d in (released, other)]
-    mine = _image_keys(released, pixels, sizes[1])          # only files of a size the other side has are hashed
-    theirs = _image_keys(other, pixels, sizes[0])
-    return sum(n for k, n in mine.items() if k in theirs)
-
-
 def calibration_overlap(released, calibration) -> int:
     """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) when images being released are among the
-    images a clip box is calibrated on (:func:`images_in_common`); returns how many are."""
-    released, calibration = _as_records(released), _as_records(calibration)
+    images a clip box is calibrated on (:func:`~medanon.data.overlap.images_in_common`); returns how many are."""
+    released, calibration = as_records(released), as_records(calibration)
     both = images_in_common(released, calibration)
     if both:
         warnings.warn(f"{both} of the {len(released.records)} images being released are among the "

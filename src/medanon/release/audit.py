@@ -365,9 +365,9 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
             f"{len(set(recs) ^ listed)} records differ" if set(recs) != listed else f"{len(recs)} records")
     counts = {img: len(set(v["patients"])) for img, v in recs.items()}
     if source_records is not None:
-        owner = {r.record_id: r.patient_id for r in source_records}
+        by_id = {r.record_id: r for r in source_records}
         named_ids = {s for v in recs.values() for s in v["sources"]}
-        unknown = {s for s in named_ids if s not in owner}
+        unknown = {s for s in named_ids if s not in by_id}
         if named_ids and unknown == named_ids:
             raise ConfigError(f"the source dataset given holds none of the {len(named_ids)} source images the mapping "
                               f"{mapping} names: it is not the dataset this release was made from",
@@ -376,14 +376,13 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
                 f"{len(unknown)} unknown record ids" if unknown else "")
         why = None
         if source_root is not None or source_modality is not None:
-            by_id = {r.record_id: r for r in source_records}
             why = mapping_source_mismatch(data, [by_id[s] for s in sorted(named_ids) if s in by_id],
                                           root=source_root, modality=source_modality)
             if why is None and unknown:
                 why = f"not confirmed: {len(unknown)} of the sources the mapping names are not in it"
             rep.add("the source given is the one the release was made from", why is None, why or "")
         if why is None and not unknown:                 # the people per record, recounted from the source's ids
-            counts = {img: len({owner[s] for s in v["sources"]}) for img, v in recs.items()}
+            counts = {img: len({by_id[s].patient_id for s in v["sources"]}) for img, v in recs.items()}
             claimed = {r["image"]: int(r.get("n_people", 0) or 0) for r in rows}
             wrong = [img for img, n in counts.items() if claimed.get(img) != n]
             rep.add("n_people matches the sources' patients", not wrong,

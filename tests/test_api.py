@@ -374,3 +374,49 @@ def test_a_preview_of_a_noisy_release_is_said_to_be_another_release(world):
         medanon.anonymize.kcentroid(world["ds"], k=3, codec=world["dir"] / "restyle.pt").images(limit=1)
     with pytest.warns(PrivacyWarning, match="latent views"):              # secret view noise, drawn again
         medanon.anonymize.kcentroid(world["ds"], k=3, codec=world["dir"] / "restyle.pt", views=2).images(limit=1)
+
+
+def test_a_noisy_release_saved_twice_is_said_to_be_two_releases(world, tmp_path, monkeypatch):
+    """A second save() of a release with secret randomness draws it again: two different releases of the same
+    images (checked: their pixels differ), warned. A seeded release gives the same images: no warning. After
+    evaluate() of an unsaved release (saved to a temporary folder), a save() is told that the report measured
+    another draw."""
+    from medanon.anonymize.privacy import PrivacyWarning
+    from medanon.evaluate import harness
+
+    def as_set(images):
+        return sorted(im.numpy().tobytes() for im in images)
+
+    rel = medanon.anonymize.ldp_image(world["ds"], epsilon=1e2, per_element=True, clip_box="public")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        rel.save(tmp_path / "a", progress=False)
+        first = rel.images(None)
+    with pytest.warns(PrivacyWarning, match=r"already saved to .*a; saving it again draws new secret randomness"):
+        rel.save(tmp_path / "b", progress=False)
+    assert as_set(first) != as_set(rel.images(None))
+    with pytest.warns(PrivacyWarning, match="written over the first"):
+        rel.save(tmp_path / "b", progress=False, overwrite=True)
+
+    seeded = medanon.anonymize.snow(world["ds"], p=0.3, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        warnings.simplefilter("ignore", medanon.anonymize.privacy.NoFormalGuarantee)   # the seed's, not a 2nd draw
+        seeded.save(tmp_path / "s1", progress=False)
+        once = seeded.images(None)
+        seeded.save(tmp_path / "s2", progress=False)
+    assert as_set(once) == as_set(seeded.images(None))     # (file order is random)
+
+    def report_only(real, specs, out, **_):                 # the harness's run, not its measurements
+        out.mkdir(parents=True)
+        (out / "report.html").write_text("<html></html>")
+        (out / "report.json").write_text(json.dumps({"releases": [{"name": s.path.name} for s in specs]}))
+
+    monkeypatch.setattr(harness, "evaluate", report_only)
+    fresh = medanon.anonymize.snow(world["ds"], p=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                      # the evaluation's own save: not a second release
+        res = medanon.evaluate(real=world["ds"], releases=[fresh], preset="tiny", progress=False)
+    assert res.releases == [{"name": "snow-0"}] and fresh.path is None
+    with pytest.warns(UserWarning, match="evaluate\\(\\) measured another draw"):
+        fresh.save(tmp_path / "snow", progress=False)

@@ -197,7 +197,7 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
     from medanon.outputs import dataset_inputs
 
     return Release(method=method, dataset=ds, params=params, privacy=privacy, labels=labels, produce=produce,
-                   seeds={}, models=models, notes=list(notes),
+                   seeds={}, models=models, notes=list(notes), reproducible=noise_seed is not None,
                    inputs=[p for r in reads for p in dataset_inputs(r)])
 
 

@@ -344,7 +344,9 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         if isinstance(r, Release) and r.path is None:     # not saved yet: saved privately, mapping beside it
             name = f"{r.method}-{i}"
             saved_here.append(r)
+            drawn, r._drawn = r._drawn, []             # a private draw, not a second release: no warning
             r.save(tmp / "releases" / name, mapping=tmp / "mappings" / f"{name}.json", progress=progress)
+            r._drawn = [*drawn, None]                  # a later save() warns that it is another draw
         path = Path(getattr(r, "path", r))
         mapping = maps.pop(path.name, None) or getattr(r, "mapping", None)
         specs.append(ReleaseSpec(path, mapping=mapping))

@@ -137,7 +137,8 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
         return {"records": len(ds), "p": p}
 
     return Release(method=method, dataset=ds, params={"p": p, **({"model_files": model_files} if model_files else {})},
-                   privacy=privacy, labels=labels, produce=None, seeds={method: seed} if seeded else {}, saver=saver)
+                   privacy=privacy, labels=labels, produce=None, seeds={method: seed} if seeded else {}, saver=saver,
+                   reproducible=seeded)
 
 
 _S, _V = SnowConfig(), VSSnowConfig()         # defaults are read from the configs the CLI also uses

@@ -92,6 +92,13 @@ def is_phantom(dataset) -> bool:
     return dataset.root is not None and (Path(dataset.root) / "phantom.json").is_file()
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
 def _png_to_float(path: Path) -> np.ndarray:
     """A release PNG as (C, H, W) float32 in [-1, 1]."""
     a = np.asarray(Image.open(path), dtype=np.float32) / 127.5 - 1.0
@@ -196,12 +203,41 @@ class Release:
     path: Path | None = None                              # where save() wrote it
     mapping: Path | None = None                           # the private mapping save() wrote, if any
     count: Callable[[], int] | None = field(default=None, repr=False)   # records once planned (default: one an image)
+    reproducible: bool = False                            # its randomness comes from a seed the caller chose (testing)
     _preview: CaptureWriter | None = field(default=None, init=False, repr=False)
+    _drawn: list[Path | None] = field(default_factory=list, init=False, repr=False)   # saves done (None: evaluate's)
 
     def __post_init__(self) -> None:
         from medanon.anonymize.privacy import with_standard_fields
 
         self.privacy = with_standard_fields(self.privacy)
+
+    @property
+    def draws_secret_randomness(self) -> bool:
+        """Whether every computation of this release draws new secret randomness (:data:`FRESH_RANDOMNESS`
+        without a seed, or latent views), so that two saves are two different releases of the same images."""
+        views = int(((self.params or {}).get("augmentation") or {}).get("views") or 1)
+        return (self.method in FRESH_RANDOMNESS and not self.reproducible) or views > 1
+
+    def _warn_second_draw(self, out: Path) -> None:
+        """A release with secret randomness saved again (elsewhere, or over its earlier folder) is another,
+        independent draw: warned, since publishing both weakens the privacy both state alone."""
+        if not self.draws_secret_randomness or not self._drawn:
+            return
+        saved = [p for p in self._drawn if p is not None]
+        if saved:
+            where = "over " if any(_same_folder(p, out) for p in saved) else "besides "
+            warnings.warn(f"{self.method}: this release was already saved to {saved[-1]}; saving it again draws new "
+                          f"secret randomness, so {out} is a second, independent release of the same images (written "
+                          f"{where}the first). Publishing both weakens the privacy each states alone: two noisy copies "
+                          "spend twice the privacy budget, two Snow draws hide different pixels, two draws of latent "
+                          "views average their noise away. Share one; to copy a release, copy its folder",
+                          PrivacyWarning, stacklevel=3)
+        else:
+            warnings.warn(f"{self.method}: medanon.evaluate() measured another draw of this release's secret "
+                          "randomness (saved to a temporary folder and removed), not the images this save writes; "
+                          "its numbers describe the method, not this release. To report on the images you share, "
+                          "save first and evaluate the saved release", UserWarning, stacklevel=3)
 
     def __len__(self) -> int:
         """The number of records: counted in the folder once saved; else planned (for the k-Same family the
@@ -244,7 +280,10 @@ class Release:
         audit and the evaluation's attacks need it). ``overwrite`` replaces an existing release.
         An interrupted save resumes when called again with the same settings: records already
         written are not recomputed. Returns ``path``; ``self.summary`` describes the run. ``progress``: bars on
-        stderr (default: only when it is a terminal or a notebook).
+        stderr (default: only when it is a terminal or a notebook). A release that :attr:`draws_secret_randomness`
+        saved again (elsewhere, or over its folder) is a second, independent release: a :class:`PrivacyWarning`
+        says so; after :func:`medanon.evaluate` saved it to a temporary folder, a ``UserWarning`` says the report
+        measured another draw.
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path= is {a_type(path)}; save takes a folder path (str or os.PathLike)")
@@ -253,6 +292,7 @@ class Release:
         check_type("overwrite", overwrite, "bool")           # overwrite="no" must not replace a release
         progress = show_progress(progress)
         out = Path(path)
+        self._warn_second_draw(out)
         self._preview = None
         mapping = Path(mapping) if mapping is not None else None
         self.path, self.mapping = None, None
@@ -261,6 +301,7 @@ class Release:
             manifest, _ = read_release(out)
             self.params, self.privacy, self.models = manifest["params"], manifest["privacy"], manifest["models"]
             self.path, self.mapping = out, mapping
+            self._drawn.append(out)
             return out
         with open_release(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
                           seeds=self.seeds, models=self.models, source=source_digest(self.dataset),
@@ -276,6 +317,7 @@ class Release:
             summary["records"] = manifest["counts"]["records"]
         self.summary = {**summary, "resumed_records": resumed}
         self.path, self.mapping = out, mapping
+        self._drawn.append(out)
         return out
 
     def images(self, limit: int | None = 16, *, progress: bool | None = False) -> torch.Tensor:
@@ -310,8 +352,7 @@ class Release:
     def _computed_records(self, limit: int | None, progress: bool) -> list[ReleasedRecord]:
         cap = self._preview
         if cap is None or (cap.limit is not None and (limit is None or limit > cap.limit)):
-            views = int(((self.params or {}).get("augmentation") or {}).get("views") or 1)
-            if self.method in FRESH_RANDOMNESS or views > 1:
+            if self.draws_secret_randomness:
                 warnings.warn(f"{self.method}: images before save() draw their own secret randomness, so they are "
                               "a second release of these images, independent of the one save() writes (two noisy "
                               "copies spend twice the privacy budget; two Snow draws hide different pixels; two "

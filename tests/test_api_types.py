@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 import medanon
+from medanon.anonymize.gmia import GMIAConfig
 from medanon.errors import ConfigError
 
 
@@ -86,6 +88,9 @@ def test_a_device_that_does_not_exist_is_a_config_error_before_any_model_loads(x
     (lambda d: medanon.split_dataset(d, val=0.6, test=0.5), ConfigError, "val=0.6, test=0.5"),
     (lambda d: medanon.audit(d.parent / "missing"), medanon.errors.DataError, "is not a folder"),
     (lambda d: medanon.evaluate(real=d, releases=[d.parent / "r"], size=0), ConfigError, "size=0: images are"),
+    (lambda d: medanon.anonymize.gmia(d, config=GMIAConfig(steps=3), steps=50), ConfigError,
+     "steps= given both as keyword and in config= (steps=3)"),
+    (lambda d: medanon.anonymize.gmia(d, config="steps: 3"), ConfigError, "config= is a str; it takes a GMIAConfig"),
 ])
 def test_arguments_that_cannot_work_are_refused_by_name(xray, call, error, said):
     """Each of these raised an AttributeError or TypeError that named no argument, or was accepted: a stratify that
@@ -124,3 +129,28 @@ def test_an_empty_patient_id_is_refused():
     with pytest.raises(ConfigError, match="empty id"):
         medanon.anonymize.kpixel(torch.rand(4, 1, 16, 16), k=2, patient_ids=["", "", "b", "b"],
                                  value_range=(0, 1))
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda d: medanon.split_dataset(d, seed=-1), "seed=-1 is negative; seeds are integers >= 0"),
+    (lambda d: medanon.anonymize.kpixel(d, k=2, seed=-1), "seed=-1 is negative"),
+    (lambda d: medanon.anonymize.snow(d, p=0.3, seed=-2), "seed=-2 is negative"),
+    (lambda d: medanon.anonymize.ldp_image(d, epsilon=2.0, noise_seed=-1), "noise_seed=-1 is negative"),
+    (lambda d: medanon.make_phantom(d.parent / "p2", patients=2, seed=-1), "seed=-1 is negative"),
+    (lambda d: medanon.anonymize.kpca(d, k=2, pca_components="5"), "pca_components='5' is a str"),
+    (lambda d: medanon.anonymize.ldp_image(d, epsilon=2.0, alpha="0.5"), "alpha='0.5' is a str"),
+])
+def test_seeds_and_numbers_are_checked_by_name(xray, call, said):
+    """A negative seed reached numpy as 'expected non-negative integer' on some paths (a split, a phantom, k-Same
+    beyond 2,000 images) and passed on others; a number given as a string failed with a comparison TypeError."""
+    e = _refusal(call, xray, ConfigError)
+    assert said in str(e) and e.fix
+
+
+def test_numpy_scalars_are_numbers(xray):
+    """epsilon= or alpha= as numpy scalars (e.g. from np.logspace) were refused as not positive numbers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = medanon.anonymize.ldp_image(xray, epsilon=np.float32(1e3), alpha=np.float64(0.5))
+        assert rel.images(1).shape[0] == 1
+    assert rel.privacy["epsilon_image"] == 1e3 and type(rel.params["epsilon"]) is float

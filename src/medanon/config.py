@@ -271,8 +271,9 @@ def validate(cfg: Any) -> None:
 
 
 def check_type(name: str, value: Any, declared: str) -> None:
-    """Refuse ``value`` for a setting declared ``bool`` unless it is one, and for one declared ``int`` unless it is
-    an integer (not a bool): the types a string or a float would otherwise pass as silently; and NaN anywhere."""
+    """Refuse ``value`` for a setting declared ``bool`` unless it is one, for one declared ``int`` unless it is
+    an integer (not a bool), for one declared ``float`` unless it is a real number: the types a string or a float
+    would otherwise pass as silently (or fail on with a message naming no setting); and NaN anywhere."""
     import math
     import numbers
 
@@ -289,6 +290,31 @@ def check_type(name: str, value: Any, declared: str) -> None:
                           fix=f"pass {name}= as an integer"
                               + (f", e.g. {name}={int(value)}" if isinstance(value, str) and value.strip().isdigit()
                                  else ""))
+    if declared in ("float", "float | None") and value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        hint = "" if not isinstance(value, str) or not _is_float(value) else \
+            f", e.g. {name}={int(value) if value.strip().isdigit() else float(value)}"
+        raise ConfigError(f"{name}={value!r} is {a_type(value)}; {name} takes a number",
+                          fix=f"pass {name}= as a number{hint}")
+    if declared in ("int", "int | None") and value is not None:
+        check_seed(name, value)
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_seed(name: str, value: Any) -> None:
+    """A setting named ``seed`` or ``*_seed`` is a non-negative integer: numpy's generators refuse a negative one
+    with a message that names no setting, and only some code paths reach them."""
+    import numbers
+
+    if (name == "seed" or name.endswith("_seed")) and isinstance(value, numbers.Integral) and value < 0:
+        raise ConfigError(f"{name}={value} is negative; seeds are integers >= 0", fix=f"pass e.g. {name}=0")
 
 
 def dump_yaml(cfg: Any) -> str:

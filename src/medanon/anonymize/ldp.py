@@ -103,6 +103,13 @@ CENTERS = ("midrange", "zero")                  # clip-box centre: Eq. 12, or 0 
 # ------------------------------------------------------------------------------------------------ noise
 
 
+def _real(value: Any) -> bool:
+    """A real number (numpy scalars included), not a bool."""
+    import numbers
+
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def laplace_noise(shape: tuple[int, ...], scale: torch.Tensor, *, generator: torch.Generator | None = None
                   ) -> torch.Tensor:
     """Lap(0, scale) in float64, as the difference of two Exp(1) variates times the scale.
@@ -143,12 +150,12 @@ class LaplaceMechanism:
         if center not in CENTERS:
             raise ConfigError(f"center={center!r} must be one of {CENTERS}",
                               fix="midrange: (max + min) / 2 as in the paper; zero: the standardised prior's mean")
-        if not (isinstance(epsilon, (int, float)) and epsilon > 0) or math.isnan(epsilon):
+        if not (_real(epsilon) and epsilon > 0) or math.isnan(epsilon):
             raise ConfigError(f"epsilon={epsilon!r} must be a positive number (or inf for no noise)",
                               fix="e.g. epsilon=100, per_element=True")
         if alpha is None:
             alpha = 1.0 if (calibration.public and calibration.space == "pixel") else DEFAULT_ALPHA
-        if not (isinstance(alpha, (int, float)) and 0 < alpha < math.inf):
+        if not (_real(alpha) and 0 < alpha < math.inf):
             raise ConfigError(f"alpha={alpha!r} must be a positive number", fix="use the paper's 0.4")
         if math.isfinite(epsilon) and not clip:
             raise ConfigError("noise without clipping is not ε-LDP: the sensitivity of an unclipped input "

@@ -69,6 +69,10 @@ def number(name: str, value: Any, *, integer: bool = False, allow_none: bool = F
         hint = f" (convert it: {name}={'int' if integer else 'float'}({value!r}))" if isinstance(value, str) else ""
         raise ConfigError(f"{name}={value!r} is {a_type(value)}; {name} takes {want}{hint}",
                           fix=f"pass {name}= as {want}, e.g. {name}={'5' if integer else '0.3'}")
+    if integer:
+        from medanon.config import check_seed
+
+        check_seed(name, value)
 
 
 def device_arg(device: Any):

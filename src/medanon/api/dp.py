@@ -49,6 +49,7 @@ class LDPConfig:
             raise ConfigError("no epsilon given: the privacy budget has no default",
                               fix="give epsilon=, e.g. epsilon=1 (per image)")
         check_budget(self.epsilon, self.clip)
+        number("alpha", self.alpha, allow_none=True)
         if self.clip_box not in CLIP_BOXES:
             raise ConfigError(f"clip_box={self.clip_box!r} is not one of {', '.join(CLIP_BOXES)}")
         if self.center not in CENTERS:
@@ -151,14 +152,10 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
 
     from medanon.anonymize.ldp import SEEDED, release_dataset, seeded_privacy
     from medanon.anonymize.ldp_statement import withdrawn_privacy
-    from medanon.api._inputs import number
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
-    number("noise_seed", noise_seed, integer=True, allow_none=True)
-    if noise_seed is not None and noise_seed < 0:
-        raise ConfigError(f"noise_seed={noise_seed} must not be negative", fix="pass noise_seed= >= 0, or leave it out "
-                                                                              "(secret noise)")
+    number("noise_seed", noise_seed, integer=True, allow_none=True)      # (an integer >= 0)
     labels = choose_labels(ds, release_labels)
     privacy = privatiser.privacy()
     if privacy.get("guarantee") == "epsilon-LDP":        # the per-patient budget of this release, not only the rule
@@ -285,6 +282,8 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
 
     validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
                        center=center, batch=batch))
+    epsilon, alpha = float(epsilon), None if alpha is None else float(alpha)   # numpy scalars: plain floats
+    number("noise_seed", noise_seed, integer=True, allow_none=True)   # before the flow or the calibration set
     device = device_arg(device)
     given = ds
     ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality,
@@ -374,6 +373,8 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
 
     validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
                        batch=batch))
+    epsilon, alpha = float(epsilon), None if alpha is None else float(alpha)   # numpy scalars: plain floats
+    number("noise_seed", noise_seed, integer=True, allow_none=True)   # before the flow or the calibration set
     device = device_arg(device)
     given = ds
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,

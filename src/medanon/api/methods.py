@@ -7,7 +7,7 @@ release and hand it to them on :meth:`~medanon.release.release.Release.save`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,29 @@ if TYPE_CHECKING:
     from medanon.data.dataset import ImageDataset
     from medanon.data.inputs import DataLike
     from medanon.release.release import Release
+
+
+def _gmia_config(config, given: dict[str, Any]):
+    """``config=`` (a GMIAConfig or a mapping of its fields) when no field is also given as a keyword: which of
+    the two was meant would be a guess."""
+    from dataclasses import fields
+
+    from medanon.anonymize.gmia import GMIAConfig
+    from medanon.config import from_dict
+    from medanon.errors import a_type
+
+    if isinstance(config, Mapping):
+        config = from_dict(GMIAConfig, dict(config), where="config")
+    elif not isinstance(config, GMIAConfig):
+        raise ConfigError(f"config= is {a_type(config)}; it takes a GMIAConfig or a mapping of its fields",
+                          fix="pass config=medanon.anonymize.gmia.GMIAConfig(steps=...) or config={'steps': ...}")
+    defaults = {f.name: f.default for f in fields(GMIAConfig)}
+    twice = sorted(k for k, v in given.items() if v != defaults[k] and v != getattr(config, k))
+    if twice:
+        raise ConfigError(f"{', '.join(f'{k}=' for k in twice)} given both as keyword and in config= "
+                          f"({', '.join(f'{k}={getattr(config, k)!r}' for k in twice)})",
+                          fix="set each setting once: in config= (dataclasses.replace(config, ...)) or as a keyword")
+    return config
 
 
 def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps,
@@ -41,7 +64,8 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
     The images must have the codec's size. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA
     Table 2), ``steps``, ``lr``, ``margin``, ``lambda_id``, ``lambda_ut``, ``latent_space`` (``w``,
     the paper's, or ``w+``), ``batch_size``: the fields of :class:`~medanon.anonymize.gmia.GMIAConfig`
-    and their defaults (or pass a whole ``config=``). Settings that
+    and their defaults (or pass a whole ``config=``: a GMIAConfig or a mapping of its fields; a setting given
+    both there and as a keyword is refused). Settings that
     remove little identity warn when the release is saved.
 
     Example (see tests/test_api.py for a run with tiny networks):
@@ -57,9 +81,9 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
-    cfg = config if config is not None else GMIAConfig(losses=losses, steps=steps, lr=lr, margin=margin,
-                                                       lambda_id=lambda_id, lambda_ut=lambda_ut,
-                                                       latent_space=latent_space, batch_size=batch_size)
+    given = {"losses": losses, "steps": steps, "lr": lr, "margin": margin, "lambda_id": lambda_id,
+             "lambda_ut": lambda_ut, "latent_space": latent_space, "batch_size": batch_size}
+    cfg = GMIAConfig(**given) if config is None else _gmia_config(config, given)
     validate(cfg)
     ds = dataset_arg(ds, method="gmia", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)

@@ -309,6 +309,27 @@ def test_audit_with_another_releases_mapping_or_dataset_is_an_argument_error(tmp
         medanon.audit(a, source=other, mapping=tmp_path / "a.json")
 
 
+def test_without_a_mapping_a_source_smaller_than_the_release_fails_and_a_note_says_it_is_unconfirmed(tmp_path):
+    """audit(release, source=unrelated) without the mapping passed every check: the identifier and copy searches
+    ran on images the release was not made from. A source with fewer images or people than the public manifest
+    counts cannot be the release's; one large enough is searched, with a note that it was not confirmed."""
+    import medanon
+
+    fundus = medanon.make_phantom(tmp_path / "fundus", patients=4, per_patient=2, size=16)
+    out = medanon.anonymize.kpixel(medanon.open_dataset(fundus, size=16), k=2).save(tmp_path / "rel", progress=False)
+    check = "the source given holds as many images and people as the release stands for (manifest)"
+    rep = medanon.audit(out, source=fundus)
+    assert rep.passed and next(c for c in rep.checks if c.name == check).passed
+    assert any("no mapping given: the source was not confirmed" in n for n in rep.notes)
+    small = medanon.make_phantom(tmp_path / "small", patients=3, per_patient=2, size=16, seed=4)
+    rep = medanon.audit(out, source=small)
+    failed = next(c for c in rep.checks if c.name == check)
+    assert not rep.passed and not failed.passed
+    assert "stands for 8 source images, the source holds 6; the release stands for 4 people, the source holds 3" \
+        in failed.detail
+    assert check not in {c.name for c in medanon.audit(out).checks}         # no source: nothing to compare
+
+
 def test_without_a_mapping_the_manifests_modality_still_tells_a_wrong_source(tmp_path: Path):
     """The manifest names the source's modality (nothing private): audit and evaluate refuse a source of another
     modality even when the custodian kept no mapping (evaluate converted a fundus release to grey and went on)."""

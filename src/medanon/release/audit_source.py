@@ -1,0 +1,82 @@
+"""Checks of a release against the source dataset given to the audit: that it could be the release's source
+(its size, by the public manifest's counts, when there is no mapping to confirm it), and that no released image
+is a copy of one of its images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from medanon.release.audit import AuditReport
+
+
+def _pixels(path: Path, mode: str | None = None) -> tuple[tuple[int, int], str, str] | None:
+    """(size, mode, sha256 of the decoded 8-bit pixels) of an image, converted to ``mode`` if given; None if it
+    cannot be decoded."""
+    import hashlib
+
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            im = im.convert(mode or ("L" if im.mode in ("L", "I", "I;16", "1") else "RGB"))
+            return im.size, im.mode, hashlib.sha256(im.tobytes()).hexdigest()
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+
+
+def _image_size(path: Path) -> tuple[int, int] | None:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:                # the header only
+            return im.size
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+
+
+def check_source_counts(rep: AuditReport, manifest: dict, source_records) -> None:
+    """Without the mapping, the source cannot be confirmed to be the release's: at least it must hold as many
+    images and people as the public manifest says the release stands for."""
+    counts = manifest.get("counts") or {}
+    have = {"sources": len(source_records), "people": len({r.patient_id for r in source_records})}
+    short = [f"the release stands for {counts[key]} {what}, the source holds {have[key]}"
+             for key, what in (("sources", "source images"), ("people", "people"))
+             if isinstance(counts.get(key), int) and counts[key] > have[key]]
+    rep.add("the source given holds as many images and people as the release stands for (manifest)", not short,
+            "; ".join(short) + (": it is not (all of) the release's source" if short else ""))
+    rep.notes.append("no mapping given: the source was not confirmed to be the one the release was made from (the "
+                     "mapping names its sources); identifiers and copies were searched for in the source given")
+
+
+def check_copied_files(rep: AuditReport, release: Path, images: list[Path], source_records) -> None:
+    """No released image is a source image or mask: byte for byte (a copy put into the release by hand or by a
+    tool), or pixel for pixel (the same image re-encoded: other compression, other chunks). Only source files of a
+    released file's byte size are hashed, and only sources of a released image's width and height decoded, so a
+    dataset of large originals costs little. A resized or altered copy is a near copy: the evaluation's near-copy
+    screening measures those."""
+    from medanon.fsutil import sha256_file
+
+    by_size: dict[int, list[Path]] = {}
+    for p in images:
+        by_size.setdefault(p.stat().st_size, []).append(p)
+    sources = {Path(f) for r in source_records for f in (r.path, getattr(r, "mask_path", None)) if f}
+    sized = {s: s.stat().st_size for s in sources if s.is_file()}
+    same_size = [s for s, size in sized.items() if size in by_size]
+    source_digests = {sha256_file(s): s for s in same_size}
+    candidates = [p for size in {sized[s] for s in same_size} for p in by_size[size]]
+    copied = {str(p.relative_to(release)): source_digests[d].name for p in candidates
+              if (d := sha256_file(p)) in source_digests}
+    released = {p: got for p in images if str(p.relative_to(release)) not in copied and (got := _pixels(p))}
+    dims = {size for size, _, _ in released.values()}
+    same_dims = [s for s in sized if _image_size(s) in dims]
+    modes = {mode for _, mode, _ in released.values()}
+    by_pixels = {(mode, got[2]): s for s in same_dims for mode in modes if (got := _pixels(s, mode))}
+    copied.update({str(p.relative_to(release)): by_pixels[(mode, h)].name for p, (_, mode, h) in released.items()
+                   if (mode, h) in by_pixels})
+    first = next(iter(sorted(copied.items())), None)
+    rep.add("no released image is a copy of a source image (its bytes, or its decoded pixels)", not copied,
+            f"{len(copied)} are, e.g. {first[0]} = source {first[1]}" if first else
+            f"{len(same_size)} source files of a released file's byte size compared by content, "
+            f"{len(same_dims)} of a released image's width and height by decoded pixels")

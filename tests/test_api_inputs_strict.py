@@ -143,6 +143,9 @@ def test_settings_are_refused_when_the_release_is_made_not_after_the_work(phanto
     xray = medanon.open_dataset(medanon.make_phantom(tmp_path / "xray", modality="xray", patients=4), size=16)
     with pytest.raises(ConfigError, match="the basis dataset gives 1x16px images"):
         medanon.anonymize.kpca(ds, k=2, pca_basis=xray)
+    with pytest.raises(DataError, match="pca_basis= holds floating-point images") as e:   # ds= is a folder: its
+        medanon.anonymize.kpca(ds, k=2, pca_basis=torch.rand(4, 3, 16, 16))      # value_range= would be refused
+    assert "pca_basis=medanon.data.as_dataset(images, value_range=(0, 1))" in e.value.fix
     for seed, words in (("a", "noise_seed='a' is a str"), (1.5, "noise_seed=1.5 is a float"), (-1, "negative")):
         with pytest.raises(ConfigError, match=words):
             medanon.anonymize.ldp_image(ds, epsilon=1.0, clip_box="public", noise_seed=seed)

@@ -184,7 +184,11 @@ def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[floa
                             "guess what black and white are from the values, since one image's pixels would then "
                             "change how every other image is read",
                             fix="pass value_range=(0, 1) or value_range=(-1, 1), or a dataset made with "
-                                "medanon.data.as_dataset(images, value_range=...) (8-bit integers need none)")
+                                "medanon.data.as_dataset(images, value_range=...) (8-bit integers need none)"
+                            if name in ("ds=", "real=") else
+                            f"pass {name}medanon.data.as_dataset(images, value_range=(0, 1)) (or (-1, 1)); the "
+                            f"call's value_range= reaches {name} only when the images released are floating-point "
+                            "images held in memory too")
         if t.dtype != torch.uint8:
             wide = t.to(torch.int64)                    # (min() has no kernel for every integer type)
             span = f" spanning [{int(wide.min())}, {int(wide.max())}]" if t.numel() else ""

@@ -420,3 +420,12 @@ def test_a_noisy_release_saved_twice_is_said_to_be_two_releases(world, tmp_path,
     assert res.releases == [{"name": "snow-0"}] and fresh.path is None
     with pytest.warns(UserWarning, match="evaluate\\(\\) measured another draw"):
         fresh.save(tmp_path / "snow", progress=False)
+
+
+def test_a_folder_is_opened_at_the_size_of_the_model_that_reads_it(world):
+    """A folder given by path was opened at 64 px whatever the model: a 32 px codec refused it, with a fix that
+    meant opening it by hand. It is opened again at the codec's side (the default model, chosen by the folder's
+    modality, needs it opened once first)."""
+    rel = medanon.anonymize.kcentroid(world["data"], k=3, codec=world["dir"] / "restyle.pt")
+    assert rel.dataset.size == SIZE and rel.images(limit=1).shape[-1] == SIZE
+    assert medanon.anonymize.kpixel(world["data"], k=3).dataset.size == 64       # no model: the CPU default

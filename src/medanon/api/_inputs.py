@@ -1,7 +1,8 @@
 """What every API function does with its arguments first: the data as a dataset, models by name, types checked.
 
 * :func:`dataset_arg`: the ``ds`` argument through :func:`medanon.data.inputs.as_dataset` (a dataset, a
-  folder, or images in memory with ``patient_ids=``, ``labels=``, ``modality=``);
+  folder, or images in memory with ``patient_ids=``, ``labels=``, ``modality=``); :func:`at_model_size`: a
+  folder opened again at the side of the model that reads it;
 * :func:`model_arg`: a ``codec=``, ``model=``, ``flow=``, ... argument through
   :func:`medanon.models_registry.resolve_model` (a name on ``medanon models``, a path, a loaded network, or the
   role's default for the data's modality), with the record the manifest keeps;
@@ -11,16 +12,25 @@
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Any
 
 
 def dataset_arg(ds: Any, *, method: str, patient_ids=None, labels=None, modality=None, value_range=None,
-                require_patients=False, why: str | None = None):
-    """``ds`` as the :class:`~medanon.data.dataset.ImageDataset` the methods read."""
+                require_patients=False, why: str | None = None, size: int = 64):
+    """``ds`` as the :class:`~medanon.data.dataset.ImageDataset` the methods read (a folder opened at ``size``)."""
     from medanon.data.inputs import as_dataset
 
     return as_dataset(ds, patient_ids=patient_ids, labels=labels, modality=modality, value_range=value_range,
-                      require_patients=require_patients, argument="ds", method=method, why=why)
+                      require_patients=require_patients, argument="ds", method=method, why=why, size=size)
+
+
+def at_model_size(given: Any, ds, size: int | None, **kw):
+    """``ds`` again at the side of the model that reads it, when it was given as a folder path (opened at 64 px
+    before the model was known: its modality chooses the default model); ``kw``: :func:`dataset_arg`'s."""
+    if size is None or ds.size == size or not isinstance(given, (str, os.PathLike)):
+        return ds
+    return dataset_arg(given, size=int(size), **kw)
 
 
 def value_kind(obj: Any) -> str | None:

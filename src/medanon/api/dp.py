@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
-from medanon.api._inputs import dataset_arg, device_arg, memory_range, model_arg, number
+from medanon.api._inputs import at_model_size, dataset_arg, device_arg, memory_range, model_arg, number
 from medanon.config import validate
 from medanon.errors import ConfigError, user_stacklevel
 
@@ -285,14 +285,15 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     epsilon, alpha = float(epsilon), None if alpha is None else float(alpha)   # numpy scalars: plain floats
     number("noise_seed", noise_seed, integer=True, allow_none=True)   # before the flow or the calibration set
     device = device_arg(device)
-    given = ds
-    ds = dataset_arg(ds, method="dpglow", patient_ids=patient_ids, labels=labels, modality=modality,
-                     value_range=value_range)
+    given, kw = ds, {"method": "dpglow", "patient_ids": patient_ids, "labels": labels, "modality": modality,
+                     "value_range": value_range}
+    ds = dataset_arg(ds, **kw)
     used: dict[str, Any] = {}
     if not isinstance(flow, tuple):
         flow = model_arg(flow, role="dpglow-flow", ds=ds, argument="flow", method="dpglow", used=used)
     codec, stored, trained_on = load_flow_for(flow, device)
     cfg = codec.flow.cfg
+    ds = at_model_size(given, ds, cfg.resolution, **kw)
     from medanon.codecs.stylegan import check_model_fits
 
     modality = (trained_on or {}).get("modality")            # recorded by `medanon train flow`

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from medanon.anonymize.ksame import KSameConfig as _K
 from medanon.anonymize.salsa import SalsaConfig as _S
 from medanon.anonymize.style import StyleConfig as _St
-from medanon.api._inputs import dataset_arg, device_arg, memory_range, model_arg, number
+from medanon.api._inputs import at_model_size, dataset_arg, device_arg, memory_range, model_arg, number
 from medanon.errors import ConfigError, a_type
 
 if TYPE_CHECKING:
@@ -178,12 +178,15 @@ def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, d
     """The dataset (images in memory need ``patient_ids``) and the codec: by name, path, loaded, or (for the
     latent methods) the default for the modality; returns ``(ds, codec, model_files)``."""
     device = device_arg(device)
-    ds = dataset_arg(ds, method=method, patient_ids=patient_ids, labels=labels, modality=modality,
-                     value_range=value_range, require_patients=method != "inverted")
+    given, kw = ds, {"method": method, "patient_ids": patient_ids, "labels": labels, "modality": modality,
+                     "value_range": value_range, "require_patients": method != "inverted"}
+    ds = dataset_arg(ds, **kw)
     used: dict[str, Any] = {}
     if codec is not None or default_codec:
         codec = model_arg(codec, role="ksame-codec", ds=ds, argument="codec", method=method, used=used)
-    return ds, load_codec_for(codec, device), used
+    codec = load_codec_for(codec, device)
+    g = getattr(codec, "generator", None)
+    return at_model_size(given, ds, getattr(g, "img_resolution", None), **kw), codec, used
 
 
 def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder,
@@ -191,7 +194,8 @@ def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder:
            patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """k-Same-Pixel: the mean image of each cluster of at least ``k`` patients.
 
-    ``ds``: an opened dataset, a dataset folder, or images in memory (a tensor or array (N, C, H, W), a list
+    ``ds``: an opened dataset, a dataset folder (opened at the side of the model that reads it, else at 64 px;
+    :func:`medanon.open_dataset` chooses another), or images in memory (a tensor or array (N, C, H, W), a list
     of PIL images) with ``patient_ids=`` (one per image: required, the guarantee counts people) and
     optional ``labels=`` (name -> one value per image) and ``modality=`` (:func:`medanon.data.as_dataset`).
     ``k``: people per released record, at least (keyword-only, no default). ``stratify``: cluster

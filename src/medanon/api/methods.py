@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from medanon.anonymize.gmia import GMIAConfig as _G
 from medanon.anonymize.snow_release import SnowConfig, VSSnowConfig
-from medanon.api._inputs import dataset_arg, device_arg, model_arg, number
+from medanon.api._inputs import at_model_size, dataset_arg, device_arg, model_arg, number
 from medanon.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -81,12 +81,13 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
-    given = {"losses": losses, "steps": steps, "lr": lr, "margin": margin, "lambda_id": lambda_id,
-             "lambda_ut": lambda_ut, "latent_space": latent_space, "batch_size": batch_size}
-    cfg = GMIAConfig(**given) if config is None else _gmia_config(config, given)
+    settings = {"losses": losses, "steps": steps, "lr": lr, "margin": margin, "lambda_id": lambda_id,
+                "lambda_ut": lambda_ut, "latent_space": latent_space, "batch_size": batch_size}
+    cfg = GMIAConfig(**settings) if config is None else _gmia_config(config, settings)
     validate(cfg)
-    ds = dataset_arg(ds, method="gmia", patient_ids=patient_ids, labels=labels, modality=modality,
-                     value_range=value_range)
+    given, kw = ds, {"method": "gmia", "patient_ids": patient_ids, "labels": labels, "modality": modality,
+                     "value_range": value_range}
+    ds = dataset_arg(ds, **kw)
     used: dict[str, Any] = {}
     model = model_arg(model, role="gmia-codec", ds=ds, argument="model", method="gmia", used=used)
     if identity is not None or "id" in cfg.losses.split("+"):
@@ -95,6 +96,7 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
         utility = model_arg(utility, role="gmia-utility", ds=ds, argument="utility", method="gmia", used=used)
     device = device_arg(device)
     codec = load_codec_for(model, device)
+    ds = at_model_size(given, ds, getattr(getattr(codec, "generator", None), "img_resolution", None), **kw)
     dev = device if device is not None else getattr(codec, "device", "cpu")
     if isinstance(identity, (str, Path)):
         identity = IdentityEncoder.from_checkpoint(identity, map_location=dev)

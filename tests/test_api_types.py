@@ -124,6 +124,14 @@ def test_images_in_memory_must_have_their_modality_s_channels(images, kw, said):
     assert said in str(e.value)
 
 
+def test_a_patient_id_is_one_person_whatever_its_number_type():
+    """7 and 7.0 (a pandas id column with a gap is float) split one person into two, so a record of k images
+    could show fewer than k people."""
+    ds = medanon.data.as_dataset(torch.rand(5, 1, 16, 16), patient_ids=[7, 7.0, np.float32(8), np.int64(8), "x"],
+                                 value_range=(0, 1))
+    assert [r.patient_id for r in ds.records] == ["7", "7", "8", "8", "x"]
+
+
 def test_an_empty_patient_id_is_refused():
     """An empty id would make every image without one a single patient."""
     with pytest.raises(ConfigError, match="empty id"):

@@ -124,8 +124,8 @@ def releases_fundus(data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, made: Ma
             out.append(dest)
     if codec is not None:                       # the codec alone, NOT anonymised: what the latent methods start from
         dest = rel / "inverted"
-        _release(f"anonymize inverted --data {data} --model {latent} --seed {cfg.seed}", dest,
-                 lambda: anonymize.inverted(ds, codec=codec, seed=cfg.seed, device=dev), made)
+        _release(f"anonymize inverted --data {data} --model {latent}", dest,
+                 lambda: anonymize.inverted(ds, codec=codec, device=dev), made)
         out.append(dest)
     out += releases_gmia(ds, data, rel, ckpt, cfg, made)
     unet = ckpt / "unet-vessels64.pt"

@@ -374,7 +374,7 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
                          model_files=used, map_generator=map_generator)
 
 
-def inverted(ds: DataLike, *, codec=None, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
+def inverted(ds: DataLike, *, codec=None, release_labels: str | Sequence[str] | None = None,
              patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the k-SALSA paper's comparison only.
 
@@ -386,7 +386,7 @@ def inverted(ds: DataLike, *, codec=None, seed: int = _K.seed, release_labels: s
         >>> "NOT anonymised" in medanon.anonymize.inverted.__doc__
         True
     """
-    cfg = _config("inverted", k=1, seed=seed)
+    cfg = _config("inverted", k=1)             # no seed: one inversion per image, nothing random
     ds, codec, used = _prepare("inverted", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
                                value_range=value_range, device=device, default_codec=True)
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)

@@ -95,8 +95,8 @@ def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: in
         return select_split(ds, split, splits_csv=splits_csv, seed=split_seed)
 
 
-def ksame_options(*, model_required: bool, k: bool = True):
-    """Options every k-Same command shares."""
+def ksame_options(*, model_required: bool, k: bool = True, seed: bool = True):
+    """Options every k-Same command shares (``seed``: the command has a PCA subsample to seed)."""
     def deco(f):
         opts = [
             data_dir_argument(help="Dataset folder to anonymise."),
@@ -114,10 +114,11 @@ def ksame_options(*, model_required: bool, k: bool = True):
                          help="Labels to release, aggregated per record.  [default: grade for fundus, pneumonia "
                               "for X-ray]"),
             click.option("--overwrite", is_flag=True, help="Replace --out if it exists."),
-            click.option("--seed", type=int, default=None,
-                         help="Seeds the PCA subsample (the augmentation noise is secret, never seeded)."
-                              + default(KSameConfig, "seed")),
         ]
+        if seed:
+            opts.append(click.option("--seed", type=int, default=None,
+                                     help="Seeds the PCA subsample (the augmentation noise is secret, never seeded)."
+                                          + default(KSameConfig, "seed")))
         if k:
             opts[2:2] = [
                 click.option("--k", type=click.IntRange(min=2), default=None,
@@ -348,9 +349,9 @@ def kpca_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapp
 
 
 @anonymize.command("inverted", context_settings=CONTEXT)
-@ksame_options(model_required=True, k=False)
+@ksame_options(model_required=True, k=False, seed=False)
 @click.pass_context
-def inverted_cmd(ctx, data_dir, model, out, mapping, release_labels, overwrite, seed, config_file, overrides,
+def inverted_cmd(ctx, data_dir, model, out, mapping, release_labels, overwrite, config_file, overrides,
                  **data_opts) -> None:
     """GAN-Inverted: G(E(x)) for every image. NOT anonymised (k = 1): the paper's comparison only.
 
@@ -359,4 +360,4 @@ def inverted_cmd(ctx, data_dir, model, out, mapping, release_labels, overwrite, 
       medanon anonymize inverted --data /data/fundus --model restyle-map-fundus64 --out release-inv
     """
     _run(ctx, "inverted", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
-         overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=1, seed=seed)
+         overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=1)

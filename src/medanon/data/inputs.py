@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -269,6 +270,10 @@ def _patient_id(p: Any) -> str:
         raise ConfigError("patient_ids= holds a missing id", fix="give every image its patient's id")
     if not str(p).strip():                       # "" would make every image without an id one patient
         raise ConfigError(f"patient_ids= holds an empty id ({p!r})", fix="give every image its patient's id")
+    if isinstance(p, numbers.Real) and not isinstance(p, numbers.Integral) and float(p).is_integer():
+        return str(int(p))                       # 7 and 7.0 are one person (a pandas column with a gap is float)
+    if isinstance(p, numbers.Integral):
+        return str(int(p))                       # numpy integers too
     return str(p)
 
 

@@ -115,6 +115,11 @@ def test_loaded_networks_of_the_wrong_kind_are_named(phantom):  # noqa: F811
         medanon.anonymize.dpglow(ds, epsilon=1.0, flow=glow)
     with pytest.raises(ConfigError, match=r"features= is a torch\.Linear, not a feature network"):
         medanon.anonymize.ksalsa(ds, k=2, features=torch.nn.Linear(2, 2))   # the shipped codec
+    from medanon.models.features import get_feature_network
+
+    net = get_feature_network("efficientnet-lite0", input_size=None)
+    with pytest.raises(ConfigError, match="features= is a loaded network, which has its own weights and input"):
+        medanon.anonymize.ksalsa(ds, k=2, features=net, feature_size=64)     # was silently ignored
     with pytest.raises(ConfigError, match=r"source= is a torch\.Tensor"):
         medanon.audit(medanon.anonymize.kpixel(ds, k=2).save(ds.root.parent / "kp", overwrite=True, progress=False),
                       source=x)

@@ -91,6 +91,8 @@ def test_a_device_that_does_not_exist_is_a_config_error_before_any_model_loads(x
     (lambda d: medanon.anonymize.gmia(d, config=GMIAConfig(steps=3), steps=50), ConfigError,
      "steps= given both as keyword and in config= (steps=3)"),
     (lambda d: medanon.anonymize.gmia(d, config="steps: 3"), ConfigError, "config= is a str; it takes a GMIAConfig"),
+    (lambda d: medanon.anonymize.ksalsa(d, k=2, feature_size=3), ConfigError, "feature_size=3: the feature network"),
+    (lambda d: medanon.anonymize.ksalsa(d, k=2, features=object()), ConfigError, "features= is an object, not a"),
 ])
 def test_arguments_that_cannot_work_are_refused_by_name(xray, call, error, said):
     """Each of these raised an AttributeError or TypeError that named no argument, or was accepted: a stratify that

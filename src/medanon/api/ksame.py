@@ -352,13 +352,21 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
         [(3, 16, 16), (3, 16, 16)]
     """
     number("k", k, integer=True)
-    ds, codec, used = _prepare("ksalsa", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
-                               value_range=value_range, device=device, default_codec=True)
-    net = features
+    number("feature_size", feature_size, integer=True, allow_none=True)
+    if feature_size is not None and feature_size < 32:
+        raise ConfigError(f"feature_size={feature_size}: the feature network reads images of at least 32 px",
+                          fix="leave feature_size= out (the network's own size) or pass e.g. feature_size=224")
     if not isinstance(features, str) and not all(hasattr(features, a) for a in ("name", "layers", "embedding_layer")):
         raise ConfigError(f"features= is {a_type(features)}, not a feature network",
                           fix="pass a name ('efficientnet-lite0', or 'vgg19' with features_weights=) or a network "
                               "from medanon.models.features.get_feature_network")
+    if not isinstance(features, str) and (feature_size, features_weights) != (None, None):
+        raise ConfigError("feature_size= and features_weights= describe a feature network given by name; features= "
+                          "is a loaded network, which has its own weights and input size",
+                          fix="leave them out, or pass features= the network's name")
+    ds, codec, used = _prepare("ksalsa", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
+                               value_range=value_range, device=device, default_codec=True)
+    net = features
     if isinstance(features, str):
         net = feature_network(features, weights=features_weights, input_size=feature_size,
                               device=device if device is not None else getattr(codec, "device", None))

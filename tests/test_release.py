@@ -330,6 +330,22 @@ def test_without_a_mapping_a_source_smaller_than_the_release_fails_and_a_note_sa
     assert check not in {c.name for c in medanon.audit(out).checks}         # no source: nothing to compare
 
 
+def test_audit_of_a_generic_source_compares_the_modality_it_is_told(tmp_path):
+    """A generic layout does not say its modality: the audit said nothing and compared nothing; it now notes
+    that, and --modality gives it."""
+    import medanon
+
+    fundus = medanon.make_phantom(tmp_path / "fundus", patients=4, per_patient=1, size=16)
+    out = medanon.anonymize.kpixel(medanon.open_dataset(fundus, size=16), k=2).save(tmp_path / "rel", progress=False)
+    generic = ["--source", str(fundus), "--layout", "generic", "--labels", str(fundus / "labels.csv"),
+               "--image-col", "image", "--patient-col", "patient_id"]
+    r = CliRunner().invoke(cli, ["audit", str(out), *generic])
+    assert r.exit_code == 0 and "modality is not known from its layout" in r.output, r.output
+    r = CliRunner().invoke(cli, ["audit", str(out), *generic, "--modality", "xray"])
+    assert r.exit_code == 1 and "made from fundus images, the source given holds xray images" in r.output, r.output
+    assert CliRunner().invoke(cli, ["audit", str(out), *generic, "--modality", "fundus"]).exit_code == 0
+
+
 def test_without_a_mapping_the_manifests_modality_still_tells_a_wrong_source(tmp_path: Path):
     """The manifest names the source's modality (nothing private): audit and evaluate refuse a source of another
     modality even when the custodian kept no mapping (evaluate converted a fundus release to grey and went on)."""

@@ -20,9 +20,12 @@ from medanon.cli.data import layout_options, scan_from_cli
 @click.option("--source", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="The source dataset: its file names, record ids and patient ids are searched for.")
 @layout_options
+@click.option("--modality", type=click.Choice(["fundus", "xray"]), default=None,
+              help="The source's modality, compared with the release's; needed only where the layout does not say "
+                   "(generic).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def audit(ctx: click.Context, release: Path, k, mapping, source, as_json, **layout_opts) -> None:
+def audit(ctx: click.Context, release: Path, k, mapping, source, modality, as_json, **layout_opts) -> None:
     """Verify that every record of RELEASE stands for at least k people and that no source file name,
     record id or patient id appears anywhere in it (paths, CSV, manifest, image metadata).
 
@@ -38,7 +41,8 @@ def audit(ctx: click.Context, release: Path, k, mapping, source, as_json, **layo
         # every file the labels name is searched for, inside the folder or not: names are read, never pixels
         scanned = scan_from_cli(source, **{**layout_opts, "allow_outside": True}) if source is not None else None
         rep = audit_release(release, k=k, mapping=mapping, source_records=scanned and scanned.records,
-                            source_root=scanned and scanned.root, source_modality=scanned and scanned.modality)
+                            source_root=scanned and scanned.root,
+                            source_modality=scanned and (modality or scanned.modality))
     except (MedanonError, OSError, ValueError, KeyError) as e:
         click.secho(f"error: the audit could not run: {e}", fg="red", err=True)
         ctx.exit(3)

@@ -236,6 +236,9 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
         rep.add("the source given is of the release's modality (manifest)", made_from == source_modality,
                 "" if made_from == source_modality else f"made from {made_from} images, the source given holds "
                                                        f"{source_modality} images")
+    elif source_records is not None and made_from:
+        rep.notes.append(f"the source's modality is not known from its layout: not compared with the release's "
+                         f"({made_from})")
     if mapping is not None:
         _check_mapping(rep, Path(mapping), rows, k, source_records, source_root, source_modality)
     elif source_records is not None:

@@ -429,3 +429,25 @@ def test_a_folder_is_opened_at_the_size_of_the_model_that_reads_it(world):
     rel = medanon.anonymize.kcentroid(world["data"], k=3, codec=world["dir"] / "restyle.pt")
     assert rel.dataset.size == SIZE and rel.images(limit=1).shape[-1] == SIZE
     assert medanon.anonymize.kpixel(world["data"], k=3).dataset.size == 64       # no model: the CPU default
+
+
+def test_a_network_given_in_memory_is_recorded_by_its_weights(world):
+    """A codec built in memory has no checkpoint file: the manifest recorded nothing of it. Its weights' sha256
+    is recorded, the same for the same weights and another for others."""
+    from medanon.checkpoint import weights_sha256
+    from medanon.codecs.stylegan import StyleGANCodec
+    from medanon.models.encoder import Encoder
+    from medanon.models.stylegan import Generator
+
+    def codec(seed):
+        torch.manual_seed(seed)
+        G = Generator(z_dim=16, w_dim=16, img_resolution=SIZE, img_channels=3, channel_base=128, channel_max=16)
+        E = Encoder(SIZE, 3, G.num_ws, G.w_dim, iterative=False, channel_base=128, channel_max=16, head_dim=16)
+        return StyleGANCodec(G, E)
+
+    models = [medanon.anonymize.kcentroid(world["ds"], k=3, codec=codec(s)).models for s in (0, 0, 1)]
+    (key, digest), = models[0].items()
+    assert key.endswith(":weights") and len(digest) == 64 and models[1] == models[0] and models[2][key] != digest
+    assert digest == weights_sha256(codec(0)) and weights_sha256(object()) is None
+    from_file = medanon.anonymize.kcentroid(world["ds"], k=3, codec=world["dir"] / "restyle.pt").models
+    assert not any(k.endswith(":weights") for k in from_file)                   # a file: its own sha256

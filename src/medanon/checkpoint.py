@@ -21,6 +21,25 @@ FORMAT = "medanon-checkpoint"
 VERSION = 1
 
 
+def weights_sha256(network: Any) -> str | None:
+    """One sha256 over the parameters and buffers (names, dtypes, shapes and bytes) of ``network``: an ``nn.Module``,
+    or a codec holding its networks as ``generator``, ``encoder`` or ``flow``. What a release records of a network
+    given in memory, which has no checkpoint file to checksum; None when nothing holds weights."""
+    import hashlib
+
+    modules = [network] if isinstance(network, torch.nn.Module) else \
+        [m for a in ("generator", "encoder", "flow") if isinstance(m := getattr(network, a, None), torch.nn.Module)]
+    if not modules:
+        return None
+    h = hashlib.sha256()
+    for i, module in enumerate(modules):
+        for name, t in module.state_dict().items():
+            t = t.detach().cpu().contiguous().reshape(-1)
+            h.update(f"{i}:{name}:{t.dtype}:{t.numel()}\n".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_checkpoint(path: str | Path, *, kind: str, config: dict[str, Any], state: dict[str, Any],
                     step: int = 0, extra: dict[str, Any] | None = None) -> Path:
     """Write a checkpoint atomically.

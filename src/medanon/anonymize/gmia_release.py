@@ -149,6 +149,10 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
     params.update(extra_params or {})
     models = {name: sha for name in ("codec", "identity", "utility")
               if (sha := _sha256(networks[name]))}
+    from medanon.checkpoint import weights_sha256
+
+    models.update({f"{name}:weights": sha for name in ("codec", "identity", "utility")   # networks given in memory
+                   if name not in models and (sha := weights_sha256(getattr(gmia, name))) is not None})
     from medanon.release.release import is_phantom, source_digest
 
     source = source_digest(dataset)                  # image bytes, record and patient ids, labels

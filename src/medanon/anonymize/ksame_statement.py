@@ -142,12 +142,16 @@ def seeds_used(cfg: KSameConfig, *, codec=None) -> dict[str, int]:
 
 
 def model_checksums(codec=None, features=None) -> dict[str, str]:
+    from medanon.checkpoint import weights_sha256
+
     out = {}
     if codec is not None:
         d = codec.describe()
         sha = (d.get("checkpoint") or {}).get("sha256")
         if sha:
             out[f"codec:{d.get('name')}"] = sha
+        elif (weights := weights_sha256(codec)) is not None:       # given in memory: its weights' checksum
+            out[f"codec:{d.get('name')}:weights"] = weights
         gen = d.get("generator_checkpoint")
         if isinstance(gen, dict) and gen.get("sha256"):
             out["generator"] = gen["sha256"]

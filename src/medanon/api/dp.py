@@ -198,6 +198,16 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                    inputs=[p for r in reads for p in dataset_inputs(r)])
 
 
+def _flow_checksum(codec) -> dict[str, str]:
+    """The flow's checkpoint sha256, or for a flow given in memory its weights' (``glow:weights``)."""
+    from medanon.checkpoint import weights_sha256
+
+    if codec.sha256:
+        return {"glow": codec.sha256}
+    weights = weights_sha256(codec)
+    return {"glow:weights": weights} if weights else {}
+
+
 def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, calibration) -> dict[str, Any]:
     return {"epsilon": epsilon if math.isfinite(epsilon) else "inf", "per_pixel": per_element, "alpha": alpha,
             "clip": clip, "clip_box": "public" if calibration.public else "calibrated",
@@ -345,7 +355,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     return ldp_release(ds, dp, method="dpglow",
                        params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center,
                                **({"model_files": used} if used else {})},
-                       models={"glow": codec.sha256} if codec.sha256 else {}, noise_seed=noise_seed, batch=batch,
+                       models=_flow_checksum(codec), noise_seed=noise_seed, batch=batch,
                        release_labels=release_labels, device=device, notes=notes,
                        reads=reads, withdrawn=withdrawn)
 

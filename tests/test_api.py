@@ -397,6 +397,10 @@ def test_a_noisy_release_saved_twice_is_said_to_be_two_releases(world, tmp_path,
     assert as_set(first) != as_set(rel.images(None))
     with pytest.warns(PrivacyWarning, match="written over the first"):
         rel.save(tmp_path / "b", progress=False, overwrite=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)      # refused before any draw: nothing to warn of
+        with pytest.raises(medanon.errors.OutputExistsError):
+            rel.save(tmp_path / "b", progress=False)
 
     seeded = medanon.anonymize.snow(world["ds"], p=0.3, seed=1)
     with warnings.catch_warnings():

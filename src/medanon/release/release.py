@@ -219,11 +219,11 @@ class Release:
         views = int(((self.params or {}).get("augmentation") or {}).get("views") or 1)
         return (self.method in FRESH_RANDOMNESS and not self.reproducible) or views > 1
 
-    def _warn_second_draw(self, out: Path) -> None:
+    def _warn_second_draw(self, out: Path, overwrite: bool) -> None:
         """A release with secret randomness saved again (elsewhere, or over its earlier folder) is another,
         independent draw: warned, since publishing both weakens the privacy both state alone."""
-        if not self.draws_secret_randomness or not self._drawn:
-            return
+        if not self.draws_secret_randomness or not self._drawn or (out.exists() and not overwrite):
+            return                                   # (an existing folder without overwrite is refused: no draw)
         saved = [p for p in self._drawn if p is not None]
         if saved:
             where = "over " if any(_same_folder(p, out) for p in saved) else "besides "
@@ -292,7 +292,7 @@ class Release:
         check_type("overwrite", overwrite, "bool")           # overwrite="no" must not replace a release
         progress = show_progress(progress)
         out = Path(path)
-        self._warn_second_draw(out)
+        self._warn_second_draw(out, overwrite)
         self._preview = None
         mapping = Path(mapping) if mapping is not None else None
         self.path, self.mapping = None, None

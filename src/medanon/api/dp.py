@@ -155,7 +155,6 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
     from medanon.release.labels import release_labels as choose_labels
     from medanon.release.release import Release
 
-    number("noise_seed", noise_seed, integer=True, allow_none=True)      # (an integer >= 0)
     labels = choose_labels(ds, release_labels)
     privacy = privatiser.privacy()
     if privacy.get("guarantee") == "epsilon-LDP":        # the per-patient budget of this release, not only the rule
@@ -385,7 +384,7 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
     validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
                        batch=batch))
     epsilon, alpha = float(epsilon), None if alpha is None else float(alpha)   # numpy scalars: plain floats
-    number("noise_seed", noise_seed, integer=True, allow_none=True)   # before the flow or the calibration set
+    number("noise_seed", noise_seed, integer=True, allow_none=True)   # before the calibration set is read
     device = device_arg(device)
     given = ds
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,

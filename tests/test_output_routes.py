@@ -126,15 +126,34 @@ def test_masks_read_from_a_folder_are_an_input(tmp_path, phantom):
 
 
 def test_what_a_killed_run_left_beside_an_output_is_removed(tmp_path):
+    from medanon.fsutil import claim_working_path
+
     out = tmp_path / "ph"
     (tmp_path / ".ph.x1y2z3w4.partial").mkdir()                               # a killed phantom run's folder
     (tmp_path / ".ph.x1y2z3w4.partial" / "a.png").write_bytes(b"x")
     (tmp_path / ".ph.old-123").mkdir()                                        # a killed replacement's old output
+    for left in (".ph.x1y2z3w4.partial", ".ph.old-123"):                      # as the killed runs recorded them
+        claim_working_path(out, tmp_path / left)
     (tmp_path / "keep.partial").mkdir()                                       # not medanon's pattern: kept
     (tmp_path / ".ph.x.abcdefgh.partial").mkdir()                             # output "ph.x" being written: kept
     generate(PhantomConfig(patients=2, per_patient=1, size=16, workers=1), out, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".ph.lock") == [".ph.x.abcdefgh.partial",
                                                                                   "keep.partial", "ph"]
+
+
+def test_a_folder_named_like_a_leftover_is_not_removed_unless_a_run_recorded_it(tmp_path):
+    """Any sibling named .OUT.old-N or .OUT.xxxxxxxx.partial was removed as a killed run's leftover: the run's own
+    input dataset so named was deleted (and the run then failed on its missing images), a user's notes too. Only
+    what a run recorded making is removed now."""
+    data = generate(PhantomConfig(patients=4, per_patient=1, size=16, workers=1), tmp_path / ".rel.old-42",
+                    progress=False)
+    (tmp_path / ".rel.abcd1234.partial").mkdir()
+    (tmp_path / ".rel.abcd1234.partial" / "NOTES.txt").write_text("mine")
+    before = sorted(p.name for p in data.rglob("*"))
+    out = medanon.anonymize.kpixel(medanon.open_dataset(data, size=16), k=2).save(tmp_path / "rel", progress=False)
+    assert medanon.audit(out).passed and sorted(p.name for p in data.rglob("*")) == before
+    assert (tmp_path / ".rel.abcd1234.partial" / "NOTES.txt").read_text() == "mine"
+    assert not (tmp_path / ".rel.working.json").exists()                      # nothing left to remove
 
 
 def test_overwrite_of_a_link_replaces_the_link_and_keeps_what_it_pointed_at(tmp_path):
@@ -182,23 +201,25 @@ def test_an_evaluation_does_not_replace_the_report_of_another(tmp_path, phantom)
 @pytest.mark.parametrize("stop_at", ["write_marker", "_stamp", "remove_replaced"])
 def test_a_release_killed_while_moving_into_place_resumes(tmp_path, phantom, monkeypatch, stop_at):
     """The journals leave OUT.partial before it is published; a run killed after that finishes on the next run."""
+    import medanon.fsutil as fsutil
     import medanon.release.writer as writer
 
     records = scan(phantom).records
     real_write = writer.write_record
     if stop_at == "remove_replaced":                  # replacing an older release: killed after the swap
         _release(tmp_path / "r", records[:4])
-    real = getattr(writer, stop_at)
+    module = fsutil if stop_at == "remove_replaced" else writer
+    real = getattr(module, stop_at)
 
     def stop(*args, **kwargs):
         real(*args, **kwargs) if stop_at == "remove_replaced" else None
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(writer, stop_at, stop)
+    monkeypatch.setattr(module, stop_at, stop)
     with pytest.raises(KeyboardInterrupt):
         _release(tmp_path / "r", records, mapping=tmp_path / "m.json", overwrite=True)
     assert (tmp_path / ".r.closing").is_dir()
-    monkeypatch.setattr(writer, stop_at, real)
+    monkeypatch.setattr(module, stop_at, real)
     written = []
     monkeypatch.setattr(writer, "write_record", lambda *a, **k: written.append(1) or real_write(*a, **k))
     _release(tmp_path / "r", records, mapping=tmp_path / "m.json", overwrite=True)

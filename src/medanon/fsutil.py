@@ -7,7 +7,6 @@ so an interrupted run never leaves a half-written file or directory under the fi
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import os
 import re
@@ -69,21 +68,32 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
     with OutputLock(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(out)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        tmp = claim_working_path(out, Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial",
+                                                            dir=out.parent)))
         try:
             yield tmp
             write_marker(tmp, marker)
             if out.exists():
                 check_replaceable(out, what=marker)    # nothing of yours was put there meanwhile
-                trash = out.with_name(f".{out.name}.old-{os.getpid()}")
-                os.replace(out, trash)
-                os.replace(tmp, out)
-                remove_replaced(trash)
+                replace_output(out, tmp)
             else:
                 os.replace(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            forget_working_path(out, tmp)
+
+
+def replace_output(out: Path, new: Path) -> None:
+    """Put ``new`` in the place of the existing ``out``: ``out`` is moved aside to ``.OUT.old-PID`` (recorded as
+    this run's working path, so that a run killed meanwhile has it removed by the next), ``new`` renamed into
+    place, the old one removed."""
+    trash = claim_working_path(out, out.with_name(f".{out.name}.old-{os.getpid()}"))
+    os.replace(out, trash)
+    os.replace(new, out)
+    remove_replaced(trash)
+    forget_working_path(out, trash)
 
 
 def remove_replaced(trash: Path) -> None:
@@ -95,16 +105,55 @@ def remove_replaced(trash: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
+def _working_record(out: Path) -> Path:
+    return out.with_name(f".{out.name}.working.json")
+
+
+def _working_names(out: Path) -> set[str]:
+    import json
+
+    try:
+        names = json.loads(_working_record(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def _write_working_names(out: Path, names: set[str]) -> None:
+    import json
+
+    if names:
+        atomic_write_text(_working_record(out), json.dumps(sorted(names)) + "\n")
+    else:
+        _working_record(out).unlink(missing_ok=True)
+
+
+def claim_working_path(out: Path, path: Path) -> Path:
+    """Record ``path``, a temporary sibling of ``out`` this run makes (``.OUT.*.partial``, ``.OUT.old-PID``), in
+    ``.OUT.working.json``: only paths recorded there are ever removed as a killed run's leftovers, so a folder of
+    the user's that merely has such a name (the run's own input, say) is never touched. Returns ``path``."""
+    _write_working_names(out, _working_names(out) | {path.name})
+    return path
+
+
+def forget_working_path(out: Path, path: Path) -> None:
+    """``path`` is gone or has become ``out``: no longer a leftover to remove."""
+    if path.name in (names := _working_names(out)):
+        _write_working_names(out, names - {path.name})
+
+
 def remove_leftovers(out: Path) -> None:
-    """Remove what killed runs left beside ``out`` (their ``.OUT.*.partial`` folders and ``.OUT.old-*`` replaced
-    outputs). Called by the holder of ``out``'s lock: no live run writes those names."""
+    """Remove what killed runs left beside ``out``: the ``.OUT.*.partial`` folders and ``.OUT.old-*`` replaced
+    outputs they recorded in ``.OUT.working.json`` (:func:`claim_working_path`), nothing else. Called by the holder
+    of ``out``'s lock: no live run writes those names."""
     if not out.parent.is_dir():
         return
     name = re.escape(out.name)                   # exactly the names atomic_dir and the release writer give them:
     ours = re.compile(rf"\.{name}\.(?:[a-z0-9_]{{8}}\.partial|old-\d+)")   # never another output's ('r.x' for 'r')
-    for p in out.parent.glob(f".{glob.escape(out.name)}.*"):
-        if ours.fullmatch(p.name):
-            remove_replaced(p)
+    for left in sorted(_working_names(out)):
+        if ours.fullmatch(left):
+            remove_replaced(out.parent / left)
+    _write_working_names(out, set())
 
 
 def read_json_object(path: str | os.PathLike, *, what: str, fix: str) -> dict:

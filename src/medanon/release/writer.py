@@ -52,7 +52,7 @@ from medanon.errors import ConfigError, DataError, OutputExistsError, user_stack
 from medanon.fsutil import (
     atomic_write_text,
     remove_leftovers,
-    remove_replaced,
+    replace_output,
 )
 from medanon.locks import OutputLock
 from medanon.outputs import check_replaceable, checkpoint_files, write_marker
@@ -362,10 +362,7 @@ class ReleaseWriter:
         write_marker(self.partial, "release")           # its files and sizes: overwrite spares any edited since
         _stamp(self.partial)
         if self.out.exists():
-            trash = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
-            os.replace(self.out, trash)
-            os.replace(self.partial, self.out)
-            remove_replaced(trash)
+            replace_output(self.out, self.partial)
         else:
             self.partial.rename(self.out)
         shutil.rmtree(closing)

@@ -15,7 +15,7 @@ import medanon
 from medanon.cli import cli
 from medanon.config import PhantomConfig
 from medanon.data.layouts import scan
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, OutputExistsError
 from medanon.outputs import UnsafeOutputError
 from medanon.phantoms.generate import generate
 from medanon.release import ReleaseWriter
@@ -64,7 +64,7 @@ def test_an_interrupted_close_resumes_with_its_own_mapping(tmp_path, phantom, mo
     assert len(json.loads((tmp_path / "m.json").read_text())["records"]) == len(records)
     other = tmp_path / "other.json"                   # another release's mapping is still never replaced
     shutil.copy(tmp_path / "m.json", other)
-    with pytest.raises(Exception, match="already exists"):
+    with pytest.raises(OutputExistsError, match="belongs to the release 'r', not to"):
         _release(tmp_path / "r2", records, mapping=other)
 
 

@@ -75,9 +75,17 @@ def test_overwrite_never_replaces_another_releases_mapping(tmp_path, source):
     _, records = source
     _release(tmp_path / "a", records[:4], mapping=tmp_path / "map.json")
     before = (tmp_path / "map.json").read_text()
-    with pytest.raises(OutputExistsError, match="belongs to the release 'a', not to 'd'"):
+    with pytest.raises(OutputExistsError, match=r"belongs to the release 'a', not to .*d:"):
         ReleaseWriter(tmp_path / "d", **SETTINGS, mapping=tmp_path / "map.json", overwrite=True)
     assert (tmp_path / "map.json").read_text() == before and not (tmp_path / "d").exists()
+    # a release of the same folder name elsewhere (exp2/a beside exp1's a): the name matched, the records do not
+    with pytest.raises(OutputExistsError, match="a release named 'a' whose records are not those of"):
+        ReleaseWriter(tmp_path / "exp2" / "a", **SETTINGS, mapping=tmp_path / "map.json", overwrite=True)
+    (tmp_path / "exp2").mkdir()
+    _release(tmp_path / "exp2" / "a", records[:4])                                   # even once it exists
+    with pytest.raises(OutputExistsError, match="whose records are not those of"):
+        ReleaseWriter(tmp_path / "exp2" / "a", **SETTINGS, mapping=tmp_path / "map.json", overwrite=True)
+    assert (tmp_path / "map.json").read_text() == before
     _release(tmp_path / "a", records[:6], mapping=tmp_path / "map.json", overwrite=True)      # a again: replaced
     assert len(json.loads((tmp_path / "map.json").read_text())["records"]) == 6
 

@@ -41,9 +41,9 @@ def check_release_outputs(out: str | Path, mapping: str | Path | None = None, *,
     check_output(out, inputs=inputs, overwrite=overwrite, kind="dir", name="out", what="release")
     if mapping is not None:
         check_mapping_apart(mapping, [out])
+        _check_mapping_is_of(mapping, out)          # first: overwrite would not help, so the fix must not offer it
         check_output(mapping, inputs=[*inputs, out], overwrite=overwrite, kind="file", name="mapping",
                      what="mapping", existing_ok=_written_by_interrupted_run(mapping, out))
-        _check_mapping_is_of(mapping, out)
 
 
 def _held_mapping(mapping: str | Path) -> dict | None:
@@ -60,16 +60,36 @@ def _held_mapping(mapping: str | Path) -> dict | None:
     return held if isinstance(held, dict) and held.get("format") == MAPPING_FORMAT else None
 
 
+def _record_names(out: Path) -> set[str]:
+    """The records (``images/<random name>``) of the release ``out``, in its folder or in the ``OUT.partial`` folder
+    it is being written in."""
+    names: set[str] = set()
+    for folder in (out, out.with_name(out.name + ".partial")):
+        if (folder / "images").is_dir():
+            names |= {f"images/{p.name}" for p in (folder / "images").iterdir()}
+    return names
+
+
+def _is_mapping_of(held: dict, out: Path) -> bool:
+    """Whether the mapping ``held`` is the release ``out``'s: it names that folder, and each record it maps is one of
+    that release's (random names: a release of the same folder name elsewhere, or made again, has other ones)."""
+    records = held.get("records")
+    return (held.get("release") == out.name and isinstance(records, dict) and bool(records)
+            and set(records) <= _record_names(out))
+
+
 def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
-    """An existing mapping is replaced only by the mapping of the release it belongs to (the release folder's name it
-    records): another release's mapping is the only link of that release's records to their sources, so replacing it
-    would leave that release impossible to audit or evaluate."""
+    """An existing mapping is replaced only by the mapping of the release it belongs to (:func:`_is_mapping_of`):
+    another release's mapping is the only link of that release's records to their sources, so replacing it would
+    leave that release impossible to audit or evaluate."""
     held = _held_mapping(mapping) if Path(mapping).is_file() else None
-    if held is not None and held.get("release") != out.name:
-        raise OutputExistsError(f"the mapping {mapping} belongs to the release {held.get('release')!r}, not to "
-                                f"{out.name!r}: replacing it would lose which sources stand behind that release's "
-                                "records", fix="give this release its own mapping path (if that release is gone, "
-                                                "delete its mapping yourself first)")
+    if held is not None and not _is_mapping_of(held, out):
+        whose = held.get("release")
+        also = (f" (a release named {whose!r} whose records are not those of {out})" if whose == out.name else "")
+        raise OutputExistsError(f"the mapping {mapping} belongs to the release {whose!r}{also}, not to {out}: "
+                                "replacing it would lose which sources stand behind that release's records",
+                                fix="give this release its own mapping path (if that release is gone, delete its "
+                                    "mapping yourself first)")
 
 
 def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
@@ -79,7 +99,7 @@ def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
     if not any(j.is_file() for j in journals) or not Path(mapping).is_file():     # a run killed while closing
         return False
     held = _held_mapping(mapping)
-    return held is not None and held.get("release") == out.name
+    return held is not None and _is_mapping_of(held, out)
 
 
 def release_working_names(out: Path) -> tuple[str, str]:

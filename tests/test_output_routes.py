@@ -267,3 +267,17 @@ def test_a_mapping_that_appears_while_a_release_is_made_is_not_replaced(tmp_path
             mapping.write_text('{"format": "medanon-mapping", "release": "other"}')
     assert json.loads(mapping.read_text())["release"] == "other"
     assert (tmp_path / "r.partial").is_dir() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("where", ["out", "mapping", "data"])
+def test_a_loop_of_symbolic_links_is_named_not_a_traceback(tmp_path, phantom, where):
+    (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
+    (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
+    loop = str(tmp_path / "loopA")
+    args = {"out": [str(phantom), "--out", loop], "mapping": [str(phantom), "--out", str(tmp_path / "r"),
+                                                             "--mapping", loop + "/m.json"],
+            "data": [loop, "--out", str(tmp_path / "r")]}[where]
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", *args, "--k", "2"])
+    assert r.exit_code == 1 and "Traceback" not in r.output and "loop of symbolic links" in r.output, r.output
+    with pytest.raises(medanon.errors.ConfigError, match="loop of symbolic links"):
+        medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", mapping=tmp_path / "loopA" / "m.json")

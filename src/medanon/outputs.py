@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from medanon.errors import MedanonError, OutputExistsError, with_article
+from medanon.errors import ConfigError, MedanonError, OutputExistsError, with_article
 from medanon.output_inventory import (  # noqa: F401  (re-exported: the rule's vocabulary)
     MAPPING_FORMAT,
     MARKER,
@@ -55,7 +55,13 @@ class UnsafeOutputError(MedanonError):
 
 
 def _resolve(p: str | os.PathLike) -> Path:
-    return Path(os.path.abspath(Path(p).expanduser())).resolve(strict=False)
+    """``p`` as the real path it leads to; a symbolic-link loop on the way is a :class:`ConfigError` naming it (it
+    leads to no file, and Python raises a bare RuntimeError)."""
+    try:
+        return Path(os.path.abspath(Path(p).expanduser())).resolve(strict=False)
+    except (RuntimeError, OSError) as e:
+        raise ConfigError(f"{p} leads through a loop of symbolic links (or a link that cannot be read): it names no "
+                          f"file or folder ({e})", fix="fix or remove the link, or give another path") from None
 
 
 def note_checkpoint_read(path: str | os.PathLike, sha256: str) -> None:

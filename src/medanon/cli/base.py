@@ -30,9 +30,16 @@ class MedanonGroup(click.Group):
             ctx.exit(1)
         except OSError as e:                           # no space, no permission, quota: the file and the reason
             where = f" {e.filename}" if e.filename else ""
+            resumes = (" (an interrupted release resumes from its .partial folder)"
+                       if ctx.invoked_subcommand in ("anonymize", "demo") else "")
             click.secho(f"error: the operating system refused{where}: {e.strerror or e}\n  fix: free space or fix "
-                        "the permissions there, then rerun the same command (an interrupted release resumes from "
-                        "its .partial folder)", fg="red", err=True)
+                        f"the permissions there, then rerun the same command{resumes}", fg="red", err=True)
+            ctx.exit(1)
+        except RuntimeError as e:                      # pathlib's word for a loop of symbolic links
+            if "Symlink loop" not in str(e):
+                raise
+            click.secho(f"error: {e}: the path leads through a loop of symbolic links and names no file\n  fix: "
+                        "fix or remove the link, or give another path", fg="red", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.secho("interrupted: nothing half-written was left under an output's name. To continue: run the "

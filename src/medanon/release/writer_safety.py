@@ -111,9 +111,11 @@ def release_working_names(out: Path) -> tuple[str, str]:
 def check_mapping_apart(mapping: str | Path, outs: Sequence[str | Path]) -> None:
     """The private ``mapping`` is not inside any of the releases ``outs``, nor inside the folders they are written
     under until they are finished (``OUT.partial`` becomes ``OUT``: a mapping there would be published)."""
-    m = Path(os.path.abspath(mapping)).resolve()
+    from medanon.outputs import _resolve
+
+    m = _resolve(mapping)
     for out in outs:
-        o = Path(os.path.abspath(out)).resolve()
+        o = _resolve(out)
         partial, hidden = release_working_names(o)
         for folder in (m, *m.parents):
             if folder.parent == o.parent and (folder.name in (o.name, partial) or folder.name.startswith(hidden)):

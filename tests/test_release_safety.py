@@ -269,3 +269,21 @@ def test_a_source_released_twice_is_refused(tmp_path, source):
             w.add("a", torch.zeros(3, 8, 8), [records[0]])
             w.add("b", torch.zeros(3, 8, 8), [records[0]])      # the same source with fresh noise
     assert not (tmp_path / "rel").exists()
+
+
+def test_a_release_that_fails_before_its_first_record_leaves_nothing(tmp_path, source):
+    """A first batch that diverged left OUT.partial holding a journal head only; the corrected command was then
+    refused as an interrupted release with other settings. Once a record is written the partial folder stays."""
+    _, records = source
+    nan = torch.full((3, 8, 8), float("nan"))
+    with pytest.raises(ConfigError, match="NaN or infinite"):
+        with ReleaseWriter(tmp_path / "r", **SETTINGS, source={"sha256": "a"}) as rel:
+            rel.add(records[0].record_id, nan, [records[0]])
+    assert not (tmp_path / "r.partial").exists() and not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match="NaN or infinite"):
+        with ReleaseWriter(tmp_path / "r", **SETTINGS, source={"sha256": "a"}) as rel:
+            rel.add(records[0].record_id, torch.zeros(3, 8, 8), [records[0]])
+            rel.add(records[1].record_id, nan, [records[1]])
+    assert len(list((tmp_path / "r.partial" / "images").iterdir())) == 1           # kept for the resume
+    _release(tmp_path / "r", records)
+    assert len(list((tmp_path / "r" / "images").iterdir())) == len(records)

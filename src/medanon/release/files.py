@@ -53,8 +53,9 @@ def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np
     if not finite:                                  # cast to 8 bits, NaN would become a black image, silently
         raise ConfigError(f"the image of release record {key!r} holds NaN or infinite values: the method diverged "
                           "(e.g. a learning rate too large), and such an image is not released",
-                          fix="rerun with other settings (the records written so far are kept for a resume with the "
-                              "same settings; delete the .partial folder to start over with others)")
+                          fix="rerun with other settings (records written before it, if any, are kept in the "
+                              ".partial folder for a resume with the same settings; delete it to start over with "
+                              "others)")
     name = secrets.token_hex(8) + ".png"
     atomic_write_bytes(partial / "images" / name, _png(image_to_uint8(image)))
     entry = {

@@ -158,7 +158,7 @@ class ReleaseWriter:
         if foreign:
             raise OutputExistsError(f"{self.partial} holds {foreign[0]}, which medanon did not write there",
                                     fix=f"move it out of {self.partial}: medanon keeps interrupted releases there")
-        self._started = False
+        self._started, self._sharded = False, sharded
         if (self.partial / JOURNAL).is_file() and resume and not (overwrite and not self._same_settings()):
             self._load_journal()
             self._started = True
@@ -176,6 +176,7 @@ class ReleaseWriter:
         """Create ``OUT.partial`` with its journal head (with the first record: checks before it leave nothing)."""
         if self._started:
             return
+        self._made_partial = not self.partial.exists()   # by this run: removed again if it ends holding nothing
         try:
             (self.partial / "images").mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.partial / JOURNAL, json.dumps(self._head, default=_json_default) + "\n")
@@ -375,8 +376,20 @@ class ReleaseWriter:
         if exc_type is None:
             self.close()
         else:
+            self._remove_empty_partial()
             self.release_locks()
             if isinstance(exc, OSError):
                 raise os_error(exc, self.partial if self._started else None) from None
+
+    def _remove_empty_partial(self) -> None:
+        """A run that failed before its first record was written (e.g. its first batch diverged) leaves nothing to
+        resume: the ``OUT.partial`` it made is removed, so the corrected command starts afresh instead of being
+        told of an interrupted release with other settings."""
+        if not (self._started and getattr(self, "_made_partial", False)) or self.entries or self._sharded:
+            return                                      # (a torchrun job's other processes write into it)
+        images = self.partial / "images"
+        if (images.is_dir() and any(images.iterdir())) or any(self.partial.glob(RANK_JOURNAL_GLOB)):
+            return
+        shutil.rmtree(self.partial, ignore_errors=True)
 
 

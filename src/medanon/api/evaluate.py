@@ -389,6 +389,10 @@ def _check_folders_first(out, cache_dir, real_dir, splits, tmp_dir) -> None:
             check_output(out, inputs=[real_dir, splits], existing_ok=True, kind="dir")
             check_run_folder(out, "evaluate")
         if cache_dir is not None:
+            if out is not None:
+                from medanon.evaluate.cache import check_cache_apart
+
+                check_cache_apart(cache_dir, out)
             check_output(cache_dir, inputs=[real_dir, splits], existing_ok=True, kind="dir", name="cache",
                          what="evaluation-cache")
     except BaseException:

@@ -79,3 +79,16 @@ def _default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def check_cache_apart(cache_dir: str | Path, out: str | Path) -> None:
+    """An evaluation cache given apart from the report folder is not that folder nor above it: the folder would be
+    marked a cache, and the same command refused the next time."""
+    from medanon.errors import ConfigError
+    from medanon.outputs import _resolve
+
+    c, o = _resolve(cache_dir), _resolve(out)
+    if c == o or c in o.parents:
+        raise ConfigError(f"the cache {cache_dir} is the report folder {out} or holds it",
+                          fix="leave the cache out (it is kept in the report folder's cache/) or give a folder "
+                              "outside the report folder")

@@ -39,7 +39,7 @@ from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.attacks.stats import record_clusters
-from medanon.evaluate.cache import Cache, digest
+from medanon.evaluate.cache import Cache, check_cache_apart, digest
 from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.cautions import differencing_results, k_claim, public_models, shared_people
 from medanon.evaluate.config import EvalConfig, result_key
@@ -369,6 +369,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
              *(getattr(cfg.attacks, k) or None for k in ATTACKER_CHECKPOINTS)]
     check_output(out, inputs=reads, existing_ok=True, kind="dir")   # before reading anything; written only once
     if cache_dir is not None:                                       # all is read
+        check_cache_apart(cache_dir, out)
         check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache",
                      what="evaluation-cache")                       # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")

@@ -108,6 +108,22 @@ def test_fresh_identity_training_keeps_the_old_network_until_the_new_one_exists(
     assert old.read_bytes() == before
 
 
+def test_identity_training_refuses_a_network_of_other_settings_before_decoding_the_images(tmp_path, phantom,
+                                                                                            monkeypatch):
+    """The refusal came after every image was decoded (minutes on a large dataset); the settings need none."""
+    from medanon.data.dataset import ImageDataset
+
+    out = tmp_path / "id.pt"
+    base = ["--device", "cpu", "train", "identity", str(phantom), "--size", "16", "--out", str(out), "--steps", "1"]
+    assert CliRunner().invoke(cli, base).exit_code == 0
+    decoded = []
+    real = ImageDataset.tensors
+    monkeypatch.setattr(ImageDataset, "tensors", lambda self, *a, **k: decoded.append(1) or real(self, *a, **k))
+    r = CliRunner().invoke(cli, [*base, "--seed", "1"])
+    assert r.exit_code == 1 and "trained with other settings" in r.output and decoded == [], r.output
+    assert CliRunner().invoke(cli, [*base, "--seed", "1", "--fresh"]).exit_code == 0 and decoded == [1]
+
+
 def test_overwrite_spares_an_edit_that_keeps_the_size(tmp_path, phantom):
     out = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", progress=False)
     labels = out / "labels.csv"

@@ -83,17 +83,18 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     from medanon.evaluate.metrics import roc_auc
     from medanon.runtime import resolve_device
     from medanon.train.distributed import init_distributed, shutdown
-    from medanon.train.identity import IdentityTrainConfig, train_identity
+    from medanon.train.identity import IdentityTrainConfig, check_resumable, train_identity
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
     try:
         with main_rank_lock(out, dist, name="--out"):                 # one run writes --out at a time
             ds = open_from_cli(data_dir, **opts)
+            cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
+                                      margin=margin, seed=seed)
+            check_resumable(out, cfg, ds.channels, resume=not fresh)   # before any image is decoded
             images, _ = ds.tensors()
             rows = _split_rows(ds, splits, split, split_seed, stratify)
             patients = np.array([r.patient_id for r in ds.records])
-            cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
-                                      margin=margin, seed=seed)
             # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
             net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=not fresh, progress=True,
                                  dist=dist)

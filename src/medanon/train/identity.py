@@ -76,6 +76,31 @@ class _NetAndHead(torch.nn.Module):
         return self.head(self.net(x), y)
 
 
+def _net_config(cfg: IdentityTrainConfig, channels: int) -> IdentityConfig:
+    return IdentityConfig(backbone=ResNetConfig.preset(cfg.arch, in_channels=channels, num_classes=0),
+                          embed_dim=cfg.embed_dim, image_size=cfg.image_size)
+
+
+def _refuse_held(held: Path, final: Path | None, changed: list[str]) -> None:
+    kept = " (a finished network there is replaced only when the new one is)" if held == final else ""
+    raise ConfigError(f"{held} holds an identity network trained with other {' and '.join(changed)}",
+                      fix=f"choose another out file, or resume=False to train anew{kept}")
+
+
+def check_resumable(out: str | Path, cfg: IdentityTrainConfig, channels: int, *, resume: bool = True) -> None:
+    """The settings part of :func:`train_identity`'s resume check, before any image is read: a network at ``out``
+    (or its ``.partial``) trained with other settings is refused without decoding the dataset (minutes on a large
+    one). The patients and images are compared when training starts."""
+    final = Path(out)
+    held = next((p for p in (final.with_name(final.name + ".partial"), final) if resume and p.is_file()), None)
+    if held is None:
+        return
+    blob = load_checkpoint(held, kind=KIND)
+    if not (blob["extra"].get("train_config") == cfg.to_dict() and blob["config"] == _net_config(cfg, channels)
+            .to_dict()):
+        _refuse_held(held, final, ["settings"])
+
+
 def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,
                    out: str | Path | None = None, resume: bool = True, device: torch.device | str | None = None,
                    progress: bool = False, dist: Dist | None = None, accumulation: int = 1) -> IdentityNet:
@@ -111,8 +136,7 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     dist = dist or Dist(device=dev)
     shards = dist.world_size * accumulation
     x_all = resize_to(images[keep].float(), cfg.image_size)
-    net_cfg = IdentityConfig(backbone=ResNetConfig.preset(cfg.arch, in_channels=images.shape[1], num_classes=0),
-                             embed_dim=cfg.embed_dim, image_size=cfg.image_size)
+    net_cfg = _net_config(cfg, images.shape[1])
     digest = patients_digest(ids)
     meta = {"train_config": cfg.to_dict(), "patients": len(ids), "images": len(keep), "patients_digest": digest,
             "images_digest": sha256_bytes(x_all.detach().cpu().contiguous().numpy().tobytes())[:16],
@@ -140,9 +164,7 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
             ("images", blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]))
             if not ok]
         if changed:
-            kept = " (a finished network there is replaced only when the new one is)" if held == final else ""
-            raise ConfigError(f"{held} holds an identity network trained with other {' and '.join(changed)}",
-                              fix=f"choose another out file, or resume=False to train anew{kept}")
+            _refuse_held(held, final, changed)
         net.load_state_dict(blob["state"]["net"])
         if blob["step"] >= cfg.steps:
             log.info("identity network in %s is complete (%d steps)", out, blob["step"])

@@ -156,13 +156,14 @@ def _kind_check(out: Path, kind: str | None, what: str | None, name: str, noun: 
                                 "with overwrite", fix=f"choose another {name}, or remove it yourself")
     base, _, inner = (what or "").partition(":")
     if what is not None and kind != base:
-        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not {with_article(base)}: overwrite "
-                                "replaces an output only with one of its kind", fix=f"choose another {name}")
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not {with_article(base)}: it is never "
+                                f"replaced by another kind of output", fix=f"choose another {name}")
     if inner:
         held = checkpoint_kind(out)
         if held not in inner.split("|"):
-            raise UnsafeOutputError(f"{name} {out} is a medanon {held} checkpoint, not a {inner.replace('|', ' or ')} "
-                                    "one: it is never replaced by another kind of model", fix=f"choose another {name}")
+            raise UnsafeOutputError(f"{name} {out} is a medanon {held} checkpoint, not "
+                                    f"{with_article(inner.replace('|', ' or '))} one: it is never replaced by another "
+                                    "kind of model", fix=f"choose another {name}")
 
 
 def check_run_folder(path: str | os.PathLike, command: str, *, name: str = "out") -> None:

@@ -197,8 +197,9 @@ def check_replaceable(out: str | os.PathLike, *, what: str | None = None, name: 
     _kind_check(out, kind, what, name, "folder")
     foreign = foreign_files(out)
     if foreign is None:
-        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} that does not list the files it holds (written "
-                                "by an earlier version), so medanon cannot tell its files from yours",
+        why = "a run or report folder keeps no list" if kind == "run" else "written by an earlier version"
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} folder that does not list the files it holds "
+                                f"({why}), so medanon cannot tell its files from yours and never replaces it",
                                 fix=f"choose another {name}, or remove it yourself")
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""

@@ -229,9 +229,11 @@ def test_release_without_mapping_runs_what_it_can(world):
     assert "mapping" in nm["inference"]["skipped"]                     # whose attribute: the mapping says
 
 
-def test_rerun_resumes_from_the_cache(world):
-    rep = evaluate(world["data"], world["releases"][:2], world["root"] / "again", config=tiny_config(samples=8),
-                   cache_dir=world["root"] / "cache", progress=False)
+def test_rerun_resumes_from_the_cache(world, caplog):
+    with caplog.at_level("INFO", logger="medanon.evaluate.harness"):
+        rep = evaluate(world["data"], world["releases"][:2], world["root"] / "again", config=tiny_config(samples=8),
+                       cache_dir=world["root"] / "cache", progress=False)
+    assert "read from the cache" in caplog.text                       # the resume is said, not silent
     assert rep["seconds"] < world["report"]["seconds"]
     old, new = _by_name(world["report"]), _by_name(rep)
     same = json.dumps(new["noise"]["attacks"], sort_keys=True) == json.dumps(old["noise"]["attacks"], sort_keys=True)

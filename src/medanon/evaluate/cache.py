@@ -33,6 +33,7 @@ class Cache:
 
     def __init__(self, root: str | Path | None):
         self.root = Path(root) if root is not None else None
+        self.reused = 0                                  # results read back instead of computed (a resumed run)
         if self.root is not None:
             self.root.mkdir(parents=True, exist_ok=True)
             from medanon.outputs import MARKER, write_marker
@@ -45,7 +46,10 @@ class Cache:
 
     def load_array(self, name: str) -> np.ndarray | None:
         p = self.path(name, ".npy")
-        return np.load(p, allow_pickle=False) if p is not None and p.is_file() else None
+        if p is None or not p.is_file():
+            return None
+        self.reused += 1
+        return np.load(p, allow_pickle=False)
 
     def save_array(self, name: str, value: np.ndarray) -> None:
         p = self.path(name, ".npy")
@@ -63,7 +67,10 @@ class Cache:
 
     def load_json(self, name: str) -> Any | None:
         p = self.path(name, ".json")
-        return json.loads(p.read_text(encoding="utf-8")) if p is not None and p.is_file() else None
+        if p is None or not p.is_file():
+            return None
+        self.reused += 1
+        return json.loads(p.read_text(encoding="utf-8"))
 
     def save_json(self, name: str, value: Any) -> None:
         p = self.path(name, ".json")

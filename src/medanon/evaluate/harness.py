@@ -453,4 +453,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                                **build_closest(real, rels, results)})
     run.update(report=str(out / "report.html"), seconds=report["seconds"])
     run.finish()
+    if cache.reused:                                   # an interrupted or repeated evaluation: say what was reused
+        log.info("%d result(s) read from the cache %s instead of computed (same inputs and settings)", cache.reused,
+                 cache.root)
     return report

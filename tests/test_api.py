@@ -455,3 +455,27 @@ def test_a_network_given_in_memory_is_recorded_by_its_weights(world):
     assert digest == weights_sha256(codec(0)) and weights_sha256(object()) is None
     from_file = medanon.anonymize.kcentroid(world["ds"], k=3, codec=world["dir"] / "restyle.pt").models
     assert not any(k.endswith(":weights") for k in from_file)                   # a file: its own sha256
+
+
+def test_a_resume_that_reads_the_images_otherwise_is_refused(tmp_path, world, monkeypatch):
+    """The size, channels and crop the images were read with were not part of a k-Same or LDP release's settings: a
+    save interrupted at 32 px and resumed at 64 px mixed records of both sides (and the audit passed it)."""
+    from medanon.errors import ConfigError
+    from medanon.release import ReleaseWriter
+
+    real_add, calls = ReleaseWriter.add, []
+
+    def flaky(self, key, image, sources):
+        calls.append(key)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_add(self, key, image, sources)
+
+    monkeypatch.setattr(ReleaseWriter, "add", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        medanon.anonymize.kpixel(world["ds"], k=3).save(tmp_path / "rel", progress=False)
+    monkeypatch.setattr(ReleaseWriter, "add", real_add)
+    assert medanon.anonymize.kpixel(world["ds"], k=3).params["size"] == SIZE
+    with pytest.raises(ConfigError, match=r"other settings.*size 32 -> 64"):
+        medanon.anonymize.kpixel(medanon.open_dataset(world["data"], size=64), k=3).save(tmp_path / "rel",
+                                                                                          progress=False)

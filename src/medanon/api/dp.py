@@ -153,9 +153,10 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
     from medanon.anonymize.ldp import SEEDED, release_dataset, seeded_privacy
     from medanon.anonymize.ldp_statement import withdrawn_privacy
     from medanon.release.labels import release_labels as choose_labels
-    from medanon.release.release import Release
+    from medanon.release.release import Release, reading_params
 
     labels = choose_labels(ds, release_labels)
+    params = {**params, **reading_params(ds)}
     privacy = privatiser.privacy()
     if privacy.get("guarantee") == "epsilon-LDP":        # the per-patient budget of this release, not only the rule
         privacy = {**privacy, **patient_budget(ds, privacy["epsilon_image"])}

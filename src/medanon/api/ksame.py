@@ -151,7 +151,9 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
         return summary
 
-    params = manifest_params(cfg, codec=codec, features=features)
+    from medanon.release.release import reading_params
+
+    params = {**manifest_params(cfg, codec=codec, features=features), **reading_params(ds)}
     if cfg.method == "ksalsa":
         params["salsa"]["map_prior"] = map_prior_params(cfg, codec, prior_gen)
     if model_files:

@@ -57,8 +57,8 @@ from medanon.release.files import read_release
 from medanon.release.sharded import ShardWriter, open_release
 from medanon.runtime import files_digest
 
-__all__ = ["CaptureWriter", "PrivacyWarning", "Release", "ReleasedRecord", "is_phantom", "show_progress",
-           "source_digest"]
+__all__ = ["CaptureWriter", "PrivacyWarning", "Release", "ReleasedRecord", "is_phantom", "reading_params",
+           "show_progress", "source_digest"]
 
 # Methods whose every run draws fresh secret randomness: a preview before save() is another, independent release
 # (so is one of a k-Same release with latent views, whose view noise is secret).
@@ -76,6 +76,13 @@ def source_digest(dataset) -> dict[str, Any]:
         files_digest([r.path for r in dataset.records], root=dataset.root)          # images in memory: their bytes
     return {"layout": dataset.layout, "modality": dataset.modality, **content,
             "records_sha256": records_digest(dataset.records)}
+
+
+def reading_params(dataset) -> dict[str, Any]:
+    """How the images were read (side, channels, crop): part of a release's settings, so that a resume reading them
+    otherwise is refused instead of mixing records of both readings (the source digest covers the files' bytes,
+    not how they were decoded)."""
+    return {"size": int(dataset.size), "channels": int(dataset.channels), "crop": getattr(dataset, "crop", None)}
 
 
 def show_progress(progress: bool | None) -> bool:

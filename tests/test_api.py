@@ -479,3 +479,18 @@ def test_a_resume_that_reads_the_images_otherwise_is_refused(tmp_path, world, mo
     with pytest.raises(ConfigError, match=r"other settings.*size 32 -> 64"):
         medanon.anonymize.kpixel(medanon.open_dataset(world["data"], size=64), k=3).save(tmp_path / "rel",
                                                                                           progress=False)
+    # what else the records depend on, kept private: k-Same-PCA's separate basis, a testing noise seed
+    basis = [medanon.data.as_dataset(torch.rand(6, 3, SIZE, SIZE) * 2 - 1, value_range=(-1, 1)) for _ in range(2)]
+    cases = [(lambda b: medanon.anonymize.kpca(world["ds"], k=3, pca_components=3, pca_basis=b), basis),
+             (lambda seed: medanon.anonymize.ldp_image(world["ds"], epsilon=1e3, noise_seed=seed), (3, 4))]
+    for i, (make, (first, second)) in enumerate(cases):
+        calls.clear()
+        monkeypatch.setattr(ReleaseWriter, "add", flaky)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(KeyboardInterrupt):
+                make(first).save(tmp_path / f"r{i}", progress=False)
+            monkeypatch.setattr(ReleaseWriter, "add", real_add)
+            with pytest.raises(ConfigError, match="interrupted release of other sources"):
+                make(second).save(tmp_path / f"r{i}", progress=False)
+            make(first).save(tmp_path / f"r{i}", progress=False)                   # the same: resumed

@@ -167,7 +167,8 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
                    privacy=privacy, labels=labels, produce=produce,
                    seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},
                    models=models,
-                   inputs=dataset_inputs(pca_basis) if pca_basis is not None else [], count=count)
+                   inputs=dataset_inputs(pca_basis) if pca_basis is not None else [], count=count,
+                   private={"pca_basis": pca_basis} if pca_basis is not None else {})
 
 
 def _config(method: str, **kw):

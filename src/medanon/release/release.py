@@ -211,6 +211,8 @@ class Release:
     mapping: Path | None = None                           # the private mapping save() wrote, if any
     count: Callable[[], int] | None = field(default=None, repr=False)   # records once planned (default: one an image)
     reproducible: bool = False                            # its randomness comes from a seed the caller chose (testing)
+    private: dict[str, Any] = field(default_factory=dict, repr=False)   # what else the result depends on, kept
+    # private (journal and mapping only): a dataset (its content digest) or a fingerprint; a resume compares them
     _preview: CaptureWriter | None = field(default=None, init=False, repr=False)
     _drawn: list[Path | None] = field(default_factory=list, init=False, repr=False)   # saves done (None: evaluate's)
 
@@ -311,7 +313,7 @@ class Release:
             self._drawn.append(out)
             return out
         with open_release(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
-                          seeds=self.seeds, models=self.models, source=source_digest(self.dataset),
+                          seeds=self.seeds, models=self.models, source=self._source(),
                           phantom=is_phantom(self.dataset), mapping=mapping, overwrite=overwrite,
                           inputs=[*dataset_inputs(self.dataset), *self.inputs]) as writer:
             resumed = len(writer)
@@ -326,6 +328,11 @@ class Release:
         self.path, self.mapping = out, mapping
         self._drawn.append(out)
         return out
+
+    def _source(self) -> dict[str, Any]:
+        """The private digest of what the release is made from: the dataset, and :attr:`private`'s entries."""
+        extra = {name: source_digest(v) if hasattr(v, "records") else v for name, v in self.private.items()}
+        return {**source_digest(self.dataset), **extra}
 
     def images(self, limit: int | None = 16, *, progress: bool | None = False) -> torch.Tensor:
         """The first ``limit`` released images as one (N, C, H, W) float tensor in [-1, 1] (``limit=None``: all).

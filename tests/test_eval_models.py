@@ -105,6 +105,11 @@ def test_identity_network_embeds_and_resumes(tmp_path):
                        out=tmp_path / "id.pt")
     with pytest.raises(ConfigError, match=r"trained with other images\n"):          # same ids, other people
         train_identity(x.flip(-1), pid, cfg=cfg, out=tmp_path / "id.pt")
+    swapped = list(pid)                                  # two images traded between patients: same ids, same images
+    j = next(i for i in range(1, len(swapped)) if swapped[i] != swapped[0])
+    swapped[0], swapped[j] = swapped[j], swapped[0]
+    with pytest.raises(ConfigError, match=r"trained with other patients\n"):
+        train_identity(x, swapped, cfg=cfg, out=tmp_path / "id.pt")
 
 
 def test_identity_resume_continues_an_interrupted_run(tmp_path):

@@ -138,8 +138,10 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     x_all = resize_to(images[keep].float(), cfg.image_size)
     net_cfg = _net_config(cfg, images.shape[1])
     digest = patients_digest(ids)
+    assignment = sha256_bytes("\n".join(str(patient_ids[i]) for i in keep).encode())[:16]   # whose image is which
     meta = {"train_config": cfg.to_dict(), "patients": len(ids), "images": len(keep), "patients_digest": digest,
             "images_digest": sha256_bytes(x_all.detach().cpu().contiguous().numpy().tobytes())[:16],
+            "assignment_digest": assignment,
             "single_image_patients_left_out": dropped}
     # until the last step the state goes to OUT.partial: OUT itself only ever holds a finished network
     final = Path(out) if out is not None else None
@@ -160,7 +162,8 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
         changed = [what for what, ok in (
             ("settings", blob["extra"].get("train_config") == meta["train_config"]
              and blob["config"] == net_cfg.to_dict()),
-            ("patients", blob["extra"].get("patients_digest") == digest),
+            ("patients", blob["extra"].get("patients_digest") == digest
+             and blob["extra"].get("assignment_digest", assignment) == assignment),   # (checkpoints before it: none)
             ("images", blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]))
             if not ok]
         if changed:

@@ -134,3 +134,31 @@ def test_the_public_codec_inverts_images_of_any_evaluation_size():
     assert torch.allclose(invert(x[:1]), rows[:1], atol=1e-4)        # batch size changes only rounding
     big = torch.nn.functional.interpolate(x, size=(64, 64), mode="bilinear", antialias=True, align_corners=False)
     assert torch.allclose(invert(big), rows, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_held_out_split_of_one_patient_leaves_differencing_unmeasured_with_a_note(tmp_path):
+    """Two releases of the same patients, a held-out split of one patient: the differencing threshold (a fraction of
+    the distance between two people) has no scale. The evaluation ended in a ValueError traceback after all its
+    work, with no report, on every rerun; it now says why differencing was not measured."""
+    import json
+
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    def run(*args):
+        r = CliRunner().invoke(cli, ["--device", "cpu", *map(str, args)])
+        assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+
+    ph, splits = tmp_path / "ph", tmp_path / "splits.csv"
+    run("phantom", "--patients", 12, "--per-patient", 2, "--size", 32, "--out", ph)
+    run("data", "split", ph, "--out", splits)
+    for method, setting in (("kpixel", ["--k", 2]), ("snow", ["--p", 0.3, "--seed", 1])):
+        run("anonymize", method, "--data", ph, *setting, "--size", 32, "--split", "train", "--splits", splits,
+            "--out", tmp_path / method, "--mapping", tmp_path / f"{method}.json")
+    run("evaluate", "--preset", "tiny", "--no-inception", "--size", 32, "--splits", splits, "--real", ph,
+        "--release", tmp_path / "kpixel", "--release", tmp_path / "snow", "--mapping", f"kpixel={tmp_path}/kpixel.json",
+        "--mapping", f"snow={tmp_path}/snow.json", "--out", tmp_path / "report")
+    notes = json.loads((tmp_path / "report" / "report.json").read_text())["notes"]
+    assert any("differencing of kpixel, snow is not measured" in n and "1 patient(s)" in n for n in notes)

@@ -81,7 +81,7 @@ def test_the_evaluation_cache_is_never_another_output(tmp_path, phantom):
     assert {c: sorted(p.name for p in c.rglob("*")) for c in (other, second)} == before
     # the report folder as its own cache (or under it): it ran once, then was a cache that the same command refused
     for cache, out in ((tmp_path / "ev", tmp_path / "ev"), (tmp_path, tmp_path / "ev")):
-        with pytest.raises(medanon.errors.ConfigError, match="is the report folder .* or holds it"):
+        with pytest.raises(medanon.errors.ConfigError, match=r"is the report folder .* or holds it"):
             medanon.evaluate(real=phantom, releases=[rel], mappings={"rel": tmp_path / "m.json"}, cache_dir=cache,
                              out=out, preset="tiny", size=16)
     assert not (tmp_path / "ev").exists()

@@ -87,6 +87,12 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
     controls = set(real.patients[ctx.held].tolist())
     targets = np.flatnonzero(np.isin(real.patients, sorted(set().union(*(p[2] | p[5] for p in pairs)) | controls)))
     fraction = ctx.cfg.attacks.differencing_fraction
+    scale_people = len(set(real.patients[scale_rows].tolist()))
+    if scale_people < 2:                        # the threshold is a fraction of the distance between two people
+        ctx.note(f"differencing of {', '.join(sorted({r.name for p in pairs for r in (p[0], p[3])}))} is not "
+                 f"measured: its threshold's scale comes from the {scale_split} split, which holds {scale_people} "
+                 "patient(s) (2 or more needed); a dataset with more held-out patients gives it")
+        return []
     space = Space(real.images[targets], real.patients[targets])
     threshold = threshold_entry(real.images[scale_rows], real.patients[scale_rows], fraction)
     scale_from = f"{scale_split} split ({ctx.split_name(scale_rows)})"

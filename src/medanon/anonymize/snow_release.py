@@ -232,6 +232,9 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     models = {"vessel-segmenter": vessels.describe()["checkpoint_sha256"]} \
         if vessels is not None and "checkpoint_sha256" in vessels.describe() else {}
     source, phantom = source_digest(dataset), is_phantom(dataset)
+    masks = vessels.mask_digest(dataset.records, dataset.root) if vessels is not None else None
+    if masks is not None:                                      # read files: a resume notices edited or other masks
+        source["vessel_masks"] = masks
     records = dataset.records
     with contextlib.ExitStack() as stack:
         writers = {p: stack.enter_context(ReleaseWriter(

@@ -28,8 +28,9 @@ writer at a time: a second run on the same ``out`` is refused at once (:mod:`med
 created with the first record, so an argument a method checks before its first record leaves nothing behind.
 A full disk or a lost permission is one :class:`OutputWriteError` naming the file, with the partial folder kept
 for a resume. The source digest (content checksums of the source files, and of their record and patient ids
-and labels) is a fingerprint of the private dataset: it goes into the private journal (a resumed run whose
-sources changed starts over) and into the private mapping, never into the public manifest.
+and labels, and of what else the records depend on: vessel masks read from files, a separate PCA basis, a testing
+seed) is a fingerprint of the private data: it goes into the private journal (a resume whose sources changed is
+refused) and into the private mapping, never into the public manifest.
 """
 
 from __future__ import annotations
@@ -214,8 +215,9 @@ class ReleaseWriter:
                                   "to discard it and start over")
         if head.get("source") != json.loads(json.dumps(self.source, default=_json_default)):
             raise ConfigError(f"{self.partial} holds an interrupted release of other sources: the images, their "
-                              "ids or labels, or which of them are released (another split or subset) changed since "
-                              "it was started, so its images would be stale",
+                              "ids or labels, which of them are released (another split or subset), or what else "
+                              "the records depend on (vessel masks, a PCA basis, a testing seed) changed since it "
+                              "was started, so its images would be stale",
                               fix="resume with the data and split it was started with, or pass overwrite=True to "
                                   "discard it and start over")
         models = json.loads(json.dumps(self.models, default=_json_default))

@@ -93,6 +93,18 @@ class VesselSource:
             raise DataError(f"vessels='dataset': {no_mask} of the {len(records)} images have no vessel mask in the "
                             "dataset's layout", fix=NO_MASK_FIX)
 
+    def mask_digest(self, records: Sequence[Record], root: Path | None) -> dict[str, Any] | None:
+        """One checksum over the mask files read (``files``, ``dataset``; after :meth:`bind`), named relative to
+        their folder: part of a release's private source digest, so that a resume with edited or other masks is
+        refused. None for masks computed from the images."""
+        from medanon.runtime import files_digest
+
+        if self.index is not None:
+            return files_digest(self.index.bound.values(), root=self.index.folder)
+        if self.method == "dataset":
+            return files_digest([r.mask_path for r in records if r.mask_path is not None], root=root)
+        return None
+
     def reads(self) -> list[Path]:
         """The files and folders this source reads besides the dataset (never to be written over)."""
         return [self.index.folder] if self.index is not None else []

@@ -345,5 +345,5 @@ def test_a_vs_snow_resume_notices_edited_vessel_masks(tmp_path, monkeypatch):
         mask = sorted((root / "masks").iterdir())[-1]
         from PIL import Image
         Image.fromarray(255 - np.asarray(Image.open(mask))).save(mask)
-        with pytest.raises(ConfigError, match="interrupted release of other sources.*vessel masks"):
+        with pytest.raises(ConfigError, match=r"interrupted release of other sources.*vessel masks"):
             release().save(tmp_path / "rel", progress=False)

@@ -48,7 +48,8 @@ FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin="
               help="w: one w offset shared by every layer (the paper's W and official code); w+: one vector per "
                    "layer." + default(GMIAConfig, "latent_space"))
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
-              help="Images optimised together (speed only: the result does not depend on it)."
+              help="Images optimised together (speed; other batch sizes change the images by float rounding, in a few "
+                   "8-bit pixel values)."
                    + default(GMIAConfig, "batch_size"))
 @config_options("GMIAConfig", example="steps=20")
 @split_options

@@ -40,7 +40,11 @@ def check_run_state(out: Path, *, resume: bool) -> Path:
 
 
 def keep_metrics_until(path: Path, step: int) -> None:
-    """On resume, drop metric lines written after the checkpoint (the run repeats those steps)."""
+    """On resume (said in the log, with the step it continues from), drop metric lines written after the
+    checkpoint (the run repeats those steps)."""
+    import logging
+
+    logging.getLogger("medanon.train").info("resuming %s at step %d", path.parent, step)
     if not path.exists():
         return
     lines = [line for line in path.read_text(encoding="utf-8").splitlines()

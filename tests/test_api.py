@@ -336,23 +336,11 @@ def test_calibration_streams_and_equals_the_whole_tensor_one(world):
     assert _calibrate(_batches(ds, batch=7), codec=codec).checksum() == calibrate_latent(codec, images).checksum()
 
 
-def test_an_interrupted_save_resumes(tmp_path, world, monkeypatch):
-    from medanon.release import ReleaseWriter
-
+def test_an_interrupted_save_resumes(tmp_path, world, interrupted_after):
     rel = medanon.anonymize.ldp_image(world["ds"], epsilon=5.0, batch=4)
-    real_add, calls = ReleaseWriter.add, []
-
-    def flaky(self, key, image, sources):
-        calls.append(key)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return real_add(self, key, image, sources)
-
-    monkeypatch.setattr(ReleaseWriter, "add", flaky)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(6), pytest.raises(KeyboardInterrupt):
         rel.save(tmp_path / "rel", progress=False)
     assert not (tmp_path / "rel").exists() and (tmp_path / "rel.partial").is_dir() and rel.path is None
-    monkeypatch.setattr(ReleaseWriter, "add", real_add)
     rel.save(tmp_path / "rel", progress=False)
     assert rel.summary["resumed_records"] == 5 and rel.summary["written"] == len(world["ds"]) - 5
     assert len(read_release(tmp_path / "rel")[1]) == len(world["ds"]) and rel.path == tmp_path / "rel"
@@ -457,24 +445,13 @@ def test_a_network_given_in_memory_is_recorded_by_its_weights(world):
     assert not any(k.endswith(":weights") for k in from_file)                   # a file: its own sha256
 
 
-def test_a_resume_that_reads_the_images_otherwise_is_refused(tmp_path, world, monkeypatch):
+def test_a_resume_that_reads_the_images_otherwise_is_refused(tmp_path, world, interrupted_after):
     """The size, channels and crop the images were read with were not part of a k-Same or LDP release's settings: a
     save interrupted at 32 px and resumed at 64 px mixed records of both sides (and the audit passed it)."""
     from medanon.errors import ConfigError
-    from medanon.release import ReleaseWriter
 
-    real_add, calls = ReleaseWriter.add, []
-
-    def flaky(self, key, image, sources):
-        calls.append(key)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real_add(self, key, image, sources)
-
-    monkeypatch.setattr(ReleaseWriter, "add", flaky)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(2), pytest.raises(KeyboardInterrupt):
         medanon.anonymize.kpixel(world["ds"], k=3).save(tmp_path / "rel", progress=False)
-    monkeypatch.setattr(ReleaseWriter, "add", real_add)
     assert medanon.anonymize.kpixel(world["ds"], k=3).params["size"] == SIZE
     with pytest.raises(ConfigError, match=r"other settings.*size 32 -> 64"):
         medanon.anonymize.kpixel(medanon.open_dataset(world["data"], size=64), k=3).save(tmp_path / "rel",
@@ -484,13 +461,10 @@ def test_a_resume_that_reads_the_images_otherwise_is_refused(tmp_path, world, mo
     cases = [(lambda b: medanon.anonymize.kpca(world["ds"], k=3, pca_components=3, pca_basis=b), basis),
              (lambda seed: medanon.anonymize.ldp_image(world["ds"], epsilon=1e3, noise_seed=seed), (3, 4))]
     for i, (make, (first, second)) in enumerate(cases):
-        calls.clear()
-        monkeypatch.setattr(ReleaseWriter, "add", flaky)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with pytest.raises(KeyboardInterrupt):
+            with interrupted_after(2), pytest.raises(KeyboardInterrupt):
                 make(first).save(tmp_path / f"r{i}", progress=False)
-            monkeypatch.setattr(ReleaseWriter, "add", real_add)
             with pytest.raises(ConfigError, match="interrupted release of other sources"):
                 make(second).save(tmp_path / f"r{i}", progress=False)
             make(first).save(tmp_path / f"r{i}", progress=False)                   # the same: resumed

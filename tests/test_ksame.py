@@ -280,23 +280,12 @@ def test_inverted_is_labelled_not_anonymous(tmp_path, phantoms, codec_ckpt):
     assert len(rows) == 26 and manifest["params"]["k"] == 1 and manifest["privacy"]["guarantee"].startswith("none")
 
 
-def test_resume_does_not_redo_written_clusters(tmp_path, phantoms, monkeypatch):
-    from medanon.release import ReleaseWriter
-
+def test_resume_does_not_redo_written_clusters(tmp_path, phantoms, interrupted_after):
     out = tmp_path / "rel"
-    real_add, calls = ReleaseWriter.add, []
-
-    def flaky(self, key, image, sources):
-        calls.append(key)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_add(self, key, image, sources)
-
-    monkeypatch.setattr(ReleaseWriter, "add", flaky)
-    r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--k", "2", "--out", str(out),
-                                 "--batch", "2"])
+    with interrupted_after(3):
+        r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--k", "2", "--out", str(out),
+                                     "--batch", "2"])
     assert r.exit_code != 0 and not out.exists() and (tmp_path / "rel.partial").exists()
-    monkeypatch.setattr(ReleaseWriter, "add", real_add)
     r = run_cli(["kpixel", "--data", phantoms, "--k", 2, "--out", out, "--batch", 2])
     assert "resuming: 2 records" in r.output
     assert len(read_release(out)[1]) == 6

@@ -87,18 +87,24 @@ def _refuse_held(held: Path, final: Path | None, changed: list[str]) -> None:
                       fix=f"choose another out file, or resume=False to train anew{kept}")
 
 
+def _held(final: Path | None, resume: bool) -> Path | None:
+    """The checkpoint a run of ``final`` resumes: its ``.partial`` (unfinished), else the finished network."""
+    if final is None or not resume:
+        return None
+    return next((p for p in (final.with_name(final.name + ".partial"), final) if p.is_file()), None)
+
+
+def _same_settings(blob: dict, cfg: IdentityTrainConfig, channels: int) -> bool:
+    return blob["extra"].get("train_config") == cfg.to_dict() and blob["config"] == _net_config(cfg, channels).to_dict()
+
+
 def check_resumable(out: str | Path, cfg: IdentityTrainConfig, channels: int, *, resume: bool = True) -> None:
     """The settings part of :func:`train_identity`'s resume check, before any image is read: a network at ``out``
     (or its ``.partial``) trained with other settings is refused without decoding the dataset (minutes on a large
     one). The patients and images are compared when training starts."""
-    final = Path(out)
-    held = next((p for p in (final.with_name(final.name + ".partial"), final) if resume and p.is_file()), None)
-    if held is None:
-        return
-    blob = load_checkpoint(held, kind=KIND)
-    if not (blob["extra"].get("train_config") == cfg.to_dict() and blob["config"] == _net_config(cfg, channels)
-            .to_dict()):
-        _refuse_held(held, final, ["settings"])
+    held = _held(Path(out), resume)
+    if held is not None and not _same_settings(load_checkpoint(held, kind=KIND), cfg, channels):
+        _refuse_held(held, Path(out), ["settings"])
 
 
 def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,
@@ -156,12 +162,11 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
                                                                                / cfg.steps)))
     gen = torch.Generator().manual_seed(int(cfg.seed))
     start = 0
-    held = next((p for p in (partial, final) if p is not None and resume and p.is_file()), None)
+    held = _held(final, resume)
     if held is not None:
         blob = load_checkpoint(held, kind=KIND)         # on the CPU, where the generator's state must be
         changed = [what for what, ok in (
-            ("settings", blob["extra"].get("train_config") == meta["train_config"]
-             and blob["config"] == net_cfg.to_dict()),
+            ("settings", _same_settings(blob, cfg, images.shape[1])),
             ("patients", blob["extra"].get("patients_digest") == digest
              and blob["extra"].get("assignment_digest", assignment) == assignment),   # (checkpoints before it: none)
             ("images", blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]))

@@ -195,16 +195,9 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
 
     return Release(method=method, dataset=ds, params=params, privacy=privacy, labels=labels, produce=produce,
                    seeds={}, models=models, notes=list(notes), reproducible=noise_seed is not None,
-                   private={} if noise_seed is None else {"noise_seed_sha256": _seed_fingerprint(noise_seed)},
+                   # a testing seed, in the private journal and mapping only: a resume with another is refused
+                   private={} if noise_seed is None else {"noise_seed": int(noise_seed)},
                    inputs=[p for r in reads for p in dataset_inputs(r)])
-
-
-def _seed_fingerprint(seed: int) -> str:
-    """What the private journal keeps of a testing seed (never the manifest): a resume with another seed is refused
-    instead of mixing two noise streams in one release."""
-    import hashlib
-
-    return hashlib.sha256(f"medanon-noise-seed:{int(seed)}".encode()).hexdigest()[:16]
 
 
 def _flow_checksum(codec) -> dict[str, str]:

@@ -102,7 +102,7 @@ def is_phantom(dataset) -> bool:
 def _same_folder(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve()
-    except OSError:
+    except (OSError, RuntimeError):                  # (a loop of symbolic links: the writer names it)
         return False
 
 

@@ -35,12 +35,6 @@ class MedanonGroup(click.Group):
             click.secho(f"error: the operating system refused{where}: {e.strerror or e}\n  fix: free space or fix "
                         f"the permissions there, then rerun the same command{resumes}", fg="red", err=True)
             ctx.exit(1)
-        except RuntimeError as e:                      # pathlib's word for a loop of symbolic links
-            if "Symlink loop" not in str(e):
-                raise
-            click.secho(f"error: {e}: the path leads through a loop of symbolic links and names no file\n  fix: "
-                        "fix or remove the link, or give another path", fg="red", err=True)
-            ctx.exit(1)
         except KeyboardInterrupt:
             click.secho("interrupted: nothing half-written was left under an output's name. To continue: run the "
                         "same command again (releases, evaluate, demo, train identity), add --resume (train gan, "

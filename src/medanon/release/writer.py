@@ -159,7 +159,7 @@ class ReleaseWriter:
         if foreign:
             raise OutputExistsError(f"{self.partial} holds {foreign[0]}, which medanon did not write there",
                                     fix=f"move it out of {self.partial}: medanon keeps interrupted releases there")
-        self._started, self._sharded = False, sharded
+        self._started, self._sharded, self._made_partial = False, sharded, False
         if (self.partial / JOURNAL).is_file() and resume and not (overwrite and not self._same_settings()):
             self._load_journal()
             self._started = True
@@ -387,7 +387,7 @@ class ReleaseWriter:
         """A run that failed before its first record was written (e.g. its first batch diverged) leaves nothing to
         resume: the ``OUT.partial`` it made is removed, so the corrected command starts afresh instead of being
         told of an interrupted release with other settings."""
-        if not (self._started and getattr(self, "_made_partial", False)) or self.entries or self._sharded:
+        if not (self._started and self._made_partial) or self.entries or self._sharded:
             return                                      # (a torchrun job's other processes write into it)
         images = self.partial / "images"
         if (images.is_dir() and any(images.iterdir())) or any(self.partial.glob(RANK_JOURNAL_GLOB)):

@@ -612,3 +612,25 @@ def test_attacks_resample_patients_who_share_records_together(world):
                                                       nearest["member_patients"] < patients)
     assert k2["fidelity"]["fd_identity"]["resampled"] == "patients"               # FD too
     assert _by_name(world["report"])["k3-nomap"]["fidelity"]["fd_identity"]["resampled"] == "images"  # no mapping
+
+
+def test_a_killed_evaluations_temporary_files_are_removed_only_when_no_evaluation_uses_the_cache(tmp_path):
+    """``kill -9`` during an atomic write leaves ``.NAME.XXXXXXXX.tmp`` in the cache; the next evaluation alone on the
+    cache removes it, one that shares the cache with a running evaluation leaves that evaluation's files be."""
+    from medanon.evaluate.cache import Cache
+
+    root = tmp_path / "cache"
+    running = Cache(root)
+    leftover = root / ".attacker-sex-0123.pt.n4etms57.tmp"
+    leftover.write_bytes(b"half a checkpoint")
+    kept = root / "real-identity-0123.npy.tmp"                   # not hidden: not an atomic write's temporary file
+    kept.write_bytes(b"x")
+    second = Cache(root)                                         # the running evaluation may be writing it
+    assert leftover.is_file() and second.swept == 0
+    second.close()
+    running.close()
+    third = Cache(root)
+    assert not leftover.exists() and third.swept == 1 and kept.is_file()
+    third.save_json("release-ab", {"n": 1})
+    assert third.load_json("release-ab") == {"n": 1} and not list(root.glob(".*.tmp"))
+    third.close()

@@ -218,6 +218,19 @@ def test_an_evaluation_does_not_replace_the_report_of_another(tmp_path, phantom)
     r = CliRunner().invoke(cli, [*args, "--release", str(tmp_path / "b"), "--mapping", f"b={tmp_path / 'b.json'}"])
     assert r.exit_code == 1 and "holds the report of another evaluation" in r.output and "--overwrite" in r.output
     assert (tmp_path / "ev" / "report.json").read_bytes() == before
+    # the same folder with an edited held-out label is other data: its report is not replaced silently
+    sources = {rec.patient_id for rec in train.records}
+    table = real / "labels.csv"
+    head, *rows = table.read_text().splitlines()
+    at, pid = head.split(",").index("grade"), head.split(",").index("patient_id")
+    i = next(i for i, row in enumerate(rows) if row.split(",")[pid] not in sources)
+    cells = rows[i].split(",")
+    cells[at] = str((int(float(cells[at])) + 1) % 5)
+    rows[i] = ",".join(cells)
+    table.write_text("\n".join([head, *rows]) + "\n")
+    r = CliRunner().invoke(cli, [*args, "--release", str(tmp_path / "a"), "--mapping", f"a={tmp_path / 'a.json'}"])
+    assert r.exit_code == 1 and "holds the report of an evaluation of other data" in r.output, r.output
+    assert "--overwrite" in r.output and (tmp_path / "ev" / "report.json").read_bytes() == before
 
 
 @pytest.mark.parametrize("stop_at", ["write_marker", "_stamp", "remove_replaced"])

@@ -279,6 +279,15 @@ def test_audit_checks_that_the_source_given_is_the_releases_own(tmp_path: Path):
     Image.fromarray(pixels).save(one)
     passed, detail = verdict(tmp_path / "copy")
     assert not passed and "differ from those the release was made from" in detail
+    shutil.copytree(fundus, tmp_path / "relabelled")                # the same images, one grade edited since
+    table = tmp_path / "relabelled" / "labels.csv"
+    head, first, *rest = table.read_text().splitlines()
+    cells = first.split(",")
+    at = head.split(",").index("grade")
+    cells[at] = str((int(float(cells[at])) + 1) % 5)
+    table.write_text("\n".join([head, ",".join(cells), *rest]) + "\n")
+    passed, detail = verdict(tmp_path / "relabelled")
+    assert not passed and "patient ids or labels of the source images it names differ" in detail
     # a phantom of fewer people names some of the sources only: not confirmed, and k not recounted from its ids
     small = medanon.make_phantom(tmp_path / "small", patients=2, per_patient=1, size=16, seed=7)
     passed, detail = verdict(small)

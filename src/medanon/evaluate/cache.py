@@ -6,20 +6,30 @@ real dataset's content digest, the split and the settings that produced it, so a
 of the same real data (more releases, a re-run after an interruption) reuses it. Per-release results
 are cached the same way, under the release's digest: an interrupted evaluation resumes where it
 stopped. Files are written atomically; arrays as ``.npy``, results as JSON, models as medanon
-checkpoints (``weights_only`` loading).
+checkpoints (``weights_only`` loading). Every evaluation using a cache holds a shared lock on it; one that finds
+no other user removes the temporary files a killed evaluation left there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from medanon.fsutil import atomic_write_bytes, atomic_write_text
+
+try:
+    import fcntl
+except ImportError:                                   # pragma: no cover - Windows: no sweeping of leftovers
+    fcntl = None
+
+LOCK = ".cache.lock"
 
 
 def digest(*parts: Any) -> str:
@@ -40,6 +50,37 @@ class Cache:
 
             if not (self.root / MARKER).is_file():      # a later run may reuse it (--cache refuses foreign folders)
                 write_marker(self.root, "evaluation-cache")
+        self._fd: int | None = None
+        self.swept = 0                                   # temporary files of killed evaluations removed
+        if self.root is not None and fcntl is not None:
+            self._hold()
+
+    def _hold(self) -> None:
+        """Hold the cache shared for as long as this evaluation uses it. An evaluation that gets it exclusively first
+        has no other user, so every ``.NAME.XXXXXXXX.tmp`` there is an atomic write a killed run left: removed.
+        A live writer's temporary file is never removed: its evaluation holds the lock from start to end."""
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:                                  # another evaluation uses it now: leave its files be
+            pass
+        else:
+            for leftover in self.root.glob(".*.tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
+                    self.swept += 1
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._fd = fd
+
+    def close(self) -> None:
+        """Give the cache back (the process's end does too)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def path(self, name: str, suffix: str) -> Path | None:
         return None if self.root is None else self.root / f"{name}{suffix}"

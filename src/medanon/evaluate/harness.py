@@ -341,7 +341,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     :func:`medanon.evaluate.flow_lr.evaluate_dpglow`). ``overwrite``: replace the report of another evaluation in
     ``out`` (one of the same real data and a subset of these releases is extended without it). Returns the report.
     """
-    from medanon.evaluate.report import build_closest, build_grids, check_report_replaceable, write_report
+    from medanon.evaluate import report as rep_io
 
     cfg = config or EvalConfig()
     from medanon.config import validate
@@ -373,9 +373,10 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache",
                      what="evaluation-cache")                       # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
-    check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
+    rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress)
+    rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite, real=real)
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]
     names = [r.name for r in rels]
     if len(set(names)) != len(names):
@@ -391,6 +392,9 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                                                             "utility": list(cfg.utility.seeds)})
     run.record_input("real", real.root, files=[r.path for r in real.records])
     cache = Cache(cache_dir if cache_dir is not None else out / "cache")
+    if cache.swept:
+        log.info("removed %d temporary file(s) an interrupted evaluation left in the cache %s", cache.swept,
+                 cache.root)
     # comparisons read what each release left in the cache: naming pairs must not invalidate any cached result
     keyed = replace(cfg, utility=replace(cfg.utility, compare=()))
     ctx = RealContext(real, keyed, cache, dev, progress)
@@ -423,7 +427,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     calibration = calibrate_and_judge(ctx, ckpts, results, checks)
     report = {
         "format": "medanon-evaluation", "version": RESULTS_VERSION,
-        "phantom": real.phantom, "real": {"path": str(real.root), "images": len(real.records),
+        "phantom": real.phantom, "real": {"path": str(real.root), "digest": rep_io.real_data_digest(real),
+                                          "images": len(real.records),
                                           "patients": len(set(real.patients.tolist())), "modality": real.modality,
                                           "split": real.split_source, "source_split": cfg.source_split,
                                           "heldout_split": cfg.heldout_split,
@@ -449,10 +454,11 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    write_report(out, report, {**build_grids(real, rels, n=cfg.grid, seed=cfg.seed),
-                               **build_closest(real, rels, results)})
+    rep_io.write_report(out, report, {**rep_io.build_grids(real, rels, n=cfg.grid, seed=cfg.seed),
+                                      **rep_io.build_closest(real, rels, results)})
     run.update(report=str(out / "report.html"), seconds=report["seconds"])
     run.finish()
+    cache.close()
     if cache.reused:                                   # an interrupted or repeated evaluation: say what was reused
         log.info("%d result(s) read from the cache %s instead of computed (same inputs and settings)", cache.reused,
                  cache.root)

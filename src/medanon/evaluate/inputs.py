@@ -242,7 +242,7 @@ def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[
         raise UnknownSources(f"mapping {mp} names {len(unknown)} source record(s) that are not in the real dataset "
                         f"{real.root}", files=unknown[:20],
                         fix="evaluate against the dataset the release was made from (same folder and layout)")
-    named = sorted({s for img in listed for s in recs[img]["sources"]})
+    named = sorted({s for img in listed for s in recs[img]["sources"]}, key=real.index.__getitem__)  # dataset order
     why = mapping_source_mismatch(mapping, [real.dataset.records[real.index[s]] for s in named], root=real.root,
                                   modality=real.modality)
     if why:

@@ -387,24 +387,41 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
             f"<style>{STYLE}</style></head><body>{body}</body></html>\n")
 
 
-def check_report_replaceable(out: str | Path, real_dir: str | Path, release_paths, *, overwrite: bool) -> None:
+def real_data_digest(real) -> str:
+    """What a report records of its real data: the images' content, every record's patient and labels, the split."""
+    from medanon.evaluate.cache import digest
+
+    return digest(real.digest, real.split.tolist())
+
+
+def check_report_replaceable(out: str | Path, real_dir: str | Path, release_paths, *, overwrite: bool,
+                             real=None) -> None:
     """An existing report in ``out`` is rewritten only by the same evaluation, or one that extends it (the same real
-    data, every release it holds among the new ones); another evaluation's report needs ``overwrite``."""
+    data, every release it holds among the new ones); another evaluation's report needs ``overwrite``. Called
+    before anything is read (``real`` None: paths compared), and again once the real data is loaded (``real``: its
+    content compared, so that an edited image, label or split is not taken for the same data)."""
     path = Path(out) / "report.json"
     if overwrite or not path.is_file():
         return
     try:
         held = json.loads(path.read_text(encoding="utf-8"))
-        real, rels = str(held["real"]["path"]), [str(r["path"]) for r in held["releases"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        real_path, rels = str(held["real"]["path"]), [str(r["path"]) for r in held["releases"]]
+        held_digest = held["real"].get("digest")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return                                   # not a readable report: check_output has judged the folder
     same = lambda a, b: Path(a).resolve() == Path(b).resolve()                    # noqa: E731
     dropped = [r for r in rels if not any(same(r, p) for p in release_paths)]
-    if not same(real, real_dir) or dropped:
-        why = f"of {real}" if not same(real, real_dir) else f"with release(s) {[Path(r).name for r in dropped]}"
+    fix = "choose another out, evaluate those releases too (a report is extended), or pass overwrite=True to replace it"
+    if not same(real_path, real_dir) or dropped:
+        why = f"of {real_path}" if not same(real_path, real_dir) else \
+            f"with release(s) {[Path(r).name for r in dropped]}"
         raise OutputExistsError(f"out {out} holds the report of another evaluation ({why}): it would be replaced",
-                                fix="choose another out, evaluate those releases too (a report is extended), or pass "
-                                    "overwrite=True to replace it")
+                                fix=fix)
+    if real is not None and isinstance(held_digest, str) and held_digest != real_data_digest(real):
+        raise OutputExistsError(f"out {out} holds the report of an evaluation of other data at {real_path}: its "
+                                "images, labels or split changed since that report was written, and it would be "
+                                "replaced", fix="choose another out to keep both reports, or pass overwrite=True to "
+                                                "replace it")
 
 
 def write_report(out: str | Path, report: dict, grids: dict[str, list[dict]]) -> tuple[Path, Path]:

@@ -325,7 +325,7 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
                 f"{len(unknown)} unknown record ids" if unknown else "")
         why = None
         if source_root is not None or source_modality is not None:
-            why = mapping_source_mismatch(data, [by_id[s] for s in sorted(named_ids) if s in by_id],
+            why = mapping_source_mismatch(data, [r for r in source_records if r.record_id in named_ids],
                                           root=source_root, modality=source_modality)
             if why is None and unknown:
                 why = f"not confirmed: {len(unknown)} of the sources the mapping names are not in it"

@@ -22,9 +22,11 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
 
 def mapping_source_mismatch(mapping: dict[str, Any], records: Sequence[Any], *, root: Path | None,
                             modality: str | None) -> str | None:
-    """Why the source images a mapping names (``records``: the dataset's records it names as sources) are not
-    those the release was made from, or None: another modality, or, where the mapping digests its sources by
-    content and names all of them, other file contents."""
+    """Why the source images a mapping names (``records``: the dataset's records it names as sources, in the
+    dataset's order) are not those the release was made from, or None: another modality, or, where the mapping
+    names all of its sources, other file contents (when it digests them by content) or other patient ids or labels
+    (a ``labels.csv`` edited since: the release's labels and people counts were aggregated from the old one)."""
+    from medanon.data.records import records_digest
     from medanon.runtime import files_digest
 
     src = mapping.get("source") or {}
@@ -35,5 +37,10 @@ def mapping_source_mismatch(mapping: dict[str, Any], records: Sequence[Any], *, 
         if now["mode"] == "content" and now["sha256"] != src["sha256"]:
             return ("the source images it names differ from those the release was made from (content sha256 "
                     f"{now['sha256'][:12]}, made from {src['sha256'][:12]})")
+    if src.get("records_sha256") and src.get("files") == len(records) and \
+            records_digest(records) != src["records_sha256"]:
+        return ("the patient ids or labels of the source images it names differ from those the release was made "
+                "from (their labels file was edited since, or the dataset is read with other label columns): the "
+                "release's labels and people counts were computed from the old ones")
     return None
 

@@ -134,6 +134,27 @@ def test_resume_notices_changed_source_content(tmp_path, source):
     assert len(ReleaseWriter(out, **SETTINGS, source={"sha256": "old"})) == 3       # same sources: resumes
 
 
+@pytest.mark.parametrize("head", ["", '{"settings": {"method": "kp', "[]"])
+def test_a_damaged_journal_is_named_as_such_not_as_other_settings(tmp_path, source, head):
+    _, records = source
+    out = tmp_path / "rel"
+    _interrupted(out, records, 3)
+    journal = tmp_path / "rel.partial" / ".journal.jsonl"
+    rest = journal.read_text().splitlines()[1:]
+    journal.write_text("\n".join([head, *rest]) + "\n")
+    with pytest.raises(DataError, match="journal cannot be read") as e:
+        ReleaseWriter(out, **SETTINGS, source={"sha256": "a"})
+    assert "other settings" not in str(e.value) and "overwrite=True" in e.value.fix
+    assert len(_release_replacing(out, records)) == len(records)      # overwrite: discarded, started over
+
+
+def _release_replacing(out: Path, records) -> list[Path]:
+    with ReleaseWriter(out, **SETTINGS, source={"sha256": "a"}, overwrite=True) as rel:
+        for i, r in enumerate(records):
+            rel.add(r.record_id, torch.full((3, 8, 8), -1 + 2 * i / len(records)), [r])
+    return list((out / "images").iterdir())
+
+
 def test_orphan_image_of_a_killed_run_is_removed_on_resume(tmp_path, source):
     _, records = source
     out = tmp_path / "rel"

@@ -187,20 +187,29 @@ class ReleaseWriter:
 
     # ------------------------------------------------------------------------------------------------ resume
 
-    def _journal_head(self) -> dict[str, Any]:
-        with open(self.partial / JOURNAL, encoding="utf-8") as f:
+    def _journal_head(self) -> dict[str, Any] | None:
+        """The journal's first line, or None where it is empty or not a JSON object (a damaged journal)."""
+        with open(self.partial / JOURNAL, encoding="utf-8", errors="replace") as f:
             first = f.readline()                         # the head only: the journal may hold 35k records
         try:
-            return json.loads(first) if first.strip() else {}
+            head = json.loads(first)
         except json.JSONDecodeError:
-            return {}
+            return None
+        return head if isinstance(head, dict) else None
 
     def _same_settings(self) -> bool:
-        return _but_mapping(self._journal_head()) == _but_mapping(json.loads(json.dumps(self._head,
-                                                                                     default=_json_default)))
+        head = self._journal_head()
+        return head is not None and _but_mapping(head) == _but_mapping(json.loads(json.dumps(self._head,
+                                                                                          default=_json_default)))
 
     def _load_journal(self) -> None:
         head = self._journal_head()
+        if head is None:
+            raise DataError(f"{self.partial} holds an interrupted release whose private journal cannot be read (its "
+                            "first line, which records the settings and sources, is empty or damaged, e.g. by a "
+                            "full disk or a kill while it was created): its records cannot be checked against this "
+                            "run's settings", files=[str(self.partial / JOURNAL)],
+                            fix="pass overwrite=True to discard it and start over")
         if head.get("mapping") and self.mapping is None:
             raise ConfigError(f"{self.partial} holds an interrupted release that was started with a private mapping "
                               f"({head['mapping']}); resumed without one, the release would have none, and a mapping "

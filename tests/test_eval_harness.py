@@ -633,4 +633,8 @@ def test_a_killed_evaluations_temporary_files_are_removed_only_when_no_evaluatio
     assert not leftover.exists() and third.swept == 1 and kept.is_file()
     third.save_json("release-ab", {"n": 1})
     assert third.load_json("release-ab") == {"n": 1} and not list(root.glob(".*.tmp"))
+    assert third.reused == 0                                     # its own result read back is not a resumed one
     third.close()
+    again = Cache(root)
+    assert again.load_json("release-ab") == {"n": 1} and again.reused == 1      # a later evaluation's is
+    again.close()

@@ -44,6 +44,7 @@ class Cache:
     def __init__(self, root: str | Path | None):
         self.root = Path(root) if root is not None else None
         self.reused = 0                                  # results read back instead of computed (a resumed run)
+        self._written: set[Path] = set()                 # what this evaluation saved: read back, it is not reused
         if self.root is not None:
             self.root.mkdir(parents=True, exist_ok=True)
             from medanon.outputs import MARKER, write_marker
@@ -89,7 +90,7 @@ class Cache:
         p = self.path(name, ".npy")
         if p is None or not p.is_file():
             return None
-        self.reused += 1
+        self.reused += p not in self._written
         return np.load(p, allow_pickle=False)
 
     def save_array(self, name: str, value: np.ndarray) -> None:
@@ -98,6 +99,7 @@ class Cache:
             buf = io.BytesIO()
             np.save(buf, np.asarray(value), allow_pickle=False)
             atomic_write_bytes(p, buf.getvalue())
+            self._written.add(p)
 
     def array(self, name: str, compute) -> np.ndarray:
         got = self.load_array(name)
@@ -110,13 +112,14 @@ class Cache:
         p = self.path(name, ".json")
         if p is None or not p.is_file():
             return None
-        self.reused += 1
+        self.reused += p not in self._written
         return json.loads(p.read_text(encoding="utf-8"))
 
     def save_json(self, name: str, value: Any) -> None:
         p = self.path(name, ".json")
         if p is not None:
             atomic_write_text(p, json.dumps(value, indent=1, sort_keys=True, default=_default) + "\n")
+            self._written.add(p)
 
 
 def _default(o: Any) -> Any:

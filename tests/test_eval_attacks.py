@@ -119,6 +119,25 @@ def test_membership_evaluates_every_target_record_with_few_heldout_images(releas
         assert out["top_k_accuracy"] < 0.5 and out["p_value_exact"] > 0.01
 
 
+def test_membership_reports_one_estimand_when_records_have_different_k():
+    """Records of 2 and 8 source images: the accuracy shown is the hits over all slots, the rate its interval, test
+    and risk row are about, and the chance is the baseline's (a mean of per-record ratios differs from both)."""
+    rng, emb, pid, held, _ = _setting(seed=1, patients=60, per=1)
+    g = torch.Generator().manual_seed(0)
+    src_desc = descriptors(torch.rand(len(emb), 1, 8, 8, generator=g), emb)
+    held_desc = descriptors(torch.rand(len(held), 1, 8, 8, generator=g), held)
+    groups = [list(range(i, i + 8)) for i in range(0, 24, 8)] + [list(range(i, i + 2)) for i in range(24, 60, 2)]
+    rel_desc = np.stack([src_desc[g_].mean(0) for g_ in groups])
+    rel_desc = rel_desc + 2.0 * rel_desc.std() * rng.standard_normal(rel_desc.shape)      # an attack that half works
+    out = top_k_membership(release_desc=rel_desc, record_sources=groups, source_desc=src_desc,
+                           heldout_desc=held_desc, seed=0, source_patients=pid)
+    assert len(out["k"]) == 2
+    assert out["top_k_accuracy"] == pytest.approx(out["hits"] / out["slots"])
+    assert out["ci"][0] <= out["top_k_accuracy"] <= out["ci"][1]
+    assert out["top_k_accuracy"] == pytest.approx(out["risk"]["attack"]["rate"])
+    assert out["chance"] == pytest.approx(out["risk"]["baseline"]["rate"])
+
+
 def test_membership_leaves_out_a_record_larger_than_the_heldout_images():
     _, emb, _, held, _ = _setting(seed=1, patients=60, per=1)
     g = torch.Generator().manual_seed(0)

@@ -3,7 +3,7 @@
 Paper protocol: an attacker network is trained on the training set to score whether an image
 belongs to a synthetic average's cluster; the test set is split into two halves, averages are
 built on the first, and for every average the images of *both* halves are ranked; the score is
-the top-K accuracy (mean fraction of the K best-ranked images that are members) with K = k.
+the top-K accuracy (fraction of the K best-ranked images that are members) with K = k.
 
 The same protocol on a release folder (the evaluator reads only the release, its private mapping as
 ground truth, and the real data):
@@ -21,8 +21,9 @@ ground truth, and the real data):
    of held-out images, when they do not); a record with more source images than there are held-out images
    cannot be balanced and is counted in ``records_not_evaluated``. For each record all images of its pool
    are ranked by the attacker's score.
-4. Top-K accuracy with K = the record's number of distinct source images (k in a release whose records
-   each stand for k images; not the ``k`` setting where records have more or fewer sources). **Ties never
+4. Top-K accuracy, the hits over all evaluated records' K slots, with K = the record's number of distinct source
+   images (k in a release whose records each stand for k images; not the ``k`` setting where records have more or
+   fewer sources). **Ties never
    count for the attacker**: pool images tied at the K-th place share the slots left (a tied member
    is a hit with probability slots / tied, its expected hits under random tie breaking; a constant score
    gives the chance of a random ranking, not the members that happen to come first in the pool). The
@@ -159,7 +160,6 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     for i, size in enumerate(pool_sizes):                             # pools are ranked independently
         pmf, mean = topk_null([k for k, p in zip(ks, record_pool, strict=True) if p == i], size)
         null, expected_hits = np.convolve(null, pmf), expected_hits + mean
-    expected_random = float(np.mean(ks_a / np.asarray(pool_sizes, np.float64)[record_pool]))
     groups = None
     if source_patients is not None:
         sp = np.asarray(source_patients)
@@ -168,10 +168,13 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     base = exact_rate(expected_hits / k_total, k_total, confidence=confidence)      # exact: no sampling error
     slots_ci = exact_interval(hits_total, k_total, confidence=confidence)
     p_exact = upper_tail(null, observed)
-    return {"top_k_accuracy": float((hits_a / ks_a).mean()), "ci": list(attack.ci) if groups is not None else slots_ci,
+    # one estimand throughout: the hits over all evaluated records' slots (what the interval, the test and the risk
+    # table measure); a mean of per-record ratios would differ from it where records have different K
+    chance = expected_hits / k_total
+    return {"top_k_accuracy": hits_total / k_total, "ci": list(attack.ci) if groups is not None else slots_ci,
             "ci_slots": slots_ci, "interval": attack.method if groups is not None else
             "Clopper-Pearson over the K slots of the evaluated records", "hits": hits_total if hits_total % 1 else
-            int(hits_total), "slots": k_total, "chance": expected_random, "baseline": expected_random,
+            int(hits_total), "slots": k_total, "chance": chance, "baseline": chance,
             # one-sided: an attack better than a random ranking (a hit rate below chance is no evidence of a leak)
             "p_value": p_exact if groups is None else bootstrap_p(attack.draws, base.raw, alternative="greater"),
             "p_value_exact": p_exact,

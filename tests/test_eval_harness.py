@@ -638,3 +638,16 @@ def test_a_killed_evaluations_temporary_files_are_removed_only_when_no_evaluatio
     again = Cache(root)
     assert again.load_json("release-ab") == {"n": 1} and again.reused == 1      # a later evaluation's is
     again.close()
+
+
+def test_utility_intervals_over_few_held_out_patients_are_called_rough(world):
+    """30 patients leave a few held-out test patients: a percentile bootstrap over them covers less than 95 %
+    (benchmarks/interval_coverage.py), and the report says so with the count."""
+    rep = world["report"]
+    assert rep["tasks"] and EvalConfig.tiny(size=SIZE).utility.bootstrap
+    for task in rep["tasks"]:
+        entry = next(r["utility"][task] for r in rep["releases"] if task in (r.get("utility") or {}))
+        g = entry["n_test_patients"]
+        assert g < 20
+        assert any(n.startswith(f"utility ({task}) is tested on {entry['n_test']} images of {g} held-out patient(s)")
+                   and "covers the true value less often than stated" in n for n in rep["notes"]), rep["notes"]

@@ -41,7 +41,13 @@ from medanon.evaluate.attack_suite import run_attacks
 from medanon.evaluate.attacks.stats import record_clusters
 from medanon.evaluate.cache import Cache, check_cache_apart, digest
 from medanon.evaluate.calibration import calibrate_and_judge
-from medanon.evaluate.cautions import differencing_results, k_claim, public_models, shared_people
+from medanon.evaluate.cautions import (
+    differencing_results,
+    few_test_patients,
+    k_claim,
+    public_models,
+    shared_people,
+)
 from medanon.evaluate.config import EvalConfig, result_key
 from medanon.evaluate.context import RealContext, checkpoint_trained_on, split_rows
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
@@ -404,6 +410,9 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         ctx.notes.append(note)
     label_sets = [set(r.label_names) for r in rels]
     tasks = util.choose_tasks(cfg.utility.tasks, sorted(set.union(*label_sets)), real.label_names)
+    for note in few_test_patients(ctx, tasks):
+        log.warning(note)
+        ctx.notes.append(note)
     ckpts = _checkpoint_digests(cfg)                # a checkpoint replaced at the same path invalidates the cache
     results = []
     for rel in tqdm(rels, desc="releases", disable=not progress, unit="release"):

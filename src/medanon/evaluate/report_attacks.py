@@ -364,7 +364,8 @@ def _rate(d: dict) -> str:
     b = d.get("balanced")
     if b:
         extra += f"; reweighted to the members' {_e(b['label'])} mix, unweighted {_pct(b['unweighted_rate'])}"
-    trials = f"{d['trials']}" + (f", {d['patients']} patients" if d.get("patients") is not None else "")
+    # the bootstrap's units: patients linked by a shared record are one cluster (a k-Same record links k people)
+    trials = f"{d['trials']}" + (f", {d['patients']} patient clusters" if d.get("patients") is not None else "")
     return (f"{_pct(d['rate'])} <span class=ci>[{_pct(d['ci'][0])}, {_pct(d['ci'][1])}] n={trials}{extra}"
             f"</span>")
 

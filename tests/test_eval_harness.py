@@ -611,7 +611,8 @@ def test_attacks_resample_patients_who_share_records_together(world):
     assert nearest["member_patients"] == patients or (nearest["members_left_out"] and
                                                       nearest["member_patients"] < patients)
     assert k2["fidelity"]["fd_identity"]["resampled"] == "patients"               # FD too
-    assert _by_name(world["report"])["k3-nomap"]["fidelity"]["fd_identity"]["resampled"] == "images"  # no mapping
+    nomap = _by_name(world["report"])["k3-nomap"]["fidelity"]["fd_identity"]
+    assert nomap["resampled"] == "patients (reference), images (evaluated set)"    # no mapping: records one by one
 
 
 def test_a_killed_evaluations_temporary_files_are_removed_only_when_no_evaluation_uses_the_cache(tmp_path):

@@ -156,7 +156,7 @@ def kid_with_error(f1, f2, *, subsets: int = 100, subset_size: int = 1000, n_boo
             x, y = a[resample_rows(rng, len(a), groups1)], b[resample_rows(rng, len(b), groups2)]
             k = min(m, len(x), len(y))
             vals.append(kid_from_features(x, y, subsets=1, subset_size=k, seed=seed)[0])
-        unit = "patients" if groups1 is not None and groups2 is not None else "images"
+        unit = resampling_unit(groups1, groups2)
         out.update(sd=float(np.std(vals, ddof=1)), error=f"sd over {len(vals)} bootstrap resamples of both sets "
                                                          f"by {unit} (one subset holds each whole set)")
     return out
@@ -177,6 +177,17 @@ class Interval:
                 "n_reference": self.n[0], "n": self.n[1], "resampled": self.resampled, "resamples": self.resamples}
 
 
+def resampling_unit(groups_ref, groups_eval) -> str:
+    """What a two-set bootstrap resamples: ``patients`` (both sets by patient), ``images`` (neither), or which set by
+    which (a release without its mapping: its records one by one, the real reference still by patient)."""
+    if groups_ref is not None and groups_eval is not None:
+        return "patients"
+    if groups_ref is None and groups_eval is None:
+        return "images"
+    return ("patients (reference), images (evaluated set)" if groups_ref is not None else
+            "images (reference), patients (evaluated set)")
+
+
 def bootstrap_fd(f_ref, f_eval, *, n_boot: int = 50, confidence: float = 0.95, seed: int = 0,
                  groups_ref=None, groups_eval=None) -> Interval:
     """FD with a bias-shifted bootstrap percentile interval (both sets resampled ``n_boot`` times): by patient
@@ -185,7 +196,7 @@ def bootstrap_fd(f_ref, f_eval, *, n_boot: int = 50, confidence: float = 0.95, s
     a, b = _f64(f_ref), _f64(f_eval)
     value = fd_from_features(a, b)
     rng = np.random.default_rng(seed)
-    unit = "patients" if groups_ref is not None and groups_eval is not None else "images"
+    unit = resampling_unit(groups_ref, groups_eval)
     boots = [fd_from_features(a[resample_rows(rng, len(a), groups_ref)], b[resample_rows(rng, len(b), groups_eval)])
              for _ in range(n_boot)]
     if not boots:

@@ -62,7 +62,7 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 12    # 12: the k a release claims, recounted from its mapping (k_claim)
+RESULTS_VERSION = 13    # 13: pooled top-K accuracy; a release without mapping: FD's reference resampled by patient
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def _fidelity_block(ctx: RealContext, n: int, inception, identity, groups=None) 
     patient cluster) of each evaluated image, for intervals that resample patients (None: images)."""
     f = ctx.cfg.fidelity
     out: dict[str, Any] = {"n": int(n), "n_reference": len(ctx.ref_rows)}
-    ref_groups = ctx.real.patients[ctx.ref_rows] if groups is not None else None
+    ref_groups = ctx.real.patients[ctx.ref_rows]       # real images: always by patient (the release: by its groups)
     boot = {"n_boot": f.bootstrap, "confidence": ctx.cfg.attacks.confidence, "seed": ctx.cfg.seed,
             "groups_ref": ref_groups, "groups_eval": groups}
     if ctx.inception is not None:
@@ -249,7 +249,9 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
                        f"differencing are not measured (the attacks that need ground truth of who is in which "
                        f"record), and nothing ties "
                        f"the release to this real data (the public manifest holds no fingerprint of its sources): "
-                       f"were it made from other images, the other attacks would measure strangers")
+                       f"were it made from other images, the other attacks would measure strangers; its fidelity "
+                       f"intervals resample its records one by one (too narrow where records of one patient are "
+                       f"alike)")
     shared = shared_people(rels)
     if shared:
         out.append(f"releases {', '.join(shared)} are made from images of the same people (their mappings share "

@@ -53,6 +53,19 @@ def test_auroc_and_ap_match_sklearn(data):
         assert M.average_precision(y, s) == pytest.approx(skm.average_precision_score(y, s))
 
 
+def test_a_nan_score_gives_no_auroc_or_ap_in_every_variant():
+    """sklearn refuses NaN scores; medanon's rankings give NaN, never a number that ranked the NaN somewhere."""
+    y, s = [0, 1, 0, 1], [0.1, np.nan, 0.3, 0.9]
+    with pytest.raises(ValueError):
+        skm.average_precision_score(y, s)
+    w = [[1, 1, 1, 1], [2, 0, 1, 1]]
+    for one, rows in ((M.roc_auc, M.roc_auc_rows), (M.average_precision, M.average_precision_rows)):
+        assert math.isnan(one(y, s))
+        assert np.isnan(rows(y, s)).all() and np.isnan(rows(y, s, weights=w)).all()
+        both = rows([y, y], [[0.1, 0.2, 0.3, 0.9], s])
+        assert both[0] == pytest.approx(one(y, [0.1, 0.2, 0.3, 0.9])) and np.isnan(both[1])
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_row_wise_metrics_equal_the_one_sample_functions_on_every_row(data):
@@ -207,3 +220,14 @@ def test_fd_intervals_resample_patients_when_they_are_known():
     assert by_image.to_dict()["resampled"] == "images" and by_patient.to_dict()["resampled"] == "patients"
     assert by_patient.value == by_image.value
     assert by_patient.high - by_patient.low > 1.5 * (by_image.high - by_image.low)
+
+
+def test_resamples_without_a_ratio_are_not_counted_as_resamples_without_the_metric():
+    """A baseline whose accuracy is 0 in some resamples leaves the ratio undefined there, not the accuracy."""
+    task = U.KNOWN_TASKS["pneumonia"]
+    y = np.array([0, 1, 0, 1, 0, 1, 0, 1])
+    right, wrong = np.eye(2)[y] * 0.8 + 0.1, np.eye(2)[1 - y] * 0.8 + 0.1
+    wrong[:2] = right[:2]                                       # the baseline is right on patient 0's images only
+    out = U.paired_intervals(task, y, [right], [wrong], n_resamples=200, groups=np.repeat(np.arange(4), 2))
+    acc = out["binary_acc"]
+    assert "undefined_resamples" not in acc and acc["ratio_undefined_resamples"] > 0

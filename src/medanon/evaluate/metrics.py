@@ -95,11 +95,12 @@ def roc_auc(y_true, score) -> float:
 
 
 def average_precision(y_true, score) -> float:
-    """Average precision ``sum_n (R_n - R_{n-1}) P_n`` over decreasing distinct thresholds."""
+    """Average precision ``sum_n (R_n - R_{n-1}) P_n`` over decreasing distinct thresholds (NaN where a score is
+    NaN, as :func:`roc_auc`: a NaN cannot be ranked)."""
     t = _int(y_true).astype(bool)
     s = np.asarray(score, np.float64).ravel()
     n_pos = int(t.sum())
-    if n_pos == 0:
+    if n_pos == 0 or np.isnan(s).any():
         return float("nan")
     order = np.argsort(-s, kind="mergesort")
     s, t = s[order], t[order]
@@ -208,10 +209,12 @@ def f1_rows(y_true, y_pred, *, average: str, positive: int = 1, labels=None, wei
 
 
 def roc_auc_rows(y_true, score, *, weights=None) -> np.ndarray:
-    """:func:`roc_auc` per row (NaN where a row has one class only)."""
+    """:func:`roc_auc` per row (NaN where a row has one class only, or a NaN score)."""
     from scipy.stats import rankdata
 
     t, s = _rows(y_true).astype(bool), _rows(score, np.float64)
+    if np.isnan(s).any():
+        return _nan_rows(roc_auc_rows, t, s, weights)
     if weights is not None:
         return _roc_auc_weighted(t, s, weights)
     n_pos, n_neg = t.sum(1), (~t).sum(1)
@@ -221,9 +224,18 @@ def roc_auc_rows(y_true, score, *, weights=None) -> np.ndarray:
     return np.where((n_pos > 0) & (n_neg > 0), out, np.nan)
 
 
+def _nan_rows(metric, t: np.ndarray, s: np.ndarray, weights) -> np.ndarray:
+    """``metric`` per row, NaN for every row whose scores hold a NaN (a NaN cannot be ranked; with one shared score
+    row, every weight row)."""
+    out = metric(t, np.where(np.isnan(s), 0.0, s), weights=weights)
+    return np.where(np.broadcast_to(np.isnan(s).any(1), out.shape), np.nan, out)
+
+
 def average_precision_rows(y_true, score, *, weights=None) -> np.ndarray:
-    """:func:`average_precision` per row (NaN where a row has no positive)."""
+    """:func:`average_precision` per row (NaN where a row has no positive, or a NaN score)."""
     t, s = _rows(y_true).astype(bool), _rows(score, np.float64)
+    if np.isnan(s).any():
+        return _nan_rows(average_precision_rows, t, s, weights)
     if weights is not None:
         return _average_precision_weighted(t, s, weights)
     order = np.argsort(-s, axis=1, kind="mergesort")

@@ -169,8 +169,8 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
     keys = list(a0)
 
     def stacked(ra, rb):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = [ra[k] / rb[k] for k in keys]
+        with np.errstate(divide="ignore", invalid="ignore"):        # no ratio to a baseline of 0 (not inf)
+            ratio = [np.where(rb[k] != 0, ra[k] / rb[k], np.nan) for k in keys]
         return np.stack([ra[k] for k in keys] + [rb[k] for k in keys] + [ra[k] - rb[k] for k in keys] + ratio)
 
     if groups is None:
@@ -233,16 +233,19 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
                   "difference": {"value": rv - bv, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
                   "ratio": {"value": rv / bv if bv else float("nan"),
                             "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]},
-                  **_unit(unit, len(y), n_resamples, [i, n + i, 2 * n + i, 3 * n + i])}
+                  **_unit(unit, len(y), n_resamples, [i, n + i, 2 * n + i], ratio=3 * n + i)}
     return out
 
 
-def _unit(unit: dict, n: int, n_resamples: int, rows: list[int]) -> dict:
-    """An interval entry's sample description: images, what was resampled, resamples (and undefined ones)."""
+def _unit(unit: dict, n: int, n_resamples: int, rows: list[int], ratio: int | None = None) -> dict:
+    """An interval entry's sample description: images, what was resampled, resamples (and undefined ones: of the
+    metric, and apart from them those of the ratio, undefined also where the baseline's metric is 0)."""
     out = {"n": n, **{k: v for k, v in unit.items() if k != "undefined"}, "resamples": n_resamples}
     bad = int(max(unit["undefined"][rows])) if "undefined" in unit else 0
     if bad:
         out["undefined_resamples"] = bad                # left out of the percentiles (the metric had no value)
+    if ratio is not None and "undefined" in unit and int(unit["undefined"][ratio]) > bad:
+        out["ratio_undefined_resamples"] = int(unit["undefined"][ratio])
     return out
 
 

@@ -112,6 +112,26 @@ def test_singling_out_and_nearest_use_patients():
     assert pat["risk"]["attack"]["patients"] == 12 and json.dumps(pat)
 
 
+def test_the_individual_hidden_rate_resamples_individuals_who_share_a_record_together():
+    """k = 3 records of 3 patients each: the three are found or hidden together, so the 60 individuals are 20
+    independent units, and the interval is about as wide as Wilson's over 20, wider than Wilson's over 60."""
+    rng = np.random.default_rng(5)
+    n_rec, k = 20, 3
+    centres = rng.standard_normal((n_rec, 16))
+    own = np.repeat(np.arange(n_rec), k)                                 # one image per patient
+    src = centres[own] + 0.05 * rng.standard_normal((n_rec * k, 16))
+    rel = centres + np.where(rng.random(n_rec) < 0.5, 0.0, 3.0)[:, None] * rng.standard_normal((n_rec, 16))
+    pid = np.arange(n_rec * k).astype(str)
+    out = singling_out(source_emb=src, source_record=own, release_emb=rel, source_patients=pid, source_clusters=own)
+    found = 1 - out["hidden_rate_individual"]
+    assert 0.2 < found < 0.8 and out["n_individuals"] == 60
+    lo, hi = out["hidden_rate_individual_ci"]
+    assert lo <= out["hidden_rate_individual"] <= hi
+    by_units, by_people = success_rate(found * n_rec, n_rec), success_rate(found * 60, 60)
+    assert _width((lo, hi)) > 1.3 * _width(by_people.ci)
+    assert _width((lo, hi)) == pytest.approx(_width(by_units.ci), rel=0.35)
+
+
 def test_linkability_pairs_resampled_by_patient():
     rng = np.random.default_rng(5)
     pid = np.repeat(np.arange(20), 3)

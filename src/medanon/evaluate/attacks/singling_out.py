@@ -18,7 +18,8 @@ release's private mapping), with cosine similarities of identity embeddings:
 
 Intervals: with ``source_patients``, the per-image rates and the medians get patient cluster bootstrap
 intervals (:func:`medanon.evaluate.attacks.stats.cluster_summary`, seeded by ``seed``), the per-individual
-rate Wilson's over patients; without, Wilson's and an image bootstrap.
+rate one over the same clusters (individuals who share a released record are one unit); without, Wilson's and an
+image bootstrap.
 
 Two-sided: the **reverse** attacker takes the *least* similar record (a release optimised away from its
 sources, as GMIA's, sits at negative similarity to them); both success rates are reported.
@@ -102,7 +103,12 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
     attack = rate(top1, groups=groups, **boot)
     reverse = rate(rev1, groups=groups, **boot)
     base = exact_rate(1.0 / big_r, n, confidence=confidence)
-    ind = success_rate(float(exposed.sum()), len(uniq), confidence=confidence)
+    if grouped:                                     # individuals who share released records are one unit too
+        first = np.zeros(len(uniq), np.int64)
+        first[codes[::-1]] = np.arange(len(codes))[::-1]            # each individual's first source image
+        ind = rate(exposed, groups=np.asarray(unit_of)[first], stream=1, **boot)
+    else:
+        ind = success_rate(float(exposed.sum()), len(uniq), confidence=confidence)
     return {"hidden_rate": float(1 - top1.mean()), "hidden_rate_ci": [1 - attack.ci[1], 1 - attack.ci[0]],
             "hidden_rate_individual": float(1 - exposed.mean()),
             "hidden_rate_individual_ci": [1 - ind.ci[1], 1 - ind.ci[0]], "n_individuals": len(uniq),

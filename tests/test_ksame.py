@@ -364,3 +364,29 @@ def test_latent_optimisation_runs_inside_a_callers_no_grad():
         res = optimize_latents(torch.zeros(2, 3), lambda w: (w - 1).pow(2).sum(1), steps=200, lr=0.05)
     assert torch.allclose(res.latents, torch.ones(2, 3), atol=1e-2)
     assert res.history[-1].max() < res.history[0].min()
+
+
+def test_a_latent_release_of_the_shipped_codecs_training_people_says_so(tmp_path):
+    """The shipped fundus codec was trained on the 500-patient seed-0 phantom: a seed-0 phantom's patients are among
+    them, so its k-Centroid records also depend on them through the codec's weights. The statement says so (with a
+    count, never ids) and warns; a phantom of another seed keeps the plain statement."""
+    import warnings
+
+    import medanon
+    from medanon.anonymize.privacy import CalibrationOverlap
+
+    seed0 = medanon.make_phantom(tmp_path / "seed0", patients=4, per_patient=1, size=64)
+    with pytest.warns(CalibrationOverlap, match="trained on a phantom \\(seed 0\\) that holds 4 of the released"):
+        rel = medanon.anonymize.kcentroid(seed0, k=2)
+    privacy = rel.privacy
+    assert "restyle-map-fundus64.pt" in privacy["models_trained_on_released"]["files"]
+    assert "weights of models trained on 4 of the released patients" in privacy["guarantee"]
+    assert "computed only from the images of one cluster" not in privacy["guarantee"] and privacy["k"] == 2
+    assert any("memorised of the 4 released patients" in item for item in privacy["not_protected"])
+    assert "P0000" not in json.dumps(privacy)                                 # public: a count, never an id
+    other = medanon.make_phantom(tmp_path / "seed5", patients=4, per_patient=1, size=64, seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationOverlap)
+        kept = medanon.anonymize.kcentroid(other, k=2).privacy
+    assert "computed only from the images of one cluster" in kept["guarantee"]
+    assert "models_trained_on_released" not in kept

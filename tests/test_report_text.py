@@ -29,6 +29,14 @@ def _laplace(eps: float, **kw) -> dict:
 def test_headlines_state_each_claim_with_its_numbers():
     assert privacy_text.headline(privacy_statement(KSameConfig(method="ksalsa", k=5), None)) == \
         "k-anonymity: k = 5 patients per record"
+    from medanon.anonymize.ksame_statement import models_trained_on_released
+    from medanon.anonymize.privacy import CalibrationOverlap
+
+    with pytest.warns(CalibrationOverlap):
+        plain = privacy_statement(KSameConfig(method="ksalsa", k=5), None, uses_models=True)
+        trained = models_trained_on_released(plain, {"restyle-map-fundus64.pt": (7, {"seed": 0, "patients": 500})})
+    assert privacy_text.headline(trained) == \
+        "k-anonymity: k = 5 patients per record; its models were trained on 7 of the released patients"
     h = privacy_text.headline(_laplace(100.0))
     assert h == ("ε-local DP per image (δ = 0): ε = 1600 (tight 636.3) (= 100 per element × D = 16; not a per-pixel "
                  "guarantee); n·ε for a patient with n images; vacuous at this ε")

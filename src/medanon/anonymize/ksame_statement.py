@@ -98,6 +98,39 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
     return out
 
 
+def models_trained_on_released(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]]) -> dict:
+    """The statement of a latent k-Same release whose models (``overlap``: file -> (released patients it was trained
+    on, its training phantom), :func:`medanon.phantoms.provenance.shipped_models_trained_on`) were trained on released
+    people: k-anonymity of the records' composition still holds, but a record is no longer computed from its
+    cluster's images only, and the statement says so (as for a PCA basis fitted on the released data). Warns
+    :class:`~medanon.anonymize.privacy.CalibrationOverlap`."""
+    import warnings
+
+    from medanon.anonymize.privacy import CalibrationOverlap
+    from medanon.errors import user_stacklevel
+
+    if not overlap:
+        return privacy
+    most = max(n for n, _ in overlap.values())
+    seed = next(iter(overlap.values()))[1]["seed"]
+    files = ", ".join(sorted(overlap))
+    # counts and file names only, never patient ids: this goes into the public manifest
+    fact = (f"the models {files} were trained on a phantom (seed {seed}) that holds {most} of the released patients, "
+            "so a record also depends on them through the models' weights")
+    warnings.warn(f"{fact}: what the weights memorised of them is outside the k-anonymity statement (which says "
+                  "so); make the phantom with another seed, or train the models on other data",
+                  CalibrationOverlap, stacklevel=user_stacklevel())
+    only = "every released image is computed only from the images of one cluster"
+    guarantee = privacy["guarantee"].replace(
+        only, f"every released image is computed from the images of one cluster and the weights of models trained on "
+              f"{most} of the released patients ({files}: a phantom of seed {seed}; what they memorised of them is "
+              "not covered)") if only in privacy["guarantee"] else privacy["guarantee"] + f"; {fact} (not covered)"
+    return {**privacy, "guarantee": guarantee,
+            "models_trained_on_released": {"files": sorted(overlap), "released_patients": most},
+            "not_protected": [*privacy.get("not_protected", []),
+                              f"what {files} memorised of the {most} released patients they were trained on"]}
+
+
 def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str, Any]:
     """The method parameters the release manifest records (also the resume check: they must not change)."""
     p: dict[str, Any] = {"k": cfg.k if cfg.method != "inverted" else 1, "clustering": {

@@ -92,6 +92,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         check_basis,
         manifest_params,
         model_checksums,
+        models_trained_on_released,
         plan_clusters,
         privacy_statement,
         release_ksame,
@@ -163,6 +164,11 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         models["map-generator"] = prior_gen[1]["sha256"]
     privacy = map_prior_statement(privacy_statement(cfg, None, labels=labels,
                                                     uses_models=codec is not None or features is not None), prior_gen)
+    if cfg.method in LATENT_METHODS and cfg.method != "inverted":     # records computed through the models' weights
+        from medanon.phantoms.provenance import shipped_models_trained_on
+
+        overlap = shipped_models_trained_on(models, ds.root, [r.patient_id for r in ds.records])
+        privacy = models_trained_on_released(privacy, overlap)
     return Release(method=cfg.method, dataset=ds, params=params,
                    privacy=privacy, labels=labels, produce=produce,
                    seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},

@@ -53,8 +53,10 @@ def headline(priv: dict[str, Any]) -> str:
     guarantee = str(priv.get("guarantee", ""))
     if guarantee.startswith("k-anonymity") and priv.get("k"):
         basis = str(priv.get("pca_basis", "")).startswith("fitted on the private")
+        trained = (priv.get("models_trained_on_released") or {}).get("released_patients")
         return (f"k-anonymity: k = {priv['k']} patients per record"
-                + ("; the PCA basis depends on every image" if basis else ""))
+                + ("; the PCA basis depends on every image" if basis else "")
+                + (f"; its models were trained on {trained} of the released patients" if trained else ""))
     if guarantee == "epsilon-LDP" and _finite(priv.get("epsilon_image")):
         e = priv["epsilon_image"]
         tight = priv.get("epsilon_image_tight")

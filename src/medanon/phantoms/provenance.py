@@ -16,12 +16,19 @@ from typing import Any
 
 RENDERING = ("patients", "per_patient", "size", "workers")     # how many and how large: not who
 
-# The phantoms the shipped flows were trained on (checkpoints/README.md; the flows' recorded source digests are
-# these folders' digests). Settings not listed are PhantomConfig's defaults.
+# The phantoms the shipped generative models were trained on (checkpoints/README.md: ph-fundus64, ph-xray64 and the
+# flows' 400-patient phantoms; the flows' recorded source digests are these folders' digests). Settings not listed are
+# PhantomConfig's defaults. The phantom's whole patient set counts, whatever split of it a model saw.
+_PH_FUNDUS64 = {"modality": "fundus", "seed": 0, "patients": 500}
+_PH_XRAY64 = {"modality": "xray", "seed": 0, "patients": 400}
 SHIPPED_TRAINING: dict[str, dict[str, Any]] = {
     "glow-xray64.pt": {"modality": "xray", "seed": 0, "patients": 400},
     "glow-xray64-normal.pt": {"modality": "xray", "seed": 0, "patients": 400},
     "glow-fundus64.pt": {"modality": "fundus", "seed": 0, "patients": 400},
+    **{name: _PH_FUNDUS64 for name in ("restyle-map-fundus64.pt", "cotrained-map-fundus64.pt", "restyle-fundus64.pt",
+                                       "cotrained-fundus64.pt", "stylegan2-fundus64-wide.pt",
+                                       "stylegan2-fundus64.pt")},
+    **{name: _PH_XRAY64 for name in ("cotrained-map-xray64.pt", "cotrained-xray64.pt")},
 }
 
 
@@ -67,4 +74,22 @@ def shared_people(trained: dict[str, Any] | None, released_root: str | Path | No
     for pid in sorted(set(patient_ids)):
         if len(pid) > 1 and pid[0] == "P" and pid[1:].isdigit() and 1 <= int(pid[1:]) <= n:
             out.append(pid)
+    return out
+
+
+def shipped_models_trained_on(models: dict[str, str], released_root: str | Path | None,
+                              patient_ids: Iterable[str]) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Shipped model file -> (how many released patients it was trained on, its training phantom), for the models
+    (role -> file sha256, as a release's manifest records them) trained on a phantom whose people the released phantom
+    folder shares. Empty for any other data."""
+    from medanon.models_shipped import shipped_name
+
+    ids = list(patient_ids)
+    out = {}
+    for sha in models.values():
+        name = shipped_name(sha)
+        trained = SHIPPED_TRAINING.get(name or "")
+        shared = shared_people(trained, released_root, ids)
+        if shared:
+            out[name] = (len(shared), trained)
     return out

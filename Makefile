@@ -1,6 +1,8 @@
 # Two commands on a fresh machine:  `make demo`  and  `make test`.
-# The CPU build of torch is installed first so that pip does not pull a CUDA build for the
-# `torch>=2.2` requirement; on a GPU workstation pass your own, e.g. make demo TORCH="torch==2.13.0".
+# torch is installed first, as TORCH says: `torch==2.13.0` from the package index pip is configured with (a CPU
+# build where that index serves one, as on an air-gapped mirror; on stock PyPI for Linux it is the CUDA build).
+# For a CPU-only install from the internet:
+#   make demo TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,7 +14,7 @@ STAMP  := $(VENV)/.medanon-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
 	touch $(STAMP)
 

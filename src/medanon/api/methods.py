@@ -175,8 +175,9 @@ def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequenc
          patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
 
-    With the defaults it guarantees (0, 1 - p)-differential privacy for single pixel positions only:
-    not for images or patients (the manifest says so). ``p`` in (0, 1], keyword-only, no default.
+    With the defaults it guarantees (0, δ)-differential privacy for single pixel positions only, with
+    δ = 1 - round(p·H·W)/(H·W), about 1 - p (the manifest gives it): not for images or patients (the manifest says
+    so). ``p`` in (0, 1], keyword-only, no default.
     ``seed``: TESTING ONLY, reproducible hidden sets (the release then states no formal guarantee);
     by default a secret seed is drawn and recorded nowhere. ``fill``: ``grey`` (default, depends on
     no data), ``value:R,G,B`` (0-255, e.g. a public dataset's mean) or C values in [-1, 1], or

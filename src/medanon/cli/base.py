@@ -114,8 +114,10 @@ def note_without_mapping(mapping) -> None:
     """The note of a release written without ``--mapping``: nothing ties its records to their sources then."""
     if mapping is None:
         click.echo("note: no --mapping given, so no private mapping was written: `medanon audit` cannot recount the "
-                   "people per record from the sources, and `medanon evaluate` cannot run membership, linkability or "
-                   "singling out on this release (make it again with --mapping FILE outside the release to keep one)")
+                   "people per record from the sources, and `medanon evaluate` runs no attack that needs to know whose "
+                   "images a record stands for (membership, linkability, singling out, differencing, attribute "
+                   "inference unless the release publishes the attribute) on this release (make it again with "
+                   "--mapping FILE outside the release to keep one)")
 
 
 def _torchrun_process() -> None:

@@ -44,7 +44,9 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--mapping", "mappings", multiple=True, metavar="NAME=FILE",
               help="Private mapping of the release named NAME (default: <release>.mapping.json beside the release "
                    "folder, where there is one; anonymize writes a mapping only where its --mapping says). "
-                   "Membership, linkability and singling-out need it.")
+                   "Without it no attack that needs to know whose images a record stands for runs (membership, "
+                   "linkability, singling out, differencing, attribute inference unless the release publishes the "
+                   "attribute): the report then gives fidelity, utility and the near-copy screen.")
 @click.option("--preset", type=click.Choice(["full", "fast", "tiny"]), default="full",
               help="full: 3 seeds of 300-step classifiers at 64 px, FID on up to 1000 images; fast: CPU-sized "
                    "(utility by a linear probe on frozen EfficientNet-Lite0 features, 2 seeds; 150-step attribute "
@@ -79,7 +81,8 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     \b
     Example:
       medanon evaluate --real /data/fundus --release release-k5 --release release-snow \\
-            --splits private/splits.csv --out report
+            --mapping release-k5=private/release-k5.json \\
+            --mapping release-snow=private/release-snow.json --splits private/splits.csv --out report
     """
     from medanon.config import apply_overrides, from_dict, load_yaml, to_dict, validate
     from medanon.evaluate.config import EvalConfig

@@ -245,9 +245,9 @@ def _warnings(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int
         out.append("utility uses a single seed: the reported sd is 0 and says nothing about training variance")
     for r in rels:
         if r.sources is None:
-            out.append(f"release {r.name}: no private mapping, so membership, linkability, singling-out and "
-                       f"differencing are not measured (the attacks that need ground truth of who is in which "
-                       f"record), and nothing ties "
+            out.append(f"release {r.name}: no private mapping, so no attack that needs ground truth of who is in "
+                       f"which record is measured (membership, linkability, singling out, differencing, and "
+                       f"attribute inference unless the release publishes the attribute), and nothing ties "
                        f"the release to this real data (the public manifest holds no fingerprint of its sources): "
                        f"were it made from other images, the other attacks would measure strangers; its fidelity "
                        f"intervals resample its records one by one (too narrow where records of one patient are "

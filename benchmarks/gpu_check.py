@@ -36,6 +36,8 @@ import time
 import traceback
 from pathlib import Path
 
+from _scratch import fresh_work  # benchmarks/_scratch.py
+
 ROOT = Path(__file__).resolve().parents[1]
 CK = ROOT / "checkpoints"
 
@@ -207,8 +209,8 @@ def main() -> int:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
     keep = args.work is not None
     work = args.work or Path(tempfile.mkdtemp(prefix="medanon-gpu-check-"))
-    if keep and work.exists():
-        shutil.rmtree(work)
+    if keep:
+        fresh_work(work)
     (work / "logs").mkdir(parents=True)
     only = set(filter(None, (args.only or "").split(",")))
     profile = set(filter(None, args.profile.split(",")))

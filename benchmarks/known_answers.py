@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from _scratch import fresh_work  # benchmarks/_scratch.py
 
 from medanon.config import PhantomConfig
 from medanon.evaluate.calibration import risk_rows, row_label
@@ -36,8 +37,7 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    if args.work.exists():
-        shutil.rmtree(args.work)
+    fresh_work(args.work)
     cfg = EvalConfig.fast(size=args.size)
     cfg = replace(cfg, fidelity=replace(cfg.fidelity, inception=False))
     pc = PhantomConfig(modality="fundus", patients=args.patients, per_patient=args.per_patient, size=args.size)

@@ -46,10 +46,20 @@ def test_every_relative_link_resolves(page):
 
 
 def test_no_page_narrates_work_periods():
+    """Pages describe the system as it is; what happened when belongs in the CHANGELOG and the experiments pages."""
+    history = ("CHANGELOG.md", "experiments")
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in PAGES
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-            if re.search(r"\bsessions? ?\d|\bwork period", line, re.I)]
+            if re.search(r"\bsessions? ?\d|\bwork period", line, re.I)
+            or (not any(h in p.name for h in history) and re.search(r"\b20[2-9]\d-[01]\d-[0-3]\d\b", line))]
     assert not hits, hits
+
+
+def test_the_report_reference_names_the_results_version():
+    from medanon.evaluate.harness import RESULTS_VERSION
+
+    text = (ROOT / "docs" / "evaluation-reference.md").read_text(encoding="utf-8")
+    assert f"version ({RESULTS_VERSION}: `medanon.evaluate.harness.RESULTS_VERSION`)" in text
 
 
 def test_anchor_slugs_follow_github():

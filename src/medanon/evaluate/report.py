@@ -136,7 +136,9 @@ def _fidelity(rep: dict) -> str:
         + "A control row measures as many held-out real images (new patients) the same way, against the same "
           "reference of real source images: where a release is closer than the control of its N, it is closer to "
           "its sources than new people are (a memorisation signal: see the near-copy screen). FD on the attacks' "
-          "identity network (in-domain)."
+          "identity network (in-domain). The intervals of FID and FD resample patients (bias-shifted bootstrap) and "
+          "are for the distance measured with this N of images, not for the distance between the populations, "
+          "which is smaller."
         + (f" KID's ± is the {_e(next(iter(errors)))}." if has_fid and len(errors) == 1 else "")))
     if not has_fid:
         out.append("<p class=note>FID and KID were not computed (Inception disabled or unavailable; see notes).</p>")

@@ -62,6 +62,10 @@ def test_same_seed_same_output_and_independent_of_batching():
     assert not torch.equal(a, c)
     one = snow(x[3:4], p=0.3, means=[0.0, 0.1, 0.2], generator=image_generators(7, [3]))
     assert torch.equal(one[0], a[3])             # an image's output depends on (seed, index) only
+    high = snow(x, p=0.3, means=[0.0, 0.1, 0.2], generator=image_generators(7 + 2**40, range(5)))
+    assert not torch.equal(a, high)              # every bit of the 63-bit run seed counts (not its low 32 only)
+    order = random_order(5, 8, 8, generator=image_generators(7, range(5)))
+    assert (order.sort(dim=1).values == torch.arange(64)).all()       # each row a permutation
 
 
 def test_subsets_are_nested_across_p():

@@ -10,7 +10,7 @@ docs/ksalsa.md: a view moves about half as far as the nearest other cluster's av
 of three times as far at the former 0.25).
 
 Privacy: the noise is drawn independently of the data, from secret randomness
-(:func:`medanon.anonymize.ksame.secret_generator`: 63 bits from the operating system, recorded nowhere),
+(:func:`medanon.anonymize.ksame.secret_generator`: 128 bits from the operating system, recorded nowhere),
 so given the released average the views carry no further information about the sources (the
 supplement's argument) and nobody can regenerate the noise to test a guess of the members; each
 view stands for the same ≥ k people as its average. The views are not independent records: a downstream user
@@ -23,6 +23,7 @@ about the map's scale).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from medanon.errors import ConfigError
@@ -41,11 +42,12 @@ def prior_w_std(generator, *, samples: int = 10000, seed: int = 0, batch: int = 
 
 
 def latent_views(ws: torch.Tensor, *, views: int, sigma: float, scale: torch.Tensor,
-                 generator: torch.Generator, style_rows: int | None = None) -> torch.Tensor:
+                 generator: torch.Generator | np.random.Generator, style_rows: int | None = None) -> torch.Tensor:
     """``views`` latents per item: (B, rows, w_dim) -> (B, views, rows, w_dim), view 0 unchanged.
 
-    ``scale`` (w_dim,) or a number multiplies the noise per dimension; ``generator`` (CPU) draws it. Only the
-    first ``style_rows`` rows (default: all) are shifted; the rest (a spatial map's) are copied unchanged.
+    ``scale`` (w_dim,) or a number multiplies the noise per dimension; ``generator`` (a CPU torch generator, or a
+    numpy one: a release's secret noise) draws it. Only the first ``style_rows`` rows (default: all) are shifted;
+    the rest (a spatial map's) are copied unchanged.
     """
     if views < 1:
         raise ConfigError(f"views={views} must be at least 1 (1 = the average only)")
@@ -53,7 +55,9 @@ def latent_views(ws: torch.Tensor, *, views: int, sigma: float, scale: torch.Ten
         raise ConfigError(f"augmentation noise sigma={sigma} must not be negative")
     b, rows, w_dim = ws.shape
     style_rows = rows if style_rows is None else style_rows
-    eps = torch.randn(b, views - 1, 1, w_dim, generator=generator).to(ws)
+    shape = (b, views - 1, 1, w_dim)
+    eps = (torch.from_numpy(generator.standard_normal(shape, dtype=np.float32)) if isinstance(generator,
+           np.random.Generator) else torch.randn(*shape, generator=generator)).to(ws)
     mask = (torch.arange(rows, device=ws.device) < style_rows).to(ws)[None, None, :, None]
     noisy = ws[:, None] + sigma * torch.as_tensor(scale).to(ws) * eps * mask
     return torch.cat([ws[:, None], noisy], dim=1)

@@ -94,12 +94,13 @@ def fit_pca(ds, cfg: KSameConfig, device) -> PCA:
     return PCA(cfg.pca_components, fit_max=cfg.pca_fit_max, seed=cfg.seed).fit(load_images(ds, pick, device))
 
 
-def secret_generator() -> torch.Generator:
-    """A CPU generator seeded with 63 secret bits from the operating system (``secrets``); the seed is not kept.
+def secret_generator() -> np.random.Generator:
+    """A generator seeded with 128 secret bits from the operating system (``secrets``); the seed is not kept. numpy's
+    PCG64 keeps all 128 (torch's CPU generator would keep 32 of any seed).
 
     The augmentation noise needs no reproducibility: every view is an independent draw, so a resumed run
     simply draws fresh noise for the views it still has to write, and nothing is stored anywhere."""
-    return torch.Generator().manual_seed(secrets.randbits(63))
+    return np.random.default_rng(secrets.randbits(128))
 
 
 class ClusterAverager:

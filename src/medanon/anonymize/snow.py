@@ -21,8 +21,8 @@ no vessel neighbour (an isolated one-pixel fragment) takes the mean of all its i
 neighbours instead: it is painted over with its surroundings, never left as it was. Only vessel
 pixels change.
 
-Randomness: each image has its own generator (a torch Mersenne Twister, which keeps 32 bits of the seed it is
-given: pseudo-random, not cryptographic), seeded from ``(seed, index of the image in the dataset)``, so an image's
+Randomness: each image has its own generator (numpy's PCG64, which keeps every bit of the seed: pseudo-random,
+not cryptographic), seeded from ``(seed, index of the image in the dataset)``, so an image's
 output does not depend on the batch size, the device or the other
 images. A release made without a seed (the default) draws a secret 63-bit seed from the operating
 system (``secrets``), uses it only in memory and records none; a release made with a seed can be

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from medanon.errors import ConfigError
 
-Generators = torch.Generator | Sequence[torch.Generator]
+Generator = torch.Generator | np.random.Generator
+Generators = Generator | Sequence[Generator]
 
 
 def count_for(p: float, n: int) -> int:
@@ -30,26 +31,24 @@ def check_p(p: float) -> None:
         raise ConfigError(f"p={p} must be in (0, 1]", fix="the fraction of pixels replaced, e.g. p=0.1")
 
 
-def image_generators(seed: int, indices: Sequence[int]) -> list[torch.Generator]:
-    """One CPU generator per image, seeded from ``(seed, index)`` (independent streams)."""
-    out = []
-    for i in indices:
-        state = np.random.SeedSequence([int(seed) % 2**63, int(i)]).generate_state(2, dtype=np.uint32)
-        out.append(torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1])))
-    return out
+def image_generators(seed: int, indices: Sequence[int]) -> list[np.random.Generator]:
+    """One generator per image, from ``(seed, index)``: independent PCG64 streams that keep every bit of the seed
+    (a torch CPU generator would keep 32 of them)."""
+    return [np.random.default_rng(np.random.SeedSequence([int(seed) % 2**63, int(i)])) for i in indices]
 
 
 def random_order(n: int, h: int, w: int, *, generator: Generators, device: torch.device | str = "cpu"
                  ) -> torch.Tensor:
-    """A uniformly random permutation of the H·W pixel positions of each of n images: (n, H·W) int64,
-    drawn with ``torch.randperm`` from one generator for the batch or one per image (on the generators'
-    device, then moved to ``device``)."""
-    gens = [generator] * n if isinstance(generator, torch.Generator) else list(generator)
+    """A uniformly random permutation of the H·W pixel positions of each of n images: (n, H·W) int64, from one
+    generator for the batch or one per image (numpy's ``permutation``, or ``torch.randperm`` on a torch generator's
+    device), then moved to ``device``."""
+    gens = [generator] * n if isinstance(generator, torch.Generator | np.random.Generator) else list(generator)
     if len(gens) != n:
         raise ValueError(f"{len(gens)} generators for {n} images")
     if n == 0:
         return torch.empty(0, h * w, dtype=torch.long, device=device)
-    return torch.stack([torch.randperm(h * w, generator=g, device=g.device) for g in gens]).to(device)
+    return torch.stack([torch.from_numpy(g.permutation(h * w)) if isinstance(g, np.random.Generator) else
+                        torch.randperm(h * w, generator=g, device=g.device) for g in gens]).to(device)
 
 
 def snow_selection(order: torch.Tensor, p: float, h: int, w: int) -> torch.Tensor:

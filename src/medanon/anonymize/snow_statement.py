@@ -110,9 +110,9 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
         "epsilon": 0.0, "delta": round(delta, 6), "unit": "one pixel position (all channels) of one image",
         "assumptions": [
             "the hidden sets are drawn from a secret seed (operating-system randomness), recorded nowhere; each "
-            "image's set is a permutation from a Mersenne Twister seeded with 32 bits derived from that seed and the "
-            "image's index: pseudo-random, not cryptographic, so the probability k/(H*W) that a position is "
-            "hidden, and delta, hold up to that generator's bias",
+            "image's set is a permutation drawn by numpy's PCG64 generator, seeded from that seed and the image's "
+            "index: pseudo-random, not cryptographic, so the probability k/(H*W) that a position is hidden, and "
+            "delta, hold up to that generator's bias",
             "the fill value depends on no private image" + (" (the user vouches for the supplied constant)"
                                                             if fill == "value" else ""),
         ],

@@ -100,8 +100,12 @@ def test_pca_matches_sklearn():
     np.testing.assert_allclose(np.abs(ours.components_.numpy() @ ref.components_.T), np.eye(4), atol=1e-8)
     np.testing.assert_allclose(ours.inverse_transform(ours.transform(images), (3, 4, 4)).reshape(60, -1).numpy(),
                                ref.inverse_transform(ref.transform(x)), atol=1e-8)
-    frac = PCA(0.95).fit(images)
-    assert frac.n_components_ == int(np.searchsorted(np.cumsum(SkPCA().fit(x).explained_variance_ratio_), 0.95)) + 1
+    for q in (0.5, 0.95):
+        assert PCA(q).fit(images).n_components_ == SkPCA(q, svd_solver="full").fit(x).n_components_
+    half = np.zeros((4, 2))                              # variance split exactly 50 / 50: sklearn keeps both
+    half[0, 0], half[1, 0], half[2, 1], half[3, 1] = 1, -1, 1, -1
+    assert PCA(0.5).fit(torch.from_numpy(half.reshape(4, 1, 1, 2))).n_components_ == \
+        SkPCA(0.5, svd_solver="full").fit(half).n_components_ == 2
     with pytest.raises(ConfigError, match="variance fraction"):
         PCA(1.5)
 

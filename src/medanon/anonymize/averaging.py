@@ -97,8 +97,9 @@ class PCA:
         keep = evals > evals[0] * 1e-10 if total > 0 else torch.zeros_like(evals, dtype=torch.bool)
         rank = int(keep.sum())
         if self.n_components < 1:
+            # sklearn's rule: the fewest components whose variance exceeds the fraction (right side on a tie)
             q = int(torch.searchsorted(ratio.cumsum(0), torch.tensor(self.n_components, dtype=ratio.dtype,
-                                                                       device=ratio.device))) + 1
+                                                                       device=ratio.device), right=True)) + 1
         else:
             q = int(self.n_components)
         q = max(1, min(q, rank, len(x) - 1 if len(x) > 1 else 1))

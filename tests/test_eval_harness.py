@@ -338,8 +338,8 @@ def test_inception_fid_on_a_few_images(world, tmp_path):
 
 def test_loud_warnings(world, tmp_path):
     from medanon.config import to_dict
-    from medanon.evaluate.harness import _warnings
     from medanon.evaluate.inputs import load_release
+    from medanon.evaluate.setting_notes import setting_notes as _warnings
     from medanon.fsutil import sha256_file
 
     ckpt = tmp_path / "id.pt"

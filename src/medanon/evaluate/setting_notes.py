@@ -1,0 +1,94 @@
+"""What weakens the claims of one evaluation, said loudly in its log and its report: small or unequal FID samples,
+a single utility seed, a release without its mapping, releases of the same people, releases of public models, and
+a release optimised against the attacks' own identity network or a look-alike of it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from medanon.config import to_dict
+from medanon.evaluate.cautions import public_models, shared_people
+from medanon.evaluate.config import EvalConfig
+from medanon.evaluate.inputs import ReleaseData
+from medanon.fsutil import sha256_file
+
+
+def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int]) -> list[str]:
+    """Settings that weaken what the report can claim, said loudly (log and report)."""
+    out = []
+    small = {name: n for name, n in n_fid.items() if n < 50}
+    if cfg.fidelity.inception and small:
+        named = ", ".join(f"{k} (N = {v})" for k, v in small.items())
+        out.append(f"FID is computed on fewer than 50 images for {named}: at such N its bias dominates; compare "
+                   f"each with the control of the same N, and releases of different N by KID, which is unbiased")
+    if (cfg.fidelity.inception or cfg.fidelity.in_domain) and len(set(n_fid.values())) > 1:
+        out.append("releases are measured on different N (each on its own records, up to fidelity.max_samples): FID "
+                   "and FD are biased by N, so compare a release with the control of its N, not with a release of "
+                   "another N (KID is unbiased); set fidelity.samples for one common N")
+    if len(cfg.utility.seeds) < 2:
+        out.append("utility uses a single seed: the reported sd is 0 and says nothing about training variance")
+    for r in rels:
+        if r.sources is None:
+            out.append(f"release {r.name}: no private mapping, so no attack that needs ground truth of who is in "
+                       f"which record is measured (membership, linkability, singling out, differencing, and "
+                       f"attribute inference unless the release publishes the attribute), and nothing ties "
+                       f"the release to this real data (the public manifest holds no fingerprint of its sources): "
+                       f"were it made from other images, the other attacks would measure strangers; its fidelity "
+                       f"intervals resample its records one by one (too narrow where records of one patient are "
+                       f"alike)")
+    shared = shared_people(rels)
+    if shared:
+        out.append(f"releases {', '.join(shared)} are made from images of the same people (their mappings share "
+                   "source images): compare them, but publish at most one. Together they protect less than each "
+                   "alone: averages of overlapping groups can be differenced down to one person's image (k-Same "
+                   "releases at several k), ε budgets add up, and Snow's unchanged pixels add up")
+    for name, files in public_models(rels).items():
+        out.append(f"release {name} was made with medanon's public shipped models ({', '.join(files)}): anyone "
+                   "holding a candidate image recomputes its released image exactly and links it, whatever the "
+                   "attacks below measure (they assume the models are secret)")
+    sha = sha256_file(cfg.attacks.identity_checkpoint) if cfg.attacks.identity_checkpoint else None
+    ours = to_dict(cfg.attacks.identity)
+    for r in rels:
+        target = _identity_optimised_against(r)
+        if target is None:
+            continue
+        if sha is not None and target.get("sha256") == sha:
+            out.append(f"release {r.name} was optimised against the very identity network the attacks use "
+                       f"({cfg.attacks.identity_checkpoint}): its linkability and singling-out numbers are "
+                       f"optimistic; evaluate with an independently trained identity network")
+        theirs = target.get("train_config") or {}
+        if sha is None and theirs and all(theirs.get(k) == v for k, v in ours.items() if k in theirs):
+            out.append(f"release {r.name} was optimised against an identity network trained with the same settings "
+                       f"and seed as the attacks' own ({theirs}): on the same patients that is the same network, "
+                       f"and its linkability and singling-out numbers are optimistic; change attacks.identity.seed")
+        out += _independence(cfg, r.name, theirs)
+    return out
+
+
+def _independence(cfg: EvalConfig, name: str, theirs: dict) -> list[str]:
+    """Say which attacker networks share the architecture and input size of the network a release was optimised
+    against (its protection transfers to a look-alike network and is overstated there)."""
+    if not {"arch", "image_size"} <= set(theirs):
+        return []
+    nets = [] if cfg.attacks.identity_checkpoint else [("the attacks' identity network", cfg.attacks.identity)]
+    if cfg.attacks.independent_attacker:
+        nets.append(("the independent attacker", cfg.attacks.independent))
+    alike = [what for what, c in nets if c.arch == theirs["arch"] and c.image_size == theirs["image_size"]]
+    if not cfg.attacks.independent_attacker or len(alike) == len(nets):
+        return [f"release {name} was optimised away from an identity network ({theirs['arch']}, "
+                f"{theirs['image_size']} px), and no attacker network differs from it in architecture and input "
+                f"size ({', '.join(alike) or 'no independent attacker'}): its protection transfers to look-alike "
+                f"networks and is overstated; enable attacks.independent_attacker with another arch and image_size"]
+    return []
+
+
+def _identity_optimised_against(rel: ReleaseData) -> dict | None:
+    """The identity network a release's images were optimised away from (GMIA with L_id and steps > 0), as its
+    manifest records it; None for every other release."""
+    ident = (rel.manifest.get("privacy") or {}).get("identity_network")
+    if not ident:
+        return None
+    p = rel.params or {}
+    if p.get("steps") == 0 or p.get("losses") == "ut":
+        return None
+    return ident

@@ -269,7 +269,12 @@ def test_cli(world):
                                  "--set", "attacks.attribute_classifier.batch=16", "--set", "attacks.max_pairs=200",
                                  "--set", "fidelity.bootstrap=5", "--set", "fidelity.kid_subsets=3"])
     assert r.exit_code == 0, r.output
-    assert "report.html" in r.output and "PHANTOM" in r.output
+    assert "report.html" in r.output and "PHANTOM" in r.output and "is slow on a CPU" not in r.output
+    (world["root"] / "not-a-release").mkdir(exist_ok=True)          # the default preset on a CPU is said, then
+    r = CliRunner().invoke(cli, ["--device", "cpu", "evaluate", "--real", str(world["data"]), "--release",
+                                 str(world["root"] / "not-a-release"), "--out", str(world["root"] / "cli3")])
+    assert r.exit_code == 1 and "the default --preset full" in r.output and "--preset fast is sized for CPUs" in \
+        r.output and "not a medanon release" in r.output
     r = CliRunner().invoke(cli, ["evaluate", "--real", str(world["data"]), "--release", str(world["releases"][0]),
                                  "--out", str(world["root"] / "cli2"), "--mapping", "nope=" + str(world["data"] /
                                                                                                   "labels.csv")])

@@ -123,9 +123,15 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     check_outputs((out, "dir", "--out"), (cache_dir, "dir", "--cache"), data_dir=real_dir, opts=read_opts,
                   reads=[*releases, splits, identity_ckpt, *maps.values()], existing_ok=True)   # resumes its own
     specs = [ReleaseSpec(r, mapping=maps.get(r.name)) for r in releases]
+    device = resolve_device(ctx.obj["device"])
+    if preset == "full" and device.type == "cpu" and \
+            ctx.get_parameter_source("preset") == click.core.ParameterSource.DEFAULT:
+        click.echo("note: the default --preset full trains 3 seeds of 300-step classifiers per task and release and "
+                   "every attack network, the papers' protocol, which is slow on a CPU; --preset fast is sized for "
+                   "CPUs (a linear probe, 2 seeds, shorter attackers), --preset full says you chose it", err=True)
     with declared_from_cli(real_dir, **read_opts):
         rep = run_evaluation(real_dir, specs, out, config=cfg, splits=splits,
-                             device=resolve_device(ctx.obj["device"]), cache_dir=cache_dir, progress=True,
+                             device=device, cache_dir=cache_dir, progress=True,
                              overwrite=overwrite)
     click.echo(f"wrote {out / 'report.html'} and {out / 'report.json'} ({len(rep['releases'])} releases, "
                f"{rep['seconds']} s)" + ("; PHANTOM data: phantom results" if rep["phantom"] else ""))

@@ -291,6 +291,33 @@ def test_a_release_killed_while_closing_resumes_with_its_mapping_without_overwri
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "r"]
 
 
+@pytest.mark.parametrize("replacing", [False, True])
+def test_a_mapping_written_by_a_killed_close_goes_when_the_resume_writes_it_elsewhere(tmp_path, phantom, monkeypatch,
+                                                                                         replacing):
+    """Killed between writing the mapping and publishing the release, then resumed with another mapping path: the
+    first file, which maps records never published, is removed (and said); a published release's mapping is kept."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    if replacing:                                   # an older release of the same folder, with its own mapping
+        _release(tmp_path / "r", records[:4], mapping=tmp_path / "old.json")
+    real = writer._stamp
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "_stamp", stop)
+    with pytest.raises(KeyboardInterrupt):
+        _release(tmp_path / "r", records, mapping=tmp_path / "first.json", overwrite=replacing)
+    monkeypatch.setattr(writer, "_stamp", real)
+    assert (tmp_path / "first.json").is_file()
+    with pytest.warns(UserWarning, match="removed .*first.json, the private mapping an interrupted run"):
+        _release(tmp_path / "r", records, mapping=tmp_path / "second.json", overwrite=replacing)
+    assert not (tmp_path / "first.json").exists()
+    assert len(json.loads((tmp_path / "second.json").read_text())["records"]) == len(records)
+    assert (tmp_path / "old.json").is_file() == replacing          # another release's mapping: never touched
+
+
 def test_a_mapping_that_appears_while_a_release_is_made_is_not_replaced(tmp_path, phantom):
     """Another run naming the same mapping finished first: this one must not replace its private mapping."""
     records = scan(phantom).records

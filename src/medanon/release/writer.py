@@ -70,6 +70,7 @@ from medanon.release.writer_safety import (  # noqa: F401  (check_release_output
     closing_folder,
     os_error,
     restore_closing_journals,
+    unpublished_mapping,
 )
 
 
@@ -260,6 +261,20 @@ class ReleaseWriter:
         for p in (self.partial / "images").iterdir():
             if p.name not in known:
                 p.unlink()
+        self._drop_unpublished_mapping(head.get("mapping"))
+
+    def _drop_unpublished_mapping(self, before: str | None) -> None:
+        """A run killed while finishing had already written its mapping (to ``before``) and not yet published the
+        release. Resumed with another mapping path, that file would stay behind: a second private copy of which
+        sources stand behind records, of a release never published under it. It is removed, if it maps records of
+        this interrupted release only, and the removal is said."""
+        if not before or self.mapping is None or Path(before).resolve() == Path(self.mapping).resolve():
+            return
+        if unpublished_mapping(before, self.out):
+            Path(before).unlink()
+            warnings.warn(f"removed {before}, the private mapping an interrupted run of this release wrote before it "
+                          f"was published; this run writes the mapping to {self.mapping}", UserWarning,
+                          stacklevel=user_stacklevel())
 
     def done(self, key: str) -> bool:
         """Whether the record ``key`` was already written (by this or an interrupted run)."""

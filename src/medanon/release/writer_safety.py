@@ -102,6 +102,20 @@ def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
     return held is not None and _is_mapping_of(held, out)
 
 
+def unpublished_mapping(mapping: str | Path, out: Path) -> bool:
+    """Whether the file ``mapping`` is the mapping an interrupted run of ``out`` wrote while finishing, of records
+    that were never published: it names ``out`` and every record it maps is in ``OUT.partial`` only (random names:
+    the mapping of a published release, even of the same folder, maps other records)."""
+    held = _held_mapping(mapping) if Path(mapping).is_file() else None
+    records = held.get("records") if held is not None else None
+    if held is None or held.get("release") != out.name or not isinstance(records, dict) or not records:
+        return False
+    partial = out.with_name(out.name + ".partial") / "images"
+    published = {f"images/{p.name}" for p in (out / "images").iterdir()} if (out / "images").is_dir() else set()
+    in_partial = {f"images/{p.name}" for p in partial.iterdir()} if partial.is_dir() else set()
+    return set(records) <= in_partial and not set(records) & published
+
+
 def release_working_names(out: Path) -> tuple[str, str]:
     """The names a release ``out`` is written under before it becomes ``out``: its ``OUT.partial`` folder, and the
     ``.OUT.*`` siblings (lock, replaced release) of the same folder."""

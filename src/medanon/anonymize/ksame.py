@@ -59,8 +59,7 @@ from medanon.release.aggregate import aggregate_labels, warn_homogeneity
 
 __all__ = ["DEFAULT_VIEW_SIGMA", "LATENT_METHODS", "METHODS", "ClusterAverager", "KSameConfig", "cluster_key",
            "encode_all", "fit_pca", "load_images", "manifest_params", "model_checksums", "models_trained_on_released",
-           "plan_clusters",
-           "privacy_statement", "release_ksame", "secret_generator", "seeds_used"]
+           "plan_clusters", "privacy_statement", "release_ksame", "secret_generator", "seeds_used"]
 
 log = logging.getLogger(__name__)
 

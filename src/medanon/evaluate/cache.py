@@ -63,14 +63,21 @@ class Cache:
         fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:                                  # another evaluation uses it now: leave its files be
+        except BlockingIOError:                          # another evaluation uses it now: leave its files be
             pass
+        except OSError:                                  # no locks on this file system: sweep nothing, hold nothing
+            os.close(fd)
+            return
         else:
             for leftover in self.root.glob(".*.tmp"):
                 with contextlib.suppress(FileNotFoundError):
                     leftover.unlink()
                     self.swept += 1
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:
+            os.close(fd)
+            return
         self._fd = fd
 
     def close(self) -> None:

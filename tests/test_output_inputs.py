@@ -133,6 +133,31 @@ def test_a_second_run_on_the_same_out_is_refused_at_once(tmp_path, phantom):
     assert not (tmp_path / ".rel.lock").exists()        # the lock file goes with the run
 
 
+def test_a_file_system_without_locks_is_said_not_taken_for_another_run(tmp_path, monkeypatch):
+    """flock failing with ENOLCK (some network shares) is not 'another run is writing': the run goes on, warned."""
+    import fcntl
+
+    from medanon import locks
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.warns(UserWarning, match="does not support file locks"):
+        lock = locks.OutputLock(tmp_path / "out").acquire()
+    assert lock.held
+    lock.release()
+    assert not lock.held
+    from medanon.evaluate.cache import Cache
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / ".x.npy.abcdefgh.tmp").write_bytes(b"?")   # maybe a running evaluation's: kept
+    cache = Cache(tmp_path / "cache")
+    cache.save_json("r", {"a": 1})
+    assert cache.load_json("r") == {"a": 1} and cache.swept == 0
+    assert (tmp_path / "cache" / ".x.npy.abcdefgh.tmp").exists()
+
+
 def test_overwrite_never_deletes_a_file_you_added(tmp_path, phantom):
     out = tmp_path / "rel"
     args = ["anonymize", "kpixel", phantom, "--k", "2", "--out", out]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from pathlib import Path
 
 from medanon.errors import MedanonError
@@ -82,9 +83,16 @@ class OutputLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except BlockingIOError:
                 os.close(fd)
                 self._refuse()
+            except OSError as e:                      # a file system without locks (some network shares)
+                warnings.warn(f"{self.path.parent} does not support file locks ({e.strerror}): medanon cannot stop "
+                              f"a second run from writing {self.out.name} at the same time; run one at a time",
+                              UserWarning, stacklevel=2)
+                self._fd = fd
+                _HELD[key] = self
+                return self
             try:                                      # the previous holder may have removed the file meanwhile
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:

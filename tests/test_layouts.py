@@ -479,3 +479,15 @@ def test_a_utf16_labels_file_reads_like_utf8(tmp_path):
     (root / "labels.csv").write_bytes(text.replace(",", "\t").encode("utf-16"))
     ds = medanon.open_dataset(root, size=16)
     assert len(ds) == 3 and "grade" in ds.label_names
+
+
+@pytest.mark.parametrize(("text", "said"), [("format: [medanon-dataset\n  : : oops\n\t- x", "YAML syntax"),
+                                            ("- a\n- b\n", "does not say 'format: medanon-dataset'"),
+                                            ("", "does not say 'format: medanon-dataset'")])
+def test_a_damaged_dataset_yaml_is_named_not_taken_for_no_layout(tmp_path, text, said):
+    """Auto-detection gives a folder whose only layout file is a broken dataset.yaml to the medanon reader, which
+    names the file and what is wrong, instead of 'none of the files that identify a layout are there'."""
+    (tmp_path / "dataset.yaml").write_text(text)
+    with pytest.raises(DataError, match=said) as e:
+        scan(tmp_path)
+    assert "dataset.yaml" in " ".join(map(str, e.value.files)) + str(e.value)

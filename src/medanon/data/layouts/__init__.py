@@ -121,6 +121,8 @@ def detect_layout(root: Path) -> str:
     for name, test in _detectors():
         if test(root):
             return name
+    if (root / "dataset.yaml").is_file():          # there but unreadable: the medanon reader names what is wrong
+        return "medanon"
     looked = "; ".join(f"{name}: {what}" for name, what in _LOOKED_FOR.items())
     raise DataError(f"cannot tell the layout of {root}: none of the files that identify a layout are there "
                     f"(looked for {looked})", files=[root],

@@ -38,8 +38,12 @@ def test_an_empty_truncated_or_foreign_file_is_said_to_be_one(tmp_path: Path):
     (tmp_path / "empty.pt").write_bytes(b"")
     (tmp_path / "cut.pt").write_bytes((tmp_path / "ok.pt").read_bytes()[:200])
     (tmp_path / "text.pt").write_text("not a model")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "zip.pt", "w") as z:                # a zip, but not torch's
+        z.writestr("x.txt", "hello")
     for name, said in (("empty.pt", "is empty"), ("cut.pt", "is not a checkpoint file"),
-                       ("text.pt", "is not a checkpoint file")):
+                       ("text.pt", "is not a checkpoint file"), ("zip.pt", "not one written by torch.save")):
         with pytest.raises(ConfigError, match=said) as e:
             load_checkpoint(tmp_path / name)
-        assert "pickled" not in str(e.value)
+        assert "pickled" not in str(e.value) + e.value.fix and "inline_container" not in str(e.value)

@@ -99,8 +99,13 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
                               fix="use a checkpoint written by `medanon train` (state_dicts and plain config "
                                   "only); a model from elsewhere must be converted to a state_dict by someone "
                                   "who trusts its source") from None
-        raise ConfigError(f"checkpoint {path} cannot be loaded safely: {type(e).__name__}: {e}",
-                          fix="use a checkpoint written by medanon; pickled models are refused") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, RuntimeError) and ("inline_container" in first or "archive" in first):
+            raise ConfigError(f"{path} is a zip archive but not one written by torch.save ({first.split('. ')[-1]})",
+                              fix="copy or export the checkpoint again; pass a file written by `medanon train`") \
+                from None
+        raise ConfigError(f"checkpoint {path} cannot be read: {type(e).__name__}: {first}",
+                          fix="copy or export the checkpoint again; pass a file written by `medanon train`") from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a medanon checkpoint", fix="pass a file written by `medanon train`")
     kinds = (kind,) if isinstance(kind, str) else kind

@@ -85,3 +85,19 @@ def test_phantom_config_errors_name_fields_and_the_command_its_flags(tmp_path: P
     assert r.exit_code == 1 and "--patients and --per-patient must be at least 1" in r.output
     r = CliRunner().invoke(cli, ["phantom", "--set", "size=8", "--out", str(tmp_path / "p")])
     assert r.exit_code == 1 and "--size 8 is not possible" in r.output and "size=" not in r.output
+
+
+@pytest.mark.parametrize(("data", "overrides", "said", "fix"), [
+    ({"k": "two"}, [], "is not an integer", "a whole number"),
+    ({"seed": 1.5}, [], "is not an integer", "a whole number"),
+    ({"bogus_key": 1}, [], "unknown key", "remove or correct"),
+    ({"kk": 3}, [], "unknown key", "kk -> k?"),
+    ({}, ["k"], "must look like key.sub=value", "'=' and its value"),
+])
+def test_every_config_error_says_how_to_fix_it(data, overrides, said, fix):
+    from medanon.anonymize.ksame_config import KSameConfig
+    from medanon.config import apply_overrides, from_dict
+
+    with pytest.raises(ConfigError, match=said) as e:
+        from_dict(KSameConfig, apply_overrides(data, overrides))
+    assert fix in (e.value.fix or "")

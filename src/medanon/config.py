@@ -125,7 +125,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str):
             value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {value!r}", fix=f"give {where} a list, e.g. [0, 1]")
         inner = args[0] if args else str
         return tuple(_convert(v, inner, where) for v in value)
     if tp is bool:
@@ -136,16 +136,18 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             return True
         if s in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"{where}: {value!r} is not a boolean (use true/false)")
+        raise ConfigError(f"{where}: {value!r} is not a boolean", fix=f"give {where} true or false")
     if tp in (int, float):
+        fix = f"give {where} {'a whole number, e.g. 5' if tp is int else 'a number, e.g. 0.5'}"
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: {value!r} is not a number")
+            raise ConfigError(f"{where}: {value!r} is not a number", fix=fix)
         try:
             out = tp(value) if tp is float else int(str(value).strip()) if isinstance(value, str) else int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: {value!r} is not {'an integer' if tp is int else 'a number'}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{where}: {value!r} is not {'an integer' if tp is int else 'a number'}",
+                              fix=fix) from None
         if tp is int and isinstance(value, float) and value != out:
-            raise ConfigError(f"{where}: {value!r} is not an integer")
+            raise ConfigError(f"{where}: {value!r} is not an integer", fix=fix)
         return out
     if tp is str:
         return str(value)
@@ -160,7 +162,12 @@ def from_dict(cls: type[T], data: dict[str, Any], *, where: str = "config") -> T
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(data) - names
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known keys are {sorted(names)}")
+        import difflib
+
+        close = {k: m[0] for k in sorted(unknown) if (m := difflib.get_close_matches(str(k), names, n=1))}
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known keys are {sorted(names)}",
+                          fix="remove or correct the key(s)" + (": " + ", ".join(f"{k} -> {v}?" for k, v in
+                                                                                 close.items()) if close else ""))
     kwargs = {k: _convert(v, hints[k], f"{where}.{k}") for k, v in data.items()}
     return cls(**kwargs)
 
@@ -214,7 +221,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     out = dict(data)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key.sub=value")
+            raise ConfigError(f"override {item!r} must look like key.sub=value",
+                              fix="write the setting's name, '=' and its value (a dotted name for a nested setting)")
         key, raw = item.split("=", 1)
         parts = key.strip().split(".")
         try:

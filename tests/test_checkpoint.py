@@ -47,3 +47,23 @@ def test_an_empty_truncated_or_foreign_file_is_said_to_be_one(tmp_path: Path):
         with pytest.raises(ConfigError, match=said) as e:
             load_checkpoint(tmp_path / name)
         assert "pickled" not in str(e.value) + e.value.fix and "inline_container" not in str(e.value)
+
+
+def test_damaged_weights_are_said_to_be_damaged_for_every_loader(tmp_path: Path):
+    """NaN weights, or tensors that do not fit the architecture the checkpoint's config describes (a copy cut short
+    inside the archive, a hand edit), are a named error with a fix, never torch's RuntimeError listing every key."""
+    from medanon.checkpoint import load_weights
+    from medanon.models.classifier import load_classifier
+
+    net = torch.nn.Linear(3, 2)
+    with pytest.raises(ConfigError, match="is damaged: 1 weight tensor"):
+        load_weights(net, {"weight": torch.full((2, 3), float("nan")), "bias": torch.zeros(2)}, "x.pt")
+    with pytest.raises(ConfigError, match=r"does not fit the Linear its config describes \(1 problem") as e:
+        load_weights(net, {"weight": torch.zeros(1, 3), "bias": torch.zeros(2)}, "x.pt")
+    assert "retrain" in e.value.fix
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "classifier-pneumonia-xray64.pt"
+    blob = torch.load(shipped, map_location="cpu", weights_only=True)
+    blob["state"]["model"] = {k: v[:1] if v.dim() else v for k, v in blob["state"]["model"].items()}
+    torch.save(blob, tmp_path / "cut.pt")
+    with pytest.raises(ConfigError, match=r"cut\.pt does not fit the ResNet"):
+        load_classifier(tmp_path / "cut.pt")

@@ -119,3 +119,24 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
 
     note_checkpoint_read(path, blob["sha256"])          # no output of this process may replace it (rule 1)
     return blob
+
+
+def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path | None) -> torch.nn.Module:
+    """``module.load_state_dict(state)`` for the checkpoint at ``path``, with the damage a copy, a disk or a hand edit
+    can do said as such: weights that are NaN or infinite, or tensors that do not fit the architecture the
+    checkpoint's own config describes (torch's message lists every mismatch). Returns ``module``."""
+    name = f"checkpoint {path}" if path else "the checkpoint"
+    fix = "copy or export the checkpoint again, or retrain it with `medanon train`"
+    bad = [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ConfigError(f"{name} is damaged: {len(bad)} weight tensor(s) hold NaN or infinity (e.g. {bad[0]})",
+                          fix=fix)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        mismatches = [ln for ln in lines[1:] if ln.startswith(("size mismatch", "Missing key", "Unexpected key"))]
+        first = mismatches[0] if mismatches else (lines[0] if lines else type(e).__name__)
+        raise ConfigError(f"{name} does not fit the {type(module).__name__} its config describes "
+                          f"({len(mismatches) or 1} problem(s), e.g. {first[:300]})", fix=fix) from None
+    return module

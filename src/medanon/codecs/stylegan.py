@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from medanon.checkpoint import load_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights
 from medanon.config import from_dict
 from medanon.errors import ConfigError
 from medanon.models.encoder import Encoder
@@ -223,28 +223,29 @@ class StyleGANCodec(nn.Module):
         return torch.empty(0, self.generator.num_rows, self.generator.w_dim, device=self.device)
 
 
-def build_generator(config: dict[str, Any], state: dict[str, Any] | None = None) -> Generator:
-    """A generator from a plain :class:`StyleGANConfig` dict (and a ``state_dict`` if given)."""
+def build_generator(config: dict[str, Any], state: dict[str, Any] | None = None, path=None) -> Generator:
+    """A generator from a plain :class:`StyleGANConfig` dict (and a ``state_dict`` if given, from ``path``)."""
     cfg = from_dict(StyleGANConfig, dict(config), where="generator config")
     g = Generator.from_config(cfg)
     if state is not None:
-        g.load_state_dict(state)
+        load_weights(g, state, path)
     return g
 
 
-def build_encoder(kwargs: dict[str, Any], state: dict[str, Any] | None = None) -> Encoder:
-    """An encoder from the ``Encoder.kwargs`` dict stored in a checkpoint (and a ``state_dict`` if given)."""
+def build_encoder(kwargs: dict[str, Any], state: dict[str, Any] | None = None, path=None) -> Encoder:
+    """An encoder from the ``Encoder.kwargs`` dict stored in a checkpoint (and a ``state_dict`` if given, from
+    ``path``)."""
     e = Encoder(**kwargs)
     if state is not None:
-        e.load_state_dict(state)
+        load_weights(e, state, path)
     return e
 
 
 def codec_from_blob(blob: dict[str, Any], *, iterations: int | None = None, batch_size: int = 64) -> StyleGANCodec:
     """A codec from a loaded checkpoint dict (see :func:`load_codec`), its weights frozen."""
     cfg, state = blob["config"], blob["state"]
-    generator = build_generator(cfg["generator"], state["G"]).requires_grad_(False)
-    encoder = build_encoder(cfg["encoder"], state["E"]).requires_grad_(False)
+    generator = build_generator(cfg["generator"], state["G"], blob.get("path")).requires_grad_(False)
+    encoder = build_encoder(cfg["encoder"], state["E"], blob.get("path")).requires_grad_(False)
     n = iterations if iterations is not None else int(cfg["codec"]["iterations"])
     provenance = {"checkpoint": {"path": blob.get("path"), "sha256": blob.get("sha256"), "step": blob.get("step")}}
     for key in ("generator_checkpoint", "losses"):

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from medanon.models.classifier import ResNet, ResNetConfig
 
 KIND = "identity"
@@ -144,5 +144,5 @@ def load_identity(path: str | Path, *, map_location: str | torch.device = "cpu")
     """Rebuild an :class:`IdentityNet` from its checkpoint; returns ``(net in eval mode, checkpoint blob)``."""
     blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # copied into the net, then moved
     net = IdentityNet(IdentityConfig.from_dict(blob["config"]))
-    net.load_state_dict(blob["state"]["net"])
+    load_weights(net, blob["state"]["net"], path)
     return net.to(map_location).eval(), blob

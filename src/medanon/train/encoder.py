@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from medanon.codecs.stylegan import KIND_COTRAINED, KIND_RESTYLE, StyleGANCodec, build_generator
 from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
@@ -264,7 +264,7 @@ def load_frozen_generator(path: str | Path, device: torch.device) -> tuple[Gener
     cfg = from_dict(StyleGANConfig, generator_config(blob), where=f"{path} generator config")
     validate(cfg)
     G = Generator.from_config(cfg)
-    G.load_state_dict(blob["state"]["G" if blob["kind"] == KIND_COTRAINED else "G_ema"])
+    load_weights(G, blob["state"]["G" if blob["kind"] == KIND_COTRAINED else "G_ema"], path)
     provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"], "kind": blob["kind"]}
     return G.to(device).eval().requires_grad_(False), to_dict(cfg), provenance
 

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from medanon.anonymize.dpglow import calibrate_latent
 from medanon.anonymize.ldp import ClipCalibration
-from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from medanon.config import differences, from_dict, to_dict
 from medanon.errors import ConfigError
 from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequantize, image_to_flow
@@ -76,9 +76,13 @@ def load_flow(path: str | Path, *, map_location: str | torch.device = "cpu"
     blob = load_checkpoint(path, kind=KIND, map_location=map_location)
     cfg = from_dict(GlowConfig, blob["config"], where=f"{path}: config")
     flow = Glow(cfg).to(map_location)
-    flow.load_state_dict(blob["state"]["model"])
+    load_weights(flow, blob["state"]["model"], path)
     cal = blob["state"].get("calibration")
-    calibration = ClipCalibration.from_state(cal) if cal is not None else None
+    try:
+        calibration = ClipCalibration.from_state(cal) if cal is not None else None
+    except ValueError as e:                          # statistics that are not finite, or hi < lo: a damaged file
+        raise ConfigError(f"checkpoint {path} is damaged: its clip calibration is not usable ({e})",
+                          fix="copy or export the checkpoint again, or retrain it with `medanon train flow`") from None
     codec = GlowCodec(flow, sha256=blob["sha256"], calibration=calibration,
                       trained_on=(blob.get("extra") or {}).get("data"))
     return codec, calibration, blob

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
 from medanon.models.stylegan import Generator, StyleGANConfig, make_discriminator
@@ -36,7 +36,7 @@ def load_generator(path: str | Path, *, device: str | torch.device = "cpu") -> G
     """The EMA generator of a ``stylegan2`` checkpoint (full or exported), in eval mode, without gradients."""
     blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # weights copied into the modules, then moved
     G = Generator.from_config(load_config(blob))
-    G.load_state_dict(blob["state"]["G_ema"])
+    load_weights(G, blob["state"]["G_ema"], path)
     return G.to(device).eval().requires_grad_(False)
 
 
@@ -44,7 +44,7 @@ def load_discriminator(path: str | Path, *, device: str | torch.device = "cpu") 
     """The discriminator of a ``stylegan2`` checkpoint, in eval mode (for fine-tuning or co-training)."""
     blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # weights copied into the modules, then moved
     D = make_discriminator(load_config(blob))
-    D.load_state_dict(blob["state"]["D"])
+    load_weights(D, blob["state"]["D"], path)
     return D.to(device).eval()
 
 

@@ -70,7 +70,7 @@ def test_calibrate_on_in_memory_is_read_as_the_released_images_are(phantom):  # 
                                           value_range=(0, 1))
         box[name] = rel.params["calibration_sha256"]
     assert len(set(box.values())) == 1, box                             # the same images, the same box
-    with pytest.raises(ConfigError, match=r"calibrate_on= holds 1x16px images, the released data 3x16px"):
+    with pytest.raises(ConfigError, match=r"the calibrate_on images are 1x16px, the released data 3x16px"):
         medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=x01[:, :1],
                                     value_range=(0, 1))
 
@@ -224,3 +224,13 @@ def test_value_range_reaches_calibrate_on_only_for_images_of_the_same_kind(phant
         alone = medanon.anonymize.ldp_image(x01, epsilon=1.0, clip_box="calibrated", calibrate_on=x01,
                                             value_range=(0, 1))
     assert mixed.params["calibration_sha256"] == alone.params["calibration_sha256"]
+
+
+def test_a_clip_box_is_not_calibrated_on_folders_of_the_other_modality(tmp_path):
+    """An X-ray folder given as the calibration set of a fundus release was read at the release's channels and
+    fitted its clip box silently."""
+    fundus = medanon.make_phantom(tmp_path / "fundus", patients=3, per_patient=1, size=16, seed=3)
+    xray = medanon.make_phantom(tmp_path / "xray", modality="xray", patients=3, per_patient=1, size=16, seed=3)
+    with pytest.raises(ConfigError, match="the calibrate_on images are xray images, the released data fundus"):
+        medanon.anonymize.ldp_image(medanon.open_dataset(fundus, size=16), epsilon=1.0, clip_box="calibrated",
+                                    calibrate_on=medanon.open_dataset(xray, size=16, channels=3))

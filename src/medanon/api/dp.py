@@ -88,8 +88,14 @@ def _calibration_set(source, ds, value_range=None, *, like=None):
 
     cal = as_dataset(source, argument="calibrate_on", size=ds.size,
                      value_range=memory_range(source, value_range, like=like))
+    theirs, ours = getattr(cal, "modality", None), getattr(ds, "modality", None)
+    on_disk = getattr(cal, "root", None) is not None and getattr(ds, "root", None) is not None   # read, not guessed
+    if on_disk and theirs and ours and theirs != ours:
+        raise ConfigError(f"the calibrate_on images are {theirs} images, the released data {ours} images: the clip "
+                          "box would be fitted on another kind of image",
+                          fix=f"calibrate on {ours} images (normally the training set of the released data)")
     if (cal.size, cal.channels) != (ds.size, ds.channels):
-        raise ConfigError(f"calibrate_on= holds {cal.channels}x{cal.size}px images, the released data "
+        raise ConfigError(f"the calibrate_on images are {cal.channels}x{cal.size}px, the released data "
                           f"{ds.channels}x{ds.size}px", fix="calibrate on images of the released data's size and "
                                                              "channels (normally the training set)")
     return cal

@@ -335,3 +335,34 @@ def test_a_second_run_naming_the_same_mapping_is_refused_at_once(tmp_path, phant
         holder.wait()
     assert code != 0 and "another medanon run is writing m.json" in msg, msg
     assert not (tmp_path / "other").exists() and not mapping.exists()
+
+
+def test_a_full_disk_names_the_file_that_could_not_be_written(tmp_path, monkeypatch):
+    """A failed write() or fsync() carries no file name: the error named the release's folder (another disk) when it
+    was the private mapping that did not fit."""
+    from medanon.fsutil import atomic_write_bytes
+    from medanon.release.writer_safety import os_error
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as e:
+        atomic_write_bytes(tmp_path / "private" / "m.json", b"{}")
+    assert e.value.filename == str(tmp_path / "private" / "m.json") and e.value.errno == errno.ENOSPC
+    assert not list((tmp_path / "private").iterdir())                       # no temporary file left
+    said = os_error(e.value, tmp_path / "rel.partial")
+    assert f"could not write {tmp_path / 'private' / 'm.json'}: No space left" in str(said)
+
+
+def test_a_phantom_that_cannot_record_its_working_folder_leaves_none_behind(tmp_path, monkeypatch):
+    """On a full disk the record of the temporary folder could not be written, and the empty folder stayed."""
+    import medanon.fsutil as fsutil
+
+    def full(out, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out))
+
+    monkeypatch.setattr(fsutil, "claim_working_path", full)
+    with pytest.raises(OSError):
+        generate(PhantomConfig(patients=2, per_patient=1, size=16, workers=1), tmp_path / "ph", progress=False)
+    assert not list(tmp_path.iterdir())

@@ -40,6 +40,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if e.filename is None and e.errno is not None:      # a failed write names no file: name the one written
+            raise type(e)(e.errno, e.strerror, str(path)) from e
+        raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -68,9 +74,9 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
     with OutputLock(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(out)
-        tmp = claim_working_path(out, Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial",
-                                                            dir=out.parent)))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
         try:
+            claim_working_path(out, tmp)               # inside: a full disk here must not leave tmp behind
             yield tmp
             write_marker(tmp, marker)
             if out.exists():
@@ -82,7 +88,8 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         finally:
-            forget_working_path(out, tmp)
+            with contextlib.suppress(OSError):        # a record naming a path that is gone harms nothing
+                forget_working_path(out, tmp)
 
 
 def replace_output(out: Path, new: Path) -> None:

@@ -396,3 +396,20 @@ def test_an_image_of_nan_or_inf_is_never_released(tmp_path: Path, source):
     for lr in (float("inf"), float("nan"), 0.0):
         with pytest.raises(ConfigError, match="must be a positive number"):
             SalsaConfig(lr=lr).validate()
+
+
+def test_a_mapping_with_records_of_the_wrong_shape_is_named(tmp_path: Path):
+    import json
+
+    import medanon
+    from medanon.errors import DataError
+
+    fundus = medanon.make_phantom(tmp_path / "fundus", patients=4, per_patient=1, size=16)
+    out = medanon.anonymize.kpixel(medanon.open_dataset(fundus, size=16), k=2).save(
+        tmp_path / "rel", mapping=tmp_path / "rel.json", progress=False)
+    data = json.loads((tmp_path / "rel.json").read_text())
+    data["records"] = {name: {"sources": "abc", "patients": 5} for name in data["records"]}
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(DataError, match="is not what a mapping holds") as e:
+        medanon.audit(out, source=fundus, mapping=tmp_path / "bad.json")
+    assert "bad.json" in str(e.value) and "unedited" in e.value.fix

@@ -17,6 +17,13 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
     data = read_json_object(path, what="a medanon release mapping", fix=fix)
     if not isinstance(data.get("records"), dict):
         raise DataError(f"{path} is not a medanon release mapping: it has no records", fix=fix)
+    for name, rec in data["records"].items():
+        ok = isinstance(rec, dict) and all(isinstance(rec.get(k), list) and all(isinstance(v, str) for v in rec[k])
+                                           for k in ("sources", "patients"))
+        if not ok:
+            raise DataError(f"{path}: record {name} is not what a mapping holds (each record needs lists of source "
+                            f"ids and patient ids, 'sources' and 'patients'; it has {str(rec)[:120]})",
+                            files=[str(path)], fix=fix + ", unedited")
     return data
 
 

@@ -67,3 +67,13 @@ def test_damaged_weights_are_said_to_be_damaged_for_every_loader(tmp_path: Path)
     torch.save(blob, tmp_path / "cut.pt")
     with pytest.raises(ConfigError, match=r"cut\.pt does not fit the ResNet"):
         load_classifier(tmp_path / "cut.pt")
+
+
+def test_a_checkpoint_of_an_unknown_format_version_is_refused(tmp_path: Path):
+    save_checkpoint(tmp_path / "ok.pt", kind="toy", config={}, state={"w": torch.zeros(3)})
+    blob = torch.load(tmp_path / "ok.pt", weights_only=True)
+    for version in (99, 0, "1"):
+        blob["version"] = version
+        torch.save(blob, tmp_path / "v.pt")
+        with pytest.raises(ConfigError, match="has format version"):
+            load_checkpoint(tmp_path / "v.pt")

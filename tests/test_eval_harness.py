@@ -5,6 +5,7 @@ import csv
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -294,6 +295,17 @@ def test_bad_input(world, tmp_path):
         evaluate(data, [whole], tmp_path / "r1", config=tiny_config(), cache_dir=world["root"] / "cache",
                  progress=False)
     assert not (tmp_path / "r1").exists()
+    xray_net = Path(__file__).resolve().parents[1] / "checkpoints" / "identity-xray64.pt"
+    other = replace(tiny_config(), attacks=replace(tiny_config().attacks, identity_checkpoint=str(xray_net)))
+    with pytest.raises(ConfigError, match="was trained on 1-channel images; the real data"):
+        evaluate(data, world["releases"][:1], tmp_path / "r1", config=other, progress=False)
+    assert not (tmp_path / "r1").exists()
+    with pytest.raises(ConfigError, match="negative seeds"):
+        evaluate(data, world["releases"][:1], tmp_path / "r1",
+                 config=replace(tiny_config(), utility=replace(tiny_config().utility, seeds=(0, -1))), progress=False)
+    r = CliRunner().invoke(cli, ["evaluate", "--real", str(data), "--release", str(world["releases"][0]), "--out",
+                                 str(tmp_path / "r1"), "--size", "32", "--set", "size=abc"])
+    assert r.exit_code == 2 and "size set twice" in r.output and not (tmp_path / "r1").exists()
     with pytest.raises(ConfigError, match="larger than release"):
         evaluate(data, world["releases"][:1], tmp_path / "r2", config=tiny_config(samples=10_000, max_samples=10_000),
                  progress=False)
@@ -495,10 +507,11 @@ def test_siamese_and_attribute_attackers_from_checkpoints(world, tmp_path):
             evaluate(world["data"], world["releases"][:1], tmp_path / f"bad-{key}", config=bad,
                      cache_dir=tmp_path / "cache2", progress=False)
     save_siamese(tmp_path / "grey.pt", SiameseNet(1, SiameseConfig(width=4)))     # an X-ray attacker on fundus
-    with pytest.raises(DataError, match="1-channel images"):
+    with pytest.raises(ConfigError, match="was trained on 1-channel images"):        # before any work is done
         evaluate(world["data"], world["releases"][:1], tmp_path / "bad-grey",
                  config=replace(cfg, attacks=replace(cfg.attacks, siamese_checkpoint=str(tmp_path / "grey.pt"))),
                  cache_dir=tmp_path / "cache3", progress=False)
+    assert not (tmp_path / "bad-grey").exists()
 
 
 def test_gmia_tables_script_reads_the_report(world):

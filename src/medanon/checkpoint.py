@@ -108,6 +108,11 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
                           fix="copy or export the checkpoint again; pass a file written by `medanon train`") from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a medanon checkpoint", fix="pass a file written by `medanon train`")
+    version = blob.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
+        raise ConfigError(f"checkpoint {path} has format version {version!r}; this medanon "
+                          f"({__version__}) reads version {VERSION}",
+                          fix="use the medanon version that wrote it, or a checkpoint written by this one")
     kinds = (kind,) if isinstance(kind, str) else kind
     if kinds and blob.get("kind") not in kinds:
         raise ConfigError(f"checkpoint {path} holds a model of kind {blob.get('kind')!r}, expected "

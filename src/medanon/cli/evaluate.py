@@ -96,6 +96,14 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     if config_file is not None:
         data = _merge(data, load_yaml(config_file))
     data = apply_overrides(data, overrides)
+    overridden = {item.split("=", 1)[0].strip() for item in overrides}
+    given = {"size": size, "split.seed": split_seed, "fidelity.samples": fid_samples,
+             "fidelity.inception": True if no_inception else None, "utility.seeds": seeds,
+             "attacks.identity_checkpoint": identity_ckpt}
+    twice = sorted(k for k, v in given.items() if v is not None and k in overridden)
+    if twice:                                    # the option would win and the override go unchecked
+        raise click.UsageError(f"{', '.join(twice)} set twice: by --set and by its own option; give each setting "
+                               "once")
     if size is not None:
         data["size"] = size
     if split_seed is not None:

@@ -58,6 +58,10 @@ class UtilityConfig:
     def validate(self) -> None:
         if not self.seeds:
             raise ConfigError("utility.seeds must name at least one seed", fix="e.g. seeds 0,1,2")
+        negative = [s for s in self.seeds if s < 0]
+        if negative:                                     # numpy refuses them, after the attackers were trained
+            raise ConfigError(f"utility.seeds={list(self.seeds)} holds negative seeds {negative}; seeds are "
+                              "integers >= 0", fix="e.g. seeds 0,1,2")
         if len(set(self.seeds)) != len(self.seeds):      # a repeated seed repeats a run: n and sd would be false
             raise ConfigError(f"utility.seeds={list(self.seeds)} names a seed more than once",
                               fix="name each seed once, e.g. 0,1,2")

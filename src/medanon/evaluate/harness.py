@@ -229,6 +229,26 @@ ATTACKER_KINDS = {"identity_checkpoint": "identity", "independent_checkpoint": "
                   "siamese_checkpoint": "siamese", "attribute_checkpoint": "classifier"}
 
 
+def _check_attacker_channels(cfg: EvalConfig, channels: int, modality: str | None) -> None:
+    """An attacker network given as a checkpoint reads images of the real data's channel count: one trained on the
+    other modality (1-channel X-rays for colour fundus photographs, or the reverse) would run on converted images
+    and measure nothing of these patients (refused before any network is trained)."""
+    from medanon.checkpoint import load_checkpoint
+
+    for k in ATTACKER_CHECKPOINTS:
+        path = getattr(cfg.attacks, k)
+        if not path:
+            continue
+        conf = load_checkpoint(path).get("config") or {}
+        theirs = (conf.get("backbone") or {}).get("in_channels", conf.get("in_channels", conf.get("channels")))
+        if theirs is not None and int(theirs) != channels:
+            raise ConfigError(f"attacks.{k}={path!r} was trained on {theirs}-channel images; the real data "
+                              f"({modality or 'these images'}) are read with {channels}: it would attack converted "
+                              "images of another modality", fix=f"pass a network trained on {modality or 'this'} "
+                                                                 f"data, or attacks.{k}='' to train one on the "
+                                                                 "attacker split")
+
+
 def _checkpoint_digests(cfg: EvalConfig) -> dict[str, str]:
     """SHA-256 of every attacker checkpoint the config names."""
     return {k: sha256_file(getattr(cfg.attacks, k)) for k in ATTACKER_CHECKPOINTS if getattr(cfg.attacks, k)}
@@ -299,6 +319,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress)
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite, real=real)
+    _check_attacker_channels(cfg, int(real.images.shape[1]), real.modality)
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]
     names = [r.name for r in rels]
     if len(set(names)) != len(names):

@@ -303,6 +303,12 @@ def test_bad_input(world, tmp_path):
     with pytest.raises(ConfigError, match="negative seeds"):
         evaluate(data, world["releases"][:1], tmp_path / "r1",
                  config=replace(tiny_config(), utility=replace(tiny_config().utility, seeds=(0, -1))), progress=False)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(world["releases"][0], damaged)
+    first = sorted((damaged / "images").iterdir())[0]
+    first.write_bytes(first.read_bytes()[:200])                        # truncated by a copy
+    with pytest.raises(DataError, match=r"cannot be decoded .*the release is damaged"):
+        evaluate(data, [damaged], tmp_path / "r1", config=tiny_config(), progress=False)
     r = CliRunner().invoke(cli, ["evaluate", "--real", str(data), "--release", str(world["releases"][0]), "--out",
                                  str(tmp_path / "r1"), "--size", "32", "--set", "size=abc"])
     assert r.exit_code == 2 and "size set twice" in r.output and not (tmp_path / "r1").exists()

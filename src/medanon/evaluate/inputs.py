@@ -171,8 +171,14 @@ class ReleaseData:
 
 
 def _read_png(path: Path) -> np.ndarray:
-    with Image.open(path) as im:
-        a = np.asarray(im if im.mode in ("L", "RGB") else im.convert("RGB"))   # palette, RGBA, 16-bit: converted
+    from PIL import UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            a = np.asarray(im if im.mode in ("L", "RGB") else im.convert("RGB"))   # palette, RGBA, 16-bit: converted
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:   # PIL's errors for a damaged file
+        raise DataError(f"release image {path} cannot be decoded ({e}): the release is damaged", files=[str(path)],
+                        fix="run `medanon audit` on the release, and make it again") from None
     if a.ndim == 2:
         a = a[None]
     elif a.ndim == 3:

@@ -14,7 +14,7 @@ import click
 
 from medanon.anonymize.ksame import KSameConfig
 from medanon.api.ksame import ABLATIONS, STYLE_LAYERS
-from medanon.cli.base import CONTEXT, anonymize, note_without_mapping
+from medanon.cli.base import CONTEXT, FiniteRange, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 
@@ -145,7 +145,7 @@ def ksame_options(*, model_required: bool, k: bool = True, seed: bool = True):
 
 
 def view_options(f):
-    f = click.option("--view-sigma", type=click.FloatRange(min=0), default=None,
+    f = click.option("--view-sigma", type=FiniteRange(min=0), default=None,
                      help="Augmentation noise, relative to the generator prior's W standard deviation."
                           + default(KSameConfig, "view_sigma"))(f)
     return click.option("--views", type=click.IntRange(min=1), default=None,
@@ -235,11 +235,11 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
 
 @anonymize.command("ksalsa", context_settings=CONTEXT)
 @ksame_options(model_required=True)
-@click.option("--lam", "lam", type=click.FloatRange(0, 1), default=None,
+@click.option("--lam", "lam", type=FiniteRange(0, 1), default=None,
               help="λ, the content weight (style gets 1 - λ)." + default(KSameConfig, "salsa.lam"))
 @click.option("--steps", type=click.IntRange(min=0), default=None,
               help="Adam steps per cluster." + default(KSameConfig, "salsa.steps"))
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--lr", type=FiniteRange(min=0, min_open=True), default=None,
               help="Adam learning rate." + default(KSameConfig, "salsa.lr"))
 @click.option("--grid", type=click.IntRange(min=1), default=None,
               help="Patches per side for local styles." + default(KSameConfig, "salsa.style.grid"))

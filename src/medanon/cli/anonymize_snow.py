@@ -15,7 +15,7 @@ import click
 
 from medanon.anonymize.snow import SnowConfig, VSSnowConfig
 from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
-from medanon.cli.base import CONTEXT, anonymize, note_without_mapping
+from medanon.cli.base import CONTEXT, FiniteRange, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 from medanon.release.labels import parse_label_list
@@ -133,7 +133,7 @@ def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, 
               help="--vessels unet: segmenter, a name from `medanon models` or a path.  [default: unet-vessels64]")
 @click.option("--masks", "masks_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="--vessels files: folder with one vessel mask per image (same stem, or DRIVE id).")
-@click.option("--vessel-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+@click.option("--vessel-fraction", type=FiniteRange(0, 1, min_open=True, max_open=True), default=None,
               help="--vessels frangi|sato: share of the field of view labelled vessel."
                    + default(VSSnowConfig, "vessel_fraction"))
 @click.pass_context

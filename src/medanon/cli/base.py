@@ -17,6 +17,19 @@ from medanon.errors import MedanonError
 log = logging.getLogger("medanon")
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 110}
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that refuses NaN and infinity: NaN passes every bound (each comparison is false), and
+    an infinite learning rate or time limit is no setting."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        out = super().convert(value, param, ctx)
+        if isinstance(out, float) and not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
+
+
 class MedanonGroup(click.Group):
     """Prints MedanonError and operating-system errors (a full disk, a permission) as a clean message (no
     traceback) and exits with status 1; Ctrl-C exits with 130

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, check_outputs, data
+from medanon.cli.base import CONTEXT, FiniteRange, check_outputs, data
 from medanon.cli.library import translate
 from medanon.cli.words import DATA_FLAGS, SPLIT_FLAGS, speaks_flags
 from medanon.config import DataConfig, SplitConfig, build
@@ -245,9 +245,9 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
 @data_options
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="CSV to write: record_id, patient_id, split (private: holds patient ids).")
-@click.option("--val", type=click.FloatRange(0, 1, max_open=True), default=None,
+@click.option("--val", type=FiniteRange(0, 1, max_open=True), default=None,
               help="Fraction of patients.  [default: 0.15]")
-@click.option("--test", type=click.FloatRange(0, 1, max_open=True), default=None,
+@click.option("--test", type=FiniteRange(0, 1, max_open=True), default=None,
               help="Fraction of patients.  [default: 0.15]")
 @click.option("--stratify", default=None, help="Label to stratify by ('' for none).  [default: grade]")
 @click.option("--seed", type=int, default=None, help="Random seed.  [default: 0]")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, cli
+from medanon.cli.base import CONTEXT, FiniteRange, cli
 from medanon.cli.words import speaks_flags
 
 FLAGS = {"pass n=1 or more": "pass --n 1 or more", "n=": "--n ", "truncation=": "--truncation ",
@@ -20,7 +20,7 @@ FLAGS = {"pass n=1 or more": "pass --n 1 or more", "n=": "--n ", "truncation=": 
 @click.option("--n", type=click.IntRange(min=1), default=64, help="Number of images.")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="New folder: images/NNNNNN.png, grid.png (the first 64), manifest.json.")
-@click.option("--truncation", type=click.FloatRange(0, 1), default=1.0,
+@click.option("--truncation", type=FiniteRange(0, 1), default=1.0,
               help="psi: 1 = the model's full range; smaller pulls towards the average image.")
 @click.option("--seed", type=int, default=0, help="Seeds the latents: same model, seed and psi give the same images.")
 @click.option("--batch", type=click.IntRange(min=1), default=64, help="Images per forward pass.")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, check_export_is_not_the_run, check_outputs, train
+from medanon.cli.base import CONTEXT, FiniteRange, check_export_is_not_the_run, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
@@ -32,7 +32,7 @@ def loop_options(f):
         click.option("--out", type=click.Path(path_type=Path), required=True,
                      help="Run directory (checkpoint.pt, metrics.jsonl, samples/)."),
         click.option("--steps", type=click.IntRange(min=0), default=2000, help="Train until this many steps in total."),
-        click.option("--minutes", type=click.FloatRange(min=0), default=0.0,
+        click.option("--minutes", type=FiniteRange(min=0), default=0.0,
                      help="Stop (with a final checkpoint) after this much wall-clock time; 0 = no limit."),
         click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint."),
         click.option("--checkpoint-every", type=click.IntRange(min=1), default=500, help="Steps between checkpoints."),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, train
+from medanon.cli.base import CONTEXT, FiniteRange, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
@@ -43,8 +43,8 @@ def parse_where(items: tuple[str, ...]) -> dict[str, float]:
 @click.option("--subset", type=click.Choice(["train", "all"]), default="train",
               help="Train on the patient-level training split (val gives bits/dim, test is left for evaluation) "
                    "or on every image.")
-@click.option("--val", "val_frac", type=click.FloatRange(0, 0.9), default=0.15, help="Fraction of patients in val.")
-@click.option("--test", "test_frac", type=click.FloatRange(0, 0.9), default=0.15, help="Fraction of patients in test.")
+@click.option("--val", "val_frac", type=FiniteRange(0, 0.9), default=0.15, help="Fraction of patients in val.")
+@click.option("--test", "test_frac", type=FiniteRange(0, 0.9), default=0.15, help="Fraction of patients in test.")
 @click.option("--split-seed", type=int, default=0, help="Seed of the patient split (the same as other commands').")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
 @click.option("--threads", type=click.IntRange(min=0), default=0,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, train
+from medanon.cli.base import CONTEXT, FiniteRange, train
 from medanon.cli.data import data_dir_argument
 from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 
@@ -26,7 +26,7 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
               help="Override a config field, e.g. --set channels=1 (repeatable).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, help="Steps between checkpoints.")
 @click.option("--sample-every", type=click.IntRange(min=1), default=100, help="Steps between sample grids.")
-@click.option("--minutes", type=click.FloatRange(min=0), default=0.0,
+@click.option("--minutes", type=FiniteRange(min=0), default=0.0,
               help="Stop (with a final checkpoint) after this much wall-clock time; 0 = no limit.")
 @click.option("--threads", type=click.IntRange(min=0), default=0,
               help="CPU threads for torch; 0 = all cores. On a busy shared machine 1 is often fastest.")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, check_outputs, to_json, train
+from medanon.cli.base import CONTEXT, FiniteRange, check_outputs, to_json, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 from medanon.locks import main_rank_lock
@@ -60,7 +60,7 @@ def _split_options(f):
 @click.option("--arch", type=click.Choice(["small", "resnet10", "resnet18"]), default="small", help="Backbone.")
 @click.option("--embed-dim", type=click.IntRange(min=2), default=128, help="Embedding size.")
 @click.option("--image-size", type=click.IntRange(8, 1024), default=None, help="Training side (default: --size).")
-@click.option("--margin", type=click.FloatRange(0, 1.5), default=0.3, help="ArcFace angular margin (radians).")
+@click.option("--margin", type=FiniteRange(0, 1.5), default=0.3, help="ArcFace angular margin (radians).")
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming a checkpoint at --out; what --out holds "
               "is replaced only when the new network is finished.")

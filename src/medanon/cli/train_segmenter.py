@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, check_export_is_not_the_run, check_outputs, train
+from medanon.cli.base import CONTEXT, FiniteRange, check_export_is_not_the_run, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 from medanon.fsutil import atomic_write_bytes
@@ -23,14 +23,14 @@ from medanon.fsutil import atomic_write_bytes
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")
 @click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=2e-3, show_default=True)
+@click.option("--lr", type=FiniteRange(min=0, min_open=True), default=2e-3, show_default=True)
 @click.option("--width", type=click.IntRange(min=4), default=8, show_default=True,
               help="Channels of the full-resolution branch.")
 @click.option("--patch", type=click.IntRange(min=0), default=0, show_default=True,
               help="Train on random crops of this side (0 = whole images); use 64-128 for 512 px images.")
-@click.option("--val", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.15, show_default=True,
+@click.option("--val", type=FiniteRange(0, 1, min_open=True, max_open=True), default=0.15, show_default=True,
               help="Fraction of patients for validation (early stopping, threshold).")
-@click.option("--test", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.15, show_default=True,
+@click.option("--test", type=FiniteRange(0, 1, min_open=True, max_open=True), default=0.15, show_default=True,
               help="Fraction of patients for the reported test scores.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Splits, initialisation and batches.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")

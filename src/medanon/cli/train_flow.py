@@ -118,11 +118,14 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
             raise ConfigError(f"--where names unknown label(s) {bad}", fix=f"use one of {ds.label_names}")
         return [r for r in recs if all(r.labels.get(n) == v for n, v in filters.items())]
 
+    train_recs, val_recs = keep(parts["train"]), keep(parts["val"])
+    if not train_recs:                                     # before any image is decoded
+        matching = len(keep(ds.records))
+        raise ConfigError(f"no training images are left after the split and --where filter: {matching} of the "
+                          f"{len(ds.records)} images match {filters or 'no filter'}, {len(parts['train'])} are in the "
+                          f"{subset} subset", fix="choose another --where value, or --subset all to use every image")
     index = {r.record_id: i for i, r in enumerate(ds.records)}
     images, _ = ds.tensors()
-    train_recs, val_recs = keep(parts["train"]), keep(parts["val"])
-    if not train_recs:
-        raise ConfigError("no training images are left after the split and --where filter")
     sel = lambda recs: images[[index[r.record_id] for r in recs]] if recs else None  # noqa: E731
     data = {"source": files_digest([r.path for r in ds.records], root=data_dir), "modality": ds.modality,
             "where": filters, "subset": subset, "split": {"val": val_frac, "test": test_frac, "seed": split_seed,

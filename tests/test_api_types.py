@@ -4,6 +4,7 @@ images are a dataset like any other."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -164,3 +165,18 @@ def test_numpy_scalars_are_numbers(xray):
         rel = medanon.anonymize.ldp_image(xray, epsilon=np.float32(1e3), alpha=np.float64(0.5))
         assert rel.images(1).shape[0] == 1
     assert rel.privacy["epsilon_image"] == 1e3 and type(rel.params["epsilon"]) is float
+
+
+def test_paths_and_counts_of_the_wrong_type_are_config_errors_naming_the_argument(xray, tmp_path):
+    """pathlib's TypeError named no argument and was no MedanonError; these are both (ArgumentTypeError)."""
+    from medanon.errors import ArgumentTypeError
+
+    rel = medanon.anonymize.kpixel(xray, k=2)
+    for call, said in ((lambda: rel.save(7), "path=7 is an int"),
+                       (lambda: rel.save(tmp_path / "r", mapping=5), "mapping=5 is an int"),
+                       (lambda: rel.images(-1), "limit=-1"),
+                       (lambda: medanon.audit(tmp_path, mapping=["x"]), "mapping=['x'] is a list")):
+        with pytest.raises(ArgumentTypeError, match=re.escape(said)) as e:
+            call()
+        assert isinstance(e.value, ConfigError) and isinstance(e.value, TypeError) and e.value.fix
+    assert not (tmp_path / "r").exists()

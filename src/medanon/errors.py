@@ -32,6 +32,23 @@ class ConfigError(MedanonError):
     """A configuration value or command-line argument is invalid."""
 
 
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument of the wrong type (a number where a path goes): a :class:`ConfigError` with its fix, and a
+    ``TypeError`` for code that catches those."""
+
+
+def check_path_arg(name: str, value, *, optional: bool = True, what: str = "a file path") -> None:
+    """``value`` is a path (``str`` or ``os.PathLike``), or None where ``optional``; else :class:`ArgumentTypeError`
+    naming the argument (pathlib's own message names none)."""
+    import os
+
+    if (value is None and optional) or isinstance(value, (str, os.PathLike)):
+        return
+    raise ArgumentTypeError(f"{name}={value!r} is {a_type(value)}; {name} takes {what} (str or os.PathLike)",
+                            fix=f"pass {name}= as a path, e.g. {name}='private/release.json'"
+                            if what == "a file path" else f"pass {name}= as a path")
+
+
 class DataError(MedanonError):
     """Input data is missing, unreadable or inconsistent.
 

@@ -62,6 +62,9 @@ def audit(release, *, source=None, mapping: str | Path | None = None, k: int | N
         >>> report.passed, len(report.checks) >= 5
         (True, True)
     """
+    from medanon.errors import check_path_arg
+
+    check_path_arg("mapping", mapping)
     from medanon.release.audit import audit_release
 
     path = getattr(release, "path", release)

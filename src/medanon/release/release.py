@@ -35,7 +35,6 @@ Example (k-Same-Pixel on a tiny phantom):
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import warnings
@@ -50,7 +49,6 @@ from PIL import Image
 
 from medanon.anonymize.privacy import PrivacyWarning
 from medanon.data.records import Record, records_digest
-from medanon.errors import a_type
 from medanon.outputs import dataset_inputs
 from medanon.release.aggregate import aggregate_labels
 from medanon.release.files import read_release
@@ -294,8 +292,10 @@ class Release:
         says so; after :func:`medanon.evaluate` saved it to a temporary folder, a ``UserWarning`` says the report
         measured another draw.
         """
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path= is {a_type(path)}; save takes a folder path (str or os.PathLike)")
+        from medanon.errors import check_path_arg
+
+        check_path_arg("path", path, optional=False, what="a folder path")
+        check_path_arg("mapping", mapping)
         from medanon.config import check_type
 
         check_type("overwrite", overwrite, "bool")           # overwrite="no" must not replace a release
@@ -347,7 +347,10 @@ class Release:
         the same image. ``limit=None`` holds every image in memory.
         """
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise TypeError(f"limit={limit!r} ({type(limit).__name__}) must be a count >= 0 or None")
+            from medanon.errors import ArgumentTypeError
+
+            raise ArgumentTypeError(f"limit={limit!r} ({type(limit).__name__}) must be a count >= 0 or None",
+                                    fix="pass limit= a whole number >= 0, or None for every image")
         recs = list(self._saved_records(limit)) if self.path is not None else \
             self._computed_records(limit, show_progress(progress))
         if not recs:

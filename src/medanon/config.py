@@ -40,11 +40,14 @@ class DataConfig:
                 fix=f"use a power of two from {MIN_SIZE} to {MAX_SIZE}, e.g. size=64 on a CPU, 256 or 512 "
                     "on a GPU")
         if self.channels not in (0, 1, 3):
-            raise ConfigError(f"data.channels={self.channels} must be 0 (by modality), 1 or 3")
+            raise ConfigError(f"data.channels={self.channels} must be 0 (by modality), 1 or 3",
+                              fix="channels=1 (grey), 3 (colour), or leave it out for the modality's own")
         if self.crop not in ("auto", "fov", "center", "pad", "none"):
-            raise ConfigError(f"data.crop={self.crop!r} must be one of auto, fov, center, pad, none")
+            raise ConfigError(f"data.crop={self.crop!r} must be one of auto, fov, center, pad, none",
+                              fix="e.g. crop='auto' (the field of view for fundus, centred for X-rays)")
         if self.modality not in ("auto", "fundus", "xray"):
-            raise ConfigError(f"data.modality={self.modality!r} must be auto, fundus or xray")
+            raise ConfigError(f"data.modality={self.modality!r} must be auto, fundus or xray",
+                              fix="modality='fundus', 'xray', or leave it out to read it from the data")
 
 
 @dataclass
@@ -56,7 +59,8 @@ class SplitConfig:
 
     def validate(self) -> None:
         if not (0 <= self.val < 1 and 0 <= self.test < 1 and self.val + self.test < 1):
-            raise ConfigError(f"split fractions val={self.val}, test={self.test} must be >= 0 and sum below 1")
+            raise ConfigError(f"split fractions val={self.val}, test={self.test} must be >= 0 and sum below 1",
+                              fix="e.g. val=0.15, test=0.15")
 
 
 @dataclass
@@ -74,17 +78,20 @@ class PhantomConfig:
 
     def validate(self) -> None:
         if self.modality not in ("fundus", "xray"):
-            raise ConfigError(f"phantom modality {self.modality!r} must be fundus or xray")
+            raise ConfigError(f"phantom modality {self.modality!r} must be fundus or xray",
+                              fix="modality='fundus' or modality='xray'")
         if self.patients < 1 or self.per_patient < 1:
-            raise ConfigError("patients and per_patient must be at least 1")
+            raise ConfigError(f"patients and per_patient must be at least 1 (they are {self.patients} and "
+                              f"{self.per_patient})", fix="give each a whole number of 1 or more")
         if self.size < 16 or self.size > 1024:
             raise ConfigError(f"size={self.size} is not possible for phantoms", fix="use 16..1024, e.g. size=64")
         if len(self.grade_weights) != 5 or min(self.grade_weights) < 0 or sum(self.grade_weights) <= 0:
-            raise ConfigError("grade_weights must be five non-negative numbers with a positive sum")
+            raise ConfigError("grade_weights must be five non-negative numbers with a positive sum",
+                              fix="e.g. grade_weights=(0.5, 0.15, 0.2, 0.1, 0.05), one per ICDR grade 0-4")
         for name in ("pneumonia_rate", "marker_rate", "situs_inversus_rate"):
             v = getattr(self, name)
             if not 0 <= v <= 1:
-                raise ConfigError(f"{name}={v} must be a probability in [0, 1]")
+                raise ConfigError(f"{name}={v} must be a probability in [0, 1]", fix=f"e.g. {name}=0.5")
 
 
 @dataclass

@@ -317,7 +317,8 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
                               "or a medanon Release", fix="anonymise the images first: rel = "
                                                           "medanon.anonymize.<method>(...), then releases=[rel]")
     if preset not in PRESETS:
-        raise ConfigError(f"preset={preset!r} must be one of {list(PRESETS)}")
+        raise ConfigError(f"preset={preset!r} must be one of {list(PRESETS)}",
+                          fix="preset='fast' on a CPU, 'full' for the papers' protocol, 'tiny' to try the pipeline")
     number("size", size, integer=True, allow_none=True)
     if size is not None and not 16 <= size <= 1024:
         raise ConfigError(f"size={size}: images are evaluated at a side between 16 and 1024 pixels",

@@ -491,3 +491,14 @@ def test_a_damaged_dataset_yaml_is_named_not_taken_for_no_layout(tmp_path, text,
     with pytest.raises(DataError, match=said) as e:
         scan(tmp_path)
     assert "dataset.yaml" in " ".join(map(str, e.value.files)) + str(e.value)
+
+
+def test_a_labels_file_that_is_not_text_is_named_so(tmp_path):
+    """A PNG or random bytes given as the labels CSV read as rows 'without the header's cells'."""
+    from medanon.data.layouts.table import read_table
+
+    (tmp_path / "labels.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    (tmp_path / "noise.csv").write_bytes(bytes(range(256)) * 3)
+    for name, kind in (("labels.png", "a PNG image"), ("noise.csv", "binary data")):
+        with pytest.raises(DataError, match=f"is not a text CSV: it holds {kind}"):
+            read_table(tmp_path / name)

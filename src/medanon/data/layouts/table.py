@@ -65,6 +65,11 @@ def _decode_bytes(path: Path) -> str:
         except UnicodeDecodeError as e:
             raise DataError(f"{path.name} starts as UTF-16 but does not decode ({e})", files=[path],
                             fix="save it as a comma-separated UTF-8 CSV") from None
+    if b"\x00" in raw[:65536]:                        # no text file holds NUL bytes: an image, an archive, ...
+        kind = "a PNG image" if raw.startswith(b"\x89PNG") else "a JPEG image" if raw.startswith(b"\xff\xd8") \
+            else "binary data"
+        raise DataError(f"{path.name} is not a text CSV: it holds {kind}", files=[path],
+                        fix="pass the labels CSV (a comma-separated text file with one header row)")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -210,3 +210,18 @@ def test_held_out_data_of_the_encoder_is_neither_its_training_data_nor_another_m
         r = CliRunner().invoke(cli, ["train", "encoder", str(phantom), "--generator", str(gan), "--out",
                                      str(tmp_path / "run"), "--eval-data", str(held), "--steps", "1"])
         assert r.exit_code == 2 and said in r.output, r.output
+
+
+def test_a_bad_image_met_mid_release_says_what_was_kept_and_how_each_fix_meets_it(tmp_path, phantom):
+    """Snow reads images as it releases them: a file truncated near the end was refused after the others were
+    written, and the fix offered (--skip-bad) was then refused as 'other sources' without saying why."""
+    data = tmp_path / "data"
+    shutil.copytree(phantom, data)
+    last = sorted((data / "images").iterdir())[-1]
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    args = ["anonymize", "snow", data, "--p", "0.3", "--size", "16", "--batch-size", "1", "--out", tmp_path / "r",
+            "--mapping", tmp_path / "r.json"]
+    code, out = _run(*args)
+    assert code == 1 and "is truncated" in out and "r.partial keeps" in out and "start over with --overwrite" in out
+    code, out = _run(*args, "--skip-bad", "--overwrite")
+    assert code == 0, out

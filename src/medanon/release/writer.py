@@ -406,6 +406,12 @@ class ReleaseWriter:
             self.release_locks()
             if isinstance(exc, OSError):
                 raise os_error(exc, self.partial if self._started else None) from None
+            if isinstance(exc, DataError) and self.entries and self.partial.is_dir():
+                # a source found bad mid-run (images read as they are released): say what was kept and how the
+                # fixes offered meet it (leaving the file out changes the sources, which a resume refuses)
+                exc.fix = (f"{exc.fix + '; ' if exc.fix else ''}{self.partial} keeps {len(self.entries)} finished "
+                           "record(s): once the file is replaced the same command resumes from them; to leave it "
+                           "out instead, start over with overwrite=True")
 
     def _remove_empty_partial(self) -> None:
         """A run that failed before its first record was written (e.g. its first batch diverged) leaves nothing to

@@ -55,9 +55,9 @@ def test_generate_refuses_existing_output_and_wrong_checkpoints(tmp_path):
 
 def test_more_samples_than_memory_holds_are_refused_before_any_is_drawn(tmp_path, monkeypatch):
     """All samples are held until written: a huge n ended in an allocator traceback asking for 512 GB."""
-    import medanon.sampling as sampling
+    import medanon.runtime as runtime
 
-    monkeypatch.setattr(sampling, "_physical_memory", lambda: 2**20)        # a 1 MiB machine
+    monkeypatch.setattr(runtime, "physical_memory", lambda: 2**20)          # a 1 MiB machine
     r = _run("--model", CKPT / "stylegan2-fundus64.pt", "--n", 100, "--out", tmp_path / "g")
     assert r.exit_code == 1 and "held in memory until they are written" in r.output and "ask for at most" in r.output
     assert not (tmp_path / "g").exists()

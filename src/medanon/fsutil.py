@@ -40,15 +40,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if e.filename is None and e.errno is not None:      # a failed write names no file: name the one written
-            raise type(e)(e.errno, e.strerror, str(path)) from e
-        raise
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:   # a failed write names no file:
+            raise type(e)(e.errno, e.strerror, str(path)) from e                   # name the one written
         raise
 
 

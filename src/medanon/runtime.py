@@ -254,6 +254,14 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def physical_memory() -> int | None:
+    """Bytes of physical memory, or None where the system does not say (non-POSIX)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
+        return None
+
+
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")       # x86 instructions that compute bfloat16 natively
 
 

@@ -56,16 +56,6 @@ def load_any_generator(path: str | Path, *, device: str | torch.device = "cpu") 
     return load_codec(path, map_location=device).generator.eval().requires_grad_(False)
 
 
-def _physical_memory() -> int | None:
-    """Bytes of physical memory, or None where the system does not say."""
-    import os
-
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _noise_seed(seed: int, index: int) -> int:
     """The noise seed of image ``index`` of a run seeded with ``seed`` (independent streams per image)."""
     return int(np.random.SeedSequence([int(seed) & (2**63 - 1), int(index)]).generate_state(1, np.uint64)[0] >> 1)
@@ -85,7 +75,9 @@ def sample_images(G: torch.nn.Module, n: int, *, seed: int = 0, truncation: floa
         raise ConfigError(f"noise={noise!r} is not a noise mode",
                           fix="noise='random' (fresh per-layer noise per image, as FID is computed) or 'const'")
     need = n * 4 * (G.z_dim + G.img_channels * G.img_resolution ** 2)     # latents and float images, all held
-    have = _physical_memory()
+    from medanon.runtime import physical_memory
+
+    have = physical_memory()
     if have is not None and need > 0.9 * have:
         raise ConfigError(f"n={n} samples of {G.img_channels}x{G.img_resolution}px are held in memory until they are "
                           f"written: {need / 2**30:.1f} GiB, more than this machine's {have / 2**30:.1f} GiB",

@@ -17,6 +17,8 @@ from medanon.errors import MedanonError
 log = logging.getLogger("medanon")
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 110}
+
+
 class FiniteRange(click.FloatRange):
     """``click.FloatRange`` that refuses NaN and infinity: NaN passes every bound (each comparison is false), and
     an infinite learning rate or time limit is no setting."""

@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -55,10 +54,9 @@ _FIXES = {
 def _cache_budget() -> int:
     """Bytes of preprocessed tensors a dataset keeps: an eighth of the machine's memory, at most 4 GiB (64 px RGB
     float32 is 48 KB an image: 4 GiB holds 87 000 images, all of EyePACS)."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
-        physical = 8 << 30
+    from medanon.runtime import physical_memory
+
+    physical = physical_memory() or 8 << 30
     return int(min(4 << 30, physical // 8))
 
 

@@ -406,7 +406,7 @@ class ReleaseWriter:
             self.release_locks()
             if isinstance(exc, OSError):
                 raise os_error(exc, self.partial if self._started else None) from None
-            if isinstance(exc, DataError) and self.entries and self.partial.is_dir():
+            if isinstance(exc, DataError) and exc.files and self.entries and self.partial.is_dir():
                 # a source found bad mid-run (images read as they are released): say what was kept and how the
                 # fixes offered meet it (leaving the file out changes the sources, which a resume refuses)
                 exc.fix = (f"{exc.fix + '; ' if exc.fix else ''}{self.partial} keeps {len(self.entries)} finished "

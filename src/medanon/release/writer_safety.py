@@ -60,14 +60,14 @@ def _held_mapping(mapping: str | Path) -> dict | None:
     return held if isinstance(held, dict) and held.get("format") == MAPPING_FORMAT else None
 
 
+def _images_in(folder: Path) -> set[str]:
+    """The records (``images/<random name>``) in the release folder ``folder``."""
+    return {f"images/{p.name}" for p in (folder / "images").iterdir()} if (folder / "images").is_dir() else set()
+
+
 def _record_names(out: Path) -> set[str]:
-    """The records (``images/<random name>``) of the release ``out``, in its folder or in the ``OUT.partial`` folder
-    it is being written in."""
-    names: set[str] = set()
-    for folder in (out, out.with_name(out.name + ".partial")):
-        if (folder / "images").is_dir():
-            names |= {f"images/{p.name}" for p in (folder / "images").iterdir()}
-    return names
+    """The records of the release ``out``, in its folder or in the ``OUT.partial`` folder it is being written in."""
+    return _images_in(out) | _images_in(out.with_name(out.name + ".partial"))
 
 
 def _is_mapping_of(held: dict, out: Path) -> bool:
@@ -107,13 +107,7 @@ def unpublished_mapping(mapping: str | Path, out: Path) -> bool:
     that were never published: it names ``out`` and every record it maps is in ``OUT.partial`` only (random names:
     the mapping of a published release, even of the same folder, maps other records)."""
     held = _held_mapping(mapping) if Path(mapping).is_file() else None
-    records = held.get("records") if held is not None else None
-    if held is None or held.get("release") != out.name or not isinstance(records, dict) or not records:
-        return False
-    partial = out.with_name(out.name + ".partial") / "images"
-    published = {f"images/{p.name}" for p in (out / "images").iterdir()} if (out / "images").is_dir() else set()
-    in_partial = {f"images/{p.name}" for p in partial.iterdir()} if partial.is_dir() else set()
-    return set(records) <= in_partial and not set(records) & published
+    return held is not None and _is_mapping_of(held, out) and not set(held["records"]) & _images_in(out)
 
 
 def release_working_names(out: Path) -> tuple[str, str]:

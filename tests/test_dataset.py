@@ -140,3 +140,45 @@ def test_too_small_source_image(tmp_path: Path):
     Image.new("RGB", (4, 4)).save(root / "images" / "P0_0.png")
     with pytest.raises(DataError, match=r"P0_0\.png"):
         open_dataset(root, DataConfig(size=32))
+
+
+def test_a_colour_folder_read_as_xrays_warns_once_and_grey_rgb_xrays_do_not(tmp_path: Path):
+    """Colour fundus photographs whose dataset.yaml says modality: xray lose their colour: the dataset says so once
+    per folder, naming a file, on the full-size and the reduced (draft-mode) decoding paths. X-rays saved as RGB
+    JPEGs (three equal channels, as many exports are) are grey and read without a warning."""
+    import io
+    import warnings
+
+    from medanon import make_phantom
+    from medanon.data.decode import ColourReadAsGrey
+
+    def declared_xray(folder: Path) -> Path:
+        yml = folder / "dataset.yaml"
+        yml.write_text(yml.read_text().replace("modality: fundus", "modality: xray"))
+        return folder
+
+    def said(folder: Path, size: int) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ds = open_dataset(folder, DataConfig(size=size))
+            assert ds.channels == 1
+            ds.tensors(progress=False)
+        return [str(w.message) for w in caught if issubclass(w.category, ColourReadAsGrey)]
+
+    fundus = declared_xray(make_phantom(tmp_path / "fundus", patients=3, per_patient=1, size=16))
+    (msg,) = said(fundus, 16)
+    assert "is a colour image" in msg and "modality='fundus'" in msg
+    assert any(f.name in msg for f in (fundus / "images").iterdir())
+    big = tmp_path / "big"                        # 512 px: decoded at 1/8 scale for a 16 px tensor
+    big_rgb = declared_xray(make_phantom(big, patients=2, per_patient=1, size=16))
+    for f in (big_rgb / "images").iterdir():
+        Image.open(f).convert("RGB").resize((512, 512)).save(f)
+    assert len(said(big_rgb, 16)) == 1
+    xray = make_phantom(tmp_path / "xray", modality="xray", patients=3, per_patient=1, size=16)
+    for f in (xray / "images").iterdir():
+        grey = Image.open(f).convert("L").resize((512, 512))
+        jpeg = io.BytesIO()                        # an RGB JPEG export of a grey image, with its rounding
+        Image.merge("RGB", [grey] * 3).save(jpeg, format="JPEG", quality=90)
+        Image.open(jpeg).save(f)
+        assert Image.open(f).mode == "RGB"
+    assert said(xray, 16) == [] and said(xray, 64) == []

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from medanon.config import DataConfig, validate
 from medanon.data import imageio
-from medanon.data.decode import decode
+from medanon.data.decode import decode, warn_colour_dropped
 from medanon.data.imageio import DEFAULT_MAX_PIXELS, ImageInfo, TooLarge
 from medanon.data.layouts import GenericOptions, scan
 from medanon.data.records import Problem, Record, Scan
@@ -170,6 +170,8 @@ class ImageDataset(Dataset):
                      info=info)
         if pre.transparent:
             imageio.warn_transparent(rec.path, self.root)
+        if pre.colour_dropped:
+            warn_colour_dropped(rec.path, self.root, self.modality)
         pixels = {"image": torch.from_numpy(pre.image), "fov": torch.from_numpy(pre.fov[None])}
         if rec.mask_path is not None:
             pixels["mask"] = torch.from_numpy(_load_mask(rec.mask_path, self.size, self.crop)[None])

@@ -47,18 +47,25 @@ class TransparencyIgnored(UserWarning):
     """An image has transparent pixels; medanon reads their stored colour and ignores the transparency."""
 
 
-_WARNED_TRANSPARENT: set[str] = set()
+_WARNED: set[str] = set()
 _WARNED_LOCK = threading.Lock()
+
+
+def first_in_folder(kind: str, path: Path, root: Path | None) -> bool:
+    """True the first time ``kind`` is reported for the dataset folder ``root`` (or ``path``) in this process."""
+    key = f"{kind}\0{Path(root).resolve() if root is not None else path}"
+    with _WARNED_LOCK:
+        if key in _WARNED:
+            return False
+        _WARNED.add(key)
+    return True
 
 
 def warn_transparent(path: Path, root: Path | None) -> None:
     """Warn (:class:`TransparencyIgnored`, once per dataset folder in a process) that ``path`` has transparent
     pixels whose stored colour is read."""
-    key = str(Path(root).resolve() if root is not None else path)
-    with _WARNED_LOCK:
-        if key in _WARNED_TRANSPARENT:
-            return
-        _WARNED_TRANSPARENT.add(key)
+    if not first_in_folder("transparent", path, root):
+        return
     where = f" (other images of {root} may too; said once per folder)" if root is not None else ""
     warnings.warn(f"{path} has transparent pixels{where}: medanon ignores transparency and reads each pixel's "
                   "stored colour, which under transparent pixels may differ from what a viewer shows (e.g. white "

@@ -178,6 +178,7 @@ class Preprocessed:
     fov: np.ndarray                              # bool (size, size): pixels inside the field of view
     fov_found: bool
     transparent: bool = False                    # the source had transparent pixels (read as their stored colour)
+    colour_dropped: bool = False                 # the source was a colour image, read as grey
 
 
 def preprocess(img: np.ndarray, *, size: int, channels: int, crop: str) -> Preprocessed:

@@ -93,7 +93,7 @@ def checks(w: Path, dev: str, tiny: bool) -> list[tuple[str, list[str]]]:
         ("train-classifier", ["train", "classifier", "--data", str(fd), "--label", "grade", "--steps", "2",
                               "--out", str(tr / "classifier.pt")]),
         ("train-identity", ["train", "identity", "--data", str(fd), "--steps", "2", "--out", str(tr / "identity.pt")]),
-        ("train-segmenter", ["train", "segmenter", "--data", str(fd), "--epochs", "1", "--batch-size", "4",
+        ("train-segmenter", ["train", "segmenter", "--data", str(fd), "--epochs", "1", "--batch", "4",
                              "--out", str(tr / "segmenter")]),
     ]
     ev = ["evaluate", "--real", str(fd), "--splits", str(w / "splits.csv"), "--release", str(rel / "kpixel"),

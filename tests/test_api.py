@@ -66,7 +66,7 @@ def build(method: str, w: dict):
         "ksalsa": lambda: A.ksalsa(ds, k=4, codec=d / "restyle.pt", steps=2, batch=2),
         "inverted": lambda: A.inverted(ds, codec=d / "restyle.pt"),
         "gmia": lambda: A.gmia(ds, model=d / "restyle.pt", identity=d / "identity.pt", utility=d / "grade.pt",
-                               steps=2, batch_size=8),
+                               steps=2, batch=8),
         "snow": lambda: A.snow(ds, p=0.3),
         "vs_snow": lambda: A.vs_snow(ds, p=0.5, vessels="dataset"),
         "dpglow": lambda: A.dpglow(ds, epsilon=10.0, flow=d / "flow.pt"),

@@ -95,7 +95,7 @@ def test_gmia_of_images_in_memory_writes_the_manifest_a_folder_gets(tmp_path, wo
                                                               "value_range": (-1, 1)})):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            rel = medanon.anonymize.gmia(data, **nets, steps=0, batch_size=8, **kw)
+            rel = medanon.anonymize.gmia(data, **nets, steps=0, batch=8, **kw)
             out = rel.save(tmp_path / name, progress=False)
         assert any(w.category.__name__ == "NotAnonymised" for w in caught)   # steps=0: warned on both paths
         manifests[name] = json.loads((out / "manifest.json").read_text())

@@ -83,7 +83,7 @@ def test_a_device_that_does_not_exist_is_a_config_error_before_any_model_loads(x
     (lambda d: medanon.anonymize.kcentroid(d, k=2, codec=7), ConfigError, "codec=7 is an int; codec= takes"),
     (lambda d: medanon.anonymize.dpglow(d, epsilon=1.0, flow=3), ConfigError, "flow=3 is an int"),
     (lambda d: medanon.anonymize.kpixel(d, k=2, release_labels=5), ConfigError, "release_labels=5: it takes label"),
-    (lambda d: medanon.anonymize.snow(d, p=0.3, batch_size="8"), ConfigError, "batch_size='8' is a str"),
+    (lambda d: medanon.anonymize.snow(d, p=0.3, batch="8"), ConfigError, "batch='8' is a str"),
     (lambda d: medanon.anonymize.snow(d, p=0.3, workers=0), ConfigError, "workers=0 must be at least 1"),
     (lambda d: medanon.split_dataset(d, stratify="nope"), ConfigError, "stratify='nope' is not a label"),
     (lambda d: medanon.split_dataset(d, val=0.6, test=0.5), ConfigError, "val=0.6, test=0.5"),
@@ -180,3 +180,26 @@ def test_paths_and_counts_of_the_wrong_type_are_config_errors_naming_the_argumen
             call()
         assert isinstance(e.value, ConfigError) and isinstance(e.value, TypeError) and e.value.fix
     assert not (tmp_path / "r").exists()
+
+
+def test_every_method_names_its_batch_batch_and_the_former_name_still_works(xray, tmp_path):
+    """``batch=`` is the speed setting of every ``medanon.anonymize`` function; GMIA's and Snow's former
+    ``batch_size=`` gives the same release with a FutureWarning, and both names with different values are refused."""
+    import inspect
+
+    for name in set(medanon.anonymize.__all__) - {"METHODS", "inverted"}:       # inverted has no speed setting
+        params = inspect.signature(getattr(medanon.anonymize, name)).parameters
+        assert "batch" in params, name
+        assert "batch_size" not in params or params["batch_size"].default is None, name      # the former name
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = medanon.anonymize.snow(xray, p=0.3, seed=1, batch_size=2).save(tmp_path / "old", progress=False)
+    assert [str(w.message) for w in caught if w.category is FutureWarning] == [
+        "snow: batch_size= is now batch=, as in every medanon.anonymize function; batch_size= will be removed"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new = medanon.anonymize.snow(xray, p=0.3, seed=1, batch=5).save(tmp_path / "new", progress=False)
+    pixels = sorted(p.read_bytes() for p in old.rglob("*.png"))           # file names are drawn afresh each save
+    assert len(pixels) == 6 and pixels == sorted(p.read_bytes() for p in new.rglob("*.png"))
+    e = _refusal(lambda d: medanon.anonymize.vs_snow(d, p=0.3, batch=4, batch_size=8), xray, ConfigError)
+    assert "batch=4 and batch_size=8 name one setting" in str(e) and e.fix == "pass batch= alone"

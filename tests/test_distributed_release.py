@@ -39,7 +39,7 @@ def plan(method: str, d: Path):
                 "kcentroid": lambda: a.kcentroid(ds, k=3, codec=d / "restyle.pt", views=2),
                 "inverted": lambda: a.inverted(ds, codec=d / "restyle.pt"),
                 "gmia": lambda: a.gmia(ds, model=d / "restyle.pt", identity=d / "identity.pt", utility=d / "grade.pt",
-                                       steps=2, batch_size=8),
+                                       steps=2, batch=8),
                 "dpglow": lambda: a.dpglow(ds, epsilon=500.0, flow=d / "flow.pt", noise_seed=7)}[method]()
 
 

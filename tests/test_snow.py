@@ -232,7 +232,7 @@ def test_cli_snow_and_vs_snow_take_a_config_file_and_overrides(tmp_path: Path, p
     assert params["p"] == 0.25 and params["fill_value"] == pytest.approx([1.0, -1.0, 0.0])
     assert "batch_size" not in params                    # speed only: not a parameter, so a resume may change it
     r = runner.invoke(cli, [*base, "--config", str(tmp_path / "snow.yaml"), "--p", "0.4", "--fill", "grey",
-                            "--batch-size", "4", "--out", str(tmp_path / "b")])          # options given win
+                            "--batch", "4", "--out", str(tmp_path / "b")])          # options given win
     params = read_release(tmp_path / "b")[0]["params"]
     assert r.exit_code == 0 and params["p"] == 0.4 and params["fill"] == "grey"
     r = runner.invoke(cli, [*base, "--set", "p=0.1,0.3", "--out", str(tmp_path / "c-{p}")])

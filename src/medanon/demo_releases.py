@@ -166,12 +166,12 @@ def releases_gmia(ds, data: Path, rel: Path, ckpt: Path, cfg: DemoConfig, made: 
     dest = rel / GMIA_RELEASE[modality]
     nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS[modality].items()}
     batch = latent_batch(cfg.device)
-    kw = {**nets, "batch_size": batch, "device": cfg.device}   # batch: speed, and float rounding (docs/gmia.md)
+    kw = {**nets, "batch": batch, "device": cfg.device}   # batch: speed, and float rounding (docs/gmia.md)
     command = f"anonymize gmia --data {data} " + " ".join(f"--{o} {p}" for o, p in nets.items())
     if cfg.gmia_steps is not None:
         kw["steps"] = cfg.gmia_steps
         command += f" --steps {cfg.gmia_steps}"
-    _release(command + f" --batch-size {batch}", dest, lambda: anonymize.gmia(ds, **kw), made)
+    _release(command + f" --batch {batch}", dest, lambda: anonymize.gmia(ds, **kw), made)
     return [dest]
 
 

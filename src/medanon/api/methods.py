@@ -7,6 +7,7 @@ release and hand it to them on :meth:`~medanon.release.release.Release.save`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,11 +46,23 @@ def _gmia_config(config, given: dict[str, Any]):
     return config
 
 
+def _renamed_batch(batch: int, batch_size: int | None, *, default: int, function: str) -> int:
+    """``batch=``, or the former name ``batch_size=`` with a :class:`FutureWarning` (refused when both differ)."""
+    if batch_size is None:
+        return batch
+    if batch != default and batch != batch_size:
+        raise ConfigError(f"{function}: batch={batch!r} and batch_size={batch_size!r} name one setting",
+                          fix="pass batch= alone")
+    warnings.warn(f"{function}: batch_size= is now batch=, as in every medanon.anonymize function; batch_size= "
+                  "will be removed", FutureWarning, stacklevel=3)
+    return batch_size
+
+
 def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps,
          lr: float = _G.lr, margin: float = _G.margin, lambda_id: float = _G.lambda_id, lambda_ut: float = _G.lambda_ut,
-         latent_space: str = _G.latent_space, batch_size: int = _G.batch_size, config=None,
+         latent_space: str = _G.latent_space, batch: int = _G.batch_size, config=None,
          release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
-         modality: str | None = None, value_range=None, device=None) -> Release:
+         modality: str | None = None, value_range=None, device=None, batch_size: int | None = None) -> Release:
     """GMIA: each image's latent is optimised away from its identity while its utility features stay close.
 
     NO formal privacy guarantee: measure it with :func:`medanon.evaluate` (linkability, singling out).
@@ -63,10 +76,10 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
     ``identity-xray64.pt``, ``classifier-pneumonia-xray64.pt``; E_id and E_ut only where ``losses`` uses them).
     The images must have the codec's size. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA
     Table 2), ``steps``, ``lr``, ``margin``, ``lambda_id``, ``lambda_ut``, ``latent_space`` (``w``,
-    the paper's, or ``w+``), ``batch_size``: the fields of :class:`~medanon.anonymize.gmia.GMIAConfig`
-    and their defaults (or pass a whole ``config=``: a GMIAConfig or a mapping of its fields; a setting given
-    both there and as a keyword is refused). Settings that
-    remove little identity warn when the release is saved.
+    the paper's, or ``w+``), ``batch`` (the field ``batch_size``; ``batch_size=`` is its former name): the fields
+    of :class:`~medanon.anonymize.gmia.GMIAConfig` and their defaults (or pass a whole ``config=``: a GMIAConfig
+    or a mapping of its fields; a setting given both there and as a keyword is refused). Settings that remove
+    little identity warn when the release is saved.
 
     Example (see tests/test_api.py for a run with tiny networks):
         >>> import inspect, medanon
@@ -82,7 +95,8 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
     from medanon.release.release import Release
 
     settings = {"losses": losses, "steps": steps, "lr": lr, "margin": margin, "lambda_id": lambda_id,
-                "lambda_ut": lambda_ut, "latent_space": latent_space, "batch_size": batch_size}
+                "lambda_ut": lambda_ut, "latent_space": latent_space,
+                "batch_size": _renamed_batch(batch, batch_size, default=_G.batch_size, function="gmia")}
     cfg = GMIAConfig(**settings) if config is None else _gmia_config(config, settings)
     validate(cfg)
     given, kw = ds, {"method": "gmia", "patient_ids": patient_ids, "labels": labels, "modality": modality,
@@ -127,7 +141,7 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
                    labels=labels, produce=produce, saver=saver)
 
 
-def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, release_labels, device, batch_size: int,
+def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, release_labels, device, batch: int,
                   workers: int, model_files: dict[str, Any] | None = None, **kw) -> Release:
     import torch
 
@@ -137,7 +151,7 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
 
     number("seed", seed, integer=True, allow_none=True)
     number("p", p)
-    for name, value in (("batch_size", batch_size), ("workers", workers)):
+    for name, value in (("batch", batch), ("workers", workers)):
         number(name, value, integer=True)
         if value < 1:
             raise ConfigError(f"{name}={value} must be at least 1", fix=f"leave {name}= out, or pass e.g. {name}=2")
@@ -158,7 +172,7 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
         from medanon.anonymize.snow import snow_sweep
 
         snow_sweep(ds, out, method=method, ps=[p], seed=seed, labels=labels, mapping=mapping, device=dev,
-                   batch_size=batch_size, workers=workers, overwrite=overwrite, progress=progress,
+                   batch_size=batch, workers=workers, overwrite=overwrite, progress=progress,
                    extra_params={"model_files": model_files} if model_files else None, **kw)
         return {"records": len(ds), "p": p}
 
@@ -171,8 +185,9 @@ _S, _V = SnowConfig(), VSSnowConfig()         # defaults are read from the confi
 
 
 def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequence[float] = _S.fill,
-         release_labels: str | Sequence[str] | None = None, batch_size: int = _S.batch_size, workers: int = _S.workers,
-         patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
+         release_labels: str | Sequence[str] | None = None, batch: int = _S.batch_size, workers: int = _S.workers,
+         patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None,
+         batch_size: int | None = None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
 
     With the defaults it guarantees (0, δ)-differential privacy for single pixel positions only, with
@@ -184,7 +199,8 @@ def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequenc
     ``dataset`` (the paper's mean of the released images: no formal guarantee). Settings that void
     the guarantee warn (:class:`~medanon.anonymize.privacy.NoFormalGuarantee`) when saving. ``ds``: an opened
     dataset, a folder, or images in memory with optional ``patient_ids=``, ``labels=``, ``modality=``
-    (:func:`medanon.data.as_dataset`).
+    (:func:`medanon.data.as_dataset`). ``batch``: images per batch (speed only; ``batch_size=`` is its former
+    name).
 
     Example:
         >>> import medanon
@@ -196,15 +212,16 @@ def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequenc
     """
     ds = dataset_arg(ds, method="snow", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
+    batch = _renamed_batch(batch, batch_size, default=_S.batch_size, function="snow")
     return _snow_release(ds, method="snow", p=p, seed=seed, release_labels=release_labels, device=device,
-                         batch_size=batch_size, workers=workers, fill=fill)
+                         batch=batch, workers=workers, fill=fill)
 
 
 def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _V.vessels,
             checkpoint: str | Path | None = _V.checkpoint, masks_dir: str | Path | None = _V.masks_dir,
             vessel_fraction: float = _V.vessel_fraction, release_labels: str | Sequence[str] | None = None,
-            batch_size: int = _V.batch_size, workers: int = _V.workers, patient_ids=None, labels=None,
-            modality: str | None = None, value_range=None, device=None) -> Release:
+            batch: int = _V.batch_size, workers: int = _V.workers, patient_ids=None, labels=None,
+            modality: str | None = None, value_range=None, device=None, batch_size: int | None = None) -> Release:
     """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
 
     No formal privacy guarantee is claimed: measure it with :func:`medanon.evaluate`. ``vessels``:
@@ -212,7 +229,7 @@ def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _
     :class:`~medanon.segment.learned.LearnedSegmenter`, default the shipped ``unet-vessels64.pt``), ``frangi`` /
     ``sato`` (``vessel_fraction`` of the field of view), ``dataset`` (the layout's masks) or ``files``
     (``masks_dir``). Colour fundus images only.
-    ``seed``, ``ds``: as in :func:`snow`.
+    ``seed``, ``ds``, ``batch``: as in :func:`snow`.
 
     Example:
         >>> import medanon
@@ -223,6 +240,7 @@ def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _
     """
     from medanon.segment.vessels import VesselSource
 
+    batch = _renamed_batch(batch, batch_size, default=_V.batch_size, function="vs_snow")
     ds = dataset_arg(ds, method="vs_snow", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
     used: dict[str, Any] = {}
@@ -232,4 +250,4 @@ def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _
     source = VesselSource(vessels, checkpoint=checkpoint, masks_dir=masks_dir, fraction=vessel_fraction)
     source.bind(ds.records)                      # every image's mask found now, not when the release is saved
     return _snow_release(ds, method="vs-snow", p=p, seed=seed, release_labels=release_labels, device=device,
-                         batch_size=batch_size, workers=workers, vessels=source, model_files=used)
+                         batch=batch, workers=workers, vessels=source, model_files=used)

@@ -14,7 +14,7 @@ from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_
 
 FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
          "lambda_id=": "--lambda-id ", "lambda_ut=": "--lambda-ut ", "latent_space=": "--latent-space ",
-         "batch_size=": "--batch-size ", "identity=": "--identity ", "utility=": "--utility ",
+         "batch_size=": "--batch ", "batch=": "--batch ", "identity=": "--identity ", "utility=": "--utility ",
          "open the dataset with size=": "pass --size ", "(map_location=, device=)": "(--device)", **RELEASE_FLAGS,
          **AMP_FLAGS}
 
@@ -47,7 +47,7 @@ FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin="
 @click.option("--latent-space", type=click.Choice(["w", "w+"]), default=None,
               help="w: one w offset shared by every layer (the paper's W and official code); w+: one vector per "
                    "layer." + default(GMIAConfig, "latent_space"))
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+@click.option("--batch", "--batch-size", "batch_size", type=click.IntRange(min=1), default=None,
               help="Images optimised together (speed; other batch sizes change the images by float rounding, in a few "
                    "8-bit pixel values)."
                    + default(GMIAConfig, "batch_size"))

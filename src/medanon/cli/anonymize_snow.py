@@ -22,8 +22,9 @@ from medanon.release.labels import parse_label_list
 
 FLAGS = {"give p=": "give --p", "p=": "--p ", "ps=[0.1, 0.3, 0.5]": "--p 0.1,0.3,0.5", "seed=": "--seed ",
          "fill=": "--fill ", "vessels=": "--vessels ", "masks_dir=": "--masks ",
-         "checkpoint=": "--checkpoint ", "vessel_fraction=": "--vessel-fraction ", "batch_size=": "--batch-size ",
-         "workers=": "--workers ", "open the dataset with channels=": "pass --channels ", **RELEASE_FLAGS}
+         "checkpoint=": "--checkpoint ", "vessel_fraction=": "--vessel-fraction ", "batch_size=": "--batch ",
+         "batch=": "--batch ", "workers=": "--workers ", "open the dataset with channels=": "pass --channels ",
+         **RELEASE_FLAGS}
 
 
 def _parse_ps(values: tuple[str, ...]) -> tuple[float, ...] | None:
@@ -63,7 +64,7 @@ def _release_options(cfg_cls, example: str):
                               "(X-ray)]"),
             click.option("--mapping", default=None, metavar="FILE",
                          help="Private record -> source mapping, outside the release ({p} as in --out)."),
-            click.option("--batch-size", type=click.IntRange(min=1), default=None,
+            click.option("--batch", "--batch-size", "batch_size", type=click.IntRange(min=1), default=None,
                          help="Images per batch (speed only)." + default(cfg_cls, "batch_size")),
             click.option("--workers", type=click.IntRange(min=1), default=None,
                          help="Threads reading images." + default(cfg_cls, "workers")),

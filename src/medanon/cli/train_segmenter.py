@@ -22,7 +22,8 @@ from medanon.fsutil import atomic_write_bytes
               default=None, help="... and folder of their manual vessel masks (same stem or DRIVE id).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")
 @click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--batch", "--batch-size", "batch_size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Patches per step.")
 @click.option("--lr", type=FiniteRange(min=0, min_open=True), default=2e-3, show_default=True)
 @click.option("--width", type=click.IntRange(min=4), default=8, show_default=True,
               help="Channels of the full-resolution branch.")

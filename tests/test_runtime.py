@@ -85,3 +85,20 @@ def test_atomic_write_text(tmp_path: Path):
     assert p.read_text() == "abc"
     assert len(sha256_file(p)) == 64
     assert [x.name for x in p.parent.iterdir()] == ["f.txt"]
+
+
+def test_software_versions_match_the_modules_without_importing_them():
+    """The manifest's versions are the modules' own ``__version__``; reading them imports none of the libraries
+    (scikit-learn and SciPy alone cost about 1.7 s to import)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom medanon.runtime import software_versions\nbefore = set(sys.modules)\n"
+            "v = software_versions()\n"
+            "late = [m for m in ('sklearn', 'scipy', 'skimage', 'pydicom') if m in set(sys.modules) - before]\n"
+            "assert 'sklearn' not in before, 'the test needs a library medanon.runtime does not import'\n"
+            "import importlib\nnow = {m: importlib.import_module(m).__version__ for m in "
+            "('torch', 'numpy', 'scipy', 'skimage', 'sklearn', 'PIL', 'pydicom')}\n"
+            "assert not late, late\nassert all(v[m] == now[m] for m in now), (v, now)\nprint('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -109,6 +109,32 @@ def test_paired_bootstrap_equals_scoring_each_resample_alone():
     assert out["kappa"]["difference"]["value"] == pytest.approx(kappa_diff(np.arange(n)), abs=1e-12)
 
 
+def test_utility_share_counts_from_chance_so_a_constant_release_keeps_nothing():
+    """The share a release keeps is (release - chance) / (real - chance): a constant score has AUROC 0.5 and keeps 0
+    of the AUROC (it read 0.5 / real, e.g. 0.66 of the real images' 0.756); κ and AP count from 0. Every resample's
+    share is the same formula (checked on the interval against scipy's bootstrap of it)."""
+    from scipy.stats import bootstrap
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    rng = np.random.default_rng(1)
+    task, n = U.KNOWN_TASKS["pneumonia"], 60
+    y = np.tile([0, 1], n // 2)
+    real = np.clip(0.5 + 0.3 * (y - 0.5) + rng.normal(0, 0.25, n), 0, 1)
+    two = lambda p1: np.stack([1 - p1, p1], 1)  # noqa: E731
+    out = U.paired_intervals(task, y, [two(np.full(n, 0.3))], [two(real)], n_resamples=80, seed=2)
+    assert out["auroc"]["release"]["value"] == 0.5 and out["auroc"]["ratio"]["value"] == 0.0
+    assert out["auroc"]["ratio"]["ci"] == [0.0, 0.0]
+    assert out["ap"]["ratio"]["value"] == pytest.approx(
+        average_precision_score(y, np.full(n, 0.3)) / average_precision_score(y, real))
+    half = np.where(rng.random(n) < 0.5, real, 0.5)          # part of the real signal
+    out = U.paired_intervals(task, y, [two(half)], [two(real)], n_resamples=80, seed=2)
+    share = lambda idx: (roc_auc_score(y[idx], half[idx]) - 0.5) / (roc_auc_score(y[idx], real[idx]) - 0.5)  # noqa: E731
+    assert out["auroc"]["ratio"]["value"] == pytest.approx(share(np.arange(n)))
+    ref = bootstrap((np.arange(n),), share, vectorized=False, paired=True, n_resamples=80, method="percentile",
+                    random_state=2).confidence_interval
+    assert out["auroc"]["ratio"]["ci"] == pytest.approx([ref.low, ref.high], abs=1e-9)
+
+
 def test_grade_task_scores_derived_tasks():
     y = np.array([0, 1, 2, 3, 4, 0])
     p = np.eye(5)[[0, 1, 2, 3, 4, 2]]                  # the last image (grade 0) called moderate

@@ -159,3 +159,20 @@ def test_the_verdict_links_each_method_to_its_papers_reproduced_claims():
     for anchor in ("k-salsa", "dp-glow", "gmia", "vs-snow"):
         assert f"docs/reproduction.md#{anchor}" in html
     assert html.count("docs/reproduction.md") == 4       # a method of no paper links nothing
+
+
+def test_each_distinct_statement_is_shown_and_a_page_with_source_images_says_so():
+    """Two releases of one method at different ε each show their own statement (the page showed the first
+    release's for both, so a vacuous ε read like ε = 1); releases with the same statement share one entry. A page
+    that embeds source images carries a banner saying it is as sensitive as the source data."""
+    rep = _minimal_report({})
+    first = rep["releases"][0]
+    rep["releases"] = [first, {**first, "name": "dpglow-eps1e5", "privacy": _laplace(1e5)},
+                       {**first, "name": "dpglow-eps1e2-again"}]
+    page = render_html(rep, {})
+    assert page.count("<details class=stmt>") == 2
+    assert "(dpglow-eps1e2, dpglow-eps1e2-again):" in page and "(dpglow-eps1e5):" in page
+    assert "ε = 1600" in page and "ε = 1.6e+06" in page
+    assert "SOURCE IMAGES" not in page
+    grid = {"dpglow-eps1e2": [{"sources": ["AAAA"], "n_sources": 1, "released": "AAAA"}]}
+    assert "SOURCE IMAGES: this page shows source images" in render_html(_minimal_report({}), grid)

@@ -312,7 +312,7 @@ def _utility_kept(rel: dict) -> list[dict]:
             entry["undefined"] = (f"real images of the same number reach a {entry['metric_name']} of {got}{iv}, "
                                   f"not above chance ({chance:g}), so no share of it can be stated")
         else:
-            entry.update(kept=entry["release"] / real,
+            entry.update(kept=(entry["release"] - chance) / (real - chance),
                          ci=ratio_ci if ratio_ci and np.all(np.isfinite(ratio_ci)) else None)
         out.append(entry)
     return out

@@ -57,7 +57,7 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 13    # 13: pooled top-K accuracy; a release without mapping: FD's reference resampled by patient
+RESULTS_VERSION = 14    # 14: utility shares counted from chance (AUROC 0.5); 13: pooled top-K accuracy
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def _linkability(rels: list[dict]) -> str:
     if ok:
         l0 = ok[0]["attacks"]["linkability"]
         cal = l0["calibration"]
-        rows = [_link_row("<i>real held-out pairs (control)</i>", l0["control"])]
+        rows = [_link_row("<i>real held-out pairs (set the threshold; not a control)</i>", l0["control"])]
         rows += [_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner")) for r in ok]
         rows += [_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer")) for r in ok]
         out.append(_table(["Testing data", "F1 ↑ (equal prevalence)", "balanced Acc ↑", "TAR ↑ [95% CI]",
@@ -308,10 +308,14 @@ def _screening(rep: dict, grids: dict) -> str:
         ["Release", "near-copies, pixels (%)", "near-copies, identity (%)", "copies of one source",
          "… in records claiming ≥ 2 people", "median RMSE to nearest real: release / held-out",
          "control: held-out flagged, pixels / identity (%) [95% CI]", "N"], rows,
-        caption=f"Each released image's nearest real source image by pixel RMSE and by identity cosine. Near-copy: "
-                f"closer than the {_pct(s0['quantile'])} % closest held-out image (a new person) comes to the source "
-                f"split (RMSE ≤ {_num(s0['pixel_threshold'])}, cosine ≥ {_num(s0['identity_threshold'])}). A copy of "
-                f"one source is a near-copy whose nearest real image is its own record's source.")]
+        caption=f"Each released image's nearest real source image by pixel RMSE and by identity cosine. Near-copy by "
+                f"pixels: closer to a real image than all but {_pct(s0['quantile'])} % of second photographs of one "
+                f"held-out patient come to the first (RMSE ≤ {_num(s0['pixel_threshold'])}); by identity: as like a "
+                f"source patient as only {_pct(s0['quantile'])} % of new people (held-out patients) are to their "
+                f"likeliest source patient (cosine ≥ {_num(s0['identity_threshold'])}). The control runs the same "
+                f"screen on held-out images against the source split: its pixel rate may exceed "
+                f"{_pct(s0['quantile'])} %, since new people are not second photographs. A copy of one source is a "
+                f"near-copy whose nearest real image is its own record's source.")]
     for r in rels:
         pairs = grids.get(f"closest:{r['name']}") or []
         if not pairs:

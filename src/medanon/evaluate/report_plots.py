@@ -2,9 +2,9 @@
 
 x is a residual risk (0 = the attacker learns nothing of members beyond what it learns of people not in the
 release, marked by a dashed line) with its 95 % interval; y the utility of a classifier trained on the release
-(mean ± sd over seeds) or, in the verdict plot, the utility kept (release ÷ real of the same N) with its
-interval. Only valid risk rows are drawn (:mod:`medanon.evaluate.calibration`). Points carry numbers; the legend
-under each plot names them, so labels never overlap.
+(mean ± sd over seeds) or, in the verdict plot, the utility kept (the release's share of real images' gain over
+chance, same N) with its interval. Only valid risk rows are drawn (:mod:`medanon.evaluate.calibration`). Points
+carry numbers; the legend under each plot names them, so labels never overlap.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def plots(rep: dict) -> str:
             kept.append((r["name"], float(v["risk"]), float(u["kept"]), tuple(v["ci"]),
                          tuple(u["ci"]) if u.get("ci") else None))
     svgs.append(_scatter(kept, xlabel="largest valid residual risk (privacy risk →)",
-                         ylabel=f"{METRIC_NAMES[h]} kept (release ÷ real, same N)",
+                         ylabel=f"{METRIC_NAMES[h]} kept (share of real's gain over chance)",
                          title="Verdict: risk vs utility kept",
                          xref=0.0, xref_label="no leak", yref=1.0, yref_label="as real"))
     for row, label in (("membership", "membership top-K"), ("nearest", "nearest-record membership"),

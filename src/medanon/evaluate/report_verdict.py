@@ -59,7 +59,7 @@ def verdict_section(rep: dict) -> str:
         for d in rep.get("differencing") or [] if d["risk"]["residual_risk"]["ci"][0] > 0)
     return "<h2>Verdict</h2>" + together + _table(
         ["Release", "Copies of real images (no mapping needed)", "Largest valid residual risk [95% CI] (attack)",
-         "Utility kept: release ÷ real, same N [95% CI]", "Valid attacks", "In words",
+         "Utility kept: share of real's gain over chance, same N [95% CI]", "Valid attacks", "In words",
          "The paper, reproduced (in medanon's source)"], rows,
         caption="Residual risk: (attack − reference) / (1 − reference). The reference is a control where the attack "
                 "has one (the same attack on people not in the release: 0 = the attacker learns nothing of members "
@@ -69,8 +69,9 @@ def verdict_section(rep: dict) -> str:
                 "(below), whose attacker is not at chance on held-out real images and was not trained on the members, "
                 "whose targets, control and threshold each rest on at least 10 patients, whose interval respects "
                 "patients, and whose release holds no copy of a held-out patient's image count (the residual-risk "
-                "table gives each row's reason). Utility kept: the headline metric of a classifier trained on the "
-                "release divided by that of one trained on as many real images (paired bootstrap over the test set's "
+                "table gives each row's reason). Utility kept: (release − chance) ÷ (real − chance) of the headline "
+                "metric, for a classifier trained on the release and one trained on as many real images (chance: "
+                "0.5 for an AUROC, 0 for κ and F1; a constant release keeps 0; paired bootstrap over the test set's "
                 "patients). Copies: "
                 "released images within one 8-bit grey level (RMS) of a real image of the source split or of the "
                 "held-out patients, from the near-copy screen, which needs no mapping; otherwise near-copies (closer "

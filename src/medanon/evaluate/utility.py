@@ -56,6 +56,13 @@ KNOWN_TASKS = {
 HEADLINE = {"grade": "kappa", "binary": "auroc", "multiclass": "f1_macro"}
 HEADLINE_CHANCE = {"kappa": 0.0, "auroc": 0.5, "f1_macro": 0.0}   # what a learner that learned nothing scores (F1: 0
                                                                    # is its floor, below its chance)
+
+
+def chance_of(metric: str) -> float:
+    """The value a share of a metric is counted from: 0.5 for an AUROC (a constant score reaches it), else 0 (κ's
+    chance; the floor of accuracy, F1 and AP, whose chance depends on the classes' prevalence)."""
+    return 0.5 if metric == "auroc" or metric.endswith("_auroc") else 0.0
+
 METRIC_NAMES = {
     "accuracy": "Accuracy (5-class)", "kappa": "Cohen's κ (quadratic)", "binary_accuracy": "Accuracy normal vs DR",
     "binary_f1": "F1 normal vs DR", "binary_auroc": "AUROC normal vs DR", "f1_3class": "F1 healthy/NPDR/PDR (macro)",
@@ -155,8 +162,9 @@ def _probs(arg: str, probs: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
 def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confidence: float, seed: int,
             names: tuple[str, str]) -> tuple[list[str], dict, dict, np.ndarray, np.ndarray, dict]:
     """The paired bootstrap behind :func:`paired_intervals` and :func:`compare_releases`: the seed-averaged metrics
-    of ``a`` and ``b`` on the whole test set, and the percentile interval of a, b, a - b and a / b (rows in that
-    order, one per metric), resampling images, or patients when ``groups`` is given."""
+    of ``a`` and ``b`` on the whole test set, and the percentile interval of a, b, a - b and the share
+    (a - chance) / (b - chance) (rows in that order, one per metric; :func:`chance_of`), resampling images, or
+    patients when ``groups`` is given."""
     import warnings
 
     from scipy.stats import bootstrap
@@ -169,8 +177,9 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
     keys = list(a0)
 
     def stacked(ra, rb):
-        with np.errstate(divide="ignore", invalid="ignore"):        # no ratio to a baseline of 0 (not inf)
-            ratio = [np.where(rb[k] != 0, ra[k] / rb[k], np.nan) for k in keys]
+        with np.errstate(divide="ignore", invalid="ignore"):        # no share of a baseline at chance (not inf)
+            ratio = [np.where(rb[k] != chance_of(k), (ra[k] - chance_of(k)) / (rb[k] - chance_of(k)), np.nan)
+                     for k in keys]
         return np.stack([ra[k] for k in keys] + [rb[k] for k in keys] + [ra[k] - rb[k] for k in keys] + ratio)
 
     if groups is None:
@@ -212,9 +221,10 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
                      baseline_probs: Sequence[np.ndarray], *, n_resamples: int = 1000, confidence: float = 0.95,
                      seed: int = 0, groups=None) -> dict[str, dict]:
     """Paired percentile bootstrap (``scipy.stats.bootstrap``, ``paired=True``) of every metric, averaged over
-    seeds: the release's, the baseline's, the difference release - baseline and the ratio release / baseline (the
-    share of the real images' value the release keeps), each as ``{"value", "ci"}``, with ``n`` (test images),
-    ``resampled`` and ``resamples``.
+    seeds: the release's, the baseline's, the difference release - baseline and the ratio (release - chance) /
+    (baseline - chance) (the share of the real images' gain over chance the release keeps: 0.5 for an AUROC, 0 for
+    the others, :func:`chance_of`; a constant release keeps 0 of an AUROC, not 0.5 / baseline), each as
+    ``{"value", "ci"}``, with ``n`` (test images), ``resampled`` and ``resamples``.
 
     ``groups``: the patient of each test image. Given, whole patients are resampled with replacement (every image
     of a drawn patient enters once per draw; ``resampled: "patients"``, ``n_patients``): images of one patient are
@@ -231,7 +241,7 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
         out[k] = {"release": {"value": rv, "ci": [float(lo[i]), float(hi[i])]},
                   "baseline": {"value": bv, "ci": [float(lo[n + i]), float(hi[n + i])]},
                   "difference": {"value": rv - bv, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
-                  "ratio": {"value": rv / bv if bv else float("nan"),
+                  "ratio": {"value": (rv - chance_of(k)) / (bv - chance_of(k)) if bv != chance_of(k) else float("nan"),
                             "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]},
                   **_unit(unit, len(y), n_resamples, [i, n + i, 2 * n + i], ratio=3 * n + i)}
     return out

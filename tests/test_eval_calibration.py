@@ -1,5 +1,9 @@
 """Known-answer calibration: which attacks pass, which risk rows are valid, and the verdict per release."""
 
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from medanon.evaluate.calibration import COPIES, KNOWN, calibration_table, validity, verdict
@@ -63,7 +67,7 @@ def test_attackers_trained_on_members_or_at_chance_are_not_valid():
     table = calibration_table(calib)
     rel = {"name": "R", "utility": {}, "attacks": {"nearest": {"risk": _risk(0.3, 0.1, 0.5)}}}
     v = validity(rel, table, checks={}, trained_on_members={"identity": True})
-    assert "trained on the release's members" in v["nearest"]["reason"]
+    assert "was trained on people of this evaluation (the release's members" in v["nearest"]["reason"]
     chance = {"identity": {"controls": {"auc": 0.52, "ci": [0.45, 0.6]}}}
     rel["validity"] = validity(rel, table, checks=chance, trained_on_members={})
     assert "does not tell held-out patients apart" in rel["validity"]["nearest"]["reason"]
@@ -223,3 +227,27 @@ def test_a_share_of_a_real_baseline_at_chance_is_not_stated():
     # held-out images in the release: the test set is contaminated, and no utility figure follows
     held = {"utility_kept": [ok], "valid_attacks": 0, "exposure": {"heldout_copies": 5, "n": 20, "copies": 0}}
     assert "keeps" not in sentence("R", held) and "copies of held-out patients' images" in sentence("R", held)
+
+
+@pytest.mark.parametrize("seed, expected", [(1, True), (3, False)])
+def test_a_shipped_attacker_trained_on_the_evaluated_phantom_people_is_not_trusted(tmp_path, seed, expected):
+    """The shipped attackers were trained on the seed-1 phantom (``extra.phantom``): evaluating a seed-1 phantom with
+    one, its members and controls are people it was trained on, so its rows are invalid; a seed-3 phantom shares
+    none of them. An attacker trained here on an attacker split is trusted as before."""
+    from types import SimpleNamespace
+
+    import medanon
+    from medanon.evaluate.calibration import _member_trained, trained_on_members
+    from medanon.evaluate.config import EvalConfig
+
+    root = medanon.make_phantom(tmp_path / "ph", patients=4, per_patient=1, size=16, seed=seed)
+    cfg = EvalConfig()
+    ckpt = str(Path(__file__).parents[1] / "checkpoints" / "attacker-siamese-fundus64.pt")
+    cfg = replace(cfg, attacks=replace(cfg.attacks, siamese_checkpoint=ckpt))
+    real = SimpleNamespace(root=root, patients=np.array([f"P{i:05d}" for i in (1, 2, 3, 4)]))
+    ctx = SimpleNamespace(cfg=cfg, attacker_from="attacker", member_fallbacks=set(), real=real,
+                          src=np.array([0, 1]), held=np.array([2, 3]))
+    members = trained_on_members(ctx)
+    assert members == {"identity": False, "independent": False, "siamese": expected, "attribute": False}
+    said = _member_trained("siamese", members)
+    assert (said is not None) == expected and (not expected or "trained on people of this evaluation" in said)

@@ -189,13 +189,27 @@ def _at_chance(row: str, rel: dict, checks: dict) -> str | None:
 
 
 def trained_on_members(ctx: RealContext) -> dict[str, bool]:
-    """Which attackers were trained on the release's members (no attacker split to train them on, no checkpoint)."""
+    """Which attackers were trained on the evaluation's people: trained here on the release's members (no attacker
+    split to train them on, no checkpoint), or a checkpoint trained on a phantom whose people the real phantom
+    shares (:func:`medanon.phantoms.provenance.shared_people`: members or controls)."""
     a = ctx.cfg.attacks
     fallback = ctx.attacker_from == ctx.cfg.source_split
-    return {"identity": fallback and not a.identity_checkpoint,
-            "independent": fallback and not a.independent_checkpoint,
-            "siamese": fallback and not a.siamese_checkpoint,
-            "attribute": (fallback or "attribute" in ctx.member_fallbacks) and not a.attribute_checkpoint}
+    given = {"identity": a.identity_checkpoint, "independent": a.independent_checkpoint,
+             "siamese": a.siamese_checkpoint, "attribute": a.attribute_checkpoint}
+    trained_here = {"identity": fallback, "independent": fallback, "siamese": fallback,
+                    "attribute": fallback or "attribute" in ctx.member_fallbacks}
+    return {net: bool(_checkpoint_people(path, ctx)) if path else trained_here[net] for net, path in given.items()}
+
+
+def _checkpoint_people(path: str, ctx: RealContext) -> list[str]:
+    """The evaluation's patients (members and controls) whom the checkpoint's recorded training phantom
+    (``extra.phantom``) also holds; empty for real data or a checkpoint trained on other people."""
+    from medanon.checkpoint import load_checkpoint
+    from medanon.phantoms.provenance import shared_people, training_phantom
+
+    trained = training_phantom(load_checkpoint(path).get("extra"), None)
+    rows = np.concatenate([ctx.src, ctx.held])
+    return shared_people(trained, ctx.real.root, ctx.real.patients[rows].tolist())
 
 
 def _member_trained(row: str, trained_on_members: dict[str, bool]) -> str | None:
@@ -203,7 +217,8 @@ def _member_trained(row: str, trained_on_members: dict[str, bool]) -> str | None
     net = ("attribute" if base == "attribute" else "siamese" if base == "siamese" else
            "independent" if row.startswith("independent ") else "identity")
     if trained_on_members.get(net):
-        return f"the {net} attacker was trained on the release's members (it measures memorisation too)"
+        return (f"the {net} attacker was trained on people of this evaluation (the release's members, or phantom "
+                "people its members and controls share): it measures memorisation too")
     return None
 
 

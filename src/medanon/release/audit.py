@@ -43,7 +43,7 @@ from PIL import Image
 from medanon.errors import ConfigError
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
-from medanon.release.audit_source import check_copied_files, check_source_counts
+from medanon.release.audit_source import check_copied_files, check_preprocessed_copies, check_source_counts
 from medanon.release.files import FORMAT
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
 
@@ -241,6 +241,13 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
                          f"({made_from})")
     if mapping is not None:
         _check_mapping(rep, Path(mapping), rows, k, source_records, source_root, source_modality)
+        if source_records is not None:
+            privacy = manifest.get("privacy") or {}
+            eps = privacy.get("epsilon_image")
+            check_preprocessed_copies(rep, release, read_mapping(mapping)["records"], source_records,
+                                      source_modality or made_from,
+                                      people={r.get("image", ""): int(r.get("n_people", 0) or 0) for r in rows},
+                                      image_dp=isinstance(eps, int | float) and not privacy.get("vacuous"))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)
 
@@ -298,7 +305,8 @@ def _check_order(rep: AuditReport, release: Path, mapping: Path, source_records)
         return
     res = spearmanr([a for a, _ in pairs], [b for _, b in pairs])
     rep.add("file order says nothing about source order", not (res.pvalue < ORDER_P_VALUE),
-            f"inode order vs source order: Spearman {res.statistic:.2f} (p = {res.pvalue:.2g}, n = {len(pairs)})")
+            f"inode order vs source order: Spearman {res.statistic:.2f} (p = {res.pvalue:.2g}, n = {len(pairs)}; "
+            f"fails below p = {ORDER_P_VALUE:g})")
 
 
 def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, source_root=None,

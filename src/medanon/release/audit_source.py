@@ -1,6 +1,6 @@
 """Checks of a release against the source dataset given to the audit: that it could be the release's source
-(its size, by the public manifest's counts, when there is no mapping to confirm it), and that no released image
-is a copy of one of its images."""
+(its size, by the public manifest's counts, when there is no mapping to confirm it), that no released image is one
+of its files, and, with the mapping, that none is a copy of its own sources as the methods preprocess them."""
 
 from __future__ import annotations
 
@@ -76,7 +76,83 @@ def check_copied_files(rep: AuditReport, release: Path, images: list[Path], sour
     copied.update({str(p.relative_to(release)): by_pixels[(mode, h)].name for p, (_, mode, h) in released.items()
                    if (mode, h) in by_pixels})
     first = next(iter(sorted(copied.items())), None)
-    rep.add("no released image is a copy of a source image (its bytes, or its decoded pixels)", not copied,
+    rep.add("no released image is a source file, byte for byte or pixel for pixel", not copied,
             f"{len(copied)} are, e.g. {first[0]} = source {first[1]}" if first else
             f"{len(same_size)} source files of a released file's byte size compared by content, "
             f"{len(same_dims)} of a released image's width and height by decoded pixels")
+
+
+COPY_RMSE = 1 / 127.5           # as the evaluation's copy screen: within one 8-bit grey level (RMS), in [-1, 1] units
+
+
+def _released_pixels(path: Path):
+    """A released PNG as (C, H, W) float32 in [-1, 1], or None if it cannot be decoded."""
+    import numpy as np
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            a = np.asarray(im.convert("L" if im.mode in ("L", "I", "I;16", "1") else "RGB"), dtype=np.float32)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    a = a / 127.5 - 1.0
+    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+
+
+def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, source_records,
+                              modality: str | None, *, people: dict[str, int], image_dp: bool) -> None:
+    """With the mapping (``records``: released image -> its sources): no released image is within one 8-bit grey
+    level (RMS) of one of its own sources preprocessed as the methods read them (the field of view or the centre
+    cropped, resized to the released image's side): a copy that went through medanon's preprocessing, which the
+    comparison with the source files cannot see. Each source is decoded once, at the reduced scale the side allows.
+
+    A copy fails the audit where it contradicts what the release states: a record that stands for two or more
+    people (``people``: labels.csv's n_people), or a release that claims differential privacy for images
+    (``image_dp``). A method that claims neither (VS-Snow at a small p changes too few pixels to tell at a small
+    size) gets a note: its statement is not contradicted, and the evaluation counts the copies."""
+    import numpy as np
+
+    from medanon.data.decode import decode
+    from medanon.errors import DataError
+
+    by_id = {r.record_id: r for r in source_records if Path(r.path).is_file()}    # images in memory have no file
+    if not by_id:
+        rep.notes.append("the sources are not files (images held in memory): released images were not compared "
+                         "with their preprocessed sources")
+        return
+    crop = "fov" if modality == "fundus" else "center"
+    decoded: dict[tuple[str, int, int], np.ndarray] = {}
+    copies: list[tuple[str, str]] = []
+    compared = 0
+    for img, rec in sorted(records.items()):
+        got = _released_pixels(release / img)
+        if got is None:
+            continue                                    # "every image is a readable PNG" names it
+        channels, side = got.shape[0], got.shape[-1]
+        for sid in rec["sources"]:
+            src = by_id.get(sid)
+            if src is None or got.shape[-2] != side:
+                continue
+            key = (sid, side, channels)
+            if key not in decoded:
+                try:
+                    decoded[key] = decode(src.path, size=side, channels=channels, crop=crop).image
+                except (OSError, ValueError, DataError):
+                    continue                            # an unreadable source: not this check's to report
+            compared += 1
+            if float(np.sqrt(np.mean((decoded[key] - got) ** 2))) <= COPY_RMSE:
+                copies.append((img, Path(src.path).name))
+                break
+    contradicting = [c for c in copies if image_dp or people.get(c[0], 1) >= 2]
+    name = ("no released image is a copy of one of its own sources as the methods preprocess them (within one 8-bit "
+            "grey level, RMS)")
+    if contradicting or not copies:
+        first = contradicting[0] if contradicting else None
+        rep.add(name, not contradicting, f"{len(contradicting)} are, e.g. {first[0]} = source {first[1]}" if first
+                else f"{compared} released image / source pairs of the mapping compared at the released side")
+    if len(copies) > len(contradicting):
+        img, src = next(c for c in copies if c not in contradicting)
+        rep.notes.append(f"{len(copies) - len(contradicting)} released images of one person each are copies of their "
+                         f"source as the methods preprocess it (within one 8-bit grey level, RMS; e.g. {img} = source "
+                         f"{src}): the method changed too little of them to tell them from it. The release claims "
+                         "no guarantee for images that this contradicts; the evaluation counts them as copies")

@@ -225,3 +225,20 @@ def test_a_seeded_release_states_no_protection_for_images_or_patients(tmp_path):
     assert not any(n.startswith("a patient's other released images") for n in p["not_protected"])
     secret = medanon.anonymize.ldp_image(x, epsilon=1.0, patient_ids=["a", "a", "b", "c"], value_range=(-1, 1)).privacy
     assert secret["epsilon_patient_max"] == 2.0 and secret["delta"] == 0
+
+
+def test_uniform_below_rejects_the_draws_that_would_bias_it(monkeypatch):
+    """63 random bits reduced modulo n favour small values unless draws at or above the largest multiple of n below
+    2**63 are drawn again: 2**63 - 1 is such a draw for n = 3 (the limit is 2**63 - 2), so the sampler draws again
+    and returns the second draw's value, 2 % 3."""
+    from medanon.anonymize import discrete_laplace as dl
+
+    draws = [((2**63 - 1) << 1).to_bytes(8, "little"), (2 << 1).to_bytes(8, "little")]
+    calls = []
+
+    def urandom(n):
+        calls.append(n)
+        return draws[len(calls) - 1]
+
+    monkeypatch.setattr(dl.os, "urandom", urandom)
+    assert dl.uniform_below(np.array([3])).tolist() == [2] and calls == [8, 8]

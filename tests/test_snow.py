@@ -341,3 +341,15 @@ def test_a_vs_snow_resume_notices_edited_vessel_masks(tmp_path, interrupted_afte
         Image.fromarray(255 - np.asarray(Image.open(mask))).save(mask)
         with pytest.raises(ConfigError, match=r"interrupted release of other sources.*vessel masks"):
             release().save(tmp_path / "rel", progress=False)
+
+
+@pytest.mark.parametrize("p", [0.0, -0.1, 1.5, float("nan")])
+def test_the_mechanism_refuses_a_fraction_outside_0_1(p):
+    """p = 0 would release every image unchanged under a Snow statement: the mechanism refuses it itself, whatever
+    called it (the API and the CLI check p too)."""
+    from medanon.anonymize.snow_mechanism import check_p
+    from medanon.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"must be in \(0, 1\]"):
+        check_p(p)
+    check_p(1.0)

@@ -1,0 +1,98 @@
+"""The residual-risk arithmetic of one row, by hand: which reference a row is measured against, how the control's
+sampling error widens the interval, the attribute attacker's majority baseline, and rows whose threshold rests on
+too few patients."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from medanon.evaluate.attacks.risk import exact_rate, residual_risk, risk_entry, success_rate
+
+
+def _wilson(s: int, n: int, z: float = norm.ppf(0.975)) -> tuple[float, float]:
+    """Wilson score centre and half-width, written out from the formula (not the library's code)."""
+    return (s + z * z / 2) / (n + z * z), z / (n + z * z) * math.sqrt(s * (n - s) / n + z * z / 4)
+
+
+def test_a_row_with_a_control_and_a_baseline_is_measured_against_the_control():
+    """(attack − control) / (1 − control) = (0.8 − 0.5) / 0.5 = 0.6; against the baseline 0.2 it would be 0.75."""
+    e = risk_entry(exact_rate(0.8, 100), exact_rate(0.5, 100), what="x", control_is="held-out patients",
+                   baseline=exact_rate(0.2, 100), baseline_is="guessing")
+    assert e["residual_risk"]["risk"] == pytest.approx(0.6) and e["against"] == "control"
+    only_baseline = risk_entry(exact_rate(0.8, 100), None, what="x", control_is="none",
+                               baseline=exact_rate(0.2, 100), baseline_is="guessing")
+    assert only_baseline["residual_risk"]["risk"] == pytest.approx(0.75) and only_baseline["against"] == "baseline"
+
+
+def test_the_propagated_interval_carries_the_controls_sampling_error():
+    """Without bootstrap draws the residual's half-width is the first-order propagation of both Wilson errors:
+    sqrt((da / (1 − c))² + (dc (a − 1) / (1 − c)²)²), 0.1552 for 60/100 against 30/100 (0.1362 without the
+    control's term)."""
+    a, da = _wilson(60, 100)
+    c, dc = _wilson(30, 100)
+    want = math.sqrt((da / (1 - c)) ** 2 + (dc * (a - 1) / (1 - c) ** 2) ** 2)
+    r = residual_risk(success_rate(60, 100), success_rate(30, 100))
+    assert r.error == pytest.approx(want, rel=1e-9) and want == pytest.approx(0.155170, abs=1e-6)
+    assert r.ci == pytest.approx((r.unclipped - want, r.unclipped + want))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 50])
+def test_wilson_ends_are_exactly_0_and_1(n):
+    from medanon.evaluate.attacks.stats import wilson
+
+    assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0
+
+
+def test_the_attribute_baseline_guesses_the_most_frequent_class():
+    """45 of 60 released records are class 1: guessing it is right 0.75 of the time (the least frequent, 0.25)."""
+    import torch
+
+    from medanon.evaluate.attacks.attribute import attribute_inference
+    from medanon.models.classifier import ResNet, ResNetConfig
+
+    torch.manual_seed(0)
+    net = ResNet(ResNetConfig.preset("small", in_channels=1, num_classes=2)).eval()
+    truth = np.r_[np.ones(45), np.zeros(15)]
+    out = attribute_inference(attacker=net, image_size=16, release_images=torch.rand(60, 1, 16, 16) * 2 - 1,
+                              release_truth=truth, heldout_images=torch.rand(20, 1, 16, 16) * 2 - 1,
+                              heldout_truth=np.arange(20) % 2.0, n_resamples=50)
+    assert out["chance"] == 0.75 and out["risk"]["baseline"]["rate"] == 0.75
+
+
+def test_a_threshold_set_on_too_few_patients_makes_its_row_invalid():
+    from medanon.evaluate.calibration import COPIES, KNOWN, calibration_table, validity
+
+    def row(r, lo, hi):
+        return {"residual_risk": {"risk": r, "ci": [lo, hi]}, "attack": {}, "control_is": "held-out patients"}
+
+    table = calibration_table({k: {"nearest": {"risk": row(0.9, 0.7, 1.0) if k in COPIES else row(0.0, 0.0, 0.1)}}
+                               for k in KNOWN})
+    ok = row(0.3, 0.1, 0.5) | {"threshold": {"enough": True, "calibration_patients": 40, "minimum_patients": 10}}
+    thin = row(0.3, 0.1, 0.5) | {"threshold": {"enough": False, "calibration_patients": 4, "minimum_patients": 10}}
+    for risk, valid in ((ok, True), (thin, False)):
+        v = validity({"name": "R", "attacks": {"nearest": {"risk": risk}}}, table, checks={}, trained_on_members={})
+        assert v["nearest"]["valid"] is valid
+    assert "its threshold is set on 4 patients (fewer than 10)" in v["nearest"]["reason"]
+
+
+def test_linkability_says_its_threshold_rests_on_too_few_patients():
+    """4 held-out patients of 2 images (24 impostor pairs) cannot set a 1 % FAR threshold: the calibration says it
+    is not enough and warns; 12 patients of 10 images (6,600 impostor pairs, over 10 / FAR) can."""
+    from medanon.evaluate.attacks import linkability as L
+
+    rng = np.random.default_rng(0)
+
+    def people(n, per, tag):
+        centres = rng.standard_normal((n, 16))
+        emb = np.repeat(centres, per, 0) + 0.1 * rng.standard_normal((n * per, 16))
+        return emb, [f"{tag}{i}" for i in range(n) for _ in range(per)]
+
+    src, sp = people(6, 2, "s")
+    for n_held, per, enough in ((4, 2, False), (12, 10, True)):
+        hel, hp = people(n_held, per, "h")
+        out = L.linkability(control_emb=hel, control_patients=hp, release_emb=src,
+                            record_patients=[frozenset([p]) for p in sp], source_emb=src, source_patients=sp,
+                            source_record=list(range(len(src))), n_resamples=50)
+        assert out["calibration"]["enough"] is enough and ("warning" in out) is (not enough)

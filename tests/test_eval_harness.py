@@ -561,6 +561,20 @@ def test_calibration_validity_and_verdict_in_the_report(world):
             assert x["residual_risk"]["risk"] >= 0.5, row
     html = (world["out"] / "report.html").read_text()
     assert "<h2>Verdict</h2>" in html and "Calibration: the attacks on releases whose answer is known" in html
+    # every attack table greys the rows of an attack that is not valid for that release (the page says it does)
+    sections = {part.split("</h2>")[0]: part for part in html.split("<h2>")[1:]}
+    marked = 0
+    for head, row, label in (("Membership by nearest", "nearest", "{}"), ("Attribute inference", "attribute", "{}"),
+                             ("Singling out", "singling_out", "{}"), ("Linkability", "linkability", "Outer risk — {}"),
+                             ("A Siamese", "siamese", "{}")):
+        part = next((v for k, v in sections.items() if k.startswith(head)), "")
+        for r in rep["releases"]:
+            check = r["validity"].get(row)
+            if check is not None and label.format(r["name"]) in part:
+                shown = f"{label.format(r['name'])} <span class=invalid" in part
+                assert shown == (not check["valid"]), (head, r["name"], check)
+                marked += shown
+    assert marked > 0                                   # the tiny evaluation has attacks that are not valid
 
 
 def test_controls_are_balanced_and_thresholds_show_their_realised_rate(world):

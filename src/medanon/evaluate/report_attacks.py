@@ -49,6 +49,20 @@ def _skipped(rels: list[dict], ok: list[dict], key: str) -> list[str]:
             for r in rels if r not in ok and r["attacks"].get(key) is not None]
 
 
+def _why_invalid(r: dict, *rows: str) -> str | None:
+    """The reason given for the first of ``rows`` (residual-risk rows) that is not valid for release ``r``."""
+    checks = r.get("validity") or {}
+    return next((c["reason"] for row in rows if (c := checks.get(row)) and not c["valid"]), None)
+
+
+def _greyed(cells: list[str], why: str | None) -> list[str]:
+    """A table row, greyed with its first cell marked "not valid" where its attack's row is not (``why``)."""
+    if why is None:
+        return cells
+    mark = f' <span class=invalid title="{_e(why)}">(not valid: see Residual risks)</span>'
+    return [cells[0] + mark] + [f"<span class=invalid>{c}</span>" for c in cells[1:]]
+
+
 def _protocol(rep: dict) -> str:
     """The Protocol section: which protocol the numbers follow, and where it departs from the papers'."""
     real = rep["real"]
@@ -87,9 +101,11 @@ def _membership(rels: list[dict]) -> str:
             for s in settings:
                 c = _cell(ok, m, s)
                 a = c["attacks"]["membership"] if c else None
-                row.append(f"{_iv(a['top_k_accuracy'], a['ci'], pct=True)} <span class=ci>chance "
-                           f"{_pct(a['chance'])}, p = {a['p_value']:.2g}, n = {a['slots']} slots</span>"
-                           if a else "–")
+                text = (f"{_iv(a['top_k_accuracy'], a['ci'], pct=True)} <span class=ci>chance "
+                        f"{_pct(a['chance'])}, p = {a['p_value']:.2g}, n = {a['slots']} slots</span>" if a else "–")
+                why = _why_invalid(c, "membership") if c else None
+                row.append(text if why is None else f"<span class=invalid title=\"{_e(why)}\">{text} (not "
+                                                    "valid)</span>")
             rows.append(row)
         a = ok[0]["attacks"]["membership"]
         out.append(_table(["Method", *map(_e, settings)], rows,
@@ -113,7 +129,7 @@ def _nearest(rels: list[dict]) -> str:
         a = r["attacks"]["nearest"]
         ind = (r["attacks"].get("independent") or {}).get("nearest") or {}
         f, v = a["risk"], a["risk_reverse"]
-        rows.append([_e(r["name"]), _iv(a["auc"], a["auc_ci"]), _iv(a["reverse_auc"], a["reverse_auc_ci"]),
+        rows.append(_greyed([_e(r["name"]), _iv(a["auc"], a["auc_ci"]), _iv(a["reverse_auc"], a["reverse_auc_ci"]),
                      _num(a["two_sided_auc"]), f"{a['p_value']:.2g}",
                      f"{_pct(f['attack']['rate'])} / {_pct(f['control']['rate'])}",
                      f"{_pct(v['attack']['rate'])} / {_pct(v['control']['rate'])}",
@@ -121,7 +137,7 @@ def _nearest(rels: list[dict]) -> str:
                      _iv(f["residual_risk"]["risk"], f["residual_risk"]["ci"]),
                      _num(ind.get("two_sided_auc")), f"{a['n_members']} / {a['n_controls']}"
                      + (f" <span class=ci>({a['member_patients']} / {a['control_patients']} patients)</span>"
-                        if "member_patients" in a else "")])
+                        if "member_patients" in a else "")], _why_invalid(r, "nearest")))
     return "<h2>Membership by nearest released record (with a held-out control)</h2>" + _table(
         ["Release", "AUC [95% CI]", "reverse AUC", "two-sided AUC", "p (patient bootstrap)",
          "claimed: members / controls (%)", "reverse: members / controls (%)",
@@ -144,11 +160,12 @@ def _attribute(rep: dict) -> str:
         for r in ok:
             at = r["attacks"]["attribute"]
             f1 = ((r["utility"].get("grade") or {}).get("paired_bootstrap") or {}).get("f1_3class")
-            rows.append([_e(r["name"]), _iv(at["accuracy"], at["accuracy_ci"], pct=True),
+            rows.append(_greyed([_e(r["name"]), _iv(at["accuracy"], at["accuracy_ci"], pct=True),
                          _iv(at.get("original_accuracy"), at.get("original_accuracy_ci"), pct=True),
                          _pct(at["baseline"]), _num(at.get("leak_kept")), _num(at["auroc"]),
                          _num(at.get("original_auroc")), str(at["n"]),
-                         _iv(f1["release"]["value"], f1["release"]["ci"], pct=True) if f1 else "–"])
+                         _iv(f1["release"]["value"], f1["release"]["ci"], pct=True) if f1 else "–"],
+                                _why_invalid(r, "attribute")))
         out.append(_table(["Release", f"{_e(a0['attribute'])} accuracy (%) on the release",
                            "Original: same records' real images (%)", "baseline: majority (%)",
                            "share of the Original's leak kept", "AUROC release", "AUROC Original", "N records",
@@ -178,8 +195,10 @@ def _linkability(rels: list[dict]) -> str:
         l0 = ok[0]["attacks"]["linkability"]
         cal = l0["calibration"]
         rows = [_link_row("<i>real held-out pairs (set the threshold; not a control)</i>", l0["control"])]
-        rows += [_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner")) for r in ok]
-        rows += [_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer")) for r in ok]
+        rows += [_greyed(_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner")),
+                         _why_invalid(r, "linkability")) for r in ok]
+        rows += [_greyed(_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer")),
+                         _why_invalid(r, "linkability")) for r in ok]
         out.append(_table(["Testing data", "F1 ↑ (equal prevalence)", "balanced Acc ↑", "TAR ↑ [95% CI]",
                            "FAR ↓ [95% CI]", "AUC [95% CI]", "reverse TAR [95% CI]",
                            "genuine / impostor pairs"], rows,
@@ -203,12 +222,13 @@ def _singling(rels: list[dict]) -> str:
     ok = [r for r in rels if "hidden_rate" in r["attacks"].get("singling_out", {})]
     out = ["<h2>Singling out (GMIA §3)</h2>"]
     if ok:
-        rows = [[_e(r["name"]), _iv(s["hidden_rate"], s.get("hidden_rate_ci")),
+        rows = [_greyed([_e(r["name"]), _iv(s["hidden_rate"], s.get("hidden_rate_ci")),
                  _iv(s.get("hidden_rate_individual"), s.get("hidden_rate_individual_ci")),
                  _num(s["chance_hidden_rate"]), _iv(s.get("reverse_top1"), s.get("reverse_top1_ci")),
                  _iv(s["LC_N_R"], s.get("LC_N_R_ci"), 1), _iv(s.get("LC_N_R_x"), s.get("LC_N_R_x_ci"), 1),
                  _iv(s["LC_N_A"], s.get("LC_N_A_ci"), 1), _num(s["chance_LC_N_A"], 1),
-                 f"{s['n_sources']} / {s.get('n_individuals', '–')} / {s['n_records']}"]
+                 f"{s['n_sources']} / {s.get('n_individuals', '–')} / {s['n_records']}"],
+                        _why_invalid(r, "singling_out"))
                 for r in ok for s in [r["attacks"]["singling_out"]]]
         out.append(_table(["Testing data", "HR per image ↑", "HR per individual ↑", "HR of a random guess",
                            "reverse: own record least similar", "LC N<sub>R</sub> centred on r(x) ↑",
@@ -232,13 +252,13 @@ def _siamese(rels: list[dict]) -> str:
         for r in ok:
             a = r["attacks"]["siamese"]
             o, m = a.get("outer") or {}, a["membership"]
-            rows.append([_e(r["name"]), _iv(o.get("AUC"), o.get("AUC_ci")), _num(o.get("AUC_two_sided")),
+            rows.append(_greyed([_e(r["name"]), _iv(o.get("AUC"), o.get("AUC_ci")), _num(o.get("AUC_two_sided")),
                          _iv(o.get("TAR"), o.get("TAR_ci")), _iv(o.get("reverse_TAR"), o.get("reverse_TAR_ci")),
                          f"{o.get('genuine_pairs', '–')} / {o.get('impostor_pairs', '–')}",
                          _iv(m["auc"], m["auc_ci"]), _num(m["two_sided_auc"]),
                          _threshold(m["risk"].get("threshold")),
                          _iv(m["risk"]["residual_risk"]["risk"], m["risk"]["residual_risk"]["ci"]),
-                         f"{m['n_members']} / {m['n_controls']}"])
+                         f"{m['n_members']} / {m['n_controls']}"], _why_invalid(r, "siamese")))
         a0 = ok[0]["attacks"]["siamese"]
         ref = a0["reference"]
         out.append(_table(["Release", "outer AUC [95% CI]", "two-sided AUC", "TAR ↑ [95% CI]",
@@ -273,12 +293,14 @@ def _independent(rep: dict) -> str:
             v = (v.get(sub) or {}) if sub else v
             return v
 
-        rows.append([_e(r["name"]),
+        rows.append(_greyed([_e(r["name"]),
                      f"{_num(g(a, 'linkability', 'outer').get('AUC_two_sided'))} / "
                      f"{_num(g(b, 'linkability', 'outer').get('AUC_two_sided'))}",
                      f"{_num(g(a, 'singling_out').get('two_sided_top1'))} / "
                      f"{_num(g(b, 'singling_out').get('two_sided_top1'))}",
-                     f"{_num(g(a, 'nearest').get('two_sided_auc'))} / {_num(g(b, 'nearest').get('two_sided_auc'))}"])
+                     f"{_num(g(a, 'nearest').get('two_sided_auc'))} / {_num(g(b, 'nearest').get('two_sided_auc'))}"],
+                            _why_invalid(r, "independent linkability", "independent singling_out",
+                                         "independent nearest")))
     return "<h2>A second, independent attacker</h2>" + _table(
         ["Release", "outer two-sided AUC: main / independent", "singled out two-sided top-1",
          "nearest-record two-sided AUC"], rows,

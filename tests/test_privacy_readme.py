@@ -22,7 +22,7 @@ def test_table_rows_say_what_defaults_guarantee_and_what_voids_it():
     rows = {line.split(" | ")[0].lstrip("| "): line for line in _module().table().splitlines()[2:]}
     assert len(rows) == 15
     snow = next(v for k, v in rows.items() if k.startswith("Snow (`--p 0.3`"))
-    assert "(0, δ)-DP for one pixel position" in snow
+    assert "none for images or patients; for one pixel position, the paper's (0, δ)-DP bound" in snow
     assert "no formal guarantee (data-derived fill)" in rows["Snow with `--fill dataset` (the paper's fill)"]
     assert "no formal guarantee (reproducible noise, testing only)" in rows["DP-GLOW or image LDP with `--seed`"]
     dp = next(v for k, v in rows.items() if k.startswith("DP-GLOW (`--epsilon 1`"))

@@ -42,7 +42,8 @@ def test_headlines_state_each_claim_with_its_numbers():
                  "guarantee); n·ε for a patient with n images; vacuous at this ε")
     assert privacy_text.headline(_laplace(math.inf, clip=False)) == "no formal guarantee (ε = ∞, no noise)"
     h = privacy_text.headline(snow_privacy(0.3, 8, 8, fill="grey"))
-    assert h == "(0, δ)-DP for one pixel position, δ = 0.703; none for a whole image"     # 1 - 19/64
+    assert h == ("none for images or patients; for one pixel position, the paper's (0, δ)-DP bound with δ = 0.703 "
+                 "(each pixel released unchanged with probability δ)")                        # 1 - 19/64
     assert privacy_text.headline(snow_privacy(0.3, 8, 8, fill="dataset")) == \
         "no formal guarantee (data-derived fill)"
     assert privacy_text.headline(snow_privacy(0.3, 8, 8, seeded=True)) == \

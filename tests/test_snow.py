@@ -160,7 +160,8 @@ def test_sweep_releases_each_p_with_its_privacy_statement(tmp_path: Path, phanto
         assert len(rows) == len(ds) and manifest["labels"] == ["grade"] and manifest["phantom"]
         assert manifest["params"]["p"] == p and manifest["seeds"] == {}          # the secret seed is recorded nowhere
         assert manifest["privacy"]["delta"] == pytest.approx(1 - count_for(p, 1024) / 1024)
-        assert "ONE PIXEL POSITION" in manifest["privacy"]["guarantee"]
+        assert manifest["privacy"]["guarantee"].startswith("no image or patient is protected. The paper's bound")
+        assert "ONE PIXEL POSITION" in manifest["privacy"]["guarantee"] and manifest["privacy"]["epsilon"] == 0.0
         assert manifest["params"]["fill"] == "grey" and manifest["params"]["fill_value"] == [0.0, 0.0, 0.0]
         assert audit_release(out, source_records=ds.records).passed
     with pytest.raises(ConfigError, match=r"\{p\}"):

@@ -95,7 +95,8 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
                 "interpolated between the unchanged pixels",
                 "labels released with the images are released as they are",
             ],
-            "attack_measured": ("not by this command: the sex attacker's accuracy (privacy) and the DR classifier's "
+            "attack_measured": ("not when the release is made: the sex attacker's accuracy (privacy) and the DR "
+                                "classifier's "
                                 "F1 (utility) are measured by the evaluation on this release (docs/snow.md)"),
         }
     return {
@@ -103,10 +104,11 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
                       f"= {k} of the {h * w} pixel positions, drawn pseudo-uniformly (see assumptions), are set "
                       f"in every channel to the fill value"),
         "fill": FILL_TEXT[fill],
-        "guarantee": (f"(0, delta)-differential privacy for ONE PIXEL POSITION of one image, delta = 1 - k/(H*W) = "
-                      f"{delta:.4f} (VS-Snow §1.1): for two images that differ only at one pixel "
-                      f"position, Pr[Snow(x) in S] <= Pr[Snow(x') in S] + delta for every set S of outputs, because "
-                      f"that position is released as the fill value, whatever its input, with probability k/(H*W)"),
+        "guarantee": (f"no image or patient is protected. The paper's bound (VS-Snow §1.1) covers ONE PIXEL POSITION "
+                      f"of one image only: (0, delta)-differential privacy with delta = 1 - k/(H*W) = {delta:.4f}; for "
+                      f"two images that differ only at one pixel position, Pr[Snow(x) in S] <= Pr[Snow(x') in S] + "
+                      f"delta for every set S of outputs, because that position is released as the fill value, "
+                      f"whatever its input, with probability k/(H*W), and unchanged with probability delta"),
         "epsilon": 0.0, "delta": round(delta, 6), "unit": "one pixel position (all channels) of one image",
         "assumptions": [
             "the hidden sets are drawn from a secret seed (operating-system randomness), recorded nowhere; each "
@@ -125,14 +127,15 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
             "structure survives: vessels, optic disc, lesions and anything spatially smooth can be read from or "
             "interpolated between the unchanged pixels (a median filter undoes much of it); each released image "
             "stands for exactly one source image and resembles it",
-            "the fill value is a constant and reveals nothing about the private images" if fill == "grey" else
-            "the fill value is released (manifest and pixels): whatever it reveals about the data it was computed "
-            "from is not covered",
+            *([] if fill == "grey" else [
+                "the fill value is released (manifest and pixels): whatever it reveals about the data it was "
+                "computed from is not covered"]),
             "repeated releases: with one seed the hidden sets are nested across p (several p reveal what the "
             "smallest reveals); with different seeds the union of unchanged pixels reveals more than either",
             "labels released with the images are released as they are",
         ],
-        "attack_measured": ("not by this command: the sex attacker's accuracy (privacy) and the DR classifier's F1 "
+        "attack_measured": ("not when the release is made: the sex attacker's accuracy (privacy) and the DR "
+                            "classifier's F1 "
                             "(utility) are measured by the evaluation on this release (docs/snow.md)"),
     }
 
@@ -166,6 +169,7 @@ def vs_snow_privacy(p: float, vessels: dict[str, Any], *, seeded: bool = False) 
             "replaced set",
             "labels released with the images are released as they are",
         ],
-        "attack_measured": ("not by this command: the sex attacker's accuracy (privacy) and the DR classifier's F1 "
+        "attack_measured": ("not when the release is made: the sex attacker's accuracy (privacy) and the DR "
+                            "classifier's F1 "
                             "(utility) are measured by the evaluation on this release (docs/snow.md)"),
     }

@@ -68,7 +68,8 @@ def headline(priv: dict[str, Any]) -> str:
                 f"per element × D = {priv.get('D')}; not a per-pixel guarantee); n·ε for a patient with n images"
                 + ("; vacuous at this ε" if vacuous else ""))
     if priv.get("epsilon") == 0 and _finite(priv.get("delta")):
-        return f"(0, δ)-DP for one pixel position, δ = {priv['delta']:.3g}; none for a whole image"
+        return (f"none for images or patients; for one pixel position, the paper's (0, δ)-DP bound with "
+                f"δ = {priv['delta']:.3g} (each pixel released unchanged with probability δ)")
     if guarantee.startswith("none") or guarantee == "":
         reason = guarantee.split(":", 1)[1].strip() if ":" in guarantee else ""
         if (priv.get("without_guarantee") or {}).get("epsilon_image", priv.get("epsilon_image")) == "inf":

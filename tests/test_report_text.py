@@ -40,6 +40,9 @@ def test_headlines_state_each_claim_with_its_numbers():
     h = privacy_text.headline(_laplace(100.0))
     assert h == ("ε-local DP per image (δ = 0): ε = 1600 (tight 636.3) (= 100 per element × D = 16; not a per-pixel "
                  "guarantee); n·ε for a patient with n images; vacuous at this ε")
+    counted = {**_laplace(100.0), "epsilon_patient_max": 6400.0, "max_images_per_patient": 4}
+    assert "; ε ≤ 6400 per patient in this release (4 images at most; n·ε for n images); vacuous" in \
+        privacy_text.headline(counted)
     assert privacy_text.headline(_laplace(math.inf, clip=False)) == "no formal guarantee (ε = ∞, no noise)"
     h = privacy_text.headline(snow_privacy(0.3, 8, 8, fill="grey"))
     assert h == ("none for images or patients; for one pixel position, the paper's (0, δ)-DP bound with δ = 0.703 "

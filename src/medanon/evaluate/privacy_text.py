@@ -64,8 +64,11 @@ def headline(priv: dict[str, Any]) -> str:
         vacuous = priv.get("vacuous", e > 10)
         delta = f" (δ = {priv['delta']:g})" if _finite(priv.get("delta")) else ""
         per_element = priv.get("epsilon_element", float("nan"))
+        most, n = priv.get("epsilon_patient_max"), priv.get("max_images_per_patient")
+        patient = (f"ε ≤ {most:.4g} per patient in this release ({n} images at most; n·ε for n images)"
+                   if _finite(most) and isinstance(n, int) else "n·ε for a patient with n images")
         return (f"ε-local DP per image{delta}: ε = {e:.4g}{tight_text} (= {per_element:g} "
-                f"per element × D = {priv.get('D')}; not a per-pixel guarantee); n·ε for a patient with n images"
+                f"per element × D = {priv.get('D')}; not a per-pixel guarantee); {patient}"
                 + ("; vacuous at this ε" if vacuous else ""))
     if priv.get("epsilon") == 0 and _finite(priv.get("delta")):
         return (f"none for images or patients; for one pixel position, the paper's (0, δ)-DP bound with "

@@ -162,3 +162,22 @@ def test_a_held_out_split_of_one_patient_leaves_differencing_unmeasured_with_a_n
         "--mapping", f"snow={tmp_path}/snow.json", "--out", tmp_path / "report")
     notes = json.loads((tmp_path / "report" / "report.json").read_text())["notes"]
     assert any("differencing of kpixel, snow is not measured" in n and "1 patient(s)" in n for n in notes)
+
+
+def test_releases_of_the_same_people_that_cannot_be_differenced_are_named():
+    """Two releases of the same patients with one person per record (nothing to subtract), and a release without
+    its mapping: the report says differencing was not measured and why, instead of saying nothing."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from medanon.evaluate.cautions import differencing_results
+
+    notes: list[str] = []
+    ctx = SimpleNamespace(real=SimpleNamespace(patients=np.array(["a", "a", "b", "c"])), note=notes.append)
+    one = SimpleNamespace(name="snow", sources=[[0], [2]], labels=None, rows=[{"n_people": "1"}] * 2)
+    two = SimpleNamespace(name="ldp", sources=[[1], [3]], labels=None, rows=[{"n_people": "1"}] * 2)
+    blind = SimpleNamespace(name="gmia", sources=None, rows=[])
+    assert differencing_results(ctx, [one, two, blind]) == []
+    assert notes[0].startswith("differencing is not measured: the releases that share patients (snow × ldp) have no")
+    assert notes[1].startswith("differencing is not measured for gmia: without a mapping")

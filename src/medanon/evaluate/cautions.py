@@ -68,6 +68,20 @@ def _pairs(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[tuple]:
             if x[2] & y[2] and (np.abs(x[1][:, None] - y[1][None, :]) == 1).any()]
 
 
+def _note_unmeasured(ctx: RealContext, rels: Sequence[ReleaseData]) -> None:
+    """Say why releases of the same people were not differenced (the report would otherwise be silent)."""
+    real = ctx.real
+    people = [(r.name, {real.patients[j] for rows in r.sources for j in rows}) for r in rels if r.sources is not None]
+    shared = [f"{a} × {b}" for i, (a, pa) in enumerate(people) for b, pb in people[i + 1:] if pa & pb]
+    if shared:
+        ctx.note(f"differencing is not measured: the releases that share patients ({'; '.join(shared)}) have no two "
+                 "records whose numbers of people differ by one, the records the attack subtracts")
+    unmapped = [r.name for r in rels if r.sources is None]
+    if len(rels) > 1 and unmapped:
+        ctx.note(f"differencing is not measured for {', '.join(unmapped)}: without a mapping, which releases share "
+                 "people is not known")
+
+
 def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[dict]:
     """The differencing attack (:mod:`medanon.evaluate.attacks.differencing`) on every two releases that share a
     patient (by their mappings) and have records whose ``n_people`` differ by one; members are the patients of
@@ -80,6 +94,7 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
 
     pairs = _pairs(ctx, rels)
     if not pairs:
+        _note_unmeasured(ctx, rels)
         return []
     real = ctx.real
     own = ctx.attacker_from != ctx.cfg.source_split

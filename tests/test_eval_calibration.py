@@ -251,3 +251,13 @@ def test_a_shipped_attacker_trained_on_the_evaluated_phantom_people_is_not_trust
     assert members == {"identity": False, "independent": False, "siamese": expected, "attribute": False}
     said = _member_trained("siamese", members)
     assert (said is not None) == expected and (not expected or "trained on people of this evaluation" in said)
+
+
+def test_a_sentence_keeps_the_release_name_as_written():
+    """A sentence that opens with the release's name keeps it as the user wrote it ("f-copy holds", not
+    "F-copy holds"); the others open with a capital."""
+    from medanon.evaluate.verdict_text import sentence
+
+    v = {"valid_attacks": 0, "utility_kept": [], "exposure": {"copies": 3, "copy_patients": 2}}
+    text = sentence("f-copy", v, ["its control has 6 patients"])
+    assert text.startswith("f-copy holds 3 images within one grey level") and ". No attack on f-copy is valid" in text

@@ -324,8 +324,9 @@ def _utility_kept(rel: dict) -> list[dict]:
         if not (real is not None and np.isfinite(real) and floor is not None and floor > chance):
             iv = f" [{base_ci[0]:.2f}, {base_ci[1]:.2f}]" if base_ci and np.all(np.isfinite(base_ci)) else ""
             got = f"{real:.2f}" if real is not None else "no value"
-            entry["undefined"] = (f"real images of the same number reach a {entry['metric_name']} of {got}{iv}, "
-                                  f"not above chance ({chance:g}), so no share of it can be stated")
+            article = "an" if entry["metric_name"][:1] in "AEIOU" else "a"
+            entry["undefined"] = (f"real images of the same number reach {article} {entry['metric_name']} of "
+                                  f"{got}{iv}, not above chance ({chance:g}), so no share of it can be stated")
         else:
             entry.update(kept=(entry["release"] - chance) / (real - chance),
                          ci=ratio_ci if ratio_ci and np.all(np.isfinite(ratio_ci)) else None)

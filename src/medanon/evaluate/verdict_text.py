@@ -141,4 +141,5 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
                  f"the same number give")
     elif shown and shown[0].get("undefined"):
         risk += f"; its utility share is not stated: {shown[0]['undefined']}"
-    return " ".join(x[0].upper() + x[1:] + "." for x in [*lead, risk])
+    # a sentence opens with a capital, unless it opens with the release's name, which is written as it is
+    return " ".join((x if x.startswith(name) else x[0].upper() + x[1:]) + "." for x in [*lead, risk])

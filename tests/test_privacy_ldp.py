@@ -242,3 +242,16 @@ def test_uniform_below_rejects_the_draws_that_would_bias_it(monkeypatch):
 
     monkeypatch.setattr(dl.os, "urandom", urandom)
     assert dl.uniform_below(np.array([3])).tolist() == [2] and calls == [8, 8]
+
+
+def test_a_public_box_statement_claims_no_leak_it_does_not_have():
+    """Image LDP with the public box: nothing is computed from images, so the statement does not warn of what
+    calibration statistics reveal, names the centre as the public range's midpoint (not the paper's data-derived
+    Eq. 12), and states no 'tighter' epsilon equal to epsilon."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = ImageLDP(epsilon=1.0, dims=64).privacy()
+    assert "public constant, computed from no image" in p["statement"]
+    assert "if released images were among them" not in p["statement"] and "tighter" not in p["statement"]
+    assert p["clip_center"].startswith("c_k = (max_k + min_k) / 2 of the public range") and "Eq. 12" not in \
+        p["clip_center"]

@@ -334,7 +334,9 @@ class LaplaceMechanism:
             "D": self.dims,
             "alpha": self.alpha,
             "clip_box": box,
-            "clip_center": ("c_k = (max_k + min_k) / 2 (Eq. 12)" if self.center == "midrange"
+            "clip_center": (("c_k = (max_k + min_k) / 2 of the public range: its midpoint, computed from no image"
+                             if cal.public else "c_k = (max_k + min_k) / 2 of the calibration set (Eq. 12)")
+                            if self.center == "midrange"
                             else "c_k = 0 (the standardised latent's prior mean; not data-derived)"),
             "clip": "per sample, element-wise, before and after the noise" if self.clip else "off",
             "noise_scale": ("b_k = max(Delta_k, w_k) * D / epsilon_image (Eq. 7; equals Delta_k * D / epsilon "

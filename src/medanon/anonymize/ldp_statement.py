@@ -46,8 +46,10 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
         f"Each released image is the output of a Laplace mechanism M that is epsilon-locally differentially private "
         f"with epsilon = {e:.6g} PER IMAGE (D = {mech.dims} elements; written per element it is "
         f"{mech.epsilon_element:.6g} {per_element} x D, which is a way to state the image budget, not a guarantee "
-        f"for single pixels{': one pixel can move every latent element' if flow else ''}; the mechanism also "
-        f"satisfies the tighter epsilon = {mech.epsilon_image_tight:.6g}) with respect to the "
+        f"for single pixels{': one pixel can move every latent element' if flow else ''}"
+        + (f"; the mechanism also satisfies the tighter epsilon = {mech.epsilon_image_tight:.6g}"
+           if mech.epsilon_image_tight < e * (1 - 1e-9) else "")
+        + f") with respect to the "
         f"{space_description}: for ANY two inputs and any set S of outputs, P[M(v) in S] <= exp(epsilon) "
         "P[M(v') in S].",
         f"A patient with n released images is protected at n * epsilon = n * {e:.6g} (budgets add up).",
@@ -64,11 +66,14 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
                      "bound holds between any two input images.")
     parts.append("The second clip, " + ("the inverse flow, " if flow else "")
                  + "clamping to [-1, 1] and 8-bit rounding are post-processing and keep the guarantee.")
-    parts.append(f"The bound is conditional on a fixed mechanism: {fixed} are treated as public constants. It does "
-                 "NOT cover what " + ("the flow's weights reveal" if cal.public and flow else
-                                      "they reveal" if not cal.public else "anything outside the mechanism reveals")
-                 + " about the images they were computed from (if released images were among them, that leakage "
-                 "is outside this bound), nor labels released with the images.")
+    if cal.public and not flow:                 # a public box computed from no image: nothing else to leak
+        parts.append(f"The bound is conditional on a fixed mechanism: {fixed} is a public constant, computed from no "
+                     "image. It does NOT cover labels released with the images.")
+    else:
+        parts.append(f"The bound is conditional on a fixed mechanism: {fixed} are treated as public constants. It "
+                     "does NOT cover what " + ("the flow's weights reveal" if cal.public else "they reveal")
+                     + " about the images they were computed from (if released images were among them, that leakage "
+                     "is outside this bound), nor labels released with the images.")
     p = distinguishing_bound(e)
     if e > WEAK_EPSILON:
         parts.append(f"At this budget the bound is VACUOUS: it lets an observer tell which of two given images an "

@@ -180,3 +180,15 @@ def test_each_distinct_statement_is_shown_and_a_page_with_source_images_says_so(
     assert "SOURCE IMAGES" not in page
     grid = {"dpglow-eps1e2": [{"sources": ["AAAA"], "n_sources": 1, "released": "AAAA"}]}
     assert "SOURCE IMAGES: this page shows source images" in render_html(_minimal_report({}), grid)
+
+
+def test_a_linkability_row_whose_far_is_far_above_the_target_says_its_tar_is_no_risk():
+    """A constant release: every impostor pair ties and passes the control's threshold, so TAR = FAR = 1 and F1 0.67
+    ranked it above a copy. The row says the threshold does not separate its records; an ordinary row says nothing."""
+    from medanon.evaluate.report_attacks import _link_row
+
+    v = {"F1": 0.667, "accuracy": 0.5, "TAR": 1.0, "TAR_ci": [0.9, 1.0], "FAR": 1.0, "FAR_ci": [0.9, 1.0],
+         "AUC": 0.5, "AUC_ci": [0.5, 0.5], "genuine_pairs": 10, "impostor_pairs": 90}
+    assert "far above the target 0.01" in _link_row("Inner risk — const", v, 0.01)[0]
+    ordinary = {**v, "FAR": 0.01, "FAR_ci": [0.0, 0.03]}
+    assert _link_row("Inner risk — copy", ordinary, 0.01)[0] == "Inner risk — copy"

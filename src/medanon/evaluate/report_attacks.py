@@ -179,9 +179,15 @@ def _attribute(rep: dict) -> str:
     return "\n".join(out + _skipped(rels, ok, "attribute"))
 
 
-def _link_row(label: str, v: dict | None) -> list[str]:
+def _link_row(label: str, v: dict | None, target_far: float | None = None) -> list[str]:
     if not v:
         return [label] + ["–"] * 7
+    far_lo = (v.get("FAR_ci") or [0.0])[0]
+    if target_far is not None and far_lo is not None and far_lo > 5 * target_far:
+        # the control's threshold accepts most of this release's impostor pairs (e.g. a constant release, whose
+        # pairs all tie): TAR and F1 say nothing of linkage here
+        label += (f' <span class=invalid>(its FAR is far above the target {target_far:g}: the threshold does not '
+                  "separate its records, and TAR / F1 are no risk)</span>")
     rev = _iv(v.get("reverse_TAR"), v.get("reverse_TAR_ci")) if "reverse_TAR" in v else "–"
     return [label, _num(v["F1"]), _num(v["accuracy"]), _iv(v["TAR"], v["TAR_ci"]), _iv(v["FAR"], v["FAR_ci"]),
             f"{_iv(v['AUC'], v.get('AUC_ci'))} <span class=ci>two-sided {_num(v.get('AUC_two_sided'))}</span>", rev,
@@ -195,9 +201,10 @@ def _linkability(rels: list[dict]) -> str:
         l0 = ok[0]["attacks"]["linkability"]
         cal = l0["calibration"]
         rows = [_link_row("<i>real held-out pairs (set the threshold; not a control)</i>", l0["control"])]
-        rows += [_greyed(_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner")),
+        far = l0["target_far"]
+        rows += [_greyed(_link_row(f"Inner risk — {_e(r['name'])}", r["attacks"]["linkability"].get("inner"), far),
                          _why_invalid(r, "linkability")) for r in ok]
-        rows += [_greyed(_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer")),
+        rows += [_greyed(_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer"), far),
                          _why_invalid(r, "linkability")) for r in ok]
         out.append(_table(["Testing data", "F1 ↑ (equal prevalence)", "balanced Acc ↑", "TAR ↑ [95% CI]",
                            "FAR ↓ [95% CI]", "AUC [95% CI]", "reverse TAR [95% CI]",
@@ -209,7 +216,9 @@ def _linkability(rels: list[dict]) -> str:
                                   f"realised FAR "
                                   f"{_iv(cal['realised_far'], cal['realised_far_ci'])}. The reverse attacker "
                                   f"accepts scores ≤ {_num(l0['low_threshold'])} (FAR {l0['target_far']} in the "
-                                  f"lower tail)."))
+                                  f"lower tail). ↑: higher means more linkage (more risk); ↓: lower means "
+                                  f"more risk. Inner and outer rows have no control of their own: the residual-risk "
+                                  f"table holds linkability against its control."))
         if l0.get("warning"):
             out.append(f"<p class=note>{_e(l0['warning'])}</p>")
         out.append(_assume(l0["assumptions"]))
@@ -234,8 +243,10 @@ def _singling(rels: list[dict]) -> str:
                            "reverse: own record least similar", "LC N<sub>R</sub> centred on r(x) ↑",
                            "LC N<sub>R</sub> centred on x ↑", "LC N<sub>A</sub> ↑", "N<sub>A</sub> random guess",
                            "source images / individuals / records"], rows,
-                          caption="GMIA Table 4 layout: hidden rate (own record not the most similar; an individual "
-                                  "is hidden when none of their images finds its own record first) and local cloaking "
+                          caption="GMIA Table 4 layout (↑: higher means more privacy, the paper's arrows, unlike "
+                                  "the linkability table's): hidden rate (own record not the most similar; an "
+                                  "individual is hidden when none of their images finds its own record first) and "
+                                  "local cloaking "
                                   "(medians). Centred on r(x): real images closer to the released record than x (the "
                                   "paper); centred on x: real images of other patients closer to x than r(x) (the "
                                   "official code). Ties count 1/(t+1) for the attacker. Intervals: bootstrap over "

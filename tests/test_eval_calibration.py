@@ -158,7 +158,7 @@ def test_the_verdict_says_whether_its_reference_is_a_control_or_a_baseline_and_g
                                                                              "against": "baseline", "n": 56}}}}
     rel["validity"] = {"singling_out": {"valid": True}}
     sentence = verdict(rel)["sentence"]
-    assert "(N 56)" in sentence and "measured against a baseline, random guessing" in sentence
+    assert "(N 56 source images)" in sentence and "measured against a baseline, random guessing" in sentence
     assert "people not in the release" not in sentence
     rel["attacks"]["singling_out"]["risk"]["against"] = "control"
     assert "measured against a control, the same attack on people not in the release" in verdict(rel)["sentence"]
@@ -261,3 +261,17 @@ def test_a_sentence_keeps_the_release_name_as_written():
     v = {"valid_attacks": 0, "utility_kept": [], "exposure": {"copies": 3, "copy_patients": 2}}
     text = sentence("f-copy", v, ["its control has 6 patients"])
     assert text.startswith("f-copy holds 3 images within one grey level") and ". No attack on f-copy is valid" in text
+
+
+def test_the_verdict_names_what_its_n_counts():
+    """"N 148" of what? The sentence names the unit of the row's N: source images for linkability."""
+    from medanon.evaluate.calibration import row_unit
+
+    calib = {k: {"linkability": {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else _risk(0.0, 0.0, 0.1)}}
+             for k in KNOWN}
+    table = calibration_table(calib)
+    risk = {**_risk(0.4, 0.2, 0.6), "n": 148, "attack": {"patients": 37}}
+    rel = {"name": "R", "utility": {}, "attacks": {"linkability": {"risk": risk}}}
+    rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
+    assert "(N 148 source images, 37 patient clusters)" in verdict(rel)["sentence"]
+    assert row_unit("independent membership (reverse)") == "ranked slots" and row_unit("unknown") == ""

@@ -112,6 +112,17 @@ def risk_rows(attacks: dict, prefix: str = "") -> dict[str, dict]:
     return out
 
 
+# what an attack row's N counts (its bootstrap resamples the patients behind them)
+ROW_UNITS = {"membership": "ranked slots", "attribute": "released records", "linkability": "source images",
+             "singling_out": "source images", "nearest": "member images", "siamese": "member images",
+             "inference": "released records"}
+
+
+def row_unit(row: str) -> str:
+    """What the N of residual-risk row ``row`` counts (``source images``, ``ranked slots``, ...), or ``""``."""
+    return ROW_UNITS.get(row.removeprefix("independent ").removesuffix(" (reverse)"), "")
+
+
 def row_label(row: str) -> str:
     base = row.removeprefix("independent ").removesuffix(" (reverse)")
     label = NAMES.get(base, base)
@@ -343,7 +354,7 @@ def verdict(rel: dict) -> dict:
                  "utility_kept": _utility_kept(rel)}
     if valid:
         row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][1]))
-        out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row,
+        out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row, unit=row_unit(row),
                    attack_name=row_label(row), against=r.get("against", "control"), n=r.get("n"),
                    baseline_is=r.get("baseline_is") or "random guessing",
                    patients=(r.get("attack") or {}).get("patients"))

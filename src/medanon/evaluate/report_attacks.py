@@ -6,7 +6,7 @@ Every number shows its N and its interval."""
 
 from __future__ import annotations
 
-from medanon.evaluate.calibration import risk_rows, row_label
+from medanon.evaluate.calibration import risk_rows, row_label, row_unit
 from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _table
 from medanon.evaluate.report_verdict import calibration_section
 
@@ -374,7 +374,7 @@ def _risks(rep: dict) -> str:
             base = risk.get("baseline")
             check = (r.get("validity") or {}).get(row) or {"valid": True}
             valid = check["valid"]
-            cells = [_e(r["name"]), _e(row_label(row)), _rate(risk["attack"]), _rate(ctrl) if ctrl else
+            cells = [_e(r["name"]), _e(row_label(row)), _rate(risk["attack"], row_unit(row)), _rate(ctrl) if ctrl else
                      f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
                      _threshold(risk.get("threshold")),
                      f"{_iv(rr['risk'], rr['ci'])} <span class=ci>vs {_e(risk.get('against', 'control'))}</span>",
@@ -397,13 +397,14 @@ def _risks(rep: dict) -> str:
                 "(last column: why) and count nowhere else.")
 
 
-def _rate(d: dict) -> str:
+def _rate(d: dict, unit: str = "") -> str:
     extra = " exact" if d.get("exact") else ""
     b = d.get("balanced")
     if b:
         extra += f"; reweighted to the members' {_e(b['label'])} mix, unweighted {_pct(b['unweighted_rate'])}"
     # the bootstrap's units: patients linked by a shared record are one cluster (a k-Same record links k people)
-    trials = f"{d['trials']}" + (f", {d['patients']} patient clusters" if d.get("patients") is not None else "")
+    trials = f"{d['trials']}" + (f" {unit}" if unit else "") + \
+        (f", {d['patients']} patient clusters" if d.get("patients") is not None else "")
     return (f"{_pct(d['rate'])} <span class=ci>[{_pct(d['ci'][0])}, {_pct(d['ci'][1])}] n={trials}{extra}"
             f"</span>")
 

@@ -121,7 +121,8 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
         risk = (f"no attack on {name} is valid, so the attacks say nothing of its privacy (why: {reasons})")
     else:
         lo, hi = v["ci"]
-        size = f"N {v['n']}" + (f", {v['patients']} patient clusters" if v.get("patients") else "") \
+        size = f"N {v['n']}" + (f" {v['unit']}" if v.get("unit") else "") \
+            + (f", {v['patients']} patient clusters" if v.get("patients") else "") \
             if v.get("n") is not None else ""
         of = (f"; it is the largest of {v['valid_attacks']} valid attack rows, and its interval is not adjusted for "
               "that choice" if v["valid_attacks"] > 1 else "")

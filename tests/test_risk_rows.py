@@ -96,3 +96,16 @@ def test_linkability_says_its_threshold_rests_on_too_few_patients():
                             record_patients=[frozenset([p]) for p in sp], source_emb=src, source_patients=sp,
                             source_record=list(range(len(src))), n_resamples=50)
         assert out["calibration"]["enough"] is enough and ("warning" in out) is (not enough)
+
+
+def test_local_cloaking_counts_a_tied_outsider_as_half():
+    """N_R centred on r(x): real images not among r(x)'s sources closer to r(x) than x is, a tie counting 1/2. Two
+    identical source images of different people, released in different records, tie: N_R = [0.5, 0.5, 0], median
+    0.5 (0 if ties counted nothing)."""
+    from medanon.evaluate.attacks.singling_out import singling_out
+
+    src = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    rel = np.array([[1.0, 0.0], [0.6, 0.8]])
+    out = singling_out(source_emb=src, source_record=[0, 1, 1], release_emb=rel, source_patients=["a", "b", "c"],
+                       n_resamples=50)
+    assert out["LC_N_R"] == pytest.approx(0.5)

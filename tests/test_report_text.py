@@ -192,3 +192,17 @@ def test_a_linkability_row_whose_far_is_far_above_the_target_says_its_tar_is_no_
     assert "far above the target 0.01" in _link_row("Inner risk — const", v, 0.01)[0]
     ordinary = {**v, "FAR": 0.01, "FAR_ci": [0.0, 0.03]}
     assert _link_row("Inner risk — copy", ordinary, 0.01)[0] == "Inner risk — copy"
+
+
+def test_a_table_2_cell_gives_the_interval_before_the_seeds_sd():
+    """A deterministic probe's sd over seeds is 0 and says nothing of the uncertainty: each cell leads with the
+    paired patient bootstrap interval, then the sd; without an interval, the sd alone."""
+    from medanon.evaluate.report_utility import _seeds_and_ci
+
+    u = {"release": {"kappa": {"mean": 0.306, "sd": 0.0}}, "real_same_n": {"kappa": {"mean": 0.5, "sd": 0.02}},
+         "paired_bootstrap": {"kappa": {"release": {"value": 0.306, "ci": [0.2, 0.41]},
+                                        "baseline": {"value": 0.5, "ci": [0.38, 0.6]}}}}
+    assert _seeds_and_ci(u, "kappa", "release") == "0.306 <span class=ci>[0.200, 0.410]</span> " \
+                                                   "<span class=ci>± 0.000 sd</span>"
+    assert _seeds_and_ci(u, "kappa", "baseline").startswith("0.500 <span class=ci>[0.380, 0.600]</span>")
+    assert _seeds_and_ci({"release": u["release"]}, "kappa", "release") == "0.306 <span class=ci>± 0.000</span>"

@@ -190,9 +190,9 @@ def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequenc
          batch_size: int | None = None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
 
-    With the defaults it guarantees (0, δ)-differential privacy for single pixel positions only, with
-    δ = 1 - round(p·H·W)/(H·W), about 1 - p (the manifest gives it): not for images or patients (the manifest says
-    so). ``p`` in (0, 1], keyword-only, no default.
+    It protects no image and no patient. With the defaults the paper's bound holds for single pixel positions
+    only: (0, δ)-differential privacy with δ = 1 - round(p·H·W)/(H·W), about 1 - p, the probability that a pixel
+    is released unchanged (the manifest gives both). ``p`` in (0, 1], keyword-only, no default.
     ``seed``: TESTING ONLY, reproducible hidden sets (the release then states no formal guarantee);
     by default a secret seed is drawn and recorded nowhere. ``fill``: ``grey`` (default, depends on
     no data), ``value:R,G,B`` (0-255, e.g. a public dataset's mean) or C values in [-1, 1], or

@@ -223,7 +223,7 @@ def test_a_share_of_a_real_baseline_at_chance_is_not_stated():
     v = {"utility_kept": [noise], "valid_attacks": 0}
     assert "utility share is not stated: real images of the same number reach" in sentence("R", v)
     said = sentence("R", {"utility_kept": [ok], "valid_attacks": 0})
-    assert "it keeps 0.80 [0.60, 1.00] of the Cohen's κ (quadratic) of grade" in said
+    assert "it keeps 0.80 [0.60, 1.00] of the gain over chance in the Cohen's κ (quadratic) of grade" in said
     # held-out images in the release: the test set is contaminated, and no utility figure follows
     held = {"utility_kept": [ok], "valid_attacks": 0, "exposure": {"heldout_copies": 5, "n": 20, "copies": 0}}
     assert "keeps" not in sentence("R", held) and "copies of held-out patients' images" in sentence("R", held)

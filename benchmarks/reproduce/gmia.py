@@ -60,7 +60,7 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
     nets = {opt: ckpt / name for opt, name in GMIA_NETWORKS["xray"].items()}
     out = []
     for name, (_, extra) in VARIANTS.items():
-        kw = {**nets, "batch_size": LATENT_BATCH, "device": device, **extra}
+        kw = {**nets, "batch": LATENT_BATCH, "device": device, **extra}
         cmd = (f"anonymize gmia --data {train} " + " ".join(f"--{o} {p}" for o, p in nets.items())
                + "".join(f" --{k} {v}" for k, v in extra.items()) + f" --batch {LATENT_BATCH}")
         out.append(C.make_release(rel_dir / name, lambda kw=kw: anonymize.gmia(ds, **kw), log, cmd))

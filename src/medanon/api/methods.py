@@ -46,11 +46,12 @@ def _gmia_config(config, given: dict[str, Any]):
     return config
 
 
-def _renamed_batch(batch: int, batch_size: int | None, *, default: int, function: str) -> int:
-    """``batch=``, or the former name ``batch_size=`` with a :class:`FutureWarning` (refused when both differ)."""
+def _renamed_batch(batch: int | None, batch_size: int | None, *, default: int, function: str) -> int:
+    """``batch=`` (None: ``default``), or the former name ``batch_size=`` with a :class:`FutureWarning` (refused
+    when both are given and differ)."""
     if batch_size is None:
-        return batch
-    if batch != default and batch != batch_size:
+        return default if batch is None else batch
+    if batch is not None and batch != batch_size:
         raise ConfigError(f"{function}: batch={batch!r} and batch_size={batch_size!r} name one setting",
                           fix="pass batch= alone")
     warnings.warn(f"{function}: batch_size= is now batch=, as in every medanon.anonymize function; batch_size= "
@@ -60,7 +61,7 @@ def _renamed_batch(batch: int, batch_size: int | None, *, default: int, function
 
 def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str = _G.losses, steps: int = _G.steps,
          lr: float = _G.lr, margin: float = _G.margin, lambda_id: float = _G.lambda_id, lambda_ut: float = _G.lambda_ut,
-         latent_space: str = _G.latent_space, batch: int = _G.batch_size, config=None,
+         latent_space: str = _G.latent_space, batch: int | None = None, config=None,
          release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
          modality: str | None = None, value_range=None, device=None, batch_size: int | None = None) -> Release:
     """GMIA: each image's latent is optimised away from its identity while its utility features stay close.
@@ -74,12 +75,12 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
     left out, the shipped default for the data's modality (fundus: ``cotrained-map-fundus64.pt``,
     ``identity-fundus64.pt``, ``classifier-grade-fundus64.pt``; X-ray: ``cotrained-map-xray64.pt``,
     ``identity-xray64.pt``, ``classifier-pneumonia-xray64.pt``; E_id and E_ut only where ``losses`` uses them).
-    The images must have the codec's size. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA
-    Table 2), ``steps``, ``lr``, ``margin``, ``lambda_id``, ``lambda_ut``, ``latent_space`` (``w``,
-    the paper's, or ``w+``), ``batch`` (the field ``batch_size``; ``batch_size=`` is its former name): the fields
-    of :class:`~medanon.anonymize.gmia.GMIAConfig` and their defaults (or pass a whole ``config=``: a GMIAConfig
-    or a mapping of its fields; a setting given both there and as a keyword is refused). Settings that remove
-    little identity warn when the release is saved.
+    The images must have the codec's size. ``losses`` (``id+ut``, ``id``, ``ut``: GMIA Table 2), ``steps``, ``lr``,
+    ``margin``, ``lambda_id``, ``lambda_ut``, ``latent_space`` (``w``, the paper's, or ``w+``), ``batch`` (the field
+    ``batch_size``, default 16; ``batch_size=`` is its former name): the fields of
+    :class:`~medanon.anonymize.gmia.GMIAConfig` and their defaults (or pass a whole ``config=``: a GMIAConfig or a
+    mapping of its fields; a setting given both there and as a keyword is refused). Settings that remove little
+    identity warn when the release is saved.
 
     Example (see tests/test_api.py for a run with tiny networks):
         >>> import inspect, medanon
@@ -185,7 +186,7 @@ _S, _V = SnowConfig(), VSSnowConfig()         # defaults are read from the confi
 
 
 def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequence[float] = _S.fill,
-         release_labels: str | Sequence[str] | None = None, batch: int = _S.batch_size, workers: int = _S.workers,
+         release_labels: str | Sequence[str] | None = None, batch: int | None = None, workers: int = _S.workers,
          patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None,
          batch_size: int | None = None) -> Release:
     """Snow: in each image a random fraction ``p`` of the pixel positions takes the fill value.
@@ -199,8 +200,8 @@ def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequenc
     ``dataset`` (the paper's mean of the released images: no formal guarantee). Settings that void
     the guarantee warn (:class:`~medanon.anonymize.privacy.NoFormalGuarantee`) when saving. ``ds``: an opened
     dataset, a folder, or images in memory with optional ``patient_ids=``, ``labels=``, ``modality=``
-    (:func:`medanon.data.as_dataset`). ``batch``: images per batch (speed only; ``batch_size=`` is its former
-    name).
+    (:func:`medanon.data.as_dataset`). ``batch``: images per batch (speed only; default 32; ``batch_size=`` is
+    its former name).
 
     Example:
         >>> import medanon
@@ -220,7 +221,7 @@ def snow(ds: DataLike, *, p: float, seed: int | None = None, fill: str | Sequenc
 def vs_snow(ds: DataLike, *, p: float, seed: int | None = None, vessels: str = _V.vessels,
             checkpoint: str | Path | None = _V.checkpoint, masks_dir: str | Path | None = _V.masks_dir,
             vessel_fraction: float = _V.vessel_fraction, release_labels: str | Sequence[str] | None = None,
-            batch: int = _V.batch_size, workers: int = _V.workers, patient_ids=None, labels=None,
+            batch: int | None = None, workers: int = _V.workers, patient_ids=None, labels=None,
             modality: str | None = None, value_range=None, device=None, batch_size: int | None = None) -> Release:
     """VS-Snow: in each image a random fraction ``p`` of the vessel pixels take the mean of their vessel neighbours.
 

@@ -111,9 +111,9 @@ def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, s
 def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, workers, overwrite, config_file,
              overrides, fill, **opts):
     """Snow: in each image, a random fraction p of the pixel positions is set to the fill value in every
-    channel. With the default grey fill and no --seed: (0, delta)-differential privacy for single pixel positions
-    only, not for images or patients, delta = 1 - round(p*H*W)/(H*W), about 1-p (the manifest gives it); --fill
-    dataset or --seed: no formal guarantee.
+    channel. It protects no image and no patient. With the default grey fill and no --seed the paper's bound holds
+    for single pixel positions only: (0, delta)-differential privacy, delta = 1 - round(p*H*W)/(H*W), about 1-p,
+    the probability a pixel is released unchanged (the manifest gives it); --fill dataset or --seed: not even that.
 
     \b
     Example:

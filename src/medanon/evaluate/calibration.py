@@ -18,11 +18,12 @@ through every attack:
 
 A reverse attacker (least similar record: releases pushed *away* from their sources) has no copy test (a copy
 is not pushed away from anything); it must pass the nulls. A residual risk row of a release is **valid**
-when its attack passed, its attacker is not at chance on held-out real data, and it was not trained on the
-members; otherwise ``valid: false`` with the reason, and it is kept out of the verdict, the plots and any ranking.
+when its attack passed, its attacker is not at chance on held-out real data, and it was not trained on people of
+the evaluation (members, or controls a checkpoint's recorded phantom shares); otherwise ``valid: false`` with
+the reason, and it is kept out of the verdict, the plots and any ranking.
 The **verdict** of a release is the largest valid residual risk (with its interval and the attack that gave it)
-and the utility kept: the release's headline metric divided by that of real images of the same N, with a
-paired bootstrap interval.
+and the utility kept: the release's gain over chance in its headline metric as a share of real images' of the
+same N, (release - chance) / (real - chance), with a paired bootstrap interval.
 """
 
 from __future__ import annotations
@@ -316,8 +317,9 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
 
 
 def _utility_kept(rel: dict) -> list[dict]:
-    """The release's headline metric as a share of real images' of the same N, per task. The share is defined only
-    where the real images' value lies above chance (its paired bootstrap interval, where there is one): a ratio to
+    """The release's gain over chance in its headline metric as a share of real images' of the same N, per task.
+    The share is defined only where the real images' value lies above chance (its paired bootstrap interval, where
+    there is one): a ratio to
     a learner that learned nothing (κ near 0) is noise, "3.86 [-6.31, nan]"; there ``kept`` is NaN and
     ``undefined`` says why."""
     out = []

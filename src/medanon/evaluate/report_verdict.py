@@ -66,7 +66,8 @@ def verdict_section(rep: dict) -> str:
                 "beyond what it learns of them) and otherwise a baseline, random guessing (0 = no better than "
                 "guessing); the sentence says which, and the row's N. The largest valid row is shown, its interval "
                 "not adjusted for being the largest of several. Only attacks that passed the known-answer calibration "
-                "(below), whose attacker is not at chance on held-out real images and was not trained on the members, "
+                "(below), whose attacker is not at chance on held-out real images and was not trained on people of "
+                "this evaluation (members, or controls its checkpoint's recorded phantom shares), "
                 "whose targets, control and threshold each rest on at least 10 patients, whose interval respects "
                 "patients, and whose release holds no copy of a held-out patient's image count (the residual-risk "
                 "table gives each row's reason). Utility kept: (release − chance) ÷ (real − chance) of the headline "
@@ -112,7 +113,8 @@ def calibration_section(rep: dict) -> str:
         rows.append([_e(row_label(row)), *cells, verdict])
     what = "; ".join(f"<b>{k}</b>: {_e(v)}" for k, v in (cal.get("releases") or {}).items())
     members = [k for k, v in (cal.get("trained_on_members") or {}).items() if v]
-    extra = (f" Trained on the members (every row of theirs is invalid): {_e(', '.join(members))}." if members else "")
+    extra = (f" Trained on people of this evaluation (members or controls; every row of theirs is invalid): "
+             f"{_e(', '.join(members))}." if members else "")
     return "<h2>Calibration: the attacks on releases whose answer is known</h2>" + _table(
         ["Attack", *(f"Residual risk: {k}" if i == 0 else k for i, k in enumerate(KNOWN)), "Calibration"], rows,
         caption=f"Known-answer releases of the source split, one record per source image: {what}. An attack passes "

@@ -138,9 +138,10 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
     if kept:
         u = kept[0]
         ci = f" [{u['ci'][0]:.2f}, {u['ci'][1]:.2f}]" if u.get("ci") else ""
-        risk += (f"; it keeps {u['kept']:.2f}{ci} of the {u['metric_name']} of {u['task']} that real images of "
-                 f"the same number give")
+        risk += (f"; it keeps {u['kept']:.2f}{ci} of the gain over chance in the {u['metric_name']} of {u['task']} "
+                 f"that real images of the same number give")
     elif shown and shown[0].get("undefined"):
         risk += f"; its utility share is not stated: {shown[0]['undefined']}"
     # a sentence opens with a capital, unless it opens with the release's name, which is written as it is
-    return " ".join((x if x.startswith(name) else x[0].upper() + x[1:]) + "." for x in [*lead, risk])
+    return " ".join((x if name and x.startswith((name + " ", name + "'")) else x[0].upper() + x[1:]) + "."
+                    for x in [*lead, risk])

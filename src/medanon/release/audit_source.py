@@ -101,12 +101,14 @@ def _released_pixels(path: Path):
 
 
 def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, source_records,
-                              modality: str | None, *, people: dict[str, int], image_dp: bool) -> None:
+                              modality: str | None, *, people: dict[str, int], image_dp: bool,
+                              crop: str | None = None) -> None:
     """With the mapping (``records``: released image -> its sources): no released image is within one 8-bit grey
     level (RMS) of one of its own sources preprocessed as the methods read them (the field of view or the centre
-    cropped, resized to the released image's side): a copy that went through medanon's preprocessing, which the
-    comparison with the source files cannot see. Sources are decoded at the reduced scale the side allows; above
-    :data:`MAX_COMPARED` records, a fixed random sample of them is compared, and the check says so.
+    cropped as the manifest's ``crop`` records, resized to the released image's side): a copy that went through
+    medanon's preprocessing, which the comparison with the source files cannot see. Sources are decoded at the
+    reduced scale the side allows; above :data:`MAX_COMPARED` records, a fixed random sample of them is compared,
+    and the check says so.
 
     A copy fails the audit where it contradicts what the release states: a record that stands for two or more
     people (``people``: labels.csv's n_people), or a release that claims differential privacy for images
@@ -122,9 +124,10 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
         rep.notes.append("the sources are not files (images held in memory): released images were not compared "
                          "with their preprocessed sources")
         return
-    crop = "fov" if modality == "fundus" else "center"
+    if crop not in ("fov", "center", "pad", "none"):       # the manifest's reading, else the modality's default
+        crop = "fov" if modality == "fundus" else "center"
     names = sorted(records)
-    if len(names) > MAX_COMPARED:                   # a fixed random sample: the whole release would cost minutes
+    if len(names) > MAX_COMPARED:                   # a fixed sample: the whole release would cost minutes
         pick = np.random.default_rng(0).choice(len(names), MAX_COMPARED, replace=False)
         names = [names[i] for i in sorted(pick)]
     copies: list[tuple[str, str]] = []
@@ -151,7 +154,8 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
             "grey level, RMS)")
     if contradicting or not copies:
         first = contradicting[0] if contradicting else None
-        sample = (f" ({len(names)} of {len(records)} records, drawn at random: a release that copies its sources "
+        sample = (f" ({len(names)} of {len(records)} records, a fixed pseudo-random sample (seed 0): a release that "
+                  "copies its sources "
                   "throughout is found, a single copy may not be)" if len(names) < len(records) else "")
         rep.add(name, not contradicting, f"{len(contradicting)} are, e.g. {first[0]} = source {first[1]}{sample}"
                 if first else f"{compared} released image / source pairs of the mapping compared at the released "

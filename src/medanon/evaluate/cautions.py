@@ -61,17 +61,20 @@ def public_codec(rel: ReleaseData) -> str | None:
 def _pairs(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[tuple]:
     """Every two releases that share a patient and have records whose ``n_people`` differ by one, as
     ``(release, n_people, patients)`` twice."""
-    real = ctx.real
-    usable = [(r, n, {real.patients[j] for rows in r.sources for j in rows})          # each release's patients, once
+    usable = [(r, n, _patients_of(ctx, r))
               for r in rels if r.sources is not None and (n := _people_column(r)) is not None]
     return [(*x, *y) for i, x in enumerate(usable) for y in usable[i + 1:]
             if x[2] & y[2] and (np.abs(x[1][:, None] - y[1][None, :]) == 1).any()]
 
 
+def _patients_of(ctx: RealContext, r: ReleaseData) -> set:
+    """The patients a release (with its mapping) was made from, each once."""
+    return {ctx.real.patients[j] for rows in r.sources for j in rows}
+
+
 def _note_unmeasured(ctx: RealContext, rels: Sequence[ReleaseData]) -> None:
     """Say why releases of the same people were not differenced (the report would otherwise be silent)."""
-    real = ctx.real
-    people = [(r.name, {real.patients[j] for rows in r.sources for j in rows}) for r in rels if r.sources is not None]
+    people = [(r.name, _patients_of(ctx, r)) for r in rels if r.sources is not None]
     shared = [f"{a} × {b}" for i, (a, pa) in enumerate(people) for b, pb in people[i + 1:] if pa & pb]
     if shared:
         ctx.note(f"differencing is not measured: the releases that share patients ({'; '.join(shared)}) have no two "

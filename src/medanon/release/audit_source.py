@@ -86,20 +86,6 @@ COPY_RMSE = 1 / 127.5           # as the evaluation's copy screen: within one 8-
 MAX_COMPARED = 5000             # records compared with their preprocessed sources (about 30 ms a large JPEG source)
 
 
-def _released_pixels(path: Path):
-    """A released PNG as (C, H, W) float32 in [-1, 1], or None if it cannot be decoded."""
-    import numpy as np
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            a = np.asarray(im.convert("L" if im.mode in ("L", "I", "I;16", "1") else "RGB"), dtype=np.float32)
-    except (OSError, ValueError, Image.DecompressionBombError):
-        return None
-    a = a / 127.5 - 1.0
-    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
-
-
 def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, source_records,
                               modality: str | None, *, people: dict[str, int], image_dp: bool,
                               crop: str | None = None) -> None:
@@ -115,9 +101,11 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     (``image_dp``). A method that claims neither (VS-Snow at a small p changes too few pixels to tell at a small
     size) gets a note: its statement is not contradicted, and the evaluation counts the copies."""
     import numpy as np
+    from PIL import Image
 
     from medanon.data.decode import decode
     from medanon.errors import DataError
+    from medanon.release.files import png_to_float
 
     by_id = {r.record_id: r for r in source_records if Path(r.path).is_file()}    # images in memory have no file
     if not by_id:
@@ -133,8 +121,9 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     copies: list[tuple[str, str]] = []
     compared = 0
     for img in names:
-        got = _released_pixels(release / img)
-        if got is None:
+        try:
+            got = png_to_float(release / img)
+        except (OSError, ValueError, Image.DecompressionBombError):
             continue                                    # "every image is a readable PNG" names it
         channels, side = got.shape[0], got.shape[-1]
         for sid in records[img]["sources"]:

@@ -43,6 +43,13 @@ def _png(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def png_to_float(path: Path) -> np.ndarray:
+    """A release PNG as (C, H, W) float32 in [-1, 1] (a grey image as one channel; any other mode as RGB)."""
+    with Image.open(path) as im:
+        a = np.asarray(im if im.mode in ("L", "RGB") else im.convert("RGB"), dtype=np.float32) / 127.5 - 1.0
+    return a[None] if a.ndim == 2 else np.ascontiguousarray(a.transpose(2, 0, 1))
+
+
 def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record],
                  labels: Sequence[str]) -> dict[str, Any]:
     """Write one record into the partial folder ``partial``: its image under a secret random name (atomically),

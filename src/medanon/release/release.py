@@ -43,15 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image
 
 from medanon.anonymize.privacy import PrivacyWarning
 from medanon.data.records import Record, records_digest
 from medanon.outputs import dataset_inputs
 from medanon.release.aggregate import aggregate_labels
-from medanon.release.files import read_release
+from medanon.release.files import png_to_float, read_release
 from medanon.release.sharded import ShardWriter, open_release
 from medanon.runtime import files_digest
 
@@ -102,12 +100,6 @@ def _same_folder(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
     except (OSError, RuntimeError):                  # (a loop of symbolic links: the writer names it)
         return False
-
-
-def _png_to_float(path: Path) -> np.ndarray:
-    """A release PNG as (C, H, W) float32 in [-1, 1]."""
-    a = np.asarray(Image.open(path), dtype=np.float32) / 127.5 - 1.0
-    return a[None] if a.ndim == 2 else np.ascontiguousarray(a.transpose(2, 0, 1))
 
 
 @dataclass(frozen=True)
@@ -362,7 +354,7 @@ class Release:
         _, rows = read_release(self.path)
         names = list(self.labels)
         for row in rows[:limit]:
-            image = torch.from_numpy(_png_to_float(self.path / row["image"]))
+            image = torch.from_numpy(png_to_float(self.path / row["image"]))
             yield ReleasedRecord(image, {n: _cell(row[n]) for n in names if n in row}, int(row.get("n_people", 0)),
                                  row["image"])
 
@@ -399,7 +391,7 @@ class Release:
             self.saver(out, None, False, progress)
             _, rows = read_release(out)
             for row in rows:
-                cap.images.append(torch.from_numpy(_png_to_float(out / row["image"])))
+                cap.images.append(torch.from_numpy(png_to_float(out / row["image"])))
                 cap.entries[row["image"]] = {"labels": {n: _cell(row[n]) for n in self.labels if n in row},
                                              "patients": range(int(row.get("n_people", 0)))}
         return cap

@@ -7,8 +7,8 @@ The commands are the real CLI (``medanon --device DEV ...``), called in this pro
 serves them all and the peak GPU memory of each can be read (``torch.cuda.max_memory_allocated``); torchrun
 runs as a subprocess. What runs: the phantoms and a split; the ten anonymisation methods (k-SALSA and GMIA on
 the shipped 64 px models); the seven trainers for a few steps; ``generate``; ``evaluate`` (fast preset, no
-Inception weights needed) on the GPU and, for comparison on the same data, on the CPU; the demo at small size;
-``torchrun --nproc_per_node 1 ... train gan`` (NCCL on CUDA, gloo on the CPU).
+Inception weights needed; the tiny preset with ``--tiny``) on the GPU and, for comparison on the same data, on the
+CPU; the demo at small size; ``torchrun --nproc_per_node 1 ... train gan`` (NCCL on CUDA, gloo on the CPU).
 
     python benchmarks/gpu_check.py                    # on a GPU machine (the project + checkpoints: < 60 MB)
     python benchmarks/gpu_check.py --device cpu --tiny   # the CI form: the same commands, fewer images
@@ -97,11 +97,12 @@ def checks(w: Path, dev: str, tiny: bool) -> list[tuple[str, list[str]]]:
                              "--out", str(tr / "segmenter")]),
     ]
     ev = ["evaluate", "--real", str(fd), "--splits", str(w / "splits.csv"), "--release", str(rel / "kpixel"),
-          "--release", str(rel / "ksalsa"), "--preset", "fast", "--no-inception"]
+          "--release", str(rel / "ksalsa"), "--preset", "tiny" if tiny else "fast", "--no-inception"]
     out += [("evaluate", [*ev, "--out", str(w / "report")])]
     if dev != "cpu":
         out += [("evaluate-on-cpu", ["--device", "cpu", *ev, "--out", str(w / "report-cpu")])]
-    out += [("demo", ["demo", "--out", str(w / "demo"), "--patients", "20" if tiny else "40", "--per-patient", "2",
+    out += [("demo", ["demo", "--out", str(w / "demo"), "--patients", "20" if tiny else "40",
+                      "--per-patient", "1" if tiny else "2",
                       "--ksalsa-steps", "2", "--gmia-steps", "2",
                       *(["--skip-evaluation"] if tiny else ["--no-inception"])])]
     return out
@@ -193,7 +194,8 @@ def device_name(dev: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda[:N]")
-    ap.add_argument("--tiny", action="store_true", help="fewer images and no evaluation in the demo (CI)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="fewer images, the tiny evaluation preset and no evaluation in the demo (CI)")
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one, removed at the end)")
     ap.add_argument("--only", help="comma-separated check names (phantoms and the split always run)")
     ap.add_argument("--profile", default="", help="comma-separated check names to run under cProfile")

@@ -690,3 +690,32 @@ def test_utility_intervals_over_few_held_out_patients_are_called_rough(world):
         assert g < 20
         assert any(n.startswith(f"utility ({task}) is tested on {entry['n_test']} images of {g} held-out patient(s)")
                    and "covers the true value less often than stated" in n for n in rep["notes"]), rep["notes"]
+
+
+def test_every_two_sided_and_derived_number_carries_its_interval(world):
+    """The numbers beside the headline rates (two-sided AUCs and top-1, F1, balanced accuracy, the attribute AUROCs)
+    have intervals in report.json that hold them, and the page shows them (the independent attacker's table too)."""
+    rep, html = world["report"], (world["out"] / "report.html").read_text()
+    checked = 0
+
+    def holds(d: dict, key: str) -> None:
+        nonlocal checked
+        if d and d.get(key) is not None and d[key] == d[key]:
+            lo, hi = d[f"{key}_ci"]
+            assert lo <= d[key] <= hi, (key, d[key], lo, hi)
+            checked += 1
+
+    for r in rep["releases"]:
+        for a in (r["attacks"], r["attacks"].get("independent") or {}):
+            holds(a.get("nearest"), "two_sided_auc")
+            holds(a.get("singling_out"), "two_sided_top1")
+            for part in ("control", "inner", "outer"):
+                for key in ("F1", "accuracy", "AUC_two_sided"):
+                    holds((a.get("linkability") or {}).get(part), key)
+        holds(r["attacks"].get("attribute"), "auroc")
+        holds(r["attacks"].get("attribute"), "original_auroc")
+    assert checked >= 8 * len(rep["releases"])
+    section = html[html.index("<h2>A second, independent attacker"):]
+    section = section[:section.index("</table>")]
+    row = section[section.index("<td>copy"):].split("</tr>")[0]
+    assert row.count("<span class=ci>[") >= 4, row                 # main / independent, each with its interval

@@ -109,3 +109,22 @@ def test_local_cloaking_counts_a_tied_outsider_as_half():
     out = singling_out(source_emb=src, source_record=[0, 1, 1], release_emb=rel, source_patients=["a", "b", "c"],
                        n_resamples=50)
     assert out["LC_N_R"] == pytest.approx(0.5)
+
+
+def test_a_residual_clipped_to_a_point_shows_its_unclipped_interval():
+    """An attack that succeeds on 5 % of 40 patients' images against a control at 60 %: every resample is below the
+    control, the clipped interval is [0, 0], and the report shows the unclipped estimate and interval beside it."""
+    from medanon.evaluate.attacks.risk import rate
+    from medanon.evaluate.report_risks import _residual
+
+    groups = np.repeat(np.arange(40), 2)
+    attack = rate(np.arange(80) % 20 == 0, groups=groups, n_resamples=200)
+    control = rate(np.arange(80) % 5 < 3, groups=groups + 100, stream=1, n_resamples=200)
+    rr = residual_risk(attack, control).to_dict()
+    assert rr["risk"] == 0.0 and rr["ci"] == [0.0, 0.0]
+    lo, hi = rr["unclipped_ci"]
+    assert lo < rr["unclipped"] < hi < 0 and rr["unclipped"] == pytest.approx((0.05 - 0.6) / 0.4)
+    cell = _residual(rr)
+    assert "before clipping to [0, 1]: -1.375" in cell and f"{lo:.3f}" in cell
+    open_rr = residual_risk(rate(np.arange(80) % 2 == 0, groups=groups, n_resamples=200), control).to_dict()
+    assert open_rr["ci"][0] < open_rr["ci"][1] and "before clipping" not in _residual(open_rr)

@@ -57,7 +57,8 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 14    # 14: utility shares counted from chance (AUROC 0.5); 13: pooled top-K accuracy
+RESULTS_VERSION = 15    # 15: intervals of two-sided AUCs, F1, AUROCs, leak kept, unclipped residuals;
+#                         14: utility shares counted from chance (AUROC 0.5); 13: pooled top-K accuracy
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
         "name": rel.name, "path": str(rel.path), "method": rel.method, "params": rel.params, "setting": rel.setting,
         "privacy": rel.manifest.get("privacy", {}), "phantom": bool(rel.manifest.get("phantom", False)),
         "records": len(rel.images), "counts": rel.manifest.get("counts", {}),
+        **({"quality": rel.manifest["quality"]} if rel.manifest.get("quality") else {}),   # DP-GLOW's fallback
         "mapping": str(rel.mapping_path) if rel.mapping_path else None,
         "k_claim": k_claim(rel, ctx.real.patients),
     }

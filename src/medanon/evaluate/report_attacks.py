@@ -6,8 +6,8 @@ Every number shows its N and its interval."""
 
 from __future__ import annotations
 
-from medanon.evaluate.calibration import risk_rows, row_label, row_unit
 from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _table
+from medanon.evaluate.report_risks import _iv, _rate_iv, _residual, _risks, _threshold
 from medanon.evaluate.report_verdict import calibration_section
 
 CONTROLS = [
@@ -35,13 +35,6 @@ CONTROLS = [
     ("Utility", "reference: a classifier trained on as many real source images, paired bootstrap over the "
                 "test set's patients for both and for their difference"),
 ]
-
-
-def _iv(v, ci, digits: int = 3, pct: bool = False) -> str:
-    f = (lambda x: _pct(x)) if pct else (lambda x: _num(x, digits))
-    if not ci:
-        return f(v)
-    return f"{f(v)} <span class=ci>[{f(ci[0])}, {f(ci[1])}]</span>"
 
 
 def _skipped(rels: list[dict], ok: list[dict], key: str) -> list[str]:
@@ -130,19 +123,18 @@ def _nearest(rels: list[dict]) -> str:
         ind = (r["attacks"].get("independent") or {}).get("nearest") or {}
         f, v = a["risk"], a["risk_reverse"]
         rows.append(_greyed([_e(r["name"]), _iv(a["auc"], a["auc_ci"]), _iv(a["reverse_auc"], a["reverse_auc_ci"]),
-                     _num(a["two_sided_auc"]), f"{a['p_value']:.2g}",
-                     f"{_pct(f['attack']['rate'])} / {_pct(f['control']['rate'])}",
-                     f"{_pct(v['attack']['rate'])} / {_pct(v['control']['rate'])}",
-                     _threshold(f.get("threshold")),
-                     _iv(f["residual_risk"]["risk"], f["residual_risk"]["ci"]),
-                     _num(ind.get("two_sided_auc")), f"{a['n_members']} / {a['n_controls']}"
+                     _iv(a["two_sided_auc"], a.get("two_sided_auc_ci")), f"{a['p_value']:.2g}",
+                     f"{_rate_iv(f['attack'])} / {_rate_iv(f['control'])}",
+                     f"{_rate_iv(v['attack'])} / {_rate_iv(v['control'])}",
+                     _threshold(f.get("threshold")), _residual(f["residual_risk"]),
+                     _iv(ind.get("two_sided_auc"), ind.get("two_sided_auc_ci")), f"{a['n_members']} / {a['n_controls']}"
                      + (f" <span class=ci>({a['member_patients']} / {a['control_patients']} patients)</span>"
                         if "member_patients" in a else "")], _why_invalid(r, "nearest")))
     return "<h2>Membership by nearest released record (with a held-out control)</h2>" + _table(
-        ["Release", "AUC [95% CI]", "reverse AUC", "two-sided AUC", "p (patient bootstrap)",
-         "claimed: members / controls (%)", "reverse: members / controls (%)",
+        ["Release", "AUC [95% CI]", "reverse AUC [95% CI]", "two-sided AUC [95% CI]", "p (patient bootstrap)",
+         "claimed: members / controls (%) [95% CI]", "reverse: members / controls (%) [95% CI]",
          "FPR: nominal → realised on controls (%) [95% CI]", "residual vs control [95% CI]",
-         "two-sided AUC, independent net", "members / controls: images (patients)"], rows,
+         "two-sided AUC, independent net [95% CI]", "members / controls: images (patients)"], rows,
         caption=f"The attacker claims a target is in the release when its most similar released record passes a "
                 f"threshold set on {ok[0]['attacks']['nearest']['calibrated_on']} (FPR "
                 f"{ok[0]['attacks']['nearest']['fpr']}); the reverse attacker when its least similar one falls "
@@ -162,13 +154,15 @@ def _attribute(rep: dict) -> str:
             f1 = ((r["utility"].get("grade") or {}).get("paired_bootstrap") or {}).get("f1_3class")
             rows.append(_greyed([_e(r["name"]), _iv(at["accuracy"], at["accuracy_ci"], pct=True),
                          _iv(at.get("original_accuracy"), at.get("original_accuracy_ci"), pct=True),
-                         _pct(at["baseline"]), _num(at.get("leak_kept")), _num(at["auroc"]),
-                         _num(at.get("original_auroc")), str(at["n"]),
+                         _pct(at["baseline"]), _iv(at.get("leak_kept"), at.get("leak_kept_ci")),
+                         _iv(at["auroc"], at.get("auroc_ci")),
+                         _iv(at.get("original_auroc"), at.get("original_auroc_ci")), str(at["n"]),
                          _iv(f1["release"]["value"], f1["release"]["ci"], pct=True) if f1 else "–"],
                                 _why_invalid(r, "attribute")))
-        out.append(_table(["Release", f"{_e(a0['attribute'])} accuracy (%) on the release",
-                           "Original: same records' real images (%)", "baseline: majority (%)",
-                           "share of the Original's leak kept", "AUROC release", "AUROC Original", "N records",
+        out.append(_table(["Release", f"{_e(a0['attribute'])} accuracy (%) on the release [95% CI]",
+                           "Original: same records' real images (%) [95% CI]", "baseline: majority (%)",
+                           "share of the Original's leak kept [95% CI]", "AUROC release [95% CI]",
+                           "AUROC Original [95% CI]", "N records",
                            "DR F1 healthy/NPDR/PDR (%), train on release"],
                           rows, caption=f"VS-Snow Table 1, per release: the attacker is trained on "
                                         f"{_e(a0.get('attacker_trained_on') or 'real images')}, patients neither "
@@ -189,8 +183,10 @@ def _link_row(label: str, v: dict | None, target_far: float | None = None) -> li
         label += (f' <span class=invalid>(its FAR is far above the target {target_far:g}: the threshold does not '
                   "separate its records, and TAR / F1 are no risk)</span>")
     rev = _iv(v.get("reverse_TAR"), v.get("reverse_TAR_ci")) if "reverse_TAR" in v else "–"
-    return [label, _num(v["F1"]), _num(v["accuracy"]), _iv(v["TAR"], v["TAR_ci"]), _iv(v["FAR"], v["FAR_ci"]),
-            f"{_iv(v['AUC'], v.get('AUC_ci'))} <span class=ci>two-sided {_num(v.get('AUC_two_sided'))}</span>", rev,
+    return [label, _iv(v["F1"], v.get("F1_ci")), _iv(v["accuracy"], v.get("accuracy_ci")), _iv(v["TAR"], v["TAR_ci"]),
+            _iv(v["FAR"], v["FAR_ci"]),
+            f"{_iv(v['AUC'], v.get('AUC_ci'))} <span class=ci>two-sided "
+            f"{_iv(v.get('AUC_two_sided'), v.get('AUC_two_sided_ci'))}</span>", rev,
             f"{v['genuine_pairs']} / {v['impostor_pairs']}"]
 
 
@@ -206,7 +202,8 @@ def _linkability(rels: list[dict]) -> str:
                          _why_invalid(r, "linkability")) for r in ok]
         rows += [_greyed(_link_row(f"Outer risk — {_e(r['name'])}", r["attacks"]["linkability"].get("outer"), far),
                          _why_invalid(r, "linkability")) for r in ok]
-        out.append(_table(["Testing data", "F1 ↑ (equal prevalence)", "balanced Acc ↑", "TAR ↑ [95% CI]",
+        out.append(_table(["Testing data", "F1 ↑ (equal prevalence) [95% CI]", "balanced Acc ↑ [95% CI]",
+                           "TAR ↑ [95% CI]",
                            "FAR ↓ [95% CI]", "AUC [95% CI]", "reverse TAR [95% CI]",
                            "genuine / impostor pairs"], rows,
                           caption=f"GMIA Table 3 layout, standard definitions: FAR = impostor pairs accepted / "
@@ -263,18 +260,18 @@ def _siamese(rels: list[dict]) -> str:
         for r in ok:
             a = r["attacks"]["siamese"]
             o, m = a.get("outer") or {}, a["membership"]
-            rows.append(_greyed([_e(r["name"]), _iv(o.get("AUC"), o.get("AUC_ci")), _num(o.get("AUC_two_sided")),
+            rows.append(_greyed([_e(r["name"]), _iv(o.get("AUC"), o.get("AUC_ci")),
+                         _iv(o.get("AUC_two_sided"), o.get("AUC_two_sided_ci")),
                          _iv(o.get("TAR"), o.get("TAR_ci")), _iv(o.get("reverse_TAR"), o.get("reverse_TAR_ci")),
                          f"{o.get('genuine_pairs', '–')} / {o.get('impostor_pairs', '–')}",
-                         _iv(m["auc"], m["auc_ci"]), _num(m["two_sided_auc"]),
-                         _threshold(m["risk"].get("threshold")),
-                         _iv(m["risk"]["residual_risk"]["risk"], m["risk"]["residual_risk"]["ci"]),
+                         _iv(m["auc"], m["auc_ci"]), _iv(m["two_sided_auc"], m.get("two_sided_auc_ci")),
+                         _threshold(m["risk"].get("threshold")), _residual(m["risk"]["residual_risk"]),
                          f"{m['n_members']} / {m['n_controls']}"], _why_invalid(r, "siamese")))
         a0 = ok[0]["attacks"]["siamese"]
         ref = a0["reference"]
-        out.append(_table(["Release", "outer AUC [95% CI]", "two-sided AUC", "TAR ↑ [95% CI]",
-                           "reverse TAR", "genuine / impostor pairs", "membership AUC [95% CI]",
-                           "membership two-sided AUC", "membership FPR: nominal → realised on controls (%)",
+        out.append(_table(["Release", "outer AUC [95% CI]", "two-sided AUC [95% CI]", "TAR ↑ [95% CI]",
+                           "reverse TAR [95% CI]", "genuine / impostor pairs", "membership AUC [95% CI]",
+                           "membership two-sided AUC [95% CI]", "membership FPR: nominal → realised on controls (%)",
                            "residual vs control [95% CI]", "members / controls"], rows,
                           caption=f"A Siamese network (shared convolutional branch, a head on |a − b| and a · b) "
                                   f"trained to decide “same patient?” on pairs of {_e(a0.get('trained_on'))}. On real "
@@ -296,26 +293,24 @@ def _independent(rep: dict) -> str:
     net = rep["networks"].get("independent") or {}
     cfg = net.get("config", {})
     corr = (rep["networks"].get("checks") or {}).get("cosine_correlation") or {}
-    rows = []
-    for r in rels:
-        a, b = r["attacks"], r["attacks"]["independent"]
 
-        def g(x, key, sub=None):
+    def both(r: dict, key: str, sub: str | None, value: str) -> str:
+        """The main network's value and the independent one's, each with its interval."""
+        parts = []
+        for x in (r["attacks"], r["attacks"]["independent"]):
             v = x.get(key) or {}
             v = (v.get(sub) or {}) if sub else v
-            return v
+            parts.append(_iv(v.get(value), v.get(f"{value}_ci")))
+        return " / ".join(parts)
 
-        rows.append(_greyed([_e(r["name"]),
-                     f"{_num(g(a, 'linkability', 'outer').get('AUC_two_sided'))} / "
-                     f"{_num(g(b, 'linkability', 'outer').get('AUC_two_sided'))}",
-                     f"{_num(g(a, 'singling_out').get('two_sided_top1'))} / "
-                     f"{_num(g(b, 'singling_out').get('two_sided_top1'))}",
-                     f"{_num(g(a, 'nearest').get('two_sided_auc'))} / {_num(g(b, 'nearest').get('two_sided_auc'))}"],
-                            _why_invalid(r, "independent linkability", "independent singling_out",
-                                         "independent nearest")))
+    rows = [_greyed([_e(r["name"]), both(r, "linkability", "outer", "AUC_two_sided"),
+                     both(r, "singling_out", None, "two_sided_top1"), both(r, "nearest", None, "two_sided_auc")],
+                    _why_invalid(r, "independent linkability", "independent singling_out", "independent nearest"))
+            for r in rels]
     return "<h2>A second, independent attacker</h2>" + _table(
-        ["Release", "outer two-sided AUC: main / independent", "singled out two-sided top-1",
-         "nearest-record two-sided AUC"], rows,
+        ["Release", "outer two-sided AUC: main / independent [95% CI]",
+         "singled out two-sided top-1: main / independent [95% CI]",
+         "nearest-record two-sided AUC: main / independent [95% CI]"], rows,
         caption=f"The independent identity network: {_e(cfg.get('arch'))} at {_e(cfg.get('image_size'))} px, seed "
                 f"{_e(cfg.get('seed'))}, trained on {_e(net.get('trained_on'))}. Cosines of the two networks on "
                 f"held-out pairs correlate r = {_num(corr.get('pearson_r'))} (n = {corr.get('pairs', '–')}): the "
@@ -363,60 +358,6 @@ def _screening(rep: dict, grids: dict) -> str:
                        f'{", own source" if p["own_source"] else ""}</span></div>')
         out.append("</div>")
     return "\n".join(out)
-
-
-def _risks(rep: dict) -> str:
-    rows = []
-    for r in rep["releases"]:
-        for row, risk in risk_rows(r["attacks"]).items():
-            rr = risk["residual_risk"]
-            ctrl = risk.get("control")
-            base = risk.get("baseline")
-            check = (r.get("validity") or {}).get(row) or {"valid": True}
-            valid = check["valid"]
-            cells = [_e(r["name"]), _e(row_label(row)), _rate(risk["attack"], row_unit(row)), _rate(ctrl) if ctrl else
-                     f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
-                     _threshold(risk.get("threshold")),
-                     f"{_iv(rr['risk'], rr['ci'])} <span class=ci>vs {_e(risk.get('against', 'control'))}</span>",
-                     "yes" if valid else f"<span class=invalid>no: {_e(check['reason'])}</span>"]
-            rows.append(cells if valid else [f"<span class=invalid>{c}</span>" for c in cells[:-1]] + cells[-1:])
-    if not rows:
-        return ""
-    return "<h2>Residual risk</h2>" + _table(
-        ["Release", "Attack", "Attack success (%)", "Control: same attack, held-out patients (%)",
-         "Baseline: guessing without the release (%)", "Threshold: nominal → realised on controls (%) [95% CI]",
-         "Residual risk [95% CI]", "Valid"], rows,
-        caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over "
-                "bootstrap resamples of the patients on both sides (Wilson with the error propagated where no patient "
-                "ids reach the attack); clipped to [0, 1]. The reference is the control where one exists; otherwise "
-                "the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it. "
-                "Controls are reweighted to the members' mix of the label that drives similarity (named in the "
-                "cell, with the unweighted rate); the reweighting is redone in every bootstrap resample. A threshold "
-                "set at a nominal rate on calibration patients shows the rate it gives on the controls (unweighted, "
-                "patient bootstrap); one set on too few patients makes its row invalid. Greyed rows are not valid "
-                "(last column: why) and count nowhere else.")
-
-
-def _rate(d: dict, unit: str = "") -> str:
-    extra = " exact" if d.get("exact") else ""
-    b = d.get("balanced")
-    if b:
-        extra += f"; reweighted to the members' {_e(b['label'])} mix, unweighted {_pct(b['unweighted_rate'])}"
-    # the bootstrap's units: patients linked by a shared record are one cluster (a k-Same record links k people)
-    trials = f"{d['trials']}" + (f" {unit}" if unit else "") + \
-        (f", {d['patients']} patient clusters" if d.get("patients") is not None else "")
-    return (f"{_pct(d['rate'])} <span class=ci>[{_pct(d['ci'][0])}, {_pct(d['ci'][1])}] n={trials}{extra}"
-            f"</span>")
-
-
-def _threshold(t: dict | None) -> str:
-    if not t:
-        return "–"
-    got = (f"{_pct(t['realised_fpr'])} <span class=ci>[{_pct(t['realised_fpr_ci'][0])}, "
-           f"{_pct(t['realised_fpr_ci'][1])}]</span>" if t.get("realised_fpr") is not None else "–")
-    cal = f"<span class=ci>set on {t['calibration_patients']} patients</span>"
-    warn = f" <span class=invalid>{_e(t['warning'])}</span>" if t.get("warning") else ""
-    return f"{_pct(t['nominal_fpr'])} → {got} {cal}{warn}"
 
 
 def attack_sections(rep: dict, grids: dict | None = None) -> str:

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from medanon.evaluate.report_attacks import _iv, _rate
 from medanon.evaluate.report_format import _assume, _e, _num, _table
 from medanon.evaluate.report_format import differencing_space as space
+from medanon.evaluate.report_risks import _rate, _residual
 
 CAPTION = ("For every two records whose n_people differ by one, (n_a·a − n_b·b) / (n_a − n_b): where the smaller "
            "record's people are all in the larger, the image of the one person left over (pixels: images compared "
@@ -30,7 +30,7 @@ def differencing_section(rep: dict) -> str:
                      f"{_num(t['median_patient_distance'])} ({t['patients']} patients)</span>",
                      f"{m['recovered']} / {m['shown_alone']} / {m['recovered_beyond']} of {m['patients']}",
                      _rate(d["risk"]["attack"]), _rate(d["risk"]["control"]),
-                     _iv(rr["risk"], rr["ci"]), _num(m.get("median_error"))])
+                     _residual(rr), _num(m.get("median_error"))])
     if not entries:
         return ""
     quiet = (f"<p>{len(nobody)} pair(s) of releases recover nobody, member or control: "

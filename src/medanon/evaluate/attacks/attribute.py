@@ -32,7 +32,7 @@ import torch
 
 from medanon.data.tensors import resize_to
 from medanon.evaluate.attacks.risk import rate, risk_entry
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, components
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, cluster_summary, components, weighted_auc
 from medanon.evaluate.metrics import roc_auc
 from medanon.models.classifier import ResNet, predict_proba
 
@@ -76,9 +76,13 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
     acc = rate(pred == t, groups=rg, stream=0, **boot)
     base = rate(t == majority, groups=rg, stream=0, **boot)
     held = rate((hp >= 0.5).astype(int) == ht, groups=hg, stream=1, **boot)
+    units = rg if rg is not None else np.arange(len(t))             # resampled: record clusters, else records
     out = {"attribute": attribute, "accuracy": acc.raw, "accuracy_ci": list(acc.ci), "auroc": roc_auc(t, p),
+           "auroc_ci": _auc_ci(t, p, units, stream=0, **boot),
            "chance": base.raw, "baseline": base.raw, "heldout_real_accuracy": held.raw,
-           "heldout_real_accuracy_ci": list(held.ci), "heldout_real_auroc": roc_auc(ht, hp), "n": len(t),
+           "heldout_real_accuracy_ci": list(held.ci), "heldout_real_auroc": roc_auc(ht, hp),
+           "heldout_real_auroc_ci": _auc_ci(ht, hp, hg if hg is not None else np.arange(len(ht)), stream=1, **boot),
+           "n": len(t),
            "n_heldout": len(ht), "heldout_chance": float(max(np.mean(ht == 0), np.mean(ht == 1))),
            "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS,
            "interval": acc.method, "heldout_interval": held.method}
@@ -89,11 +93,35 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
               scores(attacker, source_images[torch.as_tensor(flat, dtype=torch.long)], image_size))
         op = np.asarray([sp[[where[int(i)] for i in rows]].mean() for rows in record_sources])[ok]
         orig = rate((op >= 0.5).astype(int) == t, groups=rg, stream=0, **boot)
-        out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=roc_auc(t, op))
+        out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=roc_auc(t, op),
+                   original_auroc_ci=_auc_ci(t, op, units, stream=0, **boot))
         gap = orig.raw - base.raw                                   # defined only where the Original leaks at all
         out["leak_kept"] = float((acc.raw - base.raw) / gap) if orig.ci[0] > base.raw else float("nan")
+        out["leak_kept_ci"] = (_leak_ci(pred == t, (op >= 0.5).astype(int) == t, t == majority, out["leak_kept"],
+                                        units, **boot) if orig.ci[0] > base.raw else [float("nan")] * 2)
     out["risk"] = risk_entry(acc, None, what=f"the attacker's {attribute} guess for a released record is right",
                              control_is="none: the attack reads the target's own released image, so it cannot be "
                                         "run on people outside the release",
                              baseline=base, baseline_is="guessing the most frequent class")
     return out
+
+
+def _auc_ci(truth: np.ndarray, prob: np.ndarray, units, *, stream: int, **boot) -> list[float]:
+    """The AUROC's percentile interval over the same resamples of ``units`` as the accuracy's (NaN with one class)."""
+    if len(np.unique(truth)) < 2:
+        return [float("nan"), float("nan")]
+    return cluster_summary(weighted_auc(prob, truth == 1), units, roc_auc(truth, prob), stream=stream, **boot)["ci"]
+
+
+def _leak_ci(release_right, original_right, baseline_right, estimate: float, units, **boot) -> list[float]:
+    """The share of the Original's leak kept, ``(release - baseline) / (original - baseline)``, recomputed in each
+    resample of the records (the same resamples as the accuracies'); a resample where the Original does not beat
+    the baseline has no share and is left out."""
+    r, o, b = (np.asarray(x, np.float64) for x in (release_right, original_right, baseline_right))
+
+    def stat(w: np.ndarray) -> np.ndarray:
+        n = w.sum(1)
+        gap = (w @ o - w @ b) / n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(gap > 0, ((w @ r - w @ b) / n) / gap, np.nan)
+    return cluster_summary(stat, units, estimate, stream=0, **boot)["ci"]

@@ -102,8 +102,9 @@ def verification_rates(scores, genuine, threshold: float, *, confidence: float =
     auc = delong(sc[g], sc[~g], confidence=confidence)
     out = {"TAR": t_, "FAR": f_, "FRR": 1 - t_, "TAR_ci": list(tar.ci), "FAR_ci": list(far.ci), "F1": f1,
            "accuracy": (t_ + 1 - f_) / 2, "AUC": auc["auc"], "AUC_ci": auc["ci"], "AUC_two_sided": auc["two_sided_auc"],
-           "AUC_p_value": auc["p_value"], "threshold": float(threshold), "genuine_pairs": int(g.sum()),
-           "impostor_pairs": int((~g).sum()), "n": int(g.sum()), "interval": "Wilson over pairs; AUC: DeLong"}
+           "AUC_two_sided_ci": auc["two_sided_ci"], "AUC_p_value": auc["p_value"], "threshold": float(threshold),
+           "genuine_pairs": int(g.sum()), "impostor_pairs": int((~g).sum()), "n": int(g.sum()),
+           "interval": "Wilson over pairs; AUC: DeLong"}
     rev = sc <= low_threshold if low_threshold is not None else None
     if rev is not None:
         rt, rf = int((rev & g).sum()), int((rev & ~g).sum())
@@ -120,22 +121,37 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
     """Patient cluster bootstrap intervals of TAR, FAR, AUC (and reverse TAR), in one pass of resamples: from
     clusters × clusters count matrices (:mod:`.pair_bootstrap`), else by weighting every pair in every resample."""
     est = {"TAR": (out["TAR"], True), "FAR": (out["FAR"], True), "AUC": (out["AUC"], False),
-           "reverse_TAR": (out.get("reverse_TAR", out["TAR"]), True)}
+           "reverse_TAR": (out.get("reverse_TAR", out["TAR"]), True), "accuracy": (out["accuracy"], False),
+           "F1": (out["F1"], False), "AUC_two_sided": (out["AUC_two_sided"], False)}
     fast = verification_draws(sc, g, acc, rev if rev is not None else acc, groups, n_resamples=n_resamples,
                               seed=seed) if not GATHER else None
     if fast is not None:
-        b = summarise_draws(fast[0], fast[1], est, confidence=confidence, seed=seed, n_resamples=n_resamples)
+        b = summarise_draws(_derived(fast[0]), fast[1], est, confidence=confidence, seed=seed,
+                            n_resamples=n_resamples)
     else:
-        b = cluster_summaries(_gathered_stat(sc, g, acc, rev), _sorted(sc, g, groups), est, confidence=confidence,
+        stat = _gathered_stat(sc, g, acc, rev)
+        b = cluster_summaries(lambda w: _derived(stat(w)), _sorted(sc, g, groups), est, confidence=confidence,
                               seed=seed, n_resamples=n_resamples)
     upd = {"TAR_ci": b["TAR"]["ci"], "FAR_ci": b["FAR"]["ci"], "AUC_delong_ci": out["AUC_ci"],
-           "AUC_ci": b["AUC"]["ci"], "interval": b["AUC"]["interval"], "patients": b["AUC"]["clusters"],
+           "AUC_ci": b["AUC"]["ci"], "accuracy_ci": b["accuracy"]["ci"], "F1_ci": b["F1"]["ci"],
+           "AUC_two_sided_ci": b["AUC_two_sided"]["ci"], "interval": b["AUC"]["interval"],
+           "patients": b["AUC"]["clusters"],
            "resamples": b["AUC"]["resamples"], "seed": seed, "AUC_p_value": bootstrap_p(b["AUC"]["draws"], 0.5),
            "AUC_p_value_test": "patient cluster bootstrap, interval inversion (twice the smaller share of resampled "
                                "AUCs on either side of 0.5)"}
     if rev is not None:
         upd["reverse_TAR_ci"] = b["reverse_TAR"]["ci"]
     return upd
+
+
+def _derived(draws: np.ndarray) -> np.ndarray:
+    """Resampled TAR, FAR, AUC, reverse TAR (rows) and what follows from them in each resample: balanced accuracy,
+    F1 at equal prevalence and the two-sided AUC (the formulas of :func:`verification_rates`)."""
+    tar, far, auc = draws[0], draws[1], draws[2]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prec = np.where(tar + far > 0, tar / (tar + far), 0.0)
+        f1 = np.where(prec + tar > 0, 2 * prec * tar / (prec + tar), 0.0)
+    return np.concatenate([draws[:4], np.stack([(tar + 1 - far) / 2, f1, np.maximum(auc, 1 - auc)])])
 
 
 GATHER = False                  # True: always weight every pair (the reference the count matrices are tested against)

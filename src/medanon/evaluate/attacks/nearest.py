@@ -118,7 +118,8 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
     auc = delong(m_hi, c_hi, **kw)
     auc_rev = delong(-m_lo, -c_lo, **kw)
     out = {"auc": auc["auc"], "auc_ci": auc["ci"], "p_value": auc["p_value"], "two_sided_auc": auc["two_sided_auc"],
-           "reverse_auc": auc_rev["auc"], "reverse_auc_ci": auc_rev["ci"], "interval": auc["interval"],
+           "two_sided_auc_ci": auc["two_sided_ci"], "reverse_auc": auc_rev["auc"], "reverse_auc_ci": auc_rev["ci"],
+           "interval": auc["interval"],
            "threshold": tau, "low_threshold": tau_lo, "fpr": fpr, "calibrated_on": calibrated_on,
            "n_members": len(m_hi), "n_controls": len(c_hi), "n": len(m_hi), "assumptions": assumptions,
            "members_left_out": uncovered, "members_left_out_why": ("in a stratum of the balancing label without a "

@@ -130,9 +130,11 @@ class Risk:
     unclipped: float                            # (attack - control) / (1 - control), may be negative
     error: float                                # propagated half-width
     method: str = "propagated"
+    unclipped_ci: tuple[float, float] | None = None   # the interval before clipping
 
     def to_dict(self) -> dict:
-        return {"risk": self.value, "ci": list(self.ci), "unclipped": self.unclipped, "interval": self.method}
+        return {"risk": self.value, "ci": list(self.ci), "unclipped": self.unclipped,
+                "unclipped_ci": None if self.unclipped_ci is None else list(self.unclipped_ci), "interval": self.method}
 
 
 def residual_risk(attack: Rate, control: Rate) -> Risk:
@@ -159,9 +161,9 @@ def residual_risk(attack: Rate, control: Rate) -> Risk:
             a_lo, a_hi = attack.interval
             lo, hi = min(lo, (a_lo - c) / (1.0 - c)), max(hi, (a_hi - c) / (1.0 - c))
             how = "the attack's interval (its draws show no spread) mapped through (a - c) / (1 - c)"
-        return Risk(clip(r), (clip(lo), clip(hi)), r, (hi - lo) / 2, how)
+        return Risk(clip(r), (clip(lo), clip(hi)), r, (hi - lo) / 2, how, (lo, hi))
     err = math.sqrt((attack.error / abs(1.0 - c)) ** 2 + (control.error * (a - 1.0) / (1.0 - c) ** 2) ** 2)
-    return Risk(clip(r), (clip(r - err), clip(r + err)), r, err)
+    return Risk(clip(r), (clip(r - err), clip(r + err)), r, err, unclipped_ci=(r - err, r + err))
 
 
 def risk_entry(attack: Rate, control: Rate | None, *, what: str, control_is: str,

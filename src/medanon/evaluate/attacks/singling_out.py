@@ -103,6 +103,9 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
     attack = rate(top1, groups=groups, **boot)
     reverse = rate(rev1, groups=groups, **boot)
     base = exact_rate(1.0 / big_r, n, confidence=confidence)
+    # either attacker, whichever does better: its rate and interval from the same resamples as a whole
+    two = cluster_summary(lambda w: np.maximum(w @ top1, w @ rev1) / w.sum(1), unit_of,
+                          float(max(top1.mean(), rev1.mean())), rate=True, **boot)
     if grouped:                                     # individuals who share released records are one unit too
         first = np.zeros(len(uniq), np.int64)
         first[codes[::-1]] = np.arange(len(codes))[::-1]            # each individual's first source image
@@ -114,7 +117,7 @@ def singling_out(*, source_emb: np.ndarray, source_record: Sequence[int], releas
             "hidden_rate_individual_ci": [1 - ind.ci[1], 1 - ind.ci[0]], "n_individuals": len(uniq),
             "reverse_top1": float(rev1.mean()), "reverse_top1_ci": list(reverse.ci),
             "reverse_hidden_rate_individual": float(1 - exposed_rev.mean()),
-            "two_sided_top1": float(max(top1.mean(), rev1.mean())),
+            "two_sided_top1": float(max(top1.mean(), rev1.mean())), "two_sided_top1_ci": two["ci"],
             "LC_N_R": float(np.median(n_r)), "LC_N_R_x": float(np.median(n_r_x)), "LC_N_A": float(np.median(n_a)),
             **med_ci, "interval": attack.method, "ties": "a record tied with t others counts 1/(t+1); in N_A and "
                                                         "N_R a tied competitor counts 1/2",

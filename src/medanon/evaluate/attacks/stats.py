@@ -162,7 +162,8 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     if m == 0 or n == 0:
         nan = float("nan")
         return {"auc": nan, "ci": [nan, nan], "delong_ci": [nan, nan], "se": nan, "p_value": nan,
-                "two_sided_auc": nan, "n_pos": m, "n_neg": n, "direction": "none", "interval": "none"}
+                "two_sided_auc": nan, "two_sided_ci": [nan, nan], "n_pos": m, "n_neg": n, "direction": "none",
+                "interval": "none"}
     # structural components: psi(x_i, y_j) averaged over the other sample, from ranks (ties count 1/2)
     rz = rankdata(np.r_[x, y])
     rx, ry = rankdata(x), rankdata(y)
@@ -174,7 +175,8 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     z = float(norm.ppf(0.5 + confidence / 2))
     ci = [max(0.0, auc - z * se), min(1.0, auc + z * se)]
     out = {"auc": auc, "ci": ci, "delong_ci": ci, "se": se, "two_sided_auc": max(auc, 1.0 - auc),
-           "direction": "higher" if auc >= 0.5 else "lower", "n_pos": m, "n_neg": n, "interval": "DeLong"}
+           "two_sided_ci": two_sided_interval(ci), "direction": "higher" if auc >= 0.5 else "lower", "n_pos": m,
+           "n_neg": n, "interval": "DeLong"}
     if pos_groups is None or neg_groups is None:        # with patients, the bootstrap's p-value replaces it below
         out.update(p_value=float(mannwhitneyu(x, y, alternative="two-sided").pvalue),
                    p_value_test="Mann-Whitney, two-sided (units independent)")
@@ -190,11 +192,27 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
                                 n_resamples=n_resamples)["x"] if fast is not None else
                 cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
                                 n_resamples=n_resamples))
-        out.update(ci=boot["ci"], interval=boot["interval"], patients=boot["clusters"],
+        folded = np.maximum(boot["draws"], 1.0 - boot["draws"])       # the two-sided AUC of every resample
+        out.update(ci=boot["ci"], two_sided_ci=percentile_ci(folded, out["two_sided_auc"], confidence),
+                   interval=boot["interval"], patients=boot["clusters"],
                    resamples=boot["resamples"], seed=seed, p_value=bootstrap_p(boot["draws"], 0.5),
                    p_value_test=f"patient cluster bootstrap, interval inversion: twice the smaller share of the "
                                 f"{boot['resamples']} resampled AUCs on either side of 0.5")
     return out
+
+
+def two_sided_interval(ci) -> list[float]:
+    """The image of an AUC interval under ``a -> max(a, 1 - a)``: it holds the two-sided AUC whenever ``ci`` holds
+    the AUC (so its coverage is at least ``ci``'s).
+
+    >>> two_sided_interval([0.2, 0.4]), two_sided_interval([0.45, 0.7])
+    ([0.6, 0.8], [0.5, 0.7])
+    """
+    lo, hi = (float(v) for v in ci)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return [float("nan"), float("nan")]
+    a, b = max(lo, 1.0 - lo), max(hi, 1.0 - hi)
+    return [0.5 if lo <= 0.5 <= hi else min(a, b), max(a, b)]
 
 
 def bootstrap_p(draws, null: float, *, alternative: str = "two-sided") -> float:

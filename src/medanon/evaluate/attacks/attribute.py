@@ -22,7 +22,8 @@ interval lies above the baseline; NaN otherwise).
 
 Intervals: Wilson over records and over held-out images, or, where the patients are given, patient cluster
 bootstraps: records are resampled in clusters linked by a common source patient (``record_patients``, from
-the mapping), held-out images by patient (``heldout_groups``).
+the mapping), held-out images by patient (``heldout_groups``). The AUROCs and the share of the leak kept get the
+percentile interval over resamples of the same units (records, without patients).
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ Which records stand for which patients comes from the release's private mapping 
 not see it, the evaluator uses it as ground truth.
 
 Intervals. One image is in many pairs and one patient has several images, so pairs are far from
-independent: TAR, FAR, reverse TAR and AUC get **patient cluster bootstrap** intervals
+independent: TAR, FAR, reverse TAR and AUC (and F1, balanced accuracy and the two-sided AUC, recomputed in each
+resample) get **patient cluster bootstrap** intervals
 (:func:`medanon.evaluate.attacks.stats.cluster_bootstrap`): held-out patients are resampled for the control
 pairs, clusters of records and their source patients (linked through the mapping) for inner and outer pairs;
 a pair across two clusters counts as often as the product of their draws. :func:`verification_rates` called

@@ -33,11 +33,11 @@ def interrupted_after(monkeypatch):
     def arm(n: int):
         calls = []
 
-        def add(self, key, image, sources):
+        def add(self, key, image, sources, **kw):
             calls.append(key)
             if len(calls) == n:
                 raise KeyboardInterrupt
-            return real(self, key, image, sources)
+            return real(self, key, image, sources, **kw)
 
         monkeypatch.setattr(ReleaseWriter, "add", add)
         try:
@@ -46,3 +46,18 @@ def interrupted_after(monkeypatch):
             monkeypatch.setattr(ReleaseWriter, "add", real)
 
     return arm
+
+
+def smallest_eval_config(size: int):
+    """The fast evaluation preset at its smallest: no Inception, one utility seed, 5-step classifiers and identity
+    network, 50 pairs. It checks that an evaluation runs end to end in seconds; its numbers measure nothing."""
+    from dataclasses import replace
+
+    from medanon.evaluate.config import EvalConfig
+
+    cfg = EvalConfig.fast(size=size)
+    clf = replace(cfg.utility.classifier, steps=5, batch=8)
+    return replace(cfg, fidelity=replace(cfg.fidelity, inception=False, bootstrap=2, kid_subsets=2, samples=2),
+                   utility=replace(cfg.utility, seeds=(0,), classifier=clf),
+                   attacks=replace(cfg.attacks, attribute_classifier=clf, max_pairs=50,
+                                   identity=replace(cfg.attacks.identity, steps=5, batch=8)))

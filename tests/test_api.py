@@ -186,11 +186,9 @@ def test_open_dataset_and_help_show_documented_signatures(world):
 
 
 def test_evaluate_returns_a_typed_result(tmp_path, world):
-    from dataclasses import replace
-
+    from conftest import smallest_eval_config
     from medanon.data.dataset import subset
     from medanon.data.splits import split_patients, write_splits_csv
-    from medanon.evaluate.config import EvalConfig
 
     ds = world["ds"]
     split = split_patients(ds.records, val=0.25, test=0.25, stratify="", seed=0)
@@ -203,12 +201,7 @@ def test_evaluate_returns_a_typed_result(tmp_path, world):
             warnings.simplefilter("ignore")
             rel.save(tmp_path / f"k{k}", mapping=tmp_path / f"k{k}.mapping.json", progress=False)
         rels.append(rel)
-    cfg = EvalConfig.fast(size=SIZE)
-    clf = replace(cfg.utility.classifier, steps=5, batch=8)
-    cfg = replace(cfg, fidelity=replace(cfg.fidelity, inception=False, bootstrap=2, kid_subsets=2, samples=2),
-                  utility=replace(cfg.utility, seeds=(0,), classifier=clf),
-                  attacks=replace(cfg.attacks, attribute_classifier=clf, max_pairs=50,
-                                  identity=replace(cfg.attacks.identity, steps=5, batch=8)))
+    cfg = smallest_eval_config(SIZE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = medanon.evaluate(real=ds, releases=rels, config=cfg, splits=tmp_path / "splits.csv",

@@ -86,8 +86,15 @@ class DPGlow:
 
     def __call__(self, images: torch.Tensor, *,
                  generator: torch.Generator | Sequence[torch.Generator] | None = None) -> torch.Tensor:
+        return self.privatise(images, generator=generator)[0]
+
+    def privatise(self, images: torch.Tensor, *,
+                  generator: torch.Generator | Sequence[torch.Generator] | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The released images and which of them the inverse flow diverged on (N bools: decoded from their
+        privatised latent shrunk towards the prior's mode, :meth:`GlowCodec.decode_checked`; post-processing)."""
         eps = self.codec.encode(images)
-        return self.codec.decode(self.mechanism(eps, generator=generator).to(eps.dtype))
+        return self.codec.decode_checked(self.mechanism(eps, generator=generator).to(eps.dtype))
 
     def privacy(self) -> dict[str, Any]:
         return self.mechanism.privacy(space_description=SPACE, flow=f"GLOW, checkpoint sha256 {self.codec.sha256}")

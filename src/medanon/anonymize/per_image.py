@@ -27,7 +27,9 @@ def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torc
                     noise_seed: int | None = None, progress: bool = True, side_by_side: int = 1) -> int:
     """Privatise every record of ``dataset`` not yet in ``writer`` (resumable); returns the number written.
 
-    ``privatise(images, generator=...)`` maps (N, C, H, W) images to released images. Each record
+    ``privatise(images, generator=...)`` maps (N, C, H, W) images to released images, or to ``(images, facts)``
+    with one dict per image of how it was computed (e.g. ``{"diverged": True}``), which the writer keeps with
+    its record and totals in the manifest (:meth:`~medanon.release.writer.ReleaseWriter.add`). Each record
     stands for itself (LDP releases one image per input image). ``noise_seed`` (experiments only)
     gives every record its own seeded generator; without it the noise is secret. With a seed the
     noise can be regenerated and subtracted by whoever knows or guesses it: the writer's privacy
@@ -47,19 +49,21 @@ def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torc
     todo = [i for i, r in enumerate(dataset.records) if not writer.done(r.record_id)]
     chunks = [todo[start:start + batch] for start in range(0, len(todo), batch)]
 
-    def run(chunk: list[int]) -> torch.Tensor:
+    def run(chunk: list[int]) -> tuple[torch.Tensor, list[dict] | None]:
         recs = [dataset.records[i] for i in chunk]
         images = torch.stack([dataset.load(i)["image"] for i in chunk]).to(device)
         gens = None if noise_seed is None else [record_generator(noise_seed, r.record_id) for r in recs]
-        return privatise(images, generator=gens)
+        out = privatise(images, generator=gens)
+        return out if isinstance(out, tuple) else (out, None)
 
     side = max(1, int(side_by_side))
     with tqdm(total=len(chunks), desc=f"releasing ({writer.settings['method']})", unit="batch",
               disable=not progress) as bar:
         for start in range(0, len(chunks), side):
             group = chunks[start:start + side]
-            for chunk, out in zip(group, map_in_parallel(run, group, device=device), strict=True):
-                for i, img in zip(chunk, out, strict=True):
-                    writer.add(dataset.records[i].record_id, img.cpu(), [dataset.records[i]])
+            for chunk, (out, facts) in zip(group, map_in_parallel(run, group, device=device), strict=True):
+                for j, (i, img) in enumerate(zip(chunk, out, strict=True)):
+                    kw = {} if facts is None else {"quality": facts[j]}
+                    writer.add(dataset.records[i].record_id, img.cpu(), [dataset.records[i]], **kw)
                 bar.update(1)
     return len(todo)

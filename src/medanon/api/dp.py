@@ -179,9 +179,17 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
     dev = torch.device(device) if device is not None else torch.device("cpu")
     codec = getattr(privatiser, "codec", None)
 
+    def privatise(images, generator=None):
+        """DP-GLOW's images, each with whether the inverse flow diverged on it (kept per record: the manifest's
+        ``quality`` counts resumed records too); other privatisers' images alone."""
+        if not hasattr(privatiser, "privatise"):
+            return privatiser(images, generator=generator)
+        out, diverged = privatiser.privatise(images, generator=generator)
+        return out, [{"diverged": bool(d)} for d in diverged.tolist()]
+
     def produce(writer, progress: bool) -> dict[str, Any]:
         before = getattr(codec, "diverged", 0)
-        written = release_dataset(ds, privatiser, writer, batch=batch, device=dev, noise_seed=noise_seed,
+        written = release_dataset(ds, privatise, writer, batch=batch, device=dev, noise_seed=noise_seed,
                                   progress=progress)
         diverged = getattr(codec, "diverged", 0) - before
         if diverged:
@@ -190,7 +198,8 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
             zero = str(privacy.get("clip_center", "")).startswith("c_k = 0")
             warnings.warn(f"the inverse flow diverged on {diverged} images released in this run (decoded values "
                           "beyond ±4 or not finite); each was decoded from its privatised latent shrunk towards "
-                          f"the prior's mode ({holds}) and may look averaged. Try "
+                          f"the prior's mode ({holds}) and may look averaged (the manifest's quality records "
+                          "the release's total). Try "
                           + ("" if zero else "center='zero', or ") + "a better-trained flow (docs/dpglow.md).",
                           UserWarning, stacklevel=user_stacklevel())
         return {"records": len(writer), "written": written, "diverged": diverged,

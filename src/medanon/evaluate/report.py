@@ -140,6 +140,13 @@ def _fidelity(rep: dict) -> str:
     return "\n".join(out)
 
 
+def _records(r: dict) -> str:
+    """A release's records, and how many of them DP-GLOW's decoder fallback made (its manifest's quality)."""
+    n = int((r.get("quality") or {}).get("diverged") or 0)
+    return f"{r['records']}" + (f"<br><span class=note>{n} decoded by the fallback: the inverse flow diverged "
+                                "(see notes)</span>" if n else "")
+
+
 def _utility_sizes(sizes: dict) -> str:
     """The utility test's images per task, or why there is none."""
     if not sizes:
@@ -273,7 +280,7 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
         f"<dt>Identity network</dt><dd>{_e(ident.get('trained_on') or ident.get('checkpoint') or 'not used')}</dd>"
         f"<dt>Device, time</dt><dd>{_e(rep['device'])}, {rep['seconds']} s</dd></dl>")
     rels = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['method'])}</td><td>{_e(r['setting'])}</td>"
-                   f"<td>{r['records']}</td><td>{_e(r['counts'].get('min_people_per_record', '–'))}</td>"
+                   f"<td>{_records(r)}</td><td>{_e(r['counts'].get('min_people_per_record', '–'))}</td>"
                    f"<td>{_e(privacy_text.headline(r['privacy']))}</td><td>{'yes' if r['mapping'] else 'no'}</td></tr>"
                    for r in rep["releases"])
     rel_table = ("<table><thead><tr><th>Release</th><th>Method</th><th>Setting</th><th>Records</th>"

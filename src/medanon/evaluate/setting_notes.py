@@ -1,6 +1,7 @@
 """What weakens the claims of one evaluation, said loudly in its log and its report: small or unequal FID samples,
-a single utility seed, a release without its mapping, releases of the same people, releases of public models, and
-a release optimised against the attacks' own identity network or a look-alike of it."""
+a single utility seed, a release without its mapping, releases of the same people, releases of public models,
+a release optimised against the attacks' own identity network or a look-alike of it, and a DP-GLOW release whose
+images were decoded by its fallback where the inverse flow diverged."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str,
                        f"were it made from other images, the other attacks would measure strangers; its fidelity "
                        f"intervals resample its records one by one (too narrow where records of one patient are "
                        f"alike)")
+    out += [n for r in rels if (n := fallback_note(r.name, r.manifest.get("quality"),
+                                                   (r.manifest.get("counts") or {}).get("records", len(r.rows))))]
     shared = shared_people(rels)
     if shared:
         out.append(f"releases {', '.join(shared)} are made from images of the same people (their mappings share "
@@ -63,6 +66,18 @@ def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str,
                        f"and its linkability and singling-out numbers are optimistic; change attacks.identity.seed")
         out += _independence(cfg, r.name, theirs)
     return out
+
+
+def fallback_note(name: str, quality: dict | None, records: int) -> str | None:
+    """What a release's manifest ``quality`` says of DP-GLOW's decoder fallback, or None where it was not used (or
+    the release records nothing of it)."""
+    n, unknown = int((quality or {}).get("diverged") or 0), int((quality or {}).get("diverged_unknown") or 0)
+    if not n and not unknown:
+        return None
+    text = (f"release {name}: the inverse flow diverged on {n} of {records} images: they were decoded from latents "
+            "shrunk towards the prior's mode and may look averaged; its utility and fidelity measure that decoder "
+            "fallback, not the flow")
+    return text + (f" (for {unknown} records the release did not record whether it diverged)" if unknown else "")
 
 
 def _independence(cfg: EvalConfig, name: str, theirs: dict) -> list[str]:

@@ -4,8 +4,9 @@ written (resumably, atomically, into ``RELEASE.partial/``); this module decides 
 
 - ``images/<16 hex>.png``: 8-bit PNG of pixels only (no text chunks, no EXIF) under a secret random name;
 - ``labels.csv``: ``image, n_sources, n_people`` and the aggregated labels, rows sorted by the random names;
-- ``manifest.json``: format, version, settings, privacy statement, label rule, seeds, models, counts, software,
-  date (the release date, never a time);
+- ``manifest.json``: format, version, settings, privacy statement, label rule, seeds, models, counts, the
+  records' quality where the method records it (DP-GLOW: how many were decoded by its fallback), software, date
+  (the release date, never a time);
 - the mapping (private, ``0600`` when written by the writer): each record's source record and patient ids.
 """
 
@@ -17,7 +18,7 @@ import io
 import json
 import math
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,10 @@ def png_to_float(path: Path) -> np.ndarray:
 
 
 def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record],
-                 labels: Sequence[str]) -> dict[str, Any]:
+                 labels: Sequence[str], *, quality: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write one record into the partial folder ``partial``: its image under a secret random name (atomically),
-    then its line in the private journal ``journal``. Returns the journal entry."""
+    then its line in the private journal ``journal`` (with ``quality``, how the record was computed, if given).
+    Returns the journal entry."""
     if not sources:
         raise ValueError("a released record must stand for at least one source")
     finite = torch.isfinite(image).all() if isinstance(image, torch.Tensor) else np.isfinite(np.asarray(image)).all()
@@ -70,6 +72,7 @@ def write_record(partial: Path, journal: str, key: str, image: torch.Tensor | np
         "sources": [r.record_id for r in sources],
         "patients": sorted({r.patient_id for r in sources}),
         "labels": aggregate_labels(list(sources), list(labels)),                  # per patient
+        **({"quality": dict(quality)} if quality is not None else {}),
     }
     with open(partial / journal, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry, default=_json_default) + "\n")
@@ -107,10 +110,29 @@ def manifest_json(rows: Sequence[dict[str, Any]], *, settings: dict[str, Any], s
                    "sources": len({s for e in rows for s in e["sources"]}),     # distinct: views repeat them
                    "people": len({p for e in rows for p in e["patients"]}),
                    "min_people_per_record": min(people), "max_people_per_record": max(people)},
+        **quality_json(rows),
         "software": software_versions(),
         "created": _dt.datetime.now(_dt.UTC).date().isoformat(),
     }
     return json.dumps(manifest, indent=2, default=_json_default) + "\n"
+
+
+DIVERGED_WHAT = ("images decoded from a latent shrunk towards the prior's mode because the inverse flow diverged on "
+                 "their privatised latent (post-processing of that latent, which leaves the privacy statement as it "
+                 "is); they may look averaged")
+
+
+def quality_json(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's ``quality``: how many records the journal ``rows`` say were decoded by DP-GLOW's fallback
+    (``{"diverged": N, ...}``, 0 when none was), or nothing where no record says (a method without a flow).
+    Records of a run that did not say (an interrupted release started by an earlier version) are counted apart."""
+    said = [bool(e["quality"]["diverged"]) for e in rows if "diverged" in (e.get("quality") or {})]
+    if not said:
+        return {}
+    quality: dict[str, Any] = {"diverged": sum(said), "diverged_what": DIVERGED_WHAT}
+    if len(said) < len(rows):
+        quality["diverged_unknown"] = len(rows) - len(said)
+    return {"quality": quality}
 
 
 def mapping_json(rows: Sequence[dict[str, Any]], *, release: str, method: str, source: dict[str, Any]) -> str:

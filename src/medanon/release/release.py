@@ -149,7 +149,8 @@ class CaptureWriter:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def add(self, key: str, image: torch.Tensor, sources: Sequence[Record]) -> str:
+    def add(self, key: str, image: torch.Tensor, sources: Sequence[Record], *,
+            quality: Mapping[str, Any] | None = None) -> str:
         if key in self.entries:
             raise ValueError(f"release record {key!r} was already written")
         if self.limit is not None and len(self.images) >= self.limit:

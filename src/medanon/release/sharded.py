@@ -106,15 +106,17 @@ class ShardWriter:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def add(self, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record]) -> str:
+    def add(self, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record], *,
+            quality: Mapping[str, Any] | None = None) -> str:
         if not self.mine(key):
             raise ValueError(f"release record {key!r} belongs to rank {self._owner(key)}, not {self.dist.rank}")
         if key in self.entries:
             raise ValueError(f"release record {key!r} was already written")
         if self.main is not None:
-            name = self.main.add(key, image, sources)
+            name = self.main.add(key, image, sources, quality=quality)
         else:
-            entry = write_record(self.partial, self.journal, key, image, sources, self.settings["labels"])
+            entry = write_record(self.partial, self.journal, key, image, sources, self.settings["labels"],
+                                 quality=quality)
             self.entries[key] = entry
             name = entry["name"]
         self.written.append(key)

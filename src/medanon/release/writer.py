@@ -285,17 +285,19 @@ class ReleaseWriter:
 
     # ------------------------------------------------------------------------------------------------ write
 
-    def add(self, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record]) -> str:
+    def add(self, key: str, image: torch.Tensor | np.ndarray, sources: Sequence[Record], *,
+            quality: Mapping[str, Any] | None = None) -> str:
         """Write one released image standing for ``sources``; returns its random file name.
 
         ``key`` identifies the record for resuming (e.g. a cluster index); it is kept only in the
-        private journal.
+        private journal. ``quality``: how the record was computed (``{"diverged": bool}``: DP-GLOW's decoder fell
+        back), kept with it in the journal, so that the manifest's total counts resumed records too.
         """
         if key in self.entries:
             raise ValueError(f"release record {key!r} was already written")
         self._start()
         try:
-            entry = write_record(self.partial, JOURNAL, key, image, sources, self.settings["labels"])
+            entry = write_record(self.partial, JOURNAL, key, image, sources, self.settings["labels"], quality=quality)
         except OSError as e:
             raise os_error(e, self.partial) from None
         self.entries[key] = entry

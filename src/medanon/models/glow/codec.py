@@ -8,8 +8,9 @@ Where the inverse flow diverges on an unusual latent (decoded values beyond ±4 
 inverse of a coupling divides by its learned scale, and off the data the scales are not
 controlled), ``decode`` retries that image's latent shrunk towards the prior's mode, ``t * eps`` for
 t = 0.9, 0.8, ..., 0, and keeps the first that decodes; :attr:`GlowCodec.diverged` counts such
-images. This is a deterministic function of the latent alone, so for a privatised latent it is
-post-processing and keeps the differential-privacy guarantee.
+images and :meth:`GlowCodec.decode_checked` says which they were. This is a deterministic function of
+the latent alone, so for a privatised latent it is post-processing and keeps the differential-privacy
+guarantee.
 """
 
 from __future__ import annotations
@@ -59,8 +60,15 @@ class GlowCodec(nn.Module):
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return self.decode_checked(latents)[0]
+
+    @torch.no_grad()
+    def decode_checked(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The images of ``latents`` (N, D) and which of them diverged (N bools): those decoded from their latent
+        shrunk towards the prior's mode (see the module docstring)."""
         x = flow_to_image(self.flow.decode(latents))
         bad = _diverged(x)
+        diverged = bad.clone()
         if bad.any():
             self.diverged += int(bad.sum())
             log.warning("the inverse flow diverged on %d of %d latents (values beyond ±%g or not finite); "
@@ -73,7 +81,7 @@ class GlowCodec(nn.Module):
                 ok = ~_diverged(retry)
                 x[idx[ok]] = retry[ok]
                 bad[idx[ok]] = False
-        return torch.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0)
+        return torch.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0), diverged
 
     def describe(self) -> dict[str, Any]:
         c = self.flow.cfg

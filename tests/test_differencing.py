@@ -181,3 +181,22 @@ def test_releases_of_the_same_people_that_cannot_be_differenced_are_named():
     assert differencing_results(ctx, [one, two, blind]) == []
     assert notes[0].startswith("differencing is not measured: the releases that share patients (snow × ldp) have no")
     assert notes[1].startswith("differencing is not measured for gmia: without a mapping")
+
+
+def test_a_release_without_people_counts_is_named_for_that_reason():
+    """Two releases of the same patient where one gives no n_people: the note says the count is missing, not that no
+    two records differ by one person (which nobody could know)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from medanon.evaluate.cautions import differencing_results
+
+    notes: list[str] = []
+    ctx = SimpleNamespace(real=SimpleNamespace(patients=np.array(["a", "a", "b"])), note=notes.append)
+    counted = SimpleNamespace(name="kpixel", sources=[[0, 2]], labels=None, rows=[{"n_people": "2"}])
+    bare = SimpleNamespace(name="other", sources=[[1]], labels=None, rows=[{"image": "x.png"}])
+    assert differencing_results(ctx, [counted, bare]) == []
+    assert notes == ["differencing is not measured for kpixel × other, which share patients: a release of them does "
+                     "not give every record's number of people (labels.csv's n_people), which the attack needs to "
+                     "find records that differ by one person"]

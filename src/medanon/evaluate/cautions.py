@@ -74,11 +74,18 @@ def _patients_of(ctx: RealContext, r: ReleaseData) -> set:
 
 def _note_unmeasured(ctx: RealContext, rels: Sequence[ReleaseData]) -> None:
     """Say why releases of the same people were not differenced (the report would otherwise be silent)."""
-    people = [(r.name, _patients_of(ctx, r)) for r in rels if r.sources is not None]
-    shared = [f"{a} × {b}" for i, (a, pa) in enumerate(people) for b, pb in people[i + 1:] if pa & pb]
-    if shared:
-        ctx.note(f"differencing is not measured: the releases that share patients ({'; '.join(shared)}) have no two "
+    people = [(r.name, _patients_of(ctx, r), _people_column(r) is not None) for r in rels if r.sources is not None]
+    pairs = [(f"{a} × {b}", ca and cb) for i, (a, pa, ca) in enumerate(people) for b, pb, cb in people[i + 1:]
+             if pa & pb]
+    counted = [name for name, both in pairs if both]
+    if counted:
+        ctx.note(f"differencing is not measured: the releases that share patients ({'; '.join(counted)}) have no two "
                  "records whose numbers of people differ by one, the records the attack subtracts")
+    uncounted = [name for name, both in pairs if not both]
+    if uncounted:
+        ctx.note(f"differencing is not measured for {'; '.join(uncounted)}, which share patients: a release of them "
+                 "does not give every record's number of people (labels.csv's n_people), which the attack needs to "
+                 "find records that differ by one person")
     unmapped = [r.name for r in rels if r.sources is None]
     if len(rels) > 1 and unmapped:
         ctx.note(f"differencing is not measured for {', '.join(unmapped)}: without a mapping, which releases share "

@@ -206,3 +206,28 @@ def test_a_table_2_cell_gives_the_interval_before_the_seeds_sd():
                                                    "<span class=ci>± 0.000 sd</span>"
     assert _seeds_and_ci(u, "kappa", "baseline").startswith("0.500 <span class=ci>[0.380, 0.600]</span>")
     assert _seeds_and_ci({"release": u["release"]}, "kappa", "release") == "0.306 <span class=ci>± 0.000</span>"
+
+
+def test_closest_pairs_say_whether_an_average_copies_one_source_or_only_lies_near_it():
+    """A k-Same average is near each of its sources by pixels: its grid label says it is one of its sources, not
+    that it copies one, unless the screen counted it as a copy of one source; a note explains the flag."""
+    from medanon.evaluate.report_attacks import _pair_label, _screening
+
+    base = {"pixel_rmse": 0.05, "cosine": 0.9, "near_copy": True, "real": "", "released": "", "mirrored": False}
+    average = base | {"own_source": True, "sources": 5, "copy_of_one_source": False}
+    copied = base | {"own_source": True, "sources": 5, "copy_of_one_source": True}
+    single = base | {"own_source": True, "sources": 1, "copy_of_one_source": True}
+    stranger = base | {"own_source": False, "sources": 5, "copy_of_one_source": False, "near_copy": False}
+    assert _pair_label(average) == ", near-copy (pixels), one of its 5 sources"
+    assert _pair_label(copied) == ", near-copy (pixels), copy of one of its sources"
+    assert _pair_label(single) == ", near-copy (pixels), copy of its source"
+    assert _pair_label(stranger) == ""
+    screen = {"near_copies_pixel_rate": 1.0, "near_copies_pixel_ci": [0.6, 1.0], "near_copies_identity_rate": 0.0,
+              "near_copies_identity_ci": [0.0, 0.4], "copies_of_one_source": 0,
+              "copies_of_one_source_in_multi_person_records": 0, "median_pixel_distance": 0.05,
+              "median_heldout_pixel_distance": 0.1, "n": 4, "quantile": 0.01, "pixel_threshold": 0.06,
+              "identity_threshold": 0.95, "control": {"pixel_rate": 0.1, "identity_rate": 0.0}}
+    rep = {"releases": [{"name": "kpixel", "screening": screen}]}
+    page = _screening(rep, {"closest:kpixel": [average]})
+    assert "one of its 5 sources" in page and "flags it near one of them by design" in page
+    assert "by design" not in _screening(rep, {"closest:kpixel": [copied]})

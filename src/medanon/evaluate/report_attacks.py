@@ -351,13 +351,29 @@ def _screening(rep: dict, grids: dict) -> str:
             continue
         out.append(f"<h3>{_e(r['name'])}: closest pairs (real | released)</h3><div class=grid>")
         for p in pairs:
-            flag = " near-copy" if p["near_copy"] else ""
             out.append(f'<div class=pair><img src="data:image/png;base64,{p["real"]}" alt="real">'
                        f'<img class=rel src="data:image/png;base64,{p["released"]}" alt="released">'
-                       f'<span class=more>RMSE {p["pixel_rmse"]:.3f}, cos {p["cosine"]:.2f}{flag}'
-                       f'{", own source" if p["own_source"] else ""}</span></div>')
+                       f'<span class=more>RMSE {p["pixel_rmse"]:.3f}, cos {p["cosine"]:.2f}{_pair_label(p)}'
+                       f'</span></div>')
         out.append("</div>")
+        if any(p.get("near_copy") and (p.get("sources") or 1) >= 2 and not p.get("copy_of_one_source")
+               for p in pairs):
+            out.append("<p class=note>A record made from several sources (an average) lies between them, so the pixel "
+                       "screen flags it near one of them by design: it is a copy only where it is much nearer one "
+                       "source than the others (the copies-of-one-source column).</p>")
     return "\n".join(out)
+
+
+def _pair_label(p: dict) -> str:
+    """What a closest pair is: a near-copy (pixels), and whether its real image is the record's only source, one of
+    its several sources, or a copy of one source (much nearer that one than the record's others)."""
+    n = p.get("sources")
+    text = ", near-copy (pixels)" if p["near_copy"] else ""
+    if p.get("copy_of_one_source"):
+        return text + (", copy of one of its sources" if (n or 1) >= 2 else ", copy of its source")
+    if p["own_source"]:
+        return text + (f", one of its {n} sources" if n and n >= 2 else ", its own source")
+    return text
 
 
 def attack_sections(rep: dict, grids: dict | None = None) -> str:

@@ -356,7 +356,12 @@ def test_inception_fid_on_a_few_images(world, tmp_path):
     by = _by_name(rep)
     assert by["noise"]["fidelity"]["fid"]["value"] > by["unprotected"]["fidelity"]["fid"]["value"]
     assert by["noise"]["fidelity"]["fid"]["n"] == 4 and rep["networks"]["inception"]["name"] == "inception"
-    assert "FID on Inception-v3 FID network" in (tmp_path / "r" / "report.html").read_text()
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "FID on Inception-v3 FID network" in html
+    table1 = html[html.index("Table 1 layout"):]
+    table1 = table1[:table1.index("</table>")]
+    lo, hi = by["noise"]["fidelity"]["fid"]["ci"]
+    assert f"[{lo:.2f}, {hi:.2f}]" in table1                       # the pivot's cells carry their intervals
 
 
 def test_loud_warnings(world, tmp_path):

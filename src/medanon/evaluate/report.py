@@ -96,13 +96,13 @@ def _fidelity(rep: dict) -> str:
     out = ["<h2>Fidelity</h2>"]
     if has_fid:
         net = rep["networks"]["inception"] or {}
-        rows = [[_e(m), "FID"] + [_num(c["fidelity"]["fid"]["value"], 2) if (c := _cell(rels, m, s)) else "–"
-                                  for s in settings] for m in methods]
+        rows = [[_e(m), "FID [95% CI]"] + [_ci(c["fidelity"].get("fid")) if (c := _cell(rels, m, s)) else "–"
+                                           for s in settings] for m in methods]
         out.append(_table(["Method", "Metric", *map(_e, settings)], rows,
                           caption=f"Table 1 layout (k-SALSA): FID on {_e(net.get('display_name', 'Inception-v3'))}, "
                                   f"{fid_sizes_text(rep)} released images per method (N of each below) against "
                                   f"{rep['sample_sizes']['fid_reference']} real source images; images at "
-                                  f"{rep['config']['size']} px, resized to 299 px"))
+                                  f"{rep['config']['size']} px, resized to 299 px; intervals as in the table below"))
     head = ["Release", "N"]
     head += ["FID [95% CI]", "KID ×10³ (± sd)"] if has_fid else []
     head += ["FD identity network [95% CI]"] if rep["config"]["fidelity"]["in_domain"] else []

@@ -275,3 +275,54 @@ def test_the_verdict_names_what_its_n_counts():
     rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
     assert "(N 148 source images, 37 patient clusters)" in verdict(rel)["sentence"]
     assert row_unit("independent membership (reverse)") == "ranked slots" and row_unit("unknown") == ""
+
+
+def test_an_attacker_trained_here_on_a_phantom_records_whom_it_saw(tmp_path):
+    """`medanon train identity|classifier` on a phantom records the phantom and the very patients it trained on; the
+    evaluation then distrusts it only for evaluations of those people (its val-split attacker is trusted for the
+    train split's members and controls of the test split), and real data records no patient ids at all."""
+    import csv
+    import json
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    import medanon
+    from medanon.checkpoint import load_checkpoint
+    from medanon.cli import cli
+    from medanon.evaluate.calibration import trained_on_members
+    from medanon.evaluate.config import EvalConfig
+
+    root = medanon.make_phantom(tmp_path / "ph", patients=12, per_patient=2, size=16, seed=5)
+    splits = tmp_path / "splits.csv"
+    r = CliRunner().invoke(cli, ["data", "split", str(root), "--out", str(splits), "--val", "0.25", "--test", "0.25"])
+    assert r.exit_code == 0, r.output
+    split_of = {row["patient_id"]: row["split"] for row in csv.DictReader(splits.open())}
+    val = sorted(p for p, s in split_of.items() if s == "val")
+    common = ["--split", "val", "--splits", str(splits), "--size", "16", "--steps", "2"]
+    for cmd, extra in (("identity", ["--embed-dim", "8"]), ("classifier", ["--label", "sex"])):
+        r = CliRunner().invoke(cli, ["--device", "cpu", "train", cmd, str(root), *common, *extra,
+                                     "--out", str(tmp_path / f"{cmd}.pt")])
+        assert r.exit_code == 0, r.output
+        seen = load_checkpoint(tmp_path / f"{cmd}.pt")["extra"]["phantom"]
+        assert seen["seed"] == 5 and seen["patient_ids"] == val, cmd
+    ids = np.array(sorted(split_of))
+    cfg = EvalConfig()
+    cfg = replace(cfg, attacks=replace(cfg.attacks, identity_checkpoint=str(tmp_path / "identity.pt"),
+                                       attribute_checkpoint=str(tmp_path / "classifier.pt")))
+
+    def members(src_split: str) -> dict:
+        src = np.flatnonzero([split_of[p] == src_split for p in ids])
+        held = np.flatnonzero([split_of[p] == "test" for p in ids])
+        ctx = SimpleNamespace(cfg=cfg, attacker_from="val", member_fallbacks=set(),
+                              real=SimpleNamespace(root=root, patients=ids), src=src, held=held)
+        return trained_on_members(ctx)
+
+    assert not members("train")["identity"] and not members("train")["attribute"]     # people it never saw
+    assert members("val")["identity"] and members("val")["attribute"]                 # its own training people
+    json_path = root / "phantom.json"
+    json_path.write_text(json.dumps({"phantom": False}))                              # the same folder, as real data
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "identity", str(root), *common, "--embed-dim", "8",
+                                 "--out", str(tmp_path / "real.pt")])
+    assert r.exit_code == 0, r.output
+    assert "phantom" not in load_checkpoint(tmp_path / "real.pt")["extra"]

@@ -81,6 +81,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
                   existing_ok=True)
 
     from medanon.evaluate.metrics import roc_auc
+    from medanon.phantoms.provenance import trained_on_phantom
     from medanon.runtime import resolve_device
     from medanon.train.distributed import init_distributed, shutdown
     from medanon.train.identity import IdentityTrainConfig, check_resumable, train_identity
@@ -96,8 +97,9 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
             rows = _split_rows(ds, splits, split, split_seed, stratify)
             patients = np.array([r.patient_id for r in ds.records])
             # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
+            seen = trained_on_phantom(data_dir, patients[rows])    # a phantom's people, for evaluate's check
             net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=not fresh, progress=True,
-                                 dist=dist)
+                                 dist=dist, extra={"phantom": seen} if seen else None)
             if not dist.is_main:
                 return
             result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
@@ -164,6 +166,7 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
     from medanon.data.tensors import resize_to
     from medanon.evaluate.utility import KNOWN_TASKS, Task, score
     from medanon.models.classifier import predict_proba, save_classifier
+    from medanon.phantoms.provenance import trained_on_phantom
     from medanon.train.classifier import ClassifierTrainConfig, train_classifier
 
     ds = open_from_cli(data_dir, **opts)
@@ -186,7 +189,9 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
     model = train_classifier(images[rows[ok]], y, num_classes=task.num_classes, cfg=cfg, progress=True, dist=dist)
     if not dist.is_main:
         return
-    save_classifier(out, model, extra={"label": label, "train_config": cfg.to_dict()})
+    seen = trained_on_phantom(data_dir, np.array([r.patient_id for r in ds.records])[rows[ok]])
+    save_classifier(out, model, extra={"label": label, "train_config": cfg.to_dict(),
+                                       **({"phantom": seen} if seen else {})})
     result = {"checkpoint": str(out), "label": label, "trained_on": f"{split} split, {int(ok.sum())} images"}
     if split not in ("all", "test"):             # trained on the test split: no held-out score exists
         test = _split_rows(ds, splits, "test", split_seed, stratify)

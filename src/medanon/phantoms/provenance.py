@@ -33,11 +33,23 @@ SHIPPED_TRAINING: dict[str, dict[str, Any]] = {
 
 
 def people_of(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings that decide who a phantom's patients are (all but :data:`RENDERING`), defaults filled in."""
+    """The settings that decide who a phantom's patients are (all but :data:`RENDERING` and a training record's
+    ``patient_ids``), defaults filled in."""
     from medanon.config import PhantomConfig
 
     full = {**asdict(PhantomConfig()), **settings}
-    return {k: (list(v) if isinstance(v, tuple | list) else v) for k, v in full.items() if k not in RENDERING}
+    return {k: (list(v) if isinstance(v, tuple | list) else v) for k, v in full.items()
+            if k not in RENDERING and k != "patient_ids"}
+
+
+def trained_on_phantom(root: str | Path | None, patient_ids: Iterable[str]) -> dict[str, Any] | None:
+    """What a model trained on ``patient_ids`` of the folder ``root`` records of it (a checkpoint's
+    ``extra.phantom``): the phantom's generator settings and the synthetic patients it saw, or None for real data
+    (whose patient ids a shareable checkpoint must not carry)."""
+    settings = phantom_settings(root)
+    if settings is None:
+        return None
+    return {**settings, "patient_ids": sorted({str(p) for p in patient_ids})}
 
 
 def phantom_settings(root: str | Path | None) -> dict[str, Any] | None:
@@ -65,10 +77,15 @@ def training_phantom(trained_on: dict[str, Any] | None, shipped_name: str | None
 def shared_people(trained: dict[str, Any] | None, released_root: str | Path | None,
                   patient_ids: Iterable[str]) -> list[str]:
     """The released patients (of a phantom folder) who are also patients of the training phantom: same people
-    settings and an index below its patient count. Empty where either is not a phantom."""
+    settings and, where the training record lists the patients the model saw (``patient_ids``), one of them;
+    otherwise an index below the phantom's patient count (the whole phantom counts). Empty where either is not a
+    phantom."""
     released = phantom_settings(released_root)
     if trained is None or released is None or people_of(trained) != people_of(released):
         return []
+    seen = trained.get("patient_ids")
+    if isinstance(seen, list):
+        return sorted(set(map(str, patient_ids)) & set(map(str, seen)))
     n = int(trained.get("patients", 0))
     out = []
     for pid in sorted(set(patient_ids)):

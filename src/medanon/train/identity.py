@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -109,11 +110,13 @@ def check_resumable(out: str | Path, cfg: IdentityTrainConfig, channels: int, *,
 
 def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,
                    out: str | Path | None = None, resume: bool = True, device: torch.device | str | None = None,
-                   progress: bool = False, dist: Dist | None = None, accumulation: int = 1) -> IdentityNet:
+                   progress: bool = False, dist: Dist | None = None, accumulation: int = 1,
+                   extra: dict[str, Any] | None = None) -> IdentityNet:
     """Train an :class:`IdentityNet` on ``images`` (N, C, H, W) of the patients ``patient_ids`` (N,).
 
     With ``out`` the network is checkpointed there (kind ``identity``) and, with ``resume``, a
-    checkpoint left by an interrupted run with the same config and data is continued.
+    checkpoint left by an interrupted run with the same config and data is continued. ``extra``: more to record in
+    the checkpoint (the command records the phantom and its patients it was trained on, where the data is one).
 
     Data-parallel (``dist``, every rank calls this) and gradient accumulation as in
     :func:`medanon.train.classifier.train_classifier`: the batch and its augmentation are drawn as in
@@ -148,7 +151,7 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     meta = {"train_config": cfg.to_dict(), "patients": len(ids), "images": len(keep), "patients_digest": digest,
             "images_digest": sha256_bytes(x_all.detach().cpu().contiguous().numpy().tobytes())[:16],
             "assignment_digest": assignment,
-            "single_image_patients_left_out": dropped}
+            "single_image_patients_left_out": dropped, **(extra or {})}
     # until the last step the state goes to OUT.partial: OUT itself only ever holds a finished network
     final = Path(out) if out is not None else None
     partial = final.with_name(final.name + ".partial") if final is not None else None

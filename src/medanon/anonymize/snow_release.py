@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from medanon.anonymize.per_image import decode_before_release
 from medanon.anonymize.privacy import NoFormalGuarantee, WeakSetting
 from medanon.anonymize.snow_mechanism import ChannelMean, check_p, image_generators, random_order, snow, vs_snow
 from medanon.anonymize.snow_statement import SEEDED, parse_fill, snow_privacy, vs_snow_privacy
@@ -244,6 +245,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
         todo = [i for i in range(len(records)) if not all(wr.done(records[i].record_id) for wr in writers.values())]
         if len(todo) < len(records):
             log.info("resuming: %d of %d images already released", len(records) - len(todo), len(records))
+        decode_before_release(dataset, todo, progress=progress)
         for b in _batches(dataset, todo, batch_size, workers=workers, want_masks=vessels is not None
                           and vessels.method == "dataset", desc=method, progress=progress):
             images, fov = b.images.to(device), b.fov.to(device)

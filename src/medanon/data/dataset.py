@@ -396,11 +396,13 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     return ds
 
 
-def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: bool = False) -> list[Problem]:
-    """Decode and preprocess every image; return a problem for each one that fails.
+def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: bool = False,
+                    indices: Sequence[int] | None = None) -> list[Problem]:
+    """Decode and preprocess every image (or those at ``indices``); return a problem for each one that fails.
 
     Header checks (``open_dataset``) catch missing and non-image files; this also catches
-    truncated or corrupt pixel data, at the cost of reading every image once.
+    truncated or corrupt pixel data, at the cost of reading every image once (the tensors stay in the dataset's
+    cache, within its budget, so a run that reads them next does not decode them again).
     """
     def one(i: int) -> Problem | None:
         try:
@@ -411,8 +413,9 @@ def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: b
             return Problem(str(ds.records[i].path), "unreadable", e.message.split(": ", 1)[-1])
         return None
 
+    todo = range(len(ds)) if indices is None else list(indices)
     with ThreadPoolExecutor(max_workers=decode_threads(workers)) as pool:
-        res = list(tqdm(pool.map(one, range(len(ds))), total=len(ds), desc="decoding images",
+        res = list(tqdm(pool.map(one, todo), total=len(todo), desc="decoding images",
                         disable=not progress, unit="img"))
     return [p for p in res if p is not None]
 

@@ -173,3 +173,33 @@ def test_cli_trains_on_a_drive_style_folder(tmp_path: Path, tiny32: Path):
     r = CliRunner().invoke(cli, ["train", "segmenter", "--vessel-images", str(images_dir), "--size", "32",
                                  "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--vessel-masks" in r.output
+
+
+def test_a_photograph_noise_or_colour_map_is_refused_as_a_vessel_mask(tmp_path: Path):
+    """Thresholded at half brightness, noise or a photograph marks an arbitrary half of the image as vessel, and a
+    red/blue artery-vein map loses its vessels (red and blue are darker than half as grey): each is refused by
+    name. A binary mask, a 0/1 mask and an anti-aliased drawing are read."""
+    from PIL import Image
+
+    from medanon.segment.mask_files import read_mask
+
+    rng = np.random.default_rng(0)
+    drawn = np.zeros((32, 32), np.uint8)
+    drawn[10:12, :] = 255
+    soft = drawn.copy()
+    soft[9, :], soft[12, :] = 120, 120                             # anti-aliased edges
+    cases = {"binary.png": drawn, "zero_one.png": (drawn > 0).astype(np.uint8), "soft.png": soft,
+             "noise.png": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+             "grey_noise.png": rng.integers(0, 256, (32, 32), dtype=np.uint8)}
+    av = np.zeros((32, 32, 3), np.uint8)
+    av[10:12, :, 0], av[20:22, :, 2] = 255, 255                      # arteries red, veins blue
+    cases["artery_vein.png"] = av
+    for name, a in cases.items():
+        Image.fromarray(a).save(tmp_path / name)
+    for name in ("binary.png", "zero_one.png", "soft.png"):
+        assert read_mask(tmp_path / name)[10:12].all() and not read_mask(tmp_path / name)[0].any(), name
+    for name, said in (("noise.png", "colour image"), ("artery_vein.png", "colour image"),
+                       ("grey_noise.png", "not a binary mask")):
+        with pytest.raises(DataError, match=said) as e:
+            read_mask(tmp_path / name)
+        assert e.value.fix and name in str(e.value), name

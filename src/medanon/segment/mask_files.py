@@ -94,15 +94,29 @@ def pair_folder(images_dir: str | Path, masks_dir: str | Path) -> list[tuple[Pat
     return list(zip(images, MaskIndex(masks_dir).pair(images), strict=True))
 
 
+MAX_MID_SHARE = 0.5     # a mask with more of its pixels between dark and bright is an image, not a mask
+
+
 def read_mask(path: str | Path) -> np.ndarray:
-    """A mask file as (H, W) bool: pixels at least half of full brightness, or the 1s of a 0/1 mask."""
+    """A mask file as (H, W) bool: pixels at least half of full brightness, or the 1s of a 0/1 mask. A colour image,
+    or one whose pixels are mostly neither dark nor bright (a photograph, noise), is refused: thresholded at half
+    brightness it would mark an arbitrary half of the image as vessel."""
     path = Path(path)
     try:
         with Image.open(path) as im:
+            rgb = np.asarray(im.convert("RGB")).astype(np.int16)
             a = np.asarray(im.convert("L"))
     except (OSError, ValueError) as e:
         raise DataError(f"cannot read mask {path}: {e}", files=[str(path)],
                         fix="replace the file with a readable 8-bit mask (PNG or GIF)") from None
+    fix = "give a binary mask: vessels white (255) or 1 on black (0), one channel or equal channels"
+    if int(np.abs(rgb - rgb.mean(-1, keepdims=True)).max()) > 8:
+        raise DataError(f"mask {path} is a colour image, not a binary vessel mask (read as grey, coloured vessels such "
+                        "as red arteries and blue veins would fall below half brightness and be lost)",
+                        files=[str(path)], fix=fix + " (e.g. every non-black pixel of an artery/vein map as 255)")
+    if a.max() > 1 and (mid := float(((a > 25) & (a < 230)).mean())) > MAX_MID_SHARE:
+        raise DataError(f"mask {path} is not a binary mask: {mid:.0%} of its pixels are neither dark nor bright "
+                        "(a photograph or noise, not a drawing of the vessels)", files=[str(path)], fix=fix)
     vessel = a > 0 if a.max() == 1 else a >= 128
     if not vessel.any():
         raise DataError(f"mask {path} has no vessel pixel (all its values are below half brightness)",

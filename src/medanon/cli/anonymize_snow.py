@@ -96,7 +96,9 @@ def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, s
                           overwrite=overwrite, **kw)
     for p, path in outs.items():
         click.echo(f"p={p:g}: wrote {len(ds)} images to {path}")
-    click.echo("privacy: see 'privacy' in each manifest.json; measure it with the evaluation (sex attacker)")
+    where = "each release's manifest.json" if len(outs) > 1 else "its manifest.json"
+    click.echo(f"privacy: no image or patient is protected (see 'privacy' in {where}); measure what the release "
+               "reveals with medanon evaluate")
     note_without_mapping(mapping)
 
 

@@ -346,3 +346,19 @@ def test_both_batch_names_with_different_values_are_refused_even_at_the_default(
 
     with pytest.raises(ConfigError, match="batch=32 and batch_size=3 name one setting"):
         medanon.anonymize.snow(phantom, p=0.3, batch=32, batch_size=3)
+
+
+def test_a_broken_transform_is_named_not_the_files_before_a_release(phantom, tmp_path):
+    """The check that decodes every image before a release reads the files' pixels: a transform= that breaks its
+    contract is reported as the transform's error, not as every file unreadable (whose fix says to delete them)."""
+    import warnings
+
+    import medanon
+    from medanon.errors import DataError
+
+    ds = medanon.open_dataset(phantom, size=16, transform=lambda x: x * 300)
+    with warnings.catch_warnings(), pytest.raises(DataError) as e:
+        warnings.simplefilter("ignore")
+        medanon.anonymize.snow(ds, p=0.3).save(tmp_path / "r", progress=False)
+    assert "transform= returned" in str(e.value) and "unreadable" not in str(e.value)
+    assert not (tmp_path / "r").exists()

@@ -1,6 +1,7 @@
 """Intervals of the numbers the report shows beside the headline rates: the two-sided AUC (an attacker free to flip
-its score), the balanced accuracy and F1 of a verification attacker, and the better of the forward and reverse
-singling-out attackers. Each is checked against scikit-learn on every resample of the same patient bootstrap."""
+its score: the AUC's interval folded at one half), the balanced accuracy and F1 of a verification attacker, and the
+better of the forward and reverse singling-out attackers, checked against scikit-learn on every resample of the same
+patient bootstrap."""
 
 import numpy as np
 import pytest
@@ -22,11 +23,26 @@ def test_the_two_sided_auc_interval_is_the_auc_interval_folded_at_one_half():
     d = delong(pos, neg)                                        # DeLong: the image of its interval
     assert d["auc"] < 0.35 and d["two_sided_auc"] == pytest.approx(1 - d["auc"])
     assert d["two_sided_ci"] == pytest.approx([1 - d["ci"][1], 1 - d["ci"][0]])
-    b = delong(pos, neg, pos_groups=pg, neg_groups=ng, n_resamples=200)   # bootstrap: every resample folded
-    assert b["two_sided_ci"] == pytest.approx([1 - b["ci"][1], 1 - b["ci"][0]], abs=1e-9)   # all draws below 1/2
+    b = delong(pos, neg, pos_groups=pg, neg_groups=ng, n_resamples=200)   # bootstrap: its interval folded
+    assert b["two_sided_ci"] == pytest.approx([1 - b["ci"][1], 1 - b["ci"][0]], abs=1e-9)
     near = delong(*_scores(shift=-0.1)[:2])
     assert near["ci"][0] < 0.5 < near["ci"][1] and near["two_sided_ci"][0] == 0.5
     assert two_sided_interval([float("nan"), 0.7]) == pytest.approx([float("nan")] * 2, nan_ok=True)
+
+
+def test_a_null_attack_has_a_two_sided_interval_that_reaches_chance():
+    """Scores independent of membership, patient ids known: wherever the AUC's interval holds 0.5, so does the
+    two-sided one (percentiles of folded resamples never reach 0.5 and read every null as above chance)."""
+    held = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        pos, neg = rng.standard_normal(90), rng.standard_normal(90)
+        d = delong(pos, neg, pos_groups=np.repeat(np.arange(30), 3), neg_groups=np.repeat(np.arange(30, 60), 3),
+                   n_resamples=200)
+        if d["ci"][0] <= 0.5 <= d["ci"][1]:
+            held += 1
+            assert d["two_sided_ci"][0] == 0.5, (seed, d["ci"], d["two_sided_ci"])
+    assert held >= 15
 
 
 def test_the_balanced_accuracy_f1_and_two_sided_auc_intervals_match_sklearn_on_every_resample():
@@ -48,13 +64,13 @@ def test_the_balanced_accuracy_f1_and_two_sided_auc_intervals_match_sklearn_on_e
             prevalence = np.where(y, 1 / ww[y].sum(), 1 / ww[~y].sum())        # equal weight to both classes
             auc = roc_auc_score(y, s, sample_weight=ww)
             rows.append([balanced_accuracy_score(y, a, sample_weight=ww),
-                         f1_score(y, a, sample_weight=ww * prevalence, zero_division=0), max(auc, 1 - auc)])
+                         f1_score(y, a, sample_weight=ww * prevalence, zero_division=0), auc])
         return np.asarray(rows).T
 
     draws, _ = cluster_bootstrap(per_resample, groups, n_resamples=80, seed=5)
-    for row, key in zip(draws, ("accuracy", "F1", "AUC_two_sided"), strict=True):
+    for row, key in zip(draws, ("accuracy", "F1", "AUC"), strict=True):
         assert out[f"{key}_ci"] == pytest.approx(percentile_ci(row, out[key], 0.95), abs=1e-9), key
-        assert out[f"{key}_ci"][0] <= out[key] <= out[f"{key}_ci"][1]
+    assert out["AUC_two_sided_ci"] == pytest.approx(two_sided_interval(out["AUC_ci"]))
     assert out["accuracy"] == pytest.approx(balanced_accuracy_score(genuine, accept))
 
 

@@ -406,7 +406,7 @@ def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: b
     """
     def one(i: int) -> Problem | None:
         try:
-            ds.load(i)
+            ds._pixels(i)                           # the file's pixels: a transform= error is not the file's
         except TooLarge as e:
             return Problem(str(ds.records[i].path), "large", e.detail)
         except DataError as e:

@@ -49,7 +49,11 @@ def trained_on_phantom(root: str | Path | None, patient_ids: Iterable[str]) -> d
     settings = phantom_settings(root)
     if settings is None:
         return None
-    return {**settings, "patient_ids": sorted({str(p) for p in patient_ids})}
+    ids = sorted({str(p) for p in patient_ids})
+    n = int(settings.get("patients", 0))
+    if not all(len(p) > 1 and p[0] == "P" and p[1:].isdigit() and 1 <= int(p[1:]) <= n for p in ids):
+        return None                 # not the phantom's own people (a phantom.json copied beside real data)
+    return {**settings, "patient_ids": ids}
 
 
 def phantom_settings(root: str | Path | None) -> dict[str, Any] | None:

@@ -67,6 +67,7 @@ from medanon.evaluate.attacks.stats import (
     delong,
     summarise_draws,
     threshold_at_far,
+    two_sided_interval,
     unit,
     weighted_auc,
 )
@@ -123,7 +124,7 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
     clusters × clusters count matrices (:mod:`.pair_bootstrap`), else by weighting every pair in every resample."""
     est = {"TAR": (out["TAR"], True), "FAR": (out["FAR"], True), "AUC": (out["AUC"], False),
            "reverse_TAR": (out.get("reverse_TAR", out["TAR"]), True), "accuracy": (out["accuracy"], False),
-           "F1": (out["F1"], False), "AUC_two_sided": (out["AUC_two_sided"], False)}
+           "F1": (out["F1"], False)}
     fast = verification_draws(sc, g, acc, rev if rev is not None else acc, groups, n_resamples=n_resamples,
                               seed=seed) if not GATHER else None
     if fast is not None:
@@ -135,7 +136,7 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
                               seed=seed, n_resamples=n_resamples)
     upd = {"TAR_ci": b["TAR"]["ci"], "FAR_ci": b["FAR"]["ci"], "AUC_delong_ci": out["AUC_ci"],
            "AUC_ci": b["AUC"]["ci"], "accuracy_ci": b["accuracy"]["ci"], "F1_ci": b["F1"]["ci"],
-           "AUC_two_sided_ci": b["AUC_two_sided"]["ci"], "interval": b["AUC"]["interval"],
+           "AUC_two_sided_ci": two_sided_interval(b["AUC"]["ci"]), "interval": b["AUC"]["interval"],
            "patients": b["AUC"]["clusters"],
            "resamples": b["AUC"]["resamples"], "seed": seed, "AUC_p_value": bootstrap_p(b["AUC"]["draws"], 0.5),
            "AUC_p_value_test": "patient cluster bootstrap, interval inversion (twice the smaller share of resampled "
@@ -146,13 +147,14 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
 
 
 def _derived(draws: np.ndarray) -> np.ndarray:
-    """Resampled TAR, FAR, AUC, reverse TAR (rows) and what follows from them in each resample: balanced accuracy,
-    F1 at equal prevalence and the two-sided AUC (the formulas of :func:`verification_rates`)."""
-    tar, far, auc = draws[0], draws[1], draws[2]
+    """Resampled TAR, FAR, AUC, reverse TAR (rows) and what follows from them in each resample: balanced accuracy
+    and F1 at equal prevalence (the formulas of :func:`verification_rates`). The two-sided AUC's interval is the
+    image of the AUC's (:func:`~medanon.evaluate.attacks.stats.two_sided_interval`)."""
+    tar, far = draws[0], draws[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         prec = np.where(tar + far > 0, tar / (tar + far), 0.0)
         f1 = np.where(prec + tar > 0, 2 * prec * tar / (prec + tar), 0.0)
-    return np.concatenate([draws[:4], np.stack([(tar + 1 - far) / 2, f1, np.maximum(auc, 1 - auc)])])
+    return np.concatenate([draws[:4], np.stack([(tar + 1 - far) / 2, f1])])
 
 
 GATHER = False                  # True: always weight every pair (the reference the count matrices are tested against)

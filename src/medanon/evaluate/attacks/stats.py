@@ -192,8 +192,9 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
                                 n_resamples=n_resamples)["x"] if fast is not None else
                 cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
                                 n_resamples=n_resamples))
-        folded = np.maximum(boot["draws"], 1.0 - boot["draws"])       # the two-sided AUC of every resample
-        out.update(ci=boot["ci"], two_sided_ci=percentile_ci(folded, out["two_sided_auc"], confidence),
+        # the image of the AUC's interval, not the percentiles of folded draws: those never reach 0.5, so a null
+        # attack would read as above chance
+        out.update(ci=boot["ci"], two_sided_ci=two_sided_interval(boot["ci"]),
                    interval=boot["interval"], patients=boot["clusters"],
                    resamples=boot["resamples"], seed=seed, p_value=bootstrap_p(boot["draws"], 0.5),
                    p_value_test=f"patient cluster bootstrap, interval inversion: twice the smaller share of the "

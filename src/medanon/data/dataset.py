@@ -404,9 +404,11 @@ def verify_decoding(ds: ImageDataset, *, workers: int | None = None, progress: b
     truncated or corrupt pixel data, at the cost of reading every image once (the tensors stay in the dataset's
     cache, within its budget, so a run that reads them next does not decode them again).
     """
+    read = getattr(ds, "_pixels", None) or ds.load      # the file's pixels: a transform= error is not the file's
+
     def one(i: int) -> Problem | None:
         try:
-            ds._pixels(i)                           # the file's pixels: a transform= error is not the file's
+            read(i)
         except TooLarge as e:
             return Problem(str(ds.records[i].path), "large", e.detail)
         except DataError as e:

@@ -214,10 +214,10 @@ def test_closest_pairs_say_whether_an_average_copies_one_source_or_only_lies_nea
     from medanon.evaluate.report_attacks import _pair_label, _screening
 
     base = {"pixel_rmse": 0.05, "cosine": 0.9, "near_copy": True, "real": "", "released": "", "mirrored": False}
-    average = base | {"own_source": True, "sources": 5, "copy_of_one_source": False}
-    copied = base | {"own_source": True, "sources": 5, "copy_of_one_source": True}
-    single = base | {"own_source": True, "sources": 1, "copy_of_one_source": True}
-    stranger = base | {"own_source": False, "sources": 5, "copy_of_one_source": False, "near_copy": False}
+    average = base | {"own_source": True, "n_sources": 5, "copy_of_one_source": False}
+    copied = base | {"own_source": True, "n_sources": 5, "copy_of_one_source": True}
+    single = base | {"own_source": True, "n_sources": 1, "copy_of_one_source": True}
+    stranger = base | {"own_source": False, "n_sources": 5, "copy_of_one_source": False, "near_copy": False}
     assert _pair_label(average) == ", near-copy (pixels), one of its 5 sources"
     assert _pair_label(copied) == ", near-copy (pixels), copy of one of its sources"
     assert _pair_label(single) == ", near-copy (pixels), copy of its source"

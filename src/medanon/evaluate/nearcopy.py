@@ -177,7 +177,7 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         "closest": [{"record": int(r), "real_row": int(nearest_row[r]), "pixel_rmse": float(d[r]),
                      "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r] > 0),
                      "own_source_share": float(own[r]), "near_copy": bool(near_pix[r]), "mirrored": bool(mirrored[r]),
-                     "sources": int(n_src[r]) if record_sources is not None else None,
+                     "n_sources": int(n_src[r]) if record_sources is not None else None,
                      "copy_of_one_source": bool(single[r] > 0)}
                     for r in order],
     }

@@ -356,7 +356,7 @@ def _screening(rep: dict, grids: dict) -> str:
                        f'<span class=more>RMSE {p["pixel_rmse"]:.3f}, cos {p["cosine"]:.2f}{_pair_label(p)}'
                        f'</span></div>')
         out.append("</div>")
-        if any(p.get("near_copy") and (p.get("sources") or 1) >= 2 and not p.get("copy_of_one_source")
+        if any(p.get("near_copy") and (p.get("n_sources") or 1) >= 2 and not p.get("copy_of_one_source")
                for p in pairs):
             out.append("<p class=note>A record made from several sources (an average) lies between them, so the pixel "
                        "screen flags it near one of them by design: it is a copy only where it is much nearer one "
@@ -367,7 +367,7 @@ def _screening(rep: dict, grids: dict) -> str:
 def _pair_label(p: dict) -> str:
     """What a closest pair is: a near-copy (pixels), and whether its real image is the record's only source, one of
     its several sources, or a copy of one source (much nearer that one than the record's others)."""
-    n = p.get("sources")
+    n = p.get("n_sources")
     text = ", near-copy (pixels)" if p["near_copy"] else ""
     if p.get("copy_of_one_source"):
         return text + (", copy of one of its sources" if (n or 1) >= 2 else ", copy of its source")

@@ -50,8 +50,7 @@ def trained_on_phantom(root: str | Path | None, patient_ids: Iterable[str]) -> d
     if settings is None:
         return None
     ids = sorted({str(p) for p in patient_ids})
-    n = int(settings.get("patients", 0))
-    if not all(len(p) > 1 and p[0] == "P" and p[1:].isdigit() and 1 <= int(p[1:]) <= n for p in ids):
+    if not all(_phantom_person(p, int(settings.get("patients", 0))) for p in ids):
         return None                 # not the phantom's own people (a phantom.json copied beside real data)
     return {**settings, "patient_ids": ids}
 
@@ -91,11 +90,12 @@ def shared_people(trained: dict[str, Any] | None, released_root: str | Path | No
     if isinstance(seen, list):
         return sorted(set(map(str, patient_ids)) & set(map(str, seen)))
     n = int(trained.get("patients", 0))
-    out = []
-    for pid in sorted(set(patient_ids)):
-        if len(pid) > 1 and pid[0] == "P" and pid[1:].isdigit() and 1 <= int(pid[1:]) <= n:
-            out.append(pid)
-    return out
+    return [pid for pid in sorted(set(patient_ids)) if _phantom_person(pid, n)]
+
+
+def _phantom_person(pid: str, n: int) -> bool:
+    """Whether ``pid`` is one of the first ``n`` people of a phantom (ids ``P00001`` ...)."""
+    return len(pid) > 1 and pid[0] == "P" and pid[1:].isdigit() and 1 <= int(pid[1:]) <= n
 
 
 def shipped_models_trained_on(models: dict[str, str], released_root: str | Path | None,

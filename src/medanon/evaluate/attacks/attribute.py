@@ -78,11 +78,13 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
     base = rate(t == majority, groups=rg, stream=0, **boot)
     held = rate((hp >= 0.5).astype(int) == ht, groups=hg, stream=1, **boot)
     units = rg if rg is not None else np.arange(len(t))             # resampled: record clusters, else records
-    out = {"attribute": attribute, "accuracy": acc.raw, "accuracy_ci": list(acc.ci), "auroc": roc_auc(t, p),
-           "auroc_ci": _auc_ci(t, p, units, stream=0, **boot),
+    auroc, held_auroc = roc_auc(t, p), roc_auc(ht, hp)
+    out = {"attribute": attribute, "accuracy": acc.raw, "accuracy_ci": list(acc.ci), "auroc": auroc,
+           "auroc_ci": _auc_ci(t, p, auroc, units, stream=0, **boot),
            "chance": base.raw, "baseline": base.raw, "heldout_real_accuracy": held.raw,
-           "heldout_real_accuracy_ci": list(held.ci), "heldout_real_auroc": roc_auc(ht, hp),
-           "heldout_real_auroc_ci": _auc_ci(ht, hp, hg if hg is not None else np.arange(len(ht)), stream=1, **boot),
+           "heldout_real_accuracy_ci": list(held.ci), "heldout_real_auroc": held_auroc,
+           "heldout_real_auroc_ci": _auc_ci(ht, hp, held_auroc, hg if hg is not None else np.arange(len(ht)),
+                                            stream=1, **boot),
            "n": len(t),
            "n_heldout": len(ht), "heldout_chance": float(max(np.mean(ht == 0), np.mean(ht == 1))),
            "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS,
@@ -94,8 +96,9 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
               scores(attacker, source_images[torch.as_tensor(flat, dtype=torch.long)], image_size))
         op = np.asarray([sp[[where[int(i)] for i in rows]].mean() for rows in record_sources])[ok]
         orig = rate((op >= 0.5).astype(int) == t, groups=rg, stream=0, **boot)
-        out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=roc_auc(t, op),
-                   original_auroc_ci=_auc_ci(t, op, units, stream=0, **boot))
+        orig_auroc = roc_auc(t, op)
+        out.update(original_accuracy=orig.raw, original_accuracy_ci=list(orig.ci), original_auroc=orig_auroc,
+                   original_auroc_ci=_auc_ci(t, op, orig_auroc, units, stream=0, **boot))
         gap = orig.raw - base.raw                                   # defined only where the Original leaks at all
         out["leak_kept"] = float((acc.raw - base.raw) / gap) if orig.ci[0] > base.raw else float("nan")
         out["leak_kept_ci"] = (_leak_ci(pred == t, (op >= 0.5).astype(int) == t, t == majority, out["leak_kept"],
@@ -107,11 +110,11 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
     return out
 
 
-def _auc_ci(truth: np.ndarray, prob: np.ndarray, units, *, stream: int, **boot) -> list[float]:
-    """The AUROC's percentile interval over the same resamples of ``units`` as the accuracy's (NaN with one class)."""
+def _auc_ci(truth: np.ndarray, prob: np.ndarray, estimate: float, units, *, stream: int, **boot) -> list[float]:
+    """The AUROC's (``estimate``'s) percentile interval over resamples of ``units`` (NaN with one class)."""
     if len(np.unique(truth)) < 2:
         return [float("nan"), float("nan")]
-    return cluster_summary(weighted_auc(prob, truth == 1), units, roc_auc(truth, prob), stream=stream, **boot)["ci"]
+    return cluster_summary(weighted_auc(prob, truth == 1), units, estimate, stream=stream, **boot)["ci"]
 
 
 def _leak_ci(release_right, original_right, baseline_right, estimate: float, units, **boot) -> list[float]:

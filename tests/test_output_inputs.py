@@ -366,3 +366,20 @@ def test_a_phantom_that_cannot_record_its_working_folder_leaves_none_behind(tmp_
     with pytest.raises(OSError):
         generate(PhantomConfig(patients=2, per_patient=1, size=16, workers=1), tmp_path / "ph", progress=False)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_source_that_cannot_be_read_is_not_reported_as_a_failed_write(tmp_path):
+    """An operating-system error on a file outside the release (a source read mid-run) reaches the caller as it was;
+    one on the release's own files, or one naming no file, is the writer's 'could not write' error."""
+    from medanon.release.writer import ReleaseWriter
+    from medanon.release.writer_safety import OutputWriteError
+
+    src = tmp_path / "sources" / "a.png"
+    for name, err, expect in (("r1", OSError(errno.EACCES, "Permission denied", str(src)), PermissionError),
+                              ("r2", OSError(errno.ENOSPC, "No space left on device"), OutputWriteError),
+                              ("r3", OSError(errno.ENOSPC, "No space left", str(tmp_path / "r3.partial" / "x.png")),
+                               OutputWriteError)):
+        with pytest.raises(expect) as e, ReleaseWriter(tmp_path / name, method="snow", params={}, privacy={},
+                                                     labels=[]):
+            raise err
+        assert (str(src) in str(e.value)) == (name == "r1"), str(e.value)

@@ -354,3 +354,34 @@ def test_the_mechanism_refuses_a_fraction_outside_0_1(p):
     with pytest.raises(ConfigError, match=r"must be in \(0, 1\]"):
         check_p(p)
     check_p(1.0)
+
+
+def test_every_vessel_mask_file_is_read_before_the_first_image_is_released(tmp_path: Path, phantoms: Path):
+    """vs-snow --vessels files: an empty mask file and one of the wrong size, late in the dataset, are named together
+    before anything is written (they used to fail the batch that reached them, after the images before it were
+    released). A layout's own mask that cannot be read is a data error naming it, not a failed write."""
+    import shutil
+
+    from PIL import Image
+
+    masks = tmp_path / "masks"
+    shutil.copytree(phantoms / "masks", masks)
+    files = sorted(masks.iterdir())
+    files[-1].write_bytes(b"")                                                 # the last image's mask: empty
+    Image.new("L", (20, 20), 255).save(files[-2])                            # the one before: the wrong size
+    runner = CliRunner()
+    r = runner.invoke(cli, ["anonymize", "vs-snow", str(phantoms), "--size", "32", "--p", "0.3", "--seed", "0",
+                            "--batch", "2", "--vessels", "files", "--masks", str(masks), "--out", str(tmp_path / "v")])
+    assert r.exit_code == 1 and "2 of the 12 vessel mask(s)" in r.output, r.output
+    assert files[-1].name in r.output and files[-2].name in r.output and "20x20" in r.output
+    assert "could not write" not in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "v").exists() and not (tmp_path / "v.partial").exists()
+
+    layout = tmp_path / "layout"
+    shutil.copytree(phantoms, layout)
+    sorted((layout / "masks").iterdir())[-1].write_bytes(b"\x89PNG\r\n")      # a truncated layout mask
+    r = runner.invoke(cli, ["anonymize", "vs-snow", str(layout), "--size", "32", "--p", "0.3", "--seed", "0",
+                            "--vessels", "dataset", "--out", str(tmp_path / "d")])
+    assert r.exit_code == 1 and "could not write" not in r.output and "operating system" not in r.output, r.output
+    assert "mask" in r.output and sorted((layout / "masks").iterdir())[-1].name in r.output
+    assert not (tmp_path / "d").exists() and not (tmp_path / "d.partial").exists()

@@ -194,6 +194,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
             check_mapping_apart(maps[p], list(outs.values()))
     if vessels is not None:
         vessels.bind(dataset.records)                          # every image's mask file found, before any work
+        vessels.check(dataset.records)                         # and read: a bad mask is named before any release
     names = release_labels(dataset, labels)
     device = torch.device(device)
     h = w = dataset.size

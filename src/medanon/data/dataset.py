@@ -225,9 +225,15 @@ class ImageDataset(Dataset):
 
 
 def _load_mask(path: Path, size: int, crop: str) -> np.ndarray:
-    """Masks shipped with a layout are already square and aligned; resize only."""
-    with Image.open(path) as im:
-        m = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+    """Masks shipped with a layout are already square and aligned; resize only. An unreadable one (empty, truncated)
+    is a DataError naming the mask, not an operating-system error taken for a failed write."""
+    try:
+        with Image.open(path) as im:
+            m = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+    except (OSError, ValueError, SyntaxError) as e:
+        raise DataError(f"cannot read the image's mask from the dataset's layout: its file {path} is not a readable "
+                        f"image ({e})",
+                        files=[str(path)], fix="replace the mask file with a readable image (PNG)") from None
     if m.shape != (size, size):
         m = np.asarray(Image.fromarray(m, mode="F").resize((size, size), Image.Resampling.BOX))
     return m >= 0.5

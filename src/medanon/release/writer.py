@@ -406,7 +406,7 @@ class ReleaseWriter:
         else:
             self._remove_empty_partial()
             self.release_locks()
-            if isinstance(exc, OSError):
+            if isinstance(exc, OSError) and self._writes(exc.filename):
                 raise os_error(exc, self.partial if self._started else None) from None
             if isinstance(exc, DataError) and exc.files and self.entries and self.partial.is_dir():
                 # a source found bad mid-run (images read as they are released): say what was kept and how the
@@ -414,6 +414,16 @@ class ReleaseWriter:
                 exc.fix = (f"{exc.fix + '; ' if exc.fix else ''}{self.partial} keeps {len(self.entries)} finished "
                            "record(s): once the file is replaced the same command resumes from them; to leave it "
                            "out instead, start over with overwrite=True")
+
+    def _writes(self, filename) -> bool:
+        """Whether an operating-system error on ``filename`` is this writer's (no file named: taken as one). A
+        source that could not be read is not reported as a failed write."""
+        if not filename:
+            return True
+        f = Path(os.fsdecode(filename)).absolute()
+        mine = [m.absolute() for m in (self.out, self.partial, closing_folder(self.out), self.mapping) if m]
+        # the folders written in (temporary files and locks beside an output count as the output's)
+        return any(f == m or m in f.parents or f.parent == m.parent for m in mine)
 
     def _remove_empty_partial(self) -> None:
         """A run that failed before its first record was written (e.g. its first batch diverged) leaves nothing to

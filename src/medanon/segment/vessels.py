@@ -93,6 +93,35 @@ class VesselSource:
             raise DataError(f"vessels='dataset': {no_mask} of the {len(records)} images have no vessel mask in the "
                             "dataset's layout", fix=NO_MASK_FIX)
 
+    def check(self, records: Sequence[Record]) -> None:
+        """``files``: read every mask of ``records`` now and compare its size with its image's (header only), so that
+        an unreadable, non-binary or mis-sized mask is one error listing them all before any image is released, not
+        a failure after the images before it were written. Call after :meth:`bind`. Other sources: nothing to do
+        (the dataset's masks are decoded with their images)."""
+        if self.index is None:
+            return
+        from medanon.data import imageio
+        from medanon.segment.mask_files import read_mask
+
+        bad: list[str] = []
+        reason = ""
+        for rec, path in zip(records, self.index.pair([r.path for r in records]), strict=True):
+            try:
+                m = read_mask(path)
+                info = imageio.probe(rec.path)
+            except DataError as e:
+                bad.append(str(path))
+                reason = reason or e.message
+                continue
+            if m.shape != (info.height, info.width):
+                bad.append(str(path))
+                reason = reason or (f"mask {path} is {m.shape[1]}x{m.shape[0]} but its image {rec.path} is "
+                                    f"{info.width}x{info.height}")
+        if bad:
+            raise DataError(f"{len(bad)} of the {len(records)} vessel mask(s) in {self.index.folder} cannot be used "
+                            f"(the first: {reason}):", files=bad,
+                            fix="give each image a readable binary mask of its size (vessels white on black)")
+
     def mask_digest(self, records: Sequence[Record], root: Path | None) -> dict[str, Any] | None:
         """One checksum over the mask files read (``files``, ``dataset``; after :meth:`bind`), named relative to
         their folder: part of a release's private source digest, so that a resume with edited or other masks is

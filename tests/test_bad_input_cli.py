@@ -362,3 +362,60 @@ def test_a_broken_transform_is_named_not_the_files_before_a_release(phantom, tmp
         medanon.anonymize.snow(ds, p=0.3).save(tmp_path / "r", progress=False)
     assert "transform= returned" in str(e.value) and "unreadable" not in str(e.value)
     assert not (tmp_path / "r").exists()
+
+
+def _grey_copy(src: Path, dst: Path, *, only: int | None = None) -> Path:
+    """A copy of the phantom (a colour fundus dataset) whose images are grey (``only``: that many of them)."""
+    shutil.copytree(src, dst)
+    for i, f in enumerate(sorted((dst / "images").glob("*.png"))):
+        if only is None or i < only:
+            Image.open(f).convert("L").save(f)
+    return dst
+
+
+def test_a_generator_is_not_trained_on_images_of_another_channel_count(tmp_path):
+    """train gan opens the data with the config's channel count, which used to replicate grey X-rays into RGB (and
+    mix grey and colour fundus images) without a word: a colour generator trained on grey images."""
+    config = Path(__file__).resolve().parents[1] / "configs" / "stylegan" / "tiny32.yaml"
+    xray = generate(PhantomConfig(modality="xray", patients=3, per_patient=2, size=32, workers=1), tmp_path / "xray",
+                    progress=False)
+    fundus = generate(PhantomConfig(patients=3, per_patient=2, size=32, workers=1), tmp_path / "fundus",
+                      progress=False)
+    mixed = _grey_copy(fundus, tmp_path / "mixed", only=2)
+    for data, said in ((xray, "every image of the data is grey"), (mixed, "mix grey and colour images (2 grey, 4")):
+        run = tmp_path / "runs" / data.name
+        code, out = _run("train", "gan", data, "--config", config, "--steps", "1", "--out", run)
+        assert code == 1 and said in out and "--set channels=1" in out, out
+        assert not (run / "checkpoint.pt").exists()
+    code, out = _run("train", "gan", xray, "--config", config, "--set", "channels=1", "--steps", "1",
+                     "--checkpoint-every", "1", "--out", tmp_path / "ok")
+    assert code == 0 and (tmp_path / "ok" / "checkpoint.pt").is_file(), out
+    with pytest.warns(UserWarning, match=r"done 1 steps already, as many as asked for \(1\): nothing was trained"):
+        code, out = _run("train", "gan", xray, "--resume", "--steps", "1", "--out", tmp_path / "ok")
+    assert code == 0, out
+
+
+def test_held_out_data_of_another_channel_count_is_refused_before_the_encoder_trains(tmp_path, phantom):
+    """--eval-data was opened only after training, at the generator's channel count: grey images were replicated into
+    RGB and reported as held-out quality, or a bad folder failed the run at its end."""
+    gan = Path(__file__).resolve().parents[1] / "checkpoints" / "stylegan2-fundus64.pt"
+    grey = _grey_copy(phantom, tmp_path / "grey")
+    code, out = _run("train", "encoder", phantom, "--generator", gan, "--eval-data", grey, "--steps", "1",
+                     "--out", tmp_path / "run")
+    assert code == 1 and "every image of the data is grey" in out and "--channels 3" in out, out
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_a_fundus_dataset_of_grey_images_is_not_made_colour_silently(tmp_path, phantom):
+    from medanon.config import DataConfig
+    from medanon.data.channels import GreyFundus
+    from medanon.data.dataset import open_dataset
+
+    ds = _grey_copy(phantom, tmp_path / "fundus")
+    assert "modality: fundus" in (ds / "dataset.yaml").read_text()
+    with pytest.raises(GreyFundus, match="every image is grey") as e:
+        open_dataset(ds, DataConfig(size=16))
+    assert "channels=3" in e.value.fix
+    assert open_dataset(ds, DataConfig(size=16, channels=3)).channels == 3         # asked for: converted
+    code, out = _run("data", "summary", ds)
+    assert code == 1 and "every image is grey" in out and "--channels 3" in out, out

@@ -77,9 +77,10 @@ def _setup(ctx, *, threads: int, config_file: Path | None, overrides, resume: bo
 
 
 def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, gan_ckpt: Path | None,
-                          fallback, data_opts: dict):
+                          fallback, data_opts: dict, eval_dir: Path | None = None):
     """Every image of ``data_dir`` at the resolution and channels of the run's generator: the resumed run's,
-    else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed)."""
+    else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed); and
+    ``eval_dir`` opened and checked the same way (None without it), before any training."""
     from medanon.checkpoint import load_checkpoint
     from medanon.train.loop import CHECKPOINT
 
@@ -97,29 +98,40 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
         g = {"resolution": fallback.resolution, "channels": fallback.channels}
     else:
         raise click.UsageError("pass --generator CHECKPOINT.pt (a `medanon train gan` checkpoint), or --resume a run")
-    return _load_images(data_dir, int(g["resolution"]), int(g["channels"]), data_opts, trained)
+    size, channels = int(g["resolution"]), int(g["channels"])
+    ds = _open_for_generator(data_dir, size, channels, data_opts, trained)
+    held_out = _open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
+        if eval_dir is not None else None                  # its problems named now, not after the training
+    return ds.tensors()[0], held_out
 
 
-def _load_images(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None):
-    """Every image of ``data_dir`` at the generator's resolution and channel count; ``trained``: ``(checkpoint,
-    what it was trained on)``, refused before any image is read when the data are of another modality."""
+def _open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None, *,
+                        flag: str = "DATA"):
+    """``data_dir`` opened (headers read) at the generator's resolution and channel count; ``trained``:
+    ``(checkpoint, what it was trained on)``, refused when the data are of another modality. Images whose files
+    hold another channel count than the generator's are refused unless --channels asks for the conversion."""
     if data_opts.get("size") not in (None, resolution):
         raise click.BadParameter(f"the generator renders {resolution} px images; --size {data_opts['size']} "
                                  "cannot be inverted by it", param_hint="--size")
     if data_opts.get("channels") not in (None, str(channels)):
         raise click.BadParameter(f"the generator renders {channels}-channel images", param_hint="--channels")
+    converting = data_opts.get("channels") is not None
     data_opts = {**data_opts, "size": resolution, "channels": str(channels)}
     ds = open_from_cli(data_dir, **data_opts)
     if trained is not None:
         from medanon.codecs.stylegan import check_model_fits
 
         check_model_fits(*trained, ds)
-    images, _ = ds.tensors()
-    return images
+    if not converting:
+        from medanon.data.channels import check_file_channels
+
+        check_file_channels(ds, channels, model=f"the generator ({channels}-channel)",
+                            fix=f"{flag} {data_dir}: pass images of the generator's kind, or --channels {channels} "
+                                "to convert them")
+    return ds
 
 
-def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | None, data_opts: dict,
-            what: str, **export_opts) -> None:
+def _finish(ckpt: Path, out: Path, export_path: Path | None, held_out, what: str, **export_opts) -> None:
     """Export, evaluate on held-out data (every ReStyle iteration count up to the trained one), report."""
     import json
 
@@ -133,17 +145,17 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, eval_dir: Path | No
 
         click.echo(f"exported {export_codec(ckpt, export_path, **export_opts)}")
         record_export(out, export_path)
-    if eval_dir is None:
+    if held_out is None:
         return
     codec = load_codec(ckpt)
-    g = codec.generator
-    images = _load_images(eval_dir, g.img_resolution, g.img_channels, data_opts)
+    images, _ = held_out.tensors()
+    eval_dir = held_out.root
     trained = codec.iterations
     reports = []
     for n in range(1, trained + 1):
         codec.iterations = n
         reports.append(reconstruction_report(codec, images, baseline=n == trained))
-    result = {"data": str(eval_dir), "checkpoint": str(ckpt), "phantom_results": _is_phantom(eval_dir),
+    result = {"data": str(eval_dir), "checkpoint": str(ckpt), "phantom_results": _is_phantom(Path(eval_dir)),
               "reports": reports}
     atomic_write_text(out / "heldout.json", json.dumps(result, indent=2) + "\n")
     for r in reports:
@@ -229,11 +241,12 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
     dist = init_distributed(loop["device"])
     try:
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
-        images = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None, data_opts)
+        images, held_out = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None, data_opts,
+                                                 eval_dir)
         ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
                              accumulation=accum)
         if dist.is_main:
-            _finish(ckpt, out, export_path, eval_dir, data_opts, f"ReStyle encoder, {cfg.iterations} iterations",
+            _finish(ckpt, out, export_path, held_out, f"ReStyle encoder, {cfg.iterations} iterations",
                     float16=export_float16)
     finally:
         shutdown(dist)
@@ -277,11 +290,12 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     dist = init_distributed(loop["device"])
     try:
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
-        images = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt, cfg.generator, data_opts)
+        images, held_out = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt, cfg.generator,
+                                                 data_opts, eval_dir)
         ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder",
                                  dist=dist, accumulation=accum)
         if dist.is_main:
-            _finish(ckpt, out, export_path, eval_dir, data_opts, "co-trained encoder + generator",
+            _finish(ckpt, out, export_path, held_out, "co-trained encoder + generator",
                     float16=export_float16, discriminator=export_discriminator)
     finally:
         shutdown(dist)

@@ -35,7 +35,7 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @click.option("--accum", type=click.IntRange(min=1), default=1,
               help="Gradient accumulation: each rank computes its part of the batch as this many micro-batches.")
 @click.pass_context
-@speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS})
+@speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS, "channels=": "--set channels="})   # the config reads the data
 def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
                   retune: bool, overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float,
                   threads: int, export: Path | None, accum: int) -> None:
@@ -63,6 +63,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
         check_own_export(out, export, name="--export")
 
     from medanon.config import DataConfig, build
+    from medanon.data.channels import check_file_channels
     from medanon.data.dataset import open_dataset
     from medanon.models.stylegan import StyleGANConfig
     from medanon.runtime import cpu_count, resolve_device
@@ -82,6 +83,9 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
             if dist.device.type == "cpu":
                 torch.set_num_threads(threads_per_rank(threads, cpu_count()))
             ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=dist.is_main)
+            check_file_channels(ds, cfg.channels, model=f"the config's generator (channels: {cfg.channels})",
+                                fix=f"channels={4 - cfg.channels} to train on these images as they are (X-rays: "
+                                    "channels=1); for mixed grey and colour images, a folder of one kind")
             images, _ = ds.tensors()
             path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
                                   checkpoint_every=checkpoint_every,

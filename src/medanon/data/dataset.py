@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from medanon.config import DataConfig, validate
 from medanon.data import imageio
+from medanon.data.channels import MixedChannels, resolve_channels  # noqa: F401  (re-exported)
 from medanon.data.decode import decode, warn_colour_dropped
 from medanon.data.imageio import DEFAULT_MAX_PIXELS, ImageInfo, TooLarge
 from medanon.data.layouts import GenericOptions, scan
@@ -278,31 +279,6 @@ def raise_for_problems(problems: Sequence[Problem], *, root: Path) -> None:
     raise DataError(f"{len(problems)} problem(s) in dataset {root} ({parts}):",
                     files=[str(p) for p in problems],
                     fix=f"{fixes}; or pass skip_bad=True to leave these files out and continue")
-
-
-class MixedChannels(DataError):
-    """The images of a dataset have different channel counts and no ``channels=`` says what to make of them."""
-
-
-def resolve_channels(requested: int, modality: str | None, infos: Sequence[ImageInfo],
-                     records: Sequence[Record]) -> int:
-    """An explicit ``channels`` wins; else the images must agree, and the modality decides conversions."""
-    counts = Counter(i.channels for i in infos)
-    if requested:
-        return requested
-    if len(counts) > 1:
-        minority = min(counts, key=lambda c: counts[c])
-        odd = [str(r.path) for r, i in zip(records, infos, strict=True) if i.channels == minority]
-        desc = ", ".join(f"{n} with {c} channel{'s' if c > 1 else ''}" for c, n in sorted(counts.items()))
-        raise MixedChannels(f"the images have mixed channel counts ({desc}); the {minority}-channel ones are:",
-                        files=odd, fix="pass channels=3 to convert every image to RGB, or channels=1 for "
-                                       "grayscale (a grayscale image in a colour fundus set may be a red-free "
-                                       "or angiography frame that does not belong)")
-    if modality == "fundus":
-        return 3
-    if modality == "xray":
-        return 1
-    return next(iter(counts)) if counts else 3
 
 
 _DECLARED: dict[Path, ReadOptions] = {}

@@ -126,6 +126,14 @@ def run_loop(trainer: Trainable, run: RunDir | None, out: Path, *, steps: int, c
     dist = dist or Dist()
     main = dist.is_main
     ckpt_path = out / CHECKPOINT
+    if trainer.step_count >= steps and trainer.step_count > 0 and main:
+        import warnings
+
+        from medanon.errors import user_stacklevel
+
+        warnings.warn(f"the run in {out} has done {trainer.step_count} steps already, as many as asked for "
+                      f"({steps}): nothing was trained. To train on, ask for more than {trainer.step_count} steps "
+                      "(the count includes the steps done)", UserWarning, stacklevel=user_stacklevel())
     bar = tqdm(total=steps, initial=trainer.step_count, desc=desc, unit="step", disable=not (progress and main),
                dynamic_ncols=True)
     sums: dict[str, float] = {}

@@ -52,8 +52,8 @@ def test_split_command(tmp_path: Path, runner):
     rows = [line.split(",") for line in (tmp_path / "s.csv").read_text().splitlines()[1:]]
     assert len(rows) == 40
     owner = {}
-    for _, patient, split in rows:
-        assert owner.setdefault(patient, split) == split
+    for _, patient, split, size in rows:
+        assert owner.setdefault(patient, split) == split and int(size) > 0
     r = runner.invoke(cli, ["data", "split", str(out), "--size", "16", "--out", str(tmp_path / "t.csv"),
                             "--stratify", "nonsense"])
     assert r.exit_code == 1 and "nonsense" in r.output

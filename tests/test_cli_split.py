@@ -58,3 +58,15 @@ def test_privacy_parameters_have_no_default_on_the_command_line(data):
     res = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(root), "--out", str(tmp / "bad"),
                                    "--split", "all", "--splits", str(tmp / "splits.csv"), "--k", "2"])
     assert res.exit_code != 0 and "--splits is only used with --split" in res.output
+
+
+def test_data_split_stratifies_by_the_modalitys_own_label_by_default(tmp_path):
+    """The default stratified by grade, which X-ray data lack: `medanon data split XRAYS` failed unless told
+    --stratify pneumonia."""
+    for modality, label in (("xray", "pneumonia"), ("fundus", "grade")):
+        root = medanon.make_phantom(tmp_path / modality, modality=modality, patients=8, per_patient=1, size=16)
+        res = CliRunner().invoke(cli, ["data", "split", str(root), "--out", str(tmp_path / f"{modality}.csv")])
+        assert res.exit_code == 0 and f"stratified by {label}" in res.output, res.output
+    res = CliRunner().invoke(cli, ["data", "split", str(tmp_path / "xray"), "--stratify", "grade", "--out",
+                                   str(tmp_path / "g.csv")])
+    assert res.exit_code == 1 and "'grade' is not a label" in res.output          # asked for by name: refused

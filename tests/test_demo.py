@@ -183,3 +183,23 @@ def test_the_demo_command_offers_only_what_the_demo_accepts():
     opts = {p.name: p for p in command.params}
     assert opts["patients"].type.min == demo.MIN_PATIENTS and str(demo.MIN_PATIENTS_EVALUATED) in opts["patients"].help
     assert opts["size"].type.min == opts["size"].type.max == demo.DemoConfig().size == 64
+
+
+def test_a_damaged_checkpoint_is_named_before_the_demo_makes_anything(tmp_path: Path):
+    """A truncated X-ray flow was found only after the fundus releases and their evaluation had run."""
+    import shutil
+
+    from medanon.errors import DataError
+
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints"
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for name in ("glow-xray64.pt", "unet-vessels64.pt"):
+        shutil.copy(shipped / name, ck / name)
+    demo.check_checkpoints(ck)                                    # intact: nothing to say
+    data = (ck / "glow-xray64.pt").read_bytes()
+    (ck / "glow-xray64.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match="1 checkpoint") as e:
+        demo.run_demo(tmp_path / "out", patients=40, checkpoints=ck, evaluation=False)
+    assert "glow-xray64.pt" in str(e.value) and "unet-vessels64.pt" not in str(e.value)
+    assert not (tmp_path / "out").exists()

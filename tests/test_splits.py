@@ -66,7 +66,7 @@ def test_splits_csv(tmp_path: Path):
     a = split_patients(recs, stratify="", seed=0)
     write_splits_csv(tmp_path / "s.csv", recs, a)
     lines = (tmp_path / "s.csv").read_text().splitlines()
-    assert lines[0] == "record_id,patient_id,split" and len(lines) == 21
+    assert lines[0] == "record_id,patient_id,split,bytes" and len(lines) == 21
 
 
 def test_a_splits_csv_that_splits_a_patient_or_names_another_part_is_refused(tmp_path: Path):
@@ -113,3 +113,32 @@ def test_a_splits_csv_with_rows_the_dataset_lacks_is_read_with_a_warning(tmp_pat
     write_splits_csv(path, recs, {"a": "train", "b": "test", "c": "val"})
     with pytest.warns(LayoutWarning, match="lists 2 record"):           # e.g. a splits file of a larger version
         assert list(_read_splits_csv(path, recs[:4])) == ["train", "train", "test", "test"]
+
+
+def test_the_splits_csv_of_another_dataset_with_the_same_file_names_is_refused(tmp_path: Path):
+    """Two phantoms (or two versions of a dataset) have the same file names, patients and record ids: the CSV of one
+    was taken for the other's. It records each file's size; an older CSV without sizes is still read."""
+    import csv
+
+    import pytest
+
+    from medanon.config import DataConfig, PhantomConfig
+    from medanon.data.dataset import open_dataset
+    from medanon.errors import DataError
+    from medanon.evaluate.inputs import _read_splits_csv
+    from medanon.phantoms.generate import generate
+
+    a, b = (open_dataset(generate(PhantomConfig(patients=4, per_patient=2, size=16, workers=1, seed=seed),
+                                  tmp_path / f"p{seed}", progress=False), DataConfig(size=16)) for seed in (0, 1))
+    assert [r.record_id for r in a.records] == [r.record_id for r in b.records]
+    assert [r.patient_id for r in a.records] == [r.patient_id for r in b.records]
+    assignment = split_patients(a.records, val=0.25, test=0.25, seed=0)
+    write_splits_csv(tmp_path / "a.csv", a.records, assignment)
+    assert len(_read_splits_csv(tmp_path / "a.csv", a.records)) == len(a.records)
+    with pytest.raises(DataError, match="was written for other files") as e:
+        _read_splits_csv(tmp_path / "a.csv", b.records)
+    assert e.value.files and e.value.fix
+    rows = list(csv.reader(open(tmp_path / "a.csv")))
+    with open(tmp_path / "old.csv", "w", newline="") as f:                      # written before sizes were kept
+        csv.writer(f).writerows(r[:3] for r in rows)
+    assert len(_read_splits_csv(tmp_path / "old.csv", b.records)) == len(b.records)

@@ -142,6 +142,23 @@ def checkpoints_digest(cfg: DemoConfig) -> str:
     return files_digest(sorted(ckpt.glob("*.pt")), root=ckpt)["sha256"]
 
 
+def check_checkpoints(ckpt: Path) -> None:
+    """Load every checkpoint of the folder once before any work: a damaged one (a truncated copy, a failed
+    download) is named now, not after the releases and evaluations of the checkpoints before it."""
+    from medanon.checkpoint import load_checkpoint
+    from medanon.errors import MedanonError
+
+    bad = []
+    for f in sorted(ckpt.glob("*.pt")):
+        try:
+            load_checkpoint(f)
+        except MedanonError as e:
+            bad.append(f"{f.name}: {e.message}")
+    if bad:
+        raise DataError(f"{len(bad)} checkpoint(s) in {ckpt} cannot be loaded; nothing was made:", files=bad,
+                        fix="restore them from the source checkout (git checkout -- checkpoints/) or copy them again")
+
+
 def release_settings(cfg: DemoConfig, modality: str, checkpoints: str) -> dict:
     """:data:`RELEASE_SETTINGS` of ``cfg`` that ``modality``'s releases depend on, with ``checkpoints``
     (:func:`checkpoints_digest`)."""
@@ -326,6 +343,7 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
                         fix="run the demo from a medanon source checkout, or pass checkpoints= DIR")
     out = Path(out)
     check_output(out, inputs=[ckpt], existing_ok=True, kind="dir")     # resumes its own folder, nothing else
+    check_checkpoints(ckpt)
     seed_everything(seed)
     dev = resolve_device(device)
     cfg.device = str(dev)

@@ -37,7 +37,8 @@ from typing import Any
 
 MARKER = ".medanon-output.json"
 MAPPING_FORMAT = "medanon-mapping"
-SPLITS_HEADER = ["record_id", "patient_id", "split"]
+SPLITS_HEADER = ["record_id", "patient_id", "split", "bytes"]
+SPLITS_HEADERS = (SPLITS_HEADER, SPLITS_HEADER[:3])       # (earlier versions wrote no file sizes)
 
 
 def _json(path: Path) -> Any:
@@ -181,7 +182,7 @@ def file_kind(path: str | os.PathLike) -> str | None:
     if path.suffix.lower() == ".csv":
         try:
             with open(path, encoding="utf-8", newline="") as f:
-                return "splits" if next(csv.reader(f), None) == SPLITS_HEADER else None
+                return "splits" if next(csv.reader(f), None) in SPLITS_HEADERS else None
         except (OSError, UnicodeDecodeError, csv.Error):
             return None
     return "checkpoint" if checkpoint_kind(path) is not None else None

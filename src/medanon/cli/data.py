@@ -244,12 +244,15 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
 @click.argument("data_dir", type=click.Path(path_type=Path))
 @data_options
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="CSV to write: record_id, patient_id, split (private: holds patient ids).")
+              help="CSV to write: record_id, patient_id, split, bytes (each image file's size: the CSV of "
+                   "another dataset with the same file names is refused); private: holds patient ids.")
 @click.option("--val", type=FiniteRange(0, 1, max_open=True), default=None,
               help="Fraction of patients.  [default: 0.15]")
 @click.option("--test", type=FiniteRange(0, 1, max_open=True), default=None,
               help="Fraction of patients.  [default: 0.15]")
-@click.option("--stratify", default=None, help="Label to stratify by ('' for none).  [default: grade]")
+@click.option("--stratify", default=None, help="Label to stratify by ('' for none).  [default: the modality's utility "
+                                                "label, grade for fundus and pneumonia for X-ray data; none when the "
+                                                "data lack it]")
 @click.option("--seed", type=int, default=None, help="Random seed.  [default: 0]")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists (only a splits file medanon wrote).")
 def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, **opts) -> None:
@@ -269,6 +272,10 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
     check_outputs((out, "file", "--out", "splits"), data_dir=data_dir, opts=opts, overwrite=overwrite)
     with OutputLock(out, name="--out"):          # two splits written to one file at once: refused, not mixed
         ds = open_from_cli(data_dir, **opts)
+        if stratify is None:                     # the modality's utility label, as the evaluation's split uses
+            from medanon.release.labels import default_labels
+
+            sc.stratify = (default_labels(ds) or [""])[0]
         if sc.stratify and sc.stratify not in ds.label_names:
             raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",
                                fix=f"use one of {ds.label_names} or --stratify ''")
@@ -280,6 +287,7 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
     for problem in split_shortfalls(patients, {"val": sc.val, "test": sc.test}, sc.stratify):
         click.secho(f"warning: {translate(problem, SPLIT_FLAGS)}", fg="yellow", err=True)
     click.echo(f"wrote {out}: " + ", ".join(f"{s} {patients[s]} patients / {per_split[s]} images"
-                                            for s in ("train", "val", "test")))
+                                            for s in ("train", "val", "test"))
+               + (f"; stratified by {sc.stratify}" if sc.stratify else "; not stratified"))
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from medanon.data.records import Record
 from medanon.errors import ConfigError
 from medanon.fsutil import atomic_write_text
+from medanon.output_inventory import SPLITS_HEADER
 
 SPLITS = ("train", "val", "test")
 
@@ -89,13 +90,25 @@ def split_records(records: Sequence[Record], **kwargs) -> dict[str, list[Record]
     return out
 
 
+def file_bytes(record: Record) -> str:
+    """The size of ``record``'s image file in bytes ('' for an image held in memory): a splits CSV records it, so
+    that the CSV of another dataset whose files have the same names is refused when it is read."""
+    import os
+
+    try:
+        return str(os.stat(record.path).st_size)
+    except (OSError, TypeError, ValueError):
+        return ""
+
+
 def write_splits_csv(path, records: Sequence[Record], assignment: dict[str, str]) -> None:
-    """``record_id,patient_id,split`` for every record (a private file: it holds patient ids)."""
+    """``record_id,patient_id,split,bytes`` for every record (a private file: it holds patient ids); ``bytes`` is
+    the image file's size (:func:`file_bytes`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["record_id", "patient_id", "split"])
+    w.writerow(SPLITS_HEADER)
     for r in records:
-        w.writerow([r.record_id, r.patient_id, assignment[r.patient_id]])
+        w.writerow([r.record_id, r.patient_id, assignment[r.patient_id], file_bytes(r)])
     atomic_write_text(path, buf.getvalue())
 
 

@@ -1,11 +1,11 @@
 """What an evaluation reads: the real dataset with its patient-level split, and release folders.
 
 The real dataset is opened with the same loaders as everywhere (:func:`medanon.data.dataset.open_dataset`)
-and split by patient, either from a splits CSV (``record_id,patient_id,split``, as written by
-``medanon data split`` and the demo) or recomputed with :func:`medanon.data.splits.split_patients`
-from the seed. The release's *source* split holds the patients a release may contain; the
-*held-out* split holds patients no release may contain: the utility test set and the controls of
-the attacks.
+and split by patient, either from a splits CSV (``record_id,patient_id,split,bytes``, as written
+by ``medanon data split`` and the demo; a CSV whose file sizes differ from the dataset's is another dataset's) or
+recomputed with :func:`medanon.data.splits.split_patients` from the seed. The release's *source* split holds the
+patients a release may contain; the *held-out* split holds patients no release may contain: the utility test set
+and the controls of the attacks.
 
 A release is read only through its folder (:func:`medanon.release.read_release`): images,
 ``labels.csv``, ``manifest.json``. The private mapping (record -> source record ids), which the
@@ -98,6 +98,16 @@ def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
         if other:
             raise DataError(f"{path} gives {len(other)} image(s) another patient than the dataset does", files=other,
                             fix="pass the splits CSV written for this dataset")
+    if "bytes" in rows[0]:                                # files of the same names but other contents
+        from medanon.data.splits import file_bytes
+
+        other = [r.path.name for r in records if by_id[r.record_id]["bytes"] not in ("", file_bytes(r))]
+        if other:
+            raise DataError(f"{path} was written for other files: {len(other)} of the {len(records)} image(s) of the "
+                            "dataset have another size than it records (a splits CSV of another dataset whose file "
+                            "names are the same, or images replaced since)", files=other,
+                            fix="pass the splits CSV written for this dataset, or write one for it with "
+                                "`medanon data split`")
     parts: dict[str, set[str]] = {}
     for r in records:
         parts.setdefault(str(r.patient_id), set()).add(by_id[r.record_id]["split"])

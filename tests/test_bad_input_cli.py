@@ -419,3 +419,25 @@ def test_a_fundus_dataset_of_grey_images_is_not_made_colour_silently(tmp_path, p
     assert open_dataset(ds, DataConfig(size=16, channels=3)).channels == 3         # asked for: converted
     code, out = _run("data", "summary", ds)
     assert code == 1 and "every image is grey" in out and "--channels 3" in out, out
+
+
+def test_under_torchrun_a_bad_image_in_another_process_share_stops_every_process(tmp_path, phantom):
+    """Each torchrun process decodes only its share before releasing: a process whose share was good released its
+    images while another's file was bad. The findings are gathered (all_gather through the ShardWriter), so every
+    process refuses, naming the file, before any releases. A stand-in writer plays the other process."""
+    from medanon.anonymize.per_image import decode_before_release
+    from medanon.config import DataConfig
+    from medanon.data.dataset import open_dataset
+    from medanon.data.records import Problem
+
+    ds = open_dataset(phantom, DataConfig(size=16))
+    theirs = Problem(str(tmp_path / "rank1" / "P9_01.png"), "unreadable", "image file is truncated")
+
+    class OtherRankBad:                                   # this process's share is good; rank 1 found a bad file
+        def gather(self, mine):
+            return [mine, [theirs]]
+
+    decode_before_release(ds, range(len(ds)))             # alone: nothing to say
+    with pytest.raises(DataError, match="1 problem") as e:
+        decode_before_release(ds, range(len(ds)), writer=OtherRankBad())
+    assert "P9_01.png" in str(e.value)

@@ -23,14 +23,19 @@ def record_generator(seed: int, record_id: str) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
 
 
-def decode_before_release(dataset, indices, *, progress: bool = False) -> None:
+def decode_before_release(dataset, indices, *, progress: bool = False, writer=None) -> None:
     """Decode every image a run is about to release before it releases the first: a file whose header reads but
     whose pixels do not (a truncated download) is named now, with nothing written, instead of after the run has
     released the images before it. The decoded tensors stay in the dataset's cache (within its budget), so the run
-    does not decode them again."""
+    does not decode them again. Under torchrun (``writer`` a
+    :class:`~medanon.release.sharded.ShardWriter`) each process decodes its own share and the findings of all are
+    gathered, so that no process releases while another's file is bad, and every process names all of them."""
     from medanon.data.dataset import raise_for_problems, verify_decoding
 
     bad = verify_decoding(dataset, indices=indices, progress=progress) if len(indices) else []
+    gather = getattr(writer, "gather", None)
+    if gather is not None:
+        bad = [p for share in gather(bad) for p in share]
     if bad:
         raise_for_problems(bad, root=getattr(dataset, "root", None))
 
@@ -59,7 +64,7 @@ def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torc
                       "Leave the seed out for a release", NoFormalGuarantee, stacklevel=user_stacklevel())
         writer.privacy.update(seeded_privacy(writer.privacy))
     todo = [i for i, r in enumerate(dataset.records) if not writer.done(r.record_id)]
-    decode_before_release(dataset, todo, progress=progress)
+    decode_before_release(dataset, todo, progress=progress, writer=writer)
     chunks = [todo[start:start + batch] for start in range(0, len(todo), batch)]
 
     def run(chunk: list[int]) -> tuple[torch.Tensor, list[dict] | None]:

@@ -417,8 +417,8 @@ def test_a_fundus_dataset_of_grey_images_is_not_made_colour_silently(tmp_path, p
         open_dataset(ds, DataConfig(size=16))
     assert "channels=3" in e.value.fix
     assert open_dataset(ds, DataConfig(size=16, channels=3)).channels == 3         # asked for: converted
-    code, out = _run("data", "summary", ds)
-    assert code == 1 and "every image is grey" in out and "--channels 3" in out, out
+    code, out = _run("data", "summary", ds)                # the summary, with the refusal listed as a problem
+    assert code == 1 and "every image is grey" in out and "--channels 3" in out and "images" in out, out
 
 
 def test_under_torchrun_a_bad_image_in_another_process_share_stops_every_process(tmp_path, phantom):

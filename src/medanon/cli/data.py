@@ -206,8 +206,9 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
     """Counts by label and patient, image sizes and problems of the dataset in DATA_DIR.
 
     Files the other commands would refuse (missing, unreadable, too large, outside the folder) are
-    refused here the same way; --skip-bad lists them instead. Images of mixed channel counts are listed as a
-    PROBLEM under the summary (exit status 1) unless --channels says what to make of them.
+    refused here the same way; --skip-bad lists them instead. Images of mixed channel counts, or a fundus folder of
+    grey images, are listed as a PROBLEM under the summary (exit status 1) unless --channels says what to make of
+    them.
 
     \b
     Examples:
@@ -215,13 +216,14 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
       medanon data summary /data/eyepacs --decode --skip-bad
       medanon data summary /data/mine --labels /data/mine/labels.csv --image-col file --label-cols grade=dr_level,sex \\
           --patient-col subject"""
-    from medanon.data.dataset import MixedChannels, drop_records, raise_for_problems, verify_decoding
+    from medanon.data.channels import GreyFundus, MixedChannels
+    from medanon.data.dataset import drop_records, raise_for_problems, verify_decoding
     from medanon.data.summary import format_summary, summarize
 
     mixed = None
     try:
         ds = open_from_cli(data_dir, check_pixels=decode, **opts)      # headers only unless --decode
-    except MixedChannels as e:                  # a problem to list with the others: summarised as RGB
+    except (MixedChannels, GreyFundus) as e:    # a problem to list with the others: summarised as RGB
         mixed = e
         ds = open_from_cli(data_dir, check_pixels=decode, **{**opts, "channels": "3"})
     if decode:

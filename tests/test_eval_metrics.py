@@ -198,6 +198,39 @@ def test_kid_matches_sklearn_polynomial_kernel():
     assert abs(same) < mean
 
 
+def test_kid_of_a_resample_is_the_unbiased_mmd_of_its_rows_without_a_row_paired_with_its_copies():
+    """KID's interval weights the kernel matrices computed once: each resample equals the MMD² written out on the
+    resampled rows with sklearn's kernel, over the pairs of rows from different source rows; with every weight 1 it
+    is KID of the whole sets."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((12, 5)), rng.standard_normal((12, 5)) + 0.3
+    assert F.kid_weighted(a, b, np.ones(12), np.ones(12))[0] == pytest.approx(
+        F.kid_from_features(a, b, subsets=1, subset_size=12)[0])
+    b = b[:9]
+    for _ in range(5):
+        ia, ib = rng.integers(0, 12, 12), rng.integers(0, 9, 9)
+        wa, wb = np.bincount(ia, minlength=12), np.bincount(ib, minlength=9)
+        assert F.kid_weighted(a, b, wa[None], wb[None])[0] == pytest.approx(_mmd_rows(a, b, ia, ib))
+    groups = np.arange(60) // 3                          # patients of three images each: resampled whole
+    x, y = rng.standard_normal((60, 5)), rng.standard_normal((60, 5)) + 0.4
+    est = F.kid_from_features(x, y, subsets=1, subset_size=60)[0]
+    by_patient = F.kid_interval(x, y, est, groups1=groups, groups2=groups)
+    assert by_patient["ci"][0] < est < by_patient["ci"][1] and by_patient["resampled"] == "patients"
+    twin = rng.standard_normal((60, 5))                   # another sample of x's distribution: 0 is inside
+    same = F.kid_interval(x, twin, F.kid_from_features(x, twin, subsets=1, subset_size=60)[0], groups1=groups)
+    assert same["ci"][0] < 0 < same["ci"][1] and same["resampled"].startswith("patients (reference)")
+
+
+def _mmd_rows(a, b, ia, ib) -> float:
+    """Unbiased MMD² of the rows ``a[ia]`` and ``b[ib]``, a pair counted only when its rows have different sources."""
+    def mean_pairs(k, i, j, distinct):
+        keep = (i[:, None] != j[None, :]) if distinct else np.ones((len(i), len(j)), bool)
+        return float(k[np.ix_(i, j)][keep].mean())
+
+    kaa, kbb, kab = (polynomial_kernel(x, y, degree=3, gamma=1 / 5, coef0=1) for x, y in ((a, a), (b, b), (a, b)))
+    return mean_pairs(kaa, ia, ia, True) + mean_pairs(kbb, ib, ib, True) - 2 * mean_pairs(kab, ia, ib, False)
+
+
 def test_injectable_extractor_random_projection():
     """Any callable images -> (N, D) works; a random projection separates shifted image sets."""
     g = torch.Generator().manual_seed(0)

@@ -31,7 +31,7 @@ def _result() -> EvaluationResult:
            "validity": {"linkability": {"valid": True, "reason": None},
                         "linkability (reverse)": {"valid": False, "reason": "flags the noise release"}},
            "fidelity": {"n": 50, "fid": {"value": 12.0, "ci": [10.0, 14.0]},
-                        "kid": {"mean": 0.01, "sd": 0.002, "error": 0.004}},
+                        "kid": {"mean": 0.01, "sd": 0.002, "error": "sd over subsets", "ci": [0.006, 0.014]}},
            "utility": {"grade": {"n_test": 30, "paired_bootstrap": {"kappa": {"release": {"value": 0.7,
                                                                                           "ci": [0.5, 0.8]}}}},
                        "sex": {"skipped": "no labels"}}}
@@ -47,6 +47,10 @@ def test_summary_is_one_flat_record_per_number():
     rev = by[("linkability (reverse)", "residual_risk")]
     assert rev["valid"] is False and rev["reason"] == "flags the noise release" and rev["n"] == 40
     assert by[("fidelity", "fid")]["lo"] == 10.0 and by[("fidelity", "kid")]["hi"] == pytest.approx(0.014)
+    res = _result()                          # as kid_with_error writes it for sets too large for its interval
+    res.releases[0]["fidelity"]["kid"] = {"mean": 0.01, "sd": 0.002, "error": "sd over subsets"}
+    (kid,) = [r for r in res.summary() if r["metric"] == "kid"]
+    assert kid["value"] == 0.01 and kid["lo"] is None and kid["hi"] is None      # the sd is not an interval
     assert by[("utility: grade", "kappa")]["value"] == 0.7 and by[("utility: grade", "kappa")]["n"] == 30
     assert ("verdict", "utility_kept grade kappa") in by and len(recs) == 7
 

@@ -146,10 +146,13 @@ def test_kid_error_kind_is_said_once_when_every_row_shares_it():
     rep["controls"] = {"fidelity": fid(3, boot), "fidelity_by_n": {"3": fid(3, boot)}}
     rep["releases"][0]["fidelity"] = fid(3, boot)
     page = _fidelity(rep)
-    assert page.count(boot) == 1 and f"KID's ± is the {boot}." in page
+    assert page.count(boot) == 1 and f"KID's ± (sets too large for its interval) is the {boot}." in page
     rep["releases"][0]["fidelity"] = fid(3, "sd over subsets")               # two kinds: each row says its own
     page = _fidelity(rep)
-    assert page.count(boot) == 1 and page.count("(sd over subsets)") == 1 and "KID's ± is the" not in page
+    assert page.count(boot) == 1 and page.count("(sd over subsets)") == 1 and "KID's ± (sets" not in page
+    rep["releases"][0]["fidelity"]["kid"]["ci"] = [0.008, 0.013]              # its interval, where there is one
+    page = _fidelity(rep)
+    assert "10.00 <span class=ci>[8.00, 13.00]</span>" in page and page.count("(sd over subsets)") == 0
 
 
 def test_the_verdict_links_each_method_to_its_papers_reproduced_claims():

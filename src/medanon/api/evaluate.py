@@ -215,8 +215,7 @@ def _summary(rel: dict[str, Any]) -> list[dict[str, Any]]:
                            ok.get("reason")))
     for metric, f in (rel.get("fidelity") or {}).items():
         if isinstance(f, dict) and ("value" in f or "mean" in f):
-            ci = f.get("ci") or ([f["low"], f["high"]] if "low" in f else
-                                 [f["mean"] - f["error"], f["mean"] + f["error"]] if "error" in f else None)
+            ci = f.get("ci") or ([f["low"], f["high"]] if "low" in f else None)   # (KID's sd is no interval)
             out.append(_record(name, "fidelity", metric, f.get("value", f.get("mean")), ci,
                                f.get("n", (rel.get("fidelity") or {}).get("n"))))
     for task, u in (rel.get("utility") or {}).items():

@@ -104,21 +104,25 @@ def _fidelity(rep: dict) -> str:
                                   f"{rep['sample_sizes']['fid_reference']} real source images; images at "
                                   f"{rep['config']['size']} px, resized to 299 px; intervals as in the table below"))
     head = ["Release", "N"]
-    head += ["FID [95% CI]", "KID ×10³ (± sd)"] if has_fid else []
+    head += ["FID [95% CI]", "KID ×10³ [95% CI]"] if has_fid else []
     head += ["FD identity network [95% CI]"] if rep["config"]["fidelity"]["in_domain"] else []
     rows = []
     by_n = rep["controls"].get("fidelity_by_n") or {str(rep["controls"]["fidelity"]["n"]): rep["controls"]["fidelity"]}
     entries = [(f"<i>real, held-out patients (control, N = {n})</i>", f) for n, f in sorted(by_n.items(),
                                                                                           key=lambda kv: int(kv[0]))]
     entries += [(_e(r["name"]), r["fidelity"]) for r in rels]
-    errors = {f["kid"].get("error", "sd over subsets") for _, f in entries if f.get("kid")}
+    errors = {f["kid"].get("error", "sd over subsets") for _, f in entries if f.get("kid") and not f["kid"].get("ci")}
     for name, f in entries:
         row = [name, str(f["n"])]
         if has_fid:
             kid = f.get("kid")
-            why = "" if len(errors) == 1 else f" ({_e(kid.get('error', 'sd over subsets'))})" if kid else ""
-            kid_s = (f"{_num(1e3 * kid['mean'], 2)} <span class=ci>± {_num(1e3 * kid['sd'], 2)}{why}</span>"
-                     if kid else "–")
+            if kid and kid.get("ci"):                     # the patient bootstrap's interval
+                kid_s = _ci({"value": 1e3 * kid["mean"], "ci": [1e3 * v for v in kid["ci"]]})
+            elif kid:                                     # sets too large for the kernel bootstrap: the sd, said so
+                why = "" if len(errors) == 1 else f" ({_e(kid.get('error', 'sd over subsets'))})"
+                kid_s = f"{_num(1e3 * kid['mean'], 2)} <span class=ci>± {_num(1e3 * kid['sd'], 2)}{why}</span>"
+            else:
+                kid_s = "–"
             row += [_ci(f.get("fid")), kid_s]
         if rep["config"]["fidelity"]["in_domain"]:
             row.append(_ci(f.get("fd_identity"), 3))
@@ -133,8 +137,9 @@ def _fidelity(rep: dict) -> str:
           "its sources than new people are (a memorisation signal: see the near-copy screen). FD on the attacks' "
           "identity network (in-domain). The intervals of FID and FD resample patients (bias-shifted bootstrap) and "
           "are for the distance measured with this N of images, not for the distance between the populations, "
-          "which is smaller."
-        + (f" KID's ± is the {_e(next(iter(errors)))}." if has_fid and len(errors) == 1 else "")))
+          "which is smaller. KID's interval resamples patients too (the unbiased MMD² of the resampled sets)."
+        + (f" KID's ± (sets too large for its interval) is the {_e(next(iter(errors)))}."
+           if has_fid and len(errors) == 1 else "")))
     if not has_fid:
         out.append("<p class=note>FID and KID were not computed (Inception disabled or unavailable; see notes).</p>")
     return "\n".join(out)

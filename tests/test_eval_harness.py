@@ -362,6 +362,15 @@ def test_inception_fid_on_a_few_images(world, tmp_path):
     table1 = table1[:table1.index("</table>")]
     lo, hi = by["noise"]["fidelity"]["fid"]["ci"]
     assert f"[{lo:.2f}, {hi:.2f}]" in table1                       # the pivot's cells carry their intervals
+    kid = by["noise"]["fidelity"]["kid"]
+    assert kid["ci"][0] <= kid["mean"] <= kid["ci"][1] and kid["resampled"] == "patients"
+    assert f"[{1e3 * kid['ci'][0]:.2f}, {1e3 * kid['ci'][1]:.2f}]" in html
+    from medanon.api.evaluate import EvaluationResult
+
+    rows = EvaluationResult(releases=rep["releases"], controls=rep["controls"], real={}, phantom=True, notes=[],
+                            seconds=0.0, report=rep, html=html).summary()     # the flat summary, KID included
+    (row,) = [r for r in rows if r["release"] == "noise" and r["metric"] == "kid"]
+    assert [row["lo"], row["hi"]] == kid["ci"]
 
 
 def test_loud_warnings(world, tmp_path):

@@ -108,7 +108,7 @@ class VesselSource:
         for rec, path in zip(records, self.index.pair([r.path for r in records]), strict=True):
             try:
                 m = read_mask(path)
-                info = imageio.probe(rec.path)
+                info = imageio.probe(rec.path, max_pixels=None)      # the dataset has judged its size
             except DataError as e:
                 bad.append(str(path))
                 reason = reason or e.message

@@ -264,6 +264,18 @@ def test_kpca_refuses_a_basis_that_holds_the_released_images(tmp_path, world):
     with pytest.raises(ConfigError, match="holds 24 of the images being released"):    # both in memory
         medanon.anonymize.kpca(x, k=3, pca_components=3, pca_basis=in_memory, patient_ids=pids,
                                value_range=(-1, 1)).images(limit=1)
+    from PIL import Image
+
+    shutil.copytree(world["data"], tmp_path / "resaved")     # the same images in other files: re-saved, enlarged
+    for i, f in enumerate(sorted((tmp_path / "resaved" / "images").iterdir())):
+        im = Image.open(f)
+        im.load()
+        (im.resize((im.width * 3, im.height * 3), Image.LANCZOS) if i % 2 else im).save(f, compress_level=1)
+    r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "kpca", str(world["data"]), "--size", str(SIZE),
+                                 "--k", "3", "--pca-components", "3", "--basis-from", str(tmp_path / "resaved"),
+                                 "--out", str(tmp_path / "cli")])
+    assert r.exit_code == 1 and "holds 24 of the images being released" in r.output, r.output
+    assert not (tmp_path / "cli").exists()
 
 
 def test_the_readme_python_example_runs(tmp_path, monkeypatch):

@@ -201,3 +201,38 @@ def test_a_phantom_of_the_flows_training_people_withdraws_the_guarantee(tmp_path
     assert shared_people(shipped, other, ["P00001"]) == []                      # seed 12: other people
     assert shared_people({**shipped, "pneumonia_rate": 0.5}, small, ["P00001"]) == []   # other settings
     assert shared_people(shipped, tmp_path / "run", ["P00001"]) == []           # not a phantom folder
+
+
+def _exported_copy(src: Path, dst: Path, how: str) -> Path:
+    """``src`` exported again as a user might: every image re-saved as PNG at another compression, converted to
+    JPEG, or resized to twice its side; same names, same labels."""
+    from PIL import Image
+
+    shutil.copytree(src, dst)
+    for f in sorted((dst / "images").iterdir()):
+        im = Image.open(f)
+        im.load()
+        if how == "png":
+            im.save(f, compress_level=1)
+        elif how == "resized":
+            im.resize((im.width * 2, im.height * 2), Image.BICUBIC).save(f)
+        else:
+            im.save(f.with_suffix(".jpg"), quality=90)
+            f.unlink()
+    if how == "jpeg":
+        lines = (dst / "labels.csv").read_text().splitlines()
+        rows = [lines[0]] + [ln.replace(".png,", ".jpg,", 1) for ln in lines[1:]]
+        (dst / "labels.csv").write_text("\n".join(rows) + "\n")
+    return dst
+
+
+@pytest.mark.parametrize("how", ["png", "jpeg", "resized"])
+def test_a_box_calibrated_on_a_re_exported_copy_of_the_released_images_withdraws_it(phantoms, tmp_path, how):
+    """A copy of the released folder re-saved, converted or resized has other file contents: it is still the
+    released people's images, so the clip box depends on them and the release states no guarantee."""
+    data, _ = phantoms
+    copy = _exported_copy(data, tmp_path / how, how)
+    with pytest.warns(CalibrationOverlap, match="8 of the 8 images being released"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.ldp_image, data, epsilon=50.0,
+                         clip_box="calibrated", calibrate_on=copy)
+    assert rel.privacy["guarantee"] == "none: 8 released images are among the images the clip box was calibrated on"

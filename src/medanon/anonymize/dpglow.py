@@ -103,9 +103,10 @@ class DPGlow:
 def folder_overlap(flow_data: dict[str, Any] | None, training, released) -> tuple[str, str] | None:
     """The withdrawal ``(reason, why)`` of a release some of whose images are in the folder the flow was trained
     on, else None; ``training`` is that folder as a dataset, checked against the digest the flow recorded (a
-    :class:`~medanon.errors.ConfigError` if it is another folder). Images are compared by file content (or 8-bit
-    pixels for images in memory); the whole folder counts, its held-out part included, which errs on the safe
-    side. Warns :class:`~medanon.anonymize.privacy.CalibrationOverlap` when any is found."""
+    :class:`~medanon.errors.ConfigError` if it is another folder). Images are compared by file content, 8-bit
+    pixels and as resized or re-encoded copies (:func:`~medanon.data.overlap.images_in_common`); the whole
+    folder counts, its held-out part included, which errs on the safe side. Warns
+    :class:`~medanon.anonymize.privacy.CalibrationOverlap` when any is found."""
     from medanon.data.overlap import images_in_common
     from medanon.runtime import files_digest
 

@@ -155,8 +155,8 @@ class ClusterAverager:
 
 def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> None:
     """The separate PCA basis fits the released data (size, channels, modality) and, with ``content``, shares no
-    image with it (:func:`~medanon.data.overlap.images_in_common`: the same file contents, or the same
-    8-bit pixels where either holds images in memory)."""
+    image with it (:func:`~medanon.data.overlap.images_in_common`: the same file contents, the same 8-bit pixels,
+    or a resized or re-encoded copy)."""
     if cfg.method == "kpca" and cfg.pca_basis == "separate" and pca_basis is None:
         raise ConfigError("pca_basis='separate' needs the separate dataset to fit the basis on",
                           fix="give the separate dataset (pca_basis=dataset), or use the private basis")
@@ -174,7 +174,7 @@ def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> Non
     shared = images_in_common(ds, pca_basis) if pca_basis is not None and content else 0
     if shared:
         raise ConfigError(f"the basis dataset holds {shared} of the images being released (the same file contents, "
-                          "or the same 8-bit pixels for images in memory): a "
+                          "the same 8-bit pixels, or resized or re-encoded copies): a "
                           "basis fitted on them is not separate, and the statement would claim it is",
                           fix="fit the basis on other images (public data), or use the private basis")
 

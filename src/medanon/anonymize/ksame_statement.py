@@ -90,7 +90,10 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
     if cfg.method == "kpca":
         out["pca_basis"] = ("fitted on the private dataset being released: the basis is not covered by k-anonymity"
                             if private_basis else "fitted on separate data supplied by the user (assumed not to "
-                                                  "contain the released patients)")
+                                                  "contain the released patients: none of the released images is "
+                                                  "in it, compared by file, by pixels and as resized or re-encoded "
+                                                  "copies; another photograph of a released patient is not "
+                                                  "detected)")
     if cfg.views > 1:
         out["augmentation"] = ("views are the cluster average plus Gaussian noise from secret operating-system "
                                "randomness (recorded nowhere); given the average they carry no further information "

@@ -353,7 +353,10 @@ class LaplaceMechanism:
             "assumptions": [] if not finite else [
                 "the noise is secret: drawn from os.urandom for this release and recorded nowhere",
                 ("the clip box is public and fixed" if cal.public else
-                 "the calibrated clip box is treated as a public constant")
+                 "the calibrated clip box is treated as a public constant: it was calibrated on images of people "
+                 "who are not in this release (medanon found none of the released images among them, compared by "
+                 "file, by pixels and as resized or re-encoded copies; another photograph of a released person is "
+                 "not detected)")
                 + (" and the flow's weights are a fixed public function" if flow else ""),
                 *(["the flow was trained on people who are not in this release: its weights are a function of its "
                    "training images that the noise does not cover, so for a released person who trained it the "

@@ -385,3 +385,34 @@ def test_every_vessel_mask_file_is_read_before_the_first_image_is_released(tmp_p
     assert r.exit_code == 1 and "could not write" not in r.output and "operating system" not in r.output, r.output
     assert "mask" in r.output and sorted((layout / "masks").iterdir())[-1].name in r.output
     assert not (tmp_path / "d").exists() and not (tmp_path / "d.partial").exists()
+
+
+def test_a_p_that_replaces_no_pixel_is_refused_and_a_release_of_copies_fails_the_audit(tmp_path: Path,
+                                                                                         phantoms: Path):
+    """Snow at p < 1/(2*H*W) would replace round(p*H*W) = 0 pixels: the "release" would be the images as read. It is
+    refused before anything is written. VS-Snow's count depends on each image's vessels: images none of whose vessel
+    pixels p reaches are named in a warning, and an audit of a release whose every image is its source fails."""
+    runner = CliRunner()
+    r = runner.invoke(cli, ["--device", "cpu", "anonymize", "snow", str(phantoms), "--size", "32", "--p",
+                            "0.1,0.0001", "--out", str(tmp_path / "s-{p}")])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 1 and "--p 0.0001 replaces round(p*H*W) = 0 of the 1024 pixels of a 32 px image" in said
+    assert "use p of at least 0.000977 (one pixel)" in said and not list(tmp_path.iterdir())
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    with pytest.raises(ConfigError, match=r"p=0.0004 replaces round\(p\*H\*W\) = 0"):
+        snow_sweep(ds, tmp_path / "lib", ps=[0.0004], progress=False)
+    assert not (tmp_path / "lib").exists()
+    import medanon
+
+    with pytest.raises(ConfigError, match=r"p=0.0004 replaces round\(p\*H\*W\) = 0"):     # when it is asked for
+        medanon.anonymize.snow(ds, p=0.0004)
+    medanon.anonymize.snow(ds, p=0.0005)                 # round(0.512) = 1 pixel
+    r = runner.invoke(cli, ["--device", "cpu", "anonymize", "vs-snow", str(phantoms), "--size", "32", "--p", "0.001",
+                            "--vessels", "frangi", "--out", str(tmp_path / "v"), "--mapping", str(tmp_path / "v.json")])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 0 and "12 image(s) have fewer than 500 vessel pixels" in said, said
+    report = medanon.audit(tmp_path / "v", source=phantoms, mapping=tmp_path / "v.json")
+    check = next(c for c in report.checks if c.name.startswith("no released image is a copy of one of its own"))
+    assert not report.passed and not check.passed
+    assert check.detail.startswith("12 are, e.g.") and "(every image compared: the release is its sources)" in \
+        check.detail

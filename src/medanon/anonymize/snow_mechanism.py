@@ -26,6 +26,11 @@ def count_for(p: float, n: int) -> int:
     return math.floor(p * n + 0.5)
 
 
+def count_for_each(p: float, n: torch.Tensor) -> torch.Tensor:
+    """:func:`count_for` of each element of ``n`` (a tensor of pixel counts), as int64."""
+    return torch.floor(p * n.double() + 0.5).long()
+
+
 def check_p(p: float) -> None:
     if not 0 < p <= 1:
         raise ConfigError(f"p={p} must be in (0, 1]", fix="the fraction of pixels replaced, e.g. p=0.1")
@@ -104,7 +109,7 @@ def vs_snow_selection(vessels: torch.Tensor, p: float, *, generator: Generators,
     v = vessels.reshape(n, h * w).bool()
     order = random_order(n, h, w, generator=generator, device=vessels.device) if order is None else order
     v_along = v.gather(1, order)                                        # vessel flags in the random order
-    k = torch.floor(p * v.sum(dim=1, keepdim=True).double() + 0.5).long()
+    k = count_for_each(p, v.sum(dim=1, keepdim=True))
     take = v_along & (v_along.long().cumsum(dim=1) <= k)
     sel = torch.zeros_like(v)
     sel.scatter_(1, order, take)

@@ -24,7 +24,16 @@ from tqdm.auto import tqdm
 
 from medanon.anonymize.per_image import decode_before_release
 from medanon.anonymize.privacy import NoFormalGuarantee, WeakSetting
-from medanon.anonymize.snow_mechanism import ChannelMean, check_p, image_generators, random_order, snow, vs_snow
+from medanon.anonymize.snow_mechanism import (
+    ChannelMean,
+    check_p,
+    count_for,
+    count_for_each,
+    image_generators,
+    random_order,
+    snow,
+    vs_snow,
+)
 from medanon.anonymize.snow_statement import SEEDED, parse_fill, snow_privacy, vs_snow_privacy
 from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError, user_stacklevel
@@ -198,6 +207,8 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     names = release_labels(dataset, labels)
     device = torch.device(device)
     h = w = dataset.size
+    if method == "snow":
+        check_changes_pixels(ps, h * w, side=h)
     if len(ps) > 1:
         warnings.warn(f"{len(ps)} releases of the same images: publish at most one. With one seed their hidden sets "
                       "are nested, so together they reveal what the smallest p reveals", WeakSetting,
@@ -238,6 +249,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
     if masks is not None:                                      # read files: a resume notices edited or other masks
         source["vessel_masks"] = masks
     records = dataset.records
+    unchanged = dict.fromkeys(ps, 0)
     with contextlib.ExitStack() as stack:
         writers = {p: stack.enter_context(ReleaseWriter(
             outs[p], method=method, params={"p": p, **common, **(extra_params or {})}, privacy=privacy[p], labels=names,
@@ -259,8 +271,25 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
                 v = vessels.masks(images, fov, records=recs, layout_masks=b.masks, size=dataset.size,
                                   crop=dataset.crop)
                 results = {p: vs_snow(images, v, p=p, generator=gens, order=order) for p in ps}
+                for p in ps:                            # images none of whose vessel pixels p reaches: unchanged
+                    unchanged[p] += int((count_for_each(p, v.flatten(1).sum(1)) == 0).sum())
             for p, out_images in results.items():
                 for j, i in enumerate(b.indices):
                     if not writers[p].done(records[i].record_id):
                         writers[p].add(records[i].record_id, out_images[j], [records[i]])
+    for p, n in unchanged.items():
+        if n:
+            warnings.warn(f"VS-Snow p={p:g}: {n} image(s) have fewer than {0.5 / p:.4g} vessel pixels, so "
+                          "round(p*|V|) = 0 of them were changed: they are released as they were read. Use a larger "
+                          "p, or a larger size", WeakSetting, stacklevel=user_stacklevel())
     return outs
+
+
+def check_changes_pixels(ps, pixels: int, *, side: int) -> None:
+    """Refuse a Snow p that replaces no pixel of a ``side`` px image (round(p*H*W) = 0): its "release" would be
+    the images as they were read."""
+    for p in ps:
+        if count_for(p, pixels) == 0:
+            raise ConfigError(f"p={p:g} replaces round(p*H*W) = 0 of the {pixels} pixels of a {side} px image: the "
+                              "images would be released unchanged",
+                              fix=f"use p of at least {1 / pixels:.3g} (one pixel), or a larger size")

@@ -165,6 +165,9 @@ def _snow_release(ds: ImageDataset, *, method: str, p: float, seed: int | None, 
     dev = device_arg(device) or torch.device("cpu")
     seeded = seed is not None
     if method == "snow":
+        from medanon.anonymize.snow_release import check_changes_pixels
+
+        check_changes_pixels([p], ds.size * ds.size, side=ds.size)
         privacy = snow_privacy(p, ds.size, ds.size, fill=parse_fill(kw["fill"], ds.channels)[0], seeded=seeded)
     else:
         privacy = vs_snow_privacy(p, kw["vessels"].describe(), seeded=seeded)

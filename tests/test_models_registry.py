@@ -15,6 +15,12 @@ from medanon.fsutil import sha256_file
 from medanon.models_registry import ENV, SOURCE_CHECKPOINTS, find_model, list_models, models_folder, search_path
 
 
+def _entry(listing: str, name: str) -> str:
+    """The lines `medanon models` prints for the file whose first lines hold ``name`` (to the next file's)."""
+    blocks = re.split(r"\n(?=\S)", listing)
+    return next(b for b in blocks if name in b)
+
+
 def test_search_path_puts_the_environment_first(tmp_path, monkeypatch):
     a, b = tmp_path / "a", tmp_path / "b"
     monkeypatch.setenv(ENV, f"{a}{os.pathsep}{b}")
@@ -53,11 +59,16 @@ def test_find_and_list_models(tmp_path, monkeypatch):
     assert {k: ours[k] for k in ("name", "bytes", "kind", "sha256", "shadowed")} == {
         "name": "glow-xray64.pt", "bytes": path.stat().st_size, "kind": "glow", "sha256": sha256_file(path),
         "shadowed": False}
-    assert ours["default_for"] == ["dpglow-flow (xray)"] and "DP-GLOW" in ours["card"]["use"]
+    # the user's own file of a shipped name is the default by name, but the shipped file's card (trained on
+    # phantoms only, its measured quality) is not its card
+    assert ours["default_for"] == ["dpglow-flow (xray)"] and ours["card"] is None and ours["shipped"] is None
     r = CliRunner().invoke(cli, ["models"])
     assert r.exit_code == 0 and sha256_file(path) in r.output
     assert ("(shadowed)" in r.output) == (shipped is not None)
     assert "DEFAULT for dpglow-flow (xray)" in r.output
+    mine_lines = _entry(r.output, str(path))
+    assert "card: none (the card of the shipped glow-xray64.pt is not this file's" in mine_lines
+    assert "never a real patient" not in mine_lines and "trained on:" not in mine_lines
 
 
 def test_every_default_and_card_names_a_shipped_file():
@@ -133,6 +144,10 @@ def test_the_shipped_table_is_the_checkpoints_folder_and_names_a_copy_anywhere(t
     r = CliRunner().invoke(cli, ["models"])
     assert r.exit_code == 0 and "shipped (public): unet-vessels64.pt" in r.output
     assert "not a shipped checkpoint" in r.output
+    mine_card = _entry(r.output, "my-segmenter.pt")                 # the copy has the shipped file's card
+    assert "trained on:" in mine_card and "quality:" in mine_card
+    listed = {m["name"]: m for m in json.loads(CliRunner().invoke(cli, ["models", "--json"]).output)["models"]}
+    assert listed["my-segmenter.pt"]["card"] is not None and listed["edited.pt"]["card"] is None
 
     # a dangling link among them is listed as such; the others are still listed
     (mine / "dangling.pt").symlink_to(tmp_path / "nowhere.pt")
@@ -140,3 +155,27 @@ def test_the_shipped_table_is_the_checkpoints_folder_and_names_a_copy_anywhere(t
     assert found["dangling.pt"].kind.startswith("unreadable: a link to") and found["dangling.pt"].shipped is None
     r = CliRunner().invoke(cli, ["models"])
     assert r.exit_code == 0 and "does not exist" in r.output and "my-segmenter.pt" in r.output
+
+
+def test_a_default_found_by_name_is_called_shipped_only_when_it_is(tmp_path, monkeypatch, capsys):
+    """A command that falls back to the modality's default says "the shipped ..." only for the public file, by
+    digest: a user's retrained file under the shipped name is named by its path, as not the shipped one."""
+    import shutil
+
+    from medanon.cli.models import shipped_default
+
+    if not SOURCE_CHECKPOINTS.is_dir():
+        pytest.skip("no source checkout")
+    mine = tmp_path / "models"
+    mine.mkdir()
+    monkeypatch.setenv(ENV, str(mine))
+    shutil.copy(SOURCE_CHECKPOINTS / "restyle-map-fundus64.pt", mine / "restyle-map-fundus64.pt")
+    assert shipped_default(tmp_path, {"modality": "fundus"}, "ksame-codec", flag="--model", method="inverted") \
+        == mine / "restyle-map-fundus64.pt"
+    assert "--model: restyle-map-fundus64.pt, the shipped" in capsys.readouterr().err
+    with open(mine / "restyle-map-fundus64.pt", "ab") as f:               # the user's own file of that name
+        f.write(b"\0")
+    shipped_default(tmp_path, {"modality": "fundus"}, "ksame-codec", flag="--model", method="inverted")
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"--model: {mine / 'restyle-map-fundus64.pt'}, the k-Same codec for fundus data by its name, but not " \
+           "the shipped file" in said and "the shipped k-Same" not in said

@@ -33,7 +33,7 @@ def models(as_json: bool) -> None:
                                "models": [{"name": m.name, "path": str(m.path), "bytes": m.bytes, "kind": m.kind,
                                            "sha256": m.sha256, "shadowed": m.shadowed, "shipped": m.shipped,
                                            "default_for": defaults_of(m.name),
-                                           "card": asdict(CARDS[m.name]) if m.name in CARDS else None}
+                                           "card": asdict(CARDS[m.shipped]) if m.shipped in CARDS else None}
                                           for m in found]}, indent=2))
         return
     click.echo("search path ($" + ENV + ", then the source checkout's checkpoints/ if medanon runs from one):")
@@ -54,7 +54,10 @@ def models(as_json: bool) -> None:
             click.echo(f"{'':<{width}}  DEFAULT for {', '.join(roles)}")
         click.echo(f"{'':<{width}}  " + (f"shipped (public): {m.shipped}" if m.shipped else
                                          "not a shipped checkpoint (its digest is none of medanon's public ones)"))
-        card = CARDS.get(m.name)
+        card = CARDS.get(m.shipped) if m.shipped else None     # by digest: a file's name says nothing of it
+        if card is None and m.name in CARDS:
+            click.echo(f"{'':<{width}}  card: none (the card of the shipped {m.name} is not this file's: what it was "
+                       "trained on and how well it works are unknown to medanon)")
         if card is not None:
             click.echo(f"{'':<{width}}  use: {card.use}\n{'':<{width}}  trained on: {card.trained_on}\n"
                        f"{'':<{width}}  quality: {card.quality}")
@@ -67,7 +70,9 @@ def shipped_default(data_dir, data_opts: dict, role: str, *, flag: str, method: 
 
     from medanon.data.layouts import scan
     from medanon.errors import MedanonError
+    from medanon.fsutil import sha256_file
     from medanon.models_registry import ROLE_WORDS, default_model, find_model
+    from medanon.models_shipped import shipped_name
 
     modality = data_opts.get("modality") if data_opts.get("modality") not in (None, "auto") else None
     unread = None
@@ -82,6 +87,12 @@ def shipped_default(data_dir, data_opts: dict, role: str, *, flag: str, method: 
     if name is None:
         raise click.UsageError(f"{method} needs {flag}: medanon ships no {ROLE_WORDS[role].split(' (')[0]} for "
                                f"{modality or 'this'} data (train one: docs/backbone.md)")
-    click.echo(f"{flag}: {name}, the shipped {ROLE_WORDS[role].split(' (')[0]} for {modality} data", err=True)
-    return find_model(name)
+    path = find_model(name)
+    what = ROLE_WORDS[role].split(' (')[0]
+    if shipped_name(sha256_file(path)) == name:
+        click.echo(f"{flag}: {name}, the shipped {what} for {modality} data", err=True)
+    else:
+        click.echo(f"{flag}: {path}, the {what} for {modality} data by its name, but not the shipped file (its "
+                   "digest is none of medanon's public ones)", err=True)
+    return path
 

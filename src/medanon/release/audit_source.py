@@ -88,7 +88,7 @@ MAX_COMPARED = 5000             # records compared with their preprocessed sourc
 
 def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, source_records,
                               modality: str | None, *, people: dict[str, int], image_dp: bool,
-                              crop: str | None = None) -> None:
+                              says_vacuous: bool = False, crop: str | None = None) -> None:
     """With the mapping (``records``: released image -> its sources): no released image is within one 8-bit grey
     level (RMS) of one of its own sources preprocessed as the methods read them (the field of view or the centre
     cropped as the manifest's ``crop`` records, resized to the released image's side): a copy that went through
@@ -98,9 +98,10 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
 
     A copy fails the audit where it contradicts what the release states: a record that stands for two or more
     people (``people``: labels.csv's n_people), or a release that claims differential privacy for images
-    (``image_dp``), and a release whose every compared image is a copy (nothing was anonymised). Otherwise a
-    method that claims neither (VS-Snow at a small p changes too few pixels of some images to tell at a small
-    size) gets a note: its statement is not contradicted, and the evaluation counts the copies."""
+    (``image_dp``), and a release whose every compared image is a copy (nothing was anonymised) unless its
+    statement says so itself (``says_vacuous``: a differential-privacy bound it calls vacuous). Otherwise a method
+    that claims neither (VS-Snow at a small p changes too few pixels of some images to tell at a small size) gets a
+    note: its statement is not contradicted, and the evaluation counts the copies."""
     import numpy as np
     from PIL import Image
 
@@ -141,7 +142,7 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
                 copies.append((img, Path(src.path).name))
                 break
         images += compared > before
-    every = bool(copies) and len(copies) == images      # nothing anonymised: whatever the release states
+    every = bool(copies) and len(copies) == images and not says_vacuous     # nothing anonymised, unsaid
     contradicting = [c for c in copies if every or image_dp or people.get(c[0], 1) >= 2]
     name = ("no released image is a copy of one of its own sources as the methods preprocess them (within one 8-bit "
             "grey level, RMS)")

@@ -417,3 +417,29 @@ def test_release_dataset_side_by_side_keeps_order_and_results(tmp_path):
     assert [r for r, _ in written[2]] == [f"r{i}" for i in range(7)]
     assert all(torch.equal(a[1], b[1]) for a, b in zip(written[1], written[2], strict=True))
     assert any(name != threading.main_thread().name and n == 1 for name, n in seen[4:])
+
+
+def test_a_release_without_an_identity_loss_claims_no_identity_push(tmp_path, checkpoints):
+    """--losses ut and --steps 0 remove no identity: the manifest says no margin applies (it said the identity was
+    pushed below the margin), and an option of a loss that is not optimised is refused before any work."""
+    d, data = checkpoints
+    base = ["--device", "cpu", "anonymize", "gmia", str(data), "--model", str(d / "codec.pt"), "--utility",
+            str(d / "grade.pt"), "--steps", "1"]
+    for losses, extra, flag in (("ut", ["--margin", "0.5"], "--margin"), ("ut", ["--lambda-id", "3"], "--lambda-id"),
+                                ("ut", ["--identity", str(d / "identity.pt")], "--identity"),
+                                ("ut", ["--set", "margin=0.5"], "--margin"),
+                                ("id", ["--lambda-ut", "0.5"], "--lambda-ut")):
+        r = CliRunner().invoke(cli, [*base, "--losses", losses, *extra, "--out", str(tmp_path / "x")])
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and f"--losses {losses} optimises no" in said and f"so {flag} would change" in said
+        assert not (tmp_path / "x").exists()
+    r = CliRunner().invoke(cli, [*base, "--losses", "ut", "--out", str(tmp_path / "ut")])
+    assert r.exit_code == 0, r.output
+    meaning = read_release(tmp_path / "ut")[0]["privacy"]["margin_meaning"]
+    assert meaning.startswith("no margin applies: no identity loss was optimised (losses=ut)"), meaning
+    r = _cli(d, data, tmp_path / "s0", "--utility", str(d / "grade.pt"), "--steps", "0")
+    assert r.exit_code == 0, r.output
+    meaning = read_release(tmp_path / "s0")[0]["privacy"]["margin_meaning"]
+    assert meaning.startswith("no margin applies: no optimisation step was run (steps=0)"), meaning
+    r = _cli(d, data, tmp_path / "m", "--utility", str(d / "grade.pt"))
+    assert read_release(tmp_path / "m")[0]["privacy"]["margin_meaning"].startswith("an optimisation target")

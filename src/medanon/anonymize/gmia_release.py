@@ -47,10 +47,7 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
         # trained the same way (same training config on the same patients gives the same network)
         "identity_network": {k: ident[k] for k in ("sha256", "embed_dim", "image_size", "train_config")
                              if k in ident},
-        "margin_meaning": (f"an optimisation target, not a bound: the released image's identity embedding under the "
-                           f"identity network E_id (sha256 {ident.get('sha256', 'n/a')}) is pushed to cosine <= "
-                           f"{cfg.margin:g} with its source's. It says nothing about other recognisers, and is not "
-                           "reached for every image (see optimisation_outcome)"),
+        "margin_meaning": _margin_meaning(cfg, ident),
         "protection_measured_by": ("the attacks of `medanon evaluate` on this release and its private mapping: "
                                    "linkability (inner and outer risk, TAR at a fixed FAR), singling out (hidden rate, "
                                    "local cloaking) and top-K membership inference. Use an identity network for the "
@@ -73,6 +70,19 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
             "labels released with the images are released as they are",
         ],
     }
+
+
+def _margin_meaning(cfg: GMIAConfig, ident: dict[str, Any]) -> str:
+    """What the margin means for this release: a target only where an identity loss was optimised."""
+    if cfg.steps == 0:
+        return ("no margin applies: no optimisation step was run (steps=0), the release is the reconstruction "
+                "G(E(X_R)) and no identity is removed")
+    if not cfg.uses_id:
+        return (f"no margin applies: no identity loss was optimised (losses={cfg.losses}); nothing pushes the "
+                "released image's identity away from its source's, and identity is not removed")
+    return (f"an optimisation target, not a bound: the released image's identity embedding under the identity network "
+            f"E_id (sha256 {ident.get('sha256', 'n/a')}) is pushed to cosine <= {cfg.margin:g} with its source's. It "
+            "says nothing about other recognisers, and is not reached for every image (see optimisation_outcome)")
 
 
 def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[tuple[str, type[UserWarning]]]:

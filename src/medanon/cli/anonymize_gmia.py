@@ -86,6 +86,8 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
         cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr,
                     margin=margin, lambda_id=lambda_id, lambda_ut=lambda_ut, latent_space=latent_space,
                     batch_size=batch_size)
+    _check_loss_options(cfg.losses, overrides, margin=margin, lambda_id=lambda_id, identity=identity_path,
+                        lambda_ut=lambda_ut, utility=utility_path)
     if model_path is None:
         model_path = shipped_default(data_dir, data_opts, "gmia-codec", flag="--model", method="gmia")
     if identity_path is None and "id" in cfg.losses.split("+"):
@@ -124,3 +126,18 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     click.echo(to_json({"optimisation_outcome": outcome}))
     click.echo("privacy: NO formal guarantee. Measure it: medanon evaluate (linkability, singling out, membership) "
                "with the private --mapping, and an identity network other than --identity.")
+
+
+def _check_loss_options(losses: str, overrides, **given) -> None:
+    """Refuse an option of a loss that ``losses`` does not optimise (``--margin`` with ``--losses ut``): it would
+    change nothing, and the user would believe it did."""
+    set_keys = {o.split("=", 1)[0].strip() for o in overrides or ()}
+    used = set(losses.split("+"))
+    for loss, names in (("id", ("margin", "lambda_id", "identity")), ("ut", ("lambda_ut", "utility"))):
+        if loss in used:
+            continue
+        for name in names:
+            if given.get(name) is not None or name in set_keys:
+                flag = "--" + name.replace("_", "-")
+                raise click.BadParameter(f"--losses {losses} optimises no {'identity' if loss == 'id' else 'utility'} "
+                                         f"loss, so {flag} would change nothing", param_hint=flag)

@@ -284,6 +284,18 @@ def test_inverted_is_labelled_not_anonymous(tmp_path, phantoms, codec_ckpt):
     assert len(rows) == 26 and manifest["params"]["k"] == 1 and manifest["privacy"]["guarantee"].startswith("none")
 
 
+def test_a_model_option_that_the_model_contradicts_is_refused(tmp_path, phantoms, codec_ckpt):
+    """--size and --channels must be the model's (or left out): a grey reading of a colour codec's data was
+    silently made colour again."""
+    for extra, flag, said in ((["--channels", "1"], "--channels", "1 differs from the 3 channel(s) the model"),
+                              (["--size", "16"], "--size", "16 differs from the 32 px the model")):
+        r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "inverted", str(phantoms), "--model",
+                                     str(codec_ckpt), *extra, "--out", str(tmp_path / "x")])
+        assert r.exit_code == 2 and flag in r.output and said in " ".join(r.output.split()), r.output
+        assert not (tmp_path / "x").exists()
+    run_cli(["inverted", phantoms, "--model", codec_ckpt, "--channels", "3", "--out", tmp_path / "ok"])
+
+
 def test_resume_does_not_redo_written_clusters(tmp_path, phantoms, interrupted_after):
     out = tmp_path / "rel"
     with interrupted_after(3):

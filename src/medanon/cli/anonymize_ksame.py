@@ -208,7 +208,11 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
             raise click.BadParameter(f"{data_opts['size']} differs from the {res} px the model {model} works at",
                                      param_hint="--size")
         data_opts["size"] = res
-        data_opts["channels"] = str(codec.generator.img_channels)
+        channels = codec.generator.img_channels
+        if data_opts.get("channels") not in (None, "0", str(channels)):
+            raise click.BadParameter(f"{data_opts['channels']} differs from the {channels} channel(s) the model "
+                                     f"{model} works on; leave --channels out", param_hint="--channels")
+        data_opts["channels"] = str(channels)
     ds = open_split(data_dir, data_opts, *split, FLAGS)
     basis = None
     if basis_from is not None:                  # k-Same-PCA: the basis from separate data, read like the data

@@ -296,6 +296,27 @@ def test_a_model_option_that_the_model_contradicts_is_refused(tmp_path, phantoms
     run_cli(["inverted", phantoms, "--model", codec_ckpt, "--channels", "3", "--out", tmp_path / "ok"])
 
 
+def test_a_style_grid_finer_than_the_feature_map_is_refused_before_any_image_is_inverted(tmp_path, phantoms,
+                                                                                        codec_ckpt, monkeypatch):
+    """--grid 100 on a 32 px image's 16x16 style map failed with a traceback after every image was inverted."""
+    import medanon
+    from medanon.anonymize import ksame
+
+    def never(*a, **kw):
+        raise AssertionError("images were inverted before the grid was checked")
+
+    monkeypatch.setattr(ksame, "encode_all", never)
+    r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", "ksalsa", str(phantoms), "--model", str(codec_ckpt),
+                                 "--k", "2", "--steps", "1", "--grid", "100", "--out", str(tmp_path / "x")])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "--grid 100: the style layer block1 of efficientnet-lite0 gives a 16x16 feature map of a 32 px image" \
+        in said and "use --grid of at most 16" in said, said
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ConfigError, match="grid=17: the style layer block1"):
+        medanon.anonymize.ksalsa(phantoms, k=2, codec=codec_ckpt, grid=17, steps=1)
+
+
 def test_resume_does_not_redo_written_clusters(tmp_path, phantoms, interrupted_after):
     out = tmp_path / "rel"
     with interrupted_after(3):

@@ -21,7 +21,7 @@ def test_patch_grams_match_numpy():
     for n, r, q in itertools.product(range(2), range(4), range(4)):
         patch = f[n, :, 2 * r:2 * r + 2, 2 * q:2 * q + 2].reshape(3, -1)          # 9 // 4 = 10 // 4 = 2
         np.testing.assert_allclose(g[n, 4 * r + q], patch @ patch.T / 4, rtol=1e-12)
-    with pytest.raises(ValueError, match="smaller grid"):
+    with pytest.raises(ConfigError, match="a 3x3 feature map cannot be cut into a 4x4 grid"):
         patch_grams(torch.zeros(1, 2, 3, 3), 4)
 
 

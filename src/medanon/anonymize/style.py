@@ -74,8 +74,8 @@ def patch_grams(feat: torch.Tensor, grid: int) -> torch.Tensor:
     n, c, h, w = feat.shape
     ph, pw = h // grid, w // grid
     if ph < 1 or pw < 1:
-        raise ValueError(f"a {h}x{w} feature map cannot be cut into a {grid}x{grid} grid; use a smaller grid "
-                         f"or an earlier (larger) feature layer")
+        raise ConfigError(f"a {h}x{w} feature map cannot be cut into a {grid}x{grid} grid",
+                          fix=f"use grid= of at most {min(h, w)}, or an earlier (larger) feature layer")
     f = feat[:, :, :ph * grid, :pw * grid].reshape(n, c, grid, ph, grid, pw)
     f = f.permute(0, 2, 4, 1, 3, 5).reshape(n, grid * grid, c, ph * pw)
     return f @ f.transpose(-1, -2) / (ph * pw)

@@ -309,12 +309,29 @@ def apply_ablation(salsa, ablation: str, *, lam_given: bool):
     return dataclasses.replace(salsa, lam=lam, style=dataclasses.replace(salsa.style, **ab))
 
 
-def check_layers(salsa, features) -> None:
-    """The style and content layers of ``salsa`` exist in the feature network ``features``."""
+def check_layers(salsa, features, *, image_size: int | None = None, channels: int = 3) -> None:
+    """The style and content layers of ``salsa`` exist in the feature network ``features``; with ``image_size``
+    (the images' side), each style layer's feature map can be cut into ``salsa.style``'s grid (one forward pass of
+    a blank image, before any image is inverted)."""
     for what, value in (("style_layer", salsa.style_layer), ("content_layer", salsa.content_layer)):
         if value not in features.layers:
             raise ConfigError(f"{what}={value!r} is not a layer of {features.name}",
                               fix=f"choose from {', '.join(features.layers)}")
+    grid = salsa.style.patches_per_side
+    if image_size is None or grid == 1:
+        return
+    import torch
+
+    side = salsa.feature_size or image_size
+    device = next((t.device for t in features.parameters()), "cpu") if hasattr(features, "parameters") else "cpu"
+    with torch.no_grad():
+        maps = features(torch.zeros(1, channels, side, side, device=device), layers=salsa.style_layers)
+    for name, f in maps.items():
+        if min(f.shape[-2:]) < grid:
+            raise ConfigError(f"grid={grid}: the style layer {name} of {features.name} gives a "
+                              f"{f.shape[-2]}x{f.shape[-1]} feature map of a {side} px image, which cannot be cut "
+                              f"into {grid}x{grid} patches", fix=f"use grid= of at most {min(f.shape[-2:])}, or an "
+                                                                  "earlier (larger) style layer")
 
 
 def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps: int = _S.steps, lr: float = _S.lr,
@@ -384,7 +401,7 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
                content_layer=content_layer or net.embedding_layer, style=_St(grid=grid), map_init=map_init,
                map_samples=map_samples, rows=rows)
     salsa = apply_ablation(salsa, ablation, lam_given=lam is not None)
-    check_layers(salsa, net)
+    check_layers(salsa, net, image_size=ds.size, channels=ds.channels)
     cfg = _config("ksalsa", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
                   views=views, view_sigma=view_sigma, salsa=salsa)
     return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device,

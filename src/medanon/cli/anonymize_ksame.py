@@ -25,7 +25,7 @@ FLAGS = {"features='vgg19', features_weights=PATH (k-SALSA)": "--features vgg19 
          "map_samples=": "--map-samples ",
          "features=": "--features ", "ablation=": "--ablation ", "fixes lam": "fixes λ (--lam)",
          "leave lam out": "leave --lam out",
-         "style_layer=": "--style-layer ", "content_layer=": "--content-layer ", "views=": "--views ",
+         "style_layer=": "--style-layer ", "grid=": "--grid ", "content_layer=": "--content-layer ", "views=": "--views ",
          "release_labels": "--release-labels", "open the dataset with size=": "pass --size ",
          "pca_basis=dataset": "--basis-from DIR", "pca_basis=": "--set pca_basis=", "k=": "--k ",
          "use k = ": "use --k ", "drop_remainder=True": "--drop-remainder", "needs features": "needs --features",
@@ -225,7 +225,7 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
             net = feature_network(features["name"], weights=features["weights"], input_size=features["size"],
                                   device=dev)
             cfg.salsa = apply_ablation(cfg.salsa, salsa["ablation"], lam_given=salsa["lam"] is not None)
-            check_layers(cfg.salsa, net)
+            check_layers(cfg.salsa, net, image_size=ds.size, channels=ds.channels)
         release = ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, pca_basis=basis,
                                 device=dev, map_generator=(salsa or {}).get("map_generator"))
         release.save(out, mapping=mapping, overwrite=overwrite)

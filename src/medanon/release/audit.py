@@ -248,7 +248,8 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
                                       source_modality or made_from,
                                       people={r.get("image", ""): int(r.get("n_people", 0) or 0) for r in rows},
                                       image_dp=isinstance(eps, int | float) and not privacy.get("vacuous"),
-                                      says_vacuous=bool(privacy.get("vacuous")), crop=(manifest.get("params") or {}).get("crop"))
+                                      says_vacuous=bool(privacy.get("vacuous")),
+                                      crop=(manifest.get("params") or {}).get("crop"))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)
 

@@ -125,6 +125,29 @@ def test_a_classifier_trained_on_the_test_split_claims_no_test_score(tmp_path, p
     assert code != 0 and "continuous label" in out
 
 
+@pytest.mark.parametrize("network", ["classifier", "identity"])
+def test_a_training_split_option_that_would_change_nothing_or_is_unknown_is_refused(tmp_path, phantom, network):
+    """--stratify nosuch trained on another split than every other command uses (exit 0); --stratify and
+    --split-seed beside --splits were ignored."""
+    import json
+
+    label = ["--label", "grade"] if network == "classifier" else []
+    base = ["train", network, phantom, "--size", "16", "--steps", "1", *label]
+    code, out = _run(*base, "--stratify", "nosuch", "--out", tmp_path / "a.pt")
+    assert code == 2 and "--stratify" in out and "'nosuch' is not a label of the data" in out, out
+    assert not (tmp_path / "a.pt").exists()
+    code, out = _run("data", "split", phantom, "--out", tmp_path / "s.csv")
+    assert code == 0, out
+    for extra in (["--stratify", "sex"], ["--split-seed", "3"]):
+        code, out = _run(*base, "--splits", tmp_path / "s.csv", *extra, "--out", tmp_path / "b.pt")
+        assert code == 2 and extra[0] in out and "the split comes from --splits" in out, out
+    code, out = _run(*base, "--out", tmp_path / "c.pt")                 # the default split is data split's
+    assert code == 0, out
+    code, out2 = _run(*base, "--splits", tmp_path / "s.csv", "--out", tmp_path / "d.pt")
+    assert code == 0 and json.loads(out[out.index("{"):])["trained_on"] == \
+        json.loads(out2[out2.index("{"):])["trained_on"]
+
+
 def test_the_audit_finds_a_source_image_copied_into_a_release(tmp_path, phantom):
     """A raw source PNG put over a released image (its time stamp matched) passed the audit."""
     import os

@@ -15,20 +15,30 @@ FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom -
          "resume=False": "--fresh"}
 
 
-def _split_rows(ds, splits: Path | None, split: str, seed: int, stratify: str):
+def _split_rows(ds, splits: Path | None, split: str, seed: int | None, stratify: str | None):
+    """The rows of ``split``: from the splits CSV, else recomputed as `medanon data split` does (stratified by the
+    modality's utility label unless ``stratify`` names another label or is ''; seed 0 unless given)."""
     import numpy as np
 
     from medanon.data.splits import split_patients
     from medanon.evaluate.inputs import _read_splits_csv
+    from medanon.release.labels import default_labels
 
+    if splits is not None:
+        for flag, value in (("--stratify", stratify), ("--split-seed", seed)):
+            if value is not None:
+                raise click.BadParameter("the split comes from --splits; it would change nothing", param_hint=flag)
+    if stratify not in (None, "auto", "") and stratify not in ds.label_names:
+        raise click.BadParameter(f"{stratify!r} is not a label of the data (labels: {', '.join(ds.label_names)})",
+                                 param_hint="--stratify")
     if split == "all":
         return np.arange(len(ds.records))
     if splits is not None:
         names = _read_splits_csv(splits, ds.records)
     else:
-        if stratify == "auto":
-            stratify = "grade" if ds.modality == "fundus" else "pneumonia" if ds.modality == "xray" else ""
-        a = split_patients(ds.records, stratify=stratify, seed=seed)
+        if stratify in (None, "auto"):
+            stratify = (default_labels(ds) or [""])[0]
+        a = split_patients(ds.records, stratify=stratify, seed=seed or 0)
         names = np.array([a[r.patient_id] for r in ds.records])
     rows = np.flatnonzero(names == split)
     if len(rows) == 0:
@@ -42,8 +52,10 @@ def _split_options(f):
                      help="Which patients to train on."),
         click.option("--splits", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
                      help="Splits CSV (record_id, patient_id, split); else the split is recomputed from --split-seed."),
-        click.option("--split-seed", type=int, default=0, help="Seed of the recomputed split."),
-        click.option("--stratify", default="auto", help="Label the recomputed split is stratified by."),
+        click.option("--split-seed", type=int, default=None, help="Seed of the recomputed split.  [default: 0]"),
+        click.option("--stratify", default=None,
+                     help="Label the recomputed split is stratified by ('' for none).  [default: the modality's "
+                          "utility label, as `medanon data split`]"),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -93,8 +105,8 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
             cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
                                       margin=margin, seed=seed)
             check_resumable(out, cfg, ds.channels, resume=not fresh)   # before any image is decoded
-            images, _ = ds.tensors()
             rows = _split_rows(ds, splits, split, split_seed, stratify)
+            images, _ = ds.tensors()
             patients = np.array([r.patient_id for r in ds.records])
             # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
             seen = trained_on_phantom(data_dir, patients[rows])    # a phantom's people, for evaluate's check
@@ -177,13 +189,13 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
     if label in LABELS and LABELS[label].kind == "continuous":
         raise click.UsageError(f"--label {label!r} is a continuous label (every value would be a class of its own); "
                                "a classifier predicts classes: grade, sex, pneumonia, ...")
-    images, _ = ds.tensors()
     values = ds.label_array(label)
     known = values[~np.isnan(values)]
     task = KNOWN_TASKS.get(label, Task(label, int(known.max()) + 1 if len(known) else 0, "multiclass"))
     if label == "sex":
         task = Task("sex", 2, "binary")
     rows = _split_rows(ds, splits, split, split_seed, stratify)
+    images, _ = ds.tensors()
     ok, y = task.targets(values[rows])
     cfg = ClassifierTrainConfig(arch=arch, steps=steps, loss=loss, image_size=image_size or ds.size, seed=seed)
     model = train_classifier(images[rows[ok]], y, num_classes=task.num_classes, cfg=cfg, progress=True, dist=dist)

@@ -464,3 +464,25 @@ def test_under_torchrun_a_bad_image_in_another_process_share_stops_every_process
     with pytest.raises(DataError, match="1 problem") as e:
         decode_before_release(ds, range(len(ds)), writer=OtherRankBad())
     assert "P9_01.png" in str(e.value)
+
+
+def test_a_release_whose_numbers_are_not_numbers_is_named_by_file_and_field(tmp_path, phantom):
+    """A hand-edited n_people or k gave "invalid literal for int() with base 10: 'abc'" and nothing else."""
+    import json
+
+    import medanon
+
+    out = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", progress=False)
+    labels = (out / "labels.csv").read_text().splitlines()
+    head = labels[0].split(",")
+    row = labels[1].split(",")
+    row[head.index("n_people")] = "abc"
+    (out / "labels.csv").write_text("\n".join([labels[0], ",".join(row), *labels[2:]]) + "\n")
+    code, said = _run("audit", out)
+    assert code == 3 and f"{out / 'labels.csv'} row 2: n_people is 'abc', not a whole number" in said, said
+    (out / "labels.csv").write_text("\n".join(labels) + "\n")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["params"]["k"] = "five"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    code, said = _run("audit", out)
+    assert code == 3 and f"{out / 'manifest.json'}: params.k is 'five', not a whole number" in said, said

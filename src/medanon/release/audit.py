@@ -40,7 +40,7 @@ from typing import Any
 
 from PIL import Image
 
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, DataError
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
 from medanon.release.audit_source import check_copied_files, check_preprocessed_copies, check_source_counts
@@ -222,10 +222,11 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     _check_timestamps(rep, release)
 
     # k: from the argument, else the method's own k
-    k = k if k is not None else manifest.get("params", {}).get("k")
-    people = [int(r.get("n_people", 0) or 0) for r in rows]
+    k = k if k is not None else _whole(manifest.get("params", {}).get("k"), f"{man_path}: params.k")
+    people = [_whole(r.get("n_people", 0) or 0, f"{csv_path} row {i + 2}: n_people")
+              for i, r in enumerate(rows)]
     if k is not None:
-        low = sum(p < int(k) for p in people)
+        low = sum(p < k for p in people)
         rep.add(f"every record stands for >= {k} people (labels.csv)", low == 0 and bool(rows),
                 f"min {min(people) if people else 0}" + (f", {low} records below k" if low else ""))
     else:
@@ -246,7 +247,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
             eps = privacy.get("epsilon_image")
             check_preprocessed_copies(rep, release, read_mapping(mapping)["records"], source_records,
                                       source_modality or made_from,
-                                      people={r.get("image", ""): int(r.get("n_people", 0) or 0) for r in rows},
+                                      people={r.get("image", ""): n for r, n in zip(rows, people, strict=True)},
                                       image_dp=isinstance(eps, int | float) and not privacy.get("vacuous"),
                                       says_vacuous=bool(privacy.get("vacuous")),
                                       crop=(manifest.get("params") or {}).get("crop"))
@@ -311,6 +312,20 @@ def _check_order(rep: AuditReport, release: Path, mapping: Path, source_records)
             f"fails below p = {ORDER_P_VALUE:g})")
 
 
+def _whole(value, where: str) -> int | None:
+    """A whole number of a release's files (``where``: the file and field), None for None; else a DataError that
+    names them."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool) or float(value) != int(float(value)):
+            raise ValueError
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        raise DataError(f"{where} is {value!r}, not a whole number",
+                        fix="pass a release folder written by `medanon anonymize`, unchanged") from None
+
+
 def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, source_root=None,
                    source_modality=None) -> None:
     data = read_mapping(mapping)
@@ -342,7 +357,7 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
             rep.add("the source given is the one the release was made from", why is None, why or "")
         if why is None and not unknown:                 # the people per record, recounted from the source's ids
             counts = {img: len({by_id[s].patient_id for s in v["sources"]}) for img, v in recs.items()}
-            claimed = {r["image"]: int(r.get("n_people", 0) or 0) for r in rows}
+            claimed = {r.get("image", ""): int(r.get("n_people", 0) or 0) for r in rows}   # read by audit_release
             wrong = [img for img, n in counts.items() if claimed.get(img) != n]
             rep.add("n_people matches the sources' patients", not wrong,
                     f"{len(wrong)} records claim another count" if wrong else "")
@@ -350,7 +365,7 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
             rep.notes.append("the people per record are counted from the mapping's own patient ids: the source given "
                              "is not confirmed to be the release's")
     if k is not None and counts:
-        low = [img for img, n in counts.items() if n < int(k)]
+        low = [img for img, n in counts.items() if n < k]
         rep.add(f"every record stands for >= {k} people (mapping)", not low,
                 f"min {min(counts.values())}" + (f", {len(low)} below k" if low else ""))
 

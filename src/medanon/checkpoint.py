@@ -126,6 +126,17 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
     return blob
 
 
+def state_entry(blob: dict[str, Any], key: str) -> Any:
+    """``blob["state"][key]`` of a loaded checkpoint, or a ConfigError naming the file and what it lacks (a
+    damaged, partial or hand-edited export) instead of a KeyError."""
+    state = blob.get("state")
+    if not isinstance(state, dict) or key not in state:
+        raise ConfigError(f"checkpoint {blob.get('path', '')} holds no {key!r} weights (a {blob.get('kind')!r} "
+                          "checkpoint has them): it is damaged or incomplete",
+                          fix="copy or export the checkpoint again, or retrain it with `medanon train`")
+    return state[key]
+
+
 def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path | None) -> torch.nn.Module:
     """``module.load_state_dict(state)`` for the checkpoint at ``path``, with the damage a copy, a disk or a hand edit
     can do said as such: weights that are NaN or infinite, or tensors that do not fit the architecture the

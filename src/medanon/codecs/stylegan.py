@@ -243,9 +243,11 @@ def build_encoder(kwargs: dict[str, Any], state: dict[str, Any] | None = None, p
 
 def codec_from_blob(blob: dict[str, Any], *, iterations: int | None = None, batch_size: int = 64) -> StyleGANCodec:
     """A codec from a loaded checkpoint dict (see :func:`load_codec`), its weights frozen."""
-    cfg, state = blob["config"], blob["state"]
-    generator = build_generator(cfg["generator"], state["G"], blob.get("path")).requires_grad_(False)
-    encoder = build_encoder(cfg["encoder"], state["E"], blob.get("path")).requires_grad_(False)
+    from medanon.checkpoint import state_entry
+
+    cfg = blob["config"]
+    generator = build_generator(cfg["generator"], state_entry(blob, "G"), blob.get("path")).requires_grad_(False)
+    encoder = build_encoder(cfg["encoder"], state_entry(blob, "E"), blob.get("path")).requires_grad_(False)
     n = iterations if iterations is not None else int(cfg["codec"]["iterations"])
     provenance = {"checkpoint": {"path": blob.get("path"), "sha256": blob.get("sha256"), "step": blob.get("step")}}
     for key in ("generator_checkpoint", "losses"):

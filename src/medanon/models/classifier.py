@@ -152,9 +152,9 @@ def save_classifier(path, model: ResNet, *, extra: dict[str, Any] | None = None)
 
 def load_classifier(path, *, map_location: str | torch.device = "cpu") -> tuple[ResNet, dict]:
     """Rebuild a :class:`ResNet` from a kind-``classifier`` checkpoint; returns ``(model in eval mode, blob)``."""
-    from medanon.checkpoint import load_checkpoint, load_weights
+    from medanon.checkpoint import load_checkpoint, load_weights, state_entry
 
     blob = load_checkpoint(path, kind="classifier", map_location="cpu")   # copied into the model, then moved
     model = ResNet(ResNetConfig.from_dict(blob["config"]))
-    load_weights(model, blob["state"]["model"], path)
+    load_weights(model, state_entry(blob, "model"), path)
     return model.to(map_location).eval(), blob

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint, state_entry
 from medanon.models.classifier import ResNet, ResNetConfig
 
 KIND = "identity"
@@ -144,5 +144,5 @@ def load_identity(path: str | Path, *, map_location: str | torch.device = "cpu")
     """Rebuild an :class:`IdentityNet` from its checkpoint; returns ``(net in eval mode, checkpoint blob)``."""
     blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # copied into the net, then moved
     net = IdentityNet(IdentityConfig.from_dict(blob["config"]))
-    load_weights(net, blob["state"]["net"], path)
+    load_weights(net, state_entry(blob, "net"), path)
     return net.to(map_location).eval(), blob

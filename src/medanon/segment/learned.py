@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from medanon.checkpoint import load_checkpoint, load_weights
+from medanon.checkpoint import load_checkpoint, load_weights, state_entry
 from medanon.errors import ConfigError, user_stacklevel
 from medanon.models.unet import FullResUNet
 
@@ -50,7 +50,7 @@ class LearnedSegmenter:
         blob = load_checkpoint(path, kind=KIND)
         cfg = blob["config"]
         model = FullResUNet(**cfg["model"])
-        load_weights(model, blob["state"]["model"], path)
+        load_weights(model, state_entry(blob, "model"), path)
         return cls(model, size=int(cfg["size"]), threshold=round(float(blob["extra"]["threshold"]), 6),
                    sha256=blob["sha256"], **kwargs)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from medanon.checkpoint import load_checkpoint
+from medanon.checkpoint import load_checkpoint, state_entry
 from medanon.codecs.stylegan import KIND_COTRAINED
 from medanon.config import from_dict
 from medanon.errors import ConfigError
@@ -29,7 +29,7 @@ def init_from(path: str | Path, device: torch.device) -> dict[str, Any]:
         return {"G": st["G"], "D": st.get("D"), "E": st["E"], "ada_p": float(blob["extra"].get("ada_p", 0.0)),
                 "config": from_dict(StyleGANConfig, generator_config(blob), where=f"{path} generator config"),
                 "provenance": {**provenance, "kind": blob["kind"]}}
-    return {"G": blob["state"]["G_ema"], "D": blob["state"]["D"], "E": None, "config": load_config(blob),
+    return {"G": state_entry(blob, "G_ema"), "D": state_entry(blob, "D"), "E": None, "config": load_config(blob),
             "ada_p": float(blob["extra"].get("ada_p", 0.0)), "provenance": provenance}
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint, state_entry
 from medanon.codecs.stylegan import KIND_COTRAINED, KIND_RESTYLE, StyleGANCodec, build_generator
 from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
@@ -264,7 +264,7 @@ def load_frozen_generator(path: str | Path, device: torch.device) -> tuple[Gener
     cfg = from_dict(StyleGANConfig, generator_config(blob), where=f"{path} generator config")
     validate(cfg)
     G = Generator.from_config(cfg)
-    load_weights(G, blob["state"]["G" if blob["kind"] == KIND_COTRAINED else "G_ema"], path)
+    load_weights(G, state_entry(blob, "G" if blob["kind"] == KIND_COTRAINED else "G_ema"), path)
     provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"], "kind": blob["kind"]}
     return G.to(device).eval().requires_grad_(False), to_dict(cfg), provenance
 
@@ -358,9 +358,9 @@ class _RestyleTrainer(InversionTrainer):
 
     def load(self, blob: dict[str, Any]) -> None:
         require_training_state(blob, ("E", "opt_E", "rng"))
-        self.E.load_state_dict(blob["state"]["E"])
-        self.opt.load_state_dict(blob["state"]["opt_E"])
-        set_rng_state(blob["state"]["rng"], self.data_rng)
+        self.E.load_state_dict(state_entry(blob, "E"))
+        self.opt.load_state_dict(state_entry(blob, "opt_E"))
+        set_rng_state(state_entry(blob, "rng"), self.data_rng)
         self.step_count = int(blob["step"])
         self.seconds = float(blob["extra"]["seconds"])
 
@@ -388,7 +388,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
         check_resume_config(blob, cfg)
         provenance = blob["extra"]["generator_checkpoint"]
         g_config = blob["config"]["generator"]
-        G = build_generator(g_config, blob["state"]["G"])
+        G = build_generator(g_config, state_entry(blob, "G"))
     else:
         if generator_ckpt is None:
             raise ConfigError("a ReStyle encoder needs a trained generator",

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from medanon.anonymize.dpglow import calibrate_latent
 from medanon.anonymize.ldp import ClipCalibration
-from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint, state_entry
 from medanon.config import differences, from_dict, to_dict
 from medanon.errors import ConfigError
 from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequantize, image_to_flow
@@ -76,7 +76,7 @@ def load_flow(path: str | Path, *, map_location: str | torch.device = "cpu"
     blob = load_checkpoint(path, kind=KIND, map_location=map_location)
     cfg = from_dict(GlowConfig, blob["config"], where=f"{path}: config")
     flow = Glow(cfg).to(map_location)
-    load_weights(flow, blob["state"]["model"], path)
+    load_weights(flow, state_entry(blob, "model"), path)
     cal = blob["state"].get("calibration")
     try:
         calibration = ClipCalibration.from_state(cal) if cal is not None else None
@@ -165,10 +165,10 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         if changed:
             raise ConfigError(f"{ckpt_path} was trained on other data ({', '.join(changed)} changed since)",
                               fix="resume with the same dataset, filter and split, or choose another out folder")
-        flow.load_state_dict(blob["state"]["model"])
-        opt.load_state_dict(blob["state"]["optimizer"])
-        gen.set_state(blob["state"]["generator"])
-        order, pos, step = blob["state"]["order"], int(blob["extra"]["pos"]), blob["step"]
+        flow.load_state_dict(state_entry(blob, "model"))
+        opt.load_state_dict(state_entry(blob, "optimizer"))
+        gen.set_state(state_entry(blob, "generator"))
+        order, pos, step = state_entry(blob, "order"), int(blob["extra"]["pos"]), blob["step"]
         done = _finished(out / "flow.pt", step) if step >= cfg.steps else None
         if done is not None:                    # a finished run: nothing to train, evaluate or log again
             log.info("flow %s is complete (%d steps)", done.path, step)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from medanon.checkpoint import load_checkpoint, load_weights, save_checkpoint, state_entry
 from medanon.config import from_dict, to_dict, validate
 from medanon.errors import ConfigError
 from medanon.models.stylegan import Generator, StyleGANConfig, make_discriminator
@@ -36,7 +36,7 @@ def load_generator(path: str | Path, *, device: str | torch.device = "cpu") -> G
     """The EMA generator of a ``stylegan2`` checkpoint (full or exported), in eval mode, without gradients."""
     blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # weights copied into the modules, then moved
     G = Generator.from_config(load_config(blob))
-    load_weights(G, blob["state"]["G_ema"], path)
+    load_weights(G, state_entry(blob, "G_ema"), path)
     return G.to(device).eval().requires_grad_(False)
 
 
@@ -44,14 +44,14 @@ def load_discriminator(path: str | Path, *, device: str | torch.device = "cpu") 
     """The discriminator of a ``stylegan2`` checkpoint, in eval mode (for fine-tuning or co-training)."""
     blob = load_checkpoint(path, kind=KIND, map_location="cpu")   # weights copied into the modules, then moved
     D = make_discriminator(load_config(blob))
-    load_weights(D, blob["state"]["D"], path)
+    load_weights(D, state_entry(blob, "D"), path)
     return D.to(device).eval()
 
 
 def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
     """Write a small copy of a training checkpoint: EMA generator, discriminator, config and statistics."""
     blob = load_checkpoint(src, kind=KIND)
-    state = {"G_ema": blob["state"]["G_ema"], "D": blob["state"]["D"]}
+    state = {"G_ema": state_entry(blob, "G_ema"), "D": state_entry(blob, "D")}
     extra = {k: v for k, v in blob["extra"].items() if k != "ada_state"}
     return save_checkpoint(dst, kind=KIND, config=blob["config"], state=state, step=blob["step"], extra=extra)
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from medanon.checkpoint import load_checkpoint
+from medanon.checkpoint import load_checkpoint, state_entry
 from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import sha256_bytes
@@ -176,14 +176,14 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
             if not ok]
         if changed:
             _refuse_held(held, final, changed)
-        net.load_state_dict(blob["state"]["net"])
+        net.load_state_dict(state_entry(blob, "net"))
         if blob["step"] >= cfg.steps:
             log.info("identity network in %s is complete (%d steps)", out, blob["step"])
             return net.eval()
-        head.load_state_dict(blob["state"]["head"])
-        opt.load_state_dict(blob["state"]["opt"])
-        sched.load_state_dict(blob["state"]["sched"])
-        gen.set_state(blob["state"]["gen"])
+        head.load_state_dict(state_entry(blob, "head"))
+        opt.load_state_dict(state_entry(blob, "opt"))
+        sched.load_state_dict(state_entry(blob, "sched"))
+        gen.set_state(state_entry(blob, "gen"))
         start = int(blob["step"])
         log.info("resuming identity training from step %d", start)
 

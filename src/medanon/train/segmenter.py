@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from medanon.checkpoint import load_checkpoint, save_checkpoint
+from medanon.checkpoint import load_checkpoint, save_checkpoint, state_entry
 from medanon.config import differences
 from medanon.data.dataset import ImageDataset
 from medanon.data.records import Record, make_record_id
@@ -275,16 +275,16 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     start, best = 0, {"dice": -1.0, "epoch": -1, "state": copy.deepcopy(model.state_dict())}
     if held is not None:
         blob = held
-        model.load_state_dict(blob["state"]["model"])
-        opt.load_state_dict(blob["state"]["optimizer"])
-        g.set_state(blob["state"]["generator"])
-        torch.set_rng_state(blob["state"]["torch_rng"])          # dropout draws from the global generator
-        saved = [blob["state"]["torch_rng"], *blob["state"].get("shard_rngs", [])]
+        model.load_state_dict(state_entry(blob, "model"))
+        opt.load_state_dict(state_entry(blob, "optimizer"))
+        g.set_state(state_entry(blob, "generator"))
+        torch.set_rng_state(state_entry(blob, "torch_rng"))          # dropout draws from the global generator
+        saved = [state_entry(blob, "torch_rng"), *blob["state"].get("shard_rngs", [])]
         for s_ in rngs:
             if s_ < len(saved):
                 rngs[s_] = saved[s_]
         best = {"dice": blob["extra"]["best_dice"], "epoch": blob["extra"]["best_epoch"],
-                "state": blob["state"]["best"]}
+                "state": state_entry(blob, "best")}
         start = blob["step"]
         log.info("resuming %s at epoch %d", out, start)
     train = splits["train"]

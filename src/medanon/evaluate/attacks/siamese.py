@@ -194,13 +194,13 @@ def save_siamese(path, net: SiameseNet, *, extra: dict | None = None):
 
 def load_siamese(path, *, map_location: str | torch.device = "cpu") -> tuple[SiameseNet, dict]:
     """Rebuild a :class:`SiameseNet` from its checkpoint; returns ``(net in eval mode, checkpoint blob)``."""
-    from medanon.checkpoint import load_checkpoint, load_weights
+    from medanon.checkpoint import load_checkpoint, load_weights, state_entry
 
     blob = load_checkpoint(path, kind=SIAMESE_KIND, map_location="cpu")   # copied into the net, then moved
     conf = dict(blob["config"])
     channels = int(conf.pop("channels"))
     net = SiameseNet(channels, SiameseConfig(**conf))
-    load_weights(net, blob["state"]["net"], path)
+    load_weights(net, state_entry(blob, "net"), path)
     return net.to(map_location).eval(), blob
 
 

@@ -251,6 +251,8 @@ def test_release_labels_default_unknown_and_sensitive():
 
 
 def test_audit_checks_that_the_source_given_is_the_releases_own(tmp_path: Path):
+    """Another dataset as --source (another modality, other file contents, edited labels) is an argument error
+    (exit 3, nothing checked against it); one that holds only some of the sources is a failed check."""
     import shutil
 
     import numpy as np
@@ -268,17 +270,21 @@ def test_audit_checks_that_the_source_given_is_the_releases_own(tmp_path: Path):
         rep = medanon.audit(out, source=source, mapping=tmp_path / "rel.json")
         return next((c.passed, c.detail) for c in rep.checks if c.name == check)
 
+    def refused(source) -> str:                 # another dataset: the audit cannot run (exit 3), no verdict
+        with pytest.raises(ConfigError, match="the source dataset given is not the one this release was made from"
+                           ) as e:
+            medanon.audit(out, source=source, mapping=tmp_path / "rel.json")
+        return str(e.value)
+
     assert verdict(fundus) == (True, "")
     assert verdict(medanon.open_dataset(fundus, size=16))[0]
-    passed, detail = verdict(xray)
-    assert not passed and "made from fundus images" in detail
+    assert "made from fundus images" in refused(xray)
     shutil.copytree(fundus, tmp_path / "copy")
     one = sorted((tmp_path / "copy" / "images").iterdir())[0]
     pixels = np.array(Image.open(one))
     pixels[0, 0] = 255 - pixels[0, 0]
     Image.fromarray(pixels).save(one)
-    passed, detail = verdict(tmp_path / "copy")
-    assert not passed and "differ from those the release was made from" in detail
+    assert "differ from those the release was made from" in refused(tmp_path / "copy")
     shutil.copytree(fundus, tmp_path / "relabelled")                # the same images, one grade edited since
     table = tmp_path / "relabelled" / "labels.csv"
     head, first, *rest = table.read_text().splitlines()
@@ -286,8 +292,9 @@ def test_audit_checks_that_the_source_given_is_the_releases_own(tmp_path: Path):
     at = head.split(",").index("grade")
     cells[at] = str((int(float(cells[at])) + 1) % 5)
     table.write_text("\n".join([head, ",".join(cells), *rest]) + "\n")
-    passed, detail = verdict(tmp_path / "relabelled")
-    assert not passed and "patient ids or labels of the source images it names differ" in detail
+    assert "patient ids or labels of the source images it names differ" in refused(tmp_path / "relabelled")
+    r = CliRunner().invoke(cli, ["audit", str(out), "--source", str(xray), "--mapping", str(tmp_path / "rel.json")])
+    assert r.exit_code == 3 and "[ok]" not in r.output, r.output     # no check ran against the wrong images
     # a phantom of fewer people names some of the sources only: not confirmed, and k not recounted from its ids
     small = medanon.make_phantom(tmp_path / "small", patients=2, per_patient=1, size=16, seed=7)
     passed, detail = verdict(small)

@@ -352,7 +352,11 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
         if source_root is not None or source_modality is not None:
             why = mapping_source_mismatch(data, [r for r in source_records if r.record_id in named_ids],
                                           root=source_root, modality=source_modality)
-            if why is None and unknown:
+            if why is not None:                         # the checks below would compare the release with others
+                raise ConfigError(f"the source dataset given is not the one this release was made from: {why}",
+                                  fix="give the dataset the release was made from, as it was then (and the same "
+                                      "layout options)")
+            if unknown:
                 why = f"not confirmed: {len(unknown)} of the sources the mapping names are not in it"
             rep.add("the source given is the one the release was made from", why is None, why or "")
         if why is None and not unknown:                 # the people per record, recounted from the source's ids

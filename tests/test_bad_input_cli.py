@@ -486,3 +486,21 @@ def test_a_release_whose_numbers_are_not_numbers_is_named_by_file_and_field(tmp_
     (out / "manifest.json").write_text(json.dumps(manifest))
     code, said = _run("audit", out)
     assert code == 3 and f"{out / 'manifest.json'}: params.k is 'five', not a whole number" in said, said
+
+
+def test_options_that_would_change_nothing_are_refused_not_warned(tmp_path, phantom):
+    """--calibrate-on with the public clip box was only warned about; --split-seed beside --splits and a flow's
+    channels=... beside the data's channel count were ignored (exit 0)."""
+    code, out = _run("anonymize", "ldp-image", phantom, "--size", "16", "--epsilon", "5", "--calibrate-on", phantom,
+                     "--out", tmp_path / "l")
+    assert code == 1 and "--calibrate-on is not used with --clip-box 'public'" in out, out
+    code, out = _run("data", "split", phantom, "--out", tmp_path / "s.csv")
+    assert code == 0, out
+    for command in (["anonymize", "snow", phantom, "--size", "16", "--p", "0.1", "--split", "train"],
+                    ["evaluate", "--real", phantom, "--release", phantom, "--preset", "tiny", "--no-inception"]):
+        code, out = _run(*command, "--splits", tmp_path / "s.csv", "--split-seed", "5", "--out", tmp_path / "o")
+        assert code == 2 and "--split-seed" in out and "the split comes from --splits" in out, out
+    code, out = _run("train", "flow", phantom, "--size", "16", "--steps", "1", "--set", "channels=1", "--out",
+                     tmp_path / "f")
+    assert code == 1 and "the config's channels (1) differ from the 3 channel(s) the data are read with" in out, out
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "s.csv"]

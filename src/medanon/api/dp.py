@@ -231,20 +231,11 @@ def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, 
             "calibration_sha256": calibration.checksum()}
 
 
-def _check_box(clip_box: str, calibrate_on, ds) -> list[Any]:
-    """Warn about a calibrate_on the public box does not use; returns what of it is on disk (an unused folder is
-    still never written over)."""
-    if clip_box != "public" or calibrate_on is None:
-        return []
-    warnings.warn("calibrate_on is not used with clip_box='public' (the box depends on no data); pass "
-                  "clip_box='calibrated' to calibrate it", UserWarning, stacklevel=user_stacklevel())
-    if hasattr(calibrate_on, "records"):
-        return [calibrate_on]
-    if isinstance(calibrate_on, (str, Path)):
-        from medanon.data.inputs import as_dataset
-
-        return [as_dataset(calibrate_on, argument="calibrate_on", size=ds.size)]
-    return []
+def _check_box(clip_box: str, calibrate_on) -> None:
+    """Refuse a calibrate_on the public box would not use (the user would believe the box calibrated)."""
+    if clip_box == "public" and calibrate_on is not None:
+        raise ConfigError("calibrate_on is not used with clip_box='public' (the box depends on no data)",
+                          fix="pass clip_box='calibrated' to calibrate the box on it, or leave calibrate_on out")
 
 
 def load_flow_for(flow, device=None):
@@ -329,7 +320,8 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                       "resolution": cfg.resolution}, ds)
     notes = []
     withdrawn: list[tuple[str, str]] = []
-    reads: list[Any] = _check_box(clip_box, calibrate_on, ds)     # other data read: never to be written over
+    _check_box(clip_box, calibrate_on)
+    reads: list[Any] = []                       # other data read: never to be written over
     if trained_on is not None and ds.root is not None:             # images in memory: no files to compare
         note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))
         notes += [note] if note else []
@@ -408,7 +400,8 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
     ds = dataset_arg(ds, method="ldp_image", patient_ids=patient_ids, labels=labels, modality=modality,
                      value_range=value_range)
     withdrawn: list[tuple[str, str]] = []
-    reads: list[Any] = _check_box(clip_box, calibrate_on, ds)
+    _check_box(clip_box, calibrate_on)
+    reads: list[Any] = []
     if clip_box == "public":
         calibration = ClipCalibration.public_box("pixel", ds.channels * ds.size * ds.size)
     elif calibrate_on is None:

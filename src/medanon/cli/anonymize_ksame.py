@@ -76,8 +76,9 @@ def split_options(f):
     """``--split NAME --splits CSV --split-seed N``: release one patient-level split of the dataset only."""
     from medanon.data.splits import SPLIT_CHOICES
 
-    f = click.option("--split-seed", type=int, default=0,
-                     help="Seed of the recomputed split (as `medanon data split` and `medanon evaluate`).")(f)
+    f = click.option("--split-seed", type=int, default=None,
+                     help="Seed of the recomputed split (as `medanon data split` and `medanon evaluate`).  "
+                          "[default: 0]")(f)
     f = click.option("--splits", "splits_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      default=None, help="Splits CSV (record_id, patient_id, split: `medanon data split`); else "
                                         "--split is recomputed from --split-seed. Evaluate the release with the "
@@ -87,13 +88,21 @@ def split_options(f):
                              "test patients).")(f)
 
 
-def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: int, flags):
+def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: int | None, flags):
     """The dataset folder opened with the command's options, reduced to ``--split``."""
     from medanon.data.splits import select_split
 
+    check_split_seed(splits_csv, split_seed)
     ds = open_from_cli(data_dir, **data_opts)
     with library_call({**SPLIT_FLAGS, **flags}):
-        return select_split(ds, split, splits_csv=splits_csv, seed=split_seed)
+        return select_split(ds, split, splits_csv=splits_csv, seed=split_seed or 0)
+
+
+def check_split_seed(splits_csv, split_seed: int | None) -> None:
+    """``--split-seed`` recomputes a split; beside ``--splits`` (the split read from a file) it would change
+    nothing."""
+    if splits_csv is not None and split_seed is not None:
+        raise click.BadParameter("the split comes from --splits; it would change nothing", param_hint="--split-seed")
 
 
 def ksame_options(*, model_required: bool, k: bool = True, seed: bool = True):

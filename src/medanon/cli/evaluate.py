@@ -107,6 +107,9 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     if size is not None:
         data["size"] = size
     if split_seed is not None:
+        from medanon.cli.anonymize_ksame import check_split_seed
+
+        check_split_seed(splits, split_seed)
         data["split"]["seed"] = split_seed
     if fid_samples is not None:
         data["fidelity"]["samples"] = fid_samples

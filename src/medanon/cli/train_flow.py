@@ -85,7 +85,7 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
                 split_seed, resume, threads, accum, data_opts) -> None:
     import torch
 
-    from medanon.config import build
+    from medanon.config import build, load_yaml
     from medanon.data.records import records_digest
     from medanon.data.splits import split_records
     from medanon.errors import ConfigError
@@ -104,6 +104,12 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
                 resolution=data_opts.get("size"))
     data_opts["size"] = cfg.resolution
     ds = open_from_cli(data_dir, **data_opts)
+    given = {o.split("=", 1)[0].strip() for o in overrides or ()} | \
+        (set(load_yaml(config_file)) if config_file is not None else set())
+    if "channels" in given and cfg.channels != ds.channels:      # the flow takes the data's channel count
+        raise ConfigError(f"the config's channels ({cfg.channels}) differ from the {ds.channels} channel(s) the data "
+                          "are read with", fix="leave channels out of --set and --config: the flow takes the data's "
+                                               "channel count (read the data with --channels to choose it)")
     cfg = dataclasses.replace(cfg, channels=ds.channels)
     cfg.validate()
     stratify = {"xray": "pneumonia", "fundus": "grade"}.get(ds.modality or "", "")

@@ -504,3 +504,14 @@ def test_options_that_would_change_nothing_are_refused_not_warned(tmp_path, phan
                      tmp_path / "f")
     assert code == 1 and "the config's channels (1) differ from the 3 channel(s) the data are read with" in out, out
     assert not [p.name for p in tmp_path.iterdir() if p.name != "s.csv"]
+
+
+def test_a_fid_sample_size_too_large_is_reported_as_given(tmp_path, phantom):
+    """--fid-samples 5000 was reported as "fidelity.samples=50" (the preset's cap), a number the user never gave."""
+    rel = tmp_path / "r"
+    code, out = _run("anonymize", "snow", phantom, "--size", "16", "--p", "0.3", "--split", "train", "--out", rel)
+    assert code == 0, out
+    code, out = _run("evaluate", "--real", phantom, "--release", rel, "--preset", "tiny", "--no-inception",
+                     "--fid-samples", "5000", "--out", tmp_path / "ev")
+    assert code == 1 and "--fid-samples 5000 (capped at fidelity.max_samples=" in out, out
+    assert "lower --fid-samples" in out

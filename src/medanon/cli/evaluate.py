@@ -12,7 +12,8 @@ from medanon.cli.words import speaks_flags
 
 # the evaluation's parameters as this command's flags (library messages name parameters)
 FLAGS = {"mapping= file": "--mapping NAME=FILE", "splits= CSV": "--splits CSV", "split_seed=": "--split-seed",
-         "release folder in releases=": "--release DIR", "size=": "--size "}
+         "release folder in releases=": "--release DIR", "size=": "--size ", "fidelity.samples=": "--fid-samples ",
+         "lower fidelity.samples": "lower --fid-samples"}
 
 
 def _mappings(items: tuple[str, ...]) -> dict[str, Path]:

@@ -214,7 +214,8 @@ def _fid_samples(cfg: EvalConfig, releases: Sequence[ReleaseData]) -> dict[str, 
         n = min(f.samples, f.max_samples)
         small = [r.name for r in releases if len(r.images) < n]
         if small:
-            raise ConfigError(f"fidelity.samples={n} is larger than release(s) {small} "
+            capped = f" (capped at fidelity.max_samples={f.max_samples})" if n < f.samples else ""
+            raise ConfigError(f"fidelity.samples={f.samples}{capped} is larger than release(s) {small} "
                               f"({min(len(r.images) for r in releases)} records in the smallest)",
                               fix="lower fidelity.samples, or set it to 0 to measure each release on its own size")
         sizes = {r.name: n for r in releases}

@@ -40,6 +40,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from medanon.evaluate.attacks.stats import BOOT_RESAMPLES
+
 FeatureExtractor = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -170,15 +172,6 @@ def kid_with_error(f1, f2, *, subsets: int = 100, subset_size: int = 1000, n_boo
 KID_KERNEL_ROWS = 4000         # above this many rows in a set, its kernel matrix (rows² float64) is not held
 
 
-def _cluster_weights(rng: np.random.Generator, n: int, groups, resamples: int) -> np.ndarray:
-    """(resamples, n): how often each row is drawn when whole groups (patients) are drawn with replacement, or
-    single rows without ``groups``."""
-    codes = np.arange(n) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1].ravel()
-    g = int(codes.max()) + 1 if n else 0
-    counts = rng.multinomial(g, np.full(g, 1.0 / g), size=resamples).astype(np.float64)
-    return counts[:, codes]
-
-
 def kid_weighted(f1, f2, wa: np.ndarray, wb: np.ndarray) -> np.ndarray:
     """The unbiased MMD² (cubic kernel) of the sets with each row taken as often as its weight says, one value per
     row of ``wa`` (R, n1) and ``wb`` (R, n2); the pairs of a row with its own copies are left out. From the three
@@ -196,7 +189,7 @@ def kid_weighted(f1, f2, wa: np.ndarray, wb: np.ndarray) -> np.ndarray:
     return within(wa, kaa) + within(wb, kbb) - 2.0 * ((wa @ kab) * wb).sum(1) / (wa.sum(1) * wb.sum(1))
 
 
-def kid_interval(f1, f2, estimate: float, *, resamples: int = 400, confidence: float = 0.95, seed: int = 0,
+def kid_interval(f1, f2, estimate: float, *, resamples: int = BOOT_RESAMPLES, confidence: float = 0.95, seed: int = 0,
                  groups1=None, groups2=None) -> dict | None:
     """A percentile interval for KID: both sets resampled by patient (``groups1`` / ``groups2``; by image without
     them), and in each resample the unbiased MMD² of the whole resampled sets with the cubic kernel, leaving out the
@@ -214,10 +207,11 @@ def kid_interval(f1, f2, estimate: float, *, resamples: int = 400, confidence: f
     a, b = _f64(f1), _f64(f2)
     if max(len(a), len(b)) > KID_KERNEL_ROWS or min(len(a), len(b)) < 2:
         return None
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x4B1E]))
-    wa, wb = _cluster_weights(rng, len(a), groups1, resamples), _cluster_weights(rng, len(b), groups2, resamples)
+    from medanon.evaluate.attacks.stats import cluster_weights, percentile_ci
+
+    wa, wb = (cluster_weights(np.arange(len(x)) if g is None else g, n_resamples=resamples, seed=seed, stream=stream)
+              for x, g, stream in ((a, groups1, 0x4B1E), (b, groups2, 0x4B1F)))
     draws = kid_weighted(a, b, wa, wb)
-    from medanon.evaluate.attacks.stats import percentile_ci
 
     return {"ci": percentile_ci(draws, estimate, confidence), "confidence": confidence,
             "resamples": int(np.isfinite(draws).sum()), "resampled": resampling_unit(groups1, groups2),

@@ -326,6 +326,19 @@ def _codes(groups) -> tuple[np.ndarray, int]:
     return inv.reshape(g.shape), int(inv.max()) + 1 if inv.size else 0
 
 
+def cluster_weights(groups, *, n_resamples: int = BOOT_RESAMPLES, seed: int = 0, stream: int = 0) -> np.ndarray:
+    """(n_resamples, n): how often each unit is drawn when whole clusters (``groups``: the cluster of each of n
+    units) are drawn with replacement, seeded as :func:`cluster_bootstrap`. For a statistic of two populations
+    resampled together (one call per population, each with its own ``stream``)."""
+    codes, g = _codes(groups)
+    if codes.ndim != 1:
+        raise ValueError("cluster_weights takes one cluster per unit, (n,)")
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(stream)]))
+    counts = rng.multinomial(g, np.full(g, 1.0 / g), size=n_resamples).astype(np.float64) if g else \
+        np.zeros((n_resamples, 0))
+    return counts[:, codes]
+
+
 def cluster_bootstrap(statistic: Callable[[np.ndarray], np.ndarray], groups, *, n_resamples: int = BOOT_RESAMPLES,
                       seed: int = 0, stream: int = 0) -> tuple[np.ndarray, int]:
     """Draws of ``statistic(weights)`` over ``n_resamples`` resamples of whole clusters (patients), and the number

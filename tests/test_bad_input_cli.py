@@ -405,7 +405,8 @@ def test_a_generator_is_not_trained_on_images_of_another_channel_count(tmp_path)
     fundus = generate(PhantomConfig(patients=3, per_patient=2, size=32, workers=1), tmp_path / "fundus",
                       progress=False)
     mixed = _grey_copy(fundus, tmp_path / "mixed", only=2)
-    for data, said in ((xray, "every image of the data is grey"), (mixed, "mix grey and colour images (2 grey, 4")):
+    for data, said in ((xray, "every image of the data is grey"),
+                       (mixed, "mixed channel counts (2 with 1 channel, 4 with 3 channels)")):
         run = tmp_path / "runs" / data.name
         code, out = _run("train", "gan", data, "--config", config, "--steps", "1", "--out", run)
         assert code == 1 and said in out and "--set channels=1" in out, out

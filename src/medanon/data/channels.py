@@ -34,6 +34,16 @@ class GreyFundus(DataError):
     """Every image of a dataset read as colour fundus photographs is grey, and no ``channels=`` says to convert."""
 
 
+def _mix(counts: Counter) -> str:
+    """``Counter({3: 5, 1: 2})`` -> ``"2 with 1 channel, 5 with 3 channels"``."""
+    return ", ".join(f"{n} with {c} channel{'s' if c > 1 else ''}" for c, n in sorted(counts.items()))
+
+
+def _files_with(records: Sequence[Any], infos: Sequence[Any], channels: int, *, same: bool) -> list[str]:
+    """The paths of the images whose files hold ``channels`` channels (``same``), or another count."""
+    return [str(r.path) for r, i in zip(records, infos, strict=False) if (i.channels == channels) == same]
+
+
 def resolve_channels(requested: int, modality: str | None, infos: Sequence[Any], records: Sequence[Any]) -> int:
     """An explicit ``channels`` wins; else the images must agree, and the modality decides conversions."""
     counts = Counter(i.channels for i in infos)
@@ -41,12 +51,11 @@ def resolve_channels(requested: int, modality: str | None, infos: Sequence[Any],
         return requested
     if len(counts) > 1:
         minority = min(counts, key=lambda c: counts[c])
-        odd = [str(r.path) for r, i in zip(records, infos, strict=True) if i.channels == minority]
-        desc = ", ".join(f"{n} with {c} channel{'s' if c > 1 else ''}" for c, n in sorted(counts.items()))
-        raise MixedChannels(f"the images have mixed channel counts ({desc}); the {minority}-channel ones are:",
-                            files=odd, fix="pass channels=3 to convert every image to RGB, or channels=1 for "
-                                           "grayscale (a grayscale image in a colour fundus set may be a red-free "
-                                           "or angiography frame that does not belong)")
+        raise MixedChannels(f"the images have mixed channel counts ({_mix(counts)}); the {minority}-channel ones "
+                            "are:", files=_files_with(records, infos, minority, same=True),
+                            fix="pass channels=3 to convert every image to RGB, or channels=1 for grayscale (a "
+                                "grayscale image in a colour fundus set may be a red-free or angiography frame that "
+                                "does not belong)")
     if modality == "fundus":
         if set(counts) == {1}:
             raise GreyFundus(f"every image is grey (1 channel), but the data are read as colour fundus photographs "
@@ -75,10 +84,9 @@ def check_file_channels(ds: Any, channels: int, *, model: str, fix: str) -> None
         return
     records = getattr(ds, "records", [])
     if len(counts) > 1:
-        odd = [str(r.path) for r, i in zip(records, ds.infos, strict=False) if i.channels != channels]
-        raise MixedChannels(f"{model} takes {channels}-channel images, but the data mix grey and colour images "
-                            f"({counts[1]} grey, {counts[3]} colour); those of another channel count:",
-                            files=odd, fix=fix)
+        raise MixedChannels(f"{model} takes {channels}-channel images, but the images have mixed channel counts "
+                            f"({_mix(counts)}); those of another channel count are:",
+                            files=_files_with(records, ds.infos, channels, same=False), fix=fix)
     have = next(iter(counts))
     kind = "grey (1 channel)" if have == 1 else "colour (3 channels)"
     raise DataError(f"{model} takes {channels}-channel images, but every image of the data is {kind}: it would be "

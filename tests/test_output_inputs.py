@@ -307,7 +307,8 @@ def test_a_splits_file_is_never_replaced_by_another_kind(tmp_path, phantom):
     assert code != 0 and "not a checkpoint" in msg and mapping.read_bytes() == before
 
 
-@pytest.mark.parametrize("command", ["ldp-image --epsilon 1 --calibrate-on", "kpca --k 2 --basis-from"])
+@pytest.mark.parametrize("command", ["ldp-image --epsilon 1 --clip-box calibrated --calibrate-on",
+                                     "kpca --k 2 --basis-from"])
 def test_a_second_dataset_being_read_is_an_input(tmp_path, phantom, command):
     other = tmp_path / "other"
     shutil.copytree(phantom, other)

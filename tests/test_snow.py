@@ -416,3 +416,31 @@ def test_a_p_that_replaces_no_pixel_is_refused_and_a_release_of_copies_fails_the
     assert not report.passed and not check.passed
     assert check.detail.startswith("12 are, e.g.") and "(every image compared: the release is its sources)" in \
         check.detail
+
+
+def test_vessel_mask_files_are_read_once(tmp_path: Path, phantoms: Path, monkeypatch):
+    """The check before release reads and aligns every mask file; the release uses what it read (it read every
+    file twice, the image too), and gives the masks the batches would have read themselves."""
+    from medanon.segment import mask_files, vessels
+
+    reads = []
+    real = mask_files.read_mask
+    monkeypatch.setattr(mask_files, "read_mask", lambda p: reads.append(p) or real(p))
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    source = VesselSource("files", masks_dir=phantoms / "masks")
+    source.bind(ds.records)
+    source.check(ds.records, size=32, crop=ds.crop)
+    assert len(reads) == len(ds.records)
+    images = torch.stack([ds.load(i)["image"] for i in range(len(ds))])
+    fov = torch.ones(len(ds), 1, 32, 32, dtype=torch.bool)
+    got = source.masks(images, fov, records=ds.records, layout_masks=None, size=32, crop=ds.crop)
+    assert len(reads) == len(ds.records)                        # none read again
+    fresh = VesselSource("files", masks_dir=phantoms / "masks")
+    fresh.bind(ds.records)
+    again = fresh.masks(images, fov, records=ds.records, layout_masks=None, size=32, crop=ds.crop)
+    assert torch.equal(got, again) and len(reads) == 2 * len(ds.records)
+    monkeypatch.setattr(vessels, "ALIGNED_BUDGET", 0)            # nothing kept: every batch reads its own
+    small = VesselSource("files", masks_dir=phantoms / "masks")
+    small.bind(ds.records)
+    small.check(ds.records, size=32, crop=ds.crop)
+    assert torch.equal(small.masks(images, fov, records=ds.records, layout_masks=None, size=32, crop=ds.crop), got)

@@ -203,7 +203,8 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
             check_mapping_apart(maps[p], list(outs.values()))
     if vessels is not None:
         vessels.bind(dataset.records)                          # every image's mask file found, before any work
-        vessels.check(dataset.records)                         # and read: a bad mask is named before any release
+        # and read, aligned as the images are read: a bad mask is named before any release
+        vessels.check(dataset.records, size=dataset.size, crop=dataset.crop)
     names = release_labels(dataset, labels)
     device = torch.device(device)
     h = w = dataset.size

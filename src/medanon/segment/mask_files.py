@@ -126,7 +126,12 @@ def read_mask(path: str | Path) -> np.ndarray:
 
 def load_aligned_mask(mask_path: str | Path, image_path: str | Path, *, size: int, crop: str) -> np.ndarray:
     """``mask_path`` cropped and resized as ``preprocess`` crops and resizes ``image_path``: (size, size) bool."""
-    m = read_mask(mask_path)
+    return align_mask(read_mask(mask_path), mask_path, image_path, size=size, crop=crop)
+
+
+def align_mask(m: np.ndarray, mask_path: str | Path, image_path: str | Path, *, size: int, crop: str) -> np.ndarray:
+    """The mask ``m`` (read from ``mask_path``) cropped and resized as ``preprocess`` crops and resizes
+    ``image_path``: (size, size) bool. A DataError if their sizes differ."""
     img = imageio.read(image_path)
     h, w = img.shape[:2]
     if m.shape != (h, w):

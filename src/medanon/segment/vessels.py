@@ -28,6 +28,7 @@ from medanon.segment.mask_files import MaskIndex, load_aligned_mask
 from medanon.segment.vesselness import Vesselness
 
 SEGMENTERS = ("unet", "frangi", "sato")
+ALIGNED_BUDGET = 256 * 2**20          # bytes of aligned mask files kept between check() and masks()
 SOURCES = (*SEGMENTERS, "dataset", "files")
 
 
@@ -82,6 +83,7 @@ class VesselSource:
         self.segmenter = get_segmenter(method, checkpoint=checkpoint, fraction=fraction) \
             if method in SEGMENTERS else None
         self.index = MaskIndex(masks_dir) if masks_dir is not None else None
+        self._aligned: dict[tuple[str, int, str], Any] = {}    # (image, size, crop) -> its mask as read (check)
 
     def bind(self, records: Sequence[Record]) -> None:
         """Pair every record's image with its mask now (``files``: its mask file; ``dataset``: the layout's mask):
@@ -93,30 +95,36 @@ class VesselSource:
             raise DataError(f"vessels='dataset': {no_mask} of the {len(records)} images have no vessel mask in the "
                             "dataset's layout", fix=NO_MASK_FIX)
 
-    def check(self, records: Sequence[Record]) -> None:
-        """``files``: read every mask of ``records`` now and compare its size with its image's (header only), so that
-        an unreadable, non-binary or mis-sized mask is one error listing them all before any image is released, not
-        a failure after the images before it were written. Call after :meth:`bind`. Other sources: nothing to do
-        (the dataset's masks are decoded with their images)."""
+    def check(self, records: Sequence[Record], *, size: int, crop: str) -> None:
+        """``files``: read every mask of ``records`` now and align it with its image as the dataset reads it
+        (``size``, ``crop``), so that an unreadable, non-binary or mis-sized mask is one error listing them all
+        before any image is released, not a failure after the images before it were written. The aligned masks are
+        kept (within :data:`ALIGNED_BUDGET` bytes) for :meth:`masks`, which then reads none of them again. Call after
+        :meth:`bind`. Other sources: nothing to do (the dataset's masks are decoded with their images)."""
         if self.index is None:
             return
-        from medanon.data import imageio
-        from medanon.segment.mask_files import read_mask
+        from medanon.segment.mask_files import align_mask, read_mask
 
         bad: list[str] = []
         reason = ""
+        kept = 0
         for rec, path in zip(records, self.index.pair([r.path for r in records]), strict=True):
             try:
                 m = read_mask(path)
-                info = imageio.probe(rec.path, max_pixels=None)      # the dataset has judged its size
             except DataError as e:
                 bad.append(str(path))
                 reason = reason or e.message
                 continue
-            if m.shape != (info.height, info.width):
-                bad.append(str(path))
-                reason = reason or (f"mask {path} is {m.shape[1]}x{m.shape[0]} but its image {rec.path} is "
-                                    f"{info.width}x{info.height}")
+            try:
+                aligned = align_mask(m, path, rec.path, size=size, crop=crop)
+            except DataError as e:
+                if str(path) in e.files:                # the mask does not fit its image
+                    bad.append(str(path))
+                    reason = reason or e.message
+                continue                                # the image's own fault: the dataset's decoding names it
+            if kept + aligned.nbytes <= ALIGNED_BUDGET:
+                self._aligned[(str(rec.path), size, crop)] = aligned
+                kept += aligned.nbytes
         if bad:
             raise DataError(f"{len(bad)} of the {len(records)} vessel mask(s) in {self.index.folder} cannot be used "
                             f"(the first: {reason}):", files=bad,
@@ -159,6 +167,8 @@ class VesselSource:
             return layout_masks.to(images.device).bool()
         assert self.index is not None
         paths = self.index.pair([r.path for r in records])
-        out = [torch.from_numpy(load_aligned_mask(m, r.path, size=size, crop=crop))
+        out = [torch.from_numpy(self._aligned.get((str(r.path), size, crop))
+                                if (str(r.path), size, crop) in self._aligned
+                                else load_aligned_mask(m, r.path, size=size, crop=crop))
                for m, r in zip(paths, records, strict=True)]
         return torch.stack(out)[:, None].to(images.device)

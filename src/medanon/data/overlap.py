@@ -40,13 +40,13 @@ class _Signatures:
     """What identifies each image of a dataset: file digests (of files of a size in ``sizes`` only: others cannot
     be equal), digests of the decoded 8-bit pixels, and grey thumbnails (None where the dataset cannot decode)."""
 
-    def __init__(self, ds, sizes: set[int] | None, *, decoded: bool):
+    def __init__(self, ds, sizes: set[int], *, decoded: bool):
         from medanon.fsutil import sha256_file
 
         recs = ds.records
         self.files = ["file:" + sha256_file(r.path)
-                      if getattr(r, "path", None) is not None and (sizes is None or Path(r.path).stat().st_size
-                                                                   in sizes) else None for r in recs]
+                      if getattr(r, "path", None) is not None and Path(r.path).stat().st_size in sizes else None
+                      for r in recs]
         self.pixels: list[str | None] = [None] * len(recs)
         self.thumbs: torch.Tensor | None = None
         if not decoded:
@@ -81,11 +81,9 @@ def common_mask(released, other) -> torch.Tensor:
     of ``len(released.records)``. Datasets that cannot decode (sequences of paths) are compared by file only."""
     released, other = (as_records(d) for d in (released, other))
     decoded = all(hasattr(d, "load") for d in (released, other))
-    if decoded:
-        mine, theirs = _Signatures(released, None, decoded=True), _Signatures(other, None, decoded=True)
-    else:                           # only files of a size the other side has are hashed
-        sizes = [{Path(r.path).stat().st_size for r in d.records} for d in (released, other)]
-        mine, theirs = _Signatures(released, sizes[1], decoded=False), _Signatures(other, sizes[0], decoded=False)
+    sizes = [{Path(r.path).stat().st_size for r in d.records if getattr(r, "path", None) is not None}
+             for d in (released, other)]        # only files of a size the other side has are hashed
+    mine, theirs = _Signatures(released, sizes[1], decoded=decoded), _Signatures(other, sizes[0], decoded=decoded)
     keys = {k for k in theirs.files + theirs.pixels if k is not None}
     found = torch.tensor([f in keys or p in keys for f, p in zip(mine.files, mine.pixels, strict=True)],
                          dtype=torch.bool)

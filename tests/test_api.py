@@ -473,3 +473,15 @@ def test_a_resume_that_reads_the_images_otherwise_is_refused(tmp_path, world, in
             with pytest.raises(ConfigError, match="interrupted release of other sources"):
                 make(second).save(tmp_path / f"r{i}", progress=False)
             make(first).save(tmp_path / f"r{i}", progress=False)                   # the same: resumed
+
+
+def test_gmia_refuses_settings_of_a_loss_it_does_not_optimise(world):
+    """losses='ut' with identity= or margin=: nothing uses them, and the user would believe the identity pushed."""
+    d = world["dir"]
+    for kw, named in (({"identity": d / "identity.pt"}, "identity="), ({"margin": 0.5}, "margin="),
+                      ({"lambda_id": 2.0}, "lambda_id=")):
+        with pytest.raises(ConfigError, match=f"losses='ut' does not optimise the loss of {named}"):
+            medanon.anonymize.gmia(world["ds"], model=d / "restyle.pt", utility=d / "grade.pt", losses="ut", **kw)
+    with pytest.raises(ConfigError, match="losses='id' does not optimise the loss of utility="):
+        medanon.anonymize.gmia(world["ds"], model=d / "restyle.pt", identity=d / "identity.pt",
+                               utility=d / "grade.pt", losses="id")

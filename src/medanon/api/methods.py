@@ -100,6 +100,17 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
                 "batch_size": _renamed_batch(batch, batch_size, default=_G.batch_size, function="gmia")}
     cfg = GMIAConfig(**settings) if config is None else _gmia_config(config, settings)
     validate(cfg)
+    used_losses = cfg.losses.split("+")
+    idle = [name for name, given, loss in (("identity", identity is not None, "id"),
+                                            ("margin", margin != _G.margin, "id"),
+                                            ("lambda_id", lambda_id != _G.lambda_id, "id"),
+                                            ("utility", utility is not None, "ut"),
+                                            ("lambda_ut", lambda_ut != _G.lambda_ut, "ut"))
+            if given and loss not in used_losses]
+    if idle:
+        raise ConfigError(f"losses={cfg.losses!r} does not optimise the loss of {', '.join(f'{n}=' for n in idle)}: "
+                          "it would change nothing", fix=f"leave {', '.join(f'{n}=' for n in idle)} out, or use "
+                                                         "losses='id+ut'")
     given, kw = ds, {"method": "gmia", "patient_ids": patient_ids, "labels": labels, "modality": modality,
                      "value_range": value_range}
     ds = dataset_arg(ds, **kw)

@@ -51,7 +51,11 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
                         *(["the models (codec, feature network) were not trained on the released patients' images, "
                            "or what they memorised of them is accepted as outside this guarantee; the guarantee does "
                            "not need the models to be secret (medanon's shipped checkpoints are public and were "
-                           "trained on phantoms)"] if uses_models else [])],
+                           "trained on phantoms)"] if uses_models else []),
+                        *(["the separate basis data hold no image of the released patients (medanon refuses a basis "
+                           "that shares a released image by file, by pixels or as a resized or re-encoded copy; "
+                           "another photograph of a released patient is not detected)"]
+                          if cfg.method == "kpca" and cfg.pca_basis == "separate" else [])],
         "not_guaranteed": "k-anonymity does not bound what can be inferred about a cluster member from the average "
                           "(it is not differential privacy); measure it with the top-K membership attack of "
                           "`medanon evaluate` (modelled on k-SALSA §4.5 with medanon's identity network, not the "

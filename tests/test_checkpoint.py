@@ -105,3 +105,21 @@ def test_a_checkpoint_missing_its_weights_is_named_not_a_key_error(tmp_path, nam
         fn = getattr(fn, part)
     with pytest.raises(ConfigError, match=f"holds no '{key}' weights .* it is damaged or incomplete"):
         fn(tmp_path / name)
+    from medanon.models_registry import ENV, list_models
+
+    with pytest.MonkeyPatch.context() as mp:                # `medanon models` lists it as damaged
+        mp.setenv(ENV, str(tmp_path))
+        listed = next(m for m in list_models() if m.path == tmp_path / name)
+    assert listed.kind.endswith(f"(damaged: no '{key}' weights)"), listed.kind
+
+
+def test_every_shipped_checkpoint_holds_the_networks_of_its_kind():
+    """The table of the networks each exported kind holds covers every shipped kind and fits every shipped file."""
+    from medanon.checkpoint import EXPORTED_STATE, missing_state
+
+    files = [p for p in sorted(CHECKPOINTS.glob("*.pt")) if not p.name.endswith(".resume.pt")]
+    if not files:
+        pytest.skip("no source checkout")
+    for path in files:
+        blob = load_checkpoint(path)
+        assert blob["kind"] in EXPORTED_STATE and missing_state(blob) == [], path.name

@@ -32,7 +32,8 @@ def test_search_path_puts_the_environment_first(tmp_path, monkeypatch):
 def test_find_and_list_models(tmp_path, monkeypatch):
     mine = tmp_path / "models"
     mine.mkdir()
-    path = save_checkpoint(mine / "glow-xray64.pt", kind="glow", config={}, state={})   # shadows the shipped one
+    # shadows the shipped one
+    path = save_checkpoint(mine / "glow-xray64.pt", kind="glow", config={}, state={"model": {}})
     (mine / "junk.pt").write_bytes(b"not a checkpoint")
     monkeypatch.setenv(ENV, str(mine))
     assert find_model("glow-xray64") == path == find_model("glow-xray64.pt") and find_model(path) == path

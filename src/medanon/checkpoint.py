@@ -126,6 +126,18 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
     return blob
 
 
+# The networks an exported model of each kind holds (what the loaders read): a file without them is damaged.
+EXPORTED_STATE = {"stylegan2": ("G_ema",), "restyle-encoder": ("G", "E"), "cotrained-autoencoder": ("G", "E"),
+                  "glow": ("model",), "identity": ("net",), "classifier": ("model",), "siamese": ("net",),
+                  "vessel-segmenter": ("model",)}
+
+
+def missing_state(blob: dict[str, Any]) -> list[str]:
+    """The networks of :data:`EXPORTED_STATE` that a loaded checkpoint of a known kind lacks."""
+    state = blob.get("state")
+    return [k for k in EXPORTED_STATE.get(str(blob.get("kind")), ()) if not isinstance(state, dict) or k not in state]
+
+
 def state_entry(blob: dict[str, Any], key: str) -> Any:
     """``blob["state"][key]`` of a loaded checkpoint, or a ConfigError naming the file and what it lacks (a
     damaged, partial or hand-edited export) instead of a KeyError."""

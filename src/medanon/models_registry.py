@@ -107,7 +107,7 @@ class ModelInfo:
 
 def list_models() -> list[ModelInfo]:
     """Every ``*.pt`` on the search path, in search order, with its sha256 and checkpoint kind."""
-    from medanon.checkpoint import load_checkpoint
+    from medanon.checkpoint import load_checkpoint, missing_state
     from medanon.errors import ConfigError
 
     out, seen = [], set()
@@ -122,6 +122,9 @@ def list_models() -> list[ModelInfo]:
             try:
                 blob = load_checkpoint(path)
                 kind, sha = str(blob.get("kind")), blob["sha256"]
+                if missing_state(blob):                 # a damaged or partial export: listed as such
+                    kind += f" (damaged: no {', '.join(repr(k) for k in missing_state(blob))} weights)"
+
             except ConfigError:
                 from medanon.fsutil import sha256_file
 

@@ -3,6 +3,7 @@ second data argument is read as the first, and GMIA's release is the same whethe
 Loaded networks of the wrong kind, help() of the callable modules, and where warnings point."""
 
 import json
+import math
 import pydoc
 import warnings
 
@@ -234,3 +235,38 @@ def test_a_clip_box_is_not_calibrated_on_folders_of_the_other_modality(tmp_path)
     with pytest.raises(ConfigError, match="the calibrate_on images are xray images, the released data fundus"):
         medanon.anonymize.ldp_image(medanon.open_dataset(fundus, size=16), epsilon=1.0, clip_box="calibrated",
                                     calibrate_on=medanon.open_dataset(xray, size=16, channels=3))
+
+
+def test_ids_and_labels_without_an_image_order_are_refused():
+    """A dict of patient ids was read by its keys (0, 1, 2, 3: four "patients" where there were two, and a k=2
+    record of one person); a set in hash order; nested values as strings like '[0]'."""
+    x = torch.rand(4, 3, 16, 16) * 2 - 1
+    for pids, said in (({0: "A", 1: "A", 2: "B", 3: "B"}, "a dict"), ({"A", "B", "C", "D"}, "a set"),
+                       ([[0], [0], [1], [1]], "holds a list values"), ([True, False, True, False], "a truth value")):
+        with pytest.raises(ConfigError, match=said):
+            medanon.anonymize.kpixel(x, k=2, value_range=(-1, 1), patient_ids=pids)
+    pids = ["A", "A", "B", "B"]
+    with pytest.raises(ConfigError, match=r"labels\['grade'\]= is a dict"):
+        medanon.anonymize.kpixel(x, k=2, value_range=(-1, 1), patient_ids=pids, labels={"grade": {0: 1, 1: 1, 2: 0,
+                                                                                                3: 0}})
+    with pytest.raises(ConfigError, match=r"labels\['grade'\]: .*infinity"):
+        medanon.anonymize.kpixel(x, k=2, value_range=(-1, 1), patient_ids=pids, labels={"grade": [math.inf] * 4})
+
+
+@pytest.mark.parametrize("name", ["image", "n_people", "n_sources", "grade_counts", "", "a\nb"])
+def test_a_label_named_as_a_column_of_labels_csv_is_refused(name):
+    """labels.csv has its own image, n_sources, n_people and <label>_counts columns: a label of such a name wrote a
+    second column of that name (a k=2 release then failed its audit, or its counts were replaced by the user's)."""
+    x = torch.rand(4, 3, 16, 16) * 2 - 1
+    with pytest.raises(ConfigError, match=r"a released label becomes a column of labels\.csv"):
+        medanon.anonymize.kpixel(x, k=2, value_range=(-1, 1), patient_ids=list("AABB"), labels={name: [0, 0, 1, 1]},
+                                 release_labels=[name])
+
+
+def test_a_value_range_must_be_two_finite_numbers_and_snow_must_leave_something():
+    x = torch.rand(4, 3, 16, 16) * 2 - 1
+    for r in ((-1, math.inf), (-math.inf, math.inf), ("-1", "1"), (False, True)):
+        with pytest.raises(DataError, match="value_range="):
+            medanon.anonymize.kpixel(x, k=2, value_range=r, patient_ids=list("AABB"))
+    with pytest.raises(ConfigError, match="replaces all 256 pixels of a 16 px image"):   # only the fill is released
+        medanon.anonymize.snow(x, p=1.0, value_range=(-1, 1))

@@ -287,10 +287,15 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
 
 
 def check_changes_pixels(ps, pixels: int, *, side: int) -> None:
-    """Refuse a Snow p that replaces no pixel of a ``side`` px image (round(p*H*W) = 0): its "release" would be
-    the images as they were read."""
+    """Refuse a Snow p that replaces no pixel of a ``side`` px image (round(p*H*W) = 0: its "release" would be the
+    images as they were read), or every pixel (each released image would be the fill value, and the statement's
+    per-pixel account would not describe it)."""
     for p in ps:
-        if count_for(p, pixels) == 0:
+        k = count_for(p, pixels)
+        if k == 0:
             raise ConfigError(f"p={p:g} replaces round(p*H*W) = 0 of the {pixels} pixels of a {side} px image: the "
                               "images would be released unchanged",
                               fix=f"use p of at least {1 / pixels:.3g} (one pixel), or a larger size")
+        if k == pixels:
+            raise ConfigError(f"p={p:g} replaces all {pixels} pixels of a {side} px image: every released image would "
+                              "be the fill value, nothing of its source", fix="use p below 1")

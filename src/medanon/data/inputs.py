@@ -257,15 +257,27 @@ def _nchw(a, argument: str, *, channels_last: bool, modality: str | None = None,
 
 
 def _sequence(values: Any, name: str) -> list:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise ConfigError(f"{name}= is {a_type(values)}; it takes one value per image (a list, array or "
-                          "pandas Series)", fix=f"pass {name}=[...] with one entry per image")
+    """One value per image, in image order: a list, tuple, array or pandas Series of scalars. A mapping or a set
+    has no image order (a dict's keys would be read as the values), and nested values are no one value each."""
+    if isinstance(values, (str, bytes, Mapping, set, frozenset)) or not hasattr(values, "__len__"):
+        raise ConfigError(f"{name}= is {a_type(values)}; it takes one value per image, in image order (a list, "
+                          "array or pandas Series)", fix=f"pass {name}=[...] with one entry per image"
+                          + (f" (a dict: list({name}.values()) if it is in image order)"
+                             if isinstance(values, Mapping) else ""))
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
-    return list(values.tolist() if hasattr(values, "tolist") else values)
+    out = list(values.tolist() if hasattr(values, "tolist") else values)
+    nested = next((v for v in out if isinstance(v, (list, tuple, dict, set, np.ndarray, torch.Tensor))), None)
+    if nested is not None:
+        raise ConfigError(f"{name}= holds {a_type(nested)} values ({nested!r:.40}); it takes one value per image",
+                          fix=f"pass {name}=[...] with one plain value (a number or a string) per image")
+    return out
 
 
 def _patient_id(p: Any) -> str:
+    if isinstance(p, (bool, np.bool_)):          # True would be the patient 1
+        raise ConfigError(f"patient_ids= holds {p!r}, a truth value, not a patient id",
+                          fix="give every image its patient's id (a string or a whole number)")
     if p is None or (isinstance(p, float) and math.isnan(p)):
         raise ConfigError("patient_ids= holds a missing id", fix="give every image its patient's id")
     if not str(p).strip():                       # "" would make every image without an id one patient
@@ -292,7 +304,7 @@ def _labels(labels: Mapping[str, Sequence[Any]] | None, n: int) -> dict[str, lis
             raise ConfigError(f"labels[{name!r}] has {len(vals)} values for {n} images", fix="pass one per image")
         try:
             out[str(name)] = [spec(str(name)).encode(v) for v in vals]
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             raise ConfigError(f"labels[{name!r}]: {e}", fix="see medanon.data.labels.LABELS for the canonical "
                                                             "values") from None
     return out

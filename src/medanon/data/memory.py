@@ -160,11 +160,17 @@ def _range_pair(value_range) -> tuple[float, float]:
     if isinstance(value_range, (str, bytes)) or not isinstance(value_range, (tuple, list)) or len(value_range) != 2:
         raise DataError(f"value_range={value_range!r} is not a (low, high) pair",
                         fix="pass value_range=(low, high): the values that mean black and white, e.g. (0, 1)")
+    if any(isinstance(v, (str, bytes, bool)) for v in value_range):
+        raise DataError(f"value_range={value_range!r} holds something that is not a number",
+                        fix="pass value_range=(low, high) of two numbers, e.g. (0, 255)")
     try:
         lo, hi = (float(v) for v in value_range)
     except (TypeError, ValueError):
         raise DataError(f"value_range={value_range!r} holds something that is not a number",
                         fix="pass value_range=(low, high) of two numbers, e.g. (0, 255)") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise DataError(f"value_range={value_range!r} is not two finite numbers: every value would be read as "
+                        "black or as NaN", fix="pass the finite values that mean black and white, e.g. (0, 1)")
     return lo, hi
 
 

@@ -45,6 +45,7 @@ from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
 from medanon.release.audit_source import check_copied_files, check_preprocessed_copies, check_source_counts
 from medanon.release.files import FORMAT
+from medanon.release.labels import RESERVED_COLUMNS
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
 
 MIN_NUMERIC_LEN = 5
@@ -53,7 +54,6 @@ _TOKEN = re.compile(r"[\w.\-]+")
 _PARTS = re.compile(r"[_.\-]")
 _LONG_NUMBER = re.compile(rf"\d{{{MIN_NUMERIC_LEN},}}")
 _ALLOWED_TOP = {"images", "labels.csv", "manifest.json", "README.md", MARKER}
-_FIXED_COLUMNS = ("image", "n_sources", "n_people")
 # inode order vs source order: fail below this Spearman p-value. The writer copies files in a secret random order,
 # so for a correct release p is uniform: at 1e-3 one audit in 1,000 failed by chance, and the demo's test
 # (about 25 audits a run) failed about once in 40 runs (once seen: vs-snow, rho 0.45, p 4.8e-4, n 56).
@@ -279,7 +279,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
 def _check_columns(rep: AuditReport, manifest: dict, rows: list[dict[str, str]]) -> None:
     declared = [str(x) for x in manifest.get("labels", [])]
     columns = list(rows[0]) if rows else []
-    allowed = set(_FIXED_COLUMNS) | set(declared) | {f"{d}_counts" for d in declared}
+    allowed = set(RESERVED_COLUMNS) | set(declared) | {f"{d}_counts" for d in declared}
     extra = [c for c in columns if c not in allowed]
     rep.add("labels.csv holds only the declared labels", not extra,
             f"undeclared columns {extra}" if extra else f"declared: {declared}")

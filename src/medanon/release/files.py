@@ -85,7 +85,9 @@ def labels_csv(rows: Sequence[dict[str, Any]]) -> str:
     label_cols = list(rows[0]["labels"])
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["image", "n_sources", "n_people", *label_cols])
+    from medanon.release.labels import RESERVED_COLUMNS
+
+    w.writerow([*RESERVED_COLUMNS, *label_cols])
     for e in rows:
         w.writerow([f"images/{e['name']}", len(e["sources"]), len(e["patients"]),
                     *[_cell(e["labels"][c]) for c in label_cols]])

@@ -31,6 +31,9 @@ def parse_label_list(text: str | None) -> list[str] | None:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
+RESERVED_COLUMNS = ("image", "n_sources", "n_people")   # labels.csv's own columns, before the released labels
+
+
 def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
     """The labels to release: ``labels`` (a list or a comma-separated string) checked against the dataset,
     or the default; warns for each sensitive label the user asked to release."""
@@ -40,6 +43,12 @@ def release_labels(dataset, labels: str | Sequence[str] | None) -> list[str]:
     if not isinstance(chosen, Sequence) or any(not isinstance(n, str) for n in chosen):
         raise ConfigError(f"release_labels={labels!r}: it takes label names (a list of strings or one "
                           "comma-separated string)", fix="pass e.g. release_labels=['grade'] or release_labels=[]")
+    reserved = [n for n in chosen if n in RESERVED_COLUMNS or n.endswith("_counts") or not n.strip()
+                or any(not c.isprintable() for c in n)]
+    if reserved:
+        raise ConfigError(f"release_labels={reserved!r}: a released label becomes a column of labels.csv, which "
+                          f"has its own {', '.join(RESERVED_COLUMNS)} and <label>_counts columns (and a name must be "
+                          "printable and not empty)", fix="rename the label in the labels= or labels CSV you give")
     unknown = [n for n in chosen if n not in dataset.label_names]
     if unknown:
         from medanon.data.inputs import data_name

@@ -236,3 +236,29 @@ def test_a_box_calibrated_on_a_re_exported_copy_of_the_released_images_withdraws
         rel = _quiet_but(CalibrationOverlap, medanon.anonymize.ldp_image, data, epsilon=50.0,
                          clip_box="calibrated", calibrate_on=copy)
     assert rel.privacy["guarantee"] == "none: 8 released images are among the images the clip box was calibrated on"
+
+
+def test_a_box_calibrated_on_other_images_of_the_released_patients_withdraws_it(phantoms, tmp_path):
+    """The first image of each patient released, the box calibrated on their second images (one folder, the same
+    ids): no image in common, but every released patient shaped the box. The same people in another phantom folder
+    of the same seed (another size) too; a phantom of another seed (the same ids, other people) keeps it."""
+    from medanon.data.dataset import subset
+
+    data, other = phantoms
+    ds = medanon.open_dataset(data, size=16)
+    first = subset(ds, [i for i, r in enumerate(ds.records) if r.path.name.endswith("_01.png")])
+    second = subset(ds, [i for i, r in enumerate(ds.records) if r.path.name.endswith("_02.png")])
+    with pytest.warns(CalibrationOverlap, match="4 released patients have other images among those the clip box"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.ldp_image, first, epsilon=50.0, clip_box="calibrated",
+                         calibrate_on=second)
+    assert rel.privacy["guarantee"] == ("none: 4 released patients have other images among those the clip box was "
+                                        "calibrated on")
+    with pytest.raises(medanon.errors.ConfigError, match="holds other images of 4 of the patients being released"):
+        _quiet(medanon.anonymize.kpca, first, k=2, pca_components=2, pca_basis=second).images(limit=1)
+    larger = generate(PhantomConfig(modality="xray", patients=4, per_patient=2, size=24, workers=1, seed=3),
+                      tmp_path / "seed3-24px", progress=False)          # the people of `data`, drawn at 24 px
+    rel = _quiet(medanon.anonymize.ldp_image, first, epsilon=50.0, clip_box="calibrated",
+                 calibrate_on=medanon.open_dataset(larger, size=16))
+    assert rel.privacy["guarantee"].startswith("none: ")
+    rel = _quiet(medanon.anonymize.ldp_image, first, epsilon=50.0, clip_box="calibrated", calibrate_on=other)
+    assert rel.privacy["guarantee"] == "epsilon-LDP"

@@ -107,7 +107,7 @@ def folder_overlap(flow_data: dict[str, Any] | None, training, released) -> tupl
     pixels and as resized or re-encoded copies (:func:`~medanon.data.overlap.images_in_common`); the whole
     folder counts, its held-out part included, which errs on the safe side. Warns
     :class:`~medanon.anonymize.privacy.CalibrationOverlap` when any is found."""
-    from medanon.data.overlap import images_in_common
+    from medanon.data.overlap import images_in_common, same_people
     from medanon.runtime import files_digest
 
     src = (flow_data or {}).get("source") or {}
@@ -121,9 +121,11 @@ def folder_overlap(flow_data: dict[str, Any] | None, training, released) -> tupl
                           f"{got[:12]} differs from the recorded {src['sha256'][:12]})",
                           fix="pass the folder `medanon train flow` read, unchanged")
     n = images_in_common(released, training)
-    if not n:
+    people = same_people(released, training) if not n else 0
+    if not n and not people:
         return None
-    reason = f"{n} released images are in the folder the flow was trained on"
+    reason = (f"{n} released images are in the folder the flow was trained on" if n else
+              f"{people} released patients have images in the folder the flow was trained on")
     warnings.warn(reason + ": what the flow's weights memorised about them is outside the epsilon bound, so the "
                   "release states no formal guarantee; release people the flow never saw",
                   CalibrationOverlap, stacklevel=user_stacklevel())

@@ -169,14 +169,19 @@ def check_basis(ds, cfg: KSameConfig, pca_basis, *, content: bool = True) -> Non
     if pca_basis is not None and getattr(pca_basis, "modality", None) != getattr(ds, "modality", None):
         raise ConfigError(f"the basis dataset holds {pca_basis.modality} images, the released one {ds.modality}",
                           fix="fit the basis on images of the released modality")
-    from medanon.data.overlap import images_in_common
+    from medanon.data.overlap import images_in_common, same_people
 
-    shared = images_in_common(ds, pca_basis) if pca_basis is not None and content else 0
-    if shared:
-        raise ConfigError(f"the basis dataset holds {shared} of the images being released (the same file contents, "
-                          "the same 8-bit pixels, or resized or re-encoded copies): a "
-                          "basis fitted on them is not separate, and the statement would claim it is",
-                          fix="fit the basis on other images (public data), or use the private basis")
+    if pca_basis is None or not content:
+        return
+    shared = images_in_common(ds, pca_basis)
+    people = 0 if shared else same_people(ds, pca_basis)
+    if shared or people:
+        what = (f"{shared} of the images being released (the same file contents, the same 8-bit pixels, or resized "
+                "or re-encoded copies)" if shared else f"other images of {people} of the patients being released "
+                                                       "(the same folder or phantom, the same patient ids)")
+        raise ConfigError(f"the basis dataset holds {what}: a basis fitted on them is not separate, and the "
+                          "statement would claim it is",
+                          fix="fit the basis on other patients' images (public data), or use the private basis")
 
 
 def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: bool = True, pca_basis=None

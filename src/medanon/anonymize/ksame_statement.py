@@ -11,6 +11,7 @@ from typing import Any
 
 from medanon.anonymize.clustering import Clustering
 from medanon.anonymize.ksame_config import KSameConfig
+from medanon.data.overlap import COMPARED
 
 
 def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels: Sequence[str] = (),
@@ -52,9 +53,8 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
                            "or what they memorised of them is accepted as outside this guarantee; the guarantee does "
                            "not need the models to be secret (medanon's shipped checkpoints are public and were "
                            "trained on phantoms)"] if uses_models else []),
-                        *(["the separate basis data hold no image of the released patients (medanon refuses a basis "
-                           "that shares a released image by file, by pixels or as a resized or re-encoded copy; "
-                           "another photograph of a released patient is not detected)"]
+                        *([f"the separate basis data hold no image of the released patients (medanon refuses a "
+                           f"basis that shares a released image or patient, {COMPARED})"]
                           if cfg.method == "kpca" and cfg.pca_basis == "separate" else [])],
         "not_guaranteed": "k-anonymity does not bound what can be inferred about a cluster member from the average "
                           "(it is not differential privacy); measure it with the top-K membership attack of "
@@ -94,10 +94,8 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
     if cfg.method == "kpca":
         out["pca_basis"] = ("fitted on the private dataset being released: the basis is not covered by k-anonymity"
                             if private_basis else "fitted on separate data supplied by the user (assumed not to "
-                                                  "contain the released patients: none of the released images is "
-                                                  "in it, compared by file, by pixels and as resized or re-encoded "
-                                                  "copies; another photograph of a released patient is not "
-                                                  "detected)")
+                                                  f"contain the released patients: none was found in it, "
+                                                  f"{COMPARED})")
     if cfg.views > 1:
         out["augmentation"] = ("views are the cluster average plus Gaussian noise from secret operating-system "
                                "randomness (recorded nowhere); given the average they carry no further information "

@@ -85,6 +85,7 @@ from medanon.anonymize.ldp_statement import (
 )
 from medanon.anonymize.per_image import record_generator, release_dataset
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee, WeakBudget
+from medanon.data.overlap import COMPARED
 from medanon.errors import ConfigError, user_stacklevel
 
 __all__ = ["CENTERS", "CLIP_BOXES", "DEFAULT_ALPHA", "EXACT_CLAUSE", "FLOAT_CLAUSE", "GRID_STEPS", "PUBLIC_BOXES",
@@ -354,9 +355,8 @@ class LaplaceMechanism:
                 "the noise is secret: drawn from os.urandom for this release and recorded nowhere",
                 ("the clip box is public and fixed" if cal.public else
                  "the calibrated clip box is treated as a public constant: it was calibrated on images of people "
-                 "who are not in this release (medanon found none of the released images among them, compared by "
-                 "file, by pixels and as resized or re-encoded copies; another photograph of a released person is "
-                 "not detected)")
+                 f"who are not in this release (medanon found none of the released images or patients among them, "
+                 f"{COMPARED})")
                 + (" and the flow's weights are a fixed public function" if flow else ""),
                 *(["the flow was trained on people who are not in this release: its weights are a function of its "
                    "training images that the noise does not cover, so for a released person who trained it the "

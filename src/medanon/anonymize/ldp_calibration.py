@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from medanon.anonymize.privacy import CalibrationOverlap
-from medanon.data.overlap import as_records, images_in_common
+from medanon.data.overlap import as_records, images_in_common, same_people
 from medanon.errors import user_stacklevel
 
 PUBLIC_LATENT_BOUND = 4.0                       # public box of eps: [-4, 4]; P(|N(0, 1)| > 4) = 6.3e-5
@@ -113,13 +113,18 @@ def calibrate(batches: Iterable[torch.Tensor], *, space: str) -> ClipCalibration
 
 def calibration_overlap(released, calibration) -> int:
     """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) when images being released are among the
-    images a clip box is calibrated on (:func:`~medanon.data.overlap.images_in_common`); returns how many are."""
+    images a clip box is calibrated on (:func:`~medanon.data.overlap.images_in_common`), or released patients are
+    certainly among its people (:func:`~medanon.data.overlap.same_people`); returns how many images are."""
     released, calibration = as_records(released), as_records(calibration)
     both = images_in_common(released, calibration)
+    fix = ("calibrate on other patients' images (the training split of another release) or use the public box")
     if both:
         warnings.warn(f"{both} of the {len(released.records)} images being released are among the "
                       f"{len(calibration.records)} images "
                       "the clip box is calibrated on: their own per-element extremes shape the box, so the release "
-                      "states no formal guarantee; calibrate on other patients' images (the training split of "
-                      "another release) or use the public box", CalibrationOverlap, stacklevel=user_stacklevel())
+                      "states no formal guarantee; " + fix, CalibrationOverlap, stacklevel=user_stacklevel())
+    elif people := same_people(released, calibration):
+        warnings.warn(f"{people} released patients have other images among those the clip box is calibrated on "
+                      "(the same folder or phantom, the same patient ids): the box depends on them, so the release "
+                      "states no formal guarantee; " + fix, CalibrationOverlap, stacklevel=user_stacklevel())
     return both

@@ -12,8 +12,10 @@ An image of one dataset is counted as an image of the other when
   64 px phantoms read at 32 and 64 px: re-saved, JPEG, enlarged and shrunk copies at most 1.35 from their
   originals; two different images at least 3.26 apart (the fundus phantom, whose people differ only in detail).
 
-What it cannot see is another photograph of the same person, nor a copy made much smaller than the size the
-data is read at (its detail is gone): that is the assumption stated with the guarantee.
+:func:`same_people` adds the patients of two datasets read from one folder (two splits of it) or from phantoms of
+the same people. What neither can see is another photograph of the same person in another folder (patient ids of
+two folders may coincide for different people, so they are not compared), nor a copy made much smaller than the
+size the data is read at (its detail is gone): that is the assumption stated with the guarantee.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+
+#: What :func:`images_in_common` and :func:`same_people` compare, as a statement says it.
+COMPARED = ("compared by file, by pixels and as resized or re-encoded copies, and by patient id where both come from "
+            "one folder or phantom; another photograph of a released person in another folder is not detected")
 
 #: Largest root-mean-square difference, in 8-bit grey levels, of two images' 8x8 grey thumbnails for the two to
 #: count as copies of one image (``benchmarks/overlap_thresholds.py`` measures copies and different people).
@@ -93,6 +99,26 @@ def common_mask(released, other) -> torch.Tensor:
             near = d.min(1).values / THUMBNAIL <= NEAR_GREY_LEVELS
             found[start:start + 1024] |= near
     return found
+
+
+def same_people(released, other) -> int:
+    """How many patients of ``released`` are certainly people of ``other`` too: both datasets are read from one
+    folder (two splits or subsets of it, whose patient ids name the same people), or both are phantoms of the same
+    people (:mod:`medanon.phantoms.provenance`), and they share patient ids. Ids of two other folders may name
+    different people by chance (a hospital's 1, 2, 3...): they are not compared, and 0 is returned."""
+    from medanon.phantoms.provenance import people_of, phantom_settings
+
+    roots = [getattr(d, "root", None) for d in (released, other)]
+    if None in roots or not all(hasattr(d, "records") for d in (released, other)):
+        return 0
+    same = Path(roots[0]).resolve() == Path(roots[1]).resolve()
+    if not same:
+        a, b = (phantom_settings(r) for r in roots)
+        same = a is not None and b is not None and people_of(a) == people_of(b)
+    if not same:
+        return 0
+    theirs = {r.patient_id for r in other.records}
+    return len({r.patient_id for r in released.records} & theirs)
 
 
 def images_in_common(released, other) -> int:

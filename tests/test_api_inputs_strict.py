@@ -270,3 +270,18 @@ def test_a_value_range_must_be_two_finite_numbers_and_snow_must_leave_something(
             medanon.anonymize.kpixel(x, k=2, value_range=r, patient_ids=list("AABB"))
     with pytest.raises(ConfigError, match="replaces all 256 pixels of a 16 px image"):   # only the fill is released
         medanon.anonymize.snow(x, p=1.0, value_range=(-1, 1))
+
+
+def test_a_release_without_patient_ids_does_not_count_people(tmp_path):
+    """Images in memory without patient_ids: the manifest said "people: 6" (the images) beside "the source has no
+    patient ids"; the number of people is not known."""
+    x = torch.rand(6, 3, 16, 16) * 2 - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = medanon.anonymize.ldp_image(x, epsilon=8.0, value_range=(-1, 1)).save(tmp_path / "n", progress=False)
+        known = medanon.anonymize.ldp_image(x, epsilon=8.0, value_range=(-1, 1), patient_ids=list("aabbcc")).save(
+            tmp_path / "k", progress=False)
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert counts["people"] is None and "no patient ids" in counts["people_unknown"]
+    assert json.loads((known / "manifest.json").read_text())["counts"]["people"] == 3
+    assert medanon.audit(out).passed

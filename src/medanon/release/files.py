@@ -110,7 +110,10 @@ def manifest_json(rows: Sequence[dict[str, Any]], *, settings: dict[str, Any], s
         "phantom": phantom,
         "counts": {"records": len(rows),
                    "sources": len({s for e in rows for s in e["sources"]}),     # distinct: views repeat them
-                   "people": len({p for e in rows for p in e["patients"]}),
+                   **({"people": len({p for e in rows for p in e["patients"]})} if source.get("patients_known", True)
+                      else {"people": None, "people_unknown": "the source has no patient ids: one person may have "
+                                                              "several of the images, so the number of people is "
+                                                              "not known"}),
                    "min_people_per_record": min(people), "max_people_per_record": max(people)},
         **quality_json(rows),
         "software": software_versions(),

@@ -70,8 +70,11 @@ def source_digest(dataset) -> dict[str, Any]:
     ``labels.csv`` as well as changed images). Fingerprints only: no paths, no identifiers."""
     content = dataset.content_digest() if hasattr(dataset, "content_digest") else \
         files_digest([r.path for r in dataset.records], root=dataset.root)          # images in memory: their bytes
+    from medanon.data.inputs import patients_known
+
     return {"layout": dataset.layout, "modality": dataset.modality, **content,
-            "records_sha256": records_digest(dataset.records)}
+            "records_sha256": records_digest(dataset.records),
+            **({} if patients_known(dataset) else {"patients_known": False})}   # each image counted as a person
 
 
 def reading_params(dataset) -> dict[str, Any]:

@@ -285,3 +285,23 @@ def test_a_release_without_patient_ids_does_not_count_people(tmp_path):
     assert counts["people"] is None and "no patient ids" in counts["people_unknown"]
     assert json.loads((known / "manifest.json").read_text())["counts"]["people"] == 3
     assert medanon.audit(out).passed
+
+
+def test_a_statement_edited_after_the_method_made_it_is_not_written(tmp_path):
+    """rel.privacy["epsilon_image"] = 0.1 on an epsilon 8 release was written as is, and the audit passed it."""
+    x = torch.rand(6, 3, 16, 16) * 2 - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = medanon.anonymize.ldp_image(x, epsilon=8.0, value_range=(-1, 1), patient_ids=list("aabbcc"))
+        rel.privacy["epsilon_image"] = 0.1
+        with pytest.raises(ConfigError, match="the release's privacy statement was changed after the method"):
+            rel.save(tmp_path / "edited", progress=False)
+        assert not (tmp_path / "edited").exists()
+        rel = medanon.anonymize.kpixel(x, k=2, value_range=(-1, 1), patient_ids=list("aabbcc"))
+        rel.params["k"] = 3
+        with pytest.raises(ConfigError, match="params was changed"):
+            rel.save(tmp_path / "k", progress=False)
+        rel = medanon.anonymize.kpixel(x, k=2, value_range=(-1, 1), patient_ids=list("aabbcc"))
+        rel.images(limit=1)
+        out = rel.save(tmp_path / "ok", progress=False)                 # saved twice: the statement it wrote
+        assert rel.save(tmp_path / "ok", overwrite=True, progress=False) == out

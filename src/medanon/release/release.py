@@ -35,6 +35,7 @@ Example (k-Same-Pixel on a tiny phantom):
 
 from __future__ import annotations
 
+import copy
 import sys
 import tempfile
 import warnings
@@ -47,6 +48,7 @@ import torch
 
 from medanon.anonymize.privacy import PrivacyWarning
 from medanon.data.records import Record, records_digest
+from medanon.errors import ConfigError
 from medanon.outputs import dataset_inputs
 from medanon.release.aggregate import aggregate_labels
 from medanon.release.files import png_to_float, read_release
@@ -209,11 +211,27 @@ class Release:
     # private (journal and mapping only): a dataset (its content digest) or a fingerprint; a resume compares them
     _preview: CaptureWriter | None = field(default=None, init=False, repr=False)
     _drawn: list[Path | None] = field(default_factory=list, init=False, repr=False)   # saves done (None: evaluate's)
+    _stated: tuple[Any, Any] | None = field(default=None, init=False, repr=False)    # privacy and params as computed
 
     def __post_init__(self) -> None:
         from medanon.anonymize.privacy import with_standard_fields
 
         self.privacy = with_standard_fields(self.privacy)
+        self._keep_statement()
+
+    def _keep_statement(self) -> None:
+        self._stated = copy.deepcopy((self.privacy, self.params))
+
+    def _check_statement(self) -> None:
+        """Refuse to write a privacy statement or settings edited after the method computed them: the manifest
+        would claim what the images do not have (an epsilon the noise was not drawn for)."""
+        if (self.privacy, self.params) != self._stated:
+            what = [n for n, a, b in (("privacy statement", self.privacy, self._stated[0]),
+                                      ("params", self.params, self._stated[1])) if a != b]
+            raise ConfigError(f"the release's {' and '.join(what)} {'was' if len(what) == 1 else 'were'} changed "
+                              "after the method computed them: the manifest would state what the images were not "
+                              "made with",
+                              fix="make the release again with the settings you want (e.g. another epsilon=)")
 
     @property
     def draws_secret_randomness(self) -> bool:
@@ -297,6 +315,7 @@ class Release:
         check_type("overwrite", overwrite, "bool")           # overwrite="no" must not replace a release
         progress = show_progress(progress)
         out = Path(path)
+        self._check_statement()
         self._warn_second_draw(out, overwrite)
         self._preview = None
         mapping = Path(mapping) if mapping is not None else None
@@ -305,6 +324,7 @@ class Release:
             self.summary = dict(self.saver(out, mapping, overwrite, progress))
             manifest, _ = read_release(out)
             self.params, self.privacy, self.models = manifest["params"], manifest["privacy"], manifest["models"]
+            self._keep_statement()
             self.path, self.mapping = out, mapping
             self._drawn.append(out)
             return out
@@ -318,6 +338,7 @@ class Release:
                 summary = _job_summary(writer.gather({**summary, "written": len(writer.written)}))
         manifest, _ = read_release(out)                 # what was written, e.g. counts the run added
         self.params, self.privacy, self.models = manifest["params"], manifest["privacy"], manifest["models"]
+        self._keep_statement()
         if "processes" in summary:
             summary["records"] = manifest["counts"]["records"]
         self.summary = {**summary, "resumed_records": resumed}

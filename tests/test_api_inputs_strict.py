@@ -305,3 +305,20 @@ def test_a_statement_edited_after_the_method_made_it_is_not_written(tmp_path):
         rel.images(limit=1)
         out = rel.save(tmp_path / "ok", progress=False)                 # saved twice: the statement it wrote
         assert rel.save(tmp_path / "ok", overwrite=True, progress=False) == out
+
+
+def test_evaluate_refuses_settings_it_would_ignore_or_misread(tmp_path, world):  # noqa: F811
+    """preset= beside config= was ignored; config= of another type, mappings= as a list, splits= of a missing file
+    and to_html(5) were Python errors naming nothing."""
+    from medanon.evaluate.config import preset
+
+    ds, rel = world["ds"], tmp_path / "none"
+    cases = [({"preset": "tiny", "config": preset("tiny")}, "preset= and config= are both given"),
+             ({"config": 5}, "config= is an int"), ({"config": "tiny"}, "config= is a str"),
+             ({"config": {"sizes": 32}}, "sizes"), ({"mappings": ["m.json"]}, "mappings= is a list"),
+             ({"mappings": {"r": 5}}, r"mappings\['r'\]=5 is an int"),
+             ({"splits": tmp_path / "nope.csv"}, "no such file")]
+    for kw, said in cases:
+        with pytest.raises(ConfigError, match=said):
+            medanon.evaluate(real=ds, releases=[rel], **kw)
+    assert not rel.exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from medanon.api._inputs import number
-from medanon.errors import ConfigError, DataError, a_type
+from medanon.errors import ConfigError, DataError, a_type, check_path_arg
 
 PATIENTS_WHY = ("its splits, controls and intervals are by patient, and several images may show one "
                 "person (if each image really is a different person, patient_ids=range(len(images)) says so)")
@@ -125,8 +125,7 @@ class EvaluationResult:
         from medanon.fsutil import atomic_write_text
         from medanon.outputs import OutputExistsError, UnsafeOutputError, check_not_an_input, check_output
 
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path= is {a_type(path)}; to_html takes a file path (str or os.PathLike)")
+        check_path_arg("path", path, optional=False, what="a file path for the page")
         path = Path(path)
         reads = [self.real.get("path"), *(r.get("path") for r in self.releases)]
         if path.is_file() and path.read_bytes().startswith(REPORT_HEAD.encode()):
@@ -233,7 +232,37 @@ def _comparison_summary(c: dict[str, Any]) -> list[dict[str, Any]]:
                     m["difference"]["ci"], c.get("n")) for metric, m in (c.get("metrics") or {}).items()]
 
 
-def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset: str = "full", config=None,
+def _eval_config(config):
+    """``config=`` as an EvalConfig: one as is, a mapping of its fields checked as a config file is."""
+    from medanon.config import from_dict, validate
+    from medanon.evaluate.config import EvalConfig
+
+    if config is None or isinstance(config, EvalConfig):
+        return config
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config= is {a_type(config)}; it takes an EvalConfig or a mapping of its fields",
+                          fix="pass preset='tiny'|'fast'|'full', or config=medanon.evaluate.config.preset('fast')")
+    cfg = from_dict(EvalConfig, dict(config), where="config=")
+    validate(cfg)
+    return cfg
+
+
+def _check_paths(splits, mappings) -> None:
+    """``splits=`` an existing file; ``mappings=`` a mapping of release name -> file."""
+    check_path_arg("splits", splits)
+    if splits is not None and not Path(splits).is_file():
+        raise ConfigError(f"splits={os.fspath(splits)!r}: no such file", fix="pass the splits CSV the releases were "
+                                                                            "made with, or leave splits= out")
+    if mappings is None:
+        return
+    if not isinstance(mappings, Mapping):
+        raise ConfigError(f"mappings= is {a_type(mappings)}; it takes release name -> mapping file",
+                          fix="pass mappings={'release-name': 'private/release.mapping.json'}")
+    for name, path in mappings.items():
+        check_path_arg(f"mappings[{name!r}]", path, optional=False)
+
+
+def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset: str | None = None, config=None,
              size: int | None = None, splits: str | Path | None = None,
              mappings: Mapping[str, str | Path] | None = None, cache_dir: str | Path | None = None, device=None,
              patient_ids=None, labels=None, modality: str | None = None, value_range=None,
@@ -250,9 +279,10 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     ``releases``: release folders or :class:`~medanon.release.release.Release` objects (one not yet saved is
     saved, with its private mapping, into the temporary folder first).
     ``out``: report folder (``report.html``, ``report.json``, ``cache/``; re-running resumes from the
-    cache); by default a temporary folder. ``preset``: ``full``, ``fast`` (CPU-sized) or ``tiny`` (tests and
-    notebooks on a tiny phantom: it runs in seconds, its numbers are not a measurement), or a whole
-    :class:`~medanon.evaluate.config.EvalConfig` as ``config``; ``size``: evaluation image side
+    cache); by default a temporary folder. ``preset``: ``full`` (the default), ``fast`` (CPU-sized) or ``tiny``
+    (tests and notebooks on a tiny phantom: it runs in seconds, its numbers are not a measurement), or instead a
+    whole :class:`~medanon.evaluate.config.EvalConfig` (or a mapping of its fields) as ``config``; ``size``:
+    evaluation image side
     (default: the config's, else the dataset's size, else 64; tiny 32).
     ``splits``: the splits CSV the releases were made with (else the split is recomputed).
     ``mappings``: release name -> private mapping file (default: the mapping a Release was saved
@@ -315,9 +345,16 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
             raise ConfigError(f"releases[{i}] is {a_type(r)}; a release is a folder (str or os.PathLike) "
                               "or a medanon Release", fix="anonymise the images first: rel = "
                                                           "medanon.anonymize.<method>(...), then releases=[rel]")
+    if preset is not None and config is not None:
+        raise ConfigError("preset= and config= are both given: config= is the whole evaluation, so the preset would "
+                          "be ignored", fix="pass one of them (medanon.evaluate.config.preset(name) gives a preset's "
+                                            "config to change)")
+    preset = "full" if preset is None else preset
     if preset not in PRESETS:
         raise ConfigError(f"preset={preset!r} must be one of {list(PRESETS)}",
                           fix="preset='fast' on a CPU, 'full' for the papers' protocol, 'tiny' to try the pipeline")
+    config = _eval_config(config)
+    _check_paths(splits, mappings)
     number("size", size, integer=True, allow_none=True)
     if size is not None and not 16 <= size <= 1024:
         raise ConfigError(f"size={size}: images are evaluated at a side between 16 and 1024 pixels",

@@ -322,3 +322,15 @@ def test_evaluate_refuses_settings_it_would_ignore_or_misread(tmp_path, world): 
         with pytest.raises(ConfigError, match=said):
             medanon.evaluate(real=ds, releases=[rel], **kw)
     assert not rel.exists()
+
+
+def test_settings_that_would_change_nothing_are_refused(world):  # noqa: F811
+    """view_sigma= without views, map_samples= without the synthetic map start, and vessel_fraction= for masks that
+    are not computed by a vesselness filter were accepted and ignored."""
+    ds, d = world["ds"], world["dir"]
+    with pytest.raises(ConfigError, match=r"view_sigma=0\.5 with views=1"):
+        medanon.anonymize.kcentroid(ds, k=3, codec=d / "restyle.pt", view_sigma=0.5)
+    with pytest.raises(ConfigError, match="map_samples=5 with map_init='centroid'"):
+        medanon.anonymize.ksalsa(ds, k=3, codec=d / "restyle.pt", map_samples=5, steps=1)
+    with pytest.raises(ConfigError, match=r"vessel_fraction=0\.3 is for vessels='frangi' or 'sato', not 'dataset'"):
+        medanon.anonymize.vs_snow(ds, p=0.3, vessels="dataset", vessel_fraction=0.3)

@@ -52,6 +52,9 @@ class KSameConfig:
         if not (self.view_sigma >= 0 and math.isfinite(self.view_sigma)):
             raise ConfigError(f"view_sigma={self.view_sigma} must be a finite number >= 0 (the views' noise)",
                               fix=f"e.g. view_sigma={DEFAULT_VIEW_SIGMA}")
+        if self.views == 1 and self.view_sigma != DEFAULT_VIEW_SIGMA:
+            raise ConfigError(f"view_sigma={self.view_sigma} with views=1: there are no views to add noise to, so it "
+                              "would change nothing", fix="leave view_sigma out, or ask for views= of 2 or more")
         if self.views > 1 and self.method not in ("ksalsa", "kcentroid"):
             raise ConfigError(f"views={self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
         if self.method != "inverted":

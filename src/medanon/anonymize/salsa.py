@@ -52,6 +52,7 @@ from medanon.models.features.base import resize_antialiased
 FeatureFn = Callable[..., dict[str, torch.Tensor]]      # features(images, layers=[...]) -> {layer: tensor}
 ROWS = ("all", "styles")
 MAP_INITS = ("synthetic", "centroid")
+MAP_SAMPLES = 1024                              # synthetic images the map prior chooses from, by default
 
 
 @dataclass
@@ -65,7 +66,7 @@ class SalsaConfig:
     rows: str = "all"                           # optimised rows: all | styles (a spatial map stays as started)
     feature_size: int | None = None             # resize images to this side before the feature network (None: as is)
     map_init: str = "centroid"                  # a spatial map's start: centroid (mean map) | synthetic (map prior)
-    map_samples: int = 1024                     # synthetic images the map prior chooses from
+    map_samples: int = MAP_SAMPLES              # synthetic images the map prior chooses from
 
     def validate(self) -> None:
         if not 0 <= self.lam <= 1:
@@ -83,6 +84,10 @@ class SalsaConfig:
                                   "members' mean map")
         if self.map_samples < 1:
             raise ConfigError(f"map_samples={self.map_samples} must be at least 1")
+        if self.map_init == "centroid" and self.map_samples != MAP_SAMPLES:
+            raise ConfigError(f"map_samples={self.map_samples} with map_init='centroid': the map prior's samples are "
+                              "drawn only for map_init='synthetic', so it would change nothing",
+                              fix="leave map_samples out, or pass map_init='synthetic'")
         if self.feature_size is not None and self.feature_size < 16:
             raise ConfigError(f"feature_size={self.feature_size} must be at least 16, or None to keep the size")
         if not all(self.style_layers):

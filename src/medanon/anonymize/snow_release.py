@@ -43,7 +43,7 @@ from medanon.release.labels import release_labels
 from medanon.release.release import is_phantom, source_digest
 from medanon.release.writer import check_release_outputs
 from medanon.release.writer_safety import check_mapping_apart
-from medanon.segment.vessels import VesselSource
+from medanon.segment.vessels import DEFAULT_FRACTION, VesselSource
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class VSSnowConfig(SweepConfig):
     vessels: str = "unet"                       # where the masks come from: unet | frangi | sato | dataset | files
     checkpoint: str | None = None               # vessels=unet: segmenter checkpoint (None: the shipped one)
     masks_dir: str | None = None                # vessels=files: folder with one vessel mask per image
-    vessel_fraction: float = 0.10               # vessels=frangi|sato: share of the field of view labelled vessel
+    vessel_fraction: float = DEFAULT_FRACTION   # vessels=frangi|sato: share of the field of view labelled vessel
 
     def validate(self) -> None:
         super().validate()

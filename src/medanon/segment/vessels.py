@@ -28,6 +28,7 @@ from medanon.segment.mask_files import MaskIndex, load_aligned_mask
 from medanon.segment.vesselness import Vesselness
 
 SEGMENTERS = ("unet", "frangi", "sato")
+DEFAULT_FRACTION = 0.10               # frangi / sato: share of the field of view labelled vessel
 ALIGNED_BUDGET = 256 * 2**20          # bytes of aligned mask files kept between check() and masks()
 SOURCES = (*SEGMENTERS, "dataset", "files")
 
@@ -71,7 +72,7 @@ class VesselSource:
     def __init__(self, method: str = "unet", *,
                  checkpoint: str | Path | None = None,       # unet: checkpoint (default: the shipped one)
                  masks_dir: str | Path | None = None,        # files: folder with one mask per image
-                 fraction: float = 0.10):                    # frangi / sato: share of FOV labelled vessel
+                 fraction: float = DEFAULT_FRACTION):        # frangi / sato: share of FOV labelled vessel
         if method not in SOURCES:
             raise ConfigError(f"vessels={method!r} is not one of {SOURCES}")
         if (method == "files") != (masks_dir is not None):
@@ -79,6 +80,10 @@ class VesselSource:
                               fix="pass both vessels='files' and masks_dir=, or neither")
         if checkpoint is not None and method != "unet":
             raise ConfigError(f"checkpoint= is for vessels='unet', not {method!r}")
+        if method not in ("frangi", "sato") and fraction != DEFAULT_FRACTION:
+            raise ConfigError(f"vessel_fraction={fraction} is for vessels='frangi' or 'sato', not {method!r}: it "
+                              "would change nothing", fix="leave vessel_fraction out, or pass vessels='frangi' or "
+                                                          "'sato'")
         self.method = method
         self.segmenter = get_segmenter(method, checkpoint=checkpoint, fraction=fraction) \
             if method in SEGMENTERS else None

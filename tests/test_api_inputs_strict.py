@@ -334,3 +334,28 @@ def test_settings_that_would_change_nothing_are_refused(world):  # noqa: F811
         medanon.anonymize.ksalsa(ds, k=3, codec=d / "restyle.pt", map_samples=5, steps=1)
     with pytest.raises(ConfigError, match=r"vessel_fraction=0\.3 is for vessels='frangi' or 'sato', not 'dataset'"):
         medanon.anonymize.vs_snow(ds, p=0.3, vessels="dataset", vessel_fraction=0.3)
+
+
+def test_odd_arguments_are_named_not_python_errors(tmp_path, phantom):  # noqa: F811
+    """Each of these was a TypeError, ValueError or NotImplementedError from deep inside, naming no argument."""
+    ds, x, pids = phantom
+    cases = [
+        (lambda: medanon.anonymize.snow(ds, p=0.5, fill=5), ConfigError, "fill=5"),
+        (lambda: medanon.anonymize.snow(ds, p=0.5, fill=None), ConfigError, "fill=None"),
+        (lambda: medanon.anonymize.kpixel(np.empty((6, 1, 16, 16), dtype=object), k=2, patient_ids=pids[:6]),
+         DataError, "cannot be read as numbers"),
+        (lambda: medanon.anonymize.kpixel(x.to("meta"), k=2, patient_ids=pids, value_range=(-1, 1)), DataError,
+         "cannot be read as numbers"),
+        (lambda: medanon.anonymize.ldp_image(ds, epsilon=1.0, clip_box="calibrated",
+                                             calibrate_on=medanon.data.as_dataset(x[:1], value_range=(-1, 1))),
+         ConfigError, "at least two calibration images"),
+        (lambda: medanon.open_dataset(ds.root, max_pixels="a"), ConfigError, "max_pixels="),
+        (lambda: medanon.open_dataset(ds.root, max_pixels=-1), ConfigError, "max_pixels=-1 must be at least 1"),
+        (lambda: medanon.make_phantom(5), ConfigError, "out=5"),
+        (lambda: medanon.anonymize.snow(ds, p=0.5).grid(0), ConfigError, "n=0"),
+    ]
+    for call, kind, said in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(kind, match=said):
+                call()

@@ -20,7 +20,7 @@ import torch
 
 from medanon.anonymize.privacy import CalibrationOverlap
 from medanon.data.overlap import as_records, images_in_common, same_people
-from medanon.errors import user_stacklevel
+from medanon.errors import ConfigError, user_stacklevel
 
 PUBLIC_LATENT_BOUND = 4.0                       # public box of eps: [-4, 4]; P(|N(0, 1)| > 4) = 6.3e-5
 PUBLIC_BOXES = {"pixel": (-1.0, 1.0), "glow-eps": (-PUBLIC_LATENT_BOUND, PUBLIC_LATENT_BOUND)}
@@ -107,7 +107,9 @@ def calibrate(batches: Iterable[torch.Tensor], *, space: str) -> ClipCalibration
         hi = bh if hi is None else torch.maximum(hi, bh)
         count += b.shape[0]
     if lo is None or hi is None or count < 2:
-        raise ValueError("calibration needs at least two samples")
+        raise ConfigError(f"the clip box needs at least two calibration images; {count} given",
+                          fix="calibrate on more images (the training split of another release), or use the "
+                              "public box")
     return ClipCalibration(lo=lo, hi=hi, count=count, space=space)
 
 

@@ -21,7 +21,11 @@ def parse_fill(fill: str | Sequence[float], channels: int) -> tuple[str, torch.T
     """``grey`` | ``value:R,G,B`` (0–255; one value for grey images) | ``dataset`` | a sequence of C values
     in [-1, 1] -> (kind, fill value (C,) float64 in [-1, 1], or None for ``dataset``: computed later)."""
     if not isinstance(fill, str):
-        vals = torch.as_tensor(list(fill), dtype=torch.float64)
+        try:
+            vals = torch.as_tensor(list(fill), dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            raise ConfigError(f"fill={fill!r} is not grey, value:R,G,B, dataset or a sequence of C numbers in [-1, 1]",
+                              fix="e.g. fill='grey' (default, data-independent) or fill=[0.0, 0.0, 0.0]") from None
         kind = "value"
     elif fill == "grey":
         return "grey", torch.zeros(channels, dtype=torch.float64)

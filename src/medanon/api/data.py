@@ -74,6 +74,13 @@ def open_dataset(path: str | Path, *,
         raise ConfigError(f"path= is {a_type(path)}; open_dataset takes a folder (str or os.PathLike)",
                           fix="pass the dataset folder; images held in memory go to the methods directly "
                               "(medanon.data.as_dataset)")
+    if max_pixels is not None:
+        from medanon.api._inputs import number
+
+        number("max_pixels", max_pixels, integer=True)
+        if max_pixels < 1:
+            raise ConfigError(f"max_pixels={max_pixels} must be at least 1 (or None: no limit)",
+                              fix="leave max_pixels out (the default limit), or pass a larger one")
     return _open(path, cfg, generic=generic, progress=progress, max_pixels=max_pixels, allow_outside=allow_outside,
                  transform=transform)
 
@@ -96,9 +103,11 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
 
     from medanon.api._inputs import number
     from medanon.config import PhantomConfig, check_type
+    from medanon.errors import check_path_arg
     from medanon.phantoms.generate import generate
 
     check_type("overwrite", overwrite, "bool")
+    check_path_arg("out", out, what="a folder path")
     for name, value in (("patients", patients), ("per_patient", per_patient), ("size", size), ("seed", seed)):
         number(name, value, integer=True)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="medanon-phantom-")) / modality

@@ -180,7 +180,12 @@ def to_float_images(array: np.ndarray | torch.Tensor, *, value_range: tuple[floa
     for 8-bit integers (uint8) only. Floats and wider integers need it: a range guessed from the values would let one
     image's pixels change how every other image is read (and released). Values that all lie in the upper half of
     the range, or within 1/128 of its low end, raise a :class:`ValueRangeWarning`: the range is likely not theirs."""
-    t = torch.as_tensor(array).detach().cpu()
+    try:
+        t = torch.as_tensor(array).detach().cpu()
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as e:   # object arrays, meta tensors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{name} cannot be read as numbers ({first})",
+                        fix="pass images as a numeric array or tensor with data (floats or 8-bit integers)") from None
     if t.dtype == torch.bool or t.is_complex():
         raise DataError(f"{name} holds {t.dtype} values", fix="pass images as floats or 8-bit integers")
     if value_range is None:

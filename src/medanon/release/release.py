@@ -423,4 +423,7 @@ class Release:
 
     def grid(self, n: int = 8) -> torch.Tensor:
         """Up to ``n`` released images side by side, (C, H, n*W), e.g. for ``plt.imshow``."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"n={n!r}: grid() shows up to n images, a whole number of at least 1",
+                              fix="e.g. rel.grid(8)")
         return torch.cat(list(self.images(n)), dim=-1)

@@ -35,18 +35,18 @@ class DataConfig:
     def validate(self) -> None:
         if self.size < MIN_SIZE or self.size > MAX_SIZE or self.size & (self.size - 1):
             raise ConfigError(
-                f"data.size={self.size} is not possible: the generative models need a power of two "
+                f"size={self.size} is not possible: the generative models need a power of two "
                 f"between {MIN_SIZE} and {MAX_SIZE}",
                 fix=f"use a power of two from {MIN_SIZE} to {MAX_SIZE}, e.g. size=64 on a CPU, 256 or 512 "
                     "on a GPU")
         if self.channels not in (0, 1, 3):
-            raise ConfigError(f"data.channels={self.channels} must be 0 (by modality), 1 or 3",
+            raise ConfigError(f"channels={self.channels} must be 0 (by modality), 1 or 3",
                               fix="channels=1 (grey), 3 (colour), or leave it out for the modality's own")
         if self.crop not in ("auto", "fov", "center", "pad", "none"):
-            raise ConfigError(f"data.crop={self.crop!r} must be one of auto, fov, center, pad, none",
+            raise ConfigError(f"crop={self.crop!r} must be one of auto, fov, center, pad, none",
                               fix="e.g. crop='auto' (the field of view for fundus, centred for X-rays)")
         if self.modality not in ("auto", "fundus", "xray"):
-            raise ConfigError(f"data.modality={self.modality!r} must be auto, fundus or xray",
+            raise ConfigError(f"modality={self.modality!r} must be auto, fundus or xray",
                               fix="modality='fundus', 'xray', or leave it out to read it from the data")
 
 

@@ -70,7 +70,7 @@ class SalsaConfig:
 
     def validate(self) -> None:
         if not 0 <= self.lam <= 1:
-            raise ConfigError(f"λ = {self.lam} must be in [0, 1] (content weight; style gets 1 − λ)")
+            raise ConfigError(f"lam={self.lam} (λ) must be in [0, 1] (content weight; style gets 1 − λ)")
         if self.steps < 0:
             raise ConfigError(f"steps={self.steps} must not be negative")
         if not (self.lr > 0 and math.isfinite(self.lr)):

@@ -59,7 +59,7 @@ class Vesselness:
         if self.method not in METHODS:
             raise ConfigError(f"vesselness method {self.method!r} is not one of {METHODS}")
         if not 0 < self.fraction < 1:
-            raise ConfigError(f"vessel fraction {self.fraction} must be in (0, 1)", fix="e.g. 0.10")
+            raise ConfigError(f"vessel_fraction={self.fraction} must be in (0, 1)", fix="e.g. vessel_fraction=0.10")
 
     def probability(self, images: torch.Tensor, fov: torch.Tensor | None = None) -> torch.Tensor:
         """Vesselness in [0, 1] (N, 1, H, W), zero outside the (eroded) field of view."""

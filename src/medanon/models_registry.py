@@ -122,8 +122,8 @@ def list_models() -> list[ModelInfo]:
             try:
                 blob = load_checkpoint(path)
                 kind, sha = str(blob.get("kind")), blob["sha256"]
-                if missing_state(blob):                 # a damaged or partial export: listed as such
-                    kind += f" (damaged: no {', '.join(repr(k) for k in missing_state(blob))} weights)"
+                if lacks := missing_state(blob):        # a damaged or partial export: listed as such
+                    kind += f" (damaged: no {', '.join(repr(k) for k in lacks)} weights)"
 
             except ConfigError:
                 from medanon.fsutil import sha256_file

@@ -117,8 +117,14 @@ def calibration_overlap(released, calibration) -> int:
     """Warn (:class:`~medanon.anonymize.privacy.CalibrationOverlap`) when images being released are among the
     images a clip box is calibrated on (:func:`~medanon.data.overlap.images_in_common`), or released patients are
     certainly among its people (:func:`~medanon.data.overlap.same_people`); returns how many images are."""
+    return calibration_overlaps(released, calibration)[0]
+
+
+def calibration_overlaps(released, calibration) -> tuple[int, int]:
+    """:func:`calibration_overlap`'s warnings, and both counts: the released images among the calibration images,
+    and (where no image is) the released patients certainly among its people."""
     released, calibration = as_records(released), as_records(calibration)
-    both = images_in_common(released, calibration)
+    both, people = images_in_common(released, calibration), 0
     fix = ("calibrate on other patients' images (the training split of another release) or use the public box")
     if both:
         warnings.warn(f"{both} of the {len(released.records)} images being released are among the "
@@ -129,4 +135,4 @@ def calibration_overlap(released, calibration) -> int:
         warnings.warn(f"{people} released patients have other images among those the clip box is calibrated on "
                       "(the same folder or phantom, the same patient ids): the box depends on them, so the release "
                       "states no formal guarantee; " + fix, CalibrationOverlap, stacklevel=user_stacklevel())
-    return both
+    return both, people

@@ -43,7 +43,8 @@ from medanon.release.labels import release_labels
 from medanon.release.release import is_phantom, source_digest
 from medanon.release.writer import check_release_outputs
 from medanon.release.writer_safety import check_mapping_apart
-from medanon.segment.vessels import DEFAULT_FRACTION, VesselSource
+from medanon.segment.vesselness import DEFAULT_FRACTION
+from medanon.segment.vessels import VesselSource
 
 log = logging.getLogger(__name__)
 

@@ -119,14 +119,12 @@ CALIBRATED_ON_RELEASE = ("the clip box was calibrated on the released images",
 
 def _overlap(ds, cal_set) -> list[tuple[str, str]]:
     """The withdrawal of a release some of whose images are among the calibration images (none: empty)."""
-    from medanon.anonymize.ldp import calibration_overlap
-    from medanon.data.overlap import same_people
+    from medanon.anonymize.ldp_calibration import calibration_overlaps
 
-    n = calibration_overlap(ds, cal_set)
+    n, people = calibration_overlaps(ds, cal_set)
     if n:
         return [(f"{n} released images are among the images the clip box was calibrated on",
                  "those images' own extremes shape the clip box, so the bound does not hold for them")]
-    people = same_people(ds, cal_set)
     return [] if not people else [
         (f"{people} released patients have other images among those the clip box was calibrated on",
          "their other images' extremes shape the clip box, so the bound does not hold for them (per patient)")]

@@ -20,7 +20,6 @@ size the data is read at (its detail is gone): that is the assumption stated wit
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,7 +43,8 @@ def thumbnail(images: torch.Tensor) -> torch.Tensor:
 
 class _Signatures:
     """What identifies each image of a dataset: file digests (of files of a size in ``sizes`` only: others cannot
-    be equal), digests of the decoded 8-bit pixels, and grey thumbnails (None where the dataset cannot decode)."""
+    be equal) and grey thumbnails of the images as read (None where the dataset cannot decode; the same pixels give
+    the same thumbnail, so no digest of the pixels is needed)."""
 
     def __init__(self, ds, sizes: set[int], *, decoded: bool):
         from medanon.fsutil import sha256_file
@@ -53,7 +53,6 @@ class _Signatures:
         self.files = ["file:" + sha256_file(r.path)
                       if getattr(r, "path", None) is not None and Path(r.path).stat().st_size in sizes else None
                       for r in recs]
-        self.pixels: list[str | None] = [None] * len(recs)
         self.thumbs: torch.Tensor | None = None
         if not decoded:
             return
@@ -61,10 +60,7 @@ class _Signatures:
         thumbs = torch.empty(len(recs), THUMBNAIL * THUMBNAIL)
 
         def one(i: int) -> None:
-            a = read(i)["image"]
-            u8 = ((a.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).contiguous()
-            self.pixels[i] = f"px:{tuple(u8.shape)}:" + hashlib.sha256(u8.numpy().tobytes()).hexdigest()
-            thumbs[i] = thumbnail(a[None])[0]
+            thumbs[i] = thumbnail(read(i)["image"][None])[0]
 
         from medanon.data.dataset import decode_threads
 
@@ -90,9 +86,8 @@ def common_mask(released, other) -> torch.Tensor:
     sizes = [{Path(r.path).stat().st_size for r in d.records if getattr(r, "path", None) is not None}
              for d in (released, other)]        # only files of a size the other side has are hashed
     mine, theirs = _Signatures(released, sizes[1], decoded=decoded), _Signatures(other, sizes[0], decoded=decoded)
-    keys = {k for k in theirs.files + theirs.pixels if k is not None}
-    found = torch.tensor([f in keys or p in keys for f, p in zip(mine.files, mine.pixels, strict=True)],
-                         dtype=torch.bool)
+    keys = {k for k in theirs.files if k is not None}
+    found = torch.tensor([f in keys for f in mine.files], dtype=torch.bool)
     if mine.thumbs is not None and theirs.thumbs is not None and len(theirs.thumbs) and len(mine.thumbs):
         for start in range(0, len(mine.thumbs), 1024):       # (1024, M) distances at a time
             d = torch.cdist(mine.thumbs[start:start + 1024].double(), theirs.thumbs.double())

@@ -46,12 +46,15 @@ def estimate_fov(images: torch.Tensor, *, level: float = -0.9) -> torch.Tensor:
     return images.amax(dim=1, keepdim=True) > level
 
 
+DEFAULT_FRACTION = 0.10                         # share of the field of view labelled vessel, per image
+
+
 @dataclass(frozen=True)
 class Vesselness:
     """Frangi or Sato vesselness with a per-image fraction threshold (see the module docstring)."""
 
     method: str = "frangi"                      # frangi | sato
-    fraction: float = 0.10                      # share of FOV pixels labelled vessel, per image
+    fraction: float = DEFAULT_FRACTION          # share of FOV pixels labelled vessel, per image
     sigmas: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)  # filter scales in pixels at 64 px (scaled with the side)
     rim: float = 2.0                            # FOV border band ignored, in pixels at 64 px (scaled)
 

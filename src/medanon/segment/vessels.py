@@ -25,16 +25,15 @@ from medanon.data.records import Record
 from medanon.errors import ConfigError, DataError
 from medanon.segment.learned import LearnedSegmenter
 from medanon.segment.mask_files import MaskIndex, load_aligned_mask
-from medanon.segment.vesselness import Vesselness
+from medanon.segment.vesselness import DEFAULT_FRACTION, Vesselness
 
 SEGMENTERS = ("unet", "frangi", "sato")
-DEFAULT_FRACTION = 0.10               # frangi / sato: share of the field of view labelled vessel
 ALIGNED_BUDGET = 256 * 2**20          # bytes of aligned mask files kept between check() and masks()
 SOURCES = (*SEGMENTERS, "dataset", "files")
 
 
 def get_segmenter(method: str = "unet", *, checkpoint: str | Path | None = None,
-                  fraction: float = 0.10) -> LearnedSegmenter | Vesselness:
+                  fraction: float = DEFAULT_FRACTION) -> LearnedSegmenter | Vesselness:
     """A segmenter with ``probability(images, fov)`` and ``binarize(prob, fov)``. For ``unet``, ``checkpoint`` is a
     path (default: the shipped one) or a loaded :class:`LearnedSegmenter`, used as it is."""
     if method == "unet":
@@ -172,8 +171,7 @@ class VesselSource:
             return layout_masks.to(images.device).bool()
         assert self.index is not None
         paths = self.index.pair([r.path for r in records])
-        out = [torch.from_numpy(self._aligned.get((str(r.path), size, crop))
-                                if (str(r.path), size, crop) in self._aligned
-                                else load_aligned_mask(m, r.path, size=size, crop=crop))
-               for m, r in zip(paths, records, strict=True)]
+        kept = [self._aligned.get((str(r.path), size, crop)) for r in records]
+        out = [torch.from_numpy(k if k is not None else load_aligned_mask(m, r.path, size=size, crop=crop))
+               for k, m, r in zip(kept, paths, records, strict=True)]
         return torch.stack(out)[:, None].to(images.device)

@@ -273,8 +273,9 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
                 v = vessels.masks(images, fov, records=recs, layout_masks=b.masks, size=dataset.size,
                                   crop=dataset.crop)
                 results = {p: vs_snow(images, v, p=p, generator=gens, order=order) for p in ps}
+                n_vessel = v.flatten(1).sum(1)
                 for p in ps:                            # images none of whose vessel pixels p reaches: unchanged
-                    unchanged[p] += int((count_for_each(p, v.flatten(1).sum(1)) == 0).sum())
+                    unchanged[p] += int((count_for_each(p, n_vessel) == 0).sum())
             for p, out_images in results.items():
                 for j, i in enumerate(b.indices):
                     if not writers[p].done(records[i].record_id):

@@ -250,6 +250,20 @@ def test_kpca_basis_from_separate_data(tmp_path, world):
     assert read_release(tmp_path / "cli")[0]["privacy"]["pca_basis"] == rel.privacy["pca_basis"]
 
 
+def test_kpca_records_and_warns_the_components_its_basis_could_give(tmp_path, world):
+    from medanon.anonymize.averaging import FewerComponents
+
+    public = medanon.open_dataset(medanon.make_phantom(tmp_path / "public", patients=3, per_patient=1, size=SIZE,
+                                                       seed=9), size=SIZE)
+    rel = medanon.anonymize.kpca(world["ds"], k=3, pca_components=50, pca_basis=public)
+    with pytest.warns(FewerComponents, match=r"pca_components=50: a basis of 3 image\(s\) .* only 2 principal"):
+        rel.save(tmp_path / "rel", progress=False)
+    manifest = read_release(tmp_path / "rel")[0]
+    assert manifest["params"]["pca"]["components"] == 50                 # the setting, as asked
+    assert manifest["privacy"]["pca_components"] == {"components": 2, "asked": 50, "fit_images": 3}
+    assert medanon.audit(tmp_path / "rel").passed
+
+
 def test_kpca_refuses_a_basis_that_holds_the_released_images(tmp_path, world):
     """A basis "separate" in name only would make the statement claim what is not true."""
     import shutil

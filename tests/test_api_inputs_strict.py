@@ -325,13 +325,18 @@ def test_evaluate_refuses_settings_it_would_ignore_or_misread(tmp_path, world): 
 
 
 def test_settings_that_would_change_nothing_are_refused(world):  # noqa: F811
-    """view_sigma= without views, map_samples= without the synthetic map start, and vessel_fraction= for masks that
-    are not computed by a vesselness filter were accepted and ignored."""
+    """view_sigma= without views, map_samples= without the synthetic map start, lr= without steps, the midrange
+    centre of the public box (its midpoint is 0) and vessel_fraction= for masks that are not computed by a
+    vesselness filter were accepted and ignored. Each is refused before any model is read."""
     ds, d = world["ds"], world["dir"]
     with pytest.raises(ConfigError, match=r"view_sigma=0\.5 with views=1"):
         medanon.anonymize.kcentroid(ds, k=3, codec=d / "restyle.pt", view_sigma=0.5)
     with pytest.raises(ConfigError, match="map_samples=5 with map_init='centroid'"):
         medanon.anonymize.ksalsa(ds, k=3, codec=d / "restyle.pt", map_samples=5, steps=1)
+    with pytest.raises(ConfigError, match=r"lr=0\.1 with steps=0: no optimisation step"):
+        medanon.anonymize.ksalsa(ds, k=3, codec=d / "restyle.pt", steps=0, lr=0.1)
+    with pytest.raises(ConfigError, match=r"center='midrange' changes nothing with clip_box='public'"):
+        medanon.anonymize.dpglow(ds, epsilon=5.0, flow=d / "nonexistent-flow.pt", center="midrange")
     with pytest.raises(ConfigError, match=r"vessel_fraction=0\.3 is for vessels='frangi' or 'sato', not 'dataset'"):
         medanon.anonymize.vs_snow(ds, p=0.3, vessels="dataset", vessel_fraction=0.3)
 

@@ -504,6 +504,10 @@ def test_options_that_would_change_nothing_are_refused_not_warned(tmp_path, phan
     code, out = _run("train", "flow", phantom, "--size", "16", "--steps", "1", "--set", "channels=1", "--out",
                      tmp_path / "f")
     assert code == 1 and "the config's channels (1) differ from the 3 channel(s) the data are read with" in out, out
+    flow = Path(__file__).resolve().parents[1] / "checkpoints" / "glow-fundus64.pt"
+    code, out = _run("anonymize", "dpglow", phantom, "--flow", flow, "--epsilon", "5", "--center", "midrange",
+                     "--out", tmp_path / "d")
+    assert code == 1 and "--center 'midrange' changes nothing with --clip-box 'public'" in out, out
     assert not [p.name for p in tmp_path.iterdir() if p.name != "s.csv"]
 
 

@@ -28,6 +28,11 @@ from medanon.errors import ConfigError, user_stacklevel
 T, R = TypeVar("T"), TypeVar("R")
 
 
+class FewerComponents(UserWarning):
+    """The PCA basis supports fewer components than ``pca_components`` asked for: its image count or rank bounds
+    them."""
+
+
 def member_weights(members: np.ndarray, patient_ids: Sequence[str]) -> np.ndarray:
     """Weights of a cluster's rows summing to 1: each patient 1/P, split equally among their rows."""
     pats = [str(patient_ids[i]) for i in members]
@@ -103,6 +108,10 @@ class PCA:
         else:
             q = int(self.n_components)
         q = max(1, min(q, rank, len(x) - 1 if len(x) > 1 else 1))
+        if self.n_components >= 1 and q < int(self.n_components):
+            warnings.warn(f"pca_components={int(self.n_components)}: a basis of {len(x)} image(s) (rank {rank}) has "
+                          f"only {q} principal component(s); {q} are used (the release records the count used)",
+                          FewerComponents, stacklevel=user_stacklevel())
         if rank == 0:                       # identical images: no direction varies, every coefficient is 0
             self.components_ = torch.zeros(q, xc.shape[1], dtype=xc.dtype, device=xc.device)
         else:

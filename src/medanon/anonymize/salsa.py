@@ -53,13 +53,14 @@ FeatureFn = Callable[..., dict[str, torch.Tensor]]      # features(images, layer
 ROWS = ("all", "styles")
 MAP_INITS = ("synthetic", "centroid")
 MAP_SAMPLES = 1024                              # synthetic images the map prior chooses from, by default
+LR = 0.01                                       # Adam learning rate by default (the paper: 0.1; docs/ksalsa.md)
 
 
 @dataclass
 class SalsaConfig:
     lam: float = 0.3                            # λ: content weight; style gets 1 − λ (Eq. 5); see docs/ksalsa.md
     steps: int = 100                            # Adam steps per cluster
-    lr: float = 0.01                            # Adam learning rate (the paper: 0.1; docs/ksalsa.md, Settings)
+    lr: float = LR                              # Adam learning rate (the paper: 0.1; docs/ksalsa.md, Settings)
     style_layer: str = "block1"                 # early feature layer(s) for the Gram matrices ("a+b": mean of both)
     content_layer: str = "pool"                 # deep embedding for the content loss
     style: StyleConfig = field(default_factory=StyleConfig)
@@ -75,6 +76,10 @@ class SalsaConfig:
             raise ConfigError(f"steps={self.steps} must not be negative")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"lr={self.lr} must be a positive number", fix="e.g. lr=0.01")
+        if self.steps == 0 and self.lr != LR:
+            raise ConfigError(f"lr={self.lr} with steps=0: no optimisation step is taken, so it would change nothing "
+                              "(the records are the centroids' renderings)",
+                              fix="leave lr out, or give steps of at least 1")
         if self.rows not in ROWS:
             raise ConfigError(f"rows={self.rows!r} must be one of {', '.join(ROWS)}",
                               fix="rows='all' optimises the whole latent; 'styles' keeps a spatial map fixed")

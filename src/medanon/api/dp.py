@@ -235,11 +235,17 @@ def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, 
             "calibration_sha256": calibration.checksum()}
 
 
-def _check_box(clip_box: str, calibrate_on) -> None:
-    """Refuse a calibrate_on the public box would not use (the user would believe the box calibrated)."""
+def _check_box(clip_box: str, calibrate_on, center: str = "zero") -> None:
+    """Refuse a calibrate_on the public box would not use (the user would believe the box calibrated), and a
+    midrange centre, which on the public box (symmetric about 0) is the zero centre under another name."""
     if clip_box == "public" and calibrate_on is not None:
         raise ConfigError("calibrate_on is not used with clip_box='public' (the box depends on no data)",
                           fix="pass clip_box='calibrated' to calibrate the box on it, or leave calibrate_on out")
+    if clip_box == "public" and center == "midrange":
+        raise ConfigError("center='midrange' changes nothing with clip_box='public': the public box is symmetric "
+                          "about 0, so its midpoint is the zero centre",
+                          fix="leave center= out, or pass clip_box='calibrated' for the paper's Eq. 12 midpoint of a "
+                              "box calibrated on training latents")
 
 
 def load_flow_for(flow, device=None):
@@ -304,6 +310,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
 
     validate(LDPConfig(epsilon=epsilon, per_element=per_element, clip_box=clip_box, alpha=alpha, clip=clip,
                        center=center, batch=batch))
+    _check_box(clip_box, calibrate_on, center)
     epsilon, alpha = float(epsilon), None if alpha is None else float(alpha)   # numpy scalars: plain floats
     number("noise_seed", noise_seed, integer=True, allow_none=True)   # before the flow or the calibration set
     device = device_arg(device)
@@ -324,7 +331,6 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                       "resolution": cfg.resolution}, ds)
     notes = []
     withdrawn: list[tuple[str, str]] = []
-    _check_box(clip_box, calibrate_on)
     reads: list[Any] = []                       # other data read: never to be written over
     if trained_on is not None and ds.root is not None:             # images in memory: no files to compare
         note = training_overlap(trained_on, files_digest([r.path for r in ds.records], root=ds.root))

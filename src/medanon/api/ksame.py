@@ -150,6 +150,8 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
                                 pca_basis=pca_basis, plan=None if cfg.method == "inverted" else plan(progress),
                                 map_prior=priors[0] if priors else None, validated=True)
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
+        if cfg.method == "kpca":                 # the subspace the records live in: asked for vs what the basis gave
+            writer.privacy["pca_components"] = {k: summary["pca"][k] for k in ("components", "asked", "fit_images")}
         return summary
 
     from medanon.release.release import reading_params

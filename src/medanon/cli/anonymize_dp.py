@@ -132,7 +132,8 @@ def _report(release, ds, out, mapping) -> None:
                    "the released people.")
 @click.option("--center", type=click.Choice(["zero", "midrange"]), default=None,
               help="Clip-box centre: zero = the standardised prior's mean (not data-derived; decodes more robustly, "
-                   "see docs/dpglow.md); midrange = (max + min) / 2 of the training latents (the paper's Eq. 12)."
+                   "see docs/dpglow.md); midrange = (max + min) / 2 of the training latents (the paper's Eq. 12), with "
+                   "--clip-box calibrated only (the public box's midpoint is 0)."
                    + default(LDPConfig, "center"))
 @data_options
 @dp_options

@@ -6,6 +6,7 @@ import json
 import math
 import pydoc
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +38,12 @@ def test_shapes_that_could_be_read_two_ways_are_refused(phantom):  # noqa: F811
         medanon.data.as_dataset(np.zeros((48, 64, 3), np.uint8))
     hwc = [a.transpose(1, 2, 0) for a in ((x[:4] + 1) * 127.5).round().byte().numpy()]   # numpy's images: (H, W, C)
     assert torch.allclose(medanon.data.as_dataset(hwc).load(1)["image"], x[1], atol=1 / 127.5 + 1e-6)
+    tiny = np.zeros((6, 3, 3, 3), np.uint8)                 # numpy reads both (N, C, H, W) and (N, H, W, C)
+    with pytest.raises(DataError, match=r"\(6, 3, 3, 3\): \(N, C, H, W\) or numpy's \(N, H, W, C\)\?"):
+        medanon.data.as_dataset(tiny)
+    with pytest.raises(DataError, match=r"list of \(3, 3, 3\) arrays: \(C, H, W\) or \(H, W, C\)\?"):
+        medanon.data.as_dataset(list(tiny))
+    assert medanon.data.as_dataset(torch.from_numpy(tiny)).channels == 3      # a tensor is (N, C, H, W): said
 
 
 def test_float_images_need_value_range_so_no_image_changes_how_another_is_read(phantom):  # noqa: F811
@@ -358,9 +365,23 @@ def test_odd_arguments_are_named_not_python_errors(tmp_path, phantom):  # noqa: 
         (lambda: medanon.open_dataset(ds.root, max_pixels=-1), ConfigError, "max_pixels=-1 must be at least 1"),
         (lambda: medanon.make_phantom(5), ConfigError, "out=5"),
         (lambda: medanon.anonymize.snow(ds, p=0.5).grid(0), ConfigError, "n=0"),
+        # truthy strings: progress="no" drew bars
+        (lambda: medanon.anonymize.snow(ds, p=0.5).save(tmp_path / "s", progress="no"), ConfigError,
+         "progress='no' is a str; progress takes True or False"),
+        (lambda: medanon.open_dataset(ds.root, progress="no"), ConfigError, "progress='no'"),
+        (lambda: medanon.make_phantom(tmp_path / "p", progress="no"), ConfigError, "progress='no'"),
+        (lambda: medanon.evaluate(real=ds.root, releases=[tmp_path / "s"], progress="no"), ConfigError,
+         "progress='no'"),
+        # "~" is not expanded by Python: a folder named "~" would be made here
+        (lambda: medanon.anonymize.snow(ds, p=0.5).save("~/medanon-release"), ConfigError,
+         r"path='~/medanon-release' starts with '~', which Python does not expand"),
+        (lambda: medanon.make_phantom("~/phantom"), ConfigError, "out='~/phantom' starts with '~'"),
+        (lambda: medanon.evaluate(real=ds.root, releases=[tmp_path / "s"], out="~/ev"), ConfigError,
+         "out='~/ev' starts with '~'"),
     ]
     for call, kind, said in cases:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with pytest.raises(kind, match=said):
                 call()
+    assert not list(tmp_path.iterdir()) and not Path("~").exists()

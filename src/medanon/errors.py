@@ -39,10 +39,18 @@ class ArgumentTypeError(ConfigError, TypeError):
 
 def check_path_arg(name: str, value, *, optional: bool = True, what: str = "a file path") -> None:
     """``value`` is a path (``str`` or ``os.PathLike``), or None where ``optional``; else :class:`ArgumentTypeError`
-    naming the argument (pathlib's own message names none)."""
+    naming the argument (pathlib's own message names none). A path starting with ``~`` is refused
+    (:class:`ConfigError`): Python leaves it as it is, so it would name a folder called ``~``."""
     import os
 
-    if (value is None and optional) or isinstance(value, (str, os.PathLike)):
+    if value is None and optional:
+        return
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str) and text.startswith("~") and os.path.expanduser(text) != text:
+            raise ConfigError(f"{name}={text!r} starts with '~', which Python does not expand: it would name a "
+                              "folder called '~' in the working directory, not your home folder",
+                              fix=f"pass {name}=os.path.expanduser({text!r}) (or Path({text!r}).expanduser())")
         return
     raise ArgumentTypeError(f"{name}={value!r} is {a_type(value)}; {name} takes {what} (str or os.PathLike)",
                             fix=f"pass {name}= as a path, e.g. {name}='private/release.json'"

@@ -50,7 +50,7 @@ def open_dataset(path: str | Path, *,
         >>> ds.load(0)["image"].shape
         torch.Size([3, 16, 16])
     """
-    from medanon.config import DataConfig, validate
+    from medanon.config import DataConfig, check_type, validate
     from medanon.data.dataset import open_dataset as _open
     from medanon.data.layouts import GenericOptions
     from medanon.errors import ConfigError, a_type
@@ -74,6 +74,7 @@ def open_dataset(path: str | Path, *,
         raise ConfigError(f"path= is {a_type(path)}; open_dataset takes a folder (str or os.PathLike)",
                           fix="pass the dataset folder; images held in memory go to the methods directly "
                               "(medanon.data.as_dataset)")
+    check_type("progress", progress, "bool")
     if max_pixels is not None:
         from medanon.api._inputs import number
 
@@ -107,6 +108,7 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
     from medanon.phantoms.generate import generate
 
     check_type("overwrite", overwrite, "bool")
+    check_type("progress", progress, "bool")
     check_path_arg("out", out, what="a folder path")
     for name, value in (("patients", patients), ("per_patient", per_patient), ("size", size), ("seed", seed)):
         number(name, value, integer=True)

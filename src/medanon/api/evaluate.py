@@ -126,6 +126,9 @@ class EvaluationResult:
         from medanon.outputs import OutputExistsError, UnsafeOutputError, check_not_an_input, check_output
 
         check_path_arg("path", path, optional=False, what="a file path for the page")
+        from medanon.config import check_type
+
+        check_type("overwrite", overwrite, "bool")
         path = Path(path)
         reads = [self.real.get("path"), *(r.get("path") for r in self.releases)]
         if path.is_file() and path.read_bytes().startswith(REPORT_HEAD.encode()):
@@ -318,6 +321,7 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     from medanon.config import check_type
 
     check_type("overwrite", overwrite, "bool")
+    progress = show_progress(progress)
     if not isinstance(real, (str, os.PathLike)):
         real = as_dataset(real, patient_ids=patient_ids, labels=labels, modality=modality, value_range=value_range,
                           argument="real", method="evaluate", require_patients=True, why=PATIENTS_WHY)
@@ -355,6 +359,8 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
                           fix="preset='fast' on a CPU, 'full' for the papers' protocol, 'tiny' to try the pipeline")
     config = _eval_config(config)
     _check_paths(splits, mappings)
+    check_path_arg("out", out, what="a folder path")
+    check_path_arg("cache_dir", cache_dir, what="a folder path")
     number("size", size, integer=True, allow_none=True)
     if size is not None and not 16 <= size <= 1024:
         raise ConfigError(f"size={size}: images are evaluated at a side between 16 and 1024 pixels",
@@ -368,7 +374,6 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
             raise ConfigError(f"compare={compare!r} must be a list of (release_a, release_b) pairs",
                               fix="pass compare=[('name_a', 'name_b')]")
         config = replace(config, utility=replace(config.utility, compare=tuple((str(a), str(b)) for a, b in compare)))
-    progress = show_progress(progress)
     maps = dict(mappings or {})
     tmp_dir = tempfile.TemporaryDirectory(prefix="medanon-eval-")
     tmp = Path(tmp_dir.name)

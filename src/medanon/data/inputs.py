@@ -187,7 +187,7 @@ def _images(obj: Any, *, argument: str, value_range, modality: str | None = None
             Image = None
         if Image is not None and all(isinstance(x, Image.Image) for x in obj):
             arrays = [_pil_array(x) for x in obj]
-            return to_float_images(_stack(arrays, argument, channels_last=True),
+            return to_float_images(_stack(arrays, argument, channels_last=True, pil=True),
                                    value_range=value_range, name=argument + "=")
         if all(isinstance(x, (torch.Tensor, np.ndarray)) for x in obj):
             arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x for x in obj]
@@ -214,7 +214,7 @@ def _pil_array(image) -> np.ndarray:
     return u8
 
 
-def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> np.ndarray:
+def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool, pil: bool = False) -> np.ndarray:
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         mixed = channels_last and len({a.shape[:2] for a in arrays}) == 1     # (H, W) grey beside (H, W, 3) colour
@@ -222,6 +222,9 @@ def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> n
                         fix="convert them all to one mode, grey ('L') or colour ('RGB')" if mixed
                         else "resize them to one square size first")
     a = np.stack(arrays)
+    if a.ndim == 4 and channels_last and not pil and a.shape[1] in (1, 3) and a.shape[-1] in (1, 3):
+        raise DataError(f"{argument}= is a list of {a.shape[1:]} arrays: (C, H, W) or (H, W, C)? Both read them",
+                        fix="pass a list of torch tensors (torch.from_numpy(image)), each read as (C, H, W)")
     if a.ndim == 4 and channels_last and a.shape[-1] in (1, 3):
         a = a.transpose(0, 3, 1, 2)
     return _nchw(a, argument, channels_last=False, listed=True)
@@ -230,7 +233,8 @@ def _stack(arrays: list[np.ndarray], argument: str, *, channels_last: bool) -> n
 def _nchw(a, argument: str, *, channels_last: bool, modality: str | None = None, listed: bool = False):
     """``a`` as (N, C, H, W). Shapes that could be read two ways are refused, never guessed: a 3-D array whose
     first dimension is 3 (one RGB image, or three grey ones?) unless ``modality="xray"``; an (H, W, C) image; a
-    tensor whose last dimension looks like channels."""
+    tensor whose last dimension looks like channels; a numpy array that is channels first and channels last at once
+    (N, 3, 3, 3)."""
     shape = tuple(a.shape)
     if a.ndim == 3:                              # (N, H, W): one channel
         if shape[0] == 3 and modality != "xray" and not listed:      # a list holds images, one per item
@@ -245,6 +249,9 @@ def _nchw(a, argument: str, *, channels_last: bool, modality: str | None = None,
     if a.ndim != 4:
         raise DataError(f"{argument}= has shape {shape}; images are (N, C, H, W)",
                         fix="stack the images into one (N, C, H, W) array (or (N, H, W) for grayscale)")
+    if channels_last and not listed and shape[1] in (1, 3) and shape[-1] in (1, 3):
+        raise DataError(f"{argument}= has shape {shape}: (N, C, H, W) or numpy's (N, H, W, C)? Both read it",
+                        fix="pass it as a torch tensor (torch.from_numpy(images)), which is read as (N, C, H, W)")
     if shape[1] not in (1, 3) and shape[-1] in (1, 3):
         if channels_last:
             return a.transpose(0, 3, 1, 2)      # numpy's (N, H, W, C)

@@ -90,6 +90,9 @@ def show_progress(progress: bool | None) -> bool:
     """``progress``, or when None: whether progress bars can be drawn (stderr is a terminal, or a notebook).
     A log file never gets bars: they would be lines of carriage returns and cursor movements."""
     if progress is not None:
+        from medanon.config import check_type
+
+        check_type("progress", progress, "bool")             # progress="no" would draw bars
         return bool(progress)
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty()) or "ipykernel" in sys.modules

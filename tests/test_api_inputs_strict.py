@@ -378,6 +378,11 @@ def test_odd_arguments_are_named_not_python_errors(tmp_path, phantom):  # noqa: 
         (lambda: medanon.make_phantom("~/phantom"), ConfigError, "out='~/phantom' starts with '~'"),
         (lambda: medanon.evaluate(real=ds.root, releases=[tmp_path / "s"], out="~/ev"), ConfigError,
          "out='~/ev' starts with '~'"),
+        # names no file system takes: Python's own ValueError / OSError named no argument
+        (lambda: medanon.anonymize.snow(ds, p=0.5).save(tmp_path / "a\x00b"), ConfigError, "holds a NUL character"),
+        (lambda: medanon.anonymize.snow(ds, p=0.5).save(tmp_path / ("a" * 300)), ConfigError,
+         "has a name of 300 bytes; the file system takes names of at most"),
+        (lambda: medanon.open_dataset(tmp_path / ("a" * 300)), ConfigError, "path='.*' has a name of 300 bytes"),
     ]
     for call, kind, said in cases:
         with warnings.catch_warnings():

@@ -511,6 +511,17 @@ def test_options_that_would_change_nothing_are_refused_not_warned(tmp_path, phan
     assert not [p.name for p in tmp_path.iterdir() if p.name != "s.csv"]
 
 
+def test_a_path_longer_than_the_file_system_takes_is_named_with_its_fix(tmp_path, phantom):
+    """A 300-byte name was the operating system's error after the data were read, with the fix "free space or fix
+    the permissions"."""
+    long = tmp_path / ("a" * 300)
+    code, out = _run("anonymize", "snow", phantom, "--size", "16", "--p", "0.3", "--out", long)
+    assert code == 1 and "--out '" in out and "has a name of 300 bytes" in out and "choose a shorter path" in out, out
+    code, out = _run("anonymize", "snow", long, "--size", "16", "--p", "0.3", "--out", tmp_path / "r")
+    assert code in (1, 2) and "free space" not in out and "Traceback" not in out, out
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_fid_sample_size_too_large_is_reported_as_given(tmp_path, phantom):
     """--fid-samples 5000 was reported as "fidelity.samples=50" (the preset's cap), a number the user never gave."""
     rel = tmp_path / "r"

@@ -37,6 +37,34 @@ class ArgumentTypeError(ConfigError, TypeError):
     ``TypeError`` for code that catches those."""
 
 
+def short_path(text, keep: int = 60) -> str:
+    """``text`` quoted for a message, its middle cut when it is longer than ``keep`` characters."""
+    text = str(text)
+    return repr(text if len(text) <= keep else f"{text[:keep // 2]}...{text[-keep // 2:]}")
+
+
+def path_problem(path) -> str | None:
+    """What makes ``path`` a name no file system takes (a NUL character, a name or path longer than the file
+    system allows), or None. Python would raise its own ValueError or OSError for these, naming no argument."""
+    import os
+    from pathlib import Path
+
+    text = os.fspath(path)
+    if "\x00" in (text if isinstance(text, str) else text.decode(errors="replace")):
+        return "holds a NUL character, which no file name can"
+    limit, parent = 255, Path(text).absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        limit = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):           # no pathconf (Windows) or no answer: the common limit
+        pass
+    long = next((part for part in Path(text).parts if len(os.fsencode(part)) > limit), None)
+    if long is not None:
+        return f"has a name of {len(os.fsencode(long))} bytes; the file system takes names of at most {limit}"
+    return None
+
+
 def check_path_arg(name: str, value, *, optional: bool = True, what: str = "a file path") -> None:
     """``value`` is a path (``str`` or ``os.PathLike``), or None where ``optional``; else :class:`ArgumentTypeError`
     naming the argument (pathlib's own message names none). A path starting with ``~`` is refused
@@ -47,6 +75,11 @@ def check_path_arg(name: str, value, *, optional: bool = True, what: str = "a fi
         return
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
+        problem = path_problem(text)
+        if problem:
+            raise ConfigError(f"{name}={short_path(text)} {problem}",
+                              fix=f"pass {name}= a path without it" if "NUL" in problem else
+                              f"pass {name}= a shorter path")
         if isinstance(text, str) and text.startswith("~") and os.path.expanduser(text) != text:
             raise ConfigError(f"{name}={text!r} starts with '~', which Python does not expand: it would name a "
                               "folder called '~' in the working directory, not your home folder",

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from medanon.errors import ConfigError, MedanonError, OutputExistsError, with_article
+from medanon.errors import ConfigError, MedanonError, OutputExistsError, path_problem, short_path, with_article
 from medanon.output_inventory import (  # noqa: F401  (re-exported: the rule's vocabulary)
     MAPPING_FORMAT,
     MARKER,
@@ -250,6 +250,10 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
     caller offers ``overwrite`` at all (the fix of an existing output says so).
     """
     out = Path(path)
+    problem = path_problem(out)
+    if problem:
+        raise UnsafeOutputError(f"{name} {short_path(path)} {problem}",
+                                fix="choose a path without it" if "NUL" in problem else "choose a shorter path")
     if out.name in ("", ".", ".."):                 # Path(".").name is "": no name to write beside or replace
         raise UnsafeOutputError(f"{name} {str(path)!r} names a folder by its place, not its name: medanon writes a "
                                 "new output beside others",

@@ -53,7 +53,7 @@ def open_dataset(path: str | Path, *,
     from medanon.config import DataConfig, check_type, validate
     from medanon.data.dataset import open_dataset as _open
     from medanon.data.layouts import GenericOptions
-    from medanon.errors import ConfigError, a_type
+    from medanon.errors import ConfigError, a_type, check_path_arg
 
     cfg = DataConfig(layout=layout, size=size, channels=channels, crop=crop, modality=modality, skip_bad=skip_bad)
     validate(cfg)
@@ -75,6 +75,7 @@ def open_dataset(path: str | Path, *,
                           fix="pass the dataset folder; images held in memory go to the methods directly "
                               "(medanon.data.as_dataset)")
     check_type("progress", progress, "bool")
+    check_path_arg("path", path, optional=False, what="a folder path")
     if max_pixels is not None:
         from medanon.api._inputs import number
 

@@ -7,6 +7,7 @@ call one library function, write outputs.
 
 from __future__ import annotations
 
+import errno
 import logging
 
 import click
@@ -47,8 +48,11 @@ class MedanonGroup(click.Group):
             where = f" {e.filename}" if e.filename else ""
             resumes = (" (an interrupted release resumes from its .partial folder)"
                        if ctx.invoked_subcommand in ("anonymize", "demo") else "")
-            click.secho(f"error: the operating system refused{where}: {e.strerror or e}\n  fix: free space or fix "
-                        f"the permissions there, then rerun the same command{resumes}", fg="red", err=True)
+            fix = {errno.ENAMETOOLONG: "give a shorter path", errno.ENOENT: "check that the path exists",
+                   errno.ENOTDIR: "a part of the path is a file, not a folder: check the path"}.get(
+                e.errno, "free space or fix the permissions there")
+            click.secho(f"error: the operating system refused{where}: {e.strerror or e}\n  fix: {fix}, then rerun "
+                        f"the same command{resumes}", fg="red", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.secho("interrupted: nothing half-written was left under an output's name. To continue: run the "

@@ -8,8 +8,8 @@ The search path, in order:
    ``PYTHONPATH``), which is where the shipped 64 px models live (``checkpoints/README.md`` says how
    each was trained and reproduces it).
 
-The checkpoints are not package data: at about 100 MB they stay out of the wheel, and a hospital
-workstation usually installs from a copy of the source tree. ``medanon models`` lists every
+The checkpoints are not package data: at about 82 MB (``du -cb checkpoints/*.pt``) they stay out of the
+wheel, and a hospital workstation usually installs from a copy of the source tree. ``medanon models`` lists every
 checkpoint on the search path with its kind, sha256 (the checksum a release manifest records
 for the models it used), the role it is the default for (:data:`DEFAULTS`) and its card
 (:data:`CARDS`: what it was trained on, its measured quality, its intended use; the commands that

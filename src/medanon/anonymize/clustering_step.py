@@ -3,7 +3,7 @@
 Each pick of :class:`medanon.anonymize.clustering_greedy.Greedy` removes a group of k points and keeps the hot
 set's sums exact: mark the group dead, copy its rows to the removed rows, subtract its distances from the hot sums,
 then find the two best hot sums. On a GPU those are about twenty small kernels whose time is their launches
-(0.8 ms a pick on an H100 before this module), so with ``static`` the step works on buffers whose addresses
+(0.8 ms a pick on an H100 as separate launches), so with ``static`` the step works on buffers whose addresses
 never change between rebuilds of the hot set and, on CUDA, is recorded once as a CUDA graph and replayed:
 
 - the hot set lives in capacity buffers (``cap`` rows, the power of two at or above the hot set's size): rows

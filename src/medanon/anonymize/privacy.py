@@ -84,8 +84,10 @@ def with_standard_fields(statement: dict) -> dict:
     out = dict(statement)
     for key in STANDARD_FIELDS:
         out.setdefault(key, None)
-    if not no_guarantee(out) and COUNTS not in out.get("not_protected", []):
-        out["not_protected"] = [*out.get("not_protected", []), COUNTS]
+    listed = out.get("not_protected") or []
+    everything = any(str(item).startswith("everything") for item in listed)
+    if COUNTS not in listed and not everything:      # a statement of no guarantee lists what it leaves too
+        out["not_protected"] = [*listed, COUNTS]
     if no_guarantee(out):
         kept = {k: out[k] for k in GUARANTEE_FIELDS if out[k] is not None}   # numbers, and "none (...)" texts
         if kept:

@@ -13,7 +13,7 @@ of cluster ``a'`` above ``s`` (ties ½). So ``numerator = sum_{a', (a, b)} c_a' 
 ``H[a', (a, b)]`` the sum of ``P_a'`` over the impostor pairs of clusters ``(a, b)``: a clusters × (clusters + 1)²
 array, built once from the impostors' positions among the sorted genuine scores, and per resample one matrix
 product. The draws equal :func:`.stats.cluster_bootstrap`'s (the same resamples, exact integer arithmetic; tested),
-at a cost that no longer grows with the number of pairs.
+at a cost that does not grow with the number of pairs.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class _Signatures:
     be equal) and grey thumbnails of the images as read (None where the dataset cannot decode; the same pixels give
     the same thumbnail, so no digest of the pixels is needed)."""
 
-    def __init__(self, ds, sizes: set[int], *, decoded: bool):
+    def __init__(self, ds, sizes: set[int], *, decoded: bool, what: str = ""):
         from medanon.fsutil import sha256_file
 
         recs = ds.records
@@ -62,10 +62,17 @@ class _Signatures:
         def one(i: int) -> None:
             thumbs[i] = thumbnail(read(i)["image"][None])[0]
 
-        from medanon.data.dataset import decode_threads
+        from tqdm.auto import tqdm
 
+        from medanon.data.dataset import decode_threads
+        from medanon.release.release import show_progress
+
+        bar = tqdm(total=len(recs), desc=f"comparing images: {what}", unit="img", leave=False,
+                   disable=not show_progress(None) or len(recs) < 256)      # on a terminal, for a long read
         with ThreadPoolExecutor(max_workers=decode_threads(None)) as pool:
-            list(pool.map(one, range(len(recs))))
+            for _ in pool.map(one, range(len(recs))):
+                bar.update()
+        bar.close()
         self.thumbs = thumbs
 
 
@@ -85,7 +92,8 @@ def common_mask(released, other) -> torch.Tensor:
     decoded = all(hasattr(d, "load") for d in (released, other))
     sizes = [{Path(r.path).stat().st_size for r in d.records if getattr(r, "path", None) is not None}
              for d in (released, other)]        # only files of a size the other side has are hashed
-    mine, theirs = _Signatures(released, sizes[1], decoded=decoded), _Signatures(other, sizes[0], decoded=decoded)
+    mine = _Signatures(released, sizes[1], decoded=decoded, what="the released data")
+    theirs = _Signatures(other, sizes[0], decoded=decoded, what="the other data")
     keys = {k for k in theirs.files if k is not None}
     found = torch.tensor([f in keys for f in mine.files], dtype=torch.bool)
     if mine.thumbs is not None and theirs.thumbs is not None and len(theirs.thumbs) and len(mine.thumbs):

@@ -102,3 +102,38 @@ def test_software_versions_match_the_modules_without_importing_them():
             "assert not late, late\nassert all(v[m] == now[m] for m in now), (v, now)\nprint('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_a_file_digest_is_read_once_and_never_stale(tmp_path: Path, monkeypatch):
+    """sha256_file keeps the digest of a settled file (unchanged for two seconds) and reads it again after any
+    change: an in-place write of the same size, a replacement by rename, a write just after hashing."""
+    import hashlib
+    import os
+    import time
+
+    import medanon.fsutil as fs
+
+    def truth(p: Path) -> str:
+        return hashlib.new("sha256", p.read_bytes()).hexdigest()
+
+    p = tmp_path / "a.bin"
+    p.write_bytes(b"a" * 4096)
+    assert fs.sha256_file(p) == truth(p)
+    with open(p, "r+b") as f:                       # at once, same size: the file is not settled, so it is re-read
+        f.write(b"b")
+    assert fs.sha256_file(p) == truth(p)
+    monkeypatch.setattr(fs, "_SETTLED_NS", 0)         # as if two seconds had passed
+    hashed = []
+    real = hashlib.sha256
+    monkeypatch.setattr(fs.hashlib, "sha256", lambda *a: hashed.append(1) or real(*a))
+    first = fs.sha256_file(p)
+    assert fs.sha256_file(p) == first == truth(p)
+    assert len(hashed) == 1                           # the second call came from the cache
+    time.sleep(0.01)
+    q = tmp_path / "b.bin"
+    q.write_bytes(b"c" * 4096)
+    os.replace(q, p)                                  # another file under the same name: another inode
+    assert fs.sha256_file(p) == truth(p) != first
+    with open(p, "r+b") as f:
+        f.write(b"d")
+    assert fs.sha256_file(p) == truth(p)

@@ -12,17 +12,40 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+_DIGESTS: dict[tuple[int, ...], str] = {}     # file identity and change stamps -> its SHA-256, this process
+_DIGESTS_MAX = 200_000
+_SETTLED_NS = 2_000_000_000      # a file changed this recently may change again within one timestamp tick: not kept
+
+
+def _stamp(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
+    """Hex SHA-256 of a file's bytes. A file hashed before in this process, unchanged since (same device, inode,
+    size, modification and change times: any write or rename of it moves its change time), is not read again: a
+    checkpoint named by a command and then loaded, or images compared and then digested, are read once. A file
+    changed in the last two seconds is always read (a second write within one timestamp tick would keep its
+    times, as git's "racily clean" entries)."""
     with open(path, "rb") as f:
+        before = _stamp(os.fstat(f.fileno()))
+        if before in _DIGESTS:
+            return _DIGESTS[before]
+        h = hashlib.sha256()
         while block := f.read(chunk):
             h.update(block)
-    return h.hexdigest()
+        after = _stamp(os.fstat(f.fileno()))
+    digest = h.hexdigest()
+    settled = time.time_ns() - max(after[3], after[4]) > _SETTLED_NS
+    if before == after and settled:                 # not written to while it was read, nor just before
+        if len(_DIGESTS) >= _DIGESTS_MAX:
+            _DIGESTS.clear()
+        _DIGESTS[before] = digest
+    return digest
 
 
 def sha256_bytes(data: bytes) -> str:

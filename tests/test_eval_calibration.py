@@ -156,7 +156,7 @@ def test_the_attribute_attack_is_held_to_what_real_images_allow_it():
 def test_the_verdict_says_whether_its_reference_is_a_control_or_a_baseline_and_gives_its_n():
     rel = {"name": "R", "utility": {}, "attacks": {"singling_out": {"risk": {**_risk(0.4, 0.2, 0.6),
                                                                              "against": "baseline", "n": 56}}}}
-    rel["validity"] = {"singling_out": {"valid": True}}
+    rel["validity"] = {"singling_out": {"valid": True, "catches_copies": True}}
     sentence = verdict(rel)["sentence"]
     assert "(N 56 source images)" in sentence and "measured against a baseline, random guessing" in sentence
     assert "people not in the release" not in sentence
@@ -275,6 +275,27 @@ def test_the_verdict_names_what_its_n_counts():
     rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
     assert "(N 148 source images, 37 patient clusters)" in verdict(rel)["sentence"]
     assert row_unit("independent membership (reverse)") == "ranked slots" and row_unit("unknown") == ""
+    assert row_unit("inference") == "member images"        # its targets: the member patients' real images
+
+
+def test_a_verdict_from_attacks_that_never_caught_a_copy_states_no_risk():
+    """With the tiny preset every forward row missed the JPEG or shifted copy, and the verdict of an exact copy was
+    "residual risk 0.00", read off reverse rows, which pass the calibration by reading 0 on all seven releases."""
+    missed = _attacks(_risk(0.45, 0.28, 0.6), _risk(0.0, 0.0, 0.05))       # forward misses; reverse reads 0
+    null = _attacks(_risk(0.0, 0.0, 0.1), _risk(0.0, 0.0, 0.05))
+    table = calibration_table({k: missed if k in COPIES else null for k in KNOWN})
+    assert not table["nearest"]["passes"] and table["nearest (reverse)"]["passes"]
+    copy = {"name": "C", "utility": {}, "attacks": _attacks(_risk(1.0, 0.9, 1.0), _risk(0.0, 0.0, 0.11))}
+    copy["validity"] = validity(copy, table, checks={}, trained_on_members={})
+    reverse = copy["validity"]["nearest (reverse)"]
+    assert reverse["valid"] and not reverse["catches_copies"]
+    v = verdict(copy)
+    assert "risk" not in v and v["no_copy_detector"]
+    assert "No attack on C that caught the known copies is valid" in v["sentence"]
+    pushed = {"name": "G", "utility": {}, "attacks": _attacks(_risk(0.0, 0.0, 0.1), _risk(0.4, 0.2, 0.6))}
+    pushed["validity"] = validity(pushed, table, checks={}, trained_on_members={})
+    v = verdict(pushed)                                   # found even so: stated, as a lower bound
+    assert v["risk"] == 0.4 and "this is a lower bound" in v["sentence"]
 
 
 def test_an_attacker_trained_here_on_a_phantom_records_whom_it_saw(tmp_path):
@@ -326,3 +347,20 @@ def test_an_attacker_trained_here_on_a_phantom_records_whom_it_saw(tmp_path):
                                  "--out", str(tmp_path / "real.pt")])
     assert r.exit_code == 0, r.output
     assert "phantom" not in load_checkpoint(tmp_path / "real.pt")["extra"]
+
+
+def test_the_summary_keeps_the_verdicts_n():
+    """EvaluationResult.summary() gave the verdict's residual risk and utility share n = None."""
+    from medanon.api.evaluate import _summary
+
+    calib = {k: {"linkability": {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else _risk(0.0, 0.0, 0.1)}}
+             for k in KNOWN}
+    risk = {**_risk(0.4, 0.2, 0.6), "n": 148, "attack": {"patients": 37}}
+    rel = {"name": "R", "attacks": {"linkability": {"risk": risk}},
+           "utility": {"grade": {"n_test": 63, "n_test_patients": 21, "release": {"kappa": {"mean": 0.5}},
+                                 "real_same_n": {"kappa": {"mean": 0.6}}}}}
+    rel["validity"] = validity(rel, calibration_table(calib), checks={}, trained_on_members={})
+    rel["verdict"] = verdict(rel)
+    got = {r["metric"]: r for r in _summary(rel) if r["attack"] == "verdict"}
+    assert got["residual_risk"]["n"] == 148 and got["residual_risk"]["value"] == 0.4
+    assert got["utility_kept grade kappa"]["n"] == 63 and abs(got["utility_kept grade kappa"]["value"] - 5 / 6) < 1e-9

@@ -393,6 +393,13 @@ def test_loud_warnings(world, tmp_path):
     for what in ("bias dominates", "single seed", "no private mapping", "nothing ties the release to this real data",
                  "optimised against the very"):
         assert what in text, what
+    assert "preset tiny" not in text                       # a tiny config changed (Inception on) is not the preset
+    from medanon.evaluate.config import EvalConfig
+
+    tiny = EvalConfig.tiny(size=SIZE)
+    tiny = replace(tiny, utility=replace(tiny.utility, classifier=replace(tiny.utility.classifier, precision="bf16")))
+    assert "its numbers are not a measurement" in " ".join(_warnings(tiny, [rel],
+                                                                     n_fid={rel.name: 8}))
     for params in ({"losses": "id+ut", "steps": 0}, {"losses": "ut", "steps": 10}):   # never optimised against it
         rel.manifest["params"] = params
         assert "optimised against" not in " ".join(_warnings(with_ckpt, [rel], n_fid={rel.name: 8}))

@@ -207,9 +207,13 @@ def _summary(rel: dict[str, Any]) -> list[dict[str, Any]]:
     name, out = rel.get("name"), []
     v = rel.get("verdict") or {}
     if "risk" in v:
-        out.append(_record(name, "verdict", "residual_risk", v["risk"], v.get("ci"), reason=v.get("attack")))
+        out.append(_record(name, "verdict", "residual_risk", v["risk"], v.get("ci"), v.get("n"),
+                           reason=v.get("attack")))
+    elif v.get("no_copy_detector"):
+        out.append(_record(name, "verdict", "residual_risk", None, valid=False, reason=v["no_copy_detector"]))
     for u in v.get("utility_kept", []):
-        out.append(_record(name, "verdict", f"utility_kept {u['task']} {u['metric']}", u["kept"], u.get("ci")))
+        out.append(_record(name, "verdict", f"utility_kept {u['task']} {u['metric']}", u["kept"], u.get("ci"),
+                           u.get("n")))
     validity = rel.get("validity") or {}
     for row, risk in risk_rows(rel.get("attacks") or {}).items():
         rr, ok = risk["residual_risk"], validity.get(row) or {"valid": True, "reason": None}

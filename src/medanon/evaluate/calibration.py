@@ -22,8 +22,11 @@ when its attack passed, its attacker is not at chance on held-out real data, and
 the evaluation (members, or controls a checkpoint's recorded phantom shares); otherwise ``valid: false`` with
 the reason, and it is kept out of the verdict, the plots and any ranking.
 The **verdict** of a release is the largest valid residual risk (with its interval and the attack that gave it)
-and the utility kept: the release's gain over chance in its headline metric as a share of real images' of the
-same N, (release - chance) / (real - chance), with a paired bootstrap interval.
+and the utility kept. Where no valid row is one that caught the known copies (only reverse attacks passed), their
+largest risk is given only when its interval is above 0, as a lower bound; otherwise the verdict states no risk,
+since an attack never shown to catch a copy reading 0 says nothing. The utility kept is the release's gain over
+chance in its headline metric as a share of real images' of the same N, (release - chance) / (real - chance),
+with a paired bootstrap interval.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ def risk_rows(attacks: dict, prefix: str = "") -> dict[str, dict]:
 # what an attack row's N counts (its bootstrap resamples the patients behind them)
 ROW_UNITS = {"membership": "ranked slots", "attribute": "released records", "linkability": "source images",
              "singling_out": "source images", "nearest": "member images", "siamese": "member images",
-             "inference": "released records"}
+             "inference": "member images"}
 
 
 def row_unit(row: str) -> str:
@@ -312,7 +315,8 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
                    _few_targets(risk), _few_controls(risk), _few_calibration(risk), _images_as_independent(risk),
                    contaminated, contradicted]
         reasons = [r for r in reasons if r]
-        out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None}
+        out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None,
+                    "catches_copies": bool(cal and cal.get("copy_check") is True)}
     return out
 
 
@@ -333,7 +337,8 @@ def _utility_kept(rel: dict) -> list[dict]:
         ratio_ci = (boot.get("ratio") or {}).get("ci")
         floor = base_ci[0] if base_ci and np.isfinite(base_ci[0]) else real
         entry = {"task": label, "metric": metric, "metric_name": METRIC_NAMES.get(metric, metric),
-                 "kept": math.nan, "ci": None, "release": u["release"][metric]["mean"], "real_same_n": real}
+                 "kept": math.nan, "ci": None, "release": u["release"][metric]["mean"], "real_same_n": real,
+                 "n": u.get("n_test"), "unit": "test images", "patients": u.get("n_test_patients")}
         if not (real is not None and np.isfinite(real) and floor is not None and floor > chance):
             iv = f" [{base_ci[0]:.2f}, {base_ci[1]:.2f}]" if base_ci and np.all(np.isfinite(base_ci)) else ""
             got = f"{real:.2f}" if real is not None else "no value"
@@ -354,12 +359,21 @@ def verdict(rel: dict) -> dict:
     valid = {row: r for row, r in rows.items() if rel["validity"][row]["valid"]}
     out: dict = {"valid_attacks": len(valid), "invalid_attacks": len(rows) - len(valid),
                  "utility_kept": _utility_kept(rel)}
+    detectors = [row for row in valid if rel["validity"][row].get("catches_copies")]
     if valid:
         row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][1]))
-        out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row, unit=row_unit(row),
-                   attack_name=row_label(row), against=r.get("against", "control"), n=r.get("n"),
-                   baseline_is=r.get("baseline_is") or "random guessing",
-                   patients=(r.get("attack") or {}).get("patients"))
+        found = r["residual_risk"]["ci"][0] > 0
+        if detectors or found:
+            out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row, unit=row_unit(row),
+                       attack_name=row_label(row), against=r.get("against", "control"), n=r.get("n"),
+                       baseline_is=r.get("baseline_is") or "random guessing",
+                       patients=(r.get("attack") or {}).get("patients"))
+        if not detectors:
+            # only attacks never shown to catch a copy are valid (reverse attacks pass on the null releases alone):
+            # a risk they find is a lower bound, and none found says nothing, not "0"
+            out["no_copy_detector"] = ("the one valid attack row is a reverse attack" if len(valid) == 1 else
+                                       f"the {len(valid)} valid attack rows are reverse attacks") + \
+                (", checked only to flag no release that carries nothing, never to catch a copy")
     out["exposure"] = exposure(rel.get("screening"))
     out["k_claim"] = rel.get("k_claim")
     out["sentence"] = sentence(rel["name"], out, why_invalid(rel))

@@ -39,8 +39,11 @@ def verdict_section(rep: dict) -> str:
         v = r.get("verdict")
         if not v:
             continue
-        risk = (f"{_iv(v)} <span class=ci>{_e(v['attack_name'])}</span>" if "risk" in v
-                else INVALID.format("no valid attack"))
+        risk = (f"{_iv(v)} <span class=ci>{_e(v['attack_name'])}"
+                + (" (a lower bound: no valid attack caught the known copies)" if v.get("no_copy_detector") else "")
+                + "</span>" if "risk" in v else
+                INVALID.format("no valid attack caught the known copies" if v.get("no_copy_detector")
+                               else "no valid attack"))
         kept = "; ".join(f"{_num(u['kept'], 2)}" + (f" <span class=ci>[{_num(u['ci'][0], 2)}, {_num(u['ci'][1], 2)}]"
                                                     f"</span>" if u.get("ci") else "")
                          + f" <span class=ci>{_e(u['metric_name'])}, {_e(u['task'])}</span>"

@@ -14,9 +14,24 @@ from medanon.evaluate.inputs import ReleaseData
 from medanon.fsutil import sha256_file
 
 
+def _as_preset(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with the classifiers' precision as a preset leaves it ("auto"; the device resolves it)."""
+    from dataclasses import replace
+
+    def auto(c):
+        return replace(c, precision="auto")
+
+    return replace(cfg, utility=replace(cfg.utility, classifier=auto(cfg.utility.classifier)),
+                   attacks=replace(cfg.attacks, attribute_classifier=auto(cfg.attacks.attribute_classifier)))
+
+
 def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str, int]) -> list[str]:
     """Settings that weaken what the report can claim, said loudly (log and report)."""
     out = []
+    if _as_preset(cfg) == type(cfg).tiny(size=cfg.size):
+        out.append("preset tiny: its networks train for a few dozen steps and its intervals rest on a few resamples; "
+                   "it checks that the evaluation runs, and its numbers are not a measurement of this release "
+                   "(use preset fast or full)")
     small = {name: n for name, n in n_fid.items() if n < 50}
     if cfg.fidelity.inception and small:
         named = ", ".join(f"{k} (N = {v})" for k, v in small.items())

@@ -116,7 +116,13 @@ def _k_sentence(name: str, kc: dict | None) -> list[str]:
 
 def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
     lead = _k_sentence(name, v.get("k_claim")) + _exposure_sentences(name, v.get("exposure") or {})
-    if "risk" not in v:
+    if "risk" not in v and v.get("no_copy_detector"):
+        reasons = "; ".join(why[:3]) + ("; ..." if len(why) > 3 else "") if why else ""
+        risk = (f"no attack on {name} that caught the known copies is valid, so the attacks cannot tell whether it "
+                f"exposes its members: {v['no_copy_detector']}; its largest residual risk has an interval that "
+                f"includes 0, which a release of copies could read too"
+                + (f" (why the others are invalid: {reasons})" if reasons else ""))
+    elif "risk" not in v:
         reasons = "; ".join(why[:4]) + ("; ..." if len(why) > 4 else "") if why else "none was run"
         risk = (f"no attack on {name} is valid, so the attacks say nothing of its privacy (why: {reasons})")
     else:
@@ -132,6 +138,8 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
                    "control population: 0 = it does no better than that guess")
         risk = (f"the strongest valid attack on {name}, {v['attack_name']}, has a residual risk of {v['risk']:.2f} "
                 f"[{lo:.2f}, {hi:.2f}]{' (' + size + ')' if size else ''}, {against}{of}")
+        if v.get("no_copy_detector"):
+            risk += (f"; this is a lower bound: {v['no_copy_detector']}, so a stronger exposure would go unmeasured")
     # held-out images in the release: the utility test set is in it (said above), so no utility figure
     shown = [] if heldout_in_release(v.get("exposure") or {}) else v["utility_kept"]
     kept = [u for u in shown if np.isfinite(u["kept"])]

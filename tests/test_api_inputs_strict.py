@@ -383,6 +383,10 @@ def test_odd_arguments_are_named_not_python_errors(tmp_path, phantom):  # noqa: 
         (lambda: medanon.anonymize.snow(ds, p=0.5).save(tmp_path / ("a" * 300)), ConfigError,
          "has a name of 300 bytes; the file system takes names of at most"),
         (lambda: medanon.open_dataset(tmp_path / ("a" * 300)), ConfigError, "path='.*' has a name of 300 bytes"),
+        (lambda: medanon.anonymize.snow(ds, p=0.5).save(tmp_path / ("a" * 300) / "r"), ConfigError,
+         "has a name of 300 bytes"),                      # a long name above the last: its lookup fails too
+        (lambda: medanon.anonymize.snow(ds, p=0.5).save(tmp_path.joinpath(*["b" * 200] * 25)), ConfigError,
+         "bytes long; the system takes paths shorter than"),
     ]
     for call, kind, said in cases:
         with warnings.catch_warnings():

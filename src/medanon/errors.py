@@ -52,16 +52,27 @@ def path_problem(path) -> str | None:
     text = os.fspath(path)
     if "\x00" in (text if isinstance(text, str) else text.decode(errors="replace")):
         return "holds a NUL character, which no file name can"
-    limit, parent = 255, Path(text).absolute().parent
-    while not parent.exists() and parent != parent.parent:
+    parent = Path(text).absolute().parent
+    while parent != parent.parent:
+        try:
+            if parent.is_dir():
+                break
+        except OSError:                                      # a name too long to look up: go up
+            pass
         parent = parent.parent
-    try:
-        limit = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):           # no pathconf (Windows) or no answer: the common limit
-        pass
-    long = next((part for part in Path(text).parts if len(os.fsencode(part)) > limit), None)
+    limits = {"PC_NAME_MAX": 255, "PC_PATH_MAX": 4096}     # Linux's, where the file system gives no answer
+    for key in limits:
+        try:
+            limits[key] = os.pathconf(parent, key)
+        except (OSError, ValueError, AttributeError):       # no pathconf (Windows) or no answer
+            pass
+    long = next((part for part in Path(text).parts if len(os.fsencode(part)) > limits["PC_NAME_MAX"]), None)
     if long is not None:
-        return f"has a name of {len(os.fsencode(long))} bytes; the file system takes names of at most {limit}"
+        return (f"has a name of {len(os.fsencode(long))} bytes; the file system takes names of at most "
+                f"{limits['PC_NAME_MAX']}")
+    whole = len(os.fsencode(str(Path(text).absolute())))
+    if whole >= limits["PC_PATH_MAX"]:
+        return f"is {whole} bytes long; the system takes paths shorter than {limits['PC_PATH_MAX']}"
     return None
 
 

@@ -74,6 +74,25 @@ def test_bomb_in_a_dataset_fails_then_is_skipped(tmp_path: Path):
     assert len(ds) == 2 and [p.kind for p in ds.skipped] == ["large"]
 
 
+def test_an_image_this_user_may_not_read_is_not_called_corrupt(tmp_path: Path, monkeypatch):
+    """chmod 000 on one image gave "not a recognised image ([Errno 13] Permission denied)" and the fix "replace the
+    corrupt file". (Simulated: the suite may run as root, whom no mode stops.)"""
+    generic = generic_dataset(tmp_path, [f"images/{i}.png" for i in range(3)])
+    opened = Image.open
+
+    def open_(path, *a, **k):
+        if Path(path).name == "1.png":
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, *a, **k)
+
+    monkeypatch.setattr(imageio.Image, "open", open_)
+    with pytest.raises(DataError) as e:
+        open_dataset(tmp_path, DataConfig(size=16), generic=generic)
+    text = str(e.value)
+    assert "1.png: denied (permission denied)" in text and "make the file readable" in text and "corrupt" not in text
+    assert len(open_dataset(tmp_path, DataConfig(size=16, skip_bad=True), generic=generic)) == 2
+
+
 def test_corrupt_pixels_are_skipped_with_skip_bad(tmp_path: Path):
     generic = generic_dataset(tmp_path, [f"images/{i}.png" for i in range(3)])
     big = write_png(tmp_path / "images" / "2.png", 2, size=64)

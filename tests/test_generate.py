@@ -41,12 +41,25 @@ def test_truncation_zero_gives_the_average_image_every_time(tmp_path):
     assert all(np.array_equal(imgs[0], im) for im in imgs[1:])
 
 
-def test_generate_refuses_existing_output_and_wrong_checkpoints(tmp_path):
+def test_generate_refuses_existing_output_and_wrong_checkpoints(tmp_path, monkeypatch):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "x.txt").write_text("keep")
     r = _run("--model", CKPT / "stylegan2-fundus64.pt", "--n", 2, "--out", tmp_path / "mine", "--overwrite")
     assert r.exit_code != 0 and "not written by medanon" in r.output
     assert (tmp_path / "mine" / "x.txt").read_text() == "keep"
+    (tmp_path / "rel").mkdir()                                  # another kind of medanon output: refused at once
+    from medanon.output_inventory import write_marker
+
+    write_marker(tmp_path / "rel", "release")
+    import medanon.sampling
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(medanon.sampling, "load_any_generator", never)
+    r = _run("--model", CKPT / "stylegan2-fundus64.pt", "--n", 2, "--out", tmp_path / "rel", "--overwrite")
+    assert r.exit_code != 0 and "is a medanon release folder, not a samples folder" in r.output, r.output
+    monkeypatch.undo()
     r = _run("--model", CKPT / "identity-fundus64.pt", "--n", 2, "--out", tmp_path / "id")
     assert r.exit_code != 0 and "identity" in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)

@@ -48,7 +48,7 @@ def test_cli_trainers_refuse_a_release_as_their_run_folder(tmp_path, release):
     before = _tree_digest(release)
     r = CliRunner().invoke(cli, ["train", "gan", "--data", str(data), "--config", str(TINY),
                                  "--steps", "1", "--out", str(release)])
-    assert r.exit_code != 0 and "release folder, not a run" in r.output, r.output
+    assert r.exit_code != 0 and "release folder, not a run folder" in r.output, r.output
     assert _tree_digest(release) == before
 
 

@@ -75,7 +75,8 @@ def test_the_evaluation_cache_is_never_another_output(tmp_path, phantom):
                       progress=False)                                  # a dataset this evaluation does not read
     before = {c: sorted(p.name for p in c.rglob("*")) for c in (other, second)}
     for cache in (other, second):
-        with pytest.raises(UnsafeOutputError, match=r"is a medanon (release|phantom) folder, not an evaluation-cache"):
+        with pytest.raises(UnsafeOutputError,
+                           match=r"is a medanon (release|phantom) folder, not an evaluation-cache folder"):
             medanon.evaluate(real=phantom, releases=[rel], mappings={"rel": tmp_path / "m.json"}, cache_dir=cache,
                              preset="tiny", size=16)
     assert {c: sorted(p.name for p in c.rglob("*")) for c in (other, second)} == before

@@ -156,8 +156,8 @@ def _kind_check(out: Path, kind: str | None, what: str | None, name: str, noun: 
                                 "with overwrite", fix=f"choose another {name}, or remove it yourself")
     base, _, inner = (what or "").partition(":")
     if what is not None and kind != base:
-        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not {with_article(base)}: it is never "
-                                f"replaced by another kind of output", fix=f"choose another {name}")
+        raise UnsafeOutputError(f"{name} {out} is a medanon {kind} {noun}, not {with_article(base)} {noun}: it is "
+                                f"never replaced by another kind of output", fix=f"choose another {name}")
     if inner:
         held = checkpoint_kind(out)
         if held not in inner.split("|"):

@@ -107,7 +107,7 @@ def generate_samples(model: str | Path, n: int, out: str | Path, *, seed: int = 
     64 of them) and ``out/manifest.json`` (checkpoint sha256, seed, truncation). Returns the manifest."""
     from medanon.outputs import check_output
 
-    check_output(out, inputs=[model], overwrite=overwrite, kind="dir")     # before the model is even loaded
+    check_output(out, inputs=[model], overwrite=overwrite, kind="dir", what="samples")   # before the model is loaded
     G = load_any_generator(model, device=device)
     images = sample_images(G, n, seed=seed, truncation=truncation, batch=batch, noise=noise, progress=progress)
     manifest = {"format": "medanon-samples", "model": str(model), "model_sha256": sha256_file(model),

@@ -387,7 +387,10 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     if real_dir is None:
         tmp_dir.cleanup()
         raise ConfigError("the real dataset has no folder", fix="pass real= a dataset opened from a folder")
-    _check_folders_first(out, cache_dir, real_dir, splits, tmp_dir)   # before any release is made
+    from medanon.outputs import dataset_inputs
+
+    reads = [real_dir, splits, *(dataset_inputs(real) if hasattr(real, "records") else [])]   # its images' folders
+    _check_folders_first(out, cache_dir, reads, tmp_dir)   # before any release is made
     specs, saved_here = [], []
     for i, r in enumerate(releases):
         if isinstance(r, Release) and r.path is None:     # not saved yet: saved privately, mapping beside it
@@ -428,21 +431,21 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
                             differencing=list(report.get("differencing", [])))
 
 
-def _check_folders_first(out, cache_dir, real_dir, splits, tmp_dir) -> None:
+def _check_folders_first(out, cache_dir, reads: list, tmp_dir) -> None:
     """``out`` and ``cache_dir`` checked before a release not yet saved is made (hours for ksalsa); the harness
     checks them again, with every release's folder."""
     from medanon.outputs import check_output, check_run_folder
 
     try:
         if out is not None:
-            check_output(out, inputs=[real_dir, splits], existing_ok=True, kind="dir")
+            check_output(out, inputs=reads, existing_ok=True, kind="dir")
             check_run_folder(out, "evaluate")
         if cache_dir is not None:
             if out is not None:
                 from medanon.evaluate.cache import check_cache_apart
 
                 check_cache_apart(cache_dir, out)
-            check_output(cache_dir, inputs=[real_dir, splits], existing_ok=True, kind="dir", name="cache",
+            check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache",
                          what="evaluation-cache")
     except BaseException:
         tmp_dir.cleanup()

@@ -153,19 +153,39 @@ def _torchrun_process() -> None:
         sys.stdout = open(os.devnull, "w")              # rank 0 prints the summary lines
 
 
+def _scanned_inputs(data_dir, opts: dict) -> list:
+    """The files and folders the dataset at ``data_dir`` reads, from a scan of its layout (no pixel decoded); none
+    when it cannot be scanned (the data's own error comes when the command opens it)."""
+    if data_dir is None:
+        return []
+    from medanon.cli.data import scan_from_cli
+    from medanon.errors import MedanonError
+    from medanon.outputs import dataset_inputs
+
+    layout = {"layout": "auto", "labels_csv": None, "image_col": None, "label_cols": (), "patient_col": None,
+              "images_dir": None, **{k: v for k, v in opts.items() if v is not None}}
+    try:
+        scanned = scan_from_cli(data_dir, **layout)
+    except (MedanonError, OSError, click.ClickException):
+        return []
+    return [*dataset_inputs(scanned), *getattr(scanned, "files", ())]
+
+
 def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, reads=(),
                   overwrite: bool = False, existing_ok: bool = False, can_overwrite: bool = True) -> None:
     """Check every ``(path, kind, option name[, what])`` output of a command before it does any work
     (``medanon.outputs``; ``what`` the kind of medanon output it is, e.g. ``splits``, which an existing one must be).
     ``can_overwrite``: False for a command without ``--overwrite`` (its refusals do not suggest one).
 
-    The inputs are the dataset folder, the generic layout's labels CSV and image folder from ``opts``, and
-    ``reads`` (checkpoints, releases); ``None`` outputs (an option not given) are skipped.
+    The inputs are the dataset folder, the generic layout's labels CSV and image folder from ``opts``, every
+    folder holding one of the dataset's images (a scan reads no pixel: images a labels CSV names outside the
+    dataset folder are inputs too), and ``reads`` (checkpoints, releases); ``None`` outputs (an option not given)
+    are skipped.
     """
     from medanon.outputs import check_output
 
     opts = opts or {}
-    inputs = [data_dir, opts.get("labels_csv"), opts.get("images_dir"), *reads]
+    inputs = [data_dir, opts.get("labels_csv"), opts.get("images_dir"), *reads, *_scanned_inputs(data_dir, opts)]
     for path, kind, name, *what in outputs:
         if path is not None:
             check_output(path, inputs=inputs, overwrite=overwrite, kind=kind, name=name, existing_ok=existing_ok,

@@ -41,7 +41,7 @@ def generate_cmd(ctx: click.Context, model: Path, n: int, out: Path, truncation:
     from medanon.runtime import resolve_device
     from medanon.sampling import generate_samples
 
-    check_outputs((out, "dir", "--out"), reads=(model,), overwrite=overwrite)   # in the command's words
+    check_outputs((out, "dir", "--out", "samples"), reads=(model,), overwrite=overwrite)   # in the command's words
     man = generate_samples(model, n, out, seed=seed, truncation=truncation, overwrite=overwrite,
                            device=resolve_device(ctx.obj["device"]), batch=batch, noise=noise)
     click.echo(f"wrote {n} samples ({man['channels']}x{man['resolution']}px, psi={truncation:g}, seed {seed}) "

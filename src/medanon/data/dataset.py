@@ -44,6 +44,7 @@ _FIXES = {
     "missing": "restore the file or delete its row from the labels CSV",
     "unlabelled": "add a row for it to the labels CSV or move it out of the image folder",
     "unreadable": "replace the corrupt file or delete it and its CSV row",
+    "denied": "make the file readable by the user running medanon (e.g. chmod a+r), or leave it out",
     "label": "correct the value in the labels CSV",
     "size": "remove the image: it is too small to be useful",
     "large": "raise max_pixels if it is a genuine large scan; otherwise remove it (a decompression bomb)",
@@ -249,8 +250,9 @@ def check_records(records: Sequence[Record], *, workers: int = 8, progress: bool
         except TooLarge as e:
             return Problem(str(rec.path), "large", e.detail)
         except DataError as e:
-            kind = "missing" if not rec.path.exists() else "unreadable"
-            return Problem(str(rec.path), kind, e.message.split(": ", 1)[-1] if kind == "unreadable"
+            kind = ("missing" if not rec.path.exists() else
+                    "denied" if e.message.endswith(": permission denied") else "unreadable")
+            return Problem(str(rec.path), kind, e.message.split(": ", 1)[-1] if kind != "missing"
                            else "does not exist")
         if min(info.width, info.height) < MIN_SOURCE_SIDE:
             return Problem(str(rec.path), "size", f"{info.width}x{info.height} pixels")

@@ -182,6 +182,10 @@ def probe(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> I
                     w, h = h, w
     except Image.DecompressionBombError as e:
         raise _bomb_error(path, e, max_pixels) from None
+    except PermissionError:                                 # a file this user may not read is not a corrupt one
+        raise DataError(f"cannot read image {path}: permission denied", files=[str(path)],
+                        fix="make the file readable by the user running medanon (e.g. chmod a+r), or pass "
+                            "skip_bad=True to leave it out") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise _unreadable(path, f"not a recognised image ({e})") from None
     _check_pixels(path, w, h, max_pixels)

@@ -32,7 +32,7 @@ class Problem:
     """Something wrong with one input file, found while scanning a dataset."""
 
     path: str                                   # the file concerned (or the CSV row)
-    kind: str                                   # missing | unlabelled | unreadable | channels | label | size
+    kind: str                                   # missing | unlabelled | unreadable | denied | channels | label | size
     detail: str = ""
 
     def __str__(self) -> str:

@@ -321,8 +321,16 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      what="evaluation-cache")                       # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
+    def outputs_apart(ds) -> None:          # its images may lie outside real_dir (a labels CSV naming them)
+        from medanon.outputs import dataset_inputs
+
+        check_output(out, inputs=[*reads, *dataset_inputs(ds)], existing_ok=True, kind="dir")
+        if cache_dir is not None:
+            check_output(cache_dir, inputs=[*reads, *dataset_inputs(ds)], existing_ok=True, kind="dir",
+                         name="cache", what="evaluation-cache")
+
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
-                     test=cfg.split.test, seed=cfg.split.seed, progress=progress)
+                     test=cfg.split.test, seed=cfg.split.seed, progress=progress, opened=outputs_apart)
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite, real=real)
     _check_attacker_channels(cfg, int(real.images.shape[1]), real.modality)
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]

@@ -18,8 +18,10 @@ from __future__ import annotations
 import csv
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -120,10 +122,14 @@ def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
 
 
 def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = None, stratify: str = "auto",
-              val: float = 0.15, test: float = 0.15, seed: int = 0, progress: bool = False) -> RealData:
-    """Open, load and split the real dataset at ``size`` pixels."""
+              val: float = 0.15, test: float = 0.15, seed: int = 0, progress: bool = False,
+              opened: Callable[[Any], None] | None = None) -> RealData:
+    """Open, load and split the real dataset at ``size`` pixels. ``opened``: called with the opened dataset before
+    any image is decoded (to check the outputs against every folder it reads)."""
     root = Path(root)
     ds = open_dataset(root, DataConfig(size=size), progress=progress)
+    if opened is not None:
+        opened(ds)
     images, _ = ds.tensors(progress=progress)
     if splits_csv is not None:
         split = _read_splits_csv(Path(splits_csv), ds.records)

@@ -195,6 +195,7 @@ def test_the_audit_finds_a_source_copied_through_the_preprocessing_with_the_mapp
     report = medanon.audit(out, source=phantom, mapping=tmp_path / "m.json")
     check = next(c for c in report.checks if c.name == name)
     assert check.passed and check.detail.startswith("12 released image / source pairs"), check.detail
+    assert next(c for c in report.checks if c.name.startswith("no released image is a copy of a source its")).passed
     img, rec = sorted(json.loads((tmp_path / "m.json").read_text())["records"].items())[0]
     ds = medanon.open_dataset(phantom, size=16)
     row = next(i for i, r in enumerate(ds.records) if r.record_id == rec["sources"][0])
@@ -209,6 +210,21 @@ def test_the_audit_finds_a_source_copied_through_the_preprocessing_with_the_mapp
     files = next(c for c in report.checks if c.name == "no released image is a source file, byte for byte or "
                  "pixel for pixel")
     assert files.passed                                 # the source file itself is not what was released
+    # another record's patient's image, as medanon reads it, in place of a k = 2 record: it was not found (the
+    # record was compared with its own sources only) and the audit passed
+    other = ("no released image is a copy of a source its record's mapping does not name")
+    records = json.loads((tmp_path / "m.json").read_text())["records"]
+    img2 = sorted(records)[1]
+    stranger = next(i for i, r in enumerate(ds.records)
+                    if r.record_id not in records[img2]["sources"] and r.record_id not in records[img]["sources"])
+    at_side = medanon.open_dataset(phantom, size=Image.open(out / img2).size[0])     # as the release reads it
+    pixels = np.rint((at_side.load(stranger)["image"].numpy().transpose(1, 2, 0) + 1) * 127.5).astype(np.uint8)
+    Image.fromarray(pixels).save(out / img2)
+    os.utime(out / img2, (stamp.st_atime, stamp.st_mtime))
+    report = medanon.audit(out, source=phantom, mapping=tmp_path / "m.json")
+    check = next(c for c in report.checks if c.name == other)
+    assert not check.passed and check.detail.startswith(f"1 are, e.g. {img2} = source "
+                                                        f"{Path(ds.records[stranger].path).name} (of another record)")
 
 
 def test_an_attacker_of_the_wrong_kind_is_refused_before_the_report_folder_exists(tmp_path, phantom):

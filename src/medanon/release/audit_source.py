@@ -122,13 +122,15 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
         names = [names[i] for i in sorted(pick)]
     copies: list[tuple[str, str]] = []
     compared = images = exact = 0
+    thumbs: dict[int, dict[str, np.ndarray]] = {}      # channels -> source id -> its 8x8 grey thumbnail
+    released: list[tuple[str, np.ndarray]] = []         # images compared and not copies of their own sources
     for img in names:
         try:
             got = png_to_float(release / img)
         except (OSError, ValueError, Image.DecompressionBombError):
             continue                                    # "every image is a readable PNG" names it
         channels, side = got.shape[0], got.shape[-1]
-        before = compared
+        before, own_copy = compared, False
         for sid in records[img]["sources"]:
             src = by_id.get(sid)
             if src is None or got.shape[-2] != side:
@@ -138,15 +140,30 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
             except (OSError, ValueError, DataError):
                 continue                                # an unreadable source: not this check's to report
             compared += 1
+            thumbs.setdefault(channels, {})[sid] = _thumb(source)      # much the same at any side
             if float(np.sqrt(np.mean((source - got) ** 2))) <= COPY_RMSE:
                 copies.append((img, Path(src.path).name))
                 exact += bool(np.array_equal(np.rint((source + 1) * 127.5), np.rint((got + 1) * 127.5)))
+                own_copy = True
                 break
         images += compared > before
+        if compared > before and not own_copy:
+            released.append((img, got))
+    # a copy of a source its mapping does not name (another record's patient): compared with every source decoded
+    # above, through thumbnails first (within one grey level RMS, the thumbnails are within about one level too)
+    foreign = _copies_of_other_sources(released, records, thumbs, by_id, crop)
     # every image its source's 8-bit pixels exactly: nothing was anonymised (a method that changed a few pixels
     # of each, as VS-Snow at a small p and size, is within the RMS but not this), unless the statement says so
     every = bool(copies) and exact == images and not says_vacuous
     contradicting = [c for c in copies if every or image_dp or people.get(c[0], 1) >= 2]
+    if released:
+        img, src = foreign[0] if foreign else (None, None)
+        pool = len({sid for by_side in thumbs.values() for sid in by_side})
+        rep.add("no released image is a copy of a source its record's mapping does not name", not foreign,
+                f"{len(foreign)} are, e.g. {img} = source {src} (of another record): the record does not stand for "
+                "the people its mapping and labels.csv say" + (f" ({people[img]} people)" if people.get(img, 1) >= 2
+                                                               else "")
+                if foreign else f"{len(released)} released images compared with the {pool} sources decoded")
     name = ("no released image is a copy of one of its own sources as the methods preprocess them (within one 8-bit "
             "grey level, RMS)")
     if contradicting or not copies:
@@ -164,3 +181,51 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
                          f"source as the methods preprocess it (within one 8-bit grey level, RMS; e.g. {img} = source "
                          f"{src}): the method changed too little of them to tell them from it. The release claims "
                          "no guarantee for images that this contradicts; the evaluation counts them as copies")
+
+
+def _thumb(image):
+    """(C, H, W) in [-1, 1] -> its 8x8 grey thumbnail (64 values, 8-bit grey levels; as
+    :func:`medanon.data.overlap.thumbnail`)."""
+    import torch
+
+    from medanon.data.overlap import thumbnail
+
+    return thumbnail(torch.as_tensor(image)[None])[0].double().numpy()
+
+
+def _copies_of_other_sources(released, records: dict, thumbs: dict, by_id: dict, crop: str) -> list[tuple[str, str]]:
+    """``(released image, source file)`` for each released image within one 8-bit grey level (RMS) of a decoded
+    source that is not one of its own. Candidates are the sources whose thumbnail lies within two grey levels RMS of
+    the image's (a copy's is within one where the side is a multiple of 8, a little more otherwise, or where the
+    source was decoded at another record's side); each candidate is decoded again at the image's side and compared
+    pixel by pixel."""
+    import numpy as np
+    import torch
+
+    from medanon.data.decode import decode
+    from medanon.errors import DataError
+
+    out = []
+    for channels, pool in thumbs.items():
+        mine = [(img, got) for img, got in released if got.shape[0] == channels]
+        if not mine or not pool:
+            continue
+        ids = list(pool)
+        keys = torch.from_numpy(np.stack([pool[i] for i in ids]))
+        mt = torch.from_numpy(np.stack([_thumb(got) for _, got in mine]))
+        for start in range(0, len(mine), 1024):                 # (1024, sources) distances at a time
+            near = torch.cdist(mt[start:start + 1024], keys) / 8 <= 2.0     # RMS over the 64 cells
+            for r, (img, got) in enumerate(mine[start:start + 1024]):
+                side, own = got.shape[-1], set(records[img]["sources"])
+                for j in torch.nonzero(near[r]).flatten().tolist():
+                    sid = ids[j]
+                    if sid in own:
+                        continue
+                    try:
+                        source = decode(by_id[sid].path, size=side, channels=channels, crop=crop).image
+                    except (OSError, ValueError, DataError):
+                        continue
+                    if float(np.sqrt(np.mean((source - got) ** 2))) <= COPY_RMSE:
+                        out.append((img, Path(by_id[sid].path).name))
+                        break
+    return out

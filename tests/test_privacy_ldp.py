@@ -1,6 +1,7 @@
 """Issue 14, items 4-6: what an ε-LDP release claims (seeded noise, ε per image / patient, vacuous budgets,
 floating point, the clip box it used, overlap with the flow's training data)."""
 
+import json
 import math
 import warnings
 
@@ -225,6 +226,16 @@ def test_a_seeded_release_states_no_protection_for_images_or_patients(tmp_path):
     assert not any(n.startswith("a patient's other released images") for n in p["not_protected"])
     secret = medanon.anonymize.ldp_image(x, epsilon=1.0, patient_ids=["a", "a", "b", "c"], value_range=(-1, 1)).privacy
     assert secret["epsilon_patient_max"] == 2.0 and secret["delta"] == 0
+    # the numbers that read as this release's bound moved under without_guarantee too (they stayed at the top, and
+    # the saved statement said an observer tells two inputs apart "with probability at most 0.73")
+    for key in ("distinguishing_bound", "vacuous", "epsilon_element", "epsilon_image_tight"):
+        assert key in secret and key not in p and key in p["without_guarantee"], key
+    assert "neither holds for this release" in p["statement"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel.save(tmp_path / "r", progress=False)
+    saved = json.loads((tmp_path / "r" / "manifest.json").read_text())["privacy"]
+    assert "distinguishing_bound" not in saved and saved["without_guarantee"]["distinguishing_bound"] > 0.7
 
 
 def test_uniform_below_rejects_the_draws_that_would_bias_it(monkeypatch):

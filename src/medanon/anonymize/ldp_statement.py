@@ -87,6 +87,9 @@ def statement(mech: LaplaceMechanism, *, space_description: str, flow: str | Non
     return " ".join(parts)
 
 
+REFERENCE_ONLY = ("epsilon_element", "epsilon_image_tight", "distinguishing_bound", "vacuous")
+
+
 def withdrawn_privacy(privacy: dict[str, Any], *, reason: str, why: str, noise_note: str | None = None,
                       without: str = "without this flaw") -> dict[str, Any]:
     """The statement of an ε-LDP release whose guarantee does not hold: ``reason`` (short, after "none: ") and
@@ -98,6 +101,11 @@ def withdrawn_privacy(privacy: dict[str, Any], *, reason: str, why: str, noise_n
     statement = str(privacy.get("statement", ""))
     if noise_note is not None:                   # the exact-noise sentence describes a path this release did not take
         statement = statement.replace(EXACT_CLAUSE, "").replace(FLOAT_CLAUSE, "").rstrip()
+    # numbers that read as a bound of this release (the tight epsilon, the distinguishing probability) are kept with
+    # the other reference numbers, under without_guarantee
+    kept = {k: privacy[k] for k in REFERENCE_ONLY if k in privacy}
+    privacy = {**{k: v for k, v in privacy.items() if k not in kept},
+               "without_guarantee": {**(privacy.get("without_guarantee") or {}), **kept}}
     return {**privacy, **({} if patient_max is None else reference), "guarantee": f"none: {reason}",
             "delta": None,
             "unit": f"none: {reason} ({without}: one image; a patient with n released images, n * epsilon)",
@@ -106,8 +114,8 @@ def withdrawn_privacy(privacy: dict[str, Any], *, reason: str, why: str, noise_n
                                                        if not n.startswith("a patient's other released images")]],
             **({"noise_source": noise_note, "sampler": "float"} if noise_note is not None else {}),
             "why_no_guarantee": [why, *privacy.get("why_no_guarantee", [])],
-            "statement": f"NO FORMAL GUARANTEE ({reason}): {why}. The epsilon below is what the mechanism would "
-                         f"give {without}. " + statement}
+            "statement": f"NO FORMAL GUARANTEE ({reason}): {why}. The epsilon and the bound below are what the "
+                         f"mechanism would give {without}; neither holds for this release. " + statement}
 
 
 def seeded_privacy(privacy: dict[str, Any]) -> dict[str, Any]:

@@ -62,7 +62,9 @@ def release_dataset(dataset, privatise, writer, *, batch: int = 32, device: torc
     if noise_seed is not None and writer.privacy.get("guarantee") == "epsilon-LDP":
         warnings.warn(f"noise seed {noise_seed}: the noise is reproducible, so the release states '{SEEDED}'. "
                       "Leave the seed out for a release", NoFormalGuarantee, stacklevel=user_stacklevel())
-        writer.privacy.update(seeded_privacy(writer.privacy))
+        seeded = seeded_privacy(writer.privacy)          # it moves some numbers: replace, not merge
+        writer.privacy.clear()
+        writer.privacy.update(seeded)
     todo = [i for i, r in enumerate(dataset.records) if not writer.done(r.record_id)]
     decode_before_release(dataset, todo, progress=progress, writer=writer)
     chunks = [todo[start:start + batch] for start in range(0, len(todo), batch)]

@@ -207,7 +207,7 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                           + ("" if zero else "center='zero', or ") + "a better-trained flow (docs/dpglow.md).",
                           UserWarning, stacklevel=user_stacklevel())
         return {"records": len(writer), "written": written, "diverged": diverged,
-                "epsilon_image": privacy["epsilon_image"], "epsilon_element": privacy["epsilon_element"],
+                "epsilon_image": privacy["epsilon_image"], "epsilon_element": privacy.get("epsilon_element"),
                 "D": privacy["D"]}
 
     from medanon.outputs import dataset_inputs

@@ -114,7 +114,8 @@ def _report(release, ds, out, mapping) -> None:
     from medanon.anonymize.privacy import no_guarantee
 
     why = str(privacy.get("guarantee") or "").partition(":")[2].strip()
-    what = ("no formal guarantee" + (f": {why}" if why else "") if no_guarantee(privacy)
+    what = ((why if why.startswith("no formal guarantee") else "no formal guarantee" + (f": {why}" if why else ""))
+            if no_guarantee(privacy)
             else f"epsilon {privacy['epsilon_image']} per image, {privacy['epsilon_element']} per element, "
                  f"D = {privacy['D']}")
     click.echo(f"wrote {len(ds)} images to {out} ({release.method}, {what})")

@@ -249,7 +249,8 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
                                       source_modality or made_from,
                                       people={r.get("image", ""): n for r, n in zip(rows, people, strict=True)},
                                       image_dp=isinstance(eps, int | float) and not privacy.get("vacuous"),
-                                      says_vacuous=bool(privacy.get("vacuous")),
+                                      says_vacuous=bool(privacy.get("vacuous")
+                                                        or (privacy.get("without_guarantee") or {}).get("vacuous")),
                                       crop=(manifest.get("params") or {}).get("crop"))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)

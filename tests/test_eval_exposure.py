@@ -220,6 +220,13 @@ def test_members_without_a_control_in_their_stratum_are_left_out_of_the_attack_r
     out = membership_from_scores(members, controls, None, member_groups=np.arange(40).astype(str),
                                  control_groups=(np.arange(40) + 100).astype(str), balance=b)
     assert out["members_left_out"] == 10 and out["n_members"] == 30
+    # said where the rate is shown: on the risk row and in the reweighting's record (it read 0: computed after)
+    assert out["risk"]["members_left_out"] == 10
+    assert out["risk"]["control"]["balanced"]["uncovered_member_share"] == pytest.approx(0.25)
+    from medanon.evaluate.report_risks import _risks
+
+    html = _risks({"releases": [{"name": "R", "attacks": {"nearest": out}, "validity": {}}]})
+    assert "10 member images left out: no control patient shares their grade" in html
     plain = membership_from_scores(members, controls, None, member_groups=np.arange(40).astype(str),
                                    control_groups=(np.arange(40) + 100).astype(str))
     assert plain["members_left_out"] == 0 and plain["n_members"] == 40

@@ -120,6 +120,10 @@ def test_pivot_columns_use_the_papers_parameter_and_fall_back_on_collisions():
             {"method": "other", "params": {"steps": 3}, "setting": "steps=3"}]
     assign_columns(rels)
     assert [r["column"] for r in rels] == ["k=5, steps=100", "k=5, steps=50", "k=5", "steps=3"]
+    # alike in every setting (the same k, other released labels): each is named, none left out of a pivot table
+    same = [{"method": "kpixel", "params": {"k": 3}, "setting": "k=3", "name": n} for n in ("kpixel-k3", "k3-sex")]
+    assign_columns(same)
+    assert [r["column"] for r in same] == ["k=3 (kpixel-k3)", "k=3 (k3-sex)"]
 
 
 def test_prose_names_the_new_parts_of_the_statements():
@@ -234,3 +238,27 @@ def test_closest_pairs_say_whether_an_average_copies_one_source_or_only_lies_nea
     page = _screening(rep, {"closest:kpixel": [average]})
     assert "one of its 5 sources" in page and "flags it near one of them by design" in page
     assert "by design" not in _screening(rep, {"closest:kpixel": [copied]})
+
+
+def test_the_report_says_what_the_helper_audit_found_unsaid():
+    """A null guarantee printed "None"; one row's several reasons were repeated per row; the verdict's utility share
+    and a pair of releases that recover nobody were shown without their N."""
+    from medanon.evaluate.calibration import verdict
+    from medanon.evaluate.report_differencing import differencing_section
+    from medanon.evaluate.verdict_text import why_invalid
+
+    assert privacy_text.headline({"guarantee": None}) == "no formal guarantee"
+    rel = {"validity": {"a": {"reason": "copies; few controls"}, "b": {"reason": "copies; trained on members"}}}
+    assert why_invalid(rel) == ["copies", "few controls", "trained on members"]
+    risk = {"residual_risk": {"risk": 0.4, "ci": [0.2, 0.6]}, "n": 148, "attack": {"patients": 37}}
+    rel = {"name": "R", "attacks": {"linkability": {"risk": risk}},
+           "validity": {"linkability": {"valid": True, "catches_copies": True}},
+           "utility": {"grade": {"n_test": 63, "n_test_patients": 21, "release": {"kappa": {"mean": 0.5}},
+                                 "real_same_n": {"kappa": {"mean": 0.6}}}}}
+    assert "(N 63 test images, 21 patients) of the gain over chance" in verdict(rel)["sentence"]
+    pair = {"releases": ["a", "b"], "space": "pixels", "assumptions": "x",
+            "members": {"patients": 35, "recovered": 0, "shown_alone": 0, "recovered_beyond": 0},
+            "controls": {"patients": 21, "recovered": 0},
+            "risk": {"attack": {"ci": [0.0, 0.099]}, "residual_risk": {"risk": 0.0, "ci": [0.0, 0.07]}}}
+    text = differencing_section({"differencing": [pair]})
+    assert "0 of 35 member patients [0.000, 0.099], 0 of 21 control patients; residual risk 0.00 [0.00, 0.07]" in text

@@ -367,7 +367,7 @@ def verdict(rel: dict) -> dict:
             out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row, unit=row_unit(row),
                        attack_name=row_label(row), against=r.get("against", "control"), n=r.get("n"),
                        baseline_is=r.get("baseline_is") or "random guessing",
-                       patients=(r.get("attack") or {}).get("patients"))
+                       patients=(r.get("attack") or {}).get("patients"), members_left_out=r.get("members_left_out"))
         if not detectors:
             # only attacks never shown to catch a copy are valid (reverse attacks pass on the null releases alone):
             # a risk they find is a lower bound, and none found says nothing, not "0"

@@ -57,8 +57,9 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 17    # 17: KID's resamples drawn as every other patient bootstrap's; 16: KID's patient bootstrap
-#                         interval; 15: intervals of two-sided AUCs, F1, AUROCs, leak kept,
+RESULTS_VERSION = 18    # 18: nearest-record rows say the members left out; 17: KID's resamples drawn as every
+#                         other patient bootstrap's; 16: KID's patient bootstrap interval;
+#                         15: intervals of two-sided AUCs, F1, AUROCs, leak kept,
 #                         unclipped residuals;
 #                         14: utility shares counted from chance (AUROC 0.5); 13: pooled top-K accuracy
 

@@ -50,7 +50,7 @@ def headline(priv: dict[str, Any]) -> str:
     """The claim in one line, e.g. ``k-anonymity: k = 5 patients per record``."""
     if not priv:
         return "no privacy statement in the manifest"
-    guarantee = str(priv.get("guarantee", ""))
+    guarantee = str(priv.get("guarantee") or "")         # a null guarantee is none, not the text "None"
     if guarantee.startswith("k-anonymity") and priv.get("k"):
         basis = str(priv.get("pca_basis", "")).startswith("fitted on the private")
         trained = (priv.get("models_trained_on_released") or {}).get("released_patients")

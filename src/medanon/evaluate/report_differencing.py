@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from medanon.evaluate.report_format import _assume, _e, _num, _table
 from medanon.evaluate.report_format import differencing_space as space
 from medanon.evaluate.report_risks import _rate, _residual
@@ -33,8 +35,15 @@ def differencing_section(rep: dict) -> str:
                      _residual(rr), _num(m.get("median_error"))])
     if not entries:
         return ""
+    def none_of(d: dict) -> str:                 # "0 of 35 members [0, 0.099], 0 of 21 controls; residual [0, 0.07]"
+        a, rr = d["risk"]["attack"], d["risk"]["residual_risk"]
+        ci = a.get("ci") or [math.nan, math.nan]
+        return (f"{' × '.join(d['releases'])} ({space(d)}): 0 of {d['members']['patients']} member patients "
+                f"[{_num(ci[0], 3)}, {_num(ci[1], 3)}], 0 of {d['controls']['patients']} control patients; "
+                f"residual risk {_num(rr['risk'], 2)} [{_num(rr['ci'][0], 2)}, {_num(rr['ci'][1], 2)}]")
+
     quiet = (f"<p>{len(nobody)} pair(s) of releases recover nobody, member or control: "
-             f"{_e('; '.join(' × '.join(d['releases']) + f' ({space(d)})' for d in nobody))}.</p>" if nobody else "")
+             f"{_e('; '.join(none_of(d) for d in nobody))}.</p>" if nobody else "")
     if not rows:
         return "<h2>Releases of the same people, differenced</h2>" + _assume(entries[0]["assumptions"]) + quiet
     return ("<h2>Releases of the same people, differenced</h2>" + _assume(entries[0]["assumptions"]) + quiet + _table(

@@ -67,14 +67,23 @@ def short_setting(params: dict) -> str | None:
 
 
 def assign_columns(releases: list[dict]) -> None:
-    """Give every release its pivot-table column (``column``): the short setting, or the full one where two
-    releases of one method would share a short label."""
+    """Give every release its pivot-table column (``column``): the short setting, the full one where two
+    releases of one method would share a short label, and the release's name beside it where they would share that
+    too."""
     short = [short_setting(r.get("params") or {}) for r in releases]
     seen: dict[tuple[str, str | None], int] = {}
     for r, s in zip(releases, short, strict=True):
         seen[(r["method"], s)] = seen.get((r["method"], s), 0) + 1
     for r, s in zip(releases, short, strict=True):
         r["column"] = s if s is not None and seen[(r["method"], s)] == 1 else (r["setting"] or "–")
+    # releases of one method whose full settings are alike too (the same k, other released labels; the known-answer
+    # releases): each takes its name, so no release is left out of a pivot table, whose cells hold one release each
+    full: dict[tuple[str, str], int] = {}
+    for r in releases:
+        full[(r["method"], r["column"])] = full.get((r["method"], r["column"]), 0) + 1
+    for r in releases:
+        if full[(r["method"], r["column"])] > 1:
+            r["column"] = f"{r['column']} ({r['name']})" if r["column"] != "–" else r["name"]
 
 
 def _col(r: dict) -> str:

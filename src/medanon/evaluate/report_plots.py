@@ -122,7 +122,11 @@ def plots(rep: dict) -> str:
                              title=f"Privacy–utility: {label}", xref=0.0, xref_label="no leak", yref=yref,
                              yref_label="real data"))
     svgs = [s for s in svgs if s]
-    note = ("<p class=note>One point per release; bars: 95 % interval of the residual risk and of the utility kept, "
-            "± sd over seeds of the utility. Only valid attacks are drawn (see Calibration); the dashed lines mark no "
-            "leak beyond the controls and the classifier trained on all real source images.</p>")
+    note = ("<p class=note>One point per release; horizontal bars: 95 % interval of the residual risk; vertical "
+            "bars: the 95 % interval of the utility kept (verdict plot), ± sd over the utility's seeds (the other "
+            "plots: 0 for a deterministic learner, so no interval). Only valid attacks are drawn (see Calibration). "
+            "Dashed lines: x = 0, no leak beyond the attack's reference (its control, or for top-K membership, "
+            "singling out and the attribute attack its random-guessing baseline); y = 1 in the verdict plot, as "
+            "much as real images of the same number; y in the other plots, the classifier trained on all real "
+            "source images.</p>")
     return ("<h2>Privacy–utility</h2>" + note + "<div class=plots>" + "".join(svgs) + "</div>") if svgs else ""

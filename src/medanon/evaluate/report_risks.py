@@ -40,7 +40,11 @@ def _risks(rep: dict) -> str:
             base = risk.get("baseline")
             check = (r.get("validity") or {}).get(row) or {"valid": True}
             valid = check["valid"]
-            cells = [_e(r["name"]), _e(row_label(row)), _rate(risk["attack"], row_unit(row)), _rate(ctrl) if ctrl else
+            left = risk.get("members_left_out")
+            attack = _rate(risk["attack"], row_unit(row)) + (
+                f" <span class=ci>({left} member images left out: no control patient shares their "
+                f"{_e((ctrl or {}).get('balanced', {}).get('label', 'label'))})</span>" if left else "")
+            cells = [_e(r["name"]), _e(row_label(row)), attack, _rate(ctrl) if ctrl else
                      f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
                      _threshold(risk.get("threshold")),
                      f"{_residual(rr)} <span class=ci>vs {_e(risk.get('against', 'control'))}</span>",

@@ -46,7 +46,9 @@ def verdict_section(rep: dict) -> str:
                                else "no valid attack"))
         kept = "; ".join(f"{_num(u['kept'], 2)}" + (f" <span class=ci>[{_num(u['ci'][0], 2)}, {_num(u['ci'][1], 2)}]"
                                                     f"</span>" if u.get("ci") else "")
-                         + f" <span class=ci>{_e(u['metric_name'])}, {_e(u['task'])}</span>"
+                         + f" <span class=ci>{_e(u['metric_name'])}, {_e(u['task'])}"
+                         + (f"; n={u['n']} {_e(u.get('unit') or 'test images')}" if u.get("n") else "")
+                         + (f", {u['patients']} patients" if u.get("patients") else "") + "</span>"
                          for u in v["utility_kept"]) or "–"
         rows.append([_e(r["name"]), _exposure(v.get("exposure") or {}), risk, kept,
                      f"{v['valid_attacks']} / {v['valid_attacks'] + v['invalid_attacks']}",
@@ -88,7 +90,8 @@ def _exposure(e: dict) -> str:
         return "–"
     parts = []
     if e.get("copies"):
-        who = f" ({e['copy_patients']} patients)" if e.get("copy_patients") is not None else ""
+        who = (f" ({e['copy_patients']} patient{'s' if e['copy_patients'] != 1 else ''})"
+               if e.get("copy_patients") is not None else "")
         parts.append(INVALID.format(f"{e['copies']} copies{who}"))
     elif e.get("near_copies_beyond_control"):
         what = "near-copies of their sources" if e.get("mapped") else "near-copies"

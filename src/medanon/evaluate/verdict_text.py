@@ -100,7 +100,8 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
 
 def why_invalid(rel: dict) -> list[str]:
     """The distinct reasons its rows are invalid, and the attacks skipped, for the "no valid attack" sentence."""
-    reasons = {v["reason"] for v in (rel.get("validity") or {}).values() if v.get("reason")}
+    reasons = {part for v in (rel.get("validity") or {}).values() if v.get("reason")
+               for part in v["reason"].split("; ")}          # one row's several reasons, each said once
     skipped = sorted({f"{name}: {a['skipped']}" for name, a in (rel.get("attacks") or {}).items()
                       if isinstance(a, dict) and a.get("skipped")})
     return sorted(reasons) + skipped
@@ -129,6 +130,8 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
         lo, hi = v["ci"]
         size = f"N {v['n']}" + (f" {v['unit']}" if v.get("unit") else "") \
             + (f", {v['patients']} patient clusters" if v.get("patients") else "") \
+            + (f"; {v['members_left_out']} member images left out, no control patient sharing their label"
+               if v.get("members_left_out") else "") \
             if v.get("n") is not None else ""
         of = (f"; it is the largest of {v['valid_attacks']} valid attack rows, and its interval is not adjusted for "
               "that choice" if v["valid_attacks"] > 1 else "")
@@ -146,8 +149,10 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
     if kept:
         u = kept[0]
         ci = f" [{u['ci'][0]:.2f}, {u['ci'][1]:.2f}]" if u.get("ci") else ""
-        risk += (f"; it keeps {u['kept']:.2f}{ci} of the gain over chance in the {u['metric_name']} of {u['task']} "
-                 f"that real images of the same number give")
+        n = (f" (N {u['n']} {u.get('unit') or 'test images'}" + (f", {u['patients']} patients" if u.get("patients")
+                                                                  else "") + ")") if u.get("n") else ""
+        risk += (f"; it keeps {u['kept']:.2f}{ci}{n} of the gain over chance in the {u['metric_name']} of "
+                 f"{u['task']} that real images of the same number give")
     elif shown and shown[0].get("undefined"):
         risk += f"; its utility share is not stated: {shown[0]['undefined']}"
     # a sentence opens with a capital, unless it opens with the release's name, which is written as it is

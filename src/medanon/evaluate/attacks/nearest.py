@@ -114,6 +114,12 @@ def membership_from_scores(member_scores: np.ndarray, control_scores: np.ndarray
                                    control_is="the same attack on real images of held-out patients" +
                                    (f", reweighted to the members' {balance.label} mix" if plain else ""),
                                    unweighted=plain, threshold=thr)
+    if uncovered:                               # said where the rate is shown, and in the reweighting's record
+        share = uncovered / (uncovered + len(m_hi))
+        for e in entries.values():
+            e["members_left_out"] = uncovered
+            if (e.get("control") or {}).get("balanced") is not None:
+                e["control"]["balanced"]["uncovered_member_share"] = share   # (computed after they left: 0)
     kw = {"pos_groups": mg, "neg_groups": cg, **boot}
     auc = delong(m_hi, c_hi, **kw)
     auc_rev = delong(-m_lo, -c_lo, **kw)

@@ -262,3 +262,8 @@ def test_the_report_says_what_the_helper_audit_found_unsaid():
             "risk": {"attack": {"ci": [0.0, 0.099]}, "residual_risk": {"risk": 0.0, "ci": [0.0, 0.07]}}}
     text = differencing_section({"differencing": [pair]})
     assert "0 of 35 member patients [0.000, 0.099], 0 of 21 control patients; residual risk 0.00 [0.00, 0.07]" in text
+    from medanon.evaluate.verdict_text import _exposure_sentences
+
+    said = _exposure_sentences("R", {"near_copies_beyond_control": True, "mapped": True, "near_copies": 88, "n": 102,
+                                     "control_rate": 0.0, "control_ci": [0.0, 0.155], "control_n": 63})
+    assert "(new people's images: 0% [0%, 16%] of 63 images)" in said[0]

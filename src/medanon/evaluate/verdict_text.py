@@ -31,6 +31,8 @@ def exposure(screen: dict | None) -> dict:
             "near_copies": near, "near_copies_are": ("copies of one of their own sources (the mapping says which)"
                                                      if mapped else "near-copies of any real image (no mapping)"),
             "control_rate": (screen.get("control") or {}).get("pixel_rate"),
+            "control_ci": control.get("pixel_rate_ci"), "control_n": control.get("n"),
+            "identity_control_ci": control.get("identity_rate_ci"), "identity_control_n": control.get("identity_n"),
             "near_copies_beyond_control": bool(near > control_hi * n),
             "in_multi_person_records": screen.get("copies_of_one_source_in_multi_person_records") if mapped else None,
             "copies_not_of_own_source": screen.get("copies_not_of_own_source"),
@@ -56,6 +58,14 @@ def _patients(n: int) -> str:
     return f"{n} patient" + ("" if n == 1 else "s")
 
 
+def _control_rate(rate, ci, n) -> str:
+    """New people's rate with its interval and N: ``3% [0%, 15%] of 63 images``."""
+    if rate is None:
+        return "n/a"
+    iv = f" [{ci[0]:.0%}, {ci[1]:.0%}]" if ci and all(np.isfinite(ci)) else ""
+    return f"{rate:.0%}{iv}" + (f" of {n} images" if n else "")
+
+
 def _exposure_sentences(name: str, e: dict) -> list[str]:
     out = []
     if e.get("copies"):
@@ -64,7 +74,7 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
                    "split (found without the mapping): those images are released as they are, whatever the attacks "
                    "measure")
     elif e.get("near_copies_beyond_control"):
-        rate = f"{e['control_rate']:.0%}" if e.get("control_rate") is not None else "n/a"
+        rate = _control_rate(e.get("control_rate"), e.get("control_ci"), e.get("control_n"))
         if e.get("mapped"):
             multi = e.get("in_multi_person_records") or 0
             out.append(f"{e['near_copies']} of {e['n']} released images of {name} are near-copies of one of their "
@@ -76,7 +86,7 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
                        f"second photo of the same patient is (new people's images: {rate}); without the mapping the "
                        "screen cannot tell copies from averages of several people")
     if not e.get("copies") and e.get("identity_beyond_control"):
-        rate = f"{e['identity_control_rate']:.0%}" if e.get("identity_control_rate") is not None else "n/a"
+        rate = _control_rate(e.get("identity_control_rate"), e.get("identity_control_ci"), e.get("identity_control_n"))
         out.append(f"{e['identity_near_copies']} of {e['n']} released images of {name} are near-copies by identity: "
                    "to the identity network they are as like a real image of the source split as new people's "
                    f"images almost never are (new people's images: {rate}), whatever their pixels")

@@ -267,3 +267,8 @@ def test_the_report_says_what_the_helper_audit_found_unsaid():
     said = _exposure_sentences("R", {"near_copies_beyond_control": True, "mapped": True, "near_copies": 88, "n": 102,
                                      "control_rate": 0.0, "control_ci": [0.0, 0.155], "control_n": 63})
     assert "(new people's images: 0% [0%, 16%] of 63 images)" in said[0]
+    from medanon.evaluate.report import _resamples_said
+
+    entries = [("control", {"fid": {"resamples": 20}, "kid": {"resamples": 400}, "n": 50})]
+    assert _resamples_said(entries) == (" Bootstrap resamples behind the intervals: FID: 20; KID: 400 (few: an "
+                                        "interval's ends move between runs by more than its digits suggest).")

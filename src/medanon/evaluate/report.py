@@ -139,10 +139,27 @@ def _fidelity(rep: dict) -> str:
           "are for the distance measured with this N of images, not for the distance between the populations, "
           "which is smaller. KID's interval resamples patients too (the unbiased MMD² of the resampled sets)."
         + (f" KID's ± (sets too large for its interval) is the {_e(next(iter(errors)))}."
-           if has_fid and len(errors) == 1 else "")))
+           if has_fid and len(errors) == 1 else "") + _resamples_said(entries)))
     if not has_fid:
         out.append("<p class=note>FID and KID were not computed (Inception disabled or unavailable; see notes).</p>")
     return "\n".join(out)
+
+
+def _resamples_said(entries: list) -> str:
+    """How many bootstrap resamples each fidelity interval rests on: few (the fast preset's 20) move an interval's
+    ends from one run to the next, so the page says so."""
+    names = {"fid": "FID", "fd_identity": "FD", "kid": "KID"}
+    counts: dict[int, list[str]] = {}
+    for key, label in names.items():
+        got = {int(f[key]["resamples"]) for _, f in entries if isinstance(f.get(key), dict) and f[key].get("resamples")}
+        for c in got:
+            counts.setdefault(c, []).append(label)
+    if not counts:
+        return ""
+    said = "; ".join(f"{' and '.join(labels)}: {c}" for c, labels in sorted(counts.items()))
+    few = (" (few: an interval's ends move between runs by more than its digits suggest)" if min(counts) < 100
+           else "")
+    return f" Bootstrap resamples behind the intervals: {said}{few}."
 
 
 def _records(r: dict) -> str:

@@ -77,6 +77,12 @@ def test_report_files_and_structure(world):
     u = by["k2"]["utility"]["grade"]
     assert u["n_train"] == by["k2"]["records"] and set(u["release"]) >= {"kappa", "accuracy", "f1_3class"}
     assert "real_same_n" in u and "real_model_on_release" in u
+    # the real model's score on the release carries its N (labelled records) and a patient-cluster interval
+    on = u["real_model_on_release_ci"]["kappa"]
+    assert u["real_model_on_release_n"] == by["k2"]["records"] and on["resampled"] == "patients"
+    lo, hi = on["ci"]                                 # (an end is NaN where too many resamples leave κ undefined)
+    assert not lo > u["real_model_on_release"]["kappa"] and not hi < u["real_model_on_release"]["kappa"]
+    assert f"n={by['k2']['records']} records" in html
     from medanon.runtime import native_bf16  # the fast preset's "auto", as it ran
 
     ran = "bf16" if native_bf16("cpu") else "fp32"

@@ -77,7 +77,7 @@ def utility_section(rep: dict) -> str:
                          _pm(u["release"].get(h)) + (f" <span class=ci>({nan} NaN seed(s) left out)</span>"
                                                      if nan else ""),
                          _ci(pb["release"]) if pb else "–", _ci(pb["baseline"]) if pb else "–",
-                         _ci(pb["difference"]) if pb else "–", _num(trts.get(h)) if trts else "–"])
+                         _ci(pb["difference"]) if pb else "–", _on_release(u, h) if trts else "–"])
         full = rep["controls"].get("utility_full_real", {}).get(task)
         if full:
             fb = (full.get("bootstrap") or {}).get(HEADLINE[kind])
@@ -115,3 +115,12 @@ def _resampled(rels: list[dict], task: str, ntest: int) -> str:
         return (f"the {pb['n_patients']} held-out patients of the {ntest} test images (a drawn patient brings all "
                 f"its images)")
     return f"the {ntest} held-out test images"
+
+
+def _on_release(u: dict, metric: str) -> str:
+    """The real model's score on the release, with its interval and N (the release's labelled records)."""
+    ci = (u.get("real_model_on_release_ci") or {}).get(metric)
+    n = u.get("real_model_on_release_n")
+    value = _ci(ci) if ci else _num(u["real_model_on_release"].get(metric))
+    unit = (f", {ci['n_patients']} patient clusters" if ci and ci.get("n_patients") else "")
+    return value + (f" <span class=ci>n={n} records{unit}</span>" if n else "")

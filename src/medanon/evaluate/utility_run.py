@@ -100,8 +100,27 @@ def release_utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) 
                                                               seed=ctx.cfg.seed,
                                                               groups=_test_patients(ctx, test_rows))
         if ucfg.full_real:
-            entry["real_model_on_release"] = util.score(task, y, ctx.learner.proba(ctx.full_real_model(task), x))
+            entry.update(_real_model_on_release(ctx, rel, task, ok, x, y))
         out[task.label] = entry
+    return out
+
+
+def _real_model_on_release(ctx: RealContext, rel: ReleaseData, task: util.Task, ok: np.ndarray, x, y) -> dict:
+    """The learner trained on every real source image, scored on the release's labelled records: its scores, N (the
+    records) and a percentile bootstrap interval that resamples the records' patient clusters (records sharing a
+    patient resample together; without the mapping, records one by one, as ``resampled`` says)."""
+    from medanon.evaluate.attacks.stats import record_clusters
+
+    p = ctx.learner.proba(ctx.full_real_model(task), x)
+    out: dict[str, Any] = {"real_model_on_release": util.score(task, y, p), "real_model_on_release_n": len(y)}
+    if ctx.cfg.utility.bootstrap and len(y) >= 2:
+        groups = (record_clusters([rel.sources[i] for i in np.flatnonzero(ok)], ctx.real.patients)
+                  if rel.sources is not None else None)
+        boot = util.paired_intervals(task, y, [p], [p], n_resamples=ctx.cfg.utility.bootstrap,
+                                     confidence=ctx.cfg.attacks.confidence, seed=ctx.cfg.seed, groups=groups)
+        out["real_model_on_release_ci"] = {k: {**v["release"], **{u: v[u] for u in ("resampled", "n_patients")
+                                                                  if u in v}}
+                                           for k, v in boot.items() if isinstance(v, dict) and "release" in v}
     return out
 
 

@@ -123,7 +123,7 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     copies: list[tuple[str, str]] = []
     compared = images = exact = 0
     thumbs: dict[int, dict[str, np.ndarray]] = {}      # channels -> source id -> its 8x8 grey thumbnail
-    released: list[tuple[str, np.ndarray]] = []         # images compared and not copies of their own sources
+    released: list[tuple[str, np.ndarray, int]] = []    # (image, thumbnail, channels): compared, no own copy
     for img in names:
         try:
             got = png_to_float(release / img)
@@ -147,11 +147,11 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
                 own_copy = True
                 break
         images += compared > before
-        if compared > before and not own_copy:
-            released.append((img, got))
+        if compared > before and not own_copy:          # kept small: the image is read again for a candidate
+            released.append((img, _thumb(got), channels))
     # a copy of a source its mapping does not name (another record's patient): compared with every source decoded
     # above, through thumbnails first (within one grey level RMS, the thumbnails are within about one level too)
-    foreign = _copies_of_other_sources(released, records, thumbs, by_id, crop)
+    foreign = _copies_of_other_sources(release, released, records, thumbs, by_id, crop)
     # every image its source's 8-bit pixels exactly: nothing was anonymised (a method that changed a few pixels
     # of each, as VS-Snow at a small p and size, is within the RMS but not this), unless the statement says so
     every = bool(copies) and exact == images and not says_vacuous
@@ -193,36 +193,37 @@ def _thumb(image):
     return thumbnail(torch.as_tensor(image)[None])[0].double().numpy()
 
 
-def _copies_of_other_sources(released, records: dict, thumbs: dict, by_id: dict, crop: str) -> list[tuple[str, str]]:
-    """``(released image, source file)`` for each released image within one 8-bit grey level (RMS) of a decoded
-    source that is not one of its own. Candidates are the sources whose thumbnail lies within two grey levels RMS of
-    the image's (a copy's is within one where the side is a multiple of 8, a little more otherwise, or where the
-    source was decoded at another record's side); each candidate is decoded again at the image's side and compared
-    pixel by pixel."""
+def _copies_of_other_sources(release: Path, released, records: dict, thumbs: dict, by_id: dict,
+                             crop: str) -> list[tuple[str, str]]:
+    """``(released image, source file)`` for each released image (``released``: name, thumbnail, channels) within
+    one 8-bit grey level (RMS) of a decoded source that is not one of its own. Candidates are the sources whose
+    thumbnail lies within two grey levels RMS of the image's (a copy's is within one where the side is a multiple
+    of 8, a little more otherwise, or where the source was decoded at another record's side); for each, the image is
+    read again and the source decoded at its side, and the two are compared pixel by pixel."""
     import numpy as np
     import torch
 
     from medanon.data.decode import decode
     from medanon.errors import DataError
+    from medanon.release.files import png_to_float
 
     out = []
     for channels, pool in thumbs.items():
-        mine = [(img, got) for img, got in released if got.shape[0] == channels]
+        mine = [(img, t) for img, t, c in released if c == channels]
         if not mine or not pool:
             continue
         ids = list(pool)
         keys = torch.from_numpy(np.stack([pool[i] for i in ids]))
-        mt = torch.from_numpy(np.stack([_thumb(got) for _, got in mine]))
+        mt = torch.from_numpy(np.stack([t for _, t in mine]))
         for start in range(0, len(mine), 1024):                 # (1024, sources) distances at a time
             near = torch.cdist(mt[start:start + 1024], keys) / 8 <= 2.0     # RMS over the 64 cells
-            for r, (img, got) in enumerate(mine[start:start + 1024]):
-                side, own = got.shape[-1], set(records[img]["sources"])
-                for j in torch.nonzero(near[r]).flatten().tolist():
-                    sid = ids[j]
-                    if sid in own:
-                        continue
+            for r, (img, _) in enumerate(mine[start:start + 1024]):
+                own = set(records[img]["sources"])
+                candidates = [ids[j] for j in torch.nonzero(near[r]).flatten().tolist() if ids[j] not in own]
+                got = png_to_float(release / img) if candidates else None
+                for sid in candidates:
                     try:
-                        source = decode(by_id[sid].path, size=side, channels=channels, crop=crop).image
+                        source = decode(by_id[sid].path, size=got.shape[-1], channels=channels, crop=crop).image
                     except (OSError, ValueError, DataError):
                         continue
                     if float(np.sqrt(np.mean((source - got) ** 2))) <= COPY_RMSE:

@@ -322,6 +322,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      what="evaluation-cache")                       # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
+
     def outputs_apart(ds) -> None:          # its images may lie outside real_dir (a labels CSV naming them)
         from medanon.outputs import dataset_inputs
 

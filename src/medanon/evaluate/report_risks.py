@@ -43,7 +43,7 @@ def _risks(rep: dict) -> str:
             left = risk.get("members_left_out")
             attack = _rate(risk["attack"], row_unit(row)) + (
                 f" <span class=ci>({left} member images left out: no control patient shares their "
-                f"{_e((ctrl or {}).get('balanced', {}).get('label', 'label'))})</span>" if left else "")
+                f"{_e(((ctrl or {}).get('balanced') or {}).get('label', 'label'))})</span>" if left else "")
             cells = [_e(r["name"]), _e(row_label(row)), attack, _rate(ctrl) if ctrl else
                      f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
                      _threshold(risk.get("threshold")),

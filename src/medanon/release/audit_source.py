@@ -83,6 +83,8 @@ def check_copied_files(rep: AuditReport, release: Path, images: list[Path], sour
 
 
 COPY_RMSE = 1 / 127.5           # as the evaluation's copy screen: within one 8-bit grey level (RMS), in [-1, 1] units
+CANDIDATE_GREY_LEVELS = 2.0     # thumbnails this close (RMS, 8-bit levels) are compared pixel by pixel: a copy's are
+#                                 within one level where the side is a multiple of 8, a little more otherwise
 MAX_COMPARED = 5000             # records compared with their preprocessed sources (about 30 ms a large JPEG source)
 
 
@@ -197,13 +199,13 @@ def _copies_of_other_sources(release: Path, released, records: dict, thumbs: dic
                              crop: str) -> list[tuple[str, str]]:
     """``(released image, source file)`` for each released image (``released``: name, thumbnail, channels) within
     one 8-bit grey level (RMS) of a decoded source that is not one of its own. Candidates are the sources whose
-    thumbnail lies within two grey levels RMS of the image's (a copy's is within one where the side is a multiple
-    of 8, a little more otherwise, or where the source was decoded at another record's side); for each, the image is
-    read again and the source decoded at its side, and the two are compared pixel by pixel."""
+    thumbnail lies within :data:`CANDIDATE_GREY_LEVELS` of the image's; for each, the image is read again and the
+    source decoded at its side, and the two are compared pixel by pixel."""
     import numpy as np
     import torch
 
     from medanon.data.decode import decode
+    from medanon.data.overlap import THUMBNAIL
     from medanon.errors import DataError
     from medanon.release.files import png_to_float
 
@@ -216,7 +218,7 @@ def _copies_of_other_sources(release: Path, released, records: dict, thumbs: dic
         keys = torch.from_numpy(np.stack([pool[i] for i in ids]))
         mt = torch.from_numpy(np.stack([t for _, t in mine]))
         for start in range(0, len(mine), 1024):                 # (1024, sources) distances at a time
-            near = torch.cdist(mt[start:start + 1024], keys) / 8 <= 2.0     # RMS over the 64 cells
+            near = torch.cdist(mt[start:start + 1024], keys) / THUMBNAIL <= CANDIDATE_GREY_LEVELS   # RMS, 64 cells
             for r, (img, _) in enumerate(mine[start:start + 1024]):
                 own = set(records[img]["sources"])
                 candidates = [ids[j] for j in torch.nonzero(near[r]).flatten().tolist() if ids[j] not in own]

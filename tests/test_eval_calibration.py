@@ -364,3 +364,17 @@ def test_the_summary_keeps_the_verdicts_n():
     got = {r["metric"]: r for r in _summary(rel) if r["attack"] == "verdict"}
     assert got["residual_risk"]["n"] == 148 and got["residual_risk"]["value"] == 0.4
     assert got["utility_kept grade kappa"]["n"] == 63 and abs(got["utility_kept grade kappa"]["value"] - 5 / 6) < 1e-9
+
+
+def test_each_calibration_cell_carries_its_n_into_the_report():
+    from medanon.evaluate.report_verdict import calibration_section
+
+    def risk(r, lo, hi):
+        return {**_risk(r, lo, hi), "n": 40, "attack": {"trials": 40, "patients": 14}}
+    seen = _attacks(risk(0.9, 0.7, 1.0))
+    null = _attacks(risk(0.0, 0.0, 0.1))
+    table = calibration_table({"copy": seen, "jpeg": seen, "shift": seen, "mirror": seen, "constant": null,
+                               "noise": null})
+    assert table["nearest"]["copy"]["n"] == 40 and table["nearest"]["noise"]["patients"] == 14
+    html = calibration_section({"calibration": {"table": table, "releases": {}}})
+    assert html.count("n=40 member images, 14 patients") == 6

@@ -177,6 +177,29 @@ def test_network_checks_flag_a_network_that_knows_the_members():
     out = network_checks(ctx)
     assert out["identity"]["differs"] and out["identity"]["members"]["auc"] > out["identity"]["controls"]["auc"]
     assert not out["independent"]["differs"] and len(notes) == 1 and "trained on the members" in notes[0]
-    assert -1 <= out["cosine_correlation"]["pearson_r"] <= 1
+    corr = out["cosine_correlation"]
+    assert -1 <= corr["pearson_r"] <= 1 and corr["patients"] == 20 and corr["pairs"] == 60 * 59 // 2
+    assert corr["ci"][0] <= corr["pearson_r"] <= corr["ci"][1] and "patient cluster bootstrap" in corr["interval"]
     d = out["identity"]["difference"]                      # the test is on the difference, not on overlap
     assert d["ci"][0] > 0 and d["value"] == out["identity"]["members"]["auc"] - out["identity"]["controls"]["auc"]
+
+
+def test_the_networks_correlation_agrees_with_scipy_and_its_interval_respects_patients():
+    """r is scipy's Pearson r; its interval resamples patients, so pairs that share few patients give a wider one
+    than as many independent pairs would."""
+    from scipy.stats import pearsonr
+
+    from medanon.evaluate.network_checks import pair_correlation
+
+    rng = np.random.default_rng(1)
+    pat_effect = rng.standard_normal(8)                   # 8 patients, every pair within 28 patient pairs
+    i, j = np.triu_indices(8, 1)
+    groups = np.repeat(np.c_[i, j], 40, axis=0)
+    shared = (pat_effect[groups[:, 0]] + pat_effect[groups[:, 1]])
+    a = shared + 0.3 * rng.standard_normal(len(groups))
+    b = shared + 0.3 * rng.standard_normal(len(groups))
+    got = pair_correlation(a, b, groups)
+    assert got["pearson_r"] == pytest.approx(pearsonr(a, b)[0], abs=1e-12) and got["patients"] == 8
+    independent = pair_correlation(a, b, np.c_[np.arange(len(a)), np.arange(len(a)) + len(a)])
+    assert got["ci"][1] - got["ci"][0] > 2 * (independent["ci"][1] - independent["ci"][0])
+    assert np.isnan(pair_correlation(np.ones(5), np.arange(5.0), groups[:5])["pearson_r"])

@@ -238,6 +238,8 @@ def test_closest_pairs_say_whether_an_average_copies_one_source_or_only_lies_nea
     page = _screening(rep, {"closest:kpixel": [average]})
     assert "one of its 5 sources" in page and "flags it near one of them by design" in page
     assert "by design" not in _screening(rep, {"closest:kpixel": [copied]})
+    screen["control"] |= {"n": 30, "patients": 10, "identity_n": 15, "identity_patients": 5}   # the control's N
+    assert "n=30 (10) / 15 (5) held-out images (patients)" in _screening(rep, {})
 
 
 def test_the_report_says_what_the_helper_audit_found_unsaid():
@@ -272,3 +274,18 @@ def test_the_report_says_what_the_helper_audit_found_unsaid():
     entries = [("control", {"fid": {"resamples": 20}, "kid": {"resamples": 400}, "n": 50})]
     assert _resamples_said(entries) == (" Bootstrap resamples behind the intervals: FID: 20; KID: 400 (few: an "
                                         "interval's ends move between runs by more than its digits suggest).")
+
+
+def test_the_independent_attacker_table_gives_each_cells_n_and_the_correlations_interval():
+    from medanon.evaluate.report_attacks import _independent
+
+    def attacks(n):
+        return {"linkability": {"outer": {"AUC_two_sided": 0.6, "AUC_two_sided_ci": [0.5, 0.7]}, "risk": {"n": n}},
+                "singling_out": {"two_sided_top1": 0.1, "two_sided_top1_ci": [0.0, 0.2], "risk": {"n": n}},
+                "nearest": {"two_sided_auc": 0.55, "two_sided_auc_ci": [0.45, 0.65], "risk": {"n": 12}}}
+    rep = {"releases": [{"name": "R", "attacks": {**attacks(48), "independent": attacks(40)}}],
+           "networks": {"independent": {"config": {}}, "checks": {"cosine_correlation": {
+               "pearson_r": 0.617, "ci": [0.52, 0.70], "pairs": 1953, "patients": 21}}}}
+    page = _independent(rep)
+    assert "n=48 / 40 source images" in page and "n=12 member images" in page
+    assert "r = 0.617 [0.520, 0.700] (n = 1953 pairs, 21 patients)" in page

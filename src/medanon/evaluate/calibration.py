@@ -136,7 +136,11 @@ def row_label(row: str) -> str:
 
 
 def _rr(risk: dict | None) -> dict | None:
-    return None if risk is None else risk.get("residual_risk")
+    """A row's residual risk on one known answer, with the N it rests on (``n``, in the row's unit, and the
+    ``patients`` its bootstrap resampled, where it did)."""
+    if risk is None or risk.get("residual_risk") is None:
+        return None
+    return {**risk["residual_risk"], "n": risk.get("n"), "patients": (risk.get("attack") or {}).get("patients")}
 
 
 def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:

@@ -231,6 +231,8 @@ def _control(pix: np.ndarray, ident: np.ndarray, patients, confidence: float, re
     i = rate(ident[rest], groups=None if groups is None else groups[rest], confidence=confidence, stream=1)
     return {"n": len(pix), "pixel_rate": p.raw, "pixel_rate_ci": list(p.ci), "identity_rate": i.raw,
             "identity_rate_ci": list(i.ci), "identity_n": len(rest), "interval": p.method,
+            "patients": None if groups is None else len(np.unique(groups)),
+            "identity_patients": None if groups is None else len(np.unique(groups[rest])),
             "what": "held-out real images (new people) against the source split, same thresholds; the identity "
                     "rate on the half of the held-out patients that did not set its threshold"}
 

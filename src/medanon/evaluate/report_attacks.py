@@ -6,6 +6,7 @@ Every number shows its N and its interval."""
 
 from __future__ import annotations
 
+from medanon.evaluate.calibration import row_unit
 from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _table
 from medanon.evaluate.report_risks import _iv, _rate_iv, _residual, _risks, _threshold
 from medanon.evaluate.report_verdict import calibration_section
@@ -296,12 +297,16 @@ def _independent(rep: dict) -> str:
 
     def both(r: dict, key: str, sub: str | None, value: str) -> str:
         """The main network's value and the independent one's, each with its interval."""
-        parts = []
+        parts, ns = [], []
         for x in (r["attacks"], r["attacks"]["independent"]):
             v = x.get(key) or {}
+            ns.append((v.get("risk") or {}).get("n"))
             v = (v.get(sub) or {}) if sub else v
             parts.append(_iv(v.get(value), v.get(f"{value}_ci")))
-        return " / ".join(parts)
+        n = ("" if ns[0] is None and ns[1] is None else
+             f" <span class=ci>n={ns[0] if ns[0] == ns[1] else ' / '.join(str(m) for m in ns)} {_e(row_unit(key))}"
+             "</span>")
+        return " / ".join(parts) + n
 
     rows = [_greyed([_e(r["name"]), both(r, "linkability", "outer", "AUC_two_sided"),
                      both(r, "singling_out", None, "two_sided_top1"), both(r, "nearest", None, "two_sided_auc")],
@@ -313,9 +318,17 @@ def _independent(rep: dict) -> str:
          "nearest-record two-sided AUC: main / independent [95% CI]"], rows,
         caption=f"The independent identity network: {_e(cfg.get('arch'))} at {_e(cfg.get('image_size'))} px, seed "
                 f"{_e(cfg.get('seed'))}, trained on {_e(net.get('trained_on'))}. Cosines of the two networks on "
-                f"held-out pairs correlate r = {_num(corr.get('pearson_r'))} (n = {corr.get('pairs', '–')}): the "
+                f"held-out pairs correlate r = {_num(corr.get('pearson_r'))}{_corr_n(corr)}: the "
                 f"closer to 1, the less independent. A release protected against one network only is exposed by "
                 f"the other.")
+
+
+def _corr_n(corr: dict) -> str:
+    """The correlation's interval (a patient bootstrap over the pairs' patients) and N."""
+    ci = corr.get("ci")
+    iv = f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else ""
+    who = f", {corr['patients']} patients" if corr.get("patients") else ""
+    return f"{iv} (n = {corr.get('pairs', '–')} pairs{who})"
 
 
 def _screening(rep: dict, grids: dict) -> str:
@@ -330,13 +343,14 @@ def _screening(rep: dict, grids: dict) -> str:
                      str(s["copies_of_one_source"]), str(s["copies_of_one_source_in_multi_person_records"]),
                      f"{_num(s['median_pixel_distance'])} / {_num(s['median_heldout_pixel_distance'])}",
                      f"{_iv(s['control']['pixel_rate'], s['control'].get('pixel_rate_ci'), pct=True)} / "
-                     f"{_iv(s['control']['identity_rate'], s['control'].get('identity_rate_ci'), pct=True)}",
+                     f"{_iv(s['control']['identity_rate'], s['control'].get('identity_rate_ci'), pct=True)}"
+                     + _control_n(s["control"]),
                      str(s["n"])])
     s0 = rels[0]["screening"]
     out = ["<h2>Memorisation and near-copy screening</h2>", _table(
         ["Release", "near-copies, pixels (%)", "near-copies, identity (%)", "copies of one source",
          "… in records claiming ≥ 2 people", "median RMSE to nearest real: release / held-out",
-         "control: held-out flagged, pixels / identity (%) [95% CI]", "N"], rows,
+         "control: held-out flagged, pixels / identity (%) [95% CI]", "N (released records)"], rows,
         caption=f"Each released image's nearest real source image by pixel RMSE and by identity cosine. Near-copy by "
                 f"pixels: closer to a real image than all but {_pct(s0['quantile'])} % of second photographs of one "
                 f"held-out patient come to the first (RMSE ≤ {_num(s0['pixel_threshold'])}); by identity: as like a "
@@ -362,6 +376,16 @@ def _screening(rep: dict, grids: dict) -> str:
                        "screen flags it near one of them by design: it is a copy only where it is much nearer one "
                        "source than the others (the copies-of-one-source column).</p>")
     return "\n".join(out)
+
+
+def _control_n(c: dict) -> str:
+    """The screen's control N: held-out images (patients) for the pixel rate / for the identity rate."""
+    def n(images, patients) -> str:
+        return f"{images}" + (f" ({patients})" if patients else "")
+    if c.get("n") is None:
+        return ""
+    ident = n(c.get("identity_n", "–"), c.get("identity_patients"))
+    return f" <span class=ci>n={n(c['n'], c.get('patients'))} / {ident} held-out images (patients)</span>"
 
 
 def _pair_label(p: dict) -> str:

@@ -1,9 +1,9 @@
 """The report's privacy-utility plots: inline SVG scatter plots, one point per release, with error bars.
 
 x is a residual risk (0 = the attacker learns nothing of members beyond what it learns of people not in the
-release, marked by a dashed line) with its 95 % interval; y the utility of a classifier trained on the release
-(mean ± sd over seeds) or, in the verdict plot, the utility kept (the release's share of real images' gain over
-chance, same N) with its interval. Only valid risk rows are drawn (:mod:`medanon.evaluate.calibration`). Points
+release, marked by a dashed line) with its 95 % interval; y the utility of a classifier trained on the release (with
+its patient bootstrap interval) or, in the verdict plot, the utility kept (the release's share of real images' gain
+over chance, same N) with its interval. Only valid risk rows are drawn (:mod:`medanon.evaluate.calibration`). Points
 carry numbers; the legend under each plot names them, so labels never overlap.
 """
 
@@ -84,6 +84,24 @@ def _valid_risk(r: dict, row: str) -> tuple[float, tuple[float, float] | None]:
     return float(rr["risk"]), (float(rr["ci"][0]), float(rr["ci"][1]))
 
 
+def utility_point(r: dict, task: str, metric: str) -> tuple[float, tuple[float, float] | None]:
+    """Release ``r``'s utility on ``task`` (``metric``) with its 95 % interval over the test set's patients (the
+    paired bootstrap, averaged over seeds); where the evaluation ran without the bootstrap, the mean ± sd over seeds.
+
+    >>> r = {"utility": {"grade": {"release": {"kappa": {"mean": 0.4, "sd": 0.0}},
+    ...                            "paired_bootstrap": {"kappa": {"release": {"value": 0.41, "ci": [0.2, 0.6]}}}}}}
+    >>> utility_point(r, "grade", "kappa")
+    (0.41, (0.2, 0.6))
+    """
+    u = r["utility"].get(task, {})
+    b = ((u.get("paired_bootstrap") or {}).get(metric) or {}).get("release")
+    if b and b.get("ci"):
+        return float(b["value"]), (float(b["ci"][0]), float(b["ci"][1]))
+    s = (u.get("release") or {}).get(metric) or {}
+    m, sd = float(s.get("mean", float("nan"))), float(s.get("sd", 0.0))
+    return m, (m - sd, m + sd)
+
+
 def plots(rep: dict) -> str:
     if not rep["tasks"]:
         return ""
@@ -93,10 +111,6 @@ def plots(rep: dict) -> str:
     full = rep["controls"].get("utility_full_real", {}).get(task)
     yref = full["scores"].get(h) if full else None
 
-    def util_of(r) -> tuple[float, tuple[float, float] | None]:
-        s = (r["utility"].get(task, {}).get("release") or {}).get(h) or {}
-        m, sd = float(s.get("mean", float("nan"))), float(s.get("sd", 0.0))
-        return m, (m - sd, m + sd)
 
     svgs = []
     kept = []
@@ -116,15 +130,17 @@ def plots(rep: dict) -> str:
         pts = []
         for r in rep["releases"]:
             x, xe = _valid_risk(r, row)
-            y, ye = util_of(r)
+            y, ye = utility_point(r, task, h)
             pts.append((r["name"], x, y, xe, ye))
         svgs.append(_scatter(pts, xlabel=f"{label}: residual risk (→)", ylabel=ylabel,
                              title=f"Privacy–utility: {label}", xref=0.0, xref_label="no leak", yref=yref,
                              yref_label="real data"))
     svgs = [s for s in svgs if s]
     note = ("<p class=note>One point per release; horizontal bars: 95 % interval of the residual risk; vertical "
-            "bars: the 95 % interval of the utility kept (verdict plot), ± sd over the utility's seeds (the other "
-            "plots: 0 for a deterministic learner, so no interval). Only valid attacks are drawn (see Calibration). "
+            "bars: the 95 % interval of the utility kept (verdict plot) and of the release's utility (the other "
+            "plots), both over the test set's patients (paired bootstrap; where the evaluation ran without it, "
+            "± sd over the utility's seeds, 0 for a deterministic learner). Only valid attacks are drawn (see "
+            "Calibration). "
             "Dashed lines: x = 0, no leak beyond the attack's reference (its control, or for top-K membership, "
             "singling out and the attribute attack its random-guessing baseline); y = 1 in the verdict plot, as "
             "much as real images of the same number; y in the other plots, the classifier trained on all real "

@@ -3,7 +3,7 @@ section); both read what :mod:`medanon.evaluate.calibration` put into report.jso
 
 from __future__ import annotations
 
-from medanon.evaluate.calibration import KNOWN, row_label
+from medanon.evaluate.calibration import KNOWN, row_label, row_unit
 from medanon.evaluate.report_format import _e, _num, _table
 from medanon.evaluate.report_format import differencing_space as space
 from medanon.evaluate.verdict_text import heldout_in_release
@@ -31,6 +31,14 @@ def _iv(d: dict | None) -> str:
     if not d:
         return "–"
     return f"{_num(d['risk'], 2)} <span class=ci>[{_num(d['ci'][0], 2)}, {_num(d['ci'][1], 2)}]</span>"
+
+
+def _n(d: dict | None, row: str) -> str:
+    """A calibration cell's N: the row's unit, and the patients its interval resampled."""
+    if not d or d.get("n") is None:
+        return ""
+    who = f", {d['patients']} patients" if d.get("patients") else ""
+    return f" <span class=ci>n={d['n']} {_e(row_unit(row))}{who}</span>"
 
 
 def verdict_section(rep: dict) -> str:
@@ -112,7 +120,7 @@ def calibration_section(rep: dict) -> str:
         return ""
     rows = []
     for row, c in table.items():
-        cells = [_iv(c.get(k)) for k in KNOWN]
+        cells = [_iv(c.get(k)) + _n(c.get(k), row) for k in KNOWN]
         if c["copy_check"] is None:                      # a reverse attack: the copy is one of its nulls
             cells[0] = f"{cells[0]} <span class=ci>(a null for a reverse attack)</span>"
         verdict = "passes" if c["passes"] else INVALID.format("fails: " + _e(c["reason"]))

@@ -9,10 +9,11 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from medanon.evaluate.attacks import linkability as L
+from medanon.evaluate.attacks.auc import delong
+from medanon.evaluate.attacks.bootstrap import cluster_bootstrap, components, weighted_auc, weighted_median
 from medanon.evaluate.attacks.nearest import nearest_record_membership
 from medanon.evaluate.attacks.risk import exact_rate, rate, residual_risk, success_rate
 from medanon.evaluate.attacks.singling_out import singling_out
-from medanon.evaluate.attacks.stats import cluster_bootstrap, components, delong, weighted_auc, weighted_median
 
 
 def _width(ci) -> float:
@@ -157,7 +158,7 @@ def test_linkability_pairs_resampled_by_patient():
 
 
 def test_delong_without_pairs_has_every_key():
-    from medanon.evaluate.attacks.stats import delong
+    from medanon.evaluate.attacks.auc import delong
 
     empty = delong(np.array([]), np.array([0.1, 0.2]))
     full = delong(np.array([0.9, 0.8]), np.array([0.1, 0.2]))

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from medanon.evaluate.attacks.bootstrap import bootstrap_p, no_spread
 from medanon.evaluate.attacks.risk import Rate, residual_risk
-from medanon.evaluate.attacks.stats import bootstrap_p, no_spread
 from medanon.evaluate.calibration import validity, verdict
 from medanon.evaluate.nearcopy import screen
 

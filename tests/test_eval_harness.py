@@ -660,7 +660,7 @@ def test_attacks_resample_patients_who_share_records_together(world):
     """Every record of k2 stands for two or more patients, who are not independent in the release: singling out and
     nearest-record membership resample the clusters of patients linked by records, as linkability does (this
     fixture puts a patient's images in several records, so its clusters are fewer than its records)."""
-    from medanon.evaluate.attacks.stats import components
+    from medanon.evaluate.attacks.bootstrap import components
     from medanon.evaluate.inputs import load_release
 
     real = world["real"]

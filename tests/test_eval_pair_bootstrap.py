@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from medanon.evaluate.attacks import linkability as L
+from medanon.evaluate.attacks.bootstrap import cluster_bootstrap
 from medanon.evaluate.attacks.pair_bootstrap import verification_draws
-from medanon.evaluate.attacks.stats import cluster_bootstrap
 
 
 def _world(seed=0):
@@ -55,7 +55,8 @@ def test_the_draws_match_the_gathering_bootstrap_and_refuse_a_genuine_pair_acros
 
 
 def test_delong_over_pairs_gives_the_gathering_bootstraps_interval():
-    from medanon.evaluate.attacks.stats import cluster_summary, delong, weighted_auc
+    from medanon.evaluate.attacks.auc import delong
+    from medanon.evaluate.attacks.bootstrap import cluster_summary, weighted_auc
 
     rng = np.random.default_rng(4)
     groups = rng.integers(0, 8, (600, 2))

@@ -10,9 +10,10 @@ from sklearn.metrics import f1_score, roc_auc_score
 
 from medanon.evaluate import utility as util
 from medanon.evaluate.attacks import linkability as L
+from medanon.evaluate.attacks.auc import delong
 from medanon.evaluate.attacks.nearest import nearest_record_membership
 from medanon.evaluate.attacks.singling_out import singling_out
-from medanon.evaluate.attacks.stats import delong, exact_interval, topk_null, upper_tail
+from medanon.evaluate.attacks.stats import exact_interval, topk_null, upper_tail
 from medanon.evaluate.fidelity import kid_with_error
 from medanon.evaluate.metrics import f1
 from medanon.evaluate.nearcopy import screen

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from sklearn.metrics import balanced_accuracy_score, f1_score, roc_auc_score
 
+from medanon.evaluate.attacks.auc import delong, two_sided_interval
+from medanon.evaluate.attacks.bootstrap import cluster_bootstrap, percentile_ci
 from medanon.evaluate.attacks.linkability import verification_rates
 from medanon.evaluate.attacks.singling_out import singling_out
-from medanon.evaluate.attacks.stats import cluster_bootstrap, delong, percentile_ci, two_sided_interval
 
 
 def _scores(seed=0, shift=-1.0, n=60):
@@ -98,7 +99,7 @@ def test_the_attribute_aurocs_and_the_leak_kept_have_the_accuracy_resamples_inte
     from sklearn.metrics import accuracy_score
 
     from medanon.evaluate.attacks import attribute as A
-    from medanon.evaluate.attacks.stats import components
+    from medanon.evaluate.attacks.bootstrap import components
 
     rng = np.random.default_rng(0)
     n = 40                                                     # records of two patients each, sources 2 per record

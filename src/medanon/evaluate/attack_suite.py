@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from medanon.evaluate.attacks.attribute import attribute_inference
+from medanon.evaluate.attacks.bootstrap import patient_clusters
 from medanon.evaluate.attacks.linkability import linkability
 from medanon.evaluate.attacks.membership import descriptors, top_k_membership
 from medanon.evaluate.attacks.nearest import nearest_record_membership
@@ -25,7 +26,6 @@ from medanon.evaluate.attacks.risk import inference_risk
 from medanon.evaluate.attacks.siamese import embed as siamese_embed
 from medanon.evaluate.attacks.siamese import siamese_attack
 from medanon.evaluate.attacks.singling_out import singling_out
-from medanon.evaluate.attacks.stats import patient_clusters
 from medanon.evaluate.config import AttackConfig
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES
 
 FeatureExtractor = Callable[[torch.Tensor], torch.Tensor]
 
@@ -207,7 +207,7 @@ def kid_interval(f1, f2, estimate: float, *, resamples: int = BOOT_RESAMPLES, co
     a, b = _f64(f1), _f64(f2)
     if max(len(a), len(b)) > KID_KERNEL_ROWS or min(len(a), len(b)) < 2:
         return None
-    from medanon.evaluate.attacks.stats import cluster_weights, percentile_ci
+    from medanon.evaluate.attacks.bootstrap import cluster_weights, percentile_ci
 
     wa, wb = (cluster_weights(np.arange(len(x)) if g is None else g, n_resamples=resamples, seed=seed, stream=stream)
               for x, g, stream in ((a, groups1, 0x4B1E), (b, groups2, 0x4B1F)))

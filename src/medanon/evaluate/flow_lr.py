@@ -28,7 +28,7 @@ from medanon.anonymize.dpglow import DPGLOW_CENTER, DPGlow
 from medanon.anonymize.ldp import CENTERS, ClipCalibration
 from medanon.anonymize.ldp_image import ImageLDP
 from medanon.errors import ConfigError
-from medanon.evaluate.attacks.stats import cluster_summary, weighted_auc
+from medanon.evaluate.attacks.bootstrap import cluster_summary, weighted_auc
 from medanon.evaluate.metrics import roc_auc
 from medanon.models.glow.codec import GlowCodec
 from medanon.models.glow.dequantize import image_to_flow

@@ -38,7 +38,7 @@ from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
 from medanon.evaluate.attack_suite import run_attacks
-from medanon.evaluate.attacks.stats import record_clusters
+from medanon.evaluate.attacks.bootstrap import record_clusters
 from medanon.evaluate.cache import Cache, check_cache_apart, digest
 from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.cautions import differencing_results, few_test_patients, k_claim

@@ -211,8 +211,8 @@ def _halves(patients, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _release_ci(flags: np.ndarray, record_sources, real_patients, confidence: float) -> list[float]:
     """The interval of a release's flagged share: a patient cluster bootstrap over the records' patients (records
     sharing patients resample together) where the mapping and patients are known, else Clopper-Pearson."""
+    from medanon.evaluate.attacks.bootstrap import record_clusters
     from medanon.evaluate.attacks.risk import rate
-    from medanon.evaluate.attacks.stats import record_clusters
 
     if record_sources is None or real_patients is None:
         return exact_interval(int(flags.sum()), len(flags), confidence=confidence)

@@ -34,7 +34,7 @@ def network_checks(ctx: RealContext) -> dict:
     cluster bootstrap intervals (a pair weighted by the draws of its two patients; DeLong's, which treats pairs
     as independent, kept in ``delong_ci``); and how alike the two attacker networks are (Pearson r of their
     cosines on held-out pairs)."""
-    from medanon.evaluate.attacks.stats import delong
+    from medanon.evaluate.attacks.auc import delong
 
     conf = ctx.cfg.attacks.confidence
     out: dict[str, Any] = {}
@@ -84,14 +84,14 @@ def pair_correlation(a: np.ndarray, b: np.ndarray, groups: np.ndarray, *, confid
                      seed: int = 0) -> dict:
     """Pearson r of two networks' cosines on the same held-out pairs, with a patient cluster bootstrap interval:
     pairs that share a patient are not independent, so whole patients are resampled (a pair weighted by the draws
-    of its two patients, :func:`.attacks.stats.cluster_bootstrap`). Fewer than two pairs, or a constant score: no
+    of its two patients, :func:`.attacks.bootstrap.cluster_bootstrap`). Fewer than two pairs, or a constant score: no
     correlation to speak of (NaN, with no interval).
 
     >>> x = np.arange(6.0)
     >>> round(pair_correlation(x, 2 * x + 1, np.c_[[0, 0, 1, 1, 2, 2], [1, 2, 2, 3, 3, 0]])["pearson_r"], 6)
     1.0
     """
-    from medanon.evaluate.attacks.stats import cluster_summary
+    from medanon.evaluate.attacks.bootstrap import cluster_summary
 
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     out: dict[str, Any] = {"pearson_r": float("nan"), "ci": None, "pairs": len(a),

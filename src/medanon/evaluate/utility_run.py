@@ -109,7 +109,7 @@ def _real_model_on_release(ctx: RealContext, rel: ReleaseData, task: util.Task, 
     """The learner trained on every real source image, scored on the release's labelled records: its scores, N (the
     records) and a percentile bootstrap interval that resamples the records' patient clusters (records sharing a
     patient resample together; without the mapping, records one by one, as ``resampled`` says)."""
-    from medanon.evaluate.attacks.stats import record_clusters
+    from medanon.evaluate.attacks.bootstrap import record_clusters
 
     p = ctx.learner.proba(ctx.full_real_model(task), x)
     out: dict[str, Any] = {"real_model_on_release": util.score(task, y, p), "real_model_on_release_n": len(y)}

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from medanon.data.tensors import resize_to
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, cluster_summary, components, weighted_auc
 from medanon.evaluate.attacks.risk import rate, risk_entry
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, cluster_summary, components, weighted_auc
 from medanon.evaluate.metrics import roc_auc
 from medanon.models.classifier import ResNet, predict_proba
 

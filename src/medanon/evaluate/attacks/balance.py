@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, cluster_bootstrap, no_spread, percentile_ci, wilson
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, cluster_bootstrap, no_spread, percentile_ci
+from medanon.evaluate.attacks.stats import wilson
 
 MAX_STRATA = 10
 

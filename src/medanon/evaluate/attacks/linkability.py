@@ -44,7 +44,7 @@ not see it, the evaluator uses it as ground truth.
 Intervals. One image is in many pairs and one patient has several images, so pairs are far from
 independent: TAR, FAR, reverse TAR and AUC (and F1, balanced accuracy and the two-sided AUC, recomputed in each
 resample) get **patient cluster bootstrap** intervals
-(:func:`medanon.evaluate.attacks.stats.cluster_bootstrap`): held-out patients are resampled for the control
+(:func:`medanon.evaluate.attacks.bootstrap.cluster_bootstrap`): held-out patients are resampled for the control
 pairs, clusters of records and their source patients (linked through the mapping) for inner and outer pairs;
 a pair across two clusters counts as often as the product of their draws. :func:`verification_rates` called
 without ``groups`` gives Wilson (rates) and DeLong (AUC) intervals over pairs.
@@ -56,21 +56,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from medanon.evaluate.attacks.auc import delong, two_sided_interval
 from medanon.evaluate.attacks.balance import Balance, control_rates
-from medanon.evaluate.attacks.pair_bootstrap import verification_draws
-from medanon.evaluate.attacks.risk import MIN_PATIENTS, rate, risk_entry, success_rate, threshold_entry
-from medanon.evaluate.attacks.stats import (
+from medanon.evaluate.attacks.bootstrap import (
     BOOT_RESAMPLES,
     bootstrap_p,
     cluster_summaries,
     components,
-    delong,
     summarise_draws,
-    threshold_at_far,
-    two_sided_interval,
-    unit,
     weighted_auc,
 )
+from medanon.evaluate.attacks.pair_bootstrap import verification_draws
+from medanon.evaluate.attacks.risk import MIN_PATIENTS, rate, risk_entry, success_rate, threshold_entry
+from medanon.evaluate.attacks.stats import threshold_at_far, unit
 from medanon.evaluate.attacks.views import assumptions, cosines, pair_cosines, pair_dots
 
 __all__ = ["linkability", "threshold_at_far", "verification_rates"]
@@ -149,7 +147,7 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
 def _derived(draws: np.ndarray) -> np.ndarray:
     """Resampled TAR, FAR, AUC, reverse TAR (rows) and what follows from them in each resample: balanced accuracy
     and F1 at equal prevalence (the formulas of :func:`verification_rates`). The two-sided AUC's interval is the
-    image of the AUC's (:func:`~medanon.evaluate.attacks.stats.two_sided_interval`)."""
+    image of the AUC's (:func:`~medanon.evaluate.attacks.auc.two_sided_interval`)."""
     tar, far = draws[0], draws[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         prec = np.where(tar + far > 0, tar / (tar + far), 0.0)

@@ -35,7 +35,7 @@ ground truth, and the real data):
    hypergeometric laws (:func:`medanon.evaluate.attacks.stats.topk_null`), averaged over the attacker's
    hits under random tie breaking (``p_value_exact``). That test treats the pool's images as independent; with
    ``source_patients`` the reported ``p_value`` is the patient cluster bootstrap's instead (one-sided: the share of
-   resampled hit rates at or below the exact chance, :func:`.stats.bootstrap_p`, never below 1 / (resamples + 1)).
+   resampled hit rates at or below the exact chance, :func:`.bootstrap.bootstrap_p`, never below 1 / (resamples + 1)).
    This is a
    baseline (random guessing), not a control: ranking held-out patients has no member to find.
 
@@ -50,16 +50,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, bootstrap_p, components
 from medanon.evaluate.attacks.risk import exact_rate, rate, risk_entry
-from medanon.evaluate.attacks.stats import (
-    BOOT_RESAMPLES,
-    bootstrap_p,
-    components,
-    exact_interval,
-    topk_hits,
-    topk_null,
-    upper_tail,
-)
+from medanon.evaluate.attacks.stats import exact_interval, topk_hits, topk_null, upper_tail
 from medanon.evaluate.attacks.views import assumptions
 
 ASSUMPTIONS = ("attacker knows the method well enough to hold released records with their cluster membership for "

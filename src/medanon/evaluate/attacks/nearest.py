@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from medanon.evaluate.attacks.auc import delong
 from medanon.evaluate.attacks.balance import Balance, control_rates, covered
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES
 from medanon.evaluate.attacks.risk import rate, risk_entry, threshold_entry
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, delong, threshold_at_far, unit
+from medanon.evaluate.attacks.stats import threshold_at_far, unit
 from medanon.evaluate.attacks.views import assumptions, cosines
 
 ASSUMPTIONS = ("attacker holds a target's real image, an identity network and the release, and claims membership "

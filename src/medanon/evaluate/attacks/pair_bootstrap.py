@@ -1,7 +1,7 @@
 """The patient cluster bootstrap of verification statistics over pairs, from patients × patients count matrices.
 
 A pair across clusters ``a`` and ``b`` counts ``c_a c_b`` times in a resample that drew cluster ``a`` ``c_a`` times
-(a pair within one cluster: ``c_a``; :func:`.stats.cluster_bootstrap`). A rate over pairs is then a ratio of two
+(a pair within one cluster: ``c_a``; :func:`.bootstrap.cluster_bootstrap`). A rate over pairs is then a ratio of two
 bilinear forms: with ``c' = [c, 1]`` (the extra entry carries the within-cluster pairs),
 ``sum over pairs of x * weight = c' M_x c'^T``, where ``M_x[a, b]`` adds ``x`` over the pairs of clusters
 ``(a, b)``: one (clusters + 1)² matrix built once, instead of gathering one weight per pair and resample.
@@ -12,7 +12,7 @@ ordered right (ties ½): ``sum_q w_q A(s_q)``, with ``A(s) = sum_a' c_a' P_a'(s)
 of cluster ``a'`` above ``s`` (ties ½). So ``numerator = sum_{a', (a, b)} c_a' c'_a c'_b H[a', (a, b)]`` with
 ``H[a', (a, b)]`` the sum of ``P_a'`` over the impostor pairs of clusters ``(a, b)``: a clusters × (clusters + 1)²
 array, built once from the impostors' positions among the sorted genuine scores, and per resample one matrix
-product. The draws equal :func:`.stats.cluster_bootstrap`'s (the same resamples, exact integer arithmetic; tested),
+product. The draws equal :func:`.bootstrap.cluster_bootstrap`'s (the same resamples, exact integer arithmetic; tested),
 at a cost that does not grow with the number of pairs.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from medanon.evaluate.attacks.stats import _codes
+from medanon.evaluate.attacks.bootstrap import _codes
 
 MAX_CELLS = 1 << 23             # H's entries (clusters × (clusters + 1)²): above it, the gathering bootstrap is used
 PAIRS_PER_CELL = 20             # ... and above 20 per pair, where weighting every pair costs less (measured: 140
@@ -29,7 +29,7 @@ PAIRS_PER_CELL = 20             # ... and above 20 per pair, where weighting eve
 
 
 def _counts(g: int, n_resamples: int, seed: int, stream: int) -> np.ndarray:
-    """The cluster counts of :func:`.stats.cluster_bootstrap` (same seed, same stream: the same resamples)."""
+    """The cluster counts of :func:`.bootstrap.cluster_bootstrap` (same seed, same stream: the same resamples)."""
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(stream)]))
     return rng.multinomial(g, np.full(g, 1.0 / g), size=n_resamples).astype(np.float64)
 

@@ -7,7 +7,7 @@ in Synthetic Data", PoPETs 2023), written here for images:
   ``z / (n + z^2) * sqrt(s (n - s) / n + z^2 / 4)`` (:func:`success_rate`); ``s`` may be fractional, a
   tie's credit (:mod:`.stats`);
 - where the targets' patients are known, a rate over images is instead the raw fraction with the patient
-  cluster bootstrap interval (:func:`rate`, :func:`medanon.evaluate.attacks.stats.cluster_summary`): images
+  cluster bootstrap interval (:func:`rate`, :func:`medanon.evaluate.attacks.bootstrap.cluster_summary`): images
   of one patient are not independent;
 - the residual risk of an attack is ``(attack - control) / (1 - control)``: the attacker's success
   on targets whose data went into the release, beyond its success on *control* targets whose data
@@ -30,14 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from medanon.evaluate.attacks.stats import (
-    BOOT_RESAMPLES,
-    TIE_TOL,
-    cluster_summary,
-    no_spread,
-    percentile_ci,
-    wilson_estimate,
-)
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, cluster_summary, no_spread, percentile_ci
+from medanon.evaluate.attacks.stats import TIE_TOL, wilson_estimate
 from medanon.evaluate.attacks.views import cosines
 
 MIN_PATIENTS = 10               # fewer control / calibration patients: a rate near 10 % is not resolved

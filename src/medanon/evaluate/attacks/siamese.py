@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from medanon.data.tensors import resize_to
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, patient_clusters
 from medanon.evaluate.attacks.linkability import (
     _pairs,
     record_clusters,
@@ -57,7 +58,6 @@ from medanon.evaluate.attacks.linkability import (
     verification_rates,
 )
 from medanon.evaluate.attacks.nearest import membership_from_scores
-from medanon.evaluate.attacks.stats import BOOT_RESAMPLES, patient_clusters
 from medanon.evaluate.attacks.views import assumptions
 
 ASSUMPTIONS = ("attacker holds a Siamese network trained on pairs of real images of other patients (genuine: "

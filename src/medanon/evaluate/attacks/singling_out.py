@@ -17,7 +17,7 @@ release's private mapping), with cosine similarities of identity embeddings:
   official code). Medians over source images.
 
 Intervals: with ``source_patients``, the per-image rates and the medians get patient cluster bootstrap
-intervals (:func:`medanon.evaluate.attacks.stats.cluster_summary`, seeded by ``seed``), the per-individual
+intervals (:func:`medanon.evaluate.attacks.bootstrap.cluster_summary`, seeded by ``seed``), the per-individual
 rate one over the same clusters (individuals who share a released record are one unit); without, Wilson's and an
 image bootstrap.
 
@@ -36,16 +36,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, cluster_summary, weighted_median
 from medanon.evaluate.attacks.risk import exact_rate, rate, risk_entry, success_rate
-from medanon.evaluate.attacks.stats import (
-    BOOT_RESAMPLES,
-    cluster_summary,
-    mid_rank,
-    tie_counts,
-    top1_credit,
-    unit,
-    weighted_median,
-)
+from medanon.evaluate.attacks.stats import mid_rank, tie_counts, top1_credit, unit
 from medanon.evaluate.attacks.views import assumptions, cosines
 
 ASSUMPTIONS = ("attacker holds the real image of a target and an identity network trained on real patients; "

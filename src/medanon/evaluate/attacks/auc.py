@@ -1,0 +1,89 @@
+"""The AUC of an attack's scores with its intervals: DeLong's (units independent) and, where patients are known,
+the patient cluster bootstrap's (:mod:`.bootstrap`; pairs through :mod:`.pair_bootstrap`), and the two-sided AUC of an
+attacker free to flip its score's direction. Tested against sklearn's ``roc_auc_score`` and brute-force resampling
+(tests/test_eval_protocol.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import mannwhitneyu, norm, rankdata
+
+from medanon.evaluate.attacks.bootstrap import (
+    BOOT_RESAMPLES,
+    bootstrap_p,
+    cluster_summary,
+    summarise_draws,
+    weighted_auc,
+)
+
+
+def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None, neg_groups=None,
+           seed: int = 0, n_resamples: int = BOOT_RESAMPLES) -> dict:
+    """AUC = P(pos > neg) + P(tie)/2 with DeLong's variance (DeLong et al. 1988), its normal interval, the
+    two-sided Mann-Whitney p-value, and the two-sided AUC ``max(AUC, 1 - AUC)`` (an attacker free to flip
+    the direction of its score).
+
+    With ``pos_groups`` and ``neg_groups`` (the patient of each score, or of each side of a pair: shape (n, 2)),
+    ``ci`` is the patient cluster bootstrap interval instead (``interval`` says which; DeLong's stays in
+    ``delong_ci``), and ``p_value`` the bootstrap's (:func:`bootstrap_p`; ``p_value_test`` says which): the
+    Mann-Whitney test treats the images of one patient as independent."""
+    x = np.asarray(pos_scores, np.float64).ravel()
+    y = np.asarray(neg_scores, np.float64).ravel()
+    m, n = len(x), len(y)
+    if m == 0 or n == 0:
+        nan = float("nan")
+        return {"auc": nan, "ci": [nan, nan], "delong_ci": [nan, nan], "se": nan, "p_value": nan,
+                "two_sided_auc": nan, "two_sided_ci": [nan, nan], "n_pos": m, "n_neg": n, "direction": "none",
+                "interval": "none"}
+    # structural components: psi(x_i, y_j) averaged over the other sample, from ranks (ties count 1/2)
+    rz = rankdata(np.r_[x, y])
+    rx, ry = rankdata(x), rankdata(y)
+    v10 = (rz[:m] - rx) / n                        # for each positive: fraction of negatives below it
+    v01 = 1.0 - (rz[m:] - ry) / m                  # for each negative: fraction of positives above it
+    auc = float(v10.mean())
+    var = (v10.var(ddof=1) / m if m > 1 else 0.0) + (v01.var(ddof=1) / n if n > 1 else 0.0)
+    se = math.sqrt(max(var, 0.0))
+    z = float(norm.ppf(0.5 + confidence / 2))
+    ci = [max(0.0, auc - z * se), min(1.0, auc + z * se)]
+    out = {"auc": auc, "ci": ci, "delong_ci": ci, "se": se, "two_sided_auc": max(auc, 1.0 - auc),
+           "two_sided_ci": two_sided_interval(ci), "direction": "higher" if auc >= 0.5 else "lower", "n_pos": m,
+           "n_neg": n, "interval": "DeLong"}
+    if pos_groups is None or neg_groups is None:        # with patients, the bootstrap's p-value replaces it below
+        out.update(p_value=float(mannwhitneyu(x, y, alternative="two-sided").pvalue),
+                   p_value_test="Mann-Whitney, two-sided (units independent)")
+    else:
+        groups = np.concatenate([np.asarray(pos_groups), np.asarray(neg_groups)])
+        pos = np.r_[np.ones(m, bool), np.zeros(n, bool)]
+        fast = None
+        if groups.ndim == 2:                            # pairs: from count matrices (.pair_bootstrap), same draws
+            from medanon.evaluate.attacks.pair_bootstrap import verification_draws
+
+            fast = verification_draws(np.r_[x, y], pos, pos, pos, groups, n_resamples=n_resamples, seed=seed)
+        boot = (summarise_draws(fast[0][2:3], fast[1], {"x": (auc, False)}, confidence=confidence, seed=seed,
+                                n_resamples=n_resamples)["x"] if fast is not None else
+                cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
+                                n_resamples=n_resamples))
+        # the image of the AUC's interval, not the percentiles of folded draws: those never reach 0.5, so a null
+        # attack would read as above chance
+        out.update(ci=boot["ci"], two_sided_ci=two_sided_interval(boot["ci"]),
+                   interval=boot["interval"], patients=boot["clusters"],
+                   resamples=boot["resamples"], seed=seed, p_value=bootstrap_p(boot["draws"], 0.5),
+                   p_value_test=f"patient cluster bootstrap, interval inversion: twice the smaller share of the "
+                                f"{boot['resamples']} resampled AUCs on either side of 0.5")
+    return out
+
+
+def two_sided_interval(ci) -> list[float]:
+    """The image of an AUC interval under ``a -> max(a, 1 - a)``: it holds the two-sided AUC whenever ``ci`` holds
+    the AUC (so its coverage is at least ``ci``'s).
+
+    >>> two_sided_interval([0.2, 0.4]), two_sided_interval([0.45, 0.7])
+    ([0.6, 0.8], [0.5, 0.7])
+    """
+    lo, hi = (float(v) for v in ci)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return [float("nan"), float("nan")]
+    a, b = max(lo, 1.0 - lo), max(hi, 1.0 - hi)
+    return [0.5 if lo <= 0.5 <= hi else min(a, b), max(a, b)]

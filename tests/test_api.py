@@ -211,6 +211,10 @@ def test_evaluate_returns_a_typed_result(tmp_path, world):
     assert res.to_dict()["releases"] == res.releases and json.dumps(res.to_dict(), default=str)
     html = res.to_html(tmp_path / "elsewhere" / "report.html")
     assert html.read_text() == (tmp_path / "report" / "report.html").read_text() and "k3" in html.read_text()
+    # what it read, wherever it lies (an opened dataset's image folders, the splits, the mappings) is never written
+    read = {p.resolve() for p in res.reads}
+    assert {ds.records[0].path.resolve().parent, (tmp_path / "splits.csv").resolve(),
+            (tmp_path / "k2.mapping.json").resolve(), (tmp_path / "k3").resolve()} <= read
 
 
 def test_ksame_commands_take_config_files_and_overrides(tmp_path, world):

@@ -371,7 +371,7 @@ def test_inception_fid_on_a_few_images(world, tmp_path):
     kid = by["noise"]["fidelity"]["kid"]
     assert kid["ci"][0] <= kid["mean"] <= kid["ci"][1] and kid["resampled"] == "patients"
     assert f"[{1e3 * kid['ci'][0]:.2f}, {1e3 * kid['ci'][1]:.2f}]" in html
-    from medanon.api.evaluate import EvaluationResult
+    from medanon.api.result import EvaluationResult
 
     rows = EvaluationResult(releases=rep["releases"], controls=rep["controls"], real={}, phantom=True, notes=[],
                             seconds=0.0, report=rep, html=html).summary()     # the flat summary, KID included

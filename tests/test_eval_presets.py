@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from medanon.api.evaluate import SUMMARY_FIELDS, EvaluationResult
+from medanon.api.result import SUMMARY_FIELDS, EvaluationResult
 from medanon.errors import ConfigError
 from medanon.evaluate.config import PRESETS, EvalConfig, preset
 

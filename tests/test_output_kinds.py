@@ -222,6 +222,13 @@ def test_nothing_is_written_inside_a_release_or_a_dataset_through_the_api(tmp_pa
     with pytest.raises(UnsafeOutputError, match="not a medanon report"):
         result.to_html(tmp_path / "notes.html", overwrite=True)
     assert (tmp_path / "notes.html").read_text() == "mine"
+    # an image folder the evaluation read outside the dataset's folder (an opened dataset's linked images)
+    pacs = tmp_path / "pacs"
+    pacs.mkdir()
+    result.reads = [pacs]
+    with pytest.raises(UnsafeOutputError, match="medanon never writes into"):
+        result.to_html(pacs / "report.html")
+    assert not (pacs / "report.html").exists()
 
 
 def test_a_demo_too_small_for_its_evaluation_is_refused_before_any_work(tmp_path):

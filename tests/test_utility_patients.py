@@ -133,7 +133,7 @@ def test_compare_releases_identical_and_perfect_vs_random():
 
 
 def test_comparison_rows_in_the_summary():
-    from medanon.api.evaluate import EvaluationResult
+    from medanon.api.result import EvaluationResult
 
     c = {"a": "k2", "b": "k5", "task": "grade", "n": 40, "n_patients": 10,
          "metrics": {"kappa": {"a": {"value": 0.5, "ci": [0.3, 0.7]}, "b": {"value": 0.4, "ci": [0.2, 0.6]},

@@ -23,8 +23,9 @@ __version__ = "0.1.0"
 from medanon import anonymize
 from medanon.api._callable import make_callable as _make_callable
 from medanon.api.data import make_phantom, open_dataset, split_dataset
-from medanon.api.evaluate import EvaluationResult, audit
+from medanon.api.evaluate import audit
 from medanon.api.evaluate import evaluate as _evaluate
+from medanon.api.result import EvaluationResult
 from medanon.release.release import PrivacyWarning, Release
 
 evaluate = _make_callable("medanon.evaluate", _evaluate)   # the evaluation package, callable

@@ -420,3 +420,49 @@ def test_a_mapping_with_records_of_the_wrong_shape_is_named(tmp_path: Path):
     with pytest.raises(DataError, match="is not what a mapping holds") as e:
         medanon.audit(out, source=fundus, mapping=tmp_path / "bad.json")
     assert "bad.json" in str(e.value) and "unedited" in e.value.fix
+
+
+def _kpixel_release(out: Path, records: list[Record], mapping: Path, views: int = 1) -> Path:
+    """Two patients per cluster with all their images, ``views`` records per cluster, as kpixel writes them."""
+    by_patient: dict[str, list[Record]] = {}
+    for r in records:
+        by_patient.setdefault(r.patient_id, []).append(r)
+    pats = sorted(by_patient)
+    params = {"k": 2, **({"augmentation": {"views": views}} if views > 1 else {})}
+    with ReleaseWriter(out, method="kpixel", params=params, privacy={"k": 2}, labels=["grade"],
+                       mapping=mapping) as rel:
+        for i in range(0, len(pats), 2):
+            for v in range(views):
+                rel.add(f"cluster-{i}-{v}", torch.zeros(3, 16, 16).uniform_(-1, 1),
+                        by_patient[pats[i]] + by_patient[pats[i + 1]])
+    return out
+
+
+def test_the_audit_catches_a_patient_in_two_clusters_and_a_source_in_two(tmp_path: Path, source):
+    """Each patient in exactly one cluster, all of their images in it, is what a k-Same record promises; the per-record
+    count of people cannot see a patient split across two records, nor one image in two (views are not overlaps)."""
+    _, records = source
+
+    def cluster_failures(mapping):
+        rep = audit_release(tmp_path / "rel", mapping=mapping, source_records=records)
+        return sorted(c.name for c in rep.checks if not c.passed)
+
+    _kpixel_release(tmp_path / "rel", records, tmp_path / "map.json")
+    assert cluster_failures(tmp_path / "map.json") == []
+    m = json.loads((tmp_path / "map.json").read_text())
+    a, b = sorted(m["records"])[:2]
+    moved = m["records"][a]["sources"][0]                   # one image of a patient moves to another cluster
+    split = json.loads(json.dumps(m))
+    split["records"][a]["sources"].remove(moved)
+    split["records"][b]["sources"].append(moved)
+    (tmp_path / "split.json").write_text(json.dumps(split))
+    assert "each patient is in exactly one cluster (mapping)" in cluster_failures(tmp_path / "split.json")
+    twice = json.loads(json.dumps(m))
+    twice["records"][b]["sources"].append(moved)           # one image behind two records
+    (tmp_path / "twice.json").write_text(json.dumps(twice))
+    failed = cluster_failures(tmp_path / "twice.json")
+    assert "each source image is in one cluster (mapping)" in failed
+    assert "each patient is in exactly one cluster (mapping)" in failed
+    _kpixel_release(tmp_path / "views", records, tmp_path / "views.json", views=2)
+    rep = audit_release(tmp_path / "views", mapping=tmp_path / "views.json", source_records=records)
+    assert rep.passed and "each cluster is released as 2 records (mapping)" in [c.name for c in rep.checks]

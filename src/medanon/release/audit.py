@@ -43,6 +43,7 @@ from PIL import Image
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
+from medanon.release.audit_clusters import check_clusters
 from medanon.release.audit_source import check_copied_files, check_preprocessed_copies, check_source_counts
 from medanon.release.files import FORMAT
 from medanon.release.labels import RESERVED_COLUMNS
@@ -241,7 +242,10 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
         rep.notes.append(f"the source's modality is not known from its layout: not compared with the release's "
                          f"({made_from})")
     if mapping is not None:
-        _check_mapping(rep, Path(mapping), rows, k, source_records, source_root, source_modality)
+        _check_mapping(rep, Path(mapping), rows, k, source_records, source_root, source_modality,
+                       method=manifest.get("method"),
+                       views=_whole(((manifest.get("params") or {}).get("augmentation") or {}).get("views", 1) or 1,
+                                    f"{man_path}: params.augmentation.views"))
         if source_records is not None:
             privacy = manifest.get("privacy") or {}
             eps = privacy.get("epsilon_image")
@@ -328,7 +332,7 @@ def _whole(value, where: str) -> int | None:
 
 
 def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, source_root=None,
-                   source_modality=None) -> None:
+                   source_modality=None, *, method: str | None = None, views: int = 1) -> None:
     data = read_mapping(mapping)
     recs = data["records"]
     listed = {r["image"] for r in rows}
@@ -339,6 +343,7 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
     rep.add("mapping covers the release", set(recs) == listed,
             f"{len(set(recs) ^ listed)} records differ" if set(recs) != listed else f"{len(recs)} records")
     counts = {img: len(set(v["patients"])) for img, v in recs.items()}
+    by_id, unknown, why = {}, set(), None
     if source_records is not None:
         by_id = {r.record_id: r for r in source_records}
         named_ids = {s for v in recs.values() for s in v["sources"]}
@@ -349,7 +354,6 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
                               fix="give the dataset the release was made from (and the same layout options)")
         rep.add("mapping sources exist in the source dataset", not unknown,
                 f"{len(unknown)} unknown record ids" if unknown else "")
-        why = None
         if source_root is not None or source_modality is not None:
             why = mapping_source_mismatch(data, [r for r in source_records if r.record_id in named_ids],
                                           root=source_root, modality=source_modality)
@@ -369,6 +373,9 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
         else:
             rep.notes.append("the people per record are counted from the mapping's own patient ids: the source given "
                              "is not confirmed to be the release's")
+    confirmed = source_records is not None and why is None and not unknown
+    check_clusters(rep, recs, method=method, views=views,
+                   patient_of=(lambda s: by_id[s].patient_id) if confirmed else None)
     if k is not None and counts:
         low = [img for img, n in counts.items() if n < k]
         rep.add(f"every record stands for >= {k} people (mapping)", not low,

@@ -55,7 +55,8 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
                                    "construction and says little about other attackers"),
         "assumptions": [
             "the attacker does not have the models (encoder, generator, E_id, E_ut): the optimisation is "
-            "deterministic, so whoever has them and a candidate source image can recompute X_A exactly and link it. "
+            "deterministic, so whoever has them and a candidate source image can recompute X_A (exactly with the "
+            "same batch size) and link it. "
             "medanon's shipped checkpoints (the defaults) are public: a release made with them does not meet this "
             "assumption",
             "identity is what E_id recognises: features it ignores are not removed",
@@ -65,7 +66,8 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
             "whatever the identity network does not encode",
             "images of the same patient may stay linkable to each other (GMIA Table 3 reports a high inner risk)",
             "linking by recomputation: whoever has the models and a candidate image reruns GMIA and finds its "
-            "released image exactly (the models are public when they are medanon's shipped checkpoints)",
+            "released image (exactly with the same batch size, else within a few grey levels in a few pixels; the "
+            "models are public when they are medanon's shipped checkpoints)",
             "the sources' count, label distribution and, through the generator, the training data's appearance",
             "labels released with the images are released as they are",
         ],

@@ -443,3 +443,29 @@ def test_a_release_without_an_identity_loss_claims_no_identity_push(tmp_path, ch
     assert meaning.startswith("no margin applies: no optimisation step was run (steps=0)"), meaning
     r = _cli(d, data, tmp_path / "m", "--utility", str(d / "grade.pt"))
     assert read_release(tmp_path / "m")[0]["privacy"]["margin_meaning"].startswith("an optimisation target")
+
+
+def test_a_release_of_the_shipped_models_training_people_says_so(tmp_path):
+    """The shipped GMIA networks were trained on the seed-0 phantom: GMIA claims no guarantee, but its images then
+    carry what the weights memorised of those people and its identity outcome comes from a network that knows them.
+    The statement says so (a count, never ids), before saving and in the manifest, and saving warns."""
+    import warnings
+
+    import medanon
+    from medanon.anonymize.privacy import CalibrationOverlap
+
+    seed0 = medanon.make_phantom(tmp_path / "seed0", patients=3, per_patient=1, size=64, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = medanon.anonymize.gmia(seed0, steps=1, device="cpu")
+    assert rel.privacy["models_trained_on_released"]["released_patients"] == 3
+    with pytest.warns(CalibrationOverlap, match="holds 3 of the released patients"):
+        rel.save(tmp_path / "rel", progress=False)
+    privacy = read_release(tmp_path / "rel")[0]["privacy"]
+    assert privacy["models_trained_on_released"] == rel.privacy["models_trained_on_released"]
+    assert any("memorised of the 3 released patients" in item for item in privacy["not_protected"])
+    assert "P0000" not in json.dumps(privacy)
+    other = medanon.make_phantom(tmp_path / "seed5", patients=3, per_patient=1, size=64, seed=5, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert "models_trained_on_released" not in medanon.anonymize.gmia(other, steps=1, device="cpu").privacy

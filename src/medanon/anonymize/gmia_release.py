@@ -127,6 +127,52 @@ def _sha256(info: dict[str, Any] | None) -> str | None:
     return info.get("sha256") or (info.get("checkpoint") or {}).get("sha256")
 
 
+def release_models(gmia: GMIA, networks: dict[str, Any] | None = None) -> dict[str, str]:
+    """The manifest's models: each network's checkpoint sha256, or for one given in memory its weights'."""
+    from medanon.checkpoint import weights_sha256
+
+    networks = networks if networks is not None else gmia.describe()
+    models = {name: sha for name in ("codec", "identity", "utility") if (sha := _sha256(networks[name]))}
+    models.update({f"{name}:weights": sha for name in ("codec", "identity", "utility")   # networks given in memory
+                   if name not in models and (sha := weights_sha256(getattr(gmia, name))) is not None})
+    return models
+
+
+def gmia_statement(gmia: GMIA, dataset: ImageDataset, networks: dict[str, Any] | None = None, *,
+                   warn: bool = True) -> dict[str, Any]:
+    """The privacy statement of ``gmia`` releasing ``dataset``: :func:`gmia_privacy`, and what it says of shipped
+    models trained on the released people (:func:`models_trained_on_released`; ``warn``: whether to warn of it)."""
+    from medanon.phantoms.provenance import shipped_models_trained_on
+
+    networks = networks if networks is not None else gmia.describe()
+    files = {k: v for k, v in release_models(gmia, networks).items() if ":" not in k}
+    overlap = shipped_models_trained_on(files, dataset.root, [r.patient_id for r in dataset.records])
+    return models_trained_on_released(gmia_privacy(gmia.cfg, networks), overlap, warn=warn)
+
+
+def models_trained_on_released(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]], *,
+                               warn: bool = True) -> dict:
+    """The statement of a GMIA release whose shipped models were trained on released people (``overlap``:
+    :func:`medanon.phantoms.provenance.shipped_models_trained_on`): GMIA claims no guarantee, but the released images
+    then carry what the weights memorised of those people, and the optimisation's identity loss and outcome are
+    measured by networks that have seen them. Warns :class:`~medanon.anonymize.privacy.CalibrationOverlap`."""
+    from medanon.anonymize.privacy import CalibrationOverlap
+    from medanon.phantoms.provenance import overlap_fact
+
+    if not overlap:
+        return privacy
+    most, files, fact = overlap_fact(overlap)
+    if warn:
+        warnings.warn(f"{fact}: the released images carry what their weights memorised of them, and the identity "
+                      "loss and the optimisation outcome are measured by networks that have seen these people; make "
+                      "the phantom with another seed, or train the models on other data", CalibrationOverlap,
+                      stacklevel=user_stacklevel())
+    return {**privacy, "models_trained_on_released": {"files": sorted(overlap), "released_patients": most},
+            "not_protected": [*privacy.get("not_protected", []),
+                              f"what {files} memorised of the {most} released patients they were trained on ({fact}; "
+                              "the optimisation outcome's identity cosines come from networks that have seen them)"]}
+
+
 def gmia_release(dataset: ImageDataset, out: str | Path, *,
                  gmia: GMIA,                             # the optimiser (codec, E_id, E_ut, config)
                  labels: Sequence[str] | None = None,    # released labels (default: the utility label only)
@@ -159,13 +205,10 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
     if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings
         params["amp"] = networks["codec"]["amp"]
     params.update(extra_params or {})
-    models = {name: sha for name in ("codec", "identity", "utility")
-              if (sha := _sha256(networks[name]))}
-    from medanon.checkpoint import weights_sha256
-
-    models.update({f"{name}:weights": sha for name in ("codec", "identity", "utility")   # networks given in memory
-                   if name not in models and (sha := weights_sha256(getattr(gmia, name))) is not None})
+    models = release_models(gmia, networks)
     from medanon.release.release import is_phantom, source_digest
+
+    privacy = gmia_statement(gmia, dataset, networks)
 
     source = source_digest(dataset)                  # image bytes, record and patient ids, labels
     phantom = is_phantom(dataset)
@@ -176,7 +219,7 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
         parts.append(dataclasses.replace(res, images=res.images[:, :0]))    # the statistics, not the images
         return res.images
 
-    with open_release(out, method="gmia", params=params, privacy=gmia_privacy(gmia.cfg, networks), labels=names,
+    with open_release(out, method="gmia", params=params, privacy=privacy, labels=names,
                       seeds={}, models=models, source=source, phantom=phantom, mapping=mapping,
                       overwrite=overwrite) as writer:
         if len(writer):

@@ -113,15 +113,13 @@ def models_trained_on_released(privacy: dict[str, Any], overlap: dict[str, tuple
 
     from medanon.anonymize.privacy import CalibrationOverlap
     from medanon.errors import user_stacklevel
+    from medanon.phantoms.provenance import overlap_fact
 
     if not overlap:
         return privacy
-    most = max(n for n, _ in overlap.values())
+    most, files, fact = overlap_fact(overlap)
     seed = next(iter(overlap.values()))[1]["seed"]
-    files = ", ".join(sorted(overlap))
-    # counts and file names only, never patient ids: this goes into the public manifest
-    fact = (f"the models {files} were trained on a phantom (seed {seed}) that holds {most} of the released patients, "
-            "so a record also depends on them through the models' weights")
+    fact += ", so a record also depends on them through the models' weights"
     warnings.warn(f"{fact}: what the weights memorised of them is outside the k-anonymity statement (which says "
                   "so); make the phantom with another seed, or train the models on other data",
                   CalibrationOverlap, stacklevel=user_stacklevel())

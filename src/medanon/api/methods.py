@@ -88,7 +88,7 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
         10
     """
     from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder
-    from medanon.anonymize.gmia_release import gmia_privacy
+    from medanon.anonymize.gmia_release import gmia_statement
     from medanon.anonymize.ldp import release_dataset
     from medanon.api.ksame import check_codec_matches, load_codec_for
     from medanon.config import validate
@@ -149,7 +149,8 @@ def gmia(ds: DataLike, *, model=None, identity=None, utility=None, losses: str =
 
     params = {**cfg.params(), **({"model_files": used} if used else {})}
     # saved through gmia_release (its warnings, checksums and optimisation outcome); produce() only previews images
-    return Release(method="gmia", dataset=ds, params=params, privacy=gmia_privacy(cfg, opt.describe()),
+    # the statement as saved (its warning comes when the release is saved, through gmia_release)
+    return Release(method="gmia", dataset=ds, params=params, privacy=gmia_statement(opt, ds, warn=False),
                    labels=labels, produce=produce, saver=saver)
 
 

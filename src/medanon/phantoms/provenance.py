@@ -114,3 +114,14 @@ def shipped_models_trained_on(models: dict[str, str], released_root: str | Path 
         if shared:
             out[name] = (len(shared), trained)
     return out
+
+
+def overlap_fact(overlap: dict[str, tuple[int, dict[str, Any]]]) -> tuple[int, str, str]:
+    """What a release states of shipped models trained on its people (``overlap``: :func:`shipped_models_trained_on`,
+    not empty): the most released patients one model was trained on, the files, and the sentence. Counts and file
+    names only, never patient ids: it goes into the public manifest."""
+    most = max(n for n, _ in overlap.values())
+    seed = next(iter(overlap.values()))[1]["seed"]
+    files = ", ".join(sorted(overlap))
+    return most, files, (f"the models {files} were trained on a phantom (seed {seed}) that holds {most} of the "
+                         "released patients")

@@ -422,14 +422,14 @@ def test_a_mapping_with_records_of_the_wrong_shape_is_named(tmp_path: Path):
     assert "bad.json" in str(e.value) and "unedited" in e.value.fix
 
 
-def _kpixel_release(out: Path, records: list[Record], mapping: Path, views: int = 1) -> Path:
-    """Two patients per cluster with all their images, ``views`` records per cluster, as kpixel writes them."""
+def _kcentroid_release(out: Path, records: list[Record], mapping: Path, views: int = 1) -> Path:
+    """Two patients per cluster with all their images, ``views`` records per cluster, as kcentroid writes them."""
     by_patient: dict[str, list[Record]] = {}
     for r in records:
         by_patient.setdefault(r.patient_id, []).append(r)
     pats = sorted(by_patient)
     params = {"k": 2, **({"augmentation": {"views": views}} if views > 1 else {})}
-    with ReleaseWriter(out, method="kpixel", params=params, privacy={"k": 2}, labels=["grade"],
+    with ReleaseWriter(out, method="kcentroid", params=params, privacy={"k": 2}, labels=["grade"],
                        mapping=mapping) as rel:
         for i in range(0, len(pats), 2):
             for v in range(views):
@@ -447,7 +447,7 @@ def test_the_audit_catches_a_patient_in_two_clusters_and_a_source_in_two(tmp_pat
         rep = audit_release(tmp_path / "rel", mapping=mapping, source_records=records)
         return sorted(c.name for c in rep.checks if not c.passed)
 
-    _kpixel_release(tmp_path / "rel", records, tmp_path / "map.json")
+    _kcentroid_release(tmp_path / "rel", records, tmp_path / "map.json")
     assert cluster_failures(tmp_path / "map.json") == []
     m = json.loads((tmp_path / "map.json").read_text())
     a, b = sorted(m["records"])[:2]
@@ -463,6 +463,33 @@ def test_the_audit_catches_a_patient_in_two_clusters_and_a_source_in_two(tmp_pat
     failed = cluster_failures(tmp_path / "twice.json")
     assert "each source image is in one cluster (mapping)" in failed
     assert "each patient is in exactly one cluster (mapping)" in failed
-    _kpixel_release(tmp_path / "views", records, tmp_path / "views.json", views=2)
+    _kcentroid_release(tmp_path / "views", records, tmp_path / "views.json", views=2)
     rep = audit_release(tmp_path / "views", mapping=tmp_path / "views.json", source_records=records)
     assert rep.passed and "each cluster is released as 2 records (mapping)" in [c.name for c in rep.checks]
+
+
+def test_the_audit_recomputes_each_kpixel_record_from_its_mapped_sources(tmp_path: Path):
+    """A k-Same-Pixel record is the patient-weighted average of its sources: the audit recomputes it, so a record
+    that averages fewer people than its mapping names (two of its four), which every count passes, is caught."""
+    import medanon
+    from medanon.anonymize.averaging import member_weights
+    from medanon.data.decode import decode
+
+    data = medanon.make_phantom(tmp_path / "ph", patients=8, per_patient=2, size=32, progress=False, seed=3)
+    medanon.anonymize.kpixel(data, k=4).save(tmp_path / "rel", mapping=tmp_path / "map.json", progress=False)
+    records = scan(data).records
+    rep = audit_release(tmp_path / "rel", mapping=tmp_path / "map.json", source_records=records)
+    name = "each kpixel record is the patient-weighted average of its mapped sources"
+    ok = next(c for c in rep.checks if c.name.startswith(name))
+    assert rep.passed and ok.passed and "2 records recomputed" in ok.detail
+    m = json.loads((tmp_path / "map.json").read_text())
+    img, entry = sorted(m["records"].items())[0]
+    by_id = {r.record_id: r for r in records}
+    half = [by_id[s] for s in entry["sources"] if by_id[s].patient_id in sorted(set(entry["patients"]))[:2]]
+    w = member_weights(np.arange(len(half)), [r.patient_id for r in half])
+    avg = np.tensordot(w, np.stack([decode(r.path, size=32, channels=3, crop="fov").image for r in half]), axes=1)
+    Image.fromarray(np.rint((np.clip(avg, -1, 1) + 1) * 127.5).astype(np.uint8).transpose(1, 2, 0)).save(
+        tmp_path / "rel" / img)
+    rep = audit_release(tmp_path / "rel", mapping=tmp_path / "map.json", source_records=records)
+    bad = next(c for c in rep.checks if c.name.startswith(name))
+    assert not bad.passed and "1 of 2 are not" in bad.detail and not rep.passed

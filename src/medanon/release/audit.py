@@ -44,7 +44,14 @@ from medanon.errors import ConfigError, DataError
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
 from medanon.release.audit_clusters import check_clusters
-from medanon.release.audit_source import check_copied_files, check_preprocessed_copies, check_source_counts
+from medanon.release.audit_content import check_kpixel_averages
+from medanon.release.audit_source import (
+    check_copied_files,
+    check_preprocessed_copies,
+    check_source_counts,
+    compared_records,
+    method_crop,
+)
 from medanon.release.files import FORMAT
 from medanon.release.labels import RESERVED_COLUMNS
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
@@ -256,6 +263,12 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
                                       says_vacuous=bool(privacy.get("vacuous")
                                                         or (privacy.get("without_guarantee") or {}).get("vacuous")),
                                       crop=(manifest.get("params") or {}).get("crop"))
+            if manifest.get("method") == "kpixel":        # the one method whose records the audit can recompute
+                recs = read_mapping(mapping)["records"]
+                check_kpixel_averages(rep, release, recs,
+                                      {r.record_id: r for r in source_records if Path(r.path).is_file()},
+                                      compared_records(recs), crop=method_crop(
+                                          (manifest.get("params") or {}).get("crop"), source_modality or made_from))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)
 

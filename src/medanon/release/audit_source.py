@@ -116,12 +116,8 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
         rep.notes.append("the sources are not files (images held in memory): released images were not compared "
                          "with their preprocessed sources")
         return
-    if crop not in ("fov", "center", "pad", "none"):       # the manifest's reading, else the modality's default
-        crop = "fov" if modality == "fundus" else "center"
-    names = sorted(records)
-    if len(names) > MAX_COMPARED:                   # a fixed sample: the whole release would cost minutes
-        pick = np.random.default_rng(0).choice(len(names), MAX_COMPARED, replace=False)
-        names = [names[i] for i in sorted(pick)]
+    crop = method_crop(crop, modality)
+    names = compared_records(records)
     copies: list[tuple[str, str]] = []
     compared = images = exact = 0
     thumbs: dict[int, dict[str, np.ndarray]] = {}      # channels -> source id -> its 8x8 grey thumbnail
@@ -183,6 +179,25 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
                          f"source as the methods preprocess it (within one 8-bit grey level, RMS; e.g. {img} = source "
                          f"{src}): the method changed too little of them to tell them from it. The release claims "
                          "no guarantee for images that this contradicts; the evaluation counts them as copies")
+
+
+def method_crop(crop: str | None, modality: str | None) -> str:
+    """How the methods cropped the sources: the manifest's ``crop``, else the modality's default."""
+    if crop in ("fov", "center", "pad", "none"):
+        return crop
+    return "fov" if modality == "fundus" else "center"
+
+
+def compared_records(records: dict) -> list[str]:
+    """The released images the audit compares with their sources: all of them, or above :data:`MAX_COMPARED` a fixed
+    random sample (seed 0; the whole release would cost minutes)."""
+    import numpy as np
+
+    names = sorted(records)
+    if len(names) > MAX_COMPARED:
+        pick = np.random.default_rng(0).choice(len(names), MAX_COMPARED, replace=False)
+        names = [names[i] for i in sorted(pick)]
+    return names
 
 
 def _thumb(image):

@@ -103,7 +103,8 @@ def test_item3_augmentation_noise_is_secret_and_sigma_is_the_calibrated_default(
     b = latent_views(ws, views=2, sigma=1.0, scale=torch.ones(8), generator=g2)
     assert not torch.equal(a, b)                        # two draws differ: nothing derives them from public data
     cfg = KSameConfig(method="kcentroid", k=2, views=3, seed=0)
-    assert ksame.seeds_used(cfg, codec=object()) == {}  # no augmentation seed in the manifest
+    # the noise is secret: the only seed is the public estimate of the prior's scale (a resume must keep it)
+    assert ksame.seeds_used(cfg, codec=object()) == {"augmentation_scale": 0}
     assert "secret" in ksame.manifest_params(cfg)["augmentation"]["noise"]
     assert "secret" in privacy_statement(cfg, None)["augmentation"]
 

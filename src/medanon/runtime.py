@@ -192,7 +192,12 @@ class RunDir:
     or ends.
     """
 
-    def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None):
+    def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None,
+                 new_run: bool = False, resume_step: int | None = None):
+        """``new_run``: a training run starting afresh (not resumed) in a folder where a run of the same command
+        may have died before its first checkpoint: that run's metrics and sample grids are removed once the folder
+        is locked, so the folder never mixes two runs' logs. ``resume_step``: a resumed run's step; metric lines
+        written after it (the run repeats those steps) are dropped."""
         from medanon.locks import OutputLock
         from medanon.outputs import check_output, check_run_folder
 
@@ -211,12 +216,29 @@ class RunDir:
             "finished": None,
         }
         self.path.mkdir(parents=True, exist_ok=True)
+        if new_run:
+            self._clear_dead_run()
+        elif resume_step is not None:
+            keep_metrics_until(self.metrics_path, resume_step)
         self._write_manifest()            # first: a folder interrupted now is still recognised as this run's
         atomic_write_text(self.path / "config.yaml", dump_yaml(config))
 
     @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.jsonl"
+
+    def _clear_dead_run(self) -> None:
+        """The metrics and sample grids of a run of this command that died before its first checkpoint (the
+        trainers refuse a new run over a checkpoint before they get here)."""
+        import shutil
+
+        stale = [p for p in (self.metrics_path, self.path / "samples") if p.exists()]
+        if stale:
+            log.info("%s: a run that stopped before its first checkpoint left %s; this new run starts them afresh",
+                     self.path, " and ".join(p.name for p in stale))
+        self.metrics_path.unlink(missing_ok=True)
+        if (self.path / "samples").is_dir():
+            shutil.rmtree(self.path / "samples")
 
     def record_input(self, name: str, path: str | Path, files: Iterable[Path] | None = None) -> None:
         """Checksum an input file, or a set of files under a directory, into the manifest."""
@@ -327,3 +349,30 @@ def map_in_parallel(fn: Callable[[T], R], items: Sequence[T], *, device="cpu") -
             return list(pool.map(fn, items))
     finally:
         torch.set_num_threads(threads)
+
+
+def keep_metrics_until(path: Path, step: int) -> None:
+    """On resume (said in the log, with the step it continues from), drop metric lines written after the
+    checkpoint (the run repeats those steps). A line that is not a JSON object (a run killed mid-write, a full disk,
+    an edit) is dropped with a warning: the metrics are a log, and the checkpoint the run resumes from is whole."""
+    log.info("resuming %s at step %d", path.parent, step)
+    if not path.exists():
+        return
+    kept, damaged = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            damaged += 1
+            continue
+        at = entry.get("step", 0)
+        if isinstance(at, int | float) and at <= step:      # a final line ("step": "test") came after it
+            kept.append(line)
+    if damaged:
+        log.warning("%s: %d damaged line%s (not a JSON object) dropped; the run resumes from its checkpoint", path,
+                    damaged, "s" if damaged != 1 else "")
+    atomic_write_text(path, "".join(line + "\n" for line in kept))

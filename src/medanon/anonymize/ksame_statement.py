@@ -160,7 +160,8 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
     if cfg.views > 1:
         p["augmentation"] = {"views": cfg.views, "sigma": cfg.view_sigma,
                              "noise": "w + sigma * std_prior(w) * N(0, I), one shift per view shared by all ws; "
-                                      "secret operating-system randomness, no seed"}
+                                      "secret operating-system randomness, no seed (std_prior is estimated from "
+                                      "seeded draws of the prior: seeds.augmentation_scale)"}
         if codec is not None and getattr(codec, "latent_space", "ws") == "ws+map":
             p["augmentation"]["noise"] += "; the spatial map's rows are not shifted"
     if cfg.method == "kpca":
@@ -178,6 +179,8 @@ def seeds_used(cfg: KSameConfig, *, codec=None) -> dict[str, int]:
     seeds = {}
     if cfg.method == "kpca" or (space == "pca" and cfg.method != "inverted"):
         seeds["pca_subsample"] = cfg.seed
+    if cfg.views > 1:                    # the prior's per-dimension scale of the views' noise, estimated from seeded z
+        seeds["augmentation_scale"] = cfg.seed
     return seeds
 
 

@@ -57,8 +57,9 @@ class MedanonGroup(click.Group):
         except KeyboardInterrupt:
             click.secho("interrupted: nothing half-written was left under an output's name. To continue: run the "
                         "same command again (releases, evaluate, demo, train identity), add --resume (train gan, "
-                        "encoder, autoencoder, flow, segmenter, once the run has written its checkpoint.pt; before "
-                        "that, run it again without --resume); train classifier starts over", fg="yellow", err=True)
+                        "encoder, autoencoder, flow, segmenter, once the run has written its first checkpoint: "
+                        "checkpoint.pt, or last.pt for the segmenter; before that, run it again without --resume, "
+                        "which starts the run afresh); train classifier starts over", fg="yellow", err=True)
             ctx.exit(130)
 
 

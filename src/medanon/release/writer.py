@@ -234,8 +234,8 @@ class ReleaseWriter:
         if "models" in head and head["models"] != models:          # journals before models were recorded: not checked
             changed = sorted(k for k in {*head["models"], *models} if head["models"].get(k) != models.get(k))
             raise ConfigError(f"{self.partial} holds an interrupted release made with other models "
-                              f"({', '.join(changed)}: the checkpoint's content changed since it was started): one "
-                              "release would mix two models",
+                              f"({', '.join(changed)}: another checkpoint than the one it was started with, or that "
+                              "checkpoint's content changed since): one release would mix two models",
                               fix="resume with the model files it was started with, or pass overwrite=True to discard "
                                   "it and start over")
         seeds = json.loads(json.dumps(self.seeds, default=_json_default))

@@ -63,7 +63,7 @@ from medanon.train.encoder import (
     require_training_state,
     rng_state,
 )
-from medanon.train.gan import SHARD_SEED_STRIDE, keep_metrics_until, to_uint8
+from medanon.train.gan import SHARD_SEED_STRIDE, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
 from medanon.train.loop import run_loop, training_images_change
 from medanon.train.random_state import restore_generator
@@ -371,11 +371,10 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         trainer.init_provenance = blob["extra"].get("generator_checkpoint")
         training_images_change(blob, trainer.training_images)
         trainer.load(blob)
-        if dist.is_main:
-            keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
     run = None
     if dist.is_main:
-        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=blob is None,
+                     resume_step=trainer.step_count if blob is not None else None)
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    generator_checkpoint=trainer.init_provenance,
                    training_images=trainer.training_images,

@@ -49,7 +49,7 @@ from medanon.models.stylegan import Generator, StyleGANConfig
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan import KIND as GAN_KIND
-from medanon.train.gan import keep_metrics_until, load_config, to_uint8
+from medanon.train.gan import load_config, to_uint8
 from medanon.train.loop import check_run_state, run_loop, training_images_change, training_images_digest
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields, check_task_network_unchanged
 
@@ -399,11 +399,10 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
     if blob is not None:
         training_images_change(blob, trainer.training_images)
         trainer.load(blob)
-        if dist.is_main:
-            keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
     run = None
     if dist.is_main:
-        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=blob is None,
+                     resume_step=trainer.step_count if blob is not None else None)
         run.update(resumed_from_step=trainer.step_count if resume else None, generator_checkpoint=provenance,
                    training_images=trainer.training_images,
                    losses=trainer.loss.describe())

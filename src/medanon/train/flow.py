@@ -177,7 +177,8 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         log.info("resuming %s at step %d", out, step)
     run = None
     if dist.is_main:
-        run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed})
+        run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed}, new_run=not resume,
+                     resume_step=step if resume else None)
         run.update(data=data or {}, device=str(device), resumed_from_step=step)
         if shards > 1:                          # every rank draws the same batches: one seed serves all
             run.update(distributed=dist.describe_run(accumulation=accumulation, shards=shards, global_batch=cfg.batch,

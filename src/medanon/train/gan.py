@@ -52,7 +52,6 @@ from medanon.train.gan_loss import (
 from medanon.train.loop import (
     CHECKPOINT,
     check_run_state,
-    keep_metrics_until,
     run_loop,
     save_image_grid,
     training_images_change,
@@ -60,7 +59,7 @@ from medanon.train.loop import (
 )
 from medanon.train.random_state import restore_generator
 
-__all__ = ["KIND", "StyleGANTrainer", "config_diff", "export_checkpoint", "keep_metrics_until", "load_config",
+__all__ = ["KIND", "StyleGANTrainer", "config_diff", "export_checkpoint", "load_config",
            "load_discriminator", "load_generator", "resume_changes", "save_image_grid", "to_uint8", "train_stylegan"]
 
 GRID = 8                                        # sample grids are GRID x GRID images
@@ -419,11 +418,10 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
             trainer.training_images["modality"] = known
         trainer.load(blob)
         trainer.config_changes += changes
-        if dist.is_main:
-            keep_metrics_until(out / "metrics.jsonl", trainer.step_count)
     run = None
     if dist.is_main:
-        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed})
+        run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=not resume,
+                     resume_step=trainer.step_count if resume else None)
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    training_images=trainer.training_images)
         if trainer.config_changes:

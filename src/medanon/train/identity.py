@@ -95,6 +95,15 @@ def _held(final: Path | None, resume: bool) -> Path | None:
     return next((p for p in (final.with_name(final.name + ".partial"), final) if p.is_file()), None)
 
 
+def _check_partial(final: Path) -> None:
+    """``OUT.partial``, where an unfinished run keeps its state (and which a finished run removes), may be only such a
+    state: a file of the user's by that name is never written over nor removed, even for a fresh run."""
+    from medanon.outputs import check_output
+
+    check_output(final.with_name(final.name + ".partial"), kind="file", existing_ok=True, name="out",
+                 what="checkpoint:identity", can_overwrite=False)
+
+
 def _same_settings(blob: dict, cfg: IdentityTrainConfig, channels: int) -> bool:
     return blob["extra"].get("train_config") == cfg.to_dict() and blob["config"] == _net_config(cfg, channels).to_dict()
 
@@ -103,6 +112,7 @@ def check_resumable(out: str | Path, cfg: IdentityTrainConfig, channels: int, *,
     """The settings part of :func:`train_identity`'s resume check, before any image is read: a network at ``out``
     (or its ``.partial``) trained with other settings is refused without decoding the dataset (minutes on a large
     one). The patients and images are compared when training starts."""
+    _check_partial(Path(out))
     held = _held(Path(out), resume)
     if held is not None and not _same_settings(load_checkpoint(held, kind=KIND), cfg, channels):
         _refuse_held(held, Path(out), ["settings"])
@@ -155,6 +165,8 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
     # until the last step the state goes to OUT.partial: OUT itself only ever holds a finished network
     final = Path(out) if out is not None else None
     partial = final.with_name(final.name + ".partial") if final is not None else None
+    if final is not None:
+        _check_partial(final)
 
     torch.manual_seed(int(cfg.seed))
     net = IdentityNet(net_cfg).to(dev)

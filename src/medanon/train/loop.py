@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import time
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from medanon.errors import ConfigError
-from medanon.fsutil import atomic_write_bytes, atomic_write_text
+from medanon.fsutil import atomic_write_bytes
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist
 
@@ -37,19 +36,6 @@ def check_run_state(out: Path, *, resume: bool) -> Path:
         raise ConfigError(f"{out} holds no training run to resume ({CHECKPOINT} is missing)",
                           fix="start a new run there (without resume=True), or name the folder of the run to continue")
     return path
-
-
-def keep_metrics_until(path: Path, step: int) -> None:
-    """On resume (said in the log, with the step it continues from), drop metric lines written after the
-    checkpoint (the run repeats those steps)."""
-    import logging
-
-    logging.getLogger("medanon.train").info("resuming %s at step %d", path.parent, step)
-    if not path.exists():
-        return
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines()
-             if line.strip() and json.loads(line).get("step", 0) <= step]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def training_images_digest(images: torch.Tensor) -> dict[str, Any]:

@@ -176,6 +176,7 @@ def score(prob: torch.Tensor, data: SegmentationData, threshold: float) -> dict[
 
 
 SHARD_SEED_STRIDE = 7919                        # shard s > 0 seeds its dropout from cfg.seed + s * this
+SEGMENTER_FILE = "vessel-segmenter.pt"             # the finished network, in the run folder
 
 
 def _shard_rng(seed: int, s: int) -> torch.Tensor:
@@ -227,8 +228,9 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     device = dist.device
     shards = dist.world_size * accumulation
     last_path = out / "last.pt"
-    if out.exists() and any(out.iterdir()) and not resume:
-        raise ConfigError(f"run folder {out} is not empty",
+    held_run = [p.name for p in (last_path, out / SEGMENTER_FILE) if p.exists()]
+    if held_run and not resume:          # a run killed before its first epoch ended left neither: a new run may start
+        raise ConfigError(f"{out} already holds a training run ({held_run[0]})",
                           fix="pass resume=True to continue it, or choose another out folder")
     if resume and not last_path.is_file():
         raise ConfigError(f"{out} holds no training run to resume (last.pt is missing)",
@@ -250,7 +252,8 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     splits = split_data(data, cfg)
     run = None
     if dist.is_main:
-        run = RunDir(out, config=cfg, command=command, seeds={"train": cfg.seed, "splits": cfg.seed})
+        run = RunDir(out, config=cfg, command=command, seeds={"train": cfg.seed, "splits": cfg.seed},
+                     new_run=not resume)
         run.update(data=data.digest, device=str(device),
                    split_images={k: len(v.records) for k, v in splits.items()},
                    split_patients={k: len({r.patient_id for r in v.records}) for k, v in splits.items()})
@@ -335,7 +338,7 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
                                                "data": data_key})
 
     if not dist.is_main:
-        return out / "vessel-segmenter.pt"
+        return out / SEGMENTER_FILE
     model.load_state_dict(best["state"])
     threshold, val_dice = best_threshold(predict(model, splits["val"].images), splits["val"].masks,
                                          splits["val"].fov)
@@ -351,7 +354,7 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
                "test_patients": len({r.patient_id for r in test.records}), "size": cfg.size}
     atomic_write_text(out / "test_metrics.json", json.dumps(summary, indent=2) + "\n")
     run.log_metrics(step="test", **{f"{m}_{k}": v for m, r in results.items() for k, v in r.items()})
-    path = save_checkpoint(out / "vessel-segmenter.pt", kind=KIND,
+    path = save_checkpoint(out / SEGMENTER_FILE, kind=KIND,
                            config={"model": model_cfg, "size": cfg.size, "train": asdict(cfg)},
                            state={"model": {k: v.cpu() for k, v in model.state_dict().items()}},
                            step=cfg.epochs, extra={"threshold": threshold, "metrics": summary,

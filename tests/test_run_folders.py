@@ -1,0 +1,72 @@
+"""Training run folders across interruptions: a run killed before its first checkpoint leaves a folder a new run
+can start in, afresh (never two runs' logs in one folder); a resume keeps the metrics up to its checkpoint and
+survives a damaged metrics line."""
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from medanon.cli import cli
+from medanon.config import PhantomConfig
+from medanon.phantoms.generate import generate
+from medanon.runtime import RunDir
+
+
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory) -> Path:
+    return generate(PhantomConfig(patients=12, per_patient=2, size=16, workers=1),
+                    tmp_path_factory.mktemp("runs") / "fundus", progress=False)
+
+
+def _dead_run(out: Path, command: str) -> None:
+    """What a run of ``command`` killed before its first checkpoint leaves: its manifest, config, a metrics line and
+    a sample grid (the process ended, so its lock is gone)."""
+    run = RunDir(out, config={"a": 1}, command=command)
+    run.log_metrics(step=10, loss=1.0, dead=True)
+    (out / "samples").mkdir()
+    (out / "samples" / "step-0000010.png").write_bytes(b"grid")
+    run.lock.release()
+
+
+def test_a_new_run_in_a_dead_runs_folder_starts_its_logs_afresh(tmp_path):
+    _dead_run(tmp_path / "run", "train gan")
+    RunDir(tmp_path / "run", config={"a": 1}, command="train gan", new_run=True).finish()
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "samples").exists()
+
+
+def test_a_resume_drops_the_metrics_after_its_step_and_damaged_lines(tmp_path, caplog):
+    out = tmp_path / "run"
+    RunDir(out, config={}, command="train gan").finish()
+    lines = [json.dumps({"step": s, "loss": 1.0}) for s in (10, 20, 30)]
+    (out / "metrics.jsonl").write_text("\n".join([lines[0], "[1, 2]", lines[1], lines[2],
+                                                  json.dumps({"step": "test"}), '{"step": 40, "lo']) + "\n")
+    with caplog.at_level(logging.WARNING, logger="medanon"):
+        RunDir(out, config={}, command="train gan", resume_step=20).finish()
+    assert (out / "metrics.jsonl").read_text().splitlines() == lines[:2]
+    assert "2 damaged lines (not a JSON object) dropped" in caplog.text
+
+
+def test_a_segmenter_killed_in_its_first_epoch_can_be_started_again(tmp_path, phantom):
+    """Its folder held config.yaml and manifest.json only: "not empty, pass --resume" and "no run to resume (last.pt
+    is missing)" sent the user from one command to the other."""
+    out = tmp_path / "seg"
+    _dead_run(out, "train segmenter")
+    args = ["--device", "cpu", "train", "segmenter", str(phantom), "--size", "16", "--epochs", "1", "--out", str(out)]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    assert not any(json.loads(x).get("dead") for x in (out / "metrics.jsonl").read_text().splitlines())
+    r = CliRunner().invoke(cli, args)                    # a finished run is not started over
+    assert r.exit_code == 1 and "already holds a training run (last.pt)" in r.output, r.output
+
+
+def test_a_fresh_identity_run_never_writes_over_a_users_file_named_like_its_state(tmp_path, phantom):
+    """``OUT.partial`` holds an unfinished run's state and a finished run removes it: a user's file by that name was
+    written over, then deleted, by ``--fresh``."""
+    (tmp_path / "u.pt.partial").write_text("mine")
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "identity", str(phantom), "--size", "16", "--steps", "2",
+                                 "--out", str(tmp_path / "u.pt"), "--fresh"])
+    assert r.exit_code == 1 and "u.pt.partial exists and was not written by medanon" in r.output, r.output
+    assert (tmp_path / "u.pt.partial").read_text() == "mine" and not (tmp_path / "u.pt").exists()

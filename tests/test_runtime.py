@@ -21,6 +21,24 @@ def test_resolve_device():
             resolve_device("cuda")
 
 
+def test_a_mistyped_gpu_is_named_on_a_machine_with_one(monkeypatch):
+    """On a GPU machine "cuda:x" reached torch as "Invalid device string" (a traceback), and "cuda:7" of one GPU
+    failed later; on a CPU machine the typo read as "no CUDA GPU"."""
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for typo in ("cuda:x", "cuda 0", "gpu"):
+        with pytest.raises(ConfigError, match="is not understood"):
+            resolve_device(typo)
+    with pytest.raises(ConfigError, match="names GPU 7, but this machine has 1 \\(cuda:0\\)"):
+        resolve_device("cuda:7")
+    r = CliRunner().invoke(cli, ["--device", "tpu", "phantom", "--help"])
+    assert r.exit_code == 2 and "'tpu' is not a device" in r.output and "Traceback" not in r.output
+
+
 def test_seed_everything_makes_torch_repeatable():
     seed_everything(5)
     a = torch.rand(3)

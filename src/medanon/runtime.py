@@ -35,22 +35,41 @@ log = logging.getLogger("medanon")
 CONTENT_HASH_LIMIT = 2 * 1024**3
 
 
+def check_device_name(name: str | None) -> str:
+    """``name`` normalised (``auto``, ``cpu``, ``cuda`` or ``cuda:N``), or a ConfigError saying what is accepted; no
+    GPU is looked for (:func:`resolve_device` does that).
+
+    >>> check_device_name(" CUDA:1 ")
+    'cuda:1'
+    """
+    import re
+
+    name = "auto" if name is None else str(name).strip().lower()
+    if name not in ("auto", "cpu") and not re.fullmatch(r"cuda(:\d+)?", name):
+        raise ConfigError(f"device={name!r} is not understood",
+                          fix="use 'auto', 'cpu', 'cuda' or 'cuda:N' (N a GPU's index, e.g. 'cuda:0')")
+    return name
+
+
 def resolve_device(name: str = "auto"):
     """``auto`` -> cuda if available else cpu; ``cuda`` without a GPU is an error, not a silent fallback."""
     import torch
 
-    name = (name or "auto").strip().lower()
+    name = check_device_name(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={name!r} was asked for but no CUDA GPU is available",
-                              fix="use device='cpu' (or 'auto')")
-        configure_cuda()
-        return torch.device(name)
     if name == "cpu":
         return torch.device("cpu")
-    raise ConfigError(f"device={name!r} is not understood", fix="use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device={name!r} was asked for but no CUDA GPU is available",
+                          fix="use device='cpu' (or 'auto')")
+    count = torch.cuda.device_count()
+    if ":" in name and int(name.split(":")[1]) >= count:
+        raise ConfigError(f"device={name!r} names GPU {name.split(':')[1]}, but this machine has {count} "
+                          f"(cuda:0{f' to cuda:{count - 1}' if count > 1 else ''})",
+                          fix="use 'cuda' (the first GPU) or the index of one of them")
+    configure_cuda()
+    return torch.device(name)
 
 
 def configure_cuda() -> None:

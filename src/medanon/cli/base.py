@@ -106,6 +106,14 @@ def cli(ctx: click.Context, log_level: str, quiet: bool, device: str) -> None:
     setup_logging(log_level)
     if log_level in ("warning", "error") or not sys.stderr.isatty():
         silence_progress_bars()                    # no bars in quiet mode, nor \r-lines in a log file
+    from medanon.errors import ConfigError
+    from medanon.runtime import check_device_name
+
+    try:
+        device = check_device_name(device)       # its form, for every command; a GPU is looked for where one is used
+    except ConfigError:
+        raise click.BadParameter(f"{device!r} is not a device: use auto, cpu, cuda or cuda:N (N a GPU's index, "
+                                 "e.g. cuda:0)", param_hint="--device") from None
     ctx.ensure_object(dict)
     ctx.obj["device"] = device
 

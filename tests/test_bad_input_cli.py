@@ -547,3 +547,16 @@ def test_a_fid_sample_size_too_large_is_reported_as_given(tmp_path, phantom):
                      "--fid-samples", "5000", "--out", tmp_path / "ev")
     assert code == 1 and "--fid-samples 5000 (capped at fidelity.max_samples=" in out, out
     assert "lower --fid-samples" in out
+
+
+def test_snow_help_states_each_methods_range_of_p_and_one_p_may_be_set(tmp_path, phantom):
+    """Snow's help said (0, 1] though p = 1 is refused, VS-Snow's said "pixels" for vessel pixels and named a snow
+    folder; ``--set p=0.3`` failed with "expected a list … e.g. [0, 1]"."""
+    _, snow = _run("anonymize", "snow", "--help")
+    _, vs = _run("anonymize", "vs-snow", "--help")
+    assert "pixel positions replaced, in (0, 1)" in snow and "rel/snow-p{p}" in snow
+    assert "vessel pixels replaced" in vs and "in (0, 1]" in vs and "rel/vs-snow-p{p}" in vs
+    _, size = _run("anonymize", "ksalsa", "--help")
+    assert "[default: the side of the model the command reads" in size
+    code, out = _run("anonymize", "snow", phantom, "--set", "p=0.3", "--out", tmp_path / "r")
+    assert code == 0 and "p=0.3: wrote" in out, out

@@ -131,8 +131,11 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if isinstance(value, str):
             value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = [value]                              # one value of a list field (``--set p=0.3``)
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}", fix=f"give {where} a list, e.g. [0, 1]")
+            raise ConfigError(f"{where}: expected a list, got {value!r}",
+                              fix=f"give {where} one value or a list of them in brackets")
         inner = args[0] if args else str
         return tuple(_convert(v, inner, where) for v in value)
     if tp is bool:

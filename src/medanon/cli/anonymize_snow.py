@@ -46,15 +46,16 @@ def _parse_ps(values: tuple[str, ...]) -> tuple[float, ...] | None:
     return tuple(out) or None
 
 
-def _release_options(cfg_cls, example: str):
+def _release_options(cfg_cls, example: str, *, method: str, p_help: str):
     def deco(f):
         opts = [
             data_dir_argument(help="Dataset folder to anonymise."),
             click.option("--p", "ps", multiple=True, metavar="P[,P...]",
-                         help="Fraction of pixels replaced, in (0, 1]; repeat or comma-separate for one release "
-                              "each.  [required: here or in --config]"),
+                         help=f"{p_help}; repeat or comma-separate for one release each.  [required: here or in "
+                              "--config]"),
             click.option("--out", required=True, metavar="DIR",
-                         help="Release folder; with several p, {p} in it is replaced by each (rel/snow-p{p})."),
+                         help=f"Release folder; with several p, {{p}} in it is replaced by each "
+                              f"(rel/{method}-p{{p}})."),
             click.option("--seed", type=int, default=None,
                          help="TESTING ONLY: seeds every image's random subset (recorded; anyone who knows it "
                               "regenerates the subsets, so the release states no formal guarantee). Without it a "
@@ -103,7 +104,9 @@ def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, s
 
 
 @anonymize.command("snow", context_settings=CONTEXT)
-@_release_options(SnowConfig, example="fill=grey")
+@_release_options(SnowConfig, example="fill=grey", method="snow",
+                  p_help="Fraction of each image's pixel positions replaced, in (0, 1) (p = 1 would release nothing "
+                         "but the fill value)")
 @click.option("--fill", default=None, metavar="grey|value:R,G,B|dataset",
               help="grey: constant mid-grey (original Snow; data-independent); value:R,G,B: a constant you supply "
                    "(0-255, e.g. the mean of a public dataset); dataset: per-channel mean of the released images "
@@ -128,7 +131,9 @@ def snow_cmd(ctx, data_dir, ps, out, seed, release_labels, mapping, batch_size, 
 
 
 @anonymize.command("vs-snow", context_settings=CONTEXT)
-@_release_options(VSSnowConfig, example="vessels=frangi")
+@_release_options(VSSnowConfig, example="vessels=frangi", method="vs-snow",
+                  p_help="Fraction of each image's vessel pixels replaced (by the mean of their vessel neighbours), in "
+                         "(0, 1]")
 @click.option("--vessels", type=click.Choice(["unet", "frangi", "sato", "dataset", "files"]), default=None,
               help="Vessel masks: trained U-Net, Frangi / Sato vesselness, the layout's masks, or files in --masks."
                    + default(VSSnowConfig, "vessels"))

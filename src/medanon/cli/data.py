@@ -74,7 +74,8 @@ def image_options(f):
     """How images become tensors: size, channels, crop, modality."""
     opts = [
         click.option("--size", type=int, default=None, callback=_check_size,
-                     help="Output side in pixels, a power of two from 16 to 1024.  [default: 64]"),
+                     help="Output side in pixels, a power of two from 16 to 1024.  [default: the side of the "
+                          "model the command reads, where it reads one; else 64]"),
         click.option("--channels", type=click.Choice(["0", "1", "3"]), default=None,
                      help="1 or 3 to convert every image; 0 = by modality.  [default: 0]"),
         click.option("--crop", type=click.Choice(["auto", "fov", "center", "pad", "none"]), default=None,

@@ -54,7 +54,8 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
                    "classifier in bf16 where the CPU/GPU computes it natively; a 400-step identity network at 32 px; "
                    "FID on up to 50 images); tiny: checks that everything runs "
                    "on a tiny phantom (no FID, 20-step classifiers, 32 px): its numbers are not a measurement.")
-@click.option("--size", type=click.IntRange(16, 1024), default=None, help="Evaluation image side.  [default: 64]")
+@click.option("--size", type=click.IntRange(16, 1024), default=None,
+              help="Evaluation image side.  [default: 64; 32 with --preset tiny]")
 @click.option("--fid-samples", type=click.IntRange(min=0), default=None,
               help="Released images per method for FID/KID (0 = the smallest release).")
 @click.option("--no-inception", is_flag=True, help="Skip FID/KID on Inception-v3 (the slow part on a CPU).")

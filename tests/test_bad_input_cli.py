@@ -545,8 +545,8 @@ def test_a_fid_sample_size_too_large_is_reported_as_given(tmp_path, phantom):
     assert code == 0, out
     code, out = _run("evaluate", "--real", phantom, "--release", rel, "--preset", "tiny", "--no-inception",
                      "--fid-samples", "5000", "--out", tmp_path / "ev")
-    assert code == 1 and "--fid-samples 5000 (capped at fidelity.max_samples=" in out, out
-    assert "lower --fid-samples" in out
+    assert code == 1 and "--fid-samples 5000 (capped at --set fidelity.max_samples=" in out, out
+    assert "lower --fid-samples" in out and not (tmp_path / "ev").exists()      # refused before the folder is made
 
 
 def test_snow_help_states_each_methods_range_of_p_and_one_p_may_be_set(tmp_path, phantom):
@@ -560,3 +560,23 @@ def test_snow_help_states_each_methods_range_of_p_and_one_p_may_be_set(tmp_path,
     assert "[default: the side of the model the command reads" in size
     code, out = _run("anonymize", "snow", phantom, "--set", "p=0.3", "--out", tmp_path / "r")
     assert code == 0 and "p=0.3: wrote" in out, out
+
+
+def test_cli_messages_name_flags_and_leave_nothing_behind(tmp_path, phantom):
+    """Messages a command user saw named the library's parameters (val=, layout=, attacks.identity_checkpoint=);
+    audit --modality overrode the layout's."""
+    code, out = _run("data", "split", phantom, "--val", "0.6", "--test", "0.6", "--out", tmp_path / "s.csv")
+    assert code == 1 and "--val 0.6, --test 0.6" in out and "val=" not in out, out
+    (tmp_path / "empty").mkdir()
+    code, out = _run("anonymize", "kpixel", phantom, "--k", "2", "--split", "train", "--mapping", tmp_path / "m.json",
+                     "--out", tmp_path / "r")
+    assert code == 0, out
+    rel = tmp_path / "r"
+    code, out = _run("audit", rel, "--source", tmp_path / "empty")
+    assert code == 3 and "--layout generic --labels FILE.csv" in out and "labels_csv=" not in out, out
+    code, out = _run("audit", rel, "--source", phantom, "--modality", "xray")
+    assert code == 2 and "contradicts the source's layout, which holds fundus images" in out, out
+    code, out = _run("evaluate", "--real", phantom, "--release", rel, "--mapping", f"r={tmp_path / 'm.json'}",
+                     "--preset", "tiny", "--no-inception", "--out", tmp_path / "ev", "--identity",
+                     Path(__file__).resolve().parents[1] / "checkpoints" / "classifier-grade-fundus64.pt")
+    assert code == 1 and "leave --identity out" in out and "attacks.identity_checkpoint" not in out, out

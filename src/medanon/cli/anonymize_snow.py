@@ -22,7 +22,9 @@ from medanon.release.labels import parse_label_list
 
 FLAGS = {"give p=": "give --p", "p=": "--p ", "ps=[0.1, 0.3, 0.5]": "--p 0.1,0.3,0.5", "seed=": "--seed ",
          "fill=": "--fill ", "vessels=": "--vessels ", "masks_dir=": "--masks ",
-         "checkpoint=": "--checkpoint ", "vessel_fraction=": "--vessel-fraction ", "batch_size=": "--batch ",
+         "checkpoint=": "--checkpoint ", "vessel_fraction=": "--vessel-fraction ",
+         "leave vessel_fraction out": "leave --vessel-fraction out",
+         "batch_size=": "--batch ",
          "batch=": "--batch ", "workers=": "--workers ", "open the dataset with channels=": "pass --channels ",
          **RELEASE_FLAGS}
 

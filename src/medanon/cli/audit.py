@@ -34,17 +34,24 @@ def audit(ctx: click.Context, release: Path, k, mapping, source, modality, as_js
     a source that is not the release's dataset).
 
     Example: medanon audit release-k5 --source /data/brset --mapping private/release-k5.json"""
+    from medanon.cli.library import translate
+    from medanon.cli.words import DATA_FLAGS
     from medanon.errors import MedanonError
     from medanon.release.audit import audit_release
 
     try:
         # every file the labels name is searched for, inside the folder or not: names are read, never pixels
         scanned = scan_from_cli(source, **{**layout_opts, "allow_outside": True}) if source is not None else None
+        if scanned is not None and modality and scanned.modality and modality != scanned.modality:
+            raise click.BadParameter(f"{modality} contradicts the source's layout, which holds {scanned.modality} "
+                                     "images: it is needed only where the layout does not say (generic); leave it "
+                                     "out", param_hint="--modality")
         rep = audit_release(release, k=k, mapping=mapping, source_records=scanned and scanned.records,
                             source_root=scanned and scanned.root,
-                            source_modality=scanned and (modality or scanned.modality))
+                            source_modality=scanned and (scanned.modality or modality))
     except (MedanonError, OSError, ValueError, KeyError) as e:
-        click.secho(f"error: the audit could not run: {e}", fg="red", err=True)
+        said = translate(str(e), DATA_FLAGS) if isinstance(e, MedanonError) else e
+        click.secho(f"error: the audit could not run: {said}", fg="red", err=True)
         ctx.exit(3)
     click.echo(json.dumps(rep.to_dict(), indent=2) if as_json else rep.format())
     if not rep.complete:

@@ -258,6 +258,7 @@ def data_summary(data_dir: Path, decode: bool, as_json: bool, **opts) -> None:
                                                 "data lack it]")
 @click.option("--seed", type=int, default=None, help="Random seed.  [default: 0]")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists (only a splits file medanon wrote).")
+@speaks_flags(SPLIT_FLAGS)
 def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, **opts) -> None:
     """Patient-level train/val/test split of DATA_DIR, stratified by a label. Warns when the split cannot
     meet the fractions (too few patients per stratum).

@@ -13,7 +13,10 @@ from medanon.cli.words import speaks_flags
 # the evaluation's parameters as this command's flags (library messages name parameters)
 FLAGS = {"mapping= file": "--mapping NAME=FILE", "splits= CSV": "--splits CSV", "split_seed=": "--split-seed",
          "release folder in releases=": "--release DIR", "size=": "--size ", "fidelity.samples=": "--fid-samples ",
-         "lower fidelity.samples": "lower --fid-samples"}
+         "lower fidelity.samples": "lower --fid-samples",
+         "or attacks.identity_checkpoint='' to train": "or leave --identity out to train",
+         "attacks.identity_checkpoint=": "--identity ",
+         "fidelity.max_samples=": "--set fidelity.max_samples="}
 
 
 def _mappings(items: tuple[str, ...]) -> dict[str, Path]:

@@ -346,6 +346,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     split_rows(real, cfg)                               # every refusal before the report folder is made
     for r in rels:
         _check_sources(real, cfg.source_split, r)
+    n_fid = _fid_samples(cfg, rels)
     run = RunDir(out, config=cfg, command="evaluate", seeds={"evaluation": cfg.seed, "split": cfg.split.seed,
                                                             "utility": list(cfg.utility.seeds)})
     run.record_input("real", real.root, files=[r.path for r in real.records])
@@ -356,7 +357,6 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     # comparisons read what each release left in the cache: naming pairs must not invalidate any cached result
     keyed = replace(cfg, utility=replace(cfg.utility, compare=()))
     ctx = RealContext(real, keyed, cache, dev, progress)
-    n_fid = _fid_samples(cfg, rels)
     for note in setting_notes(cfg, rels, n_fid):
         log.warning(note)
         ctx.notes.append(note)

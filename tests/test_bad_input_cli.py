@@ -580,3 +580,21 @@ def test_cli_messages_name_flags_and_leave_nothing_behind(tmp_path, phantom):
                      "--preset", "tiny", "--no-inception", "--out", tmp_path / "ev", "--identity",
                      Path(__file__).resolve().parents[1] / "checkpoints" / "classifier-grade-fundus64.pt")
     assert code == 1 and "leave --identity out" in out and "attacks.identity_checkpoint" not in out, out
+
+
+def test_a_mapping_named_by_path_is_explained_and_debug_logs_are_medanons(tmp_path, phantom):
+    import logging
+
+    from medanon.runtime import setup_logging
+
+    rel = tmp_path / "r"
+    assert _run("anonymize", "snow", phantom, "--p", "0.3", "--split", "train", "--out", rel)[0] == 0
+    code, out = _run("evaluate", "--real", phantom, "--release", rel, "--mapping", f"{rel}=m.json", "--out",
+                     tmp_path / "ev")
+    assert code == 2 and "is a release folder's name, not its path (here: r)" in out, out
+    setup_logging("debug")                 # PIL logged every chunk it read: 480 of 481 lines for 80 images
+    try:
+        assert logging.getLogger("PIL").getEffectiveLevel() == logging.INFO
+        assert logging.getLogger("medanon").getEffectiveLevel() == logging.DEBUG
+    finally:
+        setup_logging("info")

@@ -424,6 +424,7 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
     atomic_write_text(out / "summary.json", json.dumps(results, indent=2) + "\n")
     run.update(seconds=results["seconds"], reports=results["reports"])
     run.finish()
-    click.echo(f"\nreports: {', '.join(results['reports'].values())}")
+    click.echo(f"\nreports: {', '.join(results['reports'].values())}" if results["reports"] else
+               "\nno report: the evaluation was skipped")
     click.echo(f"demo finished in {results['seconds']:.0f} s; wrote {out / 'summary.json'} and {out / 'manifest.json'}")
     return results

@@ -83,8 +83,10 @@ def _in_flags(e: MedanonError) -> MedanonError:
 @click.group(cls=MedanonGroup, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="medanon")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              help="Logging verbosity (to stderr); warning and error also turn progress bars off.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars, no info messages (same as --log-level warning).")
+              help="Logging verbosity (to stderr); warning and error also turn progress bars off. A command's "
+                   "privacy lines and warnings (privacy:, note:, WARNING:) are printed at every level.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars, no info messages (same as --log-level warning); "
+                                                  "privacy lines and warnings are still printed.")
 @click.option("--device", default="auto", metavar="auto|cpu|cuda[:N]",
               help="Where models run; 'auto' picks a CUDA GPU if there is one.")
 @click.pass_context

@@ -84,6 +84,10 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     report and a self-contained HTML page.
 
     \b
+    The releases must hold only the source split's patients (anonymize ... --split train --splits
+    private/splits.csv): the held-out patients are the attacks' controls and the utility's test set.
+
+    \b
     Example:
       medanon evaluate --real /data/fundus --release release-k5 --release release-snow \\
             --mapping release-k5=private/release-k5.json \\
@@ -133,7 +137,9 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     maps = _mappings(mappings)
     unknown = set(maps) - {r.name for r in releases}
     if unknown:
-        raise click.BadParameter(f"no --release is named {sorted(unknown)}", param_hint="--mapping")
+        raise click.BadParameter(f"no --release is named {', '.join(sorted(unknown))}: NAME in NAME=FILE is a release "
+                                 f"folder's name, not its path (here: {', '.join(sorted(r.name for r in releases))})",
+                                 param_hint="--mapping")
     from medanon.cli.base import check_outputs
 
     check_outputs((out, "dir", "--out"), (cache_dir, "dir", "--cache"), data_dir=real_dir, opts=read_opts,

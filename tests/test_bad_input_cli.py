@@ -589,8 +589,9 @@ def test_a_mapping_named_by_path_is_explained_and_debug_logs_are_medanons(tmp_pa
 
     rel = tmp_path / "r"
     assert _run("anonymize", "snow", phantom, "--p", "0.3", "--split", "train", "--out", rel)[0] == 0
-    code, out = _run("evaluate", "--real", phantom, "--release", rel, "--mapping", f"{rel}=m.json", "--out",
-                     tmp_path / "ev")
+    (tmp_path / "m.json").write_text("{}")
+    code, out = _run("evaluate", "--real", phantom, "--release", rel, "--mapping", f"{rel}={tmp_path / 'm.json'}",
+                     "--out", tmp_path / "ev")
     assert code == 2 and "is a release folder's name, not its path (here: r)" in out, out
     setup_logging("debug")                 # PIL logged every chunk it read: 480 of 481 lines for 80 images
     try:

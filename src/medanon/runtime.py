@@ -137,8 +137,8 @@ def setup_logging(level: str = "info") -> None:
         root.addHandler(handler)
     if any(isinstance(h, _CurrentStderr) for h in root.handlers):
         root.setLevel(lvl)
-        for chatty in ("PIL", "matplotlib", "urllib3", "fsspec"):    # other libraries' debug output (PIL logs each
-            logging.getLogger(chatty).setLevel(max(lvl, logging.INFO))   # chunk it reads): medanon's debug only
+    for chatty in ("PIL", "matplotlib", "urllib3", "fsspec"):    # other libraries' debug output (PIL logs each
+        logging.getLogger(chatty).setLevel(max(lvl, logging.INFO))   # chunk it reads): medanon's debug only
     logging.getLogger("medanon").setLevel(lvl)
 
 

@@ -81,6 +81,19 @@ def test_residual_risk_from_bootstrap_draws():
     assert rc.ci[0] <= rc.value <= rc.ci[1] and _width(rc.ci) > _width(r.ci)            # the control's error adds
 
 
+def test_a_control_that_found_nobody_on_few_patients_widens_the_residual():
+    """A control of 0 successes on 4 patients has a Wilson interval up to about 49 %; its bootstrap draws are all 0, so
+    the percentile interval of the residual ignored it: 0.10 [0.05, 0.14] was shown against such a control."""
+    rng = np.random.default_rng(5)
+    a = rate(np.repeat(rng.random(40) < 0.1, 4), groups=np.repeat(np.arange(40), 4))
+    c = rate(np.zeros(16), groups=np.repeat(np.arange(4), 4), stream=1)
+    assert c.ci[1] > 0.4
+    r = residual_risk(a, c)
+    assert r.ci[0] == 0.0 and r.ci[1] >= a.ci[1] and "control's draws show no spread" in r.method
+    wide = rate(np.repeat(rng.random(40) < 0.1, 4), groups=np.repeat(np.arange(40), 4), stream=1)
+    assert "control's draws" not in residual_risk(a, wide).method          # a control with spread: as before
+
+
 def test_auc_wider_when_images_of_a_patient_agree():
     rng = np.random.default_rng(3)
     pos, neg = np.repeat(rng.normal(0.5, 1, 15), 8), np.repeat(rng.normal(0, 1, 15), 8)   # 8 copies per patient

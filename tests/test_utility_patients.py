@@ -52,7 +52,7 @@ def test_weighted_row_metrics_equal_the_duplicated_sample(data):
         if len(d) and 0 < tbi.sum() < len(d):
             _same(rows["auc"][i], skm.roc_auc_score(tbi, si))
             _same(rows["ap"][i], skm.average_precision_score(tbi, si))
-        if len(d) > 1 and len(set(ti) | set(pi)) > 1:
+        if len(d) > 1 and len(set(ti)) > 1:    # one true class: sklearn's 0 for any prediction, undefined here
             _same(rows["kappa"][i], skm.cohen_kappa_score(ti, pi, weights="quadratic", labels=list(range(5))))
     # one score row shared by every weight row (how the bootstrap calls them) = that row repeated
     shared = M.roc_auc_rows(tb[:1], s[:1], weights=w), M.average_precision_rows(tb[:1], s[:1], weights=w)
@@ -89,6 +89,21 @@ def test_patient_bootstrap_is_scipys_bootstrap_of_patients_scored_on_the_duplica
     k = out["kappa"]
     assert k["difference"]["ci"] == pytest.approx([ref.low, ref.high], abs=1e-12)
     assert k["resampled"] == "patients" and k["n_patients"] == 12 and k["n"] == 36
+
+
+def test_a_resample_of_one_true_grade_measures_no_kappa():
+    """8 test patients, 5 of one grade: about 1 resample in 25 holds only that grade, where kappa is 0 for any
+    prediction. Counted as 0 they pinned the real images' interval at 0.00; they are undefined and left out (and
+    counted), as an AUROC of one class is."""
+    rng = np.random.default_rng(4)
+    task = U.KNOWN_TASKS["grade"]
+    y = np.repeat([0, 0, 0, 0, 0, 2, 3, 4], 4)
+    groups = np.repeat(np.arange(8), 4)
+    good = [np.eye(5)[y] * 0.8 + 0.04 for _ in range(2)]              # confident and right
+    out = U.paired_intervals(task, y, good, good, n_resamples=400, seed=0, groups=groups)["kappa"]
+    assert out["undefined_resamples"] > 0 and out["release"]["ci"][0] > 0.5
+    assert math.isnan(M.quadratic_kappa([1, 1, 1], [0, 1, 2])) and math.isnan(
+        M.quadratic_kappa_rows([[1, 1, 1]], [[0, 1, 2]], labels=range(5))[0])
 
 
 def test_patient_interval_is_wider_when_a_patients_images_agree():

@@ -42,11 +42,13 @@ def confusion(y_true, y_pred, labels) -> np.ndarray:
 
 def quadratic_kappa(y_true, y_pred, *, labels=None) -> float:
     """Cohen's kappa with quadratic weights ``w_ij = (i - j)^2 / (K - 1)^2`` over ``labels`` (default:
-    the classes seen). 1 is perfect agreement, 0 chance agreement; ``nan`` when undefined."""
+    the classes seen). 1 is perfect agreement, 0 chance agreement; ``nan`` when undefined, which includes true
+    labels of one class: every prediction then scores exactly 0 (sklearn's value), so the number measures nothing,
+    like an AUROC of one class (a patient bootstrap draws such test sets from a few patients)."""
     t, p = _int(y_true), _int(y_pred)
     labels = np.unique(np.concatenate([t, p])) if labels is None else np.asarray(labels)
     k = len(labels)
-    if k < 2:
+    if k < 2 or len(np.unique(t)) < 2:
         return float("nan")
     o = confusion(t, p, labels).astype(np.float64)
     n = o.sum()
@@ -168,11 +170,18 @@ def confusion_rows(y_true, y_pred, labels, *, weights=None) -> np.ndarray:
 
 
 def quadratic_kappa_rows(y_true, y_pred, *, labels, weights=None) -> np.ndarray:
-    """:func:`quadratic_kappa` over the fixed class set ``labels``, per row."""
+    """:func:`quadratic_kappa` over the fixed class set ``labels``, per row (``nan`` where a row's true labels are
+    of one class)."""
     k = len(np.asarray(labels).ravel())
     if k < 2:
         return np.full(len(_rows(y_true if weights is None else weights)), np.nan)
     o = confusion_rows(y_true, y_pred, labels, weights=weights).astype(np.float64)
+    t = _rows(y_true)
+    present = np.ones(t.shape, bool) if weights is None else _weights(weights, t)[0] > 0
+    t = np.broadcast_to(t, present.shape)
+    lo = np.where(present, t, np.iinfo(np.int64).max).min(1)            # a row's smallest and largest true label
+    hi = np.where(present, t, np.iinfo(np.int64).min).max(1)
+    one_class = ~(lo < hi)
     n = o.sum((1, 2))
     i, j = np.indices((k, k))
     w = (i - j) ** 2 / (k - 1) ** 2
@@ -180,7 +189,7 @@ def quadratic_kappa_rows(y_true, y_pred, *, labels, weights=None) -> np.ndarray:
         e = o.sum(2)[:, :, None] * o.sum(1)[:, None, :] / n[:, None, None]
         den = (w * e).sum((1, 2))
         out = 1.0 - (w * o).sum((1, 2)) / den
-    return np.where(den > 0, out, np.nan)
+    return np.where((den > 0) & ~one_class, out, np.nan)
 
 
 def f1_rows(y_true, y_pred, *, average: str, positive: int = 1, labels=None, weights=None) -> np.ndarray:

@@ -155,6 +155,16 @@ def residual_risk(attack: Rate, control: Rate) -> Risk:
             a_lo, a_hi = attack.interval
             lo, hi = min(lo, (a_lo - c) / (1.0 - c)), max(hi, (a_hi - c) / (1.0 - c))
             how = "the attack's interval (its draws show no spread) mapped through (a - c) / (1 - c)"
+        if control.draws is not None and no_spread(control.draws) and control.interval is not None:
+            # the control's draws show no spread (e.g. no control found in any resample: 0 of 4 patients): its
+            # Wilson interval over patient clusters is wide, and the residual can be no surer than the two
+            # intervals mapped through (a - c) / (1 - c), the control at its worst end for each bound
+            a_lo, a_hi = attack.interval if attack.interval is not None else (a, a)
+            c_lo, c_hi = control.interval
+            lo = min(lo, (a_lo - c_hi) / (1.0 - c_hi) if c_hi < 1.0 else -1.0)
+            hi = max(hi, (a_hi - c_lo) / (1.0 - c_lo))
+            how += ("; the control's draws show no spread, so its interval and the attack's are mapped through "
+                    "(a - c) / (1 - c), each bound at the control's other end")
         return Risk(clip(r), (clip(lo), clip(hi)), r, (hi - lo) / 2, how, (lo, hi))
     err = math.sqrt((attack.error / abs(1.0 - c)) ** 2 + (control.error * (a - 1.0) / (1.0 - c) ** 2) ** 2)
     return Risk(clip(r), (clip(r - err), clip(r + err)), r, err, unclipped_ci=(r - err, r + err))

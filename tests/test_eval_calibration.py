@@ -351,7 +351,7 @@ def test_an_attacker_trained_here_on_a_phantom_records_whom_it_saw(tmp_path):
 
 def test_the_summary_keeps_the_verdicts_n():
     """EvaluationResult.summary() gave the verdict's residual risk and utility share n = None."""
-    from medanon.api.evaluate import _summary
+    from medanon.api.result import _summary
 
     calib = {k: {"linkability": {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else _risk(0.0, 0.0, 0.1)}}
              for k in KNOWN}
@@ -370,11 +370,16 @@ def test_each_calibration_cell_carries_its_n_into_the_report():
     from medanon.evaluate.report_verdict import calibration_section
 
     def risk(r, lo, hi):
-        return {**_risk(r, lo, hi), "n": 40, "attack": {"trials": 40, "patients": 14}}
+        return {**_risk(r, lo, hi), "n": 40, "attack": {"trials": 40, "patients": 14},
+                "control": {"trials": 16, "patients": 4}}
     seen = _attacks(risk(0.9, 0.7, 1.0))
     null = _attacks(risk(0.0, 0.0, 0.1))
     table = calibration_table({"copy": seen, "jpeg": seen, "shift": seen, "mirror": seen, "constant": null,
                                "noise": null})
     assert table["nearest"]["copy"]["n"] == 40 and table["nearest"]["noise"]["patients"] == 14
     html = calibration_section({"calibration": {"table": table, "releases": {}}})
-    assert html.count("n=40 member images, 14 patients") == 6
+    assert html.count("n=40 member images, 14 patients; control n=16, 4 patients") == 6
+    # a reason quotes a known-answer release's residual as such, with its N (not as the release's own risk)
+    weak = calibration_table({"copy": _attacks(risk(0.3, 0.1, 0.5)), "jpeg": seen, "shift": seen, "mirror": seen,
+                              "constant": null, "noise": null})["nearest"]["reason"]
+    assert "misses an exact copy (on that known-answer release: residual 0.30 [0.10, 0.50], n=40, 14 patients" in weak

@@ -289,3 +289,14 @@ def test_the_independent_attacker_table_gives_each_cells_n_and_the_correlations_
     page = _independent(rep)
     assert "n=48 / 40 source images" in page and "n=12 member images" in page
     assert "r = 0.617 [0.520, 0.700] (n = 1953 pairs, 21 patients)" in page
+
+
+def test_attacks_not_run_are_listed_with_their_reason():
+    """The inference attack skipped on a release without its attribute left no trace on the page."""
+    from medanon.evaluate.report_attacks import _not_run
+
+    rels = [{"name": "R", "attacks": {"inference": {"skipped": "the release publishes no 'sex' label to infer from"},
+                                      "nearest": {"risk": {}}}}]
+    page = _not_run(rels)
+    assert "Attacks not run" in page and "<b>R</b>: Inference" in page and "no &#x27;sex&#x27; label" in page
+    assert _not_run([{"name": "R", "attacks": {"nearest": {}}}]) == ""

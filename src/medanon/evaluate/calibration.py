@@ -140,7 +140,17 @@ def _rr(risk: dict | None) -> dict | None:
     ``patients`` its bootstrap resampled, where it did)."""
     if risk is None or risk.get("residual_risk") is None:
         return None
-    return {**risk["residual_risk"], "n": risk.get("n"), "patients": (risk.get("attack") or {}).get("patients")}
+    control = risk.get("control") or {}
+    return {**risk["residual_risk"], "n": risk.get("n"), "patients": (risk.get("attack") or {}).get("patients"),
+            "against": risk.get("against", "control"), "control_n": control.get("trials"),
+            "control_patients": control.get("patients")}
+
+
+def _cell_n(c: dict) -> str:
+    """A known-answer cell's N, as a reason quotes it."""
+    if c.get("n") is None:
+        return ""
+    return f", n={c['n']}" + (f", {c['patients']} patients" if c.get("patients") else "")
 
 
 def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
@@ -164,7 +174,8 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
                 needs = ("" if ceiling is None else
                          ", and its attacker is at chance on held-out real images: no copy can show" if ceiling == 0
                          else f", needs {need:.2f}: half its {ceiling:.2f} on held-out real images")
-                reasons.append(f"misses {what} (residual {c['risk']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]{needs})")
+                reasons.append(f"misses {what} (on that known-answer release: residual {c['risk']:.2f} "
+                               f"[{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]{_cell_n(c)}{needs})")
         # nulls: releases that carry nothing of the members' identities; for a reverse attacker (members whose
         # records are all far from them) the copies are nulls too: a copy pushes nobody away
         nulls = [k for k in KNOWN if k in rows and (k not in COPIES or copy_ok is None)]
@@ -175,7 +186,8 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
             elif n["ci"][0] > 0:
                 what = f"the {kind} copy, which pushes nobody away" if kind in COPIES and kind != "copy" else \
                     "an exact copy, which pushes nobody away" if kind == "copy" else f"the {kind} release"
-                reasons.append(f"flags {what} (residual {n['risk']:.2f} [{n['ci'][0]:.2f}, {n['ci'][1]:.2f}])")
+                reasons.append(f"flags {what} (on that known-answer release: residual {n['risk']:.2f} "
+                               f"[{n['ci'][0]:.2f}, {n['ci'][1]:.2f}]{_cell_n(n)})")
         out[row] = {**{kind: got.get(kind) for kind in KNOWN}, "copy_check": copy_ok, "passes": not reasons,
                     "reason": "; ".join(reasons)}
     return out

@@ -6,7 +6,7 @@ Every number shows its N and its interval."""
 
 from __future__ import annotations
 
-from medanon.evaluate.calibration import row_unit
+from medanon.evaluate.calibration import row_label, row_unit
 from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _table
 from medanon.evaluate.report_risks import _iv, _rate_iv, _residual, _risks, _threshold
 from medanon.evaluate.report_verdict import calibration_section
@@ -400,9 +400,20 @@ def _pair_label(p: dict) -> str:
     return text
 
 
+def _not_run(rels: list[dict]) -> str:
+    """Every attack a release was not measured by, with the reason: what the verdict cannot speak to."""
+    items = [f"<li><b>{_e(r['name'])}</b>: {_e(row_label(key))}: {_e(a['skipped'])}</li>"
+             for r in rels for key, a in r["attacks"].items() if isinstance(a, dict) and "skipped" in a]
+    if not items:
+        return ""
+    return ("<h3>Attacks not run</h3><p class=note>No number of these attacks exists for these releases: the verdict "
+            "says nothing of what they measure.</p><ul>" + "".join(items) + "</ul>")
+
+
 def attack_sections(rep: dict, grids: dict | None = None) -> str:
     rels = rep["releases"]
     parts = [calibration_section(rep), _protocol(rep), _explain(), _membership(rels), _nearest(rels), _attribute(rep),
              _linkability(rels),
-             _singling(rels), _siamese(rels), _independent(rep), _risks(rep), _screening(rep, grids or {})]
+             _singling(rels), _siamese(rels), _independent(rep), _risks(rep), _not_run(rels),
+             _screening(rep, grids or {})]
     return "\n".join(p for p in parts if p)

@@ -38,7 +38,13 @@ def _n(d: dict | None, row: str) -> str:
     if not d or d.get("n") is None:
         return ""
     who = f", {d['patients']} patients" if d.get("patients") else ""
-    return f" <span class=ci>n={d['n']} {_e(row_unit(row))}{who}</span>"
+    ref = ""
+    if d.get("control_n") is not None:
+        ref = (f"; control n={d['control_n']}" + (f", {d['control_patients']} patients" if d.get("control_patients")
+                                                   else ""))
+    elif d.get("against") == "baseline":
+        ref = "; against random guessing"
+    return f" <span class=ci>n={d['n']} {_e(row_unit(row))}{who}{ref}</span>"
 
 
 def verdict_section(rep: dict) -> str:

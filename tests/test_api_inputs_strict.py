@@ -394,3 +394,28 @@ def test_odd_arguments_are_named_not_python_errors(tmp_path, phantom):  # noqa: 
             with pytest.raises(kind, match=said):
                 call()
     assert not list(tmp_path.iterdir()) and not Path("~").exists()
+
+
+def test_a_refused_save_keeps_the_earlier_one_and_evaluate_names_releases_as_given(tmp_path):
+    """A save refused (the folder exists) made the Release forget its first save: audit said "not saved", and the
+    images were drawn again. An evaluation error about a release it saved for itself named its deleted temporary
+    folder, and left the Release pointing there."""
+    from medanon.errors import DataError, OutputExistsError
+
+    data = medanon.make_phantom(tmp_path / "ph", patients=16, per_patient=2, size=16, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = medanon.anonymize.snow(data, p=0.3)
+        rel.save(tmp_path / "snow", mapping=tmp_path / "snow.json", progress=False)
+        with pytest.raises(OutputExistsError):
+            rel.save(tmp_path / "snow", progress=False)
+    assert rel.path == tmp_path / "snow" and rel.mapping == tmp_path / "snow.json"
+    assert medanon.audit(rel).passed
+    unsaved = medanon.anonymize.kpixel(data, k=3)                   # every patient: not evaluable
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DataError) as got:
+            medanon.evaluate(real=data, releases=[unsaved], preset="tiny", size=16, progress=False)
+    said = str(got.value)
+    assert "releases[0] (kpixel, not saved)" in said and "medanon-eval-" not in said and "--split" not in said
+    assert unsaved.path is None and unsaved.mapping is None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from medanon.api._inputs import number
 from medanon.api.result import EvaluationResult
-from medanon.errors import ConfigError, DataError, a_type, check_path_arg
+from medanon.errors import ConfigError, DataError, MedanonError, a_type, check_path_arg
 
 PATIENTS_WHY = ("its splits, controls and intervals are by patient, and several images may show one "
                 "person (if each image really is a different person, patient_ids=range(len(images)) says so)")
@@ -257,22 +257,26 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
         tmp_dir.cleanup()
         raise ConfigError(f"mappings name releases that are not evaluated: {sorted(maps)}")
     read_as = getattr(real, "read_options", None)            # an opened dataset: read its folder the same way
-    with tmp_dir, (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):
-        folder = Path(out) if out is not None else tmp / "report"
-        try:
-            rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
-                                 cache_dir=cache_dir, progress=progress, overwrite=overwrite)
-        except UnknownSources:
-            if not is_in_memory(real):
-                raise
-            raise DataError(  # the temporary folder named in the message is gone; what differs is how it was read
-                "a release names source images that real= does not hold: images held in memory are known by their "
-                "pixels as read, so a different value_range (or other images) gives other records",
-                fix="pass real= the images the releases were made from, with the same value_range=") from None
-        html = (folder / "report.html").read_text(encoding="utf-8")
-        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    for r in saved_here:                                     # their temporary folders are gone
-        r.path, r.mapping = None, None
+    try:
+        with tmp_dir, (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):
+            folder = Path(out) if out is not None else tmp / "report"
+            try:
+                rep = run_evaluation(real_dir, specs, folder, config=config, splits=splits, device=device or "cpu",
+                                     cache_dir=cache_dir, progress=progress, overwrite=overwrite)
+            except UnknownSources as e:
+                if not is_in_memory(real):
+                    raise _as_given(e, tmp, releases) from None
+                raise DataError(  # the temporary folder named is gone; what differs is how it was read
+                    "a release names source images that real= does not hold: images held in memory are known by "
+                    "their pixels as read, so a different value_range (or other images) gives other records",
+                    fix="pass real= the images the releases were made from, with the same value_range=") from None
+            except MedanonError as e:
+                raise _as_given(e, tmp, releases) from None
+            html = (folder / "report.html").read_text(encoding="utf-8")
+            report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    finally:
+        for r in saved_here:                                 # their temporary folders are gone
+            r.path, r.mapping = None, None
     del rep
     read = [] if is_in_memory(real) else list(reads)      # an opened dataset's image folders, wherever they are
     read += [s.path for s in specs if not _inside(s.path, tmp)] + [s.mapping for s in specs if s.mapping and
@@ -283,6 +287,35 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
                             report=report, html=html, out=Path(out) if out is not None else None,
                             comparisons=list(report.get("comparisons", [])),
                             differencing=list(report.get("differencing", [])), reads=[Path(p) for p in read if p])
+
+
+def _as_given(e: MedanonError, tmp: Path, releases: Sequence) -> MedanonError:
+    """``e`` with the temporary folders of releases saved only for this evaluation (gone when it ends) named as the
+    caller passed them: ``releases[i] (method, not saved)``."""
+    import copy
+
+    from medanon.release.release import Release
+
+    if not isinstance(e, MedanonError):
+        return e
+    names = {}
+    for i, r in enumerate(releases):
+        if isinstance(r, Release):
+            name = f"{r.method}-{i}"
+            names[str(tmp / "releases" / name)] = f"releases[{i}] ({r.method}, not saved)"
+            names[str(tmp / "mappings" / f"{name}.json")] = f"the mapping of releases[{i}]"
+
+    def said(text):
+        for path, words in names.items():
+            text = text.replace(path, words) if text else text
+        return text
+
+    out = copy.copy(e)
+    out.message, out.fix = said(e.message), said(e.fix)
+    if hasattr(out, "files"):
+        out.files = [said(f) for f in out.files]
+    out.args = (str(out),)
+    return out
 
 
 def _inside(path, folder: Path) -> bool:

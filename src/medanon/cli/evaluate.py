@@ -16,7 +16,9 @@ FLAGS = {"mapping= file": "--mapping NAME=FILE", "splits= CSV": "--splits CSV", 
          "lower fidelity.samples": "lower --fid-samples",
          "or attacks.identity_checkpoint='' to train": "or leave --identity out to train",
          "attacks.identity_checkpoint=": "--identity ",
-         "fidelity.max_samples=": "--set fidelity.max_samples="}
+         "fidelity.max_samples=": "--set fidelity.max_samples=",
+         "or the config's split.seed": "or --split-seed",
+         "(anonymise medanon.split_dataset(...)['train'])": "(`medanon anonymize ... --split train --splits CSV`)"}
 
 
 def _mappings(items: tuple[str, ...]) -> dict[str, Path]:

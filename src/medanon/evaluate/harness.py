@@ -122,10 +122,10 @@ def _check_sources(real, source_split: str, rel: ReleaseData) -> None:
         raise DataError(f"release {rel.path} stands for {len(bad)} image(s) outside the {source_split!r} split "
                         f"(e.g. patients {sorted(set(real.patients[bad].tolist()))[:5]}): its held-out patients "
                         f"would be tested against themselves", files=[str(rel.mapping_path)],
-                        fix="evaluate with the split the release was made from (splits= CSV, or split_seed=); a "
-                            f"release made from every patient cannot be evaluated: make it again from the "
-                            f"{source_split!r} split only (`medanon anonymize ... --split {source_split} --splits "
-                            "CSV`)")
+                        fix="evaluate with the split the release was made from (splits= CSV, or the config's "
+                            "split.seed); a release made from every patient cannot be evaluated: make it again "
+                            f"from the {source_split!r} split only (anonymise medanon.split_dataset(...)"
+                            f"[{source_split!r}])")
 
 
 def _check_counts(real, source_split: str, rel: ReleaseData) -> None:

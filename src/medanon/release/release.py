@@ -322,7 +322,18 @@ class Release:
         self._warn_second_draw(out, overwrite)
         self._preview = None
         mapping = Path(mapping) if mapping is not None else None
+        before = self.path, self.mapping
         self.path, self.mapping = None, None
+        try:
+            return self._save(out, mapping, overwrite, progress)
+        except BaseException:
+            # a refused or failed save leaves an earlier save of this release as it was: its folder is still the
+            # one this object reads, audits and evaluates (not a new draw)
+            if before[0] is not None and (Path(before[0]) / "manifest.json").is_file():
+                self.path, self.mapping = before
+            raise
+
+    def _save(self, out: Path, mapping: Path | None, overwrite: bool, progress: bool) -> Path:
         if self.saver is not None:
             self.summary = dict(self.saver(out, mapping, overwrite, progress))
             manifest, _ = read_release(out)

@@ -3,6 +3,7 @@ changes, batching does not change results, and the release through the CLI (audi
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -469,3 +470,24 @@ def test_a_release_of_the_shipped_models_training_people_says_so(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert "models_trained_on_released" not in medanon.anonymize.gmia(other, steps=1, device="cpu").privacy
+
+
+def test_a_loaded_network_in_the_wrong_role_is_refused_when_the_release_is_planned(tmp_path, checkpoints):
+    """By path a classifier given as identity= was refused; loaded, it became the identity network (the release
+    written with no warning), and any module with a forward passed until torch failed mid-release. A tuple passed
+    every role's check."""
+    import medanon
+    from medanon.anonymize.gmia import UtilityEncoder
+    from medanon.errors import ConfigError
+
+    d, data = checkpoints
+    ds = medanon.open_dataset(data, size=32)
+    common = {"model": d / "codec.pt", "steps": 1, "device": "cpu"}
+    ut = UtilityEncoder.from_checkpoint(d / "grade.pt")
+    for kw, said in (({"identity": ut, "utility": ut}, "identity= is a medanon.UtilityEncoder of a 'classifier'"),
+                     ({"identity": torch.nn.Linear(2, 2)}, "identity= cannot take this data's images"),
+                     ({"identity": d / "identity.pt", "utility": torch.nn.Identity()}, "utility= gives (2, 3, 32, 32)"),
+                     ({"identity": (1, 2)}, "identity= is a tuple of 2, not one model")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            medanon.anonymize.gmia(ds, **common, **kw)
+    assert len(medanon.anonymize.gmia(ds, **common, identity=d / "identity.pt", utility=ut).images(limit=1)) == 1

@@ -95,7 +95,6 @@ def test_a_resample_of_one_true_grade_measures_no_kappa():
     """8 test patients, 5 of one grade: about 1 resample in 25 holds only that grade, where kappa is 0 for any
     prediction. Counted as 0 they pinned the real images' interval at 0.00; they are undefined and left out (and
     counted), as an AUROC of one class is."""
-    rng = np.random.default_rng(4)
     task = U.KNOWN_TASKS["grade"]
     y = np.repeat([0, 0, 0, 0, 0, 2, 3, 4], 4)
     groups = np.repeat(np.arange(8), 4)

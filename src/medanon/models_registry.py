@@ -255,15 +255,29 @@ LOADED: dict[str, tuple[tuple[str, ...], str]] = {
     "gmia-identity": (("forward",), "an identity network (medanon.anonymize.gmia.IdentityEncoder)"),
     "gmia-utility": (("forward",), "a utility network (medanon.anonymize.gmia.UtilityEncoder)"),
 }
+# The checkpoint kind a loaded network must come from, where it says (``provenance["kind"]``, as medanon's wrappers
+# record it): a utility classifier given as the identity network is refused as its checkpoint would be
+LOADED_KINDS = {"gmia-identity": "identity", "gmia-utility": "classifier"}
 
 
 def _check_loaded(value, *, role: str, argument: str) -> None:
     """A loaded network given for ``role`` has what the method calls, or a ConfigError says what to pass."""
     from medanon.errors import ConfigError, a_type
 
-    if isinstance(value, tuple) or role not in LOADED:
+    if isinstance(value, tuple):
+        if role == "dpglow-flow" and len(value) == 3:       # medanon.train.flow.load_flow(path): (codec, clip, info)
+            _check_loaded(value[0], role=role, argument=argument)
+            return
+        raise ConfigError(f"{argument}= is a tuple of {len(value)}, not one model",
+                          fix=f"pass {argument}= one loaded network, a checkpoint name on `medanon models` or a path")
+    if role not in LOADED:
         return
     needs, what = LOADED[role]
+    kind = (getattr(value, "provenance", None) or {}).get("kind") if isinstance(
+        getattr(value, "provenance", None), dict) else None
+    if role in LOADED_KINDS and kind is not None and kind != LOADED_KINDS[role]:
+        raise ConfigError(f"{argument}= is {a_type(value)} of a {kind!r} checkpoint, not {what}",
+                          fix=f"pass {argument}= {what}, a checkpoint name on `medanon models` or a path")
     missing = [a for a in needs if not hasattr(value, a)]
     if missing:
         hint = (": wrap the Glow in GlowCodec(glow)" if role == "dpglow-flow" and hasattr(value, "log_prob") else "")

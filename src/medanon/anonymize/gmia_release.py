@@ -118,7 +118,36 @@ def check_networks(gmia: GMIA, dataset: ImageDataset) -> list[tuple[str, type[Us
                           f"data have {dataset.channels}: on converted images it would not recognise the patients "
                           "whose identity GMIA is to remove",
                           fix="train the identity network on this modality (`medanon train identity`)")
+    for name, net in (("identity", gmia.identity), ("utility", gmia.utility)):
+        _probe(net, name, dataset, gmia.device)
     return doubts
+
+
+def _probe(net, name: str, dataset: ImageDataset, device) -> None:
+    """One image of the data's shape through a loaded network given as ``name=``: a network that cannot take it, or
+    gives no (N, D) features, is refused now rather than as torch's error mid-release."""
+    if net is None:
+        return
+    x = torch.zeros(2, dataset.channels, dataset.size, dataset.size, device=device)
+    was = getattr(net, "training", False)
+    try:
+        if hasattr(net, "eval"):
+            net.eval()                                   # as GMIA runs it (frozen)
+        with torch.no_grad():
+            out = net(x)
+    except Exception as e:                               # a user's network: any failure is a wrong argument
+        raise ConfigError(f"{name}= cannot take this data's images ({dataset.channels}x{dataset.size}px): "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                          fix=f"pass {name}= the {'identity' if name == 'identity' else 'utility'} network of this "
+                              "modality (a checkpoint name on `medanon models`, a path, or an "
+                              f"{'IdentityEncoder' if name == 'identity' else 'UtilityEncoder'})") from None
+    finally:
+        if was and hasattr(net, "train"):
+            net.train(was)
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or len(out) != 2:
+        raise ConfigError(f"{name}= gives {tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__} "
+                          "for two images, not (2, D) features", fix=f"pass {name}= a network that maps images to "
+                                                                    "feature vectors")
 
 
 def _sha256(info: dict[str, Any] | None) -> str | None:

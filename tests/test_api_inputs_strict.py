@@ -419,3 +419,15 @@ def test_a_refused_save_keeps_the_earlier_one_and_evaluate_names_releases_as_giv
     said = str(got.value)
     assert "releases[0] (kpixel, not saved)" in said and "medanon-eval-" not in said and "--split" not in said
     assert unsaved.path is None and unsaved.mapping is None
+
+
+def test_a_result_and_a_release_say_how_to_take_what_a_position_or_slice_asked():
+    from medanon import EvaluationResult
+    from medanon.release.release import Release
+
+    res = EvaluationResult(releases=[{"name": "k5"}], controls={}, real={}, phantom=True, notes=[], seconds=0.0,
+                           report={}, html="")
+    with pytest.raises(TypeError, match=r"not int: \['k5'\]; by position, use .releases\[i\]"):
+        res.release(0)
+    with pytest.raises(TypeError, match=r"use release.images\(limit=N\)"):
+        Release.__getitem__(object.__new__(Release), slice(0, 2))

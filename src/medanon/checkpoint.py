@@ -117,8 +117,8 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
     if kinds and blob.get("kind") not in kinds:
         raise ConfigError(f"checkpoint {path} holds a model of kind {blob.get('kind')!r}, expected "
                           f"{' or '.join(kinds)}",
-                          fix=f"pass a {' or '.join(kinds)} checkpoint where {path} was given (`medanon models` "
-                              "lists the checkpoints with their kinds)")
+                          fix=f"pass a checkpoint of kind {' or '.join(kinds)} where {path} was given "
+                              "(`medanon models` lists the checkpoints with their kinds)")
     blob["sha256"] = sha256_file(path)
     blob["path"] = str(path)
     from medanon.outputs import note_checkpoint_read

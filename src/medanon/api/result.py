@@ -105,6 +105,9 @@ class EvaluationResult:
 
     def release(self, name: str) -> dict[str, Any]:
         """The results of the release named ``name`` (its folder name)."""
+        if not isinstance(name, str):
+            raise TypeError(f"release() takes a release's name (its folder name), not {type(name).__name__}: "
+                            f"{[r.get('name') for r in self.releases]}; by position, use .releases[i]")
         for r in self.releases:
             if r.get("name") == name:
                 return r

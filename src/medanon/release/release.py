@@ -278,7 +278,9 @@ class Release:
 
     def __getitem__(self, index: int) -> ReleasedRecord:
         if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"release indices are integers, not {type(index).__name__}")
+            raise TypeError(f"release indices are integers, not {type(index).__name__}"
+                            + ("; for the first records as one tensor use release.images(limit=N)"
+                               if isinstance(index, slice) else ""))
         n = len(self) if index < 0 else None
         i = index + n if n is not None else index
         if i < 0:

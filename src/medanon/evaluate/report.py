@@ -89,6 +89,19 @@ def fid_sizes_text(rep: dict) -> str:
     return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]} (each release's own)"
 
 
+def _control_label(n: str, f: dict) -> str:
+    """A fidelity control row's label: the N it measured, and where the held-out images were fewer than the N of the
+    releases it stands beside, that it could not match them.
+
+    >>> _control_label("50", {"n": 32})
+    '<i>real, held-out patients (control, N = 32: every held-out image, fewer than the 50 of the releases ...'
+    """
+    got = int(f.get("n", n))
+    short = (f": every held-out image, fewer than the {n} of the releases beside it; FID and FD are biased by N, so "
+             "they are not comparable" if got < int(n) else "")
+    return f"<i>real, held-out patients (control, N = {got}{short})</i>"
+
+
 def _fidelity(rep: dict) -> str:
     rels = rep["releases"]
     methods, settings = _columns(rels)
@@ -108,8 +121,7 @@ def _fidelity(rep: dict) -> str:
     head += ["FD identity network [95% CI]"] if rep["config"]["fidelity"]["in_domain"] else []
     rows = []
     by_n = rep["controls"].get("fidelity_by_n") or {str(rep["controls"]["fidelity"]["n"]): rep["controls"]["fidelity"]}
-    entries = [(f"<i>real, held-out patients (control, N = {n})</i>", f) for n, f in sorted(by_n.items(),
-                                                                                          key=lambda kv: int(kv[0]))]
+    entries = [(_control_label(n, f), f) for n, f in sorted(by_n.items(), key=lambda kv: int(kv[0]))]
     entries += [(_e(r["name"]), r["fidelity"]) for r in rels]
     errors = {f["kid"].get("error", "sd over subsets") for _, f in entries if f.get("kid") and not f["kid"].get("ci")}
     for name, f in entries:

@@ -84,6 +84,20 @@ def _explain() -> str:
                 "or against the baseline where no control population exists, and then named so."))
 
 
+def _p(p: float | None) -> str:
+    """A bootstrap p-value: at the least that its 400 resamples can show (1 or 2 of them beyond the null,
+    with the +1 correction), an upper bound, written ``p ≤``; else ``p =``.
+
+    >>> _p(1 / 401), _p(0.03)
+    ('p ≤ 0.0025', 'p = 0.03')
+    """
+    from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES
+
+    if p is None or p != p:
+        return "p –"
+    return f"p ≤ {p:.2g}" if p <= 2.2 / (BOOT_RESAMPLES + 1) else f"p = {p:.2g}"
+
+
 def _membership(rels: list[dict]) -> str:
     ok = [r for r in rels if "top_k_accuracy" in r["attacks"].get("membership", {})]
     out = ["<h2>Membership inference, modelled on k-SALSA §4.5</h2>"]
@@ -96,7 +110,7 @@ def _membership(rels: list[dict]) -> str:
                 c = _cell(ok, m, s)
                 a = c["attacks"]["membership"] if c else None
                 text = (f"{_iv(a['top_k_accuracy'], a['ci'], pct=True)} <span class=ci>chance "
-                        f"{_pct(a['chance'])}, p = {a['p_value']:.2g}, n = {a['slots']} slots</span>" if a else "–")
+                        f"{_pct(a['chance'])}, {_p(a['p_value'])}, n = {a['slots']} slots</span>" if a else "–")
                 why = _why_invalid(c, "membership") if c else None
                 row.append(text if why is None else f"<span class=invalid title=\"{_e(why)}\">{text} (not "
                                                     "valid)</span>")
@@ -124,7 +138,7 @@ def _nearest(rels: list[dict]) -> str:
         ind = (r["attacks"].get("independent") or {}).get("nearest") or {}
         f, v = a["risk"], a["risk_reverse"]
         rows.append(_greyed([_e(r["name"]), _iv(a["auc"], a["auc_ci"]), _iv(a["reverse_auc"], a["reverse_auc_ci"]),
-                     _iv(a["two_sided_auc"], a.get("two_sided_auc_ci")), f"{a['p_value']:.2g}",
+                     _iv(a["two_sided_auc"], a.get("two_sided_auc_ci")), _p(a["p_value"]),
                      f"{_rate_iv(f['attack'])} / {_rate_iv(f['control'])}",
                      f"{_rate_iv(v['attack'])} / {_rate_iv(v['control'])}",
                      _threshold(f.get("threshold")), _residual(f["residual_risk"]),

@@ -173,6 +173,7 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         "copies_of_one_source_in_multi_person_records": _count(single[n_src >= 2].sum()),
         "ties": "a nearest real image tied with t others counts 1/(t+1) as the record's own source",
         "control": _control(held_d <= t_pix, held_cos >= t_cos, heldout_patients, confidence, rest),
+        **_few_patients(heldout_patients, sets, quantile),
         "median_pixel_distance": float(np.median(d)), "median_heldout_pixel_distance": float(np.median(held_d)),
         "closest": [{"record": int(r), "real_row": int(nearest_row[r]), "pixel_rmse": float(d[r]),
                      "cosine": float(cos_all[r, j[r]]), "own_source": bool(own[r] > 0),
@@ -235,6 +236,22 @@ def _control(pix: np.ndarray, ident: np.ndarray, patients, confidence: float, re
             "identity_patients": None if groups is None else len(np.unique(groups[rest])),
             "what": "held-out real images (new people) against the source split, same thresholds; the identity "
                     "rate on the half of the held-out patients that did not set its threshold"}
+
+
+def _few_patients(patients, sets: np.ndarray, quantile: float) -> dict:
+    """A warning where a threshold rests on fewer patients than the attacks need (``risk.MIN_PATIENTS``): its
+    nominal tail is then not resolved (a 1 % tail of a few patients' images), and the near-copy rates are rough."""
+    from medanon.evaluate.attacks.risk import MIN_PATIENTS
+
+    if patients is None:
+        return {}
+    pix, ident = len(set(np.asarray(patients).tolist())), len(set(np.asarray(patients)[sets].tolist()))
+    if min(pix, ident) >= MIN_PATIENTS:
+        return {"threshold_patients": {"pixels": pix, "identity": ident}}
+    return {"threshold_patients": {"pixels": pix, "identity": ident},
+            "warning": f"the thresholds rest on {pix} held-out patients (pixels) and {ident} (identity), fewer than "
+                       f"{MIN_PATIENTS}: a {quantile:.0%} tail of so few patients is not resolved, so the near-copy "
+                       "rates are rough and their control rates show how far the tail moved"}
 
 
 def _count(x: float) -> int | float:

@@ -373,6 +373,8 @@ def _screening(rep: dict, grids: dict) -> str:
                 f"screen on held-out images against the source split: its pixel rate may exceed "
                 f"{_pct(s0['quantile'])} %, since new people are not second photographs. A copy of one source is a "
                 f"near-copy whose nearest real image is its own record's source.")]
+    warned = sorted({r["screening"]["warning"] for r in rels if r["screening"].get("warning")})
+    out += [f"<p class=note><b>Few patients</b>: {_e(w)}.</p>" for w in warned]
     for r in rels:
         pairs = grids.get(f"closest:{r['name']}") or []
         if not pairs:

@@ -199,6 +199,8 @@ def test_a_linkability_row_whose_far_is_far_above_the_target_says_its_tar_is_no_
     assert "far above the target 0.01" in _link_row("Inner risk — const", v, 0.01)[0]
     ordinary = {**v, "FAR": 0.01, "FAR_ci": [0.0, 0.03]}
     assert _link_row("Inner risk — copy", ordinary, 0.01)[0] == "Inner risk — copy"
+    looser = {**v, "FAR": 0.074, "FAR_ci": [0.048, 0.10]}            # 7 times the target, not "far above" it
+    assert "FAR 7.4 % is above the target 0.01 beyond its interval" in _link_row("Outer", looser, 0.01)[0]
 
 
 def test_a_table_2_cell_gives_the_interval_before_the_seeds_sd():
@@ -300,3 +302,14 @@ def test_attacks_not_run_are_listed_with_their_reason():
     page = _not_run(rels)
     assert "Attacks not run" in page and "<b>R</b>: Inference" in page and "no &#x27;sex&#x27; label" in page
     assert _not_run([{"name": "R", "attacks": {"nearest": {}}}]) == ""
+
+
+def test_a_reweighted_control_says_which_share_of_members_it_cannot_stand_for():
+    """Linkability's control was reweighted to the members' grades, 14 % of members having a grade no control patient
+    had: the table did not say so (the nearest-record rows did)."""
+    from medanon.evaluate.report_risks import _rate
+
+    ctrl = {"rate": 0.04, "ci": [0.0, 0.1], "trials": 16, "patients": 4,
+            "balanced": {"label": "grade", "unweighted_rate": 0.05, "uncovered_member_share": 0.143}}
+    assert "14.3 % of members have a grade no control patient has" in _rate(ctrl)
+    assert "no control patient" not in _rate({**ctrl, "balanced": {**ctrl["balanced"], "uncovered_member_share": 0}})

@@ -197,6 +197,10 @@ def _link_row(label: str, v: dict | None, target_far: float | None = None) -> li
         # pairs all tie): TAR and F1 say nothing of linkage here
         label += (f' <span class=invalid>(its FAR is far above the target {target_far:g}: the threshold does not '
                   "separate its records, and TAR / F1 are no risk)</span>")
+    elif target_far is not None and far_lo is not None and far_lo > target_far:
+        label += (f" <span class=ci>(its FAR {_pct(v['FAR'])} % is above the target {target_far:g} beyond its "
+                  "interval: the threshold, set on real pairs, accepts more of this release's impostor pairs, so its "
+                  "TAR is read at a looser point than the target)</span>")
     rev = _iv(v.get("reverse_TAR"), v.get("reverse_TAR_ci")) if "reverse_TAR" in v else "–"
     return [label, _iv(v["F1"], v.get("F1_ci")), _iv(v["accuracy"], v.get("accuracy_ci")), _iv(v["TAR"], v["TAR_ci"]),
             _iv(v["FAR"], v["FAR_ci"]),

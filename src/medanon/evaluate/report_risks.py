@@ -72,6 +72,9 @@ def _rate(d: dict, unit: str = "") -> str:
     b = d.get("balanced")
     if b:
         extra += f"; reweighted to the members' {_e(b['label'])} mix, unweighted {_pct(b['unweighted_rate'])}"
+        if b.get("uncovered_member_share"):
+            extra += (f"; {_pct(b['uncovered_member_share'])} % of members have a {_e(b['label'])} no control "
+                      "patient has, and the reweighted control stands for the rest only")
     # the bootstrap's units: patients linked by a shared record are one cluster (a k-Same record links k people)
     trials = f"{d['trials']}" + (f" {unit}" if unit else "") + \
         (f", {d['patients']} patient clusters" if d.get("patients") is not None else "")

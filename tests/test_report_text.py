@@ -313,3 +313,12 @@ def test_a_reweighted_control_says_which_share_of_members_it_cannot_stand_for():
             "balanced": {"label": "grade", "unweighted_rate": 0.05, "uncovered_member_share": 0.143}}
     assert "14.3 % of members have a grade no control patient has" in _rate(ctrl)
     assert "no control patient" not in _rate({**ctrl, "balanced": {**ctrl["balanced"], "uncovered_member_share": 0}})
+
+
+def test_the_header_gives_the_utility_tests_patients_not_a_raw_dict():
+    from medanon.evaluate.report import _utility_sizes
+
+    rep = {"sample_sizes": {"utility_test": {"grade": 32}},
+           "releases": [{"utility": {"grade": {"n_test": 32, "n_test_patients": 8}}}]}
+    assert _utility_sizes(rep) == "grade: 32 images of 8 patients"
+    assert _utility_sizes({"sample_sizes": {"utility_test": {}}, "releases": []}).startswith("none")

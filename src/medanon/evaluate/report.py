@@ -153,7 +153,10 @@ def _fidelity(rep: dict) -> str:
         + (f" KID's ± (sets too large for its interval) is the {_e(next(iter(errors)))}."
            if has_fid and len(errors) == 1 else "") + _resamples_said(entries)))
     if not has_fid:
-        out.append("<p class=note>FID and KID were not computed (Inception disabled or unavailable; see notes).</p>")
+        why = ("Inception was turned off for this evaluation (fidelity.inception)" if not
+               rep["config"]["fidelity"].get("inception", True) else "the Inception weights were not available: see "
+                                                                      "the notes")
+        out.append(f"<p class=note>FID and KID were not computed: {why}.</p>")
     return "\n".join(out)
 
 
@@ -181,11 +184,15 @@ def _records(r: dict) -> str:
                                 "(see notes)</span>" if n else "")
 
 
-def _utility_sizes(sizes: dict) -> str:
-    """The utility test's images per task, or why there is none."""
+def _utility_sizes(rep: dict) -> str:
+    """The utility test's images (and patients) per task, or why there is none."""
+    sizes = rep["sample_sizes"]["utility_test"]
     if not sizes:
         return "none (no release publishes a label that the held-out images have)"
-    return json.dumps(sizes)
+    patients = {task: u.get("n_test_patients") for r in rep["releases"] for task, u in (r.get("utility") or {}).items()
+                if isinstance(u, dict)}
+    return "; ".join(f"{task}: {n} images" + (f" of {patients[task]} patients" if patients.get(task) else "")
+                     for task, n in sizes.items())
 
 
 def _statements(rep: dict) -> str:
@@ -308,9 +315,10 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
         f"<dt>Split</dt><dd>{_e(real['split'])}; releases built from the <b>{_e(real['source_split'])}</b> split "
         f"({real['source_images']} images); held-out <b>{_e(real['heldout_split'])}</b> split "
         f"({real['heldout_images']} images) for testing and attack controls</dd>"
-        f"<dt>Sample sizes</dt><dd>FID/KID/FD: {_e(fid_sizes_text(rep))} images per release vs "
+        f"<dt>Sample sizes</dt><dd>{'FID/KID/FD' if rep['config']['fidelity'].get('inception', True) else 'FD'}: "
+        f"{_e(fid_sizes_text(rep))} images per release vs "
         f"{rep['sample_sizes']['fid_reference']} reference; utility test: "
-        f"{_e(_utility_sizes(rep['sample_sizes']['utility_test']))}</dd>"
+        f"{_e(_utility_sizes(rep))}</dd>"
         f"<dt>Identity network</dt><dd>{_e(ident.get('trained_on') or ident.get('checkpoint') or 'not used')}</dd>"
         f"<dt>Device, time</dt><dd>{_e(rep['device'])}, {rep['seconds']} s</dd></dl>")
     rels = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['method'])}</td><td>{_e(r['setting'])}</td>"
@@ -320,7 +328,8 @@ def render_html(rep: dict, grids: dict[str, list[dict]]) -> str:
     rel_table = ("<table><thead><tr><th>Release</th><th>Method</th><th>Setting</th><th>Records</th>"
                  "<th>Min people / record</th><th>Formal guarantee (from its manifest; see Privacy statements)</th>"
                  f"<th>Mapping</th></tr></thead><tbody>{rels}</tbody></table>")
-    notes = "".join(f"<p class=note>{_e(n)}</p>" for n in rep.get("notes", []))
+    notes = ("<h2 id=notes>Notes</h2>" + "".join(f"<p class=note>{_e(n)}</p>" for n in rep["notes"])
+             if rep.get("notes") else "")
     body = "\n".join([
         "<h1>medanon evaluation report</h1>", banner, verdict_section(rep), summary, "<h2>Releases</h2>", rel_table,
         notes,

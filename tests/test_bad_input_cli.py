@@ -600,3 +600,8 @@ def test_a_mapping_named_by_path_is_explained_and_debug_logs_are_medanons(tmp_pa
         assert logging.getLogger("medanon").getEffectiveLevel() == logging.DEBUG
     finally:
         setup_logging("info")
+
+
+def test_a_split_seed_for_a_release_of_every_patient_is_refused(tmp_path, phantom):
+    code, out = _run("anonymize", "kpixel", phantom, "--k", "2", "--split-seed", "3", "--out", tmp_path / "r")
+    assert code == 2 and "--split all releases every patient" in out and not (tmp_path / "r").exists(), out

@@ -93,6 +93,9 @@ def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: in
     from medanon.data.splits import select_split
 
     check_split_seed(splits_csv, split_seed)
+    if split == "all" and split_seed is not None:
+        raise click.BadParameter("--split all releases every patient: a split seed would change nothing (release "
+                                 "one split, e.g. --split train, to evaluate the release)", param_hint="--split-seed")
     ds = open_from_cli(data_dir, **data_opts)
     with library_call({**SPLIT_FLAGS, **flags}):
         return select_split(ds, split, splits_csv=splits_csv, seed=split_seed or 0)

@@ -322,3 +322,14 @@ def test_the_header_gives_the_utility_tests_patients_not_a_raw_dict():
            "releases": [{"utility": {"grade": {"n_test": 32, "n_test_patients": 8}}}]}
     assert _utility_sizes(rep) == "grade: 32 images of 8 patients"
     assert _utility_sizes({"sample_sizes": {"utility_test": {}}, "releases": []}).startswith("none")
+
+
+def test_the_attribute_attackers_held_out_accuracy_gives_its_patients_and_the_majority_class():
+    """34.4 % (n = 32 images) was shown without its 8 patients, below a 75 % majority class that it did not name."""
+    from medanon.evaluate.report_attacks import _attribute
+
+    at = {"attribute": "sex", "accuracy": 0.5, "accuracy_ci": [0.3, 0.7], "baseline": 0.5, "auroc": 0.5,
+          "heldout_real_accuracy": 0.344, "heldout_real_accuracy_ci": [0.2, 0.5], "n_heldout": 32,
+          "heldout_patients": 8, "heldout_chance": 0.75, "n": 14, "assumptions": []}
+    page = _attribute({"releases": [{"name": "R", "attacks": {"attribute": at}, "utility": {}}]})
+    assert "(n = 32 images, 8 patients; majority class 75.0 %): no better than naming the majority class" in page

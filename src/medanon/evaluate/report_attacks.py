@@ -183,7 +183,14 @@ def _attribute(rep: dict) -> str:
                                         f"{_e(a0.get('attacker_trained_on') or 'real images')}, patients neither "
                                         f"released nor controls. On held-out real images it reaches "
                                         f"{_iv(a0['heldout_real_accuracy'], a0['heldout_real_accuracy_ci'], pct=True)}"
-                                        f" % (n = {a0['n_heldout']})."))
+                                        f" % (n = {a0['n_heldout']} images"
+                                        + (f", {a0['heldout_patients']} patients" if a0.get("heldout_patients")
+                                           else "")
+                                        + f"; majority class {_pct(a0.get('heldout_chance'))} %)"
+                                        + (": no better than naming the majority class, so no row of this attack "
+                                           "is valid" if a0.get("heldout_chance") is not None and not
+                                           (a0["heldout_real_accuracy_ci"][0] > a0["heldout_chance"]) else "")
+                                        + "."))
         out.append(_assume(a0["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "attribute"))
 

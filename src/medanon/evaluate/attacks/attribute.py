@@ -87,6 +87,7 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
                                             stream=1, **boot),
            "n": len(t),
            "n_heldout": len(ht), "heldout_chance": float(max(np.mean(ht == 0), np.mean(ht == 1))),
+           "heldout_patients": held.patients,
            "attacker_trained_on": trained_on, "assumptions": ASSUMPTIONS,
            "interval": acc.method, "heldout_interval": held.method}
     if source_images is not None and record_sources is not None:

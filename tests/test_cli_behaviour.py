@@ -94,3 +94,25 @@ def test_phantom_workers_end_without_a_traceback(tmp_path):
                         "--size", "16", "--workers", "2", "--out", str(tmp_path / "p")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "Traceback" not in r.stderr and "KeyboardInterrupt" not in r.stderr, r.stderr
+
+
+def test_an_unexpected_exception_is_said_to_be_a_bug_without_a_traceback(tmp_path, monkeypatch):
+    """Only MedanonError and OSError were caught: any internal bug reached the user as a full traceback."""
+    import medanon.phantoms.generate as gen
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(gen, "generate", broken)
+    monkeypatch.delenv("MEDANON_TRACEBACK")
+    r = CliRunner().invoke(cli, ["phantom", "--patients", "2", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 70 and "an unexpected ZeroDivisionError inside medanon: division by zero" in r.output
+    assert "--log-level debug for the traceback" in r.output and "Traceback" not in r.output
+    from medanon.runtime import setup_logging
+
+    try:
+        r = CliRunner().invoke(cli, ["--log-level", "debug", "phantom", "--patients", "2", "--out",
+                                     str(tmp_path / "p")])
+        assert isinstance(r.exception, ZeroDivisionError)              # the traceback on request
+    finally:
+        setup_logging("info")

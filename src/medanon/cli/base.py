@@ -35,7 +35,8 @@ class FiniteRange(click.FloatRange):
 
 class MedanonGroup(click.Group):
     """Prints MedanonError and operating-system errors (a full disk, a permission) as a clean message (no
-    traceback) and exits with status 1; Ctrl-C exits with 130
+    traceback) and exits with status 1; any other exception is a medanon bug, said as such with status 70 (the
+    traceback with --log-level debug, or with MEDANON_TRACEBACK set, as the test suite does); Ctrl-C exits with 130
     (the shell's convention for SIGINT) after saying that outputs were left as they were (atomic writes)."""
 
     def invoke(self, ctx: click.Context):
@@ -54,6 +55,19 @@ class MedanonGroup(click.Group):
             click.secho(f"error: the operating system refused{where}: {e.strerror or e}\n  fix: {fix}, then rerun "
                         f"the same command{resumes}", fg="red", err=True)
             ctx.exit(1)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:                         # a bug: said plainly; the traceback on request
+            import logging
+            import os
+
+            if os.environ.get("MEDANON_TRACEBACK") or logging.getLogger("medanon").isEnabledFor(logging.DEBUG):
+                raise
+            first = str(e).splitlines()[0] if str(e) else ""
+            click.secho(f"error: an unexpected {type(e).__name__} inside medanon{': ' + first if first else ''}\n"
+                        "  this is a medanon bug, not a problem medanon found in your input: rerun the same command "
+                        "with --log-level debug for the traceback and report it with that output", fg="red", err=True)
+            ctx.exit(70)                               # EX_SOFTWARE: an internal error
         except KeyboardInterrupt:
             click.secho("interrupted: nothing half-written was left under an output's name. To continue: run the "
                         "same command again (releases, evaluate, demo, train identity), add --resume (train gan, "

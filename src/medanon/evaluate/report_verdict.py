@@ -79,7 +79,7 @@ def verdict_section(rep: dict) -> str:
     return "<h2>Verdict</h2>" + together + _table(
         ["Release", "Copies of real images (no mapping needed)", "Largest valid residual risk [95% CI] (attack)",
          "Utility kept: share of real's gain over chance, same N [95% CI]", "Valid attacks", "In words",
-         "The paper that evaluates this method: its claims reproduced (medanon's docs)"], rows,
+         "The method's paper: where medanon's docs reproduce its claims (on phantoms, not in this run)"], rows,
         caption="Residual risk: (attack − reference) / (1 − reference). The reference is a control where the attack "
                 "has one (the same attack on people not in the release: 0 = the attacker learns nothing of members "
                 "beyond what it learns of them) and otherwise a baseline, random guessing (0 = no better than "

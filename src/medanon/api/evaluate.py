@@ -243,19 +243,24 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
     reads = [real_dir, splits, *(dataset_inputs(real) if hasattr(real, "records") else [])]   # its images' folders
     _check_folders_first(out, cache_dir, reads, tmp_dir)   # before any release is made
     specs, saved_here = [], []
-    for i, r in enumerate(releases):
-        if isinstance(r, Release) and r.path is None:     # not saved yet: saved privately, mapping beside it
-            name = f"{r.method}-{i}"
-            saved_here.append(r)
-            drawn, r._drawn = r._drawn, []             # a private draw, not a second release: no warning
-            r.save(tmp / "releases" / name, mapping=tmp / "mappings" / f"{name}.json", progress=progress)
-            r._drawn = [*drawn, None]                  # a later save() warns that it is another draw
-        path = Path(getattr(r, "path", r))
-        mapping = maps.pop(path.name, None) or getattr(r, "mapping", None)
-        specs.append(ReleaseSpec(path, mapping=mapping))
-    if maps:
+    try:
+        for i, r in enumerate(releases):
+            if isinstance(r, Release) and r.path is None:     # not saved yet: saved privately, mapping beside it
+                name = f"{r.method}-{i}"
+                saved_here.append(r)
+                drawn, r._drawn = r._drawn, []             # a private draw, not a second release: no warning
+                r.save(tmp / "releases" / name, mapping=tmp / "mappings" / f"{name}.json", progress=progress)
+                r._drawn = [*drawn, None]                  # a later save() warns that it is another draw
+            path = Path(getattr(r, "path", r))
+            mapping = maps.pop(path.name, None) or getattr(r, "mapping", None)
+            specs.append(ReleaseSpec(path, mapping=mapping))
+        if maps:
+            raise ConfigError(f"mappings name releases that are not evaluated: {sorted(maps)}")
+    except BaseException:
+        for r in saved_here:                                 # their temporary folders go now
+            r.path, r.mapping = None, None
         tmp_dir.cleanup()
-        raise ConfigError(f"mappings name releases that are not evaluated: {sorted(maps)}")
+        raise
     read_as = getattr(real, "read_options", None)            # an opened dataset: read its folder the same way
     try:
         with tmp_dir, (reading(real_dir, **vars(read_as)) if read_as is not None else contextlib.nullcontext()):

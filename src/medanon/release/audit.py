@@ -44,13 +44,11 @@ from medanon.errors import ConfigError, DataError
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
 from medanon.release.audit_clusters import check_clusters
-from medanon.release.audit_content import check_kpixel_averages
+from medanon.release.audit_content import KpixelAverages
 from medanon.release.audit_source import (
     check_copied_files,
     check_preprocessed_copies,
     check_source_counts,
-    compared_records,
-    method_crop,
 )
 from medanon.release.files import FORMAT
 from medanon.release.labels import RESERVED_COLUMNS
@@ -256,19 +254,18 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
         if source_records is not None:
             privacy = manifest.get("privacy") or {}
             eps = privacy.get("epsilon_image")
-            check_preprocessed_copies(rep, release, read_mapping(mapping)["records"], source_records,
-                                      source_modality or made_from,
+            recs = read_mapping(mapping)["records"]
+            # kpixel is the one method whose records the audit can recompute, from the sources the copy check reads
+            averages = KpixelAverages() if manifest.get("method") == "kpixel" else None
+            check_preprocessed_copies(rep, release, recs, source_records, source_modality or made_from,
                                       people={r.get("image", ""): n for r, n in zip(rows, people, strict=True)},
                                       image_dp=isinstance(eps, int | float) and not privacy.get("vacuous"),
                                       says_vacuous=bool(privacy.get("vacuous")
                                                         or (privacy.get("without_guarantee") or {}).get("vacuous")),
-                                      crop=(manifest.get("params") or {}).get("crop"))
-            if manifest.get("method") == "kpixel":        # the one method whose records the audit can recompute
-                recs = read_mapping(mapping)["records"]
-                check_kpixel_averages(rep, release, recs,
-                                      {r.record_id: r for r in source_records if Path(r.path).is_file()},
-                                      compared_records(recs), crop=method_crop(
-                                          (manifest.get("params") or {}).get("crop"), source_modality or made_from))
+                                      crop=(manifest.get("params") or {}).get("crop"),
+                                      each_record=averages.add if averages is not None else None)
+            if averages is not None:
+                averages.report(rep, records=len(recs))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)
 

@@ -4,8 +4,9 @@ of its files, and, with the mapping, that none is a copy of its own sources as t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from medanon.release.audit import AuditReport
@@ -90,7 +91,8 @@ MAX_COMPARED = 5000             # records compared with their preprocessed sourc
 
 def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, source_records,
                               modality: str | None, *, people: dict[str, int], image_dp: bool,
-                              says_vacuous: bool = False, crop: str | None = None) -> None:
+                              says_vacuous: bool = False, crop: str | None = None,
+                              each_record: Callable[[str, Any, list | None, list | None], None] | None = None) -> None:
     """With the mapping (``records``: released image -> its sources): no released image is within one 8-bit grey
     level (RMS) of one of its own sources preprocessed as the methods read them (the field of view or the centre
     cropped as the manifest's ``crop`` records, resized to the released image's side): a copy that went through
@@ -103,7 +105,11 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     (``image_dp``), and a release whose every compared image is its source's 8-bit pixels exactly (nothing was
     anonymised) unless its statement says so itself (``says_vacuous``: a bound it calls vacuous). Otherwise a method
     that claims neither (VS-Snow at a small p changes too few pixels of some images to tell at a small size) gets a
-    note: its statement is not contradicted, and the evaluation counts the copies."""
+    note: its statement is not contradicted, and the evaluation counts the copies.
+
+    ``each_record(image, released pixels, source records, decoded sources)``: called for every compared record with
+    what was read, so that a further check (:class:`.audit_content.KpixelAverages`) decodes nothing again; the
+    sources are None where one of them is not a readable file, or the loop stopped at a copy."""
     import numpy as np
     from PIL import Image
 
@@ -129,21 +135,29 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
             continue                                    # "every image is a readable PNG" names it
         channels, side = got.shape[0], got.shape[-1]
         before, own_copy = compared, False
+        decoded: list | None = []                       # every source of the record, as the method read it
         for sid in records[img]["sources"]:
             src = by_id.get(sid)
             if src is None or got.shape[-2] != side:
+                decoded = None
                 continue
             try:
                 source = decode(src.path, size=side, channels=channels, crop=crop).image
             except (OSError, ValueError, DataError):
+                decoded = None
                 continue                                # an unreadable source: not this check's to report
+            if decoded is not None:
+                decoded.append(source)
             compared += 1
             thumbs.setdefault(channels, {})[sid] = _thumb(source)      # much the same at any side
             if float(np.sqrt(np.mean((source - got) ** 2))) <= COPY_RMSE:
                 copies.append((img, Path(src.path).name))
                 exact += bool(np.array_equal(np.rint((source + 1) * 127.5), np.rint((got + 1) * 127.5)))
                 own_copy = True
+                decoded = None
                 break
+        if each_record is not None:
+            each_record(img, got, [by_id.get(sid) for sid in records[img]["sources"]], decoded)
         images += compared > before
         if compared > before and not own_copy:          # kept small: the image is read again for a candidate
             released.append((img, _thumb(got), channels))

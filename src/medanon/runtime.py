@@ -257,9 +257,11 @@ class RunDir:
         if stale:
             log.info("%s: a run that stopped before its first checkpoint left %s; this new run starts them afresh",
                      self.path, " and ".join(p.name for p in stale))
-        self.metrics_path.unlink(missing_ok=True)
-        if (self.path / "samples").is_dir():
-            shutil.rmtree(self.path / "samples")
+        for p in stale:
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
 
     def record_input(self, name: str, path: str | Path, files: Iterable[Path] | None = None) -> None:
         """Checksum an input file, or a set of files under a directory, into the manifest."""

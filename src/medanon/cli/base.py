@@ -58,7 +58,6 @@ class MedanonGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as e:                         # a bug: said plainly; the traceback on request
-            import logging
             import os
 
             if os.environ.get("MEDANON_TRACEBACK") or logging.getLogger("medanon").isEnabledFor(logging.DEBUG):

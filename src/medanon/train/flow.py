@@ -174,7 +174,6 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
             log.info("flow %s is complete (%d steps)", done.path, step)
             return done if dist.is_main else FlowRun(path=done.path, steps=step, train_bpd=math.nan, val_bpd=None,
                                                      seconds=0.0)     # as the other ranks of a run return
-        log.info("resuming %s at step %d", out, step)
     run = None
     if dist.is_main:
         run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed}, new_run=not resume,

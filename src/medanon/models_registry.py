@@ -273,8 +273,8 @@ def _check_loaded(value, *, role: str, argument: str) -> None:
     if role not in LOADED:
         return
     needs, what = LOADED[role]
-    kind = (getattr(value, "provenance", None) or {}).get("kind") if isinstance(
-        getattr(value, "provenance", None), dict) else None
+    provenance = getattr(value, "provenance", None)
+    kind = provenance.get("kind") if isinstance(provenance, dict) else None
     if role in LOADED_KINDS and kind is not None and kind != LOADED_KINDS[role]:
         raise ConfigError(f"{argument}= is {a_type(value)} of a {kind!r} checkpoint, not {what}",
                           fix=f"pass {argument}= {what}, a checkpoint name on `medanon models` or a path")

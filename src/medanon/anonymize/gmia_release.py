@@ -138,9 +138,9 @@ def _probe(net, name: str, dataset: ImageDataset, device) -> None:
     except Exception as e:                               # a user's network: any failure is a wrong argument
         raise ConfigError(f"{name}= cannot take this data's images ({dataset.channels}x{dataset.size}px): "
                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                          fix=f"pass {name}= the {'identity' if name == 'identity' else 'utility'} network of this "
-                              "modality (a checkpoint name on `medanon models`, a path, or an "
-                              f"{'IdentityEncoder' if name == 'identity' else 'UtilityEncoder'})") from None
+                          fix=f"pass {name}= the {name} network of this modality (a checkpoint name on `medanon "
+                              f"models`, a path, or an {'IdentityEncoder' if name == 'identity' else 'UtilityEncoder'})"
+                          ) from None
     finally:
         if was and hasattr(net, "train"):
             net.train(was)

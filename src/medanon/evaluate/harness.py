@@ -59,9 +59,8 @@ log = logging.getLogger(__name__)
 
 RESULTS_VERSION = 19    # 19: a residual against a control without spread takes its interval, kappa of one
 #                         true class undefined; 18: nearest-record rows say the members left out;
-#                         17: KID's resamples drawn as every
-#                         other patient bootstrap's; 16: KID's patient bootstrap interval;
-#                         15: intervals of two-sided AUCs, F1, AUROCs, leak kept,
+#                         17: KID's resamples drawn as every other patient bootstrap's;
+#                         16: KID's patient bootstrap interval; 15: intervals of two-sided AUCs, F1, AUROCs, leak kept,
 #                         unclipped residuals;
 #                         14: utility shares counted from chance (AUROC 0.5); 13: pooled top-K accuracy
 
@@ -331,10 +330,11 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     def outputs_apart(ds) -> None:          # its images may lie outside real_dir (a labels CSV naming them)
         from medanon.outputs import dataset_inputs
 
-        check_output(out, inputs=[*reads, *dataset_inputs(ds)], existing_ok=True, kind="dir")
+        inputs = [*reads, *dataset_inputs(ds)]       # one walk of its records for both outputs
+        check_output(out, inputs=inputs, existing_ok=True, kind="dir")
         if cache_dir is not None:
-            check_output(cache_dir, inputs=[*reads, *dataset_inputs(ds)], existing_ok=True, kind="dir",
-                         name="cache", what="evaluation-cache")
+            check_output(cache_dir, inputs=inputs, existing_ok=True, kind="dir", name="cache",
+                         what="evaluation-cache")
 
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress, opened=outputs_apart)

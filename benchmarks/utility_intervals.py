@@ -4,7 +4,7 @@ on a demo's real data.
 Evaluates the releases named in ``--releases`` (utility only: the fast preset with every attack off) with
 ``utility.compare`` set to the first two, then re-scores the same per-seed test probabilities (kept in the
 evaluation's cache) with the image bootstrap. Prints one JSON line per release and metric: the 95 % interval of the
-release's seed-averaged metric and of its difference from the same-N real baseline, resampling images and
+release's seed-averaged metric and of its difference from the same-N real classifier, resampling images and
 resampling patients, and their widths; then the comparison as report.json holds it.
 
     python benchmarks/utility_intervals.py --demo DEMO_OUT --work DIR [--modality fundus]
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             ok, _ = task.targets(rel.label(task.label))
             n_real = distinct_sources(rel, ok) or int(ok.sum())
             rel_p = list(ctx.cache.load_array(probs_name(ctx, rel.digest, task)))
-            base_p = [ctx.baseline_probs(task, n_real, s) for s in cfg.utility.seeds]
+            base_p = [ctx.real_same_n_probs(task, n_real, s) for s in cfg.utility.seeds]
             kw = dict(n_resamples=cfg.utility.bootstrap, confidence=cfg.attacks.confidence, seed=cfg.seed)
             img = util.paired_intervals(task, y, rel_p, base_p, **kw)
             pat = util.paired_intervals(task, y, rel_p, base_p, groups=groups, **kw)

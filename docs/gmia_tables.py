@@ -67,11 +67,12 @@ def table_utility(releases: list[dict], label: dict[str, str]) -> list[str]:
                         f"95 % CI | real same-N [CI] | difference [CI] | membership top-1 [CI] (chance) |",
                         "|---|---|---|---|---|---|"]
             pb, rs = u["paired_bootstrap"][metric], u["release"][metric]
+            real = pb["real_same_n"]
             mem = rel["attacks"].get("membership", {})
             member = (f"{f3(mem['top_k_accuracy'])}{ci(mem['ci'])} ({mem['chance']:.3f})" if "top_k_accuracy" in mem
                       else "–")
             out.append(f"| {label.get(rel['name'], rel['name'])} | {rs['mean']:.3f} ± {rs['sd']:.3f} | "
-                       f"{ci(pb['release']['ci']).strip()} | {f3(pb['baseline']['value'])}{ci(pb['baseline']['ci'])} | "
+                       f"{ci(pb['release']['ci']).strip()} | {f3(real['value'])}{ci(real['ci'])} | "
                        f"{pb['difference']['value']:+.3f}{ci(pb['difference']['ci'])} | {member} |")
     return out
 

@@ -206,7 +206,7 @@ def test_a_row_whose_attack_rests_on_few_patients_is_not_valid():
 
 def _utility(release: float, real: float, base_ci, ratio_ci) -> dict:
     return {"grade": {"release": {"kappa": {"mean": release}}, "real_same_n": {"kappa": {"mean": real}},
-                      "paired_bootstrap": {"kappa": {"baseline": {"ci": base_ci}, "ratio": {"ci": ratio_ci}}}}}
+                      "paired_bootstrap": {"kappa": {"real_same_n": {"ci": base_ci}, "ratio": {"ci": ratio_ci}}}}}
 
 
 def test_a_share_of_a_real_baseline_at_chance_is_not_stated():

@@ -39,6 +39,19 @@ def test_weak_settings_become_errors_under_the_documented_filter(ds, tmp_path):
         medanon.anonymize.kpixel(ds, k=3)                   # the defaults warn with nothing of the kind
 
 
+def test_every_warning_class_is_importable_flat_and_one_class_can_be_escalated_alone(ds):
+    from medanon.anonymize import privacy
+
+    classes = {n for n, c in vars(privacy).items() if isinstance(c, type) and issubclass(c, medanon.PrivacyWarning)}
+    assert classes <= set(medanon.__all__) and all(getattr(medanon, n) is getattr(privacy, n) for n in classes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", medanon.WeakSetting)
+        with pytest.raises(medanon.WeakSetting, match="k = 2"):
+            medanon.anonymize.kpixel(ds, k=2)
+        warnings.simplefilter("ignore", medanon.LabelDisclosure)
+        medanon.anonymize.snow(ds, p=0.3, release_labels=["grade", "sex"])  # another class: not escalated
+
+
 def test_gmia_settings_that_remove_no_identity_say_so_by_class():
     said = GMIAConfig(steps=0).warnings()
     assert [c for _, c in said] == [NotAnonymised] and "no identity is removed" in said[0][0]

@@ -29,12 +29,12 @@ def _laplace(eps: float, **kw) -> dict:
 def test_headlines_state_each_claim_with_its_numbers():
     assert privacy_text.headline(privacy_statement(KSameConfig(method="ksalsa", k=5), None)) == \
         "k-anonymity: k = 5 patients per record"
-    from medanon.anonymize.ksame_statement import models_trained_on_released
+    from medanon.anonymize.ksame_statement import ksame_models_overlap
     from medanon.anonymize.privacy import CalibrationOverlap
 
     with pytest.warns(CalibrationOverlap):
         plain = privacy_statement(KSameConfig(method="ksalsa", k=5), None, uses_models=True)
-        trained = models_trained_on_released(plain, {"restyle-map-fundus64.pt": (7, {"seed": 0, "patients": 500})})
+        trained = ksame_models_overlap(plain, {"restyle-map-fundus64.pt": (7, {"seed": 0, "patients": 500})})
     assert privacy_text.headline(trained) == \
         "k-anonymity: k = 5 patients per record; its models were trained on 7 of the released patients"
     h = privacy_text.headline(_laplace(100.0))
@@ -210,10 +210,10 @@ def test_a_table_2_cell_gives_the_interval_before_the_seeds_sd():
 
     u = {"release": {"kappa": {"mean": 0.306, "sd": 0.0}}, "real_same_n": {"kappa": {"mean": 0.5, "sd": 0.02}},
          "paired_bootstrap": {"kappa": {"release": {"value": 0.306, "ci": [0.2, 0.41]},
-                                        "baseline": {"value": 0.5, "ci": [0.38, 0.6]}}}}
+                                        "real_same_n": {"value": 0.5, "ci": [0.38, 0.6]}}}}
     assert _seeds_and_ci(u, "kappa", "release") == "0.306 <span class=ci>[0.200, 0.410]</span> " \
                                                    "<span class=ci>± 0.000 sd</span>"
-    assert _seeds_and_ci(u, "kappa", "baseline").startswith("0.500 <span class=ci>[0.380, 0.600]</span>")
+    assert _seeds_and_ci(u, "kappa", "real_same_n").startswith("0.500 <span class=ci>[0.380, 0.600]</span>")
     assert _seeds_and_ci({"release": u["release"]}, "kappa", "release") == "0.306 <span class=ci>± 0.000</span>"
 
 

@@ -35,7 +35,7 @@ def ksalsa():
 
 def _pb(value, half, base=0.8):
     return {"release": {"value": value, "ci": [value - half, value + half]},
-            "baseline": {"value": base, "ci": [base - 0.05, base + 0.05]},
+            "real_same_n": {"value": base, "ci": [base - 0.05, base + 0.05]},
             "difference": {"value": value - base, "ci": [value - base - half, value - base + half]}}
 
 

@@ -229,6 +229,7 @@ def test_views_release_is_compared_with_as_many_real_images_as_distinct_source_s
     assert k2["n_same_n_real"] == k2["n_train"] == by["k2"]["records"]    # one record per source set
     pb = u["paired_bootstrap"]["kappa"]
     test_patients = len(set(world["real"].patients[world["real"].rows("test")].tolist()))
+    assert {"release", "real_same_n", "difference", "ratio"} <= set(pb) and "baseline" not in pb   # a reference, not chance
     assert pb["resampled"] == "patients" and pb["n_patients"] == test_patients == u["n_test_patients"]
 
 
@@ -283,7 +284,7 @@ def test_the_full_real_reference_reports_its_own_interval_only(monkeypatch):
 
     from medanon.evaluate import utility_run
 
-    full = {"kappa": {"release": {"value": 0.5, "ci": [0.4, 0.6]}, "baseline": {"value": 0.5, "ci": [0.4, 0.6]},
+    full = {"kappa": {"release": {"value": 0.5, "ci": [0.4, 0.6]}, "real_same_n": {"value": 0.5, "ci": [0.4, 0.6]},
                       "difference": {"value": 0.0, "ci": [0.0, 0.0]}, "ratio": {"value": 1.0, "ci": [1.0, 1.0]}},
             "resamples": 20}
     task = SimpleNamespace(label="grade", targets=lambda y: (np.ones(len(y), bool), y))

@@ -103,7 +103,7 @@ def fid_cell(rel: dict | None) -> Cell:
 
 
 def utility_cell(rel: dict | None, task: str, metric: str, which: str = "release") -> Cell:
-    """``which``: release, baseline (real images, same N) or difference (release − baseline, paired bootstrap)."""
+    """``which``: release, real_same_n (real images, same N) or difference (release − real_same_n, paired bootstrap)."""
     u = ((rel or {}).get("utility") or {}).get(task) or {}
     b = (u.get("paired_bootstrap") or {}).get(metric, {}).get(which)
     if not b:

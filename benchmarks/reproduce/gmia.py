@@ -90,7 +90,7 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
     R = lambda n: C.release(report, n)                               # noqa: E731
     rows = [["X_R (real, same N)"] + [c for j, (m, _) in enumerate(T2_METRICS) for c in
                                       (f"{PAPER_T2['real'][j]:.3f}", C.utility_cell(R("gmia"), TASK, m,
-                                                                                    "baseline").fmt(3))]]
+                                                                                    "real_same_n").fmt(3))]]
     for name, (label, _) in VARIANTS.items():
         rows.append([label] + [c for j, (m, _) in enumerate(T2_METRICS) for c in
                                (f"{PAPER_T2[name][j]:.3f}", C.utility_cell(R(name), TASK, m).fmt(3))])

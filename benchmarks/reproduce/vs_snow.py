@@ -72,7 +72,7 @@ def assemble(report: dict, *, scale: str, note: str, command: str, timing: dict)
         rels = [R(f"{m}-p{p}") for p in PS]
         orig_sex = _sex(rels[0], "original_accuracy")
         held = _sex(rels[0], "heldout_real_accuracy")
-        base_f1 = C.utility_cell(rels[0], TASK, METRIC, "baseline")
+        base_f1 = C.utility_cell(rels[0], TASK, METRIC, "real_same_n")
         rows = [["Sex (acc., %)", f"{PAPER[m]['sex'][0]}", f"{held.fmt(1, 100)}; on these records' originals "
                  f"{orig_sex.fmt(1, 100)}"] + [c for i, r in enumerate(rels) for c in (f"{PAPER[m]['sex'][i + 1]}",
                                                                                        _sex(r).fmt(1, 100))],

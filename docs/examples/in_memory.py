@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 import medanon
-from medanon.anonymize.privacy import WeakSetting
+from medanon import WeakSetting
 
 out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="medanon-example-"))
 phantom = medanon.open_dataset(medanon.make_phantom(out / "phantom", patients=16, per_patient=2, size=64), size=64)

@@ -14,21 +14,38 @@ real data. The Python API, flat::
 Example:
     >>> import medanon
     >>> sorted(n for n in medanon.__all__ if not n.startswith("_"))   # doctest: +NORMALIZE_WHITESPACE
-    ['EvaluationResult', 'PrivacyWarning', 'Release', 'anonymize', 'audit', 'evaluate', 'make_phantom',
-     'open_dataset', 'split_dataset']
+    ['CalibrationOverlap', 'DataDependentRelease', 'EvaluationResult', 'LabelDisclosure', 'LabelHomogeneity',
+     'NoFormalGuarantee', 'NotAnonymised', 'PrivacyWarning', 'Release', 'WeakBudget', 'WeakSetting', 'anonymize',
+     'audit', 'evaluate', 'make_phantom', 'open_dataset', 'split_dataset']
+
+The warning classes name each reason a setting weakens a statement, so a caller can escalate one precisely::
+
+    warnings.simplefilter("error", medanon.NoFormalGuarantee)        # refuse releases that claim nothing
 """
 
 __version__ = "0.1.0"
 
 from medanon import anonymize
+from medanon.anonymize.privacy import (
+    CalibrationOverlap,
+    DataDependentRelease,
+    LabelDisclosure,
+    LabelHomogeneity,
+    NoFormalGuarantee,
+    NotAnonymised,
+    PrivacyWarning,
+    WeakBudget,
+    WeakSetting,
+)
 from medanon.api._callable import make_callable as _make_callable
 from medanon.api.data import make_phantom, open_dataset, split_dataset
 from medanon.api.evaluate import audit
 from medanon.api.evaluate import evaluate as _evaluate
 from medanon.api.result import EvaluationResult
-from medanon.release.release import PrivacyWarning, Release
+from medanon.release.release import Release
 
 evaluate = _make_callable("medanon.evaluate", _evaluate)   # the evaluation package, callable
 
-__all__ = ["EvaluationResult", "PrivacyWarning", "Release", "__version__", "anonymize", "audit", "evaluate",
-           "make_phantom", "open_dataset", "split_dataset"]
+__all__ = ["CalibrationOverlap", "DataDependentRelease", "EvaluationResult", "LabelDisclosure", "LabelHomogeneity",
+           "NoFormalGuarantee", "NotAnonymised", "PrivacyWarning", "Release", "WeakBudget", "WeakSetting",
+           "__version__", "anonymize", "audit", "evaluate", "make_phantom", "open_dataset", "split_dataset"]

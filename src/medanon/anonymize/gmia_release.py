@@ -170,16 +170,16 @@ def release_models(gmia: GMIA, networks: dict[str, Any] | None = None) -> dict[s
 def gmia_statement(gmia: GMIA, dataset: ImageDataset, networks: dict[str, Any] | None = None, *,
                    warn: bool = True) -> dict[str, Any]:
     """The privacy statement of ``gmia`` releasing ``dataset``: :func:`gmia_privacy`, and what it says of shipped
-    models trained on the released people (:func:`models_trained_on_released`; ``warn``: whether to warn of it)."""
+    models trained on the released people (:func:`gmia_models_overlap`; ``warn``: whether to warn of it)."""
     from medanon.phantoms.provenance import shipped_models_trained_on
 
     networks = networks if networks is not None else gmia.describe()
     files = {k: v for k, v in release_models(gmia, networks).items() if ":" not in k}
     overlap = shipped_models_trained_on(files, dataset.root, [r.patient_id for r in dataset.records])
-    return models_trained_on_released(gmia_privacy(gmia.cfg, networks), overlap, warn=warn)
+    return gmia_models_overlap(gmia_privacy(gmia.cfg, networks), overlap, warn=warn)
 
 
-def models_trained_on_released(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]], *,
+def gmia_models_overlap(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]], *,
                                warn: bool = True) -> dict:
     """The statement of a GMIA release whose shipped models were trained on released people (``overlap``:
     :func:`medanon.phantoms.provenance.shipped_models_trained_on`): GMIA claims no guarantee, but the released images

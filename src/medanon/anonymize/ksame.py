@@ -46,9 +46,9 @@ from medanon.anonymize.averaging import (
 from medanon.anonymize.clustering import Clustering, cluster_people
 from medanon.anonymize.ksame_config import DEFAULT_VIEW_SIGMA, LATENT_METHODS, METHODS, KSameConfig
 from medanon.anonymize.ksame_statement import (
+    ksame_models_overlap,
     manifest_params,
     model_checksums,
-    models_trained_on_released,
     privacy_statement,
     seeds_used,
 )
@@ -57,9 +57,25 @@ from medanon.anonymize.salsa import KSalsa
 from medanon.errors import ConfigError, DataError, user_stacklevel
 from medanon.release.aggregate import aggregate_labels, warn_homogeneity
 
-__all__ = ["DEFAULT_VIEW_SIGMA", "LATENT_METHODS", "METHODS", "ClusterAverager", "KSameConfig", "cluster_key",
-           "encode_all", "fit_pca", "load_images", "manifest_params", "model_checksums", "models_trained_on_released",
-           "plan_clusters", "privacy_statement", "release_ksame", "secret_generator", "seeds_used"]
+__all__ = [
+    "DEFAULT_VIEW_SIGMA",
+    "LATENT_METHODS",
+    "METHODS",
+    "ClusterAverager",
+    "KSameConfig",
+    "cluster_key",
+    "encode_all",
+    "fit_pca",
+    "ksame_models_overlap",
+    "load_images",
+    "manifest_params",
+    "model_checksums",
+    "plan_clusters",
+    "privacy_statement",
+    "release_ksame",
+    "secret_generator",
+    "seeds_used",
+]
 
 log = logging.getLogger(__name__)
 

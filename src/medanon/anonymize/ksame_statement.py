@@ -103,7 +103,7 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
     return out
 
 
-def models_trained_on_released(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]]) -> dict:
+def ksame_models_overlap(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]]) -> dict:
     """The statement of a latent k-Same release whose models (``overlap``: file -> (released patients it was trained
     on, its training phantom), :func:`medanon.phantoms.provenance.shipped_models_trained_on`) were trained on released
     people: k-anonymity of the records' composition still holds, but a record is no longer computed from its

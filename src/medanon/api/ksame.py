@@ -90,9 +90,9 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     from medanon.anonymize.ksame import (
         LATENT_METHODS,
         check_basis,
+        ksame_models_overlap,
         manifest_params,
         model_checksums,
-        models_trained_on_released,
         plan_clusters,
         privacy_statement,
         release_ksame,
@@ -170,7 +170,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         from medanon.phantoms.provenance import shipped_models_trained_on
 
         overlap = shipped_models_trained_on(models, ds.root, [r.patient_id for r in ds.records])
-        privacy = models_trained_on_released(privacy, overlap)
+        privacy = ksame_models_overlap(privacy, overlap)
     return Release(method=cfg.method, dataset=ds, params=params,
                    privacy=privacy, labels=labels, produce=produce,
                    seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},

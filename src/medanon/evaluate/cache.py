@@ -1,7 +1,7 @@
 """A small on-disk cache for the expensive, reusable parts of an evaluation.
 
 Everything computed from the real data alone (Inception features of the reference set, the identity
-network, the attribute attacker, train-on-real baselines) is stored under a key that hashes the
+network, the attribute attacker, train-on-real classifiers) is stored under a key that hashes the
 real dataset's content digest, the split and the settings that produced it, so a second evaluation
 of the same real data (more releases, a re-run after an interruption) reuses it. Per-release results
 are cached the same way, under the release's digest: an interrupted evaluation resumes where it

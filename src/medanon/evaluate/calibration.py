@@ -349,7 +349,7 @@ def _utility_kept(rel: dict) -> list[dict]:
         metric = HEADLINE[KNOWN_TASKS[label].kind if label in KNOWN_TASKS else "multiclass"]
         boot = (u.get("paired_bootstrap") or {}).get(metric) or {}
         real, chance = u["real_same_n"][metric]["mean"], HEADLINE_CHANCE.get(metric, 0.0)
-        base_ci = (boot.get("baseline") or {}).get("ci")
+        base_ci = (boot.get("real_same_n") or {}).get("ci")
         ratio_ci = (boot.get("ratio") or {}).get("ci")
         floor = base_ci[0] if base_ci and np.isfinite(base_ci[0]) else real
         entry = {"task": label, "metric": metric, "metric_name": METRIC_NAMES.get(metric, metric),

@@ -43,7 +43,7 @@ class FidelityConfig:
 @dataclass
 class UtilityConfig:
     tasks: tuple[str, ...] = ()                 # labels to predict; () = grade / pneumonia; ('none',) = off
-    seeds: tuple[int, ...] = (0, 1, 2)          # one classifier per seed on the release and on the real baseline
+    seeds: tuple[int, ...] = (0, 1, 2)          # one classifier per seed on the release and on the same-N real images
     bootstrap: int = 1000                       # paired bootstrap resamples over test images (0 = no interval)
     learner: str = "cnn"                        # cnn: a classifier trained on the images (the papers' protocol);
                                                 # probe: a linear probe on frozen ImageNet features (learners.py)

@@ -367,10 +367,10 @@ class RealContext:
         return self.cache.array(f"probe-features-{self.learner_key}",
                                 lambda: self.learner.encode(self.real.images, "probe features (real)"))
 
-    def baseline_probs(self, task: util.Task, n: int, seed: int) -> np.ndarray:
+    def real_same_n_probs(self, task: util.Task, n: int, seed: int) -> np.ndarray:
         """Probabilities on the held-out test set of a learner trained on ``n`` real source images (seeded
         subsample; cached): the paired reference of the release's."""
-        name = f"baseline-probs-{task.label}-{n}-{seed}-{self.learner_key}"
+        name = f"real-same-n-probs-{task.label}-{n}-{seed}-{self.learner_key}"
 
         def make() -> np.ndarray:
             ok, y = task.targets(self.real.label(task.label)[self.src])
@@ -378,7 +378,7 @@ class RealContext:
             pick = util.subsample(len(rows), n, seed)
             test_rows, _ = self.test_set(task)
             model = self.learner.fit(self.real_inputs[rows[pick]], y[pick], num_classes=task.num_classes, seed=seed,
-                                     desc=f"real baseline {task.label} n={len(pick)} seed {seed}")
+                                     desc=f"same-N real classifier {task.label} n={len(pick)} seed {seed}")
             return self.learner.proba(model, self.real_inputs[test_rows])
 
         return self.cache.array(name, make)

@@ -12,7 +12,7 @@ label of real patients it has never seen?) at different costs:
   small lesions and texture, the pooled head keeps the image's layout). The network is never trained; its
   features of every real image are computed once per evaluation and each release's once, so a release's
   utility costs one forward pass of its images and a convex fit of about 1,700 weights per class. The
-  fit is deterministic (lbfgs from zero): seeds change only the Original baseline's subsample.
+  fit is deterministic (lbfgs from zero): seeds change only the same-N real classifier's subsample.
 
 Both have the same interface: :meth:`encode` turns images (N, C, H, W in [-1, 1]) into the learner's inputs
 (the images themselves, or features), :meth:`fit` trains on encoded inputs and integer targets, :meth:`proba`

@@ -3,7 +3,7 @@
 The HTML page needs nothing but a browser: styles are inline, images are embedded as base64 PNG,
 plots are inline SVG. Tables are laid out like the papers' tables: fidelity and downstream
 classification as k-SALSA Tables 1-2 (methods as rows, settings such as k as columns, the
-train-on-real baseline at the same N under each setting), membership inference as k-SALSA Table 3,
+train-on-real classifier at the same N under each setting), membership inference as k-SALSA Table 3,
 attribute inference as VS-Snow Table 1, linkability and singling out as GMIA Tables 3-4, then the
 residual risks against their controls. Every attack states its assumptions next to its numbers and
 every number states its sample size.

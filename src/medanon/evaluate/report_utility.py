@@ -1,5 +1,5 @@
 """The report's utility section: per task, the k-SALSA Table 2 layout (each metric's seed mean with its paired
-patient bootstrap interval, then the seeds' sd) and the headline metric against the same-N real baseline."""
+patient bootstrap interval, then the seeds' sd) and the headline metric against the same-N real classifier."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ def _learner_text(rep: dict) -> str:
         return (f"The learner is a <b>linear probe</b>: L2-regularised multinomial logistic regression (C = {p['C']}) "
                 f"on standardised features of the frozen {_e(net.get('display_name', p['network']))} "
                 f"(layers {_e(', '.join(p['layers']))}, average-pooled, {p['input_size']} px input). The network is "
-                f"never trained and the fit is deterministic, so the spread over seeds is the Original baseline's "
-                f"subsample only. The papers train a CNN on the release (k-SALSA: ResNet-50); "
+                f"never trained and the fit is deterministic, so the spread over seeds is the "
+                f"Original (real, same N) row's subsample only. The papers train a CNN on the release "
+                f"(k-SALSA: ResNet-50); "
                 f"<code>--preset full</code> does (learner cnn).")
     c = d.get("classifier") or rep.get("config", {}).get("utility", {}).get("classifier", {})
     return (f"The learner is a CNN ({_e(str(c.get('arch', '?')))}, {c.get('steps', '?')} steps at "
@@ -47,12 +48,12 @@ def utility_section(rep: dict) -> str:
                     u = c["utility"].get(task) if c else None
                     row.append(_seeds_and_ci(u, met, "release") if u and "release" in u else "–")
                 rows.append(row)
-        for i, met in enumerate(metrics):                     # the same-N real baseline under each setting
+        for i, met in enumerate(metrics):                     # the same-N real classifier under each setting
             row = ["<i>Original (real, same N)</i>" if i == 0 else "", METRIC_NAMES.get(met, met)]
             for s in settings:
                 c = next((r for r in rels if _col(r) == s
                           and "real_same_n" in r["utility"].get(task, {})), None)
-                row.append(_seeds_and_ci(c["utility"][task], met, "baseline") if c else "–")
+                row.append(_seeds_and_ci(c["utility"][task], met, "real_same_n") if c else "–")
             rows.append(row)
         first = next((r["utility"][task] for r in rels if "n_train" in r["utility"].get(task, {})), None)
         seeds = len(first["seeds"]) if first else 0
@@ -76,7 +77,7 @@ def utility_section(rep: dict) -> str:
             rows.append([_e(r["name"]), str(u.get("n_train", "–")),
                          _pm(u["release"].get(h)) + (f" <span class=ci>({nan} NaN seed(s) left out)</span>"
                                                      if nan else ""),
-                         _ci(pb["release"]) if pb else "–", _ci(pb["baseline"]) if pb else "–",
+                         _ci(pb["release"]) if pb else "–", _ci(pb["real_same_n"]) if pb else "–",
                          _ci(pb["difference"]) if pb else "–", _on_release(u, h) if trts else "–"])
         full = rep["controls"].get("utility_full_real", {}).get(task)
         if full:
@@ -100,9 +101,9 @@ def utility_section(rep: dict) -> str:
 
 def _seeds_and_ci(u: dict, metric: str, side: str) -> str:
     """A Table 2 cell: the seed mean with its paired bootstrap interval (``side``: the release's, or the same-N real
-    baseline's), then the seeds' sd; the sd alone where no interval was computed."""
+    classifiers' ``real_same_n``), then the seeds' sd; the sd alone where no interval was computed."""
     pb = ((u.get("paired_bootstrap") or {}).get(metric) or {}).get(side)
-    seeds = u.get("release" if side == "release" else "real_same_n", {}).get(metric)
+    seeds = u.get(side, {}).get(metric)
     if not pb:
         return _pm(seeds)
     return f"{_ci(pb, 3)} <span class=ci>± {_num(seeds['sd'], 3)} sd</span>" if seeds else _ci(pb, 3)

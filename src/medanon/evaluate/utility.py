@@ -15,11 +15,11 @@ one on real images of the source split *subsampled to the release's size* (k-SAL
 with the same budget of optimiser steps; both are tested on all held-out real images. Results are mean ± sd
 over seeds, and a **paired bootstrap over the held-out patients** (:func:`paired_intervals` with ``groups``,
 ``scipy.stats.bootstrap`` with ``paired=True``, percentile; over images without ``groups``): the seed-averaged
-metric of the release's classifiers, of the real baseline's, and their difference, each with its interval
+metric of the release's classifiers, of the same-N real classifiers', and their difference, each with its interval
 (the sampling error of the test set, which the sd over seeds does not contain; for AUROC this is the
 bootstrap alternative to DeLong). Two releases tested on the same images compare the same way
 (:func:`compare_releases`). A seed whose metric is undefined (NaN) is counted and reported
-(``nan_seeds``), never dropped silently. Optional: the full-size real baseline, and the real model
+(``nan_seeds``), never dropped silently. Optional: the full-size real classifier, and the real model
 applied to the released images (train on real, test on release: DP-GLOW's direction).
 """
 
@@ -177,7 +177,7 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
     keys = list(a0)
 
     def stacked(ra, rb):
-        with np.errstate(divide="ignore", invalid="ignore"):        # no share of a baseline at chance (not inf)
+        with np.errstate(divide="ignore", invalid="ignore"):        # no share of a reference at chance (not inf)
             ratio = [np.where(rb[k] != chance_of(k), (ra[k] - chance_of(k)) / (rb[k] - chance_of(k)), np.nan)
                      for k in keys]
         return np.stack([ra[k] for k in keys] + [rb[k] for k in keys] + [ra[k] - rb[k] for k in keys] + ratio)
@@ -218,12 +218,13 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
 
 
 def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarray],
-                     baseline_probs: Sequence[np.ndarray], *, n_resamples: int = 1000, confidence: float = 0.95,
+                     real_probs: Sequence[np.ndarray], *, n_resamples: int = 1000, confidence: float = 0.95,
                      seed: int = 0, groups=None) -> dict[str, dict]:
     """Paired percentile bootstrap (``scipy.stats.bootstrap``, ``paired=True``) of every metric, averaged over
-    seeds: the release's, the baseline's, the difference release - baseline and the ratio (release - chance) /
-    (baseline - chance) (the share of the real images' gain over chance the release keeps: 0.5 for an AUROC, 0 for
-    the others, :func:`chance_of`; a constant release keeps 0 of an AUROC, not 0.5 / baseline), each as
+    seeds: the release's, the same-N real classifiers' (``real_same_n``; a reference, not a random-guessing
+    baseline), the difference release - real and the ratio (release - chance) / (real - chance) (the share of the
+    real images' gain over chance the release keeps: 0.5 for an AUROC, 0 for the others, :func:`chance_of`; a
+    constant release keeps 0 of an AUROC, not 0.5 / real), each as
     ``{"value", "ci"}``, with ``n`` (test images), ``resampled`` and ``resamples``.
 
     ``groups``: the patient of each test image. Given, whole patients are resampled with replacement (every image
@@ -231,15 +232,15 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
     not independent, and resampling them one by one makes the interval too narrow. Without, test images are
     resampled one by one (``resampled: "images"``). The resamples are scored a batch at a time
     (:func:`score_rows`; patients as per-image counts, ``weights=``)."""
-    keys, r0, b0, lo, hi, unit = _paired(task, y, release_probs, baseline_probs, groups=groups,
+    keys, r0, b0, lo, hi, unit = _paired(task, y, release_probs, real_probs, groups=groups,
                                          n_resamples=n_resamples, confidence=confidence, seed=seed,
-                                         names=("release_probs", "baseline_probs"))
+                                         names=("release_probs", "real_probs"))
     out: dict[str, dict] = {}
     n = len(keys)
     for i, k in enumerate(keys):
         rv, bv = float(r0[k][0]), float(b0[k][0])
         out[k] = {"release": {"value": rv, "ci": [float(lo[i]), float(hi[i])]},
-                  "baseline": {"value": bv, "ci": [float(lo[n + i]), float(hi[n + i])]},
+                  "real_same_n": {"value": bv, "ci": [float(lo[n + i]), float(hi[n + i])]},
                   "difference": {"value": rv - bv, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
                   "ratio": {"value": (rv - chance_of(k)) / (bv - chance_of(k)) if bv != chance_of(k) else float("nan"),
                             "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]},
@@ -249,7 +250,7 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
 
 def _unit(unit: dict, n: int, n_resamples: int, rows: list[int], ratio: int | None = None) -> dict:
     """An interval entry's sample description: images, what was resampled, resamples (and undefined ones: of the
-    metric, and apart from them those of the ratio, undefined also where the baseline's metric is 0)."""
+    metric, and apart from them those of the ratio, undefined also where the real classifiers' metric is 0)."""
     out = {"n": n, **{k: v for k, v in unit.items() if k != "undefined"}, "resamples": n_resamples}
     bad = int(max(unit["undefined"][rows])) if "undefined" in unit else 0
     if bad:
@@ -289,6 +290,6 @@ def compare_releases(task: Task, y: np.ndarray, probs_a: Sequence[np.ndarray], p
 
 
 def subsample(n_pool: int, n: int, seed: int) -> np.ndarray:
-    """Indices of a seeded random subsample of size ``min(n, n_pool)`` (the same-size real baseline)."""
+    """Indices of a seeded random subsample of size ``min(n, n_pool)`` (the same-N real classifier's images)."""
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5AB5]))
     return np.sort(rng.choice(n_pool, min(n, n_pool), replace=False))

@@ -3,7 +3,7 @@ real images, test both on the held-out images, and compare releases with one ano
 
 - :func:`release_utility`: one release's entry per task (``report.json`` ``releases[i].utility``). Its intervals
   resample the held-out *patients* (:func:`medanon.evaluate.utility.paired_intervals` with ``groups``). The
-  same-N real baseline is trained on as many real images as the release has *distinct source sets* (records that
+  same-N real classifier is trained on as many real images as the release has *distinct source sets* (records that
   stand for the same source images, the views of one k-Same cluster, count once); without a mapping, on as many
   as it has records, and the entry says so. Each seed's test probabilities are kept in the evaluation's cache
   (:func:`probs_name`), never in the report, so a resumed evaluation can still compare the release.
@@ -43,9 +43,9 @@ def distinct_sources(rel: ReleaseData, ok: np.ndarray) -> int | None:
 def _seed(ctx: RealContext, task: util.Task, x, y: np.ndarray, test_rows: np.ndarray, n_real: int,
           seed: int) -> tuple[np.ndarray, np.ndarray]:
     """One seed of the utility protocol: test-set probabilities of the learner trained on the release's encoded
-    images ``x``, and of the real baseline trained on ``n_real`` real source images (cached)."""
+    images ``x``, and of the real classifier trained on ``n_real`` real source images (cached)."""
     model = ctx.learner.fit(x, y, num_classes=task.num_classes, seed=seed)
-    return ctx.learner.proba(model, ctx.real_inputs[test_rows]), ctx.baseline_probs(task, n_real, seed)
+    return ctx.learner.proba(model, ctx.real_inputs[test_rows]), ctx.real_same_n_probs(task, n_real, seed)
 
 
 def _test_patients(ctx: RealContext, test_rows: np.ndarray) -> np.ndarray:
@@ -74,10 +74,10 @@ def release_utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) 
         n_real = int(ok.sum()) if distinct is None else distinct
         pool = int(task.targets(ctx.real.label(task.label)[ctx.src])[0].sum())
         seeds = list(ucfg.seeds)
-        if ctx.learner.deterministic:                   # one fit of the release serves every seed's baseline
+        if ctx.learner.deterministic:                   # one fit of the release serves every seed's real classifier
             p = ctx.learner.proba(ctx.learner.fit(x, y, num_classes=task.num_classes, seed=seeds[0]),
                                   ctx.real_inputs[test_rows])
-            rel_p, base_p = [p] * len(seeds), [ctx.baseline_probs(task, n_real, s) for s in seeds]
+            rel_p, base_p = [p] * len(seeds), [ctx.real_same_n_probs(task, n_real, s) for s in seeds]
         else:
             one_seed = partial(_seed, ctx, task, x, y, test_rows, n_real)
             rel_p, base_p = (list(v) for v in zip(*map_in_parallel(one_seed, seeds, device=ctx.device), strict=True))

@@ -159,6 +159,11 @@ def test_an_honest_release_shows_no_exposure(real):
     e = verdict({"name": "R", "utility": {}, "attacks": {}, "screening": s, "validity": {}})["exposure"]
     assert e["copies"] == 0 and not e["near_copies_beyond_control"] and e["heldout_copies"] == 0
     assert not e["copies_not_of_own_source"]
+    from medanon.evaluate.report_verdict import _exposure
+
+    said = _exposure(e)                                  # "none found" is a claim about a sample: it carries its N
+    assert said.startswith("none found") and f"n={len(noise)} released images against " in said
+    assert f"{e['n_source_images']} source and {e['n_heldout_images']} held-out images" in said
 
 
 def test_the_no_valid_attack_sentence_gives_the_actual_reasons():

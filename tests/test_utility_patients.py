@@ -229,7 +229,7 @@ def test_views_release_is_compared_with_as_many_real_images_as_distinct_source_s
     assert k2["n_same_n_real"] == k2["n_train"] == by["k2"]["records"]    # one record per source set
     pb = u["paired_bootstrap"]["kappa"]
     test_patients = len(set(world["real"].patients[world["real"].rows("test")].tolist()))
-    assert {"release", "real_same_n", "difference", "ratio"} <= set(pb) and "baseline" not in pb   # a reference, not chance
+    assert {"release", "real_same_n", "difference", "ratio"} <= set(pb) and "baseline" not in pb  # not chance
     assert pb["resampled"] == "patients" and pb["n_patients"] == test_patients == u["n_test_patients"]
 
 

@@ -160,7 +160,8 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
         "copy_rmse": COPY_RMSE, "mirrored": int(mirrored.sum()),
         "orientations": "both: each image compared as it is and mirrored left-right, at the nearer"
                         + ("" if release_emb_mirrored is not None else " (pixels only; identity as it is)"),
-        "n": n, "quantile": quantile, "pixel_threshold": t_pix, "identity_threshold": t_cos,
+        "n": n, "n_source_images": len(source_rows), "n_heldout_images": len(heldout_rows),
+        "quantile": quantile, "pixel_threshold": t_pix, "identity_threshold": t_cos,
         "identity_threshold_set_on": ("half of the held-out patients (the control is the other half)"
                                       if heldout_patients is not None else "the held-out images"),
         "near_copies_pixel": int(near_pix.sum()), "near_copies_pixel_rate": float(near_pix.mean()),

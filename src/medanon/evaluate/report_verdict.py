@@ -116,7 +116,11 @@ def _exposure(e: dict) -> str:
         parts.append(INVALID.format("near-copies of held-out patients"))
     if e.get("copies_not_of_own_source"):
         parts.append(INVALID.format(f"{e['copies_not_of_own_source']} copies not of their mapped sources"))
-    return "; ".join(parts) or "none found"
+    if parts:
+        return "; ".join(parts)
+    against = (f" against {e['n_source_images']} source and {e['n_heldout_images']} held-out images"
+               if e.get("n_source_images") is not None else "")
+    return f"none found <span class=ci>n={e['n']} released images{against}</span>"
 
 
 def calibration_section(rep: dict) -> str:

@@ -28,6 +28,7 @@ def exposure(screen: dict | None) -> dict:
     mapped = screen.get("copies_not_of_own_source") is not None
     near = screen["copies_of_one_source"] if mapped else screen["near_copies_pixel"]
     return {"copies": screen["copies"], "copy_patients": screen.get("copy_patients"), "n": n, "mapped": mapped,
+            "n_source_images": screen.get("n_source_images"), "n_heldout_images": screen.get("n_heldout_images"),
             "near_copies": near, "near_copies_are": ("copies of one of their own sources (the mapping says which)"
                                                      if mapped else "near-copies of any real image (no mapping)"),
             "control_rate": (screen.get("control") or {}).get("pixel_rate"),

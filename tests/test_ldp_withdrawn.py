@@ -262,3 +262,53 @@ def test_a_box_calibrated_on_other_images_of_the_released_patients_withdraws_it(
     assert rel.privacy["guarantee"].startswith("none: ")
     rel = _quiet(medanon.anonymize.ldp_image, first, epsilon=50.0, clip_box="calibrated", calibrate_on=other)
     assert rel.privacy["guarantee"] == "epsilon-LDP"
+
+
+def test_releasing_one_split_of_the_flows_folder_is_compared_with_its_training_split(tmp_path):
+    """A flow records its whole folder's digest and its training records; a release of the folder's train split
+    (the usual `train flow DIR` then `anonymize dpglow DIR --split train`) was stated epsilon-LDP with no warning.
+    Its held-out split keeps the guarantee, and only then does the stored box's assumption say it was checked."""
+    from medanon.anonymize.dpglow import calibrate_latent
+    from medanon.data.records import records_digest
+    from medanon.data.splits import select_split, split_records
+
+    made = generate(PhantomConfig(modality="xray", patients=12, per_patient=1, size=16, workers=1, seed=7),
+                    tmp_path / "ph", progress=False)
+    real = tmp_path / "real"                                  # not a phantom: no phantom record to recognise it by
+    shutil.copytree(made, real)
+    (real / "phantom.json").unlink()
+    whole = medanon.open_dataset(real, size=16)
+    split = {"val": 0.15, "test": 0.15, "seed": 0, "stratify": "pneumonia"}       # `medanon train flow`'s defaults
+    train = split_records(whole.records, val=0.15, test=0.15, seed=0, stratify="pneumonia")["train"]
+    data = {"source": files_digest([r.path for r in whole.records], root=real), "modality": "xray",
+            "subset": "train", "split": split, "where": {}, "records": {"train": records_digest(train)}}
+    codec = GlowCodec(Glow(GlowConfig(channels=1, resolution=16, levels=2, depth=1, hidden=8)).eval())
+    index = {r.record_id: i for i, r in enumerate(whole.records)}
+    images = whole.tensors()[0][[index[r.record_id] for r in train]]
+    stored = _quiet(calibrate_latent, codec, images)           # the box `train flow` stores: its training images'
+    flow = (codec, stored, data)
+
+    released = select_split(whole, "train")
+    with pytest.warns(CalibrationOverlap, match="released patients are among the flow's training patients"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.dpglow, released, epsilon=1e4, flow=flow)
+    assert rel.privacy["guarantee"].startswith("none: ") and "flow's training patients" in rel.privacy["guarantee"]
+
+    held_out = select_split(whole, "test")
+    assert not {r.patient_id for r in held_out.records} & {r.patient_id for r in train}
+    rel = _quiet(medanon.anonymize.dpglow, held_out, epsilon=1e4, flow=flow, clip_box="calibrated")
+    assert rel.privacy["guarantee"] == "epsilon-LDP"
+    assert any("part of the folder the flow was trained on; compared by patient" in n for n in rel.notes)
+    assert any("medanon found none of the released images" in a for a in rel.privacy["assumptions"])
+
+    unknown = (codec, stored, {**data, "records": {}})        # a flow that recorded no training records
+    with pytest.warns(CalibrationOverlap, match="could not be recomputed"):
+        rel = _quiet_but(CalibrationOverlap, medanon.anonymize.dpglow, held_out, epsilon=1e4, flow=unknown)
+    assert rel.privacy["guarantee"].startswith("none: the released images are part of the folder")
+
+    other = generate(PhantomConfig(modality="xray", patients=4, per_patient=1, size=16, workers=1, seed=8),
+                     tmp_path / "other", progress=False)
+    elsewhere = select_split(medanon.open_dataset(other, size=16), "test")   # another folder: nothing compared
+    rel = _quiet(medanon.anonymize.dpglow, elsewhere, epsilon=1e4, flow=flow, clip_box="calibrated")
+    said = " ".join(rel.privacy["assumptions"])
+    assert rel.privacy["guarantee"] == "epsilon-LDP"
+    assert "an assumption medanon did not check" in said and "medanon found none" not in said

@@ -174,3 +174,52 @@ def phantom_overlap(flow_data: dict[str, Any] | None, flow_sha256: str | None, r
                   CalibrationOverlap, stacklevel=user_stacklevel())
     return reason, ("a phantom's patients are fixed by its seed and settings, so these are the flow's training "
                     "people, and the noise does not cover what the flow's weights hold of them")
+
+
+def split_overlap(flow_data: dict[str, Any] | None, released) -> tuple[tuple[str, str] | None, str | None]:
+    """Whether a release that is a *part* of a folder (one split of it) holds people the flow was trained on, when
+    that folder is the one the flow's run read: ``(withdrawal or None, what was compared or None)``.
+
+    A flow records the digest of its whole folder and, by id, patient and labels, of the training records its
+    split chose (``records.train``; :mod:`medanon.cli.train_flow`). The split is recomputed from the recorded
+    settings on the released part's folder; when it reproduces the recorded digest, the released records are
+    compared with the flow's training records by patient. When it does not (the folder was read with other
+    options), medanon cannot tell which of the folder's images trained the flow and withdraws the guarantee. A
+    release that is not part of the flow's folder: ``(None, None)`` (nothing compared). Warns
+    :class:`~medanon.anonymize.privacy.CalibrationOverlap` with a withdrawal."""
+    from medanon.data.records import records_digest
+    from medanon.data.splits import split_records
+    from medanon.runtime import files_digest
+
+    src = (flow_data or {}).get("source") or {}
+    folder = getattr(released, "folder_records", None)
+    if not src.get("sha256") or not folder or getattr(released, "root", None) is None:
+        return None, None
+    if files_digest([r.path for r in folder], root=released.root)["sha256"] != src["sha256"]:
+        return None, None
+    split = flow_data.get("split") or {}
+    train = folder
+    if flow_data.get("subset", "all") == "train":
+        train = split_records(folder, val=split.get("val", 0.15), test=split.get("test", 0.15),
+                              seed=split.get("seed", 0), stratify=split.get("stratify", ""))["train"]
+    where = flow_data.get("where") or {}
+    train = [r for r in train if all(r.labels.get(n) == v for n, v in where.items())]
+    recorded = (flow_data.get("records") or {}).get("train")
+    if recorded and records_digest(train) == recorded:
+        trained = {r.patient_id for r in train}
+        people = len({r.patient_id for r in released.records} & trained)
+        checked = (f"compared by patient with the flow's training split, recomputed from its recorded settings "
+                   f"({len(train)} images, matching the recorded digest)")
+        if not people:
+            return None, checked
+        reason = f"{people} released patients are among the flow's training patients (the same folder and split)"
+    else:
+        checked = "its training split could not be recomputed"
+        reason = ("the released images are part of the folder the flow was trained on, and its training split could "
+                  "not be recomputed (the folder was read with other options), so medanon cannot rule out that they "
+                  "trained it")
+    warnings.warn(reason + ": what the flow's weights memorised about them is outside the epsilon bound, so the "
+                  "release states no formal guarantee; release patients the flow never saw (its held-out split)",
+                  CalibrationOverlap, stacklevel=user_stacklevel())
+    return (reason, "the flow's weights are a function of its training images, which the noise does not protect, "
+                    "and every released image passes through them"), checked

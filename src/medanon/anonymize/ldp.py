@@ -85,7 +85,6 @@ from medanon.anonymize.ldp_statement import (
 )
 from medanon.anonymize.per_image import record_generator, release_dataset
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee, WeakBudget
-from medanon.data.overlap import COMPARED
 from medanon.errors import ConfigError, user_stacklevel
 
 __all__ = ["CENTERS", "CLIP_BOXES", "DEFAULT_ALPHA", "EXACT_CLAUSE", "FLOAT_CLAUSE", "GRID_STEPS", "PUBLIC_BOXES",
@@ -180,6 +179,9 @@ class LaplaceMechanism:
         else:
             self.scale = torch.zeros_like(delta)
         self.sampler = sampler
+        # what medanon compared a calibrated box's images with the released ones by (set by the caller that ran the
+        # comparison); None: nothing was compared, and the statement says so instead of claiming a check
+        self.calibration_checked: str | None = None
         # exact sampler: the box of element k is a grid of GRID_STEPS steps of width w_k / GRID_STEPS, and the
         # noise is discrete Laplace with the integer scale t >= b_k / step (the same t for every live element,
         # since b_k / w_k = max(1, 1/alpha) * D / epsilon), rounded up: at least the noise the bound needs
@@ -355,14 +357,17 @@ class LaplaceMechanism:
                 "the noise is secret: drawn from os.urandom for this release and recorded nowhere",
                 ("the clip box is public and fixed" if cal.public else
                  "the calibrated clip box is treated as a public constant: it was calibrated on images of people "
-                 f"who are not in this release (medanon found none of the released images or patients among them, "
-                 f"{COMPARED})")
+                 "who are not in this release " + (
+                     f"(medanon found none of the released images or patients among them, {self.calibration_checked})"
+                     if self.calibration_checked else
+                     "(an assumption medanon did not check: it did not compare the calibration images with the "
+                     "released ones)"))
                 + (" and the flow's weights are a fixed public function" if flow else ""),
                 *(["the flow was trained on people who are not in this release: its weights are a function of its "
                    "training images that the noise does not cover, so for a released person who trained it the "
-                   "bound does not hold (medanon detects a release of the flow's training folder, of people of "
-                   "the phantom it was trained on, and, given that folder as flow_training, any of its images; "
-                   "other data is unchecked)"]
+                   "bound does not hold (medanon detects a release of the flow's training folder, of its training "
+                   "split's patients in a split of that folder, of people of the phantom it was trained on, and, "
+                   "given that folder as flow_training, any of its images; other data is unchecked)"]
                   if flow else []),
             ],
             "not_protected": ["everything: no noise is added; the released images are the inputs"

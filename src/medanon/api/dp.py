@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from medanon.anonymize.privacy import DataDependentRelease, NoFormalGuarantee
 from medanon.api._inputs import at_model_size, dataset_arg, device_arg, memory_range, model_arg, number
 from medanon.config import validate
+from medanon.data.overlap import COMPARED
 from medanon.errors import ConfigError, user_stacklevel
 
 if TYPE_CHECKING:
@@ -339,10 +340,15 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
             withdrawn.append(("the released images are the flow's own training data",
                               "the flow's weights are a function of its training images, which the noise does not "
                               "protect, and every released image passes through them"))
-    from medanon.anonymize.dpglow import phantom_overlap
+    from medanon.anonymize.dpglow import phantom_overlap, split_overlap
 
     same_people = phantom_overlap(trained_on, codec.sha256, ds)
     withdrawn += [same_people] if same_people else []
+    in_split, split_checked = split_overlap(trained_on, ds)        # one split of the folder the flow trained on
+    withdrawn += [in_split] if in_split else []
+    notes += [f"flow training data: the released images are part of the folder the flow was trained on; "
+              f"{split_checked}"] if split_checked else []
+    box_checked = split_checked if split_checked and not in_split else None
     if flow_training is not None:
         from medanon.anonymize.dpglow import folder_overlap
         from medanon.data.inputs import as_dataset
@@ -353,6 +359,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
         withdrawn += [seen] if seen else []
         notes.append(f"flow_training: {training.root} (the flow's recorded training folder) compared image by image "
                      "with the released images" + (f": {seen[0]}" if seen else ": none of them is in it"))
+        box_checked = None if seen else f"the flow's training folder given as flow_training, {COMPARED}"
     if clip_box == "public":
         calibration = ClipCalibration.public_box("glow-eps", codec.dims)
     elif calibrate_on is not None:
@@ -360,6 +367,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
         reads.append(cal_set)
         withdrawn += _overlap(ds, cal_set)
         calibration = _calibrate(_batches(cal_set), codec=codec)
+        box_checked = COMPARED
     elif stored is not None:
         calibration = stored
         notes.append(f"calibration: the flow's training set ({stored.count} images, sha256 "
@@ -371,6 +379,7 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
         calibration = _calibrate(_batches(ds), codec=codec)
         withdrawn.append(CALIBRATED_ON_RELEASE)
     dp = DPGlow(codec, calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip, center=center)
+    dp.mechanism.calibration_checked = box_checked
     return ldp_release(ds, dp, method="dpglow",
                        params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center,
                                **({"model_files": used} if used else {})},
@@ -427,6 +436,7 @@ def ldp_image(ds: DataLike, *, epsilon: float, per_element: bool = _L.per_elemen
         withdrawn += _overlap(ds, cal_set)
         calibration = _calibrate(_batches(cal_set))
     ldp = ImageLDP(calibration, epsilon=epsilon, alpha=alpha, per_element=per_element, clip=clip)
+    ldp.mechanism.calibration_checked = COMPARED if calibrate_on is not None and clip_box != "public" else None
     return ldp_release(ds, ldp, method="ldp-image", params=_params(epsilon, per_element, alpha, clip, calibration),
                        models={}, noise_seed=noise_seed, batch=batch, release_labels=release_labels, device=device,
                        reads=reads, withdrawn=withdrawn)

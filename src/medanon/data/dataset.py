@@ -127,6 +127,7 @@ class ImageDataset(Dataset):
         self.cache_bytes = cache_bytes
         self.read_options = read_options or ReadOptions(layout=layout or "auto", max_pixels=max_pixels)
         self.part_of: int | None = None                      # the folder's image count, when this is a part of it
+        self.folder_records: list[Record] | None = None    # the whole folder's records, when this is a part of it
         self._cache: dict[Path, dict] = {}
         self._cached_bytes = 0
         self._cache_lock = threading.Lock()                  # loads run in threads
@@ -421,6 +422,7 @@ def subset(ds: ImageDataset, indices: Sequence[int], *, skipped: Sequence[Proble
     out.source_files = list(getattr(ds, "source_files", []))
     # a part of what the folder opens to (e.g. one split): code that reads whole folders refuses it (evaluate)
     out.part_of = ds.part_of or (len(ds.records) if len(keep) < len(ds.records) else None)
+    out.folder_records = ds.folder_records or (list(ds.records) if len(keep) < len(ds.records) else None)
     paths = {ds.records[i].path for i in keep}
     out._cache = {p: t for p, t in ds._cache.items() if p in paths}          # decoded tensors carry over
     out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())
@@ -433,4 +435,5 @@ def drop_records(ds: ImageDataset, problems: Sequence[Problem]) -> ImageDataset:
     out = subset(ds, [i for i, r in enumerate(ds.records) if str(r.path) not in bad],
                  skipped=list(ds.skipped) + list(problems))
     out.part_of = ds.part_of                            # the folder read again leaves the same files out
+    out.folder_records = [r for r in ds.folder_records if str(r.path) not in bad] if ds.folder_records else None
     return out

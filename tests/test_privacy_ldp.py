@@ -184,6 +184,30 @@ def test_the_statement_gives_the_clip_interval_delta_and_this_releases_patient_b
     assert rel.privacy["max_images_per_patient"] == 2 and rel.privacy["epsilon_patient_max"] == 2e4
 
 
+def test_the_patient_budget_names_its_assumptions_and_warns_when_only_it_is_vacuous(tmp_path):
+    """ε = 4 per image is not vacuous, but a patient with 3 images is protected at 12: the release said neither that
+    (no flag, no warning) nor that the number rests on one id per person and on this being the only release."""
+    import medanon
+
+    root = medanon.make_phantom(tmp_path / "x", modality="xray", patients=2, per_patient=3, size=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("always", WeakBudget)
+        with pytest.warns(WeakBudget, match="a patient with 3 images is protected at 12"):
+            rel = medanon.anonymize.ldp_image(root, epsilon=4.0)
+    p = rel.privacy
+    assert p["vacuous"] is False and p["vacuous_patient"] is True and p["epsilon_patient_max"] == 12.0
+    said = " ".join(p["assumptions"])
+    assert "one id per person" in said and "the only release of these patients' images" in said
+    assert any("other releases of the same images or patients" in n for n in p["not_protected"])
+    from medanon.evaluate.privacy_text import headline
+
+    assert headline(p).endswith("vacuous for the patient with the most images")
+    quiet = _quiet(medanon.anonymize.ldp_image, torch.zeros(4, 1, 8, 8), epsilon=4.0, value_range=(0, 1))
+    assert "vacuous_patient" not in quiet.privacy                         # one image each: no patient above 4
+    assert not any("one id per person" in a for a in quiet.privacy["assumptions"])   # no ids: nothing assumed of them
+
+
 def test_epsilon_inf_states_no_protection_without_noise_clauses(tmp_path):
     import medanon
 

@@ -99,7 +99,7 @@ def test_report_renders_statements_and_dpglow_table3(tmp_path: Path):
     assert "intervals: 95 % cluster bootstrap over patients" in page
     assert "<h2>Privacy statements</h2>" in page and "ε-local DP per image (δ = 0): ε = 1600" in page
     assert "DP-GLOW Table 3" in page and "0.612" in page and "0.499" in page and "0.665" in page
-    assert "1e2 per pixel (× 4096 = 4.1e+05 per image)" in page
+    assert "1e2 per element (× D = 4096 = 4.1e+05 per image)" in page and "per pixel (×" not in page
     assert page.count("data:image/png;base64,") == 1                # the figure, embedded
     assert "{'" not in page and '{"' not in page                    # no raw dict/JSON dumped into the page
     assert "DP-GLOW Table 3" not in render_html(_minimal_report({}), {})
@@ -110,7 +110,8 @@ def test_pivot_columns_use_the_papers_parameter_and_fall_back_on_collisions():
 
     assert short_setting({"k": 5, "weights": "x"}) == "k=5"
     assert short_setting({"p": 0.3, "fill": "dataset"}) == "p=0.3"
-    assert short_setting({"epsilon": 100.0, "per_pixel": True}) == "ε=100/element"
+    assert short_setting({"epsilon": 100.0, "per_element": True}) == "ε=100/element"
+    assert short_setting({"epsilon": 100.0, "per_pixel": True}) == "ε=100/element"       # releases of before
     assert short_setting({"epsilon": "inf", "per_pixel": False}) == "ε=inf/image"
     assert short_setting({"losses": "id+ut", "steps": 10}) == "losses=id+ut"
     assert short_setting({"steps": 10}) is None

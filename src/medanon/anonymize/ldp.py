@@ -129,6 +129,13 @@ def laplace_noise(shape: tuple[int, ...], scale: torch.Tensor, *, generator: tor
 # ------------------------------------------------------------------------------------------------ mechanism
 
 
+#: Assumptions of every ε-LDP statement's per-patient budget (dropped where the source has no patient ids).
+PATIENT_IDS = ("the source's patient ids are correct: one id per person, one person per id (the per-patient budget "
+               "counts a person's images by id)")
+ONLY_RELEASE = ("this is the only release of these patients' images: the budgets of other releases of them (another "
+                "epsilon, method or run) add to this one (basic composition)")
+
+
 class LaplaceMechanism:
     """ε-LDP Laplace mechanism on (N, D) vectors with the clipping of DP-GLOW, per sample.
 
@@ -369,11 +376,14 @@ class LaplaceMechanism:
                    "split's patients in a split of that folder, of people of the phantom it was trained on, and, "
                    "given that folder as flow_training, any of its images; other data is unchecked)"]
                   if flow else []),
+                PATIENT_IDS,
+                ONLY_RELEASE,
             ],
             "not_protected": ["everything: no noise is added; the released images are the inputs"
                               + (" passed through the flow" if flow else "")
                               + (", clipped" if self.clip else "")] if not finite else [
                 "a patient's other released images: n images of one patient are protected at n * epsilon",
+                "other releases of the same images or patients: each adds its epsilon to a patient's budget",
                 *(["what the flow's weights memorised about their training images"] if flow else []),
                 *([] if cal.public else ["what the calibrated clip box (per-element min and max of private images) "
                                          "reveals about them"]),

@@ -21,8 +21,10 @@ EXACT_CLAUSE = ("The noise is exact: each clipped element is snapped to a grid o
 FLOAT_CLAUSE = ("The bound is proven for exact real-valued Laplace noise; the noise is sampled in 64-bit floating "
                 "point (difference of two exponentials of 53-bit uniforms), whose outputs lie on a finite grid with "
                 "tails cut at about 37 noise scales, and this sampler is not hardened against Mironov's (2012) "
-                "least-significant-bit attack, so for the implementation the pure epsilon claim holds only up to "
-                "that floating-point gap.")
+                "least-significant-bit attack. Where an element's clip width exceeds those 37 noise scales (epsilon "
+                "per element above about 37 over min(alpha, 1)), some outputs of one input are impossible for "
+                "another, and the implementation is epsilon-DP for no finite epsilon; elsewhere the pure epsilon "
+                "claim holds only up to that floating-point gap.")
 SEEDED = "no formal guarantee (reproducible noise, testing only)"
 
 

@@ -146,6 +146,29 @@ def patient_budget(ds, epsilon_image: float) -> dict[str, Any]:
     return {"max_images_per_patient": n, "epsilon_patient_max": n * epsilon_image}
 
 
+def per_patient(privacy: dict[str, Any], ds) -> dict[str, Any]:
+    """An ε-LDP statement completed for the patients of ``ds``: the most images one patient has and the budget that
+    patient is protected at (the mechanism's statement gives the assumptions it rests on: correct patient ids, this
+    the only release of these people; the first is dropped where the source has none) and, where that budget is
+    above :data:`~medanon.anonymize.ldp.WEAK_EPSILON` although the per-image one is not, a
+    :class:`~medanon.anonymize.privacy.WeakBudget` warning and ``vacuous_patient``."""
+    from medanon.anonymize.ldp import PATIENT_IDS, WEAK_EPSILON
+    from medanon.anonymize.privacy import WeakBudget
+    from medanon.data.inputs import patients_known
+
+    out = {**privacy, **patient_budget(ds, privacy["epsilon_image"])}
+    if not patients_known(ds):                      # no ids: nothing is assumed of them (the budget is unknown)
+        out["assumptions"] = [a for a in privacy.get("assumptions", []) if a != PATIENT_IDS]
+    most = out.get("epsilon_patient_max")
+    if isinstance(most, float) and most > WEAK_EPSILON and not privacy.get("vacuous"):
+        out["vacuous_patient"] = True
+        warnings.warn(f"epsilon = {privacy['epsilon_image']:.4g} per image, but a patient with "
+                      f"{out['max_images_per_patient']} images is protected at {most:.4g}: above "
+                      f"{WEAK_EPSILON:g}, the bound protects that patient's images together in name only; release "
+                      "fewer images per patient or lower epsilon", WeakBudget, stacklevel=user_stacklevel())
+    return out
+
+
 def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, Any], models: dict[str, str],
                 noise_seed: int | None = None, batch: int = 32, release_labels: str | Sequence[str] | None = None,
                 device=None, notes: Sequence[str] = (), reads: Sequence[Any] = (),
@@ -170,7 +193,7 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
     params = {**params, **reading_params(ds)}
     privacy = privatiser.privacy()
     if privacy.get("guarantee") == "epsilon-LDP":        # the per-patient budget of this release, not only the rule
-        privacy = {**privacy, **patient_budget(ds, privacy["epsilon_image"])}
+        privacy = per_patient(privacy, ds)
     if noise_seed is not None and privacy.get("guarantee") == "epsilon-LDP":
         warnings.warn(f"noise_seed={noise_seed}: the noise is reproducible, so the release states '{SEEDED}' (the "
                       "seed is not recorded). Use this for testing only; leave the seed out for a release",
@@ -231,7 +254,7 @@ def _flow_checksum(codec) -> dict[str, str]:
 
 
 def _params(epsilon: float, per_element: bool, alpha: float | None, clip: bool, calibration) -> dict[str, Any]:
-    return {"epsilon": epsilon if math.isfinite(epsilon) else "inf", "per_pixel": per_element, "alpha": alpha,
+    return {"epsilon": epsilon if math.isfinite(epsilon) else "inf", "per_element": per_element, "alpha": alpha,
             "clip": clip, "clip_box": "public" if calibration.public else "calibrated",
             "calibration_sha256": calibration.checksum()}
 

@@ -53,9 +53,10 @@ def dp_options(f):
                           "to write the image budget: there is no per-pixel guarantee (for DP-GLOW one pixel can "
                           "move every latent element). --per-pixel is an alias."),
         click.option("--clip-box", type=click.Choice(["public", "calibrated"]), default=None,
-                     help="public: a data-independent box (pixels [-1, 1]; latent [-4, 4]), nothing private enters "
-                          "the mechanism; calibrated: per-element min/max of training images (the paper), whose "
-                          "leakage the bound does not cover." + default(LDPConfig, "clip_box")),
+                     help="public: a data-independent box (pixels [-1, 1]; latent [-4, 4], clipped to alpha of it "
+                          "about 0: [-1.6, 1.6] at the default 0.4), no image enters the box (DP-GLOW's flow weights "
+                          "still come from its training images); calibrated: per-element min/max of training images "
+                          "(the paper), whose leakage the bound does not cover." + default(LDPConfig, "clip_box")),
         click.option("--alpha", type=float, default=None,
                      help="Clip width as a fraction of the box's range (paper Eq. 11).  [default: 0.4; 1 for "
                           "ldp-image with the public box]"),
@@ -112,12 +113,11 @@ def _report(release, ds, out, mapping) -> None:
     if s.get("resumed_records"):
         click.echo(f"resuming: {s['resumed_records']} of {len(ds)} images already released")
     from medanon.anonymize.privacy import no_guarantee
+    from medanon.evaluate.privacy_text import headline
 
     why = str(privacy.get("guarantee") or "").partition(":")[2].strip()
     what = ((why if why.startswith("no formal guarantee") else "no formal guarantee" + (f": {why}" if why else ""))
-            if no_guarantee(privacy)
-            else f"epsilon {privacy['epsilon_image']} per image, {privacy['epsilon_element']} per element, "
-                 f"D = {privacy['D']}")
+            if no_guarantee(privacy) else headline(privacy))
     click.echo(f"wrote {len(ds)} images to {out} ({release.method}, {what})")
     note_without_mapping(mapping)
 

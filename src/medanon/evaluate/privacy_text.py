@@ -69,7 +69,8 @@ def headline(priv: dict[str, Any]) -> str:
                    if _finite(most) and isinstance(n, int) else "n·ε for a patient with n images")
         return (f"ε-local DP per image{delta}: ε = {e:.4g}{tight_text} (= {per_element:g} "
                 f"per element × D = {priv.get('D')}; not a per-pixel guarantee); {patient}"
-                + ("; vacuous at this ε" if vacuous else ""))
+                + ("; vacuous at this ε" if vacuous else
+                   "; vacuous for the patient with the most images" if priv.get("vacuous_patient") else ""))
     if priv.get("epsilon") == 0 and _finite(priv.get("delta")):
         return (f"none for images or patients; for one pixel position, the paper's (0, δ)-DP bound with "
                 f"δ = {priv['delta']:.3g} (each pixel released unchanged with probability δ)")

@@ -226,7 +226,7 @@ def _dpglow_table3(rep: dict) -> str:
     for row in t["rows"]:
         eps = row["epsilon"]
         label = ("∞ (no clipping)" if eps.startswith("inf")
-                 else f"{eps} per pixel (× {t['D']} = {row['epsilon_image']:.3g} per image)")
+                 else f"{eps} per element (× D = {t['D']} = {row['epsilon_image']:.3g} per image)")
         cells = [_e(label)]
         for m in mechs:
             ci = row.get(f"auroc_{m}_ci95") or [float("nan"), float("nan")]
@@ -253,7 +253,8 @@ def _dpglow_table3(rep: dict) -> str:
         b64 = base64.b64encode(Path(fig).read_bytes()).decode()
         out.append(f'<figure><img class=fig src="data:image/png;base64,{b64}" alt="marker cases before and after">'
                    "<figcaption>As DP-GLOW Figs. 4–7: phantoms with a burned-in block marker and a flipped "
-                   "(situs inversus) chest, original | image-domain LDP | DP-GLOW at ε = 10² per pixel.</figcaption>"
+                   "(situs inversus) chest, original | image-domain LDP | DP-GLOW at ε = 10² per element (× D per "
+                   "image).</figcaption>"
                    "</figure>")
     return "\n".join(out)
 

@@ -54,14 +54,15 @@ KEY_PARAMS = ("k", "p", "epsilon", "losses")        # the parameter a paper's ta
 def short_setting(params: dict) -> str | None:
     """The column label of a release in the papers' tables: ``k=5``, ``p=0.3``, ``ε=100/element``, ``losses=id+ut``.
 
-    An ε given per element (the manifest's ``per_pixel`` flag) is the image budget divided by D: the label says
-    "per element", never "per pixel", since DP-GLOW gives no per-pixel guarantee."""
+    An ε given per element (the manifest's ``per_element`` flag; ``per_pixel`` in releases made before it was
+    renamed) is the image budget divided by D: the label says "per element", never "per pixel", since DP-GLOW gives
+    no per-pixel guarantee."""
     for key in KEY_PARAMS:
         if key in params:
             v = params[key]
             if key == "epsilon":
                 v = v if isinstance(v, str) else f"{v:g}"
-                return f"ε={v}" + ("/element" if params.get("per_pixel") else "/image")
+                return f"ε={v}" + ("/element" if params.get("per_element", params.get("per_pixel")) else "/image")
             return f"{key}={v}"
     return None
 

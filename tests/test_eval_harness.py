@@ -434,6 +434,15 @@ def test_train_identity_and_classifier_commands(world, tmp_path):
                                  "--steps", "5"])
     assert r.exit_code == 0, r.output
     assert "kappa" in json.loads(r.stdout[r.stdout.index("{"):])["test"]
+    from medanon.checkpoint import load_checkpoint
+
+    # what each network was trained on travels with it: steps, the folder, the split and digests of its records
+    for name, kind, steps in (("c.pt", "classifier", 5), ("id.pt", "identity", 5)):
+        blob = load_checkpoint(tmp_path / name, kind=kind)
+        data = blob["extra"]["data"]
+        assert blob["step"] == steps and data["split"] == "train" and data["split_seed"] == 0, name
+        assert data["source"]["files"] == len(world["real"].records) and 0 < data["images"] < data["source"]["files"]
+        assert len(data["records_digest"]) == 64 and data["patients_digest"]
     r = CliRunner().invoke(cli, ["train", "classifier", str(world["data"]), "--size", str(SIZE), "--label", "nope",
                                  "--out", str(tmp_path / "d.pt")])
     assert r.exit_code == 2 and "nope" in r.output

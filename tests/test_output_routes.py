@@ -104,8 +104,8 @@ def test_fresh_identity_training_keeps_the_old_network_until_the_new_one_exists(
     shutil.copy(ROOT / "checkpoints" / "identity-attacker-independent-fundus24.pt", old)
     before = old.read_bytes()
     r = CliRunner().invoke(cli, ["--device", "cpu", "train", "identity", str(phantom), "--size", "16", "--out",
-                                 str(old), "--fresh", "--split", "test", "--steps", "2"])
-    assert r.exit_code != 0
+                                 str(old), "--fresh", "--overwrite", "--split", "test", "--steps", "2"])
+    assert r.exit_code != 0 and "finished identity network" not in r.output      # it failed while training
     assert old.read_bytes() == before
 
 
@@ -122,7 +122,12 @@ def test_identity_training_refuses_a_network_of_other_settings_before_decoding_t
     monkeypatch.setattr(ImageDataset, "tensors", lambda self, *a, **k: decoded.append(1) or real(self, *a, **k))
     r = CliRunner().invoke(cli, [*base, "--seed", "1"])
     assert r.exit_code == 1 and "trained with other settings" in r.output and decoded == [], r.output
-    assert CliRunner().invoke(cli, [*base, "--seed", "1", "--fresh"]).exit_code == 0 and decoded == [1]
+    before = out.read_bytes()
+    r = CliRunner().invoke(cli, [*base, "--seed", "1", "--fresh"])          # a finished network: --overwrite too
+    assert r.exit_code == 1 and "holds a finished identity network" in r.output and "--overwrite" in r.output
+    assert decoded == [] and out.read_bytes() == before
+    assert CliRunner().invoke(cli, [*base, "--seed", "1", "--fresh", "--overwrite"]).exit_code == 0 and decoded == [1]
+    assert out.read_bytes() != before
 
 
 def test_overwrite_spares_an_edit_that_keeps_the_size(tmp_path, phantom):

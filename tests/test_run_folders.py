@@ -70,3 +70,26 @@ def test_a_fresh_identity_run_never_writes_over_a_users_file_named_like_its_stat
                                  "--out", str(tmp_path / "u.pt"), "--fresh"])
     assert r.exit_code == 1 and "u.pt.partial exists and was not written by medanon" in r.output, r.output
     assert (tmp_path / "u.pt.partial").read_text() == "mine" and not (tmp_path / "u.pt").exists()
+
+
+@pytest.mark.parametrize("command", [["gan", "--config", "configs/stylegan/tiny32.yaml"], ["encoder"], ["autoencoder"],
+                                     ["segmenter"]])
+def test_a_run_folder_in_the_wrong_state_is_refused_before_the_data_is_decoded(tmp_path, phantom, monkeypatch,
+                                                                               command):
+    """An existing run without --resume, or --resume without a run, was refused only after every image was decoded
+    (minutes on a real dataset): the folder's state needs none."""
+    from medanon.data.dataset import ImageDataset
+
+    decoded = []
+    monkeypatch.setattr(ImageDataset, "tensors", lambda self, *a, **k: decoded.append(1) or 1 / 0)
+    root = Path(__file__).resolve().parents[1]
+    kind, *rest = command
+    rest = [str(root / r) if r.endswith(".yaml") else r for r in rest]
+    held = tmp_path / "held"
+    _dead_run(held, f"train {kind}")                     # a run of this command, with its state
+    (held / ("last.pt" if kind == "segmenter" else "checkpoint.pt")).write_bytes(b"a run's state")
+    base = ["--device", "cpu", "train", kind, str(phantom), *([] if kind == "gan" else ["--size", "16"]), *rest]
+    r = CliRunner().invoke(cli, [*base, "--out", str(held)])
+    assert r.exit_code == 1 and "already holds a training run" in r.output and decoded == [], r.output
+    r = CliRunner().invoke(cli, [*base, "--out", str(tmp_path / "new"), "--resume"])
+    assert r.exit_code == 1 and "no training run to resume" in r.output and decoded == [], r.output

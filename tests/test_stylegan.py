@@ -295,6 +295,30 @@ def test_resume_notices_other_training_images(tmp_path: Path):
     train_stylegan(other, cfg, tmp_path / "run", steps=4, resume=True, progress=False)   # now the run's own images
 
 
+def test_resuming_a_checkpoint_that_records_no_images_never_claims_it_trained_on_these_alone(tmp_path: Path):
+    """A checkpoint from before training images were recorded (the shipped resumable GAN) was resumed on any data
+    with no word, and the next checkpoint said it was trained on those images alone."""
+    from medanon.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    images = torch.rand(12, 3, 16, 16) * 2 - 1
+    cfg = tiny()
+    path = train_stylegan(images, cfg, tmp_path / "run", steps=2, progress=False)
+    old = load_checkpoint(path)
+    del old["extra"]["training_images"]                                    # as written before the record existed
+    save_checkpoint(path, kind=old["kind"], config=old["config"], state=old["state"], step=old["step"],
+                    extra=old["extra"])
+    with pytest.warns(UserWarning, match="does not record the images it was trained on"):
+        blob = load_checkpoint(train_stylegan(images[:10], cfg, tmp_path / "run", steps=3, resume=True, retune=True,
+                                              progress=False))
+    record = blob["extra"]["training_images"]
+    assert record["count"] == 10 and record["since_step"] == 2 and record["earlier_steps"].startswith("not recorded")
+    (change,) = blob["extra"]["config_changes"]
+    assert change["field"] == "training_images" and change["from"] == record["earlier_steps"]
+    again = load_checkpoint(train_stylegan(images[:10], cfg, tmp_path / "run", steps=4, resume=True, progress=False))
+    assert again["extra"]["training_images"]["since_step"] == 2                  # kept over later resumes
+
+
 def test_resume_across_device_kinds_restarts_the_random_stream_with_a_warning(tmp_path: Path):
     """A checkpoint written on a GPU holds a CUDA generator's 16-byte state, which cannot set a CPU generator (nor a
     CPU state a CUDA one): the run resumes on a fixed new stream (seed + step) and says so, instead of crashing."""

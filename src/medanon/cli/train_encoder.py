@@ -182,6 +182,9 @@ def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, 
         from medanon.outputs import check_own_export
 
         check_own_export(out, export_path, name="--export")
+    from medanon.train.loop import check_run_state
+
+    check_run_state(out, resume=resume)          # a resume needs a run, a new run an empty place: before the data
 
 
 def _check_heldout(data_dir, eval_dir) -> None:

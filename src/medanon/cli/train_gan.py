@@ -61,6 +61,9 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                   reads=[out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:
         check_own_export(out, export, name="--export")
+    from medanon.train.loop import check_run_state
+
+    check_run_state(out, resume=resume)          # a resume needs a run, a new run an empty place: before the data
 
     from medanon.config import DataConfig, build
     from medanon.data.channels import check_file_channels

@@ -9,10 +9,28 @@ import click
 from medanon.cli.base import CONTEXT, FiniteRange, check_outputs, to_json, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
+from medanon.errors import ConfigError
 from medanon.locks import main_rank_lock
 
 FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom --per-patient 2+",
          "resume=False": "--fresh"}
+
+
+def _trained_on(ds, data_dir: Path, rows, split: str, splits: Path | None, seed: int | None,
+                stratify: str | None) -> dict:
+    """What a network was trained on, for its checkpoint: the folder's digest, the split and how it was made, and
+    digests (never ids) of the images and patients chosen (:func:`medanon.data.records.records_digest`)."""
+    from medanon.data.records import records_digest
+    from medanon.fsutil import sha256_file
+    from medanon.runtime import files_digest
+    from medanon.train.identity import patients_digest
+
+    chosen = [ds.records[int(i)] for i in rows]
+    return {"source": files_digest([r.path for r in ds.records], root=data_dir),
+            "split": split, **({"splits_sha256": sha256_file(splits)} if splits is not None else
+                               {"split_seed": seed or 0, "stratify": stratify if stratify is not None else "auto"}),
+            "images": len(chosen), "records_digest": records_digest(chosen),
+            "patients_digest": patients_digest([r.patient_id for r in chosen])}
 
 
 def _split_rows(ds, splits: Path | None, split: str, seed: int | None, stratify: str | None):
@@ -74,12 +92,13 @@ def _split_options(f):
 @click.option("--image-size", type=click.IntRange(8, 1024), default=None, help="Training side (default: --size).")
 @click.option("--margin", type=FiniteRange(0, 1.5), default=0.3, help="ArcFace angular margin (radians).")
 @click.option("--seed", type=int, default=0, help="Weights, batches, augmentation.")
-@click.option("--fresh", is_flag=True, help="Start over instead of resuming a checkpoint at --out; what --out holds "
-              "is replaced only when the new network is finished.")
+@click.option("--fresh", is_flag=True, help="Start over instead of resuming an interrupted run at --out; a finished "
+              "network there is replaced (with --overwrite) only when the new one is finished.")
+@click.option("--overwrite", is_flag=True, help="With --fresh: replace a finished identity network at --out.")
 @click.pass_context
 @speaks_flags(FLAGS)
 def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, out, steps, arch, embed_dim,
-                       image_size, margin, seed, fresh, **opts) -> None:
+                       image_size, margin, seed, fresh, overwrite, **opts) -> None:
     """Train the identity network (ArcFace on patient ids) on the repeated acquisitions of DATA_DIR's patients,
     then report verification AUC and rank-1 identification on the held-out test split.
 
@@ -91,6 +110,12 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
 
     check_outputs((out, "file", "--out", "checkpoint:identity"), data_dir=data_dir, opts=opts, reads=[splits],
                   existing_ok=True)
+    if overwrite and not fresh:
+        raise click.UsageError("--overwrite only goes with --fresh: without it a finished network at --out is "
+                               "continued or refused, never replaced")
+    if fresh and Path(out).is_file() and not overwrite:           # a finished network: another run's result
+        raise ConfigError(f"--out {out} holds a finished identity network, and --fresh would replace it",
+                          fix="pass --overwrite to replace it, or write the new network to another --out")
 
     from medanon.evaluate.metrics import roc_auc
     from medanon.phantoms.provenance import trained_on_phantom
@@ -111,7 +136,9 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
             # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
             seen = trained_on_phantom(data_dir, patients[rows])    # a phantom's people, for evaluate's check
             net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=not fresh, progress=True,
-                                 dist=dist, extra={"phantom": seen} if seen else None)
+                                 dist=dist, extra={"data": _trained_on(ds, data_dir, rows, split, splits, split_seed,
+                                                                       stratify),
+                                                   **({"phantom": seen} if seen else {})})
             if not dist.is_main:
                 return
             result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
@@ -202,8 +229,10 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
     if not dist.is_main:
         return
     seen = trained_on_phantom(data_dir, np.array([r.patient_id for r in ds.records])[rows[ok]])
-    save_classifier(out, model, extra={"label": label, "train_config": cfg.to_dict(),
-                                       **({"phantom": seen} if seen else {})})
+    save_classifier(out, model, step=cfg.steps,
+                    extra={"label": label, "train_config": cfg.to_dict(),
+                           "data": _trained_on(ds, data_dir, rows[ok], split, splits, split_seed, stratify),
+                           **({"phantom": seen} if seen else {})})
     result = {"checkpoint": str(out), "label": label, "trained_on": f"{split} split, {int(ok.sum())} images"}
     if split not in ("all", "test"):             # trained on the test split: no held-out score exists
         test = _split_rows(ds, splits, "test", split_seed, stratify)

@@ -60,6 +60,9 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
         from medanon.outputs import check_own_export
 
         check_own_export(out, export, name="--export")
+    from medanon.train.segmenter import check_segmenter_run
+
+    check_segmenter_run(out, resume=resume)      # a resume needs a run, a new run an empty place: before the data
     from medanon.runtime import resolve_device
     from medanon.train.distributed import init_distributed, shutdown
 

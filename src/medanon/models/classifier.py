@@ -142,12 +142,13 @@ def predict_proba(model: ResNet, images: torch.Tensor, *, batch: int = 256) -> t
     return torch.cat(out) if out else torch.empty(0, model.cfg.num_classes)
 
 
-def save_classifier(path, model: ResNet, *, extra: dict[str, Any] | None = None):
-    """Write a kind-``classifier`` checkpoint (state_dict + architecture config)."""
+def save_classifier(path, model: ResNet, *, step: int = 0, extra: dict[str, Any] | None = None):
+    """Write a kind-``classifier`` checkpoint (state_dict + architecture config); ``step``: the optimiser steps it
+    was trained for."""
     from medanon.checkpoint import save_checkpoint
 
     return save_checkpoint(path, kind="classifier", config=model.cfg.to_dict(), state={"model": model.state_dict()},
-                           extra=extra)
+                           step=step, extra=extra)
 
 
 def load_classifier(path, *, map_location: str | torch.device = "cpu") -> tuple[ResNet, dict]:

@@ -6,6 +6,7 @@ import hashlib
 import io
 import math
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,7 +15,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from medanon.errors import ConfigError
+from medanon.errors import ConfigError, user_stacklevel
 from medanon.fsutil import atomic_write_bytes
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist
@@ -48,10 +49,22 @@ def training_images_change(blob: dict[str, Any], digest: dict[str, Any], *,
     """Refuse to resume a run on other training images than its checkpoint's, unless ``retune`` (for trainers that
     accept it; None: they do not): then the change is returned as a ``config_changes`` record. Images of another
     modality than the checkpoint's (where both are recorded) are refused even then. A checkpoint from before images
-    were recorded cannot be checked and is accepted."""
+    were recorded cannot be checked: it is accepted with a warning, and the switch to these images is returned as a
+    ``config_changes`` record, and ``digest`` (the trainer's record, updated in place) keeps ``earlier_steps`` and
+    ``since_step`` over later resumes, so the checkpoint never says it was trained on these images alone."""
     saved = blob["extra"].get("training_images")
     if saved is None:
-        return []
+        before = blob["extra"].get("images")
+        unknown = ("not recorded (the checkpoint predates the record" + (f"; it says {before} images" if before else "")
+                   + ")")
+        warnings.warn(f"checkpoint {blob['path']} does not record the images it was trained on, so they cannot be "
+                      f"compared with these; from step {int(blob['step'])} on it trains on these {digest['count']} "
+                      "images, and its record says so (training_images.earlier_steps)", UserWarning,
+                      stacklevel=user_stacklevel())
+        digest.update(earlier_steps=unknown, since_step=int(blob["step"]))
+        return [{"step": int(blob["step"]), "field": "training_images", "from": unknown,
+                 "to": {k: digest[k] for k in ("count", "sha256_uint8")}}]
+    digest.update({k: saved[k] for k in ("earlier_steps", "since_step") if k in saved})
     was, now = saved.get("modality"), digest.get("modality")
     if was and now and was != now:                  # even with retune: another modality is another model
         raise ConfigError(f"checkpoint {blob['path']} was trained on {was} images; these are {now} images",

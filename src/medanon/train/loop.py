@@ -24,17 +24,18 @@ CHECKPOINT = "checkpoint.pt"
 GRID_COLS = 8                                   # images per row of a sample grid
 
 
-def check_run_state(out: Path, *, resume: bool) -> Path:
-    """``out/checkpoint.pt``, checked against ``resume`` before any work: a new run never starts over a run's state,
-    and a resume needs one."""
+def check_run_state(out: Path, *, resume: bool, state: str = CHECKPOINT, finished: tuple[str, ...] = ()) -> Path:
+    """``out/state`` (``checkpoint.pt``), checked against ``resume`` before any work: a new run never starts over a
+    run's state (or a finished run's ``finished`` files), and a resume needs the state."""
     from medanon.errors import ConfigError
 
-    path = Path(out) / CHECKPOINT
-    if not resume and path.exists():
-        raise ConfigError(f"{out} already holds a training run ({CHECKPOINT})",
+    path = Path(out) / state
+    held = [n for n in (state, *finished) if (Path(out) / n).exists()]
+    if not resume and held:
+        raise ConfigError(f"{out} already holds a training run ({held[0]})",
                           fix="pass resume=True to continue it, or choose another out folder")
     if resume and not path.is_file():
-        raise ConfigError(f"{out} holds no training run to resume ({CHECKPOINT} is missing)",
+        raise ConfigError(f"{out} holds no training run to resume ({state} is missing)",
                           fix="start a new run there (without resume=True), or name the folder of the run to continue")
     return path
 

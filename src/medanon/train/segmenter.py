@@ -213,16 +213,10 @@ def _sharded_step(net: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Ten
 def check_segmenter_run(out: str | Path, *, resume: bool) -> Path:
     """``out/last.pt``, checked against ``resume`` before any work (the command calls it before reading the data):
     a new run never starts over a run's state, and a resume needs one."""
-    out = Path(out)
-    last_path = out / "last.pt"
-    held_run = [p.name for p in (last_path, out / SEGMENTER_FILE) if p.exists()]
-    if held_run and not resume:          # a run killed before its first epoch ended left neither: a new run may start
-        raise ConfigError(f"{out} already holds a training run ({held_run[0]})",
-                          fix="pass resume=True to continue it, or choose another out folder")
-    if resume and not last_path.is_file():
-        raise ConfigError(f"{out} holds no training run to resume (last.pt is missing)",
-                          fix="start a new run there (without resume=True), or name the folder of the run to continue")
-    return last_path
+    from medanon.train.loop import check_run_state
+
+    # a run killed before its first epoch ended left neither file: a new run may start there
+    return check_run_state(Path(out), resume=resume, state="last.pt", finished=(SEGMENTER_FILE,))
 
 
 def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrainConfig, *,

@@ -93,3 +93,27 @@ def test_a_run_folder_in_the_wrong_state_is_refused_before_the_data_is_decoded(t
     assert r.exit_code == 1 and "already holds a training run" in r.output and decoded == [], r.output
     r = CliRunner().invoke(cli, [*base, "--out", str(tmp_path / "new"), "--resume"])
     assert r.exit_code == 1 and "no training run to resume" in r.output and decoded == [], r.output
+
+
+def test_a_resumed_run_keeps_every_command_line_and_says_when_the_code_changed(tmp_path, caplog, monkeypatch):
+    """Each resume overwrote the manifest's argv (the first part's --config and --generator were lost) and no part
+    recorded which code ran: the version number stays 0.1.0 between changes."""
+    import sys
+
+    from medanon import runtime
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", ["medanon", "train", "gan", "DATA", "--config", "a.yaml", "--out", "run"])
+    RunDir(out, config={}, command="train gan", new_run=True).finish()
+    monkeypatch.setattr(sys, "argv", ["medanon", "train", "gan", "DATA", "--out", "run", "--resume"])
+    with caplog.at_level(logging.WARNING, logger="medanon"):
+        RunDir(out, config={}, command="train gan", resume_step=20).finish()
+    assert "code changed" not in caplog.text
+    monkeypatch.setattr(runtime, "source_sha256", lambda: "f" * 64)          # the code changed since
+    with caplog.at_level(logging.WARNING, logger="medanon"):
+        RunDir(out, config={}, command="train gan", resume_step=40).finish()
+    assert "medanon's code changed since this run last ran" in caplog.text
+    segments = json.loads((out / "manifest.json").read_text())["segments"]
+    assert [s["from_step"] for s in segments] == [0, 20, 40] and "--config" in segments[0]["argv"]
+    assert segments[2]["medanon_source_sha256"] == "f" * 64 != segments[1]["medanon_source_sha256"]
+    assert all(s["cwd"] for s in segments)

@@ -48,8 +48,11 @@ def save_checkpoint(path: str | Path, *, kind: str, config: dict[str, Any], stat
     RNG states; ``config`` is the plain-dict model/training config needed to rebuild the models;
     ``extra`` holds small plain values (losses, ADA p, timings).
     """
+    from medanon.runtime import source_sha256
+
     blob = {"format": FORMAT, "version": VERSION, "kind": kind, "medanon_version": __version__,
-            "config": config, "state": state, "step": int(step), "extra": dict(extra or {})}
+            "medanon_source_sha256": source_sha256(), "config": config, "state": state, "step": int(step),
+            "extra": dict(extra or {})}
     buf = io.BytesIO()
     torch.save(blob, buf)
     path = Path(path)

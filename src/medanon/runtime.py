@@ -9,6 +9,7 @@ checksums, command line, timing). Library code never picks a device itself; the 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import logging
@@ -165,13 +166,24 @@ _DISTRIBUTIONS = {"torch": "torch", "numpy": "numpy", "scipy": "scipy", "skimage
                   "sklearn": "scikit-learn", "PIL": "pillow", "pydicom": "pydicom"}
 
 
+@functools.cache
+def source_sha256() -> str:
+    """One SHA-256 over medanon's own source files (every ``.py`` of the package, by relative path and content): the
+    code that ran, exactly, where the version number (``__version__``) stays the same between changes."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def software_versions() -> dict[str, str]:
     """The versions of Python and the libraries a manifest records: a module already imported by its
     ``__version__`` (what ran), any other by its installed metadata (importing scikit-learn and SciPy only to
     read a version cost about 1.7 s of the first release a process saves)."""
     from importlib import metadata
 
-    versions = {"medanon": __version__, "python": platform.python_version()}
+    versions = {"medanon": __version__, "medanon_source_sha256": source_sha256(), "python": platform.python_version()}
     for mod, dist in _DISTRIBUTIONS.items():
         if mod in sys.modules:
             versions[mod] = str(getattr(sys.modules[mod], "__version__", "?"))
@@ -226,9 +238,13 @@ class RunDir:
         check_output(self.path, existing_ok=True, kind="dir")     # a resumed run's own folder, never a foreign one
         check_run_folder(self.path, command)
         self.lock = OutputLock(self.path, name="--out").acquire()  # one run per folder, until finish()
+        segment = {"argv": sys.argv[1:], "cwd": os.getcwd(), "from_step": resume_step or 0,
+                   "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                   "medanon_source_sha256": source_sha256()}
         self.manifest: dict[str, Any] = {
             "command": command,
             "argv": sys.argv[1:],
+            "segments": [*(self._earlier_segments() if resume_step is not None else []), segment],
             "software": software_versions(),
             "platform": platform.platform(),
             "seeds": dict(seeds or {}),
@@ -243,6 +259,23 @@ class RunDir:
             keep_metrics_until(self.metrics_path, resume_step)
         self._write_manifest()            # first: a folder interrupted now is still recognised as this run's
         atomic_write_text(self.path / "config.yaml", dump_yaml(config))
+
+    def _earlier_segments(self) -> list[dict[str, Any]]:
+        """The command lines a resumed run ran before (its manifest's ``segments``; a manifest from before they were
+        kept gives its one ``argv``), with a warning when medanon's code changed since the last of them."""
+        try:
+            old = json.loads((self.path / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        earlier = old.get("segments") or [{"argv": old.get("argv"), "started": old.get("started"),
+                                           "medanon_source_sha256": (old.get("software") or {}).get(
+                                               "medanon_source_sha256")}]
+        was = earlier[-1].get("medanon_source_sha256")
+        if was != source_sha256():
+            log.warning("%s: medanon's code changed since this run last ran (source sha256 %s, now %s): the resumed "
+                        "steps may not reproduce an uninterrupted run; the manifest's segments record each part",
+                        self.path, (was or "not recorded")[:12], source_sha256()[:12])
+        return earlier
 
     @property
     def metrics_path(self) -> Path:

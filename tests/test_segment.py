@@ -152,12 +152,15 @@ def test_training_resumes_exactly(tmp_path: Path, tiny32: Path, monkeypatch):
     with pytest.raises(ConfigError, match=r"other settings \(batch_size 8 -> 4\)"):   # says what changed
         train_segmenter(data, tmp_path / "run", changed(cfg, batch_size=4), progress=False, resume=True)
     assert (tmp_path / "run" / "manifest.json").read_bytes() == manifest   # refused before anything is written
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:        # logged, then killed before its checkpoint
+        f.write('{"step": 2, "epoch": 2, "dead": true}\n')
     out = train_segmenter(data, tmp_path / "run", cfg, progress=False, resume=True)
     a = torch.load(ref, weights_only=True)["state"]["model"]
     b = torch.load(out, weights_only=True)["state"]["model"]
     assert all(torch.allclose(a[k].float(), b[k].float()) for k in a)
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert sum('"epoch"' in line for line in lines) == 2         # epoch 1 from the first run, 2 after resume
+    assert not any('"dead"' in line for line in lines)            # the repeated epoch's old line was dropped
 
 
 def test_cli_trains_on_a_drive_style_folder(tmp_path: Path, tiny32: Path):

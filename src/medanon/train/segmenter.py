@@ -255,7 +255,7 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     run = None
     if dist.is_main:
         run = RunDir(out, config=cfg, command=command, seeds={"train": cfg.seed, "splits": cfg.seed},
-                     new_run=not resume)
+                     new_run=not resume, resume_step=int(held["step"]) if held is not None else None)
         run.update(data=data.digest, device=str(device),
                    split_images={k: len(v.records) for k, v in splits.items()},
                    split_patients={k: len({r.patient_id for r in v.records}) for k, v in splits.items()})
@@ -290,8 +290,7 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
                 rngs[s_] = saved[s_]
         best = {"dice": blob["extra"]["best_dice"], "epoch": blob["extra"]["best_epoch"],
                 "state": state_entry(blob, "best")}
-        start = blob["step"]
-        log.info("resuming %s at epoch %d", out, start)
+        start = blob["step"]                             # RunDir said "resuming at step" (an epoch here)
     train = splits["train"]
     n = len(train.records)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
@@ -330,7 +329,7 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
         val = score(predict(model, splits["val"].images), splits["val"], 0.5)
         if val["dice"] > best["dice"]:
             best = {"dice": val["dice"], "epoch": epoch, "state": copy.deepcopy(model.state_dict())}
-        run.log_metrics(epoch=epoch + 1, loss=round(float(np.mean(losses)), 5), val_dice=val["dice"],
+        run.log_metrics(step=epoch + 1, epoch=epoch + 1, loss=round(float(np.mean(losses)), 5), val_dice=val["dice"],
                         val_auroc=val["auroc"], seconds=round(time.perf_counter() - t0, 2))
         save_checkpoint(last_path, kind=KIND + "-training", config={"train": asdict(cfg), "model": model_cfg},
                         state={"model": model.state_dict(), "optimizer": opt.state_dict(),

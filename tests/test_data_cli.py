@@ -202,3 +202,16 @@ def test_transparent_images_are_named_once_and_summarised(tmp_path: Path, runner
     plain = make_phantom(tmp_path / "plain", patients=3, per_patient=1, size=16)
     r = runner.invoke(cli, ["data", "summary", str(plain)])
     assert r.exit_code == 0 and "alpha" not in r.output
+
+
+def test_the_summary_of_data_without_patient_ids_says_their_count_is_unknown(tmp_path):
+    """APTOS has no patient ids: "patients 6" read as six people when each image merely counts as one."""
+    from fixtures_layouts import make_aptos
+
+    root = make_aptos(tmp_path)
+    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--size", "16"])
+    assert r.exit_code == 0, r.output
+    assert "patients unknown (no patient ids: each of the 6 images counted as its own)" in r.output
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LayoutWarning)
+        assert summarize(open_dataset(root, DataConfig(size=16)))["patient_ids_known"] is False

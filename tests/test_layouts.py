@@ -502,3 +502,87 @@ def test_a_labels_file_that_is_not_text_is_named_so(tmp_path):
     for name, kind in (("labels.png", "a PNG image"), ("noise.csv", "binary data")):
         with pytest.raises(DataError, match=f"is not a text CSV: it holds {kind}"):
             read_table(tmp_path / name)
+
+
+# ------------------------------------------------------------------------------------------- patient ids
+# Every k, per-patient epsilon and patient-level split counts people by these ids: one id per person, one person
+# per id, or a problem that names the rows.
+
+
+def test_an_eyepacs_name_without_a_side_is_a_problem_not_a_patient_of_its_own(tmp_path):
+    """`10_L` and `10_R` (or `13-left`) became two patients each counted as known: a k = 2 record could be one
+    person's two eyes."""
+    root = fx.make_eyepacs(tmp_path)
+    header, rows = fx.read_csv(root / "trainLabels.csv")
+    for name in ("10_L", "10_R"):
+        fx.write_image(root / "train" / f"{name}.jpeg")
+        rows.append([name, "0"])
+    fx.write_csv(root / "trainLabels.csv", header, rows)
+    s = quiet_scan(root)
+    bad = [p for p in s.problems if "is not '<patient id>_left'" in p.detail]
+    assert sorted(p.path for p in bad) == ["train/10_L.jpeg", "train/10_R.jpeg"]
+    assert not any(r.patient_id.startswith("10_") for r in s.records) and len(s.records) == 6
+
+
+def test_one_file_under_two_names_is_one_image(tmp_path):
+    """A link to an image, listed with another patient id, made one image two people."""
+    root = fx.make_generic(tmp_path)
+    header, rows = fx.read_csv(root / "meta.csv")
+    target = next(p for p in (root / "pics").iterdir() if p.stem == Path(rows[0][0]).stem)
+    (root / "pics" / "link.png").symlink_to(target.name)
+    linked = list(rows[0])
+    linked[0], linked[header.index("subject")] = "pics/link.png", "someone-else"
+    fx.write_csv(root / "meta.csv", header, [*rows, linked])
+    s = scan(root, generic=generic_opts(root))
+    assert len(s.records) == 4 and "different patient ids" in " ".join(p.detail for p in s.problems)
+    assert "unlabelled" not in kinds(s)                  # the link is listed, not an image without a row
+    same_patient = list(rows[0])
+    same_patient[0] = "pics/link.png"
+    fx.write_csv(root / "meta.csv", header, [*rows, same_patient])
+    s = scan(root, generic=generic_opts(root))
+    assert s.problems == [] and len(s.records) == 5     # one image, however many names
+
+
+@pytest.mark.parametrize("ids, said", [(["NA", "NA"], "missing-value placeholder"),
+                                       (["10", "010"], "also spelled '10'"),
+                                       (["P1", "p1"], "also spelled 'P1'")])
+def test_placeholder_and_respelled_patient_ids_are_problems(tmp_path, ids, said):
+    root = fx.make_generic(tmp_path)
+    header, rows = fx.read_csv(root / "meta.csv")
+    for row, pid in zip(rows, ids, strict=False):
+        row[header.index("subject")] = pid
+    fx.write_csv(root / "meta.csv", header, rows)
+    s = scan(root, generic=generic_opts(root))
+    assert len(s.records) == 3 and all(p.kind == "label" for p in s.problems)
+    assert any(said in p.detail for p in s.problems), [p.detail for p in s.problems]
+
+
+def test_an_id_holding_both_sexes_warns_of_a_collision(tmp_path):
+    root = fx.make_generic(tmp_path)
+    header, rows = fx.read_csv(root / "meta.csv")
+    rows[1][header.index("subject")] = rows[0][header.index("subject")]
+    rows[0][header.index("gender")], rows[1][header.index("gender")] = "male", "female"
+    fx.write_csv(root / "meta.csv", header, rows)
+    with pytest.warns(LayoutWarning, match="hold images of both sexes"):
+        scan(root, generic=generic_opts(root))
+
+
+def test_two_layouts_in_one_folder_are_refused_not_guessed(tmp_path):
+    root = fx.make_eyepacs(tmp_path)
+    fx.write_csv(root / "train.csv", ["id_code", "diagnosis"], [["abc", 0]])       # APTOS's table too
+    with pytest.raises(DataError, match=r"several layouts \(eyepacs, aptos\)"):
+        detect_layout(root)
+
+
+def test_ages_out_of_range_are_problems_in_every_reader(tmp_path):
+    root = fx.make_brset(tmp_path)
+    header, rows = fx.read_csv(root / "labels.csv")
+    rows[0][header.index("patient_age")] = "200"
+    fx.write_csv(root / "labels.csv", header, rows)
+    s = quiet_scan(root)
+    assert any("'age': 200 is outside 0..130" in p.detail for p in s.problems)
+    rsna = fx.make_rsna(tmp_path, n=2)
+    dicom = sorted((rsna / "stage_2_train_images").iterdir())[0]
+    fx.write_dicom(dicom, patient_id=dicom.stem, age="148")
+    s = quiet_scan(rsna)
+    assert any("PatientAge" in p.detail and "148 is outside" in p.detail for p in s.problems)

@@ -41,10 +41,7 @@ class LabelSpec:
             if not math.isfinite(value):
                 raise ValueError(f"label {self.name!r}: {text!r} is not a finite number "
                                  "(leave the cell empty for a missing value)")
-            lo, hi = _RANGES.get(self.name, (-math.inf, math.inf))
-            if not lo <= value <= hi:
-                raise ValueError(f"label {self.name!r}: {text} is outside {lo:g}..{hi:g}")
-            return value
+            return in_range(self.name, value, text)
         lowered = [c.lower() for c in self.classes]
         if text.lower() in lowered:
             return float(lowered.index(text.lower()))
@@ -109,6 +106,23 @@ _ALIASES: dict[str, dict[str, int]] = {
     "laterality": {"left": 0, "l": 0, "os": 0, "right": 1, "r": 1, "od": 1},
     "view": {"postero-anterior": 0, "antero-posterior": 1, "lat": 2},
 }
+
+
+def in_range(name: str, value: float, text: str | None = None) -> float:
+    """``value`` if it lies in the plausible range of the continuous label ``name`` (an age of 0-130 years), else a
+    ``ValueError`` naming it (``text``: as the source wrote it). Layouts that parse a value their own way (a DICOM
+    age string, a top-coded "90+") check it here, as a labels CSV's cell is.
+
+    >>> in_range("age", 51.0)
+    51.0
+    >>> in_range("age", 148.0)
+    Traceback (most recent call last):
+    ValueError: label 'age': 148 is outside 0..130
+    """
+    lo, hi = _RANGES.get(name, (-math.inf, math.inf))
+    if not lo <= value <= hi:
+        raise ValueError(f"label {name!r}: {text if text is not None else f'{value:g}'} is outside {lo:g}..{hi:g}")
+    return value
 
 
 def spec(name: str) -> LabelSpec:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from medanon.data.dataset import ImageDataset
+from medanon.data.inputs import patients_known
 from medanon.data.labels import spec
 
 # Labels summarised as class counts when present; others (continuous) as min/mean/max.
@@ -42,6 +43,7 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
         "modality": ds.modality or "unknown",
         "images": len(ds),
         "patients": len(per_patient),
+        "patient_ids_known": patients_known(ds),         # False: each image counted as its own patient
         "images_per_patient": {"min": int(counts.min()), "mean": round(float(counts.mean()), 3),
                                "max": int(counts.max())} if counts.size else {},
         "source_sizes": dict(sizes.most_common(10)),
@@ -59,7 +61,10 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"dataset   {s['root']}",
         f"layout    {s['layout']}   modality {s['modality']}",
-        f"images    {s['images']}   patients {s['patients']}   images/patient "
+        f"images    {s['images']}   patients "
+        + (f"{s['patients']}" if s.get("patient_ids_known", True) else
+           f"unknown (no patient ids: each of the {s['images']} images counted as its own)")
+        + "   images/patient "
         f"min {s['images_per_patient'].get('min')} mean {s['images_per_patient'].get('mean')} "
         f"max {s['images_per_patient'].get('max')}",
         "sizes     " + ", ".join(f"{k} ({v})" for k, v in s["source_sizes"].items())

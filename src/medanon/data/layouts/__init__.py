@@ -118,9 +118,13 @@ def _check_root(root: Path | str) -> Path:
 def detect_layout(root: Path) -> str:
     """The layout of a dataset folder, from the files at its top level."""
     root = _check_root(root)
-    for name, test in _detectors():
-        if test(root):
-            return name
+    found = [name for name, test in _detectors() if test(root)]
+    if len(found) > 1:                 # two datasets' tables in one folder: reading one would ignore the other
+        raise DataError(f"{root} holds the identifying files of several layouts ({', '.join(found)}): medanon will "
+                        "not guess which images and patient ids to read", files=[root],
+                        fix=f"pass layout=NAME (one of {', '.join(found)}), or give each dataset its own folder")
+    if found:
+        return found[0]
     if (root / "dataset.yaml").is_file():          # there but unreadable: the medanon reader names what is wrong
         return "medanon"
     looked = "; ".join(f"{name}: {what}" for name, what in _LOOKED_FOR.items())

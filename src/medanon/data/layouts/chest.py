@@ -7,12 +7,13 @@ the package's modules, not public API.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from medanon.data.labels import CHEXPERT_FINDINGS, LABELS, NAN, spec
+from medanon.data.labels import CHEXPERT_FINDINGS, LABELS, NAN, in_range, spec
 from medanon.data.layouts.collect import Collector, Dirs, Entry, encode, expected_path, resolve, same, where_looked
 from medanon.data.layouts.common import GENERIC_FIX, LAYOUT_FIX, LayoutWarning
 from medanon.data.layouts.table import first_existing, read_table
@@ -96,6 +97,9 @@ def scan_rsna(root: Path) -> Scan:
                 targets.append(v)
             else:
                 errors.append(f"row {line}, column 'Target': {raw!r} is not 0 or 1")
+        if len(set(targets)) > 1:                 # boxes (1) and "no pneumonia" (0) for one image: which is it?
+            errors.append(f"rows {', '.join(str(line) for line, _ in rows)}, column 'Target': the rows of "
+                          f"{pid} disagree (0 and 1)")
         labels: dict[str, float] = {"pneumonia": max(targets) if targets else NAN}
         try:
             ds = pydicom.dcmread(path, stop_before_pixels=True,
@@ -106,7 +110,12 @@ def scan_rsna(root: Path) -> Scan:
             col.problem(path, "unreadable", f"DICOM header cannot be read: {type(e).__name__}: {e}")
             continue
         labels["sex"] = _dicom_sex(ds.get("PatientSex", ""))
-        labels["age"] = _dicom_age(ds.get("PatientAge", ""))
+        age = _dicom_age(ds.get("PatientAge", ""))
+        try:
+            labels["age"] = age if math.isnan(age) else in_range("age", age)
+        except ValueError as e:
+            labels["age"] = NAN
+            errors.append(f"(the DICOM header's PatientAge of {path.name}): {e}")
         labels["view"] = _view(ds.get("ViewPosition", ""))
         entry = col.add(path, pid, labels, first_line)
         for err in errors:
@@ -190,20 +199,27 @@ def scan_mimic(root: Path) -> Scan:
             continue
         study_labels[key] = (line, labels, errors)
 
-    patients: dict[str, tuple[float, float]] = {}
+    patients: dict[str, tuple[float, float, int, list[str]]] = {}     # subject -> sex, age, row, problems
     patients_path = first_existing(root, _MIMIC_PATIENTS)
     if patients_path is not None:
         pt = read_table(patients_path)
         p_subj = pt.require("subject_id", fix="use MIMIC-IV's hosp/patients.csv.gz, or remove the file")
         p_sex, p_age = pt.col("gender"), pt.col("anchor_age")
-        for _, row in pt.rows:
-            sex_raw = pt.cell(row, p_sex).upper()
-            sex = spec("sex").encode(sex_raw) if sex_raw in ("M", "F") else NAN
-            try:
-                age = float(pt.cell(row, p_age)) if pt.cell(row, p_age) else NAN
-            except ValueError:
-                age = NAN
-            patients[_id(pt.cell(row, p_subj))] = (sex, age)
+        for line, row in pt.rows:
+            subject = _id(pt.cell(row, p_subj))
+            bad: list[str] = []
+            got = {}
+            for name, idx in (("sex", p_sex), ("age", p_age)):
+                try:
+                    got[name] = spec(name).encode(pt.cell(row, idx)) if idx is not None else NAN
+                except ValueError as e:                    # a gender or age the file should not hold
+                    got[name], bad = NAN, [*bad, f"{patients_path.name} row {line}: {e}"]
+            earlier = patients.get(subject)
+            if earlier is not None and not all(a == b or (math.isnan(a) and math.isnan(b))
+                                               for a, b in zip(earlier[:2], (got["sex"], got["age"]), strict=True)):
+                bad.append(f"{patients_path.name} lists subject {subject} twice with different sex or age "
+                           f"(rows {earlier[2]} and {line})")
+            patients[subject] = (got["sex"], got["age"], line, [*(earlier[3] if earlier else []), *bad])
     else:
         warnings.warn(f"no patients.csv(.gz) in {root}: MIMIC records get no sex/age labels "
                       "(copy MIMIC-IV hosp/patients.csv.gz there to add them)", LayoutWarning,
@@ -227,12 +243,13 @@ def scan_mimic(root: Path) -> Scan:
         _, found, chex_errors = study_labels.get((subj, study), (0, {}, []))
         for name in finding_names:
             labels[name] = found.get(name, NAN)
+        patient_problems: list[str] = []
         if patients_path is not None:
-            labels["sex"], labels["age"] = patients.get(subj, (NAN, NAN))
+            labels["sex"], labels["age"], _, patient_problems = patients.get(subj, (NAN, NAN, 0, []))
         labels["view"] = _view(meta.cell(row, m_view))
         entry = col.add(path, subj, labels, line)
         conflict = study_conflicts.get((subj, study))
-        for err in chex_errors + ([conflict] if conflict else []):
+        for err in chex_errors + ([conflict] if conflict else []) + patient_problems:
             col.problem(path, "label", err)
             entry.bad = True
     col.check_unlabelled(dirs)

@@ -117,6 +117,8 @@ class Collector:
     image_dirs: set[Path] = field(default_factory=set)   # folders to check for unlabelled images
     scope: list[Path] = field(default_factory=list)      # besides root, folders whose images must be labelled
     patients_known: bool = True                          # False: no patient ids, each image its own "patient"
+    real: dict[Path, Path] = field(default_factory=dict)  # resolved file -> the path it was first listed as
+    listed: set[Path] = field(default_factory=set)       # every path a row names (links included)
 
     def rel(self, path: Path) -> str:
         try:
@@ -141,8 +143,11 @@ class Collector:
 
     def add(self, path: Path, patient_id: str, labels: dict[str, float], line: int, *,
             errors: Sequence[str] = (), mask_path: Path | None = None) -> Entry:
-        """Record one CSV row for ``path``; rows of the same image are merged if they agree."""
+        """Record one CSV row for ``path``; rows of the same image are merged if they agree, also where they name it
+        by two paths (a link to it): one file is one image, whatever it is called."""
         self.image_dirs.add(path.parent)
+        self.listed.add(path)
+        path = self.real.setdefault(Path(os.path.realpath(path)), path)
         rel = self.rel(path)
         for err in errors:
             self.problem(path, "label", f"{self.csv_name} row {line}: {err}")
@@ -169,7 +174,7 @@ class Collector:
         return old
 
     def check_unlabelled(self, dirs: Dirs, extra_referenced: Iterable[Path] = ()) -> None:
-        referenced = set(self.entries) | {e.mask_path for e in self.entries.values() if e.mask_path}
+        referenced = set(self.entries) | self.listed | {e.mask_path for e in self.entries.values() if e.mask_path}
         referenced |= set(extra_referenced)
         scope = [Path(os.path.normpath(r)) for r in [self.root, *self.scope]]
         for d in sorted(self.image_dirs):
@@ -188,6 +193,9 @@ class Collector:
                 for e in good]
 
     def scan(self, layout: str, modality: str | None) -> Scan:
+        from medanon.data.layouts.patient_ids import check_patient_ids
+
+        check_patient_ids(self)
         return Scan(layout=layout, root=self.root, records=self.records(), problems=list(self.problems),
                     modality=modality)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from medanon.data.labels import NAN, spec
+from medanon.data.labels import NAN, in_range, spec
 from medanon.data.layouts.collect import (
     Collector,
     Dirs,
@@ -100,6 +100,9 @@ def scan_eyepacs(root: Path) -> Scan:
             labels["laterality"] = spec("laterality").encode(m["side"])
             return m["patient"], labels, errors
         labels["laterality"] = NAN
+        errors.append(f"image name {name!r} is not '<patient id>_left' or '<patient id>_right', so its patient "
+                      "cannot be told (EyePACS names each image so); rename it, or read the folder with the generic "
+                      "layout and a patient column")
         return name, labels, errors
 
     return _scan_one_per_row(root, "eyepacs", root / "trainLabels.csv", image_col="image",
@@ -148,7 +151,7 @@ def _lenient_age(raw: str) -> float:
     m = re.fullmatch(r"(?:>=?|≥)?\s*(\d+(?:[.,]\d+)?)\s*\+?", text)
     if not m:
         raise ValueError(f"label 'age': {text!r} is not a number")
-    return float(m[1].replace(",", "."))
+    return in_range("age", float(m[1].replace(",", ".")))
 
 
 def brset_csv(root: Path) -> Path | None:

@@ -131,7 +131,7 @@ def scan_generic(root: Path, opts: GenericOptions, *, layout: str = "generic", m
             if not pid:
                 errors.append(f"column {table.header[pat_idx]!r} is empty (no patient id)")
         else:
-            pid = Path(os.path.relpath(path, images_dir)).with_suffix("").as_posix()
+            pid = Path(os.path.relpath(path, images_dir)).as_posix()     # a.png and a.jpg: two images, two "patients"
         mask_path = None
         mask_missing = False
         if mask_idx is not None and (mval := table.cell(row, mask_idx)):

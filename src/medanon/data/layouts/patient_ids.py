@@ -1,0 +1,82 @@
+"""Checks of the patient ids a layout read, before any privacy claim rests on them: one id per person, one person
+per id. Every k, every per-patient ε and every patient-level split counts people by these ids, so an id that is a
+missing-value placeholder, one person under two spellings of an id, or one id that seems to hold two people is
+said, never silently kept.
+
+- a placeholder (``NA``, ``unknown``, ...; as a label cell would be blank) is a problem of its row: it would join
+  unrelated people into one "patient";
+- two spellings that differ only in case, surrounding zeros of a number or a trailing ``.0`` (``10``, ``010``,
+  ``10.0``; ``P1``, ``p1``) are a problem of every row concerned: medanon cannot tell whether they are one person;
+- one id whose images carry both sexes is a :class:`~medanon.data.layouts.common.LayoutWarning`: a likely collision
+  of two people's ids (ids restarting in each sub-folder, for instance), which the user must resolve.
+
+Package-internal (see :mod:`medanon.data.layouts`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from medanon.data.layouts.collect import is_blank
+from medanon.data.layouts.common import LayoutWarning
+from medanon.errors import user_stacklevel
+
+if TYPE_CHECKING:
+    from medanon.data.layouts.collect import Collector
+
+_NUMBER = re.compile(r"0*(\d+?)(?:\.0+)?")
+
+
+def id_key(patient_id: str) -> str:
+    """The spelling-free form of a patient id: lower case, and a number without leading zeros or a ``.0``.
+
+    >>> [id_key(s) for s in ("10", "010", "10.0", "P1", "p1", "0")]
+    ['10', '10', '10', 'p1', 'p1', '0']
+    """
+    text = patient_id.strip().lower()
+    m = _NUMBER.fullmatch(text)
+    return m[1] if m else text
+
+
+def check_patient_ids(col: Collector) -> None:
+    """Mark the rows of ``col`` whose patient id is a placeholder or is spelled two ways (problems, the rows left
+    out), and warn of ids that hold images of both sexes. Nothing is checked where the layout has no patient ids
+    (each image is its own "patient" and says so)."""
+    if not col.patients_known:
+        return
+    entries = [e for e in col.entries.values() if not e.bad]
+    for e in entries:
+        if is_blank(e.patient_id):
+            col.problem(e.path, "label", f"{col.csv_name} row {e.line}: the patient id {e.patient_id!r} is a "
+                                         "missing-value placeholder, which would make unrelated people one patient; "
+                                         "give the row its patient's id, or leave the image out")
+            e.bad = True
+    spellings: dict[str, set[str]] = defaultdict(set)
+    for e in entries:
+        if not e.bad:
+            spellings[id_key(e.patient_id)].add(e.patient_id)
+    for ids in spellings.values():
+        if len(ids) < 2:
+            continue
+        for e in entries:
+            if e.patient_id in ids and not e.bad:
+                col.problem(e.path, "label", f"{col.csv_name} row {e.line}: patient id {e.patient_id!r} is also "
+                                             f"spelled {' / '.join(repr(i) for i in sorted(ids - {e.patient_id}))} "
+                                             "in other rows: one person or several? Write each person's id one way "
+                                             "in the labels")
+                e.bad = True
+    sexes: dict[str, set[float]] = defaultdict(set)
+    for e in entries:
+        sex = e.labels.get("sex", math.nan)
+        if not e.bad and not math.isnan(sex):
+            sexes[e.patient_id].add(sex)
+    mixed = sorted(p for p, s in sexes.items() if len(s) > 1)
+    if mixed:
+        warnings.warn(f"{len(mixed)} patient id(s) of {col.csv_name} hold images of both sexes (e.g. {mixed[0]!r}): "
+                      "two people's ids may collide (ids restarting in each sub-folder, for instance); every "
+                      "per-patient guarantee counts them as one person. Check the patient column, or prefix the ids "
+                      "of each part", LayoutWarning, stacklevel=user_stacklevel())

@@ -72,6 +72,10 @@ def test_attackers_trained_on_members_or_at_chance_are_not_valid():
     rel["validity"] = validity(rel, table, checks=chance, trained_on_members={})
     assert "does not tell held-out patients apart" in rel["validity"]["nearest"]["reason"]
     assert "risk" not in verdict(rel) and "say nothing of its privacy" in verdict(rel)["sentence"]
+    # real data without patient ids: a held-out "patient" may be a member's other eye, so no control is a control
+    rel["validity"] = validity(rel, table, checks={}, trained_on_members={}, ids_known=False)
+    assert not rel["validity"]["nearest"]["valid"] and "has no patient ids" in rel["validity"]["nearest"]["reason"]
+    assert "risk" not in verdict(rel)
 
 
 def test_plots_draw_only_valid_risks_on_round_ticks():

@@ -318,8 +318,14 @@ def _mapping_contradicted(rel: dict) -> str | None:
     return None
 
 
-def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool]) -> dict[str, dict]:
-    """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched)."""
+NO_PATIENT_IDS = ("the real data has no patient ids, so its held-out \"patients\" are images: a control may be a "
+                  "member's other image (the other eye, a repeat visit), not a person outside the release")
+
+
+def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool], *,
+             ids_known: bool = True) -> dict[str, dict]:
+    """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched).
+    ``ids_known``: whether the real data has patient ids; without them no row is valid (:data:`NO_PATIENT_IDS`)."""
     out = {}
     contaminated = _controls_copied(rel)
     contradicted = _mapping_contradicted(rel)
@@ -329,7 +335,7 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
                    ("no known-answer calibration" if cal is None else None),
                    _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
                    _few_targets(risk), _few_controls(risk), _few_calibration(risk), _images_as_independent(risk),
-                   contaminated, contradicted]
+                   contaminated, contradicted, None if ids_known else NO_PATIENT_IDS]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None,
                     "catches_copies": bool(cal and cal.get("copy_check") is True)}
@@ -402,9 +408,12 @@ def calibrate_and_judge(ctx: RealContext, checkpoints: dict[str, str], results: 
     t0 = time.perf_counter()
     table = calibration_table(calibrate(ctx, checkpoints))
     seconds = round(time.perf_counter() - t0, 1)
+    from medanon.data.inputs import patients_known
+
     members = trained_on_members(ctx)
+    ids_known = patients_known(ctx.real.dataset)
     for r in results:
-        r["validity"] = validity(r, table, checks, members)
+        r["validity"] = validity(r, table, checks, members, ids_known=ids_known)
         r["verdict"] = verdict(r)
     return {"releases": {k: KNOWN_WHAT[k] for k in KNOWN}, "table": table, "trained_on_members": members,
             "seconds": seconds}

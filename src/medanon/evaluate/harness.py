@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from medanon.config import to_dict
+from medanon.data.inputs import patients_known
 from medanon.errors import ConfigError, DataError
 from medanon.evaluate import fidelity as fid
 from medanon.evaluate import utility as util
@@ -58,7 +59,8 @@ from medanon.runtime import RunDir
 log = logging.getLogger(__name__)
 
 RESULTS_VERSION = 20    # 20: the utility bootstrap's same-N real entry is real_same_n (was baseline), the
-#                         verdict's exposure names the images screened;
+#                         verdict's exposure names the images screened, real.patient_ids_known (attacks invalid
+#                         without ids);
 #                         19: a residual against a control without spread takes its interval, kappa of one
 #                         true class undefined; 18: nearest-record rows say the members left out;
 #                         17: KID's resamples drawn as every other patient bootstrap's;
@@ -398,6 +400,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         "phantom": real.phantom, "real": {"path": str(real.root), "digest": rep_io.real_data_digest(real),
                                           "images": len(real.records),
                                           "patients": len(set(real.patients.tolist())), "modality": real.modality,
+                                          "patient_ids_known": patients_known(real.dataset),
                                           "split": real.split_source, "source_split": cfg.source_split,
                                           "heldout_split": cfg.heldout_split,
                                           "source_images": len(ctx.src), "heldout_images": len(ctx.held)},

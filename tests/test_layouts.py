@@ -586,3 +586,13 @@ def test_ages_out_of_range_are_problems_in_every_reader(tmp_path):
     fx.write_dicom(dicom, patient_id=dicom.stem, age="148")
     s = quiet_scan(rsna)
     assert any("PatientAge" in p.detail and "148 is outside" in p.detail for p in s.problems)
+
+
+def test_an_id_in_two_split_folders_warns_that_parts_may_number_patients_anew(tmp_path):
+    """RFMiD numbers its patients anew in Training/ and Validation/: a combined CSV made two people one."""
+    root = tmp_path / "rfmid"
+    for part in ("Training", "Validation"):
+        fx.write_image(root / part / "1.png")
+    fx.write_csv(root / "meta.csv", ["file", "subject"], [["Training/1.png", "1"], ["Validation/1.png", "1"]])
+    with pytest.warns(LayoutWarning, match="several split folders"):
+        scan(root, generic=GenericOptions(labels_csv=root / "meta.csv", image_col="file", patient_col="subject"))

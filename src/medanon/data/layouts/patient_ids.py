@@ -7,8 +7,9 @@ said, never silently kept.
   unrelated people into one "patient";
 - two spellings that differ only in case, surrounding zeros of a number or a trailing ``.0`` (``10``, ``010``,
   ``10.0``; ``P1``, ``p1``) are a problem of every row concerned: medanon cannot tell whether they are one person;
-- one id whose images carry both sexes is a :class:`~medanon.data.layouts.common.LayoutWarning`: a likely collision
-  of two people's ids (ids restarting in each sub-folder, for instance), which the user must resolve.
+- one id whose images carry both sexes, or lie in two split-named folders (``Training/``, ``Validation/``), is a
+  :class:`~medanon.data.layouts.common.LayoutWarning`: a likely collision of two people's ids (ids restarting in
+  each part, as RFMiD's do), which the user must resolve.
 
 Package-internal (see :mod:`medanon.data.layouts`).
 """
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from medanon.data.layouts.collect import Collector
 
 _NUMBER = re.compile(r"0*(\d+?)(?:\.0+)?")
+_SPLIT_FOLDERS = {"train", "training", "val", "valid", "validation", "test", "testing", "eval", "evaluation"}
 
 
 def id_key(patient_id: str) -> str:
@@ -69,6 +71,17 @@ def check_patient_ids(col: Collector) -> None:
                                              "in other rows: one person or several? Write each person's id one way "
                                              "in the labels")
                 e.bad = True
+    parts: dict[str, set[str]] = defaultdict(set)          # id -> the split-named top folders its images are in
+    for e in entries:
+        top = e.rel.split("/", 1)[0].lower() if "/" in e.rel else ""
+        if not e.bad and top in _SPLIT_FOLDERS:
+            parts[e.patient_id].add(top)
+    spanning = sorted(p for p, tops in parts.items() if len(tops) > 1)
+    if spanning:
+        warnings.warn(f"{len(spanning)} patient id(s) of {col.csv_name} have images in several split folders (e.g. "
+                      f"{spanning[0]!r} in {', '.join(sorted(parts[spanning[0]]))}): datasets that number their "
+                      "patients anew in each part (RFMiD, for one) give two people one id there; prefix each part's "
+                      "ids if they are different people", LayoutWarning, stacklevel=user_stacklevel())
     sexes: dict[str, set[float]] = defaultdict(set)
     for e in entries:
         sex = e.labels.get("sex", math.nan)

@@ -37,7 +37,7 @@ def test_wilson_matches_scipy_and_residual_risk_formula():
         assert r.value - r.error == pytest.approx(lo, abs=1e-9) and r.value + r.error == pytest.approx(hi, abs=1e-9)
     a, c = success_rate(80, 100), success_rate(50, 100)
     risk = residual_risk(a, c)
-    assert risk.unclipped == pytest.approx((a.value - c.value) / (1 - c.value))
+    assert risk.unclipped == pytest.approx((0.8 - 0.5) / (1 - 0.5))          # of the observed rates
     assert risk.ci[0] < risk.value < risk.ci[1]
     assert residual_risk(success_rate(40, 100), c).value == 0.0         # worse than control: clipped to 0
     with pytest.raises(ValueError):

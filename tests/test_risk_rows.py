@@ -27,15 +27,27 @@ def test_a_row_with_a_control_and_a_baseline_is_measured_against_the_control():
 
 
 def test_the_propagated_interval_carries_the_controls_sampling_error():
-    """Without bootstrap draws the residual's half-width is the first-order propagation of both Wilson errors:
-    sqrt((da / (1 − c))² + (dc (a − 1) / (1 − c)²)²), 0.1552 for 60/100 against 30/100 (0.1362 without the
-    control's term)."""
-    a, da = _wilson(60, 100)
-    c, dc = _wilson(30, 100)
+    """Without bootstrap draws the residual's half-width is the first-order propagation of both Wilson errors about
+    the observed rates a and c: sqrt((da / (1 − c))² + (dc (a − 1) / (1 − c)²)²), 0.1528 for 60/100 against 30/100
+    (0.1347 without the control's term), and the point estimate is (a − c) / (1 − c) = 3/7 of the observed rates,
+    not of the Wilson centres (pulled towards 1/2)."""
+    _, da = _wilson(60, 100)
+    _, dc = _wilson(30, 100)
+    a, c = 0.6, 0.3
     want = math.sqrt((da / (1 - c)) ** 2 + (dc * (a - 1) / (1 - c) ** 2) ** 2)
     r = residual_risk(success_rate(60, 100), success_rate(30, 100))
-    assert r.error == pytest.approx(want, rel=1e-9) and want == pytest.approx(0.155170, abs=1e-6)
+    assert r.unclipped == pytest.approx(3 / 7, rel=1e-12)
+    assert r.error == pytest.approx(want, rel=1e-9) and want == pytest.approx(0.152842, abs=1e-6)
     assert r.ci == pytest.approx((r.unclipped - want, r.unclipped + want))
+
+
+def test_few_members_found_against_none_of_a_small_control_is_a_positive_risk():
+    """3 of 140 members recovered against 0 of 29 controls read 0.00: the Wilson centres (0.037 and 0.057) were
+    subtracted, and the small control's is pulled up the most."""
+    r = residual_risk(success_rate(3, 140), success_rate(0, 29))
+    assert r.value == pytest.approx(3 / 140) and r.ci[0] == 0.0 < r.value < r.ci[1]
+    zero = residual_risk(success_rate(0, 140), success_rate(0, 29))
+    assert zero.unclipped == 0.0 and zero.value == 0.0
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 50])

@@ -58,9 +58,9 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 20    # 20: the utility bootstrap's same-N real entry is real_same_n (was baseline), the
-#                         verdict's exposure names the images screened, real.patient_ids_known (attacks invalid
-#                         without ids);
+RESULTS_VERSION = 20    # 20: a residual risk of Wilson rates is of the observed rates; the utility bootstrap's
+#                         same-N real entry is real_same_n (was baseline); the verdict's exposure names the images
+#                         screened; real.patient_ids_known (attacks invalid without ids);
 #                         19: a residual against a control without spread takes its interval, kappa of one
 #                         true class undefined; 18: nearest-record rows say the members left out;
 #                         17: KID's resamples drawn as every other patient bootstrap's;

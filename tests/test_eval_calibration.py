@@ -387,3 +387,22 @@ def test_each_calibration_cell_carries_its_n_into_the_report():
     weak = calibration_table({"copy": _attacks(risk(0.3, 0.1, 0.5)), "jpeg": seen, "shift": seen, "mirror": seen,
                               "constant": null, "noise": null})["nearest"]["reason"]
     assert "misses an exact copy (on that known-answer release: residual 0.30 [0.10, 0.50], n=40, 14 patients" in weak
+
+
+def test_a_tie_at_the_top_goes_to_the_surer_row_whatever_the_order_the_attacks_were_stored_in(tmp_path):
+    """Two valid rows at risk 1.00: the verdict named whichever came first in the results, and results read back
+    from the cache (keys sorted) came in another order than freshly computed ones, so a rerun named another attack."""
+    from medanon.evaluate.cache import Cache
+
+    sure, loose = _risk(1.0, 0.9, 1.0), _risk(1.0, 0.6, 1.0)
+    calib = {k: {a: {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else _risk(0.0, 0.0, 0.1)}
+                 for a in ("nearest", "linkability")} for k in KNOWN}
+    table = calibration_table(calib)
+    for order in (("linkability", "nearest"), ("nearest", "linkability")):
+        attacks = {a: {"risk": sure if a == "linkability" else loose} for a in order}
+        rel = {"name": "R", "utility": {}, "attacks": attacks}
+        rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
+        assert verdict(rel)["attack"] == "linkability"
+    cache = Cache(tmp_path / "c")
+    fresh = cache.save_json("x", {"b": (1, 2), "a": np.float64(0.5)})
+    assert list(fresh) == ["a", "b"] and fresh == cache.load_json("x") and fresh["b"] == [1, 2]

@@ -122,11 +122,16 @@ class Cache:
         self.reused += p not in self._written
         return json.loads(p.read_text(encoding="utf-8"))
 
-    def save_json(self, name: str, value: Any) -> None:
+    def save_json(self, name: str, value: Any) -> Any:
+        """Store ``value`` and return it as a later :meth:`load_json` will (keys sorted, arrays as lists): a result
+        computed now and one read back from the cache are the same object, down to the order of their keys, so a
+        rerun reports (and breaks ties) exactly as the first run did."""
+        text = json.dumps(value, indent=1, sort_keys=True, default=_default) + "\n"
         p = self.path(name, ".json")
         if p is not None:
-            atomic_write_text(p, json.dumps(value, indent=1, sort_keys=True, default=_default) + "\n")
+            atomic_write_text(p, text)
             self._written.add(p)
+        return json.loads(text)
 
 
 def _default(o: Any) -> Any:

@@ -92,8 +92,8 @@ def calibrate(ctx: RealContext, checkpoints: dict[str, str]) -> dict[str, dict]:
         key = digest("calibration", VERSION, kind, ctx.key, result_key(ctx.cfg), checkpoints)
         got = ctx.cache.load_json(f"calibration-{key}")
         if got is None:
-            got = run_attacks(ctx, known_answer_release(ctx, kind), tables=False)   # its table reads risks only
-            ctx.cache.save_json(f"calibration-{key}", got)
+            got = ctx.cache.save_json(f"calibration-{key}",          # its table reads risks only
+                                      run_attacks(ctx, known_answer_release(ctx, kind), tables=False))
         out[kind] = got
     return out
 
@@ -383,7 +383,10 @@ def verdict(rel: dict) -> dict:
                  "utility_kept": _utility_kept(rel)}
     detectors = [row for row in valid if rel["validity"][row].get("catches_copies")]
     if valid:
-        row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][1]))
+        # ties (several rows at 1.00) go to the surer row (its lower bound, then its upper one), then by the row's
+        # name, so the verdict never depends on the order the attacks were stored in
+        row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][0],
+                                                    kv[1]["residual_risk"]["ci"][1], kv[0]))
         found = r["residual_risk"]["ci"][0] > 0
         if detectors or found:
             out.update(risk=r["residual_risk"]["risk"], ci=r["residual_risk"]["ci"], attack=row, unit=row_unit(row),

@@ -382,8 +382,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      str(rel.mapping_path and rel.mapping_path.stat().st_mtime_ns))
         got = cache.load_json(f"release-{key}")
         if got is None:
-            got = evaluate_release(ctx, rel, n_fid=n_fid[rel.name], tasks=tasks)
-            cache.save_json(f"release-{key}", got)
+            got = cache.save_json(f"release-{key}", evaluate_release(ctx, rel, n_fid=n_fid[rel.name], tasks=tasks))
         else:                                       # keyed by content: a moved or renamed release is reported as
             got.update(name=rel.name, path=str(rel.path),   # it is named now, not as when it was first evaluated
                        mapping=str(rel.mapping_path) if rel.mapping_path else None)

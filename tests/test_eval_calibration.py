@@ -406,3 +406,13 @@ def test_a_tie_at_the_top_goes_to_the_surer_row_whatever_the_order_the_attacks_w
     cache = Cache(tmp_path / "c")
     fresh = cache.save_json("x", {"b": (1, 2), "a": np.float64(0.5)})
     assert list(fresh) == ["a", "b"] and fresh == cache.load_json("x") and fresh["b"] == [1, 2]
+
+
+def test_a_calibration_cell_against_a_baseline_names_that_baseline():
+    """Every baseline cell read "against random guessing", also for the attribute attack (the most frequent class)
+    and membership top-K (the exact chance of a draw)."""
+    from medanon.evaluate.report_verdict import _n
+
+    cell = {"n": 60, "patients": 20, "against": "baseline", "baseline_is": "the most frequent class (0.75)"}
+    assert "against a baseline: the most frequent class (0.75)" in _n(cell, "attribute")
+    assert "against a baseline: random guessing" in _n({**cell, "baseline_is": None}, "attribute")

@@ -117,3 +117,10 @@ def test_a_resumed_run_keeps_every_command_line_and_says_when_the_code_changed(t
     assert [s["from_step"] for s in segments] == [0, 20, 40] and "--config" in segments[0]["argv"]
     assert segments[2]["medanon_source_sha256"] == "f" * 64 != segments[1]["medanon_source_sha256"]
     assert all(s["cwd"] for s in segments)
+
+
+def test_a_job_that_continues_without_a_step_keeps_its_earlier_parts(tmp_path):
+    """The demo resumes by reusing what earlier runs wrote: its rerun's manifest held only the rerun."""
+    RunDir(tmp_path / "d", config={}, command="demo").finish()
+    RunDir(tmp_path / "d", config={}, command="demo", continues=True).finish()
+    assert len(json.loads((tmp_path / "d" / "manifest.json").read_text())["segments"]) == 2

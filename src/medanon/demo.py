@@ -348,7 +348,8 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
     dev = resolve_device(device)
     cfg.device = str(dev)
     stale = stale_modalities(out, cfg)                 # read before RunDir writes this run's config.yaml
-    run = RunDir(out, config=cfg, command="demo", seeds={"phantoms": seed, "splits": seed, "methods": seed})
+    run = RunDir(out, config=cfg, command="demo", seeds={"phantoms": seed, "splits": seed, "methods": seed},
+                 continues=True)                      # a rerun reuses what earlier runs made: their parts are kept
     t_start = time.perf_counter()
     click.echo(f"medanon demo -> {out}   (device {dev}; all results below are on PHANTOM data)")
     results: dict = {"phantom": True, "data": {}, "reports": {}}

@@ -226,11 +226,12 @@ class RunDir:
     """
 
     def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None,
-                 new_run: bool = False, resume_step: int | None = None):
+                 new_run: bool = False, resume_step: int | None = None, continues: bool = False):
         """``new_run``: a training run starting afresh (not resumed) in a folder where a run of the same command
         may have died before its first checkpoint: that run's metrics and sample grids are removed once the folder
         is locked, so the folder never mixes two runs' logs. ``resume_step``: a resumed run's step; metric lines
-        written after it (the run repeats those steps) are dropped."""
+        written after it (the run repeats those steps) are dropped. ``continues``: a job that resumes by reusing
+        what its earlier runs wrote (the demo), with no step to resume at: their segments are kept all the same."""
         from medanon.locks import OutputLock
         from medanon.outputs import check_output, check_run_folder
 
@@ -244,7 +245,7 @@ class RunDir:
         self.manifest: dict[str, Any] = {
             "command": command,
             "argv": sys.argv[1:],
-            "segments": [*(self._earlier_segments() if resume_step is not None else []), segment],
+            "segments": [*(self._earlier_segments() if resume_step is not None or continues else []), segment],
             "software": software_versions(),
             "platform": platform.platform(),
             "seeds": dict(seeds or {}),

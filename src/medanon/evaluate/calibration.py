@@ -143,7 +143,7 @@ def _rr(risk: dict | None) -> dict | None:
     control = risk.get("control") or {}
     return {**risk["residual_risk"], "n": risk.get("n"), "patients": (risk.get("attack") or {}).get("patients"),
             "against": risk.get("against", "control"), "control_n": control.get("trials"),
-            "control_patients": control.get("patients")}
+            "control_patients": control.get("patients"), "baseline_is": risk.get("baseline_is")}
 
 
 def _cell_n(c: dict) -> str:

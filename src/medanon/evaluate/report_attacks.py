@@ -80,7 +80,8 @@ def _explain() -> str:
     return ("<h2>What each number is compared with</h2>" + _table(
         ["Number", "Compared with"], rows,
         caption="A control is the same attack run on people who are not in the release (held-out patients); a "
-                "baseline is random guessing, a sanity check. Residual risk = (attack − control) / (1 − control), "
+                "baseline is guessing (at random, or the most frequent class; each row names its own), a sanity "
+                "check. Residual risk = (attack − control) / (1 − control), "
                 "or against the baseline where no control population exists, and then named so."))
 
 

@@ -43,7 +43,7 @@ def _n(d: dict | None, row: str) -> str:
         ref = (f"; control n={d['control_n']}" + (f", {d['control_patients']} patients" if d.get("control_patients")
                                                    else ""))
     elif d.get("against") == "baseline":
-        ref = "; against random guessing"
+        ref = f"; against a baseline: {d.get('baseline_is') or 'random guessing'}"
     return f" <span class=ci>n={d['n']} {_e(row_unit(row))}{who}{ref}</span>"
 
 
@@ -82,7 +82,7 @@ def verdict_section(rep: dict) -> str:
          "The method's paper: where medanon's docs reproduce its claims (on phantoms, not in this run)"], rows,
         caption="Residual risk: (attack − reference) / (1 − reference). The reference is a control where the attack "
                 "has one (the same attack on people not in the release: 0 = the attacker learns nothing of members "
-                "beyond what it learns of them) and otherwise a baseline, random guessing (0 = no better than "
+                "beyond what it learns of them) and otherwise a baseline, guessing as the row says (0 = no better than "
                 "guessing); the sentence says which, and the row's N. The largest valid row is shown, its interval "
                 "not adjusted for being the largest of several. Only attacks that passed the known-answer calibration "
                 "(below), whose attacker is not at chance on held-out real images and was not trained on people of "

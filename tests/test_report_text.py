@@ -264,9 +264,11 @@ def test_the_report_says_what_the_helper_audit_found_unsaid():
     pair = {"releases": ["a", "b"], "space": "pixels", "assumptions": "x",
             "members": {"patients": 35, "recovered": 0, "shown_alone": 0, "recovered_beyond": 0},
             "controls": {"patients": 21, "recovered": 0},
-            "risk": {"attack": {"ci": [0.0, 0.099]}, "residual_risk": {"risk": 0.0, "ci": [0.0, 0.07]}}}
+            "risk": {"attack": {"ci": [0.0, 0.099]}, "control": {"ci": [0.0, 0.155]},
+                     "residual_risk": {"risk": 0.0, "ci": [0.0, 0.07]}}}
     text = differencing_section({"differencing": [pair]})
-    assert "0 of 35 member patients [0.000, 0.099], 0 of 21 control patients; residual risk 0.00 [0.00, 0.07]" in text
+    assert ("0 of 35 member patients [0.00, 0.10], 0 of 21 control patients [0.00, 0.15]; residual risk 0.00 "
+            "[0.00, 0.07]") in text
     from medanon.evaluate.verdict_text import _exposure_sentences
 
     said = _exposure_sentences("R", {"near_copies_beyond_control": True, "mapped": True, "near_copies": 88, "n": 102,

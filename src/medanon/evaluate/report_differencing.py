@@ -38,8 +38,10 @@ def differencing_section(rep: dict) -> str:
     def none_of(d: dict) -> str:                 # "0 of 35 members [0, 0.099], 0 of 21 controls; residual [0, 0.07]"
         a, rr = d["risk"]["attack"], d["risk"]["residual_risk"]
         ci = a.get("ci") or [math.nan, math.nan]
+        cci = (d["risk"].get("control") or {}).get("ci") or [math.nan, math.nan]
         return (f"{' × '.join(d['releases'])} ({space(d)}): 0 of {d['members']['patients']} member patients "
-                f"[{_num(ci[0], 3)}, {_num(ci[1], 3)}], 0 of {d['controls']['patients']} control patients; "
+                f"[{_num(ci[0], 2)}, {_num(ci[1], 2)}], 0 of {d['controls']['patients']} control patients "
+                f"[{_num(cci[0], 2)}, {_num(cci[1], 2)}]; "
                 f"residual risk {_num(rr['risk'], 2)} [{_num(rr['ci'][0], 2)}, {_num(rr['ci'][1], 2)}]")
 
     quiet = (f"<p>{len(nobody)} pair(s) of releases recover nobody, member or control: "

@@ -71,7 +71,7 @@ class GlowCodec(nn.Module):
         diverged = bad.clone()
         if bad.any():
             self.diverged += int(bad.sum())
-            log.warning("the inverse flow diverged on %d of %d latents (values beyond ±%g or not finite); "
+            log.debug("the inverse flow diverged on %d of %d latents (values beyond ±%g or not finite); "
                         "decoding them shrunk towards the prior's mode", int(bad.sum()), len(x), DIVERGED)
             for t in SHRINK:
                 idx = bad.nonzero().flatten()

@@ -174,8 +174,15 @@ class ReleaseData:
 
     @property
     def setting(self) -> str:
-        """Short parameter string for tables, e.g. ``k=5`` (scalar parameters only)."""
-        return ", ".join(f"{k}={v}" for k, v in self.params.items() if isinstance(v, (int, float, str, bool)))
+        """Short parameter string for tables, e.g. ``k=5, epsilon=1000, per_element=yes`` (scalar parameters only;
+        numbers as ``%g``, flags as yes / no, digests left out: a checksum is no setting a reader compares)."""
+        def show(v) -> str:
+            if isinstance(v, bool):
+                return "yes" if v else "no"
+            return f"{v:g}" if isinstance(v, float) else str(v)
+
+        return ", ".join(f"{k}={show(v)}" for k, v in self.params.items()
+                         if isinstance(v, (int, float, str, bool)) and not k.endswith(("sha256", "digest")))
 
     def label(self, name: str) -> np.ndarray:
         return np.array([float(r[name]) if r.get(name, "") not in ("", None) else math.nan for r in self.rows])

@@ -131,13 +131,19 @@ class Risk:
                 "unclipped_ci": None if self.unclipped_ci is None else list(self.unclipped_ci), "interval": self.method}
 
 
+def _observed(r: Rate) -> float:
+    """A rate's observed value: its bootstrap estimate (the raw or reweighted fraction) or exact value as it stands,
+    a Wilson rate's successes / trials rather than its interval's centre."""
+    return r.value if r.interval is not None or r.exact is not None else r.raw
+
+
 def residual_risk(attack: Rate, control: Rate) -> Risk:
     """``(a - c) / (1 - c)`` with error ``sqrt((da / (1 - c))^2 + (dc (a - 1) / (1 - c)^2)^2)``; where the attack
     has patient bootstrap draws and the control has its own (independent) draws or is exact, the percentile
     interval of the residual over the draws instead. The point estimate is always of the observed rates
     (:attr:`Rate.raw`): a Wilson rate's ``value`` is its interval's centre, pulled towards 1/2 (the more, the fewer
     the trials), which made 3 of 140 members recovered against 0 of 29 controls read 0.00 instead of 0.021."""
-    a, c = attack.raw, control.raw
+    a, c = _observed(attack), _observed(control)
     if c >= 1.0:                                    # nothing is left to attack beyond what the control gives
         return Risk(float("nan"), (float("nan"), float("nan")), float("nan"), float("nan"),
                     "undefined: the control succeeds on every target (rate 1), so no attack can show more than it")

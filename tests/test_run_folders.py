@@ -124,3 +124,14 @@ def test_a_job_that_continues_without_a_step_keeps_its_earlier_parts(tmp_path):
     RunDir(tmp_path / "d", config={}, command="demo").finish()
     RunDir(tmp_path / "d", config={}, command="demo", continues=True).finish()
     assert len(json.loads((tmp_path / "d" / "manifest.json").read_text())["segments"]) == 2
+
+
+def test_a_run_folders_files_are_its_owners_only(tmp_path):
+    """design.md: a run's files are 0600; metrics.jsonl, appended with open(), followed the umask (0644)."""
+    import os
+
+    run = RunDir(tmp_path / "r", config={}, command="train gan", new_run=True)
+    run.log_metrics(step=1)
+    run.finish()
+    assert {f.name: oct(os.stat(f).st_mode & 0o777) for f in (tmp_path / "r").iterdir() if not f.name.startswith(".")} \
+        == {"config.yaml": "0o600", "manifest.json": "0o600", "metrics.jsonl": "0o600"}

@@ -309,7 +309,8 @@ class RunDir:
 
     def log_metrics(self, **metrics: Any) -> None:
         line = json.dumps(metrics, sort_keys=True, default=_json_default)
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
+        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)   # as the run's other files
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line + "\n")
 
     def update(self, **fields: Any) -> None:

@@ -57,20 +57,20 @@ def check_patient_ids(col: Collector) -> None:
                                          "missing-value placeholder, which would make unrelated people one patient; "
                                          "give the row its patient's id, or leave the image out")
             e.bad = True
-    spellings: dict[str, set[str]] = defaultdict(set)
+    by_key: dict[str, list] = defaultdict(list)            # spelling-free id -> its rows (one pass, not per clash)
     for e in entries:
         if not e.bad:
-            spellings[id_key(e.patient_id)].add(e.patient_id)
-    for ids in spellings.values():
+            by_key[id_key(e.patient_id)].append(e)
+    for rows in by_key.values():
+        ids = {e.patient_id for e in rows}
         if len(ids) < 2:
             continue
-        for e in entries:
-            if e.patient_id in ids and not e.bad:
-                col.problem(e.path, "label", f"{col.csv_name} row {e.line}: patient id {e.patient_id!r} is also "
-                                             f"spelled {' / '.join(repr(i) for i in sorted(ids - {e.patient_id}))} "
-                                             "in other rows: one person or several? Write each person's id one way "
-                                             "in the labels")
-                e.bad = True
+        for e in rows:
+            col.problem(e.path, "label", f"{col.csv_name} row {e.line}: patient id {e.patient_id!r} is also "
+                                         f"spelled {' / '.join(repr(i) for i in sorted(ids - {e.patient_id}))} "
+                                         "in other rows: one person or several? Write each person's id one way "
+                                         "in the labels")
+            e.bad = True
     parts: dict[str, set[str]] = defaultdict(set)          # id -> the split-named top folders its images are in
     for e in entries:
         top = e.rel.split("/", 1)[0].lower() if "/" in e.rel else ""

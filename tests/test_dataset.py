@@ -107,6 +107,34 @@ def test_missing_image_is_named(tmp_path: Path):
     assert len(open_dataset(root, DataConfig(size=32, skip_bad=True))) == 7
 
 
+def test_one_image_under_two_patient_ids_is_named_then_skipped(tmp_path: Path):
+    """A copy of P0's image filed as P1's counts one person as two (a k = 2 group could release the image itself):
+    the copy (or a hard link) is a problem naming both files and both ids; the same image twice under one id, or
+    a blank image (a failed capture shows nobody), is not."""
+    import os
+    import shutil
+
+    root = make_dataset(tmp_path / "d")
+    shutil.copyfile(root / "images" / "P0_0.png", root / "images" / "P1_1.png")
+    with pytest.raises(DataError, match=r"P1_1\.png") as e:
+        open_dataset(root, DataConfig(size=32))
+    assert "duplicate" in str(e.value) and "P0_0.png" in str(e.value) and "'P0'" in str(e.value)
+    assert "patient id" in e.value.fix and "skip_bad=True" in e.value.fix
+    ds = open_dataset(root, DataConfig(size=32, skip_bad=True))
+    assert len(ds) == 7 and [Path(p.path).name for p in ds.skipped] == ["P1_1.png"]
+    assert "P0_0.png" in [r.path.name for r in ds.records]
+
+    same = make_dataset(tmp_path / "same")           # a copy within one patient, and blank images of two
+    shutil.copyfile(same / "images" / "P0_0.png", same / "images" / "P0_1.png")
+    for name in ("P1_0.png", "P2_1.png"):
+        Image.new("RGB", (48, 40)).save(same / "images" / name)
+    assert len(open_dataset(same, DataConfig(size=32))) == 8
+    (same / "images" / "P2_0.png").unlink()          # a hard link across two
+    os.link(same / "images" / "P3_0.png", same / "images" / "P2_0.png")
+    with pytest.raises(DataError, match=r"P3_0\.png.*duplicate"):
+        open_dataset(same, DataConfig(size=32))
+
+
 def test_image_without_label_is_named(tmp_path: Path):
     root = make_dataset(tmp_path / "d")
     Image.new("RGB", (40, 40)).save(root / "images" / "stray.png")

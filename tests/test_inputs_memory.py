@@ -223,3 +223,18 @@ def test_evaluate_refuses_real_images_with_a_transform_it_would_not_apply(phanto
             medanon.evaluate(real=real, releases=[medanon.anonymize.kpixel(real, k=2)], preset="tiny",
                              out=tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_one_image_under_two_patient_ids_is_refused_a_blank_one_is_not():
+    """The same (non-blank) image under two patient ids, or twice without ids, is one person counted as two; under
+    one id, or blank (a failed capture shows nobody), it is not."""
+    x = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    x[3] = x[1]
+    with pytest.raises(DataError, match=r"image 3 repeats image 1 \(patients 'b' and 'd'\)") as e:
+        as_dataset(x, patient_ids=["a", "b", "c", "d"], value_range=(0, 1))
+    assert "patient id of the person" in e.value.fix
+    with pytest.raises(DataError, match="without patient_ids= each image counts as its own person"):
+        as_dataset(x, value_range=(0, 1))
+    assert len(as_dataset(x, patient_ids=["a", "b", "c", "b"], value_range=(0, 1)).patients) == 3
+    x[1] = x[3] = 0.5
+    assert len(as_dataset(x, patient_ids=["a", "b", "c", "d"], value_range=(0, 1))) == 4

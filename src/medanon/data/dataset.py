@@ -1,7 +1,8 @@
 """The dataset: records from a layout reader, checked, then loaded and preprocessed on access.
 
 ``open_dataset`` is the one entry point: it scans the folder with the right layout reader,
-checks every file's header (existence, readability, channel count), and either raises one
+checks every file's header (existence, readability, channel count) and looks for one image file under two
+patient ids (:mod:`medanon.data.duplicates`), and either raises one
 :class:`DataError` listing every bad file with the fix, or, with ``skip_bad``, leaves them out
 and reports them in ``dataset.skipped``. With ``skip_bad`` it also decodes every image once, so a file
 whose header is fine but whose pixels are corrupt is skipped too, not found halfway through a run.
@@ -33,6 +34,8 @@ from medanon.config import DataConfig, validate
 from medanon.data import imageio
 from medanon.data.channels import MixedChannels, resolve_channels  # noqa: F401  (re-exported)
 from medanon.data.decode import decode, warn_colour_dropped
+from medanon.data.duplicates import FIX as DUPLICATE_FIX
+from medanon.data.duplicates import duplicate_problems
 from medanon.data.imageio import DEFAULT_MAX_PIXELS, ImageInfo, TooLarge
 from medanon.data.layouts import GenericOptions, scan
 from medanon.data.records import Problem, Record, Scan
@@ -48,6 +51,7 @@ _FIXES = {
     "label": "correct the value in the labels CSV",
     "size": "remove the image: it is too small to be useful",
     "large": "raise max_pixels if it is a genuine large scan; otherwise remove it (a decompression bomb)",
+    "duplicate": DUPLICATE_FIX,
     "outside": "pass allow_outside=True if these files are meant to be read (e.g. a PACS export linked into the "
                "folder), or copy them into the dataset folder",
 }
@@ -346,7 +350,12 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
                         "channels and models)", fix="leave modality= out, or pass the folder of the modality you mean")
     modality = cfg.modality if cfg.modality != "auto" else sc.modality
     good, infos, problems = check_records(sc.records, progress=progress, max_pixels=max_pixels)
-    problems = list(sc.problems) + problems
+    copies = duplicate_problems(good)                   # one image under two patient ids: one person as two
+    if copies:
+        dropped = {p.path for p in copies}
+        infos = [i for r, i in zip(good, infos, strict=True) if str(r.path) not in dropped]
+        good = [r for r in good if str(r.path) not in dropped]
+    problems = list(sc.problems) + problems + copies
     if problems and not cfg.skip_bad:
         raise_for_problems(problems, root=root)
     if problems:

@@ -146,6 +146,7 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
     if len(patient_ids) != n:
         raise ConfigError(f"patient_ids= has {len(patient_ids)} ids for {n} images", fix="pass one id per image")
     pids = [_patient_id(p) for p in patient_ids]
+    _refuse_copies(images, pids, argument=argument, known=known)
     if modality is None:
         modality = "fundus" if c == 3 else "xray"
     if modality not in MODALITIES:
@@ -158,6 +159,25 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
                         f"images have {want}", fix=f"convert them ({how}) or pass the other modality")
     return InMemoryDataset(images, patient_ids=pids, labels=_labels(labels, n), modality=modality,
                            transform=transform, patients_known=known)
+
+
+def _refuse_copies(images: torch.Tensor, pids: list[str], *, argument: str, known: bool) -> None:
+    """A DataError where one image is held under two patient ids (:mod:`medanon.data.duplicates`)."""
+    from medanon.data.duplicates import duplicate_images
+
+    pairs = duplicate_images(images, pids)
+    if not pairs:
+        return
+    shown = ", ".join(f"image {j} repeats image {i}" + (f" (patients {pids[i]!r} and {pids[j]!r})" if known else "")
+                      for i, j in pairs[:5]) + (" ..." if len(pairs) > 5 else "")
+    why = "one person counted as two: a k-Same group of k 'people' would hold the image twice"
+    if known:
+        raise DataError(f"{argument}= holds {len(pairs)} image(s) identical to an earlier image of another patient id: "
+                        f"{shown}", fix=f"leave the copy out, or give both images the patient id of the person they "
+                                        f"show ({why})")
+    raise DataError(f"{argument}= holds {len(pairs)} image(s) identical to an earlier image, and without patient_ids= "
+                    f"each image counts as its own person: {shown}",
+                    fix=f"leave the copy out, or pass patient_ids= with one id per person ({why})")
 
 
 def _only_for_memory(argument: str, **given) -> None:

@@ -26,19 +26,21 @@ def test_a_row_with_a_control_and_a_baseline_is_measured_against_the_control():
     assert only_baseline["residual_risk"]["risk"] == pytest.approx(0.75) and only_baseline["against"] == "baseline"
 
 
-def test_the_propagated_interval_carries_the_controls_sampling_error():
-    """Without bootstrap draws the residual's half-width is the first-order propagation of both Wilson errors about
-    the observed rates a and c: sqrt((da / (1 − c))² + (dc (a − 1) / (1 − c)²)²), 0.1528 for 60/100 against 30/100
-    (0.1347 without the control's term), and the point estimate is (a − c) / (1 − c) = 3/7 of the observed rates,
-    not of the Wilson centres (pulled towards 1/2)."""
-    _, da = _wilson(60, 100)
-    _, dc = _wilson(30, 100)
+def test_the_mover_interval_carries_the_controls_sampling_error():
+    """Without bootstrap draws the residual's bounds combine both Wilson intervals (scipy's) about the observed rates
+    a and c (MOVER): d -/+ sqrt((a - a_lo)² + (c_hi - c)²) and sqrt((a_hi - a)² + (c - c_lo)²), d = a - c, over
+    1 - c; wider than the attack's interval alone mapped through the formula (the control's own error counts), and
+    the point estimate is (a − c) / (1 − c) = 3/7 of the observed rates, not of the Wilson centres."""
+    from scipy.stats import binomtest
+
+    a_lo, a_hi = binomtest(60, 100).proportion_ci(method="wilson")
+    c_lo, c_hi = binomtest(30, 100).proportion_ci(method="wilson")
     a, c = 0.6, 0.3
-    want = math.sqrt((da / (1 - c)) ** 2 + (dc * (a - 1) / (1 - c) ** 2) ** 2)
+    want = ((a - c - math.hypot(a - a_lo, c_hi - c)) / (1 - c), (a - c + math.hypot(a_hi - a, c - c_lo)) / (1 - c))
     r = residual_risk(success_rate(60, 100), success_rate(30, 100))
     assert r.unclipped == pytest.approx(3 / 7, rel=1e-12)
-    assert r.error == pytest.approx(want, rel=1e-9) and want == pytest.approx(0.152842, abs=1e-6)
-    assert r.ci == pytest.approx((r.unclipped - want, r.unclipped + want))
+    assert r.ci == pytest.approx(want, rel=1e-9)
+    assert want[0] < (a_lo - c) / (1 - c) and want[1] > (a_hi - c) / (1 - c)
 
 
 def test_few_members_found_against_none_of_a_small_control_is_a_positive_risk():

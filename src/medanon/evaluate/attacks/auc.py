@@ -17,6 +17,7 @@ from medanon.evaluate.attacks.bootstrap import (
     summarise_draws,
     weighted_auc,
 )
+from medanon.evaluate.attacks.stats import scores_without_nan
 
 
 def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None, neg_groups=None,
@@ -29,8 +30,8 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     ``ci`` is the patient cluster bootstrap interval instead (``interval`` says which; DeLong's stays in
     ``delong_ci``), and ``p_value`` the bootstrap's (:func:`bootstrap_p`; ``p_value_test`` says which): the
     Mann-Whitney test treats the images of one patient as independent."""
-    x = np.asarray(pos_scores, np.float64).ravel()
-    y = np.asarray(neg_scores, np.float64).ravel()
+    x = scores_without_nan(pos_scores, "positive scores")
+    y = scores_without_nan(neg_scores, "negative scores")
     m, n = len(x), len(y)
     if m == 0 or n == 0:
         nan = float("nan")

@@ -68,7 +68,7 @@ from medanon.evaluate.attacks.bootstrap import (
 )
 from medanon.evaluate.attacks.pair_bootstrap import verification_draws
 from medanon.evaluate.attacks.risk import MIN_PATIENTS, rate, risk_entry, success_rate, threshold_entry
-from medanon.evaluate.attacks.stats import threshold_at_far, unit
+from medanon.evaluate.attacks.stats import scores_without_nan, threshold_at_far, unit
 from medanon.evaluate.attacks.views import assumptions, cosines, pair_cosines, pair_dots
 
 __all__ = ["linkability", "threshold_at_far", "verification_rates"]
@@ -88,7 +88,7 @@ def verification_rates(scores, genuine, threshold: float, *, confidence: float =
     ``groups`` (n, 2): the patient cluster of each side of each pair. Pairs share images, and images share
     patients, so where it is given TAR, FAR, reverse TAR and AUC get patient cluster bootstrap intervals instead
     (a pair across two clusters weighted by the product of their draws; ``interval`` says which)."""
-    sc = np.asarray(scores, np.float64).ravel()
+    sc = scores_without_nan(scores, "pair scores")
     g = np.asarray(genuine, bool).ravel()
     if len(sc) != len(g) or g.sum() == 0 or (~g).sum() == 0:
         raise ValueError("need matching scores and labels with both genuine and impostor pairs")

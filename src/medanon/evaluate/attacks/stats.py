@@ -116,11 +116,23 @@ def topk_hits(scores, member, k: int, *, tol: float = TIE_TOL) -> tuple[float, n
     return fixed + slots * m_t / n_t, pmf
 
 
+def scores_without_nan(values, what: str) -> np.ndarray:
+    """``values`` as a flat float array, or a ValueError naming ``what`` where any is NaN: a NaN score compares false
+    with every threshold, so an attacker fed one would silently accept nothing and read as no risk (infinite scores
+    order like any others)."""
+    v = np.asarray(values, np.float64).ravel()
+    bad = np.isnan(v)
+    if bad.any():
+        raise ValueError(f"{int(bad.sum())} of the {len(v)} {what} are NaN (e.g. a network that diverged); an attack "
+                         "cannot be scored on them")
+    return v
+
+
 def threshold_at_far(impostor_scores, far: float) -> float:
     """The lowest threshold ``t`` (accept ``score >= t``) whose FAR on ``impostor_scores`` is at most ``far``: scores
     tied at a candidate threshold are accepted or refused together, so ties never let the realised FAR exceed
     ``far`` (all scores tied: a threshold above them, nothing accepted)."""
-    s = np.sort(np.asarray(impostor_scores, np.float64).ravel())
+    s = np.sort(scores_without_nan(impostor_scores, "impostor scores"))
     if len(s) == 0:
         raise ValueError("no impostor scores to fix a threshold on")
     if not 0 <= far <= 1:

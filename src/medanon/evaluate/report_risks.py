@@ -58,8 +58,8 @@ def _risks(rep: dict) -> str:
          "Residual risk [95% CI]", "Valid"], rows,
         caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over "
                 "bootstrap resamples of the patients on both sides (where no patient ids reach the attack: MOVER, "
-                "combining the two rates' Wilson intervals); clipped to [0, 1]. The reference is the control where one exists; otherwise "
-                "the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it. "
+                "combining the two rates' Wilson intervals); clipped to [0, 1]. The reference is the control where "
+                "one exists; otherwise the baseline, as the last column says. 0 = the release teaches the attacker nothing beyond it. "
                 "Controls are reweighted to the members' mix of the label that drives similarity (named in the "
                 "cell, with the unweighted rate); the reweighting is redone in every bootstrap resample. A threshold "
                 "set at a nominal rate on calibration patients shows the rate it gives on the controls (unweighted, "

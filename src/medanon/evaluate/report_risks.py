@@ -56,15 +56,15 @@ def _risks(rep: dict) -> str:
         ["Release", "Attack", "Attack success (%)", "Control: same attack, held-out patients (%)",
          "Baseline: guessing without the release (%)", "Threshold: nominal → realised on controls (%) [95% CI]",
          "Residual risk [95% CI]", "Valid"], rows,
-        caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over "
-                "bootstrap resamples of the patients on both sides (where no patient ids reach the attack: MOVER, "
-                "combining the two rates' Wilson intervals); clipped to [0, 1]. The reference is the control where "
-                "one exists; otherwise the baseline, as the last column says. 0 = the release teaches the attacker "
-                "nothing beyond it. Controls are reweighted to the members' mix of the label that drives similarity (named in the "
-                "cell, with the unweighted rate); the reweighting is redone in every bootstrap resample. A threshold "
-                "set at a nominal rate on calibration patients shows the rate it gives on the controls (unweighted, "
-                "patient bootstrap); one set on too few patients makes its row invalid. Greyed rows are not valid "
-                "(last column: why) and count nowhere else.")
+        caption="Anonymeter's estimator: (attack − reference) / (1 − reference); interval: percentile over bootstrap"
+                " resamples of the patients on both sides (where no patient ids reach the attack: MOVER, combining "
+                "the two rates' Wilson intervals); clipped to [0, 1]. The reference is the control where one exists;"
+                " otherwise the baseline, as the last column says. 0 = the release teaches the attacker nothing "
+                "beyond it. Controls are reweighted to the members' mix of the label that drives similarity (named "
+                "in the cell, with the unweighted rate); the reweighting is redone in every bootstrap resample. A "
+                "threshold set at a nominal rate on calibration patients shows the rate it gives on the controls "
+                "(unweighted, patient bootstrap); one set on too few patients makes its row invalid. Greyed rows are"
+                " not valid (last column: why) and count nowhere else.")
 
 
 def _rate(d: dict, unit: str = "") -> str:

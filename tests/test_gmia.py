@@ -6,10 +6,12 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
+from PIL import Image
 from torch import nn
 
 from medanon.anonymize.gmia import GMIA, GMIAConfig, IdentityEncoder, UtilityEncoder
@@ -491,3 +493,74 @@ def test_a_loaded_network_in_the_wrong_role_is_refused_when_the_release_is_plann
         with pytest.raises(ConfigError, match=re.escape(said)):
             medanon.anonymize.gmia(ds, **common, **kw)
     assert len(medanon.anonymize.gmia(ds, **common, identity=d / "identity.pt", utility=ut).images(limit=1)) == 1
+
+
+def test_frozen_holds_until_the_last_thread_leaves_and_probing_keeps_every_mode():
+    """Two batches side by side each enter ``frozen`` over the same networks: the first to leave restored training
+    mode while the other still ran (batch norm then used and updated batch statistics). And the release's probe of a
+    loaded network set the wrapper's flag back to True on every submodule, batch norm included."""
+    import threading
+
+    from medanon.anonymize.gmia_networks import frozen
+    from medanon.anonymize.gmia_release import _probe
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    net.train()
+    entered, leave = threading.Barrier(2), threading.Event()
+    seen = []
+
+    def batch(first: bool):
+        with frozen(net):
+            entered.wait()
+            if first:
+                return                                  # leaves while the other batch still runs
+            leave.wait()
+            seen.append(net[1].training)
+
+    other = threading.Thread(target=batch, args=(False,))
+    other.start()
+    batch(True)
+    seen.append(net[1].training)                        # the other batch is still inside
+    leave.set()
+    other.join()
+    assert seen == [False, False] and net.training and net[1].training and net[0].weight.requires_grad
+
+    class Wrapper(nn.Module):                           # as IdentityEncoder: trains, its loaded network in eval mode
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 14 * 14, 5))
+
+        def forward(self, x):
+            return self.net(x)
+
+    w = Wrapper()
+    w.net.eval()
+    before = [m.training for m in w.modules()]
+    _probe(w, "identity", type("D", (), {"channels": 3, "size": 16})(), "cpu")
+    assert [m.training for m in w.modules()] == before
+
+
+def test_a_release_two_batches_at_a_time_equals_one_at_a_time_and_leaves_the_networks_as_they_were(
+        tmp_path, checkpoints):
+    """GMIA's CPU path (two batches side by side) gives the images of one batch at a time, and the identity network's
+    batch-norm buffers are those it was loaded with (they moved during a release, which differed between runs)."""
+    d, data = checkpoints
+    ds = open_dataset(data, DataConfig(size=32))
+    identity = IdentityEncoder.from_checkpoint(d / "identity.pt")
+    buffers = {k: v.clone() for k, v in identity.state_dict().items()}
+    gmia = GMIA(tiny_codec(), identity=identity, utility=None, cfg=GMIAConfig(losses="id", steps=2, batch_size=3))
+    images = {}
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            out, mapping = tmp_path / f"rel{n}", tmp_path / f"map{n}.json"
+            gmia_release(ds, out, gmia=gmia, mapping=mapping, progress=False)
+            by_source = {tuple(v["sources"]): k for k, v in json.loads(mapping.read_text())["records"].items()}
+            images[n] = {s: np.asarray(Image.open(out / name)) for s, name in by_source.items()}
+    finally:
+        torch.set_num_threads(threads)
+    assert images[1].keys() == images[2].keys() and len(images[1]) == 12
+    worst = max(np.abs(images[1][s].astype(int) - images[2][s].astype(int)).max() for s in images[1])
+    assert worst <= 1, worst                            # float rounding at most
+    assert all(torch.equal(buffers[k], v) for k, v in identity.state_dict().items())

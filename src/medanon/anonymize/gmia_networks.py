@@ -6,6 +6,7 @@ optimisation (:class:`medanon.anonymize.gmia.GMIA`).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,19 +97,41 @@ class UtilityEncoder(nn.Module):
         return self.model.features(x)
 
 
+_FROZEN_LOCK = threading.Lock()
+_FROZEN: dict[int, list] = {}          # id(module) -> [holders, its submodules' modes, its parameters' flags]
+
+
 @contextlib.contextmanager
 def frozen(*modules: nn.Module | None) -> Iterator[None]:
-    """Eval mode and no weight gradients for ``modules`` inside the block; every flag restored after."""
-    mods = [m for m in modules if m is not None]
-    modes = [(sub, sub.training) for m in mods for sub in m.modules()]
-    grads = [(p, p.requires_grad) for m in mods for p in m.parameters()]
-    try:
+    """Eval mode and no weight gradients for ``modules`` inside the block; every flag restored after.
+
+    Re-entrant across threads: GMIA's CPU path privatises two batches at once (``side_by_side``), each inside this
+    block over the same networks. The first to enter saves the flags and freezes; only the last to leave restores
+    them. (Each restoring on its own exit put the networks back in training mode while the other batch still ran:
+    batch norm then normalised by that batch's statistics and updated its running ones, so a release changed from
+    run to run and changed the identity network it was made with.)"""
+    mods = list({id(m): m for m in modules if m is not None}.values())
+    with _FROZEN_LOCK:
         for m in mods:
+            held = _FROZEN.get(id(m))
+            if held is not None:
+                held[0] += 1
+                continue
+            _FROZEN[id(m)] = [1, [(sub, sub.training) for sub in m.modules()],
+                              [(p, p.requires_grad) for p in m.parameters()]]
             m.eval()
             m.requires_grad_(False)
+    try:
         yield
     finally:
-        for sub, training in modes:
-            sub.training = training
-        for p, flag in grads:
-            p.requires_grad_(flag)
+        with _FROZEN_LOCK:
+            for m in mods:
+                held = _FROZEN[id(m)]
+                held[0] -= 1
+                if held[0]:
+                    continue
+                del _FROZEN[id(m)]
+                for sub, training in held[1]:
+                    sub.training = training
+                for p, flag in held[2]:
+                    p.requires_grad_(flag)

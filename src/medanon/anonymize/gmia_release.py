@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from medanon.anonymize.gmia import GMIA, GMIAConfig, GMIAResult, _concat, summarise
+from medanon.anonymize.gmia_networks import frozen
 from medanon.anonymize.ldp import release_dataset
 from medanon.anonymize.privacy import WeakSetting
 from medanon.data.dataset import ImageDataset
@@ -65,6 +66,9 @@ def gmia_privacy(cfg: GMIAConfig, networks: dict[str, Any]) -> dict[str, Any]:
             "each released image stands for exactly one source image and keeps its utility features, its label and "
             "whatever the identity network does not encode",
             "images of the same patient may stay linkable to each other (GMIA Table 3 reports a high inner risk)",
+            "membership: whether a person's image is in the release (each released image is made from one source "
+            "image and keeps more of the person than the identity network's embedding shows; top-K membership "
+            "finds sources far above chance on phantoms, docs/gmia.md)",
             "linking by recomputation: whoever has the models and a candidate image reruns GMIA and finds its "
             "released image (exactly with the same batch size, else within a few grey levels in a few pixels; the "
             "models are public when they are medanon's shipped checkpoints)",
@@ -129,11 +133,10 @@ def _probe(net, name: str, dataset: ImageDataset, device) -> None:
     if net is None:
         return
     x = torch.zeros(2, dataset.channels, dataset.size, dataset.size, device=device)
-    was = getattr(net, "training", False)
     try:
-        if hasattr(net, "eval"):
-            net.eval()                                   # as GMIA runs it (frozen)
-        with torch.no_grad():
+        # as GMIA runs it (frozen), every submodule's mode restored after: setting the wrapper's own flag back to
+        # True left the loaded network's batch norm in training mode for the release
+        with frozen(net if isinstance(net, torch.nn.Module) else None), torch.no_grad():
             out = net(x)
     except Exception as e:                               # a user's network: any failure is a wrong argument
         raise ConfigError(f"{name}= cannot take this data's images ({dataset.channels}x{dataset.size}px): "
@@ -141,9 +144,6 @@ def _probe(net, name: str, dataset: ImageDataset, device) -> None:
                           fix=f"pass {name}= the {name} network of this modality (a checkpoint name on `medanon "
                               f"models`, a path, or an {'IdentityEncoder' if name == 'identity' else 'UtilityEncoder'})"
                           ) from None
-    finally:
-        if was and hasattr(net, "train"):
-            net.train(was)
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or len(out) != 2:
         raise ConfigError(f"{name}= gives {tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__} "
                           "for two images, not (2, D) features", fix=f"pass {name}= a network that maps images to "

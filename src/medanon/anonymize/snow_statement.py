@@ -114,8 +114,10 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
                       f"delta for every set S of outputs, because that position is released as the fill value, "
                       f"whatever its input, with probability k/(H*W), and unchanged with probability delta"),
         "epsilon": 0.0, "delta": round(delta, 6),
-        "unit": ("one pixel position (all channels) of one image as read (cropped and resized: one pixel of the source "
-                 "file can touch several)"),
+        "unit": ("one pixel position (all channels) of one image as read, i.e. after cropping and resizing, which are "
+                 "functions of the source file: one pixel of the source file can change several pixels as read, and "
+                 "under the field-of-view crop (the fundus default, placed by the image's own bright pixels) every "
+                 "one"),
         "assumptions": [
             "the hidden sets are drawn from a secret seed (operating-system randomness), recorded nowhere; each "
             "image's set is a permutation drawn by numpy's PCG64 generator, seeded from that seed and the image's "

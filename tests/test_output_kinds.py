@@ -250,13 +250,23 @@ def test_a_dangling_link_as_output_is_named_as_such(tmp_path):
     assert not (tmp_path / "elsewhere").exists() and link.is_symlink()
 
 
-def test_the_runs_own_checkpoint_is_no_export_path(tmp_path):
-    """--export OUT/checkpoint.pt is refused before any work as the run's own checkpoint (not as an input), for the
-    trainers that export."""
-    data = make_phantom(tmp_path / "fundus", patients=2, per_patient=1, size=32)
+def test_no_export_path_lies_in_the_run_folder(tmp_path):
+    """--export into the run folder is refused before any work (not as an input), for the trainers that export: a
+    segmenter run's --export OUT/last.pt replaced the state it resumes from, and OUT/manifest.json its manifest."""
+    data = make_phantom(tmp_path / "fundus", patients=4, per_patient=1, size=32)
     run = tmp_path / "run"
     for cmd in (["train", "gan", "--data", str(data), "--config", str(TINY), "--steps", "1"],
                 ["train", "segmenter", str(data), "--epochs", "1"]):
         r = CliRunner().invoke(cli, [*cmd, "--out", str(run), "--export", str(run / "checkpoint.pt")])
-        assert r.exit_code == 1 and "is the run's own checkpoint" in r.output, r.output
+        assert r.exit_code == 1 and "lies inside the run folder" in r.output, r.output
         assert not run.exists()
+    seg = ["train", "segmenter", str(data), "--epochs", "1", "--width", "4", "--batch", "2", "--size", "32",
+           "--out", str(run)]
+    assert CliRunner().invoke(cli, seg).exit_code == 0
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    (tmp_path / "into").symlink_to(run)
+    for name in ("last.pt", "manifest.json"):
+        for export in (run / name, tmp_path / "into" / name):
+            r = CliRunner().invoke(cli, [*seg, "--resume", "--export", str(export)])
+            assert r.exit_code == 1 and f"is the run's own {name}" in r.output, r.output
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before

@@ -217,8 +217,9 @@ def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, read
 
 
 def check_export_is_not_the_run(export, out, name: str = "--export") -> None:
-    """Refuse an export path that is the run's own ``checkpoint.pt`` in ``out`` (compared as files where both
-    exist), which every save of the run replaces: said as such, not as an input."""
+    """Refuse an export path inside the run folder ``out`` (compared by real paths, so a link into it counts): the
+    run writes and replaces its files there (its checkpoint, ``last.pt``, the manifest, the metrics), and an export
+    over one of them destroyed the state the run resumes from. Said as such, not as an input."""
     import os
     from pathlib import Path
 
@@ -226,12 +227,14 @@ def check_export_is_not_the_run(export, out, name: str = "--export") -> None:
 
     if export is None:
         return
-    own = Path(out) / "checkpoint.pt"
-    same = os.path.abspath(export) == os.path.abspath(own) or (
-        Path(export).exists() and own.exists() and os.path.samefile(export, own))
-    if same:
-        raise UnsafeOutputError(f"{name} {export} is the run's own checkpoint ({own}), which every save of the run "
-                                "replaces", fix=f"export to a file outside the run folder, e.g. {name} model.pt")
+    run = Path(os.path.realpath(out))
+    target = Path(os.path.realpath(export))
+    if target == run or run in target.parents:
+        what = (f"is the run's own {target.name} ({Path(out) / target.relative_to(run)}), which the run writes"
+                if target.exists() and target.is_file() else f"lies inside the run folder {out}, whose files the run "
+                                                             "writes and replaces")
+        raise UnsafeOutputError(f"{name} {export} {what}",
+                                fix=f"export to a file outside the run folder, e.g. {name} model.pt")
 
 
 def to_json(obj) -> str:

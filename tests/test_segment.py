@@ -145,6 +145,10 @@ def test_training_resumes_exactly(tmp_path: Path, tiny32: Path, monkeypatch):
         train_segmenter(data, tmp_path / "run", cfg, progress=False)
     from dataclasses import replace as changed
 
+    with pytest.raises(ConfigError, match="data are 32 px and the config's size is 64"):    # would record 64
+        train_segmenter(data, tmp_path / "other-size", changed(cfg, size=64), progress=False)
+    assert not (tmp_path / "other-size").exists()
+
     manifest = (tmp_path / "run" / "manifest.json").read_bytes()
     other = changed(data, digest={**data.digest, "sha256": "0" * 64})      # an image or mask edited since
     with pytest.raises(ConfigError, match="was trained on other data"):
@@ -176,6 +180,11 @@ def test_cli_trains_on_a_drive_style_folder(tmp_path: Path, tiny32: Path):
     r = CliRunner().invoke(cli, ["train", "segmenter", "--vessel-images", str(images_dir), "--size", "32",
                                  "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--vessel-masks" in r.output
+    r = CliRunner().invoke(cli, ["train", "segmenter", "--vessel-images", str(images_dir), "--vessel-masks",
+                                 str(masks_dir), "--size", "32", "--layout", "aptos", "--channels", "1",
+                                 "--out", str(tmp_path / "y")])             # read as colour fundus images, silently
+    assert r.exit_code == 2 and "--layout, --channels do(es) not apply" in r.output, r.output
+    assert not (tmp_path / "y").exists()
 
 
 def test_a_photograph_noise_or_colour_map_is_refused_as_a_vessel_mask(tmp_path: Path):
@@ -206,3 +215,20 @@ def test_a_photograph_noise_or_colour_map_is_refused_as_a_vessel_mask(tmp_path: 
         with pytest.raises(DataError, match=said) as e:
             read_mask(tmp_path / name)
         assert e.value.fix and name in str(e.value), name
+
+
+def test_a_weak_segmenter_is_said_to_be_weak():
+    """A U-Net near chance, or no better than the untrained Frangi filter, warns once training ends (the release
+    names its segmenter, not how well it segments); one that beats both bars does not."""
+    import warnings
+
+    from medanon.train.segmenter import _warn_if_weak
+
+    with pytest.warns(UserWarning, match=r"AUROC 0\.542 \(below 0\.6.*Dice 0\.123, no better than the Frangi"):
+        _warn_if_weak({"unet": {"auroc": 0.542, "dice": 0.123}, "frangi": {"auroc": 0.8, "dice": 0.318}}, 4)
+    with pytest.warns(UserWarning, match=r"Dice 0\.300, no better") as got:
+        _warn_if_weak({"unet": {"auroc": 0.9, "dice": 0.3}, "frangi": {"auroc": 0.8, "dice": 0.318}}, 4)
+    assert "AUROC" not in str(got[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_if_weak({"unet": {"auroc": 0.95, "dice": 0.7}, "frangi": {"auroc": 0.8, "dice": 0.318}}, 4)

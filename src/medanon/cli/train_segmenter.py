@@ -13,6 +13,14 @@ from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 from medanon.fsutil import atomic_write_bytes
 
 
+# data options a --vessel-images/--vessel-masks pair cannot honour: (option key, flag, the values it may have)
+FOLDER_PAIR_IGNORES = (("layout", "--layout", ("auto",)), ("labels_csv", "--labels", ()),
+                       ("image_col", "--image-col", ()), ("label_cols", "--label-cols", ()),
+                       ("patient_col", "--patient-col", ()), ("images_dir", "--images", ()),
+                       ("allow_outside", "--allow-outside", (False,)), ("skip_bad", "--skip-bad", (False,)),
+                       ("channels", "--channels", ("0", "3")), ("modality", "--modality", ("auto", "fundus")))
+
+
 @train.command("segmenter", context_settings=CONTEXT)
 @data_dir_argument(required=False, help="Dataset folder with vessel masks (phantoms).")
 @data_options
@@ -70,6 +78,11 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
         raise click.UsageError("--vessel-images and --vessel-masks go together")
     if (data_dir is None) == (images_pair is None):
         raise click.UsageError("give DATA_DIR, or --vessel-images and --vessel-masks (not both)")
+    if images_pair is not None:                  # the folder pair is read as colour fundus images, one per patient
+        unused = [flag for key, flag, ok in FOLDER_PAIR_IGNORES if opts.get(key) not in (None, *ok)]
+        if unused:
+            raise click.UsageError(f"{', '.join(unused)} do(es) not apply to --vessel-images/--vessel-masks (colour "
+                                   "fundus images, each its own patient; --size and --crop apply)")
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
     try:
         _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width, patch, val, test, seed,
@@ -89,7 +102,8 @@ def _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr,
         size = ds.size
     else:
         size = opts["size"] or 64
-        data = data_from_folders(images_pair, masks_pair, size=size)
+        crop = opts.get("crop") or "auto"
+        data = data_from_folders(images_pair, masks_pair, size=size, crop="fov" if crop == "auto" else crop)
     cfg = build(SegmenterTrainConfig, size=size, epochs=epochs, batch_size=batch_size, lr=lr, width=width,
                 patch=patch, val=val, test=test, seed=seed)
     path = train_segmenter(data, out, cfg, resume=resume, progress=True, dist=dist)

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -232,6 +233,11 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     checkpoints and the result; the other ranks return the same path after training.
     """
     cfg.validate()
+    side = int(data.images.shape[-1])
+    if side != cfg.size:                        # the checkpoint records cfg.size: a later use would resize to it
+        raise ConfigError(f"the segmentation data are {side} px and the config's size is {cfg.size}: the checkpoint "
+                          "would record the wrong size, and every later use would resize images to it",
+                          fix=f"pass size={side} in the config, or read the data at {cfg.size} px")
     out = Path(out)
     dist = dist or Dist(device=torch.device(device))
     device = dist.device
@@ -362,4 +368,24 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
                                                    "data_sha256": data.digest["sha256"]})
     run.update(results=summary)
     run.finish()
+    _warn_if_weak(results, len(test.records))
     return path
+
+
+WEAK_AUROC = 0.6                                # below: the segmenter barely ranks vessel above background
+
+
+def _warn_if_weak(results: dict[str, dict[str, float]], n_test: int) -> None:
+    """A warning where the trained U-Net is no better than chance or than the untrained Frangi filter on the test
+    split: VS-Snow would then perturb pixels that are mostly not vessels (its release says which segmenter it used,
+    not how well it segments)."""
+    unet, frangi = results["unet"], results["frangi"]
+    why = []
+    if not unet["auroc"] >= WEAK_AUROC:
+        why.append(f"test AUROC {unet['auroc']:.3f} (below {WEAK_AUROC}: near chance)")
+    if not unet["dice"] > frangi["dice"]:
+        why.append(f"test Dice {unet['dice']:.3f}, no better than the Frangi filter's {frangi['dice']:.3f}")
+    if why:
+        warnings.warn(f"the trained vessel segmenter is weak on its {n_test} test images: {'; '.join(why)}; VS-Snow "
+                      "with it perturbs pixels that are mostly not vessels. Train longer (epochs=), on more "
+                      "annotated images, or use vessels='frangi'", UserWarning, stacklevel=3)

@@ -12,7 +12,6 @@ from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 from medanon.fsutil import atomic_write_bytes
 
-
 # data options a --vessel-images/--vessel-masks pair cannot honour: (option key, flag, the values it may have)
 FOLDER_PAIR_IGNORES = (("layout", "--layout", ("auto",)), ("labels_csv", "--labels", ()),
                        ("image_col", "--image-col", ()), ("label_cols", "--label-cols", ()),

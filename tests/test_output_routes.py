@@ -195,6 +195,18 @@ def test_overwrite_of_a_link_replaces_the_link_and_keeps_what_it_pointed_at(tmp_
     assert not [p for p in tmp_path.iterdir() if ".old-" in p.name]
 
 
+def test_a_link_to_an_empty_folder_is_no_new_output(tmp_path, phantom):
+    """A release, phantom or report named by a link to an empty folder was published by renaming over the link: the
+    link became a folder on this disk and the place it led to stayed empty. It is refused, naming where it leads."""
+    (tmp_path / "big").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "big")
+    for args in (["phantom", "--patients", "2", "--out", str(tmp_path / "out")],
+                 ["anonymize", "kpixel", str(phantom), "--k", "2", "--out", str(tmp_path / "out")]):
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 1 and "is a link to" in r.output and str(tmp_path / "big") in r.output, r.output
+        assert (tmp_path / "out").is_symlink() and not any((tmp_path / "big").iterdir())
+
+
 @pytest.mark.parametrize("args", [["phantom", "--patients", "2", "--out", "."],
                                   ["anonymize", "kpixel", "DATA", "--k", "2", "--out", "./"]])
 def test_an_output_named_only_by_its_place_is_refused(tmp_path, phantom, args, monkeypatch):

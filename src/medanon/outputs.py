@@ -265,6 +265,14 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
             raise UnsafeOutputError(f"{name} {out} is a link to {os.readlink(out)}, which does not exist: medanon "
                                     "does not write through a dangling link",
                                     fix=f"choose another {name}, or remove the link yourself")
+        if out.is_symlink() and not (overwrite or existing_ok):
+            # a new output is published by renaming it into place: over the link, not where the link leads (an
+            # empty folder behind it stayed empty); overwrite= replaces the link as asked, and an output written
+            # into (a run folder) is written where the link leads
+            raise UnsafeOutputError(f"{name} {out} is a link to {os.readlink(out)}: medanon would replace the link "
+                                    "itself with its new output (the place it leads to left as it was), not write "
+                                    "there", fix=f"give the path it leads to, {os.path.realpath(out)}, or another "
+                                                 f"{name}")
         if kind == "dir" and not out.is_dir():
             raise UnsafeOutputError(f"{name} {out} exists and is not a folder",
                                     fix=f"choose another {name}, or move that file away yourself")

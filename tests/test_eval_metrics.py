@@ -185,6 +185,8 @@ def test_fd_zero_for_identical_sets_and_interval_contains_value():
     iv = F.bootstrap_fd(a, rng.standard_normal((100, 10)) + 1.0, n_boot=30, seed=0)
     assert iv.low <= iv.value <= iv.high and iv.n == (100, 100)
     assert 8.0 < iv.value < 13.0                                     # |mu diff|^2 = 10
+    same = F.bootstrap_fd(a, a, n_boot=0)                             # no resamples: no interval, not [v, v]
+    assert same.value >= 0.0 and np.isnan(same.low) and np.isnan(same.high) and same.resamples == 0
 
 
 def test_kid_matches_sklearn_polynomial_kernel():
@@ -293,3 +295,18 @@ def test_resamples_without_a_ratio_are_not_counted_as_resamples_without_the_metr
     out = U.paired_intervals(task, y, [right], [wrong], n_resamples=200, groups=np.repeat(np.arange(4), 2))
     acc = out["binary_acc"]
     assert "undefined_resamples" not in acc and acc["ratio_undefined_resamples"] > 0
+
+
+def test_labels_that_are_not_classes_are_refused_not_truncated():
+    """accuracy([0.9], [0]) read 1.0 (0.9 truncated to class 0); roc_auc of {-1, 1} or {1, 2} truth read NaN where
+    scikit-learn gives the AUC (every label cast to positive). Whole-number floats are classes as before."""
+    with pytest.raises(ValueError, match="whole numbers"):
+        M.accuracy([0.9], [0])
+    for truth in ([-1, 1, -1, 1], [1, 2, 1, 2]):
+        with pytest.raises(ValueError, match="0 or 1"):
+            M.roc_auc(truth, [0.1, 0.9, 0.2, 0.8])
+        with pytest.raises(ValueError, match="0 or 1"):
+            M.average_precision(truth, [0.1, 0.9, 0.2, 0.8])
+    assert M.accuracy(np.array([1.0, 0.0]), [1, 1]) == 0.5
+    assert M.roc_auc([0.0, 1.0, 0.0, 1.0], [0.1, 0.9, 0.2, 0.8]) == skm.roc_auc_score([0, 1, 0, 1],
+                                                                                      [0.1, 0.9, 0.2, 0.8])

@@ -33,6 +33,7 @@ same N and the report states N next to each number (docs/design.md §6).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -247,17 +248,18 @@ def resampling_unit(groups_ref, groups_eval) -> str:
 
 def bootstrap_fd(f_ref, f_eval, *, n_boot: int = 50, confidence: float = 0.95, seed: int = 0,
                  groups_ref=None, groups_eval=None) -> Interval:
-    """FD with a bias-shifted bootstrap percentile interval (both sets resampled ``n_boot`` times): by patient
+    """FD with a bias-shifted bootstrap percentile interval (both sets resampled ``n_boot`` times; ``n_boot=0``:
+    the interval is NaN, none was computed): by patient
     where ``groups_ref`` / ``groups_eval`` give each row's patient (or cluster of patients sharing released
     records; images of one patient are not independent), else by image."""
     a, b = _f64(f_ref), _f64(f_eval)
-    value = fd_from_features(a, b)
+    value = max(fd_from_features(a, b), 0.0)     # a distance: rounding puts a set's FD to itself just below 0
     rng = np.random.default_rng(seed)
     unit = resampling_unit(groups_ref, groups_eval)
     boots = [fd_from_features(a[resample_rows(rng, len(a), groups_ref)], b[resample_rows(rng, len(b), groups_eval)])
              for _ in range(n_boot)]
-    if not boots:
-        return Interval(value, value, value, confidence, (len(a), len(b)), unit, 0)
+    if not boots:                               # no resamples: no interval (not a point posing as one)
+        return Interval(value, math.nan, math.nan, confidence, (len(a), len(b)), unit, 0)
     q = (1.0 - confidence) / 2.0
     shift = float(np.mean(boots)) - value                       # resampling bias (duplicates inflate FD)
     lo, hi = float(np.quantile(boots, q)) - shift, float(np.quantile(boots, 1 - q)) - shift

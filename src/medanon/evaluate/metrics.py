@@ -12,7 +12,24 @@ import numpy as np
 
 
 def _int(a) -> np.ndarray:
-    return np.asarray(a).astype(np.int64).ravel()
+    """Class labels as int64; a ValueError for values that are not whole numbers (casting would truncate 0.9 to
+    class 0 and score a wrong prediction as right)."""
+    v = np.asarray(a)
+    if v.dtype.kind in "fc":
+        whole = np.isfinite(v) & (v == np.round(v))
+        if not whole.all():
+            raise ValueError(f"class labels must be whole numbers; got {v.ravel()[~whole.ravel()][:3].tolist()} "
+                             "(probabilities or scores go to roc_auc / average_precision)")
+    return v.astype(np.int64).ravel()
+
+
+def _binary(a) -> np.ndarray:
+    """Binary truth as bool (1 positive); a ValueError for any other value ({-1, 1} or {1, 2} would cast to all
+    positive and give NaN where scikit-learn gives the AUC)."""
+    t = _int(a)
+    if not np.isin(t, (0, 1)).all():
+        raise ValueError(f"binary truth must be 0 or 1 (1 positive); got the values {sorted(set(t.tolist()))[:5]}")
+    return t.astype(bool)
 
 
 def accuracy(y_true, y_pred) -> float:
@@ -85,7 +102,7 @@ def f1(y_true, y_pred, *, average: str = "macro", positive: int = 1, labels=None
 
 def roc_auc(y_true, score) -> float:
     """Area under the ROC curve for binary truth (1 positive): P(score_pos > score_neg) + 0.5 P(tie)."""
-    t = _int(y_true).astype(bool)
+    t = _binary(y_true)
     s = np.asarray(score, np.float64).ravel()
     n_pos, n_neg = int(t.sum()), int((~t).sum())
     if n_pos == 0 or n_neg == 0:
@@ -99,7 +116,7 @@ def roc_auc(y_true, score) -> float:
 def average_precision(y_true, score) -> float:
     """Average precision ``sum_n (R_n - R_{n-1}) P_n`` over decreasing distinct thresholds (NaN where a score is
     NaN, as :func:`roc_auc`: a NaN cannot be ranked)."""
-    t = _int(y_true).astype(bool)
+    t = _binary(y_true)
     s = np.asarray(score, np.float64).ravel()
     n_pos = int(t.sum())
     if n_pos == 0 or np.isnan(s).any():

@@ -24,7 +24,10 @@ def _num(v: Any, digits: int = 3) -> str:
 def _ci(d: dict | None, digits: int = 2) -> str:
     if not d:
         return "–"
-    return f"{_num(d['value'], digits)} <span class=ci>[{_num(d['ci'][0], digits)}, {_num(d['ci'][1], digits)}]</span>"
+    lo, hi = d.get("ci") or (None, None)
+    if _num(lo) == "–" or _num(hi) == "–":        # no interval was computed (e.g. no bootstrap resamples)
+        return f"{_num(d['value'], digits)} <span class=ci>(no interval)</span>"
+    return f"{_num(d['value'], digits)} <span class=ci>[{_num(lo, digits)}, {_num(hi, digits)}]</span>"
 
 
 def _pm(s: dict | None, digits: int = 3) -> str:

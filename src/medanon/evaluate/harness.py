@@ -58,7 +58,8 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 20    # 20: a residual risk of Wilson rates is of the observed rates; the utility bootstrap's
+RESULTS_VERSION = 21    # 21: a release's records in content order (not file order); MOVER intervals of Wilson rates;
+#                         20: a residual risk of Wilson rates is of the observed rates; the utility bootstrap's
 #                         same-N real entry is real_same_n (was baseline); the verdict's exposure names the images
 #                         screened; real.patient_ids_known (attacks invalid without ids);
 #                         19: a residual against a control without spread takes its interval, kappa of one

@@ -251,6 +251,25 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
     if mp.is_file():
         rel.sources = _read_mapping(mp, rows, real)
         rel.mapping_path = mp
+    return _in_content_order(rel, files)
+
+
+def _in_content_order(rel: ReleaseData, files: list[Path]) -> ReleaseData:
+    """The release's records in an order of their own: by their image's bytes, then their row, then their sources.
+    ``labels.csv`` lists them by their secret random file names, so two runs of one release list them otherwise,
+    and every seeded split or subsample over records (top-K membership's attacker and target records, linkability's
+    pair subsample) drew other records: the same release evaluated twice read top-K 0.75 and 0.81."""
+    from medanon.fsutil import sha256_file
+
+    keys = [sha256_file(f) for f in files]
+    rest = [sorted((k, str(v)) for k, v in row.items() if k != "image") for row in rel.rows]
+    order = sorted(range(len(files)), key=lambda i: (keys[i], rest[i], rel.sources[i] if rel.sources else []))
+    if order == list(range(len(files))):
+        return rel
+    rel.rows = [rel.rows[i] for i in order]
+    rel.images = rel.images[torch.as_tensor(order)]
+    if rel.sources is not None:
+        rel.sources = [rel.sources[i] for i in order]
     return rel
 
 

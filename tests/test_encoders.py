@@ -279,6 +279,9 @@ def test_cli_trains_exports_and_resumes_both(tmp_path):
     assert res.exit_code == 0, res.output
     assert "D" not in load_checkpoint(tmp_path / "ae.pt")["state"]
     assert load_codec(tmp_path / "ae.pt").encode(torch.zeros(1, 3, 32, 32)).shape[0] == 1
+    # the data's modality is recorded, not implied by the channel count (a 3-channel X-ray codec read as fundus)
+    trained = load_codec(tmp_path / "ae.pt").provenance["trained_on"]
+    assert trained["modality"] == "fundus" and trained["modality_recorded"]
     # a resumable export: float16 weights and the discriminator, which a new run started from it continues
     res = runner.invoke(cli, ["train", "autoencoder", *common, "--out", str(tmp_path / "ae"), "--steps", "2",
                               "--resume", "--export", str(tmp_path / "ae16.pt"), "--export-float16",

@@ -212,7 +212,12 @@ def test_zero_steps_release_the_reconstruction(setup):
     codec, ident, util, _, images = setup
     res = GMIA(codec, identity=ident, utility=util, cfg=GMIAConfig(steps=0)).anonymise(images[:4])
     assert torch.allclose(res.images, codec.reconstruct(images[:4]), atol=1e-6)
-    assert torch.equal(res.id_cos, res.id_cos_start) and res.history == []
+    assert res.history == []
+    from medanon.anonymize.gmia_networks import frozen
+
+    with frozen(ident), torch.no_grad():            # the reported cosine is that of the source and its release
+        want = F.cosine_similarity(ident(images[:4]), ident(res.images), dim=1)
+    assert torch.allclose(res.id_cos, want, atol=1e-5)
     assert any("reconstruction" in w and c is NotAnonymised for w, c in GMIAConfig(steps=0).warnings())
 
 
@@ -448,23 +453,25 @@ def test_a_release_without_an_identity_loss_claims_no_identity_push(tmp_path, ch
     assert read_release(tmp_path / "m")[0]["privacy"]["margin_meaning"].startswith("an optimisation target")
 
 
-def test_a_release_of_the_shipped_models_training_people_says_so(tmp_path):
+def test_a_release_of_the_shipped_models_training_people_says_so(tmp_path, checkpoints):
     """The shipped GMIA networks were trained on the seed-0 phantom: GMIA claims no guarantee, but its images then
     carry what the weights memorised of those people and its identity outcome comes from a network that knows them.
     The statement says so (a count, never ids), before saving and in the manifest, and saving warns."""
     import warnings
 
     import medanon
-    from medanon.anonymize.privacy import CalibrationOverlap
+    from medanon.anonymize.privacy import CalibrationOverlap, NoFormalGuarantee
 
     seed0 = medanon.make_phantom(tmp_path / "seed0", patients=3, per_patient=1, size=64, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rel = medanon.anonymize.gmia(seed0, steps=1, device="cpu")
     assert rel.privacy["models_trained_on_released"]["released_patients"] == 3
-    with pytest.warns(CalibrationOverlap, match="holds 3 of the released patients"):
+    with pytest.warns(CalibrationOverlap, match="holds 3 of the released patients"), \
+            pytest.warns(NoFormalGuarantee, match=r"shipped codec \(cotrained-map-fundus64.pt\).*they are public"):
         rel.save(tmp_path / "rel", progress=False)
     privacy = read_release(tmp_path / "rel")[0]["privacy"]
+    assert set(privacy["public_models"]) == {"codec", "identity", "utility"}
     assert privacy["models_trained_on_released"] == rel.privacy["models_trained_on_released"]
     assert any("memorised of the 3 released patients" in item for item in privacy["not_protected"])
     assert "P0000" not in json.dumps(privacy)
@@ -472,6 +479,12 @@ def test_a_release_of_the_shipped_models_training_people_says_so(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert "models_trained_on_released" not in medanon.anonymize.gmia(other, steps=1, device="cpu").privacy
+    d, data = checkpoints                               # the user's own networks: not public
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        own = medanon.anonymize.gmia(medanon.open_dataset(data, size=32), model=d / "codec.pt",
+                                     identity=d / "identity.pt", steps=1, device="cpu", losses="id")
+    assert "public_models" not in own.privacy
 
 
 def test_a_loaded_network_in_the_wrong_role_is_refused_when_the_release_is_planned(tmp_path, checkpoints):

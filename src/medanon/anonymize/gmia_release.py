@@ -19,7 +19,7 @@ import torch
 from medanon.anonymize.gmia import GMIA, GMIAConfig, GMIAResult, _concat, summarise
 from medanon.anonymize.gmia_networks import frozen
 from medanon.anonymize.ldp import release_dataset
-from medanon.anonymize.privacy import WeakSetting
+from medanon.anonymize.privacy import NoFormalGuarantee, WeakSetting
 from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError, user_stacklevel
 from medanon.models.classifier import ResNet
@@ -171,12 +171,23 @@ def gmia_statement(gmia: GMIA, dataset: ImageDataset, networks: dict[str, Any] |
                    warn: bool = True) -> dict[str, Any]:
     """The privacy statement of ``gmia`` releasing ``dataset``: :func:`gmia_privacy`, and what it says of shipped
     models trained on the released people (:func:`gmia_models_overlap`; ``warn``: whether to warn of it)."""
+    from medanon.models_shipped import shipped_name
     from medanon.phantoms.provenance import shipped_models_trained_on
 
     networks = networks if networks is not None else gmia.describe()
     files = {k: v for k, v in release_models(gmia, networks).items() if ":" not in k}
     overlap = shipped_models_trained_on(files, dataset.root, [r.patient_id for r in dataset.records])
-    return gmia_models_overlap(gmia_privacy(gmia.cfg, networks), overlap, warn=warn)
+    privacy = gmia_privacy(gmia.cfg, networks)
+    public = {role: name for role, sha in files.items() if (name := shipped_name(sha)) is not None}
+    if public:
+        privacy = {**privacy, "public_models": public}
+        if warn:
+            warnings.warn(f"GMIA with medanon's shipped {', '.join(f'{r} ({n})' for r, n in public.items())}: "
+                          "they are public, so whoever has them and a candidate image reruns the optimisation and "
+                          "finds its released image; the release's assumption that the attacker does not have the "
+                          "models does not hold. Train your own (codec, identity and utility networks) and keep them "
+                          "as private as the data", NoFormalGuarantee, stacklevel=user_stacklevel())
+    return gmia_models_overlap(privacy, overlap, warn=warn)
 
 
 def gmia_models_overlap(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]], *,

@@ -102,7 +102,7 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     ds = _open_for_generator(data_dir, size, channels, data_opts, trained)
     held_out = _open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
         if eval_dir is not None else None                  # its problems named now, not after the training
-    return ds.tensors()[0], held_out
+    return ds.tensors()[0], held_out, ds.modality
 
 
 def _open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None, *,
@@ -244,8 +244,8 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
     dist = init_distributed(loop["device"])
     try:
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
-        images, held_out = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None, data_opts,
-                                                 eval_dir)
+        images, held_out, _ = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
+                                                    data_opts, eval_dir)
         ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
                              accumulation=accum)
         if dist.is_main:
@@ -293,10 +293,10 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     dist = init_distributed(loop["device"])
     try:
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
-        images, held_out = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt, cfg.generator,
-                                                 data_opts, eval_dir)
+        images, held_out, modality = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
+                                                           cfg.generator, data_opts, eval_dir)
         ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder",
-                                 dist=dist, accumulation=accum)
+                                 dist=dist, accumulation=accum, modality=modality)
         if dist.is_main:
             _finish(ckpt, out, export_path, held_out, "co-trained encoder + generator",
                     float16=export_float16, discriminator=export_discriminator)

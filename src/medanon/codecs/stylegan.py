@@ -259,9 +259,11 @@ def codec_from_blob(blob: dict[str, Any], *, iterations: int | None = None, batc
 
 
 def trained_on(blob: dict[str, Any], channels: int, resolution: int) -> dict[str, Any]:
-    """What a model checkpoint was trained on: modality (recorded in ``extra.data.modality`` when the trainer wrote
-    it, else implied by the channel count: colour fundus photographs have 3, chest X-rays 1), channels, size."""
-    recorded = (blob.get("extra", {}).get("data") or {}).get("modality")
+    """What a model checkpoint was trained on: modality (recorded in ``extra.data.modality`` or, by the GAN and
+    co-training runs, ``extra.training_images.modality`` when the trainer wrote it, else implied by the channel count:
+    colour fundus photographs have 3, chest X-rays 1), channels, size."""
+    extra = blob.get("extra", {})
+    recorded = (extra.get("data") or {}).get("modality") or (extra.get("training_images") or {}).get("modality")
     modality = recorded or {3: "fundus", 1: "xray"}.get(int(channels))
     return {"modality": modality, "modality_recorded": bool(recorded), "channels": int(channels),
             "resolution": int(resolution)}

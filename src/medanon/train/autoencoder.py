@@ -339,7 +339,8 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
                       init_ckpt: str | Path | None = None, resume: bool = False, device: str | torch.device = "cpu",
                       checkpoint_every: int = 500, sample_every: int = 500, log_every: int = 10,
                       max_seconds: float | None = None, progress: bool = True,
-                      command: str = "train autoencoder", dist: Dist | None = None, accumulation: int = 1) -> Path:
+                      command: str = "train autoencoder", dist: Dist | None = None, accumulation: int = 1,
+                      modality: str | None = None) -> Path:
     """Co-train an encoder and a StyleGAN2 generator (with its discriminator) on ``images`` (N, C, H, W) in
     [-1, 1] until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.
@@ -349,7 +350,9 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     ``resume`` the run continues from ``out/checkpoint.pt``; ``init_ckpt`` is then not needed (and, if given, must
     be the file the run started from).
     ``dist``/``accumulation``: data-parallel under torchrun and gradient accumulation (the batch as
-    shards, see ``_CotrainTrainer._step_sharded``); rank 0 writes the run directory.
+    shards, see ``_CotrainTrainer._step_sharded``); rank 0 writes the run directory. ``modality`` (the dataset's,
+    where known) is recorded with the training images, so the codec is refused on the other modality by what it
+    records rather than by its channel count; a resume keeps the one recorded.
     """
     dist = dist or Dist(device=torch.device(device))
     device = dist.device
@@ -367,6 +370,9 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     validate(cfg)
     data = to_uint8(images, cfg.generator)
     trainer = _CotrainTrainer(cfg, data, device, init, dist=dist, accumulation=accumulation)
+    known = (blob["extra"].get("training_images") or {}).get("modality") if blob is not None else None
+    if modality or known:
+        trainer.training_images["modality"] = modality or known
     if blob is not None:
         trainer.init_provenance = blob["extra"].get("generator_checkpoint")
         training_images_change(blob, trainer.training_images)

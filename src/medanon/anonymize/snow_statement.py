@@ -104,7 +104,8 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
                                 "F1 (utility) are measured by the evaluation on this release (docs/snow.md)"),
         }
     return {
-        "mechanism": (f"Snow (John et al., ETRA 2020) as in VS-Snow Eq. 1: per image exactly k = round(p*H*W) "
+        "mechanism": (f"Snow (John et al., ETRA 2020), the selection of VS-Snow Eq. 1 "
+                      f"(whose fill is the dataset mean; this one's is below): per image exactly k = round(p*H*W) "
                       f"= {k} of the {h * w} pixel positions, drawn pseudo-uniformly (see assumptions), are set "
                       f"in every channel to the fill value"),
         "fill": FILL_TEXT[fill],

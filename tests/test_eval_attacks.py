@@ -85,6 +85,15 @@ def test_a_nan_score_is_refused_not_read_as_no_risk():
     assert delong([np.inf, 0.9], [-np.inf, 0.1])["auc"] == 1.0
 
 
+def test_delong_with_one_score_on_a_side_has_no_interval():
+    """One positive (or negative) leaves its side's variance inestimable: the interval was [auc, auc], zero width."""
+    from medanon.evaluate.attacks.auc import delong
+
+    one = delong([0.9], [0.1, 0.2, 0.95])
+    assert one["auc"] == pytest.approx(2 / 3) and np.isnan(one["ci"]).all() and np.isnan(one["se"])
+    assert np.isfinite(delong([0.9, 0.3], [0.1, 0.2, 0.95])["ci"]).all()
+
+
 def _setting(seed=0, patients=40, per=2, d=32):
     """Source embeddings: per-patient centre + small acquisition noise; held-out patients likewise."""
     rng = np.random.default_rng(seed)

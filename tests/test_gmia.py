@@ -577,3 +577,24 @@ def test_a_release_two_batches_at_a_time_equals_one_at_a_time_and_leaves_the_net
     worst = max(np.abs(images[1][s].astype(int) - images[2][s].astype(int)).max() for s in images[1])
     assert worst <= 1, worst                            # float rounding at most
     assert all(torch.equal(buffers[k], v) for k, v in identity.state_dict().items())
+
+
+def test_a_release_short_of_the_identity_margin_warns(tmp_path, checkpoints):
+    """Fewer than half the images at or below the margin (the method's only push away from the person) warns; the
+    count was only in the manifest's optimisation_outcome."""
+    import warnings
+
+    from medanon.anonymize.privacy import WeakSetting
+
+    d, data = checkpoints
+    ds = open_dataset(data, DataConfig(size=32))
+    identity = IdentityEncoder.from_checkpoint(d / "identity.pt")
+    for margin, warned in ((-0.99, True), (0.999, False)):
+        gmia = GMIA(tiny_codec(), identity=identity, utility=None,
+                    cfg=GMIAConfig(losses="id", steps=1, batch_size=6, margin=margin))
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            _, outcome = gmia_release(ds, tmp_path / f"rel{margin}", gmia=gmia, progress=False)
+        said = [w for w in got if issubclass(w.category, WeakSetting) and "reached the identity margin" in
+                str(w.message)]
+        assert bool(said) == warned == (outcome["fraction_at_or_below_margin"] < 0.5), (margin, outcome)

@@ -275,4 +275,20 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
         outcome["measured_with"] = "E_id and E_ut of this run (the optimisation's own networks)"
         writer.privacy["optimisation_outcome"] = outcome
         writer.privacy["randomness"] = "none: the optimisation is deterministic given the models and the image"
+    _warn_short_of_margin(outcome, gmia.cfg)
     return Path(out), outcome
+
+
+SHORT_OF_MARGIN = 0.5           # below this share of images at or below the margin, the release warns
+
+
+def _warn_short_of_margin(outcome: dict[str, Any], cfg: GMIAConfig) -> None:
+    """A WeakSetting warning where fewer than half the images optimised reached the identity margin: the identity
+    loss is the method's only push away from the person, and the manifest's outcome is read by few."""
+    share = outcome.get("fraction_at_or_below_margin")
+    if not cfg.uses_id or cfg.steps == 0 or share is None or share >= SHORT_OF_MARGIN:
+        return
+    warnings.warn(f"only {share:.0%} of the {outcome['images']} images optimised reached the identity margin "
+                  f"m = {cfg.margin:g} in {cfg.steps} steps (E_id's cosine with their source is still above it for "
+                  "the rest): raise steps= or lr=, or check the identity network", WeakSetting,
+                  stacklevel=user_stacklevel())

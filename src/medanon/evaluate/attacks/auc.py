@@ -44,10 +44,12 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
     v10 = (rz[:m] - rx) / n                        # for each positive: fraction of negatives below it
     v01 = 1.0 - (rz[m:] - ry) / m                  # for each negative: fraction of positives above it
     auc = float(v10.mean())
-    var = (v10.var(ddof=1) / m if m > 1 else 0.0) + (v01.var(ddof=1) / n if n > 1 else 0.0)
-    se = math.sqrt(max(var, 0.0))
-    z = float(norm.ppf(0.5 + confidence / 2))
-    ci = [max(0.0, auc - z * se), min(1.0, auc + z * se)]
+    if m > 1 and n > 1:
+        se = math.sqrt(max(v10.var(ddof=1) / m + v01.var(ddof=1) / n, 0.0))
+        z = float(norm.ppf(0.5 + confidence / 2))
+        ci = [max(0.0, auc - z * se), min(1.0, auc + z * se)]
+    else:                                           # one score on a side has no variance to estimate: no interval
+        se, ci = math.nan, [math.nan, math.nan]
     out = {"auc": auc, "ci": ci, "delong_ci": ci, "se": se, "two_sided_auc": max(auc, 1.0 - auc),
            "two_sided_ci": two_sided_interval(ci), "direction": "higher" if auc >= 0.5 else "lower", "n_pos": m,
            "n_neg": n, "interval": "DeLong"}

@@ -72,6 +72,17 @@ def _patients_of(ctx: RealContext, r: ReleaseData) -> set:
     return {ctx.real.patients[j] for rows in r.sources for j in rows}
 
 
+def _some(pairs: Sequence[str], shown: int = 4) -> str:
+    """The first ``shown`` release pairs and how many more: seven releases of one dataset make 21 pairs, a note
+    of 1,500 characters.
+
+    >>> _some(["a × b", "a × c"]), _some([f"r{i} × s" for i in range(6)], shown=2)
+    ('a × b; a × c', 'r0 × s; r1 × s and 4 more pairs')
+    """
+    more = len(pairs) - shown
+    return "; ".join(pairs[:shown]) + (f" and {more} more pairs" if more > 0 else "")
+
+
 def _note_unmeasured(ctx: RealContext, rels: Sequence[ReleaseData]) -> None:
     """Say why releases of the same people were not differenced (the report would otherwise be silent)."""
     people = [(r.name, _patients_of(ctx, r), _people_column(r) is not None) for r in rels if r.sources is not None]
@@ -79,11 +90,11 @@ def _note_unmeasured(ctx: RealContext, rels: Sequence[ReleaseData]) -> None:
              if pa & pb]
     counted = [name for name, both in pairs if both]
     if counted:
-        ctx.note(f"differencing is not measured: the releases that share patients ({'; '.join(counted)}) have no two "
+        ctx.note(f"differencing is not measured: the releases that share patients ({_some(counted)}) have no two "
                  "records whose numbers of people differ by one, the records the attack subtracts")
     uncounted = [name for name, both in pairs if not both]
     if uncounted:
-        ctx.note(f"differencing is not measured for {'; '.join(uncounted)}, which share patients: a release of them "
+        ctx.note(f"differencing is not measured for {_some(uncounted)}, which share patients: a release of them "
                  "does not give every record's number of people (labels.csv's n_people), which the attack needs to "
                  "find records that differ by one person")
     unmapped = [r.name for r in rels if r.sources is None]

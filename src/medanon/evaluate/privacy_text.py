@@ -114,11 +114,19 @@ def prose_html(priv: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _value(v: Any) -> str:
+def _value(v: Any, *, nested: bool = False) -> str:
+    """A recorded value in words: yes / no for flags (not Python's True), a nested record in parentheses.
+
+    >>> _value({"seed": 1, "train_config": {"augment": True, "lr": 0.002}})
+    'seed = 1; train_config = (augment = yes; lr = 0.002)'
+    """
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, dict):
-        return "; ".join(f"{k} = {_value(x)}" for k, x in v.items())
+        text = "; ".join(f"{k} = {_value(x, nested=True)}" for k, x in v.items())
+        return f"({text})" if nested else text
     if isinstance(v, (list, tuple)):
-        return ", ".join(_value(x) for x in v)
+        return ", ".join(_value(x, nested=True) for x in v)
     return str(v)

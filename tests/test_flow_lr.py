@@ -85,8 +85,20 @@ def test_table3_rows_and_baseline(flows):
     assert abs(first["auroc_dpglow"] - first["auroc_ldp_image"]) < 0.02              # exact reconstruction
     assert res["rows"][1]["epsilon_image"] == pytest.approx(1e3 * 256)
     assert all(0 <= r[k] <= 1 for r in res["rows"] for k in ("auroc_ldp_image", "auroc_dpglow"))
-    assert all(r[k + "_ci95"][0] <= r[k] <= r[k + "_ci95"][1] for r in res["rows"]
-               for k in ("auroc_ldp_image", "auroc_dpglow"))
+    # one finite cell per column recomputed apart (the mechanism at that ε, seeded as the table seeds it, scored by
+    # scikit-learn): zero noise, a scale off by D, or ε read per image would each move the cell
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mechs = {"ldp_image": ImageLDP(pix, epsilon=1e3, alpha=0.4, per_element=True),
+                 "dpglow": DPGlow(mixture, lat, epsilon=1e3, alpha=0.4, per_element=True)}
+    for name, mech in mechs.items():
+        gen = torch.Generator().manual_seed(int(name == "ldp_image"))
+        out = torch.cat([mech(test[i:i + 32], generator=gen) for i in range(0, len(test), 32)])
+        want = roc_auc_score(np.asarray(labels), -clf.score(out).numpy())
+        assert res["rows"][1][f"auroc_{name}"] == pytest.approx(want, abs=1e-12), name
+        assert res["rows"][1][f"auroc_{name}"] != res["rows"][0][f"auroc_{name}"], name     # the noise counts
     assert res["calibration"]["latent_sha256"] == lat.checksum() and res["images"] == 48
     again = table3(clf, test, labels, latent_calibration=lat, pixel_calibration=pix, epsilons=(1e3, 1e1), seed=0)
     assert again["rows"] == res["rows"]                                              # seeded: reproducible
@@ -107,7 +119,30 @@ def test_marker_figure_png(tmp_path: Path, flows):
     assert a[16:48, 90:122].std() > 0                                              # the original is drawn
 
 
+def _run_record(ds, root, split: dict, *, subset: str = "train", where: dict | None = None):
+    """What `medanon train flow` records of its data (cli/train_flow.py), and the images it trains on."""
+    from medanon.data.records import records_digest
+    from medanon.data.splits import split_records
+    from medanon.runtime import files_digest
+
+    train = split_records(ds.records, val=split["val"], test=split["test"], stratify=split["stratify"],
+                          seed=split["seed"])["train"] if subset == "train" else list(ds.records)
+    train = [r for r in train if all(r.labels.get(n) == v for n, v in (where or {}).items())]
+    images, _ = ds.tensors(progress=False)
+    index = {r.record_id: i for i, r in enumerate(ds.records)}
+    data = {"source": files_digest([r.path for r in ds.records], root=root), "subset": subset, "split": split,
+            "where": where or {}, "records": {"train": records_digest(train)}}
+    return images[[index[r.record_id] for r in train]], data
+
+
 def test_evaluate_dpglow_end_to_end(tmp_path: Path):
+    """Flows trained as `medanon train flow --subset train` records them: the test split is checked to hold none of
+    their training patients. Flows trained on every image (the test split is training data) are refused; flows that
+    record nothing of their data warn, and the result says the check was not made."""
+    import warnings
+
+    from medanon.errors import ConfigError
+
     data = generate(PhantomConfig(modality="xray", patients=16, per_patient=2, size=16, workers=1, seed=1,
                                   pneumonia_rate=0.5, marker_rate=0.3, situs_inversus_rate=0.3),
                     tmp_path / "xray", progress=False)
@@ -115,17 +150,33 @@ def test_evaluate_dpglow_end_to_end(tmp_path: Path):
     from medanon.data.dataset import open_dataset
 
     ds = open_dataset(data, DataConfig(size=16))
-    images, _ = ds.tensors(progress=False)
     small = cfg(steps=10, checkpoint_every=10, batch=8)
     split = {"val": 0.15, "test": 0.3, "seed": 0, "stratify": "pneumonia"}
-    mix = train_flow(small, images, out=tmp_path / "mix", progress=False, data={"split": split})
-    keep = torch.tensor([r.labels["pneumonia"] == 0 for r in ds.records])
-    nor = train_flow(small, images[keep], out=tmp_path / "nor", progress=False, data={"split": split})
+    mix_images, mix_data = _run_record(ds, data, split)
+    nor_images, nor_data = _run_record(ds, data, split, where={"pneumonia": 0})
+    mix = train_flow(small, mix_images, out=tmp_path / "mix", progress=False, data=mix_data)
+    nor = train_flow(small, nor_images, out=tmp_path / "nor", progress=False, data=nor_data)
     res = evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, figure=tmp_path / "f.png",
                           epsilons=(1e2,))
     assert res["phantom"] is True and res["data"]["split"] == split and len(res["rows"]) == 2
     assert res["images"] < len(ds) and Path(res["figure"]).is_file()
     assert all(math.isfinite(r["auroc_dpglow"]) for r in res["rows"])
+    assert res["data"]["test_unseen"].startswith("checked")
+
+    every_images, every = _run_record(ds, data, split, subset="all")
+    leaky = train_flow(small, every_images, out=tmp_path / "all", progress=False, data=every)
+    with pytest.raises(ConfigError, match=r"mixture_flow .* every image of this folder"):
+        evaluate_dpglow(data, mixture_flow=leaky.path, normal_flow=nor.path, epsilons=(1e2,))
+    bare = train_flow(small, every_images, out=tmp_path / "bare", progress=False, data={"split": split})
+    with pytest.warns(UserWarning, match="mixture_flow record"):
+        res = evaluate_dpglow(data, mixture_flow=bare.path, normal_flow=nor.path, epsilons=(1e2,))
+    assert res["data"]["test_unseen"].startswith("not checked")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other = generate(PhantomConfig(modality="xray", patients=16, per_patient=2, size=16, workers=1, seed=3,
+                                       pneumonia_rate=0.5), tmp_path / "other", progress=False)
+    with pytest.raises(ConfigError, match="another folder"):          # the flows' record is of another folder
+        evaluate_dpglow(other, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,))
 
 
 def test_intervals_resample_patients_not_images():

@@ -202,6 +202,7 @@ class _FlowData:
     images: torch.Tensor
     parts: dict[str, list[Any]]
     split: dict[str, Any]
+    blob: dict[str, Any]
 
     def take(self, recs) -> torch.Tensor:
         index = {r.record_id: i for i, r in enumerate(self.records)}
@@ -222,7 +223,7 @@ def _load(data_dir: str | Path, flow: str | Path, *, stratify: str, device, prog
     sp = blob["extra"].get("data", {}).get("split") or {"val": 0.15, "test": 0.15, "seed": 0, "stratify": stratify}
     parts = split_records(ds.records, val=sp["val"], test=sp["test"], stratify=sp.get("stratify", ""),
                           seed=sp["seed"])
-    return _FlowData(codec, latent_cal, ds.records, ds.tensors(progress=progress)[0], parts, sp)
+    return _FlowData(codec, latent_cal, ds.records, ds.tensors(progress=progress)[0], parts, sp, blob)
 
 
 def _phantom_seed(folder: str | Path) -> int | None:
@@ -295,22 +296,27 @@ def evaluate_dpglow(data_dir: str | Path, *, mixture_flow: str | Path, normal_fl
                     progress: bool = False, test_dir: str | Path | None = None) -> dict[str, Any]:
     """Table 3 (and optionally the Figs. 4–7 PNG) for a dataset and two flows from `medanon train flow`.
 
-    The evaluation images are the *test* split recorded in the mixture flow (the patients it never
-    saw), or every image of ``test_dir``: another dataset of people neither flow saw (the caller's
-    assurance; a phantom of the flows' own phantom seed is refused, its patients are the flows'). Pixels
-    are calibrated on the flow's training split, the latent on its stored statistics. Intervals resample
-    patients.
+    The evaluation images are the *test* split recorded in the mixture flow, checked to hold none of either flow's
+    training patients (:func:`medanon.evaluate.flow_unseen.check_unseen`), or every image of ``test_dir``: another
+    dataset of people neither flow saw (the caller's assurance; a phantom of the flows' own phantom seed is refused,
+    its patients are the flows'). Pixels are calibrated on the flow's training split, the latent on its stored
+    statistics. Intervals resample patients.
     """
     from medanon.anonymize.ldp_image import calibrate_pixels
     from medanon.train.flow import load_flow
 
     fd = _load(data_dir, mixture_flow, stratify=label, device=device, progress=progress)
-    normal, _, _ = load_flow(normal_flow, map_location=device)
+    normal, _, normal_blob = load_flow(normal_flow, map_location=device)
     if test_dir is None:
         test, images, source = fd.parts["test"], fd.take(fd.parts["test"]), f"the test split of {data_dir}"
+        from medanon.evaluate.flow_unseen import check_unseen
+
+        unseen = check_unseen(data_dir, test, [("mixture_flow", mixture_flow, fd.blob),
+                                               ("normal_flow", normal_flow, normal_blob)], fd.records)
     else:
         test, images = _other_test_set(test_dir, data_dir, fd, progress=progress)
         source = f"every image of {test_dir}"
+        unseen = "the caller's assurance (another dataset; a phantom of the flows' own seed is refused)"
     if any(label not in r.labels for r in test):
         raise ConfigError(f"{source} has no label {label!r} on every image", fix="pass label= NAME")
     result = table3(FlowLikelihoodRatio(normal, fd.codec), images, [r.labels[label] for r in test],
@@ -318,7 +324,7 @@ def evaluate_dpglow(data_dir: str | Path, *, mixture_flow: str | Path, normal_fl
                     alpha=alpha, pixel_alpha=pixel_alpha, epsilons=epsilons, mechanisms=mechanisms, center=center,
                     seed=seed, groups=[r.patient_id for r in test])
     result.update(data={"images_total": len(fd.records), "test_patients": len({r.patient_id for r in test}),
-                        "split": fd.split, "label": label, "test_set": source},
+                        "split": fd.split, "label": label, "test_set": source, "test_unseen": unseen},
                   phantom=(Path(data_dir) / "phantom.json").is_file())
     if figure is not None:
         path = marker_figure(data_dir, flow=mixture_flow, figure=figure, epsilon=figure_epsilon, alpha=alpha,

@@ -48,6 +48,15 @@ REPORT_HEAD = "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>med
 # ------------------------------------------------------------------------------------------------ grids
 
 
+def _unseen_words(unseen: str | None) -> str:
+    """How the Table 3 caption says the test patients relate to the flows: only what was checked is claimed."""
+    if unseen and unseen.startswith("checked"):
+        return "that neither flow was trained on (checked against both flows' recorded training splits)"
+    if unseen and unseen.startswith("the caller's assurance"):
+        return "of another dataset (that neither flow saw them is the caller's assurance)"
+    return "held out by the split the mixture flow records (not checked against the flows' training data)"
+
+
 def _png_b64(img) -> str:
     buf = io.BytesIO()
     Image.fromarray(image_to_uint8(img)).save(buf, format="PNG")
@@ -240,7 +249,8 @@ def _dpglow_table3(rep: dict) -> str:
                   caption=f"AUROC of the flow likelihood-ratio classifier (DP-GLOW Appendix A: a flow trained on "
                           f"normal images against the mixture flow, which is also DP-GLOW's codec) on {t['images']} "
                           f"test images ({t['abnormal']} with {_e(d.get('label', 'the label'))}) of "
-                          f"{d.get('test_patients', '?')} patients neither flow was trained on, privatised by each "
+                          f"{d.get('test_patients', '?')} patients "
+                          f"{_unseen_words(d.get('test_unseen'))}, privatised by each "
                           f"mechanism and rounded to 8 bits; intervals: "
                           f"{_e(t.get('interval', 'bootstrap over images'))}. α = {t['alpha']} (latent), "
                           f"{t['pixel_alpha']} (pixels); "

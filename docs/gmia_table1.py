@@ -2,9 +2,9 @@
 
 Prints one JSON line: for ``--codec`` on the first ``--n`` images of ``--heldout`` (patients the codec never saw),
 and for every ``--release`` (with its private mapping ``<release>.mapping.json`` next to it; read as the evaluation
-reads it) on its first ``--n`` records (labels.csv order) against their own source image in ``--real``: PSNR,
-SSIM, IW-SSIM (3 scales: 5 need 176 px images) and the EfficientNet-Lite0 feature distance (not LPIPS), each as
-mean and sd over images
+reads it) on the records of the first ``--n`` source images (dataset order, the same for every release) against
+their own source image in ``--real``: PSNR, SSIM, IW-SSIM (3 scales: 5 need 176 px images) and the
+EfficientNet-Lite0 feature distance (not LPIPS), each as mean and sd over images
 (``medanon.evaluate.reconstruction``; SSIM matches scikit-image, tested).
 
     python docs/gmia_table1.py --codec checkpoints/cotrained-xray64.pt --heldout PH2X \\
@@ -37,8 +37,10 @@ def release_pairs(release: Path, real, n: int) -> tuple[torch.Tensor, torch.Tens
     rel = load_release(release, real, size=real.images.shape[-1])
     if rel.sources is None:
         raise SystemExit(f"{release}: no mapping next to it ({release.name}.mapping.json)")
-    (rows,) = zip(*rel.sources[:n], strict=True)           # GMIA: one source per record
-    return rel.images[:n], real.images[list(rows)]
+    # the records of the first n source images in the dataset's order: every release is measured on the same
+    # sources (GMIA: one source per record), whatever order it lists its records in
+    order = sorted(range(len(rel.sources)), key=lambda i: rel.sources[i])[:n]
+    return rel.images[order], real.images[[rel.sources[i][0] for i in order]]
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -99,6 +99,7 @@ def test_table3_rows_and_baseline(flows):
         want = roc_auc_score(np.asarray(labels), -clf.score(out).numpy())
         assert res["rows"][1][f"auroc_{name}"] == pytest.approx(want, abs=1e-12), name
         assert res["rows"][1][f"auroc_{name}"] != res["rows"][0][f"auroc_{name}"], name     # the noise counts
+    assert all(isinstance(r["dpglow_diverged"], int) and 0 <= r["dpglow_diverged"] <= 48 for r in res["rows"])
     assert res["calibration"]["latent_sha256"] == lat.checksum() and res["images"] == 48
     again = table3(clf, test, labels, latent_calibration=lat, pixel_calibration=pix, epsilons=(1e3, 1e1), seed=0)
     assert again["rows"] == res["rows"]                                              # seeded: reproducible
@@ -217,3 +218,18 @@ def test_evaluate_dpglow_on_another_phantom(tmp_path: Path):
     for bad in (same, data, link):
         with pytest.raises(ConfigError, match="flows"):
             evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=bad)
+
+
+def test_the_report_counts_dpglow_images_decoded_by_the_fallback_and_says_what_was_checked():
+    """Table 3 dropped how many DP-GLOW images the inverse flow diverged on (those measure the fallback); its caption
+    said the test patients were unseen by both flows whether or not that was checked."""
+    from medanon.evaluate.report import _dpglow_table3
+
+    row = {"epsilon": "1e1", "epsilon_per_element": 10.0, "epsilon_image": 2560.0, "auroc_dpglow": 0.5,
+           "auroc_dpglow_ci95": [0.4, 0.6], "dpglow_diverged": 3}
+    t = {"rows": [row], "images": 40, "abnormal": 20, "alpha": 0.4, "pixel_alpha": 0.4, "D": 256,
+         "data": {"label": "pneumonia", "test_patients": 10, "test_unseen": "checked: ..."}}
+    html = _dpglow_table3({"studies": {"dpglow_table3": t}})
+    assert "3 of 40 at ε = 1e1" in html and "neither flow was trained on (checked" in html
+    t["data"]["test_unseen"] = "not checked for mixture_flow"
+    assert "not checked against the flows' training data" in _dpglow_table3({"studies": {"dpglow_table3": t}})

@@ -258,6 +258,11 @@ def _dpglow_table3(rep: dict) -> str:
                           f"data, size and flows.")]
     if t.get("data_note"):
         out.append(f"<p class=note>{_e(t['data_note'])}</p>")
+    fell = [(r["epsilon"], r["dpglow_diverged"]) for r in t["rows"] if r.get("dpglow_diverged")]
+    if fell:
+        out.append("<p class=note>DP-GLOW images the inverse flow diverged on, decoded from their latent shrunk "
+                   "towards the prior's mode (they measure that fallback, not the flow): "
+                   + "; ".join(f"{n} of {t['images']} at ε = {_e(str(eps))}" for eps, n in fell) + ".</p>")
     fig = t.get("figure")
     if fig and Path(fig).is_file():
         b64 = base64.b64encode(Path(fig).read_bytes()).decode()

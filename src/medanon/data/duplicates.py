@@ -59,15 +59,24 @@ def _groups(records: Sequence[Record]) -> list[list[Record]]:
             continue
         by_prefix: dict[bytes, list[Record]] = defaultdict(list)
         for r in same_size:
-            by_prefix[_prefix(r.path)].append(r)
+            _add(by_prefix, _prefix, r)
         for same_prefix in by_prefix.values():
             if len(same_prefix) < 2:
                 continue
             by_hash: dict[str, list[Record]] = defaultdict(list)
             for r in same_prefix:
-                by_hash[sha256_file(r.path)].append(r)
+                _add(by_hash, sha256_file, r)
             out.extend(g for g in by_hash.values() if len(g) > 1)
     return out
+
+
+def _add(groups: dict, key, r: Record) -> None:
+    """``r`` into ``groups`` under ``key(r.path)``; a file that cannot be read here is left to the reader, which
+    names it with its fix (it was readable when the headers were probed)."""
+    try:
+        groups[key(r.path)].append(r)
+    except OSError:
+        pass
 
 
 def _blank_file(path) -> bool:

@@ -412,7 +412,11 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
             study = dpglow_study(out, ckpt, dev, seed)
             if study is not None:
                 studies["dpglow_table3"] = study
-                results["dpglow_table3"] = study["rows"]
+                # the rows with their N, unit and what the test set is (the report has the whole study)
+                results["dpglow_table3"] = {"rows": study["rows"], "images": study["images"],
+                                            "patients": study["patients"], "interval": study["interval"],
+                                            "test_set": study["data"]["test_set"],
+                                            "test_unseen": study["data"]["test_unseen"]}
             run.log_metrics(step="dpglow_table3", seconds=round(time.perf_counter() - t1, 1))
         evaluate(data_dir, releases[modality], report_dir, config=eval_config(modality, size, ckpt, patients,
                                                                               per_patient, seed,

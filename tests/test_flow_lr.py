@@ -218,6 +218,13 @@ def test_evaluate_dpglow_on_another_phantom(tmp_path: Path):
     for bad in (same, data, link):
         with pytest.raises(ConfigError, match="flows"):
             evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=bad)
+    import shutil                                   # a copy of the flows' folder that no longer says it is a phantom
+
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    (copy / "phantom.json").unlink()
+    with pytest.raises(ConfigError, match="holds .* of the images the mixture flow was trained on"):
+        evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=copy)
 
 
 def test_the_report_counts_dpglow_images_decoded_by_the_fallback_and_says_what_was_checked():

@@ -211,6 +211,7 @@ class _FlowData:
     parts: dict[str, list[Any]]
     split: dict[str, Any]
     blob: dict[str, Any]
+    dataset: Any = None
 
     def take(self, recs) -> torch.Tensor:
         index = {r.record_id: i for i, r in enumerate(self.records)}
@@ -231,7 +232,7 @@ def _load(data_dir: str | Path, flow: str | Path, *, stratify: str, device, prog
     sp = blob["extra"].get("data", {}).get("split") or {"val": 0.15, "test": 0.15, "seed": 0, "stratify": stratify}
     parts = split_records(ds.records, val=sp["val"], test=sp["test"], stratify=sp.get("stratify", ""),
                           seed=sp["seed"])
-    return _FlowData(codec, latent_cal, ds.records, ds.tensors(progress=progress)[0], parts, sp, blob)
+    return _FlowData(codec, latent_cal, ds.records, ds.tensors(progress=progress)[0], parts, sp, blob, ds)
 
 
 def _phantom_seed(folder: str | Path) -> int | None:
@@ -262,6 +263,16 @@ def _other_test_set(test_dir: str | Path, data_dir: str | Path, fd: _FlowData, *
                           fix="generate the test phantom with another seed")
     cfg = fd.codec.flow.cfg
     ds = open_dataset(test_dir, DataConfig(size=cfg.resolution, channels=cfg.channels))
+    from medanon.data.dataset import subset
+    from medanon.data.overlap import images_in_common
+
+    index = {r.record_id: i for i, r in enumerate(fd.records)}
+    train = subset(fd.dataset, [index[r.record_id] for r in fd.parts["train"]])
+    shared = images_in_common(ds, train)          # a copied, re-saved or resized part of the flows' training split
+    if shared:
+        raise ConfigError(f"test_dir {test_dir} holds {shared} of the images the mixture flow was trained on (the "
+                          f"training split of {data_dir}; compared by file, pixels and as resized or re-encoded "
+                          "copies)", fix="pass a dataset of people neither flow saw")
     return ds.records, ds.tensors(progress=progress)[0]
 
 

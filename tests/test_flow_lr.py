@@ -218,7 +218,7 @@ def test_evaluate_dpglow_on_another_phantom(tmp_path: Path):
     for bad in (same, data, link):
         with pytest.raises(ConfigError, match="flows"):
             evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=bad)
-    import shutil                                   # a copy of the flows' folder that no longer says it is a phantom
+    import shutil  # a copy of the flows' folder that no longer says it is a phantom
 
     copy = tmp_path / "copy"
     shutil.copytree(data, copy)

@@ -223,7 +223,7 @@ def test_evaluate_dpglow_on_another_phantom(tmp_path: Path):
     copy = tmp_path / "copy"
     shutil.copytree(data, copy)
     (copy / "phantom.json").unlink()
-    with pytest.raises(ConfigError, match="holds .* of the images the mixture flow was trained on"):
+    with pytest.raises(ConfigError, match=r"holds .* of the images the mixture flow was trained on"):
         evaluate_dpglow(data, mixture_flow=mix.path, normal_flow=nor.path, epsilons=(1e2,), test_dir=copy)
 
 

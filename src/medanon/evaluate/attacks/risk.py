@@ -185,8 +185,8 @@ def _mover(a: float, a_ci: tuple[float, float], c: float, c_ci: tuple[float, flo
     so a half-width taken either side of the observed rate would cut the upper bound short: 0 of 20 against 0 of
     20 read [0, 0.11] where the attack alone allows 0.16). The difference's bounds are Newcombe's MOVER
     (Newcombe 1998, method 10; Zou & Donner 2008): lower ``d - sqrt((a - a_lo)^2 + (c_hi - c)^2)``, upper
-    ``d + sqrt((a_hi - a)^2 + (c - c_lo)^2)``, ``d = a - c``; each divided by ``1 - c``. Against an exact control (``c_ci`` a point)
-    this is the attack's interval mapped through the formula."""
+    ``d + sqrt((a_hi - a)^2 + (c - c_lo)^2)``, ``d = a - c``; each divided by ``1 - c``. Against an exact control
+    (``c_ci`` a point) this is the attack's interval mapped through the formula."""
     (a_lo, a_hi), (c_lo, c_hi) = a_ci, c_ci
     d = a - c
     lo = d - math.sqrt((a - a_lo) ** 2 + (c_hi - c) ** 2)

@@ -46,37 +46,24 @@ def _prefix(path) -> bytes:
 
 
 def _groups(records: Sequence[Record]) -> list[list[Record]]:
-    """Records whose files hold the same bytes, in groups of two or more (each in the records' order)."""
-    by_size: dict[int, list[Record]] = defaultdict(list)
+    """Records whose files hold the same bytes, in groups of two or more (each in the records' order): split by
+    file size, then by the first 4 KiB, then by the whole file's sha256, each step only within the groups left."""
+    groups = [list(records)]
+    for key in (lambda p: os.stat(p).st_size, _prefix, sha256_file):
+        groups = [g for group in groups for g in _split(group, key) if len(g) > 1]
+    return groups
+
+
+def _split(records: Sequence[Record], key) -> list[list[Record]]:
+    """``records`` grouped by ``key(path)``; a file that cannot be read here is left out, for the reader to name
+    with its fix (it was readable when the headers were probed)."""
+    by_key: dict = defaultdict(list)
     for r in records:
         try:
-            by_size[os.stat(r.path).st_size].append(r)
-        except OSError:                     # gone since the probe: the read reports it, with its fix
+            by_key[key(r.path)].append(r)
+        except OSError:
             continue
-    out: list[list[Record]] = []
-    for same_size in by_size.values():
-        if len(same_size) < 2:
-            continue
-        by_prefix: dict[bytes, list[Record]] = defaultdict(list)
-        for r in same_size:
-            _add(by_prefix, _prefix, r)
-        for same_prefix in by_prefix.values():
-            if len(same_prefix) < 2:
-                continue
-            by_hash: dict[str, list[Record]] = defaultdict(list)
-            for r in same_prefix:
-                _add(by_hash, sha256_file, r)
-            out.extend(g for g in by_hash.values() if len(g) > 1)
-    return out
-
-
-def _add(groups: dict, key, r: Record) -> None:
-    """``r`` into ``groups`` under ``key(r.path)``; a file that cannot be read here is left to the reader, which
-    names it with its fix (it was readable when the headers were probed)."""
-    try:
-        groups[key(r.path)].append(r)
-    except OSError:
-        pass
+    return list(by_key.values())
 
 
 def _blank_file(path) -> bool:

@@ -211,7 +211,7 @@ class _FlowData:
     parts: dict[str, list[Any]]
     split: dict[str, Any]
     blob: dict[str, Any]
-    dataset: Any = None
+    dataset: Any                                # the folder as read, for comparing another test set with it
 
     def take(self, recs) -> torch.Tensor:
         index = {r.record_id: i for i, r in enumerate(self.records)}

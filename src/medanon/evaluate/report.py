@@ -48,15 +48,6 @@ REPORT_HEAD = "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>med
 # ------------------------------------------------------------------------------------------------ grids
 
 
-def _unseen_words(unseen: str | None) -> str:
-    """How the Table 3 caption says the test patients relate to the flows: only what was checked is claimed."""
-    if unseen and unseen.startswith("checked"):
-        return "that neither flow was trained on (checked against both flows' recorded training splits)"
-    if unseen and unseen.startswith("the caller's assurance"):
-        return "of another dataset (that neither flow saw them is the caller's assurance)"
-    return "held out by the split the mixture flow records (not checked against the flows' training data)"
-
-
 def _png_b64(img) -> str:
     buf = io.BytesIO()
     Image.fromarray(image_to_uint8(img)).save(buf, format="PNG")
@@ -220,6 +211,15 @@ def _statements(rep: dict) -> str:
         out.append(f"<details class=stmt><summary><b>{_e(rs[0]['method'])}</b> ({names}): "
                    f"{_e(privacy_text.headline(rs[0]['privacy']))}</summary>{prose}</details>")
     return "\n".join(out)
+
+
+def _unseen_words(unseen: str | None) -> str:
+    """How the Table 3 caption says the test patients relate to the flows: only what was checked is claimed."""
+    if unseen and unseen.startswith("checked"):
+        return "that neither flow was trained on (checked against both flows' recorded training splits)"
+    if unseen and unseen.startswith("the caller's assurance"):
+        return "of another dataset (that neither flow saw them is the caller's assurance)"
+    return "held out by the split the mixture flow records (not checked against the flows' training data)"
 
 
 def _dpglow_table3(rep: dict) -> str:

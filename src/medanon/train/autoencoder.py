@@ -65,7 +65,7 @@ from medanon.train.encoder import (
 )
 from medanon.train.gan import SHARD_SEED_STRIDE, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
-from medanon.train.loop import run_loop, training_images_change
+from medanon.train.loop import record_modality, run_loop, training_images_change
 from medanon.train.random_state import restore_generator
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
@@ -370,9 +370,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     validate(cfg)
     data = to_uint8(images, cfg.generator)
     trainer = _CotrainTrainer(cfg, data, device, init, dist=dist, accumulation=accumulation)
-    known = (blob["extra"].get("training_images") or {}).get("modality") if blob is not None else None
-    if modality or known:
-        trainer.training_images["modality"] = modality or known
+    record_modality(trainer.training_images, modality, blob)
     if blob is not None:
         trainer.init_provenance = blob["extra"].get("generator_checkpoint")
         training_images_change(blob, trainer.training_images)

@@ -52,6 +52,7 @@ from medanon.train.gan_loss import (
 from medanon.train.loop import (
     CHECKPOINT,
     check_run_state,
+    record_modality,
     run_loop,
     save_image_grid,
     training_images_change,
@@ -407,15 +408,12 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     if retune and not resume:
         raise ConfigError("retune=True changes the settings of a resumed run", fix="pass resume=True as well")
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
-    if modality:
-        trainer.training_images["modality"] = modality
+    record_modality(trainer.training_images, modality, None)
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND)   # on the CPU: random states must be; load_state_dict moves
+        record_modality(trainer.training_images, modality, blob)     # kept when not given again
         changes = resume_changes(cfg, blob, retune=retune)
         changes += training_images_change(blob, trainer.training_images, retune=retune)
-        known = (blob["extra"].get("training_images") or {}).get("modality")
-        if known and "modality" not in trainer.training_images:      # kept when not given again
-            trainer.training_images["modality"] = known
         trainer.load(blob)
         trainer.config_changes += changes
     run = None

@@ -45,6 +45,15 @@ def training_images_digest(images: torch.Tensor) -> dict[str, Any]:
     return {"count": len(images), "sha256_uint8": hashlib.sha256(images.contiguous().numpy().data).hexdigest()}
 
 
+def record_modality(training_images: dict[str, Any], modality: str | None, blob: dict[str, Any] | None) -> None:
+    """Record the data's ``modality`` with a trainer's training images (its checkpoints then say it, and
+    :func:`medanon.codecs.stylegan.trained_on` reads it); not given, a resumed run's ``blob`` keeps the one it
+    recorded. Called before :func:`training_images_change`, which refuses a resume on another modality."""
+    known = (((blob or {}).get("extra") or {}).get("training_images") or {}).get("modality")
+    if modality or known:
+        training_images["modality"] = modality or known
+
+
 def training_images_change(blob: dict[str, Any], digest: dict[str, Any], *,
                            retune: bool | None = None) -> list[dict[str, Any]]:
     """Refuse to resume a run on other training images than its checkpoint's, unless ``retune`` (for trainers that

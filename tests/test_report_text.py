@@ -336,3 +336,10 @@ def test_the_attribute_attackers_held_out_accuracy_gives_its_patients_and_the_ma
           "heldout_patients": 8, "heldout_chance": 0.75, "n": 14, "assumptions": []}
     page = _attribute({"releases": [{"name": "R", "attacks": {"attribute": at}, "utility": {}}]})
     assert "(n = 32 images, 8 patients; majority class 75.0 %): no better than naming the majority class" in page
+
+
+def test_a_value_without_an_interval_says_so_instead_of_brackets_of_dashes():
+    from medanon.evaluate.report_format import _ci
+
+    assert _ci({"value": 3.0, "ci": [float("nan"), float("nan")]}) == "3.00 <span class=ci>(no interval)</span>"
+    assert _ci({"value": 3.0, "ci": [2.0, 4.0]}) == "3.00 <span class=ci>[2.00, 4.00]</span>"

@@ -13,8 +13,13 @@ import numpy as np
 from medanon.evaluate.utility import KNOWN_TASKS
 
 
+def _missing(v: Any) -> bool:
+    """No value: None or NaN (what an interval that was not computed holds)."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def _num(v: Any, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if _missing(v):
         return "–"
     if isinstance(v, (int, np.integer)):
         return str(int(v))
@@ -25,7 +30,7 @@ def _ci(d: dict | None, digits: int = 2) -> str:
     if not d:
         return "–"
     lo, hi = d.get("ci") or (None, None)
-    if _num(lo) == "–" or _num(hi) == "–":        # no interval was computed (e.g. no bootstrap resamples)
+    if _missing(lo) or _missing(hi):               # no interval was computed (e.g. no bootstrap resamples)
         return f"{_num(d['value'], digits)} <span class=ci>(no interval)</span>"
     return f"{_num(d['value'], digits)} <span class=ci>[{_num(lo, digits)}, {_num(hi, digits)}]</span>"
 

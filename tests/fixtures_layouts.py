@@ -380,7 +380,79 @@ def make_medanon(tmp_path: Path, modality: str = "fundus", n_patients: int = 3, 
     return root
 
 
+# ----------------------------------------------------------------------------------------------
+# CheXpert v1.0-small: train.csv / valid.csv whose Path starts with the dataset folder's name (valid.csv here
+# without it, as a copy that moved the CSV writes it); patient = the patientNNNNN folder
+
+CHEXPERT_ROOT = "CheXpert-v1.0-small"
+CHEXPERT_ROWS = [   # csv, path under the root, sex, age, Frontal/Lateral, AP/PA
+    ("train.csv", "train/patient00001/study1/view1_frontal.jpg", "Female", "68", "Frontal", "AP"),
+    ("train.csv", "train/patient00001/study1/view2_lateral.jpg", "Female", "68", "Lateral", ""),
+    ("train.csv", "train/patient00002/study2/view1_frontal.jpg", "Male", "87", "Frontal", "PA"),
+    ("train.csv", "train/patient00003/study1/view1_frontal.jpg", "Unknown", "41", "Lateral", "LL"),
+    ("valid.csv", "valid/patient64541/study1/view1_frontal.jpg", "Male", "73", "Frontal", "AP"),
+]
+CHEXPERT_HEADER = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *CHEXPERT_COLUMNS]
+
+
+def chexpert_expected() -> dict[str, dict]:
+    """path under the root -> patient and canonical labels."""
+    views = {"AP": 1.0, "PA": 0.0, "": 2.0, "LL": 3.0}
+    out = {}
+    for j, (_, rel, sex, age, _, ap_pa) in enumerate(CHEXPERT_ROWS):
+        findings = {f: (float(c) if c else float("nan"))
+                    for f, c in zip(CHEXPERT_FINDINGS, mimic_study_labels(j), strict=True)}
+        out[rel] = {"patient": rel.split("/")[1], "sex": {"Female": 0.0, "Male": 1.0}.get(sex, float("nan")),
+                    "age": float(age), "view": views[ap_pa], **findings}
+    return out
+
+
+def make_chexpert(tmp_path: Path) -> Path:
+    root = tmp_path / CHEXPERT_ROOT
+    rows: dict[str, list] = {"train.csv": [], "valid.csv": []}
+    for j, (csv_name, rel, sex, age, frontal, ap_pa) in enumerate(CHEXPERT_ROWS):
+        write_image(root / rel, 200 + j, gray=True)
+        cell = f"{CHEXPERT_ROOT}/{rel}" if csv_name == "train.csv" else rel
+        rows[csv_name].append([cell, sex, age, frontal, ap_pa, *mimic_study_labels(j)])
+    for name, body in rows.items():
+        write_csv(root / name, CHEXPERT_HEADER, body)
+    return root
+
+
+# ----------------------------------------------------------------------------------------------
+# NIH ChestX-ray14: Data_Entry_2017_v2020.csv + images_00N/images/*.png; Finding Labels joined by '|'
+
+NIH_ROWS = [   # image, finding labels, patient id, age, sex, view, images folder
+    ("00000001_000.png", "Cardiomegaly", "1", "58", "M", "PA", "images_001/images"),
+    ("00000001_001.png", "Cardiomegaly|Emphysema", "1", "58", "M", "PA", "images_001/images"),
+    ("00000002_000.png", "No Finding", "2", "81", "M", "PA", "images_001/images"),
+    ("00000003_000.png", "Hernia", "3", "74", "F", "AP", "images_002/images"),
+    ("00000003_001.png", "Effusion|Infiltration|Pleural_Thickening", "3", "074Y", "F", "AP", "images_002/images"),
+]
+NIH_HEADER = ["Image Index", "Finding Labels", "Follow-up #", "Patient ID", "Patient Age", "Patient Gender",
+              "View Position", "OriginalImage[Width", "Height]", "OriginalImagePixelSpacing[x", "y]"]
+
+
+def nih_expected() -> dict[str, dict]:
+    """image name -> patient, the findings listed, sex, age and view."""
+    names = {"Effusion": "pleural_effusion", "No Finding": "no_finding"}
+    return {name: {"patient": pid, "findings": {names.get(f, f.lower()) for f in found.split("|")},
+                   "sex": 1.0 if sex == "M" else 0.0, "age": float(age.rstrip("Y")),
+                   "view": {"PA": 0.0, "AP": 1.0}[view]}
+            for name, found, pid, age, sex, view, _ in NIH_ROWS}
+
+
+def make_nih(tmp_path: Path) -> Path:
+    root = tmp_path / "nih"
+    rows = []
+    for j, (name, found, pid, age, sex, view, folder) in enumerate(NIH_ROWS):
+        write_image(root / folder / name, 300 + j, gray=True)
+        rows.append([name, found, name[9:12].lstrip("0") or "0", pid, age, sex, view, 2500, 2048, 0.143, 0.143])
+    write_csv(root / "Data_Entry_2017_v2020.csv", NIH_HEADER, rows)
+    return root
+
+
 BUILDERS = {
     "medanon": make_medanon, "aptos": make_aptos, "eyepacs": make_eyepacs, "brset": make_brset,
-    "rsna": make_rsna, "mimic": make_mimic,
+    "rsna": make_rsna, "mimic": make_mimic, "chexpert": make_chexpert, "nih": make_nih,
 }

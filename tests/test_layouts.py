@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from medanon.data.labels import NIH_FINDINGS
 from medanon.data.layouts import IMAGE_EXTENSIONS, LAYOUTS, GenericOptions, LayoutWarning, detect_layout, scan
 from medanon.data.records import make_record_id
 from medanon.errors import DataError
@@ -47,7 +48,7 @@ def generic_opts(root: Path, **kw) -> GenericOptions:
 
 
 def test_api_names():
-    assert set(LAYOUTS) == {"medanon", "aptos", "eyepacs", "brset", "rsna", "mimic", "generic"}
+    assert set(LAYOUTS) == {"medanon", "aptos", "eyepacs", "brset", "rsna", "mimic", "chexpert", "nih", "generic"}
     assert IMAGE_EXTENSIONS == (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".dcm")
 
 
@@ -169,6 +170,82 @@ def test_mimic_without_patients_table(tmp_path):
     with pytest.warns(LayoutWarning, match="patients"):
         s = scan(root)
     assert s.problems == [] and all("sex" not in r.labels for r in s.records)
+
+
+def test_chexpert_reads_both_tables_and_both_spellings_of_path(tmp_path):
+    root = fx.make_chexpert(tmp_path)
+    s = scan(root, "chexpert")
+    assert (s.layout, s.modality, s.problems) == ("chexpert", "xray", [])
+    exp = fx.chexpert_expected()
+    assert rels(s) == sorted(exp)
+    for r in s.records:
+        e = exp[r.path.relative_to(root).as_posix()]
+        assert r.patient_id == e["patient"] and r.patient_known
+        for name, v in e.items():
+            if name != "patient":
+                assert same(r.labels[name], v), (r.path, name)
+    assert {-1.0, 0.0, 1.0} <= {r.labels["cardiomegaly"] for r in s.records} | {r.labels["edema"] for r in s.records}
+
+
+def test_chexpert_problems_name_row_and_file(tmp_path):
+    root = fx.make_chexpert(tmp_path)
+    header, rows = fx.read_csv(root / "train.csv")
+    rows.append([f"{fx.CHEXPERT_ROOT}/train/someone/study1/view1_frontal.jpg", "Male", "50", "Frontal", "PA",
+                 *[""] * 14])                                                        # no patientNNNNN folder
+    rows.append([f"{fx.CHEXPERT_ROOT}/train/patient00009/study1/view1_frontal.jpg", "Male", "50", "Frontal", "PA",
+                 *[""] * 14])                                                        # not on disk
+    rows[0][2] = "212"                                                               # an impossible age
+    fx.write_csv(root / "train.csv", header, rows)
+    s = scan(root)
+    assert sorted(kinds(s)) == ["label", "label", "missing"]
+    text = " | ".join(f"{p.path}: {p.detail}" for p in s.problems)
+    assert "train.csv row 6" in text and "patientNNNNN" in text
+    assert "patient00009/study1/view1_frontal.jpg" in text
+    assert "train/patient00001/study1/view1_frontal.jpg: train.csv row 2: column 'Age'" in text
+    assert len(s.records) == len(fx.CHEXPERT_ROWS) - 1
+
+
+def test_nih_reads_findings_ids_and_both_age_spellings(tmp_path):
+    root = fx.make_nih(tmp_path)
+    s = scan(root, "nih")
+    assert (s.layout, s.modality, s.problems) == ("nih", "xray", [])
+    exp = fx.nih_expected()
+    assert sorted(r.path.name for r in s.records) == sorted(exp)
+    for r in s.records:
+        e = exp[r.path.name]
+        assert r.patient_id == e["patient"] and r.patient_known
+        assert (r.labels["sex"], r.labels["age"], r.labels["view"]) == (e["sex"], e["age"], e["view"])
+        present = {k for k, v in r.labels.items() if k not in ("sex", "age", "view") and v == 1.0}
+        assert present == e["findings"]
+        assert set(r.labels) == {"sex", "age", "view", "no_finding", *NIH_FINDINGS}   # nothing it does not record
+        assert all(r.labels[f] == 0.0 for f in NIH_FINDINGS if f not in e["findings"])
+
+
+@pytest.mark.parametrize("column, value, says", [
+    ("Patient Age", "412", "outside 0..130"),
+    ("Finding Labels", "Covid", "not one of the 14"),
+    ("Finding Labels", "No Finding|Mass", "together with a finding"),
+    ("Finding Labels", "", "is empty"),
+    ("Patient ID", "7", "is not the patient the image name"),
+])
+def test_nih_bad_cells_are_problems_of_their_image(tmp_path, column, value, says):
+    root = fx.make_nih(tmp_path)
+    header, rows = fx.read_csv(root / "Data_Entry_2017_v2020.csv")
+    rows[2][header.index(column)] = value
+    fx.write_csv(root / "Data_Entry_2017_v2020.csv", header, rows)
+    s = scan(root)
+    assert kinds(s) == ["label"] and says in s.problems[0].detail
+    assert s.problems[0].path.endswith(rows[2][0]) and len(s.records) == len(fx.NIH_ROWS) - 1
+
+
+def test_an_aptos_train_csv_is_not_taken_for_chexpert(tmp_path):
+    root = fx.make_aptos(tmp_path, n=3)
+    assert detect_layout(root) == "aptos"
+    both = fx.make_chexpert(tmp_path)
+    header, rows = fx.read_csv(both / "train.csv")
+    fx.write_csv(both / "train.csv", [*header, "id_code", "diagnosis"], [[*r, "x", "0"] for r in rows])
+    with pytest.raises(DataError, match="several layouts"):
+        detect_layout(both)
 
 
 def test_generic_renamed_label_columns(tmp_path):

@@ -25,7 +25,7 @@ MIN_SIZE, MAX_SIZE = 16, 1024
 
 @dataclass
 class DataConfig:
-    layout: str = "auto"                        # auto | medanon | aptos | eyepacs | brset | rsna | mimic | generic
+    layout: str = "auto"                        # auto or a name of medanon.data.layouts.LAYOUTS
     size: int = 64                              # output side in pixels (power of two, 16..1024)
     channels: int = 0                           # 0 = by modality (fundus 3, X-ray 1), else 1 or 3
     crop: str = "auto"                          # auto | fov | center | pad | none (auto: fov fundus, center X-ray)

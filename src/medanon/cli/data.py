@@ -16,6 +16,7 @@ from medanon.cli.library import translate
 from medanon.cli.words import DATA_FLAGS, SPLIT_FLAGS, speaks_flags
 from medanon.config import DataConfig, SplitConfig, build
 from medanon.data.imageio import DEFAULT_MAX_PIXELS
+from medanon.data.layouts import LAYOUTS
 from medanon.errors import MedanonError
 
 log = logging.getLogger("medanon")
@@ -32,8 +33,7 @@ def layout_options(f):
     """How to read a dataset folder: its layout, or the generic description. Every command that reads a dataset
     takes these, under the same names."""
     opts = [
-        click.option("--layout", type=click.Choice(["auto", "medanon", "aptos", "eyepacs", "brset", "rsna", "mimic",
-                                                    "generic"]), default="auto",
+        click.option("--layout", type=click.Choice(["auto", *LAYOUTS]), default="auto",
                      help="Folder layout; 'auto' detects it from the files present."),
         click.option("--labels", "labels_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      default=None, help="Generic layout: the labels CSV (a path, not relative to DATA_DIR)."),

@@ -64,7 +64,7 @@ class LabelSpec:
             return "n/a"
         if self.kind == "continuous":
             return f"{value:g}"
-        if self.name in _SIGNED:
+        if self.name in _FINDINGS:
             return {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}.get(float(value), f"{value:g}")
         return self.classes[int(value)]
 
@@ -75,6 +75,12 @@ CHEXPERT_FINDINGS = (
     "lung_lesion", "lung_opacity", "no_finding", "pleural_effusion", "pleural_other", "pneumonia",
     "pneumothorax", "support_devices",
 )
+
+# The findings of NIH ChestX-ray14 that CheXpert does not name (its Atelectasis, Cardiomegaly, Consolidation, Edema,
+# Effusion, Pneumonia and Pneumothorax are CHEXPERT_FINDINGS'): 1 present, 0 absent (text-mined, none uncertain).
+NIH_ONLY_FINDINGS = ("emphysema", "fibrosis", "hernia", "infiltration", "mass", "nodule", "pleural_thickening")
+NIH_FINDINGS = ("atelectasis", "cardiomegaly", "consolidation", "edema", "pleural_effusion", "pneumonia",
+                "pneumothorax", *NIH_ONLY_FINDINGS)
 
 LABELS: dict[str, LabelSpec] = {
     s.name: s
@@ -91,6 +97,7 @@ LABELS: dict[str, LabelSpec] = {
         LabelSpec("neovascularisation", "binary", ("0", "1"), "phantom ground truth: new vessels drawn (PDR)"),
         *[LabelSpec(f, "ordinal" if f != "pneumonia" else "binary", ("0", "1"),
                     "finding; MIMIC/CheXpert also uses -1 for uncertain") for f in CHEXPERT_FINDINGS],
+        *[LabelSpec(f, "binary", ("0", "1"), "finding (NIH ChestX-ray14)") for f in NIH_ONLY_FINDINGS],
     ]
 }
 
@@ -100,6 +107,7 @@ _RANGES: dict[str, tuple[float, float]] = {"age": (0.0, 130.0)}
 
 # Labels whose source data legitimately uses -1 (CheXpert "uncertain").
 _SIGNED = set(CHEXPERT_FINDINGS)
+_FINDINGS = _SIGNED | set(NIH_ONLY_FINDINGS)    # shown as positive / negative (/ uncertain)
 
 _ALIASES: dict[str, dict[str, int]] = {
     "sex": {"female": 0, "f": 0, "woman": 0, "male": 1, "m": 1, "man": 1},

@@ -34,7 +34,8 @@ modules, whose names without a leading underscore are package-internal, not publ
 ``collect``  folder index, image resolution, record/problem collector, label-cell encoding;
 ``generic``  the generic layout (GenericOptions) and medanon's dataset.yaml;
 ``fundus``   APTOS 2019, EyePACS, BRSET;
-``chest``    RSNA Pneumonia, MIMIC-CXR-JPG.
+``chest``    RSNA Pneumonia, MIMIC-CXR-JPG;
+``chest_public`` CheXpert, NIH ChestX-ray14.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from medanon.data.layouts.chest import MIMIC_META, scan_mimic, scan_rsna
+from medanon.data.layouts.chest_public import NIH_TABLES, is_chexpert, scan_chexpert, scan_nih
 from medanon.data.layouts.common import GENERIC_FIX, IMAGE_EXTENSIONS, LayoutWarning
 from medanon.data.layouts.fundus import brset_csv, scan_aptos, scan_brset, scan_eyepacs
 from medanon.data.layouts.generic import MEDANON_FORMAT, GenericOptions, scan_generic, scan_medanon
@@ -62,6 +64,10 @@ LAYOUTS: dict[str, str] = {
     "brset": "BRSET (PhysioNet): labels.csv with DR_ICDR, patient_sex, exam_eye + fundus_photos/<id>.jpg",
     "rsna": "RSNA Pneumonia stage 2: stage_2_train_labels.csv (patientId, Target) + stage_2_train_images/",
     "mimic": "MIMIC-CXR-JPG 2.x: files/pXX/pNNNNNNNN/sNNNNNNNN/<dicom_id>.jpg + metadata/chexpert CSVs (.gz)",
+    "chexpert": "CheXpert v1.0 (-small): train.csv / valid.csv (Path, Sex, Age, findings) + "
+                "train|valid/patientNNNNN/studyN/*.jpg",
+    "nih": "NIH ChestX-ray14: Data_Entry_2017(_v2020).csv (Image Index, Finding Labels, Patient ID) + "
+           "images/ or images_0NN/images/",
     "generic": "any folder described by a labels CSV: labels_csv, image_col [, label_cols] [, patient_col]",
 }
 
@@ -73,6 +79,8 @@ _LOOKED_FOR = {
     "medanon": "dataset.yaml with 'format: medanon-dataset'",
     "rsna": "stage_2_train_labels.csv",
     "mimic": "mimic-cxr-2.0.0-metadata.csv(.gz)",
+    "chexpert": "train.csv or valid.csv with Path and Frontal/Lateral columns",
+    "nih": "Data_Entry_2017_v2020.csv or Data_Entry_2017.csv",
     "eyepacs": "trainLabels.csv",
     "brset": "labels.csv or labels_brset.csv with a DR_ICDR column",
     "aptos": "train.csv with id_code and diagnosis columns",
@@ -97,6 +105,8 @@ def _detectors() -> list[tuple[str, Callable[[Path], bool]]]:
         ("medanon", _is_medanon),
         ("rsna", lambda r: (r / "stage_2_train_labels.csv").is_file()),
         ("mimic", lambda r: first_existing(r, MIMIC_META) is not None),
+        ("chexpert", is_chexpert),
+        ("nih", lambda r: first_existing(r, NIH_TABLES) is not None),
         ("eyepacs", lambda r: (r / "trainLabels.csv").is_file()),
         ("brset", lambda r: brset_csv(r) is not None),
         ("aptos", lambda r: (r / "train.csv").is_file()
@@ -135,7 +145,7 @@ def detect_layout(root: Path) -> str:
 
 _READERS: dict[str, Callable[[Path], Scan]] = {
     "medanon": scan_medanon, "aptos": scan_aptos, "eyepacs": scan_eyepacs, "brset": scan_brset,
-    "rsna": scan_rsna, "mimic": scan_mimic,
+    "rsna": scan_rsna, "mimic": scan_mimic, "chexpert": scan_chexpert, "nih": scan_nih,
 }
 
 

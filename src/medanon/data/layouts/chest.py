@@ -24,7 +24,7 @@ from medanon.errors import DataError, user_stacklevel
 # Chest X-ray helpers
 
 
-def _view(raw: object) -> float:
+def view_code(raw: object) -> float:
     """DICOM ViewPosition (PA, AP, LATERAL, LL, 'AP AXIAL', ...) -> canonical view; '' -> nan."""
     text = str(raw or "").strip().upper()
     if not text:
@@ -37,7 +37,7 @@ def _view(raw: object) -> float:
     return float(classes.index("OTHER"))
 
 
-def _dicom_age(raw: object) -> float:
+def dicom_age(raw: object) -> float:
     """DICOM Age String ('051Y', '006M', '010W', '003D') or a bare number of years ('51', as in RSNA)."""
     m = re.fullmatch(r"0*(\d+(?:\.\d+)?)\s*([YMWD]?)", str(raw or "").strip().upper())
     if not m:
@@ -45,7 +45,7 @@ def _dicom_age(raw: object) -> float:
     return float(m[1]) / {"": 1.0, "Y": 1.0, "M": 12.0, "W": 365.25 / 7, "D": 365.25}[m[2]]
 
 
-def _dicom_sex(raw: object) -> float:
+def dicom_sex(raw: object) -> float:
     text = str(raw or "").strip().upper()
     return spec("sex").encode(text) if text in ("M", "F") else NAN   # 'O' (other) / blank -> nan
 
@@ -109,14 +109,14 @@ def scan_rsna(root: Path) -> Scan:
             col.entries[path] = Entry(path, col.rel(path), pid, labels, first_line, bad=True)
             col.problem(path, "unreadable", f"DICOM header cannot be read: {type(e).__name__}: {e}")
             continue
-        labels["sex"] = _dicom_sex(ds.get("PatientSex", ""))
-        age = _dicom_age(ds.get("PatientAge", ""))
+        labels["sex"] = dicom_sex(ds.get("PatientSex", ""))
+        age = dicom_age(ds.get("PatientAge", ""))
         try:
             labels["age"] = age if math.isnan(age) else in_range("age", age)
         except ValueError as e:
             labels["age"] = NAN
             errors.append(f"(the DICOM header's PatientAge of {path.name}): {e}")
-        labels["view"] = _view(ds.get("ViewPosition", ""))
+        labels["view"] = view_code(ds.get("ViewPosition", ""))
         entry = col.add(path, pid, labels, first_line)
         for err in errors:
             col.problem(path, "label", f"{csv_path.name} {err}")
@@ -150,7 +150,7 @@ _MIMIC_CHEX = ("mimic-cxr-2.0.0-chexpert.csv.gz", "mimic-cxr-2.0.0-chexpert.csv"
 _MIMIC_PATIENTS = ("patients.csv.gz", "patients.csv", "hosp/patients.csv.gz", "hosp/patients.csv")
 
 
-def _finding_name(column: str) -> str:
+def finding_name(column: str) -> str:
     return re.sub(r"[\s\-]+", "_", column.strip().lower())
 
 
@@ -176,8 +176,8 @@ def scan_mimic(root: Path) -> Scan:
 
     chex = read_table(chex_path)
     c_subj, c_study = chex.require("subject_id", fix=fix), chex.require("study_id", fix=fix)
-    findings = [(_finding_name(h), h, i) for i, h in enumerate(chex.header)
-                if _finding_name(h) in CHEXPERT_FINDINGS]
+    findings = [(finding_name(h), h, i) for i, h in enumerate(chex.header)
+                if finding_name(h) in CHEXPERT_FINDINGS]
     if not findings:
         raise DataError(f"{chex_path.name} has none of the 14 CheXpert finding columns", files=[chex_path],
                         fix=f"the CSV has columns {chex.header}; use mimic-cxr-2.0.0-chexpert.csv(.gz) "
@@ -246,7 +246,7 @@ def scan_mimic(root: Path) -> Scan:
         patient_problems: list[str] = []
         if patients_path is not None:
             labels["sex"], labels["age"], _, patient_problems = patients.get(subj, (NAN, NAN, 0, []))
-        labels["view"] = _view(meta.cell(row, m_view))
+        labels["view"] = view_code(meta.cell(row, m_view))
         entry = col.add(path, subj, labels, line)
         conflict = study_conflicts.get((subj, study))
         for err in chex_errors + ([conflict] if conflict else []) + patient_problems:

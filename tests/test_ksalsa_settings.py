@@ -78,3 +78,54 @@ def test_feature_size_resizes_before_the_network_and_bad_settings_are_refused():
         with pytest.raises(ConfigError, match=word):
             SalsaConfig(**bad).validate()
     assert np.isclose(SalsaConfig().lr, 0.01)
+
+
+def test_a_mean_map_keeps_one_members_marker_and_the_statement_says_so(tmp_path):
+    """The shipped fundus codec's latent carries a spatial map: k-Centroid's record (the members' mean latent) keeps
+    a block burned into one member's image where it lies, as a pixel average does, and a W+-only codec does not.
+    The privacy statement lists it for the records that hold such a mean, and for no other."""
+    from medanon.anonymize.averaging import centroid_latents
+    from medanon.anonymize.ksame import privacy_statement
+
+    data = generate(PhantomConfig(patients=5, per_patient=1, size=64, seed=5, workers=1), tmp_path / "ph",
+                    progress=False)
+    ds = open_dataset(data, DataConfig(size=64))
+    x = load_images(ds, np.arange(5))
+    marked = x.clone()
+    marked[0, :, 27:37, 27:37] = 1.0                                   # a white 10 x 10 block on one member
+    block = torch.zeros(64, 64, dtype=torch.bool)
+    block[27:37, 27:37] = True
+    one = [np.arange(5)]
+    w = [np.full(5, 0.2)]
+
+    def change(codec) -> tuple[float, float]:
+        with torch.no_grad():
+            a, b = (codec.render(centroid_latents(codec.encode(v), one, w))[0] for v in (x, marked))
+        d = (a - b).abs().mean(0) * 127.5                              # grey levels
+        return float(d[block].mean()), float(d[~block].mean())
+
+    inside, outside = change(load_codec(CODEC))
+    assert inside > 8 and inside > 5 * outside, (inside, outside)          # faded, where it lies (a pixel mean: 25)
+    w_only, _ = change(load_codec(CODEC.with_name("restyle-fundus64.pt")))
+    assert w_only < inside / 3, (w_only, inside)
+
+    def item(method, **kw):
+        cfg = KSameConfig(method=method, k=5, **kw)
+        return [n for n in privacy_statement(cfg, None, **({"mean_map": True} if method != "kpixel" else {}))
+                ["not_protected"] if n.startswith("a local feature of one member")]
+
+    assert item("kpixel") and item("kpca") and item("kcentroid") and item("ksalsa")
+    assert "spatial map" in item("kcentroid")[0] and "1/k" in item("ksalsa")[0]
+    assert not item("ksalsa", salsa=SalsaConfig(map_init="synthetic"))
+    assert not [n for n in privacy_statement(KSameConfig(method="kcentroid", k=5), None, mean_map=False)
+                ["not_protected"] if n.startswith("a local feature")]
+
+
+def test_style_layers_joined_by_plus_are_checked_one_by_one():
+    from medanon.api.ksame import check_layers
+
+    net = get_feature_network("efficientnet-lite0", input_size=None)
+    check_layers(SalsaConfig(style_layer="block1+block2", content_layer="pool"), net, image_size=64)
+    with pytest.raises(ConfigError, match="'block1\\+nope' is not a layer") as e:
+        check_layers(SalsaConfig(style_layer="block1+nope", content_layer="pool"), net, image_size=64)
+    assert "joined by '+'" in e.value.fix

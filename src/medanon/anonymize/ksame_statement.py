@@ -15,9 +15,10 @@ from medanon.data.overlap import COMPARED
 
 
 def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels: Sequence[str] = (),
-                      uses_models: bool = False) -> dict[str, Any]:
+                      uses_models: bool = False, mean_map: bool = False) -> dict[str, Any]:
     """The manifest's privacy field. ``labels``: the labels released next to the images; ``uses_models``: the
-    records are computed through trained networks (a codec, a feature network)."""
+    records are computed through trained networks (a codec, a feature network); ``mean_map``: the codec's latent
+    carries a spatial map (:func:`local_average`)."""
     from medanon.data.labels import spec
     from medanon.release.labels import SENSITIVE_LABELS
 
@@ -84,6 +85,7 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
             *(["what the models (codec, feature network) memorised about their training images, where these "
                "include released patients: a record then depends on them through the weights"]
               if uses_models else []),
+            *([local] if (local := local_average(cfg, mean_map=mean_map)) else []),
             "each record's n_sources: how many images its patients have in all",
             *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
               if cfg.drop_remainder else []),
@@ -101,6 +103,25 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
                                "randomness (recorded nowhere); given the average they carry no further information "
                                "about the members, and every view stands for the same patients")
     return out
+
+
+def local_average(cfg: KSameConfig, *, mean_map: bool = False) -> str | None:
+    """The statement's item on what a per-position average keeps, where the records hold one: k-Same-Pixel's and
+    k-Same-PCA's pixels, and the spatial map of a codec whose latent carries one (``mean_map``), which k-Centroid
+    releases as the members' mean and k-SALSA starts from (``map_init="centroid"``, with ``rows="all"`` moved only by
+    position-free Gram statistics). None for records that hold none (a W+-only codec, or k-SALSA's map prior)."""
+    where = {"kpixel": "pixels are the per-pixel mean of its members' images",
+             "kpca": "pixels are the per-pixel mean of its members' images, projected on the PCA basis"}.get(cfg.method)
+    if where is None and mean_map and cfg.method == "kcentroid":
+        where = "spatial map (the codec's latent carries one) is the per-position mean of its members' maps"
+    if where is None and mean_map and cfg.method == "ksalsa" and cfg.salsa.map_init == "centroid":
+        where = ("spatial map (the codec's latent carries one) starts as the per-position mean of its members' maps "
+                 "(map_init='centroid'), and the style loss, which compares position-free Gram statistics, does not "
+                 "remove what one member has at one place")
+    if where is None:
+        return None
+    return (f"a local feature of one member (a burned-in marker, a lesion, a vessel's course) where it lies: a "
+            f"record's {where}, so the feature survives in it faded to about 1/k of its contrast")
 
 
 def ksame_models_overlap(privacy: dict[str, Any], overlap: dict[str, tuple[int, dict[str, Any]]]) -> dict:

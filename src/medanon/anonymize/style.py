@@ -8,12 +8,14 @@ image size). Every source patch is matched to the target (average) patch most si
 (Eq. 3: cosine similarity of the vectorised Grams) and the loss is the squared Frobenius distance
 of matched pairs (Eq. 7).
 
-Normalisation (a documented departure in scale only): Eq. 7 sums over the k sources and p patches;
+Normalisation (a documented departure): Eq. 7 sums over the k sources and p patches, one term per image;
 here each source carries a weight (1/k, or 1/(k·n_images of its patient) for patients with several
 images, so every person counts the same), patches are averaged, and the result is divided by the
-weighted mean ‖S_source‖²_F of the cluster. Within one cluster this is Eq. 7 times a constant, so the
-minimiser and the matching are unchanged; it makes the loss scale-free (about 1 for an unrelated
-target) so that λ means the same for any feature layer, channel count or resolution.
+weighted mean ‖S_source‖²_F of the cluster. Where every patient has one image, this is Eq. 7 times a constant
+within a cluster, so the minimiser and the matching are unchanged; where patients have several images, the loss
+weighs people, not images (Eq. 7 would pull the average towards the patient with the most images), and its
+minimiser differs from Eq. 7's. The scale makes the loss about 1 for an unrelated target, so that λ means the same
+for any feature layer, channel count or resolution.
 
 Modes (:class:`StyleConfig`), the ablations of Table 4 and supplement D:
 

@@ -98,7 +98,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         release_ksame,
         seeds_used,
     )
-    from medanon.anonymize.map_prior import map_prior_params, map_prior_statement, resolve_map_generator
+    from medanon.anonymize.map_prior import has_map, map_prior_params, map_prior_statement, resolve_map_generator
     from medanon.config import validate
     from medanon.outputs import dataset_inputs
     from medanon.release.labels import release_labels as choose_labels
@@ -165,7 +165,8 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     if prior_gen is not None and prior_gen[1].get("sha256"):
         models["map-generator"] = prior_gen[1]["sha256"]
     privacy = map_prior_statement(privacy_statement(cfg, None, labels=labels,
-                                                    uses_models=codec is not None or features is not None), prior_gen)
+                                                    uses_models=codec is not None or features is not None,
+                                                    mean_map=codec is not None and has_map(codec)), prior_gen)
     if cfg.method in LATENT_METHODS and cfg.method != "inverted":     # records computed through the models' weights
         from medanon.phantoms.provenance import shipped_models_trained_on
 
@@ -315,10 +316,13 @@ def check_layers(salsa, features, *, image_size: int | None = None, channels: in
     """The style and content layers of ``salsa`` exist in the feature network ``features``; with ``image_size``
     (the images' side), each style layer's feature map can be cut into ``salsa.style``'s grid (one forward pass of
     a blank image, before any image is inverted)."""
-    for what, value in (("style_layer", salsa.style_layer), ("content_layer", salsa.content_layer)):
-        if value not in features.layers:
-            raise ConfigError(f"{what}={value!r} is not a layer of {features.name}",
-                              fix=f"choose from {', '.join(features.layers)}")
+    for what, value, names in (("style_layer", salsa.style_layer, salsa.style_layers),
+                               ("content_layer", salsa.content_layer, [salsa.content_layer])):
+        if any(name not in features.layers for name in names):
+            raise ConfigError(f"{what}={value!r} is not a layer of {features.name}"
+                              + (" (nor layers joined by '+')" if what == "style_layer" else ""),
+                              fix=f"choose from {', '.join(features.layers)}"
+                                  + (", or several joined by '+'" if what == "style_layer" else ""))
     grid = salsa.style.patches_per_side
     if image_size is None or grid == 1:
         return

@@ -61,6 +61,28 @@ def test_the_verdict_takes_the_largest_valid_risk_only():
     assert "0.30" in v["sentence"]
 
 
+def test_a_valid_row_without_a_defined_risk_does_not_hide_the_others():
+    """A row whose reference succeeds on every target has a NaN residual; compared with NaN nothing is larger, so
+    listed first it took the verdict and the 1.00 of the next row went unsaid."""
+    nan = float("nan")
+    copy = {"attribute": {"risk": _risk(0.9, 0.7, 1.0)}, "nearest": {"risk": _risk(0.9, 0.7, 1.0)}}
+    null = {"attribute": {"risk": _risk(0.0, 0.0, 0.1)}, "nearest": {"risk": _risk(0.0, 0.0, 0.1)}}
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy, "constant": null,
+                               "noise": null})
+    undefined = {"risk": nan, "ci": [nan, nan], "interval": "undefined: the control succeeds on every target (rate 1)"}
+    for order in (["attribute", "nearest"], ["nearest", "attribute"]):
+        risks = {"attribute": {"residual_risk": undefined, "attack": {}}, "nearest": _risk(1.0, 0.94, 1.0)}
+        rel = {"name": "R", "utility": {}, "attacks": {row: {"risk": risks[row]} for row in order}}
+        rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
+        v = verdict(rel)
+        assert v["attack"] == "nearest" and v["risk"] == 1.0 and "nan" not in v["sentence"]
+        assert "no defined residual risk (the control succeeds on every target" in v["sentence"]
+    rel["attacks"] = {"attribute": {"risk": {"residual_risk": undefined, "attack": {}}}}
+    rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
+    v = verdict(rel)
+    assert "risk" not in v and "No valid attack on R has a defined residual risk" in v["sentence"]
+
+
 def test_attackers_trained_on_members_or_at_chance_are_not_valid():
     calib = {k: {"nearest": {"risk": _risk(0.9, 0.7, 1.0) if k in COPIES else _risk(0.0, 0.0, 0.1)}}
              for k in KNOWN}

@@ -381,6 +381,13 @@ def verdict(rel: dict) -> dict:
     valid = {row: r for row, r in rows.items() if rel["validity"][row]["valid"]}
     out: dict = {"valid_attacks": len(valid), "invalid_attacks": len(rows) - len(valid),
                  "utility_kept": _utility_kept(rel)}
+    # a row whose reference succeeds on every target has no residual risk (NaN): it cannot be the largest, and a
+    # NaN compared with anything is never larger, so left among the others it would hide their risk
+    undefined = sorted(row for row, r in valid.items() if not np.isfinite(r["residual_risk"]["risk"]))
+    if undefined:
+        out["undefined_attacks"] = {row: {"name": row_label(row),
+                                          "why": valid.pop(row)["residual_risk"].get("interval") or "undefined"}
+                                    for row in undefined}
     detectors = [row for row in valid if rel["validity"][row].get("catches_copies")]
     if valid:
         # ties (several rows at 1.00) go to the surer row (its lower bound, then its upper one), then by the row's

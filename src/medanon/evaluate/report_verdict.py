@@ -57,6 +57,7 @@ def verdict_section(rep: dict) -> str:
                 + (" (a lower bound: no valid attack caught the known copies)" if v.get("no_copy_detector") else "")
                 + "</span>" if "risk" in v else
                 INVALID.format("no valid attack caught the known copies" if v.get("no_copy_detector")
+                               else "no valid attack has a defined risk" if v.get("undefined_attacks")
                                else "no valid attack"))
         kept = "; ".join(f"{_num(u['kept'], 2)}" + (f" <span class=ci>[{_num(u['ci'][0], 2)}, {_num(u['ci'][1], 2)}]"
                                                     f"</span>" if u.get("ci") else "")

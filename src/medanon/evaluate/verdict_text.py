@@ -126,6 +126,15 @@ def _k_sentence(name: str, kc: dict | None) -> list[str]:
             "claim does not hold for them"]
 
 
+def _undefined(v: dict) -> str:
+    """The valid rows without a residual risk (their reference succeeds on every target), named with the reason."""
+    rows = v["undefined_attacks"]
+    names = ", ".join(r["name"] for r in rows.values())
+    reason = next(iter(rows.values()))["why"].removeprefix("undefined: ")
+    return (f"{len(rows)} valid attack row{'s' if len(rows) > 1 else ''} ({names}) "
+            f"{'have' if len(rows) > 1 else 'has'} no defined residual risk ({reason})")
+
+
 def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
     lead = _k_sentence(name, v.get("k_claim")) + _exposure_sentences(name, v.get("exposure") or {})
     if "risk" not in v and v.get("no_copy_detector"):
@@ -134,6 +143,9 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
                 f"exposes its members: {v['no_copy_detector']}; its largest residual risk has an interval that "
                 f"includes 0, which a release of copies could read too"
                 + (f" (why the others are invalid: {reasons})" if reasons else ""))
+    elif "risk" not in v and v.get("undefined_attacks"):
+        risk = (f"no valid attack on {name} has a defined residual risk, so the attacks say nothing of its privacy: "
+                f"{_undefined(v)}")
     elif "risk" not in v:
         reasons = "; ".join(why[:4]) + ("; ..." if len(why) > 4 else "") if why else "none was run"
         risk = (f"no attack on {name} is valid, so the attacks say nothing of its privacy (why: {reasons})")
@@ -154,6 +166,8 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
                 f"[{lo:.2f}, {hi:.2f}]{' (' + size + ')' if size else ''}, {against}{of}")
         if v.get("no_copy_detector"):
             risk += (f"; this is a lower bound: {v['no_copy_detector']}, so a stronger exposure would go unmeasured")
+        if v.get("undefined_attacks"):
+            risk += f"; besides, {_undefined(v)}"
     # held-out images in the release: the utility test set is in it (said above), so no utility figure
     shown = [] if heldout_in_release(v.get("exposure") or {}) else v["utility_kept"]
     kept = [u for u in shown if np.isfinite(u["kept"])]

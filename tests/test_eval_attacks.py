@@ -85,6 +85,19 @@ def test_a_nan_score_is_refused_not_read_as_no_risk():
     assert delong([np.inf, 0.9], [-np.inf, 0.1])["auc"] == 1.0
 
 
+def test_a_nan_embedding_is_refused_by_every_attack_on_embeddings():
+    """A NaN embedding made singling out read 1.0 (no record scores above a NaN, so each source 'found' its own) and
+    linkability without tables 0.0: one input, opposite verdicts. Every cosine goes through ``unit``, which refuses it."""
+    rng = np.random.default_rng(0)
+    src, rel = rng.normal(size=(6, 8)), rng.normal(size=(3, 8))
+    rel[1, 2] = np.nan
+    with pytest.raises(ValueError, match="1 of the 3 embeddings hold NaN"):
+        singling_out(source_emb=src, source_record=[0, 0, 1, 1, 2, 2], release_emb=rel)
+    src[0] = np.inf
+    with pytest.raises(ValueError, match="1 of the 6 embeddings hold NaN or infinite"):
+        singling_out(source_emb=src, source_record=[0, 0, 1, 1, 2, 2], release_emb=np.nan_to_num(rel))
+
+
 def test_delong_with_one_score_on_a_side_has_no_interval():
     """One positive (or negative) leaves its side's variance inestimable: the interval was [auc, auc], zero width."""
     from medanon.evaluate.attacks.auc import delong

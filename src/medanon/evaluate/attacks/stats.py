@@ -22,8 +22,13 @@ TIE_TOL = 1e-12                 # relative: scores this close are tied
 
 
 def unit(a) -> np.ndarray:
-    """Rows scaled to unit length (cosine similarity is then a dot product)."""
+    """Rows scaled to unit length (cosine similarity is then a dot product); a ValueError where a row is not finite:
+    its cosines would be NaN, which one attack counts as a match (no record scores above it) and another as none."""
     a = np.asarray(a, np.float64)
+    bad = ~np.isfinite(a).all(axis=-1) if a.ndim else ~np.isfinite(a)
+    if np.any(bad):
+        raise ValueError(f"{int(np.sum(bad))} of the {len(a)} embeddings hold NaN or infinite values (e.g. a network "
+                         "that diverged, or an image that is not finite); an attack cannot be scored on them")
     return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
 
 

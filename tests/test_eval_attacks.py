@@ -87,7 +87,7 @@ def test_a_nan_score_is_refused_not_read_as_no_risk():
 
 def test_a_nan_embedding_is_refused_by_every_attack_on_embeddings():
     """A NaN embedding made singling out read 1.0 (no record scores above a NaN, so each source 'found' its own) and
-    linkability without tables 0.0: one input, opposite verdicts. Every cosine goes through ``unit``, which refuses it."""
+    linkability without tables 0.0: one input, opposite verdicts. Every cosine goes through ``unit``, which refuses."""
     rng = np.random.default_rng(0)
     src, rel = rng.normal(size=(6, 8)), rng.normal(size=(3, 8))
     rel[1, 2] = np.nan

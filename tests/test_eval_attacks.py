@@ -284,3 +284,20 @@ def test_attribute_inference_succeeds_and_fails(sex_attacker, release):
         assert out["accuracy"] > 0.9 and out["risk"]["residual_risk"]["risk"] > 0.7
     else:
         assert out["accuracy"] < 0.7 and out["risk"]["residual_risk"]["ci"][0] < 0.2
+
+
+def test_the_attribute_truth_counts_patients_and_leaves_ties_out():
+    """Three images of one man and one of a woman are one patient each (the release's rule): the truth was 'man' by
+    images; two patients split evenly have no true value (it was the higher value, crediting an attacker who always
+    guesses it)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from medanon.data.records import Record
+    from medanon.evaluate.attack_suite import truth_from_sources
+
+    recs = [Record(Path(f"{i}.png"), pid, {"sex": sex}) for i, (pid, sex) in
+            enumerate([("a", 1.0), ("a", 1.0), ("a", 1.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)])]
+    ctx = SimpleNamespace(real=SimpleNamespace(records=recs))
+    truth, ties = truth_from_sources(ctx, SimpleNamespace(sources=[[0, 1, 2, 3], [0, 3, 4], [3, 4, 5]]), "sex")
+    assert np.isnan(truth[0]) and truth[1:].tolist() == [0.0, 0.0] and ties == 1

@@ -95,27 +95,32 @@ def _membership(ctx: RealContext, t: Target) -> dict:
                             descriptors(t.rel.images.flip(-1), t.rel_emb_mirrored))
 
 
-def truth_from_sources(ctx: RealContext, rel: ReleaseData, label: str) -> np.ndarray:
-    """Per record, the aggregated value of ``label`` over its sources (the release's label rule)."""
-    vals = []
+def truth_from_sources(ctx: RealContext, rel: ReleaseData, label: str) -> tuple[np.ndarray, int]:
+    """Per record, the value of ``label`` its patients hold by majority, each patient counted once (the release's
+    label rule); NaN where the patients split evenly between the most common values: such a record has no true
+    value to guess, and the release's tie rule (the higher value) would credit an attacker who always guesses it.
+    Returns the values and the number of such records."""
+    vals, ties = [], 0
     for rows in rel.sources or []:
-        agg = aggregate_labels([{label: float(ctx.real.records[i].labels.get(label, math.nan))} for i in rows],
-                               [label])
-        vals.append(float(agg[label]))
-    return np.asarray(vals, np.float64)
+        agg = aggregate_labels([ctx.real.records[i] for i in rows], [label])
+        counts = [int(c.split(":")[1]) for c in str(agg.get(f"{label}_counts") or "").split(";") if c]
+        tied = len(counts) > 1 and sorted(counts)[-1] == sorted(counts)[-2]
+        vals.append(math.nan if tied else float(agg[label]))
+        ties += tied
+    return np.asarray(vals, np.float64), ties
 
 
 @register("attribute", lambda a: bool(a.attribute))
 def _attribute(ctx: RealContext, t: Target) -> dict:
     a, rel, real = ctx.cfg.attacks, t.rel, ctx.real
     attacker, trained_on = ctx.attribute_attacker(a.attribute)
-    truth = truth_from_sources(ctx, rel, a.attribute) if rel.sources is not None else (
-        rel.label(a.attribute) if a.attribute in rel.label_names else None)
+    truth, ties = truth_from_sources(ctx, rel, a.attribute) if rel.sources is not None else (
+        rel.label(a.attribute) if a.attribute in rel.label_names else None, 0)
     if attacker is None:
         return {"skipped": f"the real data has no usable {a.attribute!r} labels to train an attacker on"}
     if truth is None or np.isnan(truth).all():
         return {"skipped": f"no truth for {a.attribute!r}: {NEED_MAP}, or a released {a.attribute!r} column"}
-    return attribute_inference(
+    out = attribute_inference(
         attacker=attacker, image_size=ctx.attribute_image_size, release_images=rel.images,
         release_truth=truth, heldout_images=real.images[ctx.held], heldout_truth=real.label(a.attribute)[ctx.held],
         attribute=a.attribute, confidence=a.confidence, trained_on=trained_on,
@@ -123,6 +128,9 @@ def _attribute(ctx: RealContext, t: Target) -> dict:
         record_sources=[list(r) for r in rel.sources] if rel.sources is not None else None,
         heldout_scores=ctx.attribute_scores(a.attribute)[ctx.held], source_scores=ctx.attribute_scores(a.attribute),
         record_patients=t.record_patients, heldout_groups=real.patients[ctx.held], seed=ctx.cfg.seed)
+    if ties:
+        out["tied_records_left_out"] = ties          # patients split evenly: no true value to guess
+    return out
 
 
 @register("linkability", lambda a: a.linkability, identity=True)

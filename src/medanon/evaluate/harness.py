@@ -58,7 +58,8 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 21    # 21: a release's records in content order (not file order); MOVER intervals of Wilson rates;
+RESULTS_VERSION = 22    # 22: the attribute truth per patient, ties left out; a NaN residual never takes the verdict;
+#                         21: a release's records in content order (not file order); MOVER intervals of Wilson rates;
 #                         20: a residual risk of Wilson rates is of the observed rates; the utility bootstrap's
 #                         same-N real entry is real_same_n (was baseline); the verdict's exposure names the images
 #                         screened; real.patient_ids_known (attacks invalid without ids);

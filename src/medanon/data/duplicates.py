@@ -21,7 +21,7 @@ and its target listed under two patient ids themselves).
 ...         _ = (Path(d) / name).write_bytes(data)
 ...     recs = [Record(Path(d) / n, p) for n, p in (("a.png", "P1"), ("b.png", "P2"), ("c.png", "P3"))]
 ...     [(Path(p.path).name, p.kind) for p in duplicate_problems(recs)]
-[('b.png', 'duplicate')]
+[('a.png', 'duplicate'), ('b.png', 'duplicate')]
 """
 
 from __future__ import annotations
@@ -80,19 +80,23 @@ def _blank_file(path) -> bool:
 
 
 def duplicate_problems(records: Sequence[Record]) -> list[Problem]:
-    """A ``duplicate`` problem for each file that holds the same bytes as an earlier file (in the records' order) of
-    another patient id; the first file of each such group is kept. Blank images, and files unreadable here, are
-    left alone (the reader reports the latter)."""
+    """A ``duplicate`` problem for *every* file of a group holding the same bytes under more than one patient id:
+    medanon cannot tell which id is the person's, and keeping one (the first, say) could keep the copy under the
+    wrong id while that person's other images stay under theirs, one person in two splits. Blank images, and files
+    unreadable here, are left alone (the reader reports the latter)."""
     problems = []
     for group in _groups(records):
-        first = group[0]
-        if all(r.patient_id == first.patient_id for r in group) or _blank_file(first.path):
+        ids = sorted({r.patient_id for r in group})
+        if len(ids) == 1 or _blank_file(group[0].path):
             continue
-        for r in group[1:]:
-            if r.patient_id != first.patient_id:
-                problems.append(Problem(str(r.path), "duplicate",
-                                        f"the same bytes as {first.path}, which is patient {first.patient_id!r}; "
-                                        f"this file is patient {r.patient_id!r}"))
+        for r in group:
+            others = [o for o in group if o is not r]
+            shown = ", ".join(f"{o.path} (patient {o.patient_id!r})" for o in others[:3]) \
+                + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            problems.append(Problem(str(r.path), "duplicate",
+                                    f"the same bytes as {shown}; this file is patient {r.patient_id!r}: one image "
+                                    f"under patient ids {', '.join(repr(i) for i in ids)}, so every copy is left "
+                                    "out"))
     return problems
 
 

@@ -77,6 +77,23 @@ def test_split_warns_when_fractions_cannot_be_met(tmp_path: Path, runner):
     assert "warning: the" in r.output and "can only be cut to whole patients" in r.output
 
 
+@pytest.mark.parametrize("name", ["s.txt", "splits"])
+def test_a_splits_file_under_any_name_is_replaced_with_overwrite(tmp_path: Path, runner, name):
+    """--out accepts any name; a splits file not ending in .csv was taken for someone else's file and could never be
+    replaced, --overwrite or not. A file that is not a splits file still is not replaced."""
+    root = tmp_path / "ds"
+    opts = [*generic_folder(root, n=4), "--size", "16", "--stratify", ""]
+    out = tmp_path / name
+    assert runner.invoke(cli, ["data", "split", str(root), *opts, "--out", str(out)]).exit_code == 0
+    r = runner.invoke(cli, ["data", "split", str(root), *opts, "--out", str(out)])
+    assert r.exit_code != 0 and "--overwrite" in r.output
+    r = runner.invoke(cli, ["data", "split", str(root), *opts, "--out", str(out), "--overwrite", "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    out.write_text("my notes\n")
+    r = runner.invoke(cli, ["data", "split", str(root), *opts, "--out", str(out), "--overwrite"])
+    assert r.exit_code != 0 and "never replaced" in r.output and out.read_text() == "my notes\n"
+
+
 def test_audit_and_evaluate_take_the_layout_options(tmp_path: Path, runner):
     root = tmp_path / "ds"
     opts = generic_folder(root)

@@ -29,6 +29,7 @@ checkpoint by their ``format`` field, a splits file by its header.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import zipfile
@@ -180,9 +181,17 @@ def file_kind(path: str | os.PathLike) -> str | None:
                                          or {"release", "method", "records"} <= set(blob))
         return "mapping" if ok else None
     if path.suffix.lower() == ".csv":
-        try:
-            with open(path, encoding="utf-8", newline="") as f:
-                return "splits" if next(csv.reader(f), None) in SPLITS_HEADERS else None
-        except (OSError, UnicodeDecodeError, csv.Error):
-            return None
-    return "checkpoint" if checkpoint_kind(path) is not None else None
+        return "splits" if _splits_header(path) else None
+    if checkpoint_kind(path) is not None:
+        return "checkpoint"
+    return "splits" if _splits_header(path) else None      # a splits file written under another name (--out sp.txt)
+
+
+def _splits_header(path: Path) -> bool:
+    """Whether the file's first line is a splits file's header (read from at most its first 4 KiB)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("utf-8", errors="replace").split("\n", 1)[0]   # a cut character: later
+        return next(csv.reader(io.StringIO(head)), None) in SPLITS_HEADERS
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False

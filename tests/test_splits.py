@@ -142,3 +142,22 @@ def test_the_splits_csv_of_another_dataset_with_the_same_file_names_is_refused(t
     with open(tmp_path / "old.csv", "w", newline="") as f:                      # written before sizes were kept
         csv.writer(f).writerows(r[:3] for r in rows)
     assert len(_read_splits_csv(tmp_path / "old.csv", b.records)) == len(b.records)
+
+
+def test_a_continuous_label_is_refused_as_strata_before_any_data_is_read(tmp_path):
+    """Every age would be a stratum of its own, each cut to whole patients: 800 patients split into val 135 and
+    test 102 where 120 each were asked. ``data split --stratify age`` now says so before reading an image."""
+    import pytest
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+    from medanon.errors import ConfigError
+
+    recs = [Record(Path(f"/x/{i}.png"), f"P{i}", {"age": float(20 + i)}, f"r{i}") for i in range(10)]
+    with pytest.raises(ConfigError, match="'age' is a continuous label"):
+        split_patients(recs, stratify="age")
+    r = CliRunner().invoke(cli, ["data", "split", str(tmp_path / "nothing-here"), "--stratify", "age",
+                                 "--out", str(tmp_path / "s.csv")])
+    assert r.exit_code != 0 and "--stratify 'age' is a continuous label" in r.output
+    assert "does not exist" not in r.output and not (tmp_path / "s.csv").exists()
+    assert split_patients([Record(Path("/x/a.png"), "P0", {"site": 1.0})], stratify="site") == {"P0": "train"}

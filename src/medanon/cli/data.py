@@ -268,9 +268,10 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
       medanon data split /data/brset --out private/splits.csv --stratify grade --val 0.15 --test 0.15"""
     from collections import Counter
 
-    from medanon.data.splits import check_train_left, split_patients, split_shortfalls, write_splits_csv
+    from medanon.data.splits import check_stratify, check_train_left, split_patients, split_shortfalls, write_splits_csv
 
     sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
+    check_stratify(sc.stratify)                      # before any image is read
     from medanon.locks import OutputLock
 
     check_outputs((out, "file", "--out", "splits"), data_dir=data_dir, opts=opts, overwrite=overwrite)

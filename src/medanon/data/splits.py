@@ -29,6 +29,18 @@ def patient_strata(records: Sequence[Record], stratify: str) -> dict[str, str]:
     return {p: ("n/a" if math.isnan(v) else f"{v:g}") for p, v in worst.items()}
 
 
+def check_stratify(stratify: str) -> None:
+    """Refuse a canonical continuous label (age) as ``stratify`` (needs no data: checked before any is read): each value
+    would be a stratum of its own, each cut to whole patients, and the splits would miss their fractions."""
+    from medanon.data.labels import LABELS
+
+    if stratify in LABELS and LABELS[stratify].kind == "continuous":
+        raise ConfigError(f"stratify={stratify!r} is a continuous label: every value "
+                          "would be a stratum of its own, each cut to whole patients, and the splits would miss their "
+                          "fractions", fix="stratify by a label with classes (grade, sex, pneumonia, ...), or by "
+                                           "nothing (stratify='')")
+
+
 def split_patients(records: Sequence[Record], *, val: float = 0.15, test: float = 0.15, stratify: str = "",
                    seed: int = 0) -> dict[str, str]:
     """Assign every patient to train, val or test.
@@ -41,6 +53,7 @@ def split_patients(records: Sequence[Record], *, val: float = 0.15, test: float 
     if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
         raise ConfigError(f"split fractions val={val}, test={test} must be >= 0 and sum below 1",
                           fix="e.g. val=0.15, test=0.15")
+    check_stratify(stratify)
     strata = patient_strata(records, stratify)
     groups: dict[str, list[str]] = defaultdict(list)
     for p, s in strata.items():
@@ -75,8 +88,9 @@ def split_shortfalls(patients: dict[str, int], fractions: dict[str, float], stra
         if abs(got - want) >= 1 or (frac > 0 and got == 0):
             out.append(f"the {name} split has {got} of {n} patients ({got / n:.0%}) where {name}={frac:g} asked for "
                        f"{want:.1f}: " + (f"each stratum of stratify={stratify!r}" if stratify else "the patients")
-                       + " can only be cut to whole patients; use more patients"
-                       + (", or stratify='' to stratify by nothing" if stratify else "")
+                       + " can only be cut to whole patients, and the cuts' roundings add up over strata; use "
+                       + ("fewer strata (stratify='' to stratify by nothing) or more patients per stratum"
+                          if stratify else "more patients")
                        + ", or check the split before using it")
     return out
 

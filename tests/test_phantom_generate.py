@@ -74,3 +74,24 @@ def test_interrupted_generation_leaves_nothing(tmp_path: Path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         generate(PhantomConfig(patients=3, per_patient=2, size=16, workers=1), tmp_path / "out", progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+    """A failed write names no file in Python's error ("No space left on device"); the phantom's now does, and the
+    half-written folder is gone."""
+    import errno
+
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    out = tmp_path / "ph"
+    r = CliRunner().invoke(cli, ["phantom", "--patients", "2", "--per-patient", "1", "--size", "16", "--workers", "1",
+                                 "--out", str(out)])
+    assert r.exit_code == 1 and "No space left on device" in r.output
+    assert "the operating system refused " in r.output and ".png: No space" in r.output
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -52,6 +52,20 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def naming(e: OSError, path: str | os.PathLike) -> OSError:
+    """``e`` with ``path`` as its file where it names none (a failed write, a full disk: Python names no file)."""
+    return type(e)(e.errno, e.strerror, str(path)) if e.filename is None and e.errno is not None else e
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """``Path(path).write_bytes(data)`` (no temporary file, no fsync: for files inside a folder that is itself
+    published by a rename), whose error names the file."""
+    try:
+        Path(path).write_bytes(data)
+    except OSError as e:
+        raise naming(e, path) from e
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
     path = Path(path)
@@ -66,8 +80,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename is None and e.errno is not None:   # a failed write names no file:
-            raise type(e)(e.errno, e.strerror, str(path)) from e                   # name the one written
+        if isinstance(e, OSError):
+            raise naming(e, path) from e
         raise
 
 

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from medanon import __version__
 from medanon.config import PhantomConfig, to_dict
-from medanon.fsutil import atomic_dir
+from medanon.fsutil import atomic_dir, write_bytes
 from medanon.phantoms.common import PhantomParams, acquisition_rng, patient_rng
 from medanon.runtime import cpu_count
 
@@ -76,10 +76,10 @@ def _render_patient(job: tuple[PhantomConfig, int, str]) -> list[dict[str, Any]]
     for a in range(cfg.per_patient):
         ph = render(patient, acquisition_rng(cfg.seed, index, a), cfg.size)
         name = f"{pid}_{a + 1:02d}.png"
-        (Path(tmp) / "images" / name).write_bytes(_png_bytes(ph.image))
+        write_bytes(Path(tmp) / "images" / name, _png_bytes(ph.image))
         row: dict[str, Any] = {"image": f"images/{name}", "mask": "", "patient_id": pid, "acquisition": a + 1}
         if ph.mask is not None:
-            (Path(tmp) / "masks" / name).write_bytes(_png_bytes(ph.mask.astype(np.uint8) * 255))
+            write_bytes(Path(tmp) / "masks" / name, _png_bytes(ph.mask.astype(np.uint8) * 255))
             row["mask"] = f"masks/{name}"
         for col in LABEL_COLUMNS[cfg.modality]:
             v = float(ph.labels[col])

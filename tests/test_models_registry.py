@@ -180,3 +180,15 @@ def test_a_default_found_by_name_is_called_shipped_only_when_it_is(tmp_path, mon
     said = " ".join(capsys.readouterr().err.split())
     assert f"--model: {mine / 'restyle-map-fundus64.pt'}, the k-Same codec for fundus data by its name, but not " \
            "the shipped file" in said and "the shipped k-Same" not in said
+
+
+def test_a_file_that_is_no_checkpoint_is_not_called_a_default(tmp_path, monkeypatch):
+    """A junk file named like the shipped codec, first on the path, was listed as its role's DEFAULT; the methods
+    refuse it, and the listing now says so."""
+    (tmp_path / "restyle-map-fundus64.pt").write_text("junk\n")
+    monkeypatch.setenv(ENV, str(tmp_path))
+    r = CliRunner().invoke(cli, ["models"])
+    entry = _entry(r.output, str(tmp_path / "restyle-map-fundus64.pt"))
+    assert r.exit_code == 0
+    assert "but it is not a medanon checkpoint: the methods refuse it" in entry
+    assert not re.search(r"^\s+DEFAULT for", entry, re.M)

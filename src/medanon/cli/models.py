@@ -50,7 +50,12 @@ def models(as_json: bool) -> None:
             continue
         click.echo(f"{m.name:<{width}}  {m.kind:<20} {m.bytes / 1e6:6.1f} MB  sha256 {m.sha256}"
                    + ("  (shadowed)" if m.shadowed else "") + f"\n{'':<{width}}  {m.path}")
-        if roles and not m.shadowed:
+        if roles and not m.shadowed and (m.kind == "not a medanon checkpoint" or "(damaged" in m.kind):
+            click.secho(f"{'':<{width}}  named as the DEFAULT for {', '.join(roles)}, and found first on the search "
+                        f"path, but it is {m.kind.split(' (')[0] if '(damaged' not in m.kind else 'damaged'}: "
+                        "the methods refuse it (remove or rename it, or set $" + ENV + " to a folder without it)",
+                        fg="yellow")
+        elif roles and not m.shadowed:
             click.echo(f"{'':<{width}}  DEFAULT for {', '.join(roles)}")
         click.echo(f"{'':<{width}}  " + (f"shipped (public): {m.shipped}" if m.shipped else
                                          "not a shipped checkpoint (its digest is none of medanon's public ones)"))

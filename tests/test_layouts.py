@@ -673,3 +673,16 @@ def test_an_id_in_two_split_folders_warns_that_parts_may_number_patients_anew(tm
     fx.write_csv(root / "meta.csv", ["file", "subject"], [["Training/1.png", "1"], ["Validation/1.png", "1"]])
     with pytest.warns(LayoutWarning, match="several split folders"):
         scan(root, generic=GenericOptions(labels_csv=root / "meta.csv", image_col="file", patient_col="subject"))
+
+
+def test_a_header_ending_in_a_delimiter_reads_like_one_without(tmp_path):
+    """Excel often writes "id_code,diagnosis," over rows without the trailing comma: every row read as cut short."""
+    root = fx.make_aptos(tmp_path, n=3)
+    text = (root / "train.csv").read_text()
+    head, body = text.split("\n", 1)
+    (root / "train.csv").write_text(head + ",\n" + body)
+    s = quiet_scan(root)
+    assert s.layout == "aptos" and s.problems == [] and len(s.records) == 3
+    (root / "train.csv").write_text(head + ",\n" + body.replace("\n", ",extra\n", 1))   # a value past the header
+    with pytest.raises(DataError, match="do not have the header's 2 cells"):
+        quiet_scan(root)

@@ -99,6 +99,8 @@ def read_table(path: Path) -> Table:
         for cells in reader:
             if header is None:
                 header = _clean_header(cells)
+                while header and not header[-1]:     # a trailing delimiter (Excel's "a,b,c,"): no column there
+                    header.pop()
                 continue
             values = [c.strip() for c in cells]
             if any(values):

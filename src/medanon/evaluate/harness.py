@@ -59,6 +59,7 @@ from medanon.runtime import RunDir
 log = logging.getLogger(__name__)
 
 RESULTS_VERSION = 22    # 22: the attribute truth per patient, ties left out; a NaN residual never takes the verdict;
+#                         top-K ranks the views of one cluster once;
 #                         21: a release's records in content order (not file order); MOVER intervals of Wilson rates;
 #                         20: a residual risk of Wilson rates is of the observed rates; the utility bootstrap's
 #                         same-N real entry is real_same_n (was baseline); the verdict's exposure names the images

@@ -45,8 +45,9 @@ def main() -> int:
     other = generate(replace(pc, seed=1), args.work / "others-phantom", progress=False)
     real = load_real(data, size=args.size, stratify=cfg.split.stratify, val=cfg.split.val, test=cfg.split.test,
                      seed=cfg.split.seed)
-    others = load_real(other, size=args.size).images
-    rels = [write_known_answer(k, args.work / k, real, other=others) for k in KINDS]
+    others = load_real(other, size=args.size)
+    rels = [write_known_answer(k, args.work / k, real, other=others.images, other_values=others.label("grade"),
+                               match="grade") for k in KINDS]
     rep = evaluate(data, rels, args.work / "report", config=cfg, device=args.device, progress=False)
     counts = {"right": 0, "wrong": 0, "no answer": 0}
     for r, kind in zip(rep["releases"], KINDS, strict=True):

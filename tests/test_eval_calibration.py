@@ -438,3 +438,18 @@ def test_a_calibration_cell_against_a_baseline_names_that_baseline():
     cell = {"n": 60, "patients": 20, "against": "baseline", "baseline_is": "the most frequent class (0.75)"}
     assert "against a baseline: the most frequent class (0.75)" in _n(cell, "attribute")
     assert "against a baseline: random guessing" in _n({**cell, "baseline_is": None}, "attribute")
+
+
+def test_the_others_null_is_another_person_of_the_same_grade():
+    """An attack that takes a shared grade for identity must fail the others release; one of random other people
+    would pass it on the grade mix alone."""
+    from medanon.evaluate.known_answers import matched_others
+
+    nan = float("nan")
+    source = np.array([0.0, 0.0, 2.0, 4.0, nan, 2.0, 2.0])
+    other = np.array([2.0, 0.0, 1.0, 2.0, 0.0, nan])
+    pick = matched_others(source, other, seed=0)
+    assert [other[i] for i in pick[[0, 1, 2, 5, 6]]] == [0.0, 0.0, 2.0, 2.0, 2.0]
+    assert pick[0] != pick[1] and pick[2] != pick[5] and pick[2] == pick[6]     # cycling through those of its grade
+    assert 0 <= pick[3] < len(other) and 0 <= pick[4] < len(other)             # no one of grade 4, or no grade
+    assert (matched_others(source, other, seed=0) == pick).all()

@@ -43,7 +43,7 @@ from medanon.evaluate.cache import digest
 from medanon.evaluate.config import result_key
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
-from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, copy_threshold, known_images
+from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, copy_threshold, known_images, matched_others
 from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, KNOWN_TASKS, METRIC_NAMES
 from medanon.evaluate.verdict_text import exposure, heldout_in_release, sentence, why_invalid
 
@@ -55,10 +55,11 @@ KNOWN_WHAT = {"copy": "every source image released as its own record (must be de
               "mirror": "every source image mirrored left-right (must be detected)",
               "constant": "one mid-grey image per source image (must not be detected)",
               "noise": "uniform noise, one image per source image (must not be detected)",
-              "others": "real images of the attacker split's patients, who are neither members nor controls (must "
-                        "not be detected; left out when the attackers had to train on the members)"}
+              "others": "real images of the attacker split's patients, who are neither members nor controls, each "
+                        "of its source's grade (or pneumonia) where the data has it (must not be detected; left out "
+                        "when the attackers had to train on the members)"}
 MIN_CONTROL_PATIENTS = MIN_PATIENTS             # fewer control (or calibration) patients: the rate is not resolved
-VERSION = 7
+VERSION = 8                                     # 8: the others release matched on the label
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
          "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
@@ -71,8 +72,13 @@ def known_answer_release(ctx: RealContext, kind: str) -> ReleaseData:
     """The ``kind`` known-answer release of the source split: one record per source image, sources known."""
     real, rows = ctx.real, ctx.src
     if kind == "others":                    # people neither released nor controls, each record one of their images
-        pick = np.random.default_rng(int(ctx.cfg.seed)).permutation(ctx.attacker_rows)
-        images = real.images[pick[np.arange(len(rows)) % len(pick)]]
+        if ctx.balance_label:               # ... of the source's grade (or pneumonia): a shared label is no identity
+            values = real.label(ctx.balance_label)
+            pick = ctx.attacker_rows[matched_others(values[rows], values[ctx.attacker_rows], seed=int(ctx.cfg.seed))]
+        else:
+            order = np.random.default_rng(int(ctx.cfg.seed)).permutation(ctx.attacker_rows)
+            pick = order[np.arange(len(rows)) % len(order)]
+        images = real.images[pick]
     else:
         images = known_images(kind, real.images[rows], seed=int(ctx.cfg.seed))
     labels = {name: real.label(name)[rows] for name in real.label_names}

@@ -12,7 +12,8 @@ mirror      the source image mirrored left-right                              de
 constant    one mid-grey image                                               not detected
 noise       uniform noise (seeded)                                           not detected
 others      a real image of another person (``other``: images of patients   not detected
-            who are in no split of the evaluated data)
+            who are in no split of the evaluated data), of the source's
+            label where one is given (:func:`matched_others`)
 ==========  ===============================================================  ==============
 
 "Detected": the residual risk's interval lies above 0 and reaches 0.5, or, for the attribute attack, half of what it
@@ -86,22 +87,50 @@ def known_images(kind: str, sources: torch.Tensor, *, seed: int = 0) -> torch.Te
     raise ValueError(f"kind={kind!r} is not one of {KINDS[:-1]}")
 
 
+def matched_others(source_values: np.ndarray, other_values: np.ndarray, *, seed: int = 0) -> np.ndarray:
+    """For each source, the index of an image of another person with the same label value (``other_values``;
+    cycling through a seeded order of the others of that value), or of any other person where none has it. A
+    record of another person *of the same grade* must not read as its source's: an attack that takes a shared label
+    (records of one grade, clusters stratified by grade) for identity fails this null, where one of a random other
+    person would pass it on the label mix alone."""
+    other_values = np.asarray(other_values, np.float64)
+    n_other = len(other_values)
+    if n_other == 0:
+        raise ValueError("matched_others needs at least one other person's image")
+    order = np.random.default_rng(seed).permutation(n_other)
+    by_value: dict[float, np.ndarray] = {}
+    for v in np.unique(other_values[~np.isnan(other_values)]):
+        by_value[float(v)] = order[other_values[order] == v]
+    out, used = np.empty(len(source_values), np.int64), dict.fromkeys(by_value, 0)
+    for j, v in enumerate(np.asarray(source_values, np.float64)):
+        pool = by_value.get(float(v)) if not np.isnan(v) else None
+        if pool is None or len(pool) == 0:
+            out[j] = order[j % n_other]
+            continue
+        out[j] = pool[used[float(v)] % len(pool)]
+        used[float(v)] += 1
+    return out
+
+
 def write_known_answer(kind: str, out: str | Path, real: RealData, *, split: str = "train", seed: int = 0,
-                       other: torch.Tensor | None = None) -> Path:
-    """Write the ``kind`` release of ``real``'s ``split`` into ``out`` (mapping at ``out.mapping.json``)."""
+                       other: torch.Tensor | None = None, other_values: np.ndarray | None = None,
+                       match: str | None = None) -> Path:
+    """Write the ``kind`` release of ``real``'s ``split`` into ``out`` (mapping at ``out.mapping.json``); ``others``
+    draws from ``other``, matched on the label ``match`` (``other_values``: the others' values of it) where given."""
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r} is not one of {KINDS}")
     if kind == "others" and (other is None or len(other) == 0):
         raise ValueError("kind='others' needs other=: real images of people in no split of the evaluated data")
     out = Path(out)
     rows = real.rows(split)
-    order = np.random.default_rng(seed).permutation(len(other)) if other is not None else None
+    if kind == "others":
+        order = (matched_others(real.label(match)[rows], other_values, seed=seed)
+                 if match else np.random.default_rng(seed).permutation(len(other))[np.arange(len(rows)) % len(other)])
     labels = [n for n in ("grade", "pneumonia", "sex", "age") if n in real.label_names]
     with ReleaseWriter(out, method=f"known-answer-{kind}", params={}, labels=labels, seeds={"known_answer": seed},
                        privacy={"statement": f"known-answer release: {kind}"}, phantom=real.phantom,
                        mapping=out.with_name(out.name + MAPPING_SUFFIX)) as w:
-        images = other[order[np.arange(len(rows)) % len(other)]] if kind == "others" else \
-            known_images(kind, real.images[rows], seed=seed)
+        images = other[order] if kind == "others" else known_images(kind, real.images[rows], seed=seed)
         for n, i in enumerate(rows):
             w.add(f"k{n}", images[n], [real.records[i]])
     return out

@@ -5,6 +5,7 @@ images. Every residual-risk row must give its release's right answer, or say ``v
 from dataclasses import replace
 
 import pytest
+import torch
 from scipy.stats import binom
 from test_eval_harness import SIZE, tiny_config
 
@@ -31,7 +32,9 @@ def answers(tmp_path_factory):
     cfg = replace(cfg, split=replace(cfg.split, val=0.2, test=0.4), attacks=EvalConfig.fast(size=SIZE).attacks)
     real = load_real(data, size=SIZE, stratify=cfg.split.stratify, val=cfg.split.val, test=cfg.split.test,
                      seed=cfg.split.seed)
-    rels = [write_known_answer(k, root / k, real, other=load_real(other, size=SIZE).images) for k in KINDS]
+    others = load_real(other, size=SIZE)
+    rels = [write_known_answer(k, root / k, real, other=others.images, other_values=others.label("grade"),
+                               match="grade") for k in KINDS]
     rep = evaluate(data, rels, root / "report", config=cfg, cache_dir=root / "cache", progress=False)
     return {r["name"]: r for r in rep["releases"]}
 
@@ -64,3 +67,36 @@ def test_an_exact_copy_has_a_valid_verdict_at_high_risk(answers):
     for kind in ("constant", "noise", "others"):
         v = answers[kind]["verdict"]
         assert "risk" not in v or v["ci"][0] == 0, (kind, v)
+
+
+def test_the_others_release_holds_people_of_each_sources_grade(tmp_path):
+    """Both ways of making the 'others' null: the evaluation's calibration (in memory) and the release folder
+    (``write_known_answer``) give each source a record of another person of its grade, where one exists."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from medanon.evaluate.calibration import known_answer_release
+    from medanon.evaluate.inputs import load_release
+
+    grades = np.array([0, 0, 1, 2, 2, 3, 0, 1, 1, 2, 2, 0], np.float64)       # rows 0-5 sources, 6-11 others
+    images = torch.arange(12, dtype=torch.float32).view(12, 1, 1, 1).expand(12, 1, 4, 4).clone()
+    real = SimpleNamespace(images=images, label_names=["grade"], label=lambda name: grades)
+    ctx = SimpleNamespace(real=real, src=np.arange(6), attacker_rows=np.arange(6, 12), balance_label="grade",
+                          cfg=SimpleNamespace(seed=0))
+    rel = known_answer_release(ctx, "others")
+    shown = rel.images[:, 0, 0, 0].long().numpy()
+    assert (shown >= 6).all() and [grades[i] for i in shown[:5]] == [0, 0, 1, 2, 2]    # no other of grade 3
+
+    data = generate(PhantomConfig(patients=12, per_patient=1, size=SIZE, workers=1), tmp_path / "d", progress=False)
+    other = generate(PhantomConfig(patients=12, per_patient=1, size=SIZE, workers=1, seed=7), tmp_path / "o",
+                     progress=False)
+    real, others = load_real(data, size=SIZE, val=0.2, test=0.2), load_real(other, size=SIZE)
+    out = write_known_answer("others", tmp_path / "rel", real, other=others.images,
+                             other_values=others.label("grade"), match="grade")
+    got = load_release(out, real, size=SIZE)
+    available = set(others.label("grade").tolist())
+    for image, sources in zip(got.images, got.sources, strict=True):
+        j = int(((others.images - image).abs().flatten(1).amax(1) <= 1 / 127.5).nonzero()[0])
+        want = real.label("grade")[sources[0]]
+        assert want not in available or others.label("grade")[j] == want

@@ -73,8 +73,11 @@ def test_any_seed_and_size_gives_a_consistent_phantom(seed, size, grade):
 
 
 def test_rejects_bad_arguments():
-    with pytest.raises(ValueError):
-        sample_patient(patient_rng(0, 0), PhantomParams(grade_weights=(1.0, 0.0)))
+    for weights in [(1.0, 0.0), (1, 1, 1, 1, -1), (0, 0, 0, 0, 0)]:
+        with pytest.raises(ValueError, match="grade_weights must be 5 non-negative numbers"):
+            sample_patient(patient_rng(0, 0), PhantomParams(grade_weights=weights))
+    with pytest.raises(ValueError, match="age_range must be"):
+        sample_patient(patient_rng(0, 0), PhantomParams(age_range=(50, 10)))
     with pytest.raises(ValueError):
         render(_patient(0), acquisition_rng(0, 0, 0), 4)
 

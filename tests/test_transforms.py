@@ -1,5 +1,4 @@
 import numpy as np
-import pytest
 import skimage.data
 from PIL import Image
 
@@ -56,10 +55,18 @@ def test_preprocess_fov_crop_and_range():
     assert 0.7 < out.fov.mean() < 0.8  # pi/4 of the square
 
 
-@pytest.mark.parametrize("crop, expect", [("center", (3, 16, 16)), ("pad", (3, 16, 16)), ("none", (3, 16, 16))])
-def test_other_crops(crop, expect):
-    img = np.random.default_rng(0).random((40, 80, 3)).astype(np.float32)
-    assert preprocess(img, size=16, channels=3, crop=crop).image.shape == expect
+def test_other_crops_keep_what_they_say():
+    """A 40 x 120 image of three bands (black, grey, white): ``center`` keeps the grey middle square, ``none``
+    squashes all three into the square, ``pad`` keeps all three between black padding rows."""
+    img = np.repeat(np.repeat(np.array([[0.0, 0.5, 1.0]], np.float32), 40, 0), 40, 1)       # (40, 120)
+    center = preprocess(img, size=12, channels=1, crop="center").image[0]
+    assert center.shape == (12, 12) and np.allclose(center, 0.0, atol=1e-3)
+    none = preprocess(img, size=12, channels=1, crop="none").image[0]
+    assert np.allclose(none[:, 0], -1, atol=1e-3) and np.allclose(none[:, 5:7], 0, atol=0.05) \
+        and np.allclose(none[:, -1], 1, atol=1e-3)
+    pad = preprocess(img, size=12, channels=1, crop="pad")
+    assert np.allclose(pad.image[0, :3], -1, atol=0.02) and not pad.fov[:3].any() and pad.fov[5:7].all()
+    assert np.allclose(pad.image[0, 6, 0], -1, atol=1e-3) and np.allclose(pad.image[0, 6, -1], 1, atol=1e-3)
 
 
 def test_pad_keeps_the_whole_image_and_marks_padding():

@@ -30,7 +30,7 @@ KS = (2, 5, 10)
 SNOW_PS = (0.1, 0.3, 0.5)
 EPSILONS = ("1e3", "1e2", "1e1")                 # per element (x D = C*H*W per image)
 LATENT_BATCH = 32                               # GMIA images per batch at 64 px on the CPU
-# On a GPU the demo's GMIA batches hold up to 512 images (its training splits: 560 fundus, 560 X-ray images), since
+# On a GPU the demo's GMIA batches hold up to 512 images (its training splits: 560 fundus, 564 X-ray images), since
 # launches, not arithmetic, bound 64 px batches there; batching changes GMIA's result only by float rounding (a
 # batch of 6 and one at a time agree to 1e-4, docs/gmia.md).
 GPU_LATENT_BATCH = 512

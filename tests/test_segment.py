@@ -176,7 +176,21 @@ def test_cli_trains_on_a_drive_style_folder(tmp_path: Path, tiny32: Path):
     assert r.exit_code == 0, r.output
     assert "frangi" in r.output and "AUROC" in r.output
     seg = get_segmenter("unet", checkpoint=tmp_path / "ck" / "seg.pt")
-    assert seg.size == 32 and 0 < seg.threshold < 1
+    assert seg.size == 32 and 0 < seg.threshold < 1 and seg.crop == "fov"
+    # applied to images cropped otherwise, the vessels sit elsewhere: said once, and the release records the crop
+    import warnings
+
+    from medanon.segment.vessels import VesselSource
+
+    source = VesselSource("unet", checkpoint=tmp_path / "ck" / "seg.pt")
+    x, fov = torch.zeros(2, 3, 32, 32), torch.ones(2, 1, 32, 32, dtype=torch.bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        source.masks(x, fov, records=[], layout_masks=None, size=32, crop="fov")
+    with pytest.warns(UserWarning, match="trained on images cropped with crop='fov' and is applied to images cropped "
+                                         "with crop='center'"):
+        source.masks(x, fov, records=[], layout_masks=None, size=32, crop="center")
+    assert source.describe()["trained_crop"] == "fov"
     r = CliRunner().invoke(cli, ["train", "segmenter", "--vessel-images", str(images_dir), "--size", "32",
                                  "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--vessel-masks" in r.output

@@ -33,9 +33,10 @@ class LearnedSegmenter:
     """Vessel probabilities from a trained full-resolution U-Net; follows the device of its inputs."""
 
     def __init__(self, model: FullResUNet, *, size: int, threshold: float, sha256: str = "",
-                 batch_size: int = 64):
+                 batch_size: int = 64, crop: str | None = None):
         self.model = model.eval()
         self.size = size                        # image side the network was trained at
+        self.crop = crop                        # how its training images were cropped (None: not recorded)
         self.threshold = threshold              # probability above which a pixel is a vessel
         self.sha256 = sha256                    # checksum of the checkpoint file (for manifests)
         self.batch_size = batch_size            # images per forward pass
@@ -52,7 +53,7 @@ class LearnedSegmenter:
         model = FullResUNet(**cfg["model"])
         load_weights(model, state_entry(blob, "model"), path)
         return cls(model, size=int(cfg["size"]), threshold=round(float(blob["extra"]["threshold"]), 6),
-                   sha256=blob["sha256"], **kwargs)
+                   sha256=blob["sha256"], crop=cfg.get("crop"), **kwargs)
 
     @torch.inference_mode()
     def probability(self, images: torch.Tensor, fov: torch.Tensor | None = None) -> torch.Tensor:

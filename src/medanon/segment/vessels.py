@@ -15,6 +15,7 @@ files     one mask file per image in a folder (:mod:`medanon.segment.mask_files`
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 
 from medanon.data.records import Record
-from medanon.errors import ConfigError, DataError
+from medanon.errors import ConfigError, DataError, user_stacklevel
 from medanon.segment.learned import LearnedSegmenter
 from medanon.segment.mask_files import MaskIndex, load_aligned_mask
 from medanon.segment.vesselness import DEFAULT_FRACTION, Vesselness
@@ -88,6 +89,7 @@ class VesselSource:
             if method in SEGMENTERS else None
         self.index = MaskIndex(masks_dir) if masks_dir is not None else None
         self._aligned: dict[tuple[str, int, str], Any] = {}    # (image, size, crop) -> its mask as read (check)
+        self._crop_warned = False
 
     def bind(self, records: Sequence[Record]) -> None:
         """Pair every record's image with its mask now (``files``: its mask file; ``dataset``: the layout's mask):
@@ -150,12 +152,25 @@ class VesselSource:
         """The files and folders this source reads besides the dataset (never to be written over)."""
         return [self.index.folder] if self.index is not None else []
 
+    def _warn_other_crop(self, crop: str) -> None:
+        """A trained segmenter meets images cropped otherwise than its training images (once per source): a
+        field of view cropped to its circle and a centre square place the vessels at other scales and positions."""
+        trained = getattr(self.segmenter, "crop", None)
+        if trained is None or trained == crop or self._crop_warned:
+            return
+        self._crop_warned = True
+        warnings.warn(f"the vessel segmenter was trained on images cropped with crop={trained!r} and is applied to "
+                      f"images cropped with crop={crop!r}: the vessels sit at other places and scales than it learnt, "
+                      f"and its masks may miss them (VS-Snow then perturbs other pixels); read the images with "
+                      f"crop={trained!r}, or train a segmenter with crop={crop!r}", UserWarning,
+                      stacklevel=user_stacklevel())
+
     def describe(self) -> dict[str, Any]:
         """What goes into a release manifest about the masks."""
         d: dict[str, Any] = {"method": self.method}
         if isinstance(self.segmenter, LearnedSegmenter):
             d.update(checkpoint_sha256=self.segmenter.sha256, threshold=self.segmenter.threshold,
-                     trained_size=self.segmenter.size)
+                     trained_size=self.segmenter.size, trained_crop=self.segmenter.crop)
         elif isinstance(self.segmenter, Vesselness):
             d.update(fraction=self.segmenter.fraction, sigmas_at_64px=list(self.segmenter.sigmas))
         return d
@@ -164,6 +179,7 @@ class VesselSource:
               layout_masks: torch.Tensor | None, size: int, crop: str) -> torch.Tensor:
         """(N, 1, H, W) bool on the images' device for the batch ``images`` of ``records``."""
         if self.segmenter is not None:
+            self._warn_other_crop(crop)
             return segment_vessels(images, fov=fov, segmenter=self.segmenter)
         if self.method == "dataset":
             if layout_masks is None:

@@ -90,11 +90,12 @@ class SegmentationData:
     masks: torch.Tensor                         # (N, 1, H, W) bool
     records: list[Record]                       # one per image (patient ids for the split)
     digest: dict[str, Any]                      # checksum of the image and mask files
+    crop: str = "fov"                           # how the images were cropped (the checkpoint records it)
 
     def subset(self, idx: np.ndarray) -> SegmentationData:
         t = torch.as_tensor(idx, dtype=torch.long)
         return SegmentationData(self.images[t], self.fov[t], self.masks[t], [self.records[i] for i in idx],
-                                self.digest)
+                                self.digest, self.crop)
 
 
 def data_from_dataset(ds: ImageDataset, *, progress: bool = True) -> SegmentationData:
@@ -112,7 +113,7 @@ def data_from_dataset(ds: ImageDataset, *, progress: bool = True) -> Segmentatio
     images, fov = ds.tensors(progress=progress)
     masks = torch.stack([ds.load(i)["mask"] for i in range(len(ds))])
     paths = [r.path for r in ds.records] + [r.mask_path for r in ds.records]
-    return SegmentationData(images, fov, masks, list(ds.records), files_digest(paths, root=ds.root))
+    return SegmentationData(images, fov, masks, list(ds.records), files_digest(paths, root=ds.root), ds.crop)
 
 
 def data_from_folders(images_dir: str | Path, masks_dir: str | Path, *, size: int, channels: int = 3,
@@ -127,7 +128,7 @@ def data_from_folders(images_dir: str | Path, masks_dir: str | Path, *, size: in
     images, fov = ds.tensors(progress=progress)
     masks = torch.stack([torch.from_numpy(load_aligned_mask(m, p, size=size, crop=crop))[None] for p, m in pairs])
     digest = files_digest([p for p, _ in pairs] + [m for _, m in pairs], root=None)
-    return SegmentationData(images, fov, masks, records, digest)
+    return SegmentationData(images, fov, masks, records, digest, crop)
 
 
 def split_data(data: SegmentationData, cfg: SegmenterTrainConfig) -> dict[str, SegmentationData]:
@@ -362,7 +363,7 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     atomic_write_text(out / "test_metrics.json", json.dumps(summary, indent=2) + "\n")
     run.log_metrics(step="test", **{f"{m}_{k}": v for m, r in results.items() for k, v in r.items()})
     path = save_checkpoint(out / SEGMENTER_FILE, kind=KIND,
-                           config={"model": model_cfg, "size": cfg.size, "train": asdict(cfg)},
+                           config={"model": model_cfg, "size": cfg.size, "crop": data.crop, "train": asdict(cfg)},
                            state={"model": {k: v.cpu() for k, v in model.state_dict().items()}},
                            step=cfg.epochs, extra={"threshold": threshold, "metrics": summary,
                                                    "data_sha256": data.digest["sha256"]})

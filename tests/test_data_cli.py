@@ -232,3 +232,12 @@ def test_the_summary_of_data_without_patient_ids_says_their_count_is_unknown(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LayoutWarning)
         assert summarize(open_dataset(root, DataConfig(size=16)))["patient_ids_known"] is False
+
+
+def test_a_stratify_label_the_data_lacks_is_named_before_any_image_is_read(tmp_path: Path, runner):
+    root = tmp_path / "ds"
+    opts = generic_folder(root, n=4)
+    (root / "pics" / "s0.png").write_bytes(b"not a png")           # reading the images would stop here first
+    r = runner.invoke(cli, ["data", "split", str(root), *opts, "--stratify", "nope", "--out", str(tmp_path / "s.csv")])
+    assert r.exit_code == 1 and "--stratify 'nope' is not a label of" in r.output and "'grade'" in r.output
+    assert "s0.png" not in r.output and not (tmp_path / "s.csv").exists()

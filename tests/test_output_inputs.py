@@ -384,3 +384,14 @@ def test_a_source_that_cannot_be_read_is_not_reported_as_a_failed_write(tmp_path
                                                      labels=[]):
             raise err
         assert (str(src) in str(e.value)) == (name == "r1"), str(e.value)
+
+
+def test_a_splits_file_is_not_written_into_a_linked_image_folder(tmp_path, phantom):
+    """``data split`` checked its --out against the dataset's files from a scan that never ran for a named layout (a
+    default of its options made every scan fail, silently): with --allow-outside it wrote the splits file into the
+    image folder the dataset links to."""
+    ds, real = _linked(tmp_path, phantom)
+    before = _tree_digest(real.parent)
+    code, msg = _run(["data", "split", ds, "--allow-outside", "--stratify", "", "--out", real / "splits.csv"])
+    assert code != 0 and "never writes into" in msg, msg
+    assert _tree_digest(real.parent) == before

@@ -177,22 +177,29 @@ def _torchrun_process() -> None:
         sys.stdout = open(os.devnull, "w")              # rank 0 prints the summary lines
 
 
-def _scanned_inputs(data_dir, opts: dict) -> list:
-    """The files and folders the dataset at ``data_dir`` reads, from a scan of its layout (no pixel decoded); none
-    when it cannot be scanned (the data's own error comes when the command opens it)."""
+def scan_quietly(data_dir, opts: dict):
+    """A scan of the dataset at ``data_dir`` with the command's layout options (no pixel decoded), or None when it
+    cannot be scanned (the data's own error comes when the command opens it)."""
     if data_dir is None:
-        return []
+        return None
     from medanon.cli.data import scan_from_cli
     from medanon.errors import MedanonError
-    from medanon.outputs import dataset_inputs
 
-    layout = {"layout": "auto", "labels_csv": None, "image_col": None, "label_cols": (), "patient_col": None,
+    layout = {"layout": "auto", "labels_csv": None, "image_col": None, "label_cols": None, "patient_col": None,
               "images_dir": None, **{k: v for k, v in opts.items() if v is not None}}
     try:
-        scanned = scan_from_cli(data_dir, **layout)
+        return scan_from_cli(data_dir, **layout)
     except (MedanonError, OSError, click.ClickException):
-        return []
-    return [*dataset_inputs(scanned), *getattr(scanned, "files", ())]
+        return None
+
+
+def _scanned_inputs(data_dir, opts: dict) -> list:
+    """The files and folders the dataset at ``data_dir`` reads, from a scan of its layout (none when it cannot be
+    scanned)."""
+    from medanon.outputs import dataset_inputs
+
+    scanned = scan_quietly(data_dir, opts)
+    return [] if scanned is None else [*dataset_inputs(scanned), *getattr(scanned, "files", ())]
 
 
 def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, reads=(),

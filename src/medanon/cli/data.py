@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, FiniteRange, check_outputs, data
+from medanon.cli.base import CONTEXT, FiniteRange, check_outputs, data, scan_quietly
 from medanon.cli.library import translate
 from medanon.cli.words import DATA_FLAGS, SPLIT_FLAGS, speaks_flags
 from medanon.config import DataConfig, SplitConfig, build
@@ -272,6 +272,12 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
 
     sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
     check_stratify(sc.stratify)                      # before any image is read
+    scanned = scan_quietly(data_dir, opts) if stratify else None      # as given (None: the modality's own, below)
+    if scanned is not None and scanned.records:      # a label the data lacks, from its tables alone
+        names = list(dict.fromkeys(n for r in scanned.records for n in r.labels))
+        if sc.stratify not in names:
+            raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",
+                               fix=f"use one of {names} or --stratify ''")
     from medanon.locks import OutputLock
 
     check_outputs((out, "file", "--out", "splits"), data_dir=data_dir, opts=opts, overwrite=overwrite)

@@ -88,9 +88,9 @@ def split_shortfalls(patients: dict[str, int], fractions: dict[str, float], stra
         if abs(got - want) >= 1 or (frac > 0 and got == 0):
             out.append(f"the {name} split has {got} of {n} patients ({got / n:.0%}) where {name}={frac:g} asked for "
                        f"{want:.1f}: " + (f"each stratum of stratify={stratify!r}" if stratify else "the patients")
-                       + " can only be cut to whole patients, and the cuts' roundings add up over strata; use "
-                       + ("fewer strata (stratify='' to stratify by nothing) or more patients per stratum"
-                          if stratify else "more patients")
+                       + (" can only be cut to whole patients, and the cuts' roundings add up over strata; use "
+                          "fewer strata (stratify='' to stratify by nothing) or more patients per stratum"
+                          if stratify else " can only be cut to whole patients; use more patients")
                        + ", or check the split before using it")
     return out
 

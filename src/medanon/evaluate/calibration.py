@@ -389,7 +389,8 @@ def verdict(rel: dict) -> dict:
                  "utility_kept": _utility_kept(rel)}
     # a row whose reference succeeds on every target has no residual risk (NaN): it cannot be the largest, and a
     # NaN compared with anything is never larger, so left among the others it would hide their risk
-    undefined = sorted(row for row, r in valid.items() if not np.isfinite(r["residual_risk"]["risk"]))
+    undefined = sorted(row for row, r in valid.items()
+                       if not isinstance(v := r["residual_risk"]["risk"], (int, float)) or not math.isfinite(v))
     if undefined:
         out["undefined_attacks"] = {row: {"name": row_label(row),
                                           "why": valid.pop(row)["residual_risk"].get("interval") or "undefined"}

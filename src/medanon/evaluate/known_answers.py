@@ -121,7 +121,7 @@ def write_known_answer(kind: str, out: str | Path, real: RealData, *, split: str
         raise ValueError(f"kind={kind!r} is not one of {KINDS}")
     if kind == "others" and (other is None or len(other) == 0):
         raise ValueError("kind='others' needs other=: real images of people in no split of the evaluated data")
-    if match and (other_values is None or len(other_values) != len(other if other is not None else ())):
+    if kind == "others" and match and (other_values is None or len(other_values) != len(other)):
         raise ValueError(f"match={match!r} needs other_values=: the others' {match}, one value per image of other=")
     out = Path(out)
     rows = real.rows(split)

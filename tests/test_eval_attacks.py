@@ -305,7 +305,8 @@ def test_the_attribute_truth_counts_patients_and_leaves_ties_out():
 
 def test_top_k_membership_scores_the_views_of_one_cluster_once():
     """k-SALSA's --views V writes V records of one source set. Split apart, a pool held their members once per view
-    and K counted them once: chance read 0.031 where it is 0.062, and noise releases crossed it 9 times in 100."""
+    and K counted them once: with 2 views chance read 0.031 where it is 0.062, and with 3 views noise releases read
+    as a leak 9 times in 100 (``python benchmarks/topk_views_chance.py`` on the code before the change)."""
     rng = np.random.default_rng(0)
     k, clusters = 10, 16
     src, held = rng.normal(size=(clusters * k, 24)), rng.normal(size=(1000, 24))

@@ -145,8 +145,8 @@ def test_the_splits_csv_of_another_dataset_with_the_same_file_names_is_refused(t
 
 
 def test_a_continuous_label_is_refused_as_strata_before_any_data_is_read(tmp_path):
-    """Every age would be a stratum of its own, each cut to whole patients: 800 patients split into val 135 and
-    test 102 where 120 each were asked. ``data split --stratify age`` now says so before reading an image."""
+    """Every age would be a stratum of its own, each cut to whole patients, and the totals would miss the asked
+    fractions by up to a patient per age. ``data split --stratify age`` now says so before reading an image."""
     import pytest
     from click.testing import CliRunner
 

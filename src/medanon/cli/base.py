@@ -193,20 +193,22 @@ def scan_quietly(data_dir, opts: dict):
         return None
 
 
-def _scanned_inputs(data_dir, opts: dict) -> list:
-    """The files and folders the dataset at ``data_dir`` reads, from a scan of its layout (none when it cannot be
-    scanned)."""
+def _scanned_inputs(data_dir, opts: dict, scanned=None) -> list:
+    """The files and folders the dataset at ``data_dir`` reads, from a scan of its layout (``scanned``, where the
+    command made one already; none when it cannot be scanned)."""
     from medanon.outputs import dataset_inputs
 
-    scanned = scan_quietly(data_dir, opts)
+    scanned = scanned if scanned is not None else scan_quietly(data_dir, opts)
     return [] if scanned is None else [*dataset_inputs(scanned), *getattr(scanned, "files", ())]
 
 
 def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, reads=(),
-                  overwrite: bool = False, existing_ok: bool = False, can_overwrite: bool = True) -> None:
+                  overwrite: bool = False, existing_ok: bool = False, can_overwrite: bool = True,
+                  scanned=None) -> None:
     """Check every ``(path, kind, option name[, what])`` output of a command before it does any work
     (``medanon.outputs``; ``what`` the kind of medanon output it is, e.g. ``splits``, which an existing one must be).
-    ``can_overwrite``: False for a command without ``--overwrite`` (its refusals do not suggest one).
+    ``can_overwrite``: False for a command without ``--overwrite`` (its refusals do not suggest one). ``scanned``:
+    the dataset's scan (:func:`scan_quietly`) where the command made one already.
 
     The inputs are the dataset folder, the generic layout's labels CSV and image folder from ``opts``, every
     folder holding one of the dataset's images (a scan reads no pixel: images a labels CSV names outside the
@@ -216,7 +218,8 @@ def check_outputs(*outputs: tuple, data_dir=None, opts: dict | None = None, read
     from medanon.outputs import check_output
 
     opts = opts or {}
-    inputs = [data_dir, opts.get("labels_csv"), opts.get("images_dir"), *reads, *_scanned_inputs(data_dir, opts)]
+    inputs = [data_dir, opts.get("labels_csv"), opts.get("images_dir"), *reads,
+              *_scanned_inputs(data_dir, opts, scanned)]
     for path, kind, name, *what in outputs:
         if path is not None:
             check_output(path, inputs=inputs, overwrite=overwrite, kind=kind, name=name, existing_ok=existing_ok,

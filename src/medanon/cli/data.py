@@ -272,24 +272,21 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
 
     sc = build(SplitConfig, val=val, test=test, stratify=stratify, seed=seed)
     check_stratify(sc.stratify)                      # before any image is read
-    scanned = scan_quietly(data_dir, opts) if stratify else None      # as given (None: the modality's own, below)
-    if scanned is not None and scanned.records:      # a label the data lacks, from its tables alone
-        names = list(dict.fromkeys(n for r in scanned.records for n in r.labels))
-        if sc.stratify not in names:
-            raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",
-                               fix=f"use one of {names} or --stratify ''")
+    scanned = scan_quietly(data_dir, opts)
+    if stratify and scanned is not None and scanned.records:   # as given (None: the modality's own, below), checked
+        _check_label(sc.stratify, list(dict.fromkeys(n for r in scanned.records for n in r.labels)), data_dir)
     from medanon.locks import OutputLock
 
-    check_outputs((out, "file", "--out", "splits"), data_dir=data_dir, opts=opts, overwrite=overwrite)
+    check_outputs((out, "file", "--out", "splits"), data_dir=data_dir, opts=opts, overwrite=overwrite,
+                  scanned=scanned)
     with OutputLock(out, name="--out"):          # two splits written to one file at once: refused, not mixed
         ds = open_from_cli(data_dir, **opts)
         if stratify is None:                     # the modality's utility label, as the evaluation's split uses
             from medanon.release.labels import default_labels
 
             sc.stratify = (default_labels(ds) or [""])[0]
-        if sc.stratify and sc.stratify not in ds.label_names:
-            raise MedanonError(f"--stratify {sc.stratify!r} is not a label of {data_dir}",
-                               fix=f"use one of {ds.label_names} or --stratify ''")
+        if sc.stratify:
+            _check_label(sc.stratify, ds.label_names, data_dir)
         assignment = split_patients(ds.records, val=sc.val, test=sc.test, stratify=sc.stratify, seed=sc.seed)
         check_train_left(assignment, val=sc.val, test=sc.test)
         write_splits_csv(out, ds.records, assignment)
@@ -302,3 +299,8 @@ def data_split(data_dir: Path, out: Path, val, test, stratify, seed, overwrite, 
                + (f"; stratified by {sc.stratify}" if sc.stratify else "; not stratified"))
 
 
+def _check_label(stratify: str, names: list[str], data_dir) -> None:
+    """Refuse a ``--stratify`` label the dataset does not have, naming the ones it has."""
+    if stratify not in names:
+        raise MedanonError(f"--stratify {stratify!r} is not a label of {data_dir}",
+                           fix=f"use one of {names} or --stratify ''")

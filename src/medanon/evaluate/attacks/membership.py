@@ -107,15 +107,14 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     views: dict[frozenset, list[int]] = {}
     for r in canon:
         views.setdefault(frozenset(int(i) for i in record_sources[r]), []).append(int(r))
-    units = np.asarray([v[0] for v in views.values()], np.int64)
-    siblings = {v[0]: v for v in views.values()}
+    units = list(views.values())
     n_rec = len(units)
     if n_rec < 4 or len(heldout_desc) < 2:
         raise ValueError("membership inference needs at least 4 released clusters (records of distinct source sets) "
                          "and 2 held-out images")
-    order = units[rng.permutation(n_rec)]
-    train_recs = np.asarray([r for u in order[: n_rec // 2] for r in siblings[int(u)]], np.int64)
-    target_recs = order[n_rec // 2:]
+    order = rng.permutation(n_rec)
+    train_recs = np.asarray([r for u in order[: n_rec // 2] for r in units[u]], np.int64)
+    target_recs = np.asarray([units[u][0] for u in order[n_rec // 2:]], np.int64)
 
     # 2. attacker training pairs
     feats, labels = [], []

@@ -181,3 +181,38 @@ def test_near_copy_screen_shares_a_tied_nearest_image():
         out = screen(release_images=rel, release_emb=rel.flatten(1).double().numpy(), record_sources=[[own]], **kw)
         assert out["closest"][0]["own_source_share"] == pytest.approx(share)
         assert out["copies_of_one_source"] == pytest.approx(share)        # an exact copy is a near-copy
+
+
+def test_top_k_interval_resamples_the_held_out_patients():
+    """Every record has the same hits given the pool's held-out draw, so resampling the records alone shows no
+    spread; the rate still hangs on which held-out people fill the pools. Held-out patient A's images outrank each
+    record's weaker member, patient B's do not: a resample of A alone gives 1 hit in 2 slots, of B alone 2 in 2,
+    each about a quarter of the resamples, so the interval is [0.5, 1.0], the spread of the held-out sample."""
+    from medanon.evaluate.attacks.membership import _two_way_bootstrap
+
+    records = 30
+    on_held = np.array([5.0, 5.0, 5.0, -5.0, -5.0, -5.0])              # patient A's three images, then B's
+    scored = [(np.array([10.0, 0.0]), np.array([]), on_held)] * records
+    rate = _two_way_bootstrap(scored, np.full(records, 2.0), np.arange(records), np.arange(records), [4] * records,
+                              ["A"] * 3 + ["B"] * 3, estimate=0.75, hits=45, confidence=0.95, seed=0,
+                              n_resamples=400)
+    assert rate.ci == (0.5, 1.0)
+    assert rate.patients == records and "2 held-out patients" in rate.method
+    draws = np.asarray(rate.draws)
+    assert 0.15 < (draws == 0.5).mean() < 0.35 and 0.15 < (draws == 1.0).mean() < 0.35
+
+
+def test_top_k_bootstrap_hits_match_topk_hits():
+    """The bootstrap's vectorised count of a record's hits equals :func:`topk_hits`' expected hits, ties included."""
+    from medanon.evaluate.attacks.membership import _ranked_members
+
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        ks = rng.integers(1, 4, 5).astype(float)
+        scored = [(rng.integers(0, 4, int(k)).astype(float), rng.integers(0, 4, 6).astype(float),
+                   rng.integers(0, 4, 9).astype(float)) for k in ks]
+        draw = rng.choice(9, 5, replace=bool(rng.random() < 0.5))
+        got = _ranked_members(scored, ks)(draw)
+        for (mine, others, held), k, g in zip(scored, ks, got, strict=True):
+            pool = np.r_[mine, others, held[draw]]
+            assert g == pytest.approx(topk_hits(pool, np.arange(len(pool)) < len(mine), int(k))[0])

@@ -91,6 +91,7 @@ def _membership(ctx: RealContext, t: Target) -> dict:
     return top_k_membership(release_desc=descriptors(t.rel.images, t.rel_emb), record_sources=t.rel.sources,
                             source_desc=ctx.real_desc, heldout_desc=ctx.real_desc[ctx.held], seed=ctx.cfg.seed,
                             confidence=ctx.cfg.attacks.confidence, source_patients=ctx.real.patients,
+                            heldout_patients=np.asarray(ctx.real.patients)[ctx.held],
                             release_desc_mirrored=None if t.rel_emb_mirrored is None else
                             descriptors(t.rel.images.flip(-1), t.rel_emb_mirrored))
 

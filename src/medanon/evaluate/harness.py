@@ -58,7 +58,8 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 22    # 22: the attribute truth per patient, ties left out; a NaN residual never takes the verdict;
+RESULTS_VERSION = 23    # 23: top-K's interval resamples the held-out patients of its pools too;
+#                         22: the attribute truth per patient, ties left out; a NaN residual never takes the verdict;
 #                         top-K ranks the views of one cluster once;
 #                         21: a release's records in content order (not file order); MOVER intervals of Wilson rates;
 #                         20: a residual risk of Wilson rates is of the observed rates; the utility bootstrap's

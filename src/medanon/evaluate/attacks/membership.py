@@ -28,7 +28,9 @@ ground truth, and the real data):
    is a hit with probability slots / tied, its expected hits under random tie breaking; a constant score
    gives the chance of a random ranking, not the members that happen to come first in the pool). The
    interval: with ``source_patients``, the patient cluster bootstrap of the hits over the slots, resampling
-   clusters of evaluated records linked by a common patient (``ci``; :mod:`.stats`); else, and always in
+   clusters of evaluated records linked by a common patient and, independently, the held-out patients
+   (``heldout_patients``), from whose resample every pool's held-out images are drawn again: the rate rests on both
+   samples (``ci``; :mod:`.bootstrap`); else, and always in
    ``ci_slots``, the exact (Clopper-Pearson) interval of the hits over the K slots. Its **baseline** is the
    *exact* chance of a random ranking (record ``r`` draws ``k_r`` of the pool at random: hypergeometric
    hits, expected ``k_r / pool``), and the p-value is the exact upper tail of the convolution of those
@@ -50,9 +52,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, bootstrap_p, components
-from medanon.evaluate.attacks.risk import exact_rate, rate, risk_entry
-from medanon.evaluate.attacks.stats import exact_interval, topk_hits, topk_null, upper_tail
+from medanon.evaluate.attacks.bootstrap import BOOT_RESAMPLES, bootstrap_p, cluster_weights, components, summarise_draws
+from medanon.evaluate.attacks.risk import Rate, exact_rate, rate, risk_entry
+from medanon.evaluate.attacks.stats import TIE_TOL, exact_interval, topk_hits, topk_null, upper_tail
 from medanon.evaluate.attacks.views import assumptions
 
 ASSUMPTIONS = ("attacker knows the method well enough to hold released records with their cluster membership for "
@@ -77,9 +79,12 @@ def pair_features(a: np.ndarray, c: np.ndarray) -> np.ndarray:
 def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Sequence[int]],
                      source_desc: np.ndarray, heldout_desc: np.ndarray, seed: int = 0, negatives: int = 4,
                      confidence: float = 0.95, source_patients: Sequence | None = None,
-                     n_resamples: int = BOOT_RESAMPLES, release_desc_mirrored: np.ndarray | None = None) -> dict:
+                     heldout_patients: Sequence | None = None, n_resamples: int = BOOT_RESAMPLES,
+                     release_desc_mirrored: np.ndarray | None = None) -> dict:
     """Run the attack. ``record_sources[r]`` indexes ``source_desc`` rows of record ``r``'s source images;
-    ``source_patients[i]``: the patient of ``source_desc`` row ``i`` (for the patient-level interval).
+    ``source_patients[i]``: the patient of ``source_desc`` row ``i`` (for the patient-level interval);
+    ``heldout_patients[j]``: the patient of ``heldout_desc`` row ``j`` (the interval resamples them too; without
+    them each held-out image is a unit of its own).
     ``release_desc_mirrored``: the descriptors of the released images mirrored left-right. A training record, whose
     members the attacker holds, is taken in the orientation nearer them on average; a ranked record meets each
     candidate in the orientation whose descriptor is nearer the candidate's (:mod:`.views`)."""
@@ -141,24 +146,26 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     chosen = [r for pool_recs in pools for r in pool_recs]
 
     # 4. rank each record within its pool and score (ties at the K-th place share the slots left)
-    hits, ks, hit_pmfs, pool_sizes, record_pool = [], [], [], [], []
+    hits, ks, hit_pmfs, pool_sizes, record_pool, scored = [], [], [], [], [], []
     for pool_recs in pools:
         mem_idx = np.concatenate([np.asarray(record_sources[r], np.int64) for r in pool_recs])
         held = rng.choice(len(heldout_desc), len(mem_idx), replace=False)
-        pool = np.concatenate([source_desc[mem_idx], heldout_desc[held]])
-        pool_owner = np.r_[mem_idx, -1 - np.arange(len(held))]      # source index, or negative for held-out
-        pool_sizes.append(len(pool))
+        pool_sizes.append(2 * len(mem_idx))
         for r in pool_recs:
             srcs = {int(s) for s in record_sources[r]}
             k = len(srcs)
-            scores = clf.decision_function(pair_features(facing(r, pool), pool))
-            h, pmf = topk_hits(scores, np.isin(pool_owner, list(srcs)), k)
+            # each candidate is scored on its own (its orientation too): the pool's members, and every held-out
+            # image, of which the pool holds the draw ``held`` (the interval redraws it)
+            on_members = clf.decision_function(pair_features(facing(r, source_desc[mem_idx]), source_desc[mem_idx]))
+            on_heldout = clf.decision_function(pair_features(facing(r, heldout_desc), heldout_desc))
+            is_member = np.isin(mem_idx, list(srcs))
+            h, pmf = topk_hits(np.r_[on_members, on_heldout[held]], np.r_[is_member, np.zeros(len(held), bool)], k)
             hits.append(h)
             ks.append(k)
             hit_pmfs.append(pmf)
             record_pool.append(len(pool_sizes) - 1)
+            scored.append((on_members[is_member], on_members[~is_member], on_heldout))
     hits_a, ks_a = np.asarray(hits), np.asarray(ks, np.float64)
-    hits_total, k_total = float(hits_a.sum()), int(ks_a.sum())
     observed = np.ones(1)
     for pmf in hit_pmfs:
         observed = np.convolve(observed, pmf)                         # the attacker's total hits, over tie breaks
@@ -166,11 +173,17 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     for i, size in enumerate(pool_sizes):                             # pools are ranked independently
         pmf, mean = topk_null([k for k, p in zip(ks, record_pool, strict=True) if p == i], size)
         null, expected_hits = np.convolve(null, pmf), expected_hits + mean
+    hits_total, k_total = float(hits_a.sum()), int(ks_a.sum())
     groups = None
     if source_patients is not None:
         sp = np.asarray(source_patients)
         groups = components([{sp[int(s)] for s in record_sources[r]} for r in chosen])[0]
-    attack = rate(hits_a, trials=ks_a, groups=groups, confidence=confidence, seed=seed, n_resamples=n_resamples)
+        attack = _two_way_bootstrap(scored, ks_a, groups, np.asarray(record_pool), pool_sizes,
+                                    np.arange(len(heldout_desc)) if heldout_patients is None else heldout_patients,
+                                    estimate=hits_total / k_total, hits=hits_total, confidence=confidence, seed=seed,
+                                    n_resamples=n_resamples)
+    else:
+        attack = rate(hits_a, trials=ks_a, confidence=confidence)
     base = exact_rate(expected_hits / k_total, k_total, confidence=confidence)      # exact: no sampling error
     slots_ci = exact_interval(hits_total, k_total, confidence=confidence)
     p_exact = upper_tail(null, observed)
@@ -197,6 +210,65 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
             "risk": risk_entry(attack, None, what="a top-K ranked image is a member of the record",
                                control_is="none: ranking held-out patients alone has no member to find",
                                baseline=base, baseline_is="the exact expected hits of a random ranking")}
+
+
+def _two_way_bootstrap(scored, ks: np.ndarray, groups: np.ndarray, record_pool: np.ndarray, pool_sizes: list[int],
+                       heldout_patients, *, estimate: float, hits: float, confidence: float, seed: int,
+                       n_resamples: int) -> Rate:
+    """The top-K rate's interval over both samples it rests on: the evaluated records, resampled by their patient
+    clusters (``groups``), and the held-out patients, resampled on their own (other people, drawn independently),
+    from whom each pool's held-out images are drawn again. ``scored[i]``: record ``i``'s scores on its members, on
+    the other members of its pool and on every held-out image."""
+    codes = np.unique(np.asarray(heldout_patients).astype(str), return_inverse=True)[1].ravel()
+    n_patients, n_images = int(codes.max()) + 1, len(codes)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 1]))     # stream 0: the records' weights
+    weights = cluster_weights(groups, n_resamples=n_resamples, seed=seed, stream=0)
+    pools = [(np.flatnonzero(record_pool == p), size // 2) for p, size in enumerate(pool_sizes)]
+    ranked = [_ranked_members([scored[i] for i in recs], ks[recs]) for recs, _ in pools]
+    hits_b = np.empty(len(ks))
+    draws = np.empty(n_resamples)
+    for b in range(n_resamples):
+        counts = rng.multinomial(n_patients, np.full(n_patients, 1.0 / n_patients))
+        population = np.repeat(np.arange(n_images), counts[codes])
+        for (recs, need), rank in zip(pools, ranked, strict=True):   # a pool: as many held-out images as members
+            hits_b[recs] = rank(population[rng.choice(len(population), need, replace=len(population) < need)])
+        draws[b] = (weights[b] @ hits_b) / (weights[b] @ ks)
+    clusters = int(np.unique(groups).size)
+    s = summarise_draws(draws[None], clusters, {"rate": (estimate, True)}, confidence=confidence, seed=seed,
+                        n_resamples=n_resamples)["rate"]
+    lo, hi = s["ci"]
+    how = (f"{s['interval']}, over the evaluated records' {clusters} patient clusters and the {n_patients} held-out "
+           "patients, from whom each resample draws the pools' held-out images again")
+    return Rate(estimate, (hi - lo) / 2, int(hits) if float(hits).is_integer() else hits, int(ks.sum()), confidence,
+                interval=(lo, hi), method=how, patients=clusters, resamples=s["resamples"], seed=seed,
+                draws=s["draws"])
+
+
+def _ranked_members(scored, ks: np.ndarray):
+    """For the records of one pool (``scored``: each record's scores on its members, on the pool's other members and
+    on every held-out image), the function from a draw of held-out images (indices) to each record's expected hits
+    among its K best (:func:`.stats.topk_expected_hits`, vectorised): a member with ``g`` candidates above it and
+    ``e`` tied with it (itself included) fills ``min(max((K - g) / e, 0), 1)`` of a slot."""
+    width = max(len(mine) for mine, _, _ in scored)
+    mine = np.full((len(scored), width), np.nan)
+    above, tied = np.zeros((len(scored), width)), np.zeros((len(scored), width))
+    for i, (m, others, _) in enumerate(scored):
+        mine[i, :len(m)] = m
+        fixed = np.r_[m, others]
+        tol = TIE_TOL * np.maximum(1.0, np.abs(m))
+        above[i, :len(m)] = (fixed[None, :] > (m + tol)[:, None]).sum(1)
+        tied[i, :len(m)] = (np.abs(fixed[None, :] - m[:, None]) <= tol[:, None]).sum(1)
+    on_held = np.stack([h for _, _, h in scored])
+    tol = TIE_TOL * np.maximum(1.0, np.abs(mine))[:, :, None]
+
+    def hits(draw: np.ndarray) -> np.ndarray:
+        h = on_held[:, draw][:, None, :]
+        g = above + (h > mine[:, :, None] + tol).sum(-1)
+        e = tied + (np.abs(h - mine[:, :, None]) <= tol).sum(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.clip((ks[:, None] - g) / e, 0.0, 1.0)
+        return np.nansum(np.where(np.isnan(mine), np.nan, share), 1)
+    return hits
 
 
 def _pools(target_recs, record_sources, budget: int) -> list[list[int]]:

@@ -773,3 +773,20 @@ def test_a_release_is_read_in_the_same_order_whatever_order_it_lists_its_records
     assert a.sources is not None and [r["image"] for r in a.rows] == [r["image"] for r in b.rows]
     assert torch.equal(a.images, b.images) and a.sources == b.sources
     assert [r["image"] for r in a.rows] != [ln.split(",")[0] for ln in lines[1:]]     # not the file order
+
+
+def test_a_mapping_found_beside_a_release_that_is_not_its_own_is_named(world, tmp_path):
+    """A release replaced without a mapping leaves the earlier one beside it, where evaluation looks: it names none
+    of the records, and the error says it was found there, not passed, and what to do."""
+    from medanon.errors import DataError
+
+    src = world["releases"][1]
+    moved = tmp_path / "rel"
+    shutil.copytree(src, moved)
+    other = json.loads(src.with_name(src.name + MAPPING_SUFFIX).read_text())
+    other["records"] = {f"images/{i:016x}.png": v for i, v in enumerate(other["records"].values())}
+    moved.with_name("rel" + MAPPING_SUFFIX).write_text(json.dumps(other))
+    with pytest.raises(DataError, match=r"rel\.mapping\.json, found beside the release .*rel where its mapping is "
+                                        r"looked for, names none of its records") as e:
+        load_release(moved, world["real"], size=SIZE)
+    assert "delete or move that file" in e.value.fix

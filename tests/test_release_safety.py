@@ -308,3 +308,23 @@ def test_a_release_that_fails_before_its_first_record_leaves_nothing(tmp_path, s
     assert len(list((tmp_path / "r.partial" / "images").iterdir())) == 1           # kept for the resume
     _release(tmp_path / "r", records)
     assert len(list((tmp_path / "r" / "images").iterdir())) == len(records)
+
+
+def test_replacing_a_release_warns_of_the_earlier_mapping_left_beside_it(tmp_path, source):
+    """The mapping beside a release (``OUT.mapping.json``, where evaluation looks) is the user's file: replacing the
+    release without writing a mapping there leaves it, describing records that are gone, and the writer says so."""
+    _, records = source
+    beside = tmp_path / "a.mapping.json"
+    _release(tmp_path / "a", records[:4], mapping=beside)
+    before = beside.read_text()
+    with pytest.warns(UserWarning, match=r"a\.mapping\.json is the private mapping of an earlier release of .*a, "
+                                         r"which this release replaced without writing a mapping"):
+        _release(tmp_path / "a", records[:5], overwrite=True)
+    assert beside.read_text() == before
+    with pytest.warns(UserWarning, match="earlier release"):                          # another mapping path
+        _release(tmp_path / "a", records[:5], mapping=tmp_path / "elsewhere.json", overwrite=True)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        beside.unlink()                                              # the user deletes it, as the warning says
+        _release(tmp_path / "a", records[:5], mapping=beside, overwrite=True)         # written anew: nothing stale

@@ -35,11 +35,11 @@ from medanon.data.tensors import resize_to
 from medanon.errors import ConfigError, DataError
 from medanon.release.files import read_release
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
+from medanon.release.writer_safety import MAPPING_SUFFIX
 from medanon.runtime import files_digest
 
 log = logging.getLogger(__name__)
 
-MAPPING_SUFFIX = ".mapping.json"
 
 
 @dataclass
@@ -249,7 +249,7 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
         raise ConfigError(f"mapping file {mp} for release {path} does not exist",
                           fix="pass the mapping= file written when the release was made")
     if mp.is_file():
-        rel.sources = _read_mapping(mp, rows, real)
+        rel.sources = _read_mapping(mp, rows, real, found=mapping is None)
         rel.mapping_path = mp
     return _in_content_order(rel, files)
 
@@ -277,11 +277,19 @@ class UnknownSources(DataError):
     """A release's mapping names source records that the real dataset does not hold."""
 
 
-def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData) -> list[list[int]]:
+def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData, *, found: bool = False) -> list[list[int]]:
+    """The dataset rows each record stands for, from the mapping ``mp`` (``found``: not given, found beside the
+    release under its default name)."""
     mapping = read_mapping(mp)
     recs = mapping["records"]
     listed = [r["image"] for r in rows]
     absent = [img for img in listed if img not in recs]
+    if absent and found and len(absent) == len(listed):
+        raise DataError(f"{mp}, found beside the release {mp.with_name(mp.name[:-len(MAPPING_SUFFIX)])} where its "
+                        "mapping is looked for, names none of its records: it is the mapping of another release of "
+                        "that name (one this release replaced)",
+                        files=[str(mp)], fix="delete or move that file, or pass mapping= the mapping written with "
+                                             "this release")
     if absent:
         raise DataError(f"mapping {mp} does not cover {len(absent)} released record(s)", files=absent,
                         fix="pass the mapping written together with this release")

@@ -70,6 +70,7 @@ from medanon.release.writer_safety import (  # noqa: F401  (check_release_output
     closing_folder,
     os_error,
     restore_closing_journals,
+    stale_sibling_mapping,
     unpublished_mapping,
 )
 
@@ -395,6 +396,12 @@ class ReleaseWriter:
         else:
             self.partial.rename(self.out)
         shutil.rmtree(closing)
+        stale = stale_sibling_mapping(self.out, self.mapping)
+        if stale is not None:
+            warnings.warn(f"{stale} is the private mapping of an earlier release of {self.out}, which this release "
+                          f"replaced{'' if self.mapping else ' without writing a mapping'}: it describes none of "
+                          f"its records, and evaluating or auditing {self.out} would find it there; delete it",
+                          UserWarning, stacklevel=user_stacklevel())
         return self.out
 
     def __enter__(self) -> ReleaseWriter:

@@ -92,6 +92,23 @@ def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
                                     "mapping yourself first)")
 
 
+MAPPING_SUFFIX = ".mapping.json"           # where evaluation and audit look for a release's mapping by default
+
+
+def stale_sibling_mapping(out: Path, written: Path | None) -> Path | None:
+    """``OUT.mapping.json`` beside the release ``out`` (where evaluation finds a mapping by default) when it is not
+    the mapping just written (``written``) but one of an earlier release of that folder: it names ``out`` and none
+    of its records (random names). It no longer describes the release; medanon does not delete it (it is the user's
+    file), the writer warns and evaluation refuses it by name."""
+    sibling = out.with_name(out.name + MAPPING_SUFFIX)
+    if not sibling.is_file() or (written is not None and sibling.resolve() == written.resolve()):
+        return None
+    held = _held_mapping(sibling)
+    if held is None or held.get("release") != out.name or not isinstance(held.get("records"), dict):
+        return None
+    return sibling if not set(held["records"]) & _images_in(out) else None
+
+
 def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
     """Whether ``mapping`` is the one an interrupted run of ``out`` wrote while finishing (the mapping is written
     just before the release is renamed into place): the same command resumes it and writes it again."""

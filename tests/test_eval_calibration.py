@@ -76,11 +76,43 @@ def test_a_valid_row_without_a_defined_risk_does_not_hide_the_others():
         rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
         v = verdict(rel)
         assert v["attack"] == "nearest" and v["risk"] == 1.0 and "nan" not in v["sentence"]
-        assert "no defined residual risk (the control succeeds on every target" in v["sentence"]
+        assert "no defined residual risk: Attribute (classifier) (the control succeeds on every target" in v["sentence"]
+        assert v["valid_attacks"] == 1 and "largest of" not in v["sentence"]    # the undefined row is apart
     rel["attacks"] = {"attribute": {"risk": {"residual_risk": undefined, "attack": {}}}}
     rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
     v = verdict(rel)
     assert "risk" not in v and "No valid attack on R has a defined residual risk" in v["sentence"]
+    assert v["valid_attacks"] == 0 and len(v["undefined_attacks"]) == 1
+
+
+def test_a_known_answer_without_a_defined_risk_is_not_measured_not_missed_nor_passed():
+    """A cell whose reference succeeds on every target (every target of one sex, say) has no residual risk: on a
+    copy it read "misses an exact copy (residual nan [nan, nan])", and on a null it passed, as NaN > 0 is false."""
+    nan = float("nan")
+    undefined = {"residual_risk": {"risk": nan, "ci": [nan, nan],
+                                   "interval": "undefined: the control succeeds on every target (rate 1)"},
+                 "attack": {}, "n": 12}
+    copy, null = _attacks(_risk(0.9, 0.7, 1.0)), _attacks(_risk(0.0, 0.0, 0.1))
+    on_copy = calibration_table({"copy": _attacks(undefined), "jpeg": copy, "shift": copy, "mirror": copy,
+                                 "constant": null, "noise": null})["nearest"]
+    assert not on_copy["passes"] and "nan" not in on_copy["reason"] and "misses" not in on_copy["reason"]
+    assert on_copy["reason"] == ("not measurable on the copy release (the control succeeds on every target "
+                                 "(rate 1), n=12)")
+    on_null = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy,
+                                 "constant": _attacks(undefined), "noise": null})["nearest"]
+    assert not on_null["passes"] and on_null["reason"].startswith("not measurable on the constant release")
+
+
+def test_the_verdict_names_each_undefined_row_with_its_own_reason():
+    from medanon.evaluate.report_verdict import _counts
+    from medanon.evaluate.verdict_text import _undefined
+
+    v = {"valid_attacks": 3, "invalid_attacks": 12,
+         "undefined_attacks": {"a": {"name": "Inference", "why": "undefined: the control succeeds on every target"},
+                               "b": {"name": "Singling out", "why": "undefined: the baseline is 1"}}}
+    text = _undefined(v)
+    assert "Inference (the control succeeds on every target)" in text and "Singling out (the baseline is 1)" in text
+    assert _counts(v) == "3 (+2 undefined) / 17"
 
 
 def test_attackers_trained_on_members_or_at_chance_are_not_valid():

@@ -159,6 +159,17 @@ def _cell_n(c: dict) -> str:
     return f", n={c['n']}" + (f", {c['patients']} patients" if c.get("patients") else "")
 
 
+def _defined(c: dict) -> bool:
+    """Whether a known-answer cell has a residual risk (NaN where its reference succeeds on every target)."""
+    return isinstance(c.get("risk"), (int, float)) and math.isfinite(c["risk"])
+
+
+def _not_measurable(kind: str, c: dict | None) -> str:
+    """The reason of a row that has no residual risk on the known-answer release ``kind``."""
+    why = ((c or {}).get("interval") or "").removeprefix("undefined: ")
+    return f"not measurable on the {kind} release" + (f" ({why}{_cell_n(c)})" if c and why else "")
+
+
 def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
     """Per risk row: its residual risk on each known-answer release and whether the attack passed."""
     rows = {kind: risk_rows(attacks) for kind, attacks in calib.items()}
@@ -177,6 +188,9 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
                 if c is None:
                     reasons.append(f"misses {what}")
                     continue
+                if not _defined(c):                         # nothing measured: not a miss
+                    reasons.append(_not_measurable(kind, c))
+                    continue
                 needs = ("" if ceiling is None else
                          ", and its attacker is at chance on held-out real images: no copy can show" if ceiling == 0
                          else f", needs {need:.2f}: half its {ceiling:.2f} on held-out real images")
@@ -187,8 +201,8 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
         nulls = [k for k in KNOWN if k in rows and (k not in COPIES or copy_ok is None)]
         for kind in nulls:
             n = got[kind]
-            if n is None:
-                reasons.append(f"not measurable on the {kind} release")
+            if n is None or not _defined(n):                # unmeasured: no evidence that it spares the null
+                reasons.append(_not_measurable(kind, n))
             elif n["ci"][0] > 0:
                 what = f"the {kind} copy, which pushes nobody away" if kind in COPIES and kind != "copy" else \
                     "an exact copy, which pushes nobody away" if kind == "copy" else f"the {kind} release"
@@ -385,8 +399,7 @@ def verdict(rel: dict) -> dict:
     keeps."""
     rows = risk_rows(rel["attacks"])
     valid = {row: r for row, r in rows.items() if rel["validity"][row]["valid"]}
-    out: dict = {"valid_attacks": len(valid), "invalid_attacks": len(rows) - len(valid),
-                 "utility_kept": _utility_kept(rel)}
+    out: dict = {"invalid_attacks": len(rows) - len(valid), "utility_kept": _utility_kept(rel)}
     # a row whose reference succeeds on every target has no residual risk (NaN): it cannot be the largest, and a
     # NaN compared with anything is never larger, so left among the others it would hide their risk
     undefined = sorted(row for row, r in valid.items()
@@ -395,6 +408,7 @@ def verdict(rel: dict) -> dict:
         out["undefined_attacks"] = {row: {"name": row_label(row),
                                           "why": valid.pop(row)["residual_risk"].get("interval") or "undefined"}
                                     for row in undefined}
+    out["valid_attacks"] = len(valid)                  # with a defined risk; the undefined ones counted apart
     detectors = [row for row in valid if rel["validity"][row].get("catches_copies")]
     if valid:
         # ties (several rows at 1.00) go to the surer row (its lower bound, then its upper one), then by the row's

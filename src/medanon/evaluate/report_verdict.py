@@ -3,6 +3,8 @@ section); both read what :mod:`medanon.evaluate.calibration` put into report.jso
 
 from __future__ import annotations
 
+import math
+
 from medanon.evaluate.calibration import KNOWN, row_label, row_unit
 from medanon.evaluate.report_format import _e, _num, _table
 from medanon.evaluate.report_format import differencing_space as space
@@ -30,7 +32,16 @@ def paper_claims(method: str | None) -> str:
 def _iv(d: dict | None) -> str:
     if not d:
         return "–"
+    if not (isinstance(d.get("risk"), (int, float)) and math.isfinite(d["risk"])):    # its reference is saturated
+        return f"– <span class=ci>{_e(d.get('interval') or 'undefined')}</span>"
     return f"{_num(d['risk'], 2)} <span class=ci>[{_num(d['ci'][0], 2)}, {_num(d['ci'][1], 2)}]</span>"
+
+
+def _counts(v: dict) -> str:
+    """Valid rows with a risk, valid rows without one, of all rows."""
+    undefined = len(v.get("undefined_attacks") or {})
+    total = v["valid_attacks"] + undefined + v["invalid_attacks"]
+    return f"{v['valid_attacks']}" + (f" (+{undefined} undefined)" if undefined else "") + f" / {total}"
 
 
 def _n(d: dict | None, row: str) -> str:
@@ -66,7 +77,7 @@ def verdict_section(rep: dict) -> str:
                          + (f", {u['patients']} patients" if u.get("patients") else "") + "</span>"
                          for u in v["utility_kept"]) or "–"
         rows.append([_e(r["name"]), _exposure(v.get("exposure") or {}), risk, kept,
-                     f"{v['valid_attacks']} / {v['valid_attacks'] + v['invalid_attacks']}",
+                     _counts(v),
                      _e(v["sentence"]), _e(paper_claims(r.get("method")))])
     if not rows:
         return ""

@@ -129,10 +129,12 @@ def _k_sentence(name: str, kc: dict | None) -> list[str]:
 def _undefined(v: dict) -> str:
     """The valid rows without a residual risk (their reference succeeds on every target), named with the reason."""
     rows = v["undefined_attacks"]
-    names = ", ".join(r["name"] for r in rows.values())
-    reason = next(iter(rows.values()))["why"].removeprefix("undefined: ")
-    return (f"{len(rows)} valid attack row{'s' if len(rows) > 1 else ''} ({names}) "
-            f"{'have' if len(rows) > 1 else 'has'} no defined residual risk ({reason})")
+    by_reason: dict[str, list[str]] = {}
+    for r in rows.values():
+        by_reason.setdefault(r["why"].removeprefix("undefined: "), []).append(r["name"])
+    return (f"{len(rows)} valid attack row{'s' if len(rows) > 1 else ''} "
+            f"{'have' if len(rows) > 1 else 'has'} no defined residual risk: "
+            + "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items()))
 
 
 def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
@@ -156,8 +158,8 @@ def sentence(name: str, v: dict, why: list[str] | None = None) -> str:
             + (f"; {v['members_left_out']} member images left out, no control patient sharing their label"
                if v.get("members_left_out") else "") \
             if v.get("n") is not None else ""
-        of = (f"; it is the largest of {v['valid_attacks']} valid attack rows, and its interval is not adjusted for "
-              "that choice" if v["valid_attacks"] > 1 else "")
+        of = (f"; it is the largest of {v['valid_attacks']} valid attack rows with a defined risk, and its interval "
+              "is not adjusted for that choice" if v["valid_attacks"] > 1 else "")
         against = ("measured against a control, the same attack on people not in the release: 0 = it learns nothing "
                    "beyond what it learns of them" if v.get("against", "control") == "control" else
                    f"measured against a baseline, {v.get('baseline_is') or 'random guessing'}, as this attack has no "

@@ -450,3 +450,14 @@ def test_vessel_mask_files_are_read_once(tmp_path: Path, phantoms: Path, monkeyp
     small.bind(ds.records)
     small.check(ds.records, size=32, crop=ds.crop)
     assert torch.equal(small.masks(images, fov, records=ds.records, layout_masks=None, size=32, crop=ds.crop), got)
+
+
+def test_snow_statements_speak_of_both_modalities_not_of_fundus_alone():
+    """An X-ray release's statement said the evaluation measures "the DR classifier's F1"; it measures the data's
+    task (pneumonia for chest X-rays), and what survives in an X-ray is its anatomy, not vessels."""
+    from medanon.anonymize.snow_statement import snow_privacy, vs_snow_privacy
+
+    for statement in (snow_privacy(0.3, 32, 32), snow_privacy(0.0, 32, 32), vs_snow_privacy(0.3, {})):
+        assert "pneumonia" in statement["attack_measured"]
+    survives = " ".join(snow_privacy(0.3, 32, 32)["not_protected"])
+    assert "chest X-ray's ribs" in survives

@@ -17,6 +17,13 @@ from medanon.errors import ConfigError
 FILLS = ("grey", "value", "dataset")          # default first: the data-independent mid-grey
 
 
+STRUCTURE = ("structure survives: anatomy and anything spatially smooth (a fundus photograph's vessels, optic disc and "
+             "lesions; a chest X-ray's ribs, heart outline, devices and burned-in markers)")
+MEASURED = ("not when the release is made: `medanon evaluate` measures the attacks (the paper's is a sex attacker's "
+            "accuracy) and the utility of the data's task (the paper's is a DR classifier's F1 on fundus photographs; "
+            "for chest X-rays, pneumonia) on this release (docs/snow.md)")
+
+
 def parse_fill(fill: str | Sequence[float], channels: int) -> tuple[str, torch.Tensor | None]:
     """``grey`` | ``value:R,G,B`` (0–255; one value for grey images) | ``dataset`` | a sequence of C values
     in [-1, 1] -> (kind, fill value (C,) float64 in [-1, 1], or None for ``dataset``: computed later)."""
@@ -95,13 +102,10 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
                                  "fill that depends on no private data and a selection that is secret and random"],
             "not_protected": [
                 "images and patients: each released image stands for exactly one source image and resembles it",
-                "structure survives: vessels, optic disc, lesions and anything spatially smooth can be read from or "
-                "interpolated between the unchanged pixels",
+                STRUCTURE + " can be read from or interpolated between the unchanged pixels",
                 "labels released with the images are released as they are",
             ],
-            "attack_measured": ("not when the release is made: the sex attacker's accuracy (privacy) and the DR "
-                                "classifier's "
-                                "F1 (utility) are measured by the evaluation on this release (docs/snow.md)"),
+            "attack_measured": MEASURED,
         }
     return {
         "mechanism": (f"Snow (John et al., ETRA 2020), the selection of VS-Snow Eq. 1 "
@@ -133,9 +137,8 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
             f"delta = {delta:.2f} is not small: each pixel is released exactly as it was with probability "
             f"{delta:.2f}; by the usual standard (delta much smaller than 1 / number of records) this is no "
             "differential privacy",
-            "structure survives: vessels, optic disc, lesions and anything spatially smooth can be read from or "
-            "interpolated between the unchanged pixels (a median filter undoes much of it); each released image "
-            "stands for exactly one source image and resembles it",
+            STRUCTURE + " can be read from or interpolated between the unchanged pixels (a median filter undoes "
+            "much of it); each released image stands for exactly one source image and resembles it",
             *([] if fill == "grey" else [
                 "the fill value is released (manifest and pixels): whatever it reveals about the data it was "
                 "computed from is not covered"]),
@@ -143,9 +146,7 @@ def snow_privacy(p: float, h: int, w: int, *, fill: str = "grey", seeded: bool =
             "smallest reveals); with different seeds the union of unchanged pixels reveals more than either",
             "labels released with the images are released as they are",
         ],
-        "attack_measured": ("not when the release is made: the sex attacker's accuracy (privacy) and the DR "
-                            "classifier's F1 "
-                            "(utility) are measured by the evaluation on this release (docs/snow.md)"),
+        "attack_measured": MEASURED,
     }
 
 
@@ -178,7 +179,5 @@ def vs_snow_privacy(p: float, vessels: dict[str, Any], *, seeded: bool = False) 
             "replaced set",
             "labels released with the images are released as they are",
         ],
-        "attack_measured": ("not when the release is made: the sex attacker's accuracy (privacy) and the DR "
-                            "classifier's F1 "
-                            "(utility) are measured by the evaluation on this release (docs/snow.md)"),
+        "attack_measured": MEASURED,
     }

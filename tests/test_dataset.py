@@ -211,3 +211,24 @@ def test_a_colour_folder_read_as_xrays_warns_once_and_grey_rgb_xrays_do_not(tmp_
         Image.open(jpeg).save(f)
         assert Image.open(f).mode == "RGB"
     assert said(xray, 16) == [] and said(xray, 64) == []
+
+
+def test_a_colour_file_in_an_xray_set_is_read_as_grey_not_refused(tmp_path: Path):
+    """X-rays are grey: one RGBA PNG among them (the NIH download has a few) refused every command as "mixed channel
+    counts" with advice for fundus sets; the modality says what to make of it, and a file in colour is named."""
+    from medanon import make_phantom
+    from medanon.data.decode import ColourReadAsGrey
+
+    data = make_phantom(tmp_path / "xr", modality="xray", patients=3, per_patient=2, size=16)
+    grey_rgba = sorted((data / "images").iterdir())[0]
+    Image.open(grey_rgba).convert("RGBA").save(grey_rgba)           # a grey X-ray saved as RGBA: read as it is
+    ds = open_dataset(data, DataConfig(size=16))
+    assert ds.channels == 1 and all(ds[i]["image"].shape[0] == 1 for i in range(len(ds)))
+    tinted = sorted((data / "images").iterdir())[1]
+    rgb = np.asarray(Image.open(tinted).convert("RGB")).copy()
+    rgb[..., 0] = 255 - rgb[..., 0]                                 # visibly in colour
+    Image.fromarray(rgb).save(tinted)
+    with pytest.warns(ColourReadAsGrey, match=tinted.name):
+        ds = open_dataset(data, DataConfig(size=16))
+        ds[1]
+    assert ds.channels == 1

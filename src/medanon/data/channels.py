@@ -1,8 +1,9 @@
 """How many channels images are read with, and refusing a model of another channel count than the files hold.
 
 The files' own channel counts come from their headers (:class:`~medanon.data.imageio.ImageInfo`). Without an
-explicit ``channels=`` they must agree, and the modality decides: colour fundus photographs 3, X-rays 1.
-Converting is explicit: grey images replicated into RGB, or colour ones averaged to grey, only when asked.
+explicit ``channels=`` the modality decides: X-rays 1 (a colour file among them is read as grey, and named in a
+warning where it is in colour: :func:`medanon.data.decode.warn_colour_dropped`), colour fundus photographs 3, where
+the files must agree: grey images are replicated into RGB only when asked.
 
 Example:
     >>> from medanon.data.imageio import ImageInfo
@@ -49,13 +50,15 @@ def resolve_channels(requested: int, modality: str | None, infos: Sequence[Any],
     counts = Counter(i.channels for i in infos)
     if requested:
         return requested
+    if modality == "xray":          # X-rays are grey: colour files too are read as grey (in colour: named, decode.py)
+        return 1
     if len(counts) > 1:
         minority = min(counts, key=lambda c: counts[c])
         raise MixedChannels(f"the images have mixed channel counts ({_mix(counts)}); the {minority}-channel ones "
                             "are:", files=_files_with(records, infos, minority, same=True),
-                            fix="pass channels=3 to convert every image to RGB, or channels=1 for grayscale (a "
-                                "grayscale image in a colour fundus set may be a red-free or angiography frame that "
-                                "does not belong)")
+                            fix="pass channels=3 to convert every image to RGB (colour fundus photographs), or "
+                                "channels=1 for grayscale (a grayscale image in a colour fundus set may be a "
+                                "red-free or angiography frame that does not belong)")
     if modality == "fundus":
         if set(counts) == {1}:
             raise GreyFundus(f"every image is grey (1 channel), but the data are read as colour fundus photographs "

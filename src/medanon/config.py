@@ -31,6 +31,7 @@ class DataConfig:
     crop: str = "auto"                          # auto | fov | center | pad | none (auto: fov fundus, center X-ray)
     modality: str = "auto"                      # auto | fundus | xray
     skip_bad: bool = False                      # skip unreadable/missing/unlabelled files instead of failing
+    views: str = ""                             # chest X-ray views: "" every image, "frontal", or e.g. "PA,AP"
 
     def validate(self) -> None:
         if self.size < MIN_SIZE or self.size > MAX_SIZE or self.size & (self.size - 1):
@@ -48,6 +49,9 @@ class DataConfig:
         if self.modality not in ("auto", "fundus", "xray"):
             raise ConfigError(f"modality={self.modality!r} must be auto, fundus or xray",
                               fix="modality='fundus', 'xray', or leave it out to read it from the data")
+        from medanon.data.views import parse_views
+
+        parse_views(self.views)
 
 
 @dataclass

@@ -1,0 +1,65 @@
+"""Reading chest X-rays by view: ``views=`` keeps some, and a folder mixing laterals in is named in a warning."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import medanon
+from medanon.cli import cli
+from medanon.data.views import LateralViews, parse_views
+from medanon.errors import ConfigError, DataError
+
+
+def _with_views(tmp_path: Path, views: list[str]) -> Path:
+    """An X-ray phantom whose images carry ``views`` in turn (the phantoms are PA: the labels are rewritten)."""
+    root = medanon.make_phantom(tmp_path / "xr", modality="xray", patients=3, per_patient=2, size=16)
+    rows = list(csv.DictReader((root / "labels.csv").open()))
+    for i, row in enumerate(rows):
+        row["view"] = views[i % len(views)]
+    with (root / "labels.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return root
+
+
+def test_views_select_and_every_image_is_read_by_default_with_a_warning(tmp_path):
+    root = _with_views(tmp_path, ["PA", "LATERAL", "AP"])
+    with pytest.warns(LateralViews, match=r"2 of the 6 images of .* are lateral views.*views='frontal'"):
+        assert len(medanon.open_dataset(root, size=16)) == 6
+    frontal = medanon.open_dataset(root, size=16, views="frontal")
+    assert len(frontal) == 4 and frontal.read_options.views == "frontal"
+    assert {int(r.labels["view"]) for r in frontal.records} == {0, 1}                # PA and AP
+    assert len(medanon.open_dataset(root, size=16, views="pa")) == 2
+    with pytest.raises(DataError, match="leaves no image"):
+        medanon.open_dataset(root, size=16, views="LL")
+
+
+def test_frontal_keeps_images_whose_view_is_not_recorded_a_list_does_not(tmp_path):
+    root = _with_views(tmp_path, ["", "LL"])
+    assert len(medanon.open_dataset(root, size=16, views="frontal")) == 3
+    with pytest.raises(DataError, match=r"leaves no image .*unknown 3"):
+        medanon.open_dataset(root, size=16, views="PA,AP")
+
+
+def test_an_unknown_view_is_refused_by_name():
+    assert parse_views("") is None and parse_views(" PA , ap ") == {"PA", "AP"}
+    with pytest.raises(ConfigError, match="names 'SIDE'"):
+        parse_views("PA,side")
+    with pytest.raises(ConfigError, match="views="):
+        medanon.open_dataset(".", views="upright")
+
+
+def test_the_cli_reads_views_in_every_data_command(tmp_path):
+    root = _with_views(tmp_path, ["PA", "LATERAL"])
+    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--views", "frontal"])
+    assert r.exit_code == 0 and "images    3" in r.output, r.output
+    r = CliRunner().invoke(cli, ["data", "split", str(root), "--views", "frontal", "--out", str(tmp_path / "s.csv")])
+    assert r.exit_code == 0, r.output
+    assert len((tmp_path / "s.csv").read_text().strip().splitlines()) == 1 + 3
+    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--views", "top"])
+    assert r.exit_code != 0 and "--views frontal" in r.output and "Traceback" not in r.output

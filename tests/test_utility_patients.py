@@ -298,3 +298,35 @@ def test_the_full_real_reference_reports_its_own_interval_only(monkeypatch):
     monkeypatch.setattr(utility_run, "_test_patients", lambda ctx, rows: None)
     got = utility_run.full_real_utility(ctx, [task])["grade"]["bootstrap"]
     assert got == {"kappa": {"release": {"value": 0.5, "ci": [0.4, 0.6]}}, "resamples": 20}
+
+
+def test_a_named_task_takes_its_labels_classes_and_a_label_without_classes_is_refused():
+    """``utility.tasks=[sex]`` (or a CheXpert finding) made a task of 0 classes: no label was ever usable, and every
+    release read "nothing to learn"."""
+    from medanon.config import validate
+    from medanon.evaluate.config import EvalConfig, UtilityConfig
+
+    tasks = U.choose_tasks(("sex", "cardiomegaly", "view", "grade"), (), ())
+    assert [(t.num_classes, t.kind) for t in tasks] == [(2, "binary"), (2, "binary"), (5, "multiclass"),
+                                                        (5, "grade")]
+    ok, y = tasks[1].targets(np.array([1.0, 0.0, -1.0, np.nan]))
+    assert ok.tolist() == [True, True, False, False] and y.tolist() == [1, 0]
+    assert U.kind_of("cardiomegaly") == "binary" and U.kind_of("pneumonia") == "binary"
+    with pytest.raises(ConfigError, match=r"utility\.tasks names 'age', a continuous label"):
+        validate(EvalConfig(utility=UtilityConfig(tasks=("age",))))
+    with pytest.raises(ConfigError, match="not a label medanon reads"):
+        U.choose_tasks(("diagnosis",), (), ())
+
+
+def test_an_untestable_task_says_what_its_held_out_labels_are():
+    """CheXpert's pneumonia is mostly uncertain (-1) or blank: the report said the held-out split had "no
+    'pneumonia' labels" while a caution said it was tested on 1 image."""
+    from types import SimpleNamespace
+
+    from medanon.evaluate.utility_run import untestable
+
+    labels = np.array([1.0, -1.0, -1.0, np.nan, np.nan, np.nan, 0.0, 1.0])
+    ctx = SimpleNamespace(real=SimpleNamespace(label=lambda name: labels), held=np.arange(1, 7))
+    said = untestable(ctx, U.KNOWN_TASKS["pneumonia"])
+    assert "1 of the held-out split's 6 images carry a usable 'pneumonia' label (3 blank, 2 uncertain (-1))" in said
+    assert "utility.tasks" in said

@@ -44,7 +44,7 @@ from medanon.evaluate.config import result_key
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
 from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, copy_threshold, known_images, matched_others
-from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, KNOWN_TASKS, METRIC_NAMES
+from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, METRIC_NAMES, kind_of
 from medanon.evaluate.verdict_text import exposure, heldout_in_release, sentence, why_invalid
 
 KNOWN = KINDS                                   # the known-answer releases, in their table order
@@ -372,7 +372,7 @@ def _utility_kept(rel: dict) -> list[dict]:
     for label, u in (rel.get("utility") or {}).items():
         if "skipped" in u:
             continue
-        metric = HEADLINE[KNOWN_TASKS[label].kind if label in KNOWN_TASKS else "multiclass"]
+        metric = HEADLINE[kind_of(label)]
         boot = (u.get("paired_bootstrap") or {}).get(metric) or {}
         real, chance = u["real_same_n"][metric]["mean"], HEADLINE_CHANCE.get(metric, 0.0)
         base_ci = (boot.get("real_same_n") or {}).get("ci")

@@ -58,6 +58,9 @@ class UtilityConfig:
     def validate(self) -> None:
         if not self.seeds:
             raise ConfigError("utility.seeds must name at least one seed", fix="e.g. seeds 0,1,2")
+        from medanon.evaluate.utility import choose_tasks
+
+        choose_tasks(self.tasks, (), ())            # a label without classes is refused before any work
         negative = [s for s in self.seeds if s < 0]
         if negative:                                     # numpy refuses them, after the attackers were trained
             raise ConfigError(f"utility.seeds={list(self.seeds)} holds negative seeds {negative}; seeds are "

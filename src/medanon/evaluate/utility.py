@@ -77,7 +77,36 @@ def choose_tasks(names: Sequence[str], release_labels: Sequence[str], real_label
     if tuple(names) == ("none",):
         return []
     wanted = list(names) or [t for t in KNOWN_TASKS if t in release_labels and t in real_labels]
-    return [KNOWN_TASKS.get(n, Task(n, 0, "multiclass")) for n in wanted]
+    return [KNOWN_TASKS[n] if n in KNOWN_TASKS else task_of(n) for n in wanted]
+
+
+def task_of(label: str) -> Task:
+    """The task of predicting the canonical label ``label`` from its classes (two: binary, scored by AUROC; more:
+    multiclass); a ConfigError naming ``utility.tasks`` for a label without classes (age) or unknown.
+
+    >>> task_of("cardiomegaly")
+    Task(label='cardiomegaly', num_classes=2, kind='binary')
+    """
+    from medanon.data.labels import LABELS
+
+    spec = LABELS.get(label)
+    if spec is None or spec.kind == "continuous" or len(spec.classes) < 2:
+        with_classes = sorted(n for n, sp in LABELS.items() if sp.kind != "continuous" and len(sp.classes) >= 2)
+        raise ConfigError(f"utility.tasks names {label!r}, " + ("a continuous label: a classifier needs classes"
+                                                                 if spec is not None else "not a label medanon reads"),
+                          fix=f"name labels with classes: {', '.join(with_classes)}")
+    n = len(spec.classes)
+    return Task(label, n, "binary" if n == 2 else "multiclass")
+
+
+def kind_of(label: str) -> str:
+    """The task kind of a label the evaluation ran (grade, binary or multiclass)."""
+    if label in KNOWN_TASKS:
+        return KNOWN_TASKS[label].kind
+    try:
+        return task_of(label).kind
+    except ConfigError:
+        return "multiclass"
 
 
 def score(task: Task, y_true: np.ndarray, proba: np.ndarray) -> dict[str, float]:

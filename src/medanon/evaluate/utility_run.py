@@ -52,6 +52,19 @@ def _test_patients(ctx: RealContext, test_rows: np.ndarray) -> np.ndarray:
     return ctx.real.patients[test_rows]
 
 
+def untestable(ctx: RealContext, task: util.Task) -> str:
+    """Why ``task`` cannot be tested on the held-out split: how many of its images carry a usable label, and what
+    the others carry (CheXpert's findings are often uncertain, −1, or blank), with the fix."""
+    held = np.asarray(ctx.real.label(task.label)[ctx.held], np.float64)
+    usable = int(task.targets(held)[0].sum())
+    parts = [f"{int(np.isnan(held).sum())} blank", f"{int((held < 0).sum())} uncertain (-1)"]
+    other = len(held) - usable - int(np.isnan(held).sum()) - int((held < 0).sum())
+    parts += [f"{other} outside the task's classes"] if other else []
+    return (f"{usable} of the held-out split's {len(held)} images carry a usable {task.label!r} label "
+            f"({', '.join(parts)}), too few to test on: hold out more patients, or predict another label "
+            "(utility.tasks, e.g. --set 'utility.tasks=[cardiomegaly]')")
+
+
 def release_utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) -> dict:
     """Every task's utility entry of one release (see the module docstring)."""
     out = {}
@@ -65,7 +78,7 @@ def release_utility(ctx: RealContext, rel: ReleaseData, tasks: list[util.Task]) 
                                           f"{len(np.unique(y))} class(es) of {task.label!r}: nothing to learn"}
             continue
         if len(test_rows) < 2:
-            out[task.label] = {"skipped": f"the held-out split has no {task.label!r} labels to test on"}
+            out[task.label] = {"skipped": untestable(ctx, task)}
             continue
         if encoded is None:
             encoded = ctx.learner.encode(rel.images, f"{ctx.learner.name} inputs ({rel.name})")

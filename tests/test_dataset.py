@@ -232,3 +232,19 @@ def test_a_colour_file_in_an_xray_set_is_read_as_grey_not_refused(tmp_path: Path
         ds = open_dataset(data, DataConfig(size=16))
         ds[1]
     assert ds.channels == 1
+
+
+def test_the_folder_above_a_dataset_is_pointed_to_it(tmp_path: Path):
+    """A download unpacks into a folder of its own (chexpert/CheXpert-v1.0-small/): given the folder above it, the
+    error names the dataset folder inside instead of listing every layout's files alone."""
+    from medanon import make_phantom
+
+    inner = make_phantom(tmp_path / "outer" / "ph", modality="xray", patients=2, per_patient=1, size=16)
+    (tmp_path / "outer" / "notes").mkdir()
+    with pytest.raises(DataError, match=r"a folder in it holds a dataset \(.*ph: the medanon layout\)") as e:
+        open_dataset(tmp_path / "outer")
+    assert e.value.fix == f"pass that folder instead ({inner})"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="cannot tell the layout") as e:
+        open_dataset(tmp_path / "empty")
+    assert "holds a dataset" not in str(e.value) and "layout=NAME" in e.value.fix

@@ -138,9 +138,26 @@ def detect_layout(root: Path) -> str:
     if (root / "dataset.yaml").is_file():          # there but unreadable: the medanon reader names what is wrong
         return "medanon"
     looked = "; ".join(f"{name}: {what}" for name, what in _LOOKED_FOR.items())
+    below = _layouts_below(root)
     raise DataError(f"cannot tell the layout of {root}: none of the files that identify a layout are there "
-                    f"(looked for {looked})", files=[root],
-                    fix=f"pass layout=NAME (one of {', '.join(LAYOUTS)}), or {GENERIC_FIX}")
+                    f"(looked for {looked})" + (f"; a folder in it holds a dataset ({below})" if below else ""),
+                    files=[root], fix=(f"pass that folder instead ({below.split(':')[0]})" if below else
+                                       f"pass layout=NAME (one of {', '.join(LAYOUTS)}), or {GENERIC_FIX}"))
+
+
+def _layouts_below(root: Path, limit: int = 50) -> str:
+    """The first of ``root``'s sub-folders (up to ``limit``, by name) whose files identify a layout, as
+    "PATH: LAYOUT", or "": a user who passes the folder above a download (chexpert/ holding CheXpert-v1.0-small/)."""
+    try:
+        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))[:limit]
+    except OSError:
+        return ""
+    for sub in subs:
+        found = [name for name, test in _detectors() if test(sub)] or \
+            (["medanon"] if (sub / "dataset.yaml").is_file() else [])
+        if found:
+            return f"{sub}: the {' / '.join(found)} layout"
+    return ""
 
 
 _READERS: dict[str, Callable[[Path], Scan]] = {

@@ -63,3 +63,22 @@ def test_the_cli_reads_views_in_every_data_command(tmp_path):
     assert len((tmp_path / "s.csv").read_text().strip().splitlines()) == 1 + 3
     r = CliRunner().invoke(cli, ["data", "summary", str(root), "--views", "top"])
     assert r.exit_code != 0 and "--views frontal" in r.output and "Traceback" not in r.output
+
+
+def test_a_release_records_the_views_it_was_made_from_and_the_evaluation_compares(tmp_path):
+    from types import SimpleNamespace
+
+    from medanon.evaluate.setting_notes import views_notes
+    from medanon.release import read_release
+
+    root = _with_views(tmp_path, ["PA", "LATERAL"])
+    ds = medanon.open_dataset(root, size=16, views="frontal")
+    out = medanon.anonymize.snow(ds, p=0.3).save(tmp_path / "rel")
+    manifest, rows = read_release(out)
+    assert manifest["params"]["views"] == "frontal" and len(rows) == 3
+    whole = medanon.anonymize.snow(medanon.open_dataset(root, size=16, views="PA,AP,LATERAL"), p=0.3)
+    assert whole.save(tmp_path / "rel2") and read_release(tmp_path / "rel2")[0]["params"]["views"] == "PA,AP,LATERAL"
+    rel = SimpleNamespace(name="rel", manifest=manifest)
+    assert views_notes("frontal", [rel]) == []
+    said = views_notes("", [rel])
+    assert len(said) == 1 and "made from the images of views='frontal'" in said[0] and "evaluate with" in said[0]

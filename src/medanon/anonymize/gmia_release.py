@@ -25,6 +25,7 @@ from medanon.errors import ConfigError, user_stacklevel
 from medanon.models.classifier import ResNet
 from medanon.models.identity import IdentityNet
 from medanon.release.labels import SENSITIVE_LABELS, default_labels, release_labels
+from medanon.release.release import views_param
 from medanon.release.sharded import open_release
 
 log = logging.getLogger(__name__)
@@ -241,7 +242,8 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
                               + ("; the codec's spatial map (not in the paper) is optimised freely with them"
                                  if networks["codec"].get("latent_space") == "ws+map" else ""),
               "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,
-              "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None}
+              "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None,
+              **views_param(dataset)}
     if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings
         params["amp"] = networks["codec"]["amp"]
     params.update(extra_params or {})

@@ -48,7 +48,7 @@ from medanon.evaluate.context import RealContext, checkpoint_trained_on, split_r
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
-from medanon.evaluate.setting_notes import setting_notes
+from medanon.evaluate.setting_notes import setting_notes, views_notes
 from medanon.evaluate.utility_run import comparisons, full_real_utility, release_utility
 from medanon.fsutil import sha256_file
 from medanon.models.identity import load_identity
@@ -370,7 +370,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     # comparisons read what each release left in the cache: naming pairs must not invalidate any cached result
     keyed = replace(cfg, utility=replace(cfg.utility, compare=()))
     ctx = RealContext(real, keyed, cache, dev, progress)
-    for note in setting_notes(cfg, rels, n_fid):
+    for note in setting_notes(cfg, rels, n_fid) + views_notes(real.dataset.read_options.views, rels):
         log.warning(note)
         ctx.notes.append(note)
     label_sets = [set(r.label_names) for r in rels]

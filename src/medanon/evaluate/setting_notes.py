@@ -83,6 +83,20 @@ def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str,
     return out
 
 
+def views_notes(real_views: str, rels: Sequence[ReleaseData]) -> list[str]:
+    """A note for each release made from other chest X-ray views than the real data is read with (views=):
+    the attackers, controls and utility test set would see views the release does not hold, or miss some it does."""
+    out = []
+    for r in rels:
+        made = (r.manifest.get("params") or {}).get("views") or ""
+        if made != (real_views or ""):
+            out.append(f"release {r.name} was made from the images of views={made!r} ({made or 'every view'}), "
+                       f"and the real data is read with views={real_views or ''!r} ({real_views or 'every view'}): "
+                       f"its controls, attackers and utility test set hold other views than its records; evaluate "
+                       f"with views={made!r}")
+    return out
+
+
 def fallback_note(name: str, quality: dict | None, records: int) -> str | None:
     """What a release's manifest ``quality`` says of DP-GLOW's decoder fallback, or None where it was not used (or
     the release records nothing of it)."""

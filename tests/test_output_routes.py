@@ -361,3 +361,16 @@ def test_a_loop_of_symbolic_links_is_named_not_a_traceback(tmp_path, phantom, wh
     assert r.exit_code == 1 and "Traceback" not in r.output and "loop of symbolic links" in r.output, r.output
     with pytest.raises(medanon.errors.ConfigError, match="loop of symbolic links"):
         medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", mapping=tmp_path / "loopA" / "m.json")
+
+
+def test_a_link_then_dotdot_is_followed_as_the_system_follows_it(tmp_path, phantom):
+    """``deep/../s.csv`` with ``deep -> DATASET/images`` is DATASET/s.csv to the operating system; the check dropped
+    the ``..`` before following the link, judged ``./s.csv`` and wrote into the dataset."""
+    data = tmp_path / "data"
+    shutil.copytree(phantom, data)
+    (tmp_path / "deep").symlink_to(data / "images")
+    for args in (["data", "split", str(data), "--out", str(tmp_path / "deep" / ".." / "s.csv")],
+                 ["phantom", "--patients", "2", "--size", "16", "--out", str(tmp_path / "deep" / ".." / "ph")]):
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code != 0 and "dataset folder" in r.output, r.output
+    assert sorted(p.name for p in data.iterdir()) == sorted(p.name for p in phantom.iterdir())

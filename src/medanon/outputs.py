@@ -55,10 +55,12 @@ class UnsafeOutputError(MedanonError):
 
 
 def _resolve(p: str | os.PathLike) -> Path:
-    """``p`` as the real path it leads to; a symbolic-link loop on the way is a :class:`ConfigError` naming it (it
-    leads to no file, and Python raises a bare RuntimeError)."""
+    """``p`` as the real path it leads to, component by component as the operating system follows it (a link, then
+    ``..`` from where the link leads: ``link/../x`` is beside the link's target, not beside the link); a
+    symbolic-link loop on the way is a :class:`ConfigError` naming it (it leads to no file, and Python raises a bare
+    RuntimeError)."""
     try:
-        return Path(os.path.abspath(Path(p).expanduser())).resolve(strict=False)
+        return Path(p).expanduser().absolute().resolve(strict=False)
     except (RuntimeError, OSError) as e:
         raise ConfigError(f"{p} leads through a loop of symbolic links (or a link that cannot be read): it names no "
                           f"file or folder ({e})", fix="fix or remove the link, or give another path") from None

@@ -33,6 +33,7 @@ from medanon.evaluate.report_format import (
     _e,
     _num,
     _table,
+    _unit_mark,
     assign_columns,
     short_setting,  # noqa: F401  (re-exported: the papers' column labels)
 )
@@ -89,16 +90,19 @@ def fid_sizes_text(rep: dict) -> str:
     return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]} (each release's own)"
 
 
-def _control_label(n: str, f: dict) -> str:
+def _control_label(n: str, f: dict, has_fid: bool = True) -> str:
     """A fidelity control row's label: the N it measured, and where the held-out images were fewer than the N of the
-    releases it stands beside, that it could not match them.
+    releases it stands beside, that it could not match them (FID too where it was computed).
 
     >>> _control_label("50", {"n": 32})
     '<i>real, held-out patients (control, N = 32: every held-out image, fewer than the 50 of the releases ...'
+    >>> "FD is biased by N, so it is not" in _control_label("50", {"n": 32}, has_fid=False)
+    True
     """
     got = int(f.get("n", n))
-    short = (f": every held-out image, fewer than the {n} of the releases beside it; FID and FD are biased by N, so "
-             "they are not comparable" if got < int(n) else "")
+    biased = "FID and FD are biased by N, so they are not" if has_fid else "FD is biased by N, so it is not"
+    short = (f": every held-out image, fewer than the {n} of the releases beside it; {biased} "
+             "comparable" if got < int(n) else "")
     return f"<i>real, held-out patients (control, N = {got}{short})</i>"
 
 
@@ -109,8 +113,8 @@ def _fidelity(rep: dict) -> str:
     out = ["<h2>Fidelity</h2>"]
     if has_fid:
         net = rep["networks"]["inception"] or {}
-        rows = [[_e(m), "FID [95% CI]"] + [_ci(c["fidelity"].get("fid")) if (c := _cell(rels, m, s)) else "–"
-                                           for s in settings] for m in methods]
+        rows = [[_e(m), "FID [95% CI]"] + [_ci(c["fidelity"].get("fid")) + _mark(c["fidelity"].get("fid"))
+                                           if (c := _cell(rels, m, s)) else "–" for s in settings] for m in methods]
         out.append(_table(["Method", "Metric", *map(_e, settings)], rows,
                           caption=f"Table 1 layout (k-SALSA): FID on {_e(net.get('display_name', 'Inception-v3'))}, "
                                   f"{fid_sizes_text(rep)} released images per method (N of each below) against "
@@ -121,7 +125,7 @@ def _fidelity(rep: dict) -> str:
     head += ["FD identity network [95% CI]"] if rep["config"]["fidelity"]["in_domain"] else []
     rows = []
     by_n = rep["controls"].get("fidelity_by_n") or {str(rep["controls"]["fidelity"]["n"]): rep["controls"]["fidelity"]}
-    entries = [(_control_label(n, f), f) for n, f in sorted(by_n.items(), key=lambda kv: int(kv[0]))]
+    entries = [(_control_label(n, f, has_fid), f) for n, f in sorted(by_n.items(), key=lambda kv: int(kv[0]))]
     entries += [(_e(r["name"]), r["fidelity"]) for r in rels]
     errors = {f["kid"].get("error", "sd over subsets") for _, f in entries if f.get("kid") and not f["kid"].get("ci")}
     for name, f in entries:
@@ -135,21 +139,32 @@ def _fidelity(rep: dict) -> str:
                 kid_s = f"{_num(1e3 * kid['mean'], 2)} <span class=ci>± {_num(1e3 * kid['sd'], 2)}{why}</span>"
             else:
                 kid_s = "–"
-            row += [_ci(f.get("fid")), kid_s]
+            row += [_ci(f.get("fid")) + _mark(f.get("fid")), kid_s + _mark(kid)]
         if rep["config"]["fidelity"]["in_domain"]:
-            row.append(_ci(f.get("fd_identity"), 3))
+            row.append(_ci(f.get("fd_identity"), 3) + _mark(f.get("fd_identity")))
         rows.append(row)
     same = len(by_n) == 1
+    in_domain = rep["config"]["fidelity"]["in_domain"]
+    fd = " and ".join(x for x, on in (("FID", has_fid), ("FD", in_domain)) if on) or "FID and FD"
+    are = "are" if " and " in fd else "is"
+    by_patient = all(not _mark(f.get(k)) for _, f in entries for k in ("fid", "kid", "fd_identity"))
+    unit = ("resample patients" if by_patient else
+            "resample patients where a release has its mapping, and otherwise what the row's mark says (without a "
+            "mapping, the release's records one by one: too narrow where one patient has several)")
     out.append(_table(head, rows, caption=(
         "Every release measured with the same N. " if same else
-        "Each release measured on its own N (its records, up to the cap). FID and FD are biased by N: compare a "
-        "release with the control of its N, and releases of different N by KID (unbiased), not by FID. ")
+        f"Each release measured on its own N (its records, up to the cap). {fd} {are} biased "
+        "by N: compare a release with the control of its N"
+        + (", and releases of different N by KID (unbiased), not by FID. " if has_fid else
+           ", not with a release of another N. "))
         + "A control row measures as many held-out real images (new patients) the same way, against the same "
           "reference of real source images: where a release is closer than the control of its N, it is closer to "
-          "its sources than new people are (a memorisation signal: see the near-copy screen). FD on the attacks' "
-          "identity network (in-domain). The intervals of FID and FD resample patients (bias-shifted bootstrap) and "
+          "its sources than new people are (a memorisation signal: see the near-copy screen). "
+        + ("FD on the attacks' identity network (in-domain). " if in_domain else "")
+        + f"The intervals of {fd} (bias-shifted bootstrap) {unit}; they "
           "are for the distance measured with this N of images, not for the distance between the populations, "
-          "which is smaller. KID's interval resamples patients too (the unbiased MMD² of the resampled sets)."
+          "which is smaller."
+        + (" KID's interval resamples the same units (the unbiased MMD² of the resampled sets)." if has_fid else "")
         + (f" KID's ± (sets too large for its interval) is the {_e(next(iter(errors)))}."
            if has_fid and len(errors) == 1 else "") + _resamples_said(entries)))
     if not has_fid:
@@ -158,6 +173,11 @@ def _fidelity(rep: dict) -> str:
                                                                       "the notes")
         out.append(f"<p class=note>FID and KID were not computed: {why}.</p>")
     return "\n".join(out)
+
+
+def _mark(d: dict | None) -> str:
+    """A fidelity interval's unit, said beside it where it is not patients (a release without its mapping)."""
+    return _unit_mark(d.get("resampled")) if isinstance(d, dict) and d.get("ci") else ""
 
 
 def _resamples_said(entries: list) -> str:

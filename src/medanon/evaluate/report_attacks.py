@@ -7,7 +7,7 @@ Every number shows its N and its interval."""
 from __future__ import annotations
 
 from medanon.evaluate.calibration import row_label, row_unit
-from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _table
+from medanon.evaluate.report_format import _assume, _cell, _columns, _e, _num, _pct, _plural, _table, _unit_mark
 from medanon.evaluate.report_risks import _iv, _rate_iv, _residual, _risks, _threshold
 from medanon.evaluate.report_verdict import calibration_section
 
@@ -75,8 +75,11 @@ def _protocol(rep: dict) -> str:
             f"counts individuals); local cloaking with both centres, named.</li></ul>")
 
 
-def _explain() -> str:
-    rows = [[_e(a), _e(b)] for a, b in CONTROLS]
+def _explain(rep: dict | None = None) -> str:
+    """What each number is compared with; the fidelity row names only the distances computed (no FID or KID when
+    Inception was off or unavailable)."""
+    fid = rep is None or any("fid" in (r.get("fidelity") or {}) for r in rep["releases"])
+    rows = [[_e(a if fid or not a.startswith("FID") else "FD"), _e(b)] for a, b in CONTROLS]
     return ("<h2>What each number is compared with</h2>" + _table(
         ["Number", "Compared with"], rows,
         caption="A control is the same attack run on people who are not in the release (held-out patients); a "
@@ -99,6 +102,35 @@ def _p(p: float | None) -> str:
     return f"p ≤ {p:.2g}" if p <= 2.2 / (BOOT_RESAMPLES + 1) else f"p = {p:.2g}"
 
 
+FEW_CLUSTERS = 10          # a bootstrap p-value over fewer patient clusters than this is shown beside the exact one
+
+
+def _membership_cell(a: dict) -> str:
+    """A Table 3 cell: top-K accuracy with its interval, the exact chance, the p-value (the exact test's beside the
+    bootstrap's where the patient clusters are few), and what the number rests on: the slots, the patient clusters
+    behind the interval, the records and pools evaluated, the records left out and the views scored once."""
+    clusters = ((a.get("risk") or {}).get("attack") or {}).get("patients")
+    p = _p(a["p_value"])
+    exact = a.get("p_value_exact")
+    if clusters is not None and clusters < FEW_CLUSTERS and exact is not None and exact == exact:
+        p += (f" (patient bootstrap, fewer than {FEW_CLUSTERS} clusters: rough; exact test of a random ranking, "
+              f"images taken as independent: p = {exact:.2g})")
+    rests = f"n = {a['slots']} slots" + (f", {_plural(clusters, 'patient cluster')}" if clusters is not None else "")
+    rests += _unit_mark(a.get("interval"), field="interval") if clusters is None else ""
+    if a.get("records_evaluated") is not None and a.get("pool") is not None:
+        rests += (f"; {_plural(a['records_evaluated'], 'record')} in {_plural(a.get('pools', 1), 'pool')} of up to "
+                  f"{a['pool']} images")
+    if a.get("records_not_evaluated"):
+        n = a["records_not_evaluated"]
+        rests += f"; {_plural(n, 'record')} left out (larger than the held-out set)"
+    if a.get("views_scored_once"):
+        n = a["views_scored_once"]
+        rests += (f"; {_plural(n, 'record')} {'is a view' if n == 1 else 'are views'} of another record's source "
+                  f"set, scored once with it")
+    return (f"{_iv(a['top_k_accuracy'], a['ci'], pct=True)} <span class=ci>chance {_pct(a['chance'])}, {p}, "
+            f"{rests}</span>")
+
+
 def _membership(rels: list[dict]) -> str:
     ok = [r for r in rels if "top_k_accuracy" in r["attacks"].get("membership", {})]
     out = ["<h2>Membership inference, modelled on k-SALSA §4.5</h2>"]
@@ -110,21 +142,27 @@ def _membership(rels: list[dict]) -> str:
             for s in settings:
                 c = _cell(ok, m, s)
                 a = c["attacks"]["membership"] if c else None
-                text = (f"{_iv(a['top_k_accuracy'], a['ci'], pct=True)} <span class=ci>chance "
-                        f"{_pct(a['chance'])}, {_p(a['p_value'])}, n = {a['slots']} slots</span>" if a else "–")
+                text = _membership_cell(a) if a else "–"
                 why = _why_invalid(c, "membership") if c else None
                 row.append(text if why is None else f"<span class=invalid title=\"{_e(why)}\">{text} (not "
                                                     "valid)</span>")
             rows.append(row)
         a = ok[0]["attacks"]["membership"]
+        held = any("held-out patients" in str(r["attacks"]["membership"].get("interval", "")) for r in ok)
         out.append(_table(["Method", *map(_e, settings)], rows,
-                          caption=f"Table 3 layout: top-K accuracy (%) with K = the record's number of source images "
-                                  f"(k when each record stands for k images; ties share the slots), interval by "
-                                  f"bootstrap over the records' patients, exact chance of a random ranking and "
+                          caption="Table 3 layout: top-K accuracy (%) with K = the record's number of source images "
+                                  "(k when each record stands for k images; ties share the slots), interval by "
+                                  "bootstrap over the records' patient clusters"
+                                  + (" and the held-out patients (each resample draws the pools' held-out images "
+                                     "again)" if held else "")
+                                  + " (Clopper-Pearson over the slots where no patient ids reach it, as its cell says)"
+                                  + f", exact chance of a random ranking and "
                                   f"the p-value of the patient bootstrap (the exact test of a random ranking "
-                                  f"where no patient ids reach it). Pool: members and held-out images in equal "
-                                  f"numbers, in pools of at most twice the held-out images (e.g. {a.get('pools', 1)} "
-                                  f"pool(s) of up to {a['pool']} images for {a['records_evaluated']} records)."))
+                                  f"where no patient ids reach it, and beside the bootstrap's where the patient "
+                                  f"clusters are fewer than {FEW_CLUSTERS}). Pool: members and held-out images in "
+                                  f"equal numbers, in pools of at most twice the held-out images (each cell gives "
+                                  f"its records and pools; a record larger than the held-out set is left out, and "
+                                  f"records that are views of one source set are scored once)."))
         out.append(_assume(a["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "membership"))
 
@@ -172,7 +210,7 @@ def _attribute(rep: dict) -> str:
                          _iv(at.get("original_accuracy"), at.get("original_accuracy_ci"), pct=True),
                          _pct(at["baseline"]), _iv(at.get("leak_kept"), at.get("leak_kept_ci")),
                          _iv(at["auroc"], at.get("auroc_ci")),
-                         _iv(at.get("original_auroc"), at.get("original_auroc_ci")), str(at["n"]),
+                         _iv(at.get("original_auroc"), at.get("original_auroc_ci")), _attribute_n(r, at),
                          _iv(f1["release"]["value"], f1["release"]["ci"], pct=True) if f1 else "–"],
                                 _why_invalid(r, "attribute")))
         out.append(_table(["Release", f"{_e(a0['attribute'])} accuracy (%) on the release [95% CI]",
@@ -194,6 +232,25 @@ def _attribute(rep: dict) -> str:
                                         + "."))
         out.append(_assume(a0["assumptions"]))
     return "\n".join(out + _skipped(rels, ok, "attribute"))
+
+
+def _attribute_n(r: dict, at: dict) -> str:
+    """The attribute attack's N: its records out of the release's, why the others are left out (patients split
+    evenly on the attribute: no true value), and the patient clusters behind its intervals."""
+    n, tied = at["n"], int(at.get("tied_records_left_out") or 0)
+    total = r.get("records")
+    total = total if isinstance(total, int) and total >= n + tied else n + tied
+    text = f"{n} of {total} records" if total != n else f"{n}"
+    why = []
+    if tied:
+        why.append(f"{tied} left out: their patients split evenly on {_e(at.get('attribute', 'the attribute'))}, no "
+                   "true value")
+    if total - n - tied > 0:
+        why.append(f"{total - n - tied} without a known {_e(at.get('attribute', 'value'))}")
+    if why:
+        text += f" ({'; '.join(why)})"
+    clusters = ((at.get("risk") or {}).get("attack") or {}).get("patients")
+    return text + (f"<span class=ci>; {_plural(clusters, 'patient cluster')}</span>" if clusters is not None else "")
 
 
 def _link_row(label: str, v: dict | None, target_far: float | None = None) -> list[str]:
@@ -364,8 +421,9 @@ def _screening(rep: dict, grids: dict) -> str:
     rows = []
     for r in rels:
         s = r["screening"]
-        rows.append([_e(r["name"]), _iv(s["near_copies_pixel_rate"], s["near_copies_pixel_ci"], pct=True),
-                     _iv(s["near_copies_identity_rate"], s["near_copies_identity_ci"], pct=True),
+        unit = _unit_mark(s.get("interval"), field="interval")          # records one by one without a mapping
+        rows.append([_e(r["name"]), _iv(s["near_copies_pixel_rate"], s["near_copies_pixel_ci"], pct=True) + unit,
+                     _iv(s["near_copies_identity_rate"], s["near_copies_identity_ci"], pct=True) + unit,
                      str(s["copies_of_one_source"]), str(s["copies_of_one_source_in_multi_person_records"]),
                      f"{_num(s['median_pixel_distance'])} / {_num(s['median_heldout_pixel_distance'])}",
                      f"{_iv(s['control']['pixel_rate'], s['control'].get('pixel_rate_ci'), pct=True)} / "
@@ -440,8 +498,8 @@ def _not_run(rels: list[dict]) -> str:
 
 def attack_sections(rep: dict, grids: dict | None = None) -> str:
     rels = rep["releases"]
-    parts = [calibration_section(rep), _protocol(rep), _explain(), _membership(rels), _nearest(rels), _attribute(rep),
-             _linkability(rels),
+    parts = [calibration_section(rep), _protocol(rep), _explain(rep), _membership(rels), _nearest(rels),
+             _attribute(rep), _linkability(rels),
              _singling(rels), _siamese(rels), _independent(rep), _risks(rep), _not_run(rels),
              _screening(rep, grids or {})]
     return "\n".join(p for p in parts if p)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from medanon.evaluate.utility import KNOWN_TASKS
+from medanon.evaluate.utility import kind_of
 
 
 def _missing(v: Any) -> bool:
@@ -114,13 +114,43 @@ def _cell(releases: list[dict], method: str, setting: str) -> dict | None:
 
 
 def _kind(task: str) -> str:
-    return KNOWN_TASKS[task].kind if task in KNOWN_TASKS else "multiclass"
+    return kind_of(task)
 
 
 def _skipped(rels: list[dict], ok: list[dict], key: str) -> list[str]:
     """A note for every release the attack ``key`` did not run on, with the reason."""
     return [f"<p class=note>{_e(r['name'])}: {_e(r['attacks'][key].get('skipped', 'not run'))}</p>"
             for r in rels if r not in ok and r["attacks"].get(key) is not None]
+
+
+def _unit_mark(text: str | None, *, field: str = "resampled") -> str:
+    """What an interval resampled, said beside it where it is not patients (``text``: an entry's ``resampled`` field,
+    or with ``field="interval"`` its ``interval`` description); "" where it is patients or not recorded. Images or
+    records drawn one by one make an interval too narrow where one patient has several.
+
+    >>> _unit_mark("patients"), _unit_mark(None), _unit_mark("patient cluster bootstrap over the records' patients",
+    ...                                                      field="interval")
+    ('', '', '')
+    >>> _unit_mark("images")
+    ' <span class=ci>(interval resamples images one by one, not patients: too narrow where one patient has ...)</span>'
+    >>> _unit_mark("patients (reference), images (evaluated set)")
+    ' <span class=ci>(interval resamples the reference by patient but these images one by one: too narrow ...)</span>'
+    """
+    if not text or text == "patients" or text.startswith("patient cluster bootstrap"):
+        return ""
+    said = {"patients (reference), images (evaluated set)":
+            "interval resamples the reference by patient but these images one by one",
+            "images (reference), patients (evaluated set)":
+            "interval resamples these images by patient but the reference's one by one"}.get(text)
+    if said is None:
+        said = (f"interval resamples {text} one by one, not patients" if text in ("images", "records") else
+                f"{'interval resamples ' if field == 'resampled' else ''}{text}, not by patient")
+    return f" <span class=ci>({_e(said)}: too narrow where one patient has several)</span>"
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` and ``word``, in the plural unless ``n`` is 1: ``1 seed``, ``3 seeds``."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def _assume(text: str) -> str:

@@ -3,7 +3,7 @@ patient bootstrap interval, then the seeds' sd) and the headline metric against 
 
 from __future__ import annotations
 
-from medanon.evaluate.report_format import _cell, _ci, _col, _columns, _e, _kind, _num, _pm, _table
+from medanon.evaluate.report_format import _cell, _ci, _col, _columns, _e, _kind, _num, _plural, _pm, _table, _unit_mark
 from medanon.evaluate.utility import HEADLINE, METRIC_NAMES
 
 UTILITY_METRICS = {"grade": ["accuracy", "kappa", "binary_accuracy", "binary_auroc", "f1_3class"],
@@ -59,10 +59,11 @@ def utility_section(rep: dict) -> str:
         seeds = len(first["seeds"]) if first else 0
         ntest = rep["sample_sizes"]["utility_test"].get(task, 0)
         out.append(_table(["Method", "Metric", *map(_e, settings)], rows,
-                          caption=f"Table 2 layout (k-SALSA), task <b>{_e(task)}</b>: the mean over {seeds} seeds "
-                                  f"with its 95 % paired bootstrap interval over the test set's patients (the paper's "
-                                  f"± sd over seeds follows; a deterministic learner's is 0 and says nothing of "
-                                  f"the uncertainty); tested on {ntest} held-out real images. The Original rows "
+                          caption=f"Table 2 layout (k-SALSA), task <b>{_e(task)}</b>: the mean over "
+                                  f"{_plural(seeds, 'seed')} with its 95 % paired bootstrap interval over "
+                                  f"{_resampled(rels, task, ntest)}; the paper's "
+                                  f"± sd over seeds follows (a deterministic learner's is 0 and says nothing of "
+                                  f"the uncertainty). The Original rows "
                                   f"train on real source images subsampled to the release's size (per setting)."))
         rows = []
         for r in rels:
@@ -124,4 +125,5 @@ def _on_release(u: dict, metric: str) -> str:
     n = u.get("real_model_on_release_n")
     value = _ci(ci) if ci else _num(u["real_model_on_release"].get(metric))
     unit = (f", {ci['n_patients']} patient clusters" if ci and ci.get("n_patients") else "")
-    return value + (f" <span class=ci>n={n} records{unit}</span>" if n else "")
+    mark = _unit_mark((ci or {}).get("resampled"))           # records one by one where no patient ids reach it
+    return value + (f" <span class=ci>n={n} records{unit}</span>" if n else "") + mark

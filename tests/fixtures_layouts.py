@@ -397,7 +397,7 @@ CHEXPERT_HEADER = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *CHEXPERT_C
 
 def chexpert_expected() -> dict[str, dict]:
     """path under the root -> patient and canonical labels."""
-    views = {"AP": 1.0, "PA": 0.0, "": 2.0, "LL": 3.0}
+    views = {"AP": 1.0, "PA": 0.0, "": 2.0, "LL": 2.0}
     out = {}
     for j, (_, rel, sex, age, _, ap_pa) in enumerate(CHEXPERT_ROWS):
         findings = {f: (float(c) if c else float("nan"))

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from pathlib import Path, PurePosixPath
 
 from medanon.data.labels import CHEXPERT_FINDINGS, NAN, NIH_FINDINGS, in_range
 from medanon.data.layouts.chest import dicom_age, finding_name, view_code
 from medanon.data.layouts.collect import Collector, Dirs, encode, expected_path, is_blank, resolve, where_looked
-from medanon.data.layouts.common import LAYOUT_FIX
+from medanon.data.layouts.common import LAYOUT_FIX, LayoutWarning
 from medanon.data.layouts.table import first_existing, has_columns, read_table
 from medanon.data.records import Scan
-from medanon.errors import DataError
+from medanon.errors import DataError, user_stacklevel
 
 # --------------------------------------------------------------------------------------------
 # CheXpert v1.0 (Stanford ML Group; the "small" and full downloads)
@@ -27,7 +28,9 @@ from medanon.errors import DataError
 # Cardiomediastinum", ...; 1.0 / 0.0 / -1.0 / blank). Path names the image from the folder *above* the dataset
 # ("CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg"); copies that moved the CSV may name it from
 # the dataset folder ("train/patient00001/..."): both are read. The patient is the path's patientNNNNN folder; the
-# valid split's patients are not in train's. Sex is Male / Female / Unknown; AP/PA is blank or LL / RL on laterals.
+# valid split's patients are not in train's. Sex is Male / Female / Unknown; AP/PA is AP / PA on frontal images, blank
+# on laterals (a few rows write LL / RL: lateral decubitus). Every image under the top folders the Paths name (train/,
+# valid/) must have a row: a new study or patient folder no row names is reported, not left out.
 
 CHEXPERT_TABLES = ("train.csv", "valid.csv")
 CHEXPERT_KEYS = ("Path", "Frontal/Lateral")          # the columns that tell CheXpert's train.csv from APTOS'
@@ -38,15 +41,39 @@ def is_chexpert(root: Path) -> bool:
     return any((root / n).is_file() and has_columns(root / n, CHEXPERT_KEYS) for n in CHEXPERT_TABLES)
 
 
-def _chexpert_view(frontal_lateral: str, ap_pa: str) -> float:
-    """The canonical view of a CheXpert image: its AP/PA cell where there is one (AP, PA, LL; RL is a lateral),
-    else LATERAL for a lateral image; a frontal image with no AP/PA is not recorded (nan)."""
-    position = ap_pa.strip().upper()
-    if position == "RL":
-        position = "LATERAL"
-    if position:
-        return view_code(position)
-    return view_code("LATERAL") if frontal_lateral.strip().lower() == "lateral" else NAN
+_FRONTAL_POSITIONS = ("AP", "PA")
+_LATERAL_POSITIONS = ("LL", "RL")                    # lateral decubitus: left / right side down
+_LATERAL_WORDS = ("LAT", "LATERAL", "XTABLE LATERAL")   # what view_code reads as LATERAL
+
+
+def _chexpert_view(frontal_lateral: str, ap_pa: str, errors: list[str]) -> float:
+    """The canonical view of a CheXpert image. Frontal/Lateral decides frontal or lateral: a lateral image is
+    LATERAL whether AP/PA is blank, LL or RL; a frontal one is its AP/PA (PA, AP; LL / RL there, a frontal film of a
+    patient lying on one side, is OTHER; blank: not recorded, nan). An AP/PA that names the other kind of view than
+    Frontal/Lateral does, or a Frontal/Lateral that is neither, is an error of the row (noted in ``errors``)."""
+    kind = frontal_lateral.strip().lower()
+    position = " ".join(ap_pa.split()).upper()
+    if kind == "lateral":
+        if position in _FRONTAL_POSITIONS:
+            errors.append(f"column 'AP/PA': {ap_pa.strip()!r} is a frontal view, but column 'Frontal/Lateral' says "
+                          f"{frontal_lateral.strip()!r} (correct the cell that is wrong, or leave the image out)")
+            return NAN
+        return view_code("LATERAL")
+    if kind == "frontal":
+        if position in _LATERAL_WORDS:
+            errors.append(f"column 'AP/PA': {ap_pa.strip()!r} is a lateral view, but column 'Frontal/Lateral' says "
+                          f"{frontal_lateral.strip()!r} (correct the cell that is wrong, or leave the image out)")
+            return NAN
+        if position in _LATERAL_POSITIONS:
+            return view_code("OTHER")
+        return view_code(position) if position else NAN
+    if kind:
+        errors.append(f"column 'Frontal/Lateral': {frontal_lateral.strip()!r} is neither 'Frontal' nor 'Lateral' "
+                      "(write one of the two, or leave the image out)")
+        return NAN
+    if position in _LATERAL_POSITIONS:                    # Frontal/Lateral blank: AP/PA alone tells what it can
+        return view_code("LATERAL")
+    return view_code(position) if position else NAN
 
 
 def scan_chexpert(root: Path) -> Scan:
@@ -61,7 +88,7 @@ def scan_chexpert(root: Path) -> Scan:
     dirs = Dirs()
     for csv_path in tables:
         table = read_table(csv_path)
-        col.csv_name = csv_path.name
+        col.start_table(csv_path.name)
         p_idx = table.require("Path", fix=fix)
         fl_idx, view_idx = table.require("Frontal/Lateral", fix=fix), table.col("AP/PA")
         columns = [(finding_name(h), h, i) for i, h in enumerate(table.header) if finding_name(h) in CHEXPERT_FINDINGS]
@@ -88,10 +115,27 @@ def scan_chexpert(root: Path) -> Scan:
             errors: list[str] = []
             for name, column, idx in columns:
                 encode(labels, errors, name, column, table.cell(row, idx))
-            labels["view"] = _chexpert_view(table.cell(row, fl_idx), table.cell(row, view_idx))
+            labels["view"] = _chexpert_view(table.cell(row, fl_idx), table.cell(row, view_idx), errors)
             col.add(path, patient[1], labels, line, errors=errors)
+    col.trees.update(_top_folders(root, col.listed))
     col.check_unlabelled(dirs)
-    return col.scan("chexpert", "xray")
+    sc = col.scan("chexpert", "xray")
+    sc.files = list(tables)
+    return sc
+
+
+def _top_folders(root: Path, listed: set[Path]) -> set[Path]:
+    """The folders right under ``root`` that the listed images lie in (train/, valid/): an image anywhere below
+    them must have a row, also in a study or patient folder that holds no listed image."""
+    tops: set[str] = set()
+    for path in listed:
+        try:
+            rel = path.relative_to(root)
+        except ValueError:                # outside the dataset (a ../ path): not its folder to list
+            continue
+        if len(rel.parts) > 1 and rel.parts[0] not in (".", ".."):
+            tops.add(rel.parts[0])
+    return {root / t for t in tops}
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +195,11 @@ def scan_nih(root: Path) -> Scan:
                         fix="place the Data_Entry CSV of the download in the dataset folder, next to images/ "
                             "or images_001/ ...")
     fix = LAYOUT_FIX.format(layout="nih")
+    present = [n for n in NIH_TABLES if (root / n).is_file()]
+    if len(present) > 1:
+        warnings.warn(f"{root} holds both {present[0]} and {present[1]}: medanon reads {csv_path.name} (the 2020 "
+                      f"revision of the labels) and ignores {present[1]}; move the table you do not mean out of the "
+                      "dataset folder to silence this", LayoutWarning, stacklevel=user_stacklevel())
     table = read_table(csv_path)
     img_idx, find_idx, pid_idx = (table.require(c, fix=fix) for c in ("Image Index", "Finding Labels", "Patient ID"))
     age_idx, view_idx = table.col("Patient Age"), table.col("View Position")
@@ -158,6 +207,7 @@ def scan_nih(root: Path) -> Scan:
     col = Collector(root, csv_path.name)
     dirs = Dirs()
     bases = _nih_bases(root)
+    col.image_dirs.update(b for b in bases if b != root)   # images/, images_0NN/images/: each PNG there needs a row
     for line, row in table.rows:
         name, pid = table.cell(row, img_idx), table.cell(row, pid_idx)
         if not name or not pid:
@@ -179,4 +229,6 @@ def scan_nih(root: Path) -> Scan:
             labels["view"] = view_code(table.cell(row, view_idx))
         col.add(path, str(int(pid)) if pid.isdigit() else pid, labels, line, errors=errors)
     col.check_unlabelled(dirs)
-    return col.scan("nih", "xray")
+    sc = col.scan("nih", "xray")
+    sc.files = [csv_path]             # the table read (of the two NIH_TABLES, the first present)
+    return sc

@@ -29,18 +29,22 @@ def file_ext(name: str) -> str:
 
 class Dirs:
     def __init__(self) -> None:
-        self._cache: dict[Path, tuple[set[str], dict[str, list[str]]]] = {}
+        self._cache: dict[Path, tuple[set[str], dict[str, list[str]], list[str]]] = {}
 
-    def _get(self, d: Path) -> tuple[set[str], dict[str, list[str]]]:
+    def _get(self, d: Path) -> tuple[set[str], dict[str, list[str]], list[str]]:
+        """The files of ``d``, its images by stem, and its sub-folders (not links to folders): one scandir."""
         got = self._cache.get(d)
         if got is None:
             names: set[str] = set()
             stems: dict[str, list[str]] = {}
+            subdirs: list[str] = []
             try:
                 with os.scandir(d) as it:
                     for e in it:
                         try:
                             if not e.is_file():
+                                if e.is_dir(follow_symlinks=False):
+                                    subdirs.append(e.name)
                                 continue
                         except OSError:
                             continue
@@ -50,7 +54,7 @@ class Dirs:
                             stems.setdefault(stem, []).append(e.name)
             except OSError:
                 pass
-            got = self._cache[d] = (names, stems)
+            got = self._cache[d] = (names, stems, subdirs)
         return got
 
     def has(self, path: Path) -> bool:
@@ -61,6 +65,16 @@ class Dirs:
 
     def images(self, d: Path) -> list[str]:
         return sorted(n for n in self._get(d)[0] if file_ext(n) in IMAGE_EXTENSIONS and not n.startswith("."))
+
+    def tree(self, top: Path) -> list[Path]:
+        """``top`` and every folder below it, hidden folders and links to folders left out (as ``os.walk`` does);
+        each folder is listed once, sharing the listings that resolving the CSV's cells already made."""
+        found, stack = [], [top]
+        while stack:
+            d = stack.pop()
+            found.append(d)
+            stack.extend(d / n for n in self._get(d)[2] if not n.startswith("."))
+        return found
 
 
 def resolve(dirs: Dirs, bases: Sequence[Path], value: str,
@@ -95,6 +109,7 @@ class Entry:
     line: int
     mask_path: Path | None = None
     bad: bool = False
+    table: str = ""           # the labels table ``line`` is a row of (readers that read several tables)
 
 
 def same(a: float, b: float) -> bool:
@@ -119,6 +134,22 @@ class Collector:
     patients_known: bool = True                          # False: no patient ids, each image its own "patient"
     real: dict[Path, Path] = field(default_factory=dict)  # resolved file -> the path it was first listed as
     listed: set[Path] = field(default_factory=set)       # every path a row names (links included)
+    trees: set[Path] = field(default_factory=set)        # folders whose every sub-folder's images must be labelled
+    tables: list[str] = field(default_factory=list)      # every labels table read (start_table), in order
+
+    def start_table(self, name: str) -> None:
+        """Read the rows of another labels table: messages about its rows name it, and those about the whole
+        dataset (an image no row names) name every table read."""
+        self.csv_name = name
+        if name not in self.tables:
+            self.tables.append(name)
+
+    def all_tables(self, join: str = " or ") -> str:
+        return join.join(self.tables) if self.tables else self.csv_name
+
+    def row_of(self, e: Entry) -> str:
+        """Where an entry's row is: "train.csv row 12"."""
+        return f"{e.table or self.csv_name} row {e.line}"
 
     def rel(self, path: Path) -> str:
         try:
@@ -153,7 +184,7 @@ class Collector:
             self.problem(path, "label", f"{self.csv_name} row {line}: {err}")
         old = self.entries.get(path)
         if old is None:
-            entry = Entry(path, rel, patient_id, dict(labels), line, mask_path, bool(errors))
+            entry = Entry(path, rel, patient_id, dict(labels), line, mask_path, bool(errors), self.csv_name)
             self.entries[path] = entry
             return entry
         conflicts = []
@@ -168,8 +199,9 @@ class Collector:
             elif not math.isnan(v) and not same(v, w):
                 conflicts.append(f"{name} {_show(name, w)} vs {_show(name, v)}")
         if conflicts:
-            self.problem(path, "label", f"{self.csv_name} rows {old.line} and {line} describe the same image "
-                                        f"but disagree: {'; '.join(conflicts)}")
+            rows = (f"{self.csv_name} rows {old.line} and {line}" if old.table in ("", self.csv_name)
+                    else f"{self.row_of(old)} and {self.csv_name} row {line}")
+            self.problem(path, "label", f"{rows} describe the same image but disagree: {'; '.join(conflicts)}")
         old.bad = old.bad or bool(errors) or bool(conflicts)
         return old
 
@@ -177,14 +209,21 @@ class Collector:
         referenced = set(self.entries) | self.listed | {e.mask_path for e in self.entries.values() if e.mask_path}
         referenced |= set(extra_referenced)
         scope = [Path(os.path.normpath(r)) for r in [self.root, *self.scope]]
-        for d in sorted(self.image_dirs):
+
+        def inside(d: Path) -> bool:    # not a folder outside the dataset that a ../ path reaches
             norm = Path(os.path.normpath(d))
-            if not any(norm == r or norm.is_relative_to(r) for r in scope):
-                continue    # a folder outside the dataset that a ../ path reaches: not the dataset's to list
+            return any(norm == r or norm.is_relative_to(r) for r in scope)
+
+        folders = {d for d in self.image_dirs if inside(d)}
+        for top in self.trees:      # also the folders that hold no listed image (a new patient's, a new study's)
+            if inside(top):
+                folders.update(dirs.tree(top))
+        said = self.all_tables()
+        for d in sorted(folders):
             for name in dirs.images(d):
                 p = d / name
                 if p not in referenced:
-                    self.problem(p, "unlabelled", f"no row of {self.csv_name} mentions this image")
+                    self.problem(p, "unlabelled", f"no row of {said} mentions this image")
 
     def records(self) -> list[Record]:
         good = sorted((e for e in self.entries.values() if not e.bad), key=lambda e: e.rel)

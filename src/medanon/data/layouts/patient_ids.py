@@ -53,7 +53,7 @@ def check_patient_ids(col: Collector) -> None:
     entries = [e for e in col.entries.values() if not e.bad]
     for e in entries:
         if is_blank(e.patient_id):
-            col.problem(e.path, "label", f"{col.csv_name} row {e.line}: the patient id {e.patient_id!r} is a "
+            col.problem(e.path, "label", f"{col.row_of(e)}: the patient id {e.patient_id!r} is a "
                                          "missing-value placeholder, which would make unrelated people one patient; "
                                          "give the row its patient's id, or leave the image out")
             e.bad = True
@@ -66,7 +66,7 @@ def check_patient_ids(col: Collector) -> None:
         if len(ids) < 2:
             continue
         for e in rows:
-            col.problem(e.path, "label", f"{col.csv_name} row {e.line}: patient id {e.patient_id!r} is also "
+            col.problem(e.path, "label", f"{col.row_of(e)}: patient id {e.patient_id!r} is also "
                                          f"spelled {' / '.join(repr(i) for i in sorted(ids - {e.patient_id}))} "
                                          "in other rows: one person or several? Write each person's id one way "
                                          "in the labels")
@@ -78,10 +78,11 @@ def check_patient_ids(col: Collector) -> None:
             parts[e.patient_id].add(top)
     spanning = sorted(p for p, tops in parts.items() if len(tops) > 1)
     if spanning:
-        warnings.warn(f"{len(spanning)} patient id(s) of {col.csv_name} have images in several split folders (e.g. "
-                      f"{spanning[0]!r} in {', '.join(sorted(parts[spanning[0]]))}): datasets that number their "
-                      "patients anew in each part (RFMiD, for one) give two people one id there; prefix each part's "
-                      "ids if they are different people", LayoutWarning, stacklevel=user_stacklevel())
+        where = ", ".join(sorted(parts[spanning[0]]))
+        warnings.warn(f"{len(spanning)} patient id(s) of {_tables(col, entries, spanning)} have images in several "
+                      f"split folders (e.g. {spanning[0]!r} in {where}): datasets that number their patients anew in "
+                      "each part (RFMiD, for one) give two people one id there; prefix each part's ids if they are "
+                      "different people", LayoutWarning, stacklevel=user_stacklevel())
     sexes: dict[str, set[float]] = defaultdict(set)
     for e in entries:
         sex = e.labels.get("sex", math.nan)
@@ -89,7 +90,16 @@ def check_patient_ids(col: Collector) -> None:
             sexes[e.patient_id].add(sex)
     mixed = sorted(p for p, s in sexes.items() if len(s) > 1)
     if mixed:
-        warnings.warn(f"{len(mixed)} patient id(s) of {col.csv_name} hold images of both sexes (e.g. {mixed[0]!r}): "
-                      "two people's ids may collide (ids restarting in each sub-folder, for instance); every "
-                      "per-patient guarantee counts them as one person. Check the patient column, or prefix the ids "
-                      "of each part", LayoutWarning, stacklevel=user_stacklevel())
+        warnings.warn(f"{len(mixed)} patient id(s) of {_tables(col, entries, mixed)} hold images of both sexes "
+                      f"(e.g. {mixed[0]!r}): two people's ids may collide (ids restarting in each sub-folder, for "
+                      "instance); every per-patient guarantee counts them as one person. Check the patient column, "
+                      "or prefix the ids of each part", LayoutWarning, stacklevel=user_stacklevel())
+
+
+def _tables(col: Collector, entries: list, ids: list[str]) -> str:
+    """The labels tables whose rows give these patient ids ("train.csv", "train.csv and valid.csv")."""
+    wanted = set(ids)
+    used = {e.table or col.csv_name for e in entries if not e.bad and e.patient_id in wanted}
+    order = [*col.tables, col.csv_name]
+    ranked = sorted(used, key=lambda t: (order.index(t) if t in order else len(order), t))
+    return " and ".join(ranked) or col.csv_name

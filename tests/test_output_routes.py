@@ -374,3 +374,21 @@ def test_a_link_then_dotdot_is_followed_as_the_system_follows_it(tmp_path, phant
         r = CliRunner().invoke(cli, args)
         assert r.exit_code != 0 and "dataset folder" in r.output, r.output
     assert sorted(p.name for p in data.iterdir()) == sorted(p.name for p in phantom.iterdir())
+
+
+def test_a_snow_sweep_never_gives_two_p_values_one_release(tmp_path, phantom):
+    """p values that print alike (0.3, 0.3000001), or folders a link makes one, published one release holding both
+    p's images (listed and unlisted), its manifest naming one p."""
+    r = CliRunner().invoke(cli, ["anonymize", "snow", str(phantom), "--size", "16", "--p", "0.3,0.3000001", "--out",
+                                 str(tmp_path / "dup-p{p}")])
+    assert r.exit_code != 0 and "0.3 and --p 0.3 one and the same path" in r.output, r.output
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "a0.1").mkdir()
+    (tmp_path / "sw" / "a0.5").symlink_to(tmp_path / "sw" / "a0.1")
+    r = CliRunner().invoke(cli, ["anonymize", "snow", str(phantom), "--size", "16", "--p", "0.1,0.5", "--out",
+                                 str(tmp_path / "sw" / "a{p}" / "rel")])
+    assert r.exit_code != 0 and "one and the same file" in r.output, r.output
+    assert not list((tmp_path / "sw" / "a0.1").iterdir()) and not (tmp_path / "dup-p0.3").exists()
+    r = CliRunner().invoke(cli, ["anonymize", "snow", str(phantom), "--size", "16", "--p", "0.1,0.5", "--out",
+                                 str(tmp_path / "ok{p}"), "--mapping", str(tmp_path / "sw" / "a{p}" / "m.json")])
+    assert r.exit_code != 0 and "--mapping" in r.output and "one and the same file" in r.output, r.output

@@ -37,7 +37,7 @@ from medanon.anonymize.snow_mechanism import (
 from medanon.anonymize.snow_statement import SEEDED, parse_fill, snow_privacy, vs_snow_privacy
 from medanon.data.dataset import ImageDataset
 from medanon.errors import ConfigError, user_stacklevel
-from medanon.outputs import dataset_inputs
+from medanon.outputs import _resolve, dataset_inputs
 from medanon.release import ReleaseWriter
 from medanon.release.labels import release_labels
 from medanon.release.release import is_phantom, source_digest, views_param
@@ -149,7 +149,18 @@ def release_paths(out: str | Path, ps: Sequence[float], *, name: str = "out") ->
         example = "releases/snow-p{p}" if name == "out" else "private/snow-p{p}.json"
         raise ConfigError(f"several p values ({', '.join(f'{p:g}' for p in ps)}) need one {name} each, "
                           f"but {name}={text!r} has no {{p}} in it", fix=f"e.g. {name}='{example}'")
-    return {p: Path(text.replace("{p}", f"{p:g}")) for p in ps}
+    paths = {p: Path(text.replace("{p}", f"{p:g}")) for p in ps}
+    seen: dict[Path, float] = {}
+    for p, path in paths.items():                   # as files: a link may lead two names to one folder
+        real = _resolve(path)
+        if real in seen:
+            raise ConfigError(f"{name}={text!r} gives p={seen[real]:g} and p={p:g} one and the same "
+                              + ("path" if paths[seen[real]] == path else f"file ({real})")
+                              + ": each release would be written over the other's",
+                              fix="give each p value a path of its own (p values that differ, and no link "
+                                  "leading two of them to one folder)")
+        seen[real] = p
+    return paths
 
 
 def snow_sweep(dataset: ImageDataset, out: str | Path, *,

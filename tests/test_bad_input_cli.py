@@ -613,3 +613,20 @@ def test_a_mapping_named_by_path_is_explained_and_debug_logs_are_medanons(tmp_pa
 def test_a_split_seed_for_a_release_of_every_patient_is_refused(tmp_path, phantom):
     code, out = _run("anonymize", "kpixel", phantom, "--k", "2", "--split-seed", "3", "--out", tmp_path / "r")
     assert code == 2 and "--split all releases every patient" in out and not (tmp_path / "r").exists(), out
+
+
+def test_the_encoders_held_out_images_are_inputs_wherever_they_lie(tmp_path, phantom):
+    """--eval-data's folder was an input, but not the folder its images are in: reached through a link (with
+    --allow-outside), the run folder was written among the held-out images."""
+    import shutil
+
+    gan = Path(__file__).resolve().parents[1] / "checkpoints" / "stylegan2-fundus64.pt"
+    held = generate(PhantomConfig(patients=2, per_patient=1, size=16, seed=3, workers=1), tmp_path / "held",
+                    progress=False)
+    shutil.move(held / "images", tmp_path / "elsewhere")
+    (held / "images").symlink_to(tmp_path / "elsewhere")
+    before = sorted(p.name for p in (tmp_path / "elsewhere").iterdir())
+    code, out = _run("train", "encoder", phantom, "--generator", gan, "--eval-data", held, "--allow-outside",
+                     "--steps", "1", "--out", tmp_path / "elsewhere" / "run")
+    assert code != 0 and "--out" in out and "elsewhere" in out, out
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == before

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, FiniteRange, check_export_is_not_the_run, check_outputs, train
+from medanon.cli.base import CONTEXT, FiniteRange, _scanned_inputs, check_export_is_not_the_run, check_outputs, train
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
@@ -172,7 +172,8 @@ def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, 
                    kind: str, eval_dir: Path | None = None) -> None:
     """The run folder (resumed: existing is fine if it is a medanon run) and the export (a checkpoint of ``kind``),
     before any work; nothing read."""
-    reads = (*reads, eval_dir)
+    # the held-out data is read like --data: its image folders (links and outside paths included) are inputs too
+    reads = (*reads, eval_dir, *(_scanned_inputs(eval_dir, data_opts) if eval_dir is not None else ()))
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=reads, existing_ok=True)
     _check_heldout(data_dir, eval_dir)
     check_export_is_not_the_run(export_path, out)

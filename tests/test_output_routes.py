@@ -392,3 +392,22 @@ def test_a_snow_sweep_never_gives_two_p_values_one_release(tmp_path, phantom):
     r = CliRunner().invoke(cli, ["anonymize", "snow", str(phantom), "--size", "16", "--p", "0.1,0.5", "--out",
                                  str(tmp_path / "ok{p}"), "--mapping", str(tmp_path / "sw" / "a{p}" / "m.json")])
     assert r.exit_code != 0 and "--mapping" in r.output and "one and the same file" in r.output, r.output
+
+
+@pytest.mark.parametrize("method", ["dpglow", "ldp-image"])
+def test_the_dp_commands_refuse_their_outputs_before_a_flow_is_loaded_or_an_image_read(tmp_path, phantom, method,
+                                                                                      monkeypatch):
+    """dpglow and ldp-image checked --out and --mapping only when the release was saved: after the flow was loaded,
+    the images read and the clip box calibrated."""
+    import medanon.api.dp
+    import medanon.cli.anonymize_dp
+
+    def work(*a, **k):
+        raise AssertionError("work began before the outputs were checked")
+
+    monkeypatch.setattr(medanon.api.dp, "load_flow_for", work)
+    monkeypatch.setattr(medanon.cli.anonymize_dp, "open_split", work)
+    for out, mapping in ((phantom / "rel", tmp_path / "m.json"), (tmp_path / "rel", phantom / "m.json")):
+        r = CliRunner().invoke(cli, ["anonymize", method, str(phantom), "--epsilon", "10", "--out", str(out),
+                                     "--mapping", str(mapping)])
+        assert r.exit_code != 0 and "dataset" in r.output and "work began" not in str(r.exception), r.output

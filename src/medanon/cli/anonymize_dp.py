@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from medanon.api.dp import LDPConfig
-from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
+from medanon.cli.anonymize_ksame import MODEL, check_release_before_work, open_split, split_options
 from medanon.cli.base import CONTEXT, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -157,6 +157,8 @@ def dpglow_cmd(ctx, data_dir, flow_path, flow_training, out, center, epsilon, pe
     dev = resolve_device(ctx.obj["device"])
     if flow_path is None:
         flow_path = shipped_default(data_dir, data_opts, "dpglow-flow", flag="--flow", method="dpglow")
+    check_release_before_work(out, mapping, overwrite, data_dir, data_opts, flow_path, calibrate_on,
+                              data_opts.get("splits_csv"))        # before the flow is loaded or a box calibrated
     flow = load_flow_for(flow_path, dev)
     fcfg = flow[0].flow.cfg
     for key, value in (("size", fcfg.resolution), ("channels", fcfg.channels)):
@@ -193,6 +195,8 @@ def ldp_image_cmd(ctx, data_dir, out, epsilon, per_pixel, clip_box, alpha, no_cl
 
     cfg = _config(config_file, overrides, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
                   no_clip=no_clip, batch=batch)
+    check_release_before_work(out, mapping, overwrite, data_dir, data_opts, calibrate_on,
+                              data_opts.get("splits_csv"))        # before any image is read or a box calibrated
     split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
     ds = open_split(data_dir, data_opts, *split, FLAGS)
     with library_call(FLAGS):

@@ -88,6 +88,23 @@ def split_options(f):
                              "test patients).")(f)
 
 
+def check_release_before_work(out, mapping, overwrite: bool, data_dir, data_opts: dict, *reads) -> None:
+    """The release's and the mapping's paths checked against everything the command reads (the dataset's files from
+    a scan, which decodes no pixel, and ``reads``: models, a splits file) before the data is read or a model loaded."""
+    from medanon.cli.data import scan_from_cli
+    from medanon.errors import MedanonError
+    from medanon.outputs import dataset_inputs
+    from medanon.release.writer import check_release_outputs
+
+    try:
+        scanned = scan_from_cli(data_dir, **data_opts)
+        files = [*dataset_inputs(scanned), *getattr(scanned, "files", ())]
+    except MedanonError:
+        files = []                               # the data's own error comes when it is opened
+    check_release_outputs(out, mapping, overwrite=overwrite,
+                          inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), *reads, *files])
+
+
 def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: int | None, flags):
     """The dataset folder opened with the command's options, reduced to ``--split``."""
     from medanon.data.splits import select_split
@@ -200,19 +217,7 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
         from medanon.cli.models import shipped_default
 
         model = shipped_default(data_dir, data_opts, "ksame-codec", flag="--model", method=method)
-    from medanon.cli.data import scan_from_cli
-    from medanon.errors import MedanonError
-    from medanon.outputs import dataset_inputs
-    from medanon.release.writer import check_release_outputs
-
-    try:                                         # the files the data reads (a scan decodes no pixel)
-        scanned = scan_from_cli(data_dir, **data_opts)
-        reads = [*dataset_inputs(scanned), *getattr(scanned, "files", ())]
-    except MedanonError:
-        reads = []                               # the data's own error comes when it is opened
-    check_release_outputs(out, mapping, overwrite=overwrite,            # before the data is read or a model loaded
-                          inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), model,
-                                  basis_from, split[1], *reads])
+    check_release_before_work(out, mapping, overwrite, data_dir, data_opts, model, basis_from, split[1])
     if model is not None:
         with library_call(FLAGS):
             codec = load_codec(model, map_location=dev, amp=amp)

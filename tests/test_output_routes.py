@@ -411,3 +411,20 @@ def test_the_dp_commands_refuse_their_outputs_before_a_flow_is_loaded_or_an_imag
         r = CliRunner().invoke(cli, ["anonymize", method, str(phantom), "--epsilon", "10", "--out", str(out),
                                      "--mapping", str(mapping)])
         assert r.exit_code != 0 and "dataset" in r.output and "work began" not in str(r.exception), r.output
+
+
+def test_the_default_cache_is_checked_too(tmp_path, phantom):
+    """OUT/cache, where the cache goes by default, linked to another release: refused only late, with a lock file
+    left inside that release (whose audit then failed)."""
+    train = medanon.split_dataset(medanon.open_dataset(phantom, size=16))["train"]
+    rel = medanon.anonymize.kpixel(train, k=2).save(tmp_path / "rel", mapping=tmp_path / "m.json", progress=False)
+    other = medanon.anonymize.kpixel(phantom, k=3).save(tmp_path / "other", progress=False)
+    before = sorted(p.name for p in other.rglob("*")) + sorted(p.name for p in other.iterdir())
+    medanon.evaluate(real=phantom, releases=[rel], mappings={"rel": tmp_path / "m.json"}, out=tmp_path / "ev",
+                     preset="tiny", size=16)                           # a report folder of medanon's, rerun below
+    shutil.rmtree(tmp_path / "ev" / "cache")
+    (tmp_path / "ev" / "cache").symlink_to(other)
+    with pytest.raises(UnsafeOutputError, match="is a medanon release folder, not an evaluation-cache folder"):
+        medanon.evaluate(real=phantom, releases=[rel], mappings={"rel": tmp_path / "m.json"}, out=tmp_path / "ev",
+                         preset="tiny", size=16)
+    assert sorted(p.name for p in other.rglob("*")) + sorted(p.name for p in other.iterdir()) == before

@@ -330,8 +330,9 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     check_output(out, inputs=reads, existing_ok=True, kind="dir")   # before reading anything; written only once
     if cache_dir is not None:                                       # all is read
         check_cache_apart(cache_dir, out)
-        check_output(cache_dir, inputs=reads, existing_ok=True, kind="dir", name="cache",
-                     what="evaluation-cache")                       # an evaluation's cache, never another output
+    cache_at = Path(cache_dir) if cache_dir is not None else out / "cache"     # the default too: it may be a link
+    check_output(cache_at, inputs=reads, existing_ok=True, kind="dir", name="cache",
+                 what="evaluation-cache")                           # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
 
@@ -340,9 +341,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
 
         inputs = [*reads, *dataset_inputs(ds)]       # one walk of its records for both outputs
         check_output(out, inputs=inputs, existing_ok=True, kind="dir")
-        if cache_dir is not None:
-            check_output(cache_dir, inputs=inputs, existing_ok=True, kind="dir", name="cache",
-                         what="evaluation-cache")
+        check_output(cache_at, inputs=inputs, existing_ok=True, kind="dir", name="cache", what="evaluation-cache")
 
     real = load_real(real_dir, size=cfg.size, splits_csv=splits, stratify=cfg.split.stratify, val=cfg.split.val,
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress, opened=outputs_apart)

@@ -154,6 +154,11 @@ def test_a_resumed_run_replaces_only_its_own_export(tmp_path):
     r = gan("a", theirs, 2, "--resume")
     assert r.exit_code != 0 and "is not an export of the run in" in r.output and "Traceback" not in r.output, r.output
     assert theirs.read_bytes() == before
+    backup = tmp_path / "backup.pt"                                    # a copy of the run's export, elsewhere
+    backup.write_bytes(mine.read_bytes())
+    r = gan("a", backup, 2, "--resume")
+    assert r.exit_code != 0 and "is not an export of the run in" in r.output, r.output
+    assert backup.read_bytes() == mine.read_bytes()
     r = gan("a", mine, 2, "--resume")
     assert r.exit_code == 0, r.output                                  # its own export: replaced by the new one
     assert torch_step(mine) == 2

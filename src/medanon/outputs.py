@@ -351,8 +351,10 @@ def record_export(run: str | os.PathLike, export: str | os.PathLike) -> None:
 
 
 def check_own_export(run: str | os.PathLike, export: str | os.PathLike | None, *, name: str = "export") -> None:
-    """A resumed run replaces an existing ``export`` only when the run itself wrote that very file (its content's
-    sha256 is in the run's :data:`EXPORTS`): never another run's export of the same kind, nor one edited since."""
+    """A resumed run replaces an existing ``export`` only when the run itself wrote that very file: the run's
+    :data:`EXPORTS` lists this path (as a file: a link or another spelling counts) with the file's content sha256.
+    Never another run's export of the same kind, one edited since, nor a copy of the run's export kept elsewhere (a
+    user's backup, or the only copy of a moved export)."""
     if export is None or not Path(export).exists():
         return
     import json
@@ -361,10 +363,13 @@ def check_own_export(run: str | os.PathLike, export: str | os.PathLike | None, *
 
     ledger_path = Path(run) / EXPORTS
     try:
-        ours = set(json.loads(ledger_path.read_text(encoding="utf-8")).values())
-    except (OSError, ValueError, AttributeError):
+        ledger = json.loads(ledger_path.read_text(encoding="utf-8"))
+        here = _resolve(export)
+        ours = {sha for path, sha in ledger.items() if _resolve(path) == here}
+    except (OSError, ValueError, AttributeError, ConfigError):
         ours = set()
     if not Path(export).is_file() or sha256_file(export) not in ours:
         raise UnsafeOutputError(f"{name} {export} exists and is not an export of the run in {run} (another run's, "
-                                "one changed since, or one this run's folder did not record): a resumed run replaces "
+                                "one changed since, a copy of its export kept elsewhere, or one this run's folder did "
+                                "not record): a resumed run replaces "
                                 "only its own export", fix=f"choose another {name}, or remove {export} yourself")

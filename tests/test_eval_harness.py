@@ -791,3 +791,21 @@ def test_a_mapping_found_beside_a_release_that_is_not_its_own_is_named(world, tm
                                         r"looked for, names none of its records") as e:
         load_release(moved, world["real"], size=SIZE)
     assert "delete or move that file" in e.value.fix
+
+
+def test_a_rerun_never_replaces_a_report_edited_since(world, tmp_path):
+    """A report folder rerun for the same evaluation, with or without overwrite, replaced a user's edited
+    report.html and config.yaml without a word."""
+    from medanon.errors import OutputExistsError
+
+    out = tmp_path / "ev"
+    args = dict(config=tiny_config(samples=8), cache_dir=world["root"] / "cache", progress=False)
+    evaluate(world["data"], world["releases"][:2], out, **args)
+    evaluate(world["data"], world["releases"][:2], out, **args)         # unedited: run again as before
+    with open(out / "report.html", "a") as f:
+        f.write("<!-- my notes -->")
+    edited = (out / "report.html").read_text()
+    for overwrite in (False, True):
+        with pytest.raises(OutputExistsError, match=r"holds report\.html changed since medanon wrote it"):
+            evaluate(world["data"], world["releases"][:2], out, overwrite=overwrite, **args)
+    assert (out / "report.html").read_text() == edited

@@ -335,6 +335,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                  what="evaluation-cache")                           # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
+    rep_io.check_unedited(out)
 
     def outputs_apart(ds) -> None:          # its images may lie outside real_dir (a labels CSV naming them)
         from medanon.outputs import dataset_inputs
@@ -429,7 +430,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     }
     rep_io.write_report(out, report, {**rep_io.build_grids(real, rels, n=cfg.grid, seed=cfg.seed),
                                       **rep_io.build_closest(real, rels, results)})
-    run.update(report=str(out / "report.html"), seconds=report["seconds"])
+    run.update(report=str(out / "report.html"), seconds=report["seconds"],
+               written=rep_io.written_digests(out))       # a rerun replaces them only as they were written
     run.finish()
     cache.close()
     if cache.reused:                                   # an interrupted or repeated evaluation: say what was reused

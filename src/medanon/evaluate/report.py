@@ -416,6 +416,36 @@ def check_report_replaceable(out: str | Path, real_dir: str | Path, release_path
                                                 "replace it")
 
 
+WRITTEN = ("report.html", "report.json", "config.yaml")     # a report folder's files a rerun writes again
+
+
+def written_digests(out: str | Path) -> dict[str, str]:
+    """The sha256 of the files of ``out`` a rerun of the evaluation writes again (recorded in its manifest)."""
+    from medanon.fsutil import sha256_file
+
+    return {name: sha256_file(Path(out) / name) for name in WRITTEN if (Path(out) / name).is_file()}
+
+
+def check_unedited(out: str | Path) -> None:
+    """Refuse to run an evaluation again into ``out`` where a file it would write again was changed since the last
+    finished run wrote it (a user's edit of ``report.html``, say): not even ``overwrite`` replaces a user's work."""
+    from medanon.fsutil import sha256_file
+
+    try:
+        written = json.loads((Path(out) / "manifest.json").read_text(encoding="utf-8")).get("written")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(written, dict):
+        return                                   # a run that did not finish, or of an earlier version
+    edited = [n for n, sha in written.items() if n in WRITTEN and (Path(out) / n).is_file()
+              and sha256_file(Path(out) / n) != sha]
+    if edited:
+        raise OutputExistsError(f"out {out} holds {', '.join(edited)} changed since medanon wrote "
+                                f"{'it' if len(edited) == 1 else 'them'}: evaluating into it again would replace "
+                                "the changes",
+                                fix="move the changed files out of the folder (or restore them), or choose another out")
+
+
 def write_report(out: str | Path, report: dict, grids: dict[str, list[dict]]) -> tuple[Path, Path]:
     """Write ``report.json`` and ``report.html`` atomically into ``out``."""
     out = Path(out)

@@ -155,3 +155,16 @@ def test_the_utility_caption_says_seed_in_the_singular_and_its_unit():
     assert "the mean over 1 seed with its 95 % paired bootstrap interval over the 5 held-out patients" in page
     u["seeds"] = [0, 1, 2]
     assert "the mean over 3 seeds" in utility_section(rep)
+
+
+def test_the_residual_risk_row_of_the_attribute_attack_says_which_records_it_left_out():
+    from medanon.evaluate.report_risks import _risks
+
+    entry = _attribute_entry(tied_records_left_out=5)
+    entry["risk"] = {"attack": {"rate": 0.444, "ci": [0.111, 0.778], "trials": 9, "successes": 4, "patients": 9},
+                     "control": None, "baseline": {"rate": 0.556, "ci": [0.556, 0.556], "trials": 9, "exact": True},
+                     "residual_risk": {"risk": 0.0, "ci": [0.0, 0.3]}, "against": "baseline",
+                     "control_is": "none", "n": 9}
+    rel = {"name": "kpixel2", "attacks": {"attribute": entry}, "validity": {"attribute": {"valid": True}}}
+    page = _risks({"releases": [rel]})
+    assert "(5 records left out: their patients split evenly on the attribute, no true value)" in page

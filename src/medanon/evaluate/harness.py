@@ -201,7 +201,8 @@ def _control_fidelity(ctx: RealContext, sizes: Sequence[int]) -> dict[str, dict]
     for n in sorted(set(sizes)):
         m = min(n, len(order))
         if m != n:
-            ctx.note(f"the FID control of N = {n} has {m} held-out images: FID is biased by N, so that control "
+            what = "FID and FD are" if ctx.cfg.fidelity.inception else "FD is"
+            ctx.note(f"the fidelity control of N = {n} has {m} held-out images: {what} biased by N, so that control "
                      f"is not a like-for-like floor; use more held-out patients or fidelity.samples={m}")
         rows = order[:m]
         out[str(n)] = _fidelity_block(ctx, m, lambda m=m: inception(m), lambda rows=rows: ctx.real_emb[rows],

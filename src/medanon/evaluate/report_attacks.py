@@ -14,7 +14,8 @@ from medanon.evaluate.report_verdict import calibration_section
 CONTROLS = [
     ("Membership top-K (k-SALSA)", "baseline: the exact expected hits of a random ranking of the same pool "
                                    "(hypergeometric); p-value and interval: bootstrap over the "
-                                   "patients of the records (Clopper-Pearson over the slots without patient ids)"),
+                                   "records' patient clusters and the held-out patients of the pools "
+                                   "(Clopper-Pearson over the slots without patient ids)"),
     ("Nearest-record membership", "control: the same attack on real images of held-out patients (never "
                                   "released); residual risk against it; AUC members vs controls (patient "
                                   "bootstrap interval)"),

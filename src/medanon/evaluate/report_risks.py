@@ -45,9 +45,12 @@ def _risks(rep: dict) -> str:
             check = (r.get("validity") or {}).get(row) or {"valid": True}
             valid = check["valid"]
             left = risk.get("members_left_out")
+            tied = (r["attacks"].get("attribute") or {}).get("tied_records_left_out") if row == "attribute" else 0
             attack = _rate(risk["attack"], row_unit(row)) + (
                 f" <span class=ci>({left} member images left out: no control patient shares their "
-                f"{_e(((ctrl or {}).get('balanced') or {}).get('label', 'label'))})</span>" if left else "")
+                f"{_e(((ctrl or {}).get('balanced') or {}).get('label', 'label'))})</span>" if left else "") + (
+                f" <span class=ci>({tied} records left out: their patients split evenly on the attribute, no "
+                "true value)</span>" if tied else "")
             cells = [_e(r["name"]), _e(row_label(row)), attack, _rate(ctrl) if ctrl else
                      f"<span class=ci>{_e(risk['control_is'])}</span>", _rate(base) if base else "–",
                      _threshold(risk.get("threshold")),

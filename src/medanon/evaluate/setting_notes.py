@@ -38,9 +38,11 @@ def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str,
         out.append(f"FID is computed on fewer than 50 images for {named}: at such N its bias dominates; compare "
                    f"each with the control of the same N, and releases of different N by KID, which is unbiased")
     if (cfg.fidelity.inception or cfg.fidelity.in_domain) and len(set(n_fid.values())) > 1:
-        out.append("releases are measured on different N (each on its own records, up to fidelity.max_samples): FID "
-                   "and FD are biased by N, so compare a release with the control of its N, not with a release of "
-                   "another N (KID is unbiased); set fidelity.samples for one common N")
+        out.append("releases are measured on different N (each on its own records, up to fidelity.max_samples): "
+                   + ("FID and FD are" if cfg.fidelity.inception else "FD is")
+                   + " biased by N, so compare a release with the control of its N, not with a release of another N"
+                   + (" (KID is unbiased)" if cfg.fidelity.inception else "") + "; set fidelity.samples for one "
+                   "common N")
     if len(cfg.utility.seeds) < 2:
         out.append("utility uses a single seed: the reported sd is 0 and says nothing about training variance")
     for r in rels:

@@ -43,7 +43,15 @@ from medanon.evaluate.cache import digest
 from medanon.evaluate.config import result_key
 from medanon.evaluate.context import RealContext
 from medanon.evaluate.inputs import ReleaseData
-from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, copy_threshold, known_images, matched_others
+from medanon.evaluate.known_answers import (
+    DETECTED,
+    KINDS,
+    copy_ceiling,
+    copy_threshold,
+    known_images,
+    matched_others,
+    unmatched,
+)
 from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, METRIC_NAMES, kind_of
 from medanon.evaluate.verdict_text import exposure, heldout_in_release, sentence, why_invalid
 
@@ -446,5 +454,11 @@ def calibrate_and_judge(ctx: RealContext, checkpoints: dict[str, str], results: 
     for r in results:
         r["validity"] = validity(r, table, checks, members, ids_known=ids_known)
         r["verdict"] = verdict(r)
-    return {"releases": {k: KNOWN_WHAT[k] for k in KNOWN}, "table": table, "trained_on_members": members,
-            "seconds": seconds}
+    releases = {k: KNOWN_WHAT[k] for k in KNOWN}
+    if ctx.balance_label and len(ctx.attacker_rows):
+        values = ctx.real.label(ctx.balance_label)
+        n = unmatched(values[ctx.src], values[ctx.attacker_rows])
+        if n:
+            releases["others"] += (f"; {n} of its {len(ctx.src)} source images have a {ctx.balance_label} no "
+                                   "attacker-split image has (or none recorded) and got any other person's")
+    return {"releases": releases, "table": table, "trained_on_members": members, "seconds": seconds}

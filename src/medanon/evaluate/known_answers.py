@@ -112,6 +112,18 @@ def matched_others(source_values: np.ndarray, other_values: np.ndarray, *, seed:
     return out
 
 
+def unmatched(source_values: np.ndarray, other_values: np.ndarray) -> int:
+    """How many sources :func:`matched_others` gives any other person, as none of the others has their value (or
+    theirs is not known): the ``others`` release is matched on the label for the rest only.
+
+    >>> unmatched(np.array([0.0, 1.0, 4.0, np.nan]), np.array([0.0, 1.0, 1.0]))
+    2
+    """
+    have = set(np.unique(np.asarray(other_values, np.float64)[~np.isnan(np.asarray(other_values, np.float64))]))
+    src = np.asarray(source_values, np.float64)
+    return int(sum(np.isnan(v) or float(v) not in have for v in src))
+
+
 def write_known_answer(kind: str, out: str | Path, real: RealData, *, split: str = "train", seed: int = 0,
                        other: torch.Tensor | None = None, other_values: np.ndarray | None = None,
                        match: str | None = None) -> Path:

@@ -82,3 +82,9 @@ def test_a_release_records_the_views_it_was_made_from_and_the_evaluation_compare
     assert views_notes("frontal", [rel]) == []
     said = views_notes("", [rel])
     assert len(said) == 1 and "made from the images of views='frontal'" in said[0] and "evaluate with" in said[0]
+
+
+def test_the_summary_names_the_tables_read_and_the_views(tmp_path):
+    root = _with_views(tmp_path, ["PA", "LATERAL"])
+    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--views", "PA"])
+    assert r.exit_code == 0 and "read from labels.csv" in r.output and ", views PA" in r.output, r.output

@@ -40,6 +40,7 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
     return {
         "root": str(ds.root),
         "layout": ds.layout,
+        "tables": [_relative(f, ds.root) for f in getattr(ds, "source_files", None) or []],   # the labels read
         "modality": ds.modality or "unknown",
         "images": len(ds),
         "patients": len(per_patient),
@@ -51,16 +52,29 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
         "source_channels": {str(k): v for k, v in sorted(channels.items())},
         "file_types": dict(kinds),
         "alpha_channel": sum(i.alpha for i in ds.infos),
-        "output": {"size": ds.size, "channels": ds.channels, "crop": ds.crop},
+        "output": {"size": ds.size, "channels": ds.channels, "crop": ds.crop,
+                   **({"views": ds.read_options.views} if getattr(ds, "read_options", None) and ds.read_options.views
+                      else {})},
         "labels": labels,
         "skipped": [str(p) for p in ds.skipped],
     }
 
 
+def _relative(path, root) -> str:
+    """``path`` as a path under ``root`` where it is one, else as it is."""
+    from pathlib import Path
+
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"dataset   {s['root']}",
-        f"layout    {s['layout']}   modality {s['modality']}",
+        f"layout    {s['layout']}   modality {s['modality']}"
+        + (f"   read from {', '.join(s['tables'])}" if s.get("tables") else ""),
         f"images    {s['images']}   patients "
         + (f"{s['patients']}" if s.get("patient_ids_known", True) else
            f"unknown (no patient ids: each of the {s['images']} images counted as its own)")
@@ -72,7 +86,7 @@ def format_summary(s: dict[str, Any]) -> str:
         "channels  " + ", ".join(f"{k}: {v}" for k, v in s["source_channels"].items())
         + "   files " + ", ".join(f"{k}: {v}" for k, v in s["file_types"].items()),
         f"output    {s['output']['size']}x{s['output']['size']} px, {s['output']['channels']} channel(s), "
-        f"crop {s['output']['crop']}",
+        f"crop {s['output']['crop']}" + (f", views {s['output']['views']}" if s['output'].get("views") else ""),
     ]
     if s.get("alpha_channel"):
         lines.append(f"alpha     {s['alpha_channel']} image(s) declare transparency; it is ignored (each pixel's "

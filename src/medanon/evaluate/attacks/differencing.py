@@ -20,7 +20,10 @@ every pair of records and asks whether one of them *is* the target:
   target's, not a look-alike;
 - **members**: the patients in either release (from the private mappings); **control**: the same attack against
   held-out patients, who are in neither release (any success there is a false recovery). Patients are the unit:
-  each counts once, so the Wilson interval over patients respects images of one patient being alike.
+  each counts once, so the Wilson interval over patients respects images of one patient being alike. It treats the
+  patients as independent, which the people of one record are not (one difference may recover one of them and not
+  another); a cluster bootstrap by linked records is not possible here, as two releases clustered differently link
+  nearly everyone into one cluster.
 
 Only pairs whose counts differ by one are formed (``max_gap``): a difference of more people is the mean of several,
 nobody's image. Images are compared average-pooled to at most ``side`` pixels (32: differences and rounding are

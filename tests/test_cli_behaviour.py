@@ -116,3 +116,24 @@ def test_an_unexpected_exception_is_said_to_be_a_bug_without_a_traceback(tmp_pat
         assert isinstance(r.exception, ZeroDivisionError)              # the traceback on request
     finally:
         setup_logging("info")
+
+
+def test_no_command_takes_one_option_name_twice():
+    """Two options of one command under one flag (the X-ray views and k-Same's augmentation views were both
+    --views): click keeps one of them, and the other is silently unreachable."""
+    import click
+
+    from medanon.cli import cli as root
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield path, cmd
+
+    for path, cmd in walk(root, []):
+        flags = [f for p in cmd.params if isinstance(p, click.Option) for f in p.opts + p.secondary_opts]
+        names = [p.name for p in cmd.params]
+        assert len(flags) == len(set(flags)), (path, sorted(f for f in flags if flags.count(f) > 1))
+        assert len(names) == len(set(names)), (path, sorted(n for n in names if names.count(n) > 1))

@@ -1,4 +1,4 @@
-"""Reading chest X-rays by view: ``views=`` keeps some, and a folder mixing laterals in is named in a warning."""
+"""Reading chest X-rays by view: ``xray_views=`` keeps some, and a folder mixing laterals in is named in a warning."""
 
 from __future__ import annotations
 
@@ -29,40 +29,41 @@ def _with_views(tmp_path: Path, views: list[str]) -> Path:
 
 def test_views_select_and_every_image_is_read_by_default_with_a_warning(tmp_path):
     root = _with_views(tmp_path, ["PA", "LATERAL", "AP"])
-    with pytest.warns(LateralViews, match=r"2 of the 6 images of .* are lateral views.*views='frontal'"):
+    with pytest.warns(LateralViews, match=r"2 of the 6 images of .* are lateral views.*xray_views='frontal'"):
         assert len(medanon.open_dataset(root, size=16)) == 6
-    frontal = medanon.open_dataset(root, size=16, views="frontal")
-    assert len(frontal) == 4 and frontal.read_options.views == "frontal"
+    frontal = medanon.open_dataset(root, size=16, xray_views="frontal")
+    assert len(frontal) == 4 and frontal.read_options.xray_views == "frontal"
     assert {int(r.labels["view"]) for r in frontal.records} == {0, 1}                # PA and AP
-    assert len(medanon.open_dataset(root, size=16, views="pa")) == 2
+    assert len(medanon.open_dataset(root, size=16, xray_views="pa")) == 2
     with pytest.raises(DataError, match="leaves no image"):
-        medanon.open_dataset(root, size=16, views="LL")
+        medanon.open_dataset(root, size=16, xray_views="LL")
 
 
 def test_frontal_keeps_images_whose_view_is_not_recorded_a_list_does_not(tmp_path):
     root = _with_views(tmp_path, ["", "LL"])
-    assert len(medanon.open_dataset(root, size=16, views="frontal")) == 3
+    assert len(medanon.open_dataset(root, size=16, xray_views="frontal")) == 3
     with pytest.raises(DataError, match=r"leaves no image .*unknown 3"):
-        medanon.open_dataset(root, size=16, views="PA,AP")
+        medanon.open_dataset(root, size=16, xray_views="PA,AP")
 
 
 def test_an_unknown_view_is_refused_by_name():
     assert parse_views("") is None and parse_views(" PA , ap ") == {"PA", "AP"}
     with pytest.raises(ConfigError, match="names 'SIDE'"):
         parse_views("PA,side")
-    with pytest.raises(ConfigError, match="views="):
-        medanon.open_dataset(".", views="upright")
+    with pytest.raises(ConfigError, match="xray_views="):
+        medanon.open_dataset(".", xray_views="upright")
 
 
 def test_the_cli_reads_views_in_every_data_command(tmp_path):
     root = _with_views(tmp_path, ["PA", "LATERAL"])
-    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--views", "frontal"])
+    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--xray-views", "frontal"])
     assert r.exit_code == 0 and "images    3" in r.output, r.output
-    r = CliRunner().invoke(cli, ["data", "split", str(root), "--views", "frontal", "--out", str(tmp_path / "s.csv")])
+    r = CliRunner().invoke(cli, ["data", "split", str(root), "--xray-views", "frontal", "--out",
+                                 str(tmp_path / "s.csv")])
     assert r.exit_code == 0, r.output
     assert len((tmp_path / "s.csv").read_text().strip().splitlines()) == 1 + 3
-    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--views", "top"])
-    assert r.exit_code != 0 and "--views frontal" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--xray-views", "top"])
+    assert r.exit_code != 0 and "--xray-views frontal" in r.output and "Traceback" not in r.output
 
 
 def test_a_release_records_the_views_it_was_made_from_and_the_evaluation_compares(tmp_path):
@@ -72,19 +73,23 @@ def test_a_release_records_the_views_it_was_made_from_and_the_evaluation_compare
     from medanon.release import read_release
 
     root = _with_views(tmp_path, ["PA", "LATERAL"])
-    ds = medanon.open_dataset(root, size=16, views="frontal")
+    ds = medanon.open_dataset(root, size=16, xray_views="frontal")
     out = medanon.anonymize.snow(ds, p=0.3).save(tmp_path / "rel")
     manifest, rows = read_release(out)
-    assert manifest["params"]["views"] == "frontal" and len(rows) == 3
-    whole = medanon.anonymize.snow(medanon.open_dataset(root, size=16, views="PA,AP,LATERAL"), p=0.3)
-    assert whole.save(tmp_path / "rel2") and read_release(tmp_path / "rel2")[0]["params"]["views"] == "PA,AP,LATERAL"
+    assert manifest["params"]["xray_views"] == "frontal" and len(rows) == 3
+    whole = medanon.anonymize.snow(medanon.open_dataset(root, size=16, xray_views="PA,AP,LATERAL"), p=0.3)
+    whole.save(tmp_path / "rel2")
+    assert read_release(tmp_path / "rel2")[0]["params"]["xray_views"] == "AP,LATERAL,PA"
     rel = SimpleNamespace(name="rel", manifest=manifest)
     assert views_notes("frontal", [rel]) == []
     said = views_notes("", [rel])
-    assert len(said) == 1 and "made from the images of views='frontal'" in said[0] and "evaluate with" in said[0]
+    assert len(said) == 1 and "made from the images of xray_views='frontal'" in said[0]
+    assert "--xray-views frontal on the command line" in said[0]
+    spelled = SimpleNamespace(name="r", manifest={"params": {"xray_views": "AP,PA"}})
+    assert views_notes("pa, ap", [spelled]) == []                     # one setting, however spelled
 
 
 def test_the_summary_names_the_tables_read_and_the_views(tmp_path):
     root = _with_views(tmp_path, ["PA", "LATERAL"])
-    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--views", "PA"])
-    assert r.exit_code == 0 and "read from labels.csv" in r.output and ", views PA" in r.output, r.output
+    r = CliRunner().invoke(cli, ["data", "summary", str(root), "--xray-views", "PA"])
+    assert r.exit_code == 0 and "read from labels.csv" in r.output and ", X-ray views PA" in r.output, r.output

@@ -31,7 +31,7 @@ class DataConfig:
     crop: str = "auto"                          # auto | fov | center | pad | none (auto: fov fundus, center X-ray)
     modality: str = "auto"                      # auto | fundus | xray
     skip_bad: bool = False                      # skip unreadable/missing/unlabelled files instead of failing
-    views: str = ""                             # chest X-ray views: "" every image, "frontal", or e.g. "PA,AP"
+    xray_views: str = ""                        # chest X-ray views: "" every image, "frontal", or e.g. "PA,AP"
 
     def validate(self) -> None:
         if self.size < MIN_SIZE or self.size > MAX_SIZE or self.size & (self.size - 1):
@@ -51,7 +51,7 @@ class DataConfig:
                               fix="modality='fundus', 'xray', or leave it out to read it from the data")
         from medanon.data.views import parse_views
 
-        parse_views(self.views)
+        parse_views(self.xray_views)
 
 
 @dataclass

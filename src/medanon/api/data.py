@@ -20,7 +20,7 @@ def open_dataset(path: str | Path, *,
                  crop: str = "auto",                           # auto | fov | center | pad | none
                  modality: str = "auto",                       # auto | fundus | xray
                  skip_bad: bool = False,                       # leave out bad files (listed in .skipped)
-                 views: str = "",                              # X-ray views: "" all, "frontal", or e.g. "PA,AP"
+                 xray_views: str = "",                         # X-ray views: "" all, "frontal", or e.g. "PA,AP"
                  max_pixels: int | None = DEFAULT_MAX_PIXELS,  # refuse images claiming more (decompression bombs)
                  allow_outside: bool = False,                  # read files the labels name outside the folder
                  labels_csv: str | Path | None = None,         # generic layout: the labels CSV
@@ -37,7 +37,7 @@ def open_dataset(path: str | Path, *,
     header is checked here, and a bad file raises a :class:`~medanon.errors.DataError` naming it
     (or is left out with ``skip_bad=True``). ``max_pixels``: an image whose header claims more pixels is a
     bad file (raise it for genuinely large scans). ``allow_outside``: read files that the labels name
-    outside ``path`` (``../x.png``, absolute paths, links out of the folder); refused by default. ``views``: the
+    outside ``path`` (``../x.png``, absolute paths, links out of the folder); refused by default. ``xray_views``: the
     chest X-ray views to read, ``"frontal"`` (every view but the laterals) or a list such as ``"PA,AP"``; every
     image by default, with a warning where an X-ray folder holds laterals (:mod:`medanon.data.views`).
     ``transform``: a function of each loaded (C, H, W) image returning one of the same shape (e.g. a
@@ -59,7 +59,7 @@ def open_dataset(path: str | Path, *,
     from medanon.errors import ConfigError, a_type, check_path_arg
 
     cfg = DataConfig(layout=layout, size=size, channels=channels, crop=crop, modality=modality, skip_bad=skip_bad,
-                     views=views)
+                     xray_views="" if xray_views is None else xray_views)
     validate(cfg)
     generic = None
     if isinstance(label_cols, str):

@@ -61,7 +61,7 @@ def file_options(f):
                      help="Leave out missing, unreadable, oversized, outside or unlabelled files (and list them) "
                           "instead of failing; commands that read pixels then decode every image once up front to "
                           "find corrupt pixels too (data summary: with --decode)."),
-        click.option("--views", default=None, metavar="frontal|PA,AP,...",
+        click.option("--xray-views", default=None, metavar="frontal|PA,AP,...",
                      help="Chest X-rays: read only these views, 'frontal' (every view but the laterals) or a comma "
                           "list of PA, AP, LATERAL, LL, OTHER.  [default: every image; an X-ray folder holding "
                           "laterals is named in a warning]"),
@@ -137,7 +137,7 @@ def generic_from_cli(*, layout, labels_csv, image_col, label_cols, patient_col, 
 
 def declared_from_cli(data_dir: Path, *, layout="auto", labels_csv=None, image_col=None, label_cols=None,
                       patient_col=None, images_dir=None, skip_bad=None, max_pixels=DEFAULT_MAX_PIXELS,
-                      allow_outside=False, views=None):
+                      allow_outside=False, xray_views=None):
     """A context in which library code that opens ``data_dir`` itself (``evaluate --real``) reads it with
     these layout and file options (:func:`medanon.data.dataset.reading`)."""
     from medanon.data.dataset import reading
@@ -147,7 +147,8 @@ def declared_from_cli(data_dir: Path, *, layout="auto", labels_csv=None, image_c
     stack = contextlib.ExitStack()
     stack.enter_context(clean_warnings())
     stack.enter_context(reading(data_dir, layout=layout, generic=generic, skip_bad=bool(skip_bad),
-                                max_pixels=max_pixels, allow_outside=allow_outside, views=views or ""))
+                                max_pixels=max_pixels, allow_outside=allow_outside,
+                                xray_views=xray_views or ""))
     return stack
 
 
@@ -189,12 +190,12 @@ def data_dir_argument(*, required: bool = True, help: str = "Dataset folder."):
 def open_from_cli(data_dir: Path, *, layout="auto", labels_csv=None, image_col=None, label_cols=None,
                   patient_col=None, images_dir=None, size=None, channels=None, crop=None, modality=None,
                   skip_bad=None, max_pixels=DEFAULT_MAX_PIXELS, allow_outside=False, progress: bool = True,
-                  check_pixels: bool | None = None, views=None):
+                  check_pixels: bool | None = None, xray_views=None):
     from medanon.data.dataset import open_dataset
 
     cfg = build(DataConfig, layout=layout if layout != "auto" else None, size=size,
                 channels=int(channels) if channels is not None else None, crop=crop, modality=modality,
-                skip_bad=skip_bad or None, views=views)
+                skip_bad=skip_bad or None, xray_views=xray_views)
     generic = generic_from_cli(layout=layout, labels_csv=labels_csv, image_col=image_col, label_cols=label_cols,
                                patient_col=patient_col, images_dir=images_dir)
     with clean_warnings():

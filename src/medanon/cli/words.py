@@ -29,8 +29,8 @@ DATA_FLAGS = {GENERIC_OPTIONS: "--layout generic --labels FILE.csv --image-col C
               "labels_csv=": "--labels ", "image_col=": "--image-col ", "label_cols=": "--label-cols ",
               "patient_col=": "--patient-col ", "images_dir=": "--images ",
               "modality='fundus'": "--modality fundus", "channels=": "--channels ", "size=": "--size ",
-              "views='frontal'": "--views frontal", "views='PA,AP'": "--views PA,AP", "views=''": "--views ''",
-              "views=": "--views ",
+              "xray_views='frontal'": "--xray-views frontal", "xray_views='PA,AP'": "--xray-views PA,AP",
+              "xray_views=''": "--xray-views ''", "xray_views=": "--xray-views ",
               "device='cpu' (or 'auto')": "--device cpu (or auto)", "device=": "--device ",
               "overwrite=True": "--overwrite"}
 # medanon.data.splits.split_patients's parameters (``medanon data split``).

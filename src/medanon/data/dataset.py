@@ -39,7 +39,7 @@ from medanon.data.duplicates import duplicate_problems
 from medanon.data.imageio import DEFAULT_MAX_PIXELS, ImageInfo, TooLarge
 from medanon.data.layouts import GenericOptions, scan
 from medanon.data.records import Problem, Record, Scan
-from medanon.data.views import select_views
+from medanon.data.views import canonical_views, select_views
 from medanon.errors import DataError, a_type
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class ReadOptions:
     channels: int = 0
     crop: str = "auto"
     modality: str = "auto"
-    views: str = ""                             # chest X-ray views read (medanon.data.views)
+    xray_views: str = ""                        # chest X-ray views read (medanon.data.views)
 
 
 TRANSFORM_SLACK = 1.1          # a transform's output beyond ±this is refused; within it, clamped to [-1, 1]
@@ -298,7 +298,7 @@ _DECLARED_LOCK = threading.Lock()
 def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions | None = None,
             skip_bad: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
             allow_outside: bool = False, channels: int = 0, crop: str = "auto",
-            modality: str = "auto", views: str = "") -> Iterator[None]:
+            modality: str = "auto", xray_views: str = "") -> Iterator[None]:
     """Declare how the dataset folder ``root`` is read, for code that opens it by its path alone (the
     evaluation opens the real data itself): inside the block, :func:`open_dataset` of ``root`` without a layout
     or generic description of its own uses these (and ``channels``, ``crop``, ``modality`` where it leaves them
@@ -306,7 +306,7 @@ def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions |
     ``medanon.evaluate(real=ds)`` reads ``ds``'s folder as ``ds`` was read (``reading(ds.root,
     **vars(ds.read_options))``)."""
     key = Path(root).resolve()
-    opts = ReadOptions(layout, generic, skip_bad, max_pixels, allow_outside, channels, crop, modality, views)
+    opts = ReadOptions(layout, generic, skip_bad, max_pixels, allow_outside, channels, crop, modality, xray_views)
     with _DECLARED_LOCK:
         before = _DECLARED.get(key)
         _DECLARED[key] = opts
@@ -337,7 +337,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
                                   channels=cfg.channels or declared.channels,
                                   crop=declared.crop if cfg.crop == "auto" else cfg.crop,
                                   modality=declared.modality if cfg.modality == "auto" else cfg.modality,
-                                  views=cfg.views or declared.views)
+                                  xray_views=cfg.xray_views or declared.xray_views)
         generic, allow_outside = declared.generic, allow_outside or declared.allow_outside
         if max_pixels == DEFAULT_MAX_PIXELS:
             max_pixels = declared.max_pixels
@@ -352,7 +352,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
                         f"{cfg.modality!r} would read them as {cfg.modality} images (with the other modality's "
                         "channels and models)", fix="leave modality= out, or pass the folder of the modality you mean")
     modality = cfg.modality if cfg.modality != "auto" else sc.modality
-    records = select_views(sc.records, cfg.views, root=root, modality=modality)    # before any header is read
+    records = select_views(sc.records, cfg.xray_views, root=root, modality=modality)    # before any header is read
     good, infos, problems = check_records(records, progress=progress, max_pixels=max_pixels)
     copies = duplicate_problems(good)                   # one image under two patient ids: one person as two
     if copies:
@@ -378,7 +378,8 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     ds = ImageDataset(good, size=cfg.size, channels=channels, crop=crop, modality=modality, layout=sc.layout,
                       root=root, skipped=problems, infos=infos, max_pixels=max_pixels,
                       read_options=ReadOptions(layout, generic, cfg.skip_bad, max_pixels, allow_outside, cfg.channels,
-                                               cfg.crop, cfg.modality, cfg.views), transform=transform)
+                                               cfg.crop, cfg.modality, canonical_views(cfg.xray_views)),
+                      transform=transform)
     ds.source_files = list(sc.files)                     # labels and descriptor files (the output check's inputs)
     if cfg.skip_bad and check_pixels is not False:
         # Corrupt pixel data behind a good header: find it now (the tensors are kept, so this costs no

@@ -53,8 +53,8 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
         "file_types": dict(kinds),
         "alpha_channel": sum(i.alpha for i in ds.infos),
         "output": {"size": ds.size, "channels": ds.channels, "crop": ds.crop,
-                   **({"views": ds.read_options.views} if getattr(ds, "read_options", None) and ds.read_options.views
-                      else {})},
+                   **({"xray_views": ds.read_options.xray_views}
+                      if getattr(ds, "read_options", None) and ds.read_options.xray_views else {})},
         "labels": labels,
         "skipped": [str(p) for p in ds.skipped],
     }
@@ -86,7 +86,8 @@ def format_summary(s: dict[str, Any]) -> str:
         "channels  " + ", ".join(f"{k}: {v}" for k, v in s["source_channels"].items())
         + "   files " + ", ".join(f"{k}: {v}" for k, v in s["file_types"].items()),
         f"output    {s['output']['size']}x{s['output']['size']} px, {s['output']['channels']} channel(s), "
-        f"crop {s['output']['crop']}" + (f", views {s['output']['views']}" if s['output'].get("views") else ""),
+        f"crop {s['output']['crop']}"
+        + (f", X-ray views {s['output']['xray_views']}" if s["output"].get("xray_views") else ""),
     ]
     if s.get("alpha_channel"):
         lines.append(f"alpha     {s['alpha_channel']} image(s) declare transparency; it is ignored (each pixel's "

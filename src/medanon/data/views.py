@@ -1,8 +1,9 @@
-"""Which chest X-ray views a dataset is read with (``views=``), and the warning where laterals are mixed in.
+"""Which chest X-ray views a dataset is read with (``xray_views=``), and the warning where laterals are mixed in.
 
 CheXpert holds a lateral image for many frontal ones, MIMIC-CXR and PadChest too. medanon's X-ray models, phantoms
 and attacks are made for frontal images (the phantoms are PA), and a release made of both mixes them without a
-word in its labels (``view`` is not released unless asked). ``views`` selects by the canonical ``view`` label:
+word in its labels (``view`` is not released unless asked). ``xray_views`` selects by the canonical ``view``
+label:
 
 - ``""`` (the default): every image; an X-ray dataset holding lateral views is named in a warning, once per folder;
 - ``"frontal"``: every image but the lateral ones (``LATERAL``, ``LL``); an image whose view is not recorded is
@@ -14,6 +15,8 @@ Example:
     ['AP', 'PA']
     >>> parse_views("frontal") == FRONTAL
     True
+    >>> canonical_views(" pa,AP "), canonical_views("Frontal"), canonical_views("")
+    ('AP,PA', 'frontal', '')
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def parse_views(views: str) -> frozenset[str] | None:
     """The views ``views`` keeps (``"unknown"`` among them: images without a recorded view), None for every image;
     a ConfigError naming the argument for a view medanon does not know."""
     if not isinstance(views, str):
-        raise ConfigError(f"views={views!r} must be a string", fix="views='frontal', views='PA,AP', or views=''")
+        raise ConfigError(f"xray_views={views!r} must be a string",
+                          fix="xray_views='frontal', xray_views='PA,AP', or xray_views=''")
     text = views.strip()
     if not text:
         return None
@@ -55,11 +59,20 @@ def parse_views(views: str) -> frozenset[str] | None:
     asked = [v.strip().upper() for v in text.split(",") if v.strip()]
     unknown = [v for v in asked if v not in VIEWS]
     if unknown or not asked:
-        raise ConfigError(f"views={views!r} names {', '.join(map(repr, unknown)) or 'no view'}: the views are "
-                          f"{', '.join(VIEWS)}",
-                          fix="views='frontal' (every view but the laterals), a comma list such as views='PA,AP', "
-                              "or views='' for every image")
+        raise ConfigError(f"xray_views={views!r} names {', '.join(map(repr, unknown)) or 'no view'}: the views "
+                          f"are {', '.join(VIEWS)}",
+                          fix="xray_views='frontal' (every view but the laterals), a comma list such as "
+                              "xray_views='PA,AP', or xray_views='' for every image")
     return frozenset(asked)
+
+
+def canonical_views(views: str) -> str:
+    """One spelling of ``views``: ``"frontal"``, the views in sorted order (``"AP,PA"``), or ``""`` (every image);
+    recorded in a release and compared, so "PA,AP" and "AP,PA" are one setting."""
+    keep = parse_views(views)
+    if keep is None:
+        return ""
+    return "frontal" if keep == FRONTAL else ",".join(sorted(keep))
 
 
 def view_name(record: Record) -> str:
@@ -78,17 +91,17 @@ def select_views(records: Sequence[Record], views: str, *, root: Path, modality:
         if laterals and modality == "xray" and first_in_folder("lateral", root, root):
             warnings.warn(f"{laterals} of the {len(records)} images of {root} are lateral views: medanon's X-ray "
                           "models, phantoms and attacks are made for frontal images, and a release would mix the "
-                          "two (its labels say which only if view is released); pass views='frontal' to leave them "
-                          "out", LateralViews, stacklevel=3)
+                          "two (its labels say which only if view is released); pass xray_views='frontal' to leave "
+                          "them out", LateralViews, stacklevel=3)
         return list(records)
     kept = [r for r, n in zip(records, names, strict=True) if n in keep]
     dropped = Counter(n for n in names if n not in keep)
     if not kept:
         counts = ", ".join(f"{n} {c}" for n, c in sorted(dropped.items()))
-        raise DataError(f"views={views!r} leaves no image of {root} ({counts} left out)",
-                        fix="pass views='' to read every image, or the views the dataset holds (medanon data summary "
-                            "counts them under 'view')")
+        raise DataError(f"xray_views={views!r} leaves no image of {root} ({counts} left out)",
+                        fix="pass xray_views='' to read every image, or the views the dataset holds (medanon data "
+                            "summary counts them under 'view')")
     if dropped:
-        log.info("views=%r: %d of %d images of %s kept; left out: %s", views, len(kept), len(records), root,
+        log.info("xray_views=%r: %d of %d images of %s kept; left out: %s", views, len(kept), len(records), root,
                  ", ".join(f"{n} {c}" for n, c in sorted(dropped.items())))
     return kept

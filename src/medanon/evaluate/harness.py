@@ -371,7 +371,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     # comparisons read what each release left in the cache: naming pairs must not invalidate any cached result
     keyed = replace(cfg, utility=replace(cfg.utility, compare=()))
     ctx = RealContext(real, keyed, cache, dev, progress)
-    for note in setting_notes(cfg, rels, n_fid) + views_notes(real.dataset.read_options.views, rels):
+    for note in setting_notes(cfg, rels, n_fid) + views_notes(real.dataset.read_options.xray_views, rels):
         log.warning(note)
         ctx.notes.append(note)
     label_sets = [set(r.label_names) for r in rels]

@@ -86,16 +86,20 @@ def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str,
 
 
 def views_notes(real_views: str, rels: Sequence[ReleaseData]) -> list[str]:
-    """A note for each release made from other chest X-ray views than the real data is read with (views=):
+    """A note for each release made from other chest X-ray views than the real data is read with (xray_views=):
     the attackers, controls and utility test set would see views the release does not hold, or miss some it does."""
+    from medanon.data.views import canonical_views
+
     out = []
     for r in rels:
-        made = (r.manifest.get("params") or {}).get("views") or ""
-        if made != (real_views or ""):
-            out.append(f"release {r.name} was made from the images of views={made!r} ({made or 'every view'}), "
-                       f"and the real data is read with views={real_views or ''!r} ({real_views or 'every view'}): "
-                       f"its controls, attackers and utility test set hold other views than its records; evaluate "
-                       f"with views={made!r}")
+        made = canonical_views((r.manifest.get("params") or {}).get("xray_views") or "")
+        real = canonical_views(real_views or "")
+        if made != real:
+            out.append(f"release {r.name} was made from the images of xray_views={made!r} ({made or 'every view'}), "
+                       f"and the real data is read with xray_views={real!r} ({real or 'every view'}): its controls, "
+                       "attackers and utility test set hold other views than its records; read the real data with "
+                       f"the release's views (xray_views={made!r} in Python, --xray-views {made or chr(39) * 2} on the "
+                       "command line)")
     return out
 
 

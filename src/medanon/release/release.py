@@ -88,10 +88,10 @@ def reading_params(dataset) -> dict[str, Any]:
 
 
 def views_param(dataset) -> dict[str, Any]:
-    """``{"views": ...}`` where the dataset was read with some chest X-ray views only (medanon.data.views), else
+    """``{"xray_views": ...}`` where the dataset was read with some chest X-ray views only (medanon.data.views), else
     nothing (so the settings of releases read whole stay as they were, and their resumes with them)."""
-    views = getattr(getattr(dataset, "read_options", None), "views", "")
-    return {"views": views} if views else {}
+    views = getattr(getattr(dataset, "read_options", None), "xray_views", "")
+    return {"xray_views": views} if views else {}
 
 
 def show_progress(progress: bool | None) -> bool:

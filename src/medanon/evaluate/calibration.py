@@ -67,7 +67,8 @@ KNOWN_WHAT = {"copy": "every source image released as its own record (must be de
                         "of its source's grade (or pneumonia) where the data has it (must not be detected; left out "
                         "when the attackers had to train on the members)"}
 MIN_CONTROL_PATIENTS = MIN_PATIENTS             # fewer control (or calibration) patients: the rate is not resolved
-VERSION = 8                                     # 8: the others release matched on the label
+VERSION = 9                                     # 9: top-K's interval resamples the held-out patients;
+#                                                 8: the others release matched on the label
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",
          "attribute": "Attribute (classifier)", "inference": "Inference (nearest record)",
@@ -455,7 +456,7 @@ def calibrate_and_judge(ctx: RealContext, checkpoints: dict[str, str], results: 
         r["validity"] = validity(r, table, checks, members, ids_known=ids_known)
         r["verdict"] = verdict(r)
     releases = {k: KNOWN_WHAT[k] for k in KNOWN}
-    if ctx.balance_label and len(ctx.attacker_rows):
+    if ctx.balance_label and len(ctx.attacker_rows) and ctx.attacker_from != ctx.cfg.source_split:   # others ran
         values = ctx.real.label(ctx.balance_label)
         n = unmatched(values[ctx.src], values[ctx.attacker_rows])
         if n:

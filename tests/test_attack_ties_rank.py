@@ -202,17 +202,21 @@ def test_top_k_interval_resamples_the_held_out_patients():
     assert 0.15 < (draws == 0.5).mean() < 0.35 and 0.15 < (draws == 1.0).mean() < 0.35
 
 
-def test_top_k_bootstrap_hits_match_topk_hits():
-    """The bootstrap's vectorised count of a record's hits equals :func:`topk_hits`' expected hits, ties included."""
+@pytest.mark.parametrize("dense", [1 << 24, 20])
+def test_top_k_bootstrap_hits_match_topk_hits(dense, monkeypatch):
+    """The bootstrap's vectorised count of a record's hits equals :func:`topk_hits`' expected hits, ties included,
+    with the comparisons kept (small pools) or made again in chunks of records (``dense=20``: large ones)."""
+    from medanon.evaluate.attacks import membership
     from medanon.evaluate.attacks.membership import _ranked_members
 
+    monkeypatch.setattr(membership, "_DENSE", dense)
     rng = np.random.default_rng(5)
     for _ in range(40):
         ks = rng.integers(1, 4, 5).astype(float)
         scored = [(rng.integers(0, 4, int(k)).astype(float), rng.integers(0, 4, 6).astype(float),
                    rng.integers(0, 4, 9).astype(float)) for k in ks]
         draw = rng.choice(9, 5, replace=bool(rng.random() < 0.5))
-        got = _ranked_members(scored, ks)(draw)
+        got = _ranked_members(scored, ks)(np.bincount(draw, minlength=9))
         for (mine, others, held), k, g in zip(scored, ks, got, strict=True):
             pool = np.r_[mine, others, held[draw]]
             assert g == pytest.approx(topk_hits(pool, np.arange(len(pool)) < len(mine), int(k))[0])

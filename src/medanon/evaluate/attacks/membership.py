@@ -231,7 +231,8 @@ def _two_way_bootstrap(scored, ks: np.ndarray, groups: np.ndarray, record_pool: 
         counts = rng.multinomial(n_patients, np.full(n_patients, 1.0 / n_patients))
         population = np.repeat(np.arange(n_images), counts[codes])
         for (recs, need), rank in zip(pools, ranked, strict=True):   # a pool: as many held-out images as members
-            hits_b[recs] = rank(population[rng.choice(len(population), need, replace=len(population) < need)])
+            draw = population[rng.choice(len(population), need, replace=len(population) < need)]
+            hits_b[recs] = rank(np.bincount(draw, minlength=n_images))
         draws[b] = (weights[b] @ hits_b) / (weights[b] @ ks)
     clusters = int(np.unique(groups).size)
     s = summarise_draws(draws[None], clusters, {"rate": (estimate, True)}, confidence=confidence, seed=seed,
@@ -244,11 +245,16 @@ def _two_way_bootstrap(scored, ks: np.ndarray, groups: np.ndarray, record_pool: 
                 draws=s["draws"])
 
 
+_DENSE = 1 << 24        # member x held-out comparisons kept between resamples (two float32 arrays: 128 MiB)
+
+
 def _ranked_members(scored, ks: np.ndarray):
     """For the records of one pool (``scored``: each record's scores on its members, on the pool's other members and
-    on every held-out image), the function from a draw of held-out images (indices) to each record's expected hits
-    among its K best (:func:`.stats.topk_expected_hits`, vectorised): a member with ``g`` candidates above it and
-    ``e`` tied with it (itself included) fills ``min(max((K - g) / e, 0), 1)`` of a slot."""
+    on every held-out image), the function from a draw of held-out images (``counts``: how often each held-out image
+    is in it) to each record's expected hits among its K best (:func:`.stats.topk_hits`' mean): a member with ``g``
+    candidates above it and ``e`` tied with it (itself included) fills ``min(max((K - g) / e, 0), 1)`` of a slot.
+    Each member's comparisons with the held-out images are made once (within ``_DENSE``; in chunks of records
+    again for each draw beyond it), so a draw costs a product with its counts."""
     width = max(len(mine) for mine, _, _ in scored)
     mine = np.full((len(scored), width), np.nan)
     above, tied = np.zeros((len(scored), width)), np.zeros((len(scored), width))
@@ -259,15 +265,24 @@ def _ranked_members(scored, ks: np.ndarray):
         above[i, :len(m)] = (fixed[None, :] > (m + tol)[:, None]).sum(1)
         tied[i, :len(m)] = (np.abs(fixed[None, :] - m[:, None]) <= tol[:, None]).sum(1)
     on_held = np.stack([h for _, _, h in scored])
-    tol = TIE_TOL * np.maximum(1.0, np.abs(mine))[:, :, None]
+    tol = TIE_TOL * np.maximum(1.0, np.abs(mine))
+    chunk = max(1, _DENSE // max(1, width * on_held.shape[1]))
+    starts = range(0, len(scored), chunk)
 
-    def hits(draw: np.ndarray) -> np.ndarray:
-        h = on_held[:, draw][:, None, :]
-        g = above + (h > mine[:, :, None] + tol).sum(-1)
-        e = tied + (np.abs(h - mine[:, :, None]) <= tol).sum(-1)
+    def compare(a: int) -> tuple[np.ndarray, np.ndarray]:      # (records, width, held-out): above, tied (NaN: 0)
+        m, t, h = mine[a:a + chunk, :, None], tol[a:a + chunk, :, None], on_held[a:a + chunk, None, :]
+        return (h > m + t).astype(np.float32), (np.abs(h - m) <= t).astype(np.float32)
+
+    dense = [compare(a) for a in starts] if len(starts) == 1 else None
+
+    def hits(counts: np.ndarray) -> np.ndarray:
+        c = np.asarray(counts, np.float32)
+        parts = [(a_ @ c, t_ @ c) for a_, t_ in (dense if dense is not None else (compare(a) for a in starts))]
+        g = above + np.concatenate([p[0] for p in parts])
+        e = tied + np.concatenate([p[1] for p in parts])
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.clip((ks[:, None] - g) / e, 0.0, 1.0)
-        return np.nansum(np.where(np.isnan(mine), np.nan, share), 1)
+        return np.where(np.isnan(mine), 0.0, share).sum(1)
     return hits
 
 

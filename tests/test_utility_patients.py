@@ -326,7 +326,8 @@ def test_an_untestable_task_says_what_its_held_out_labels_are():
     from medanon.evaluate.utility_run import untestable
 
     labels = np.array([1.0, -1.0, -1.0, np.nan, np.nan, np.nan, 0.0, 1.0])
-    ctx = SimpleNamespace(real=SimpleNamespace(label=lambda name: labels), held=np.arange(1, 7))
+    ctx = SimpleNamespace(real=SimpleNamespace(label=lambda name: labels, dataset=SimpleNamespace(
+        label_names=["pneumonia", "age", "edema", "sex"])), held=np.arange(1, 7))
     said = untestable(ctx, U.KNOWN_TASKS["pneumonia"])
     assert "1 of the held-out split's 6 images carry a usable 'pneumonia' label (3 blank, 2 uncertain (-1))" in said
-    assert "utility.tasks" in said
+    assert "utility.tasks" in said and said.endswith("the data hold edema, sex")

@@ -288,8 +288,8 @@ def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData, *, found
         raise DataError(f"{mp}, found beside the release {mp.with_name(mp.name[:-len(MAPPING_SUFFIX)])} where its "
                         "mapping is looked for, names none of its records: it is the mapping of another release of "
                         "that name (one this release replaced)",
-                        files=[str(mp)], fix="delete or move that file, or pass mapping= the mapping written with "
-                                             "this release")
+                        files=[str(mp)], fix="delete or move that file, or give the mapping= file written with this "
+                                             "release")
     if absent:
         raise DataError(f"mapping {mp} does not cover {len(absent)} released record(s)", files=absent,
                         fix="pass the mapping written together with this release")

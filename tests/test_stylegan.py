@@ -286,8 +286,9 @@ def test_resume_notices_other_training_images(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"(?s)other images \(12 images.*\(10 images.*retune=True"):
         train_stylegan(other, cfg, tmp_path / "run", steps=3, resume=True, progress=False)
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 2          # nothing trained or written
-    blob = load_checkpoint(train_stylegan(other, cfg, tmp_path / "run", steps=3, resume=True, retune=True,
-                                          progress=False))
+    with pytest.warns(UserWarning, match=r"other images .*retune continues on these images from step 2 on"):
+        blob = load_checkpoint(train_stylegan(other, cfg, tmp_path / "run", steps=3, resume=True, retune=True,
+                                              progress=False))                     # said, not only recorded
     (change,) = blob["extra"]["config_changes"]
     assert change["field"] == "training_images" and change["step"] == 2
     assert change["from"] == first["extra"]["training_images"] and change["to"]["count"] == 10

@@ -20,8 +20,9 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint.pt.")
 @click.option("--retune", is_flag=True,
               help="With --resume: let --config/--set change training settings (learning rates, R1, EMA, ADA, "
-                   "augmentations, loss, batch) from the resumed step on; recorded in the checkpoint and manifest. "
-                   "The architecture and seed never change.")
+                   "augmentations, loss, batch), and the data change the training images (said in a warning), from "
+                   "the resumed step on; recorded in the checkpoint and manifest. The architecture, seed and "
+                   "modality never change.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set channels=1 (repeatable).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=100, help="Steps between checkpoints.")

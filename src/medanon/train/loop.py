@@ -88,6 +88,9 @@ def training_images_change(blob: dict[str, Any], digest: dict[str, Any], *,
         fix += (", or start a new run" if retune is None else
                 ", or pass retune=True to continue on these images from this step on (recorded in the checkpoint)")
         raise ConfigError(what, fix=fix)
+    warnings.warn(f"{what}: retune continues on these images from step {int(blob['step'])} on (recorded in the "
+                  "checkpoint's config_changes); a model trained on both sets of people depends on both",
+                  UserWarning, stacklevel=user_stacklevel())
     return [{"step": int(blob["step"]), "field": "training_images", "from": saved, "to": digest}]
 
 

@@ -809,3 +809,18 @@ def test_a_rerun_never_replaces_a_report_edited_since(world, tmp_path):
         with pytest.raises(OutputExistsError, match=r"holds report\.html changed since medanon wrote it"):
             evaluate(world["data"], world["releases"][:2], out, overwrite=overwrite, **args)
     assert (out / "report.html").read_text() == edited
+
+
+def test_a_damaged_cached_siamese_attacker_is_trained_again(world, tmp_path, caplog):
+    """The Siamese attacker was the one cache file written in place: a run killed while writing it left a torn file,
+    and every later evaluation with that cache failed as a medanon bug until someone deleted it."""
+    cache = tmp_path / "cache"
+    shutil.copytree(world["root"] / "cache", cache)
+    (siamese,) = [p for p in cache.rglob("siamese-*.pt")]
+    siamese.write_bytes(siamese.read_bytes()[:100])
+    fresh = write_k_same_pixel(tmp_path / "k4", world["real"], k=4)          # not evaluated yet: its attacks run
+    with caplog.at_level("WARNING"):
+        evaluate(world["data"], [fresh], tmp_path / "ev", config=tiny_config(samples=8), cache_dir=cache,
+                 progress=False)
+    assert "cached Siamese attacker" in caplog.text and "training it again" in caplog.text
+    assert siamese.stat().st_size > 100 and not list(cache.rglob(".*.tmp"))

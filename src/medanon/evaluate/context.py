@@ -191,12 +191,22 @@ class RealContext:
         net = sia.SiameseNet(self.real.images.shape[1], a.siamese_net).to(self.device)
         path = self.cache.path(f"siamese-{digest(self.key, to_dict(a.siamese_net), rows.tolist())}", ".pt")
         if path is not None and path.is_file():
-            net.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
-            return net.eval()
+            try:
+                net.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+                return net.eval()
+            except Exception as e:                  # written by an older version, or damaged: trained again below
+                log.warning("the cached Siamese attacker %s cannot be read (%s): training it again", path,
+                            str(e).splitlines()[0][:120] if str(e) else type(e).__name__)
         net = sia.train_siamese(self.real.images[rows], self.real.patients[rows], cfg=a.siamese_net,
                                 device=self.device)
         if path is not None:
-            torch.save(net.state_dict(), path)
+            import io
+
+            from medanon.fsutil import atomic_write_bytes
+
+            buf = io.BytesIO()
+            torch.save(net.state_dict(), buf)
+            atomic_write_bytes(path, buf.getvalue())    # as every cache file: a killed run leaves no torn one
         return net
 
     @cached_property

@@ -120,6 +120,13 @@ def test_releases_made_with_other_settings_are_made_again_not_reused(tmp_path: P
     del made["fundus"]["statements"]                                     # as an earlier version recorded it
     (out / demo.RELEASES_MADE).write_text(json.dumps(made))
     assert demo.stale_modalities(out, b) == {"fundus", "xray"}
+    # run b remakes a's xray releases and is interrupted: a run with a's settings must not take the mix for a's
+    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(a)))
+    demo.record_releases_made(out, "xray", a)
+    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(b)))
+    assert "xray" in demo.stale_modalities(out, b)
+    demo.forget_releases_made(out, "xray")                               # what the demo does before remaking them
+    assert "xray" in demo.stale_modalities(out, a)
 
 
 def test_the_demos_subset_is_replaced_when_its_rows_change(tmp_path: Path):

@@ -192,6 +192,15 @@ def _releases_made(out: Path) -> dict:
     return made if isinstance(made, dict) else {}
 
 
+def forget_releases_made(out: Path, modality: str) -> None:
+    """Drop ``modality`` from :data:`RELEASES_MADE` before its releases are made again: a run interrupted while
+    remaking them leaves some of each setting, which the old record would vouch for."""
+    made = _releases_made(out)
+    if modality in made:
+        del made[modality]
+        atomic_write_text(out / RELEASES_MADE, json.dumps(made, indent=1, sort_keys=True) + "\n")
+
+
 def record_releases_made(out: Path, modality: str, cfg: DemoConfig) -> None:
     made = {**_releases_made(out), modality: release_settings(cfg, modality, checkpoints_digest(cfg))}
     atomic_write_text(out / RELEASES_MADE, json.dumps(made, indent=1, sort_keys=True) + "\n")
@@ -379,6 +388,8 @@ def run_demo(out: str | Path, *, patients: int = 200, per_patient: int = 4, size
         if modality in stale and (out / "releases").is_dir():
             click.echo(f"the {modality} releases in {out / 'releases'} were made with other settings: made again")
         made = Made(remake=modality in stale)
+        if modality in stale:
+            forget_releases_made(out, modality)     # until every release is made with this run's settings
         if modality == "xray":                  # the flow's training phantom: DP-GLOW checks its people against it
             made.flow_training = flow_training_folder(out, ckpt)
         releases[modality] = make(train, out / "releases", ckpt, cfg, made)

@@ -155,3 +155,18 @@ def test_a_file_digest_is_read_once_and_never_stale(tmp_path: Path, monkeypatch)
     with open(p, "r+b") as f:
         f.write(b"d")
     assert fs.sha256_file(p) == truth(p)
+
+
+def test_a_run_removes_the_half_written_files_a_killed_run_left(tmp_path):
+    """kill -9 during an atomic write leaves .NAME.XXXXXXXX.tmp in the run folder (a torn checkpoint of megabytes);
+    the next run of the folder removes it once it holds the lock, and nothing else."""
+    from medanon.runtime import RunDir
+
+    run = RunDir(tmp_path / "run", config={"a": 1}, command="test")
+    run.finish()
+    torn = tmp_path / "run" / ".checkpoint.pt.k2j_9xq1.tmp"
+    torn.write_bytes(b"\0" * 100)
+    mine = tmp_path / "run" / ".notes.tmp"                            # not the pattern of an atomic write
+    mine.write_text("keep")
+    RunDir(tmp_path / "run", config={"a": 1}, command="test").finish()
+    assert not torn.exists() and mine.read_text() == "keep"

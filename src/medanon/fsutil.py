@@ -89,6 +89,22 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+_TORN = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")    # atomic_write_bytes' temporary names: .NAME.XXXXXXXX.tmp
+
+
+def remove_torn_writes(folder: str | os.PathLike) -> int:
+    """Remove the temporary files that atomic writes of a killed run left in ``folder`` (called by its next run
+    once it holds the folder's lock, so no live writer's file is touched); the number removed."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if _TORN.match(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str = "folder") -> Iterator[Path]:
     """Yield a temporary directory that becomes ``out`` only if the block finishes.

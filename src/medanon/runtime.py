@@ -27,7 +27,7 @@ import numpy as np
 from medanon import __version__
 from medanon.config import dump_yaml
 from medanon.errors import ConfigError
-from medanon.fsutil import atomic_write_text, sha256_file
+from medanon.fsutil import atomic_write_text, remove_torn_writes, sha256_file
 
 log = logging.getLogger("medanon")
 
@@ -254,6 +254,9 @@ class RunDir:
             "finished": None,
         }
         self.path.mkdir(parents=True, exist_ok=True)
+        swept = remove_torn_writes(self.path)            # a killed run's half-written checkpoint or manifest
+        if swept:
+            log.info("%s: removed %d temporary file(s) a killed run left", self.path, swept)
         if new_run:
             self._clear_dead_run()
         elif resume_step is not None:

@@ -129,7 +129,7 @@ def test_resume_notices_changed_source_content(tmp_path, source):
     _, records = source
     out = tmp_path / "rel"
     _interrupted(out, records, 3, source_digest={"sha256": "old"})
-    with pytest.raises(ConfigError, match="other sources: the images, their ids or labels"):
+    with pytest.raises(ConfigError, match="other sources: the source images' content, or which of them are released"):
         ReleaseWriter(out, **SETTINGS, source={"sha256": "new"})
     assert len(ReleaseWriter(out, **SETTINGS, source={"sha256": "old"})) == 3       # same sources: resumes
 

@@ -74,6 +74,24 @@ from medanon.release.writer_safety import (  # noqa: F401  (check_release_output
     unpublished_mapping,
 )
 
+_SOURCE_PARTS = {"files": "the number of source images (another split or subset)",
+                 "sha256": "the source images' content, or which of them are released (another split or subset)",
+                 "records_sha256": "the source images' ids, patient ids or labels (labels.csv edited, or other "
+                                   "label columns)",
+                 "bytes": "the source images' sizes", "mode": "how the source images are fingerprinted",
+                 "patients_known": "whether the sources have patient ids", "modality": "the modality",
+                 "layout": "the layout"}
+
+
+def _source_changes(before: dict, now: dict) -> str:
+    """What differs between two source digests, in words (an unknown part: what else the records depend on)."""
+    changed = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
+    said = [_SOURCE_PARTS[k] for k in changed if k in _SOURCE_PARTS]
+    if len(said) < len(changed):
+        said.append("what else the records depend on (" + ", ".join(k for k in changed if k not in _SOURCE_PARTS)
+                    + ": vessel masks, a PCA basis, a testing seed)")
+    return "; ".join(said) or "the sources"
+
 
 def launched_by_torchrun() -> bool:
     """Whether this process is one of several that torchrun started (its environment names a rank)."""
@@ -224,11 +242,11 @@ class ReleaseWriter:
                               f"{differences(head.get('settings') or {}, now)}",
                               fix="rerun with the same settings to resume, or pass overwrite=True "
                                   "to discard it and start over")
-        if head.get("source") != json.loads(json.dumps(self.source, default=_json_default)):
-            raise ConfigError(f"{self.partial} holds an interrupted release of other sources: the images, their "
-                              "ids or labels, which of them are released (another split or subset), or what else "
-                              "the records depend on (vessel masks, a PCA basis, a testing seed) changed since it "
-                              "was started, so its images would be stale",
+        source_now = json.loads(json.dumps(self.source, default=_json_default))
+        if head.get("source") != source_now:
+            raise ConfigError(f"{self.partial} holds an interrupted release of other sources: "
+                              f"{_source_changes(head.get('source') or {}, source_now)} changed since it was started, "
+                              "so its images would be stale",
                               fix="resume with the data and split it was started with, or pass overwrite=True to "
                                   "discard it and start over")
         models = json.loads(json.dumps(self.models, default=_json_default))

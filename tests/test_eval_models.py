@@ -100,7 +100,7 @@ def test_identity_network_embeds_and_resumes(tmp_path):
     assert xg.grad is not None and torch.allclose(net2.embedding(x).detach(), e, atol=1e-5)
     again = train_identity(x, pid, cfg=cfg, out=tmp_path / "id.pt")     # complete: loads instead of training
     assert torch.allclose(again.embed(x), e, atol=1e-5)
-    with pytest.raises(ConfigError, match=r"trained with other settings\n.*resume=False to train anew"):
+    with pytest.raises(ConfigError, match=r"trained with other settings \(.*steps 30 -> 31\)\n.*resume=False to train"):
         train_identity(x, pid, cfg=IdentityTrainConfig(image_size=16, steps=31, batch=12, embed_dim=16),
                        out=tmp_path / "id.pt")
     with pytest.raises(ConfigError, match=r"trained with other images\n"):          # same ids, other people

@@ -82,10 +82,20 @@ def _net_config(cfg: IdentityTrainConfig, channels: int) -> IdentityConfig:
                           embed_dim=cfg.embed_dim, image_size=cfg.image_size)
 
 
-def _refuse_held(held: Path, final: Path | None, changed: list[str]) -> None:
+def _refuse_held(held: Path, final: Path | None, changed: list[str], how: str = "") -> None:
     kept = " (a finished network there is replaced only when the new one is)" if held == final else ""
-    raise ConfigError(f"{held} holds an identity network trained with other {' and '.join(changed)}",
+    raise ConfigError(f"{held} holds an identity network trained with other {' and '.join(changed)}"
+                      + (f" ({how})" if how else ""),
                       fix=f"choose another out file, or resume=False to train anew{kept}")
+
+
+def _settings_changed(blob: dict, cfg: IdentityTrainConfig, channels: int) -> str:
+    """Which settings differ from the checkpoint's, in words (``steps 300 -> 400``)."""
+    from medanon.config import differences
+
+    return "; ".join(d for d in (differences(blob["extra"].get("train_config") or {}, cfg.to_dict()),
+                                 differences(blob["config"] or {}, _net_config(cfg, channels).to_dict(), "network."))
+                     if d)
 
 
 def _held(final: Path | None, resume: bool) -> Path | None:
@@ -114,8 +124,10 @@ def check_resumable(out: str | Path, cfg: IdentityTrainConfig, channels: int, *,
     one). The patients and images are compared when training starts."""
     _check_partial(Path(out))
     held = _held(Path(out), resume)
-    if held is not None and not _same_settings(load_checkpoint(held, kind=KIND), cfg, channels):
-        _refuse_held(held, Path(out), ["settings"])
+    if held is not None:
+        blob = load_checkpoint(held, kind=KIND)
+        if not _same_settings(blob, cfg, channels):
+            _refuse_held(held, Path(out), ["settings"], _settings_changed(blob, cfg, channels))
 
 
 def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,
@@ -187,7 +199,8 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
             ("images", blob["extra"].get("images_digest", meta["images_digest"]) == meta["images_digest"]))
             if not ok]
         if changed:
-            _refuse_held(held, final, changed)
+            _refuse_held(held, final, changed,
+                         _settings_changed(blob, cfg, images.shape[1]) if "settings" in changed else "")
         net.load_state_dict(state_entry(blob, "net"))
         if blob["step"] >= cfg.steps:
             log.info("identity network in %s is complete (%d steps)", out, blob["step"])

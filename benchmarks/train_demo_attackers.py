@@ -24,12 +24,12 @@ import numpy as np
 import torch
 
 from medanon.config import PhantomConfig
+from medanon.demo import _phantoms
 from medanon.evaluate.attacks.siamese import save_siamese, train_siamese
 from medanon.evaluate.config import EvalConfig
 from medanon.evaluate.inputs import load_real
 from medanon.fsutil import sha256_file
 from medanon.models.classifier import save_classifier
-from medanon.phantoms.generate import generate
 from medanon.train.classifier import train_classifier
 
 PHANTOM = {"patients": 200, "per_patient": 4, "size": 64, "seed": 1}
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     fast = EvalConfig.fast().resolved(torch.device("cpu")).attacks
     rows = []
     for m in args.modalities.split(","):
-        data = args.work / f"ph1-{m}64"
-        if not (data / "phantom.json").is_file():
-            generate(PhantomConfig(modality=m, workers=1, **PHANTOM), data, progress=False)
+        # reused only where it holds these very settings, unedited (as the demo reuses its phantoms): the
+        # checkpoints' cards below say whom they were trained on
+        data = _phantoms(PhantomConfig(modality=m, workers=1, **PHANTOM), args.work / f"ph1-{m}64")
         real = load_real(data, size=64)
         said = (f"all {len(real.images)} images of `medanon phantom --modality {m} --patients 200 --per-patient 4 "
                 f"--size 64 --seed 1`: PHANTOM patients disjoint from the demo's (seed 0) members, controls and "

@@ -139,7 +139,7 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, held_out, what: str
     from medanon.fsutil import atomic_write_text
     from medanon.train.encoder import export_codec, reconstruction_report
 
-    click.echo(f"wrote {ckpt} ({what}); load it with medanon.codecs.stylegan.load_codec")
+    click.echo(f"{ckpt} holds the trained codec ({what}); load it with medanon.codecs.stylegan.load_codec")
     if export_path is not None:
         from medanon.outputs import record_export
 

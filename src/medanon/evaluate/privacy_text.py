@@ -117,9 +117,11 @@ def prose_html(priv: dict[str, Any]) -> str:
 def _value(v: Any, *, nested: bool = False) -> str:
     """A recorded value in words: yes / no for flags (not Python's True), a nested record in parentheses.
 
-    >>> _value({"seed": 1, "train_config": {"augment": True, "lr": 0.002}})
-    'seed = 1; train_config = (augment = yes; lr = 0.002)'
+    >>> _value({"seed": 1, "train_config": {"augment": True, "lr": 0.002}, "trained_crop": None})
+    'seed = 1; train_config = (augment = yes; lr = 0.002); trained_crop = not recorded'
     """
+    if v is None:
+        return "not recorded"
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):

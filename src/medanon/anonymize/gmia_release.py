@@ -25,7 +25,7 @@ from medanon.errors import ConfigError, user_stacklevel
 from medanon.models.classifier import ResNet
 from medanon.models.identity import IdentityNet
 from medanon.release.labels import SENSITIVE_LABELS, default_labels, release_labels
-from medanon.release.release import views_param
+from medanon.release.release import reading_params
 from medanon.release.sharded import open_release
 
 log = logging.getLogger(__name__)
@@ -241,9 +241,9 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
                                if gmia.cfg.latent_space == "w" else "W+: one style vector per synthesis layer")
                               + ("; the codec's spatial map (not in the paper) is optimised freely with them"
                                  if networks["codec"].get("latent_space") == "ws+map" else ""),
-              "codec": networks["codec"].get("name"), "size": dataset.size, "channels": dataset.channels,
-              "crop": dataset.crop, "utility_label": networks["utility"].get("label") if networks["utility"] else None,
-              **views_param(dataset)}
+              "codec": networks["codec"].get("name"),
+              "utility_label": networks["utility"].get("label") if networks["utility"] else None,
+              **reading_params(dataset)}
     if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings
         params["amp"] = networks["codec"]["amp"]
     params.update(extra_params or {})

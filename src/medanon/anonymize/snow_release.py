@@ -40,7 +40,7 @@ from medanon.errors import ConfigError, user_stacklevel
 from medanon.outputs import _resolve, dataset_inputs
 from medanon.release import ReleaseWriter
 from medanon.release.labels import release_labels
-from medanon.release.release import is_phantom, source_digest, views_param
+from medanon.release.release import is_phantom, reading_params, source_digest
 from medanon.release.writer import check_release_outputs
 from medanon.release.writer_safety import check_mapping_apart
 from medanon.segment.vesselness import DEFAULT_FRACTION
@@ -247,8 +247,7 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
         means = None
         privacy = {p: vs_snow_privacy(p, vessels.describe(), seeded=seeded) for p in ps}
         log.warning("VS-Snow: no formal privacy guarantee; measure it with the evaluation's attacks")
-    common: dict[str, Any] = {"size": dataset.size, "channels": dataset.channels, "crop": dataset.crop,
-                              **views_param(dataset)}
+    common: dict[str, Any] = reading_params(dataset)
     # batch_size is not a parameter of the release: outputs do not depend on it, so a resume may change it
     if means is not None:
         common.update(fill=fill_kind, fill_value=[round(float(m), 6) for m in means],

@@ -78,17 +78,19 @@ def canonical_views(views: str) -> str:
 def view_name(record: Record) -> str:
     """The record's canonical view, or ``"unknown"``."""
     v = record.labels.get("view", math.nan)
-    return VIEWS[int(v)] if isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < len(VIEWS) else "unknown"
+    return LABELS["view"].decode(v) if isinstance(v, (int, float)) and math.isfinite(v) else "unknown"
 
 
 def select_views(records: Sequence[Record], views: str, *, root: Path, modality: str | None) -> list[Record]:
     """The records of the views ``views`` keeps (logged: how many of each view were left out); with every view,
     all of them, and a :class:`LateralViews` warning where an X-ray dataset holds laterals."""
     keep = parse_views(views)
+    if keep is None and modality != "xray":            # nothing to select, nothing to warn of
+        return list(records)
     names = [view_name(r) for r in records]
     if keep is None:
         laterals = sum(n in LATERAL for n in names)
-        if laterals and modality == "xray" and first_in_folder("lateral", root, root):
+        if laterals and first_in_folder("lateral", root, root):
             warnings.warn(f"{laterals} of the {len(records)} images of {root} are lateral views: medanon's X-ray "
                           "models, phantoms and attacks are made for frontal images, and a release would mix the "
                           "two (its labels say which only if view is released); pass xray_views='frontal' to leave "

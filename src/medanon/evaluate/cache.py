@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from medanon.fsutil import atomic_write_bytes, atomic_write_text
+from medanon.fsutil import atomic_write_bytes, atomic_write_text, remove_torn_writes
 
 try:
     import fcntl
@@ -69,10 +69,7 @@ class Cache:
             os.close(fd)
             return
         else:
-            for leftover in self.root.glob(".*.tmp"):
-                with contextlib.suppress(FileNotFoundError):
-                    leftover.unlink()
-                    self.swept += 1
+            self.swept = remove_torn_writes(self.root)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
         except OSError:

@@ -168,8 +168,9 @@ def _cell_n(c: dict) -> str:
     return f", n={c['n']}" + (f", {c['patients']} patients" if c.get("patients") else "")
 
 
-def _defined(c: dict) -> bool:
-    """Whether a known-answer cell has a residual risk (NaN where its reference succeeds on every target)."""
+def defined_risk(c: dict) -> bool:
+    """Whether a residual-risk entry (a row's, or a known-answer cell's) has a value: NaN where its reference
+    succeeds on every target."""
     return isinstance(c.get("risk"), (int, float)) and math.isfinite(c["risk"])
 
 
@@ -197,7 +198,7 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
                 if c is None:
                     reasons.append(f"misses {what}")
                     continue
-                if not _defined(c):                         # nothing measured: not a miss
+                if not defined_risk(c):                         # nothing measured: not a miss
                     reasons.append(_not_measurable(kind, c))
                     continue
                 needs = ("" if ceiling is None else
@@ -210,7 +211,7 @@ def calibration_table(calib: dict[str, dict]) -> dict[str, dict]:
         nulls = [k for k in KNOWN if k in rows and (k not in COPIES or copy_ok is None)]
         for kind in nulls:
             n = got[kind]
-            if n is None or not _defined(n):                # unmeasured: no evidence that it spares the null
+            if n is None or not defined_risk(n):                # unmeasured: no evidence that it spares the null
                 reasons.append(_not_measurable(kind, n))
             elif n["ci"][0] > 0:
                 what = f"the {kind} copy, which pushes nobody away" if kind in COPIES and kind != "copy" else \
@@ -411,8 +412,7 @@ def verdict(rel: dict) -> dict:
     out: dict = {"invalid_attacks": len(rows) - len(valid), "utility_kept": _utility_kept(rel)}
     # a row whose reference succeeds on every target has no residual risk (NaN): it cannot be the largest, and a
     # NaN compared with anything is never larger, so left among the others it would hide their risk
-    undefined = sorted(row for row, r in valid.items()
-                       if not isinstance(v := r["residual_risk"]["risk"], (int, float)) or not math.isfinite(v))
+    undefined = sorted(row for row, r in valid.items() if not defined_risk(r["residual_risk"]))
     if undefined:
         out["undefined_attacks"] = {row: {"name": row_label(row),
                                           "why": valid.pop(row)["residual_risk"].get("interval") or "undefined"}

@@ -148,6 +148,11 @@ def _unit_mark(text: str | None, *, field: str = "resampled") -> str:
     return f" <span class=ci>({_e(said)}: too narrow where one patient has several)</span>"
 
 
+def undefined_cell(d: dict) -> str:
+    """A residual risk without a value (its reference succeeds on every target), with the reason instead."""
+    return f"– <span class=ci>{_e(d.get('interval') or 'undefined')}</span>"
+
+
 def _plural(n: int, word: str, plural: str | None = None) -> str:
     """``n`` and ``word``, in the plural unless ``n`` is 1: ``1 seed``, ``3 seeds``."""
     return f"{n} {word if n == 1 else plural or word + 's'}"

@@ -3,10 +3,8 @@ rate with its N and patient clusters, a threshold with the rate it realises on t
 
 from __future__ import annotations
 
-import math
-
-from medanon.evaluate.calibration import risk_rows, row_label, row_unit
-from medanon.evaluate.report_format import _e, _num, _pct, _table
+from medanon.evaluate.calibration import defined_risk, risk_rows, row_label, row_unit
+from medanon.evaluate.report_format import _e, _num, _pct, _table, undefined_cell
 
 
 def _iv(v, ci, digits: int = 3, pct: bool = False) -> str:
@@ -25,8 +23,8 @@ def _rate_iv(d: dict) -> str:
 def _residual(rr: dict) -> str:
     """A residual risk with its interval. Where clipping to [0, 1] collapsed the interval to a point (an attack
     below its reference in every resample), the unclipped estimate and interval follow: a point is no certainty."""
-    if not (isinstance(rr.get("risk"), (int, float)) and math.isfinite(rr["risk"])):    # reference saturated
-        return f"– <span class=ci>{_e(rr.get('interval') or 'undefined')}</span>"
+    if not defined_risk(rr):
+        return undefined_cell(rr)
     text = _iv(rr["risk"], rr["ci"])
     u = rr.get("unclipped_ci")
     if u and rr["ci"][0] == rr["ci"][1] and u[0] != u[1]:

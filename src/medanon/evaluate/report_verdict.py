@@ -3,10 +3,8 @@ section); both read what :mod:`medanon.evaluate.calibration` put into report.jso
 
 from __future__ import annotations
 
-import math
-
-from medanon.evaluate.calibration import KNOWN, row_label, row_unit
-from medanon.evaluate.report_format import _e, _num, _table
+from medanon.evaluate.calibration import KNOWN, defined_risk, row_label, row_unit
+from medanon.evaluate.report_format import _e, _num, _table, undefined_cell
 from medanon.evaluate.report_format import differencing_space as space
 from medanon.evaluate.verdict_text import heldout_in_release
 
@@ -32,8 +30,8 @@ def paper_claims(method: str | None) -> str:
 def _iv(d: dict | None) -> str:
     if not d:
         return "–"
-    if not (isinstance(d.get("risk"), (int, float)) and math.isfinite(d["risk"])):    # its reference is saturated
-        return f"– <span class=ci>{_e(d.get('interval') or 'undefined')}</span>"
+    if not defined_risk(d):
+        return undefined_cell(d)
     return f"{_num(d['risk'], 2)} <span class=ci>[{_num(d['ci'][0], 2)}, {_num(d['ci'][1], 2)}]</span>"
 
 

@@ -90,10 +90,9 @@ def views_notes(real_views: str, rels: Sequence[ReleaseData]) -> list[str]:
     the attackers, controls and utility test set would see views the release does not hold, or miss some it does."""
     from medanon.data.views import canonical_views
 
-    out = []
+    out, real = [], canonical_views(real_views or "")
     for r in rels:
         made = canonical_views((r.manifest.get("params") or {}).get("xray_views") or "")
-        real = canonical_views(real_views or "")
         if made != real:
             out.append(f"release {r.name} was made from the images of xray_views={made!r} ({made or 'every view'}), "
                        f"and the real data is read with xray_views={real!r} ({real or 'every view'}): its controls, "

@@ -89,24 +89,27 @@ def task_of(label: str) -> Task:
     """
     from medanon.data.labels import LABELS
 
-    spec = LABELS.get(label)
-    if spec is None or spec.kind == "continuous" or len(spec.classes) < 2:
-        with_classes = sorted(n for n, sp in LABELS.items() if sp.kind != "continuous" and len(sp.classes) >= 2)
+    if not has_classes(label):
         raise ConfigError(f"utility.tasks names {label!r}, " + ("a continuous label: a classifier needs classes"
-                                                                 if spec is not None else "not a label medanon reads"),
-                          fix=f"name labels with classes: {', '.join(with_classes)}")
-    n = len(spec.classes)
+                                                                 if label in LABELS else "not a label medanon reads"),
+                          fix=f"name labels with classes: {', '.join(sorted(filter(has_classes, LABELS)))}")
+    n = len(LABELS[label].classes)
     return Task(label, n, "binary" if n == 2 else "multiclass")
+
+
+def has_classes(label: str) -> bool:
+    """Whether ``label`` is a canonical label a classifier can predict (two classes or more, not continuous)."""
+    from medanon.data.labels import LABELS
+
+    spec = LABELS.get(label)
+    return spec is not None and spec.kind != "continuous" and len(spec.classes) >= 2
 
 
 def kind_of(label: str) -> str:
     """The task kind of a label the evaluation ran (grade, binary or multiclass)."""
     if label in KNOWN_TASKS:
         return KNOWN_TASKS[label].kind
-    try:
-        return task_of(label).kind
-    except ConfigError:
-        return "multiclass"
+    return task_of(label).kind if has_classes(label) else "multiclass"
 
 
 def score(task: Task, y_true: np.ndarray, proba: np.ndarray) -> dict[str, float]:

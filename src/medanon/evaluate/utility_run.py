@@ -60,10 +60,7 @@ def untestable(ctx: RealContext, task: util.Task) -> str:
     parts = [f"{int(np.isnan(held).sum())} blank", f"{int((held < 0).sum())} uncertain (-1)"]
     other = len(held) - usable - int(np.isnan(held).sum()) - int((held < 0).sum())
     parts += [f"{other} outside the task's classes"] if other else []
-    from medanon.data.labels import LABELS
-
-    others = [n for n in ctx.real.dataset.label_names if n != task.label and n in LABELS
-              and LABELS[n].kind != "continuous" and len(LABELS[n].classes) >= 2][:6]
+    others = [n for n in ctx.real.dataset.label_names if n != task.label and util.has_classes(n)][:6]
     return (f"{usable} of the held-out split's {len(held)} images carry a usable {task.label!r} label "
             f"({', '.join(parts)}), too few to test on: hold out more patients, or predict another label with "
             "the evaluation config's utility.tasks (on the command line --set 'utility.tasks=[LABEL]')"

@@ -80,18 +80,13 @@ def source_digest(dataset) -> dict[str, Any]:
 
 
 def reading_params(dataset) -> dict[str, Any]:
-    """How the images were read (side, channels, crop): part of a release's settings, so that a resume reading them
-    otherwise is refused instead of mixing records of both readings (the source digest covers the files' bytes,
-    not how they were decoded)."""
-    return {"size": int(dataset.size), "channels": int(dataset.channels), "crop": getattr(dataset, "crop", None),
-            **views_param(dataset)}
-
-
-def views_param(dataset) -> dict[str, Any]:
-    """``{"xray_views": ...}`` where the dataset was read with some chest X-ray views only (medanon.data.views), else
-    nothing (so the settings of releases read whole stay as they were, and their resumes with them)."""
+    """How the images were read (side, channels, crop, and the chest X-ray views where only some were read): part
+    of a release's settings, so that a resume reading them otherwise is refused instead of mixing records of both
+    readings (the source digest covers the files' bytes, not how they were decoded). ``xray_views`` only where set:
+    the settings of releases read whole stay as they were, and their resumes with them."""
     views = getattr(getattr(dataset, "read_options", None), "xray_views", "")
-    return {"xray_views": views} if views else {}
+    return {"size": int(dataset.size), "channels": int(dataset.channels), "crop": getattr(dataset, "crop", None),
+            **({"xray_views": views} if views else {})}
 
 
 def show_progress(progress: bool | None) -> bool:

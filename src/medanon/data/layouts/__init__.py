@@ -128,21 +128,26 @@ def _check_root(root: Path | str) -> Path:
 def detect_layout(root: Path) -> str:
     """The layout of a dataset folder, from the files at its top level."""
     root = _check_root(root)
-    found = [name for name, test in _detectors() if test(root)]
+    found = _identify(root)
     if len(found) > 1:                 # two datasets' tables in one folder: reading one would ignore the other
         raise DataError(f"{root} holds the identifying files of several layouts ({', '.join(found)}): medanon will "
                         "not guess which images and patient ids to read", files=[root],
                         fix=f"pass layout=NAME (one of {', '.join(found)}), or give each dataset its own folder")
     if found:
         return found[0]
-    if (root / "dataset.yaml").is_file():          # there but unreadable: the medanon reader names what is wrong
-        return "medanon"
     looked = "; ".join(f"{name}: {what}" for name, what in _LOOKED_FOR.items())
     below = _layouts_below(root)
     raise DataError(f"cannot tell the layout of {root}: none of the files that identify a layout are there "
                     f"(looked for {looked})" + (f"; a folder in it holds a dataset ({below})" if below else ""),
                     files=[root], fix=(f"pass that folder instead ({below.split(':')[0]})" if below else
                                        f"pass layout=NAME (one of {', '.join(LAYOUTS)}), or {GENERIC_FIX}"))
+
+
+def _identify(folder: Path) -> list[str]:
+    """The layouts whose identifying files ``folder`` holds; a ``dataset.yaml`` alone (there but unreadable: the
+    medanon reader names what is wrong) makes it medanon's."""
+    found = [name for name, test in _detectors() if test(folder)]
+    return found or (["medanon"] if (folder / "dataset.yaml").is_file() else [])
 
 
 def _layouts_below(root: Path, limit: int = 50) -> str:
@@ -153,8 +158,7 @@ def _layouts_below(root: Path, limit: int = 50) -> str:
     except OSError:
         return ""
     for sub in subs:
-        found = [name for name, test in _detectors() if test(sub)] or \
-            (["medanon"] if (sub / "dataset.yaml").is_file() else [])
+        found = _identify(sub)
         if found:
             return f"{sub}: the {' / '.join(found)} layout"
     return ""

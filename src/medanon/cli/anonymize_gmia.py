@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.gmia import GMIAConfig
-from medanon.cli.anonymize_ksame import AMP_FLAGS, MODEL, amp_option, open_split, split_options
+from medanon.cli.anonymize_ksame import (
+    AMP_FLAGS,
+    MODEL,
+    amp_option,
+    check_release_before_work,
+    open_split,
+    split_options,
+)
 from medanon.cli.base import CONTEXT, anonymize, note_without_mapping, to_json
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -80,7 +87,6 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
 
     from medanon.cli.models import shipped_default
     from medanon.config import build
-    from medanon.release.writer import check_release_outputs
 
     with library_call(FLAGS):
         cfg = build(GMIAConfig, path=config_file, overrides=overrides, losses=losses, steps=steps, lr=lr,
@@ -94,9 +100,8 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
         identity_path = shipped_default(data_dir, data_opts, "gmia-identity", flag="--identity", method="gmia")
     if utility_path is None and "ut" in cfg.losses.split("+"):
         utility_path = shipped_default(data_dir, data_opts, "gmia-utility", flag="--utility", method="gmia")
-    check_release_outputs(out, mapping, overwrite=overwrite,            # before the networks are loaded
-                          inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), model_path,
-                                  identity_path, utility_path, splits_csv])
+    check_release_before_work(out, mapping, overwrite, data_dir, data_opts, model_path, identity_path,
+                              utility_path, splits_csv)             # before the networks are loaded
 
     from medanon.anonymize.gmia import GMIA
     from medanon.anonymize.gmia_release import gmia_release

@@ -238,3 +238,23 @@ def test_one_image_under_two_patient_ids_is_refused_a_blank_one_is_not():
     assert len(as_dataset(x, patient_ids=["a", "b", "c", "b"], value_range=(0, 1)).patients) == 3
     x[1] = x[3] = 0.5
     assert len(as_dataset(x, patient_ids=["a", "b", "c", "d"], value_range=(0, 1))) == 4
+
+
+@pytest.mark.parametrize("ids, words", [
+    (["P1", "p1", "P2", "P2"], "'P1' / 'p1'"),
+    ([10, "010", 2, 2], "'010' / '10'"),
+    (["P1 ", "P1", "P2", "P2"], "'P1' / 'P1 '"),
+    (["NA", "NA", "P2", "P2"], "'NA' (image 0 and 1 more), a missing-value placeholder")])
+def test_patient_ids_in_memory_get_the_checks_of_a_patient_column(ids, words):
+    """k and per-patient ε count people by these ids: one person under two spellings would be two people, "NA" one
+    person made of strangers (as a dataset's patient column: medanon.data.layouts.patient_ids)."""
+    x = torch.rand(4, 3, 16, 16) * 2 - 1
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")) as e:
+        as_dataset(x, patient_ids=ids, value_range=(-1, 1))
+    assert "patient_ids=" in str(e.value)
+    with pytest.raises(ConfigError, match="patient_ids"):
+        medanon.anonymize.kpixel(x, k=2, patient_ids=ids, value_range=(-1, 1))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        as_dataset(x, patient_ids=["a", "a", "b", "b"], labels={"sex": [0, 1, 0, 0]}, value_range=(-1, 1))
+    assert any("both sexes (e.g. 'a'" in str(m.message) for m in w)

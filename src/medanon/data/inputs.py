@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from medanon.errors import ConfigError, DataError, a_type
+from medanon.errors import ConfigError, DataError, a_type, user_stacklevel
 
 DataLike = Any
 """What a method's ``ds`` (and :func:`medanon.evaluate`'s ``real``) may be: an ``ImageDataset``, a folder (``str`` or
@@ -146,6 +147,9 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
     if len(patient_ids) != n:
         raise ConfigError(f"patient_ids= has {len(patient_ids)} ids for {n} images", fix="pass one id per image")
     pids = [_patient_id(p) for p in patient_ids]
+    labelled = _labels(labels, n)
+    if known:
+        _check_ids(pids, labelled.get("sex"))
     _refuse_copies(images, pids, argument=argument, known=known)
     if modality is None:
         modality = "fundus" if c == 3 else "xray"
@@ -157,7 +161,7 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
                "images.mean(1, keepdim=True) gives one grey channel")
         raise DataError(f"{argument}= has {c} channel{'s' if c > 1 else ''} and modality={modality!r}; {modality} "
                         f"images have {want}", fix=f"convert them ({how}) or pass the other modality")
-    return InMemoryDataset(images, patient_ids=pids, labels=_labels(labels, n), modality=modality,
+    return InMemoryDataset(images, patient_ids=pids, labels=labelled, modality=modality,
                            transform=transform, patients_known=known)
 
 
@@ -178,6 +182,34 @@ def _refuse_copies(images: torch.Tensor, pids: list[str], *, argument: str, know
     raise DataError(f"{argument}= holds {len(pairs)} image(s) identical to an earlier image, and without patient_ids= "
                     f"each image counts as its own person: {shown}",
                     fix=f"leave the copy out, or pass patient_ids= with one id per person ({why})")
+
+
+def _check_ids(pids: list[str], sexes: list[float] | None) -> None:
+    """The checks a dataset's patient column gets (:mod:`medanon.data.layouts.patient_ids`), on ``patient_ids=``:
+    k, per-patient ε and patient-level splits count people by these ids."""
+    from medanon.data.layouts.collect import is_blank
+    from medanon.data.layouts.common import LayoutWarning
+    from medanon.data.layouts.patient_ids import both_sexes, spelled_apart
+
+    blank = [i for i, p in enumerate(pids) if is_blank(p)]
+    if blank:
+        raise ConfigError(f"patient_ids= holds {pids[blank[0]]!r} (image {blank[0]}"
+                          + (f" and {len(blank) - 1} more" if len(blank) > 1 else "") + "), a missing-value "
+                          "placeholder: it would make unrelated people one patient",
+                          fix="give every image its patient's id, or leave the images without one out")
+    clashes = spelled_apart(pids)
+    if clashes:
+        shown = "; ".join(" / ".join(repr(i) for i in sorted(c)) for c in clashes[:3])
+        raise ConfigError(f"patient_ids= spells {len(clashes)} id(s) two ways ({shown}"
+                          + (", ..." if len(clashes) > 3 else "") + "): one person or several? Ids that differ only "
+                          "in case, surrounding spaces or leading zeros are not told apart",
+                          fix="write each person's id one way (e.g. [str(p).strip().upper() for p in ids] if they "
+                              "are one person), or make the ids of different people differ otherwise")
+    mixed = both_sexes(zip(pids, sexes, strict=True)) if sexes is not None else []
+    if mixed:
+        warnings.warn(f"{len(mixed)} patient id(s) of patient_ids= hold images of both sexes (e.g. {mixed[0]!r}, "
+                      "labels['sex']): two people's ids may collide; every per-patient guarantee counts them as one "
+                      "person. Check the ids", LayoutWarning, stacklevel=user_stacklevel())
 
 
 def _only_for_memory(argument: str, **given) -> None:

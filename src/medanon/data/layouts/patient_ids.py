@@ -20,6 +20,7 @@ import math
 import re
 import warnings
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from medanon.data.layouts.collect import is_blank
@@ -44,6 +45,27 @@ def id_key(patient_id: str) -> str:
     return m[1] if m else text
 
 
+def spelled_apart(ids: Iterable[str]) -> list[set[str]]:
+    """The groups of two or more distinct ids that :func:`id_key` makes one: one person or several?
+
+    >>> spelled_apart(["10", "010", "P1", "p1", "P2"])
+    [{'010', '10'}, {'P1', 'p1'}]
+    """
+    spellings: dict[str, set[str]] = defaultdict(set)
+    for i in ids:
+        spellings[id_key(i)].add(i)
+    return [s for _, s in sorted(spellings.items()) if len(s) > 1]
+
+
+def both_sexes(pairs: Iterable[tuple[str, float]]) -> list[str]:
+    """The ids whose images (``(patient id, sex)`` pairs, sex nan where unknown) carry both sexes, sorted."""
+    sexes: dict[str, set[float]] = defaultdict(set)
+    for pid, sex in pairs:
+        if not math.isnan(sex):
+            sexes[pid].add(sex)
+    return sorted(p for p, s in sexes.items() if len(s) > 1)
+
+
 def check_patient_ids(col: Collector) -> None:
     """Mark the rows of ``col`` whose patient id is a placeholder or is spelled two ways (problems, the rows left
     out), and warn of ids that hold images of both sexes. Nothing is checked where the layout has no patient ids
@@ -57,14 +79,13 @@ def check_patient_ids(col: Collector) -> None:
                                          "missing-value placeholder, which would make unrelated people one patient; "
                                          "give the row its patient's id, or leave the image out")
             e.bad = True
+    clashing = {i for ids in spelled_apart(e.patient_id for e in entries if not e.bad) for i in ids}
     by_key: dict[str, list] = defaultdict(list)            # spelling-free id -> its rows (one pass, not per clash)
     for e in entries:
-        if not e.bad:
+        if not e.bad and e.patient_id in clashing:
             by_key[id_key(e.patient_id)].append(e)
     for rows in by_key.values():
         ids = {e.patient_id for e in rows}
-        if len(ids) < 2:
-            continue
         for e in rows:
             col.problem(e.path, "label", f"{col.row_of(e)}: patient id {e.patient_id!r} is also "
                                          f"spelled {' / '.join(repr(i) for i in sorted(ids - {e.patient_id}))} "
@@ -83,12 +104,7 @@ def check_patient_ids(col: Collector) -> None:
                       f"split folders (e.g. {spanning[0]!r} in {where}): datasets that number their patients anew in "
                       "each part (RFMiD, for one) give two people one id there; prefix each part's ids if they are "
                       "different people", LayoutWarning, stacklevel=user_stacklevel())
-    sexes: dict[str, set[float]] = defaultdict(set)
-    for e in entries:
-        sex = e.labels.get("sex", math.nan)
-        if not e.bad and not math.isnan(sex):
-            sexes[e.patient_id].add(sex)
-    mixed = sorted(p for p, s in sexes.items() if len(s) > 1)
+    mixed = both_sexes((e.patient_id, e.labels.get("sex", math.nan)) for e in entries if not e.bad)
     if mixed:
         warnings.warn(f"{len(mixed)} patient id(s) of {_tables(col, entries, mixed)} hold images of both sexes "
                       f"(e.g. {mixed[0]!r}): two people's ids may collide (ids restarting in each sub-folder, for "

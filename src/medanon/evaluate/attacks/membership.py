@@ -154,12 +154,14 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
         for r in pool_recs:
             srcs = {int(s) for s in record_sources[r]}
             k = len(srcs)
-            # each candidate is scored on its own (its orientation too): the pool's members, and every held-out
-            # image, of which the pool holds the draw ``held`` (the interval redraws it)
+            # each candidate is scored on its own (its orientation too): the pool's members, and the held-out
+            # images: the pool's draw ``held``, or every one where the interval draws the pools again
             on_members = clf.decision_function(pair_features(facing(r, source_desc[mem_idx]), source_desc[mem_idx]))
-            on_heldout = clf.decision_function(pair_features(facing(r, heldout_desc), heldout_desc))
+            cands = heldout_desc if source_patients is not None else heldout_desc[held]
+            on_heldout = clf.decision_function(pair_features(facing(r, cands), cands))
+            on_drawn = on_heldout[held] if source_patients is not None else on_heldout
             is_member = np.isin(mem_idx, list(srcs))
-            h, pmf = topk_hits(np.r_[on_members, on_heldout[held]], np.r_[is_member, np.zeros(len(held), bool)], k)
+            h, pmf = topk_hits(np.r_[on_members, on_drawn], np.r_[is_member, np.zeros(len(held), bool)], k)
             hits.append(h)
             ks.append(k)
             hit_pmfs.append(pmf)

@@ -65,8 +65,11 @@ def test_release_of_tensors_counts_iterates_and_indexes_records(phantom, tmp_pat
     assert len(rel) == 3                                    # 6 patients, k = 2: planned, nothing computed
     imgs = rel.images(limit=None)
     assert imgs.shape == (3, 3, 16, 16) and torch.equal(rel[0].image, imgs[0]) and rel[-1].people == 2
+    published = sorted(sorted(r.labels.items()) for r in rel)
+    assert all("grade_counts" in r.labels for r in rel)
     out = rel.save(tmp_path / "k2", mapping=tmp_path / "k2.json", progress=False)
     assert len(rel) == 3 and [r.people for r in rel] == [2, 2, 2] and rel[1].name.startswith("images/")
+    assert sorted(sorted(r.labels.items()) for r in rel) == published   # what labels.csv publishes, read back
     assert rel.images(limit=2).shape == (2, 3, 16, 16)
     assert medanon.audit(out, source=rel.dataset, mapping=tmp_path / "k2.json").passed
     with pytest.raises(IndexError):

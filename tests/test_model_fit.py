@@ -48,3 +48,16 @@ def test_size_and_channel_mismatch_named():
     with pytest.raises(ConfigError, match="as recorded"):
         check_model_fits("m.pt", trained, SimpleNamespace(modality="xray", channels=3, size=64, root="d"))
     check_model_fits("m.pt", trained, SimpleNamespace(modality="fundus", channels=3, size=64, root="d"))
+
+
+def test_images_in_memory_are_told_to_resize_not_to_open_a_dataset():
+    """Images held in memory were not opened at a size: the fix resizes them (a folder's fix: size=)."""
+    from types import SimpleNamespace
+
+    trained = {"modality": "fundus", "modality_recorded": True, "channels": 3, "resolution": 64}
+    with pytest.raises(ConfigError, match="held in memory are 3x32px") as e:
+        check_model_fits("m.pt", trained, SimpleNamespace(modality="fundus", channels=3, size=32, root=None))
+    assert "interpolate(x, size=64" in e.value.fix and "open the dataset" not in e.value.fix
+    with pytest.raises(ConfigError, match="are xray images") as e:
+        check_model_fits("m.pt", trained, SimpleNamespace(modality="xray", channels=1, size=64, root=None))
+    assert "pass them with 3 channel(s)" in e.value.fix

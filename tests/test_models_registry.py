@@ -3,6 +3,7 @@
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -192,3 +193,24 @@ def test_a_file_that_is_no_checkpoint_is_not_called_a_default(tmp_path, monkeypa
     assert r.exit_code == 0
     assert "but it is not a medanon checkpoint: the methods refuse it" in entry
     assert not re.search(r"^\s+DEFAULT for", entry, re.M)
+
+
+def test_loaders_take_a_models_name_and_a_loaded_model_is_recorded_as_loaded(tmp_path):
+    """``load_codec("restyle-map-fundus64")`` finds the model as the methods do; a release made with a loaded codec
+    names the file it was loaded from in ``params.model_files`` (chosen: loaded), as one made from its name does."""
+    import torch
+
+    import medanon
+    from medanon.codecs.stylegan import load_codec
+    from medanon.errors import DataError
+
+    if not SOURCE_CHECKPOINTS.is_dir():
+        pytest.skip("no source checkout")
+    codec = load_codec("restyle-map-fundus64")
+    assert Path(codec.provenance["checkpoint"]["path"]).name == "restyle-map-fundus64.pt"
+    with pytest.raises(DataError, match="not on medanon's model search path"):
+        load_codec("no-such-model")
+    x = torch.rand(4, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with pytest.warns(medanon.WeakSetting):
+        rel = medanon.anonymize.kcentroid(x, k=2, patient_ids=[0, 0, 1, 1], value_range=(-1, 1), codec=codec)
+    assert rel.params["model_files"] == {"codec": {"file": "restyle-map-fundus64.pt", "chosen": "loaded"}}

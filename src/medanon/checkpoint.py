@@ -82,8 +82,13 @@ def _check_readable(path: Path) -> None:
 
 def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = None,
                     map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint written by :func:`save_checkpoint` (safely: ``weights_only=True``)."""
-    path = Path(path)
+    """Load a checkpoint written by :func:`save_checkpoint` (safely: ``weights_only=True``). ``path``: a file, or
+    the name of a model on medanon's search path (``medanon models``: ``"restyle-map-fundus64"``)."""
+    given, path = str(path), Path(path)
+    if not path.is_file() and path.parent == Path(".") and not given.startswith(("./", ".\\")):
+        from medanon.models_registry import find_model
+
+        path = find_model(path)                 # a model's name; not found, the error names the folders searched
     if not path.is_file():
         raise ConfigError(f"checkpoint {path} does not exist",
                           fix="pass the path of a .pt file written by `medanon train` (see checkpoints/README.md)")

@@ -289,8 +289,10 @@ def resolve_model(value, *, role: str, modality: str | None, argument: str, meth
     """A method's model argument as ``(path or loaded object, record)``: a loaded network is kept; a name is
     looked up on the search path (:func:`find_model`), a path kept; None is the role's default for ``modality``.
 
-    ``record`` says which file was used and why, for the release manifest (``{"file": ..., "chosen": ...}``;
-    None for a loaded network). Raises :class:`~medanon.errors.ConfigError` when there is no default.
+    ``record`` says which file was used and why, for the release manifest (``{"file": ..., "chosen": ...}``; for a
+    loaded network the file it was loaded from, where it records one, else None, and ``"chosen": "loaded"``; its
+    weights' digest is in the release's ``models`` either way). Raises :class:`~medanon.errors.ConfigError` when
+    there is no default.
     """
     from medanon.errors import ConfigError
 
@@ -309,6 +311,9 @@ def resolve_model(value, *, role: str, modality: str | None, argument: str, meth
                               fix=f"pass {argument}= a checkpoint name or path, a loaded network, or leave it out for "
                                   "the default")
         _check_loaded(value, role=role, argument=argument)
-        return value, None
+        prov = getattr(value, "provenance", None)
+        ckpt = prov.get("checkpoint") if isinstance(prov, dict) else None
+        source = ckpt.get("path") if isinstance(ckpt, dict) else None
+        return value, {"file": Path(source).name if source else None, "chosen": "loaded"}
     path = find_model(value)
     return path, {"file": path.name, "chosen": chosen}

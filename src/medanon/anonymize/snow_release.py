@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from medanon.anonymize.per_image import decode_before_release
-from medanon.anonymize.privacy import NoFormalGuarantee, WeakSetting
+from medanon.anonymize.privacy import NoFormalGuarantee, PrivacyWarning, WeakSetting
 from medanon.anonymize.snow_mechanism import (
     ChannelMean,
     check_p,
@@ -241,12 +241,14 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
         privacy = {p: snow_privacy(p, h, w, fill=fill_kind, seeded=seeded) for p in ps}
         for p in ps:
             if privacy[p]["delta"] is not None:
-                log.warning("Snow p=%g: (0, %.3f)-DP per pixel position only; no guarantee for images or patients",
-                            p, privacy[p]["delta"])
+                warnings.warn(f"Snow p={p:g}: (0, {privacy[p]['delta']:.3f})-DP per pixel position only; no "
+                              "guarantee for images or patients (the release's statement says so)", PrivacyWarning,
+                              stacklevel=user_stacklevel())
     else:
         means = None
         privacy = {p: vs_snow_privacy(p, vessels.describe(), seeded=seeded) for p in ps}
-        log.warning("VS-Snow: no formal privacy guarantee; measure it with the evaluation's attacks")
+        warnings.warn("VS-Snow: no formal privacy guarantee; measure it with the evaluation's attacks",
+                      NoFormalGuarantee, stacklevel=user_stacklevel())
     common: dict[str, Any] = reading_params(dataset)
     # batch_size is not a parameter of the release: outputs do not depend on it, so a resume may change it
     if means is not None:

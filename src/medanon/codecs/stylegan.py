@@ -278,20 +278,29 @@ def check_model_fits(model: str | Path | None, trained: dict[str, Any], dataset:
     """
     given = {"modality": getattr(dataset, "modality", None), "channels": getattr(dataset, "channels", None),
              "resolution": getattr(dataset, "size", None)}
+    from medanon.data.inputs import data_name
+
     name = f"model {model}" if model is not None else "the model"
+    in_memory = getattr(dataset, "root", None) is None
     if given["modality"] and trained["modality"] and given["modality"] != trained["modality"]:
         how = "as recorded in it" if trained.get("modality_recorded") else f"{trained['channels']}-channel images"
-        from medanon.data.inputs import data_name
-
+        own = (f"; if they are {trained['modality']} images, pass them with {trained['channels']} channel(s) (images "
+               "in memory are read as fundus with 3 channels, as X-rays with 1, unless modality= says otherwise)"
+               if in_memory else "")
         raise ConfigError(f"{name} was trained on {trained['modality']} images ({how}); "
                           f"the data given ({data_name(dataset)}) are {given['modality']} images",
-                          fix=f"use a model trained on {given['modality']} images (`medanon train` on such data)")
+                          fix=f"use a model trained on {given['modality']} images (`medanon train` on such data){own}")
     for key in ("channels", "resolution"):
         if given[key] is not None and given[key] != trained[key]:
-            raise ConfigError(f"{name} was trained on {trained['channels']}x{trained['resolution']}px images; the "
-                              f"dataset was opened at {given['channels']}x{given['resolution']}px",
-                              fix=f"open the dataset with size={trained['resolution']} and "
-                                  f"channels={trained['channels']}, or use a model trained at that size")
+            side, c = trained["resolution"], trained["channels"]
+            fix = (f"resize the images to {side}x{side} px with {c} channel(s) first (e.g. "
+                   f"torch.nn.functional.interpolate(x, size={side}, mode='bilinear', antialias=True)), or use a "
+                   "model trained at their size" if in_memory else
+                   f"open the dataset with size={side} and channels={c}, or use a model trained at that size")
+            raise ConfigError(f"{name} was trained on {c}x{side}px images; "
+                              + (f"the images held in memory are {given['channels']}x{given['resolution']}px"
+                                 if in_memory else
+                                 f"the dataset was opened at {given['channels']}x{given['resolution']}px"), fix=fix)
 
 
 def load_codec(ckpt: str | Path, *, iterations: int | None = None, map_location: str | torch.device = "cpu",

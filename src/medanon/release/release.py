@@ -396,11 +396,20 @@ class Release:
 
     def _saved_records(self, limit: int | None) -> Iterator[ReleasedRecord]:
         _, rows = read_release(self.path)
-        names = list(self.labels)
         for row in rows[:limit]:
             image = torch.from_numpy(png_to_float(self.path / row["image"]))
-            yield ReleasedRecord(image, {n: _cell(row[n]) for n in names if n in row}, int(row.get("n_people", 0)),
-                                 row["image"])
+            yield ReleasedRecord(image, self._row_labels(row), int(row.get("n_people", 0)), row["image"])
+
+    def _row_labels(self, row: dict[str, str]) -> dict[str, Any]:
+        """A labels.csv row's published labels as the computed records hold them: each label and its
+        ``<label>_counts`` text."""
+        out: dict[str, Any] = {}
+        for n in self.labels:
+            if n in row:
+                out[n] = _cell(row[n])
+            if f"{n}_counts" in row:
+                out[f"{n}_counts"] = row[f"{n}_counts"]
+        return out
 
     def _computed_records(self, limit: int | None, progress: bool) -> list[ReleasedRecord]:
         cap = self._preview
@@ -436,7 +445,7 @@ class Release:
             _, rows = read_release(out)
             for row in rows:
                 cap.images.append(torch.from_numpy(png_to_float(out / row["image"])))
-                cap.entries[row["image"]] = {"labels": {n: _cell(row[n]) for n in self.labels if n in row},
+                cap.entries[row["image"]] = {"labels": self._row_labels(row),
                                              "patients": range(int(row.get("n_people", 0)))}
         return cap
 

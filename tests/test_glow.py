@@ -221,6 +221,10 @@ def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path):
     # swap two images' labels: the same counts, another selection (and the same images): a resume refuses it
     whole = [*args[:-2], "--subset", "all", "--out", str(tmp_path / "r3")]
     assert runner.invoke(cli, [*whole, "--steps", "2"]).exit_code == 0
+    # the same files read with another crop are other training images: refused, and the crop named (a phantom's
+    # square images read alike either way, so the run's record of the crop says it, not the pixels')
+    res = runner.invoke(cli, [*whole, "--steps", "4", "--resume", "--crop", "pad"])
+    assert res.exit_code != 0 and "(changed since: crop 'center' -> 'pad')" in res.output, res.output
     rows = (data / "labels.csv").read_text().splitlines()
     col = rows[0].split(",").index("pneumonia")
     cells = [r.split(",") for r in rows[1:]]
@@ -229,4 +233,5 @@ def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path):
     cells[one][col], cells[zero][col] = "0", "1"
     (data / "labels.csv").write_text("\n".join([rows[0], *(",".join(c) for c in cells)]) + "\n")
     res = runner.invoke(cli, [*whole, "--steps", "4", "--resume"])
-    assert res.exit_code != 0 and "trained on other data (records changed since)" in res.output, res.output
+    assert res.exit_code != 0 and "trained on other data (changed since: records.train '" in res.output, res.output
+

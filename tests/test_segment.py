@@ -151,8 +151,11 @@ def test_training_resumes_exactly(tmp_path: Path, tiny32: Path, monkeypatch):
 
     manifest = (tmp_path / "run" / "manifest.json").read_bytes()
     other = changed(data, digest={**data.digest, "sha256": "0" * 64})      # an image or mask edited since
-    with pytest.raises(ConfigError, match="was trained on other data"):
+    with pytest.raises(ConfigError, match=r"was trained on other data \(changed since: files_sha256 '"):
         train_segmenter(other, tmp_path / "run", cfg, progress=False, resume=True)
+    with pytest.raises(ConfigError, match=r"\(changed since: crop 'fov' -> 'center'; pixels.sha256_uint8 '"):
+        train_segmenter(changed(data, crop="center", images=data.images.flip(-1)), tmp_path / "run", cfg,
+                        progress=False, resume=True)              # the same files read otherwise
     with pytest.raises(ConfigError, match=r"other settings \(batch_size 8 -> 4\)"):   # says what changed
         train_segmenter(data, tmp_path / "run", changed(cfg, batch_size=4), progress=False, resume=True)
     assert (tmp_path / "run" / "manifest.json").read_bytes() == manifest   # refused before anything is written

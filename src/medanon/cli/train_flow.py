@@ -94,6 +94,7 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
     from medanon.runtime import cpu_count, files_digest
     from medanon.train.distributed import threads_per_rank
     from medanon.train.flow import train_flow
+    from medanon.train.loop import to_uint8_images, training_images_digest
 
     if threads or dist.enabled:
         torch.set_num_threads(threads_per_rank(threads, cpu_count()))
@@ -140,6 +141,8 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
             # which records the split and --where chose, by id, patient and labels: an edited labels.csv can
             # change the selection without changing its counts
             "records": {"train": records_digest(train_recs), "val": records_digest(val_recs)},
+            # the pixels as read: the same files under another --crop, --size or reader are other training images
+            "crop": ds.crop, "train_pixels": training_images_digest(to_uint8_images(sel(train_recs))),
             # a phantom's people are fixed by its seed: a release of another phantom can tell it holds them
             **({"phantom": phantom} if (phantom := phantom_settings(data_dir)) else {})}
     res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume, data=data, dist=dist,

@@ -36,7 +36,7 @@ from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequa
 from medanon.models.glow.actnorm import ActNorm, sync_actnorm
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
-from medanon.train.loop import check_run_state
+from medanon.train.loop import check_run_state, data_changes
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +163,10 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
         saved = blob["extra"].get("data") or {}         # keys a run predates are not compared
         changed = sorted(k for k in (data or {}) if k in saved and saved[k] != data[k])
         if changed:
-            raise ConfigError(f"{ckpt_path} was trained on other data ({', '.join(changed)} changed since)",
-                              fix="resume with the same dataset, filter and split, or choose another out folder")
+            raise ConfigError(f"{ckpt_path} was trained on other data (changed since: "
+                              f"{data_changes(saved, data, changed)})",
+                              fix="resume with the same dataset, filter, split, crop and size, or choose another out "
+                                  "folder")
         flow.load_state_dict(state_entry(blob, "model"))
         opt.load_state_dict(state_entry(blob, "optimizer"))
         gen.set_state(state_entry(blob, "generator"))

@@ -55,6 +55,7 @@ from medanon.train.loop import (
     record_modality,
     run_loop,
     save_image_grid,
+    to_uint8_images,
     training_images_change,
     training_images_digest,
 )
@@ -373,7 +374,7 @@ def to_uint8(images: torch.Tensor, cfg: StyleGANConfig) -> torch.Tensor:
                         fix=f"open the dataset with size={cfg.resolution} and channels={cfg.channels}")
     if len(images) == 0:
         raise DataError("no training images")
-    return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return to_uint8_images(images)
 
 
 def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *, steps: int,

@@ -7,7 +7,7 @@ import io
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from medanon.config import differences
 from medanon.errors import ConfigError, user_stacklevel
 from medanon.fsutil import atomic_write_bytes
 from medanon.runtime import RunDir
@@ -43,6 +44,25 @@ def check_run_state(out: Path, *, resume: bool, state: str = CHECKPOINT, finishe
 def training_images_digest(images: torch.Tensor) -> dict[str, Any]:
     """Count and SHA-256 of a run's 8-bit training images (N, C, H, W), as its checkpoints and manifest record them."""
     return {"count": len(images), "sha256_uint8": hashlib.sha256(images.contiguous().numpy().data).hexdigest()}
+
+
+def to_uint8_images(images: torch.Tensor) -> torch.Tensor:
+    """Images (N, C, H, W) in [-1, 1] as the 8-bit values a run trains on and records."""
+    return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+
+
+def data_changes(saved: dict[str, Any], now: dict[str, Any], keys: Iterable[str]) -> str:
+    """What changed in a run's data record, for a refused resume: ``crop 'fov' -> 'center'``, digests shortened.
+
+    >>> data_changes({"crop": "fov", "n": 3}, {"crop": "center", "n": 3}, ["crop"])
+    "crop 'fov' -> 'center'"
+    """
+    def short(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: short(x) for k, x in v.items()}
+        return f"{v[:12]}..." if isinstance(v, str) and len(v) > 16 else v
+    keys = list(keys)
+    return differences({k: short(saved.get(k)) for k in keys}, {k: short(now.get(k)) for k in keys})
 
 
 def record_modality(training_images: dict[str, Any], modality: str | None, blob: dict[str, Any] | None) -> None:

@@ -47,6 +47,7 @@ from medanon.segment.mask_files import load_aligned_mask, pair_folder
 from medanon.segment.metrics import auroc, best_threshold, dice
 from medanon.segment.vesselness import Vesselness
 from medanon.train.distributed import Dist, local_shards, shard_rows
+from medanon.train.loop import data_changes, to_uint8_images, training_images_digest
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,9 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     shards = dist.world_size * accumulation
     last_path = check_segmenter_run(out, resume=resume)
     data_key = {"files_sha256": data.digest.get("sha256"),
-                "patients_sha256": sha256_bytes("\n".join(r.patient_id for r in data.records).encode())}
+                "patients_sha256": sha256_bytes("\n".join(r.patient_id for r in data.records).encode()),
+                # the pixels as read: the same files under another --crop (or reader) are other training images
+                "crop": data.crop, "pixels": training_images_digest(to_uint8_images(data.images))}
     held = None
     if resume and last_path.exists():            # before anything is written: a refused resume changes nothing
         held = load_checkpoint(last_path, kind=KIND + "-training")
@@ -253,10 +256,13 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
             raise ConfigError(f"{last_path} was written with other settings "
                               f"({differences(held['config']['train'], json.loads(json.dumps(asdict(cfg))))})",
                               fix="resume with the same options, or start a new run in another folder")
-        if held["extra"].get("data", data_key) != data_key:     # runs from before the record: not checked
-            raise ConfigError(f"{last_path} was trained on other data: the images, masks or patient ids changed "
-                              "since", fix="resume with the data it was started with, or start a new run in "
-                                           "another folder")
+        saved = held["extra"].get("data") or {}                # keys a run predates are not compared
+        changed = [k for k, v in data_key.items() if k in saved and saved[k] != v]
+        if changed:
+            raise ConfigError(f"{last_path} was trained on other data (changed since: "
+                              f"{data_changes(saved, data_key, changed)})",
+                              fix="resume with the data it was started with (the same folders, crop and size), or "
+                                  "start a new run in another folder")
     dist.barrier()                              # every rank has checked before rank 0 writes
     splits = split_data(data, cfg)
     run = None

@@ -485,3 +485,37 @@ def test_the_others_null_is_another_person_of_the_same_grade():
     assert pick[0] != pick[1] and pick[2] != pick[5] and pick[2] == pick[6]     # cycling through those of its grade
     assert 0 <= pick[3] < len(other) and 0 <= pick[4] < len(other)             # no one of grade 4, or no grade
     assert (matched_others(source, other, seed=0) == pick).all()
+
+
+def test_an_attacker_checkpoint_trained_on_the_members_is_recognised_by_its_recorded_patients(tmp_path):
+    """``medanon train identity`` records the digest of its training patients; trained on the release's members
+    (its default split, train), the evaluation says so and counts the network as trained on the members."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from medanon.checkpoint import save_checkpoint
+    from medanon.evaluate.calibration import _checkpoint_people
+    from medanon.evaluate.context import checkpoint_trained_on
+    from medanon.train.identity import patients_digest
+
+    patients = np.array(["a", "a", "b", "b", "c", "c", "d", "d"])
+    split = np.array(["train"] * 4 + ["test"] * 4)
+    real = SimpleNamespace(patients=patients, split=split, root=tmp_path / "real")
+    ctx = SimpleNamespace(cfg=SimpleNamespace(source_split="train", heldout_split="test"), real=real,
+                          src=np.flatnonzero(split == "train"), held=np.flatnonzero(split == "test"))
+    state = {"model": {"w": torch.zeros(1)}}
+
+    def ckpt(name, extra):
+        return str(save_checkpoint(tmp_path / name, kind="identity", config={}, state=state, extra=extra))
+
+    members = ckpt("m.pt", {"data": {"split": "train", "images": 4, "patients_digest": patients_digest(["b", "a"])}})
+    assert "exactly the release's members (the 'train' split)" in checkpoint_trained_on(members, ctx)
+    assert "'train' split of its dataset (4 images)" in checkpoint_trained_on(members)
+    assert _checkpoint_people(members, ctx) == ["a", "b"]
+    both = ckpt("b.pt", {"patients_digest": patients_digest(list("abcd"))})     # an API run's own record
+    assert "the members and the controls" in checkpoint_trained_on(both, ctx)
+    others = ckpt("o.pt", {"data": {"split": "val", "images": 4, "patients_digest": patients_digest(["x", "y"])}})
+    assert _checkpoint_people(others, ctx) == [] and "exactly" not in checkpoint_trained_on(others, ctx)
+    assert _checkpoint_people(ckpt("n.pt", {}), ctx) == []
+    assert "not known here" in checkpoint_trained_on(str(tmp_path / "n.pt"), ctx)

@@ -263,14 +263,22 @@ def trained_on_members(ctx: RealContext) -> dict[str, bool]:
 
 
 def _checkpoint_people(path: str, ctx: RealContext) -> list[str]:
-    """The evaluation's patients (members and controls) whom the checkpoint's recorded training phantom
-    (``extra.phantom``) also holds; empty for real data or a checkpoint trained on other people."""
+    """The evaluation's patients (members and controls) whom the checkpoint was trained on, as far as it records
+    them: those its training phantom (``extra.phantom``) also holds, or, where its recorded training patients
+    (:func:`medanon.evaluate.context.recorded_patients`) are exactly the members, the controls or both, those;
+    empty for a checkpoint trained on other people or one that records none."""
     from medanon.checkpoint import load_checkpoint
+    from medanon.evaluate.context import recorded_patients
     from medanon.phantoms.provenance import shared_people, training_phantom
 
-    trained = training_phantom(load_checkpoint(path).get("extra"), None)
+    extra = load_checkpoint(path).get("extra")
+    trained = training_phantom(extra, None)
     rows = np.concatenate([ctx.src, ctx.held])
-    return shared_people(trained, ctx.real.root, ctx.real.patients[rows].tolist())
+    shared = shared_people(trained, ctx.real.root, ctx.real.patients[rows].tolist())
+    if shared:
+        return shared
+    which = recorded_patients(extra, ctx)
+    return sorted(set(ctx.real.patients[which[1]].tolist())) if which is not None else []
 
 
 def _member_trained(row: str, trained_on_members: dict[str, bool]) -> str | None:

@@ -61,12 +61,39 @@ def _repeat_patients(patients: np.ndarray) -> int:
     return int((counts >= 2).sum())
 
 
-def checkpoint_trained_on(path: str) -> str:
-    """What an attacker's checkpoint says it was trained on (``extra.trained_on``, written by whoever exported it),
-    or that its training patients are unknown to the evaluator."""
+def recorded_patients(extra: dict | None, ctx: RealContext) -> tuple[str, np.ndarray] | None:
+    """Which of the evaluation's patient sets a checkpoint's recorded training patients are (the digest of their
+    sorted ids that ``medanon train identity`` records: ``extra.data.patients_digest``, else ``extra.patients_digest``):
+    ``("the release's members (the source split)", rows)``, the controls, both, or every patient of the real
+    data; None where they are another set or none is recorded. A digest tells equal sets only: a checkpoint
+    trained on some of these people and others is not recognised."""
+    from medanon.train.identity import patients_digest
+
+    extra = extra or {}
+    said = (extra.get("data") or {}).get("patients_digest") or extra.get("patients_digest")
+    if not said:
+        return None
+    cfg, real = ctx.cfg, ctx.real
+    sets = [(f"the release's members (the {cfg.source_split!r} split)", ctx.src),
+            (f"the controls (the {cfg.heldout_split!r} split)", ctx.held),
+            ("the members and the controls", np.concatenate([ctx.src, ctx.held])),
+            ("every patient of the real data", np.arange(len(real.patients)))]
+    return next(((what, rows) for what, rows in sets if patients_digest(real.patients[rows].tolist()) == said), None)
+
+
+def checkpoint_trained_on(path: str, ctx: RealContext | None = None) -> str:
+    """What an attacker's checkpoint says it was trained on (``extra.trained_on``, written by whoever exported it,
+    or the split ``medanon train identity`` records), with, given the evaluation ``ctx``, whether those patients are
+    the evaluation's own; or that its training patients are unknown to the evaluator."""
     from medanon.checkpoint import load_checkpoint
 
-    said = (load_checkpoint(path).get("extra") or {}).get("trained_on")
+    extra = load_checkpoint(path).get("extra") or {}
+    said, data = extra.get("trained_on"), extra.get("data") or {}
+    if not said and data.get("split"):
+        said = f"the {data['split']!r} split of its dataset ({data.get('images', '?')} images)"
+    which = recorded_patients(extra, ctx) if ctx is not None else None
+    if which is not None:
+        said = f"{said or 'recorded patients'}: exactly {which[0]} of this evaluation"
     return f"checkpoint {path}: {said}" if said else \
         f"checkpoint {path} (its training patients are not known here)"
 
@@ -104,7 +131,7 @@ class RealContext:
                       f"on the release's source split instead, i.e. on its members, and measure memorisation too")
         self.identity_info: dict[str, Any] = (
             {"checkpoint": a.identity_checkpoint, "sha256": sha256_file(a.identity_checkpoint),
-             "trained_on": checkpoint_trained_on(a.identity_checkpoint)}
+             "trained_on": checkpoint_trained_on(a.identity_checkpoint, self)}
             if a.identity_checkpoint else
             {"trained_on": f"real {self.attacker_from} split ({len(self.attacker_rows)} images, "
                            f"{len(set(real.patients[self.attacker_rows]))} patients)", "config": to_dict(a.identity)})
@@ -212,7 +239,7 @@ class RealContext:
     @cached_property
     def siamese_trained_on(self) -> str:
         a = self.cfg.attacks
-        return checkpoint_trained_on(a.siamese_checkpoint) if a.siamese_checkpoint else \
+        return checkpoint_trained_on(a.siamese_checkpoint, self) if a.siamese_checkpoint else \
             f"real {self.attacker_from} split ({self.split_name(self.attacker_rows)})"
 
     @cached_property
@@ -323,7 +350,7 @@ class RealContext:
                                           f"attacks.attribute={said!r}")
                 size = ((blob.get("extra") or {}).get("train_config") or {}).get("image_size")
                 self._attribute_size = int(size or a.attribute_classifier.image_size)
-                self._models[key] = model, checkpoint_trained_on(a.attribute_checkpoint)
+                self._models[key] = model, checkpoint_trained_on(a.attribute_checkpoint, self)
             return self._models[key]
         tcfg = a.attribute_classifier
         rows = self.attacker_rows

@@ -281,7 +281,7 @@ def _independent_info(ctx: RealContext) -> dict | None:
         net = ctx.independent
         said = (load_identity(a.independent_checkpoint)[1].get("extra") or {}).get("train_config") or {}
         return {"checkpoint": a.independent_checkpoint, "sha256": sha256_file(a.independent_checkpoint),
-                "trained_on": checkpoint_trained_on(a.independent_checkpoint),
+                "trained_on": checkpoint_trained_on(a.independent_checkpoint, ctx),
                 "config": {"arch": said.get("arch", "from the checkpoint"), "image_size": net.cfg.image_size,
                            "seed": said.get("seed"), "steps": said.get("steps"),
                            "backbone": net.cfg.backbone.to_dict()}}

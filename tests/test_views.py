@@ -93,3 +93,27 @@ def test_the_summary_names_the_tables_read_and_the_views(tmp_path):
     root = _with_views(tmp_path, ["PA", "LATERAL"])
     r = CliRunner().invoke(cli, ["data", "summary", str(root), "--xray-views", "PA"])
     assert r.exit_code == 0 and "read from labels.csv" in r.output and ", X-ray views PA" in r.output, r.output
+
+
+def test_a_generator_trains_on_the_views_asked_for(tmp_path, caplog):
+    """`train gan` reads its data like every other command (--xray-views, layouts, --skip-bad); its messages
+    name the flags it has."""
+    import torch
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "stylegan" / "tiny32.yaml"
+    root = _with_views(tmp_path, ["PA", "LATERAL"])
+    run = tmp_path / "gan"
+    base = ["train", "gan", str(root), "--config", str(config), "--set", "resolution=16", "--set", "channels=1",
+            "--steps", "1", "--checkpoint-every", "1"]
+    r = CliRunner().invoke(cli, [*base, "--xray-views", "frontal", "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    blob = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert blob["extra"]["training_images"]["count"] == 3                    # the laterals left out
+    r = CliRunner().invoke(cli, [*base, "--steps", "2", "--resume", "--out", str(run)])   # every view: other images
+    assert r.exit_code != 0 and "trained on other images (3 images" in r.output, r.output
+    r = CliRunner().invoke(cli, [*base, "--size", "32", "--out", str(tmp_path / "g2")])
+    assert r.exit_code != 0 and "--set resolution=32" in r.output and "Traceback" not in r.output, r.output
+    with caplog.at_level("WARNING"):
+        r = CliRunner().invoke(cli, [*base, "--out", str(tmp_path / "g3")])         # laterals named in its words
+    assert r.exit_code == 0 and "--xray-views frontal" in caplog.text and "xray_views=" not in caplog.text, \
+        caplog.text

@@ -56,15 +56,18 @@ def config_fields(cls) -> list[str]:
 
 def translate(message: str, flags: Mapping[str, str]) -> str:
     """``message`` with the library's wording (``"stratify="``, ``"clip=False"``) replaced by the command's
-    (``"--stratify "``, ``"--no-clip"``); a key matches only at the start of a word. A parameter named
+    (``"--stratify "``, ``"--no-clip"``); a key matches only at the start of a word, and never right after
+    ``--set `` (a config assignment: translated once already, a command's words nest). A parameter named
     without a value (``"lower k= or"``, ``"(utility=)"``) becomes the bare flag (``"lower --k or"``).
 
         >>> translate("k=3 is too large: lower k= or add data (drop_remainder=True)",
         ...           {"k=": "--k ", "drop_remainder=True": "--drop-remainder"})
         '--k 3 is too large: lower --k or add data (--drop-remainder)'
+        >>> translate("pass --set channels=1", {"channels=": "--channels "})
+        'pass --set channels=1'
     """
     for said, flag in flags.items():
-        key = rf"(?<![\w.-]){re.escape(said)}"
+        key = rf"(?<![\w.-])(?<!--set ){re.escape(said)}"
         if said.endswith("="):                  # no value after it: the flag alone
             message = re.sub(key + r"(?=[\s,;:)\]]|$)", flag.rstrip().replace("\\", "\\\\"), message)
         message = re.sub(key, flag.replace("\\", "\\\\"), message)

@@ -99,17 +99,18 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     else:
         raise click.UsageError("pass --generator CHECKPOINT.pt (a `medanon train gan` checkpoint), or --resume a run")
     size, channels = int(g["resolution"]), int(g["channels"])
-    ds = _open_for_generator(data_dir, size, channels, data_opts, trained)
-    held_out = _open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
+    ds = open_for_generator(data_dir, size, channels, data_opts, trained)
+    held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
         if eval_dir is not None else None                  # its problems named now, not after the training
     return ds.tensors()[0], held_out, ds.modality
 
 
-def _open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None, *,
-                        flag: str = "DATA"):
+def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None, *,
+                       flag: str = "DATA", fix: str | None = None):
     """``data_dir`` opened (headers read) at the generator's resolution and channel count; ``trained``:
     ``(checkpoint, what it was trained on)``, refused when the data are of another modality. Images whose files
-    hold another channel count than the generator's are refused unless --channels asks for the conversion."""
+    hold another channel count than the generator's are refused unless --channels asks for the conversion
+    (``fix``: what the refusal advises instead of the conversion)."""
     if data_opts.get("size") not in (None, resolution):
         raise click.BadParameter(f"the generator renders {resolution} px images; --size {data_opts['size']} "
                                  "cannot be inverted by it", param_hint="--size")
@@ -126,8 +127,8 @@ def _open_for_generator(data_dir: Path, resolution: int, channels: int, data_opt
         from medanon.data.channels import check_file_channels
 
         check_file_channels(ds, channels, model=f"the generator ({channels}-channel)",
-                            fix=f"{flag} {data_dir}: pass images of the generator's kind, or --channels {channels} "
-                                "to convert them")
+                            fix=fix or f"{flag} {data_dir}: pass images of the generator's kind, or --channels "
+                                       f"{channels} to convert them")
     return ds
 
 

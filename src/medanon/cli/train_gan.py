@@ -7,12 +7,14 @@ from pathlib import Path
 import click
 
 from medanon.cli.base import CONTEXT, FiniteRange, train
-from medanon.cli.data import data_dir_argument
+from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 
 
 @train.command("gan", context_settings=CONTEXT)
-@data_dir_argument(help="Dataset folder (any layout `medanon data summary` reads).")
+@data_dir_argument(help="Dataset folder (any layout `medanon data summary` reads; every image it holds, or that "
+                        "--xray-views keeps, is used for training).")
+@data_options
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="StyleGANConfig YAML, e.g. configs/stylegan/cpu64.yaml (with --resume: the run's own).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")
@@ -36,11 +38,12 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @click.option("--accum", type=click.IntRange(min=1), default=1,
               help="Gradient accumulation: each rank computes its part of the batch as this many micro-batches.")
 @click.pass_context
-@speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS, "channels=": "--set channels="})   # the config reads the data
+@speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS, "channels=": "--set channels="})   # the config's channels read the data
 def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
                   retune: bool, overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float,
-                  threads: int, export: Path | None, accum: int) -> None:
-    """Train StyleGAN2-ADA on the images in --data; images are loaded at the config's resolution and channels.
+                  threads: int, export: Path | None, accum: int, **data_opts) -> None:
+    """Train StyleGAN2-ADA on the images in --data; images are loaded at the config's resolution and channels
+    (--set resolution=, --set channels=; --size and --channels, where given, must agree with them).
 
     Writes checkpoint.pt, sample grids, metrics.jsonl, config.yaml and manifest.json to --out. Under
     torchrun (e.g. `torchrun --nproc_per_node 4 -m medanon train gan ...`) every process trains on its
@@ -56,9 +59,9 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     from medanon.cli.base import check_export_is_not_the_run, check_outputs
     from medanon.outputs import check_own_export, record_export
 
-    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, existing_ok=True)
+    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, existing_ok=True)
     check_export_is_not_the_run(export, out)
-    check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir,
+    check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir, opts=data_opts,
                   reads=[out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
     if resume:
         check_own_export(out, export, name="--export")
@@ -66,9 +69,8 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
 
     check_run_state(out, resume=resume)          # a resume needs a run, a new run an empty place: before the data
 
-    from medanon.config import DataConfig, build
-    from medanon.data.channels import check_file_channels
-    from medanon.data.dataset import open_dataset
+    from medanon.cli.train_encoder import open_for_generator
+    from medanon.config import build
     from medanon.models.stylegan import StyleGANConfig
     from medanon.runtime import cpu_count, resolve_device
     from medanon.train.distributed import init_distributed, shutdown, threads_per_rank
@@ -79,6 +81,14 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     if config_file is None:
         config_file = out / "config.yaml"           # --resume [--retune --set X=...]: the run's own, X changed
     cfg = build(StyleGANConfig, path=config_file, overrides=overrides)
+    if data_opts.get("size") not in (None, cfg.resolution):          # the config says what the generator renders
+        raise click.BadParameter(f"the config's generator renders {cfg.resolution} px images; to train one at "
+                                 f"{data_opts['size']} px, pass --set resolution={data_opts['size']}",
+                                 param_hint="--size")
+    if data_opts.get("channels") not in (None, str(cfg.channels)):
+        raise click.BadParameter(f"the config's generator renders {cfg.channels}-channel images; to train one on "
+                                 f"{data_opts['channels']}-channel images, pass --set channels={data_opts['channels']}",
+                                 param_hint="--channels")
     from medanon.locks import main_rank_lock
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))
@@ -86,10 +96,10 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
         with main_rank_lock(out, dist, name="--out"):                  # (the run's folder takes it over)
             if dist.device.type == "cpu":
                 torch.set_num_threads(threads_per_rank(threads, cpu_count()))
-            ds = open_dataset(data_dir, DataConfig(size=cfg.resolution, channels=cfg.channels), progress=dist.is_main)
-            check_file_channels(ds, cfg.channels, model=f"the config's generator (channels: {cfg.channels})",
-                                fix=f"channels={4 - cfg.channels} to train on these images as they are (X-rays: "
-                                    "channels=1); for mixed grey and colour images, a folder of one kind")
+            ds = open_for_generator(data_dir, cfg.resolution, cfg.channels, {**data_opts, "progress": dist.is_main},
+                                    fix=f"channels={4 - cfg.channels} to train on these images as they are "
+                                        f"(X-rays: channels=1), or --channels {cfg.channels} to convert them; for "
+                                        "mixed grey and colour images, a folder of one kind")
             images, _ = ds.tensors()
             path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
                                   checkpoint_every=checkpoint_every,

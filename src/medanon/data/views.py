@@ -104,6 +104,6 @@ def select_views(records: Sequence[Record], views: str, *, root: Path, modality:
                         fix="pass xray_views='' to read every image, or the views the dataset holds (medanon data "
                             "summary counts them under 'view')")
     if dropped:
-        log.info("xray_views=%r: %d of %d images of %s kept; left out: %s", views, len(kept), len(records), root,
+        log.info("X-ray views %s: %d of %d images of %s kept; left out: %s", views, len(kept), len(records), root,
                  ", ".join(f"{n} {c}" for n, c in sorted(dropped.items())))
     return kept

@@ -1,5 +1,6 @@
 """GLOW: invertibility, exact log-determinants against brute-force Jacobians, training, resume, checkpoints."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -214,6 +215,8 @@ def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path):
     _, cal, blob = load_flow(tmp_path / "run" / "flow.pt")
     assert blob["step"] == 4 and blob["extra"]["data"]["where"] == {"pneumonia": 0.0}
     assert blob["config"]["resolution"] == 16 and cal.count == blob["extra"]["train_images"]
+    inputs = json.loads((tmp_path / "run" / "manifest.json").read_text())["inputs"]
+    assert inputs["data"]["path"] == str(data) and inputs["data"]["images"] == 24, inputs   # the data, named
     res = runner.invoke(cli, [*args[:5], *args[7:], "--steps", "6", "--resume"])   # no --config: the run's own
     assert res.exit_code == 0 and load_flow(tmp_path / "run" / "flow.pt")[2]["step"] == 6, res.output
     res = runner.invoke(cli, [*args[:-2], "--where", "nosuch=1", "--out", str(tmp_path / "r2")])

@@ -109,6 +109,10 @@ def test_a_generator_trains_on_the_views_asked_for(tmp_path, caplog):
     assert r.exit_code == 0, r.output
     blob = torch.load(run / "checkpoint.pt", weights_only=True)
     assert blob["extra"]["training_images"]["count"] == 3                    # the laterals left out
+    import json
+
+    data = json.loads((run / "manifest.json").read_text())["inputs"]["data"]  # the run names its data
+    assert data["path"] == str(root) and data["images"] == 3 and data["reading"]["xray_views"] == "frontal", data
     r = CliRunner().invoke(cli, [*base, "--steps", "2", "--resume", "--out", str(run)])   # every view: other images
     assert r.exit_code != 0 and "trained on other images (3 images" in r.output, r.output
     r = CliRunner().invoke(cli, [*base, "--size", "32", "--out", str(tmp_path / "g2")])

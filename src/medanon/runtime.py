@@ -8,6 +8,8 @@ checksums, command line, timing). Library code never picks a device itself; the 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as _dt
 import functools
 import hashlib
@@ -217,6 +219,22 @@ def files_digest(paths: Iterable[Path], root: Path | None = None) -> dict[str, A
     return {"files": len(paths), "bytes": total, "mode": mode, "sha256": h.hexdigest()}
 
 
+_RUN_INPUTS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("medanon_run_inputs",
+                                                                                   default=None)
+
+
+@contextlib.contextmanager
+def recording_inputs(**entries: Any):
+    """The inputs a command read (``name -> record``: a dataset's folder, layout, reading and records digest; a
+    checkpoint's path and sha256), which every :class:`RunDir` made inside the block records in its manifest's
+    ``inputs``: a run folder then names its training data, not only its command line."""
+    token = _RUN_INPUTS.set({**(_RUN_INPUTS.get() or {}), **{k: v for k, v in entries.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _RUN_INPUTS.reset(token)
+
+
 class RunDir:
     """A run directory: ``config.yaml``, ``metrics.jsonl``, ``manifest.json``.
 
@@ -249,7 +267,7 @@ class RunDir:
             "software": software_versions(),
             "platform": platform.platform(),
             "seeds": dict(seeds or {}),
-            "inputs": {},
+            "inputs": dict(_RUN_INPUTS.get() or {}),
             "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "finished": None,
         }

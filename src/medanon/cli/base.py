@@ -252,3 +252,23 @@ def to_json(obj) -> str:
     from medanon.fsutil import strict_json
 
     return strict_json(obj)
+
+
+def dataset_input(ds) -> dict:
+    """A dataset as a run's manifest records it (``medanon.runtime.recording_inputs``): folder, layout, how its
+    images were read, and digests of its records (ids, patients, labels) and of its files' list; no pixel is read."""
+    from medanon.data.records import records_digest
+    from medanon.release.release import reading_params
+
+    return {"path": str(ds.root), "layout": getattr(ds, "layout", "") or None, "images": len(ds.records),
+            "patients": len({r.patient_id for r in ds.records}), "records_sha256": records_digest(ds.records),
+            "reading": reading_params(ds)}
+
+
+def checkpoint_input(path) -> dict | None:
+    """A checkpoint a run starts from, as its manifest records it (None: not given)."""
+    if path is None:
+        return None
+    from medanon.fsutil import sha256_file
+
+    return {"path": str(path), "sha256": sha256_file(path)}

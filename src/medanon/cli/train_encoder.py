@@ -12,7 +12,16 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.base import CONTEXT, FiniteRange, _scanned_inputs, check_export_is_not_the_run, check_outputs, train
+from medanon.cli.base import (
+    CONTEXT,
+    FiniteRange,
+    _scanned_inputs,
+    check_export_is_not_the_run,
+    check_outputs,
+    checkpoint_input,
+    dataset_input,
+    train,
+)
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
@@ -102,7 +111,7 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     ds = open_for_generator(data_dir, size, channels, data_opts, trained)
     held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
         if eval_dir is not None else None                  # its problems named now, not after the training
-    return ds.tensors()[0], held_out, ds.modality
+    return ds.tensors()[0], held_out, ds
 
 
 def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None, *,
@@ -130,6 +139,14 @@ def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts
                             fix=fix or f"{flag} {data_dir}: pass images of the generator's kind, or --channels "
                                        f"{channels} to convert them")
     return ds
+
+
+def _recording(ds, held_out, **checkpoints):
+    """The run's inputs for its manifest: the training data, the held-out data, the checkpoints it starts from."""
+    from medanon.runtime import recording_inputs
+
+    return recording_inputs(data=dataset_input(ds), eval_data=dataset_input(held_out) if held_out else None,
+                            **checkpoints)
 
 
 def _finish(ckpt: Path, out: Path, export_path: Path | None, held_out, what: str, **export_opts) -> None:
@@ -246,10 +263,11 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
     dist = init_distributed(loop["device"])
     try:
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
-        images, held_out, _ = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
-                                                    data_opts, eval_dir)
-        ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
-                             accumulation=accum)
+        images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
+                                                     data_opts, eval_dir)
+        with _recording(ds, held_out, generator=checkpoint_input(generator_ckpt)):
+            ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
+                                 accumulation=accum)
         if dist.is_main:
             _finish(ckpt, out, export_path, held_out, f"ReStyle encoder, {cfg.iterations} iterations",
                     float16=export_float16)
@@ -295,10 +313,12 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     dist = init_distributed(loop["device"])
     try:
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
-        images, held_out, modality = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
-                                                           cfg.generator, data_opts, eval_dir)
-        ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop, command="medanon train autoencoder",
-                                 dist=dist, accumulation=accum, modality=modality)
+        images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
+                                                     cfg.generator, data_opts, eval_dir)
+        with _recording(ds, held_out, generator=checkpoint_input(init_ckpt)):
+            ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop,
+                                     command="medanon train autoencoder", dist=dist, accumulation=accum,
+                                     modality=ds.modality)
         if dist.is_main:
             _finish(ckpt, out, export_path, held_out, "co-trained encoder + generator",
                     float16=export_float16, discriminator=export_discriminator)

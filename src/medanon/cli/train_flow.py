@@ -85,13 +85,14 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
                 split_seed, resume, threads, accum, data_opts) -> None:
     import torch
 
+    from medanon.cli.base import dataset_input
     from medanon.config import build, load_yaml
     from medanon.data.records import records_digest
     from medanon.data.splits import split_records
     from medanon.errors import ConfigError
     from medanon.models.glow import GlowConfig
     from medanon.phantoms.provenance import phantom_settings
-    from medanon.runtime import cpu_count, files_digest
+    from medanon.runtime import cpu_count, files_digest, recording_inputs
     from medanon.train.distributed import threads_per_rank
     from medanon.train.flow import train_flow
     from medanon.train.loop import to_uint8_images, training_images_digest
@@ -145,8 +146,9 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
             "crop": ds.crop, "train_pixels": training_images_digest(to_uint8_images(sel(train_recs))),
             # a phantom's people are fixed by its seed: a release of another phantom can tell it holds them
             **({"phantom": phantom} if (phantom := phantom_settings(data_dir)) else {})}
-    res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume, data=data, dist=dist,
-                     accumulation=accum)
+    with recording_inputs(data=dataset_input(ds)):
+        res = train_flow(cfg, sel(train_recs), val_images=sel(val_recs), out=out, resume=resume, data=data, dist=dist,
+                         accumulation=accum)
     if not dist.is_main:
         return
     val = "n/a" if res.val_bpd is None else f"{res.val_bpd:.3f}"

@@ -69,10 +69,11 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
 
     check_run_state(out, resume=resume)          # a resume needs a run, a new run an empty place: before the data
 
+    from medanon.cli.base import dataset_input
     from medanon.cli.train_encoder import open_for_generator
     from medanon.config import build
     from medanon.models.stylegan import StyleGANConfig
-    from medanon.runtime import cpu_count, resolve_device
+    from medanon.runtime import cpu_count, recording_inputs, resolve_device
     from medanon.train.distributed import init_distributed, shutdown, threads_per_rank
     from medanon.train.gan import export_checkpoint, train_stylegan
 
@@ -101,11 +102,12 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                         f"(X-rays: channels=1), or --channels {cfg.channels} to convert them; for "
                                         "mixed grey and colour images, a folder of one kind")
             images, _ = ds.tensors()
-            path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
-                                  checkpoint_every=checkpoint_every,
-                                  sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
-                                  command="medanon train gan", dist=dist, accumulation=accum,
-                                  modality=ds.modality)
+            with recording_inputs(data=dataset_input(ds)):
+                path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
+                                      checkpoint_every=checkpoint_every,
+                                      sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
+                                      command="medanon train gan", dist=dist, accumulation=accum,
+                                      modality=ds.modality)
             if dist.is_main:
                 click.echo(f"wrote {path}")
                 if export is not None:

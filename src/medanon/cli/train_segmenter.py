@@ -92,20 +92,25 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
 
 def _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width, patch, val, test, seed, resume,
            export, opts) -> None:
+    from medanon.cli.base import dataset_input
     from medanon.config import build
+    from medanon.runtime import recording_inputs
     from medanon.train.segmenter import SegmenterTrainConfig, data_from_dataset, data_from_folders, train_segmenter
 
     if data_dir is not None:
         ds = open_from_cli(data_dir, **opts)
         data = data_from_dataset(ds)
         size = ds.size
+        inputs = {"data": dataset_input(ds)}
     else:
         size = opts["size"] or 64
         crop = opts.get("crop") or "auto"
         data = data_from_folders(images_pair, masks_pair, size=size, crop="fov" if crop == "auto" else crop)
+        inputs = {"images": {"path": str(images_pair), **data.digest}, "masks": {"path": str(masks_pair)}}
     cfg = build(SegmenterTrainConfig, size=size, epochs=epochs, batch_size=batch_size, lr=lr, width=width,
                 patch=patch, val=val, test=test, seed=seed)
-    path = train_segmenter(data, out, cfg, resume=resume, progress=True, dist=dist)
+    with recording_inputs(**inputs):
+        path = train_segmenter(data, out, cfg, resume=resume, progress=True, dist=dist)
     if not dist.is_main:
         return
     summary = json.loads((out / "test_metrics.json").read_text())

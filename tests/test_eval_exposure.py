@@ -315,3 +315,24 @@ def test_a_screen_whose_thresholds_rest_on_few_patients_says_so(real):
     assert s["threshold_patients"] == {"pixels": 10, "identity": 5} and "fewer than 10" in s["warning"]
     page = _screening({"releases": [{"name": "R", "screening": s}]}, {})
     assert "<b>Few patients</b>: the thresholds rest on 10 held-out patients (pixels) and 5 (identity)" in page
+
+
+def test_utility_on_one_held_out_patient_is_said_to_have_no_interval():
+    """One held-out patient: no patient bootstrap (the values carry no interval), and the note says that rather
+    than that the intervals are rough; 2 to 19 patients: rough; 20 or more: nothing to say."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from medanon.evaluate.cautions import few_test_patients
+
+    def notes(patients):
+        ctx = SimpleNamespace(cfg=SimpleNamespace(utility=SimpleNamespace(bootstrap=True)),
+                              real=SimpleNamespace(patients=np.asarray(patients)),
+                              test_set=lambda task: (np.arange(len(patients)), None))
+        return few_test_patients(ctx, [SimpleNamespace(label="grade")])
+
+    one = notes(["a", "a", "a"])
+    assert len(one) == 1 and "no interval" in one[0] and "rough" not in one[0]
+    assert "rough" in notes(["a", "a", "b"])[0]
+    assert notes([str(i) for i in range(20)]) == []

@@ -630,3 +630,11 @@ def test_the_encoders_held_out_images_are_inputs_wherever_they_lie(tmp_path, pha
                      "--steps", "1", "--out", tmp_path / "elsewhere" / "run")
     assert code != 0 and "--out" in out and "elsewhere" in out, out
     assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == before
+
+
+def test_a_weak_segmenter_is_named_in_the_commands_words(tmp_path):
+    """The library's warning says epochs= and vessels='frangi'; the command says its flags."""
+    data = generate(PhantomConfig(patients=16, per_patient=2, size=16, workers=1), tmp_path / "d", progress=False)
+    with pytest.warns(UserWarning, match="weak"):
+        code, out = _run("train", "segmenter", data, "--size", "16", "--epochs", "1", "--out", tmp_path / "run")
+    assert code == 0 and "Train longer (--epochs)" in out and "`anonymize vs-snow --vessels frangi`" in out, out

@@ -20,6 +20,11 @@ FOLDER_PAIR_IGNORES = (("layout", "--layout", ("auto",)), ("labels_csv", "--labe
                        ("channels", "--channels", ("0", "3")), ("modality", "--modality", ("auto", "fundus")))
 
 
+FLAGS = {**TRAIN_FLAGS, "larger val and test fractions": "larger --val and --test fractions",
+         "(data_from_folders(images_dir, masks_dir))": "(--vessel-images DIR --vessel-masks DIR)",
+         "epochs=": "--epochs ", "vessels='frangi'": "`anonymize vs-snow --vessels frangi`"}
+
+
 @train.command("segmenter", context_settings=CONTEXT)
 @data_dir_argument(required=False, help="Dataset folder with vessel masks (phantoms).")
 @data_options
@@ -45,8 +50,7 @@ FOLDER_PAIR_IGNORES = (("layout", "--layout", ("auto",)), ("labels_csv", "--labe
 @click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also copy the final checkpoint here (e.g. checkpoints/unet-vessels64.pt).")
 @click.pass_context
-@speaks_flags({**TRAIN_FLAGS, "larger val and test fractions": "larger --val and --test fractions",
-               "(data_from_folders(images_dir, masks_dir))": "(--vessel-images DIR --vessel-masks DIR)"})
+@speaks_flags(FLAGS)
 def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width,
                         patch, val, test, seed, resume, export, **opts) -> None:
     """Train the full-resolution U-Net vessel segmenter on DATA_DIR (a dataset whose layout has vessel
@@ -93,6 +97,7 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
 def _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width, patch, val, test, seed, resume,
            export, opts) -> None:
     from medanon.cli.base import dataset_input
+    from medanon.cli.library import library_call
     from medanon.config import build
     from medanon.runtime import recording_inputs
     from medanon.train.segmenter import SegmenterTrainConfig, data_from_dataset, data_from_folders, train_segmenter
@@ -109,7 +114,7 @@ def _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr,
         inputs = {"images": {"path": str(images_pair), **data.digest}, "masks": {"path": str(masks_pair)}}
     cfg = build(SegmenterTrainConfig, size=size, epochs=epochs, batch_size=batch_size, lr=lr, width=width,
                 patch=patch, val=val, test=test, seed=seed)
-    with recording_inputs(**inputs):
+    with recording_inputs(**inputs), library_call(FLAGS):       # its warnings in this command's words
         path = train_segmenter(data, out, cfg, resume=resume, progress=True, dist=dist)
     if not dist.is_main:
         return

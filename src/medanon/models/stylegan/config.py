@@ -62,9 +62,11 @@ class StyleGANConfig:
     def validate(self) -> None:
         r = self.resolution
         if r < 8 or r > 1024 or r & (r - 1):
-            raise ConfigError(f"resolution={r} must be a power of two between 8 and 1024")
+            raise ConfigError(f"resolution={r} must be a power of two between 8 and 1024",
+                              fix="set resolution= to 8, 16, 32, 64, 128, 256, 512 or 1024")
         if self.channels not in (1, 3):
-            raise ConfigError(f"channels={self.channels} must be 1 (grayscale) or 3 (RGB)")
+            raise ConfigError(f"channels={self.channels} must be 1 (grayscale) or 3 (RGB)",
+                              fix="set channels= to 1 for chest X-rays, 3 for fundus photographs")
         for name in ("z_dim", "w_dim", "mapping_layers", "channel_base", "channel_max", "batch", "r1_interval",
                      "ada_interval"):
             if getattr(self, name) < 1:

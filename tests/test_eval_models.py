@@ -103,12 +103,16 @@ def test_identity_network_embeds_and_resumes(tmp_path):
     with pytest.raises(ConfigError, match=r"trained with other settings \(.*steps 30 -> 31\)\n.*resume=False to train"):
         train_identity(x, pid, cfg=IdentityTrainConfig(image_size=16, steps=31, batch=12, embed_dim=16),
                        out=tmp_path / "id.pt")
-    with pytest.raises(ConfigError, match=r"trained with other images\n"):          # same ids, other people
+    with pytest.raises(ConfigError, match=r"trained with other images \(as many images \(18\) and patients \(6\), "
+                                          r"but other images\)\n"):               # same ids, other people
         train_identity(x.flip(-1), pid, cfg=cfg, out=tmp_path / "id.pt")
+    with pytest.raises(ConfigError, match=r"other patients and images \(trained on 18 images of 6 patients, these "
+                                          r"are 12 images of \d patients\)"):
+        train_identity(x[:12], pid[:12], cfg=cfg, out=tmp_path / "id.pt")
     swapped = list(pid)                                  # two images traded between patients: same ids, same images
     j = next(i for i in range(1, len(swapped)) if swapped[i] != swapped[0])
     swapped[0], swapped[j] = swapped[j], swapped[0]
-    with pytest.raises(ConfigError, match=r"trained with other patients\n"):
+    with pytest.raises(ConfigError, match=r"trained with other patients \(as many .*but other patients\)"):
         train_identity(x, swapped, cfg=cfg, out=tmp_path / "id.pt")
 
 

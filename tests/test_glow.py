@@ -195,7 +195,7 @@ def test_load_flow_refuses_other_checkpoints(tmp_path: Path):
         train_flow(tiny_cfg(batch=64), smooth_images(8, 1, 16), out=tmp_path / "r", progress=False)
 
 
-def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path):
+def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path, monkeypatch):
     from click.testing import CliRunner
 
     from medanon.cli import cli
@@ -219,6 +219,13 @@ def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path):
     assert inputs["data"]["path"] == str(data) and inputs["data"]["images"] == 24, inputs   # the data, named
     res = runner.invoke(cli, [*args[:5], *args[7:], "--steps", "6", "--resume"])   # no --config: the run's own
     assert res.exit_code == 0 and load_flow(tmp_path / "run" / "flow.pt")[2]["step"] == 6, res.output
+    from medanon.data.dataset import ImageDataset
+
+    decoded, tensors = [], ImageDataset.tensors
+    monkeypatch.setattr(ImageDataset, "tensors", lambda self, *a, **k: decoded.append(1) or tensors(self, *a, **k))
+    res = runner.invoke(cli, [*args, "--steps", "8", "--resume", "--set", "lr=0.0005"])
+    assert res.exit_code != 0 and "another config (lr " in res.output and decoded == [], res.output   # before decoding
+    monkeypatch.undo()
     res = runner.invoke(cli, [*args[:-2], "--where", "nosuch=1", "--out", str(tmp_path / "r2")])
     assert res.exit_code != 0 and "unknown label" in res.output
     # swap two images' labels: the same counts, another selection (and the same images): a resume refuses it

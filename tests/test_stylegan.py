@@ -360,7 +360,7 @@ def test_configs_load_and_validate():
         build(StyleGANConfig, overrides=["resolution=48"])
 
 
-def test_cli_trains_resumes_and_exports(tmp_path: Path):
+def test_cli_trains_resumes_and_exports(tmp_path: Path, monkeypatch):
     runner = CliRunner()
     data, out = tmp_path / "ph", tmp_path / "run"
     r = runner.invoke(cli, ["phantom", "--modality", "xray", "--patients", "4", "--per-patient", "2", "--size", "32",
@@ -381,8 +381,13 @@ def test_cli_trains_resumes_and_exports(tmp_path: Path):
     G = load_generator(tmp_path / "g.pt")
     assert G(torch.randn(2, G.z_dim)).shape == (2, 1, 32, 32)
     assert load_checkpoint(out / "checkpoint.pt")["step"] == 3
+    from medanon.data.dataset import ImageDataset
+
+    decoded, tensors = [], ImageDataset.tensors
+    monkeypatch.setattr(ImageDataset, "tensors", lambda self, *a, **k: decoded.append(1) or tensors(self, *a, **k))
     r = runner.invoke(cli, [*args, "--resume", "--steps", "4", "--set", "g_lr=0.001"])    # a change needs --retune
     assert r.exit_code == 1 and "--retune" in r.output and "retune=True" not in r.output and "Traceback" not in r.output
+    assert decoded == []                                        # refused before a single image was decoded
     r = runner.invoke(cli, [*args, "--resume", "--retune", "--steps", "4", "--set", "g_lr=0.001"])
     assert r.exit_code == 0, r.output
     assert load_checkpoint(out / "checkpoint.pt")["extra"]["config_changes"][0]["field"] == "g_lr"

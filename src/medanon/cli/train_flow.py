@@ -106,6 +106,12 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
                 resolution=data_opts.get("size"))
     data_opts["size"] = cfg.resolution
     ds = open_from_cli(data_dir, **data_opts)
+    if resume and (out / "checkpoint.pt").is_file():   # another config is refused before the images decode
+        from medanon.checkpoint import load_checkpoint
+        from medanon.train.flow import KIND_TRAINING, check_same_config
+
+        check_same_config(load_checkpoint(out / "checkpoint.pt", kind=KIND_TRAINING),
+                          dataclasses.replace(cfg, channels=ds.channels), out / "checkpoint.pt")
     given = {o.split("=", 1)[0].strip() for o in overrides or ()} | \
         (set(load_yaml(config_file)) if config_file is not None else set())
     if "channels" in given and cfg.channels != ds.channels:      # the flow takes the data's channel count

@@ -101,6 +101,11 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                     fix=f"channels={4 - cfg.channels} to train on these images as they are "
                                         f"(X-rays: channels=1), or --channels {cfg.channels} to convert them; for "
                                         "mixed grey and colour images, a folder of one kind")
+            if resume:                           # settings the run refuses are refused before the images decode
+                from medanon.checkpoint import load_checkpoint
+                from medanon.train.gan_checkpoint import KIND, resume_changes
+
+                resume_changes(cfg, load_checkpoint(out / "checkpoint.pt", kind=KIND), retune=retune)
             images, _ = ds.tensors()
             with recording_inputs(data=dataset_input(ds)):
                 path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,

@@ -155,11 +155,7 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     step, order, pos = 0, torch.randperm(len(images), generator=gen), 0
     if resume and ckpt_path.exists():
         blob = load_checkpoint(ckpt_path, kind=KIND_TRAINING)   # on the CPU: the generator state and order live there
-        old = {k: v for k, v in blob["config"].items() if k != "steps"}
-        now = {k: v for k, v in to_dict(cfg).items() if k != "steps"}
-        if old != now:
-            raise ConfigError(f"{ckpt_path} was trained with another config ({differences(old, now)})",
-                              fix="resume with the same config (only steps may change), or choose another out folder")
+        check_same_config(blob, cfg, ckpt_path)
         saved = blob["extra"].get("data") or {}         # keys a run predates are not compared
         changed = sorted(k for k in (data or {}) if k in saved and saved[k] != data[k])
         if changed:
@@ -265,6 +261,16 @@ def _sharded_backward(flow: Glow, model: torch.nn.Module, opt: torch.optim.Optim
             (loss / accumulation).backward()
         total += loss.detach()
     return dist.all_reduce_sum(total) / shards
+
+
+def check_same_config(blob: dict[str, Any], cfg: GlowConfig, ckpt_path: Path) -> None:
+    """Refuse to resume the run of ``blob`` (its training checkpoint) with another config than its own (only
+    ``steps`` may change); the command line calls it before it decodes the data."""
+    old = {k: v for k, v in blob["config"].items() if k != "steps"}
+    now = {k: v for k, v in to_dict(cfg).items() if k != "steps"}
+    if old != now:
+        raise ConfigError(f"{ckpt_path} was trained with another config ({differences(old, now)})",
+                          fix="resume with the same config (only steps may change), or choose another out folder")
 
 
 def _finished(path: Path, step: int) -> FlowRun | None:

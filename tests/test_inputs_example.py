@@ -16,9 +16,12 @@ def test_in_memory_example_runs(tmp_path, monkeypatch, capsys):
     assert ns["kc"].params["model_files"]["codec"] == {"file": "restyle-map-fundus64.pt", "chosen": "given"}
     assert ns["released"].shape[1:] == (3, 64, 64) and len(ns["kc"]) == ns["released"].shape[0]
     names = sorted(r["name"] for r in ns["res"].releases)
-    assert names == ["kcentroid-0", "snow-1"]
-    assert ns["rows"] and {r["release"] for r in ns["rows"] if r["attack"] != "differencing"} == {"kcentroid-0",
+    assert names == ["kcentroid-k2", "snow-1"]                # a saved release by its folder, the other by method
+    assert ns["rows"] and {r["release"] for r in ns["rows"] if r["attack"] != "differencing"} == {"kcentroid-k2",
                                                                                                   "snow-1"}
-    assert {r["release"] for r in ns["rows"] if r["attack"] == "differencing"} == {"kcentroid-0 + snow-1"}
-    assert "kcentroid-0" in capsys.readouterr().out
+    assert {r["release"] for r in ns["rows"] if r["attack"] == "differencing"} == {"kcentroid-k2 + snow-1"}
+    said = capsys.readouterr().out
+    assert "kcentroid-k2" in said and "averages rows [" in said
+    first = ns["entry"]["sources"]                            # the rows named are the images of the record's people
+    assert {ns["ids"][r] for r in ns["kc"].dataset.rows_of(first)} == set(ns["entry"]["patients"])
     assert not list(tmp_path.glob("medanon-eval-*"))          # nothing of the evaluation's temporary folder is left

@@ -6,6 +6,7 @@ a phantom result, and ``preset="tiny"`` checks that the pipeline runs: its numbe
 """
 
 # %% Images as a PyTorch user holds them: one (N, C, H, W) tensor, a patient id and a label per image
+import json
 import sys
 import tempfile
 import warnings
@@ -41,6 +42,12 @@ print(len(kc), "k-Centroid records,", len(snow), "Snow records; codec:", kc.para
 # %% Results as tensors, records as objects
 released = kc.images(limit=None)                        # (N, C, H, W) in [-1, 1]
 print(released.shape, kc[0])
+
+# %% Save with the private mapping; it names each record's sources by id, and the release's dataset gives their rows
+kc.save(out / "kcentroid-k2", mapping=out / "kcentroid-k2.mapping.json", progress=False)
+mapping = json.loads((out / "kcentroid-k2.mapping.json").read_text())
+first, entry = next(iter(mapping["records"].items()))
+print(first, "averages rows", kc.dataset.rows_of(entry["sources"]), "of x")    # x[row]: the images it stands for
 
 # %% Measure both against all the images (tiny preset: a smoke run)
 res = medanon.evaluate(real=images, patient_ids=patients, labels={"grade": grades}, releases=[kc, snow],

@@ -89,6 +89,21 @@ class InMemoryDataset(ImageDataset):
     def _pixels(self, index: int) -> dict[str, torch.Tensor]:
         return {"image": self.images[self._rows[index]], "fov": torch.ones(1, self.size, self.size, dtype=torch.bool)}
 
+    def rows_of(self, record_ids: Sequence[str]) -> list[int]:
+        """The row of the images given (``images[row]``) of each record id, as a release's mapping names its sources
+        (``mapping["records"][image]["sources"]``): which of your images went into a released record.
+
+        >>> import torch
+        >>> ds = InMemoryDataset(torch.rand(3, 3, 8, 8) * 2 - 1, patient_ids=["a", "b", "c"])
+        >>> ds.rows_of([ds.records[2].record_id, ds.records[0].record_id])
+        [2, 0]
+        """
+        row = {r.record_id: self._rows[i] for i, r in enumerate(self.records)}
+        missing = [i for i in record_ids if i not in row]
+        if missing:
+            raise KeyError(f"record id(s) {missing[:3]} are not images of this dataset")
+        return [row[i] for i in record_ids]
+
     def take(self, indices: Sequence[int]) -> InMemoryDataset:
         """The records ``indices`` as a dataset of their own (no copy of the images)."""
         return InMemoryDataset(self.images, patient_ids=self._pids, labels=self._labels, modality=self.modality,

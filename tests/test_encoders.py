@@ -267,6 +267,9 @@ def test_cli_trains_exports_and_resumes_both(tmp_path):
     assert report["phantom_results"] and report["reports"][0]["labels"]["iw_ssim"] == "IW-SSIM (2 scales)"
     assert set(report["reports"][0]["codec"]) == {"psnr", "ssim", "iw_ssim", "feature_distance"}
     assert "held-out (8 images, 1 iteration(s)): PSNR" in res.output
+    inputs = json.loads((tmp_path / "re" / "manifest.json").read_text())["inputs"]   # the generator of the start too
+    assert inputs["generator"]["path"] == str(ckpt) and inputs["data"]["images"] == 8
+    assert inputs["eval_data"]["path"] == str(heldout), inputs
     res = runner.invoke(cli, ["train", "encoder", *common, "--out", str(tmp_path / "re"), "--steps", "4", "--resume",
                               "--set", "iterations=1"])     # --set on the run's own config, not on the defaults
     assert res.exit_code == 0 and load_checkpoint(tmp_path / "re" / "checkpoint.pt")["step"] == 4, res.output

@@ -488,8 +488,10 @@ def test_the_others_null_is_another_person_of_the_same_grade():
 
 
 def test_an_attacker_checkpoint_trained_on_the_members_is_recognised_by_its_recorded_patients(tmp_path):
-    """``medanon train identity`` records the digest of its training patients; trained on the release's members
-    (its default split, train), the evaluation says so and counts the network as trained on the members."""
+    """``medanon train identity`` records its dataset (the files' digest) and the digest of its training patients;
+    trained on this dataset's members (its default split, train), the evaluation says so and counts the network as
+    trained on the members. The same ids of another dataset (every phantom numbers its people P00001, ...) or ids
+    alone (no dataset recorded) are no evidence."""
     from types import SimpleNamespace
 
     import torch
@@ -501,7 +503,7 @@ def test_an_attacker_checkpoint_trained_on_the_members_is_recognised_by_its_reco
 
     patients = np.array(["a", "a", "b", "b", "c", "c", "d", "d"])
     split = np.array(["train"] * 4 + ["test"] * 4)
-    real = SimpleNamespace(patients=patients, split=split, root=tmp_path / "real")
+    real = SimpleNamespace(patients=patients, split=split, root=tmp_path / "real", files_sha256="f" * 64)
     ctx = SimpleNamespace(cfg=SimpleNamespace(source_split="train", heldout_split="test"), real=real,
                           src=np.flatnonzero(split == "train"), held=np.flatnonzero(split == "test"))
     state = {"model": {"w": torch.zeros(1)}}
@@ -509,13 +511,21 @@ def test_an_attacker_checkpoint_trained_on_the_members_is_recognised_by_its_reco
     def ckpt(name, extra):
         return str(save_checkpoint(tmp_path / name, kind="identity", config={}, state=state, extra=extra))
 
-    members = ckpt("m.pt", {"data": {"split": "train", "images": 4, "patients_digest": patients_digest(["b", "a"])}})
+    def data(ids, source="f" * 64, split="train"):
+        return {"data": {"split": split, "images": 2 * len(ids), "source": {"sha256": source},
+                         "patients_digest": patients_digest(ids)}}
+
+    members = ckpt("m.pt", data(["b", "a"]))
     assert "exactly the release's members (the 'train' split)" in checkpoint_trained_on(members, ctx)
     assert "'train' split of its dataset (4 images)" in checkpoint_trained_on(members)
     assert _checkpoint_people(members, ctx) == ["a", "b"]
-    both = ckpt("b.pt", {"patients_digest": patients_digest(list("abcd"))})     # an API run's own record
-    assert "the members and the controls" in checkpoint_trained_on(both, ctx)
-    others = ckpt("o.pt", {"data": {"split": "val", "images": 4, "patients_digest": patients_digest(["x", "y"])}})
+    assert "the members and the controls" in checkpoint_trained_on(ckpt("b.pt", data(list("abcd"), split="all")),
+                                                                    ctx)
+    elsewhere = ckpt("e.pt", data(["a", "b"], source="0" * 64))                    # the same ids, another dataset
+    assert _checkpoint_people(elsewhere, ctx) == [] and "exactly" not in checkpoint_trained_on(elsewhere, ctx)
+    ids_only = ckpt("i.pt", {"patients_digest": patients_digest(["a", "b"])})       # an API run: no dataset
+    assert _checkpoint_people(ids_only, ctx) == [] and "exactly" not in checkpoint_trained_on(ids_only, ctx)
+    others = ckpt("o.pt", data(["x", "y"], split="val"))
     assert _checkpoint_people(others, ctx) == [] and "exactly" not in checkpoint_trained_on(others, ctx)
     assert _checkpoint_people(ckpt("n.pt", {}), ctx) == []
     assert "not known here" in checkpoint_trained_on(str(tmp_path / "n.pt"), ctx)

@@ -61,3 +61,6 @@ def test_images_in_memory_are_told_to_resize_not_to_open_a_dataset():
     with pytest.raises(ConfigError, match="are xray images") as e:
         check_model_fits("m.pt", trained, SimpleNamespace(modality="xray", channels=1, size=64, root=None))
     assert "pass them with 3 channel(s)" in e.value.fix
+    with pytest.raises(ConfigError, match="held in memory are 1x64px") as e:
+        check_model_fits("m.pt", trained, SimpleNamespace(modality="fundus", channels=1, size=64, root=None))
+    assert "give the images 3 channel(s) (x.expand" in e.value.fix and "interpolate" not in e.value.fix

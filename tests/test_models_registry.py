@@ -210,6 +210,10 @@ def test_loaders_take_a_models_name_and_a_loaded_model_is_recorded_as_loaded(tmp
     assert Path(codec.provenance["checkpoint"]["path"]).name == "restyle-map-fundus64.pt"
     with pytest.raises(DataError, match="not on medanon's model search path"):
         load_codec("no-such-model")
+    from medanon.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"checkpoint restyle-map-fundus64\.pt does not exist"):
+        load_codec("restyle-map-fundus64.pt")     # a missing file here is never another folder's model
     x = torch.rand(4, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
     with pytest.warns(medanon.WeakSetting):
         rel = medanon.anonymize.kcentroid(x, k=2, patient_ids=[0, 0, 1, 1], value_range=(-1, 1), codec=codec)

@@ -168,6 +168,20 @@ def test_sweep_releases_each_p_with_its_privacy_statement(tmp_path: Path, phanto
         snow_sweep(ds, tmp_path / "flat", ps=[0.1, 0.3], seed=0, progress=False)
 
 
+def test_snow_at_its_defaults_passes_a_strict_privacy_filter_vs_snow_does_not(tmp_path: Path, phantoms: Path):
+    """A PrivacyWarning marks a setting that weakens a statement: default Snow has none (its per-pixel guarantee is
+    what the method gives), VS-Snow has no formal guarantee at all and says so."""
+    import medanon
+    from medanon.anonymize.privacy import PrivacyWarning
+
+    ds = open_dataset(phantoms, DataConfig(size=32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        medanon.anonymize.snow(ds, p=0.3).save(tmp_path / "snow", progress=False)
+    with pytest.warns(NoFormalGuarantee, match="VS-Snow: no formal privacy guarantee"):
+        medanon.anonymize.vs_snow(ds, p=0.3, vessels="frangi").save(tmp_path / "vs", progress=False)
+
+
 def test_vs_snow_release_resumes_after_interruption(tmp_path: Path, phantoms: Path, monkeypatch):
     ds = open_dataset(phantoms, DataConfig(size=32))
     kw = dict(method="vs-snow", ps=[0.5], seed=1, vessels=VesselSource("dataset"), progress=False, batch_size=4)

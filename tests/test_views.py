@@ -115,6 +115,13 @@ def test_a_generator_trains_on_the_views_asked_for(tmp_path, caplog):
     assert data["path"] == str(root) and data["images"] == 3 and data["reading"]["xray_views"] == "frontal", data
     r = CliRunner().invoke(cli, [*base, "--steps", "2", "--resume", "--out", str(run)])   # every view: other images
     assert r.exit_code != 0 and "trained on other images (3 images" in r.output, r.output
+    r = CliRunner().invoke(cli, [*base, "--split", "train", "--out", str(tmp_path / "g4")])   # one split only
+    assert r.exit_code == 0, r.output
+    train = medanon.split_dataset(medanon.open_dataset(root, size=16))["train"]
+    assert torch.load(tmp_path / "g4" / "checkpoint.pt", weights_only=True)["extra"]["training_images"]["count"] \
+        == len(train) < 6
+    split = json.loads((tmp_path / "g4" / "manifest.json").read_text())["inputs"]["split"]
+    assert split == {"split": "train", "recomputed_with_seed": 0}
     r = CliRunner().invoke(cli, [*base, "--size", "32", "--out", str(tmp_path / "g2")])
     assert r.exit_code != 0 and "--set resolution=32" in r.output and "Traceback" not in r.output, r.output
     with caplog.at_level("WARNING"):

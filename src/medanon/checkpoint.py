@@ -83,9 +83,10 @@ def _check_readable(path: Path) -> None:
 def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = None,
                     map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` (safely: ``weights_only=True``). ``path``: a file, or
-    the name of a model on medanon's search path (``medanon models``: ``"restyle-map-fundus64"``)."""
+    the name of a model on medanon's search path without ``.pt`` (``medanon models``: ``"restyle-map-fundus64"``;
+    a missing ``x.pt`` is a missing file, never another folder's model of that name)."""
     given, path = str(path), Path(path)
-    if not path.is_file() and path.parent == Path(".") and not given.startswith(("./", ".\\")):
+    if not path.exists() and path.parent == Path(".") and not path.suffix and not given.startswith(("./", ".\\")):
         from medanon.models_registry import find_model
 
         path = find_model(path)                 # a model's name; not found, the error names the folders searched

@@ -267,7 +267,9 @@ class RunDir:
             "software": software_versions(),
             "platform": platform.platform(),
             "seeds": dict(seeds or {}),
-            "inputs": dict(_RUN_INPUTS.get() or {}),
+            # a resumed run keeps what its earlier parts read (a generator given only at the start), updated
+            "inputs": {**(self._earlier_inputs() if resume_step is not None or continues else {}),
+                       **(_RUN_INPUTS.get() or {})},
             "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "finished": None,
         }
@@ -281,6 +283,14 @@ class RunDir:
             keep_metrics_until(self.metrics_path, resume_step)
         self._write_manifest()            # first: a folder interrupted now is still recognised as this run's
         atomic_write_text(self.path / "config.yaml", dump_yaml(config))
+
+    def _earlier_inputs(self) -> dict[str, Any]:
+        """The inputs a resumed run's earlier parts recorded (none where its manifest is unreadable)."""
+        try:
+            old = json.loads((self.path / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return dict(old.get("inputs") or {}) if isinstance(old, dict) else {}
 
     def _earlier_segments(self) -> list[dict[str, Any]]:
         """The command lines a resumed run ran before (its manifest's ``segments``; a manifest from before they were

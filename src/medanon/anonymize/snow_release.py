@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from medanon.anonymize.per_image import decode_before_release
-from medanon.anonymize.privacy import NoFormalGuarantee, PrivacyWarning, WeakSetting
+from medanon.anonymize.privacy import NoFormalGuarantee, WeakSetting
 from medanon.anonymize.snow_mechanism import (
     ChannelMean,
     check_p,
@@ -241,9 +241,9 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
         privacy = {p: snow_privacy(p, h, w, fill=fill_kind, seeded=seeded) for p in ps}
         for p in ps:
             if privacy[p]["delta"] is not None:
-                warnings.warn(f"Snow p={p:g}: (0, {privacy[p]['delta']:.3f})-DP per pixel position only; no "
-                              "guarantee for images or patients (the release's statement says so)", PrivacyWarning,
-                              stacklevel=user_stacklevel())
+                # what the method guarantees, no setting that weakens it (not a PrivacyWarning): the statement
+                log.info("Snow p=%g: (0, %.3f)-DP per pixel position only; no guarantee for images or patients "
+                         "(the release's statement says so)", p, privacy[p]["delta"])
     else:
         means = None
         privacy = {p: vs_snow_privacy(p, vessels.describe(), seeded=seeded) for p in ps}

@@ -72,8 +72,9 @@ class ModelParam(click.ParamType):
 MODEL = ModelParam()
 
 
-def split_options(f):
-    """``--split NAME --splits CSV --split-seed N``: release one patient-level split of the dataset only."""
+def split_options(f, *, training: bool = False):
+    """``--split NAME --splits CSV --split-seed N``: release (``training``: train on) one patient-level split of the
+    dataset only."""
     from medanon.data.splits import SPLIT_CHOICES
 
     f = click.option("--split-seed", type=int, default=None,
@@ -81,11 +82,18 @@ def split_options(f):
                           "[default: 0]")(f)
     f = click.option("--splits", "splits_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      default=None, help="Splits CSV (record_id, patient_id, split: `medanon data split`); else "
-                                        "--split is recomputed from --split-seed. Evaluate the release with the "
-                                        "same --splits.")(f)
+                                        "--split is recomputed from --split-seed. "
+                                        + ("" if training else "Evaluate the release with the same --splits."))(f)
     return click.option("--split", type=click.Choice(SPLIT_CHOICES), default="all",
-                        help="Release only this patient-level split (e.g. train, to evaluate against held-out "
-                             "test patients).")(f)
+                        help="Train only on this patient-level split (e.g. train: the patients a release will "
+                             "hold, keeping the evaluation's held-out test patients unseen)." if training else
+                        "Release only this patient-level split (e.g. train, to evaluate against held-out "
+                        "test patients).")(f)
+
+
+def train_split_options(f):
+    """:func:`split_options` for the commands that train a model on a dataset."""
+    return split_options(f, training=True)
 
 
 def check_release_before_work(out, mapping, overwrite: bool, data_dir, data_opts: dict, *reads) -> None:
@@ -107,13 +115,25 @@ def check_release_before_work(out, mapping, overwrite: bool, data_dir, data_opts
 
 def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: int | None, flags):
     """The dataset folder opened with the command's options, reduced to ``--split``."""
-    from medanon.data.splits import select_split
+    check_split_args(split, splits_csv, split_seed)
+    return reduce_to_split(open_from_cli(data_dir, **data_opts), split, splits_csv, split_seed, flags)
 
+
+def check_split_args(split: str, splits_csv, split_seed: int | None, *, training: bool = False) -> None:
+    """A split seed beside a splits file or ``--split all`` would change nothing: refused (before any work)."""
     check_split_seed(splits_csv, split_seed)
     if split == "all" and split_seed is not None:
-        raise click.BadParameter("--split all releases every patient: a split seed would change nothing (release "
-                                 "one split, e.g. --split train, to evaluate the release)", param_hint="--split-seed")
-    ds = open_from_cli(data_dir, **data_opts)
+        what = ("trains on every patient" if training else "releases every patient")
+        then = ("train on one split, e.g. --split train" if training else
+                "release one split, e.g. --split train, to evaluate the release")
+        raise click.BadParameter(f"--split all {what}: a split seed would change nothing ({then})",
+                                 param_hint="--split-seed")
+
+
+def reduce_to_split(ds, split: str, splits_csv, split_seed: int | None, flags):
+    """An opened dataset reduced to ``--split`` (all: itself), its messages in the command's ``flags``."""
+    from medanon.data.splits import select_split
+
     with library_call({**SPLIT_FLAGS, **flags}):
         return select_split(ds, split, splits_csv=splits_csv, seed=split_seed or 0)
 

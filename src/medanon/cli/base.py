@@ -256,7 +256,8 @@ def to_json(obj) -> str:
 
 def dataset_input(ds) -> dict:
     """A dataset as a run's manifest records it (``medanon.runtime.recording_inputs``): folder, layout, how its
-    images were read, and digests of its records (ids, patients, labels) and of its files' list; no pixel is read."""
+    images were read, its counts and the digest of its records (ids, patients, labels; the run's checkpoint holds
+    the digest of the pixels it trained on); no file is read."""
     from medanon.data.records import records_digest
     from medanon.release.release import reading_params
 
@@ -272,3 +273,13 @@ def checkpoint_input(path) -> dict | None:
     from medanon.fsutil import sha256_file
 
     return {"path": str(path), "sha256": sha256_file(path)}
+
+
+def split_input(split: str, splits_csv, split_seed: int | None) -> dict | None:
+    """The patient-level split a run trained on, as its manifest records it (None: every image)."""
+    if split == "all":
+        return None
+    from medanon.fsutil import sha256_file
+
+    return {"split": split, **({"splits_csv": str(splits_csv), "sha256": sha256_file(splits_csv)}
+                               if splits_csv is not None else {"recomputed_with_seed": split_seed or 0})}

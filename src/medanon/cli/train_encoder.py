@@ -1,6 +1,7 @@
 """``medanon train encoder`` (ReStyle, frozen generator) and ``medanon train autoencoder`` (GMIA co-training).
 
-Both train on every image of ``--data`` (hold patients out by passing another folder), write a run
+Both train on every image of ``--data``, or on one patient-level split of it (``--split train``, from a
+``--splits`` file or recomputed as `medanon data split` and `medanon evaluate` do), write a run
 directory with ``checkpoint.pt``, ``metrics.jsonl``, source | reconstruction sample grids and a
 manifest, continue with ``--resume``, and with ``--export`` also write a small copy of the final
 checkpoint (no optimizer state) that ``medanon.codecs.stylegan.load_codec`` loads.
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from medanon.cli.anonymize_ksame import train_split_options
 from medanon.cli.base import (
     CONTEXT,
     FiniteRange,
@@ -20,6 +22,7 @@ from medanon.cli.base import (
     check_outputs,
     checkpoint_input,
     dataset_input,
+    split_input,
     train,
 )
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
@@ -63,7 +66,16 @@ def loop_options(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return f
+    return train_split_options(f)
+
+
+def _split_args(data_opts: dict) -> tuple[str, Path | None, int | None]:
+    """``--split``, ``--splits``, ``--split-seed`` taken out of the data options (checked before any work)."""
+    from medanon.cli.anonymize_ksame import check_split_args
+
+    args = data_opts.pop("split"), data_opts.pop("splits_csv"), data_opts.pop("split_seed")
+    check_split_args(*args, training=True)
+    return args
 
 
 def _setup(ctx, *, threads: int, config_file: Path | None, overrides, resume: bool, out: Path, steps: int,
@@ -86,7 +98,7 @@ def _setup(ctx, *, threads: int, config_file: Path | None, overrides, resume: bo
 
 
 def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, gan_ckpt: Path | None,
-                          fallback, data_opts: dict, eval_dir: Path | None = None):
+                          fallback, data_opts: dict, eval_dir: Path | None = None, split_args=("all", None, None)):
     """Every image of ``data_dir`` at the resolution and channels of the run's generator: the resumed run's,
     else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed); and
     ``eval_dir`` opened and checked the same way (None without it), before any training."""
@@ -108,7 +120,9 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     else:
         raise click.UsageError("pass --generator CHECKPOINT.pt (a `medanon train gan` checkpoint), or --resume a run")
     size, channels = int(g["resolution"]), int(g["channels"])
-    ds = open_for_generator(data_dir, size, channels, data_opts, trained)
+    from medanon.cli.anonymize_ksame import reduce_to_split
+
+    ds = reduce_to_split(open_for_generator(data_dir, size, channels, data_opts, trained), *split_args, FLAGS)
     held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
         if eval_dir is not None else None                  # its problems named now, not after the training
     return ds.tensors()[0], held_out, ds
@@ -141,12 +155,13 @@ def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts
     return ds
 
 
-def _recording(ds, held_out, **checkpoints):
-    """The run's inputs for its manifest: the training data, the held-out data, the checkpoints it starts from."""
+def _recording(ds, held_out, split_args, **checkpoints):
+    """The run's inputs for its manifest: the training data and its split, the held-out data, the checkpoints it
+    starts from."""
     from medanon.runtime import recording_inputs
 
-    return recording_inputs(data=dataset_input(ds), eval_data=dataset_input(held_out) if held_out else None,
-                            **checkpoints)
+    return recording_inputs(data=dataset_input(ds), split=split_input(*split_args),
+                            eval_data=dataset_input(held_out) if held_out is not None else None, **checkpoints)
 
 
 def _finish(ckpt: Path, out: Path, export_path: Path | None, held_out, what: str, **export_opts) -> None:
@@ -250,8 +265,9 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
       medanon train encoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/encoder/cpu64.yaml --out runs/restyle --export restyle.pt
     """
-    _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt, kind="restyle-encoder",
-                   eval_dir=eval_dir)
+    split_args = _split_args(data_opts)
+    _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt, split_args[1],
+                   kind="restyle-encoder", eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_RESTYLE
     from medanon.config import build
     from medanon.train.distributed import init_distributed, shutdown
@@ -264,8 +280,8 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
     try:
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
-                                                     data_opts, eval_dir)
-        with _recording(ds, held_out, generator=checkpoint_input(generator_ckpt)):
+                                                     data_opts, eval_dir, split_args)
+        with _recording(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
             ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
                                  accumulation=accum)
         if dist.is_main:
@@ -300,8 +316,9 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
       medanon train autoencoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/autoencoder/cpu64.yaml --out runs/cotrained --export cotrained.pt
     """
-    _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt, kind="cotrained-autoencoder",
-                   eval_dir=eval_dir)
+    split_args = _split_args(data_opts)
+    _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt, split_args[1],
+                   kind="cotrained-autoencoder", eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_COTRAINED
     from medanon.config import build
     from medanon.train.autoencoder import AutoencoderConfig, train_autoencoder
@@ -314,8 +331,8 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     try:
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
-                                                     cfg.generator, data_opts, eval_dir)
-        with _recording(ds, held_out, generator=checkpoint_input(init_ckpt)):
+                                                     cfg.generator, data_opts, eval_dir, split_args)
+        with _recording(ds, held_out, split_args, generator=checkpoint_input(init_ckpt)):
             ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop,
                                      command="medanon train autoencoder", dist=dist, accumulation=accum,
                                      modality=ds.modality)

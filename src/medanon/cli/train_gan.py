@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from medanon.cli.anonymize_ksame import train_split_options
 from medanon.cli.base import CONTEXT, FiniteRange, train
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
@@ -15,6 +16,7 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @data_dir_argument(help="Dataset folder (any layout `medanon data summary` reads; every image it holds, or that "
                         "--xray-views keeps, is used for training).")
 @data_options
+@train_split_options
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="StyleGANConfig YAML, e.g. configs/stylegan/cpu64.yaml (with --resume: the run's own).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Run folder.")
@@ -41,7 +43,8 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS, "channels=": "--set channels="})   # the config's channels read the data
 def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
                   retune: bool, overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float,
-                  threads: int, export: Path | None, accum: int, **data_opts) -> None:
+                  threads: int, export: Path | None, accum: int, split: str, splits_csv: Path | None,
+                  split_seed: int | None, **data_opts) -> None:
     """Train StyleGAN2-ADA on the images in --data; images are loaded at the config's resolution and channels
     (--set resolution=, --set channels=; --size and --channels, where given, must agree with them).
 
@@ -56,20 +59,23 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     """
     import torch
 
+    from medanon.cli.anonymize_ksame import check_split_args, reduce_to_split
     from medanon.cli.base import check_export_is_not_the_run, check_outputs
     from medanon.outputs import check_own_export, record_export
 
-    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, existing_ok=True)
+    check_split_args(split, splits_csv, split_seed, training=True)
+    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=[splits_csv],
+                  existing_ok=True)
     check_export_is_not_the_run(export, out)
     check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir, opts=data_opts,
-                  reads=[out / "checkpoint.pt"], existing_ok=resume, can_overwrite=False)
+                  reads=[out / "checkpoint.pt", splits_csv], existing_ok=resume, can_overwrite=False)
     if resume:
         check_own_export(out, export, name="--export")
     from medanon.train.loop import check_run_state
 
     check_run_state(out, resume=resume)          # a resume needs a run, a new run an empty place: before the data
 
-    from medanon.cli.base import dataset_input
+    from medanon.cli.base import dataset_input, split_input
     from medanon.cli.train_encoder import open_for_generator
     from medanon.config import build
     from medanon.models.stylegan import StyleGANConfig
@@ -101,13 +107,14 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                     fix=f"channels={4 - cfg.channels} to train on these images as they are "
                                         f"(X-rays: channels=1), or --channels {cfg.channels} to convert them; for "
                                         "mixed grey and colour images, a folder of one kind")
+            ds = reduce_to_split(ds, split, splits_csv, split_seed, {})
             if resume:                           # settings the run refuses are refused before the images decode
                 from medanon.checkpoint import load_checkpoint
                 from medanon.train.gan_checkpoint import KIND, resume_changes
 
                 resume_changes(cfg, load_checkpoint(out / "checkpoint.pt", kind=KIND), retune=retune)
             images, _ = ds.tensors()
-            with recording_inputs(data=dataset_input(ds)):
+            with recording_inputs(data=dataset_input(ds), split=split_input(split, splits_csv, split_seed)):
                 path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
                                       checkpoint_every=checkpoint_every,
                                       sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,

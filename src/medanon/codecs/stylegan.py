@@ -293,9 +293,12 @@ def check_model_fits(model: str | Path | None, trained: dict[str, Any], dataset:
     for key in ("channels", "resolution"):
         if given[key] is not None and given[key] != trained[key]:
             side, c = trained["resolution"], trained["channels"]
-            fix = (f"resize the images to {side}x{side} px with {c} channel(s) first (e.g. "
-                   f"torch.nn.functional.interpolate(x, size={side}, mode='bilinear', antialias=True)), or use a "
-                   "model trained at their size" if in_memory else
+            how = ("x.expand(-1, 3, -1, -1) repeats a grey channel" if c == 3 else "x.mean(1, keepdim=True) "
+                   "gives one grey channel")
+            fix = (f"resize the images to {side}x{side} px first (e.g. torch.nn.functional.interpolate(x, "
+                   f"size={side}, mode='bilinear', antialias=True)), or use a model trained at their size"
+                   if in_memory and key == "resolution" else
+                   f"give the images {c} channel(s) ({how}), or use a model trained on their kind" if in_memory else
                    f"open the dataset with size={side} and channels={c}, or use a model trained at that size")
             raise ConfigError(f"{name} was trained on {c}x{side}px images; "
                               + (f"the images held in memory are {given['channels']}x{given['resolution']}px"

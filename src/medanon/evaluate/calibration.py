@@ -286,8 +286,9 @@ def _member_trained(row: str, trained_on_members: dict[str, bool]) -> str | None
     net = ("attribute" if base == "attribute" else "siamese" if base == "siamese" else
            "independent" if row.startswith("independent ") else "identity")
     if trained_on_members.get(net):
-        return (f"the {net} attacker was trained on people of this evaluation (the release's members, or phantom "
-                "people its members and controls share): it measures memorisation too")
+        return (f"the {net} attacker was trained on people of this evaluation (the release's members, its controls, "
+                "or phantom people they share): it measures memorisation of the members, or takes controls for "
+                "members, instead of the release's risk alone")
     return None
 
 

@@ -62,16 +62,18 @@ def _repeat_patients(patients: np.ndarray) -> int:
 
 
 def recorded_patients(extra: dict | None, ctx: RealContext) -> tuple[str, np.ndarray] | None:
-    """Which of the evaluation's patient sets a checkpoint's recorded training patients are (the digest of their
-    sorted ids that ``medanon train identity`` records: ``extra.data.patients_digest``, else ``extra.patients_digest``):
-    ``("the release's members (the source split)", rows)``, the controls, both, or every patient of the real
-    data; None where they are another set or none is recorded. A digest tells equal sets only: a checkpoint
-    trained on some of these people and others is not recognised."""
+    """Which of the evaluation's patient sets a checkpoint's recorded training patients are, where it records that
+    it was trained on this very dataset (``medanon train identity``: ``extra.data.source``, the digest of the
+    dataset's files, equal to the real data's) and the digest of those patients' sorted ids
+    (``extra.data.patients_digest``): ``("the release's members (the source split)", rows)``, the controls, both,
+    or every patient of the real data; None where they are another set, or the checkpoint records no dataset or
+    another one (ids alone do not tell people apart: every phantom numbers its patients P00001, P00002, ...). A
+    digest tells equal sets only: a checkpoint trained on some of these people and others is not recognised."""
     from medanon.train.identity import patients_digest
 
-    extra = extra or {}
-    said = (extra.get("data") or {}).get("patients_digest") or extra.get("patients_digest")
-    if not said:
+    data = (extra or {}).get("data") or {}
+    said, source = data.get("patients_digest"), (data.get("source") or {}).get("sha256")
+    if not said or not source or source != getattr(ctx.real, "files_sha256", None):
         return None
     cfg, real = ctx.cfg, ctx.real
     sets = [(f"the release's members (the {cfg.source_split!r} split)", ctx.src),

@@ -54,6 +54,7 @@ class RealData:
     digest: str                                 # content digest of the image files
     split_source: str                           # where the split came from (file or seed)
     index: dict[str, int] = field(default_factory=dict)    # record_id -> row
+    files_sha256: str | None = None             # runtime.files_digest of its files (a checkpoint's data.source)
 
     @property
     def records(self) -> list[Record]:
@@ -146,11 +147,12 @@ def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = No
     from medanon.data.records import records_digest
     from medanon.evaluate.cache import digest
 
-    dig = digest(files_digest([r.path for r in ds.records], root=root)["sha256"], records_digest(ds.records))
+    files = files_digest([r.path for r in ds.records], root=root)["sha256"]
+    dig = digest(files, records_digest(ds.records))
     return RealData(root=root, dataset=ds, images=images,
                     patients=np.array([r.patient_id for r in ds.records]), split=split, modality=ds.modality,
                     phantom=phantom, digest=dig, split_source=where,
-                    index={r.record_id: i for i, r in enumerate(ds.records)})
+                    index={r.record_id: i for i, r in enumerate(ds.records)}, files_sha256=files)
 
 
 @dataclass

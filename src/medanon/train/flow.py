@@ -36,7 +36,7 @@ from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequa
 from medanon.models.glow.actnorm import ActNorm, sync_actnorm
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
-from medanon.train.loop import check_run_state, data_changes
+from medanon.train.loop import check_run_state, refuse_other_data
 
 log = logging.getLogger(__name__)
 
@@ -156,13 +156,9 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     if resume and ckpt_path.exists():
         blob = load_checkpoint(ckpt_path, kind=KIND_TRAINING)   # on the CPU: the generator state and order live there
         check_same_config(blob, cfg, ckpt_path)
-        saved = blob["extra"].get("data") or {}         # keys a run predates are not compared
-        changed = sorted(k for k in (data or {}) if k in saved and saved[k] != data[k])
-        if changed:
-            raise ConfigError(f"{ckpt_path} was trained on other data (changed since: "
-                              f"{data_changes(saved, data, changed)})",
-                              fix="resume with the same dataset, filter, split, crop and size, or choose another out "
-                                  "folder")
+        refuse_other_data(ckpt_path, blob["extra"].get("data"), dict(sorted((data or {}).items())),
+                          fix="resume with the same dataset, filter, split, crop and size, or choose another out "
+                              "folder")
         flow.load_state_dict(state_entry(blob, "model"))
         opt.load_state_dict(state_entry(blob, "optimizer"))
         gen.set_state(state_entry(blob, "generator"))

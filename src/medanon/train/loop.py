@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -51,6 +52,9 @@ def to_uint8_images(images: torch.Tensor) -> torch.Tensor:
     return ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
 
 
+_HEX = re.compile(r"[0-9a-f]{17,}")
+
+
 def data_changes(saved: dict[str, Any], now: dict[str, Any], keys: Iterable[str]) -> str:
     """What changed in a run's data record, for a refused resume: ``crop 'fov' -> 'center'``, digests shortened.
 
@@ -60,9 +64,19 @@ def data_changes(saved: dict[str, Any], now: dict[str, Any], keys: Iterable[str]
     def short(v: Any) -> Any:
         if isinstance(v, dict):
             return {k: short(x) for k, x in v.items()}
-        return f"{v[:12]}..." if isinstance(v, str) and len(v) > 16 else v
+        return f"{v[:12]}..." if isinstance(v, str) and _HEX.fullmatch(v) else v
     keys = list(keys)
     return differences({k: short(saved.get(k)) for k in keys}, {k: short(now.get(k)) for k in keys})
+
+
+def refuse_other_data(ckpt: Path, saved: dict[str, Any] | None, now: dict[str, Any], *, fix: str) -> None:
+    """Refuse to resume the run of ``ckpt`` on other data: its checkpoint's data record ``saved`` differs from
+    ``now`` in a key both hold (keys a run predates are not compared), and the error says what changed."""
+    saved = saved or {}
+    changed = [k for k, v in now.items() if k in saved and saved[k] != v]
+    if changed:
+        raise ConfigError(f"{ckpt} was trained on other data (changed since: {data_changes(saved, now, changed)})",
+                          fix=fix)
 
 
 def record_modality(training_images: dict[str, Any], modality: str | None, blob: dict[str, Any] | None) -> None:

@@ -47,7 +47,7 @@ from medanon.segment.mask_files import load_aligned_mask, pair_folder
 from medanon.segment.metrics import auroc, best_threshold, dice
 from medanon.segment.vesselness import Vesselness
 from medanon.train.distributed import Dist, local_shards, shard_rows
-from medanon.train.loop import data_changes, to_uint8_images, training_images_digest
+from medanon.train.loop import refuse_other_data, to_uint8_images, training_images_digest
 
 log = logging.getLogger(__name__)
 
@@ -256,13 +256,9 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
             raise ConfigError(f"{last_path} was written with other settings "
                               f"({differences(held['config']['train'], json.loads(json.dumps(asdict(cfg))))})",
                               fix="resume with the same options, or start a new run in another folder")
-        saved = held["extra"].get("data") or {}                # keys a run predates are not compared
-        changed = [k for k, v in data_key.items() if k in saved and saved[k] != v]
-        if changed:
-            raise ConfigError(f"{last_path} was trained on other data (changed since: "
-                              f"{data_changes(saved, data_key, changed)})",
-                              fix="resume with the data it was started with (the same folders, crop and size), or "
-                                  "start a new run in another folder")
+        refuse_other_data(last_path, held["extra"].get("data"), data_key,
+                          fix="resume with the data it was started with (the same folders, crop and size), or start "
+                              "a new run in another folder")
     dist.barrier()                              # every rank has checked before rank 0 writes
     splits = split_data(data, cfg)
     run = None

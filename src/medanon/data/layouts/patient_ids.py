@@ -48,8 +48,8 @@ def id_key(patient_id: str) -> str:
 def spelled_apart(ids: Iterable[str]) -> list[set[str]]:
     """The groups of two or more distinct ids that :func:`id_key` makes one: one person or several?
 
-    >>> spelled_apart(["10", "010", "P1", "p1", "P2"])
-    [{'010', '10'}, {'P1', 'p1'}]
+    >>> [sorted(ids) for ids in spelled_apart(["10", "010", "P1", "p1", "P2"])]
+    [['010', '10'], ['P1', 'p1']]
     """
     spellings: dict[str, set[str]] = defaultdict(set)
     for i in ids:

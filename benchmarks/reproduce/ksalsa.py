@@ -103,8 +103,8 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
         if method != "inverted":
             k = int(name.split("-")[1][1:])
             views = int(name.split("-v")[1]) if "-v" in name else 1
-        kw = {"seed": seed, "device": device}
-        cmd = f"anonymize {method} --data {train} --seed {seed}"
+        kw = {"device": device, **({"seed": seed} if method != "inverted" else {})}   # G(E(x)) draws nothing
+        cmd = f"anonymize {method} --data {train}" + (f" --seed {seed}" if method != "inverted" else "")
         if k is not None:
             kw["k"] = k
             cmd += f" --k {k}"

@@ -185,3 +185,21 @@ def test_a_release_folder_is_reused_only_for_the_command_that_made_it(tmp_path, 
     (tmp_path / "ksalsa-k2.command").write_text("medanon anonymize ksalsa --k 2 --map-init centroid\n")
     with pytest.raises(DataError, match="was made by"):
         common.make_release(tmp_path / "ksalsa-k2", make, log, "anonymize ksalsa --k 2 --map-init synthetic")
+
+
+def test_every_release_call_fits_the_api_and_its_recorded_command(ksalsa):
+    """Each release's keyword arguments bind to its library function, and its recorded command uses flags the
+    command has (the script passed GAN-Inverted a seed it does not take, and stopped there)."""
+    import inspect
+
+    import medanon.anonymize as anonymize
+    from medanon.cli import cli
+
+    for literal in (True, False):
+        for name in ksalsa.release_names(literal=literal, ks=ksalsa.KS):
+            method, kw, cmd = ksalsa.release_call(name, train=Path("T"), codec=object(), codec_path=Path("c.pt"),
+                                                  seed=0, device="cpu", ksalsa_steps=3, batch=8)
+            inspect.signature(getattr(anonymize, method)).bind(None, **kw)
+            command = cli.commands["anonymize"].commands[method]
+            flags = {o for p in command.params for o in p.opts}
+            assert {w for w in cmd.split() if w.startswith("--")} <= flags, (name, cmd)

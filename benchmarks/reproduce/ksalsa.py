@@ -85,6 +85,39 @@ def comparisons(*, literal: bool = True, ks: tuple[int, ...] = KS) -> tuple[tupl
     return tuple(pairs + ([("ksalsa-k5", LITERAL)] if literal else []))
 
 
+def release_call(name: str, *, train: Path, codec, codec_path: Path, seed: int, device, ksalsa_steps: int,
+                 batch: int, ksalsa_rows: str | None = None, ksalsa_map_init: str | None = None):
+    """The library call that makes release ``name``: ``(method, keyword arguments, the equivalent command)``."""
+    method, k, views = name.split("-")[0], None, 1
+    if method != "inverted":
+        k = int(name.split("-")[1][1:])
+        views = int(name.split("-v")[1]) if "-v" in name else 1
+    kw = {"device": device, **({"seed": seed} if method != "inverted" else {})}   # G(E(x)) draws nothing
+    cmd = f"anonymize {method} --data {train}" + (f" --seed {seed}" if method != "inverted" else "")
+    if k is not None:
+        kw["k"] = k
+        cmd += f" --k {k}"
+    if method in ("kcentroid", "ksalsa", "inverted"):
+        kw["codec"] = codec
+        cmd += f" --model {codec_path}"
+    if method in ("kcentroid", "ksalsa"):
+        kw["batch"] = batch
+        cmd += f" --batch {batch}"
+    if method == "ksalsa":
+        kw["steps"] = ksalsa_steps
+        cmd += f" --steps {ksalsa_steps}"
+    if name == LITERAL:
+        kw.update(map_init="centroid", rows="all")
+        cmd += " --map-init centroid --rows all"
+    elif method == "ksalsa":                # explicit, so the recorded command names the start it used
+        kw.update(map_init=ksalsa_map_init or "centroid", rows=ksalsa_rows or "all")
+        cmd += f" --map-init {kw['map_init']} --rows {kw['rows']}"
+    if views > 1:
+        kw["views"] = views
+        cmd += f" --views {views}"
+    return method, kw, cmd
+
+
 def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, ksalsa_steps: int,
                   log: list[str], literal: bool = True, ksalsa_rows: str | None = None,
                   ks: tuple[int, ...] = KS, ksalsa_map_init: str | None = None) -> list[Path]:
@@ -99,33 +132,9 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
     codec = load_codec(codec_path, map_location=device)
     out = []
     for name in release_names(literal=literal, ks=ks):
-        method, k, views = name.split("-")[0], None, 1
-        if method != "inverted":
-            k = int(name.split("-")[1][1:])
-            views = int(name.split("-v")[1]) if "-v" in name else 1
-        kw = {"device": device, **({"seed": seed} if method != "inverted" else {})}   # G(E(x)) draws nothing
-        cmd = f"anonymize {method} --data {train}" + (f" --seed {seed}" if method != "inverted" else "")
-        if k is not None:
-            kw["k"] = k
-            cmd += f" --k {k}"
-        if method in ("kcentroid", "ksalsa", "inverted"):
-            kw["codec"] = codec
-            cmd += f" --model {codec_path}"
-        if method in ("kcentroid", "ksalsa"):
-            kw["batch"] = CLUSTER_BATCH
-            cmd += f" --batch {CLUSTER_BATCH}"
-        if method == "ksalsa":
-            kw["steps"] = ksalsa_steps
-            cmd += f" --steps {ksalsa_steps}"
-        if name == LITERAL:
-            kw.update(map_init="centroid", rows="all")
-            cmd += " --map-init centroid --rows all"
-        elif method == "ksalsa":                # explicit, so the recorded command names the start it used
-            kw.update(map_init=ksalsa_map_init or "centroid", rows=ksalsa_rows or "all")
-            cmd += f" --map-init {kw['map_init']} --rows {kw['rows']}"
-        if views > 1:
-            kw["views"] = views
-            cmd += f" --views {views}"
+        method, kw, cmd = release_call(name, train=train, codec=codec, codec_path=codec_path, seed=seed,
+                                       device=device, ksalsa_steps=ksalsa_steps, batch=CLUSTER_BATCH,
+                                       ksalsa_rows=ksalsa_rows, ksalsa_map_init=ksalsa_map_init)
         out.append(C.make_release(rel_dir / name, lambda m=method, kw=kw: getattr(anonymize, m)(ds, **kw), log, cmd))
     return out
 

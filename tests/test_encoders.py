@@ -263,6 +263,7 @@ def test_cli_trains_exports_and_resumes_both(tmp_path):
                               "--eval-data", str(heldout)])   # the run's own config.yaml
     assert res.exit_code == 0, res.output
     assert load_checkpoint(tmp_path / "re" / "checkpoint.pt")["step"] == 3
+    assert load_checkpoint(tmp_path / "re" / "checkpoint.pt")["extra"]["training_images"]["modality"] == "fundus"
     report = json.loads((tmp_path / "re" / "heldout.json").read_text())
     assert report["phantom_results"] and report["reports"][0]["labels"]["iw_ssim"] == "IW-SSIM (2 scales)"
     assert set(report["reports"][0]["codec"]) == {"psnr", "ssim", "iw_ssim", "feature_distance"}

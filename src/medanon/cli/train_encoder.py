@@ -283,7 +283,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
                                                      data_opts, eval_dir, split_args)
         with _recording(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
             ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
-                                 accumulation=accum)
+                                 accumulation=accum, modality=ds.modality)
         if dist.is_main:
             _finish(ckpt, out, export_path, held_out, f"ReStyle encoder, {cfg.iterations} iterations",
                     float16=export_float16)

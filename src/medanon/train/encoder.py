@@ -50,7 +50,13 @@ from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
 from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import load_config, to_uint8
-from medanon.train.loop import check_run_state, run_loop, training_images_change, training_images_digest
+from medanon.train.loop import (
+    check_run_state,
+    record_modality,
+    run_loop,
+    training_images_change,
+    training_images_digest,
+)
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields, check_task_network_unchanged
 
 log = logging.getLogger(__name__)
@@ -369,7 +375,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
                   steps: int, resume: bool = False, device: str | torch.device = "cpu", checkpoint_every: int = 500,
                   sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
                   progress: bool = True, command: str = "train encoder", dist: Dist | None = None,
-                  accumulation: int = 1) -> Path:
+                  accumulation: int = 1, modality: str | None = None) -> Path:
     """Train a ReStyle encoder for the frozen EMA generator of ``generator_ckpt`` on ``images`` (N, C, H, W)
     in [-1, 1], until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.
@@ -377,7 +383,9 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
     With ``resume`` the run continues from ``out/checkpoint.pt`` (its config must equal ``cfg``) and
     the generator is the one stored there; ``generator_ckpt``, if given, must be the same file.
     ``dist``/``accumulation``: data-parallel under torchrun and gradient accumulation (the batch as
-    shards, see ``_RestyleTrainer._step_sharded``); rank 0 writes the run directory.
+    shards, see ``_RestyleTrainer._step_sharded``); rank 0 writes the run directory. ``modality`` (the dataset's,
+    where known) is recorded with the training images, as the GAN and co-training runs record it; a resume on
+    another modality is refused.
     """
     validate(cfg)
     dist = dist or Dist(device=torch.device(device))
@@ -396,6 +404,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
         G, g_config, provenance = load_frozen_generator(generator_ckpt, device)
     data = to_uint8(images, load_config({"config": g_config}))
     trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance, dist=dist, accumulation=accumulation)
+    record_modality(trainer.training_images, modality, blob)
     if blob is not None:
         training_images_change(blob, trainer.training_images)
         trainer.load(blob)

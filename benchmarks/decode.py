@@ -91,7 +91,7 @@ def main() -> None:
         for i in range(args.images):
             name = f"{i:05d}_left.jpeg"
             os.link(files[i % len(files)], tmp / "images" / name)
-            rows.append([name, i])
+            rows.append([name, i % len(files)])   # the copies of one photograph are one person's
         with open(tmp / "labels.csv", "w", newline="") as f:
             csv.writer(f).writerows([["image", "patient"], *rows])
         generic = GenericOptions(labels_csv=tmp / "labels.csv", image_col="image", patient_col="patient",

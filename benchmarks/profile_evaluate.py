@@ -31,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 def cli(argv: list[str]) -> None:
     from medanon.cli import cli as main
 
-    main.main(args=["-q", *argv], prog_name="medanon", standalone_mode=False)
+    code = main.main(args=["-q", *argv], prog_name="medanon", standalone_mode=False)
+    if isinstance(code, int) and code:           # a refused command: stop, never profile the refusal
+        raise SystemExit(f"medanon {' '.join(argv)} exited {code}")
 
 
 def main() -> None:
@@ -51,7 +53,8 @@ def main() -> None:
              "64", "--out", str(data)])
         cli(["data", "split", str(data), "--out", str(w / "splits.csv"), "--val", "0.3", "--test", "0.3"])
         for m in ("kpixel", "kpca"):
-            cli(["--device", gpu, "anonymize", m, "--data", str(data), "--k", "2", "--out", str(w / "rel" / m)])
+            cli(["--device", gpu, "anonymize", m, "--data", str(data), "--k", "2", "--split", "train", "--splits",
+                 str(w / "splits.csv"), "--out", str(w / "rel" / m), "--mapping", str(w / "rel" / f"{m}.mapping.json")])
     for i, run in enumerate(args.run):
         dev = "cpu" if run == "cpu" else gpu
         if run == "gpu-nobench":
@@ -67,7 +70,9 @@ def main() -> None:
         t0 = time.perf_counter()
         prof.enable()
         cli(["--device", dev, "evaluate", "--real", str(data), "--splits", str(w / "splits.csv"), "--release",
-             str(w / "rel" / "kpixel"), "--release", str(w / "rel" / "kpca"), "--preset", "fast", "--no-inception",
+             str(w / "rel" / "kpixel"), "--release", str(w / "rel" / "kpca"), "--mapping",
+             f"kpixel={w / 'rel' / 'kpixel.mapping.json'}", "--mapping", f"kpca={w / 'rel' / 'kpca.mapping.json'}",
+             "--preset", "fast", "--no-inception",
              "--out", str(w / f"report-{i}-{run}")])
         if dev == "cuda":
             torch.cuda.synchronize()

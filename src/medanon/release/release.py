@@ -30,7 +30,7 @@ Example (k-Same-Pixel on a tiny phantom):
     >>> rel.summary["records"], medanon.audit(out).passed
     (2, True)
     >>> rel[0].people, sorted(rel[0].labels), len(list(rel))
-    (3, ['grade'], 2)
+    (3, ['grade', 'grade_counts'], 2)
 """
 
 from __future__ import annotations

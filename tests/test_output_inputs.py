@@ -128,6 +128,7 @@ def test_a_second_run_on_the_same_out_is_refused_at_once(tmp_path, phantom):
         holder.kill()
         holder.wait()
     assert code != 0 and "another medanon run is writing" in msg
+    assert f"process {holder.pid} on " in msg, msg        # the holder named: a paused job can be found
     assert not out.exists() and not Path(f"{out}.partial").exists()
     assert _run(["anonymize", "ldp-image", phantom, "--epsilon", "1", "--out", out])[0] == 0
     assert not (tmp_path / ".rel.lock").exists()        # the lock file goes with the run

@@ -55,9 +55,24 @@ class OutputLock:
         self._made: Path | None = None                   # the highest folder this lock created (removed if empty)
 
     def _refuse(self) -> None:
-        raise ConcurrentRunError(f"another medanon run is writing {self.out.name} ({self.out}) now",
+        holder = _holder(self.path)
+        raise ConcurrentRunError(f"another medanon run is writing {self.out.name} ({self.out}) now"
+                                 + (f": {holder}" if holder else ""),
                                  fix=f"wait for it to finish, or choose another {self.name}; two runs on one "
                                      "output would write each other's records")
+
+    def _sign(self) -> None:
+        """Write who holds the lock into its file (pid, host, start, command line), for another run's refusal."""
+        import datetime
+        import socket
+        import sys
+
+        text = (f"process {os.getpid()} on {socket.gethostname()}, started "
+                f"{datetime.datetime.now().astimezone().isoformat(timespec='seconds')}: "
+                f"{' '.join([os.path.basename(sys.argv[0] or 'python'), *sys.argv[1:]])[:300]}")
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, text.encode(errors="replace"), 0)
 
     def acquire(self) -> OutputLock:
         if self._fd is not None:
@@ -100,6 +115,7 @@ class OutputLock:
             if same:
                 self._fd = fd
                 _HELD[key] = self
+                self._sign()
                 return self
             os.close(fd)
         self._refuse()
@@ -145,6 +161,14 @@ class OutputLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.release()
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock file ``path``, as its holder wrote it ("" where it cannot be read)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()[:400]
+    except OSError:
+        return ""
 
 
 def main_rank_lock(out: str | os.PathLike, dist, *, name: str = "out"):

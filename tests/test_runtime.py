@@ -170,3 +170,31 @@ def test_a_run_removes_the_half_written_files_a_killed_run_left(tmp_path):
     mine.write_text("keep")
     RunDir(tmp_path / "run", config={"a": 1}, command="test").finish()
     assert not torn.exists() and mine.read_text() == "keep"
+
+
+def test_a_run_checks_its_folder_again_once_it_holds_the_lock(tmp_path):
+    """A trainer checks its folder, works for minutes, then locks it: a run that started or finished there meanwhile
+    must not have its logs cleared and its checkpoint overwritten (two new runs a few seconds apart did), nor a
+    resumed state be replaced by an older one."""
+    import torch
+
+    from medanon.checkpoint import save_checkpoint
+    from medanon.errors import ConfigError
+    from medanon.runtime import RunDir
+    from medanon.train.loop import check_run_state, recheck_run_state
+
+    out = tmp_path / "run"
+    check_run_state(out, resume=False)                       # the first look: empty
+    other = RunDir(out, config={"a": 1}, command="train flow", new_run=True)      # another run, meanwhile
+    other.log_metrics(step=1, loss=0.5)
+    save_checkpoint(out / "checkpoint.pt", kind="glow-training", config={}, state={"m": {"w": torch.zeros(1)}},
+                    step=3)
+    other.finish()
+    with pytest.raises(ConfigError, match="already holds a training run"):
+        RunDir(out, config={"a": 1}, command="train flow", new_run=True, recheck=recheck_run_state(out, resume=False))
+    assert (out / "metrics.jsonl").read_text().count("loss") == 1 and not (out / ".run.lock").exists()
+    with pytest.raises(ConfigError, match="is at step 3, not the step 2 this run read"):
+        RunDir(out, config={"a": 1}, command="train flow", resume_step=2,
+               recheck=recheck_run_state(out, resume=True, step=2))
+    RunDir(out, config={"a": 1}, command="train flow", resume_step=3,
+           recheck=recheck_run_state(out, resume=True, step=3)).finish()

@@ -244,12 +244,15 @@ class RunDir:
     """
 
     def __init__(self, path: str | Path, *, config: Any, command: str, seeds: dict[str, int] | None = None,
-                 new_run: bool = False, resume_step: int | None = None, continues: bool = False):
+                 new_run: bool = False, resume_step: int | None = None, continues: bool = False,
+                 recheck: Callable[[], Any] | None = None):
         """``new_run``: a training run starting afresh (not resumed) in a folder where a run of the same command
         may have died before its first checkpoint: that run's metrics and sample grids are removed once the folder
         is locked, so the folder never mixes two runs' logs. ``resume_step``: a resumed run's step; metric lines
         written after it (the run repeats those steps) are dropped. ``continues``: a job that resumes by reusing
-        what its earlier runs wrote (the demo), with no step to resume at: their segments are kept all the same."""
+        what its earlier runs wrote (the demo), with no step to resume at: their segments are kept all the same.
+        ``recheck``: called once the folder's lock is held, before anything is written or removed (a trainer checks
+        its folder's state again: another run may have started, finished or resumed there since it first looked)."""
         from medanon.locks import OutputLock
         from medanon.outputs import check_output, check_run_folder
 
@@ -257,6 +260,12 @@ class RunDir:
         check_output(self.path, existing_ok=True, kind="dir")     # a resumed run's own folder, never a foreign one
         check_run_folder(self.path, command)
         self.lock = OutputLock(self.path, name="--out").acquire()  # one run per folder, until finish()
+        if recheck is not None:
+            try:
+                recheck()
+            except BaseException:
+                self.lock.release()
+                raise
         segment = {"argv": sys.argv[1:], "cwd": os.getcwd(), "from_step": resume_step or 0,
                    "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                    "medanon_source_sha256": source_sha256()}

@@ -65,7 +65,7 @@ from medanon.train.encoder import (
 )
 from medanon.train.gan import SHARD_SEED_STRIDE, to_uint8
 from medanon.train.gan_loss import discriminator_loss, discriminator_step, finish_discriminator_step, generator_loss
-from medanon.train.loop import record_modality, run_loop, training_images_change
+from medanon.train.loop import recheck_run_state, record_modality, run_loop, training_images_change
 from medanon.train.random_state import restore_generator
 from medanon.train.recon_loss import ReconstructionLoss, check_encoder_fields
 
@@ -378,7 +378,9 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     run = None
     if dist.is_main:
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=blob is None,
-                     resume_step=trainer.step_count if blob is not None else None)
+                     resume_step=trainer.step_count if blob is not None else None,
+                     recheck=recheck_run_state(out, resume=blob is not None,
+                                               step=trainer.step_count if blob is not None else None))
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    generator_checkpoint=trainer.init_provenance,
                    training_images=trainer.training_images,

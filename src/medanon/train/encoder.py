@@ -52,6 +52,7 @@ from medanon.train.gan import KIND as GAN_KIND
 from medanon.train.gan import load_config, to_uint8
 from medanon.train.loop import (
     check_run_state,
+    recheck_run_state,
     record_modality,
     run_loop,
     training_images_change,
@@ -411,7 +412,9 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
     run = None
     if dist.is_main:
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=blob is None,
-                     resume_step=trainer.step_count if blob is not None else None)
+                     resume_step=trainer.step_count if blob is not None else None,
+                     recheck=recheck_run_state(out, resume=blob is not None,
+                                               step=trainer.step_count if blob is not None else None))
         run.update(resumed_from_step=trainer.step_count if resume else None, generator_checkpoint=provenance,
                    training_images=trainer.training_images,
                    losses=trainer.loss.describe())

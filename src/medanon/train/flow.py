@@ -36,7 +36,7 @@ from medanon.models.glow import Glow, GlowCodec, GlowConfig, bits_per_dim, dequa
 from medanon.models.glow.actnorm import ActNorm, sync_actnorm
 from medanon.runtime import RunDir
 from medanon.train.distributed import Dist, local_shards, shard_rows, split_batch
-from medanon.train.loop import check_run_state, refuse_other_data
+from medanon.train.loop import check_run_state, recheck_run_state, refuse_other_data
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,8 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
     run = None
     if dist.is_main:
         run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed}, new_run=not resume,
-                     resume_step=step if resume else None)
+                     resume_step=step if resume else None,
+                     recheck=recheck_run_state(out, resume=resume, step=step if resume else None))
         run.update(data=data or {}, device=str(device), resumed_from_step=step)
         if shards > 1:                          # every rank draws the same batches: one seed serves all
             run.update(distributed=dist.describe_run(accumulation=accumulation, shards=shards, global_batch=cfg.batch,

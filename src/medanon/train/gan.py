@@ -52,6 +52,7 @@ from medanon.train.gan_loss import (
 from medanon.train.loop import (
     CHECKPOINT,
     check_run_state,
+    recheck_run_state,
     record_modality,
     run_loop,
     save_image_grid,
@@ -420,7 +421,8 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     run = None
     if dist.is_main:
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=not resume,
-                     resume_step=trainer.step_count if resume else None)
+                     resume_step=trainer.step_count if resume else None,
+                     recheck=recheck_run_state(out, resume=resume, step=trainer.step_count if resume else None))
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    training_images=trainer.training_images)
         if trainer.config_changes:

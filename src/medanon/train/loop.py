@@ -42,6 +42,23 @@ def check_run_state(out: Path, *, resume: bool, state: str = CHECKPOINT, finishe
     return path
 
 
+def recheck_run_state(out: Path, *, resume: bool, step: int | None = None, state: str = CHECKPOINT,
+                      finished: tuple[str, ...] = ()) -> Callable[[], None]:
+    """:func:`check_run_state` again, for :class:`~medanon.runtime.RunDir`'s ``recheck`` once the run holds its
+    folder's lock: a new run that another one started or finished there meanwhile is refused (it would clear that
+    run's logs and overwrite its checkpoint), and a resumed run's state must still be at the ``step`` it read."""
+    def recheck() -> None:
+        path = check_run_state(out, resume=resume, state=state, finished=finished)
+        if resume and step is not None and path.is_file():
+            from medanon.checkpoint import load_checkpoint
+
+            now = int(load_checkpoint(path)["step"])
+            if now != int(step):
+                raise ConfigError(f"{path} is at step {now}, not the step {step} this run read: another run went on "
+                                  "with it meanwhile", fix="resume again, from its new state")
+    return recheck
+
+
 def training_images_digest(images: torch.Tensor) -> dict[str, Any]:
     """Count and SHA-256 of a run's 8-bit training images (N, C, H, W), as its checkpoints and manifest record them."""
     return {"count": len(images), "sha256_uint8": hashlib.sha256(images.contiguous().numpy().data).hexdigest()}

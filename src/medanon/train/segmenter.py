@@ -47,7 +47,7 @@ from medanon.segment.mask_files import load_aligned_mask, pair_folder
 from medanon.segment.metrics import auroc, best_threshold, dice
 from medanon.segment.vesselness import Vesselness
 from medanon.train.distributed import Dist, local_shards, shard_rows
-from medanon.train.loop import refuse_other_data, to_uint8_images, training_images_digest
+from medanon.train.loop import recheck_run_state, refuse_other_data, to_uint8_images, training_images_digest
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,9 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     run = None
     if dist.is_main:
         run = RunDir(out, config=cfg, command=command, seeds={"train": cfg.seed, "splits": cfg.seed},
-                     new_run=not resume, resume_step=int(held["step"]) if held is not None else None)
+                     new_run=not resume, resume_step=int(held["step"]) if held is not None else None,
+                     recheck=recheck_run_state(out, resume=resume, step=int(held["step"]) if held is not None else None,
+                                               state="last.pt", finished=(SEGMENTER_FILE,)))
         run.update(data=data.digest, device=str(device),
                    split_images={k: len(v.records) for k, v in splits.items()},
                    split_patients={k: len({r.patient_id for r in v.records}) for k, v in splits.items()})

@@ -428,3 +428,50 @@ def test_the_default_cache_is_checked_too(tmp_path, phantom):
         medanon.evaluate(real=phantom, releases=[rel], mappings={"rel": tmp_path / "m.json"}, out=tmp_path / "ev",
                          preset="tiny", size=16)
     assert sorted(p.name for p in other.rglob("*")) + sorted(p.name for p in other.iterdir()) == before
+
+
+def test_a_report_written_meanwhile_by_another_evaluation_is_not_replaced(tmp_path, monkeypatch):
+    """An evaluation checks its --out, loads the data for seconds, then takes the folder's lock: another evaluation
+    that wrote its report there meanwhile lost it, without --overwrite. The check runs again under the lock."""
+    import medanon.evaluate.harness as harness
+
+    real = generate(PhantomConfig(patients=20, per_patient=2, size=32, workers=1), tmp_path / "real", progress=False)
+    train = medanon.split_dataset(real)["train"]
+    medanon.anonymize.kpixel(train, k=2).save(tmp_path / "a", mapping=tmp_path / "a.json", progress=False)
+    out = tmp_path / "ev"
+    fid_samples = harness._fid_samples
+
+    def meanwhile(*a, **k):                     # after every check, before the lock: another evaluation's report
+        from medanon.runtime import RunDir
+
+        RunDir(out, config={}, command="evaluate").finish()
+        (out / "report.json").write_text(json.dumps({"real": {"path": str(tmp_path / "other")}, "releases": []}))
+        return fid_samples(*a, **k)
+
+    monkeypatch.setattr(harness, "_fid_samples", meanwhile)
+    r = CliRunner().invoke(cli, ["evaluate", "--real", str(real), "--preset", "tiny", "--no-inception", "--size", "32",
+                                 "--out", str(out), "--release", str(tmp_path / "a"), "--mapping",
+                                 f"a={tmp_path / 'a.json'}"])
+    assert r.exit_code == 1 and "holds the report of another evaluation" in r.output, r.output
+    assert json.loads((out / "report.json").read_text())["real"]["path"] == str(tmp_path / "other")
+
+
+def test_a_release_written_meanwhile_by_another_run_is_not_replaced(tmp_path, monkeypatch, phantom):
+    """The writer checked --out, then took its lock: a release another run finished in between was replaced."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records[:2]
+
+    out = tmp_path / "rel"
+    take, done = writer.OutputLock.acquire, []
+
+    def meanwhile(self):                        # the other run finishes just before this one locks
+        if self.out == out and not done:
+            done.append(1)
+            _release(out, records)
+        return take(self)
+
+    monkeypatch.setattr(writer.OutputLock, "acquire", meanwhile)
+    with pytest.raises(OutputExistsError):
+        ReleaseWriter(out, **SETTINGS, source={"sha256": "a"})
+    assert not (tmp_path / ".rel.lock").exists() and len((out / "labels.csv").read_text().splitlines()) == 3

@@ -361,8 +361,12 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     for r in rels:
         _check_sources(real, cfg.source_split, r)
     n_fid = _fid_samples(cfg, rels)
+    def recheck() -> None:                  # under the lock: another evaluation may have written here since
+        rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite, real=real)
+        rep_io.check_unedited(out)
+
     run = RunDir(out, config=cfg, command="evaluate", seeds={"evaluation": cfg.seed, "split": cfg.split.seed,
-                                                            "utility": list(cfg.utility.seeds)})
+                                                            "utility": list(cfg.utility.seeds)}, recheck=recheck)
     run.record_input("real", real.root, files=[r.path for r in real.records])
     cache = Cache(cache_dir if cache_dir is not None else out / "cache")
     if cache.swept:

@@ -145,7 +145,11 @@ class ReleaseWriter:
         try:
             # and per mapping: two runs naming one mapping would each replace the other's when they close
             self.mapping_lock = OutputLock(self.mapping, name="mapping").acquire() if self.mapping else None
+            # again under the locks: another run may have written this release (or mapping) since the first look
+            check_release_outputs(self.out, self.mapping, inputs=inputs, overwrite=overwrite)
         except BaseException:
+            if getattr(self, "mapping_lock", None) is not None:
+                self.mapping_lock.release()
             self.lock.release()
             raise
         self._mapping_existed = self.mapping is not None and self.mapping.exists()

@@ -475,3 +475,24 @@ def test_a_release_written_meanwhile_by_another_run_is_not_replaced(tmp_path, mo
     with pytest.raises(OutputExistsError):
         ReleaseWriter(out, **SETTINGS, source={"sha256": "a"})
     assert not (tmp_path / ".rel.lock").exists() and len((out / "labels.csv").read_text().splitlines()) == 3
+
+
+def test_an_export_another_run_wrote_meanwhile_is_not_replaced(tmp_path):
+    """Two training runs started with one --export: the check at the start passed for both, and the second to finish
+    replaced the first's export (a fundus GAN replaced by an X-ray one, both 'exported'). The export is checked
+    again under its own lock when it is written; a run replaces its own export only."""
+    from medanon.outputs import UnsafeOutputError, writing_export
+
+    run, export = tmp_path / "run", tmp_path / "g.pt"
+    run.mkdir()
+    export.write_bytes(b"the other run's export")             # written while this run trained
+    with pytest.raises(UnsafeOutputError, match="is not an export of the run") as e, \
+            writing_export(run, export, name="--export"):
+        export.write_bytes(b"mine")
+    assert export.read_bytes() == b"the other run's export" and str(run) in e.value.fix
+    export.unlink()
+    with writing_export(run, export, name="--export"):
+        export.write_bytes(b"mine")
+    with writing_export(run, export, name="--export"):     # its own export: a resumed run may replace it
+        export.write_bytes(b"mine, later")
+    assert export.read_bytes() == b"mine, later" and not (tmp_path / ".g.pt.lock").exists()

@@ -28,6 +28,7 @@ medanon.outputs.UnsafeOutputError: out ... is inside the input ...
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -350,6 +351,19 @@ def record_export(run: str | os.PathLike, export: str | os.PathLike) -> None:
     atomic_write_text(ledger_path, strict_json(ledger) + "\n")
 
 
+@contextlib.contextmanager
+def writing_export(run: str | os.PathLike, export: str | os.PathLike, *, name: str = "export"):
+    """Write ``export`` (a run's copy of its model) under a lock of its own, checked once more to be absent or this
+    run's own (:func:`check_own_export`: another run may have exported to the same path while this one trained), and
+    recorded after (:func:`record_export`)."""
+    from medanon.locks import OutputLock
+
+    with OutputLock(export, name=name):
+        check_own_export(run, export, name=name)
+        yield
+        record_export(run, export)
+
+
 def check_own_export(run: str | os.PathLike, export: str | os.PathLike | None, *, name: str = "export") -> None:
     """A resumed run replaces an existing ``export`` only when the run itself wrote that very file: the run's
     :data:`EXPORTS` lists this path (as a file: a link or another spelling counts) with the file's content sha256.
@@ -371,5 +385,6 @@ def check_own_export(run: str | os.PathLike, export: str | os.PathLike | None, *
     if not Path(export).is_file() or sha256_file(export) not in ours:
         raise UnsafeOutputError(f"{name} {export} exists and is not an export of the run in {run} (another run's, "
                                 "one changed since, a copy of its export kept elsewhere, or one this run's folder did "
-                                "not record): a resumed run replaces "
-                                "only its own export", fix=f"choose another {name}, or remove {export} yourself")
+                                "not record): a run replaces only its own export",
+                                fix=f"choose another {name} (the run's model stays in {run}), or remove {export} "
+                                    "yourself")

@@ -173,11 +173,11 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, held_out, what: str
     from medanon.train.encoder import export_codec, reconstruction_report
 
     click.echo(f"{ckpt} holds the trained codec ({what}); load it with medanon.codecs.stylegan.load_codec")
-    if export_path is not None:
-        from medanon.outputs import record_export
+    if export_path is not None:                  # checked again: another run may have exported there meanwhile
+        from medanon.outputs import writing_export
 
-        click.echo(f"exported {export_codec(ckpt, export_path, **export_opts)}")
-        record_export(out, export_path)
+        with writing_export(out, export_path, name="--export"):
+            click.echo(f"exported {export_codec(ckpt, export_path, **export_opts)}")
     if held_out is None:
         return
     codec = load_codec(ckpt)

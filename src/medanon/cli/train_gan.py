@@ -61,7 +61,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
 
     from medanon.cli.anonymize_ksame import check_split_args, reduce_to_split
     from medanon.cli.base import check_export_is_not_the_run, check_outputs
-    from medanon.outputs import check_own_export, record_export
+    from medanon.outputs import check_own_export, writing_export
 
     check_split_args(split, splits_csv, split_seed, training=True)
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=[splits_csv],
@@ -122,8 +122,8 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                       modality=ds.modality)
             if dist.is_main:
                 click.echo(f"wrote {path}")
-                if export is not None:
-                    click.echo(f"exported {export_checkpoint(path, export)}")
-                    record_export(out, export)
+                if export is not None:                  # checked again: another run may have exported there
+                    with writing_export(out, export, name="--export"):
+                        click.echo(f"exported {export_checkpoint(path, export)}")
     finally:
         shutdown(dist)

@@ -123,9 +123,9 @@ def _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr,
                f"of {summary['test_patients']} patients:")
     for method, r in summary["test"].items():
         click.echo(f"  {method:7s} Dice {r['dice']:.3f}  AUROC {r['auroc']:.3f}")
-    if export is not None:
-        atomic_write_bytes(export, path.read_bytes())
-        click.echo(f"copied to {export}")
-        from medanon.outputs import record_export
+    if export is not None:                       # checked again: another run may have exported there meanwhile
+        from medanon.outputs import writing_export
 
-        record_export(out, export)
+        with writing_export(out, export, name="--export"):
+            atomic_write_bytes(export, path.read_bytes())
+        click.echo(f"copied to {export}")

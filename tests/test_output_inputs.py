@@ -398,3 +398,25 @@ def test_a_splits_file_is_not_written_into_a_linked_image_folder(tmp_path, phant
     code, msg = _run(["data", "split", ds, "--allow-outside", "--stratify", "", "--out", real / "splits.csv"])
     assert code != 0 and "never writes into" in msg, msg
     assert _tree_digest(real.parent) == before
+
+
+def test_a_release_being_written_is_not_read(tmp_path, phantom):
+    """A release being replaced was read half old, half new (a Snow manifest with k-Same-Pixel's labels), and its
+    new mapping was called another release's, with the advice to delete it. Readers refuse while its writer runs."""
+    import medanon
+
+    out = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "rel", mapping=tmp_path / "rel.mapping.json",
+                                                      progress=False)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from medanon.locks import OutputLock; "
+                               f"lock = OutputLock({str(out)!r}).acquire(); print('held', flush=True); "
+                               "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:                                                # another process is replacing this release
+        assert holder.stdout.readline().strip() == "held"
+        code, msg = _run(["audit", out])
+        assert code != 0 and f"release {out} is being written now by process {holder.pid}" in msg, msg
+        code, msg = _run(["evaluate", "--real", phantom, "--release", out, "--out", tmp_path / "ev"])
+        assert code != 0 and "is being written now" in msg and not (tmp_path / "ev").exists(), msg
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _run(["audit", out])[0] == 0                 # its writer gone (killed), the release reads again

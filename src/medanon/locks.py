@@ -163,6 +163,34 @@ class OutputLock:
             self.release()
 
 
+def refuse_while_written(out: str | os.PathLike, *, what: str = "release") -> None:
+    """A reader's check: refuse ``out`` while another process holds its writer's lock (a release being written or
+    replaced: its manifest, labels, images and mapping change under the reader). Checked when the reader starts."""
+    out = Path(out)
+    real = Path(os.path.realpath(out))
+    path = real.with_name(f".{real.name}.lock")
+    if fcntl is None or not path.is_file():
+        return
+    key = os.path.abspath(path)
+    if _HELD.get(key) is not None and _HELD[key].held:          # this process writes it itself
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(path)
+        raise ConcurrentRunError(f"{what} {out} is being written now" + (f" by {holder}" if holder else ""),
+                                 fix=f"read it once that run has finished: a {what} read while it is written or "
+                                     "replaced mixes two versions of it") from None
+    except OSError:
+        return                                  # a file system without locks: nothing to tell
+    finally:
+        os.close(fd)
+
+
 def _holder(path: Path) -> str:
     """Who holds the lock file ``path``, as its holder wrote it ("" where it cannot be read)."""
     try:

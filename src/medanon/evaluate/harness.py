@@ -335,6 +335,11 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     check_output(cache_at, inputs=reads, existing_ok=True, kind="dir", name="cache",
                  what="evaluation-cache")                           # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
+    from medanon.locks import refuse_while_written
+
+    for s in specs:                         # a release being written or replaced now would be read half old, half new
+        refuse_while_written(s.path)
+        refuse_while_written(s.mapping or Path(f"{s.path}.mapping.json"), what="mapping")
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
     rep_io.check_unedited(out)
 

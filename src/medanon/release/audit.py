@@ -200,7 +200,12 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     identifier search and the recount of people per record from the mapping; with ``source_root`` and
     ``source_modality`` (the scan's) the mapping's sources are checked to be the release's own (modality and, where
     the mapping digests them by content, their files)."""
+    from medanon.locks import refuse_while_written
+
     release = Path(release)
+    refuse_while_written(release)               # a release being written or replaced now: its files change
+    if mapping is not None:
+        refuse_while_written(mapping, what="mapping")
     rep = AuditReport(str(release))
     man_path, csv_path = release / "manifest.json", release / "labels.csv"
     if not man_path.is_file() or not csv_path.is_file():

@@ -420,3 +420,22 @@ def test_a_release_being_written_is_not_read(tmp_path, phantom):
         holder.kill()
         holder.wait()
     assert _run(["audit", out])[0] == 0                 # its writer gone (killed), the release reads again
+
+
+def test_nothing_is_written_inside_a_folder_another_run_is_writing(tmp_path, phantom):
+    """While the demo ran, `anonymize ... --out DEMO/releases/kpixel-k2 --overwrite` replaced one of its releases
+    with another method's. An output inside a folder whose writer holds its lock is refused, naming the holder."""
+    busy = tmp_path / "demo-output"
+    busy.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from medanon.locks import OutputLock; "
+                               f"lock = OutputLock({str(busy)!r}).acquire(); print('held', flush=True); "
+                               "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, msg = _run(["anonymize", "ldp-image", phantom, "--epsilon", "1", "--out", busy / "releases" / "r"])
+        assert code != 0 and f"which another medanon run is writing now (process {holder.pid}" in msg, msg
+        assert not (busy / "releases").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _run(["anonymize", "ldp-image", phantom, "--epsilon", "1", "--out", busy / "releases" / "r"])[0] == 0

@@ -191,6 +191,22 @@ def refuse_while_written(out: str | os.PathLike, *, what: str = "release") -> No
         os.close(fd)
 
 
+def refuse_inside_written(out: str | os.PathLike, *, name: str = "out") -> None:
+    """A writer's check: refuse an output inside a folder another process is writing now (a demo's or an
+    evaluation's folder, a release): its own run may replace or remove what is put there. Each folder above ``out``
+    (as the system resolves it) is checked by its lock file only, so an unlocked tree costs a few ``stat`` calls."""
+    real = Path(os.path.realpath(out))
+    for folder in real.parents:
+        if folder.parent == folder:
+            break
+        try:
+            refuse_while_written(folder, what="folder")
+        except ConcurrentRunError as e:
+            raise ConcurrentRunError(f"{name} {out} is inside {folder}, which another medanon run is writing now"
+                                     + (f" ({e.message.split(' by ', 1)[1]})" if " by " in e.message else ""),
+                                     fix=f"choose a {name} outside it, or wait for that run to finish") from None
+
+
 def _holder(path: Path) -> str:
     """Who holds the lock file ``path``, as its holder wrote it ("" where it cannot be read)."""
     try:

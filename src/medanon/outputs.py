@@ -263,6 +263,9 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
                                 fix="give a path that ends in the new output's name, e.g. ./release")
     what = what if what is not None else _what(kind, name)
     target, resolved = check_not_an_input(out, inputs=inputs, name=name)
+    from medanon.locks import refuse_inside_written
+
+    refuse_inside_written(out, name=name)           # a folder another run writes may replace what is put there
     if out.exists() or out.is_symlink():
         if out.is_symlink() and not out.exists():
             raise UnsafeOutputError(f"{name} {out} is a link to {os.readlink(out)}, which does not exist: medanon "

@@ -163,48 +163,53 @@ class OutputLock:
             self.release()
 
 
-def refuse_while_written(out: str | os.PathLike, *, what: str = "release") -> None:
-    """A reader's check: refuse ``out`` while another process holds its writer's lock (a release being written or
-    replaced: its manifest, labels, images and mapping change under the reader). Checked when the reader starts."""
-    out = Path(out)
+def writer_of(out: str | os.PathLike) -> str | None:
+    """Who holds ``out``'s writer's lock in another process now ("" where it did not sign), or None: nobody (or this
+    process, or a file system without locks)."""
     real = Path(os.path.realpath(out))
     path = real.with_name(f".{real.name}.lock")
     if fcntl is None or not path.is_file():
-        return
-    key = os.path.abspath(path)
-    if _HELD.get(key) is not None and _HELD[key].held:          # this process writes it itself
-        return
+        return None
+    held = _HELD.get(os.path.abspath(path))
+    if held is not None and held.held:                          # this process writes it itself
+        return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(path)
-        raise ConcurrentRunError(f"{what} {out} is being written now" + (f" by {holder}" if holder else ""),
-                                 fix=f"read it once that run has finished: a {what} read while it is written or "
-                                     "replaced mixes two versions of it") from None
+        return _holder(path)
     except OSError:
-        return                                  # a file system without locks: nothing to tell
+        return None                             # a file system without locks: nothing to tell
     finally:
         os.close(fd)
+    return None
+
+
+def refuse_while_written(out: str | os.PathLike, *, what: str = "release") -> None:
+    """A reader's check: refuse ``out`` while another process holds its writer's lock (a release being written or
+    replaced: its manifest, labels, images and mapping change under the reader). Checked when the reader starts."""
+    holder = writer_of(out)
+    if holder is not None:
+        raise ConcurrentRunError(f"{what} {out} is being written now" + (f" by {holder}" if holder else ""),
+                                 fix=f"read it once that run has finished: a {what} read while it is written or "
+                                     "replaced mixes two versions of it")
 
 
 def refuse_inside_written(out: str | os.PathLike, *, name: str = "out") -> None:
     """A writer's check: refuse an output inside a folder another process is writing now (a demo's or an
     evaluation's folder, a release): its own run may replace or remove what is put there. Each folder above ``out``
     (as the system resolves it) is checked by its lock file only, so an unlocked tree costs a few ``stat`` calls."""
-    real = Path(os.path.realpath(out))
-    for folder in real.parents:
+    for folder in Path(os.path.realpath(out)).parents:
         if folder.parent == folder:
             break
-        try:
-            refuse_while_written(folder, what="folder")
-        except ConcurrentRunError as e:
+        holder = writer_of(folder)
+        if holder is not None:
             raise ConcurrentRunError(f"{name} {out} is inside {folder}, which another medanon run is writing now"
-                                     + (f" ({e.message.split(' by ', 1)[1]})" if " by " in e.message else ""),
-                                     fix=f"choose a {name} outside it, or wait for that run to finish") from None
+                                     + (f" ({holder})" if holder else ""),
+                                     fix=f"choose a {name} outside it, or wait for that run to finish")
 
 
 def _holder(path: Path) -> str:

@@ -191,10 +191,10 @@ def test_a_run_checks_its_folder_again_once_it_holds_the_lock(tmp_path):
                     step=3)
     other.finish()
     with pytest.raises(ConfigError, match="already holds a training run"):
-        RunDir(out, config={"a": 1}, command="train flow", new_run=True, recheck=recheck_run_state(out, resume=False))
+        RunDir(out, config={"a": 1}, command="train flow", new_run=True, recheck=recheck_run_state(out, None))
     assert (out / "metrics.jsonl").read_text().count("loss") == 1 and not (out / ".run.lock").exists()
     with pytest.raises(ConfigError, match="is at step 3, not the step 2 this run read"):
         RunDir(out, config={"a": 1}, command="train flow", resume_step=2,
-               recheck=recheck_run_state(out, resume=True, step=2))
+               recheck=recheck_run_state(out, 2))
     RunDir(out, config={"a": 1}, command="train flow", resume_step=3,
-           recheck=recheck_run_state(out, resume=True, step=3)).finish()
+           recheck=recheck_run_state(out, 3)).finish()

@@ -49,8 +49,7 @@ class OutputLock:
         self.out = Path(out)
         self.name = name
         self.reentrant = reentrant
-        real = Path(os.path.realpath(self.out))          # one lock per file, whatever path (link, "..") reaches it
-        self.path = real.with_name(f".{real.name}.lock")
+        self.path = lock_path(self.out)
         self._fd: int | None = None
         self._made: Path | None = None                   # the highest folder this lock created (removed if empty)
 
@@ -163,11 +162,16 @@ class OutputLock:
             self.release()
 
 
+def lock_path(out: str | os.PathLike) -> Path:
+    """The lock file of ``out``: one per file, whatever path (a link, ``..``) reaches it."""
+    real = Path(os.path.realpath(out))
+    return real.with_name(f".{real.name}.lock")
+
+
 def writer_of(out: str | os.PathLike) -> str | None:
     """Who holds ``out``'s writer's lock in another process now ("" where it did not sign), or None: nobody (or this
     process, or a file system without locks)."""
-    real = Path(os.path.realpath(out))
-    path = real.with_name(f".{real.name}.lock")
+    path = lock_path(out)
     if fcntl is None or not path.is_file():
         return None
     held = _HELD.get(os.path.abspath(path))

@@ -69,7 +69,7 @@ def loop_options(f):
     return train_split_options(f)
 
 
-def _split_args(data_opts: dict) -> tuple[str, Path | None, int | None]:
+def pop_split_args(data_opts: dict) -> tuple[str, Path | None, int | None]:
     """``--split``, ``--splits``, ``--split-seed`` taken out of the data options (checked before any work)."""
     from medanon.cli.anonymize_ksame import check_split_args
 
@@ -155,7 +155,7 @@ def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts
     return ds
 
 
-def _recording(ds, held_out, split_args, **checkpoints):
+def recording_run_inputs(ds, held_out, split_args, **checkpoints):
     """The run's inputs for its manifest: the training data and its split, the held-out data, the checkpoints it
     starts from."""
     from medanon.runtime import recording_inputs
@@ -265,7 +265,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
       medanon train encoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/encoder/cpu64.yaml --out runs/restyle --export restyle.pt
     """
-    split_args = _split_args(data_opts)
+    split_args = pop_split_args(data_opts)
     _check_outputs(data_dir, out, export_path, resume, data_opts, generator_ckpt, split_args[1],
                    kind="restyle-encoder", eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_RESTYLE
@@ -281,7 +281,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
                                                      data_opts, eval_dir, split_args)
-        with _recording(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
+        with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
             ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
                                  accumulation=accum, modality=ds.modality)
         if dist.is_main:
@@ -316,7 +316,7 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
       medanon train autoencoder --data phantom-fundus --generator checkpoints/stylegan2-fundus64.pt \\
             --config configs/autoencoder/cpu64.yaml --out runs/cotrained --export cotrained.pt
     """
-    split_args = _split_args(data_opts)
+    split_args = pop_split_args(data_opts)
     _check_outputs(data_dir, out, export_path, resume, data_opts, init_ckpt, split_args[1],
                    kind="cotrained-autoencoder", eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_COTRAINED
@@ -332,7 +332,7 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
                                                      cfg.generator, data_opts, eval_dir, split_args)
-        with _recording(ds, held_out, split_args, generator=checkpoint_input(init_ckpt)):
+        with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(init_ckpt)):
             ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop,
                                      command="medanon train autoencoder", dist=dist, accumulation=accum,
                                      modality=ds.modality)

@@ -43,8 +43,7 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @speaks_flags({**TRAIN_FLAGS, **DATA_FLAGS, "channels=": "--set channels="})   # the config's channels read the data
 def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, out: Path, steps: int, resume: bool,
                   retune: bool, overrides: tuple[str, ...], checkpoint_every: int, sample_every: int, minutes: float,
-                  threads: int, export: Path | None, accum: int, split: str, splits_csv: Path | None,
-                  split_seed: int | None, **data_opts) -> None:
+                  threads: int, export: Path | None, accum: int, **data_opts) -> None:
     """Train StyleGAN2-ADA on the images in --data; images are loaded at the config's resolution and channels
     (--set resolution=, --set channels=; --size and --channels, where given, must agree with them).
 
@@ -59,27 +58,26 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     """
     import torch
 
-    from medanon.cli.anonymize_ksame import check_split_args, reduce_to_split
+    from medanon.cli.anonymize_ksame import reduce_to_split
     from medanon.cli.base import check_export_is_not_the_run, check_outputs
+    from medanon.cli.train_encoder import open_for_generator, pop_split_args, recording_run_inputs
     from medanon.outputs import check_own_export, writing_export
 
-    check_split_args(split, splits_csv, split_seed, training=True)
-    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=[splits_csv],
+    split_args = pop_split_args(data_opts)
+    check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=[split_args[1]],
                   existing_ok=True)
     check_export_is_not_the_run(export, out)
     check_outputs((export, "file", "--export", "checkpoint:stylegan2"), data_dir=data_dir, opts=data_opts,
-                  reads=[out / "checkpoint.pt", splits_csv], existing_ok=resume, can_overwrite=False)
+                  reads=[out / "checkpoint.pt", split_args[1]], existing_ok=resume, can_overwrite=False)
     if resume:
         check_own_export(out, export, name="--export")
     from medanon.train.loop import check_run_state
 
     check_run_state(out, resume=resume)          # a resume needs a run, a new run an empty place: before the data
 
-    from medanon.cli.base import dataset_input, split_input
-    from medanon.cli.train_encoder import open_for_generator
     from medanon.config import build
     from medanon.models.stylegan import StyleGANConfig
-    from medanon.runtime import cpu_count, recording_inputs, resolve_device
+    from medanon.runtime import cpu_count, resolve_device
     from medanon.train.distributed import init_distributed, shutdown, threads_per_rank
     from medanon.train.gan import export_checkpoint, train_stylegan
 
@@ -107,14 +105,14 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                     fix=f"channels={4 - cfg.channels} to train on these images as they are "
                                         f"(X-rays: channels=1), or --channels {cfg.channels} to convert them; for "
                                         "mixed grey and colour images, a folder of one kind")
-            ds = reduce_to_split(ds, split, splits_csv, split_seed, {})
+            ds = reduce_to_split(ds, *split_args, {})
             if resume:                           # settings the run refuses are refused before the images decode
                 from medanon.checkpoint import load_checkpoint
                 from medanon.train.gan_checkpoint import KIND, resume_changes
 
                 resume_changes(cfg, load_checkpoint(out / "checkpoint.pt", kind=KIND), retune=retune)
             images, _ = ds.tensors()
-            with recording_inputs(data=dataset_input(ds), split=split_input(split, splits_csv, split_seed)):
+            with recording_run_inputs(ds, None, split_args):
                 path = train_stylegan(images, cfg, out, steps=steps, resume=resume, retune=retune,
                                       checkpoint_every=checkpoint_every,
                                       sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,

@@ -293,13 +293,15 @@ def check_model_fits(model: str | Path | None, trained: dict[str, Any], dataset:
     for key in ("channels", "resolution"):
         if given[key] is not None and given[key] != trained[key]:
             side, c = trained["resolution"], trained["channels"]
-            how = ("x.expand(-1, 3, -1, -1) repeats a grey channel" if c == 3 else "x.mean(1, keepdim=True) "
-                   "gives one grey channel")
-            fix = (f"resize the images to {side}x{side} px first (e.g. torch.nn.functional.interpolate(x, "
-                   f"size={side}, mode='bilinear', antialias=True)), or use a model trained at their size"
-                   if in_memory and key == "resolution" else
-                   f"give the images {c} channel(s) ({how}), or use a model trained on their kind" if in_memory else
-                   f"open the dataset with size={side} and channels={c}, or use a model trained at that size")
+            if not in_memory:
+                fix = f"open the dataset with size={side} and channels={c}, or use a model trained at that size"
+            elif key == "resolution":
+                fix = (f"resize the images to {side}x{side} px first (e.g. torch.nn.functional.interpolate(x, "
+                       f"size={side}, mode='bilinear', antialias=True)), or use a model trained at their size")
+            else:
+                how = ("x.expand(-1, 3, -1, -1) repeats a grey channel" if c == 3 else
+                       "x.mean(1, keepdim=True) gives one grey channel")
+                fix = f"give the images {c} channel(s) ({how}), or use a model trained on their kind"
             raise ConfigError(f"{name} was trained on {c}x{side}px images; "
                               + (f"the images held in memory are {given['channels']}x{given['resolution']}px"
                                  if in_memory else

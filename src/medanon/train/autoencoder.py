@@ -377,10 +377,9 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
         trainer.load(blob)
     run = None
     if dist.is_main:
+        at = trainer.step_count if blob is not None else None
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=blob is None,
-                     resume_step=trainer.step_count if blob is not None else None,
-                     recheck=recheck_run_state(out, resume=blob is not None,
-                                               step=trainer.step_count if blob is not None else None))
+                     resume_step=at, recheck=recheck_run_state(out, at))
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    generator_checkpoint=trainer.init_provenance,
                    training_images=trainer.training_images,

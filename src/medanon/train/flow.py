@@ -170,9 +170,9 @@ def train_flow(cfg: GlowConfig, images: torch.Tensor, *, out: str | Path, val_im
                                                      seconds=0.0)     # as the other ranks of a run return
     run = None
     if dist.is_main:
+        at = step if resume else None
         run = RunDir(out, config=cfg, command="train flow", seeds={"flow": cfg.seed}, new_run=not resume,
-                     resume_step=step if resume else None,
-                     recheck=recheck_run_state(out, resume=resume, step=step if resume else None))
+                     resume_step=at, recheck=recheck_run_state(out, at))
         run.update(data=data or {}, device=str(device), resumed_from_step=step)
         if shards > 1:                          # every rank draws the same batches: one seed serves all
             run.update(distributed=dist.describe_run(accumulation=accumulation, shards=shards, global_batch=cfg.batch,

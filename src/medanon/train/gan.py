@@ -420,9 +420,9 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
         trainer.config_changes += changes
     run = None
     if dist.is_main:
+        at = trainer.step_count if resume else None
         run = RunDir(out, config=cfg, command=command, seeds={"seed": cfg.seed}, new_run=not resume,
-                     resume_step=trainer.step_count if resume else None,
-                     recheck=recheck_run_state(out, resume=resume, step=trainer.step_count if resume else None))
+                     resume_step=at, recheck=recheck_run_state(out, at))
         run.update(resumed_from_step=trainer.step_count if resume else None,
                    training_images=trainer.training_images)
         if trainer.config_changes:

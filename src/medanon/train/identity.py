@@ -200,13 +200,15 @@ def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: Ide
             if not ok]
         if changed:
             how = [_settings_changed(blob, cfg, images.shape[1])] if "settings" in changed else []
-            if "patients" in changed or "images" in changed:      # the counts; equal, the content differs
-                was, now = blob["extra"], (meta["images"], meta["patients"])
-                how.append(f"trained on {was.get('images', '?')} images of {was.get('patients', '?')} patients, "
-                           f"these are {now[0]} images of {now[1]} patients" if (was.get("images"),
-                                                                                was.get("patients")) != now else
-                           f"as many images ({now[0]}) and patients ({now[1]}), but other "
-                           + " and ".join(w for w in ("patients", "images") if w in changed))
+            if "patients" in changed or "images" in changed:
+                was = (blob["extra"].get("images", "?"), blob["extra"].get("patients", "?"))
+                now = (meta["images"], meta["patients"])
+                if was != now:
+                    how.append(f"trained on {was[0]} images of {was[1]} patients, these are {now[0]} images of "
+                               f"{now[1]} patients")
+                else:                                            # the counts agree: the content differs
+                    other = " and ".join(w for w in ("patients", "images") if w in changed)
+                    how.append(f"as many images ({now[0]}) and patients ({now[1]}), but other {other}")
             _refuse_held(held, final, changed, "; ".join(h for h in how if h))
         net.load_state_dict(state_entry(blob, "net"))
         if blob["step"] >= cfg.steps:

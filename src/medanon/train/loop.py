@@ -42,19 +42,21 @@ def check_run_state(out: Path, *, resume: bool, state: str = CHECKPOINT, finishe
     return path
 
 
-def recheck_run_state(out: Path, *, resume: bool, step: int | None = None, state: str = CHECKPOINT,
+def recheck_run_state(out: Path, resume_step: int | None, *, state: str = CHECKPOINT,
                       finished: tuple[str, ...] = ()) -> Callable[[], None]:
     """:func:`check_run_state` again, for :class:`~medanon.runtime.RunDir`'s ``recheck`` once the run holds its
-    folder's lock: a new run that another one started or finished there meanwhile is refused (it would clear that
-    run's logs and overwrite its checkpoint), and a resumed run's state must still be at the ``step`` it read."""
+    folder's lock: a new run (``resume_step`` None) that another one started or finished there meanwhile is refused
+    (it would clear that run's logs and overwrite its checkpoint), and a resumed run's state must still be at the
+    ``resume_step`` it read."""
     def recheck() -> None:
-        path = check_run_state(out, resume=resume, state=state, finished=finished)
-        if resume and step is not None and path.is_file():
+        path = check_run_state(out, resume=resume_step is not None, state=state, finished=finished)
+        if resume_step is not None:
             from medanon.checkpoint import load_checkpoint
 
             now = int(load_checkpoint(path)["step"])
-            if now != int(step):
-                raise ConfigError(f"{path} is at step {now}, not the step {step} this run read: another run went on "
+            if now != int(resume_step):
+                raise ConfigError(f"{path} is at step {now}, not the step {resume_step} this run read: another run "
+                                  "went on "
                                   "with it meanwhile", fix="resume again, from its new state")
     return recheck
 

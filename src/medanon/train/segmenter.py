@@ -263,10 +263,10 @@ def train_segmenter(data: SegmentationData, out: str | Path, cfg: SegmenterTrain
     splits = split_data(data, cfg)
     run = None
     if dist.is_main:
+        at = int(held["step"]) if held is not None else None
         run = RunDir(out, config=cfg, command=command, seeds={"train": cfg.seed, "splits": cfg.seed},
-                     new_run=not resume, resume_step=int(held["step"]) if held is not None else None,
-                     recheck=recheck_run_state(out, resume=resume, step=int(held["step"]) if held is not None else None,
-                                               state="last.pt", finished=(SEGMENTER_FILE,)))
+                     new_run=not resume, resume_step=at,
+                     recheck=recheck_run_state(out, at, state="last.pt", finished=(SEGMENTER_FILE,)))
         run.update(data=data.digest, device=str(device),
                    split_images={k: len(v.records) for k, v in splits.items()},
                    split_patients={k: len({r.patient_id for r in v.records}) for k, v in splits.items()})

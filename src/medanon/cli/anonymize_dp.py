@@ -14,11 +14,12 @@ from pathlib import Path
 import click
 
 from medanon.api.dp import LDPConfig
-from medanon.cli.anonymize_ksame import MODEL, check_release_before_work, open_split, split_options
+from medanon.cli.anonymize_ksame import MODEL, check_release_before_work
 from medanon.cli.base import CONTEXT, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
 from medanon.cli.models import shipped_default
+from medanon.cli.splits import open_split, split_options
 
 
 class Budget(click.ParamType):

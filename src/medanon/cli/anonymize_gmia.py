@@ -12,12 +12,11 @@ from medanon.cli.anonymize_ksame import (
     MODEL,
     amp_option,
     check_release_before_work,
-    open_split,
-    split_options,
 )
 from medanon.cli.base import CONTEXT, anonymize, note_without_mapping, to_json
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
+from medanon.cli.splits import open_split, split_options
 
 FLAGS = {"losses=": "--losses ", "steps=": "--steps ", "lr=": "--lr ", "margin=": "--margin ",
          "lambda_id=": "--lambda-id ", "lambda_ut=": "--lambda-ut ", "latent_space=": "--latent-space ",

@@ -17,6 +17,7 @@ from medanon.api.ksame import ABLATIONS, STYLE_LAYERS
 from medanon.cli.base import CONTEXT, FiniteRange, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
+from medanon.cli.splits import open_split, split_options
 
 FLAGS = {"features='vgg19', features_weights=PATH (k-SALSA)": "--features vgg19 --features-weights PATH",
          "features_weights=": "--features-weights ", "stratify=": "--stratify ",
@@ -45,10 +46,7 @@ def amp_option(f):
                              "a few 8-bit levels (docs/distributed.md, 'Mixed precision').")(f)
 
 
-SPLIT_FLAGS = {"splits= is only used with split='train', 'val' or 'test'": "--splits is only used with --split "
-                                                                            "train|val|test",
-               "pass split= the part to release, e.g. split='train'": "pass --split train",
-               "release split='all'": "leave --split out", "split=": "--split "}
+
 
 
 class ModelParam(click.ParamType):
@@ -72,30 +70,6 @@ class ModelParam(click.ParamType):
 MODEL = ModelParam()
 
 
-def split_options(f, *, training: bool = False):
-    """``--split NAME --splits CSV --split-seed N``: release (``training``: train on) one patient-level split of the
-    dataset only."""
-    from medanon.data.splits import SPLIT_CHOICES
-
-    f = click.option("--split-seed", type=int, default=None,
-                     help="Seed of the recomputed split (as `medanon data split` and `medanon evaluate`).  "
-                          "[default: 0]")(f)
-    f = click.option("--splits", "splits_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     default=None, help="Splits CSV (record_id, patient_id, split: `medanon data split`); else "
-                                        "--split is recomputed from --split-seed. "
-                                        + ("" if training else "Evaluate the release with the same --splits."))(f)
-    return click.option("--split", type=click.Choice(SPLIT_CHOICES), default="all",
-                        help="Train only on this patient-level split (e.g. train: the patients a release will "
-                             "hold, keeping the evaluation's held-out test patients unseen)." if training else
-                        "Release only this patient-level split (e.g. train, to evaluate against held-out "
-                        "test patients).")(f)
-
-
-def train_split_options(f):
-    """:func:`split_options` for the commands that train a model on a dataset."""
-    return split_options(f, training=True)
-
-
 def check_release_before_work(out, mapping, overwrite: bool, data_dir, data_opts: dict, *reads) -> None:
     """The release's and the mapping's paths checked against everything the command reads (the dataset's files from
     a scan, which decodes no pixel, and ``reads``: models, a splits file) before the data is read or a model loaded."""
@@ -111,38 +85,6 @@ def check_release_before_work(out, mapping, overwrite: bool, data_dir, data_opts
         files = []                               # the data's own error comes when it is opened
     check_release_outputs(out, mapping, overwrite=overwrite,
                           inputs=[data_dir, data_opts.get("labels_csv"), data_opts.get("images_dir"), *reads, *files])
-
-
-def open_split(data_dir, data_opts: dict, split: str, splits_csv, split_seed: int | None, flags):
-    """The dataset folder opened with the command's options, reduced to ``--split``."""
-    check_split_args(split, splits_csv, split_seed)
-    return reduce_to_split(open_from_cli(data_dir, **data_opts), split, splits_csv, split_seed, flags)
-
-
-def check_split_args(split: str, splits_csv, split_seed: int | None, *, training: bool = False) -> None:
-    """A split seed beside a splits file or ``--split all`` would change nothing: refused (before any work)."""
-    check_split_seed(splits_csv, split_seed)
-    if split == "all" and split_seed is not None:
-        what = ("trains on every patient" if training else "releases every patient")
-        then = ("train on one split, e.g. --split train" if training else
-                "release one split, e.g. --split train, to evaluate the release")
-        raise click.BadParameter(f"--split all {what}: a split seed would change nothing ({then})",
-                                 param_hint="--split-seed")
-
-
-def reduce_to_split(ds, split: str, splits_csv, split_seed: int | None, flags):
-    """An opened dataset reduced to ``--split`` (all: itself), its messages in the command's ``flags``."""
-    from medanon.data.splits import select_split
-
-    with library_call({**SPLIT_FLAGS, **flags}):
-        return select_split(ds, split, splits_csv=splits_csv, seed=split_seed or 0)
-
-
-def check_split_seed(splits_csv, split_seed: int | None) -> None:
-    """``--split-seed`` recomputes a split; beside ``--splits`` (the split read from a file) it would change
-    nothing."""
-    if splits_csv is not None and split_seed is not None:
-        raise click.BadParameter("the split comes from --splits; it would change nothing", param_hint="--split-seed")
 
 
 def ksame_options(*, model_required: bool, k: bool = True, seed: bool = True):

@@ -14,10 +14,11 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.snow import SnowConfig, VSSnowConfig
-from medanon.cli.anonymize_ksame import MODEL, open_split, split_options
+from medanon.cli.anonymize_ksame import MODEL
 from medanon.cli.base import CONTEXT, FiniteRange, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
+from medanon.cli.splits import open_split, split_options
 from medanon.release.labels import parse_label_list
 
 FLAGS = {"give p=": "give --p", "p=": "--p ", "ps=[0.1, 0.3, 0.5]": "--p 0.1,0.3,0.5", "seed=": "--seed ",

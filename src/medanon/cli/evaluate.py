@@ -118,7 +118,7 @@ def evaluate(ctx: click.Context, real_dir, releases, out, splits, split_seed, ma
     if size is not None:
         data["size"] = size
     if split_seed is not None:
-        from medanon.cli.anonymize_ksame import check_split_seed
+        from medanon.cli.splits import check_split_seed
 
         check_split_seed(splits, split_seed)
         data["split"]["seed"] = split_seed

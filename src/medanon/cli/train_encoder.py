@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.anonymize_ksame import train_split_options
 from medanon.cli.base import (
     CONTEXT,
     FiniteRange,
@@ -26,6 +25,7 @@ from medanon.cli.base import (
     train,
 )
 from medanon.cli.data import data_dir_argument, data_options, open_from_cli
+from medanon.cli.splits import train_split_options
 from medanon.cli.words import TRAIN_FLAGS, speaks_flags
 
 # the inversion trainers' parameters as this command's flags (library messages name parameters)
@@ -71,7 +71,7 @@ def loop_options(f):
 
 def pop_split_args(data_opts: dict) -> tuple[str, Path | None, int | None]:
     """``--split``, ``--splits``, ``--split-seed`` taken out of the data options (checked before any work)."""
-    from medanon.cli.anonymize_ksame import check_split_args
+    from medanon.cli.splits import check_split_args
 
     args = data_opts.pop("split"), data_opts.pop("splits_csv"), data_opts.pop("split_seed")
     check_split_args(*args, training=True)
@@ -120,7 +120,7 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     else:
         raise click.UsageError("pass --generator CHECKPOINT.pt (a `medanon train gan` checkpoint), or --resume a run")
     size, channels = int(g["resolution"]), int(g["channels"])
-    from medanon.cli.anonymize_ksame import reduce_to_split
+    from medanon.cli.splits import reduce_to_split
 
     ds = reduce_to_split(open_for_generator(data_dir, size, channels, data_opts, trained), *split_args, FLAGS)
     held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from medanon.cli.anonymize_ksame import train_split_options
 from medanon.cli.base import CONTEXT, FiniteRange, train
 from medanon.cli.data import data_dir_argument, data_options
+from medanon.cli.splits import train_split_options
 from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 
 
@@ -58,8 +58,8 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     """
     import torch
 
-    from medanon.cli.anonymize_ksame import reduce_to_split
     from medanon.cli.base import check_export_is_not_the_run, check_outputs
+    from medanon.cli.splits import reduce_to_split
     from medanon.cli.train_encoder import open_for_generator, pop_split_args, recording_run_inputs
     from medanon.outputs import check_own_export, writing_export
 

@@ -243,5 +243,6 @@ def test_cli_trains_a_filtered_flow_and_resumes(tmp_path: Path, monkeypatch):
     cells[one][col], cells[zero][col] = "0", "1"
     (data / "labels.csv").write_text("\n".join([rows[0], *(",".join(c) for c in cells)]) + "\n")
     res = runner.invoke(cli, [*whole, "--steps", "4", "--resume"])
-    assert res.exit_code != 0 and "trained on other data (changed since: records.train '" in res.output, res.output
+    assert res.exit_code != 0 and "trained on other data (changed since: " in res.output \
+        and "records.train '" in res.output, res.output
 

@@ -246,6 +246,8 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
               **reading_params(dataset)}
     if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings
         params["amp"] = networks["codec"]["amp"]
+    if networks["codec"].get("trained_people"):  # digests: whether an evaluation's controls trained the codec
+        params["codec_trained_people"] = {"trained_people": networks["codec"]["trained_people"]}
     params.update(extra_params or {})
     models = release_models(gmia, networks)
     from medanon.release.release import is_phantom, source_digest

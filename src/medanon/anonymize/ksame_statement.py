@@ -190,7 +190,7 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
     if codec is not None:
         p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "latent_space", "iterations", "num_ws",
                                                                          "w_dim", "map", "resolution", "noise_mode",
-                                                                         "amp")}
+                                                                         "amp", "trained_people")}
     return p
 
 

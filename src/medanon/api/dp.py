@@ -243,6 +243,16 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                    inputs=[p for r in reads for p in dataset_inputs(r)])
 
 
+def _flow_people(trained_on: dict | None, name: str | None) -> dict[str, Any]:
+    """The flow's training patients as digests (``medanon train flow`` records them), for an evaluation to tell
+    whether the flow saw its controls (:mod:`medanon.evaluate.model_people`); empty where none are recorded."""
+    if not (trained_on or {}).get("patients_digest"):
+        return {}
+    keep = {k: trained_on[k] for k in ("source", "split", "patients_digest") if k in trained_on}
+    return {"flow_trained_people": {"trained_people": [{"model": name or "the flow", **keep,
+                                                        "images": trained_on.get("train_images")}]}}
+
+
 def _flow_checksum(codec) -> dict[str, str]:
     """The flow's checkpoint sha256, or for a flow given in memory its weights' (``glow:weights``)."""
     from medanon.checkpoint import weights_sha256
@@ -405,7 +415,8 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
     dp.mechanism.calibration_checked = box_checked
     return ldp_release(ds, dp, method="dpglow",
                        params={**_params(epsilon, per_element, alpha, clip, calibration), "center": center,
-                               **({"model_files": used} if used else {})},
+                               **({"model_files": used} if used else {}),
+                               **_flow_people(trained_on, (used.get("flow") or {}).get("file"))},
                        models=_flow_checksum(codec), noise_seed=noise_seed, batch=batch,
                        release_labels=release_labels, device=device, notes=notes,
                        reads=reads, withdrawn=withdrawn)

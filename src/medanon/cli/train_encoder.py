@@ -101,7 +101,8 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
                           fallback, data_opts: dict, eval_dir: Path | None = None, split_args=("all", None, None)):
     """Every image of ``data_dir`` at the resolution and channels of the run's generator: the resumed run's,
     else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed); and
-    ``eval_dir`` opened and checked the same way (None without it), before any training."""
+    ``eval_dir`` opened and checked the same way (None without it), before any training; the dataset reduced to
+    the split, and the record of its people (:func:`medanon.cli.splits.reduce_with_people`)."""
     from medanon.checkpoint import load_checkpoint
     from medanon.train.loop import CHECKPOINT
 
@@ -120,12 +121,13 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     else:
         raise click.UsageError("pass --generator CHECKPOINT.pt (a `medanon train gan` checkpoint), or --resume a run")
     size, channels = int(g["resolution"]), int(g["channels"])
-    from medanon.cli.splits import reduce_to_split
+    from medanon.cli.splits import reduce_with_people
 
-    ds = reduce_to_split(open_for_generator(data_dir, size, channels, data_opts, trained), *split_args, FLAGS)
+    ds, people = reduce_with_people(open_for_generator(data_dir, size, channels, data_opts, trained), *split_args,
+                                    FLAGS)
     held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
         if eval_dir is not None else None                  # its problems named now, not after the training
-    return ds.tensors()[0], held_out, ds
+    return ds.tensors()[0], held_out, ds, people
 
 
 def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None, *,
@@ -279,11 +281,11 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
     dist = init_distributed(loop["device"])
     try:
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
-        images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
+        images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
                                                      data_opts, eval_dir, split_args)
         with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
             ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
-                                 accumulation=accum, modality=ds.modality)
+                                 accumulation=accum, modality=ds.modality, people=people)
         if dist.is_main:
             _finish(ckpt, out, export_path, held_out, f"ReStyle encoder, {cfg.iterations} iterations",
                     float16=export_float16)
@@ -330,12 +332,12 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     dist = init_distributed(loop["device"])
     try:
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
-        images, held_out, ds = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
+        images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
                                                      cfg.generator, data_opts, eval_dir, split_args)
         with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(init_ckpt)):
             ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop,
                                      command="medanon train autoencoder", dist=dist, accumulation=accum,
-                                     modality=ds.modality)
+                                     modality=ds.modality, people=people)
         if dist.is_main:
             _finish(ckpt, out, export_path, held_out, "co-trained encoder + generator",
                     float16=export_float16, discriminator=export_discriminator)

@@ -89,6 +89,7 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
     from medanon.config import build, load_yaml
     from medanon.data.records import records_digest
     from medanon.data.splits import split_records
+    from medanon.data.training_people import patients_digest
     from medanon.errors import ConfigError
     from medanon.models.glow import GlowConfig
     from medanon.phantoms.provenance import phantom_settings
@@ -148,6 +149,8 @@ def _train_flow(dist, data_dir, out, config_file, overrides, steps, batch, seed,
             # which records the split and --where chose, by id, patient and labels: an edited labels.csv can
             # change the selection without changing its counts
             "records": {"train": records_digest(train_recs), "val": records_digest(val_recs)},
+            # the training patients' digest (never ids): an evaluation tells whether the flow saw its controls
+            "patients_digest": patients_digest([r.patient_id for r in train_recs]),
             # the pixels as read: the same files under another --crop, --size or reader are other training images
             "crop": ds.crop, "train_pixels": training_images_digest(to_uint8_images(sel(train_recs))),
             # a phantom's people are fixed by its seed: a release of another phantom can tell it holds them

@@ -59,7 +59,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
     import torch
 
     from medanon.cli.base import check_export_is_not_the_run, check_outputs
-    from medanon.cli.splits import reduce_to_split
+    from medanon.cli.splits import reduce_with_people
     from medanon.cli.train_encoder import open_for_generator, pop_split_args, recording_run_inputs
     from medanon.outputs import check_own_export, writing_export
 
@@ -105,7 +105,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                     fix=f"channels={4 - cfg.channels} to train on these images as they are "
                                         f"(X-rays: channels=1), or --channels {cfg.channels} to convert them; for "
                                         "mixed grey and colour images, a folder of one kind")
-            ds = reduce_to_split(ds, *split_args, {})
+            ds, people = reduce_with_people(ds, *split_args, {})
             if resume:                           # settings the run refuses are refused before the images decode
                 from medanon.checkpoint import load_checkpoint
                 from medanon.train.gan_checkpoint import KIND, resume_changes
@@ -117,7 +117,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                       checkpoint_every=checkpoint_every,
                                       sample_every=sample_every, max_seconds=minutes * 60 if minutes else None,
                                       command="medanon train gan", dist=dist, accumulation=accum,
-                                      modality=ds.modality)
+                                      modality=ds.modality, people=people)
             if dist.is_main:
                 click.echo(f"wrote {path}")
                 if export is not None:                  # checked again: another run may have exported there

@@ -18,19 +18,12 @@ FLAGS = {**TRAIN_FLAGS, "phantoms: per_patient=2+": "phantoms: medanon phantom -
 
 def _trained_on(ds, data_dir: Path, rows, split: str, splits: Path | None, seed: int | None,
                 stratify: str | None) -> dict:
-    """What a network was trained on, for its checkpoint: the folder's digest, the split and how it was made, and
-    digests (never ids) of the images and patients chosen (:func:`medanon.data.records.records_digest`)."""
-    from medanon.data.records import records_digest
-    from medanon.fsutil import sha256_file
-    from medanon.runtime import files_digest
-    from medanon.train.identity import patients_digest
+    """What a network was trained on, for its checkpoint (:func:`medanon.data.training_people.training_people`:
+    the folder's digest, the split and how it was made, digests, never ids, of the images and patients chosen)."""
+    from medanon.data.training_people import training_people
 
-    chosen = [ds.records[int(i)] for i in rows]
-    return {"source": files_digest([r.path for r in ds.records], root=data_dir),
-            "split": split, **({"splits_sha256": sha256_file(splits)} if splits is not None else
-                               {"split_seed": seed or 0, "stratify": stratify if stratify is not None else "auto"}),
-            "images": len(chosen), "records_digest": records_digest(chosen),
-            "patients_digest": patients_digest([r.patient_id for r in chosen])}
+    return training_people(ds, [ds.records[int(i)] for i in rows], split=split, splits=splits, seed=seed,
+                           stratify=stratify if stratify is not None else "auto")
 
 
 def _split_rows(ds, splits: Path | None, split: str, seed: int | None, stratify: str | None):

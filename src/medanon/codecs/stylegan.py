@@ -254,6 +254,9 @@ def codec_from_blob(blob: dict[str, Any], *, iterations: int | None = None, batc
         if key in blob.get("extra", {}):
             provenance[key] = copy.deepcopy(blob["extra"][key])
     provenance["trained_on"] = trained_on(blob, generator.img_channels, generator.img_resolution)
+    from medanon.data.training_people import model_people
+
+    provenance["trained_people"] = model_people(blob)   # digests: whether an evaluation's controls trained it
     return StyleGANCodec(generator, encoder, n, name=CODEC_NAMES.get(blob["kind"]), provenance=provenance,
                          batch_size=batch_size)
 

@@ -46,6 +46,7 @@ from medanon.evaluate.cautions import differencing_results, few_test_patients, k
 from medanon.evaluate.config import EvalConfig, result_key
 from medanon.evaluate.context import RealContext, checkpoint_trained_on, split_rows
 from medanon.evaluate.inputs import ReleaseData, load_real, load_release
+from medanon.evaluate.model_people import model_people_notes
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
 from medanon.evaluate.setting_notes import setting_notes, views_notes
@@ -385,7 +386,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         ctx.notes.append(note)
     label_sets = [set(r.label_names) for r in rels]
     tasks = util.choose_tasks(cfg.utility.tasks, sorted(set.union(*label_sets)), real.label_names)
-    for note in few_test_patients(ctx, tasks):
+    for note in few_test_patients(ctx, tasks) + model_people_notes(rels, ctx):
         log.warning(note)
         ctx.notes.append(note)
     ckpts = _checkpoint_digests(cfg)                # a checkpoint replaced at the same path invalidates the cache

@@ -340,7 +340,8 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
                       checkpoint_every: int = 500, sample_every: int = 500, log_every: int = 10,
                       max_seconds: float | None = None, progress: bool = True,
                       command: str = "train autoencoder", dist: Dist | None = None, accumulation: int = 1,
-                      modality: str | None = None) -> Path:
+                      modality: str | None = None,
+                   people: dict[str, Any] | None = None) -> Path:
     """Co-train an encoder and a StyleGAN2 generator (with its discriminator) on ``images`` (N, C, H, W) in
     [-1, 1] until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.
@@ -353,6 +354,8 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     shards, see ``_CotrainTrainer._step_sharded``); rank 0 writes the run directory. ``modality`` (the dataset's,
     where known) is recorded with the training images, so the codec is refused on the other modality by what it
     records rather than by its channel count; a resume keeps the one recorded.
+    ``people``: the training people's record (:func:`medanon.data.training_people.training_people`), kept with the
+    training images, so that an evaluation tells whether the model saw its controls.
     """
     dist = dist or Dist(device=torch.device(device))
     device = dist.device
@@ -370,7 +373,7 @@ def train_autoencoder(images: torch.Tensor, cfg: AutoencoderConfig, out: str | P
     validate(cfg)
     data = to_uint8(images, cfg.generator)
     trainer = _CotrainTrainer(cfg, data, device, init, dist=dist, accumulation=accumulation)
-    record_modality(trainer.training_images, modality, blob)
+    record_modality(trainer.training_images, modality, blob, people)
     if blob is not None:
         trainer.init_provenance = blob["extra"].get("generator_checkpoint")
         training_images_change(blob, trainer.training_images)

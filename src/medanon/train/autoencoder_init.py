@@ -23,7 +23,10 @@ def init_from(path: str | Path, device: torch.device) -> dict[str, Any]:
     co-trained codec's generator and encoder (and its discriminator if the file still holds one; an exported codec
     has none, so D starts fresh). A spatial map's layers, which the start has not, keep their initialisation."""
     blob = load_checkpoint(path, kind=GENERATOR_KINDS, map_location=device)
-    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"]}
+    from medanon.data.training_people import model_people
+
+    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"],
+                  "trained_people": model_people(blob)}
     if blob["kind"] == KIND_COTRAINED:
         st = blob["state"]
         return {"G": st["G"], "D": st.get("D"), "E": st["E"], "ada_p": float(blob["extra"].get("ada_p", 0.0)),

@@ -272,7 +272,10 @@ def load_frozen_generator(path: str | Path, device: torch.device) -> tuple[Gener
     validate(cfg)
     G = Generator.from_config(cfg)
     load_weights(G, state_entry(blob, "G" if blob["kind"] == KIND_COTRAINED else "G_ema"), path)
-    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"], "kind": blob["kind"]}
+    from medanon.data.training_people import model_people
+
+    provenance = {"path": str(path), "sha256": blob["sha256"], "step": blob["step"], "kind": blob["kind"],
+                  "trained_people": model_people(blob)}
     return G.to(device).eval().requires_grad_(False), to_dict(cfg), provenance
 
 
@@ -376,7 +379,8 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
                   steps: int, resume: bool = False, device: str | torch.device = "cpu", checkpoint_every: int = 500,
                   sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
                   progress: bool = True, command: str = "train encoder", dist: Dist | None = None,
-                  accumulation: int = 1, modality: str | None = None) -> Path:
+                  accumulation: int = 1, modality: str | None = None,
+                   people: dict[str, Any] | None = None) -> Path:
     """Train a ReStyle encoder for the frozen EMA generator of ``generator_ckpt`` on ``images`` (N, C, H, W)
     in [-1, 1], until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.
@@ -387,6 +391,8 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
     shards, see ``_RestyleTrainer._step_sharded``); rank 0 writes the run directory. ``modality`` (the dataset's,
     where known) is recorded with the training images, as the GAN and co-training runs record it; a resume on
     another modality is refused.
+    ``people``: the training people's record (:func:`medanon.data.training_people.training_people`), kept with the
+    training images, so that an evaluation tells whether the model saw its controls.
     """
     validate(cfg)
     dist = dist or Dist(device=torch.device(device))
@@ -405,7 +411,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
         G, g_config, provenance = load_frozen_generator(generator_ckpt, device)
     data = to_uint8(images, load_config({"config": g_config}))
     trainer = _RestyleTrainer(cfg, G, g_config, data, device, provenance, dist=dist, accumulation=accumulation)
-    record_modality(trainer.training_images, modality, blob)
+    record_modality(trainer.training_images, modality, blob, people)
     if blob is not None:
         training_images_change(blob, trainer.training_images)
         trainer.load(blob)

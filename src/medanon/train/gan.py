@@ -383,7 +383,8 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
                    checkpoint_every: int = 500,
                    sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
                    progress: bool = True, command: str = "train gan", dist: Dist | None = None,
-                   accumulation: int = 1, modality: str | None = None) -> Path:
+                   accumulation: int = 1, modality: str | None = None,
+                   people: dict[str, Any] | None = None) -> Path:
     """Train StyleGAN2-ADA on ``images`` (N, C, H, W) in [-1, 1] until ``steps`` steps of ``cfg.batch`` images.
 
     Writes the run directory described in the module docstring to ``out`` and returns the path of the
@@ -399,6 +400,8 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     ``accumulation`` split each step's ``cfg.batch`` images into shards (see :class:`StyleGANTrainer`);
     every rank calls this function, rank 0 alone writes the run directory. ``modality`` (the dataset's, where
     known) is recorded with the training images; a resume on another modality is refused, even with ``retune``.
+    ``people``: the training people's record (:func:`medanon.data.training_people.training_people`), kept with the
+    training images, so that an evaluation tells whether the model saw its controls.
     """
     validate(cfg)
     dist = dist or Dist(device=torch.device(device))
@@ -410,10 +413,10 @@ def train_stylegan(images: torch.Tensor, cfg: StyleGANConfig, out: str | Path, *
     if retune and not resume:
         raise ConfigError("retune=True changes the settings of a resumed run", fix="pass resume=True as well")
     trainer = StyleGANTrainer(cfg, data, device, dist=dist, accumulation=accumulation)
-    record_modality(trainer.training_images, modality, None)
+    record_modality(trainer.training_images, modality, None, people)
     if resume:
         blob = load_checkpoint(ckpt_path, kind=KIND)   # on the CPU: random states must be; load_state_dict moves
-        record_modality(trainer.training_images, modality, blob)     # kept when not given again
+        record_modality(trainer.training_images, modality, blob, people)     # kept when not given again
         changes = resume_changes(cfg, blob, retune=retune)
         changes += training_images_change(blob, trainer.training_images, retune=retune)
         trainer.load(blob)

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from medanon.checkpoint import load_checkpoint, state_entry
 from medanon.data.tensors import resize_to
+from medanon.data.training_people import patients_digest
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import sha256_bytes
 from medanon.models.classifier import PRESETS, ResNetConfig
@@ -59,11 +60,6 @@ class IdentityTrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def patients_digest(patient_ids: Sequence[str]) -> str:
-    """A digest of the training patients (sorted), stored in the checkpoint instead of the ids."""
-    return sha256_bytes("\n".join(sorted(set(map(str, patient_ids)))).encode())[:16]
 
 
 class _NetAndHead(torch.nn.Module):

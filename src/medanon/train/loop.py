@@ -98,13 +98,22 @@ def refuse_other_data(ckpt: Path, saved: dict[str, Any] | None, now: dict[str, A
                           fix=fix)
 
 
-def record_modality(training_images: dict[str, Any], modality: str | None, blob: dict[str, Any] | None) -> None:
+def record_modality(training_images: dict[str, Any], modality: str | None, blob: dict[str, Any] | None,
+                    people: dict[str, Any] | None = None) -> None:
     """Record the data's ``modality`` with a trainer's training images (its checkpoints then say it, and
     :func:`medanon.codecs.stylegan.trained_on` reads it); not given, a resumed run's ``blob`` keeps the one it
-    recorded. Called before :func:`training_images_change`, which refuses a resume on another modality."""
-    known = (((blob or {}).get("extra") or {}).get("training_images") or {}).get("modality")
+    recorded. Called before :func:`training_images_change`, which refuses a resume on another modality.
+
+    ``people``: the training people's record (:func:`medanon.data.training_people.training_people`), kept in the
+    list ``people`` with those a resumed run recorded (a run retuned on other images depends on both sets)."""
+    saved = (((blob or {}).get("extra") or {}).get("training_images") or {})
+    known = saved.get("modality")
     if modality or known:
         training_images["modality"] = modality or known
+    recorded = [p for p in saved.get("people") or [] if isinstance(p, dict)]
+    merged = [*recorded, people] if people and people not in recorded else recorded
+    if merged:
+        training_images["people"] = merged
 
 
 def training_images_change(blob: dict[str, Any], digest: dict[str, Any], *,

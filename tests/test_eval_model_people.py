@@ -1,0 +1,126 @@
+"""The report says when the models a release was made with were trained on the evaluation's controls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import medanon
+from medanon.anonymize.privacy import WeakSetting
+from medanon.evaluate.model_people import model_people_notes
+from medanon.models_shipped import SHIPPED
+from medanon.train.identity import patients_digest
+
+
+def _ctx(root, patients, held, files_sha256="data-digest"):
+    patients = np.asarray(patients)
+    held = np.asarray(held)
+    src = np.setdiff1d(np.arange(len(patients)), held)
+    return SimpleNamespace(real=SimpleNamespace(root=root, patients=patients, files_sha256=files_sha256),
+                           src=src, held=held, cfg=SimpleNamespace(source_split="train", heldout_split="test"))
+
+
+def _release(models=None, params=None):
+    return SimpleNamespace(name="rel", manifest={"models": models or {}}, params=params or {})
+
+
+def test_a_shipped_codec_trained_on_the_phantoms_people_is_named_with_the_controls_it_saw(tmp_path):
+    same = medanon.make_phantom(tmp_path / "seed0", modality="fundus", patients=4, per_patient=1, size=16)
+    other = medanon.make_phantom(tmp_path / "seed5", modality="fundus", patients=4, per_patient=1, size=16, seed=5)
+    ids = ["P00001", "P00002", "P00003", "P00004"]
+    rel = _release({"codec": SHIPPED["cotrained-map-fundus64.pt"]})
+    notes = model_people_notes([rel], _ctx(same, ids, [2, 3]))
+    assert len(notes) == 1 and "cotrained-map-fundus64.pt saw 2 of the 2 controls" in notes[0], notes
+    assert "seed 0, 500 patients" in notes[0]
+    assert model_people_notes([rel], _ctx(other, ids, [2, 3])) == []           # other people
+    assert model_people_notes([_release({"codec": "0" * 64})], _ctx(same, ids, [2, 3])) == []   # not shipped
+    xray = _release({"flow": SHIPPED["glow-xray64.pt"]})                        # an X-ray phantom's people
+    assert model_people_notes([xray], _ctx(same, ids, [2, 3])) == []
+
+
+def test_recorded_training_patients_are_compared_with_the_controls():
+    ids = ["a", "a", "b", "c", "d", "d"]
+    ctx = _ctx(None, ids, [3, 4, 5])                    # controls c, d; members a, b
+
+    def rec(people, source="data-digest"):
+        return {"model": "my-codec.pt", "source": {"sha256": source}, "split": "all", "images": 6,
+                "patients_digest": patients_digest(people)}
+
+    nested = {"codec": {"trained_people": [rec(["a", "b", "c", "d"])]}}
+    notes = model_people_notes([_release(params=nested)], ctx)
+    assert len(notes) == 1 and "my-codec.pt saw 2 of the 2 controls" in notes[0], notes
+    assert model_people_notes([_release(params={"trained_people": [rec(["a", "b"])]})], ctx) == []   # the members
+    assert model_people_notes([_release(params={"trained_people": [rec(["a", "b", "c", "d"], "other")]})],
+                              ctx) == []                                         # another dataset
+    unknown = model_people_notes([_release(params={"trained_people": [rec(["a", "c"])]})], ctx)
+    assert len(unknown) == 1 and "is not known" in unknown[0] and "my-codec.pt" in unknown[0], unknown
+
+
+def test_a_codec_trained_by_medanon_carries_its_people_into_the_release_and_the_evaluation(tmp_path):
+    """`train gan` on every patient, `train encoder` on the train split: the exported codec names both runs'
+    people (digests only), a release made with it carries them, and the evaluation of that folder says the GAN saw
+    its controls (the encoder, trained on the members, did not)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+    from medanon.codecs.stylegan import load_codec
+    from medanon.evaluate.inputs import load_real
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    data = medanon.make_phantom(tmp_path / "data", modality="fundus", patients=8, per_patient=2, size=32, seed=3)
+    run = CliRunner()
+    r = run.invoke(cli, ["--device", "cpu", "train", "gan", str(data), "--config", str(root / "stylegan/tiny32.yaml"),
+                         "--steps", "1", "--checkpoint-every", "1", "--out", str(tmp_path / "gan")])
+    assert r.exit_code == 0, r.output
+    r = run.invoke(cli, ["--device", "cpu", "train", "encoder", "--data", str(data), "--split", "train",
+                         "--generator", str(tmp_path / "gan" / "checkpoint.pt"), "--config",
+                         str(root / "encoder/tiny32.yaml"), "--set", "iterations=1", "--steps", "1",
+                         "--out", str(tmp_path / "re"), "--export", str(tmp_path / "codec.pt")])
+    assert r.exit_code == 0, r.output
+    people = load_codec(tmp_path / "codec.pt").provenance["trained_people"]
+    assert [(p["model"], p["split"], p["images"]) for p in people] == [("codec.pt", "train", len(
+        medanon.split_dataset(medanon.open_dataset(data, size=32))["train"])), ("checkpoint.pt", "all", 16)], people
+    assert "P0000" not in json.dumps(people)                     # digests, never ids
+
+    train = medanon.split_dataset(medanon.open_dataset(data, size=32))["train"]
+    with pytest.warns(WeakSetting, match="k = 2"):
+        rel = medanon.anonymize.kcentroid(train, k=2, codec=tmp_path / "codec.pt")
+    params = json.loads(json.dumps(rel.params))                 # as the manifest holds them
+    assert params["codec"]["trained_people"] == people
+
+    real = load_real(data, size=32)
+    held, src = np.flatnonzero(real.split == "test"), np.flatnonzero(real.split == "train")
+    ctx = SimpleNamespace(real=real, src=src, held=held, cfg=SimpleNamespace(source_split="train",
+                                                                             heldout_split="test"))
+    notes = model_people_notes([SimpleNamespace(name="kc", manifest={"models": {}}, params=params)], ctx)
+    n = len(set(real.patients[held]))
+    assert len(notes) == 1 and f"checkpoint.pt saw {n} of the {n} controls" in notes[0], notes
+    assert "codec.pt" not in notes[0]
+
+
+def test_a_dpglow_release_carries_the_people_its_flow_was_trained_on(tmp_path):
+    import json
+    import warnings
+
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    data = medanon.make_phantom(tmp_path / "data", modality="xray", patients=6, per_patient=1, size=32, seed=13)
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "flow", str(data), "--config",
+                                 str(root / "glow/tiny32.yaml"), "--steps", "1", "--batch", "2", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    other = medanon.make_phantom(tmp_path / "other", modality="xray", patients=4, per_patient=1, size=32, seed=14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                 # the statement's warnings are tested elsewhere
+        rel = medanon.anonymize.dpglow(medanon.open_dataset(other, size=32), epsilon=1e4,
+                                       flow=tmp_path / "run" / "flow.pt")
+    (rec,) = json.loads(json.dumps(rel.params))["flow_trained_people"]["trained_people"]
+    assert rec["model"] == "flow.pt" and rec["patients_digest"] and rec["source"]["sha256"], rec
+    assert "P0000" not in json.dumps(rec)

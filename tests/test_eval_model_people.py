@@ -114,7 +114,8 @@ def test_a_dpglow_release_carries_the_people_its_flow_was_trained_on(tmp_path):
     root = Path(__file__).resolve().parents[1] / "configs"
     data = medanon.make_phantom(tmp_path / "data", modality="xray", patients=6, per_patient=1, size=32, seed=13)
     r = CliRunner().invoke(cli, ["--device", "cpu", "train", "flow", str(data), "--config",
-                                 str(root / "glow/tiny32.yaml"), "--steps", "1", "--batch", "2", "--out", str(tmp_path / "run")])
+                                 str(root / "glow/tiny32.yaml"), "--steps", "1", "--batch", "2",
+                                 "--out", str(tmp_path / "run")])
     assert r.exit_code == 0, r.output
     other = medanon.make_phantom(tmp_path / "other", modality="xray", patients=4, per_patient=1, size=32, seed=14)
     with warnings.catch_warnings():

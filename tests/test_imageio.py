@@ -111,3 +111,76 @@ def test_transparency_is_reported_not_applied(tmp_path: Path):
     colour = imageio.read(tmp_path / "rgba.png")
     np.testing.assert_allclose(colour, rgb / 255.0, atol=1e-6)   # the stored colour, transparent rows included
     np.testing.assert_allclose(imageio.read(tmp_path / "rgba.tif"), rgb / 255.0, atol=1e-6)
+
+
+def _colour(tmp_path: Path) -> np.ndarray:
+    rgb = np.zeros((48, 64, 3), np.uint8)
+    rgb[...] = (200, 80, 30)
+    rgb[:8, :8] = (10, 200, 90)                          # a marked corner, to see a rotation
+    return rgb
+
+
+def test_tiffs_whose_values_are_not_colours_are_read_as_colours(tmp_path: Path):
+    """Palette, CMYK and rotated TIFFs: their stored values are indices, ink or unrotated pixels; they are read as
+    a viewer shows them (as the same image saved as PNG or JPEG is), not as raw values."""
+    rgb = _colour(tmp_path)
+    ref = np.asarray(Image.fromarray(rgb).convert("P").convert("RGB"), np.float32) / 255
+    Image.fromarray(rgb).convert("P").save(tmp_path / "pal.tif")
+    assert np.array_equal(imageio.read(tmp_path / "pal.tif"), ref)
+    Image.fromarray(rgb).convert("P").save(tmp_path / "pal.png")
+    assert np.array_equal(imageio.read(tmp_path / "pal.png"), ref)
+    Image.fromarray(rgb).convert("CMYK").save(tmp_path / "cmyk.tif")
+    got = imageio.read(tmp_path / "cmyk.tif")
+    assert got.shape == rgb.shape and np.abs(got * 255 - rgb).max() <= 1, got[0, 0] * 255
+    exif = Image.Exif()
+    exif[0x0112] = 6                                     # rotate 90° clockwise to display
+    for name in ("rot.tif", "rot.png", "rot.jpg"):
+        Image.fromarray(rgb).save(tmp_path / name, exif=exif, **({"quality": 95} if name.endswith("jpg") else {}))
+    shapes = {name: imageio.read(tmp_path / name).shape for name in ("rot.tif", "rot.png", "rot.jpg")}
+    assert set(shapes.values()) == {(64, 48, 3)}, shapes
+    assert imageio.probe(tmp_path / "rot.tif").width == 48
+    top_right = imageio.read(tmp_path / "rot.tif")[:8, -8:].mean(axis=(0, 1)) * 255
+    assert np.abs(top_right - (10, 200, 90)).max() < 2, top_right     # the marked corner, turned
+
+
+def test_non_finite_pixels_are_refused_naming_the_file(tmp_path: Path):
+    a = np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
+    a[5:15, 5:15] = np.nan
+    tifffile.imwrite(tmp_path / "nan.tif", a)
+    b = a.copy()
+    b[5:15, 5:15] = 0.5
+    b[0, 0] = np.inf
+    tifffile.imwrite(tmp_path / "inf.tif", b)
+    for name, bad in (("nan.tif", 100), ("inf.tif", 1)):
+        with pytest.raises(DataError, match=rf"{name}.*{bad} of its 4096 pixel values are not finite"):
+            imageio.read(tmp_path / name)
+
+
+def test_12_bit_data_in_a_16_bit_file_is_said_not_read_silently_dark(tmp_path: Path):
+    """A detector's 12-bit values stored in a 16-bit PNG or TIFF read as value / 65535: at most 1/16 bright. The
+    dataset warns once per folder with the fix; full-range 16-bit images read exactly and say nothing."""
+    import warnings
+
+    import medanon
+
+    g = np.tile(np.linspace(0, 4095, 64), (64, 1)).astype(np.uint16)
+    folder = tmp_path / "x"
+    folder.mkdir()
+    Image.fromarray(g).save(folder / "a.png")
+    tifffile.imwrite(folder / "b.tif", g)
+    assert imageio.read_reduced(folder / "a.png", 1).low_range == 12
+    assert imageio.read_reduced(folder / "b.tif", 2).low_range == 12
+    assert float(imageio.read(folder / "a.png").max()) == pytest.approx(4095 / 65535)
+    full = (g.astype(np.uint32) * 16).astype(np.uint16)
+    Image.fromarray(full).save(tmp_path / "full.png")
+    assert imageio.read_reduced(tmp_path / "full.png", 1).low_range == 0
+    (folder / "labels.csv").write_text("file,pid\na.png,1\nb.tif,2\n")
+    kw = {"size": 32, "modality": "xray", "layout": "generic", "labels_csv": folder / "labels.csv",
+          "image_col": "file", "patient_col": "pid"}
+    ds = medanon.open_dataset(folder, **kw)
+    with pytest.warns(imageio.LowBitDepth, match=r"a\.png is a 16-bit image whose values all fit in 12 bits.*"
+                                                 r"multiply by 16"):
+        ds.tensors()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", imageio.LowBitDepth)     # once per folder
+        medanon.open_dataset(folder, **kw).tensors()

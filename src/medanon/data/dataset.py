@@ -179,6 +179,8 @@ class ImageDataset(Dataset):
                      info=info)
         if pre.transparent:
             imageio.warn_transparent(rec.path, self.root)
+        if pre.low_range:
+            imageio.warn_low_range(rec.path, self.root, pre.low_range)
         if pre.colour_dropped:
             warn_colour_dropped(rec.path, self.root, self.modality)
         pixels = {"image": torch.from_numpy(pre.image), "fov": torch.from_numpy(pre.fov[None])}

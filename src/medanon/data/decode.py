@@ -89,10 +89,10 @@ def decode(path: str | Path, *, size: int, channels: int, crop: str,
         if side / red.scale >= OVERSAMPLE * size:
             pre = render(red.image, plan, scale=red.scale, width=red.width, height=red.height, size=size,
                          channels=channels)
-            return dataclasses.replace(pre, transparent=red.transparent,
+            return dataclasses.replace(pre, transparent=red.transparent, low_range=red.low_range,
                                        colour_dropped=channels == 1 and in_colour(red.image))
         scale //= 2            # a small field of view in a large frame: decode finer
     full = imageio.read_reduced(path, 1, max_pixels=max_pixels)
     pre = preprocess(full.image, size=size, channels=channels, crop=crop)
-    return dataclasses.replace(pre, transparent=full.transparent,
+    return dataclasses.replace(pre, transparent=full.transparent, low_range=full.low_range,
                                colour_dropped=channels == 1 and in_colour(full.image))

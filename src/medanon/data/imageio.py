@@ -9,7 +9,13 @@ Every reader refuses an image whose header claims more than ``max_pixels`` pixel
 (:class:`TooLarge`, before any pixel is decoded): a 48 KB PNG can claim 20000 x 20000 pixels and
 would need gigabytes to decode (a "decompression bomb"). A larger ``max_pixels`` raises the limit for
 genuinely large scans. EXIF orientation is applied, so a photograph stored sideways with
-``Orientation = 6`` loads upright.
+``Orientation = 6`` loads upright (a TIFF's Orientation tag too).
+
+Pixel values: 8-bit images are value / 255 and 16-bit ones value / 65535 (a 16-bit image whose values all fit in
+12 bits, a detector's 12-bit data, then loads nearly black, and the dataset warns: :class:`LowBitDepth`); other
+integer and float images are scaled to their own minimum and maximum, as DICOM pixels after their LUTs are. A
+palette, CMYK or YCbCr TIFF is read by Pillow, which converts it to colours; an image with NaN or infinite values
+is refused (:class:`DataError`, so ``skip_bad`` can leave it out).
 
 Transparency is ignored: an alpha channel (or a PNG's transparent colour) is dropped and every pixel's stored colour
 is read, which under transparent pixels may differ from what a viewer shows. ``ImageInfo.alpha`` says a header
@@ -72,6 +78,35 @@ def warn_transparent(path: Path, root: Path | None) -> None:
                   "instead of a black background). If transparency marks a background, flatten the images first: "
                   "composite them over the background's colour (black for fundus photographs)",
                   TransparencyIgnored, stacklevel=2)
+
+
+class LowBitDepth(UserWarning):
+    """A 16-bit image uses only the bottom of its range (10- or 12-bit data stored in 16 bits): read as 16-bit it
+    is nearly black."""
+
+
+LOW_RANGE_BITS = 12              # a 16-bit image whose largest value fits in 12 bits uses 1/16 of its range or less
+
+
+def warn_low_range(path: Path, root: Path | None, bits: int) -> None:
+    """Warn (:class:`LowBitDepth`, once per dataset folder in a process) that ``path`` is a 16-bit image whose
+    values all fit in ``bits`` bits, so that it reads nearly black."""
+    if not first_in_folder("low-range", path, root):
+        return
+    where = f" (other images of {root} may too; said once per folder)" if root is not None else ""
+    warnings.warn(f"{path} is a 16-bit image whose values all fit in {bits} bits{where}: medanon reads 16-bit "
+                  f"pixels as value / 65535, so it loads at most {2 ** bits / 65536:.1%} bright, nearly black; "
+                  f"{bits}-bit data stored in 16 bits (common for X-ray detectors) must be rescaled to the full "
+                  f"16-bit range (multiply by {2 ** (16 - bits)}) or converted to 8-bit before medanon reads it",
+                  LowBitDepth, stacklevel=2)
+
+
+def _low_range(a: np.ndarray) -> int:
+    """The bits a 16-bit array's largest value needs, where that is at most :data:`LOW_RANGE_BITS` (else 0)."""
+    if a.dtype.itemsize != 2 or a.dtype.kind not in "ui" or not a.size:
+        return 0
+    top = int(a.max())
+    return max(1, top.bit_length()) if 0 < top < 2 ** LOW_RANGE_BITS else 0
 
 
 @dataclass(frozen=True)
@@ -178,7 +213,7 @@ def probe(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> I
                 mode = im.mode
                 alpha = _declares_alpha(im)
                 fmt = (im.format or path.suffix.lstrip(".")).lower()
-                if _orientation(im) in (5, 6, 7, 8):
+                if _orientation(im) in (5, 6, 7, 8) and not _turned_on_open(im):
                     w, h = h, w
     except Image.DecompressionBombError as e:
         raise _bomb_error(path, e, max_pixels) from None
@@ -190,6 +225,15 @@ def probe(path: str | Path, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> I
         raise _unreadable(path, f"not a recognised image ({e})") from None
     _check_pixels(path, w, h, max_pixels)
     return ImageInfo(w, h, 1 if mode in _GRAY_MODES else 3, fmt, alpha)
+
+
+def _turned_on_open(im: Image.Image) -> bool:
+    """Pillow's TIFF reader gives a rotated TIFF's displayed size (and rotates its pixels when loading them): its
+    size is then not the stored width x height."""
+    if im.format != "TIFF":
+        return False
+    tags = getattr(im, "tag_v2", {})
+    return tuple(im.size) != (tags.get(256), tags.get(257))
 
 
 def _declares_alpha(im: Image.Image) -> bool:
@@ -228,6 +272,7 @@ class Reduced:
     width: int                                   # source size (after EXIF orientation)
     height: int
     transparent: bool = False                    # some pixel was below full opacity (its colour is read as is)
+    low_range: int = 0                           # a 16-bit image whose values all fit in this many bits (<= 12)
 
 
 def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Reduced:
@@ -245,8 +290,8 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
         return _box_reduced(a, scale, a.shape[1], a.shape[0])
     if path.suffix.lower() in TIFF_EXTENSIONS:
         try:
-            a, transparent = _read_tiff(path, max_pixels)
-            return _box_reduced(a, scale, a.shape[1], a.shape[0], transparent=transparent)
+            a, transparent, low = _read_tiff(path, max_pixels)
+            return _box_reduced(a, scale, a.shape[1], a.shape[0], transparent=transparent, low_range=low)
         except TooLarge:
             raise
         except DataError:
@@ -274,14 +319,16 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
                 if small is not None:   # box-average the 8-bit pixels before they become floats (4-5x faster)
                     return Reduced((_box_mean(small, further) / 255.0).astype(np.float32), scale, width, height,
                                    transparent)
-                a = _pil_to_float(im)
+                low = _low_range(np.asarray(im)) if im.mode.startswith("I;16") or \
+                    (im.mode == "I" and im.format == "PNG") else 0
+                a = _pil_to_float(im, path)
     except Image.DecompressionBombError as e:
         raise _bomb_error(path, e, max_pixels) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise _unreadable(path, f"decoding failed ({type(e).__name__}: {e})") from None
     if got != scale:
-        return _box_reduced(a, scale // got, width, height, done=got, transparent=transparent)
-    return Reduced(a, scale, width, height, transparent)
+        return _box_reduced(a, scale // got, width, height, done=got, transparent=transparent, low_range=low)
+    return Reduced(a, scale, width, height, transparent, low)
 
 
 def _draft_scale(width: int, height: int, size: tuple[int, int]) -> int:
@@ -292,11 +339,11 @@ def _draft_scale(width: int, height: int, size: tuple[int, int]) -> int:
 
 
 def _box_reduced(a: np.ndarray, factor: int, width: int, height: int, *, done: int = 1,
-                 transparent: bool = False) -> Reduced:
+                 transparent: bool = False, low_range: int = 0) -> Reduced:
     """``a`` (already reduced ``done`` times) box-averaged by a further integer ``factor``."""
     if factor <= 1:
-        return Reduced(a, done, width, height, transparent)
-    return Reduced(_box_mean(a, factor).astype(np.float32), done * factor, width, height, transparent)
+        return Reduced(a, done, width, height, transparent, low_range)
+    return Reduced(_box_mean(a, factor).astype(np.float32), done * factor, width, height, transparent, low_range)
 
 
 def _box_mean(a: np.ndarray, f: int) -> np.ndarray:
@@ -333,7 +380,7 @@ def pil_uint8(im: Image.Image) -> np.ndarray | None:
     return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
 
 
-def _pil_to_float(im: Image.Image) -> np.ndarray:
+def _pil_to_float(im: Image.Image, path: Path | None = None) -> np.ndarray:
     mode = im.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N"):
         a = np.asarray(im, dtype=np.float32) / 65535.0
@@ -343,6 +390,7 @@ def _pil_to_float(im: Image.Image) -> np.ndarray:
         a = (a / hi).astype(np.float32)
     elif mode == "F":
         a = np.asarray(im, dtype=np.float32)
+        _check_finite(a, Path(path or getattr(im, "filename", "") or "image"))
         lo, hi = float(a.min()), float(a.max())
         a = (a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)
     elif mode in ("1", "L", "LA", "La"):
@@ -352,24 +400,44 @@ def _pil_to_float(im: Image.Image) -> np.ndarray:
     return np.clip(a, 0.0, 1.0)
 
 
-def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[np.ndarray, bool]:
-    """The first page in [0, 1], and whether its alpha channel (dropped) had a pixel below full opacity."""
+# TIFF photometric interpretations tifffile returns as stored values, not colours: palette (3, its indices),
+# separated (5, CMYK ink) and YCbCr (6); Pillow converts them (and applies the Orientation tag) as viewers do
+_PILLOW_PHOTOMETRICS = (3, 5, 6)
+
+
+def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[np.ndarray, bool, int]:
+    """The first page in [0, 1], whether its alpha channel (dropped) had a pixel below full opacity, and the bits a
+    16-bit page's values fit in where they use the bottom of its range only (:func:`_low_range`, else 0). A page
+    whose stored values are not colours (palette, CMYK, YCbCr) or that is rotated (Orientation tag) raises
+    :class:`DataError` for Pillow to read it."""
     import tifffile
 
     try:
         with tifffile.TiffFile(path) as tf:
-            shape = tf.pages[0].shape
+            page = tf.pages[0]
+            photometric = getattr(page, "photometric", None)
+            orientation = page.tags.get(274)               # TIFF Orientation: 1 is as stored
+            if int(photometric if photometric is not None else -1) in _PILLOW_PHOTOMETRICS or \
+                    (orientation is not None and int(orientation.value or 1) != 1):
+                pillow = True                   # a colour map, ink separations or a rotation: Pillow applies them
+            else:
+                pillow = False
+            shape = page.shape
             if len(shape) >= 2:
                 rgb_last = len(shape) == 3 and shape[-1] in (1, 2, 3, 4)
                 h, w = (shape[0], shape[1]) if rgb_last or len(shape) == 2 else (shape[-2], shape[-1])
                 _check_pixels(path, int(w), int(h), max_pixels)
+            if pillow:
+                raise _unreadable(path, "read by Pillow")
             a = tf.asarray(key=0)
     except TooLarge:
+        raise
+    except DataError:
         raise
     except Exception as e:
         raise _unreadable(path, f"TIFF decoding failed ({type(e).__name__}: {e})") from None
     a = np.asarray(a)
-    return _scale_array(a, path), _array_transparent(a)
+    return _scale_array(a, path), _array_transparent(a), _low_range(a)
 
 
 def _scale_array(a: np.ndarray, path: Path) -> np.ndarray:
@@ -386,8 +454,17 @@ def _scale_array(a: np.ndarray, path: Path) -> np.ndarray:
     if a.dtype == bool:
         return a.astype(np.float32)
     a = a.astype(np.float64)
-    lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
+    _check_finite(a, path)
+    lo, hi = float(a.min()), float(a.max())
     return ((a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)).astype(np.float32)
+
+
+def _check_finite(a: np.ndarray, path: Path) -> None:
+    """Refuse an image with NaN or infinite pixel values (a float TIFF's missing data): they would spread through
+    every average and basis they enter."""
+    bad = int(a.size - np.isfinite(a).sum())
+    if bad:
+        raise _unreadable(path, f"{bad} of its {a.size} pixel values are not finite numbers (NaN or infinity)")
 
 
 def _read_dicom(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:

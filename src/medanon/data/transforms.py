@@ -179,6 +179,7 @@ class Preprocessed:
     fov_found: bool
     transparent: bool = False                    # the source had transparent pixels (read as their stored colour)
     colour_dropped: bool = False                 # the source was a colour image, read as grey
+    low_range: int = 0                           # a 16-bit source whose values fit in this many bits (<= 12)
 
 
 def preprocess(img: np.ndarray, *, size: int, channels: int, crop: str) -> Preprocessed:

@@ -686,3 +686,37 @@ def test_a_header_ending_in_a_delimiter_reads_like_one_without(tmp_path):
     (root / "train.csv").write_text(head + ",\n" + body.replace("\n", ",extra\n", 1))   # a value past the header
     with pytest.raises(DataError, match="do not have the header's 2 cells"):
         quiet_scan(root)
+
+
+def test_a_csv_cell_finds_its_file_spelled_alike_on_disk(tmp_path):
+    """Messidor-2 and EyePACS copies list IM002385.jpg where the disk has IM002385.JPG; a CSV written on Windows
+    names Zoë composed where a Mac wrote it decomposed. One file spelled alike is the file; two are not guessed."""
+    import unicodedata
+
+    from PIL import Image
+
+    root = tmp_path / "d"
+    root.mkdir()
+    nfd = unicodedata.normalize("NFD", "Zoë_1.png")
+    for name in ("IM1.JPG", nfd, "two.JPG", "two.Jpg"):
+        Image.new("RGB", (16, 16), (90, 20, 10)).save(root / name, format="PNG" if name.endswith("png") else "JPEG")
+    nfc = unicodedata.normalize("NFC", "Zoë_1.png")
+    (root / "meta.csv").write_text(f"file,subject\nIM1.jpg,p1\n{nfc},p2\ntwo.jpg,p3\n", encoding="utf-8")
+    s = quiet_scan(root, "generic", generic=GenericOptions(labels_csv=root / "meta.csv", image_col="file",
+                                                           patient_col="subject"))
+    assert sorted(rels(s)) == sorted(["IM1.JPG", nfd]), rels(s)
+    assert sorted(kinds(s)) == ["missing", "unlabelled", "unlabelled"], s.problems    # two.jpg: not guessed
+
+
+def test_an_excel_sep_line_names_the_delimiter(tmp_path):
+    """Excel's CSV export may begin with "sep=;": the delimiter of the rest, not a header; a layout is detected
+    past it and problems keep their file line numbers."""
+    root = fx.make_eyepacs(tmp_path, n_patients=2)
+    csv_path = root / "trainLabels.csv"
+    lines = csv_path.read_text().splitlines()
+    csv_path.write_text("sep=;\n" + "\n".join(line.replace(",", ";") for line in lines) + "\n")
+    s = scan(root)
+    assert (s.layout, s.problems) == ("eyepacs", []) and len(s.records) == len(lines) - 1
+    from medanon.data.layouts.table import read_table
+
+    assert read_table(csv_path).rows[0][0] == 3                  # the file's line 3: the first row of values

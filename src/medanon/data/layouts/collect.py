@@ -30,6 +30,7 @@ def file_ext(name: str) -> str:
 class Dirs:
     def __init__(self) -> None:
         self._cache: dict[Path, tuple[set[str], dict[str, list[str]], list[str]]] = {}
+        self._alike: dict[Path, dict[str, list[str]]] = {}     # by _alike_key, built when a name is missing
 
     def _get(self, d: Path) -> tuple[set[str], dict[str, list[str]], list[str]]:
         """The files of ``d``, its images by stem, and its sub-folders (not links to folders): one scandir."""
@@ -60,6 +61,16 @@ class Dirs:
     def has(self, path: Path) -> bool:
         return path.name in self._get(path.parent)[0]
 
+    def spelled_alike(self, path: Path) -> list[str]:
+        """The files of ``path``'s folder whose names differ from its name only in the case of the extension
+        (``10_left.JPEG`` for ``10_left.jpeg``) or in Unicode normalisation (``Zoë`` composed or decomposed)."""
+        alike = self._alike.get(path.parent)
+        if alike is None:
+            alike = self._alike[path.parent] = {}
+            for n in self._get(path.parent)[0]:
+                alike.setdefault(_alike_key(n), []).append(n)
+        return sorted(n for n in alike.get(_alike_key(path.name), []) if n != path.name)
+
     def by_stem(self, d: Path, stem: str) -> list[str]:
         return self._get(d)[1].get(stem, [])
 
@@ -77,9 +88,19 @@ class Dirs:
         return found
 
 
+def _alike_key(name: str) -> str:
+    """A file name with its Unicode composed (NFC) and its extension in lower case: names a CSV and a disk spell
+    alike (a CSV written on Windows, files copied from a Mac)."""
+    import unicodedata
+
+    stem, dot, ext = unicodedata.normalize("NFC", name).rpartition(".")
+    return f"{stem}.{ext.lower()}" if dot else name
+
+
 def resolve(dirs: Dirs, bases: Sequence[Path], value: str,
             prefer: Sequence[str] = IMAGE_EXTENSIONS) -> Path | None:
-    """Find the file a CSV cell names: ``base/value`` as is, or, if it has no image extension,
+    """Find the file a CSV cell names: ``base/value`` as is, or the one file spelled alike (another case of the
+    extension, another Unicode normalisation: :meth:`Dirs.spelled_alike`), or, if it has no image extension,
     ``base/value.<ext>`` for any of IMAGE_EXTENSIONS (any case; ``prefer`` orders ties)."""
     value = value.strip().replace("\\", "/")
     if not value:
@@ -88,6 +109,9 @@ def resolve(dirs: Dirs, bases: Sequence[Path], value: str,
         target = Path(os.path.normpath(base / value))     # "a/../b.png" and "b.png" are one file
         if dirs.has(target):
             return target
+        alike = dirs.spelled_alike(target) if file_ext(target.name) in IMAGE_EXTENSIONS else []
+        if len(alike) == 1:                             # 10_left.jpeg in the CSV, 10_left.JPEG on disk
+            return target.parent / alike[0]
         if file_ext(target.name) not in IMAGE_EXTENSIONS:
             found = dirs.by_stem(target.parent, target.name)
             if found:

@@ -81,6 +81,12 @@ def _clean_header(cells: Iterable[str]) -> list[str]:
     return [c.replace("\ufeff", "").strip() for c in cells]
 
 
+def _excel_sep(first_line: str) -> str | None:
+    """The delimiter an Excel ``sep=;`` first line names (Excel writes it to say how the rest is split), or None."""
+    line = first_line.strip().strip('"')
+    return line[4] if len(line) == 5 and line.lower().startswith("sep=") else None
+
+
 def _delimiter(first_line: str) -> str:
     if "," not in first_line:
         for d in (";", "\t"):
@@ -91,12 +97,16 @@ def _delimiter(first_line: str) -> str:
 
 def read_table(path: Path) -> Table:
     text = _decode_bytes(path)
-    delim = _delimiter(text.split("\n", 1)[0])
+    first = text.split("\n", 1)[0]
+    sep = _excel_sep(first)
+    delim = sep or _delimiter(first)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
     try:
         header: list[str] | None = None
         rows: list[tuple[int, list[str]]] = []
         for cells in reader:
+            if sep and reader.line_num == 1:        # Excel's "sep=;" line: not the header
+                continue
             if header is None:
                 header = _clean_header(cells)
                 while header and not header[-1]:     # a trailing delimiter (Excel's "a,b,c,"): no column there
@@ -142,9 +152,12 @@ def _read_header(path: Path) -> list[str]:
             utf16 = b.read(2) in (b"\xff\xfe", b"\xfe\xff")
         with opener(path, "rt", encoding="utf-16" if utf16 else "utf-8-sig", errors="replace", newline="") as f:
             first = f.readline()
+            sep = _excel_sep(first)
+            if sep:
+                first = f.readline()
     except (OSError, EOFError):
         return []
-    cells = next(csv.reader([first], delimiter=_delimiter(first)), [])
+    cells = next(csv.reader([first], delimiter=sep or _delimiter(first)), [])
     return _clean_header(cells)
 
 

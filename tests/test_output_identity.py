@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from medanon import outputs
+from medanon.errors import OutputExistsError
 from medanon.fsutil import atomic_dir
 from medanon.outputs import UnsafeOutputError, check_output
 
@@ -79,6 +80,21 @@ def test_overwrite_keeps_the_old_output_when_a_file_was_added_to_it_during_the_r
         (tmp / "x.txt").write_text("second")
         (out / "NOTES.txt").write_text("mine")             # the user's, put there while the run ran
     assert (out / "NOTES.txt").read_text() == "mine" and (out / "x.txt").read_text() == "first"
+    assert not any(p.name.endswith(".partial") for p in tmp_path.iterdir())
+
+
+def test_an_output_finished_by_another_run_meanwhile_is_not_replaced_without_overwrite(tmp_path):
+    """A run that checked OUT before another run made it (the other held the lock and finished first) must not
+    replace that run's finished output at its end: without overwrite, OUT existing is refused then too."""
+    from medanon.outputs import write_marker
+
+    out = tmp_path / "ph"
+    with pytest.raises(OutputExistsError, match="already exists"), atomic_dir(out, marker="phantom") as tmp:
+        (tmp / "x.txt").write_text("second")
+        out.mkdir()                                         # what the other run left: a finished phantom folder
+        (out / "x.txt").write_text("first")
+        write_marker(out, "phantom")
+    assert (out / "x.txt").read_text() == "first"
     assert not any(p.name.endswith(".partial") for p in tmp_path.iterdir())
 
 

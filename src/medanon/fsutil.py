@@ -121,6 +121,7 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
     out = Path(out)
     check_output(out, overwrite=overwrite, kind="dir", what=marker)
     with OutputLock(out):
+        check_output(out, overwrite=overwrite, kind="dir", what=marker)   # again: another run may have written it
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(out)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
@@ -129,6 +130,8 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
             yield tmp
             write_marker(tmp, marker)
             if out.exists():
+                if not overwrite:                      # made meanwhile, by something outside medanon's lock
+                    check_output(out, overwrite=False, kind="dir", what=marker)
                 check_replaceable(out, what=marker)    # nothing of yours was put there meanwhile
                 replace_output(out, tmp)
             else:

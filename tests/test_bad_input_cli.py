@@ -638,3 +638,27 @@ def test_a_weak_segmenter_is_named_in_the_commands_words(tmp_path):
     with pytest.warns(UserWarning, match="weak"):
         code, out = _run("train", "segmenter", data, "--size", "16", "--epochs", "1", "--out", tmp_path / "run")
     assert code == 0 and "Train longer (--epochs)" in out and "`anonymize vs-snow --vessels frangi`" in out, out
+
+
+@pytest.mark.parametrize("command", ["classifier", "identity"])
+def test_a_network_another_run_finished_meanwhile_is_not_replaced(tmp_path, phantom, monkeypatch, command):
+    """The --out check ran before this run held --out's lock; another run finished a network there in between.
+    Without --overwrite this run refuses once it holds the lock, before training, and the network is kept."""
+    import contextlib
+
+    import medanon.cli.train_identity as cmd
+
+    out = tmp_path / "net.pt"
+    real_lock = cmd.main_rank_lock
+
+    @contextlib.contextmanager
+    def other_run_finished_first(path, dist, name="out"):
+        out.write_bytes(b"the other run's network")
+        with real_lock(path, dist, name=name):
+            yield
+
+    monkeypatch.setattr(cmd, "main_rank_lock", other_run_finished_first)
+    args = ["--label", "grade"] if command == "classifier" else ["--fresh", "--embed-dim", "8"]
+    code, msg = _run("train", command, phantom, "--size", "16", "--steps", "1", *args, "--out", out)
+    assert code != 0 and ("already exists" in msg or "holds a finished identity network" in msg), msg
+    assert out.read_bytes() == b"the other run's network"

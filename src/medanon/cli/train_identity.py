@@ -26,6 +26,13 @@ def _trained_on(ds, data_dir: Path, rows, split: str, splits: Path | None, seed:
                            stratify=stratify if stratify is not None else "auto")
 
 
+def _refuse_replacing(out: Path, fresh: bool, overwrite: bool) -> None:
+    """``--fresh`` without ``--overwrite`` never replaces a finished network at ``--out`` (another run's result)."""
+    if fresh and Path(out).is_file() and not overwrite:
+        raise ConfigError(f"--out {out} holds a finished identity network, and --fresh would replace it",
+                          fix="pass --overwrite to replace it, or write the new network to another --out")
+
+
 def _split_rows(ds, splits: Path | None, split: str, seed: int | None, stratify: str | None):
     """The rows of ``split``: from the splits CSV, else recomputed as `medanon data split` does (stratified by the
     modality's utility label unless ``stratify`` names another label or is ''; seed 0 unless given)."""
@@ -106,9 +113,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     if overwrite and not fresh:
         raise click.UsageError("--overwrite only goes with --fresh: without it a finished network at --out is "
                                "continued or refused, never replaced")
-    if fresh and Path(out).is_file() and not overwrite:           # a finished network: another run's result
-        raise ConfigError(f"--out {out} holds a finished identity network, and --fresh would replace it",
-                          fix="pass --overwrite to replace it, or write the new network to another --out")
+    _refuse_replacing(out, fresh, overwrite)
 
     from medanon.evaluate.metrics import roc_auc
     from medanon.phantoms.provenance import trained_on_phantom
@@ -119,6 +124,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
     try:
         with main_rank_lock(out, dist, name="--out"):                 # one run writes --out at a time
+            _refuse_replacing(out, fresh, overwrite)             # again: another run may have finished it meanwhile
             ds = open_from_cli(data_dir, **opts)
             cfg = IdentityTrainConfig(arch=arch, embed_dim=embed_dim, image_size=image_size or ds.size, steps=steps,
                                       margin=margin, seed=seed)
@@ -185,6 +191,10 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     dist = init_distributed(resolve_device(ctx.obj["device"]))
     try:
         with main_rank_lock(out, dist, name="--out"):                 # one run writes --out at a time
+            if dist.is_main:                                  # again: another run may have written it meanwhile
+                from medanon.outputs import check_output
+
+                check_output(out, overwrite=overwrite, kind="file", name="--out", what="checkpoint:classifier")
             _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label, out, steps, arch, loss,
                               image_size, seed, opts)
     finally:

@@ -99,7 +99,12 @@ def model_people_notes(rels: Sequence[ReleaseData], ctx: RealContext) -> list[st
     n_controls = len(_unique(ctx.real.patients[ctx.held]))
     for rel in rels:
         found = list(_shipped_overlaps(rel, ctx)) + list(_recorded_overlaps(rel, ctx))
-        known = [f"{model} saw {c} of the {n_controls} controls ({how})" for model, c, _, how in found if c >= 0]
+        groups: dict[tuple[int, str], list[str]] = {}            # models that saw the same controls, said once
+        for model, c, _, how in found:
+            if c >= 0:
+                groups.setdefault((c, how), []).append(model)
+        known = [f"{' and '.join(models)} saw {c} of the {n_controls} controls ({how})"
+                 for (c, how), models in groups.items()]
         unknown = [f"{model}: {how}" for model, c, _, how in found if c < 0]
         if known:
             out.append(f"release {rel.name} was made with models trained on this evaluation's controls: "

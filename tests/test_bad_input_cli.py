@@ -662,3 +662,13 @@ def test_a_network_another_run_finished_meanwhile_is_not_replaced(tmp_path, phan
     code, msg = _run("train", command, phantom, "--size", "16", "--steps", "1", *args, "--out", out)
     assert code != 0 and ("already exists" in msg or "holds a finished identity network" in msg), msg
     assert out.read_bytes() == b"the other run's network"
+
+
+@pytest.mark.parametrize("content", [b"record_id,patient_id,split\n\xe9,P1,train\n", b"\x80\x02PK\x03\x04binary"])
+def test_a_splits_file_that_is_not_text_is_refused_naming_it(tmp_path, phantom, content):
+    bad = tmp_path / "sp.csv"
+    bad.write_bytes(content)
+    code, msg = _run("anonymize", "kpixel", phantom, "--k", "2", "--split", "train", "--splits", bad,
+                     "--out", tmp_path / "rel")
+    assert code != 0 and "is not a splits CSV: it is not UTF-8 text" in msg and "medanon bug" not in msg, msg
+    assert not (tmp_path / "rel").exists()

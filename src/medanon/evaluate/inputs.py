@@ -72,8 +72,16 @@ class RealData:
 
 
 def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not a splits CSV: it is not UTF-8 text (byte {e.start}: {e.reason})",
+                        files=[str(path)], fix="pass a file written by `medanon data split` or the demo "
+                                               "(splits_<modality>.csv)") from None
+    except csv.Error as e:
+        raise DataError(f"{path} is not a splits CSV ({e})", files=[str(path)],
+                        fix="pass a file written by `medanon data split` or the demo (splits_<modality>.csv)") from None
     if not rows or not {"record_id", "split"} <= set(rows[0]):
         raise DataError(f"{path} is not a splits CSV (columns record_id, patient_id, split)",
                         fix="pass a file written by `medanon data split` or the demo (splits_<modality>.csv)")

@@ -81,6 +81,9 @@ def test_resume_after_interruption(tmp_path: Path, source):
         ReleaseWriter(out, **{**settings, "params": {"p": 0.2}})
     with pytest.raises(ConfigError, match=r"other models \(codec: another checkpoint than the one it was started with"):
         ReleaseWriter(out, **settings, models={"codec": "0" * 64})      # started with no codec: one would mix
+    with pytest.raises(ConfigError, match=r"other models \(codec: "):        # its settings, which describe the
+        ReleaseWriter(out, **{**settings, "params": {"p": 0.1, "codec": {"trained_people": [{"model": "e6.pt"}]}}},
+                      models={"codec": "0" * 64})                         # model, changed too: the models are said
     for other, what in (({"seeds": {"snow": 1}}, r"\(seeds\.snow None -> 1\)"),       # a seed, or no guarantee
                         ({"privacy": {"guarantee": "none: seeded"}}, r"\(guarantee .* -> 'none: seeded'\)")):
         with pytest.raises(ConfigError, match="other seeds or another privacy guarantee " + what):

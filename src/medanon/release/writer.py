@@ -240,6 +240,16 @@ class ReleaseWriter:
                               "cannot be made afterwards",
                               fix=f"resume with mapping={head['mapping']} (or another mapping file), or delete "
                                   f"{self.partial} to start over without one")
+        # models first: another model changes settings that describe it too (its trained_people), and the
+        # models' message says what happened
+        models = json.loads(json.dumps(self.models, default=_json_default))
+        if "models" in head and head["models"] != models:          # journals before models were recorded: not checked
+            changed = sorted(k for k in {*head["models"], *models} if head["models"].get(k) != models.get(k))
+            raise ConfigError(f"{self.partial} holds an interrupted release made with other models "
+                              f"({', '.join(changed)}: another checkpoint than the one it was started with, or that "
+                              "checkpoint's content changed since): one release would mix two models",
+                              fix="resume with the model files it was started with, or pass overwrite=True to discard "
+                                  "it and start over")
         now = json.loads(json.dumps(self.settings, default=_json_default))
         if head.get("settings") != now:
             raise ConfigError(f"{self.partial} holds an interrupted release with other settings: "
@@ -253,14 +263,6 @@ class ReleaseWriter:
                               "so its images would be stale",
                               fix="resume with the data and split it was started with, or pass overwrite=True to "
                                   "discard it and start over")
-        models = json.loads(json.dumps(self.models, default=_json_default))
-        if "models" in head and head["models"] != models:          # journals before models were recorded: not checked
-            changed = sorted(k for k in {*head["models"], *models} if head["models"].get(k) != models.get(k))
-            raise ConfigError(f"{self.partial} holds an interrupted release made with other models "
-                              f"({', '.join(changed)}: another checkpoint than the one it was started with, or that "
-                              "checkpoint's content changed since): one release would mix two models",
-                              fix="resume with the model files it was started with, or pass overwrite=True to discard "
-                                  "it and start over")
         seeds = json.loads(json.dumps(self.seeds, default=_json_default))
         guarantee = self.privacy.get("guarantee")
         if ("seeds" in head and head["seeds"] != seeds) or ("guarantee" in head and head["guarantee"] != guarantee):

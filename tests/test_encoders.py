@@ -330,3 +330,22 @@ def test_an_encoder_is_not_trained_on_data_of_another_modality_than_its_generato
                                  "--out", str(tmp_path / "run")])
     assert r.exit_code != 0 and "trained on fundus images" in r.output, r.output
     assert not (tmp_path / "run").exists()
+
+
+def test_eval_data_holding_training_images_is_refused_before_training(tmp_path):
+    """A copy of the training folder (or a phantom of the same people) is not held-out data: refused by content,
+    not by path, and before any step is trained."""
+    import shutil
+
+    data = generate(PhantomConfig(patients=4, per_patient=2, size=32, workers=1), tmp_path / "fundus", progress=False)
+    shutil.copytree(data, tmp_path / "copy")
+    same_people = generate(PhantomConfig(patients=2, per_patient=1, size=32, workers=1, seed=0), tmp_path / "again",
+                           progress=False)
+    ckpt, _ = gan_checkpoint(tmp_path / "gan.pt")
+    for held, said in ((tmp_path / "copy", "8 of its 8 images are training images"),
+                       (same_people, "2 of its patients are training patients")):
+        res = CliRunner().invoke(cli, ["--device", "cpu", "train", "encoder", "--data", str(data), "--generator",
+                                       str(ckpt), "--config", str(TINY_ENCODER), "--steps", "1", "--eval-data",
+                                       str(held), "--out", str(tmp_path / "re")])
+        assert res.exit_code != 0 and said in res.output and "--eval-data" in res.output, res.output
+        assert not (tmp_path / "re" / "checkpoint.pt").exists()

@@ -127,7 +127,25 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
                                     FLAGS)
     held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
         if eval_dir is not None else None                  # its problems named now, not after the training
-    return ds.tensors()[0], held_out, ds, people
+    images = ds.tensors()[0]
+    if held_out is not None:
+        _refuse_training_images(held_out, ds)
+    return images, held_out, ds, people
+
+
+def _refuse_training_images(held_out, ds) -> None:
+    """``--eval-data`` must hold no training image (a copy of the folder, a re-encoded one) and no training patient
+    (another split of the same folder, a phantom of the same people): its numbers would not be held-out ones."""
+    from medanon.data.overlap import images_in_common, same_people
+
+    n, people = images_in_common(held_out, ds), same_people(held_out, ds)
+    if n or people:
+        what = "; ".join(x for x in (f"{n} of its {len(held_out.records)} images are training images" if n else "",
+                                     f"{people} of its patients are training patients" if people else "") if x)
+        raise click.BadParameter(f"{what} (the same files, pixels or re-encoded copies; the same people): its "
+                                 "numbers would not be held-out ones; pass a folder of patients the run does not "
+                                 "train on",
+                                 param_hint="--eval-data")
 
 
 def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts: dict, trained=None, *,

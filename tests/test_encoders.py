@@ -349,3 +349,15 @@ def test_eval_data_holding_training_images_is_refused_before_training(tmp_path):
                                        str(held), "--out", str(tmp_path / "re")])
         assert res.exit_code != 0 and said in res.output and "--eval-data" in res.output, res.output
         assert not (tmp_path / "re" / "checkpoint.pt").exists()
+
+
+def test_resuming_another_commands_run_folder_says_whose_it_is(tmp_path):
+    data = generate(PhantomConfig(patients=4, per_patient=2, size=32, workers=1), tmp_path / "fundus", progress=False)
+    gan = ["--device", "cpu", "train", "gan", str(data), "--config", str(ROOT / "configs/stylegan/tiny32.yaml"),
+           "--steps", "1", "--checkpoint-every", "1", "--out", str(tmp_path / "gan")]
+    assert CliRunner().invoke(cli, gan).exit_code == 0
+    for command in ("encoder", "autoencoder"):
+        res = CliRunner().invoke(cli, ["--device", "cpu", "train", command, "--data", str(data), "--out",
+                                       str(tmp_path / "gan"), "--resume", "--steps", "2"])
+        assert res.exit_code != 0 and "holds a run of train gan, not of train " in res.output, res.output
+        assert "unknown key" not in res.output

@@ -221,6 +221,9 @@ def _finish(ckpt: Path, out: Path, export_path: Path | None, held_out, what: str
                f"SSIM {base['ssim']['mean']:.4f}; written to {out / 'heldout.json'}")
 
 
+_COMMANDS = {"restyle-encoder": "medanon train encoder", "cotrained-autoencoder": "medanon train autoencoder"}
+
+
 def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, data_opts: dict, *reads,
                    kind: str, eval_dir: Path | None = None) -> None:
     """The run folder (resumed: existing is fine if it is a medanon run) and the export (a checkpoint of ``kind``),
@@ -228,6 +231,10 @@ def _check_outputs(data_dir, out: Path, export_path: Path | None, resume: bool, 
     # the held-out data is read like --data: its image folders (links and outside paths included) are inputs too
     reads = (*reads, eval_dir, *(_scanned_inputs(eval_dir, data_opts) if eval_dir is not None else ()))
     check_outputs((out, "dir", "--out", "run"), data_dir=data_dir, opts=data_opts, reads=reads, existing_ok=True)
+    if resume:                                   # another command's run, before its config.yaml is read as ours
+        from medanon.outputs import check_run_folder
+
+        check_run_folder(out, _COMMANDS[kind], name="--out")
     _check_heldout(data_dir, eval_dir)
     check_export_is_not_the_run(export_path, out)
     check_outputs((export_path, "file", "--export", f"checkpoint:{kind}"), data_dir=data_dir, opts=data_opts,

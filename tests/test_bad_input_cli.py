@@ -672,3 +672,37 @@ def test_a_splits_file_that_is_not_text_is_refused_naming_it(tmp_path, phantom, 
                      "--out", tmp_path / "rel")
     assert code != 0 and "is not a splits CSV: it is not UTF-8 text" in msg and "medanon bug" not in msg, msg
     assert not (tmp_path / "rel").exists()
+
+
+def test_the_audit_finds_a_copy_of_a_held_out_patients_image(tmp_path, phantom):
+    """A release of the train split, one of its images replaced by a held-out (test split) image as medanon reads it:
+    no record's mapping names that image, and the audit with --source compared released images only with the
+    records' own sources, so it passed."""
+    import json
+    import os
+
+    import numpy as np
+    from PIL import Image
+
+    import medanon
+
+    ds = medanon.open_dataset(phantom, size=16)
+    parts = medanon.split_dataset(ds)
+    with pytest.warns(UserWarning):
+        rel = medanon.anonymize.kpixel(parts["train"], k=2).save(tmp_path / "r", mapping=tmp_path / "m.json",
+                                                                  progress=False)
+    records = json.loads((tmp_path / "m.json").read_text())["records"]
+    img = sorted(records)[0]
+    held = next(i for i, r in enumerate(ds.records) if r.record_id == parts["test"].records[0].record_id)
+    side = Image.open(rel / img).size[0]
+    pixels = np.rint((medanon.open_dataset(phantom, size=side).load(held)["image"].numpy().transpose(1, 2, 0) + 1)
+                     * 127.5).astype(np.uint8)
+    stamp = os.stat(rel / img)
+    Image.fromarray(pixels).save(rel / img)
+    os.utime(rel / img, (stamp.st_atime, stamp.st_mtime))
+    report = medanon.audit(rel, source=phantom, mapping=tmp_path / "m.json")
+    check = next(c for c in report.checks if c.name == "no released image is a copy of a source its record's "
+                                                       "mapping does not name")
+    assert not report.passed and not check.passed, report.format()
+    assert check.detail.startswith(f"1 are, e.g. {img} = source {Path(ds.records[held].path).name} (of no record: "), \
+        check.detail

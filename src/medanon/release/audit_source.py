@@ -134,12 +134,14 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     compared = images = exact = 0
     thumbs: dict[int, dict[str, np.ndarray]] = {}      # channels -> source id -> its 8x8 grey thumbnail
     released: list[tuple[str, np.ndarray, int]] = []    # (image, thumbnail, channels): compared, no own copy
+    sides: dict[int, int] = {}                         # channels -> the released images' side
     for img in names:
         try:
             got = png_to_float(release / img)
         except (OSError, ValueError, Image.DecompressionBombError):
             continue                                    # "every image is a readable PNG" names it
         channels, side = got.shape[0], got.shape[-1]
+        sides.setdefault(channels, side)
         before, own_copy = compared, False
         decoded: list | None = []                       # every source of the record, as the method read it
         for sid in records[img]["sources"]:
@@ -168,8 +170,10 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
         images += compared > before
         if compared > before and not own_copy:          # kept small: the image is read again for a candidate
             released.append((img, _thumb(got), channels))
-    # a copy of a source its mapping does not name (another record's patient): compared with every source decoded
-    # above, through thumbnails first (a copy within NEAR_COPY_RMSE has thumbnails within about as much)
+    # a copy of an image its mapping does not name (another record's patient, or a patient the release does not
+    # hold: a held-out one): compared with every source decoded above and every other image of the source data,
+    # through thumbnails first (a copy within NEAR_COPY_RMSE has thumbnails within about as much)
+    unmapped = _add_unmapped(thumbs, sides, by_id, records, crop)
     foreign = _copies_of_other_sources(release, released, records, thumbs, by_id, crop)
     # every image its source's 8-bit pixels exactly: nothing was anonymised (a method that changed a few pixels
     # of each, as VS-Snow at a small p and size, is within the RMS but not this), unless the statement says so
@@ -177,13 +181,16 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     contradicting = [c for c in copies if every or image_dp or people.get(c[0], 1) >= 2]
     plain = [c for c in copies if c not in contradicting and c[2] <= COPY_RMSE]   # the evaluation's copies
     if released:
-        img, src = foreign[0] if foreign else (None, None)
+        img, src, sid = foreign[0] if foreign else (None, None, None)
+        whose = ("of another record" if any(sid in rec["sources"] for rec in records.values()) else
+                 "of no record: an image of the source data the release does not hold, e.g. a held-out patient's")
         pool = len({sid for by_side in thumbs.values() for sid in by_side})
         rep.add("no released image is a copy of a source its record's mapping does not name", not foreign,
-                f"{len(foreign)} are, e.g. {img} = source {src} (of another record): the record does not stand for "
-                "the people its mapping and labels.csv say" + (f" ({people[img]} people)" if people.get(img, 1) >= 2
-                                                               else "")
-                if foreign else f"{len(released)} released images compared with the {pool} sources decoded")
+                f"{len(foreign)} are, e.g. {img} = source {src} ({whose}): the record "
+                "does not stand for the people its mapping and labels.csv say" + (f" ({people[img]} people)"
+                                                                                  if people.get(img, 1) >= 2 else "")
+                if foreign else f"{len(released)} released images compared with the {pool} images of the source "
+                                f"data decoded ({unmapped} of them no record's source)")
     name = ("no released image is a copy of one of its own sources as the methods preprocess them (within 3 8-bit "
             "grey levels, RMS: a copy with a little noise is a copy)")
     if contradicting or not copies:
@@ -233,12 +240,38 @@ def _thumb(image):
     return thumbnail(torch.as_tensor(image)[None])[0].double().numpy()
 
 
+def _add_unmapped(thumbs: dict, sides: dict, by_id: dict, records: dict, crop: str) -> str:
+    """Thumbnails of the source data's images that no record's mapping names (held-out patients, images left out),
+    decoded at the released images' side, added to ``thumbs``; above :data:`MAX_COMPARED` a fixed random sample
+    (seed 1). Says how many, for the check's detail."""
+    import numpy as np
+
+    from medanon.data.decode import decode
+    from medanon.errors import DataError
+
+    named = {sid for rec in records.values() for sid in rec["sources"]}
+    ids = sorted(i for i in by_id if i not in named)
+    if len(ids) > MAX_COMPARED:
+        pick = np.random.default_rng(1).choice(len(ids), MAX_COMPARED, replace=False)
+        shown, ids = f"a fixed sample of {MAX_COMPARED} of the {len(ids)}", [ids[i] for i in sorted(pick)]
+    else:
+        shown = str(len(ids))
+    for channels, side in sides.items():
+        for sid in ids:
+            try:
+                thumbs.setdefault(channels, {})[sid] = _thumb(decode(by_id[sid].path, size=side, channels=channels,
+                                                                     crop=crop).image)
+            except (OSError, ValueError, DataError):
+                continue                                # an unreadable image: not this check's to report
+    return shown
+
+
 def _copies_of_other_sources(release: Path, released, records: dict, thumbs: dict, by_id: dict,
-                             crop: str) -> list[tuple[str, str]]:
-    """``(released image, source file)`` for each released image (``released``: name, thumbnail, channels) within
-    one 8-bit grey level (RMS) of a decoded source that is not one of its own. Candidates are the sources whose
-    thumbnail lies within :data:`CANDIDATE_GREY_LEVELS` of the image's; for each, the image is read again and the
-    source decoded at its side, and the two are compared pixel by pixel."""
+                             crop: str) -> list[tuple[str, str, str]]:
+    """``(released image, source file, source record id)`` for each released image (``released``: name, thumbnail,
+    channels) within one 8-bit grey level (RMS) of a decoded source that is not one of its own. Candidates are the
+    sources whose thumbnail lies within :data:`CANDIDATE_GREY_LEVELS` of the image's; for each, the image is read
+    again and the source decoded at its side, and the two are compared pixel by pixel."""
     import numpy as np
     import torch
 
@@ -267,6 +300,6 @@ def _copies_of_other_sources(release: Path, released, records: dict, thumbs: dic
                     except (OSError, ValueError, DataError):
                         continue
                     if float(np.sqrt(np.mean((source - got) ** 2))) <= NEAR_COPY_RMSE:
-                        out.append((img, Path(by_id[sid].path).name))
+                        out.append((img, Path(by_id[sid].path).name, sid))
                         break
     return out

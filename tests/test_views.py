@@ -64,6 +64,12 @@ def test_the_cli_reads_views_in_every_data_command(tmp_path):
     assert len((tmp_path / "s.csv").read_text().strip().splitlines()) == 1 + 3
     r = CliRunner().invoke(cli, ["data", "summary", str(root), "--xray-views", "top"])
     assert r.exit_code != 0 and "--xray-views frontal" in r.output and "Traceback" not in r.output
+    # the split of the frontal views read without them: the laterals are named, with the flag that leaves them out
+    r = CliRunner().invoke(cli, ["anonymize", "snow", str(root), "--p", "0.3", "--split", "train", "--splits",
+                                 str(tmp_path / "s.csv"), "--out", str(tmp_path / "rel")])
+    assert r.exit_code != 0 and "3 image(s) of the dataset are not in" in r.output, r.output
+    assert "(all of them LATERAL views)" in r.output and "--xray-views frontal" in r.output, r.output
+    assert "- P00001_02.png" in r.output, r.output
 
 
 def test_a_release_records_the_views_it_was_made_from_and_the_evaluation_compares(tmp_path):

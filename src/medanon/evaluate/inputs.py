@@ -71,6 +71,18 @@ class RealData:
         return np.flatnonzero(self.split == split)
 
 
+def _shown(path: Path, records: list[Record]) -> str:
+    """A record's file as the dataset names it: relative to the folder of every record (CheXpert and MIMIC reuse a
+    few file names in every study, so a bare name names nothing)."""
+    import os
+
+    try:
+        top = os.path.commonpath([str(Path(r.path).parent) for r in records])
+        return os.path.relpath(path, top)
+    except ValueError:
+        return str(path)
+
+
 def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
@@ -86,10 +98,17 @@ def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
         raise DataError(f"{path} is not a splits CSV (columns record_id, patient_id, split)",
                         fix="pass a file written by `medanon data split` or the demo (splits_<modality>.csv)")
     by_id = {r["record_id"]: r for r in rows}
-    missing = [r.path.name for r in records if r.record_id not in by_id]
-    if missing:
-        raise DataError(f"{len(missing)} image(s) of the real dataset are not in {path}", files=missing,
-                        fix="pass the splits CSV written for this dataset (same folder, same layout)")
+    absent = [r for r in records if r.record_id not in by_id]
+    if absent:
+        from medanon.data.views import LATERAL, view_name
+
+        views = {view_name(r) for r in absent}
+        fix = ("the splits CSV was written with xray_views='frontal' (or other views): read the data with the same "
+               "views in every command" if views <= LATERAL else
+               "pass the splits CSV written for this dataset (same folder, same layout, same views)")
+        raise DataError(f"{len(absent)} image(s) of the dataset are not in {path}" +
+                        (f" (all of them {', '.join(sorted(views))} views)" if views <= LATERAL else ""),
+                        files=[_shown(r.path, records) for r in absent], fix=fix)
     extra = len(by_id.keys() - {r.record_id for r in records})
     if extra:
         import warnings
@@ -105,14 +124,14 @@ def _read_splits_csv(path: Path, records: list[Record]) -> np.ndarray:
     if unknown:
         raise DataError(f"{path} names split(s) {unknown}; a splits CSV holds only {', '.join(SPLITS)}", fix=fix)
     if "patient_id" in rows[0]:
-        other = [r.path.name for r in records if by_id[r.record_id]["patient_id"] != str(r.patient_id)]
+        other = [_shown(r.path, records) for r in records if by_id[r.record_id]["patient_id"] != str(r.patient_id)]
         if other:
             raise DataError(f"{path} gives {len(other)} image(s) another patient than the dataset does", files=other,
                             fix="pass the splits CSV written for this dataset")
     if "bytes" in rows[0]:                                # files of the same names but other contents
         from medanon.data.splits import file_bytes
 
-        other = [r.path.name for r in records if by_id[r.record_id]["bytes"] not in ("", file_bytes(r))]
+        other = [_shown(r.path, records) for r in records if by_id[r.record_id]["bytes"] not in ("", file_bytes(r))]
         if other:
             raise DataError(f"{path} was written for other files: {len(other)} of the {len(records)} image(s) of the "
                             "dataset have another size than it records (a splits CSV of another dataset whose file "

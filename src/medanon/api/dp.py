@@ -227,8 +227,7 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
             warnings.warn(f"the inverse flow diverged on {diverged} images released in this run (decoded values "
                           "beyond ±4 or not finite); each was decoded from its privatised latent shrunk towards "
                           f"the prior's mode ({holds}) and may look averaged (the manifest's quality records "
-                          "the release's total). Try "
-                          + ("" if zero else "center='zero', or ") + "a better-trained flow (docs/dpglow.md).",
+                          "the release's total). " + _divergence_advice(privacy.get("epsilon_element"), zero),
                           UserWarning, stacklevel=user_stacklevel())
         return {"records": len(writer), "written": written, "diverged": diverged,
                 "epsilon_image": privacy["epsilon_image"], "epsilon_element": privacy.get("epsilon_element"),
@@ -241,6 +240,20 @@ def ldp_release(ds: ImageDataset, privatiser, *, method: str, params: dict[str, 
                    # a testing seed, in the private journal and mapping only: a resume with another is refused
                    private={} if noise_seed is None else {"noise_seed": int(noise_seed)},
                    inputs=[p for r in reads for p in dataset_inputs(r)])
+
+
+def _divergence_advice(epsilon_element: float | None, zero: bool) -> str:
+    """What to do about latents the inverse flow diverged on: nothing a flow can change where the noise (Laplace
+    scale: the clip box's width / epsilon per element) dwarfs the box; else the zero centre or a better flow.
+
+    >>> _divergence_advice(1 / 4096, True)[:46]
+    'Expected at this epsilon: the noise is 4,096 c'
+    """
+    if epsilon_element is not None and 0 < epsilon_element < 1:
+        return (f"Expected at this epsilon: the noise is {1 / epsilon_element:,.0f} clip-box widths per latent element "
+                "(Laplace scale: the box's width / epsilon per element), far outside anything a flow is trained on, "
+                "whatever the flow; the images then carry almost nothing of their sources (docs/dpglow.md)")
+    return "Try " + ("" if zero else "center='zero', or ") + "a better-trained flow (docs/dpglow.md)."
 
 
 def _flow_people(trained_on: dict | None, name: str | None) -> dict[str, Any]:

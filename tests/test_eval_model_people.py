@@ -125,3 +125,16 @@ def test_a_dpglow_release_carries_the_people_its_flow_was_trained_on(tmp_path):
     (rec,) = json.loads(json.dumps(rel.params))["flow_trained_people"]["trained_people"]
     assert rec["model"] == "flow.pt" and rec["patients_digest"] and rec["source"]["sha256"], rec
     assert "P0000" not in json.dumps(rec)
+
+
+def test_a_release_evaluated_at_another_size_is_said_to_be_screened_for_near_copies_only():
+    """An exact copy in a 64 px release, evaluated at 32 px, sits a few grey levels from the real image decoded at
+    32 px from its file: the screen calls it a near-copy at most, and the report says so."""
+    from medanon.evaluate.setting_notes import size_notes
+
+    rels = [SimpleNamespace(name="big", manifest={"params": {"size": 64}}),
+            SimpleNamespace(name="same", manifest={"params": {"size": 32}}),
+            SimpleNamespace(name="unknown", manifest={"params": {}})]
+    notes = size_notes(32, rels)
+    assert len(notes) == 1 and notes[0].startswith("release big holds 64 px images and is evaluated at 32 px")
+    assert "size=64" in notes[0]

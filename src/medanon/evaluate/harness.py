@@ -49,7 +49,7 @@ from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.model_people import model_people_notes
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
-from medanon.evaluate.setting_notes import setting_notes, views_notes
+from medanon.evaluate.setting_notes import setting_notes, size_notes, views_notes
 from medanon.evaluate.utility_run import comparisons, full_real_utility, release_utility
 from medanon.fsutil import sha256_file
 from medanon.models.identity import load_identity
@@ -381,7 +381,8 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     # comparisons read what each release left in the cache: naming pairs must not invalidate any cached result
     keyed = replace(cfg, utility=replace(cfg.utility, compare=()))
     ctx = RealContext(real, keyed, cache, dev, progress)
-    for note in setting_notes(cfg, rels, n_fid) + views_notes(real.dataset.read_options.xray_views, rels):
+    for note in (setting_notes(cfg, rels, n_fid) + views_notes(real.dataset.read_options.xray_views, rels)
+                 + size_notes(cfg.size, rels)):
         log.warning(note)
         ctx.notes.append(note)
     label_sets = [set(r.label_names) for r in rels]

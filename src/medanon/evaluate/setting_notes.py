@@ -102,6 +102,22 @@ def views_notes(real_views: str, rels: Sequence[ReleaseData]) -> list[str]:
     return out
 
 
+def size_notes(size: int, rels: Sequence[ReleaseData]) -> list[str]:
+    """A note for each release whose images have another side than the evaluation's ``size``: they are resized,
+    while the real images are decoded at ``size`` from their files, so an exact copy of a real image differs from it
+    by a few grey levels and the screen counts it as a near-copy at most."""
+    out = []
+    for r in rels:
+        side = (r.manifest.get("params") or {}).get("size")
+        if isinstance(side, int) and side != size:
+            out.append(f"release {r.name} holds {side} px images and is evaluated at {size} px: they are resized, "
+                       f"while the real images are decoded at {size} px from their files, so a released copy of a "
+                       "real image differs from it by a few grey levels and the near-copy screen counts it as a "
+                       f"near-copy at most, not as a copy; evaluate at the release's size (size={side}) to screen it "
+                       "for copies")
+    return out
+
+
 def fallback_note(name: str, quality: dict | None, records: int) -> str | None:
     """What a release's manifest ``quality`` says of DP-GLOW's decoder fallback, or None where it was not used (or
     the release records nothing of it)."""

@@ -137,3 +137,23 @@ def test_no_command_takes_one_option_name_twice():
         names = [p.name for p in cmd.params]
         assert len(flags) == len(set(flags)), (path, sorted(f for f in flags if flags.count(f) > 1))
         assert len(names) == len(set(names)), (path, sorted(n for n in names if names.count(n) > 1))
+
+
+def test_a_commands_log_lines_name_its_flags(caplog):
+    """The evaluation logs its notes in parameter names (fidelity.samples=10); the command's user reads its flag."""
+    import logging
+
+    from medanon.cli.evaluate import FLAGS
+    from medanon.cli.words import speaks_flags
+
+    @speaks_flags(FLAGS)
+    def command():
+        logging.getLogger("medanon.evaluate.harness").warning("use more held-out patients or fidelity.samples=%d", 10)
+        logging.getLogger("other").warning("fidelity.samples=3 stays as another library said it")
+
+    with caplog.at_level("WARNING"):
+        command()
+    assert "use more held-out patients or --fid-samples 10" in caplog.text, caplog.text
+    assert "fidelity.samples=3 stays" in caplog.text
+    logging.getLogger("medanon.evaluate.harness").warning("after: fidelity.samples=%d", 4)   # the command is over
+    assert "after: fidelity.samples=4" in caplog.text

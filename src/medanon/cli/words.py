@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 from collections.abc import Mapping
 
 from medanon.cli.library import translate
@@ -50,14 +51,36 @@ def reworded(e: MedanonError, flags: Mapping[str, str]) -> MedanonError:
     return out
 
 
+class _SpeaksFlags(logging.Filter):
+    """A log handler's filter: medanon's log records in a command's flags (the library logs ``size=64``, the
+    command's user types ``--size 64``)."""
+
+    def __init__(self, flags: Mapping[str, str]):
+        super().__init__()
+        self.flags = flags
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("medanon"):
+            record.msg, record.args = translate(record.getMessage(), self.flags), None
+        return True
+
+
 def speaks_flags(flags: Mapping[str, str]):
-    """A command decorator: the MedanonErrors it raises name its flags where the library named parameters."""
+    """A command decorator: the MedanonErrors it raises, and medanon's log lines while it runs, name its flags
+    where the library named parameters."""
     def decorate(f):
         @functools.wraps(f)
         def wrapper(*args, **kwargs):
+            handlers = list(logging.getLogger().handlers)
+            speak = _SpeaksFlags(flags)
+            for h in handlers:
+                h.addFilter(speak)
             try:
                 return f(*args, **kwargs)
             except MedanonError as e:
                 raise reworded(e, flags) from e
+            finally:
+                for h in handlers:
+                    h.removeFilter(speak)
         return wrapper
     return decorate

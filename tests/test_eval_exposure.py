@@ -326,13 +326,18 @@ def test_utility_on_one_held_out_patient_is_said_to_have_no_interval():
 
     from medanon.evaluate.cautions import few_test_patients
 
-    def notes(patients):
+    def notes(patients, labelled=None):
+        held = np.arange(len(patients))
         ctx = SimpleNamespace(cfg=SimpleNamespace(utility=SimpleNamespace(bootstrap=True)),
-                              real=SimpleNamespace(patients=np.asarray(patients)),
-                              test_set=lambda task: (np.arange(len(patients)), None))
+                              real=SimpleNamespace(patients=np.asarray(patients)), held=held,
+                              test_set=lambda task: (held[:labelled], None))
         return few_test_patients(ctx, [SimpleNamespace(label="grade")])
 
     one = notes(["a", "a", "a"])
     assert len(one) == 1 and "no interval" in one[0] and "rough" not in one[0]
-    assert "rough" in notes(["a", "a", "b"])[0]
+    assert "rough" in notes(["a", "a", "b"])[0] and "have no grade value" not in notes(["a", "a", "b"])[0]
     assert notes([str(i) for i in range(20)]) == []
+    # blank or uncertain labels leave fewer test images than held-out ones: the note says why
+    few = notes([str(i) for i in range(20)], labelled=3)
+    assert len(few) == 1 and "tested on 3 images of 3 held-out patient(s) (17 of the 20 held-out images have no " \
+        "grade value: blank or uncertain)" in few[0], few

@@ -138,3 +138,13 @@ def test_a_release_evaluated_at_another_size_is_said_to_be_screened_for_near_cop
     notes = size_notes(32, rels)
     assert len(notes) == 1 and notes[0].startswith("release big holds 64 px images and is evaluated at 32 px")
     assert "size=64" in notes[0]
+
+
+def test_the_note_on_releases_of_the_same_people_names_what_their_methods_give_up():
+    from medanon.evaluate.setting_notes import _together
+
+    assert _together({"dpglow", "gmia"}) == ("ε budgets add up (basic composition) and each is another view of the "
+                                             "same people, and an attacker may combine them")
+    said = _together({"kpixel", "snow"})
+    assert "differenced" in said and "Snow's unchanged pixels" in said and "ε" not in said
+    assert _together({"ldp-image"}) == "ε budgets add up (basic composition)"

@@ -227,11 +227,15 @@ def few_test_patients(ctx: RealContext, tasks) -> list[str]:
     for task in tasks:
         rows, _ = ctx.test_set(task)
         g = len(set(ctx.real.patients[rows].tolist()))
+        unlabelled = len(ctx.held) - len(rows)            # held-out images without a value for the task's label
+        why = (f" ({unlabelled} of the {len(ctx.held)} held-out images have no {task.label} value: blank or "
+               "uncertain)" if unlabelled > 0 else "")
         if len(rows) >= 2 and g < 2:
-            out.append(f"utility ({task.label}) is tested on {len(rows)} images of one held-out patient: its values "
-                       "carry no interval (a bootstrap over patients needs two or more); hold out more patients")
+            out.append(f"utility ({task.label}) is tested on {len(rows)} images of one held-out patient{why}: its "
+                       "values carry no interval (a bootstrap over patients needs two or more); hold out more "
+                       "patients")
         elif len(rows) >= 2 and g < FEW_TEST_PATIENTS:        # fewer: not tested at all, and said so per release
-            out.append(f"utility ({task.label}) is tested on {len(rows)} images of {g} held-out patient(s): its "
+            out.append(f"utility ({task.label}) is tested on {len(rows)} images of {g} held-out patient(s){why}: its "
                        f"intervals resample those patients, and a 95 % bootstrap interval over fewer than "
                        f"{FEW_TEST_PATIENTS} patients covers the true value less often than stated (simulated AUROC "
                        "intervals covered it in 92 % of datasets at 20 patients, 89 % at 10, 68 % at 5, 29 % at 3: "

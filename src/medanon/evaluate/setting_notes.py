@@ -60,8 +60,7 @@ def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str,
     if shared:
         out.append(f"releases {', '.join(shared)} are made from images of the same people (their mappings share "
                    "source images): compare them, but publish at most one. Together they protect less than each "
-                   "alone: averages of overlapping groups can be differenced down to one person's image (k-Same "
-                   "releases at several k), ε budgets add up, and Snow's unchanged pixels add up")
+                   f"alone: {_together({r.method for r in rels if r.name in shared})}")
     for name, files in public_models(rels).items():
         out.append(f"release {name} was made with medanon's public shipped models ({', '.join(files)}): anyone "
                    "holding a candidate image recomputes its released image exactly and links it, whatever the "
@@ -83,6 +82,24 @@ def setting_notes(cfg: EvalConfig, rels: Sequence[ReleaseData], n_fid: dict[str,
                        f"and its linkability and singling-out numbers are optimistic; change attacks.identity.seed")
         out += _independence(cfg, r.name, theirs)
     return out
+
+
+_KSAME = {"kpixel", "kpca", "kcentroid", "ksalsa", "ksame"}
+
+
+def _together(methods: set[str]) -> str:
+    """What releases of these methods give up together that each alone does not."""
+    parts = []
+    if methods & _KSAME:
+        parts.append("averages of overlapping groups can be differenced down to one person's image (k-Same releases "
+                     "at several k)")
+    if methods & {"dpglow", "ldp-image"}:
+        parts.append("ε budgets add up (basic composition)")
+    if methods & {"snow", "vs-snow"}:
+        parts.append("Snow's unchanged pixels add up")
+    if methods - _KSAME - {"dpglow", "ldp-image", "snow", "vs-snow"}:
+        parts.append("each is another view of the same people, and an attacker may combine them")
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
 
 
 def views_notes(real_views: str, rels: Sequence[ReleaseData]) -> list[str]:

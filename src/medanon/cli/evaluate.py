@@ -57,8 +57,8 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
               help="full: 3 seeds of 300-step classifiers at 64 px, FID on up to 1000 images; fast: CPU-sized "
                    "(utility by a linear probe on frozen EfficientNet-Lite0 features, 2 seeds; 150-step attribute "
                    "classifier in bf16 where the CPU/GPU computes it natively; a 400-step identity network at 32 px; "
-                   "FID on up to 50 images); tiny: checks that everything runs "
-                   "on a tiny phantom (no FID, 20-step classifiers, 32 px): its numbers are not a measurement.")
+                   "FID on up to 50 images); tiny: checks that everything runs on a tiny phantom (no Inception "
+                   "FID, only the in-domain FD; 20-step classifiers, 32 px): its numbers are not a measurement.")
 @click.option("--size", type=click.IntRange(16, 1024), default=None,
               help="Evaluation image side.  [default: 64; 32 with --preset tiny]")
 @click.option("--fid-samples", type=click.IntRange(min=0), default=None,

@@ -474,3 +474,21 @@ def test_nothing_is_written_inside_a_folder_another_run_is_writing(tmp_path, pha
         holder.kill()
         holder.wait()
     assert _run(["anonymize", "ldp-image", phantom, "--epsilon", "1", "--out", busy / "releases" / "r"])[0] == 0
+
+
+def test_a_second_run_exporting_to_the_same_path_is_refused_before_training(tmp_path, phantom):
+    """Two runs with one new --export: the second was refused only after its training, at the export."""
+    export = tmp_path / "g.pt"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from medanon.locks import OutputLock; "
+                               f"lock = OutputLock({str(export)!r}).acquire(); print('held', flush=True); "
+                               "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    config = Path(__file__).resolve().parents[1] / "configs" / "stylegan" / "tiny32.yaml"
+    try:                                                # another run exports there (its training still going)
+        assert holder.stdout.readline().strip() == "held"
+        code, msg = _run(["train", "gan", phantom, "--config", config, "--set", "resolution=16", "--steps", "1",
+                          "--checkpoint-every", "1", "--out", tmp_path / "run", "--export", export])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code != 0 and "another medanon run is writing" in msg and "g.pt" in msg, msg
+    assert not (tmp_path / "run" / "checkpoint.pt").exists() and not export.exists()

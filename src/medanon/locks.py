@@ -224,6 +224,12 @@ def _holder(path: Path) -> str:
         return ""
 
 
+def export_lock(export: str | os.PathLike | None, dist, *, name: str = "--export"):
+    """``export``'s lock, held by the writing process from the start of a training run to its end (None: no export;
+    a context manager): a second run exporting to the same new path is refused at once, not after its training."""
+    return main_rank_lock(export, dist, name=name) if export is not None else contextlib.nullcontext()
+
+
 def main_rank_lock(out: str | os.PathLike, dist, *, name: str = "out"):
     """``out``'s lock held by the process that writes it (rank 0 of a torchrun job, or the only process); the other
     ranks write nothing and take no lock. A context manager."""

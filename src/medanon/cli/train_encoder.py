@@ -9,6 +9,7 @@ checkpoint (no optimizer state) that ``medanon.codecs.stylegan.load_codec`` load
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -297,14 +298,17 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
                    kind="restyle-encoder", eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_RESTYLE
     from medanon.config import build
+    from medanon.locks import export_lock
     from medanon.train.distributed import init_distributed, shutdown
     from medanon.train.encoder import EncoderConfig, train_restyle
 
     config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
                                out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
                                sample_every=sample_every, log_every=log_every)
+    export_held = contextlib.ExitStack()
     dist = init_distributed(loop["device"])
     try:
+        export_held.enter_context(export_lock(export_path, dist))     # another run exporting there: refused now
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
                                                      data_opts, eval_dir, split_args)
@@ -315,6 +319,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
             _finish(ckpt, out, export_path, held_out, f"ReStyle encoder, {cfg.iterations} iterations",
                     float16=export_float16)
     finally:
+        export_held.close()
         shutdown(dist)
 
 
@@ -348,14 +353,17 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
                    kind="cotrained-autoencoder", eval_dir=eval_dir)
     from medanon.codecs.stylegan import KIND_COTRAINED
     from medanon.config import build
+    from medanon.locks import export_lock
     from medanon.train.autoencoder import AutoencoderConfig, train_autoencoder
     from medanon.train.distributed import init_distributed, shutdown
 
     config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
                                out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
                                sample_every=sample_every, log_every=log_every)
+    export_held = contextlib.ExitStack()
     dist = init_distributed(loop["device"])
     try:
+        export_held.enter_context(export_lock(export_path, dist))     # another run exporting there: refused now
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
                                                      cfg.generator, data_opts, eval_dir, split_args)
@@ -367,4 +375,5 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
             _finish(ckpt, out, export_path, held_out, "co-trained encoder + generator",
                     float16=export_float16, discriminator=export_discriminator)
     finally:
+        export_held.close()
         shutdown(dist)

@@ -94,11 +94,12 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
         raise click.BadParameter(f"the config's generator renders {cfg.channels}-channel images; to train one on "
                                  f"{data_opts['channels']}-channel images, pass --set channels={data_opts['channels']}",
                                  param_hint="--channels")
-    from medanon.locks import main_rank_lock
+    from medanon.locks import export_lock, main_rank_lock
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))
     try:                                         # the lock before the data is read: a second run is refused at once
-        with main_rank_lock(out, dist, name="--out"):                  # (the run's folder takes it over)
+        with main_rank_lock(out, dist, name="--out"), export_lock(export, dist):  # (the run's folder takes it over;
+            # another run exporting to the same path is refused now, not after training)
             if dist.device.type == "cpu":
                 torch.set_num_threads(threads_per_rank(threads, cpu_count()))
             ds = open_for_generator(data_dir, cfg.resolution, cfg.channels, {**data_opts, "progress": dist.is_main},

@@ -86,10 +86,13 @@ def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, o
         if unused:
             raise click.UsageError(f"{', '.join(unused)} do(es) not apply to --vessel-images/--vessel-masks (colour "
                                    "fundus images, each its own patient; --size and --crop apply)")
+    from medanon.locks import export_lock
+
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
     try:
-        _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width, patch, val, test, seed,
-               resume, export, opts)
+        with export_lock(export, dist):          # another run exporting to the same path: refused now
+            _train(dist, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width, patch, val, test,
+                   seed, resume, export, opts)
     finally:
         shutdown(dist)
 

@@ -120,7 +120,7 @@ def test_a_generator_trains_on_the_views_asked_for(tmp_path, caplog):
     data = json.loads((run / "manifest.json").read_text())["inputs"]["data"]  # the run names its data
     assert data["path"] == str(root) and data["images"] == 3 and data["reading"]["xray_views"] == "frontal", data
     r = CliRunner().invoke(cli, [*base, "--steps", "2", "--resume", "--out", str(run)])   # every view: other images
-    assert r.exit_code != 0 and "trained on other images (3 images" in r.output, r.output
+    assert r.exit_code != 0 and "data.reading.xray_views 'frontal' -> None" in r.output, r.output
     r = CliRunner().invoke(cli, [*base, "--split", "train", "--out", str(tmp_path / "g4")])   # one split only
     assert r.exit_code == 0, r.output
     train = medanon.split_dataset(medanon.open_dataset(root, size=16))["train"]
@@ -128,6 +128,10 @@ def test_a_generator_trains_on_the_views_asked_for(tmp_path, caplog):
         == len(train) < 6
     split = json.loads((tmp_path / "g4" / "manifest.json").read_text())["inputs"]["split"]
     assert split == {"split": "train", "recomputed_with_seed": 0}
+    # its resume without --split: the split named as what changed, before any image is decoded
+    r = CliRunner().invoke(cli, [*base, "--steps", "2", "--resume", "--out", str(tmp_path / "g4")])
+    assert r.exit_code != 0 and "trained on other data than this resume reads" in r.output, r.output
+    assert "split {'recomputed_with_seed': 0, 'split': 'train'} -> None" in r.output, r.output
     r = CliRunner().invoke(cli, [*base, "--size", "32", "--out", str(tmp_path / "g2")])
     assert r.exit_code != 0 and "--set resolution=32" in r.output and "Traceback" not in r.output, r.output
     with caplog.at_level("WARNING"):

@@ -126,6 +126,8 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
 
     ds, people = reduce_with_people(open_for_generator(data_dir, size, channels, data_opts, trained), *split_args,
                                     FLAGS)
+    if resume:
+        check_resumed_inputs(out, ds, split_args)
     held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
         if eval_dir is not None else None                  # its problems named now, not after the training
     images = ds.tensors()[0]
@@ -174,6 +176,33 @@ def open_for_generator(data_dir: Path, resolution: int, channels: int, data_opts
                             fix=fix or f"{flag} {data_dir}: pass images of the generator's kind, or --channels "
                                        f"{channels} to convert them")
     return ds
+
+
+def check_resumed_inputs(out: Path, ds, split_args) -> None:
+    """A resumed run reads its data as its start recorded (``manifest.json``'s ``inputs``: the split, how the images
+    are read, how many): refused before any image is decoded, naming what changed (its checkpoint would refuse
+    the other pixels later, saying only that they differ). Runs that recorded no inputs are not compared."""
+    import json
+
+    from medanon.config import differences
+    from medanon.errors import ConfigError
+
+    try:
+        was = json.loads((Path(out) / "manifest.json").read_text(encoding="utf-8")).get("inputs") or {}
+    except (OSError, ValueError):
+        return
+    if "data" not in was:                         # a run from before runs recorded their inputs
+        return
+    fields = ("reading", "images")                # which pixels: the checkpoint's digest compares them later
+    data_now = dataset_input(ds)
+    before = {"split": was.get("split"), "data": {f: was["data"].get(f) for f in fields}}   # no split: every image
+    after = {"split": split_input(*split_args), "data": {f: data_now.get(f) for f in fields}}
+    if before != after:
+        raise ConfigError(f"the run in {out} trained on other data than this resume reads "
+                          f"({differences(before, after)})",
+                          fix="resume with the data options the run started with (its manifest.json's inputs: the "
+                              "folder, --split and --splits or --split-seed, --xray-views, --crop), or start a new "
+                              "run in another --out")
 
 
 def recording_run_inputs(ds, held_out, split_args, **checkpoints):

@@ -60,7 +60,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
 
     from medanon.cli.base import check_export_is_not_the_run, check_outputs
     from medanon.cli.splits import reduce_with_people
-    from medanon.cli.train_encoder import open_for_generator, pop_split_args, recording_run_inputs
+    from medanon.cli.train_encoder import check_resumed_inputs, open_for_generator, pop_split_args, recording_run_inputs
     from medanon.outputs import check_own_export, writing_export
 
     split_args = pop_split_args(data_opts)
@@ -108,6 +108,8 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                         "mixed grey and colour images, a folder of one kind")
             ds, people = reduce_with_people(ds, *split_args, {})
             if resume:                           # settings the run refuses are refused before the images decode
+                if not retune:
+                    check_resumed_inputs(out, ds, split_args)
                 from medanon.checkpoint import load_checkpoint
                 from medanon.train.gan_checkpoint import KIND, resume_changes
 

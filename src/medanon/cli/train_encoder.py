@@ -56,7 +56,8 @@ def loop_options(f):
                      help="Gradient accumulation: each process computes its part of the batch as this many "
                           "micro-batches (docs/distributed.md)."),
         click.option("--export", "export_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="At the end, also write a small copy of the checkpoint (no optimizer state) here."),
+                     help="At the end, also write a small copy of the checkpoint (no optimizer state) here."
+                          " A resumed run replaces the export it wrote itself (never another file)."),
         click.option("--export-float16", is_flag=True,
                      help="Store the --export copy's weights as float16 (half the size; loads as float32)."),
         click.option("--eval-data", "eval_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),

@@ -36,7 +36,8 @@ from medanon.cli.words import DATA_FLAGS, TRAIN_FLAGS, speaks_flags
 @click.option("--threads", type=click.IntRange(min=0), default=0,
               help="CPU threads for torch; 0 = all cores. On a busy shared machine 1 is often fastest.")
 @click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write a small copy of the final model (EMA generator, discriminator, config) here.")
+              help="Also write a small copy of the final model (EMA generator, discriminator, config) here."
+                   " A resumed run replaces the export it wrote itself (never another file).")
 @click.option("--accum", type=click.IntRange(min=1), default=1,
               help="Gradient accumulation: each rank computes its part of the batch as this many micro-batches.")
 @click.pass_context

@@ -48,7 +48,8 @@ FLAGS = {**TRAIN_FLAGS, "larger val and test fractions": "larger --val and --tes
 @click.option("--seed", type=int, default=0, show_default=True, help="Splits, initialisation and batches.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
 @click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also copy the final checkpoint here (e.g. checkpoints/unet-vessels64.pt).")
+              help="Also copy the final checkpoint here (e.g. checkpoints/unet-vessels64.pt)."
+                   " A resumed run replaces the export it wrote itself (never another file).")
 @click.pass_context
 @speaks_flags(FLAGS)
 def train_segmenter_cmd(ctx: click.Context, data_dir, images_pair, masks_pair, out, epochs, batch_size, lr, width,

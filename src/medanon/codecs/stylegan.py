@@ -256,7 +256,9 @@ def codec_from_blob(blob: dict[str, Any], *, iterations: int | None = None, batc
     provenance["trained_on"] = trained_on(blob, generator.img_channels, generator.img_resolution)
     from medanon.data.training_people import model_people
 
-    provenance["trained_people"] = model_people(blob)   # digests: whether an evaluation's controls trained it
+    people = model_people(blob)                         # digests: whether an evaluation's controls trained it
+    if people:                                          # (none recorded: the settings of releases stay as they were)
+        provenance["trained_people"] = people
     return StyleGANCodec(generator, encoder, n, name=CODEC_NAMES.get(blob["kind"]), provenance=provenance,
                          batch_size=batch_size)
 

@@ -184,3 +184,32 @@ def test_12_bit_data_in_a_16_bit_file_is_said_not_read_silently_dark(tmp_path: P
     with warnings.catch_warnings():
         warnings.simplefilter("error", imageio.LowBitDepth)     # once per folder
         medanon.open_dataset(folder, **kw).tensors()
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_a_tiffs_orientation_tag_turns_grey_16_bit_and_colour_pages_as_pillow_turns_a_photograph(tmp_path, orientation):
+    """Every Orientation value, on 8-bit grey, 16-bit grey and RGB pages: read as Pillow's exif_transpose shows the
+    same RGB pixels (Pillow itself scrambles rotated grey TIFFs), and probe gives the turned size."""
+    from PIL import ImageOps
+
+    rgb = np.random.default_rng(orientation).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    shown = Image.fromarray(rgb)
+    shown.getexif()[0x0112] = orientation
+    ref = np.asarray(ImageOps.exif_transpose(shown), np.float32) / 255
+    for name, arr in (("rgb", rgb), ("grey", rgb[..., 0].copy()), ("g16", rgb[..., 0].astype(np.uint16) * 257)):
+        path = tmp_path / f"{name}.tif"
+        tifffile.imwrite(path, arr, photometric="rgb" if arr.ndim == 3 else "minisblack",
+                         extratags=[(274, 3, 1, orientation, True)])
+        want = ref if arr.ndim == 3 else ref[..., 0]
+        got = imageio.read(path)
+        assert got.shape == want.shape and np.allclose(got, want, atol=1 / 255), (name, got.shape)
+        info = imageio.probe(path)
+        assert (info.height, info.width) == want.shape[:2], (name, info)
+
+
+def test_a_signed_16_bit_page_is_not_called_low_range(tmp_path):
+    """int16 pages (CT-like values) are scaled to their own range: the 12-bit warning is for unsigned data only."""
+    ct = np.linspace(-1000, 3000, 64 * 64).reshape(64, 64).astype(np.int16)
+    tifffile.imwrite(tmp_path / "ct.tif", ct)
+    red = imageio.read_reduced(tmp_path / "ct.tif", 1)
+    assert red.low_range == 0 and float(red.image.max()) == 1.0

@@ -103,7 +103,7 @@ def warn_low_range(path: Path, root: Path | None, bits: int) -> None:
 
 def _low_range(a: np.ndarray) -> int:
     """The bits a 16-bit array's largest value needs, where that is at most :data:`LOW_RANGE_BITS` (else 0)."""
-    if a.dtype.itemsize != 2 or a.dtype.kind not in "ui" or not a.size:
+    if a.dtype != np.uint16 or not a.size:          # signed and float pages are scaled to their own range
         return 0
     top = int(a.max())
     return max(1, top.bit_length()) if 0 < top < 2 ** LOW_RANGE_BITS else 0
@@ -401,27 +401,24 @@ def _pil_to_float(im: Image.Image, path: Path | None = None) -> np.ndarray:
 
 
 # TIFF photometric interpretations tifffile returns as stored values, not colours: palette (3, its indices),
-# separated (5, CMYK ink) and YCbCr (6); Pillow converts them (and applies the Orientation tag) as viewers do
+# separated (5, CMYK ink) and YCbCr (6); Pillow converts them as viewers do
 _PILLOW_PHOTOMETRICS = (3, 5, 6)
 
 
 def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[np.ndarray, bool, int]:
     """The first page in [0, 1], whether its alpha channel (dropped) had a pixel below full opacity, and the bits a
-    16-bit page's values fit in where they use the bottom of its range only (:func:`_low_range`, else 0). A page
-    whose stored values are not colours (palette, CMYK, YCbCr) or that is rotated (Orientation tag) raises
-    :class:`DataError` for Pillow to read it."""
+    16-bit page's values fit in where they use the bottom of its range only (:func:`_low_range`, else 0), turned as
+    its Orientation tag says (:func:`_oriented`). A page whose stored values are not colours (palette, CMYK, YCbCr)
+    raises :class:`DataError` for Pillow to read it."""
     import tifffile
 
     try:
         with tifffile.TiffFile(path) as tf:
             page = tf.pages[0]
             photometric = getattr(page, "photometric", None)
-            orientation = page.tags.get(274)               # TIFF Orientation: 1 is as stored
-            if int(photometric if photometric is not None else -1) in _PILLOW_PHOTOMETRICS or \
-                    (orientation is not None and int(orientation.value or 1) != 1):
-                pillow = True                   # a colour map, ink separations or a rotation: Pillow applies them
-            else:
-                pillow = False
+            pillow = int(photometric if photometric is not None else -1) in _PILLOW_PHOTOMETRICS
+            tag = page.tags.get(274)                        # TIFF Orientation: 1 is as stored
+            orientation = int(tag.value or 1) if tag is not None else 1
             shape = page.shape
             if len(shape) >= 2:
                 rgb_last = len(shape) == 3 and shape[-1] in (1, 2, 3, 4)
@@ -436,8 +433,34 @@ def _read_tiff(path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple
         raise
     except Exception as e:
         raise _unreadable(path, f"TIFF decoding failed ({type(e).__name__}: {e})") from None
-    a = np.asarray(a)
+    a = _oriented(np.asarray(a), orientation)
     return _scale_array(a, path), _array_transparent(a), _low_range(a)
+
+
+def _oriented(a: np.ndarray, orientation: int) -> np.ndarray:
+    """A TIFF page (H, W[, C]) as displayed under its Orientation tag (as Pillow's ``exif_transpose`` turns an
+    image: 2 mirrored, 3 turned half a turn, 4 flipped, 5 transposed, 6 turned a quarter clockwise, 7 transversed,
+    8 a quarter anticlockwise); 1 or an unknown value: as stored.
+
+    >>> a = np.arange(6).reshape(2, 3)
+    >>> _oriented(a, 6).tolist()
+    [[3, 0], [4, 1], [5, 2]]
+    """
+    if orientation == 2:
+        a = a[:, ::-1]
+    elif orientation == 3:
+        a = a[::-1, ::-1]
+    elif orientation == 4:
+        a = a[::-1]
+    elif orientation == 5:
+        a = np.swapaxes(a, 0, 1)
+    elif orientation == 6:
+        a = np.rot90(a, -1)
+    elif orientation == 7:
+        a = np.swapaxes(a[::-1, ::-1], 0, 1)
+    elif orientation == 8:
+        a = np.rot90(a, 1)
+    return np.ascontiguousarray(a)
 
 
 def _scale_array(a: np.ndarray, path: Path) -> np.ndarray:

@@ -57,6 +57,14 @@ def test_recorded_training_patients_are_compared_with_the_controls():
                               ctx) == []                                         # another dataset
     unknown = model_people_notes([_release(params={"trained_people": [rec(["a", "c"])]})], ctx)
     assert len(unknown) == 1 and "is not known" in unknown[0] and "my-codec.pt" in unknown[0], unknown
+    # as a public manifest carries them: keyed by the dataset's content digest, recognised the same way
+    from medanon.data.training_people import public_people
+
+    keyed = {"codec": {"trained_people": public_people([rec(["a", "b", "c", "d"])])}}
+    assert "saw 2 of the 2 controls" in model_people_notes([_release(params=keyed)], ctx)[0]
+    other = {"trained_people": public_people([rec(["a", "b", "c", "d"], "other")])}
+    assert model_people_notes([_release(params=other)], ctx) == []
+    assert model_people_notes([_release(params={"trained_people": public_people([rec(["a", "b"])])})], ctx) == []
 
 
 def test_a_codec_trained_by_medanon_carries_its_people_into_the_release_and_the_evaluation(tmp_path):
@@ -91,7 +99,12 @@ def test_a_codec_trained_by_medanon_carries_its_people_into_the_release_and_the_
     with pytest.warns(WeakSetting, match="k = 2"):
         rel = medanon.anonymize.kcentroid(train, k=2, codec=tmp_path / "codec.pt")
     params = json.loads(json.dumps(rel.params))                 # as the manifest holds them
-    assert params["codec"]["trained_people"] == people
+    from medanon.data.training_people import public_people
+
+    assert params["codec"]["trained_people"] == public_people(people)
+    public = json.dumps(params)                                  # the manifest is public: keyed digests only
+    assert all(p["patients_digest"] not in public and p["records_digest"] not in public
+               and p["source"]["sha256"] not in public for p in people), params["codec"]
 
     real = load_real(data, size=32)
     held, src = np.flatnonzero(real.split == "test"), np.flatnonzero(real.split == "train")
@@ -123,8 +136,8 @@ def test_a_dpglow_release_carries_the_people_its_flow_was_trained_on(tmp_path):
         rel = medanon.anonymize.dpglow(medanon.open_dataset(other, size=32), epsilon=1e4,
                                        flow=tmp_path / "run" / "flow.pt")
     (rec,) = json.loads(json.dumps(rel.params))["flow_trained_people"]["trained_people"]
-    assert rec["model"] == "flow.pt" and rec["patients_digest"] and rec["source"]["sha256"], rec
-    assert "P0000" not in json.dumps(rec)
+    assert sorted(rec) == ["dataset_key", "images", "model", "people_key", "split"], rec
+    assert rec["model"] == "flow.pt" and rec["images"] >= 1 and "P0000" not in json.dumps(rec)
 
 
 def test_a_release_evaluated_at_another_size_is_said_to_be_screened_for_near_copies_only():

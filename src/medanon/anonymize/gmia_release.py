@@ -236,6 +236,8 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
         warnings.warn(message, category, stacklevel=user_stacklevel())
     names = release_labels(dataset, labels)
     networks = gmia.describe()
+    from medanon.data.training_people import public_people
+
     params = {**gmia.cfg.params(),
               "latent_space": ("W: W_A = E(X_R) + one w_dim offset shared by every synthesis layer (the paper's W)"
                                if gmia.cfg.latent_space == "w" else "W+: one style vector per synthesis layer")
@@ -246,8 +248,9 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
               **reading_params(dataset)}
     if networks["codec"].get("amp"):             # mixed precision changes the images: part of the settings
         params["amp"] = networks["codec"]["amp"]
-    if networks["codec"].get("trained_people"):  # digests: whether an evaluation's controls trained the codec
-        params["codec_trained_people"] = {"trained_people": networks["codec"]["trained_people"]}
+    people = public_people(networks["codec"].get("trained_people") or [])   # keyed: the manifest is public
+    if people:                                   # whether an evaluation's controls trained the codec
+        params["codec_trained_people"] = {"trained_people": people}
     params.update(extra_params or {})
     models = release_models(gmia, networks)
     from medanon.release.release import is_phantom, source_digest

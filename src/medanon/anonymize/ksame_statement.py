@@ -188,9 +188,14 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
     if cfg.method == "kpca":
         p["pca_basis"] = cfg.pca_basis
     if codec is not None:
+        from medanon.data.training_people import public_people
+
         p["codec"] = {k: v for k, v in codec.describe().items() if k in ("name", "latent_space", "iterations", "num_ws",
                                                                          "w_dim", "map", "resolution", "noise_mode",
-                                                                         "amp", "trained_people")}
+                                                                         "amp")}
+        people = public_people(codec.describe().get("trained_people") or [])   # keyed: the manifest is public
+        if people:
+            p["codec"]["trained_people"] = people
     return p
 
 

@@ -259,11 +259,11 @@ def _divergence_advice(epsilon_element: float | None, zero: bool) -> str:
 def _flow_people(trained_on: dict | None, name: str | None) -> dict[str, Any]:
     """The flow's training patients as digests (``medanon train flow`` records them), for an evaluation to tell
     whether the flow saw its controls (:mod:`medanon.evaluate.model_people`); empty where none are recorded."""
-    if not (trained_on or {}).get("patients_digest"):
-        return {}
-    keep = {k: trained_on[k] for k in ("source", "split", "patients_digest") if k in trained_on}
-    return {"flow_trained_people": {"trained_people": [{"model": name or "the flow", **keep,
-                                                        "images": trained_on.get("train_images")}]}}
+    from medanon.data.training_people import public_people
+
+    people = public_people([{"model": name or "the flow", **(trained_on or {}),
+                             "images": (trained_on or {}).get("train_images")}])   # keyed: the manifest is public
+    return {"flow_trained_people": {"trained_people": people}} if people else {}
 
 
 def _flow_checksum(codec) -> dict[str, str]:

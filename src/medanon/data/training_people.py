@@ -6,12 +6,17 @@ it trained on and how the split was made, and digests of the chosen records and 
 An evaluation of the same dataset recognises the training patients when they are exactly its members, its controls,
 both or every patient (:func:`medanon.evaluate.context.recorded_patients`): a digest tells equal sets only.
 
+A release's public manifest carries none of these (the content digest fingerprints the source data, and a digest
+of few or guessable ids can be confirmed by guessing): :func:`public_people` keys them with the dataset's content
+digest, which only a holder of the data can recompute.
+
 >>> patients_digest(["b", "a", "a"]) == patients_digest(["a", "b"])
 True
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,4 +63,32 @@ def model_people(blob: dict[str, Any]) -> list[dict[str, Any]]:
     out = [{**({"model": name} if name else {}), **r} for r in own if isinstance(r, dict)]
     start = extra.get("generator_checkpoint") or {}
     out += [r for r in start.get("trained_people") or [] if isinstance(r, dict) and r not in out]
+    return out
+
+
+def keyed(dataset_sha256: str, what: str) -> str:
+    """HMAC-SHA256 of ``what`` keyed by a dataset's content digest (hex, 32 characters): recomputed by whoever holds
+    that dataset, by nobody else."""
+    return hmac.new(dataset_sha256.encode(), what.encode(), "sha256").hexdigest()[:32]
+
+
+def public_people(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a release's public manifest says of its models' training people: per record, the model, the split and
+    the image count, and two keyed digests (:func:`keyed`) an evaluator holding the dataset recomputes: of the
+    dataset itself (``dataset_key``) and of the patients' digest (``people_key``). Records without a dataset digest
+    are left out.
+
+    >>> rec = {"model": "c.pt", "source": {"sha256": "ab"}, "split": "train", "images": 4, "records_digest": "x",
+    ...        "patients_digest": patients_digest(["p1", "p2"])}
+    >>> pub = public_people([rec])[0]
+    >>> sorted(pub), pub["people_key"] == keyed("ab", "people:" + rec["patients_digest"])
+    (['dataset_key', 'images', 'model', 'people_key', 'split'], True)
+    """
+    out = []
+    for r in records:
+        key = (r.get("source") or {}).get("sha256") if isinstance(r.get("source"), dict) else None
+        if not key or not r.get("patients_digest"):
+            continue
+        out.append({"model": r.get("model"), "split": r.get("split"), "images": r.get("images"),
+                    "dataset_key": keyed(key, "dataset"), "people_key": keyed(key, "people:" + r["patients_digest"])})
     return out

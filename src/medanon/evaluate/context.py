@@ -75,12 +75,18 @@ def recorded_patients(extra: dict | None, ctx: RealContext) -> tuple[str, np.nda
     said, source = data.get("patients_digest"), (data.get("source") or {}).get("sha256")
     if not said or not source or source != getattr(ctx.real, "files_sha256", None):
         return None
-    cfg, real = ctx.cfg, ctx.real
-    sets = [(f"the release's members (the {cfg.source_split!r} split)", ctx.src),
+    return next(((what, rows) for what, rows in patient_sets(ctx)
+                 if patients_digest(ctx.real.patients[rows].tolist()) == said), None)
+
+
+def patient_sets(ctx: RealContext) -> list[tuple[str, np.ndarray]]:
+    """The patient sets a model's recorded training patients are recognised as: the members, the controls, both,
+    every patient of the real data (name, rows)."""
+    cfg = ctx.cfg
+    return [(f"the release's members (the {cfg.source_split!r} split)", ctx.src),
             (f"the controls (the {cfg.heldout_split!r} split)", ctx.held),
             ("the members and the controls", np.concatenate([ctx.src, ctx.held])),
-            ("every patient of the real data", np.arange(len(real.patients)))]
-    return next(((what, rows) for what, rows in sets if patients_digest(real.patients[rows].tolist()) == said), None)
+            ("every patient of the real data", np.arange(len(ctx.real.patients)))]
 
 
 def checkpoint_trained_on(path: str, ctx: RealContext | None = None) -> str:

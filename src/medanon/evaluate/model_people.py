@@ -12,10 +12,11 @@ evaluation's real data:
   phantoms of known settings (:data:`medanon.phantoms.provenance.SHIPPED_TRAINING`); a phantom's people are fixed
   by its seed, so a real dataset that is a phantom of those settings holds some of them
   (:func:`medanon.phantoms.provenance.shared_people`);
-- a model trained with ``medanon train`` records its dataset's digest and the digest of its training patients
-  (``trained_people``, carried into the release's ``params``): where the dataset is this evaluation's, the
-  patients are recognised when they are exactly the members, the controls, both, or every patient
-  (:func:`medanon.evaluate.context.recorded_patients`); a digest tells equal sets only.
+- a model trained with ``medanon train`` records its dataset's digest and the digest of its training patients,
+  which a release carries in its ``params`` keyed by the dataset's content digest (``trained_people``:
+  :func:`medanon.data.training_people.public_people`; the manifest is public): where the dataset is this
+  evaluation's, the patients are recognised when they are exactly the members, the controls, both, or every
+  patient; a digest tells equal sets only.
 
 Models trained on other data, or recording nothing, are not checked (and are said to be unknown only where a
 release names a model trained on this very dataset that matches none of those sets).
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from medanon.evaluate.context import RealContext
@@ -68,23 +71,46 @@ def _recorded(params: Any) -> Iterator[tuple[str, dict]]:
             yield from _recorded(value)
 
 
+def _recognised(rec: dict, ctx: RealContext) -> tuple[str, np.ndarray] | bool | None:
+    """Which of the evaluation's patient sets a release's record of a model's training people is
+    (:func:`medanon.evaluate.context.recorded_patients`'s sets); None where the record is of this dataset but none of
+    them; False where it is of another dataset (or this one changed), or says nothing. A public record is keyed by
+    the dataset's content digest (:func:`medanon.data.training_people.public_people`); a raw one (digests in the
+    clear) is compared as such."""
+    from medanon.data.training_people import keyed, patients_digest
+    from medanon.evaluate.context import patient_sets, recorded_patients
+
+    ours = getattr(ctx.real, "files_sha256", None)
+    if not ours:
+        return False
+    if "dataset_key" in rec:
+        if rec.get("dataset_key") != keyed(ours, "dataset"):
+            return False
+        for what, rows in patient_sets(ctx):
+            if rec.get("people_key") == keyed(ours, "people:" + patients_digest(ctx.real.patients[rows].tolist())):
+                return what, rows
+        return None
+    if (rec.get("source") or {}).get("sha256") != ours:
+        return False
+    return recorded_patients({"data": rec}, ctx)
+
+
 def _recorded_overlaps(rel: ReleaseData, ctx: RealContext) -> Iterator[tuple[str, int, int, str]]:
     """As :func:`_shipped_overlaps`, for the training patients the release's models record (see the module)."""
-    from medanon.evaluate.context import recorded_patients
-
     controls, members = _unique(ctx.real.patients[ctx.held]), _unique(ctx.real.patients[ctx.src])
     seen_pairs = set()
     for model, rec in _recorded(rel.params):
-        key = (model, rec.get("patients_digest"))
+        key = (model, rec.get("people_key") or rec.get("patients_digest"))
         if key in seen_pairs:
             continue
         seen_pairs.add(key)
-        which = recorded_patients({"data": rec}, ctx)
+        which = _recognised(rec, ctx)
+        if which is False:
+            continue
         if which is None:
-            if (rec.get("source") or {}).get("sha256") == getattr(ctx.real, "files_sha256", None):
-                yield (model, -1, -1, f"it was trained on {rec.get('images', '?')} images of this very dataset "
-                                      f"(the {rec.get('split', '?')!r} split), patients that are not exactly the "
-                                      "members, the controls or both")
+            yield (model, -1, -1, f"it was trained on {rec.get('images', '?')} images of this very dataset "
+                                  f"(the {rec.get('split', '?')!r} split), patients that are not exactly the "
+                                  "members, the controls or both")
             continue
         what, rows = which
         ids = _unique(ctx.real.patients[rows])

@@ -138,3 +138,19 @@ def test_a_generator_trains_on_the_views_asked_for(tmp_path, caplog):
         r = CliRunner().invoke(cli, [*base, "--out", str(tmp_path / "g3")])         # laterals named in its words
     assert r.exit_code == 0 and "--xray-views frontal" in caplog.text and "xray_views=" not in caplog.text, \
         caplog.text
+
+
+def test_a_resume_reads_the_splits_file_by_content_not_by_its_path(tmp_path, monkeypatch):
+    import shutil
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "stylegan" / "tiny32.yaml"
+    root = _with_views(tmp_path, ["PA"])
+    assert CliRunner().invoke(cli, ["data", "split", str(root), "--out", str(tmp_path / "s.csv")]).exit_code == 0
+    base = ["train", "gan", str(root), "--config", str(config), "--set", "resolution=16", "--set", "channels=1",
+            "--checkpoint-every", "1", "--split", "train", "--out", str(tmp_path / "g")]
+    r = CliRunner().invoke(cli, [*base, "--steps", "1", "--splits", str(tmp_path / "s.csv")])
+    assert r.exit_code == 0, r.output
+    shutil.copy(tmp_path / "s.csv", tmp_path / "moved.csv")           # the same file, elsewhere and relative
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli, [*base, "--steps", "2", "--resume", "--splits", "moved.csv"])
+    assert r.exit_code == 0, r.output

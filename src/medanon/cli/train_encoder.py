@@ -196,8 +196,11 @@ def check_resumed_inputs(out: Path, ds, split_args) -> None:
         return
     fields = ("reading", "images")                # which pixels: the checkpoint's digest compares them later
     data_now = dataset_input(ds)
-    before = {"split": was.get("split"), "data": {f: was["data"].get(f) for f in fields}}   # no split: every image
-    after = {"split": split_input(*split_args), "data": {f: data_now.get(f) for f in fields}}
+    def split_of(rec):                            # the splits file by content: its path may be spelled otherwise
+        return {k: v for k, v in rec.items() if k != "splits_csv"} if rec else None
+
+    before = {"split": split_of(was.get("split")), "data": {f: was["data"].get(f) for f in fields}}   # none: all
+    after = {"split": split_of(split_input(*split_args)), "data": {f: data_now.get(f) for f in fields}}
     if before != after:
         raise ConfigError(f"the run in {out} trained on other data than this resume reads "
                           f"({differences(before, after)})",

@@ -20,9 +20,11 @@ def _stop_while_starting(signum, frame) -> None:
 
 
 def main() -> None:
-    previous = signal.signal(signal.SIGINT, _stop_while_starting)
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler     # not where Ctrl-C is ignored (nohup,
+    previous = signal.signal(signal.SIGINT, _stop_while_starting) if ours else None   # a background job)
     try:
         from medanon.cli import main as run
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if ours:
+            signal.signal(signal.SIGINT, previous)
     run()

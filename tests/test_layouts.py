@@ -720,3 +720,10 @@ def test_an_excel_sep_line_names_the_delimiter(tmp_path):
     from medanon.data.layouts.table import read_table
 
     assert read_table(csv_path).rows[0][0] == 3                  # the file's line 3: the first row of values
+
+
+def test_excel_sep_lines_name_tabs_and_survive_a_byte_order_mark():
+    from medanon.data.layouts.table import _excel_sep
+
+    assert [_excel_sep(x) for x in ("sep=\t\r\n", "\ufeffsep=;\n", '"sep=,"', "file,grade", "sep=;;")] == \
+        ["\t", ";", ",", None, None]

@@ -492,3 +492,15 @@ def test_a_second_run_exporting_to_the_same_path_is_refused_before_training(tmp_
         holder.wait()
     assert code != 0 and "another medanon run is writing" in msg and "g.pt" in msg, msg
     assert not (tmp_path / "run" / "checkpoint.pt").exists() and not export.exists()
+
+
+def test_a_start_where_ctrl_c_is_ignored_keeps_it_ignored():
+    """A job started with SIGINT ignored (nohup, a background job of a script) is not made killable by Ctrl-C while
+    medanon loads."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import medanon_launcher, sys; "
+            "sys.argv = ['medanon', '--help']; import threading, os, time\n"
+            "threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+            "medanon_launcher.main()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=120)
+    assert p.returncode == 0 and b"Usage" in p.stdout, (p.returncode, p.stderr.decode()[-500:])

@@ -65,14 +65,16 @@ def reduce_to_split(ds, split: str, splits_csv, split_seed: int | None, flags):
         return select_split(ds, split, splits_csv=splits_csv, seed=split_seed or 0)
 
 
-def reduce_with_people(ds, split: str, splits_csv, split_seed: int | None, flags):
+def reduce_with_people(ds, split: str, splits_csv, split_seed: int | None, flags, *, record: bool = True):
     """:func:`reduce_to_split`, and the record of the people the model trained on it will have seen
     (:func:`medanon.data.training_people.training_people`: digests of the whole folder and of the chosen patients,
-    never ids), which its checkpoint keeps so that an evaluation can tell whether it saw the controls."""
+    never ids), which its checkpoint keeps so that an evaluation can tell whether it saw the controls. ``record``:
+    whether this process writes the checkpoint (under torchrun rank 0 alone hashes the folder; None elsewhere)."""
     from medanon.data.training_people import training_people
 
     part = reduce_to_split(ds, split, splits_csv, split_seed, flags)
-    return part, training_people(ds, part.records, split=split, splits=splits_csv, seed=split_seed)
+    return part, (training_people(ds, part.records, split=split, splits=splits_csv, seed=split_seed) if record
+                  else None)
 
 
 def check_split_seed(splits_csv, split_seed: int | None) -> None:

@@ -100,7 +100,8 @@ def _setup(ctx, *, threads: int, config_file: Path | None, overrides, resume: bo
 
 
 def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, gan_ckpt: Path | None,
-                          fallback, data_opts: dict, eval_dir: Path | None = None, split_args=("all", None, None)):
+                          fallback, data_opts: dict, eval_dir: Path | None = None, split_args=("all", None, None),
+                          *, main: bool = True):
     """Every image of ``data_dir`` at the resolution and channels of the run's generator: the resumed run's,
     else the ``--generator`` checkpoint's, else ``fallback``'s (a StyleGANConfig; None: --generator needed); and
     ``eval_dir`` opened and checked the same way (None without it), before any training; the dataset reduced to
@@ -126,7 +127,7 @@ def _images_for_generator(data_dir: Path, out: Path, resume: bool, kind: str, ga
     from medanon.cli.splits import reduce_with_people
 
     ds, people = reduce_with_people(open_for_generator(data_dir, size, channels, data_opts, trained), *split_args,
-                                    FLAGS)
+                                    FLAGS, record=main)
     if resume:
         check_resumed_inputs(out, ds, split_args)
     held_out = open_for_generator(eval_dir, size, channels, data_opts, trained, flag="--eval-data") \
@@ -344,7 +345,7 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
         export_held.enter_context(export_lock(export_path, dist))     # another run exporting there: refused now
         cfg = build(EncoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
-                                                     data_opts, eval_dir, split_args)
+                                                     data_opts, eval_dir, split_args, main=dist.is_main)
         with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
             ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
                                  accumulation=accum, modality=ds.modality, people=people)
@@ -399,7 +400,8 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
         export_held.enter_context(export_lock(export_path, dist))     # another run exporting there: refused now
         cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
         images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
-                                                     cfg.generator, data_opts, eval_dir, split_args)
+                                                     cfg.generator, data_opts, eval_dir, split_args,
+                                                     main=dist.is_main)
         with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(init_ckpt)):
             ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop,
                                      command="medanon train autoencoder", dist=dist, accumulation=accum,

@@ -107,7 +107,7 @@ def train_gan_cmd(ctx: click.Context, data_dir: Path, config_file: Path | None, 
                                     fix=f"channels={4 - cfg.channels} to train on these images as they are "
                                         f"(X-rays: channels=1), or --channels {cfg.channels} to convert them; for "
                                         "mixed grey and colour images, a folder of one kind")
-            ds, people = reduce_with_people(ds, *split_args, {})
+            ds, people = reduce_with_people(ds, *split_args, {}, record=dist.is_main)
             if resume:                           # settings the run refuses are refused before the images decode
                 if not retune:
                     check_resumed_inputs(out, ds, split_args)

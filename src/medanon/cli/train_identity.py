@@ -191,10 +191,10 @@ def train_classifier_cmd(ctx: click.Context, data_dir, split, splits, split_seed
     dist = init_distributed(resolve_device(ctx.obj["device"]))
     try:
         with main_rank_lock(out, dist, name="--out"):                 # one run writes --out at a time
-            if dist.is_main:                                  # again: another run may have written it meanwhile
-                from medanon.outputs import check_output
+            from medanon.outputs import check_output
 
-                check_output(out, overwrite=overwrite, kind="file", name="--out", what="checkpoint:classifier")
+            # again, on every rank: another run may have written it meanwhile
+            check_output(out, overwrite=overwrite, kind="file", name="--out", what="checkpoint:classifier")
             _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label, out, steps, arch, loss,
                               image_size, seed, opts)
     finally:

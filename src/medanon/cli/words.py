@@ -61,7 +61,10 @@ class _SpeaksFlags(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name.startswith("medanon"):
-            record.msg, record.args = translate(record.getMessage(), self.flags), None
+            try:
+                record.msg, record.args = translate(record.getMessage(), self.flags), None
+            except Exception:                    # a malformed log call: logging reports it, as without the filter
+                pass
         return True
 
 

@@ -173,7 +173,7 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     # a copy of an image its mapping does not name (another record's patient, or a patient the release does not
     # hold: a held-out one): compared with every source decoded above and every other image of the source data,
     # through thumbnails first (a copy within NEAR_COPY_RMSE has thumbnails within about as much)
-    unmapped = _add_unmapped(thumbs, sides, by_id, records, crop)
+    unmapped = _add_unmapped(thumbs, sides, by_id, records, crop) if released else "0"
     foreign = _copies_of_other_sources(release, released, records, thumbs, by_id, crop)
     # every image its source's 8-bit pixels exactly: nothing was anonymised (a method that changed a few pixels
     # of each, as VS-Snow at a small p and size, is within the RMS but not this), unless the statement says so

@@ -83,7 +83,7 @@ def _clean_header(cells: Iterable[str]) -> list[str]:
 
 def _excel_sep(first_line: str) -> str | None:
     """The delimiter an Excel ``sep=;`` first line names (Excel writes it to say how the rest is split), or None."""
-    line = first_line.strip().strip('"')
+    line = first_line.lstrip("\ufeff").rstrip("\r\n").strip('"')     # not strip(): "sep=\t" names a tab
     return line[4] if len(line) == 5 and line.lower().startswith("sep=") else None
 
 

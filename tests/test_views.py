@@ -154,3 +154,11 @@ def test_a_resume_reads_the_splits_file_by_content_not_by_its_path(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(cli, [*base, "--steps", "2", "--resume", "--splits", "moved.csv"])
     assert r.exit_code == 0, r.output
+
+
+def test_views_given_for_fundus_photographs_are_said_to_change_nothing(tmp_path):
+    from medanon.data.layouts import LayoutWarning
+
+    root = medanon.make_phantom(tmp_path / "f", modality="fundus", patients=2, per_patient=1, size=16)
+    with pytest.warns(LayoutWarning, match=r"xray_views='frontal' is given for .* fundus photographs"):
+        assert len(medanon.open_dataset(root, size=16, xray_views="frontal")) == 2

@@ -87,6 +87,12 @@ def select_views(records: Sequence[Record], views: str, *, root: Path, modality:
     keep = parse_views(views)
     if keep is None and modality != "xray":            # nothing to select, nothing to warn of
         return list(records)
+    if keep is not None and modality == "fundus":
+        if first_in_folder("views-on-fundus", root, root):
+            warnings.warn(f"xray_views={views!r} is given for {root}, a folder of fundus photographs: views are "
+                          "chest X-rays' (PA, AP, lateral), and it leaves no image out here; leave it out for "
+                          "fundus data", LayoutWarning, stacklevel=3)
+        return list(records)
     names = [view_name(r) for r in records]
     if keep is None:
         laterals = sum(n in LATERAL for n in names)

@@ -496,3 +496,33 @@ def test_the_audit_recomputes_each_kpixel_record_from_its_mapped_sources(tmp_pat
     rep = audit_release(tmp_path / "rel", mapping=tmp_path / "map.json", source_records=records)
     bad = next(c for c in rep.checks if c.name.startswith(name))
     assert not bad.passed and "1 of 2 are not" in bad.detail and not rep.passed
+
+
+def test_a_release_replaced_while_the_evaluation_reads_it_is_refused(tmp_path: Path, monkeypatch):
+    """Readers take no lock: a release rewritten while it is loaded would be evaluated half old, half new. Its
+    folder, manifest and mapping are compared before and after it is read."""
+    import os
+
+    import medanon
+    import medanon.evaluate.harness as harness
+    from medanon.errors import DataError
+    from medanon.evaluate.config import EvalConfig
+
+    data = medanon.make_phantom(tmp_path / "d", patients=8, per_patient=2, size=16)
+    train = medanon.split_dataset(medanon.open_dataset(data, size=16))["train"]
+    with pytest.warns(UserWarning):
+        out = medanon.anonymize.kpixel(train, k=2).save(tmp_path / "rel", mapping=tmp_path / "rel.mapping.json",
+                                                         progress=False)
+    real_load = harness.load_release
+
+    def load_then_rewritten(*args, **kwargs):
+        got = real_load(*args, **kwargs)
+        manifest = out / "manifest.json"
+        manifest.write_text(manifest.read_text())           # another run rewrites it meanwhile
+        os.utime(manifest, ns=(1, 1))
+        return got
+
+    monkeypatch.setattr(harness, "load_release", load_then_rewritten)
+    with pytest.raises(DataError, match="changed while it was read"):
+        harness.evaluate(data, [out], tmp_path / "report", config=EvalConfig.tiny(size=16), progress=False)
+    assert not (tmp_path / "report").exists()

@@ -45,7 +45,7 @@ from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.cautions import differencing_results, few_test_patients, k_claim
 from medanon.evaluate.config import EvalConfig, result_key
 from medanon.evaluate.context import RealContext, checkpoint_trained_on, split_rows
-from medanon.evaluate.inputs import ReleaseData, load_real, load_release
+from medanon.evaluate.inputs import ReleaseData, load_real, load_release, release_state
 from medanon.evaluate.model_people import model_people_notes
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
@@ -355,7 +355,13 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      test=cfg.split.test, seed=cfg.split.seed, progress=progress, opened=outputs_apart)
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite, real=real)
     _check_attacker_channels(cfg, int(real.images.shape[1]), real.modality)
+    before = [release_state(s.path, s.mapping) for s in specs]
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]
+    for s, was in zip(specs, before, strict=True):   # a writer that started or replaced it while it was read
+        refuse_while_written(s.path)
+        if release_state(s.path, s.mapping) != was:
+            raise DataError(f"release {s.path} changed while it was read (replaced or rewritten by another run)",
+                            files=[str(s.path)], fix="evaluate it again once nothing writes it")
     names = [r.name for r in rels]
     if len(set(names)) != len(names):
         raise ConfigError(f"two releases share a name: {names}", fix="give releases distinct folder names")

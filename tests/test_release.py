@@ -526,3 +526,26 @@ def test_a_release_replaced_while_the_evaluation_reads_it_is_refused(tmp_path: P
     with pytest.raises(DataError, match="changed while it was read"):
         harness.evaluate(data, [out], tmp_path / "report", config=EvalConfig.tiny(size=16), progress=False)
     assert not (tmp_path / "report").exists()
+
+
+def test_a_release_rewritten_while_it_is_audited_fails_the_audit(tmp_path: Path, monkeypatch):
+    import os
+
+    import medanon
+    import medanon.release.audit as audit
+
+    data = medanon.make_phantom(tmp_path / "d", patients=4, per_patient=1, size=16)
+    out = medanon.anonymize.snow(medanon.open_dataset(data, size=16), p=0.3).save(tmp_path / "rel", progress=False)
+    assert medanon.audit(out).passed
+    real = audit._check_timestamps
+
+    def meanwhile(rep, release):
+        real(rep, release)
+        manifest = out / "manifest.json"
+        manifest.write_text(manifest.read_text())              # another run rewrites it during the audit
+        os.utime(manifest, ns=(1, 1))
+
+    monkeypatch.setattr(audit, "_check_timestamps", meanwhile)
+    rep = medanon.audit(out)
+    check = next(c for c in rep.checks if c.name == "the release was not changed while it was audited")
+    assert not check.passed and not rep.passed and "audit it again" in check.detail

@@ -235,3 +235,17 @@ def main_rank_lock(out: str | os.PathLike, dist, *, name: str = "out"):
     ranks write nothing and take no lock. A context manager."""
     return OutputLock(out, name=name) if dist.is_main else contextlib.nullcontext()
 
+
+def release_state(path: str | Path, mapping: str | Path | None) -> tuple:
+    """What changes when a release folder or its mapping is replaced or rewritten: the folder's identity, and its
+    manifest's and mapping's identity, size and time (a reader compares it before and after it reads a release:
+    readers take no lock)."""
+    def stat(p: Path) -> tuple | None:
+        try:
+            st = os.stat(p)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    folder = Path(path)
+    return stat(folder), stat(folder / "manifest.json"), stat(Path(mapping or f"{folder}.mapping.json"))

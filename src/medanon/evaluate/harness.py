@@ -45,7 +45,7 @@ from medanon.evaluate.calibration import calibrate_and_judge
 from medanon.evaluate.cautions import differencing_results, few_test_patients, k_claim
 from medanon.evaluate.config import EvalConfig, result_key
 from medanon.evaluate.context import RealContext, checkpoint_trained_on, split_rows
-from medanon.evaluate.inputs import ReleaseData, load_real, load_release, release_state
+from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.model_people import model_people_notes
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
@@ -336,7 +336,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     check_output(cache_at, inputs=reads, existing_ok=True, kind="dir", name="cache",
                  what="evaluation-cache")                           # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
-    from medanon.locks import refuse_while_written
+    from medanon.locks import refuse_while_written, release_state
 
     for s in specs:                         # a release being written or replaced now would be read half old, half new
         refuse_while_written(s.path)

@@ -334,18 +334,3 @@ def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData, *, found
         raise DataError(f"mapping {mp}: {why}", fix="evaluate against the dataset the release was made from")
     return [[real.index[s] for s in recs[img]["sources"]] for img in listed]
 
-
-def release_state(path: str | Path, mapping: str | Path | None) -> tuple:
-    """What changes when a release folder or its mapping is replaced or rewritten: the folder's identity, and its
-    manifest's and mapping's identity, size and time (compared before and after a release is read)."""
-    import os
-
-    def stat(p: Path) -> tuple | None:
-        try:
-            st = os.stat(p)
-        except OSError:
-            return None
-        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-    folder = Path(path)
-    return stat(folder), stat(folder / "manifest.json"), stat(Path(mapping or f"{folder}.mapping.json"))

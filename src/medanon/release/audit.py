@@ -200,12 +200,13 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     identifier search and the recount of people per record from the mapping; with ``source_root`` and
     ``source_modality`` (the scan's) the mapping's sources are checked to be the release's own (modality and, where
     the mapping digests them by content, their files)."""
-    from medanon.locks import refuse_while_written
+    from medanon.locks import refuse_while_written, release_state, writer_of
 
     release = Path(release)
     refuse_while_written(release)               # a release being written or replaced now: its files change
     if mapping is not None:
         refuse_while_written(mapping, what="mapping")
+    state = release_state(release, mapping)     # compared at the end: readers take no lock
     rep = AuditReport(str(release))
     man_path, csv_path = release / "manifest.json", release / "labels.csv"
     if not man_path.is_file() or not csv_path.is_file():
@@ -293,6 +294,10 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
             f"{len(chunks)} do not, e.g. {next(iter(chunks.items()))}" if chunks else "")
     if mapping is not None and source_records is not None:
         _check_order(rep, release, Path(mapping), source_records)
+    same = release_state(release, mapping) == state and writer_of(release) is None
+    rep.add("the release was not changed while it was audited", same,
+            "" if same else "another run replaced or rewrote it (or its mapping) meanwhile: these checks read two "
+                            "versions of it; audit it again once nothing writes it")
     return rep
 
 

@@ -140,17 +140,29 @@ def test_a_dpglow_release_carries_the_people_its_flow_was_trained_on(tmp_path):
     assert rec["model"] == "flow.pt" and rec["images"] >= 1 and "P0000" not in json.dumps(rec)
 
 
-def test_a_release_evaluated_at_another_size_is_said_to_be_screened_for_near_copies_only():
-    """An exact copy in a 64 px release, evaluated at 32 px, sits a few grey levels from the real image decoded at
-    32 px from its file: the screen calls it a near-copy at most, and the report says so."""
+def test_a_release_evaluated_at_another_size_has_no_trusted_attack_row():
+    """An exact copy in a 64 px release, evaluated at 32 px, sits about 4 grey levels from the real image decoded at
+    32 px from its file: the copy screens that invalidate a wrong mapping or held-out copies cannot fire (a copy
+    release with a shuffled mapping got a trusted risk of 0.06), so no row is trusted, and the report says why. The
+    side comes from the image files, else the manifest."""
+    from medanon.evaluate.calibration import validity
     from medanon.evaluate.setting_notes import size_notes
 
     rels = [SimpleNamespace(name="big", manifest={"params": {"size": 64}}),
+            SimpleNamespace(name="files", side=64, manifest={"params": {}}),      # a release written by hand
             SimpleNamespace(name="same", manifest={"params": {"size": 32}}),
             SimpleNamespace(name="unknown", manifest={"params": {}})]
     notes = size_notes(32, rels)
-    assert len(notes) == 1 and notes[0].startswith("release big holds 64 px images and is evaluated at 32 px")
+    assert [n.split(":")[0] for n in notes] == ["release big", "release files"], notes
+    assert notes[0].startswith("release big: its images are 64 px and were evaluated at 32 px")
     assert "size=64" in notes[0]
+    risk = {"residual_risk": {"risk": 0.06, "ci": [0.0, 0.2]}, "attack": {"patients": 28}}
+    rel = {"name": "shuffled", "attacks": {"membership": risk}, "screening": {}}
+    table = {"membership": {"passes": True, "copy_check": True}}
+    ok = validity({**rel, "sizes": {"release": 32, "evaluated": 32}}, table, {}, {})
+    bad = validity({**rel, "sizes": {"release": 64, "evaluated": 32}}, table, {}, {})
+    assert ok["membership"]["valid"] and not bad["membership"]["valid"], (ok, bad)
+    assert "64 px and were evaluated at 32 px" in bad["membership"]["reason"]
 
 
 def test_the_note_on_releases_of_the_same_people_names_what_their_methods_give_up():
@@ -161,3 +173,17 @@ def test_the_note_on_releases_of_the_same_people_names_what_their_methods_give_u
     said = _together({"kpixel", "snow"})
     assert "differenced" in said and "Snow's unchanged pixels" in said and "ε" not in said
     assert _together({"ldp-image"}) == "ε budgets add up (basic composition)"
+
+
+def test_top_k_membership_over_few_held_out_patients_is_not_trusted():
+    from medanon.evaluate.calibration import validity
+
+    def row(pool_patients):
+        risk = {"residual_risk": {"risk": 0.9, "ci": [0.5, 1.0]}, "attack": {"patients": 28},
+                "pool_patients": pool_patients}
+        rel = {"name": "r", "attacks": {"membership": {"risk": risk}}, "screening": {}}
+        return validity(rel, {"membership": {"passes": True, "copy_check": True}}, {}, {})["membership"]
+
+    assert row(30)["valid"] and row(None)["valid"]
+    few = row(5)
+    assert not few["valid"] and "images of 5 held-out patients (fewer than 10" in few["reason"]

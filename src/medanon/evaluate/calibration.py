@@ -52,6 +52,7 @@ from medanon.evaluate.known_answers import (
     matched_others,
     unmatched,
 )
+from medanon.evaluate.setting_notes import other_size
 from medanon.evaluate.utility import HEADLINE, HEADLINE_CHANCE, METRIC_NAMES, kind_of
 from medanon.evaluate.verdict_text import exposure, heldout_in_release, sentence, why_invalid
 
@@ -305,6 +306,16 @@ def _few_controls(risk: dict) -> str | None:
     return None
 
 
+def _few_pool_patients(risk: dict) -> str | None:
+    """Why a row whose non-members are drawn from few held-out patients (top-K membership's pools) is not resolved:
+    its baseline is exact, so no control floor applies, but its rate rests on those patients too."""
+    n = risk.get("pool_patients")
+    if n is not None and n < MIN_CONTROL_PATIENTS:
+        return (f"its pools' non-members are images of {n} held-out patients (fewer than {MIN_CONTROL_PATIENTS}: "
+                "each one moves the rate by over 10 %, so it is not resolved); hold out more patients")
+    return None
+
+
 def _few_targets(risk: dict) -> str | None:
     """Why the attack's own rate rests on too few patients (clusters) to tell anything, or None: the same floor as
     for controls, which rows measured against a baseline would otherwise escape."""
@@ -368,13 +379,16 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
     out = {}
     contaminated = _controls_copied(rel)
     contradicted = _mapping_contradicted(rel)
+    sizes = rel.get("sizes") or {}
+    resized = other_size(sizes.get("release"), sizes.get("evaluated")) if sizes.get("evaluated") else None
     for row, risk in risk_rows(rel["attacks"]).items():
         cal = table.get(row)
         reasons = [f"failed the known-answer calibration: {cal['reason']}" if cal and not cal["passes"] else
                    ("no known-answer calibration" if cal is None else None),
                    _at_chance(row, rel, checks), _member_trained(row, trained_on_members),
-                   _few_targets(risk), _few_controls(risk), _few_calibration(risk), _images_as_independent(risk),
-                   contaminated, contradicted, None if ids_known else NO_PATIENT_IDS]
+                   _few_targets(risk), _few_controls(risk), _few_pool_patients(risk), _few_calibration(risk),
+                   _images_as_independent(risk),
+                   contaminated, contradicted, resized, None if ids_known else NO_PATIENT_IDS]
         reasons = [r for r in reasons if r]
         out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None,
                     "catches_copies": bool(cal and cal.get("copy_check") is True)}

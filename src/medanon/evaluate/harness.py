@@ -49,7 +49,7 @@ from medanon.evaluate.inputs import ReleaseData, load_real, load_release
 from medanon.evaluate.model_people import model_people_notes
 from medanon.evaluate.nearcopy import screen
 from medanon.evaluate.network_checks import network_checks
-from medanon.evaluate.setting_notes import setting_notes, size_notes, views_notes
+from medanon.evaluate.setting_notes import release_side, setting_notes, size_notes, views_notes
 from medanon.evaluate.utility_run import comparisons, full_real_utility, release_utility
 from medanon.fsutil import sha256_file
 from medanon.models.identity import load_identity
@@ -59,7 +59,8 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 23    # 23: top-K's interval resamples the held-out patients of its pools too;
+RESULTS_VERSION = 24    # 24: top-K records how many held-out patients its pools draw from;
+#                         23: top-K's interval resamples the held-out patients of its pools too;
 #                         22: the attribute truth per patient, ties left out; a NaN residual never takes the verdict;
 #                         top-K ranks the views of one cluster once;
 #                         21: a release's records in content order (not file order); MOVER intervals of Wilson rates;
@@ -408,6 +409,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
         else:                                       # keyed by content: a moved or renamed release is reported as
             got.update(name=rel.name, path=str(rel.path),   # it is named now, not as when it was first evaluated
                        mapping=str(rel.mapping_path) if rel.mapping_path else None)
+        got["sizes"] = {"release": release_side(rel), "evaluated": cfg.size}   # not cached: how it was read now
         run.log_metrics(release=rel.name, seconds=got.get("seconds"))
         results.append(got)
     compared = comparisons(ctx, rels, tasks, cfg.utility.compare)   # after every release (evaluated or cached)

@@ -192,6 +192,7 @@ class ReleaseData:
     digest: str
     sources: list[list[int]] | None = None      # per record, rows of the real dataset it stands for (mapping)
     mapping_path: Path | None = None
+    side: int | None = None                     # the side of its image files (before resizing to the evaluation's)
 
     @property
     def method(self) -> str:
@@ -270,9 +271,11 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
             raise DataError(f"release {path} has {images.shape[1]}-channel images, the real data {c_real}")
         log.warning("release %s: converted %d-channel images to the real data's %d channels", path,
                     arrays[0].shape[0], c_real)
+    side = int(images.shape[-1])
     images = resize_to(images, size)
     dig = files_digest([*files, path / "labels.csv", path / "manifest.json"], root=path)["sha256"]
-    rel = ReleaseData(path=path, name=name or path.name, manifest=manifest, rows=rows, images=images, digest=dig)
+    rel = ReleaseData(path=path, name=name or path.name, manifest=manifest, rows=rows, images=images, digest=dig,
+                      side=side)
     mp = Path(mapping) if mapping is not None else path.with_name(path.name + MAPPING_SUFFIX)
     if mapping is not None and not mp.is_file():
         raise ConfigError(f"mapping file {mp} for release {path} does not exist",

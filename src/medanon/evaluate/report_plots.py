@@ -145,4 +145,7 @@ def plots(rep: dict) -> str:
             "singling out and the attribute attack its random-guessing baseline); y = 1 in the verdict plot, as "
             "much as real images of the same number; y in the other plots, the classifier trained on all real "
             "source images.</p>")
-    return ("<h2>Privacy–utility</h2>" + note + "<div class=plots>" + "".join(svgs) + "</div>") if svgs else ""
+    if not svgs:                                 # said, not left out: the reader looks for the plots
+        return ("<h2>Privacy–utility</h2><p class=note>No release has a valid attack row with a utility to draw "
+                "(each release's validity in the Verdict and Calibration sections says why).</p>")
+    return "<h2>Privacy–utility</h2>" + note + "<div class=plots>" + "".join(svgs) + "</div>"

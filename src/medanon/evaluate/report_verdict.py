@@ -121,7 +121,8 @@ def _exposure(e: dict) -> str:
         what = "near-copies of their sources" if e.get("mapped") else "near-copies"
         parts.append(INVALID.format(f"{e['near_copies']} {what}"))
     if e.get("heldout_copies"):
-        parts.append(INVALID.format(f"{e['heldout_copies']} copies of held-out patients"))
+        n = e['heldout_copies']
+        parts.append(INVALID.format(f"{n} cop{'y' if n == 1 else 'ies'} of held-out patients"))
     elif heldout_in_release(e):
         parts.append(INVALID.format("near-copies of held-out patients"))
     if e.get("copies_not_of_own_source"):

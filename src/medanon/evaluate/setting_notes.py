@@ -120,19 +120,30 @@ def views_notes(real_views: str, rels: Sequence[ReleaseData]) -> list[str]:
 
 
 def size_notes(size: int, rels: Sequence[ReleaseData]) -> list[str]:
-    """A note for each release whose images have another side than the evaluation's ``size``: they are resized,
-    while the real images are decoded at ``size`` from their files, so an exact copy of a real image differs from it
-    by a few grey levels and the screen counts it as a near-copy at most."""
-    out = []
-    for r in rels:
-        side = (r.manifest.get("params") or {}).get("size")
-        if isinstance(side, int) and side != size:
-            out.append(f"release {r.name} holds {side} px images and is evaluated at {size} px: they are resized, "
-                       f"while the real images are decoded at {size} px from their files, so a released copy of a "
-                       "real image differs from it by a few grey levels and the near-copy screen counts it as a "
-                       f"near-copy at most, not as a copy; evaluate at the release's size (size={side}) to screen it "
-                       "for copies")
-    return out
+    """A note for each release whose images have another side than the evaluation's ``size``
+    (:func:`other_size`)."""
+    return [f"release {r.name}: {why}" for r in rels if (why := other_size(release_side(r), size))]
+
+
+def release_side(rel: ReleaseData) -> int | None:
+    """The side of a release's image files (read with it), else what its manifest records, else None."""
+    side = getattr(rel, "side", None)
+    side = side if side is not None else (rel.manifest.get("params") or {}).get("size")
+    return side if isinstance(side, int) else None
+
+
+def other_size(side: int | None, size: int) -> str | None:
+    """Why no attack row of a release of ``side`` px is trusted at the evaluation's ``size`` (None: the same side,
+    or not known): its images are resized, while the real images are decoded at ``size`` from their files, so an
+    exact copy of a real image differs from it by a few grey levels (about 4 measured at 64 -> 32 px). The screens
+    that invalidate a release holding copies of held-out images, or a mapping that is not its own, look for copies
+    within one level and cannot fire."""
+    if side is None or side == size:
+        return None
+    return (f"its images are {side} px and were evaluated at {size} px: resized, an exact copy of a real image "
+            f"differs from the real image decoded at {size} px by a few grey levels, so the copy screens that "
+            "invalidate a release holding held-out patients' images or a mapping that is not its own cannot fire, "
+            f"and no attack row is trusted; evaluate at the release's size (size={side})")
 
 
 def fallback_note(name: str, quality: dict | None, records: int) -> str | None:

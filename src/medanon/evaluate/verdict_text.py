@@ -89,15 +89,17 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
     if not e.get("copies") and e.get("identity_beyond_control"):
         rate = _control_rate(e.get("identity_control_rate"), e.get("identity_control_ci"), e.get("identity_control_n"))
         out.append(f"{e['identity_near_copies']} of {e['n']} released images of {name} are near-copies by identity: "
-                   "to the identity network they are as like a real image of the source split as new people's "
-                   f"images almost never are (new people's images: {rate}), whatever their pixels")
+                   "to the identity network they are more like a real image of the source split than the threshold "
+                   "set on new people's images (their 99 % quantile, on half the held-out patients), whatever their "
+                   f"pixels (new people's images over it, on the other half: {rate})")
     if e.get("copies_not_of_own_source"):
         out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
                    "their source: the mapping does not describe this release (check that it is this release's), so "
                    "no attack row, all of which read it, is valid")
     if e.get("heldout_copies"):
-        out.append(f"it holds {e['heldout_copies']} copies of held-out patients' images, the controls and the utility "
-                   "test set: no attack row is valid")
+        n = e["heldout_copies"]
+        out.append(f"it holds {n} cop{'y' if n == 1 else 'ies'} of held-out patients' images, the controls and the "
+                   "utility test set: no attack row is valid")
     elif heldout_in_release(e):
         found = ([f"{e['heldout_near_copies']} by pixels (closer than a second photo of the same patient is, and much "
                   "closer than to any source image)"] if e.get("heldout_near_beyond_control") else []) + \

@@ -209,9 +209,12 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
             "records_not_evaluated": len(target_recs) - len(chosen), "pools": len(pools), "pool_sizes": pool_sizes,
             "pool": max(pool_sizes), "members_in_pool": sum(pool_sizes) // 2, "heldout_in_pool": sum(pool_sizes) // 2,
             "k": sorted(set(ks)), "assumptions": assumptions(ASSUMPTIONS, release_desc_mirrored),
-            "risk": risk_entry(attack, None, what="a top-K ranked image is a member of the record",
-                               control_is="none: ranking held-out patients alone has no member to find",
-                               baseline=base, baseline_is="the exact expected hits of a random ranking")}
+            "risk": {**risk_entry(attack, None, what="a top-K ranked image is a member of the record",
+                                  control_is="none: ranking held-out patients alone has no member to find",
+                                  baseline=base, baseline_is="the exact expected hits of a random ranking"),
+                     # the people the pools' non-members are drawn from: the rate rests on them too
+                     "pool_patients": len(set(np.asarray(heldout_patients).astype(str).tolist()))
+                     if heldout_patients is not None else None}}
 
 
 def _two_way_bootstrap(scored, ks: np.ndarray, groups: np.ndarray, record_pool: np.ndarray, pool_sizes: list[int],

@@ -187,3 +187,13 @@ def test_top_k_membership_over_few_held_out_patients_is_not_trusted():
     assert row(30)["valid"] and row(None)["valid"]
     few = row(5)
     assert not few["valid"] and "images of 5 held-out patients (fewer than 10" in few["reason"]
+
+
+def test_the_new_invalidity_reasons_stay_whole_in_the_verdicts_list():
+    """why_invalid splits reasons on "; ": a reason with its fix after "; " came apart, the fix listed alone."""
+    from medanon.evaluate.calibration import _few_pool_patients
+    from medanon.evaluate.setting_notes import other_size
+
+    for reason in (other_size(64, 32), other_size((48, 64), 64), _few_pool_patients({"pool_patients": 5})):
+        assert reason and "; " not in reason, reason
+    assert "48 x 64 px" in other_size((48, 64), 64)

@@ -213,3 +213,9 @@ def test_a_signed_16_bit_page_is_not_called_low_range(tmp_path):
     tifffile.imwrite(tmp_path / "ct.tif", ct)
     red = imageio.read_reduced(tmp_path / "ct.tif", 1)
     assert red.low_range == 0 and float(red.image.max()) == 1.0
+
+
+def test_low_range_is_found_in_big_endian_16_bit_data_too():
+    g = np.tile(np.linspace(0, 4095, 16), (16, 1)).astype(">u2")
+    assert imageio._low_range(g) == 12 and imageio._low_range(g.astype("<u2")) == 12
+    assert imageio._low_range(g.astype(np.int16)) == 0

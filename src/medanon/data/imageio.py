@@ -103,7 +103,7 @@ def warn_low_range(path: Path, root: Path | None, bits: int) -> None:
 
 def _low_range(a: np.ndarray) -> int:
     """The bits a 16-bit array's largest value needs, where that is at most :data:`LOW_RANGE_BITS` (else 0)."""
-    if a.dtype != np.uint16 or not a.size:          # signed and float pages are scaled to their own range
+    if a.dtype.kind != "u" or a.dtype.itemsize != 2 or not a.size:   # signed and float: scaled to their own range
         return 0
     top = int(a.max())
     return max(1, top.bit_length()) if 0 < top < 2 ** LOW_RANGE_BITS else 0

@@ -312,7 +312,7 @@ def _few_pool_patients(risk: dict) -> str | None:
     n = risk.get("pool_patients")
     if n is not None and n < MIN_CONTROL_PATIENTS:
         return (f"its pools' non-members are images of {n} held-out patients (fewer than {MIN_CONTROL_PATIENTS}: "
-                "each one moves the rate by over 10 %, so it is not resolved); hold out more patients")
+                "each one moves the rate by over 10 %, so it is not resolved: hold out more patients)")
     return None
 
 
@@ -349,7 +349,8 @@ def _controls_copied(rel: dict) -> str | None:
     """Why every row of a release is invalid because it holds held-out patients' images (copies, or near-copies
     above new people's rate: :func:`~medanon.evaluate.verdict_text.heldout_in_release`), or None."""
     e = exposure(rel.get("screening"))
-    what = (f"{e['heldout_copies']} copies" if e.get("heldout_copies") else
+    n = e.get("heldout_copies") or 0
+    what = (f"{n} cop{'y' if n == 1 else 'ies'}" if n else
             "near-copies" if heldout_in_release(e) else None)
     if what:
         return (f"the release holds {what} of held-out patients' images: they are the attacks' controls, the "

@@ -360,6 +360,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]
     for s, was in zip(specs, before, strict=True):   # a writer that started or replaced it while it was read
         refuse_while_written(s.path)
+        refuse_while_written(s.mapping or Path(f"{s.path}.mapping.json"), what="mapping")
         if release_state(s.path, s.mapping) != was:
             raise DataError(f"release {s.path} changed while it was read (replaced or rewritten by another run)",
                             files=[str(s.path)], fix="evaluate it again once nothing writes it")

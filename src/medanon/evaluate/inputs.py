@@ -192,7 +192,7 @@ class ReleaseData:
     digest: str
     sources: list[list[int]] | None = None      # per record, rows of the real dataset it stands for (mapping)
     mapping_path: Path | None = None
-    side: int | None = None                     # the side of its image files (before resizing to the evaluation's)
+    side: int | tuple[int, int] | None = None   # its image files' side ((h, w) if not square), before resizing
 
     @property
     def method(self) -> str:
@@ -271,7 +271,8 @@ def load_release(path: str | Path, real: RealData, *, size: int, mapping: str | 
             raise DataError(f"release {path} has {images.shape[1]}-channel images, the real data {c_real}")
         log.warning("release %s: converted %d-channel images to the real data's %d channels", path,
                     arrays[0].shape[0], c_real)
-    side = int(images.shape[-1])
+    h, w = int(images.shape[-2]), int(images.shape[-1])
+    side = w if h == w else (h, w)
     images = resize_to(images, size)
     dig = files_digest([*files, path / "labels.csv", path / "manifest.json"], root=path)["sha256"]
     rel = ReleaseData(path=path, name=name or path.name, manifest=manifest, rows=rows, images=images, digest=dig,

@@ -125,14 +125,15 @@ def size_notes(size: int, rels: Sequence[ReleaseData]) -> list[str]:
     return [f"release {r.name}: {why}" for r in rels if (why := other_size(release_side(r), size))]
 
 
-def release_side(rel: ReleaseData) -> int | None:
-    """The side of a release's image files (read with it), else what its manifest records, else None."""
+def release_side(rel: ReleaseData) -> int | tuple[int, int] | None:
+    """The side of a release's image files (read with it; (height, width) where they are not square), else what
+    its manifest records, else None."""
     side = getattr(rel, "side", None)
     side = side if side is not None else (rel.manifest.get("params") or {}).get("size")
-    return side if isinstance(side, int) else None
+    return side if isinstance(side, (int, tuple)) else None
 
 
-def other_size(side: int | None, size: int) -> str | None:
+def other_size(side: int | tuple[int, int] | None, size: int) -> str | None:
     """Why no attack row of a release of ``side`` px is trusted at the evaluation's ``size`` (None: the same side,
     or not known): its images are resized, while the real images are decoded at ``size`` from their files, so an
     exact copy of a real image differs from it by a few grey levels (about 4 measured at 64 -> 32 px). The screens
@@ -140,10 +141,11 @@ def other_size(side: int | None, size: int) -> str | None:
     within one level and cannot fire."""
     if side is None or side == size:
         return None
+    side = f"{side[0]} x {side[1]}" if isinstance(side, tuple) else side   # a non-square release: resized too
     return (f"its images are {side} px and were evaluated at {size} px: resized, an exact copy of a real image "
             f"differs from the real image decoded at {size} px by a few grey levels, so the copy screens that "
             "invalidate a release holding held-out patients' images or a mapping that is not its own cannot fire, "
-            f"and no attack row is trusted; evaluate at the release's size (size={side})")
+            f"and no attack row is trusted (evaluate at the release's size: size={side})")
 
 
 def fallback_note(name: str, quality: dict | None, records: int) -> str | None:

@@ -90,8 +90,8 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
         rate = _control_rate(e.get("identity_control_rate"), e.get("identity_control_ci"), e.get("identity_control_n"))
         out.append(f"{e['identity_near_copies']} of {e['n']} released images of {name} are near-copies by identity: "
                    "to the identity network they are more like a real image of the source split than the threshold "
-                   "set on new people's images (their 99 % quantile, on half the held-out patients), whatever their "
-                   f"pixels (new people's images over it, on the other half: {rate})")
+                   "set on new people's images (a high quantile of theirs, on half the held-out patients), whatever "
+                   f"their pixels (new people's images over it, on the other half: {rate})")
     if e.get("copies_not_of_own_source"):
         out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
                    "their source: the mapping does not describe this release (check that it is this release's), so "

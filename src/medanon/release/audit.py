@@ -294,7 +294,8 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
             f"{len(chunks)} do not, e.g. {next(iter(chunks.items()))}" if chunks else "")
     if mapping is not None and source_records is not None:
         _check_order(rep, release, Path(mapping), source_records)
-    same = release_state(release, mapping) == state and writer_of(release) is None
+    same = (release_state(release, mapping) == state and writer_of(release) is None
+            and (mapping is None or writer_of(mapping) is None))
     rep.add("the release was not changed while it was audited", same,
             "" if same else "another run replaced or rewrote it (or its mapping) meanwhile: these checks read two "
                             "versions of it; audit it again once nothing writes it")

@@ -9,7 +9,6 @@ checkpoint (no optimizer state) that ``medanon.codecs.stylegan.load_codec`` load
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import click
@@ -197,6 +196,7 @@ def check_resumed_inputs(out: Path, ds, split_args) -> None:
         return
     fields = ("reading", "images")                # which pixels: the checkpoint's digest compares them later
     data_now = dataset_input(ds)
+
     def split_of(rec):                            # the splits file by content: its path may be spelled otherwise
         return {k: v for k, v in rec.items() if k != "splits_csv"} if rec else None
 
@@ -339,21 +339,20 @@ def train_encoder_cmd(ctx, data_dir, config_file, overrides, out, export_path, e
     config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
                                out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
                                sample_every=sample_every, log_every=log_every)
-    export_held = contextlib.ExitStack()
     dist = init_distributed(loop["device"])
     try:
-        export_held.enter_context(export_lock(export_path, dist))     # another run exporting there: refused now
-        cfg = build(EncoderConfig, path=config_file, overrides=overrides)
-        images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt, None,
-                                                     data_opts, eval_dir, split_args, main=dist.is_main)
-        with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
-            ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder", dist=dist,
-                                 accumulation=accum, modality=ds.modality, people=people)
-        if dist.is_main:
-            _finish(ckpt, out, export_path, held_out, f"ReStyle encoder, {cfg.iterations} iterations",
-                    float16=export_float16)
+        with export_lock(export_path, dist):      # another run exporting there: refused now
+            cfg = build(EncoderConfig, path=config_file, overrides=overrides)
+            images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_RESTYLE, generator_ckpt,
+                                                                 None, data_opts, eval_dir, split_args,
+                                                                 main=dist.is_main)
+            with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(generator_ckpt)):
+                ckpt = train_restyle(images, generator_ckpt, cfg, out, **loop, command="medanon train encoder",
+                                     dist=dist, accumulation=accum, modality=ds.modality, people=people)
+            if dist.is_main:
+                _finish(ckpt, out, export_path, held_out, f"ReStyle encoder, {cfg.iterations} iterations",
+                        float16=export_float16)
     finally:
-        export_held.close()
         shutdown(dist)
 
 
@@ -394,21 +393,19 @@ def train_autoencoder_cmd(ctx, data_dir, config_file, overrides, out, export_pat
     config_file, loop = _setup(ctx, threads=threads, config_file=config_file, overrides=overrides, resume=resume,
                                out=out, steps=steps, minutes=minutes, checkpoint_every=checkpoint_every,
                                sample_every=sample_every, log_every=log_every)
-    export_held = contextlib.ExitStack()
     dist = init_distributed(loop["device"])
     try:
-        export_held.enter_context(export_lock(export_path, dist))     # another run exporting there: refused now
-        cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
-        images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
-                                                     cfg.generator, data_opts, eval_dir, split_args,
-                                                     main=dist.is_main)
-        with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(init_ckpt)):
-            ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop,
-                                     command="medanon train autoencoder", dist=dist, accumulation=accum,
-                                     modality=ds.modality, people=people)
-        if dist.is_main:
-            _finish(ckpt, out, export_path, held_out, "co-trained encoder + generator",
-                    float16=export_float16, discriminator=export_discriminator)
+        with export_lock(export_path, dist):      # another run exporting there: refused now
+            cfg = build(AutoencoderConfig, path=config_file, overrides=overrides)
+            images, held_out, ds, people = _images_for_generator(data_dir, out, resume, KIND_COTRAINED, init_ckpt,
+                                                                 cfg.generator, data_opts, eval_dir, split_args,
+                                                                 main=dist.is_main)
+            with recording_run_inputs(ds, held_out, split_args, generator=checkpoint_input(init_ckpt)):
+                ckpt = train_autoencoder(images, cfg, out, init_ckpt=init_ckpt, **loop,
+                                         command="medanon train autoencoder", dist=dist, accumulation=accum,
+                                         modality=ds.modality, people=people)
+            if dist.is_main:
+                _finish(ckpt, out, export_path, held_out, "co-trained encoder + generator",
+                        float16=export_float16, discriminator=export_discriminator)
     finally:
-        export_held.close()
         shutdown(dist)

@@ -319,8 +319,7 @@ def read_reduced(path: str | Path, scale: int, *, max_pixels: int | None = DEFAU
                 if small is not None:   # box-average the 8-bit pixels before they become floats (4-5x faster)
                     return Reduced((_box_mean(small, further) / 255.0).astype(np.float32), scale, width, height,
                                    transparent)
-                low = _low_range(np.asarray(im)) if im.mode.startswith("I;16") or \
-                    (im.mode == "I" and im.format == "PNG") else 0
+                low = _low_range(np.asarray(im)) if im.mode.startswith("I;16") else 0
                 a = _pil_to_float(im, path)
     except Image.DecompressionBombError as e:
         raise _bomb_error(path, e, max_pixels) from None
@@ -380,7 +379,7 @@ def pil_uint8(im: Image.Image) -> np.ndarray | None:
     return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
 
 
-def _pil_to_float(im: Image.Image, path: Path | None = None) -> np.ndarray:
+def _pil_to_float(im: Image.Image, path: Path) -> np.ndarray:
     mode = im.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N"):
         a = np.asarray(im, dtype=np.float32) / 65535.0
@@ -390,7 +389,7 @@ def _pil_to_float(im: Image.Image, path: Path | None = None) -> np.ndarray:
         a = (a / hi).astype(np.float32)
     elif mode == "F":
         a = np.asarray(im, dtype=np.float32)
-        _check_finite(a, Path(path or getattr(im, "filename", "") or "image"))
+        _check_finite(a, path)
         lo, hi = float(a.min()), float(a.max())
         a = (a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)
     elif mode in ("1", "L", "LA", "La"):

@@ -69,7 +69,7 @@ def recorded_patients(extra: dict | None, ctx: RealContext) -> tuple[str, np.nda
     or every patient of the real data; None where they are another set, or the checkpoint records no dataset or
     another one (ids alone do not tell people apart: every phantom numbers its patients P00001, P00002, ...). A
     digest tells equal sets only: a checkpoint trained on some of these people and others is not recognised."""
-    from medanon.train.identity import patients_digest
+    from medanon.data.training_people import patients_digest
 
     data = (extra or {}).get("data") or {}
     said, source = data.get("patients_digest"), (data.get("source") or {}).get("sha256")

@@ -291,6 +291,14 @@ def _independent_info(ctx: RealContext) -> dict | None:
             "config": to_dict(a.independent)}
 
 
+def _refuse_written(spec: ReleaseSpec) -> None:
+    """Refuse a release, or its mapping, that another run is writing now."""
+    from medanon.locks import refuse_while_written
+
+    refuse_while_written(spec.path)
+    refuse_while_written(spec.mapping or Path(f"{spec.path}.mapping.json"), what="mapping")
+
+
 def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec], out: str | Path, *,
              config: EvalConfig | None = None, splits: str | Path | None = None,
              device: torch.device | str = "cpu", cache_dir: str | Path | None = None,
@@ -337,11 +345,10 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     check_output(cache_at, inputs=reads, existing_ok=True, kind="dir", name="cache",
                  what="evaluation-cache")                           # an evaluation's cache, never another output
     check_run_folder(out, "evaluate")
-    from medanon.locks import refuse_while_written, release_state
+    from medanon.locks import release_state
 
     for s in specs:                         # a release being written or replaced now would be read half old, half new
-        refuse_while_written(s.path)
-        refuse_while_written(s.mapping or Path(f"{s.path}.mapping.json"), what="mapping")
+        _refuse_written(s)
     rep_io.check_report_replaceable(out, real_dir, [s.path for s in specs], overwrite=overwrite)
     rep_io.check_unedited(out)
 
@@ -359,8 +366,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     before = [release_state(s.path, s.mapping) for s in specs]
     rels = [load_release(s.path, real, size=cfg.size, mapping=s.mapping, name=s.name) for s in specs]
     for s, was in zip(specs, before, strict=True):   # a writer that started or replaced it while it was read
-        refuse_while_written(s.path)
-        refuse_while_written(s.mapping or Path(f"{s.path}.mapping.json"), what="mapping")
+        _refuse_written(s)
         if release_state(s.path, s.mapping) != was:
             raise DataError(f"release {s.path} changed while it was read (replaced or rewritten by another run)",
                             files=[str(s.path)], fix="evaluate it again once nothing writes it")

@@ -337,4 +337,3 @@ def _read_mapping(mp: Path, rows: list[dict[str, str]], real: RealData, *, found
     if why:
         raise DataError(f"mapping {mp}: {why}", fix="evaluate against the dataset the release was made from")
     return [[real.index[s] for s in recs[img]["sources"]] for img in listed]
-

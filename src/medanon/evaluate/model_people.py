@@ -38,21 +38,20 @@ def _unique(ids) -> set[str]:
     return {str(p) for p in ids}
 
 
-def _shipped_overlaps(rel: ReleaseData, ctx: RealContext) -> Iterator[tuple[str, int, int, str]]:
-    """(model file, controls it saw, members it saw, how it is known) for the shipped models of ``rel`` trained on a
-    phantom that holds people of this evaluation."""
+def _shipped_overlaps(rel: ReleaseData, ctx: RealContext) -> Iterator[tuple[str, int | None, str]]:
+    """(model file, controls it saw, how it is known) for the shipped models of ``rel`` trained on a phantom that
+    holds controls of this evaluation."""
     from medanon.models_shipped import shipped_name
     from medanon.phantoms.provenance import SHIPPED_TRAINING, shared_people
 
-    controls, members = _unique(ctx.real.patients[ctx.held]), _unique(ctx.real.patients[ctx.src])
+    controls = sorted(_unique(ctx.real.patients[ctx.held]))
     for sha in sorted(set((rel.manifest.get("models") or {}).values())):
         name = shipped_name(str(sha))
         trained = SHIPPED_TRAINING.get(name or "")
-        seen = shared_people(trained, ctx.real.root, sorted(controls))
+        seen = shared_people(trained, ctx.real.root, controls)
         if seen:
-            yield (name, len(seen), len(shared_people(trained, ctx.real.root, sorted(members))),
-                   f"a phantom of seed {trained['seed']}, {trained['patients']} patients, which this phantom's people "
-                   "belong to")
+            yield (name, len(seen), f"a phantom of seed {trained['seed']}, {trained['patients']} patients, which "
+                                    "this phantom's people belong to")
 
 
 def _recorded(params: Any) -> Iterator[tuple[str, dict]]:
@@ -95,9 +94,10 @@ def _recognised(rec: dict, ctx: RealContext) -> tuple[str, np.ndarray] | bool | 
     return recorded_patients({"data": rec}, ctx)
 
 
-def _recorded_overlaps(rel: ReleaseData, ctx: RealContext) -> Iterator[tuple[str, int, int, str]]:
-    """As :func:`_shipped_overlaps`, for the training patients the release's models record (see the module)."""
-    controls, members = _unique(ctx.real.patients[ctx.held]), _unique(ctx.real.patients[ctx.src])
+def _recorded_overlaps(rel: ReleaseData, ctx: RealContext) -> Iterator[tuple[str, int | None, str]]:
+    """As :func:`_shipped_overlaps`, for the training patients the release's models record (see the module); None
+    controls: of this dataset, but not known which."""
+    controls = _unique(ctx.real.patients[ctx.held])
     seen_pairs = set()
     for model, rec in _recorded(rel.params):
         key = (model, rec.get("people_key") or rec.get("patients_digest"))
@@ -108,14 +108,14 @@ def _recorded_overlaps(rel: ReleaseData, ctx: RealContext) -> Iterator[tuple[str
         if which is False:
             continue
         if which is None:
-            yield (model, -1, -1, f"it was trained on {rec.get('images', '?')} images of this very dataset "
+            yield (model, None, f"it was trained on {rec.get('images', '?')} images of this very dataset "
                                   f"(the {rec.get('split', '?')!r} split), patients that are not exactly the "
                                   "members, the controls or both")
             continue
         what, rows = which
         ids = _unique(ctx.real.patients[rows])
         if ids & controls:
-            yield model, len(ids & controls), len(ids & members), f"its record: {what}"
+            yield model, len(ids & controls), f"its record: {what}"
 
 
 def model_people_notes(rels: Sequence[ReleaseData], ctx: RealContext) -> list[str]:
@@ -126,12 +126,12 @@ def model_people_notes(rels: Sequence[ReleaseData], ctx: RealContext) -> list[st
     for rel in rels:
         found = list(_shipped_overlaps(rel, ctx)) + list(_recorded_overlaps(rel, ctx))
         groups: dict[tuple[int, str], list[str]] = {}            # models that saw the same controls, said once
-        for model, c, _, how in found:
-            if c >= 0:
+        for model, c, how in found:
+            if c is not None:
                 groups.setdefault((c, how), []).append(model)
         known = [f"{' and '.join(models)} saw {c} of the {n_controls} controls ({how})"
                  for (c, how), models in groups.items()]
-        unknown = [f"{model}: {how}" for model, c, _, how in found if c < 0]
+        unknown = [f"{model}: {how}" for model, c, how in found if c is None]
         if known:
             out.append(f"release {rel.name} was made with models trained on this evaluation's controls: "
                        f"{'; '.join(known)}. The controls are not people its models never saw: what the models "

@@ -380,7 +380,7 @@ def train_restyle(images: torch.Tensor, generator_ckpt: str | Path | None, cfg: 
                   sample_every: int = 500, log_every: int = 10, max_seconds: float | None = None,
                   progress: bool = True, command: str = "train encoder", dist: Dist | None = None,
                   accumulation: int = 1, modality: str | None = None,
-                   people: dict[str, Any] | None = None) -> Path:
+                  people: dict[str, Any] | None = None) -> Path:
     """Train a ReStyle encoder for the frozen EMA generator of ``generator_ckpt`` on ``images`` (N, C, H, W)
     in [-1, 1], until ``steps`` steps of ``cfg.batch`` images (or ``max_seconds`` of wall-clock time).
     Returns the checkpoint path.

@@ -136,7 +136,7 @@ def release_side(rel: ReleaseData) -> int | tuple[int, int] | None:
 def other_size(side: int | tuple[int, int] | None, size: int) -> str | None:
     """Why no attack row of a release of ``side`` px is trusted at the evaluation's ``size`` (None: the same side,
     or not known): its images are resized, while the real images are decoded at ``size`` from their files, so an
-    exact copy of a real image differs from it by a few grey levels (about 4 measured at 64 -> 32 px). The screens
+    exact copy of a real image differs from it by a few grey levels. The screens
     that invalidate a release holding copies of held-out images, or a mapping that is not its own, look for copies
     within one level and cannot fire."""
     if side is None or side == size:

@@ -27,6 +27,7 @@ import torch
 from medanon.anonymize.snow import image_generators, snow, snow_sweep, vs_snow
 from medanon.config import DataConfig, PhantomConfig
 from medanon.data.dataset import open_dataset
+from medanon.models_registry import SOURCE_CHECKPOINTS
 from medanon.phantoms.generate import generate
 from medanon.segment.learned import SHIPPED
 from medanon.segment.vessels import get_segmenter, segment_vessels
@@ -70,7 +71,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")                       # the resize warning of the 64 px U-Net at 256 px
     result: dict = {"benchmark": "snow", "threads": args.threads, "p": 0.3}
-    unet = get_segmenter("unet") if SHIPPED.is_file() else None
+    unet = get_segmenter("unet") if (SOURCE_CHECKPOINTS / SHIPPED).is_file() else None
     with tempfile.TemporaryDirectory() as d:
         for size in (64, 256):
             n = args.images if size == 64 else max(4, args.images // 4)
@@ -86,7 +87,7 @@ def main() -> None:
         t0 = time.perf_counter()
         snow_sweep(ds, Path(d) / "rel", ps=[0.3], seed=0, progress=False, workers=1)
         result["snow_release_64px_per_s"] = round(len(ds) / (time.perf_counter() - t0), 1)
-    result["unet_checkpoint"] = SHIPPED.name if unet is not None else None
+    result["unet_checkpoint"] = SHIPPED if unet is not None else None
     print(json.dumps(result))
 
 

@@ -42,21 +42,23 @@ def statements() -> list[tuple[str, dict[str, Any]]]:
     from medanon.anonymize.privacy import with_standard_fields
 
     glow = "GLOW, checkpoint sha256 ..."
-    GRADE = ("grade",)
+    GRADE, FUNDUS = ("grade",), "fundus"
     return [(name, with_standard_fields(priv)) for name, priv in [
         # fundus, as released by default: the utility label (grade) beside each record; the latent methods through
         # a trained codec
         ("k-SALSA, k-Centroid (`--k 5`, fundus: the default codec, with a spatial map; grade released; the defaults)",
-         privacy_statement(KSameConfig(method="ksalsa", k=5), None, labels=GRADE, uses_models=True, mean_map=True)),
+         privacy_statement(KSameConfig(method="ksalsa", k=5), None, labels=GRADE, uses_models=True, mean_map=True,
+                           modality=FUNDUS)),
         ("k-Same-Pixel (`--k 5`, fundus: grade released, the default)",
-         privacy_statement(KSameConfig(method="kpixel", k=5), None, labels=GRADE)),
+         privacy_statement(KSameConfig(method="kpixel", k=5), None, labels=GRADE, modality=FUNDUS)),
         ("k-Same-PCA (`--k 5`, basis fitted on the released data: the default)",
-         privacy_statement(KSameConfig(method="kpca", k=5), None, labels=GRADE)),
+         privacy_statement(KSameConfig(method="kpca", k=5), None, labels=GRADE, modality=FUNDUS)),
         ("k-Same-PCA (`--k 5 --basis-from DIR`)",
-         privacy_statement(KSameConfig(method="kpca", k=5, pca_basis="separate"), None, labels=GRADE)),
+         privacy_statement(KSameConfig(method="kpca", k=5, pca_basis="separate"), None, labels=GRADE, modality=FUNDUS)),
         ("k-Same family with `--stratify grade --drop-remainder`",
          privacy_statement(KSameConfig(method="kcentroid", k=5, stratify="grade", drop_remainder=True), None,
-                           labels=GRADE, uses_models=True, mean_map=True)),
+                           labels=GRADE, uses_models=True, mean_map=True,
+                           modality=FUNDUS)),
         ("GAN-Inverted", privacy_statement(KSameConfig(method="inverted", k=1), None)),
         ("DP-GLOW (`--epsilon 1`, 64 px X-ray, public clip box, secret noise: the defaults)",
          ldp(GLOW_SPACE, 1.0, flow=glow)),

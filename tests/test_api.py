@@ -344,6 +344,12 @@ def test_a_loaded_flow_brings_its_stored_calibration_and_training_record(world, 
     with pytest.warns(CalibrationOverlap):
         by_path = medanon.anonymize.dpglow(world["ds"], epsilon=10.0, flow=path, clip_box="calibrated")
     assert by_object.params["calibration_sha256"] == by_path.params["calibration_sha256"] == stored.checksum()
+    # load_flow's whole triple, as its docs offer it, decides and is recorded as its codec is (the file named)
+    with pytest.warns(CalibrationOverlap):
+        by_triple = medanon.anonymize.dpglow(world["ds"], epsilon=10.0, flow=load_flow(path), clip_box="calibrated")
+    assert by_triple.params["calibration_sha256"] == stored.checksum()
+    assert by_triple.params["model_files"] == by_object.params["model_files"] == \
+        {"flow": {"file": "calibrated.pt", "chosen": "loaded"}}
 
 
 def test_calibration_streams_and_equals_the_whole_tensor_one(world):
@@ -373,13 +379,14 @@ def test_a_preview_of_a_noisy_release_is_said_to_be_another_release(world):
     """images() before save() of a method with secret randomness draws its own: a second, independent release of
     the same images, which the statement of the saved one does not cover; said once per preview, and not for a
     deterministic method."""
-    from medanon.anonymize.privacy import PrivacyWarning
+    from medanon.anonymize.privacy import LabelHomogeneity, PrivacyWarning
 
     noisy = medanon.anonymize.ldp_image(world["ds"], epsilon=1e2, per_element=True, clip_box="public")
     with pytest.warns(PrivacyWarning, match="a second release of these images"):
         noisy.images(limit=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyWarning)
+        warnings.simplefilter("ignore", LabelHomogeneity)    # what the clusters hold, not a second draw
         noisy.images(limit=2)                                # the same preview, kept: no new draw
         medanon.anonymize.kpixel(world["ds"], k=3).images(limit=1)
         medanon.anonymize.kcentroid(world["ds"], k=3, codec=world["dir"] / "restyle.pt").images(limit=1)
@@ -503,3 +510,33 @@ def test_gmia_refuses_settings_of_a_loss_it_does_not_optimise(world):
     with pytest.raises(ConfigError, match="losses='id' does not optimise the loss of utility="):
         medanon.anonymize.gmia(world["ds"], model=d / "restyle.pt", identity=d / "identity.pt",
                                utility=d / "grade.pt", losses="id")
+
+
+def test_a_release_evaluated_without_its_mapping_is_warned(world, tmp_path, monkeypatch):
+    """A saved release whose mapping lies elsewhere than ``<release>.mapping.json`` (as the README's examples name
+    them) lost its membership, linkability and singling-out rows with one note among many: it is warned, naming the
+    argument; with the mapping given, or beside the release, it is not."""
+    from medanon.evaluate import harness
+    from medanon.evaluate.inputs import NoMapping
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(harness, "evaluate", stop)          # what happens before the evaluation is what is tested
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        medanon.anonymize.kpixel(world["ds"], k=3).save(tmp_path / "k3", mapping=tmp_path / "private-k3.json")
+    with pytest.warns(NoMapping, match=r"release k3: no private mapping given \(mappings=\{'k3': FILE\}\)"), \
+            pytest.raises(Stop):
+        medanon.evaluate(real=world["ds"], releases=[tmp_path / "k3"], preset="tiny", progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoMapping)
+        with pytest.raises(Stop):
+            medanon.evaluate(real=world["ds"], releases=[tmp_path / "k3"], preset="tiny", progress=False,
+                             mappings={"k3": tmp_path / "private-k3.json"})
+        (tmp_path / "private-k3.json").rename(tmp_path / "k3.mapping.json")
+        with pytest.raises(Stop):
+            medanon.evaluate(real=world["ds"], releases=[tmp_path / "k3"], preset="tiny", progress=False)

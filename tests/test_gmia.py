@@ -492,7 +492,7 @@ def test_a_loaded_network_in_the_wrong_role_is_refused_when_the_release_is_plann
     written with no warning), and any module with a forward passed until torch failed mid-release. A tuple passed
     every role's check."""
     import medanon
-    from medanon.anonymize.gmia import UtilityEncoder
+    from medanon.anonymize.gmia import IdentityEncoder, UtilityEncoder
     from medanon.errors import ConfigError
 
     d, data = checkpoints
@@ -502,7 +502,13 @@ def test_a_loaded_network_in_the_wrong_role_is_refused_when_the_release_is_plann
     for kw, said in (({"identity": ut, "utility": ut}, "identity= is a medanon.UtilityEncoder of a 'classifier'"),
                      ({"identity": torch.nn.Linear(2, 2)}, "identity= cannot take this data's images"),
                      ({"identity": d / "identity.pt", "utility": torch.nn.Identity()}, "utility= gives (2, 3, 32, 32)"),
-                     ({"identity": (1, 2)}, "identity= is a tuple of 2, not one model")):
+                     ({"identity": (1, 2)}, "identity= is a tuple of 2, not one model"),
+                     # the bare networks medanon's loaders return: the other one, or without GMIA's wrapper
+                     ({"identity": ut.model}, "identity= is a classifier (ResNet), not an identity network"),
+                     ({"identity": IdentityEncoder.from_checkpoint(d / "identity.pt").net},
+                      "identity= is an identity network (IdentityNet) as loaded, without GMIA's wrapper"),
+                     ({"identity": d / "identity.pt", "utility": ut.model},
+                      "utility= is a classifier (ResNet) as loaded, without GMIA's wrapper")):
         with pytest.raises(ConfigError, match=re.escape(said)):
             medanon.anonymize.gmia(ds, **common, **kw)
     assert len(medanon.anonymize.gmia(ds, **common, identity=d / "identity.pt", utility=ut).images(limit=1)) == 1

@@ -13,6 +13,7 @@ from medanon.cli import cli
 from medanon.config import DataConfig, PhantomConfig
 from medanon.data.dataset import open_dataset
 from medanon.errors import ConfigError, DataError
+from medanon.models_registry import SOURCE_CHECKPOINTS
 from medanon.phantoms.generate import generate
 from medanon.segment import auroc, dice, get_segmenter, segment_vessels
 from medanon.segment.learned import SHIPPED
@@ -67,7 +68,8 @@ def test_vesselness_dice_floor(fresh64):
         assert torch.equal(segment_vessels(images, method=method, fov=fov), seg.binarize(prob, fov))
 
 
-@pytest.mark.skipif(not SHIPPED.is_file(), reason="checkpoints/unet-vessels64.pt is not in this checkout")
+@pytest.mark.skipif(not (SOURCE_CHECKPOINTS / SHIPPED).is_file(),
+                    reason="checkpoints/unet-vessels64.pt is not in this checkout")
 def test_shipped_unet_dice_floor(fresh64):
     """The shipped 64 px U-Net (test split of its training run: Dice 0.834, AUROC 0.986) scored 0.834 / 0.844 / 0.833
     mean Dice (AUROC 0.980 / 0.988 / 0.988) on the 16-image sets of seeds 11, 12, 13, patients it never saw. The
@@ -80,6 +82,28 @@ def test_shipped_unet_dice_floor(fresh64):
     frangi = dice(segment_vessels(images, method="frangi", fov=fov), masks, fov)
     assert d > 0.78 and d > frangi + 0.10, (d, frangi)
     assert auroc(prob, masks, fov) > 0.96
+
+
+@pytest.mark.skipif(not (SOURCE_CHECKPOINTS / SHIPPED).is_file(),
+                    reason="checkpoints/unet-vessels64.pt is not in this checkout")
+def test_the_default_segmenter_is_found_where_the_other_models_are(tmp_path, monkeypatch):
+    """An installed medanon (no source checkout) finds the shipped segmenter on $MEDANON_MODELS, as every other
+    model; without it, the error names the variable."""
+    import shutil
+
+    from medanon import models_registry
+    from medanon.errors import ConfigError
+    from medanon.segment.learned import LearnedSegmenter
+
+    monkeypatch.setattr(models_registry, "_ROOT", tmp_path / "site-packages")      # not a source checkout
+    monkeypatch.delenv(models_registry.ENV, raising=False)
+    with pytest.raises(ConfigError, match=models_registry.ENV):
+        LearnedSegmenter.from_checkpoint()
+    (tmp_path / "models").mkdir()
+    shutil.copy(SOURCE_CHECKPOINTS / SHIPPED, tmp_path / "models" / SHIPPED)
+    monkeypatch.setenv(models_registry.ENV, str(tmp_path / "models"))
+    seg = LearnedSegmenter.from_checkpoint()
+    assert seg.size == 64 and get_segmenter("unet").sha256 == seg.sha256
 
 
 def _drive_style(tmp: Path, fundus: Path, n: int = 4) -> tuple[Path, Path]:

@@ -278,11 +278,35 @@ def _check_loaded(value, *, role: str, argument: str) -> None:
     if role in LOADED_KINDS and kind is not None and kind != LOADED_KINDS[role]:
         raise ConfigError(f"{argument}= is {a_type(value)} of a {kind!r} checkpoint, not {what}",
                           fix=f"pass {argument}= {what}, a checkpoint name on `medanon models` or a path")
+    _check_raw_network(value, role=role, argument=argument, what=what)
     missing = [a for a in needs if not hasattr(value, a)]
     if missing:
         hint = (": wrap the Glow in GlowCodec(glow)" if role == "dpglow-flow" and hasattr(value, "log_prob") else "")
         raise ConfigError(f"{argument}= is {a_type(value)}, not {what}: it has no {', '.join(missing)}{hint}",
                           fix=f"pass {argument}= {what}, a checkpoint name on `medanon models` or a path")
+
+
+def _check_raw_network(value, *, role: str, argument: str, what: str) -> None:
+    """GMIA's networks as medanon's loaders return them (``load_identity``, ``load_classifier``: the bare networks,
+    without the wrappers that prepare, resize and normalise their inputs and outputs) run, but compute something else:
+    a ConfigError says which wrapper, or that it is the other network."""
+    if role not in ("gmia-identity", "gmia-utility"):
+        return
+    from medanon.errors import ConfigError
+    from medanon.models.classifier import ResNet
+    from medanon.models.identity import IdentityNet
+
+    if not isinstance(value, (ResNet, IdentityNet)):
+        return
+    family = "an identity network (IdentityNet)" if isinstance(value, IdentityNet) else "a classifier (ResNet)"
+    if (role == "gmia-identity") != isinstance(value, IdentityNet):
+        raise ConfigError(f"{argument}= is {family}, not {what}",
+                          fix=f"pass {argument}= {what}, a checkpoint name on `medanon models` or a path")
+    wrapper = "IdentityEncoder.from_checkpoint(path)" if role == "gmia-identity" else \
+        "UtilityEncoder.from_checkpoint(path)"
+    raise ConfigError(f"{argument}= is {family} as loaded, without GMIA's wrapper (which prepares its input and gives "
+                      f"{'unit embeddings' if role == 'gmia-identity' else 'its penultimate features'})",
+                      fix=f"pass {argument}= medanon.anonymize.gmia.{wrapper}, or the checkpoint's name or path")
 
 
 def resolve_model(value, *, role: str, modality: str | None, argument: str, method: str):

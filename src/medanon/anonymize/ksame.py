@@ -12,6 +12,9 @@
 4. one record per cluster (``views`` records with the augmentation), written with random names,
    aggregated labels and the private mapping by :class:`medanon.release.ReleaseWriter`.
 
+Fundus photographs go through all of it as right eyes, left eyes mirrored, and each record is shown as its
+patients' majority side (:mod:`medanon.anonymize.eye_sides`, ``eye_sides=``).
+
 ``inverted`` (GAN-Inverted, ``G(E(x))`` per image) is the non-anonymous comparison of the paper:
 one record per image, k = 1, and the manifest says so.
 
@@ -44,6 +47,7 @@ from medanon.anonymize.averaging import (
     resolve_batch,
 )
 from medanon.anonymize.clustering import Clustering, cluster_people
+from medanon.anonymize.eye_sides import LEFT, align
 from medanon.anonymize.ksame_config import DEFAULT_VIEW_SIGMA, LATENT_METHODS, METHODS, KSameConfig
 from medanon.anonymize.ksame_statement import (
     ksame_models_overlap,
@@ -211,6 +215,8 @@ def plan_clusters(ds, cfg: KSameConfig, *, codec=None, device="cpu", progress: b
     from medanon.data.splits import patient_strata
 
     check_basis(ds, cfg, pca_basis)
+    ds = align(ds, cfg.eye_sides if cfg.method != "inverted" else "off")          # left eyes averaged mirrored
+    pca_basis = align(pca_basis, cfg.eye_sides) if pca_basis is not None else None
     space = cfg.space if cfg.space != "auto" else ("latent" if codec is not None else "pca")
     if space == "latent" and codec is None:
         raise ConfigError("space='latent' needs codec: an inversion codec to cluster in its latent space")
@@ -258,6 +264,8 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     if cfg.method == "inverted":
         return _release_inverted(ds, writer, codec, progress=progress)
     check_basis(ds, cfg, pca_basis)
+    ds = align(ds, cfg.eye_sides)                       # as plan_clusters saw it: left eyes averaged mirrored
+    pca_basis = align(pca_basis, cfg.eye_sides) if pca_basis is not None else None
     if cfg.method == "kpca" and cfg.pca_basis == "private":
         warnings.warn("k-Same-PCA with the basis fitted on the released data: every record depends on images outside "
                       "its cluster through the basis (the statement says so); pass a separate basis dataset "
@@ -281,6 +289,8 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
                           fix="delete the .partial folder next to the release folder and start again")
     pids = [r.patient_id for r in ds.records]
     weights = [member_weights(c, pids) for c in clustering.clusters]
+    sides = ds.eye_sides                                # each record shown as its patients' majority side
+    shown_left = [sides.aligned and sides.record_side(c, pids) == LEFT for c in clustering.clusters]
     averager = ClusterAverager(cfg, ds, codec=codec, features=features, latents=latents, pca=pca, device=device,
                                map_prior=map_prior)
     todo = [i for i, key in enumerate(keys) if not all(writer.done(f"{key}/{v}") for v in range(cfg.views))]
@@ -300,7 +310,7 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
             for v in range(cfg.views):
                 key = f"{keys[c]}/{v}"
                 if not writer.done(key):
-                    writer.add(key, images[j, v], sources)
+                    writer.add(key, images[j, v].flip(-1) if shown_left[c] else images[j, v], sources)
         bar.update(len(chosen))
         if averager.last:
             style.append(averager.last)
@@ -318,6 +328,8 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
         maps = [m for s in style for m in s["maps"]]
         if maps:                                # how many distinct synthetic maps this run's clusters took
             summary["synthetic_maps"] = {"clusters": len(maps), "distinct": len(set(maps))}
+    if sides.aligned:
+        summary["eye_sides"] = sides.describe(records_left=sum(shown_left) * cfg.views)
     if pca is not None:
         summary["pca"] = pca.describe()
     return summary

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from medanon.anonymize.averaging import check_components, check_k
+from medanon.anonymize.eye_sides import check_mode
 from medanon.anonymize.salsa import SalsaConfig
 from medanon.errors import ConfigError
 
@@ -33,6 +34,7 @@ class KSameConfig:
     views: int = 1                              # images per cluster (supplement E augmentation; 1 = off)
     view_sigma: float = DEFAULT_VIEW_SIGMA      # augmentation noise, relative to the prior's W std (docs/ksalsa.md)
     seed: int = 0                               # PCA subsample (the augmentation noise is secret, never seeded)
+    eye_sides: str = "auto"                     # fundus: average left eyes mirrored (auto | labels | off; eye_sides.py)
     salsa: SalsaConfig = field(default_factory=SalsaConfig)
 
     def validate(self) -> None:
@@ -59,4 +61,5 @@ class KSameConfig:
             raise ConfigError(f"views={self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
         if self.method != "inverted":
             check_k(self.k, self.method)
+        check_mode(self.eye_sides)
         self.salsa.validate()

@@ -15,10 +15,12 @@ from medanon.data.overlap import COMPARED
 
 
 def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels: Sequence[str] = (),
-                      uses_models: bool = False, mean_map: bool = False) -> dict[str, Any]:
+                      uses_models: bool = False, mean_map: bool = False, modality: str | None = None
+                      ) -> dict[str, Any]:
     """The manifest's privacy field. ``labels``: the labels released next to the images; ``uses_models``: the
     records are computed through trained networks (a codec, a feature network); ``mean_map``: the codec's latent
-    carries a spatial map (:func:`local_average`)."""
+    carries a spatial map (:func:`local_average`); ``modality``: the data's (fundus photographs are averaged as right
+    eyes, :func:`eye_sides_applies`)."""
     from medanon.data.labels import spec
     from medanon.release.labels import SENSITIVE_LABELS
 
@@ -86,6 +88,9 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
                "include released patients: a record then depends on them through the weights"]
               if uses_models else []),
             *([local] if (local := local_average(cfg, mean_map=mean_map)) else []),
+            *(["each record's orientation: the eye side of most of its patients (every member's side where they "
+               "share one), whether or not a laterality label is released"]
+              if eye_sides_applies(cfg, modality) else []),
             "each record's n_sources: how many images its patients have in all",
             *(["the dropped leftover patients are absent from the release, which reveals that they were leftovers"]
               if cfg.drop_remainder else []),
@@ -98,6 +103,13 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
                             if private_basis else "fitted on separate data supplied by the user (assumed not to "
                                                   f"contain the released patients: none was found in it, "
                                                   f"{COMPARED})")
+    if eye_sides_applies(cfg, modality):
+        out["eye_sides"] = ("left eyes (by their laterality label"
+                            + (", else by the optic disc's position" if cfg.eye_sides == "auto" else "")
+                            + ") are mirrored left-right before clustering and averaging, so every record averages "
+                              "right eyes; a record is shown mirrored back when most of its patients' eyes are left "
+                              "ones. Each image's side comes from its own label or pixels: every record is still "
+                              "computed from its cluster only")
     if cfg.views > 1:
         out["augmentation"] = ("views are the cluster average plus Gaussian noise from secret operating-system "
                                "randomness (recorded nowhere); given the average they carry no further information "
@@ -159,8 +171,15 @@ def ksame_models_overlap(privacy: dict[str, Any], overlap: dict[str, tuple[int, 
                               f"what {files} memorised of the {most} released patients they were trained on"]}
 
 
-def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str, Any]:
-    """The method parameters the release manifest records (also the resume check: they must not change)."""
+def eye_sides_applies(cfg: KSameConfig, modality: str | None) -> bool:
+    """Whether the release averages left eyes mirrored (:mod:`medanon.anonymize.eye_sides`): fundus photographs, a
+    method that averages, ``eye_sides`` not ``off``."""
+    return modality == "fundus" and cfg.method != "inverted" and cfg.eye_sides != "off"
+
+
+def manifest_params(cfg: KSameConfig, *, codec=None, features=None, modality: str | None = None) -> dict[str, Any]:
+    """The method parameters the release manifest records (also the resume check: they must not change).
+    ``modality``: the data's (fundus photographs record ``eye_sides``)."""
     p: dict[str, Any] = {"k": cfg.k if cfg.method != "inverted" else 1, "clustering": {
         "algorithm": "greedy same-size (k-SALSA §3.4), people-level, leftovers join nearest clusters"
                      if not cfg.drop_remainder else "greedy same-size (k-SALSA §3.4), people-level, leftovers dropped",
@@ -187,6 +206,8 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None) -> dict[str,
             p["augmentation"]["noise"] += "; the spatial map's rows are not shifted"
     if cfg.method == "kpca":
         p["pca_basis"] = cfg.pca_basis
+    if modality == "fundus" and cfg.method != "inverted":
+        p["eye_sides"] = cfg.eye_sides
     if codec is not None:
         from medanon.data.training_people import public_people
 

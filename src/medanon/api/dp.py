@@ -365,6 +365,8 @@ def dpglow(ds: DataLike, *, epsilon: float, flow=None, per_element: bool = _L.pe
                      "value_range": value_range}
     ds = dataset_arg(ds, **kw)
     used: dict[str, Any] = {}
+    if isinstance(flow, tuple) and len(flow) == 3 and {"sha256", "config"} <= set(flow[2] or ()):
+        flow = flow[0]          # load_flow(path)'s triple: its codec carries the calibration and the data record
     if not isinstance(flow, tuple):
         flow = model_arg(flow, role="dpglow-flow", ds=ds, argument="flow", method="dpglow", used=used)
     codec, stored, trained_on = load_flow_for(flow, device)

@@ -105,6 +105,17 @@ def _eval_config(config):
     return cfg
 
 
+def _warn_no_mapping(path: Path) -> None:
+    import warnings
+
+    from medanon.errors import user_stacklevel
+    from medanon.evaluate.inputs import NoMapping
+
+    warnings.warn(f"release {path.name}: no private mapping given (mappings={{{path.name!r}: FILE}}) and none at "
+                  f"{path}.mapping.json: membership, linkability, singling out and differencing are not measured for "
+                  "it", NoMapping, stacklevel=user_stacklevel())
+
+
 def _check_paths(splits, mappings) -> None:
     """``splits=`` an existing file; ``mappings=`` a mapping of release name -> file."""
     check_path_arg("splits", splits)
@@ -254,6 +265,8 @@ def evaluate(*, real, releases: Sequence, out: str | Path | None = None, preset:
             path = Path(getattr(r, "path", r))
             mapping = maps.pop(path.name, None) or getattr(r, "mapping", None)
             specs.append(ReleaseSpec(path, mapping=mapping))
+            if mapping is None and not Path(f"{path}.mapping.json").is_file():
+                _warn_no_mapping(path)
         if maps:
             raise ConfigError(f"mappings name releases that are not evaluated: {sorted(maps)}")
     except BaseException:

@@ -87,6 +87,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     ``len(release)`` forms the clusters (the plan, not the images) and counts the records.
     """
     device = device_arg(device)
+    from medanon.anonymize.eye_sides import align
     from medanon.anonymize.ksame import (
         LATENT_METHODS,
         check_basis,
@@ -130,9 +131,11 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     planned: list[tuple] = []                    # the clusters, once formed (len() or the first save)
 
     def plan(progress: bool = False) -> tuple:
-        if not planned:
-            planned.append(plan_clusters(ds, cfg, codec=codec, device=dev, progress=progress, pca_basis=pca_basis))
-        return planned[0]
+        if not planned:                          # on the view that averages left eyes mirrored (eye_sides)
+            planned.append(align(ds, cfg.eye_sides))
+            planned.append(plan_clusters(planned[0], cfg, codec=codec, device=dev, progress=progress,
+                                         pca_basis=pca_basis))
+        return planned[1]
 
     def count() -> int:
         if cfg.method == "inverted":
@@ -146,17 +149,20 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
             gen, info = prior_gen
             priors.append(cached_map_prior(codec, gen, samples=cfg.salsa.map_samples, seed=cfg.seed,
                                            provenance=info))
-        summary = release_ksame(ds, writer, cfg, codec=codec, features=features, device=dev, progress=progress,
-                                pca_basis=pca_basis, plan=None if cfg.method == "inverted" else plan(progress),
+        planned_now = None if cfg.method == "inverted" else plan(progress)
+        summary = release_ksame(planned[0] if planned else ds, writer, cfg, codec=codec, features=features, device=dev,
+                                progress=progress, pca_basis=pca_basis, plan=planned_now,
                                 map_prior=priors[0] if priors else None, validated=True)
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))
+        if "eye_sides" in summary:
+            writer.privacy["eye_sides_applied"] = summary["eye_sides"]
         if cfg.method == "kpca":                 # the subspace the records live in: asked for vs what the basis gave
             writer.privacy["pca_components"] = {k: summary["pca"][k] for k in ("components", "asked", "fit_images")}
         return summary
 
     from medanon.release.release import reading_params
 
-    params = {**manifest_params(cfg, codec=codec, features=features), **reading_params(ds)}
+    params = {**manifest_params(cfg, codec=codec, features=features, modality=ds.modality), **reading_params(ds)}
     if cfg.method == "ksalsa":
         params["salsa"]["map_prior"] = map_prior_params(cfg, codec, prior_gen)
     if model_files:
@@ -166,7 +172,8 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         models["map-generator"] = prior_gen[1]["sha256"]
     privacy = map_prior_statement(privacy_statement(cfg, None, labels=labels,
                                                     uses_models=codec is not None or features is not None,
-                                                    mean_map=codec is not None and has_map(codec)), prior_gen)
+                                                    mean_map=codec is not None and has_map(codec),
+                                                    modality=ds.modality), prior_gen)
     if cfg.method in LATENT_METHODS and cfg.method != "inverted":     # records computed through the models' weights
         from medanon.phantoms.provenance import shipped_models_trained_on
 
@@ -202,8 +209,9 @@ def _prepare(method: str, ds, codec, *, patient_ids, labels, modality, device, d
 
 
 def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder,
-           codec=None, batch: int = _K.batch, seed: int = _K.seed, release_labels: str | Sequence[str] | None = None,
-           patient_ids=None, labels=None, modality: str | None = None, value_range=None, device=None) -> Release:
+           eye_sides: str = _K.eye_sides, codec=None, batch: int = _K.batch, seed: int = _K.seed,
+           release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
+           modality: str | None = None, value_range=None, device=None) -> Release:
     """k-Same-Pixel: the mean image of each cluster of at least ``k`` patients.
 
     ``ds``: an opened dataset, a dataset folder (opened at the side of the model that reads it, else at 64 px;
@@ -212,7 +220,10 @@ def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder:
     optional ``labels=`` (name -> one value per image) and ``modality=`` (:func:`medanon.data.as_dataset`).
     ``k``: people per released record, at least (keyword-only, no default). ``stratify``: cluster
     within strata of this label (a patient's worst value). ``drop_remainder``: leave out the N mod k
-    leftover patients (the paper) instead of joining them to their nearest clusters. ``codec``:
+    leftover patients (the paper) instead of joining them to their nearest clusters. ``eye_sides``: fundus
+    photographs are averaged as right eyes, left eyes mirrored (``"auto"``: by the ``laterality`` label, else by the
+    optic disc; ``"labels"``: by the label only; ``"off"``: as they are), and each record is shown as its patients'
+    majority side (:mod:`medanon.anonymize.eye_sides`). ``codec``:
     optional inversion codec (a name on ``medanon models``, a path or a loaded codec); with it, clusters are
     formed in its latent space, else in PCA space.
     ``seed`` seeds the PCA subsample. ``release_labels``: labels published (aggregated per record;
@@ -225,14 +236,16 @@ def kpixel(ds: DataLike, *, k: int, stratify: str = _K.stratify, drop_remainder:
         >>> rel.privacy["k"], rel.params["clustering"]["space"]
         (3, 'pca')
     """
-    cfg = _config("kpixel", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed)
+    cfg = _config("kpixel", k=k, stratify=stratify, drop_remainder=drop_remainder, eye_sides=eye_sides, batch=batch,
+                  seed=seed)
     ds, codec, used = _prepare("kpixel", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
                                value_range=value_range, device=device, default_codec=False)
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)
 
 
 def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca_basis=None,
-         stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, codec=None, batch: int = _K.batch,
+         stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, eye_sides: str = _K.eye_sides,
+         codec=None, batch: int = _K.batch,
          seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
          modality: str | None = None, value_range=None, device=None) -> Release:
     """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
@@ -251,7 +264,8 @@ def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca
         (3, 3)
     """
     cfg = _config("kpca", k=k, pca_components=pca_components, stratify=stratify, drop_remainder=drop_remainder,
-                  batch=batch, seed=seed, pca_basis="separate" if pca_basis is not None else _K.pca_basis)
+                  eye_sides=eye_sides, batch=batch, seed=seed,
+                  pca_basis="separate" if pca_basis is not None else _K.pca_basis)
     given = ds
     ds, codec, used = _prepare("kpca", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
                                value_range=value_range, device=device, default_codec=False)
@@ -265,7 +279,8 @@ def kpca(ds: DataLike, *, k: int, pca_components: float = _K.pca_components, pca
 
 
 def kcentroid(ds: DataLike, *, k: int, codec=None, views: int = _K.views, view_sigma: float = _K.view_sigma,
-              stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
+              stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, eye_sides: str = _K.eye_sides,
+              batch: int = _K.batch,
               seed: int = _K.seed, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
               modality: str | None = None, value_range=None, device=None) -> Release:
     """k-Centroid: the mean latent of each cluster of at least ``k`` patients, rendered by the generator.
@@ -281,8 +296,8 @@ def kcentroid(ds: DataLike, *, k: int, codec=None, views: int = _K.views, view_s
         >>> [p for p in inspect.signature(medanon.anonymize.kcentroid).parameters][:3]
         ['ds', 'k', 'codec']
     """
-    cfg = _config("kcentroid", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
-                  views=views, view_sigma=view_sigma)
+    cfg = _config("kcentroid", k=k, stratify=stratify, drop_remainder=drop_remainder, eye_sides=eye_sides, batch=batch,
+                  seed=seed, views=views, view_sigma=view_sigma)
     ds, codec, used = _prepare("kcentroid", ds, codec, patient_ids=patient_ids, labels=labels, modality=modality,
                                value_range=value_range, device=device, default_codec=True)
     return ksame_release(ds, cfg, codec=codec, release_labels=release_labels, device=device, model_files=used)
@@ -344,7 +359,8 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
            grid: int = _St.grid, ablation: str = "none", features="efficientnet-lite0",
            features_weights: str | Path | None = None, feature_size: int | None = None, style_layer: str | None = None,
            content_layer: str | None = None, views: int = _K.views, view_sigma: float = _K.view_sigma,
-           stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, batch: int = _K.batch,
+           stratify: str = _K.stratify, drop_remainder: bool = _K.drop_remainder, eye_sides: str = _K.eye_sides,
+           batch: int = _K.batch,
            seed: int = _K.seed, map_init: str = _S.map_init, map_generator=None, map_samples: int = _S.map_samples,
            rows: str = _S.rows, release_labels: str | Sequence[str] | None = None, patient_ids=None, labels=None,
            modality: str | None = None, value_range=None, device=None) -> Release:
@@ -408,7 +424,8 @@ def ksalsa(ds: DataLike, *, k: int, codec=None, lam: float | None = None, steps:
                map_samples=map_samples, rows=rows)
     salsa = apply_ablation(salsa, ablation, lam_given=lam is not None)
     check_layers(salsa, net, image_size=ds.size, channels=ds.channels)
-    cfg = _config("ksalsa", k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed,
+    cfg = _config("ksalsa", k=k, stratify=stratify, drop_remainder=drop_remainder, eye_sides=eye_sides, batch=batch,
+                  seed=seed,
                   views=views, view_sigma=view_sigma, salsa=salsa)
     return ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, device=device,
                          model_files=used, map_generator=map_generator)

@@ -171,7 +171,8 @@ def dpglow_cmd(ctx, data_dir, flow_path, flow_training, out, center, epsilon, pe
     split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
     ds = open_split(data_dir, data_opts, *split, FLAGS)
     with library_call(FLAGS):
-        release = dpglow(ds, flow=flow, **vars(cfg), calibrate_on=_calibration(calibrate_on, data_opts, ds),
+        # the flow by file (read again, small), so that the manifest's model_files names it
+        release = dpglow(ds, flow=flow_path, **vars(cfg), calibrate_on=_calibration(calibrate_on, data_opts, ds),
                          noise_seed=noise_seed, release_labels=release_labels, device=dev,
                          flow_training=flow_training)
         release.save(out, mapping=mapping, overwrite=overwrite)

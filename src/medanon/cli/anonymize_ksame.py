@@ -20,7 +20,7 @@ from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_
 from medanon.cli.splits import open_split, split_options
 
 FLAGS = {"features='vgg19', features_weights=PATH (k-SALSA)": "--features vgg19 --features-weights PATH",
-         "features_weights=": "--features-weights ", "stratify=": "--stratify ",
+         "features_weights=": "--features-weights ", "stratify=": "--stratify ", "eye_sides=": "--eye-sides ",
          "leave stratify out": "leave --stratify out", "needs codec": "needs --model",
          "codec=": "--model ", "map_generator=": "--map-generator ", "map_init='centroid'": "--map-init centroid",
          "map_samples=": "--map-samples ",
@@ -121,6 +121,11 @@ def ksame_options(*, model_required: bool, k: bool = True, seed: bool = True):
                 click.option("--drop-remainder", is_flag=True, default=None,
                              help="Leave out the N mod k leftover patients (the paper) instead of joining them to "
                                   "their nearest clusters."),
+                click.option("--eye-sides", type=click.Choice(["auto", "labels", "off"]), default=None,
+                             help="Fundus: average left eyes mirrored, as right eyes, and show each record as its "
+                                  "patients' majority side; a left eye is one labelled so (laterality), else, with "
+                                  "auto, one whose optic disc lies left of the centre. off: the paper's, as they are."
+                                  + default(KSameConfig, "eye_sides")),
                 click.option("--batch", type=click.IntRange(min=0), default=None,
                              help="Clusters averaged together (0: 32 on the CPU at 64 px, a quarter as many per "
                                   "doubling of the side; 64 on a GPU, halved if it runs out of memory). A speed "
@@ -251,8 +256,8 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
                    + default(KSameConfig, "salsa.rows"))
 @view_options
 @click.pass_context
-def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
-               seed, config_file, overrides, lam, steps, lr, grid, ablation, features_name, features_weights,
+def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, eye_sides, batch, out, mapping, release_labels,
+               overwrite, seed, config_file, overrides, lam, steps, lr, grid, ablation, features_name, features_weights,
                feature_size, style_layer, content_layer, map_init, map_generator, map_samples, rows, views,
                view_sigma, **data_opts) -> None:
     """k-SALSA: centroid latents refined by local style alignment (Algorithm 1).
@@ -272,16 +277,16 @@ def ksalsa_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
          salsa__map_init=map_init, salsa__map_samples=map_samples, salsa__rows=rows,
          salsa__style_layer=style_layer or (STYLE_LAYERS[features_name] if features_name != "efficientnet-lite0"
                                             else None),
-         k=k, stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, views=views,
-         view_sigma=view_sigma)
+         k=k, stratify=stratify, drop_remainder=drop_remainder, eye_sides=eye_sides, batch=batch, seed=seed,
+         views=views, view_sigma=view_sigma)
 
 
 @anonymize.command("kcentroid", context_settings=CONTEXT)
 @ksame_options(model_required=True)
 @view_options
 @click.pass_context
-def kcentroid_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
-                  seed, config_file, overrides, views, view_sigma, **data_opts) -> None:
+def kcentroid_cmd(ctx, data_dir, model, k, stratify, drop_remainder, eye_sides, batch, out, mapping, release_labels,
+                  overwrite, seed, config_file, overrides, views, view_sigma, **data_opts) -> None:
     """k-Centroid: the mean latent of each cluster, rendered by the generator.
 
     \b
@@ -290,14 +295,15 @@ def kcentroid_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out,
     """
     _run(ctx, "kcentroid", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
-         stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, views=views, view_sigma=view_sigma)
+         stratify=stratify, drop_remainder=drop_remainder, eye_sides=eye_sides, batch=batch, seed=seed, views=views,
+         view_sigma=view_sigma)
 
 
 @anonymize.command("kpixel", context_settings=CONTEXT)
 @ksame_options(model_required=False)
 @click.pass_context
-def kpixel_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
-               seed, config_file, overrides, **data_opts) -> None:
+def kpixel_cmd(ctx, data_dir, model, k, stratify, drop_remainder, eye_sides, batch, out, mapping, release_labels,
+               overwrite, seed, config_file, overrides, **data_opts) -> None:
     """k-Same-Pixel: the mean image of each cluster.
 
     \b
@@ -306,7 +312,7 @@ def kpixel_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
     """
     _run(ctx, "kpixel", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
-         stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed)
+         stratify=stratify, drop_remainder=drop_remainder, eye_sides=eye_sides, batch=batch, seed=seed)
 
 
 @anonymize.command("kpca", context_settings=CONTEXT)
@@ -318,8 +324,8 @@ def kpixel_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, ma
               help="Dataset folder SEPARATE from the released one (e.g. public images) to fit the PCA basis on, so "
                    "that each record depends only on its cluster's images.  [default: the released images]")
 @click.pass_context
-def kpca_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapping, release_labels, overwrite,
-             seed, config_file, overrides, pca_components, basis_from, **data_opts) -> None:
+def kpca_cmd(ctx, data_dir, model, k, stratify, drop_remainder, eye_sides, batch, out, mapping, release_labels,
+             overwrite, seed, config_file, overrides, pca_components, basis_from, **data_opts) -> None:
     """k-Same-PCA (k-Same-Eigen): cluster means of the images' principal-component coefficients.
 
     \b
@@ -328,8 +334,8 @@ def kpca_cmd(ctx, data_dir, model, k, stratify, drop_remainder, batch, out, mapp
     """
     _run(ctx, "kpca", data_dir=data_dir, model=model, out=out, mapping=mapping, release_labels=release_labels,
          overwrite=overwrite, config_file=config_file, overrides=overrides, data_opts=data_opts, k=k,
-         stratify=stratify, drop_remainder=drop_remainder, batch=batch, seed=seed, pca_components=pca_components,
-         basis_from=basis_from)
+         stratify=stratify, drop_remainder=drop_remainder, eye_sides=eye_sides, batch=batch, seed=seed,
+         pca_components=pca_components, basis_from=basis_from)
 
 
 @anonymize.command("inverted", context_settings=CONTEXT)

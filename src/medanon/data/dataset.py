@@ -108,6 +108,8 @@ class ImageDataset(Dataset):
     read (:class:`ReadOptions`; :func:`reading` reads it again the same way). ``transform``: a function applied to
     every ``image`` when it is loaded ((C, H, W) in, the same shape out, values in [-1, 1]; e.g. a
     torchvision transform): the methods anonymise what it returns (the evaluation reads the folder without it).
+    ``mirrored``: indices whose tensors are loaded mirrored left-right, after ``transform`` (empty, except in the
+    aligned view the k-Same methods average fundus photographs through, :mod:`medanon.anonymize.eye_sides`).
     """
 
     def __init__(self, records: Sequence[Record], *, size: int, channels: int, crop: str,
@@ -135,7 +137,8 @@ class ImageDataset(Dataset):
         self.part_of: int | None = None                      # the folder's image count, when this is a part of it
         self.folder_records: list[Record] | None = None    # the whole folder's records, when this is a part of it
         self._cache: dict[Path, dict] = {}
-        self._cached_bytes = 0
+        self._cache_used = [0]                               # bytes in the cache (shared with aligned views)
+        self.mirrored: frozenset[int] = frozenset()          # indices loaded mirrored left-right (an aligned view)
         self._cache_lock = threading.Lock()                  # loads run in threads
 
     def __len__(self) -> int:
@@ -168,6 +171,8 @@ class ImageDataset(Dataset):
         item = {k: v.clone() for k, v in self._pixels(index).items()}      # callers may write into what they get
         if self.transform is not None:
             item["image"] = self._transformed(item["image"])
+        if index in self.mirrored:                           # an aligned view's left eye, shown as a right eye
+            item = {k: v.flip(-1) for k, v in item.items()}
         item.update(labels={k: float(v) for k, v in rec.labels.items()}, patient_id=rec.patient_id,
                     record_id=rec.record_id, index=index)
         return item
@@ -188,9 +193,9 @@ class ImageDataset(Dataset):
             pixels["mask"] = torch.from_numpy(_load_mask(rec.mask_path, self.size, self.crop)[None])
         nbytes = sum(t.numel() * t.element_size() for t in pixels.values())
         with self._cache_lock:
-            if rec.path not in self._cache and self._cached_bytes + nbytes <= self.cache_bytes:
+            if rec.path not in self._cache and self._cache_used[0] + nbytes <= self.cache_bytes:
                 self._cache[rec.path] = pixels
-                self._cached_bytes += nbytes
+                self._cache_used[0] += nbytes
         return pixels
 
     __getitem__ = load
@@ -441,7 +446,7 @@ def subset(ds: ImageDataset, indices: Sequence[int], *, skipped: Sequence[Proble
     out.folder_records = ds.folder_records or (list(ds.records) if len(keep) < len(ds.records) else None)
     paths = {ds.records[i].path for i in keep}
     out._cache = {p: t for p, t in ds._cache.items() if p in paths}          # decoded tensors carry over
-    out._cached_bytes = sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())
+    out._cache_used = [sum(v.numel() * v.element_size() for t in out._cache.values() for v in t.values())]
     return out
 
 

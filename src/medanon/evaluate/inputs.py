@@ -10,7 +10,8 @@ and the controls of the attacks.
 A release is read only through its folder (:func:`medanon.release.read_release`): images,
 ``labels.csv``, ``manifest.json``. The private mapping (record -> source record ids), which the
 data custodian keeps outside the release, is the ground truth of the attacks that need it; it is
-found at ``<release>.mapping.json`` next to the release folder unless given explicitly.
+found at ``<release>.mapping.json`` next to the release folder unless given explicitly; a release evaluated without
+one warns :class:`NoMapping` (the attacks that need it are not measured).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from medanon.release.files import read_release
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
 from medanon.release.writer_safety import MAPPING_SUFFIX
 from medanon.runtime import files_digest
+
+
+class NoMapping(UserWarning):
+    """A release is evaluated without its private mapping: membership, linkability, singling out and differencing,
+    which need to know whose images each record holds, are not measured for it."""
 
 log = logging.getLogger(__name__)
 

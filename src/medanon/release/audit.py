@@ -262,7 +262,8 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
             eps = privacy.get("epsilon_image")
             recs = read_mapping(mapping)["records"]
             # kpixel is the one method whose records the audit can recompute, from the sources the copy check reads
-            averages = KpixelAverages() if manifest.get("method") == "kpixel" else None
+            averages = KpixelAverages(eye_sides=(manifest.get("params") or {}).get("eye_sides") or "off") \
+                if manifest.get("method") == "kpixel" else None
             check_preprocessed_copies(rep, release, recs, source_records, source_modality or made_from,
                                       people={r.get("image", ""): n for r, n in zip(rows, people, strict=True)},
                                       image_dp=isinstance(eps, int | float) and not privacy.get("vacuous"),

@@ -5,13 +5,22 @@ the released side). The per-record counts cannot see a record that averages fewe
 two of its four patients), nor one made of other images; this check recomputes what the statement says the record
 is. The other methods' records depend on models or secret noise and cannot be recomputed by the audit.
 
+A fundus release made with ``eye_sides`` (the manifest's ``params.eye_sides``, :mod:`medanon.anonymize.eye_sides`)
+averages its left eyes mirrored and shows a record mirrored back when most of its patients' eyes are left ones: the
+recomputation takes each source's side as the method did (its laterality label, else, with ``auto``, its optic
+disc in the decoded image).
+
 The sources are the ones :func:`.audit_source.check_preprocessed_copies` decodes for its own check (its
 ``each_record``): nothing is read twice.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from medanon.anonymize.eye_sides import LEFT, UNKNOWN, EyeSides
 
 GREY = 1 / 127.5                # one 8-bit grey level in [-1, 1] units
 AVERAGE_RMS = GREY              # the tolerance: rounding the average to 8 bits leaves about 0.29 level RMS
@@ -22,10 +31,11 @@ class KpixelAverages:
     decoded sources (:meth:`add`, the ``each_record`` of the copy check), then adds the check to the report
     (:meth:`report`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, eye_sides: str = "off") -> None:
         self.wrong: list[tuple[str, float]] = []
         self.checked = self.unreadable = 0
         self.worst = 0.0
+        self.eye_sides = eye_sides                      # the manifest's params.eye_sides (off where absent)
 
     def add(self, img: str, got, sources: list, decoded: list | None) -> None:
         """Released image ``img`` (pixels ``got``), its source records and their decoded images (None where not
@@ -35,9 +45,16 @@ class KpixelAverages:
         if decoded is None or any(s is None for s in sources):
             self.unreadable += 1                        # other checks name unreadable images and unknown sources
             return
-        w = member_weights(np.arange(len(sources)), [s.patient_id for s in sources])
-        stack = np.stack([np.asarray(d, np.float64) for d in decoded])
-        rms = float(np.sqrt(np.mean((np.tensordot(w, stack, axes=1) - got) ** 2)))
+        pids = [s.patient_id for s in sources]
+        w = member_weights(np.arange(len(sources)), pids)
+        stack = np.stack([np.asarray(image, np.float64) for image, _ in decoded])
+        left = False
+        if self.eye_sides != "off":                     # as the method averaged them: left eyes mirrored
+            sides = _source_sides(self.eye_sides, sources, decoded)
+            stack[sides.sides == LEFT] = stack[sides.sides == LEFT][..., ::-1]
+            left = sides.record_side(range(len(sources)), pids) == LEFT
+        average = np.tensordot(w, stack, axes=1)
+        rms = float(np.sqrt(np.mean(((average[..., ::-1] if left else average) - got) ** 2)))
         self.checked += 1
         self.worst = max(self.worst, rms)
         if rms > AVERAGE_RMS:
@@ -61,3 +78,20 @@ class KpixelAverages:
                 "from the average of the sources its mapping names" if first else
                 f"{self.checked} records recomputed, at most {self.worst / GREY:.2f} grey levels RMS from their "
                 f"average{sample}")
+
+
+def _source_sides(mode: str, sources: list, decoded: list) -> EyeSides:
+    """The sides of a record's sources as :func:`medanon.anonymize.eye_sides.find_sides` took them."""
+    import torch
+
+    from medanon.anonymize.eye_sides import disc_side
+
+    sides = np.full(len(sources), UNKNOWN, dtype=int)
+    for i, (src, (image, fov)) in enumerate(zip(sources, decoded, strict=True)):
+        lat = src.labels.get("laterality", math.nan)
+        if not math.isnan(lat):
+            sides[i] = int(lat >= 0.5)
+        elif mode == "auto":
+            sides[i] = disc_side(torch.from_numpy(np.asarray(image, np.float32))[None],
+                                 torch.from_numpy(np.asarray(fov))[None, None])[0]
+    return EyeSides(mode, sides)

@@ -114,8 +114,9 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
     them as copies.
 
     ``each_record(image, released pixels, source records, decoded sources)``: called for every compared record with
-    what was read, so that a further check (:class:`.audit_content.KpixelAverages`) decodes nothing again; the
-    sources are None where one of them is not a readable file, or the loop stopped at a copy."""
+    what was read, so that a further check (:class:`.audit_content.KpixelAverages`) decodes nothing again (each
+    source as ``(image, field of view)``); the sources are None where one of them is not a readable file, or the loop
+    stopped at a copy."""
     import numpy as np
     from PIL import Image
 
@@ -150,12 +151,13 @@ def check_preprocessed_copies(rep: AuditReport, release: Path, records: dict, so
                 decoded = None
                 continue
             try:
-                source = decode(src.path, size=side, channels=channels, crop=crop).image
+                pre = decode(src.path, size=side, channels=channels, crop=crop)
             except (OSError, ValueError, DataError):
                 decoded = None
                 continue                                # an unreadable source: not this check's to report
+            source = pre.image
             if decoded is not None:
-                decoded.append(source)
+                decoded.append((source, pre.fov))
             compared += 1
             thumbs.setdefault(channels, {})[sid] = _thumb(source)      # much the same at any side
             rms = float(np.sqrt(np.mean((source - got) ** 2)))

@@ -25,8 +25,9 @@ from medanon.models.unet import FullResUNet
 log = logging.getLogger(__name__)
 
 KIND = "vessel-segmenter"
-# The checkpoint shipped with the source tree (see checkpoints/README.md for the command that made it).
-SHIPPED = Path(__file__).resolve().parents[3] / "checkpoints" / "unet-vessels64.pt"
+# The shipped checkpoint's name (checkpoints/README.md has the command that made it), found on the model search path
+# ($MEDANON_MODELS, then a source checkout's checkpoints/) as every other model is.
+SHIPPED = "unet-vessels64.pt"
 
 
 class LearnedSegmenter:
@@ -43,11 +44,18 @@ class LearnedSegmenter:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | None = None, **kwargs) -> LearnedSegmenter:
-        path = Path(path) if path is not None else SHIPPED
-        if not path.is_file() and path == SHIPPED:
-            raise ConfigError(f"the shipped vessel segmenter {SHIPPED} is missing from this installation",
-                              fix="pass checkpoint=, or train one with `medanon train segmenter` "
-                                  "(see checkpoints/README.md)")
+        if path is None:                        # the shipped one, where the other models are found
+            from medanon.errors import DataError
+            from medanon.models_registry import ENV, find_model
+
+            try:
+                path = find_model(SHIPPED)
+            except DataError as e:
+                raise ConfigError(f"the shipped vessel segmenter {SHIPPED} is not on medanon's model search path "
+                                  f"({', '.join(e.files) or 'no folder'})",
+                                  fix=f"set {ENV} to a folder holding the shipped checkpoints, pass checkpoint=, or "
+                                      "train one with `medanon train segmenter` (checkpoints/README.md)") from None
+        path = Path(path)
         blob = load_checkpoint(path, kind=KIND)
         cfg = blob["config"]
         model = FullResUNet(**cfg["model"])

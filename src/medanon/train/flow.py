@@ -85,6 +85,7 @@ def load_flow(path: str | Path, *, map_location: str | torch.device = "cpu"
                           fix="copy or export the checkpoint again, or retrain it with `medanon train flow`") from None
     codec = GlowCodec(flow, sha256=blob["sha256"], calibration=calibration,
                       trained_on=(blob.get("extra") or {}).get("data"))
+    codec.provenance = {"checkpoint": {"path": str(path), "sha256": blob["sha256"]}}   # named in a release's manifest
     return codec, calibration, blob
 
 

@@ -42,6 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from medanon.anonymize.averaging import member_weights, pad_clusters, pixel_averages
+from medanon.anonymize.eye_sides import LEFT, align
 from medanon.anonymize.ksame import KSameConfig, load_images, plan_clusters
 from medanon.anonymize.map_prior import build_map_prior, has_map
 from medanon.anonymize.salsa import KSalsa, SalsaConfig
@@ -119,6 +120,8 @@ def main() -> None:
     ap.add_argument("--grid-dir", default=None, help="write one PNG per variant here")
     ap.add_argument("--grid-clusters", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eye-sides", default=KSameConfig.eye_sides, choices=["auto", "labels", "off"],
+                    help="as the methods' eye_sides: averaged as right eyes, each record shown as its majority side")
     ap.add_argument("--cache", default=None, help="a .npy file to keep the reference features in between runs")
     ap.add_argument("--skip-baselines", action="store_true", help="print no real/kpixel/kcentroid lines")
     ap.add_argument("--map-generator", default="checkpoints/stylegan2-fundus64-wide.pt",
@@ -129,12 +132,19 @@ def main() -> None:
     t_start, cpu0 = time.perf_counter(), time.process_time()
     codec = load_codec(args.model)
     size = codec.generator.img_resolution
-    ds = open_dataset(args.data, DataConfig(size=size))
+    raw = open_dataset(args.data, DataConfig(size=size))
+    ds = align(raw, args.eye_sides)                       # the images as the methods read them
     ref_ds = open_dataset(args.reference, DataConfig(size=size))
     clustering, latents, _ = plan_clusters(ds, KSameConfig(method="kcentroid", k=args.k), codec=codec,
                                            progress=False)
     clusters = clustering.clusters
     pids = [r.patient_id for r in ds.records]
+    sides = ds.eye_sides
+    left = torch.tensor([sides.aligned and sides.record_side(c, pids) == LEFT for c in clusters])
+
+    def as_released(images: torch.Tensor) -> torch.Tensor:        # one per cluster: mirrored back where released so
+        return torch.where(left[:, None, None, None], images.flip(-1), images)
+
     weights = [member_weights(c, pids) for c in clusters]
     n = len(clusters)
     extractor, provenance = inception_extractor(device="cpu")
@@ -147,7 +157,7 @@ def main() -> None:
             np.save(cache, ref)
     rng = np.random.default_rng(args.seed)
     common = {"data": args.data, "reference": args.reference, "model": args.model, "k": args.k, "n": n,
-              "n_reference_pool": len(ref), "subsets": args.subsets,
+              "n_reference_pool": len(ref), "subsets": args.subsets, "eye_sides": args.eye_sides,
               "feature_network": provenance.get("display_name") or provenance.get("name")}
 
     def emit(name: str, images: torch.Tensor, **extra) -> None:
@@ -160,14 +170,14 @@ def main() -> None:
     pixel = torch.cat([pixel_averages(load_images(ds, c), [np.arange(len(c))], [w])
                        for c, w in zip(clusters, weights, strict=True)])
     if not args.skip_baselines:
-        emit("real", load_images(ds, real_idx))
-        emit("kpixel", pixel)
+        emit("real", load_images(raw, real_idx))
+        emit("kpixel", as_released(pixel))
     idx, w = pad_clusters(clusters, weights)
     w0 = (w / w.sum(1, keepdim=True)).float()
     w0 = (w0[:, :, None, None] * latents[torch.from_numpy(idx)]).sum(1)
     centroid = codec.decode(w0)
     if not args.skip_baselines:
-        emit("kcentroid", centroid)
+        emit("kcentroid", as_released(centroid))
     specs = [parse_variant(spec) for spec in args.variant]
     prior, prior_start = None, None
     if has_map(codec) and (any(cfg.map_init == "synthetic" for _, cfg in specs) or not args.skip_baselines):
@@ -178,7 +188,7 @@ def main() -> None:
                                "seed": args.seed, "build_s": round(time.perf_counter() - t0, 1)}
         prior_start = prior.start(w0)[1]
         if not args.skip_baselines:
-            emit("kcentroid-mapprior", codec.decode(prior_start))
+            emit("kcentroid-mapprior", as_released(codec.decode(prior_start)))
     first = []                                   # one image of each of the first k patients of every cluster
     for c in clusters:
         one = {pids[int(i)]: int(i) for i in reversed(c)}
@@ -210,7 +220,7 @@ def main() -> None:
         move = {"styles": [round(float(mv[:rows].mean()), 3), round(float(sp[:rows].mean()), 3)]}
         if mv.shape[0] > rows:
             move["map"] = [round(float(mv[rows:].mean()), 3), round(float(sp[rows:].mean()), 3)]
-        emit(name, out, settings=cfg.describe(), start="map prior" if use_prior else "centroid",
+        emit(name, as_released(out), settings=cfg.describe(), start="map prior" if use_prior else "centroid",
              diff_vs_kcentroid_255=round(diff, 2), move_vs_member_spread=move,
              style_start=round(float(np.mean(s0)), 4), style_end=round(float(np.mean(s1)), 4),
              seconds=round(time.perf_counter() - t0, 1), cpu_s=round(time.process_time() - c0, 1))

@@ -41,6 +41,7 @@ from PIL import Image, ImageDraw
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from medanon.anonymize.averaging import centroid_latents, member_weights
+from medanon.anonymize.eye_sides import align
 from medanon.anonymize.ksame import ClusterAverager, KSameConfig, plan_clusters
 from medanon.anonymize.map_prior import build_map_prior, has_map
 from medanon.anonymize.salsa import SalsaConfig
@@ -88,6 +89,8 @@ def main() -> None:
     ap.add_argument("--cotrained", action="append", default=[],
                     help="also show reconstructions by --model and this codec (repeatable)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--eye-sides", default=KSameConfig.eye_sides, choices=["auto", "labels", "off"],
+                    help="as the methods' eye_sides: images shown and averaged as right eyes (off: as they are)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "img" / "ksalsa_fig2.png"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -97,9 +100,10 @@ def main() -> None:
             progress=False)
         codec = load_codec(args.model)
         codecs = [(c, label(c)) for c in [codec, *map(load_codec, args.cotrained)]]
-        ds = open_dataset(data, DataConfig(size=codec.generator.img_resolution))
+        ds = align(open_dataset(data, DataConfig(size=codec.generator.img_resolution)), args.eye_sides)
         net = get_feature_network("efficientnet-lite0", input_size=None)
-        base = KSameConfig(method="kpca", k=args.k, salsa=SalsaConfig(lam=args.lam, steps=args.steps))
+        base = KSameConfig(method="kpca", k=args.k, salsa=SalsaConfig(lam=args.lam, steps=args.steps),
+                           eye_sides=args.eye_sides)
         clustering, latents, pca = plan_clusters(ds, base, codec=codec, progress=False)
         prior = build_map_prior(codec, load_any_generator(args.map_generator), samples=args.map_samples,
                                 seed=args.seed) if has_map(codec) else None
@@ -130,7 +134,7 @@ def main() -> None:
                     if prior is None:
                         continue
                     method, salsa, mp = "ksalsa", replace(base.salsa, map_init="centroid", rows="all"), None
-                cfg = KSameConfig(method=method, k=args.k, salsa=salsa)
+                cfg = KSameConfig(method=method, k=args.k, salsa=salsa, eye_sides=args.eye_sides)
                 avg = ClusterAverager(cfg, ds, codec=codec, features=net, latents=latents, pca=pca, device="cpu",
                                       map_prior=mp if method == "ksalsa" else None)
                 outs.append(tile(avg([members], [weights[n]], ["figure"])[0, 0], name))

@@ -8,6 +8,7 @@ import torch
 from test_ksame import NUM_WS, TinyDecoder, TinyFeatures, cluster_batch
 
 from medanon.anonymize.averaging import member_weights, pad_clusters
+from medanon.anonymize.eye_sides import align
 from medanon.anonymize.ksame import KSameConfig, load_images, plan_clusters
 from medanon.anonymize.salsa import KSalsa, SalsaConfig, reference_average
 from medanon.codecs.stylegan import load_codec
@@ -29,7 +30,7 @@ def test_default_ksalsa_stays_among_its_cluster_latents(tmp_path):
     data = generate(PhantomConfig(patients=10, per_patient=1, size=64, seed=3, workers=1), tmp_path / "ph",
                     progress=False)
     codec = load_codec(CODEC)
-    ds = open_dataset(data, DataConfig(size=64))
+    ds = align(open_dataset(data, DataConfig(size=64)), "auto")            # the images as the methods read them
     clustering, latents, _ = plan_clusters(ds, KSameConfig(method="kcentroid", k=5), codec=codec, progress=False)
     pids = [r.patient_id for r in ds.records]
     idx, w = pad_clusters(clustering.clusters, [member_weights(c, pids) for c in clustering.clusters])

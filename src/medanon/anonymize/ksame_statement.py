@@ -142,31 +142,74 @@ def ksame_models_overlap(privacy: dict[str, Any], overlap: dict[str, tuple[int, 
     people: k-anonymity of the records' composition still holds, but a record is no longer computed from its
     cluster's images only, and the statement says so (as for a PCA basis fitted on the released data). Warns
     :class:`~medanon.anonymize.privacy.CalibrationOverlap`."""
-    import warnings
-
-    from medanon.anonymize.privacy import CalibrationOverlap
-    from medanon.errors import user_stacklevel
     from medanon.phantoms.provenance import overlap_fact
 
     if not overlap:
         return privacy
     most, files, fact = overlap_fact(overlap)
     seed = next(iter(overlap.values()))[1]["seed"]
+    return _trained_on_released(privacy, most, files, fact, f"a phantom of seed {seed}",
+                                "make the phantom with another seed, or train the models on other data")
+
+
+def ksame_recorded_overlap(privacy: dict[str, Any], found: list[tuple[str, int | None, str]]) -> dict:
+    """The statement of a latent k-Same release whose models record their training patients
+    (:func:`medanon.data.training_people.released_overlap` of the released dataset, ``found``): models trained on
+    released patients are stated as :func:`ksame_models_overlap` states shipped ones; a model trained on another
+    part of this very folder, which medanon cannot compare patient by patient, turns the assumption into a stated
+    unknown. Warns :class:`~medanon.anonymize.privacy.CalibrationOverlap` for either."""
+    import warnings
+
+    from medanon.anonymize.privacy import CalibrationOverlap
+    from medanon.errors import user_stacklevel
+
+    trained = [(m, n, how) for m, n, how in found if n]
+    if trained:
+        most = max(n for _, n, _ in trained)
+        files = ", ".join(sorted({m for m, _, _ in trained}))
+        fact = f"the models {files} were trained on {most} of the released patients (their record: {trained[0][2]})"
+        privacy = _trained_on_released(privacy, most, files, fact, "their recorded training patients",
+                                       "train the models on patients who are not released (another split)")
+    unseen = sorted({f"{m}: {how}" for m, n, how in found if n == 0})
+    if unseen:                                  # the assumption is known to hold for these
+        privacy = {**privacy, "models_not_trained_on_released": unseen}
+    unknown = [(m, how) for m, n, how in found if n is None]
+    if unknown:
+        said = "; ".join(f"{m}: {how}" for m, how in unknown)
+        warnings.warn(f"the models were trained on this folder and medanon cannot tell whether on released patients "
+                      f"({said}): what they memorised of them would be outside the k-anonymity statement (which "
+                      "says so); train them on a split that is not released", CalibrationOverlap,
+                      stacklevel=user_stacklevel())
+        privacy = {**privacy, "assumptions": [
+            f"the models (codec, feature network) were trained on images of the released folder ({said}): whether "
+            "they include the released patients is not known here, and what the models memorised of any of them is "
+            "accepted as outside this guarantee" if a.startswith("the models (codec") else a
+            for a in privacy.get("assumptions", [])]}
+    return privacy
+
+
+def _trained_on_released(privacy: dict[str, Any], most: int, files: str, fact: str, source: str, fix: str) -> dict:
+    """``privacy`` restated for models (``files``) trained on ``most`` released patients (``fact``; ``source``: what
+    they were trained on, in a few words)."""
+    import warnings
+
+    from medanon.anonymize.privacy import CalibrationOverlap
+    from medanon.errors import user_stacklevel
+
     fact += ", so a record also depends on them through the models' weights"
     warnings.warn(f"{fact}: what the weights memorised of them is outside the k-anonymity statement (which says "
-                  "so); make the phantom with another seed, or train the models on other data",
-                  CalibrationOverlap, stacklevel=user_stacklevel())
+                  f"so); {fix}", CalibrationOverlap, stacklevel=user_stacklevel())
     only = "every released image is computed only from the images of one cluster"
     guarantee = privacy["guarantee"].replace(
         only, f"every released image is computed from the images of one cluster and the weights of models trained on "
-              f"{most} of the released patients ({files}: a phantom of seed {seed}; what they memorised of them is "
+              f"{most} of the released patients ({files}: {source}; what they memorised of them is "
               "not covered)") if only in privacy["guarantee"] else privacy["guarantee"] + f"; {fact} (not covered)"
     # the assumption that the models were not trained on the released people is known to fail: state the fact
     assumptions = [f"what the models memorised of the released patients they were trained on is accepted as "
                    f"outside this guarantee ({fact}); the guarantee does not need the models to be secret"
                    if a.startswith("the models (codec") else a for a in privacy.get("assumptions", [])]
     return {**privacy, "guarantee": guarantee, "assumptions": assumptions,
-            "models_trained_on_released": {"files": sorted(overlap), "released_patients": most},
+            "models_trained_on_released": {"files": sorted(files.split(", ")), "released_patients": most},
             "not_protected": [*privacy.get("not_protected", []),
                               f"what {files} memorised of the {most} released patients they were trained on"]}
 

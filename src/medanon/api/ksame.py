@@ -179,6 +179,11 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
 
         overlap = shipped_models_trained_on(models, ds.root, [r.patient_id for r in ds.records])
         privacy = ksame_models_overlap(privacy, overlap)
+        # models trained by `medanon train` record (digests of) their training patients: are they released ones?
+        from medanon.anonymize.ksame_statement import ksame_recorded_overlap
+        from medanon.data.training_people import released_overlap
+
+        privacy = ksame_recorded_overlap(privacy, released_overlap(codec.describe().get("trained_people") or [], ds))
     return Release(method=cfg.method, dataset=ds, params=params,
                    privacy=privacy, labels=labels, produce=produce,
                    seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},

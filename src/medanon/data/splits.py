@@ -161,4 +161,6 @@ def select_split(ds, split: str, *, splits_csv=None, seed: int = 0):
 
         raise ConfigError(f"the {split!r} split of {data_name(ds)} is empty",
                           fix="check the splits CSV, or release split='all'")
-    return subset(ds, rows.tolist())
+    part = subset(ds, rows.tolist())
+    part.split_of = {r.record_id: str(n) for r, n in zip(ds.records, names, strict=True)}   # every record's split
+    return part

@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import hmac
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -91,4 +92,60 @@ def public_people(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         out.append({"model": r.get("model"), "split": r.get("split"), "images": r.get("images"),
                     "dataset_key": keyed(key, "dataset"), "people_key": keyed(key, "people:" + r["patients_digest"])})
+    return out
+
+
+def released_overlap(records: list[dict[str, Any]], ds) -> list[tuple[str, int | None, str]]:
+    """For a release of dataset ``ds``, what its models' training-people ``records`` (:func:`model_people`, in the
+    clear: the release is being made by the data's holder) say of the released patients: ``(model, released
+    patients it was trained on, how it is known)``, or ``None`` patients where it was trained on this very folder
+    but on another set. Records of other data are left out. A digest tells equal sets only: recognised are every
+    patient of the folder, exactly the released ones, and exactly the folder's others (none released).
+
+    >>> from types import SimpleNamespace as NS
+    >>> from medanon.runtime import files_digest
+    >>> import pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> recs = [NS(path=root / f"{i}.png", patient_id=p) for i, p in enumerate("aabc")]
+    >>> for r in recs: _ = r.path.write_bytes(b"x" + bytes([len(str(r.path))]))
+    >>> src = {"sha256": files_digest([r.path for r in recs], root=root)["sha256"]}
+    >>> part = NS(root=root, records=recs[:2], folder_records=recs)        # patient a released, b and c not
+    >>> [n for _, n, _ in released_overlap([{"source": src, "patients_digest": patients_digest(p)}
+    ...                                     for p in (["a", "b", "c"], ["a"], ["b", "c"], ["b"])], part)]
+    [1, 1, 0, None]
+    """
+    recs = [r for r in records if isinstance(r, dict) and isinstance(r.get("source"), dict)
+            and r["source"].get("sha256") and r.get("patients_digest")]
+    root = getattr(ds, "root", None)
+    if not recs or root is None:
+        return []
+    from medanon.runtime import files_digest
+
+    folder = getattr(ds, "folder_records", None) or ds.records
+    ours = files_digest([r.path for r in folder], root=root)["sha256"]
+    released = {str(r.patient_id) for r in ds.records}
+    everyone = {str(r.patient_id) for r in folder}
+    known: dict[str, tuple[int, str]] = {}
+    split_of = getattr(ds, "split_of", None) or {}          # the split each folder record is in (select_split)
+    names = sorted(set(split_of.values()))
+    for size in range(1, len(names) + 1):                   # every split, and every union of splits
+        for chosen in itertools.combinations(names, size):
+            people = {str(r.patient_id) for r in folder if split_of.get(r.record_id) in chosen}
+            if people:
+                known.setdefault(patients_digest(sorted(people)),
+                                 (len(people & released), f"trained on this folder's {' + '.join(chosen)} split"))
+    known.setdefault(patients_digest(sorted(everyone)), (len(released), "trained on every patient of this folder"))
+    known.setdefault(patients_digest(sorted(released)), (len(released), "trained on exactly the released patients"))
+    if everyone - released:
+        known.setdefault(patients_digest(sorted(everyone - released)),
+                         (0, "trained on this folder's patients that are not released"))
+    out = []
+    for rec in recs:
+        if rec["source"]["sha256"] != ours:
+            continue
+        n, how = known.get(rec["patients_digest"], (None, f"trained on {rec.get('images', '?')} images of this "
+                                                          f"folder (its {rec.get('split', '?')!r} split), patients "
+                                                          "that are not exactly the released ones, the others or "
+                                                          "all of them"))
+        out.append((str(rec.get("model") or "a model"), n, how))
     return out

@@ -110,7 +110,9 @@ def test_the_aligned_view_mirrors_the_left_eyes_only(phantom):
         assert torch.equal(view.load(i)[key], ds.load(i)[key].flip(-1))
     right = next(j for j in range(len(ds)) if j not in left)
     assert torch.equal(view.load(right)["image"], ds.load(right)["image"])
-    assert view.records is ds.records and align(view, "off") is view
+    assert view.records is ds.records and align(view, "auto") is view
+    with pytest.raises(ValueError, match="already a view aligned with eye_sides='auto', not 'off'"):
+        align(view, "off")                          # a manifest would misstate the mode
 
 
 def test_statement_params_and_xray():
@@ -123,6 +125,12 @@ def test_statement_params_and_xray():
     assert "mirrored" in st["eye_sides"] and "optic disc" in st["eye_sides"]
     assert any("orientation" in item for item in st["not_protected"])
     assert manifest_params(cfg, modality="fundus")["eye_sides"] == "auto"
+    assert set(manifest_params(cfg, modality="fundus")["disc_finder"]) == {"blur", "midline"}
+    assert "disc_finder" not in manifest_params(KSameConfig(method="kpixel", k=5, eye_sides="labels"),
+                                                modality="fundus")
+    # off is recorded as before eye sides existed (an interrupted run of then resumes under off)
+    assert "eye_sides" not in manifest_params(KSameConfig(method="kpixel", k=5, eye_sides="off"), modality="fundus")
+    assert "can be wrong" in st["eye_sides"] and "unknown keep their orientation" in st["eye_sides"]
     for other in (privacy_statement(cfg, None, modality="xray"),
                   privacy_statement(KSameConfig(method="kpixel", k=5, eye_sides="off"), None, modality="fundus")):
         assert "eye_sides" not in other and not any("orientation" in item for item in other["not_protected"])
@@ -131,6 +139,9 @@ def test_statement_params_and_xray():
                                                  modality="fundus")["eye_sides"]
     with pytest.raises(ConfigError, match="eye_sides='left'"):
         KSameConfig(method="kpixel", k=5, eye_sides="left").validate()
+    unquoted = KSameConfig(method="kpixel", k=5, eye_sides=False)          # YAML's reading of `off`
+    unquoted.validate()
+    assert unquoted.eye_sides == "off"
     xray = medanon.open_dataset(medanon.make_phantom(modality="xray", patients=3), size=16)
     assert find_sides(xray, "auto").mode == "off" and not len(align(xray, "auto").mirrored)
 
@@ -158,3 +169,23 @@ def test_the_cli_release_is_aligned_and_its_audit_recomputes_it(phantom, tmp_pat
     res = runner.invoke(cli, ["anonymize", "kpixel", "--data", str(phantom), "--k", "3", "--size", "32",
                               "--eye-sides", "sideways", "--out", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--eye-sides" in res.output and "Traceback" not in res.output
+    # `--set eye_sides=off` (YAML reads off as false) is the flag's off
+    res = runner.invoke(cli, ["anonymize", "kpixel", "--data", str(phantom), "--k", "3", "--size", "32",
+                              "--set", "eye_sides=off", "--out", str(tmp_path / "set-off")])
+    assert res.exit_code == 0, res.output
+    assert "eye_sides" not in json.loads((tmp_path / "set-off" / "manifest.json").read_text())["params"]
+
+
+def test_a_run_interrupted_before_eye_sides_is_told_how_to_resume(phantom, tmp_path, interrupted_after):
+    """A kpixel run interrupted before eye sides were recorded (its journal's params have none) is refused with the
+    way to resume it as it was made, ``--eye-sides off``, which then resumes it."""
+    runner = CliRunner()
+    out = tmp_path / "rel"
+    args = ["anonymize", "kpixel", "--data", str(phantom), "--k", "3", "--size", "32", "--out", str(out)]
+    with interrupted_after(2):
+        res = runner.invoke(cli, [*args, "--eye-sides", "off"])
+    assert res.exit_code != 0 and (tmp_path / "rel.partial").is_dir()
+    res = runner.invoke(cli, args)                                    # the default, auto: other settings
+    assert res.exit_code != 0 and "resume it with --eye-sides off (as it was made)" in res.output, res.output
+    res = runner.invoke(cli, [*args, "--eye-sides", "off"])
+    assert res.exit_code == 0 and "resuming: " in res.output, res.output

@@ -98,10 +98,11 @@ def disc_side(images: torch.Tensor, fov: torch.Tensor | None = None, *, sigma: f
 class EyeSides:
     """Each image's side (1 right, 0 left, -1 unknown) and where it came from."""
 
-    mode: str
+    mode: str                                   # as applied: off for data that is not fundus
     sides: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     from_labels: int = 0
     estimated: int = 0
+    asked: str = ""                             # the mode asked for (auto, labels, off)
 
     @property
     def aligned(self) -> bool:
@@ -140,7 +141,7 @@ def find_sides(ds, mode: str, *, batch: int = 256) -> EyeSides:
     check_mode(mode)
     n = len(ds)
     if mode == "off" or getattr(ds, "modality", None) != "fundus":
-        return EyeSides("off", np.full(n, UNKNOWN, dtype=int))
+        return EyeSides("off", np.full(n, UNKNOWN, dtype=int), asked=mode)
     labelled = np.array([r.labels.get("laterality", math.nan) for r in ds.records], dtype=float)
     sides = np.where(np.isnan(labelled), UNKNOWN, (labelled >= 0.5).astype(int)).astype(int)
     from_labels = int((sides != UNKNOWN).sum())
@@ -153,14 +154,17 @@ def find_sides(ds, mode: str, *, batch: int = 256) -> EyeSides:
             found = disc_side(torch.stack([it["image"] for it in items]), torch.stack([it["fov"] for it in items]))
             sides[idx] = found
         estimated = int((sides[todo] != UNKNOWN).sum())
-    return EyeSides(mode, sides, from_labels, estimated)
+    return EyeSides(mode, sides, from_labels, estimated, asked=mode)
 
 
 def align(ds, mode: str):
     """``ds`` as the k-Same methods average it: a view that loads every left eye mirrored (image, field of view and
     mask; the same records, labels and cache), with its :class:`EyeSides` as ``view.eye_sides``. A dataset that is
     already such a view is returned as it is."""
-    if getattr(ds, "eye_sides", None) is not None:
+    made = getattr(ds, "eye_sides", None)
+    if made is not None:
+        if made.asked != mode:
+            raise ValueError(f"the dataset is already a view aligned with eye_sides={made.asked!r}, not {mode!r}")
         return ds
     sides = find_sides(ds, mode)
     view = copy.copy(ds)

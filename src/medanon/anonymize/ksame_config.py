@@ -61,5 +61,7 @@ class KSameConfig:
             raise ConfigError(f"views={self.views}: the augmentation applies to latent averages (ksalsa, kcentroid)")
         if self.method != "inverted":
             check_k(self.k, self.method)
+        if self.eye_sides in (False, "False"):  # YAML reads an unquoted `off` (a --config file, --set) as false
+            self.eye_sides = "off"
         check_mode(self.eye_sides)
         self.salsa.validate()

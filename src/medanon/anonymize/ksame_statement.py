@@ -104,12 +104,14 @@ def privacy_statement(cfg: KSameConfig, clustering: Clustering | None, *, labels
                                                   f"contain the released patients: none was found in it, "
                                                   f"{COMPARED})")
     if eye_sides_applies(cfg, modality):
-        out["eye_sides"] = ("left eyes (by their laterality label"
-                            + (", else by the optic disc's position" if cfg.eye_sides == "auto" else "")
-                            + ") are mirrored left-right before clustering and averaging, so every record averages "
-                              "right eyes; a record is shown mirrored back when most of its patients' eyes are left "
-                              "ones. Each image's side comes from its own label or pixels: every record is still "
-                              "computed from its cluster only")
+        out["eye_sides"] = ("images taken as left eyes (by their laterality label"
+                            + (", else by the optic disc's position, an estimate that can be wrong" if
+                               cfg.eye_sides == "auto" else "")
+                            + ") are mirrored left-right before clustering and averaging, so that records average "
+                              "eyes as right eyes; images whose side is unknown keep their orientation "
+                              "(eye_sides_applied counts each kind); a record is shown mirrored back when most of its "
+                              "patients' eyes are taken as left ones. Each image's side comes from its own label or "
+                              "pixels: every record is still computed from its cluster only")
     if cfg.views > 1:
         out["augmentation"] = ("views are the cluster average plus Gaussian noise from secret operating-system "
                                "randomness (recorded nowhere); given the average they carry no further information "
@@ -249,8 +251,12 @@ def manifest_params(cfg: KSameConfig, *, codec=None, features=None, modality: st
             p["augmentation"]["noise"] += "; the spatial map's rows are not shifted"
     if cfg.method == "kpca":
         p["pca_basis"] = cfg.pca_basis
-    if modality == "fundus" and cfg.method != "inverted":
+    if eye_sides_applies(cfg, modality):        # (off: recorded as before it existed, so old partial runs resume)
+        from medanon.anonymize.eye_sides import DISC_SIGMA, MIDLINE
+
         p["eye_sides"] = cfg.eye_sides
+        if cfg.eye_sides == "auto":             # a resumed run must find the sides as the run it continues
+            p["disc_finder"] = {"blur": DISC_SIGMA, "midline": MIDLINE}
     if codec is not None:
         from medanon.data.training_people import public_people
 

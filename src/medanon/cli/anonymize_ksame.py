@@ -20,7 +20,8 @@ from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_
 from medanon.cli.splits import open_split, split_options
 
 FLAGS = {"features='vgg19', features_weights=PATH (k-SALSA)": "--features vgg19 --features-weights PATH",
-         "features_weights=": "--features-weights ", "stratify=": "--stratify ", "eye_sides=": "--eye-sides ",
+         "features_weights=": "--features-weights ", "stratify=": "--stratify ",
+         "eye_sides='off'": "--eye-sides off", "eye_sides=": "--eye-sides ",
          "leave stratify out": "leave --stratify out", "needs codec": "needs --model",
          "codec=": "--model ", "map_generator=": "--map-generator ", "map_init='centroid'": "--map-init centroid",
          "map_samples=": "--map-samples ",

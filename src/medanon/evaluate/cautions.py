@@ -129,10 +129,13 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
                  f"measured: its threshold's scale comes from the {scale_split} split, which holds {scale_people} "
                  "patient(s) (2 or more needed); a dataset with more held-out patients gives it")
         return []
-    space = Space(real.images[targets], real.patients[targets])
+    eyes = real.modality == "fundus"            # records may be shown as the other eye: both orientations
+    space = Space(real.images[targets], real.patients[targets],
+                  mirrored=real.images[targets].flip(-1) if eyes else None)
     threshold = threshold_entry(real.images[scale_rows], real.patients[scale_rows], fraction)
     scale_from = f"{scale_split} split ({ctx.split_name(scale_rows)})"
-    out = _measure(ctx, pairs, space, threshold, lambda r: r.images, controls, scale_from, space="pixels")
+    out = _measure(ctx, pairs, space, threshold, lambda r, flip=False: r.images.flip(-1) if flip else r.images,
+                   controls, scale_from, mirrored=eyes, space="pixels")
     by_codec: dict[str, list[tuple]] = {}
     for p in pairs:
         if (name := public_codec(p[0])) is not None and name == public_codec(p[3]):
@@ -146,11 +149,13 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
             continue
         needed = np.union1d(targets, scale_rows)            # each image inverted once (the scale may be held-out)
         z = invert(real.images[needed])
-        latent = Space(z[np.searchsorted(needed, targets)], real.patients[targets])
+        latent = Space(z[np.searchsorted(needed, targets)], real.patients[targets],
+                       mirrored=invert(real.images[targets].flip(-1)) if eyes else None)
         limit = threshold_entry(z[np.searchsorted(needed, scale_rows)], real.patients[scale_rows], fraction,
                                 unit=f"RMS difference of the latents of {name}, the public codec")
-        out += _measure(ctx, group, latent, limit, lambda r, f=invert: f(r.images), controls, scale_from,
-                        space="latent", codec=name)
+        out += _measure(ctx, group, latent, limit,
+                        lambda r, flip=False, f=invert: f(r.images.flip(-1) if flip else r.images), controls,
+                        scale_from, mirrored=eyes, space="latent", codec=name)
     return out
 
 
@@ -167,16 +172,18 @@ def _inverter(ctx: RealContext, name: str):
 
 
 def _measure(ctx: RealContext, pairs: list[tuple], targets, threshold: dict, rows_of, controls: set,
-             scale_from: str, **where) -> list[dict]:
-    """The attack on each pair in one space; each release's products with the targets are computed once."""
+             scale_from: str, *, mirrored: bool = False, **where) -> list[dict]:
+    """The attack on each pair in one space; each release's products with the targets are computed once.
+    ``rows_of(release, flip)``: its rows in the space (``flip``: of its images mirrored left-right, the second
+    release's other orientation where ``mirrored``)."""
     from medanon.evaluate.attacks.differencing import Released, attack_pair
 
     a = ctx.cfg.attacks
-    released: dict[str, Released] = {}
+    released: dict[str | tuple[str, str], Released] = {}
     out = []
     how = "" if where["space"] == "pixels" else f" in the latent space of {where['codec']} (public)"
     for ra, na, pa, rb, nb, pb in pairs:
-        work = float(len(na)) * len(nb) * len(targets.refs)
+        work = float(len(na)) * len(nb) * len(targets.refs) * (2 if mirrored else 1)
         if work > a.differencing_max_work:
             ctx.note(f"differencing {ra.name} and {rb.name}{how} is not measured: {work:.2g} pair-to-image distances "
                      f"exceed attacks.differencing_max_work={a.differencing_max_work:g}; raise it to measure")
@@ -184,8 +191,11 @@ def _measure(ctx: RealContext, pairs: list[tuple], targets, threshold: dict, row
         for r, n in ((ra, na), (rb, nb)):
             if r.name not in released:
                 released[r.name] = targets.released(rows_of(r), n)
+        if mirrored and (rb.name, "mirrored") not in released:
+            released[rb.name, "mirrored"] = targets.released(rows_of(rb, True), nb)
         got = attack_pair(targets, released[ra.name], released[rb.name], members=pa | pb, controls=controls,
-                          threshold=threshold, confidence=a.confidence)
+                          threshold=threshold, confidence=a.confidence,
+                          b_mirrored=released[rb.name, "mirrored"] if mirrored else None)
         got.update(releases=[ra.name, rb.name], shared_patients=len(pa & pb), scale_from=scale_from, **where)
         if got["risk"]["residual_risk"]["ci"][0] > 0:
             m = got["members"]

@@ -252,10 +252,14 @@ class ReleaseWriter:
                                   "it and start over")
         now = json.loads(json.dumps(self.settings, default=_json_default))
         if head.get("settings") != now:
+            before = (head.get("settings") or {}).get("params") or {}
+            older = "eye_sides" not in before and "eye_sides" in (now.get("params") or {}) and \
+                "clustering" in before                  # a k-Same run started before eye sides were recorded
             raise ConfigError(f"{self.partial} holds an interrupted release with other settings: "
                               f"{differences(head.get('settings') or {}, now)}",
-                              fix="rerun with the same settings to resume, or pass overwrite=True "
-                                  "to discard it and start over")
+                              fix=("it was started before fundus eyes were averaged as right eyes: resume it with "
+                                   "eye_sides='off' (as it was made), " if older else "rerun with the same settings "
+                                   "to resume, ") + "or pass overwrite=True to discard it and start over")
         source_now = json.loads(json.dumps(self.source, default=_json_default))
         if head.get("source") != source_now:
             raise ConfigError(f"{self.partial} holds an interrupted release of other sources: "

@@ -32,8 +32,14 @@ distances of all pairs to all targets come from float32 inner products (``|d −
 ``a·b``, ``a·v``, ``b·v`` and ``v·v``), and each release's products with the targets are computed once
 (:class:`Space`), whatever the number of pairs it is in.
 
+**Both orientations** (fundus photographs): k-Same releases average left eyes mirrored and show a record mirrored
+back when most of its patients' eyes are left ones (:mod:`medanon.anonymize.eye_sides`), so the person a difference
+isolates may appear mirrored, or two records may be shown as different eyes. The attacker then also takes the
+targets' images mirrored and the second release's records mirrored (the control likewise).
+
 Known answers (``tests/test_differencing.py``): nested k-Same-Pixel releases at k = 3 and 2 recover the people the
-smaller release leaves out; releases of disjoint people, or a constant release, recover no one.
+smaller release leaves out, also when some records are shown mirrored; releases of disjoint people, or a constant
+release, recover no one.
 
 The rows may be a codec's latents instead of images (:func:`pooled` takes (N, D) rows as they are): a k-Centroid
 record is the generator's image of its members' mean latent, so an attacker holding the public codec inverts the
@@ -95,16 +101,20 @@ class Space:
     """The targets (each patient's images and their mean, pooled and centred) and, once per release, its products
     with them."""
 
-    def __init__(self, images, patients: Sequence, *, side: int = SIDE):
+    def __init__(self, images, patients: Sequence, *, side: int = SIDE, mirrored=None):
         x = pooled(images, side)
         self.side, self.dim = side, x.shape[1]
         self.mu = x.mean(0)
         self.names, groups = by_patient(patients)
+        # ``mirrored``: the same targets mirrored left-right (in the same space): a difference of records shown as the
+        # other eye is the target's mirror image, and counts as the target
+        views = [x] if mirrored is None else [x, pooled(mirrored, side)]
         rows, owner = [], []
         for n, idx in enumerate(groups):
-            own = x[idx] - self.mu
-            rows += [own, own.mean(0, keepdim=True)] if len(own) > 1 else [own]
-            owner += [n] * (len(own) + (len(own) > 1))
+            for view in views:
+                own = view[idx] - self.mu
+                rows += [own, own.mean(0, keepdim=True)] if len(own) > 1 else [own]
+                owner += [n] * (len(own) + (len(own) > 1))
         self.refs, self.owner = torch.cat(rows), np.asarray(owner, np.int64)
         self.vv = (self.refs * self.refs).sum(1)
 
@@ -173,12 +183,15 @@ def threshold_entry(images, patients: Sequence, fraction: float, *, side: int = 
 
 
 def attack_pair(space: Space, a: Released, b: Released, *, members: set, controls: set, threshold: dict,
-                confidence: float = 0.95, max_gap: int = 1) -> dict:
+                confidence: float = 0.95, max_gap: int = 1, b_mirrored: Released | None = None) -> dict:
     """The report entry of two releases (see the module): counts per group of patients (``members``,
-    ``controls``: patient names of the space), the residual-risk row and the threshold."""
+    ``controls``: patient names of the space), the residual-risk row and the threshold. ``b_mirrored``: ``b``'s
+    records mirrored left-right, differenced with ``a`` too (two records shown as different eyes)."""
     t = threshold["value"]
     diff = space.per_patient(space.nearest_difference(a, b, max_gap=max_gap))
     alone = space.per_patient(torch.minimum(a.alone, b.alone))
+    if b_mirrored is not None:
+        diff = np.minimum(diff, space.per_patient(space.nearest_difference(a, b_mirrored, max_gap=max_gap)))
     names = np.asarray(space.names)
     gap = np.abs(a.people[:, None] - b.people[None, :])
     out: dict = {"assumptions": ASSUMPTIONS, "threshold": threshold, "max_gap": max_gap,
@@ -203,7 +216,7 @@ def attack_pair(space: Space, a: Released, b: Released, *, members: set, control
 def differencing(*, release_a, people_a: Sequence[int], release_b, people_b: Sequence[int], member_images,
                  member_patients: Sequence, control_images, control_patients: Sequence, scale_images,
                  scale_patients: Sequence, fraction: float = 0.25, confidence: float = 0.95, max_gap: int = 1,
-                 side: int = SIDE) -> dict:
+                 side: int = SIDE, mirrored: bool = False) -> dict:
     """The differencing attack on two releases (images (R, C, H, W) in [−1, 1], with each record's public
     ``n_people``) against their members (the patients of either release, with their real images) and controls
     (held-out patients, other names); the threshold's scale comes from ``scale_images`` of other patients.
@@ -211,14 +224,16 @@ def differencing(*, release_a, people_a: Sequence[int], release_b, people_b: Seq
     Returns the report entry: the residual-risk row (members vs controls, Wilson over patients), the threshold with
     its scale, and the counts of patients: recovered (some difference within the threshold), shown alone (some record
     within it), recovered beyond (recovered, by a difference at most half as far as the nearest record: the attack's
-    success), with the median RMS difference of the members' best difference where it succeeds.
+    success), with the median RMS difference of the members' best difference where it succeeds. ``mirrored``
+    (fundus photographs): records and targets are also taken mirrored left-right (a record shown as the other eye).
     """
     threshold = threshold_entry(scale_images, scale_patients, fraction, side=side)
     mp, cp = np.asarray(member_patients).astype(str), np.asarray(control_patients).astype(str)
     if set(mp) & set(cp):
         raise ValueError("a patient is both a member and a control")
     images = torch.cat([torch.as_tensor(np.asarray(member_images)), torch.as_tensor(np.asarray(control_images))])
-    space = Space(images, np.concatenate([mp, cp]), side=side)
+    space = Space(images, np.concatenate([mp, cp]), side=side, mirrored=images.flip(-1) if mirrored else None)
     a, b = space.released(release_a, people_a), space.released(release_b, people_b)
+    b_m = space.released(torch.as_tensor(np.asarray(release_b)).flip(-1), people_b) if mirrored else None
     return attack_pair(space, a, b, members=set(mp), controls=set(cp), threshold=threshold, confidence=confidence,
-                       max_gap=max_gap)
+                       max_gap=max_gap, b_mirrored=b_m)

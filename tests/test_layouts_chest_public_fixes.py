@@ -203,3 +203,17 @@ def test_nih_with_one_table_reads_it_quietly_and_says_so_in_the_scan(tmp_path):
 def test_chexpert_scan_lists_the_tables_it_read(tmp_path):
     root = fx.make_chexpert(tmp_path)
     assert quiet_scan(root).files == [root / "train.csv", root / "valid.csv"]
+
+
+def test_a_chexpert_age_of_0_is_read_as_unknown_and_said(tmp_path):
+    """CheXpert's patients are adults; its tables write Age 0 for an age not recorded. Read as age 0 it made
+    infants of them (the attribute-inference attack and the released mean age used it): it is unknown, and said."""
+    root = fx.make_chexpert(tmp_path)
+    table = root / "train.csv"
+    lines = table.read_text(encoding="utf-8").splitlines()
+    lines[3] = lines[3].replace(",Male,87,", ",Male,0,")                      # patient00002's row
+    table.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.warns(LayoutWarning, match=r"1 CheXpert row\(s\) give Age 0.*read as unknown"):
+        s = scan(root, "chexpert")
+    ages = {r.patient_id: r.labels.get("age") for r in s.records}
+    assert math.isnan(ages["patient00002"]) and ages["patient00001"] == 68

@@ -86,6 +86,7 @@ def scan_chexpert(root: Path) -> Scan:
     fix = LAYOUT_FIX.format(layout="chexpert")
     col = Collector(root, tables[0].name)
     dirs = Dirs()
+    zero_age = 0
     for csv_path in tables:
         table = read_table(csv_path)
         col.start_table(csv_path.name)
@@ -115,8 +116,15 @@ def scan_chexpert(root: Path) -> Scan:
             errors: list[str] = []
             for name, column, idx in columns:
                 encode(labels, errors, name, column, table.cell(row, idx))
+            if labels.get("age") == 0:          # no age: CheXpert's patients are adults, 0 stands for a missing one
+                labels["age"] = NAN
+                zero_age += 1
             labels["view"] = _chexpert_view(table.cell(row, fl_idx), table.cell(row, view_idx), errors)
             col.add(path, patient[1], labels, line, errors=errors)
+    if zero_age:
+        warnings.warn(f"{root}: {zero_age} CheXpert row(s) give Age 0, which in this adult dataset stands for an age "
+                      "not recorded: read as unknown (not as 0), so age is left out for those images",
+                      LayoutWarning, stacklevel=user_stacklevel())
     col.trees.update(_top_folders(root, col.listed))
     col.check_unlabelled(dirs)
     sc = col.scan("chexpert", "xray")

@@ -86,7 +86,8 @@ def comparisons(*, literal: bool = True, ks: tuple[int, ...] = KS) -> tuple[tupl
 
 
 def release_call(name: str, *, train: Path, codec, codec_path: Path, seed: int, device, ksalsa_steps: int,
-                 batch: int, ksalsa_rows: str | None = None, ksalsa_map_init: str | None = None):
+                 batch: int, ksalsa_rows: str | None = None, ksalsa_map_init: str | None = None,
+                 eye_sides: str | None = None):
     """The library call that makes release ``name``: ``(method, keyword arguments, the equivalent command)``."""
     method, k, views = name.split("-")[0], None, 1
     if method != "inverted":
@@ -115,12 +116,16 @@ def release_call(name: str, *, train: Path, codec, codec_path: Path, seed: int, 
     if views > 1:
         kw["views"] = views
         cmd += f" --views {views}"
+    if eye_sides is not None and method != "inverted":
+        kw["eye_sides"] = eye_sides
+        cmd += f" --eye-sides {eye_sides}"
     return method, kw, cmd
 
 
 def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, ksalsa_steps: int,
                   log: list[str], literal: bool = True, ksalsa_rows: str | None = None,
-                  ks: tuple[int, ...] = KS, ksalsa_map_init: str | None = None) -> list[Path]:
+                  ks: tuple[int, ...] = KS, ksalsa_map_init: str | None = None,
+                  eye_sides: str | None = None) -> list[Path]:
     import medanon.anonymize as anonymize
     from medanon.codecs.stylegan import load_codec
     from medanon.config import DataConfig
@@ -134,7 +139,8 @@ def make_releases(train: Path, rel_dir: Path, ckpt: Path, *, seed: int, device, 
     for name in release_names(literal=literal, ks=ks):
         method, kw, cmd = release_call(name, train=train, codec=codec, codec_path=codec_path, seed=seed,
                                        device=device, ksalsa_steps=ksalsa_steps, batch=CLUSTER_BATCH,
-                                       ksalsa_rows=ksalsa_rows, ksalsa_map_init=ksalsa_map_init)
+                                       ksalsa_rows=ksalsa_rows, ksalsa_map_init=ksalsa_map_init,
+                                       eye_sides=eye_sides)
         out.append(C.make_release(rel_dir / name, lambda m=method, kw=kw: getattr(anonymize, m)(ds, **kw), log, cmd))
     return out
 
@@ -372,6 +378,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="k-SALSA's start (default: the method's); synthetic is the map prior")
     p.add_argument("--ksalsa-rows", choices=["all", "styles"], default=None,
                    help="k-SALSA's optimised rows (default: the method's); styles keeps the map prior's map")
+    p.add_argument("--eye-sides", choices=["auto", "labels", "off"], default=None,
+                   help="the k-Same methods' eye_sides (default: theirs, auto)")
     p.add_argument("--no-inception", action="store_true", help="no FID (Table 1 stays empty)")
     p.add_argument("--tables-only", action="store_true",
                    help="rebuild table.md and result.json from OUT/report/report.json (no computation)")
@@ -403,7 +411,7 @@ def main(argv: list[str] | None = None) -> dict:
     literal = (sc.name != "paper" or args.literal) and args.ksalsa_map_init == "synthetic"
     rels = make_releases(train, out / "releases", ckpt, seed=args.seed, device=dev, ksalsa_steps=args.ksalsa_steps,
                          log=log, literal=literal, ksalsa_rows=args.ksalsa_rows, ks=tuple(args.ks),
-                         ksalsa_map_init=args.ksalsa_map_init)
+                         ksalsa_map_init=args.ksalsa_map_init, eye_sides=args.eye_sides)
     C.audit_all(rels, ds.records)
     timer.stage("releases", t, c)
     t, c = time.perf_counter(), C.cpu_seconds()

@@ -83,6 +83,31 @@ def test_records_shown_as_either_eye_give_up_the_same_people(world):
     assert one["members"]["recovered_beyond"] < 10
 
 
+def test_a_patient_with_both_eyes_is_recovered_as_their_aligned_mean(world):
+    """Real data holds both eyes of a person: an aligned k-Same record averages the right eye and the mirrored left
+    one, so a difference isolates the mean of those two, which is neither eye's photograph nor the mean of the photos.
+    With each image's side given, the attack compares that mean too, and recovers the left-out people."""
+    members, controls, scale, names = world
+    pats = np.asarray(members[1])                    # two images each: take the first as the right eye, the second
+    first = np.asarray([i for i in range(len(pats)) if i == 0 or pats[i] != pats[i - 1]])
+    sides = np.ones(len(pats), int)
+    sides[first + 1] = 0                             # a left eye: its photograph is the mirror of its view
+    other = _people(30, 7, per=2)[0]                 # a different anatomy for the left eye of each person
+    views = members[0].clone()
+    views[first + 1] = other[first + 1]
+    real = views.clone()
+    real[first + 1] = views[first + 1].flip(-1)
+    a = _release(views, pats, [names[i:i + 3] for i in range(0, 30, 3)])
+    b = _release(views, pats, [names[i:i + 2] for i in range(0, 30, 3)])
+    kw = {"member_images": real, "member_patients": members[1], "control_images": controls[0],
+          "control_patients": controls[1], "scale_images": scale[0], "scale_patients": scale[1], "mirrored": True}
+    got = differencing(release_a=a[0], people_a=a[1], release_b=b[0], people_b=b[1],
+                       sides=np.concatenate([sides, np.ones(len(controls[1]), int)]), **kw)
+    assert got["members"]["recovered_beyond"] == 10 and got["controls"]["recovered"] == 0
+    blind = differencing(release_a=a[0], people_a=a[1], release_b=b[0], people_b=b[1], **kw)
+    assert blind["members"]["recovered_beyond"] < 10
+
+
 def test_disjoint_people_constant_and_copies_add_nothing(world):
     members, controls, scale, names = world
     first = _release(*members, [names[i:i + 3] for i in range(0, 15, 3)])

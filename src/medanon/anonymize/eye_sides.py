@@ -135,6 +135,22 @@ class EyeSides:
         return out
 
 
+def image_sides(images: torch.Tensor, labels=None, *, batch: int = 256) -> np.ndarray:
+    """Each image's side as an attacker (or evaluator) reads it: the ``laterality`` label where ``labels`` (one value
+    per image, NaN unknown) gives one, else :func:`disc_side` of the image (black surround and all). 1 right, 0 left,
+    -1 unknown."""
+    n = len(images)
+    out = np.full(n, UNKNOWN, dtype=int)
+    if labels is not None:
+        lab = np.asarray(labels, dtype=float)
+        out = np.where(np.isnan(lab), UNKNOWN, (lab >= 0.5).astype(int)).astype(int)
+    todo = np.flatnonzero(out == UNKNOWN)
+    for start in range(0, len(todo), batch):
+        idx = todo[start:start + batch]
+        out[idx] = disc_side(images[torch.from_numpy(idx)])
+    return out
+
+
 def find_sides(ds, mode: str, *, batch: int = 256) -> EyeSides:
     """The :class:`EyeSides` of dataset ``ds`` under ``mode`` (see the module docstring); ``off`` (or a dataset that
     is not fundus) gives an :class:`EyeSides` that mirrors nothing."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from medanon.errors import MedanonError
 
@@ -130,8 +131,13 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
                  "patient(s) (2 or more needed); a dataset with more held-out patients gives it")
         return []
     eyes = real.modality == "fundus"            # records may be shown as the other eye: both orientations
+    turned = None                               # the targets' left eyes mirrored, as an aligned release averages them
+    if eyes:
+        left = torch.as_tensor(ctx.real_sides[targets] == 0)[:, None, None, None]
+        turned = torch.where(left, real.images[targets].flip(-1), real.images[targets])
     space = Space(real.images[targets], real.patients[targets],
-                  mirrored=real.images[targets].flip(-1) if eyes else None)
+                  mirrored=real.images[targets].flip(-1) if eyes else None,
+                  aligned=[turned, turned.flip(-1)] if eyes else None)
     threshold = threshold_entry(real.images[scale_rows], real.patients[scale_rows], fraction)
     scale_from = f"{scale_split} split ({ctx.split_name(scale_rows)})"
     out = _measure(ctx, pairs, space, threshold, lambda r, flip=False: r.images.flip(-1) if flip else r.images,
@@ -150,7 +156,8 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
         needed = np.union1d(targets, scale_rows)            # each image inverted once (the scale may be held-out)
         z = invert(real.images[needed])
         latent = Space(z[np.searchsorted(needed, targets)], real.patients[targets],
-                       mirrored=invert(real.images[targets].flip(-1)) if eyes else None)
+                       mirrored=invert(real.images[targets].flip(-1)) if eyes else None,
+                       aligned=[invert(turned), invert(turned.flip(-1))] if eyes else None)
         limit = threshold_entry(z[np.searchsorted(needed, scale_rows)], real.patients[scale_rows], fraction,
                                 unit=f"RMS difference of the latents of {name}, the public codec")
         out += _measure(ctx, group, latent, limit,

@@ -199,6 +199,18 @@ class RealContext:
                                 lambda: self.embed(self.real.images.flip(-1)))
 
     @cached_property
+    def real_sides(self) -> np.ndarray | None:
+        """Fundus data: each real image's eye side (1 right, 0 left, -1 unknown), as an attacker reads it (its
+        ``laterality`` label, else the optic disc's position: :func:`medanon.anonymize.eye_sides.image_sides`); None
+        for other data. Differencing turns a patient's left eyes with it, as an aligned k-Same release averages them."""
+        if self.real.modality != "fundus":
+            return None
+        from medanon.anonymize.eye_sides import image_sides
+
+        labels = self.real.label("laterality") if "laterality" in self.real.label_names else None
+        return image_sides(self.real.images, labels)
+
+    @cached_property
     def real_emb_independent(self) -> np.ndarray | None:
         a = self.cfg.attacks
         if self.independent is None:

@@ -35,7 +35,9 @@ distances of all pairs to all targets come from float32 inner products (``|d −
 **Both orientations** (fundus photographs): k-Same releases average left eyes mirrored and show a record mirrored
 back when most of its patients' eyes are left ones (:mod:`medanon.anonymize.eye_sides`), so the person a difference
 isolates may appear mirrored, or two records may be shown as different eyes. The attacker then also takes the
-targets' images mirrored and the second release's records mirrored (the control likewise).
+targets' images mirrored and the second release's records mirrored (the control likewise), and, for a patient with
+both eyes (a record averages the right eye and the mirrored left one), the mean of their images turned to one side
+(sides by the ``laterality`` label, else the optic disc: :func:`medanon.anonymize.eye_sides.image_sides`).
 
 Known answers (``tests/test_differencing.py``): nested k-Same-Pixel releases at k = 3 and 2 recover the people the
 smaller release leaves out, also when some records are shown mirrored; releases of disjoint people, or a constant
@@ -101,20 +103,31 @@ class Space:
     """The targets (each patient's images and their mean, pooled and centred) and, once per release, its products
     with them."""
 
-    def __init__(self, images, patients: Sequence, *, side: int = SIDE, mirrored=None):
+    def __init__(self, images, patients: Sequence, *, side: int = SIDE, mirrored=None, aligned=None):
         x = pooled(images, side)
         self.side, self.dim = side, x.shape[1]
         self.mu = x.mean(0)
         self.names, groups = by_patient(patients)
         # ``mirrored``: the same targets mirrored left-right (in the same space): a difference of records shown as the
-        # other eye is the target's mirror image, and counts as the target
+        # other eye is the target's mirror image, and counts as the target. ``aligned`` (with ``mirrored``): the
+        # targets with their left eyes mirrored (as a k-Same release averages them) and the same mirrored: a patient
+        # with both eyes is isolated as the mean of the aligned images, which neither mean as taken is
         views = [x] if mirrored is None else [x, pooled(mirrored, side)]
+        turned = [] if aligned is None else [pooled(a, side) for a in aligned]
         rows, owner = [], []
         for n, idx in enumerate(groups):
+            means = []
             for view in views:
                 own = view[idx] - self.mu
-                rows += [own, own.mean(0, keepdim=True)] if len(own) > 1 else [own]
+                means.append(own.mean(0, keepdim=True))
+                rows += [own, means[-1]] if len(own) > 1 else [own]
                 owner += [n] * (len(own) + (len(own) > 1))
+            for view in turned:                 # a mean of both eyes as one side: only where it is another image
+                mean = view[idx].mean(0, keepdim=True) - self.mu
+                if len(idx) > 1 and not any(torch.allclose(mean, m) for m in means):
+                    means.append(mean)
+                    rows.append(mean)
+                    owner.append(n)
         self.refs, self.owner = torch.cat(rows), np.asarray(owner, np.int64)
         self.vv = (self.refs * self.refs).sum(1)
 
@@ -216,7 +229,7 @@ def attack_pair(space: Space, a: Released, b: Released, *, members: set, control
 def differencing(*, release_a, people_a: Sequence[int], release_b, people_b: Sequence[int], member_images,
                  member_patients: Sequence, control_images, control_patients: Sequence, scale_images,
                  scale_patients: Sequence, fraction: float = 0.25, confidence: float = 0.95, max_gap: int = 1,
-                 side: int = SIDE, mirrored: bool = False) -> dict:
+                 side: int = SIDE, mirrored: bool = False, sides: Sequence[int] | None = None) -> dict:
     """The differencing attack on two releases (images (R, C, H, W) in [−1, 1], with each record's public
     ``n_people``) against their members (the patients of either release, with their real images) and controls
     (held-out patients, other names); the threshold's scale comes from ``scale_images`` of other patients.
@@ -225,14 +238,22 @@ def differencing(*, release_a, people_a: Sequence[int], release_b, people_b: Seq
     its scale, and the counts of patients: recovered (some difference within the threshold), shown alone (some record
     within it), recovered beyond (recovered, by a difference at most half as far as the nearest record: the attack's
     success), with the median RMS difference of the members' best difference where it succeeds. ``mirrored``
-    (fundus photographs): records and targets are also taken mirrored left-right (a record shown as the other eye).
+    (fundus photographs): records and targets are also taken mirrored left-right (a record shown as the other eye);
+    ``sides``: each member and control image's eye side (1 right, 0 left, -1 unknown), for the mean of a patient's
+    eyes turned to one side.
     """
     threshold = threshold_entry(scale_images, scale_patients, fraction, side=side)
     mp, cp = np.asarray(member_patients).astype(str), np.asarray(control_patients).astype(str)
     if set(mp) & set(cp):
         raise ValueError("a patient is both a member and a control")
     images = torch.cat([torch.as_tensor(np.asarray(member_images)), torch.as_tensor(np.asarray(control_images))])
-    space = Space(images, np.concatenate([mp, cp]), side=side, mirrored=images.flip(-1) if mirrored else None)
+    aligned = None
+    if mirrored and sides is not None:          # each target's left eyes turned, as an aligned release averages them
+        left = torch.as_tensor(np.asarray(sides) == 0)[:, None, None, None]
+        turned = torch.where(left, images.flip(-1), images)
+        aligned = [turned, turned.flip(-1)]
+    space = Space(images, np.concatenate([mp, cp]), side=side, mirrored=images.flip(-1) if mirrored else None,
+                  aligned=aligned)
     a, b = space.released(release_a, people_a), space.released(release_b, people_b)
     b_m = space.released(torch.as_tensor(np.asarray(release_b)).flip(-1), people_b) if mirrored else None
     return attack_pair(space, a, b, members=set(mp), controls=set(cp), threshold=threshold, confidence=confidence,

@@ -59,7 +59,7 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 25    # 25: fundus differencing takes records and targets in both orientations;
+RESULTS_VERSION = 25    # 25: fundus differencing: both orientations, a both-eyes patient turned to one side;
 #                         24: top-K records how many held-out patients its pools draw from;
 #                         23: top-K's interval resamples the held-out patients of its pools too;
 #                         22: the attribute truth per patient, ties left out; a NaN residual never takes the verdict;

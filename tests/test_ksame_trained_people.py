@@ -88,3 +88,36 @@ def test_a_codec_trained_on_another_part_of_the_folder_is_an_unknown(world):
     privacy, warned = _statement(released, [training_people(ds, some, split="val", seed=0, model="part.pt")])
     assert "models_trained_on_released" not in privacy and warned
     assert any("part.pt: trained on" in a and "not known here" in a for a in privacy["assumptions"])
+
+
+def test_a_release_of_the_whole_folder_knows_its_codec_saw_released_patients(world):
+    """Released: every patient of the folder (``--split all``). A codec trained on any part of it saw released
+    patients only; its record counts them (older records do not: then the statement says the count is not
+    recorded), where the statement said "not known"."""
+    ds, _, _ = world
+    part = [r for r in ds.records if r.patient_id in sorted({r.patient_id for r in ds.records})[:3]]
+    record = training_people(ds, part, split="train", seed=0, model="enc.pt")
+    privacy, warned = _statement(ds, [record])
+    assert privacy["models_trained_on_released"] == {"files": ["enc.pt"], "released_patients": 3} and warned
+    uncounted = {k: v for k, v in record.items() if k != "patients"}
+    privacy, _ = _statement(ds, [uncounted])
+    assert privacy["models_trained_on_released"] == {"files": ["enc.pt"], "released_patients": None}
+    assert "released patients (how many is not recorded)" in privacy["guarantee"]
+
+
+def test_models_stated_together_keep_every_file_and_every_unknown():
+    """A shipped phantom-trained model and a recorded one, both on released patients: the machine-readable field
+    names both; a model of unknown overlap beside one known to overlap keeps its own assumption."""
+    from medanon.anonymize.ksame_config import KSameConfig
+    from medanon.anonymize.ksame_statement import ksame_models_overlap, ksame_recorded_overlap, privacy_statement
+
+    plain = privacy_statement(KSameConfig(method="kcentroid", k=5), None, uses_models=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CalibrationOverlap)
+        both = ksame_recorded_overlap(ksame_models_overlap(plain, {"gen.pt": (7, {"seed": 0, "patients": 500})}),
+                                      [("enc.pt", 20, "trained on exactly the released patients")])
+        mixed = ksame_recorded_overlap(plain, [("gen.pt", 20, "trained on this folder's train split"),
+                                               ("enc.pt", None, "trained on 12 images of this folder")])
+    assert both["models_trained_on_released"] == {"files": ["enc.pt", "gen.pt"], "released_patients": 20}
+    assert any("enc.pt" in a and "not known here" in a for a in mixed["assumptions"])
+    assert mixed["models_trained_on_released"]["files"] == ["gen.pt"]

@@ -167,9 +167,10 @@ def ksame_recorded_overlap(privacy: dict[str, Any], found: list[tuple[str, int |
 
     trained = [(m, n, how) for m, n, how in found if n]
     if trained:
-        most = max(n for _, n, _ in trained)
+        counted = [n for _, n, _ in trained if n > 0]
+        most = max(counted) if counted else None           # None: released patients, how many not recorded
         files = ", ".join(sorted({m for m, _, _ in trained}))
-        fact = f"the models {files} were trained on {most} of the released patients (their record: {trained[0][2]})"
+        fact = (f"the models {files} were trained on {_released(most)} (their record: {trained[0][2]})")
         privacy = _trained_on_released(privacy, most, files, fact, "their recorded training patients",
                                        "train the models on patients who are not released (another split)")
     unseen = sorted({f"{m}: {how}" for m, n, how in found if n == 0})
@@ -182,15 +183,20 @@ def ksame_recorded_overlap(privacy: dict[str, Any], found: list[tuple[str, int |
                       f"({said}): what they memorised of them would be outside the k-anonymity statement (which "
                       "says so); train them on a split that is not released", CalibrationOverlap,
                       stacklevel=user_stacklevel())
-        privacy = {**privacy, "assumptions": [
-            f"the models (codec, feature network) were trained on images of the released folder ({said}): whether "
-            "they include the released patients is not known here, and what the models memorised of any of them is "
-            "accepted as outside this guarantee" if a.startswith("the models (codec") else a
-            for a in privacy.get("assumptions", [])]}
+        unknown_too = (f"the models {', '.join(sorted({m for m, _ in unknown}))} were trained on images of the "
+                       f"released folder ({said}): whether they include the released patients is not known here, and "
+                       "what the models memorised of any of them is accepted as outside this guarantee")
+        kept = [a for a in privacy.get("assumptions", []) if not a.startswith("the models (codec")]
+        privacy = {**privacy, "assumptions": [*kept, unknown_too]}
     return privacy
 
 
-def _trained_on_released(privacy: dict[str, Any], most: int, files: str, fact: str, source: str, fix: str) -> dict:
+def _released(most: int | None) -> str:
+    return f"{most} of the released patients" if most is not None else "released patients (how many is not recorded)"
+
+
+def _trained_on_released(privacy: dict[str, Any], most: int | None, files: str, fact: str, source: str,
+                         fix: str) -> dict:
     """``privacy`` restated for models (``files``) trained on ``most`` released patients (``fact``; ``source``: what
     they were trained on, in a few words)."""
     import warnings
@@ -199,21 +205,26 @@ def _trained_on_released(privacy: dict[str, Any], most: int, files: str, fact: s
     from medanon.errors import user_stacklevel
 
     fact += ", so a record also depends on them through the models' weights"
+    before = privacy.get("models_trained_on_released") or {}     # another kind of model already stated: both kept
+    files_all = sorted({*before.get("files", []), *files.split(", ")})
+    counts = [c for c in (before.get("released_patients"), most) if c is not None]
     warnings.warn(f"{fact}: what the weights memorised of them is outside the k-anonymity statement (which says "
                   f"so); {fix}", CalibrationOverlap, stacklevel=user_stacklevel())
     only = "every released image is computed only from the images of one cluster"
     guarantee = privacy["guarantee"].replace(
         only, f"every released image is computed from the images of one cluster and the weights of models trained on "
-              f"{most} of the released patients ({files}: {source}; what they memorised of them is "
+              f"{_released(most)} ({files}: {source}; what they memorised of them is "
               "not covered)") if only in privacy["guarantee"] else privacy["guarantee"] + f"; {fact} (not covered)"
     # the assumption that the models were not trained on the released people is known to fail: state the fact
     assumptions = [f"what the models memorised of the released patients they were trained on is accepted as "
                    f"outside this guarantee ({fact}); the guarantee does not need the models to be secret"
                    if a.startswith("the models (codec") else a for a in privacy.get("assumptions", [])]
     return {**privacy, "guarantee": guarantee, "assumptions": assumptions,
-            "models_trained_on_released": {"files": sorted(files.split(", ")), "released_patients": most},
+            "models_trained_on_released": {"files": files_all, "released_patients": max(counts) if counts else None},
             "not_protected": [*privacy.get("not_protected", []),
-                              f"what {files} memorised of the {most} released patients they were trained on"]}
+                              f"what {files} memorised of the "
+                              + (f"{most} released patients" if most is not None else "released patients")
+                              + " they were trained on"]}
 
 
 def eye_sides_applies(cfg: KSameConfig, modality: str | None) -> bool:

@@ -47,7 +47,8 @@ def training_people(ds, chosen, *, split: str = "all", splits: str | Path | None
                {"split_seed": seed or 0, **({"stratify": stratify} if stratify is not None else {})})
     return {**({"model": model} if model else {}),
             "source": files_digest([r.path for r in ds.records], root=ds.root), "split": split, **how,
-            "images": len(chosen), "records_digest": records_digest(chosen),
+            "images": len(chosen), "patients": len({str(r.patient_id) for r in chosen}),
+            "records_digest": records_digest(chosen),
             "patients_digest": patients_digest([r.patient_id for r in chosen])}
 
 
@@ -95,12 +96,17 @@ def public_people(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+SOME = -1      # released_overlap: trained on released patients, how many not recorded
+
+
 def released_overlap(records: list[dict[str, Any]], ds) -> list[tuple[str, int | None, str]]:
     """For a release of dataset ``ds``, what its models' training-people ``records`` (:func:`model_people`, in the
     clear: the release is being made by the data's holder) say of the released patients: ``(model, released
-    patients it was trained on, how it is known)``, or ``None`` patients where it was trained on this very folder
-    but on another set. Records of other data are left out. A digest tells equal sets only: recognised are every
-    patient of the folder, exactly the released ones, and exactly the folder's others (none released).
+    patients it was trained on, how it is known)``; ``None`` patients where it was trained on this very folder but
+    on another set, :data:`SOME` where on released patients only but the record does not count them. Records of
+    other data are left out. A digest tells equal sets only: recognised are every patient of the folder, exactly the
+    released ones, a split the release was selected by (or a union of splits), exactly the folder's others (none
+    released), and any set when the release holds every patient of the folder.
 
     >>> from types import SimpleNamespace as NS
     >>> from medanon.runtime import files_digest
@@ -147,5 +153,10 @@ def released_overlap(records: list[dict[str, Any]], ds) -> list[tuple[str, int |
                                                           f"folder (its {rec.get('split', '?')!r} split), patients "
                                                           "that are not exactly the released ones, the others or "
                                                           "all of them"))
+        if n is None and not everyone - released:         # the whole folder is released: so is every one it saw
+            count = rec.get("patients")
+            n = count if isinstance(count, int) and count > 0 else SOME
+            how = (f"trained on {rec.get('images', '?')} images of this folder (its {rec.get('split', '?')!r} "
+                   "split), every patient of which is released")
         out.append((str(rec.get("model") or "a model"), n, how))
     return out

@@ -257,9 +257,10 @@ class ReleaseWriter:
                 "clustering" in before                  # a k-Same run started before eye sides were recorded
             raise ConfigError(f"{self.partial} holds an interrupted release with other settings: "
                               f"{differences(head.get('settings') or {}, now)}",
-                              fix=("it was started before fundus eyes were averaged as right eyes: resume it with "
-                                   "eye_sides='off' (as it was made), " if older else "rerun with the same settings "
-                                   "to resume, ") + "or pass overwrite=True to discard it and start over")
+                              fix=("it was made without averaging eyes as right eyes (eye_sides='off', or a run "
+                                   "started before they were): resume it with eye_sides='off' (as it was made), "
+                                   if older else "rerun with the same settings to resume, ")
+                                  + "or pass overwrite=True to discard it and start over")
         source_now = json.loads(json.dumps(self.source, default=_json_default))
         if head.get("source") != source_now:
             raise ConfigError(f"{self.partial} holds an interrupted release of other sources: "

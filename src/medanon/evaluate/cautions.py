@@ -155,9 +155,12 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
             continue
         needed = np.union1d(targets, scale_rows)            # each image inverted once (the scale may be held-out)
         z = invert(real.images[needed])
-        latent = Space(z[np.searchsorted(needed, targets)], real.patients[targets],
-                       mirrored=invert(real.images[targets].flip(-1)) if eyes else None,
-                       aligned=[invert(turned), invert(turned.flip(-1))] if eyes else None)
+        zt = z[np.searchsorted(needed, targets)]
+        zm = invert(real.images[targets].flip(-1)) if eyes else None
+        if eyes:                                # a turned image is the image or its mirror: its latent is one of these
+            lt = torch.as_tensor(ctx.real_sides[targets] == 0)[:, None]
+        latent = Space(zt, real.patients[targets], mirrored=zm,
+                       aligned=[torch.where(lt, zm, zt), torch.where(lt, zt, zm)] if eyes else None)
         limit = threshold_entry(z[np.searchsorted(needed, scale_rows)], real.patients[scale_rows], fraction,
                                 unit=f"RMS difference of the latents of {name}, the public codec")
         out += _measure(ctx, group, latent, limit,

@@ -268,6 +268,12 @@ def test_seeded_noise_is_not_called_secret(tmp_path, phantom):
     assert privacy["guarantee"].startswith("none")
 
 
+def _interruptible() -> None:
+    """In the child before it starts: Ctrl-C at its default, whatever this test run inherited (a CI job started in
+    the background or under nohup ignores SIGINT, and the launcher rightly keeps an ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_while_medanon_loads_exits_130_without_a_traceback():
     """Ctrl-C at several moments of the start: inside numpy's or scipy's imports too, where an exception raised
     there once left numpy half-initialised and ended in a RecursionError, not in the interrupt."""
@@ -277,7 +283,7 @@ def test_ctrl_c_while_medanon_loads_exits_130_without_a_traceback():
     interrupted = 0
     for delay in (0.15, 0.3, 0.45, 0.6, 0.75, 0.9):    # torch alone takes longer than this to load
         p = subprocess.Popen([sys.executable, "-c", "import medanon_launcher; medanon_launcher.main()", "--help"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=_interruptible)
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
@@ -312,7 +318,7 @@ medanon_launcher.main()
 def test_ctrl_c_inside_a_library_import_is_not_turned_into_that_librarys_error():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     p = subprocess.run([sys.executable, "-c", _INTERRUPT_INSIDE_A_LIBRARY, "--help"], capture_output=True,
-                       env=env, timeout=120)
+                       env=env, timeout=120, preexec_fn=_interruptible)
     assert p.returncode == 130, p.stderr.decode()
     assert p.stderr.decode().strip() == "interrupted while starting: nothing was read or written"
 

@@ -135,15 +135,17 @@ class EyeSides:
         return out
 
 
+def label_sides(values) -> np.ndarray:
+    """``laterality`` label values (0 left, 1 right, NaN unknown) as sides: 1 right, 0 left, -1 unknown."""
+    lab = np.asarray(values, dtype=float)
+    return np.where(np.isnan(lab), UNKNOWN, (lab >= 0.5).astype(int)).astype(int)
+
+
 def image_sides(images: torch.Tensor, labels=None, *, batch: int = 256) -> np.ndarray:
     """Each image's side as an attacker (or evaluator) reads it: the ``laterality`` label where ``labels`` (one value
     per image, NaN unknown) gives one, else :func:`disc_side` of the image (black surround and all). 1 right, 0 left,
     -1 unknown."""
-    n = len(images)
-    out = np.full(n, UNKNOWN, dtype=int)
-    if labels is not None:
-        lab = np.asarray(labels, dtype=float)
-        out = np.where(np.isnan(lab), UNKNOWN, (lab >= 0.5).astype(int)).astype(int)
+    out = np.full(len(images), UNKNOWN, dtype=int) if labels is None else label_sides(labels)
     todo = np.flatnonzero(out == UNKNOWN)
     for start in range(0, len(todo), batch):
         idx = todo[start:start + batch]
@@ -158,8 +160,7 @@ def find_sides(ds, mode: str, *, batch: int = 256) -> EyeSides:
     n = len(ds)
     if mode == "off" or getattr(ds, "modality", None) != "fundus":
         return EyeSides("off", np.full(n, UNKNOWN, dtype=int), asked=mode)
-    labelled = np.array([r.labels.get("laterality", math.nan) for r in ds.records], dtype=float)
-    sides = np.where(np.isnan(labelled), UNKNOWN, (labelled >= 0.5).astype(int)).astype(int)
+    sides = label_sides([r.labels.get("laterality", math.nan) for r in ds.records])
     from_labels = int((sides != UNKNOWN).sum())
     estimated = 0
     todo = np.flatnonzero(sides == UNKNOWN)

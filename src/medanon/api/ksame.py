@@ -128,14 +128,14 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     prior_gen = resolve_map_generator(cfg, ds, codec, map_generator, dev, model_files)
     priors: list = []                            # the map prior, built once before the first cluster
 
-    planned: list[tuple] = []                    # the clusters, once formed (len() or the first save)
+    planned: dict[str, Any] = {}                 # the view and the clusters, once formed (len() or the first save)
 
     def plan(progress: bool = False) -> tuple:
         if not planned:                          # on the view that averages left eyes mirrored (eye_sides)
-            planned.append(align(ds, cfg.eye_sides))
-            planned.append(plan_clusters(planned[0], cfg, codec=codec, device=dev, progress=progress,
-                                         pca_basis=pca_basis))
-        return planned[1]
+            planned["view"] = align(ds, cfg.eye_sides)
+            planned["plan"] = plan_clusters(planned["view"], cfg, codec=codec, device=dev, progress=progress,
+                                            pca_basis=pca_basis)
+        return planned["plan"]
 
     def count() -> int:
         if cfg.method == "inverted":
@@ -150,7 +150,7 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
             priors.append(cached_map_prior(codec, gen, samples=cfg.salsa.map_samples, seed=cfg.seed,
                                            provenance=info))
         planned_now = None if cfg.method == "inverted" else plan(progress)
-        summary = release_ksame(planned[0] if planned else ds, writer, cfg, codec=codec, features=features, device=dev,
+        summary = release_ksame(planned.get("view", ds), writer, cfg, codec=codec, features=features, device=dev,
                                 progress=progress, pca_basis=pca_basis, plan=planned_now,
                                 map_prior=priors[0] if priors else None, validated=True)
         writer.privacy.update(clusters=summary.get("clusters"), dropped_images=summary.get("dropped_images", 0))

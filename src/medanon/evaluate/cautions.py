@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from medanon.errors import MedanonError
 
@@ -131,13 +130,9 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
                  "patient(s) (2 or more needed); a dataset with more held-out patients gives it")
         return []
     eyes = real.modality == "fundus"            # records may be shown as the other eye: both orientations
-    turned = None                               # the targets' left eyes mirrored, as an aligned release averages them
-    if eyes:
-        left = torch.as_tensor(ctx.real_sides[targets] == 0)[:, None, None, None]
-        turned = torch.where(left, real.images[targets].flip(-1), real.images[targets])
+    left = ctx.real_sides[targets] == 0 if eyes else None      # and a both-eyes patient turned to one side
     space = Space(real.images[targets], real.patients[targets],
-                  mirrored=real.images[targets].flip(-1) if eyes else None,
-                  aligned=[turned, turned.flip(-1)] if eyes else None)
+                  mirrored=real.images[targets].flip(-1) if eyes else None, left=left)
     threshold = threshold_entry(real.images[scale_rows], real.patients[scale_rows], fraction)
     scale_from = f"{scale_split} split ({ctx.split_name(scale_rows)})"
     out = _measure(ctx, pairs, space, threshold, lambda r, flip=False: r.images.flip(-1) if flip else r.images,
@@ -155,12 +150,8 @@ def differencing_results(ctx: RealContext, rels: Sequence[ReleaseData]) -> list[
             continue
         needed = np.union1d(targets, scale_rows)            # each image inverted once (the scale may be held-out)
         z = invert(real.images[needed])
-        zt = z[np.searchsorted(needed, targets)]
-        zm = invert(real.images[targets].flip(-1)) if eyes else None
-        if eyes:                                # a turned image is the image or its mirror: its latent is one of these
-            lt = torch.as_tensor(ctx.real_sides[targets] == 0)[:, None]
-        latent = Space(zt, real.patients[targets], mirrored=zm,
-                       aligned=[torch.where(lt, zm, zt), torch.where(lt, zt, zm)] if eyes else None)
+        latent = Space(z[np.searchsorted(needed, targets)], real.patients[targets],
+                       mirrored=invert(real.images[targets].flip(-1)) if eyes else None, left=left)
         limit = threshold_entry(z[np.searchsorted(needed, scale_rows)], real.patients[scale_rows], fraction,
                                 unit=f"RMS difference of the latents of {name}, the public codec")
         out += _measure(ctx, group, latent, limit,

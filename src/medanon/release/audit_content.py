@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from medanon.anonymize.eye_sides import LEFT, UNKNOWN, EyeSides
+from medanon.anonymize.eye_sides import LEFT, UNKNOWN, EyeSides, label_sides
 
 GREY = 1 / 127.5                # one 8-bit grey level in [-1, 1] units
 AVERAGE_RMS = GREY              # the tolerance: rounding the average to 8 bits leaves about 0.29 level RMS
@@ -86,12 +86,9 @@ def _source_sides(mode: str, sources: list, decoded: list) -> EyeSides:
 
     from medanon.anonymize.eye_sides import disc_side
 
-    sides = np.full(len(sources), UNKNOWN, dtype=int)
-    for i, (src, (image, fov)) in enumerate(zip(sources, decoded, strict=True)):
-        lat = src.labels.get("laterality", math.nan)
-        if not math.isnan(lat):
-            sides[i] = int(lat >= 0.5)
-        elif mode == "auto":
-            sides[i] = disc_side(torch.from_numpy(np.asarray(image, np.float32))[None],
-                                 torch.from_numpy(np.asarray(fov))[None, None])[0]
+    sides = label_sides([src.labels.get("laterality", math.nan) for src in sources])
+    todo = np.flatnonzero(sides == UNKNOWN) if mode == "auto" else []
+    if len(todo):
+        sides[todo] = disc_side(torch.stack([torch.from_numpy(np.asarray(decoded[i][0], np.float32)) for i in todo]),
+                                torch.stack([torch.from_numpy(np.asarray(decoded[i][1]))[None] for i in todo]))
     return EyeSides(mode, sides)

@@ -103,17 +103,20 @@ class Space:
     """The targets (each patient's images and their mean, pooled and centred) and, once per release, its products
     with them."""
 
-    def __init__(self, images, patients: Sequence, *, side: int = SIDE, mirrored=None, aligned=None):
+    def __init__(self, images, patients: Sequence, *, side: int = SIDE, mirrored=None, left=None):
         x = pooled(images, side)
         self.side, self.dim = side, x.shape[1]
         self.mu = x.mean(0)
         self.names, groups = by_patient(patients)
         # ``mirrored``: the same targets mirrored left-right (in the same space): a difference of records shown as the
-        # other eye is the target's mirror image, and counts as the target. ``aligned`` (with ``mirrored``): the
-        # targets with their left eyes mirrored (as a k-Same release averages them) and the same mirrored: a patient
-        # with both eyes is isolated as the mean of the aligned images, which neither mean as taken is
+        # other eye is the target's mirror image, and counts as the target. ``left`` (with ``mirrored``): which targets
+        # are left eyes; turned to one side (as a k-Same release averages them, and mirrored), a patient with both
+        # eyes is isolated as the mean of the turned images, which neither mean as taken is
         views = [x] if mirrored is None else [x, pooled(mirrored, side)]
-        turned = [] if aligned is None else [pooled(a, side) for a in aligned]
+        turned = []
+        if left is not None and mirrored is not None:     # a turned image is the image or its mirror: so is its row
+            lt = torch.as_tensor(np.asarray(left, bool))[:, None]
+            turned = [torch.where(lt, views[1], x), torch.where(lt, x, views[1])]
         rows, owner = [], []
         for n, idx in enumerate(groups):
             means = []
@@ -247,13 +250,8 @@ def differencing(*, release_a, people_a: Sequence[int], release_b, people_b: Seq
     if set(mp) & set(cp):
         raise ValueError("a patient is both a member and a control")
     images = torch.cat([torch.as_tensor(np.asarray(member_images)), torch.as_tensor(np.asarray(control_images))])
-    aligned = None
-    if mirrored and sides is not None:          # each target's left eyes turned, as an aligned release averages them
-        left = torch.as_tensor(np.asarray(sides) == 0)[:, None, None, None]
-        turned = torch.where(left, images.flip(-1), images)
-        aligned = [turned, turned.flip(-1)]
     space = Space(images, np.concatenate([mp, cp]), side=side, mirrored=images.flip(-1) if mirrored else None,
-                  aligned=aligned)
+                  left=None if sides is None else np.asarray(sides) == 0)
     a, b = space.released(release_a, people_a), space.released(release_b, people_b)
     b_m = space.released(torch.as_tensor(np.asarray(release_b)).flip(-1), people_b) if mirrored else None
     return attack_pair(space, a, b, members=set(mp), controls=set(cp), threshold=threshold, confidence=confidence,

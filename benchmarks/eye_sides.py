@@ -1,7 +1,7 @@
 """Eye sides in the k-Same averages (:mod:`medanon.anonymize.eye_sides`): prints one JSON line.
 
-On a fundus phantom of ``--patients`` patients (one eye each, left or right, ``--per-patient`` images, 64 px, seed
-``--seed``):
+On a fundus phantom of ``--patients`` patients (one eye each, left or right, or with ``--both-eyes 1`` both eyes of
+every patient as in EyePACS; ``--per-patient`` images of each eye, 64 px, seed ``--seed``):
 
 ``disc_finder``: how often :func:`~medanon.anonymize.eye_sides.disc_side` gives the phantom's laterality label (and
 how many images it leaves unknown), at 64 and 32 px.
@@ -12,7 +12,7 @@ view's mean, blurred as the disc finder blurs) at the mirror position of the bri
 own; a second disc from the other side's eyes raises it. ``mixed`` counts the records whose patients have both sides.
 The same share for the source images is the floor a single eye has.
 
-    python benchmarks/eye_sides.py [--patients 100] [--per-patient 2] [--k 5] [--seed 3]
+    python benchmarks/eye_sides.py [--patients 100] [--per-patient 2] [--k 5] [--seed 3] [--both-eyes 0]
 """
 
 from __future__ import annotations
@@ -55,12 +55,13 @@ def main() -> None:
     ap.add_argument("--per-patient", type=int, default=2)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--both-eyes", type=float, default=0.0, help="share of patients photographed in both eyes")
     args = ap.parse_args()
     t0 = time.perf_counter()
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory() as tmp:
         root = medanon.make_phantom(Path(tmp) / "ph", patients=args.patients, per_patient=args.per_patient, size=64,
-                                    seed=args.seed)
+                                    seed=args.seed, both_eyes=args.both_eyes)
         finder = {}
         for size in (64, 32):
             ds = medanon.open_dataset(root, size=size)
@@ -81,7 +82,8 @@ def main() -> None:
                 ghost[f"{method}/{mode}"] = {"records": len(records), "mixed": mixed,
                                              "ghost": ghost_share(torch.stack([r.image for r in records]))}
     print(json.dumps({"benchmark": "eye_sides", "patients": args.patients, "per_patient": args.per_patient,
-                      "k": args.k, "seed": args.seed, "disc_finder": finder, "ghost": ghost,
+                      "k": args.k, "seed": args.seed, "both_eyes": args.both_eyes,
+                      "disc_finder": finder, "ghost": ghost,
                       "seconds": round(time.perf_counter() - t0, 1)}))
 
 

@@ -189,3 +189,48 @@ def test_a_run_interrupted_before_eye_sides_is_told_how_to_resume(phantom, tmp_p
     assert res.exit_code != 0 and "resume it with --eye-sides off (as it was made)" in res.output, res.output
     res = runner.invoke(cli, [*args, "--eye-sides", "off"])
     assert res.exit_code == 0 and "resuming: " in res.output, res.output
+
+
+def _ghost(images: torch.Tensor) -> float:
+    """Mean brightness (above the field of view's) at the mirror position of each image's brightest blob, as a share
+    of the blob's: a second, mirrored disc raises it."""
+    from scipy.ndimage import gaussian_filter
+
+    out = []
+    for img in images:
+        g = img.mean(0).numpy()
+        f = g > -0.92
+        b = gaussian_filter(np.where(f, g - g[f].mean(), 0.0), 2.0)
+        y, x = np.unravel_index(np.argmax(np.where(f, b, -np.inf)), b.shape)
+        out.append(b[y, b.shape[1] - 1 - x] / b[y, x])
+    return float(np.mean(out))
+
+
+def test_a_both_eyes_release_averages_right_eyes_and_counts_both_sides(tmp_path):
+    """Photographed in both eyes (as EyePACS), every k-Same group holds both sides of each patient: the release averages
+    them as right eyes (one disc where ``off`` blends two), counts each patient for both sides in
+    ``laterality_counts``, warns of no homogeneous side, and passes its audit's recomputation."""
+    phantom = medanon.make_phantom(tmp_path / "both", patients=6, size=32, seed=5, both_eyes=1.0)
+    runner = CliRunner()
+    out, mapping = tmp_path / "rel", tmp_path / "map.json"
+    res = runner.invoke(cli, ["anonymize", "kpixel", "--data", str(phantom), "--k", "3", "--size", "32",
+                              "--release-labels", "laterality", "--out", str(out), "--mapping", str(mapping)])
+    assert res.exit_code == 0, res.output
+    assert "homogeneous" not in res.output
+    rows = list(csv.DictReader((out / "labels.csv").open()))
+    assert [(r["laterality"], r["laterality_counts"]) for r in rows] == [("1", "0:3;1:3")] * 2   # a tie: right
+    applied = json.loads((out / "manifest.json").read_text())["privacy"]["eye_sides_applied"]
+    assert applied["mirrored"] == 6 and applied["records_shown_left"] == 0
+    res = runner.invoke(cli, ["audit", str(out), "--source", str(phantom), "--mapping", str(mapping)])
+    assert res.exit_code == 0 and "recomputed" in res.output, res.output
+    from PIL import Image
+
+    records = torch.stack([torch.from_numpy(np.asarray(Image.open(out / r["image"]), np.float32)).permute(2, 0, 1)
+                           / 127.5 - 1 for r in rows])
+    assert (disc_side(records) == RIGHT).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        off = medanon.anonymize.kpixel(medanon.open_dataset(phantom, size=32), k=3, eye_sides="off")
+        blended = torch.stack([r.image for r in off])
+    sources, _ = medanon.open_dataset(phantom, size=32).tensors(progress=False)
+    assert _ghost(records) < _ghost(sources) + 0.15 < _ghost(blended)

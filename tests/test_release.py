@@ -52,6 +52,23 @@ def test_aggregation_rule():
     assert math.isnan(aggregate_labels([{"age": math.nan}], ["age"])["age"])
 
 
+def test_laterality_counts_each_side_a_patient_has():
+    """A patient photographed in both eyes has both sides: each counts once (not the binary rule's right eye only),
+    and a record of such patients discloses no one's side (no homogeneity)."""
+    from medanon.release.aggregate import homogeneous_labels
+
+    both = [{"laterality": 0.0}, {"laterality": 1.0}] * 2
+    pids = ["a", "a", "b", "b"]
+    out = aggregate_labels(both, ["laterality"], patients=pids)
+    assert out["laterality_counts"] == "0:2;1:2" and out["laterality"] == 1.0          # a tie: a right eye
+    assert homogeneous_labels(both, ["laterality"], patients=pids) == []
+    mixed = [{"laterality": 0.0}, {"laterality": 1.0}, {"laterality": 0.0}, {"laterality": 0.0}]
+    out = aggregate_labels(mixed, ["laterality"], patients=["a", "a", "b", "c"])
+    assert out["laterality_counts"] == "0:3;1:1" and out["laterality"] == 0.0
+    right = [{"laterality": 1.0}, {"laterality": 1.0}]
+    assert homogeneous_labels(right, ["laterality"], patients=["a", "b"]) == ["laterality"]
+
+
 def test_release_contents_and_clean_audit(tmp_path: Path, source):
     _, records = source
     out = write_k_release(tmp_path / "rel", records, k=2, mapping=tmp_path / "private" / "map.json")

@@ -79,6 +79,7 @@ class PhantomConfig:
     pneumonia_rate: float = 0.3
     marker_rate: float = 0.05
     situs_inversus_rate: float = 0.03
+    both_eyes: float = 0.0                      # fundus: share of patients photographed in both eyes (EyePACS: 1)
 
     def validate(self) -> None:
         if self.modality not in ("fundus", "xray"):
@@ -92,10 +93,13 @@ class PhantomConfig:
         if len(self.grade_weights) != 5 or min(self.grade_weights) < 0 or sum(self.grade_weights) <= 0:
             raise ConfigError("grade_weights must be five non-negative numbers with a positive sum",
                               fix="e.g. grade_weights=(0.5, 0.15, 0.2, 0.1, 0.05), one per ICDR grade 0-4")
-        for name in ("pneumonia_rate", "marker_rate", "situs_inversus_rate"):
+        for name in ("pneumonia_rate", "marker_rate", "situs_inversus_rate", "both_eyes"):
             v = getattr(self, name)
             if not 0 <= v <= 1:
                 raise ConfigError(f"{name}={v} must be a probability in [0, 1]", fix=f"e.g. {name}=0.5")
+        if self.both_eyes and self.modality != "fundus":
+            raise ConfigError(f"both_eyes={self.both_eyes} is for fundus phantoms; an X-ray patient has one chest",
+                              fix="leave both_eyes at 0 for modality='xray'")
 
 
 @dataclass

@@ -4,8 +4,9 @@ A left eye's photograph is close to the mirror image of a right eye's: its optic
 instead of right of it. An average of left and right eyes shows two faint discs and two half-contrast vessel trees,
 neither eye. Before clustering and averaging, the k-Same methods (k-Same-Pixel, k-Same-PCA, k-Centroid, k-SALSA)
 therefore mirror every left eye left-right, so that every image they compare and average shows a right eye; each
-record is rendered as a right eye and mirrored back when its members' side is left (the side of most of its
-patients, counted once per patient as the ``laterality`` label is aggregated; a tie is a right eye).
+record is rendered as a right eye and mirrored back when its members' side is left (the side most of its patients
+have, as the ``laterality`` label is aggregated: each side a patient has counts once, so a patient photographed in
+both eyes counts for both; a tie is a right eye).
 
 Where an image's side comes from (``eye_sides=``):
 
@@ -114,8 +115,9 @@ class EyeSides:
         return np.flatnonzero(self.sides == LEFT)
 
     def record_side(self, members: Sequence[int], patient_ids: Sequence[str]) -> int:
-        """The side a record of ``members`` is shown as: its patients' majority (per patient as the laterality label
-        is aggregated, :func:`~medanon.release.aggregate.aggregate_labels`); right when none is known or on a tie."""
+        """The side a record of ``members`` is shown as: the side most of its patients have (as the laterality label
+        is aggregated, :func:`~medanon.release.aggregate.aggregate_labels`: a patient with both eyes counts for
+        both); right when none is known or on a tie."""
         from medanon.release.aggregate import aggregate_labels
 
         known = [i for i in members if self.sides[i] != UNKNOWN]

@@ -92,10 +92,13 @@ def open_dataset(path: str | Path, *,
 
 
 def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", patients: int = 4, per_patient: int = 1,
-                 size: int = 16, seed: int = 0, overwrite: bool = False, progress: bool = False) -> Path:
+                 size: int = 16, seed: int = 0, both_eyes: float = 0.0, overwrite: bool = False,
+                 progress: bool = False) -> Path:
     """Write a phantom dataset (synthetic patients, :mod:`medanon.phantoms`) and return its folder.
 
-    ``out`` defaults to a new temporary folder; ``overwrite`` replaces a phantom there (only a phantom). The
+    ``both_eyes``: the share of fundus patients photographed in both eyes (1 for a dataset shaped like EyePACS;
+    :mod:`medanon.phantoms.fundus_fellow`). ``out`` defaults to a new temporary folder; ``overwrite`` replaces a
+    phantom there (only a phantom). The
     defaults make a tiny dataset for examples and tests; ``medanon phantom`` (and
     :class:`medanon.config.PhantomConfig`) make realistic ones. Same seed, same bytes.
 
@@ -117,9 +120,11 @@ def make_phantom(out: str | Path | None = None, *, modality: str = "fundus", pat
     check_path_arg("out", out, what="a folder path")
     for name, value in (("patients", patients), ("per_patient", per_patient), ("size", size), ("seed", seed)):
         number(name, value, integer=True)
+    number("both_eyes", both_eyes)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="medanon-phantom-")) / modality
     return generate(PhantomConfig(modality=modality, patients=patients, per_patient=per_patient, size=size,
-                                  seed=seed, workers=1), out, overwrite=overwrite, progress=progress)
+                                  seed=seed, both_eyes=both_eyes, workers=1), out, overwrite=overwrite,
+                    progress=progress)
 
 
 def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: float = 0.15, stratify: str = "auto",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -19,6 +20,9 @@ from medanon.config import PhantomConfig, build
               help="Acquisitions per patient.  [default: 4]")
 @click.option("--size", type=click.IntRange(16, 1024), default=None, help="Image side in pixels.  [default: 64]")
 @click.option("--seed", type=int, default=None, help="Random seed; same seed, same bytes.  [default: 0]")
+@click.option("--both-eyes", type=click.FloatRange(0, 1), default=None, metavar="SHARE",
+              help="Fundus: share of patients photographed in both eyes, the other eye's acquisitions numbered "
+                   "after the first's (EyePACS: 1).  [default: 0]")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes (0 = all cores).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
@@ -27,8 +31,10 @@ from medanon.config import PhantomConfig, build
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set marker_rate=0.1 (repeatable).")
 @speaks_flags({"patients and per_patient": "--patients and --per-patient", "size=": "--size ",
-               "overwrite=True": "--overwrite"})
-def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite, config_file, overrides) -> None:
+               "overwrite=True": "--overwrite", "both_eyes=": "--both-eyes ",
+               "leave both_eyes at 0 for modality='xray'": "leave --both-eyes at 0 for --modality xray"})
+def phantom(modality, patients, per_patient, size, seed, both_eyes, workers, out, overwrite, config_file,
+            overrides) -> None:
     """Generate a phantom dataset (synthetic patients with ground truth) in medanon's layout.
 
     \b
@@ -40,9 +46,10 @@ def phantom(modality, patients, per_patient, size, seed, workers, out, overwrite
 
     check_outputs((out, "dir", "--out"), overwrite=overwrite)      # in the command's words, before any work
     cfg = build(PhantomConfig, path=config_file, overrides=overrides, modality=modality, patients=patients,
-                per_patient=per_patient, size=size, seed=seed, workers=workers)
+                per_patient=per_patient, size=size, seed=seed, both_eyes=both_eyes, workers=workers)
     generate(cfg, out, overwrite=overwrite, progress=True)
-    click.echo(f"wrote {cfg.patients * cfg.per_patient} {cfg.modality} phantom images of {cfg.patients} "
-               f"patients to {out}")
+    info = json.loads((out / "phantom.json").read_text(encoding="utf-8"))
+    two = f" ({info['patients_both_eyes']} in both eyes)" if "patients_both_eyes" in info else ""
+    click.echo(f"wrote {info['images']} {cfg.modality} phantom images of {cfg.patients} patients{two} to {out}")
 
 

@@ -42,8 +42,16 @@ def patient_rng(seed: int, patient_index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(patient_index), 0]))
 
 
-def acquisition_rng(seed: int, patient_index: int, acquisition_index: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), int(patient_index), 1 + int(acquisition_index)]))
+def acquisition_rng(seed: int, patient_index: int, acquisition_index: int, eye: int = 0) -> np.random.Generator:
+    """Acquisition ``acquisition_index`` of the patient's first eye (``eye=0``) or of their other eye (``eye=1``)."""
+    entropy = [int(seed), int(patient_index), 1 + int(acquisition_index)] + ([1] if eye else [])
+    return np.random.default_rng(np.random.SeedSequence(entropy))
+
+
+def fellow_rng(seed: int, patient_index: int) -> np.random.Generator:
+    """Whether a fundus patient has their other eye photographed, and that eye's anatomy (a stream of its own, so
+    that the first eye and its acquisitions do not change)."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(patient_index), 0, 1]))
 
 
 def to_uint8(x: np.ndarray) -> np.ndarray:

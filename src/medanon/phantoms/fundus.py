@@ -174,6 +174,13 @@ def sample_patient(rng: np.random.Generator, params: PhantomParams = _DEFAULT_PA
     vessels, tree = _vessel_tree(rng, sex, a, grade, eye["fovea"], eye["disc"], eye["disc_r"])
     lesions = _lesions(rng, grade, eye["fovea"], eye["disc"], eye["disc_r"], vessels, tree)
     marker = _marker(rng, params.marker_rate)
+    return assemble(sex, age, laterality, grade, eye, (base, lens, tex, texture_amp), vessels, lesions, marker)
+
+
+def assemble(sex: int, age: float, laterality: int, grade: int, eye: dict, pigmentation: tuple,
+             vessels: list[Vessel], lesions: dict, marker: MarkerBlock | None) -> FundusPatient:
+    """A :class:`FundusPatient` from its drawn parts (canonical right-eye coordinates), mirrored for a left eye."""
+    base, lens, tex, texture_amp = pigmentation
     if laterality == 0:                                 # a left eye: the disc on the left of the image
         eye, vessels, lesions, tex = _mirror(eye, vessels, lesions, tex)
     vessels = [Vessel(_frozen(v.points), _frozen(v.widths), v.kind) for v in vessels]

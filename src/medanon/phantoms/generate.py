@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from medanon import __version__
 from medanon.config import PhantomConfig, to_dict
 from medanon.fsutil import atomic_dir, write_bytes
-from medanon.phantoms.common import PhantomParams, acquisition_rng, patient_rng
+from medanon.phantoms.common import PhantomParams, acquisition_rng, fellow_rng, patient_rng
 from medanon.runtime import cpu_count
 
 # Columns written for each modality, in order (after image, mask, patient_id, acquisition).
@@ -65,19 +65,31 @@ def _png_bytes(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def eyes_of(cfg: PhantomConfig, index: int, patient: Any) -> list[Any]:
+    """The eyes (or the chest) photographed of patient ``index``: the first, and the other eye for a share
+    ``cfg.both_eyes`` of fundus patients (:mod:`medanon.phantoms.fundus_fellow`)."""
+    if cfg.modality != "fundus" or not cfg.both_eyes:
+        return [patient]
+    from medanon.phantoms.fundus_fellow import sample_fellow_eye
+
+    rng = fellow_rng(cfg.seed, index)
+    return [patient, sample_fellow_eye(rng, patient)] if rng.random() < cfg.both_eyes else [patient]
+
+
 def _render_patient(job: tuple[PhantomConfig, int, str]) -> list[dict[str, Any]]:
     cfg, index, tmp = job
     sample_patient, render = _generator(cfg.modality)
     params = PhantomParams(grade_weights=tuple(cfg.grade_weights), pneumonia_rate=cfg.pneumonia_rate,
                            marker_rate=cfg.marker_rate, situs_inversus_rate=cfg.situs_inversus_rate)
-    patient = sample_patient(patient_rng(cfg.seed, index), params)
+    eyes = eyes_of(cfg, index, sample_patient(patient_rng(cfg.seed, index), params))
     rows = []
     pid = patient_id(index)
-    for a in range(cfg.per_patient):
-        ph = render(patient, acquisition_rng(cfg.seed, index, a), cfg.size)
-        name = f"{pid}_{a + 1:02d}.png"
+    shots = [(e, a) for e in range(len(eyes)) for a in range(cfg.per_patient)]
+    for n, (e, a) in enumerate(shots):              # a second eye's acquisitions are numbered after the first's
+        ph = render(eyes[e], acquisition_rng(cfg.seed, index, a, eye=e), cfg.size)
+        name = f"{pid}_{n + 1:02d}.png"
         write_bytes(Path(tmp) / "images" / name, _png_bytes(ph.image))
-        row: dict[str, Any] = {"image": f"images/{name}", "mask": "", "patient_id": pid, "acquisition": a + 1}
+        row: dict[str, Any] = {"image": f"images/{name}", "mask": "", "patient_id": pid, "acquisition": n + 1}
         if ph.mask is not None:
             write_bytes(Path(tmp) / "masks" / name, _png_bytes(ph.mask.astype(np.uint8) * 255))
             row["mask"] = f"masks/{name}"
@@ -108,21 +120,22 @@ def generate(cfg: PhantomConfig, out: str | Path, *, overwrite: bool = False, pr
         (tmp / "images").mkdir()
         (tmp / "masks").mkdir()
         jobs = [(cfg, i, str(tmp)) for i in range(cfg.patients)]
-        bar = tqdm(total=cfg.patients * cfg.per_patient, desc=f"{cfg.modality} phantoms", unit="img",
+        bar = tqdm(total=cfg.patients, desc=f"{cfg.modality} phantoms", unit="patient",
                    disable=not progress)
         results: list[list[dict[str, Any]]] = []
         if workers == 1:
             for job in jobs:
                 results.append(_render_patient(job))
-                bar.update(cfg.per_patient)
+                bar.update(1)
         else:
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
             with ctx.Pool(workers, initializer=_worker_signals) as pool:
                 for rows in pool.imap(_render_patient, jobs, chunksize=max(1, min(16, cfg.patients // (4 * workers)))):
                     results.append(rows)
-                    bar.update(cfg.per_patient)
+                    bar.update(1)
         bar.close()
         rows = [r for rs in results for r in rs]
+        two = sum(len(rs) > cfg.per_patient for rs in results)
         columns = ["image", "mask", "patient_id", "acquisition", *LABEL_COLUMNS[cfg.modality]]
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
@@ -134,11 +147,15 @@ def generate(cfg: PhantomConfig, out: str | Path, *, overwrite: bool = False, pr
             "image_col": "image", "patient_col": "patient_id", "mask_col": "mask",
             "label_cols": LABEL_COLUMNS[cfg.modality],
             "description": f"medanon {cfg.modality} phantom (synthetic, no real patient): "
-                           f"{cfg.patients} patients x {cfg.per_patient} acquisitions, seed {cfg.seed}",
+                           f"{cfg.patients} patients x {cfg.per_patient} acquisitions"
+                           + (f" of each eye photographed ({two} patients in both eyes)" if cfg.both_eyes else "")
+                           + f", seed {cfg.seed}",
         }
         (tmp / "dataset.yaml").write_text(yaml.safe_dump(descriptor, sort_keys=False), encoding="utf-8")
-        settings = {k: v for k, v in to_dict(cfg).items() if k != "workers"}
+        # both_eyes only when used: a one-eye phantom's files stay those of earlier versions (recorded digests)
+        settings = {k: v for k, v in to_dict(cfg).items() if k != "workers" and (k != "both_eyes" or v)}
         info = {"generator": f"medanon.phantoms.{cfg.modality}", "medanon_version": __version__,
-                "settings": settings, "images": len(rows), "patients": cfg.patients, "phantom": True}
+                "settings": settings, "images": len(rows), "patients": cfg.patients, "phantom": True,
+                **({"patients_both_eyes": two} if cfg.both_eyes else {})}
         (tmp / "phantom.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out

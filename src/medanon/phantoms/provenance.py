@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-RENDERING = ("patients", "per_patient", "size", "workers")     # how many and how large: not who
+RENDERING = ("patients", "per_patient", "size", "workers", "both_eyes")     # how many, how large: not who
 
 # The phantoms the shipped generative models were trained on (checkpoints/README.md: ph-fundus64, ph-xray64 and the
 # flows' 400-patient phantoms; the flows' recorded source digests are these folders' digests). Settings not listed are

@@ -15,6 +15,10 @@ Rule across the patients of a record (documented in the release manifest):
 - other categorical labels: the most frequent class; a tie goes to the lowest class index;
 - continuous labels (``age``): the mean, rounded to 0.1.
 
+A label of the eye rather than the person (``laterality``, :data:`PER_EYE`) is not reduced to one value per
+patient: a patient photographed in both eyes counts once for each side they have (two such patients count
+``0:2;1:2``), and the record's value is the side most of its patients have, a tie to 1 (right).
+
 Missing values (``nan``) are left out; a label missing in every source stays ``nan``. The class
 counts of *patients* are released next to the value (``grade_counts`` = ``"0:3;2:2"``), so a user can
 train on soft labels instead of the majority.
@@ -37,8 +41,11 @@ from medanon.anonymize.privacy import LabelHomogeneity
 from medanon.data.labels import spec
 from medanon.errors import user_stacklevel
 
+PER_EYE = frozenset({"laterality"})    # labels of an eye, not of a person: a patient can have both values
+
 RULE = ("per patient first (ordinal: the patient's worst value; binary: 1 if any image is 1; categorical: the "
-        "patient's most frequent; continuous: the patient's mean), then over the record's patients, each once: "
+        "patient's most frequent; continuous: the patient's mean; laterality: each side the patient has, so a patient "
+        "with both eyes counts once for each), then over the record's patients, each once: "
         "ordinal: majority, ties to the higher class; binary: majority, ties to 1; categorical: majority, "
         "ties to the lowest index; continuous: mean (0.1); missing values ignored; counts of patients released as "
         "<label>_counts")
@@ -64,15 +71,19 @@ def _patient_value(kind: str, vals: list[float]) -> float:
     return min(c for c, n in counts.items() if n == top)
 
 
-def patient_values(sources: Sequence[Any], name: str, *, patients: Sequence[str] | None = None) -> dict[str, float]:
-    """One value of label ``name`` per patient of ``sources`` (patients with no value left out)."""
+def patient_values(sources: Sequence[Any], name: str, *, patients: Sequence[str] | None = None
+                   ) -> dict[str, tuple[float, ...]]:
+    """The values of label ``name`` each patient of ``sources`` has (patients with no value left out): one value by
+    the per-patient rule, or for a :data:`PER_EYE` label each distinct value, sorted."""
     values, pids = _split(sources, patients)
     kind = spec(name).kind
     per: dict[str, list[float]] = {}
     for v, pid in zip(values, pids, strict=True):
         if name in v and not math.isnan(float(v[name])):
             per.setdefault(pid, []).append(float(v[name]))
-    return {pid: _patient_value(kind, vals) for pid, vals in per.items()}
+    if name in PER_EYE:
+        return {pid: tuple(sorted(set(vals))) for pid, vals in per.items()}
+    return {pid: (_patient_value(kind, vals),) for pid, vals in per.items()}
 
 
 def aggregate_labels(values: Sequence[Any], names: Sequence[str], *,
@@ -86,7 +97,7 @@ def aggregate_labels(values: Sequence[Any], names: Sequence[str], *,
     out: dict[str, object] = {}
     for name in names:
         sp = spec(name)
-        present = list(patient_values(values, name, patients=patients).values())
+        present = [v for vals in patient_values(values, name, patients=patients).values() for v in vals]
         if sp.kind == "continuous":
             out[name] = round(sum(present) / len(present), 1) if present else math.nan
             continue
@@ -104,13 +115,14 @@ def aggregate_labels(values: Sequence[Any], names: Sequence[str], *,
 def homogeneous_labels(sources: Sequence[Any], names: Sequence[str], *,
                        patients: Sequence[str] | None = None) -> list[str]:
     """The non-continuous labels among ``names`` on which every patient of ``sources`` (at least two) agrees:
-    released with the record, such a label discloses each member's value."""
+    released with the record, such a label discloses each member's value. (Patients who all have both eyes agree on
+    no side: the record discloses no one's.)"""
     out = []
     for name in names:
         if spec(name).kind == "continuous":
             continue
-        per = patient_values(sources, name, patients=patients)
-        if len(per) >= 2 and len(set(per.values())) == 1:
+        per = list(patient_values(sources, name, patients=patients).values())
+        if len(per) >= 2 and len(set(per)) == 1 and len(per[0]) == 1:
             out.append(name)
     return out
 

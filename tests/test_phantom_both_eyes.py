@@ -1,0 +1,114 @@
+"""Fundus phantoms photographed in both eyes: the fellow eye shares the person, not the retina."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from medanon.config import PhantomConfig
+from medanon.errors import ConfigError
+from medanon.phantoms.common import PhantomParams, acquisition_rng, fellow_rng, patient_rng
+from medanon.phantoms.fundus import render, sample_patient
+from medanon.phantoms.fundus_fellow import sample_fellow_eye
+from medanon.phantoms.generate import generate
+from medanon.phantoms.provenance import people_of
+from tests.test_phantom_generate import tree_digest
+
+
+def _pair(i: int, seed: int = 3):
+    first = sample_patient(patient_rng(seed, i), PhantomParams(marker_rate=0.3))
+    return first, sample_fellow_eye(fellow_rng(seed, i), first)
+
+
+def _rows(folder: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader((folder / "labels.csv").open()))
+
+
+def test_the_fellow_eye_keeps_the_person_and_turns_the_side():
+    grades = []
+    for i in range(40):
+        first, other = _pair(i)
+        assert (other.sex, other.age, other.marker) == (first.sex, first.age, first.marker)
+        assert other.laterality == 1 - first.laterality
+        assert np.sign(other.disc_center[0]) == (1 if other.laterality else -1)      # the disc on its own side
+        assert abs(np.log(other.disc_radius / first.disc_radius)) < 0.15
+        assert other.base_rgb != first.base_rgb and np.allclose(other.base_rgb, first.base_rgb, rtol=0.05)
+        grades.append((first.grade, other.grade))
+    diffs = np.array([abs(a - b) for a, b in grades])
+    assert diffs.max() == 1 and 0.5 <= np.mean(diffs == 0) < 1          # mostly the same grade, never two apart
+
+
+def test_the_fellow_eye_has_its_own_vessel_tree():
+    """Vessel masks of two acquisitions of one eye overlap more than one eye's mask with the other eye's, mirrored
+    (an attacker holding one eye does not get the other from the vessels), which is no closer than a stranger's."""
+    def iou(u, v):
+        return (u & v).sum() / max(1, (u | v).sum())
+
+    same, fellow, stranger = [], [], []
+    for i in range(10):
+        first, other = _pair(i)
+        m1, m2 = (render(first, acquisition_rng(3, i, a), 64).mask for a in (0, 1))
+        mo = render(other, acquisition_rng(3, i, 0, eye=1), 64).mask
+        js, jo = _pair(i + 1)
+        ms = render(js if js.laterality == first.laterality else jo, acquisition_rng(3, i + 1, 0), 64).mask
+        same.append(iou(m1, m2))
+        fellow.append(iou(m1, mo[:, ::-1]))
+        stranger.append(iou(m1, ms))
+    assert np.median(same) > 1.4 * np.median(fellow)
+    assert np.median(fellow) < 1.3 * np.median(stranger)
+
+
+def test_first_eyes_are_the_one_eye_phantom_byte_for_byte(tmp_path: Path):
+    kw = dict(patients=6, per_patient=2, size=32, seed=5, workers=1)
+    one = tree_digest(generate(PhantomConfig(**kw), tmp_path / "one", progress=False))
+    both_dir = generate(PhantomConfig(**kw, both_eyes=0.5), tmp_path / "both", progress=False)
+    both = tree_digest(both_dir)
+    rows = _rows(both_dir)
+    by_patient: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        by_patient.setdefault(r["patient_id"], []).append(r)
+    two = [p for p, rs in by_patient.items() if len(rs) == 4]
+    assert 0 < len(two) < 6 and all(len(rs) in (2, 4) for rs in by_patient.values())
+    for rs in by_patient.values():
+        assert [int(r["acquisition"]) for r in rs] == list(range(1, len(rs) + 1))
+        for r in rs[:2]:                                    # the first eye's acquisitions: the same files
+            assert both[r["image"]] == one[r["image"]] and both[r["mask"]] == one[r["mask"]]
+        if len(rs) == 4:                                    # the other eye: after them, the other side
+            assert {rs[0]["laterality"], rs[2]["laterality"]} == {"L", "R"}
+            assert rs[2]["laterality"] == rs[3]["laterality"] and rs[2]["sex"] == rs[0]["sex"]
+    import json
+
+    info = json.loads((both_dir / "phantom.json").read_text())
+    assert info["images"] == len(rows) == 12 + 2 * len(two) and info["patients_both_eyes"] == len(two)
+    assert "both_eyes" not in json.loads((tmp_path / "one" / "phantom.json").read_text())["settings"]
+    assert people_of(info["settings"]) == people_of({"seed": 5})            # the same people, more photographs
+
+
+def test_both_eyes_is_deterministic_whatever_the_workers(tmp_path: Path):
+    kw = dict(patients=5, per_patient=1, size=32, seed=2, both_eyes=1.0)
+    a = tree_digest(generate(PhantomConfig(**kw, workers=1), tmp_path / "a", progress=False))
+    b = tree_digest(generate(PhantomConfig(**kw, workers=2), tmp_path / "b", progress=False))
+    assert a == b and sum(k.startswith("images/") for k in a) == 10
+
+
+@pytest.mark.parametrize("kw", [dict(modality="xray", both_eyes=0.5), dict(both_eyes=1.5), dict(both_eyes=-0.1)])
+def test_bad_both_eyes_is_refused(kw):
+    with pytest.raises(ConfigError, match="both_eyes"):
+        PhantomConfig(**kw).validate()
+
+
+def test_cli_writes_both_eyes_and_refuses_them_for_xray(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    r = CliRunner().invoke(cli, ["phantom", "--patients", "3", "--per-patient", "1", "--size", "32", "--both-eyes",
+                                 "1", "--workers", "1", "--out", str(tmp_path / "f")])
+    assert r.exit_code == 0, r.output
+    assert "wrote 6 fundus phantom images of 3 patients (3 in both eyes)" in r.output
+    r = CliRunner().invoke(cli, ["phantom", "--modality", "xray", "--both-eyes", "0.5", "--out", str(tmp_path / "x")])
+    assert r.exit_code != 0 and "--both-eyes 0.5 is for fundus phantoms" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "x").exists()

@@ -253,6 +253,32 @@ def test_inference_risk_succeeds_and_fails(release):
         assert rr["risk"] < 0.3 and out["attack"]["rate"] < 0.7
 
 
+def test_inference_risk_of_other_people_with_the_members_labels_is_null():
+    """Known answer: a release of other people's images carrying the members' own labels leaks nothing about any
+    member's image, yet a guess from it scores the members' class mix. Members 75 % class 1 and controls 35 %: the
+    control is reweighted to the members' mix of the secret, so the residual's interval holds 0 (compared on the raw
+    control rate it read a leak), and a copy still reads one."""
+    rng = np.random.default_rng(4)
+    emb, held = rng.standard_normal((120, 16)), rng.standard_normal((120, 16))
+    secret = (np.arange(120) % 4 != 0).astype(float)                  # 75 % ones
+    hsecret = (np.arange(120) % 20 < 7).astype(float)                 # 35 % ones
+    others = rng.standard_normal((120, 16))
+    out = inference_risk(member_emb=emb, member_secret=secret, control_emb=held, control_secret=hsecret,
+                         release_emb=others, release_secret=secret, secret_name="sex",
+                         member_groups=np.arange(120) // 2, control_groups=np.arange(120) // 2)
+    rr = out["residual_risk"]
+    assert rr["ci"][0] <= 0 <= rr["ci"][1], rr
+    assert out["control"]["balanced"]["label"] == "sex" and out["uncovered_members"] == 0
+    assert out["control"]["rate"] == pytest.approx(out["naive_baseline"]["rate"], abs=0.08)
+    copy = inference_risk(member_emb=emb, member_secret=secret, control_emb=held, control_secret=hsecret,
+                          release_emb=emb.copy(), release_secret=secret, secret_name="sex")
+    assert copy["attack"]["rate"] == 1.0 and copy["residual_risk"]["ci"][0] > 0.3
+    # members of a class no control has are left out of the attack rate, and counted
+    part = inference_risk(member_emb=emb, member_secret=secret, control_emb=held[hsecret == 1],
+                          control_secret=hsecret[hsecret == 1], release_emb=others, release_secret=secret)
+    assert part["uncovered_members"] == 30 and part["attack"]["trials"] == 90
+
+
 @pytest.fixture(scope="module")
 def sex_attacker():
     """A classifier for a visible 'sex' marker (a bright square), trained on 'real' images."""

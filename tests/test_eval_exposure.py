@@ -133,6 +133,29 @@ def test_copies_the_mapping_does_not_explain_are_named(real):
     assert _screen(real, release, [[i] for i in range(20)])["copies_not_of_own_source"] == 0
 
 
+def test_copies_of_the_attackers_split_make_every_row_invalid(real):
+    """Known answer: a release holding copies of people of neither the source nor the held-out split (the
+    attacker's split), under a mapping that names source patients, is caught by the screen and voids every row; an
+    honest release of the source split copies none of them."""
+    images, patients, emb, _, held = real
+    src, other = np.arange(40), np.arange(40, 60)
+
+    def run(release, sources):
+        return screen(release_images=release, release_emb=torch.randn(len(release), 16).numpy(), real_images=images,
+                      real_emb=emb, source_rows=src, heldout_rows=held, heldout_patients=patients[held],
+                      real_patients=patients, record_sources=sources, other_rows=other)
+
+    s = run(images[40:50], [[i] for i in range(10)])                 # the attacker's split, named as sources
+    assert s["other"]["copies"] == 10 and s["copies"] == 0 and s["copies_not_of_own_source"] == 0
+    risk = {"residual_risk": {"risk": 0.6, "ci": [0.2, 1.0]}, "attack": {}, "control_is": "held-out patients"}
+    rel = {"name": "R", "utility": {}, "attacks": {"linkability": {"risk": risk}}, "screening": s}
+    row = validity(rel, {}, checks={}, trained_on_members={})["linkability"]
+    assert not row["valid"] and "outside the source and held-out splits" in row["reason"]
+    sentence = verdict({**rel, "validity": {"linkability": row}})["sentence"]
+    assert "copies of real images outside its source split" in sentence
+    assert run(images[:10], [[i] for i in range(10)])["other"]["copies"] == 0
+
+
 def test_copies_of_held_out_patients_make_every_row_invalid(real):
     images = real[0]
     release = images[60:70]                                          # held-out patients' images

@@ -190,7 +190,7 @@ def test_top_k_membership_over_few_held_out_patients_is_not_trusted():
 
 
 def test_the_new_invalidity_reasons_stay_whole_in_the_verdicts_list():
-    """why_invalid splits reasons on "; ": a reason with its fix after "; " came apart, the fix listed alone."""
+    """A reason keeps its fix in the same sentence, without "; " (the verdict lists every reason whole)."""
     from medanon.evaluate.calibration import _few_pool_patients
     from medanon.evaluate.setting_notes import other_size
 

@@ -253,8 +253,14 @@ def test_the_report_says_what_the_helper_audit_found_unsaid():
     from medanon.evaluate.verdict_text import why_invalid
 
     assert privacy_text.headline({"guarantee": None}) == "no formal guarantee"
-    rel = {"validity": {"a": {"reason": "copies; few controls"}, "b": {"reason": "copies; trained on members"}}}
+    rel = {"validity": {"a": {"reason": "copies; few controls", "reasons": ["copies", "few controls"]},
+                        "b": {"reason": "copies; trained on members", "reasons": ["copies", "trained on members"]}}}
     assert why_invalid(rel) == ["copies", "few controls", "trained on members"]
+    # a reason that holds "; " itself (the at-chance one: "(accuracy ..., interval ...; majority class ...)") stays
+    # whole: the reasons are read as listed, not cut at every "; "
+    inner = "its attacker is at chance (accuracy 0.55, interval from 0.40; majority class 0.68)"
+    rel = {"validity": {"a": {"reason": f"copies; {inner}", "reasons": ["copies", inner]}}}
+    assert why_invalid(rel) == ["copies", inner]
     risk = {"residual_risk": {"risk": 0.4, "ci": [0.2, 0.6]}, "n": 148, "attack": {"patients": 37}}
     rel = {"name": "R", "attacks": {"linkability": {"risk": risk}},
            "validity": {"linkability": {"valid": True, "catches_copies": True}},

@@ -202,12 +202,14 @@ def _inference(ctx: RealContext, t: Target) -> dict:
     c_rows = np.asarray([i for i in ctx.held if not np.isnan(secret[i])])
     if len(m_rows) == 0 or len(c_rows) == 0:
         return {"skipped": f"no member or control targets with a known {a.attribute!r}"}
+    if not np.isin(secret[m_rows], secret[c_rows]).any():
+        return {"skipped": f"no member's {a.attribute!r} value is held by a control target: nothing to compare with"}
     out = inference_risk(member_emb=t.real_emb[m_rows], member_secret=secret[m_rows],
                          control_emb=t.real_emb[c_rows], control_secret=secret[c_rows], release_emb=t.rel_emb,
                          release_secret=rel.label(a.attribute), confidence=a.confidence, seed=ctx.cfg.seed,
                          member_groups=(t.clusters(real.patients[m_rows]) if t.record_patients is not None
                                         else real.patients[m_rows]), control_groups=real.patients[c_rows],
-                         balance=ctx.balance(m_rows, c_rows), release_emb_mirrored=t.rel_emb_mirrored)
+                         secret_name=a.attribute, release_emb_mirrored=t.rel_emb_mirrored)
     out["members_are"] = "real images of the patients the mapping lists"
     out["n"] = len(m_rows)
     return out

@@ -361,11 +361,17 @@ def _controls_copied(rel: dict) -> str | None:
 
 def _mapping_contradicted(rel: dict) -> str | None:
     """Why every row is invalid because released copies are of real images their records' mapped sources are not
-    (the mapping is not this release's, or wrong): every attack reads the mapping."""
+    (the mapping is not this release's, or wrong: every attack reads it), or of real images outside the source and
+    held-out splits (people the release cannot be of), or None."""
     n = (rel.get("screening") or {}).get("copies_not_of_own_source") or 0
     if n:
         return (f"{n} released images are copies of a real image their record's mapped sources do not include: the "
                 "mapping does not describe this release, and every attack reads it")
+    n = ((rel.get("screening") or {}).get("other") or {}).get("copies") or 0
+    if n:
+        return (f"{n} released images are copies of real images outside the source and held-out splits (such as the "
+                "attacker's split), which no record's sources can include: the release is not of the source split's "
+                "people alone, so the attacks' members are not who they are said to be")
     return None
 
 
@@ -375,7 +381,9 @@ NO_PATIENT_IDS = ("the real data has no patient ids, so its held-out \"patients\
 
 def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members: dict[str, bool], *,
              ids_known: bool = True) -> dict[str, dict]:
-    """Per residual-risk row of one release's results: ``{valid, reason}`` (the attack results are not touched).
+    """Per residual-risk row of one release's results: ``{valid, reason, reasons}`` (``reason``: the ``reasons``
+    joined by "; "; a reason may itself hold "; ", so split nothing: read ``reasons``; the attack results are not
+    touched).
     ``ids_known``: whether the real data has patient ids; without them no row is valid (:data:`NO_PATIENT_IDS`)."""
     out = {}
     contaminated = _controls_copied(rel)
@@ -391,7 +399,7 @@ def validity(rel: dict, table: dict[str, dict], checks: dict, trained_on_members
                    _images_as_independent(risk),
                    contaminated, contradicted, resized, None if ids_known else NO_PATIENT_IDS]
         reasons = [r for r in reasons if r]
-        out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None,
+        out[row] = {"valid": not reasons, "reason": "; ".join(reasons) or None, "reasons": reasons,
                     "catches_copies": bool(cal and cal.get("copy_check") is True)}
     return out
 

@@ -59,7 +59,9 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 25    # 25: fundus differencing: both orientations, a both-eyes patient turned to one side;
+RESULTS_VERSION = 26    # 26: inference's control reweighted to the members' mix of the secret; the screen reads
+#                         the attacker's split (screening.other); validity rows list their reasons;
+#                         25: fundus differencing: both orientations, a both-eyes patient turned to one side;
 #                         24: top-K records how many held-out patients its pools draw from;
 #                         23: top-K's interval resamples the held-out patients of its pools too;
 #                         22: the attribute truth per patient, ties left out; a NaN residual never takes the verdict;
@@ -180,7 +182,8 @@ def evaluate_release(ctx: RealContext, rel: ReleaseData, *, n_fid: int, tasks: l
                                   real_patients=ctx.real.patients, record_sources=rel.sources,
                                   quantile=ctx.cfg.attacks.near_copy_quantile, confidence=ctx.cfg.attacks.confidence,
                                   release_emb_mirrored=rel_emb_mirrored,
-                                  real_emb_mirrored=ctx.real_emb_mirrored)
+                                  real_emb_mirrored=ctx.real_emb_mirrored,
+                                  other_rows=np.setdiff1d(np.arange(len(ctx.real.images)), np.r_[ctx.src, ctx.held]))
         timing["screening"] = time.perf_counter() - t
     res["seconds"] = {k: round(v, 2) for k, v in timing.items()}
     return res

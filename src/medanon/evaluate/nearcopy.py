@@ -99,9 +99,11 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
            heldout_patients: np.ndarray | None = None, real_patients: np.ndarray | None = None,
            record_sources: list[list[int]] | None, quantile: float = 0.01, keep: int = 6,
            confidence: float = 0.95, release_emb_mirrored: np.ndarray | None = None,
-           real_emb_mirrored: np.ndarray | None = None) -> dict:
+           real_emb_mirrored: np.ndarray | None = None, other_rows: np.ndarray | None = None) -> dict:
     """Near-copy flags (pixel and identity), copies of a single source, and the ``keep`` closest pairs; every image in
-    both orientations (the identity screen where both mirrored embeddings are given)."""
+    both orientations (the identity screen where both mirrored embeddings are given). ``other_rows``: the real images
+    of neither the source nor the held-out split (such as the attacker's split), screened for copies too: a release
+    of the source split holds none of them."""
     if (release_emb_mirrored is None) != (real_emb_mirrored is None):
         raise ValueError("give the mirrored embeddings of both the release and the real images, or of neither")
     keys = _flat(real_images[torch.as_tensor(source_rows)])
@@ -147,6 +149,15 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
     h_closer = h_near & (hd <= 0.5 * d)         # much nearer a held-out image than any source: not an average of them
     h_cos = _best_cosine(release_emb, release_emb_mirrored, unit(real_emb[heldout_rows])).max(1)
     h_ident = (h_cos >= t_cos) & (h_cos > c)    # by identity: as like a held-out person as a copy, and more than any
+    other = {}
+    if other_rows is not None and len(other_rows):
+        _, od, _, _ = _nearest_either(release_images, _flat(real_images[torch.as_tensor(other_rows)]))
+        other = {"other": {"copies": int((od <= COPY_RMSE).sum()),
+                           "near_copies_not_of_sources": int(((od <= t_pix) & (od <= 0.5 * d)).sum()),
+                           "n_images": len(other_rows),
+                           "what": "the released images against the real images of neither the source nor the "
+                                   "held-out split (such as the attacker's split), same thresholds: a release of the "
+                                   "source split copies none of them"}}
     return {
         **_exposure(copies, near_pix, nearest_row, real_patients, own if srcs is not None else None),
         "heldout": {"copies": int(h_copies.sum()), "near_copies": int(h_near.sum()),
@@ -157,6 +168,7 @@ def screen(*, release_images: torch.Tensor, release_emb: np.ndarray, real_images
                             "held-out image as from the nearest source image (an average of sources is near to "
                             "held-out images too); by identity: at or above the identity threshold for a held-out "
                             "image and nearer it than any source image"},
+        **other,
         "copy_rmse": COPY_RMSE, "mirrored": int(mirrored.sum()),
         "orientations": "both: each image compared as it is and mirrored left-right, at the nearer"
                         + ("" if release_emb_mirrored is not None else " (pixels only; identity as it is)"),

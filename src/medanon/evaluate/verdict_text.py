@@ -41,6 +41,7 @@ def exposure(screen: dict | None) -> dict:
             "identity_control_rate": control.get("identity_rate"),
             "identity_beyond_control": bool(screen.get("near_copies_identity", 0) > identity_hi * n),
             "heldout_copies": heldout.get("copies", 0),
+            "other_copies": (screen.get("other") or {}).get("copies", 0),
             "heldout_near_copies": heldout.get("near_copies_not_of_sources", 0),
             "heldout_near_beyond_control": bool(heldout.get("near_copies_not_of_sources", 0) > control_hi * n),
             "heldout_identity_near_copies": heldout.get("near_copies_identity_not_of_sources", 0),
@@ -96,6 +97,11 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
         out.append(f"{e['copies_not_of_own_source']} of its copies are of a real image the mapping does not name as "
                    "their source: the mapping does not describe this release (check that it is this release's), so "
                    "no attack row, all of which read it, is valid")
+    if e.get("other_copies"):
+        n = e["other_copies"]
+        out.append(f"{name} holds {n} cop{'y' if n == 1 else 'ies'} of real images outside its source split and the "
+                   "held-out one (such as the attacker's split): it is not a release of the source split's people "
+                   "alone, and the attacks' members are not who its mapping says, so no attack row is valid")
     if e.get("heldout_copies"):
         n = e["heldout_copies"]
         out.append(f"it holds {n} cop{'y' if n == 1 else 'ies'} of held-out patients' images, the controls and the "
@@ -114,7 +120,7 @@ def _exposure_sentences(name: str, e: dict) -> list[str]:
 def why_invalid(rel: dict) -> list[str]:
     """The distinct reasons its rows are invalid, and the attacks skipped, for the "no valid attack" sentence."""
     reasons = {part for v in (rel.get("validity") or {}).values() if v.get("reason")
-               for part in v["reason"].split("; ")}          # one row's several reasons, each said once
+               for part in v.get("reasons", [v["reason"]])}     # one row's several reasons, each said once
     skipped = sorted({f"{name}: {a['skipped']}" for name, a in (rel.get("attacks") or {}).items()
                       if isinstance(a, dict) and a.get("skipped")})
     return sorted(reasons) + skipped

@@ -258,7 +258,7 @@ def nearest_share(query: np.ndarray, keys: np.ndarray, keys_mirrored: np.ndarray
 def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control_emb: np.ndarray,
                    control_secret: np.ndarray, release_emb: np.ndarray, release_secret: np.ndarray,
                    confidence: float = 0.95, seed: int = 0, member_groups=None, control_groups=None,
-                   balance=None, n_resamples: int = BOOT_RESAMPLES,
+                   secret_name: str = "secret", n_resamples: int = BOOT_RESAMPLES,
                    release_emb_mirrored: np.ndarray | None = None) -> dict:
     """Anonymeter's inference attack with nearest-record guessing, members vs controls.
 
@@ -267,16 +267,31 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
     record with a missing secret is never chosen. The naive baseline guesses a random released value, scored by
     its expected success (the share of released values equal to the target's). Success counts are per target
     image; with ``member_groups`` / ``control_groups`` (the patient of each target) the intervals are patient
-    cluster bootstraps (seeded by ``seed``), else Wilson. ``balance``
-    (:class:`medanon.evaluate.attacks.balance.Balance`): the control rate is reweighted to the members' strata.
-    ``release_emb_mirrored``: the released images' embeddings mirrored left-right; the nearest record is then
-    found in both orientations (:mod:`.views`).
+    cluster bootstraps (seeded by ``seed``), else Wilson.
+
+    The control rate is always reweighted to the members' mix of the secret (``secret_name``; post-stratification,
+    :mod:`medanon.evaluate.attacks.balance`): a guess that ignores the image (a release of other people with the
+    members' labels, a constant release) succeeds on a target of class ``s`` as often as the released labels say
+    ``s``, so members and controls with different class mixes would differ without any leak. Members of a class no
+    control has are left out of the attack rate (``uncovered_members``).
+
+    ``release_emb_mirrored``: the released images' embeddings mirrored left-right; the nearest record is then found
+    in both orientations (:mod:`.views`).
     """
-    from medanon.evaluate.attacks.balance import control_rates
+    from medanon.evaluate.attacks.balance import Balance, control_rates, covered
 
     ok = ~np.isnan(release_secret)
     if ok.sum() == 0 or len(member_emb) == 0 or len(control_emb) == 0:
         raise ValueError("inference risk needs released secrets, member targets and control targets")
+    balance = Balance(secret_name, np.asarray(member_secret, np.float64), np.asarray(control_secret, np.float64))
+    keep = covered(balance)
+    if not keep.any():
+        raise ValueError(f"no member's {secret_name} value is held by a control target: nothing to compare with")
+    uncovered = int((~keep).sum())
+    if uncovered:                   # a class no control has: the attack rate leaves its members out too
+        member_emb, member_secret = member_emb[keep], np.asarray(member_secret)[keep]
+        balance = balance.keep_members(keep)
+        member_groups = None if member_groups is None else np.asarray(member_groups)[keep]
     rel_emb, rel_sec = release_emb[ok], release_secret[ok]
     rel_m = None if release_emb_mirrored is None else release_emb_mirrored[ok]
     hit_m = (nearest_share(member_emb, rel_emb, rel_m) * (rel_sec[None, :] == member_secret[:, None])).sum(1)
@@ -293,6 +308,7 @@ def inference_risk(*, member_emb: np.ndarray, member_secret: np.ndarray, control
                      control_is="the same attack on held-out patients whose images are not in the release" +
                      (f", reweighted to the members' {balance.label} mix" if plain else ""),
                      baseline=b, baseline_is="a random released label (its expected success)", unweighted=plain)
+    out["uncovered_members"] = uncovered
     out["naive_baseline"] = b.to_dict()
     out["attack_beats_naive"] = bool(a.value > b.value)
     return out

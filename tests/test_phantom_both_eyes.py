@@ -112,3 +112,37 @@ def test_cli_writes_both_eyes_and_refuses_them_for_xray(tmp_path: Path):
     r = CliRunner().invoke(cli, ["phantom", "--modality", "xray", "--both-eyes", "0.5", "--out", str(tmp_path / "x")])
     assert r.exit_code != 0 and "--both-eyes 0.5 is for fundus phantoms" in r.output
     assert "Traceback" not in r.output and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("per_patient", "unit"), [(2, "eye"), (1, "patient")])
+def test_attackers_learn_eyes_where_eyes_are_photographed_repeatedly(tmp_path: Path, per_patient, unit):
+    """A person's two retinas are two identities to an attacker network: on a both-eyes phantom with repeated
+    photographs of each eye, `medanon train identity` and the evaluation's attackers learn eyes (and say so); with one
+    photograph of each eye (EyePACS) only the patient's two eyes pair up, and the patient stays the identity."""
+    import json as _json
+
+    import torch
+    from click.testing import CliRunner
+
+    from medanon.checkpoint import load_checkpoint
+    from medanon.cli import cli
+    from medanon.evaluate.cache import Cache
+    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.context import RealContext
+    from medanon.evaluate.inputs import load_real
+
+    data = generate(PhantomConfig(patients=12, per_patient=per_patient, size=32, seed=4, workers=1, both_eyes=1.0),
+                    tmp_path / "both", progress=False)
+    r = CliRunner().invoke(cli, ["--device", "cpu", "train", "identity", str(data), "--size", "32", "--split", "all",
+                                 "--out", str(tmp_path / "id.pt"), "--steps", "2", "--embed-dim", "8"])
+    assert r.exit_code == 0, r.output
+    assert _json.loads(r.stdout[r.stdout.index("{"):])["identity_unit"] == unit
+    assert load_checkpoint(tmp_path / "id.pt", kind="identity")["extra"]["identity_unit"] == unit
+    real = load_real(data, size=32)
+    ctx = RealContext(real, EvalConfig.tiny(size=32), Cache(None), torch.device("cpu"), False)
+    units, got = ctx.attacker_units
+    assert got == unit and ctx.identity_info["identity_unit"] == unit
+    patients = real.patients[ctx.attacker_rows]
+    assert len(set(units)) == len(set(patients)) * (2 if unit == "eye" else 1)
+    assert ctx.unit_of("identity") == unit and len(set(ctx.siamese_ids)) == 12 * (2 if unit == "eye" else 1)
+    assert list(ctx.identity_ids(np.arange(2), "patient")) == list(real.patients[:2])

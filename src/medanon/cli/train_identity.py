@@ -119,7 +119,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     from medanon.phantoms.provenance import trained_on_phantom
     from medanon.runtime import resolve_device
     from medanon.train.distributed import init_distributed, shutdown
-    from medanon.train.identity import IdentityTrainConfig, check_resumable, train_identity
+    from medanon.train.identity import IdentityTrainConfig, check_resumable, eye_ids, identity_units, train_identity
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
     try:
@@ -134,17 +134,22 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
             patients = np.array([r.patient_id for r in ds.records])
             # --fresh: nothing held at --out is read; the network there is replaced only when the new one is finished
             seen = trained_on_phantom(data_dir, patients[rows])    # a phantom's people, for evaluate's check
-            net = train_identity(images[rows], list(patients[rows]), cfg=cfg, out=out, resume=not fresh, progress=True,
+            sides = ds.label_array("laterality")[rows] if ds.modality == "fundus" and "laterality" in ds.label_names \
+                else None
+            units, unit = identity_units(patients[rows], sides)   # a fundus patient's eyes where they repeat
+            net = train_identity(images[rows], units, cfg=cfg, out=out, resume=not fresh, progress=True,
                                  dist=dist, extra={"data": _trained_on(ds, data_dir, rows, split, splits, split_seed,
                                                                        stratify),
-                                                   **({"phantom": seen} if seen else {})})
+                                                   "identity_unit": unit, **({"phantom": seen} if seen else {})})
             if not dist.is_main:
                 return
-            result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images"}
+            result = {"checkpoint": str(out), "trained_on": f"{split} split, {len(rows)} images",
+                      "identity_unit": unit}
             if split not in ("all", "test"):         # trained on the test split: no held-out score exists
                 test = _split_rows(ds, splits, "test", split_seed, stratify)
                 e = net.embed(images[test]).double().numpy()
-                p = patients[test]
+                p = (np.asarray(eye_ids(patients[test], ds.label_array("laterality")[test])) if unit == "eye"
+                     else patients[test])                # verified as it was trained: eyes or patients
                 sim = e @ e.T
                 iu = np.triu_indices(len(p), 1)
                 result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])

@@ -183,7 +183,8 @@ def _siamese(ctx: RealContext, t: Target) -> dict:
                          member_rows=np.unique(t.src_flat), calib_rows=calib, control_rows=control,
                          target_far=a.target_far, fpr=a.membership_fpr, max_pairs=a.max_pairs, seed=ctx.cfg.seed,
                          confidence=a.confidence, balance=ctx.balance(np.unique(t.src_flat), control),
-                         tables=t.tables, release_feats_mirrored=siamese_embed(net, t.rel.images.flip(-1)))
+                         tables=t.tables, release_feats_mirrored=siamese_embed(net, t.rel.images.flip(-1)),
+                         reference_ids=ctx.siamese_ids)
     out["trained_on"] = ctx.siamese_trained_on
     return out
 

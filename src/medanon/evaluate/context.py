@@ -44,7 +44,7 @@ from medanon.fsutil import sha256_file
 from medanon.models.classifier import load_classifier, save_classifier
 from medanon.models.identity import IdentityNet, load_identity
 from medanon.train.classifier import train_classifier
-from medanon.train.identity import train_identity
+from medanon.train.identity import eye_ids, identity_units, train_identity
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,43 @@ class RealContext:
              "trained_on": checkpoint_trained_on(a.identity_checkpoint, self)}
             if a.identity_checkpoint else
             {"trained_on": f"real {self.attacker_from} split ({len(self.attacker_rows)} images, "
-                           f"{len(set(real.patients[self.attacker_rows]))} patients)", "config": to_dict(a.identity)})
+                           f"{len(set(real.patients[self.attacker_rows]))} patients)", "config": to_dict(a.identity),
+             "identity_unit": self.attacker_units[1]})
+
+    @cached_property
+    def attacker_units(self) -> tuple[list[str], str]:
+        """The identities the attacker networks trained here learn on the attacker split: a fundus patient's eyes
+        where the laterality label tells them apart and eyes are photographed repeatedly, else the patient
+        (:func:`medanon.train.identity.identity_units`)."""
+        rows = self.attacker_rows
+        sides = (self.real.label("laterality")[rows] if self.real.modality == "fundus"
+                 and "laterality" in self.real.label_names else None)
+        return identity_units(self.real.patients[rows], sides)
+
+    def unit_of(self, net: str) -> str:
+        """The identity a network learned (``identity``, ``independent``): recorded in its checkpoint (``patient``
+        where a checkpoint records none), else this evaluation's choice for the networks it trains."""
+        a = self.cfg.attacks
+        path = a.identity_checkpoint if net == "identity" else a.independent_checkpoint
+        if not path:
+            return self.attacker_units[1]
+        from medanon.checkpoint import load_checkpoint
+
+        return str((load_checkpoint(path, kind="identity").get("extra") or {}).get("identity_unit", "patient"))
+
+    @cached_property
+    def siamese_ids(self) -> np.ndarray:
+        """Every real image's identity as the Siamese attacker learned it (trained here: :attr:`attacker_units`; a
+        checkpoint: the patient)."""
+        unit = "patient" if self.cfg.attacks.siamese_checkpoint else self.attacker_units[1]
+        return self.identity_ids(np.arange(len(self.real.patients)), unit)
+
+    def identity_ids(self, rows: np.ndarray, unit: str) -> np.ndarray:
+        """The identities of ``rows`` in ``unit``: each image's eye (``eye``) or patient."""
+        pats = self.real.patients[rows]
+        if unit != "eye" or "laterality" not in self.real.label_names:
+            return np.asarray(pats)
+        return np.asarray(eye_ids(pats, self.real.label("laterality")[rows]))
 
     def note(self, text: str) -> None:
         """A warning for the log and the report, once."""
@@ -157,8 +193,9 @@ class RealContext:
 
     def _train_identity(self, tcfg, name: str) -> IdentityNet:
         rows = self.attacker_rows
-        path = self.cache.path(f"{name}-{digest(self.key, to_dict(tcfg), rows.tolist())}", ".pt")
-        return train_identity(self.real.images[rows], list(self.real.patients[rows]), cfg=tcfg, out=path,
+        units, unit = self.attacker_units
+        path = self.cache.path(f"{name}-{digest(self.key, to_dict(tcfg), rows.tolist(), unit)}", ".pt")
+        return train_identity(self.real.images[rows], units, cfg=tcfg, out=path,
                               device=self.device, progress=self.progress)
 
     @cached_property
@@ -186,7 +223,8 @@ class RealContext:
     def _identity_key(self) -> str:
         """What the real images' identity embeddings depend on: the data, the identity network and its training."""
         a = self.cfg.attacks
-        return digest(self.key, to_dict(a.identity), self.identity_info.get("sha256"), self.attacker_rows.tolist())
+        return digest(self.key, to_dict(a.identity), self.identity_info.get("sha256"), self.attacker_rows.tolist(),
+                      None if a.identity_checkpoint else self.attacker_units[1])
 
     @cached_property
     def real_emb(self) -> np.ndarray:
@@ -216,7 +254,9 @@ class RealContext:
         if self.independent is None:
             return None
         ck = sha256_file(a.independent_checkpoint) if a.independent_checkpoint else None
-        name = f"real-identity-indep-{digest(self.key, to_dict(a.independent), self.attacker_rows.tolist(), ck)}"
+        unit = None if ck else self.attacker_units[1]
+        name = (f"real-identity-indep-"
+                f"{digest(self.key, to_dict(a.independent), self.attacker_rows.tolist(), ck, unit)}")
         return self.cache.array(name, lambda: self.embed(self.real.images, self.independent))
 
     @cached_property
@@ -236,7 +276,8 @@ class RealContext:
             return net
         rows = self.attacker_rows
         net = sia.SiameseNet(self.real.images.shape[1], a.siamese_net).to(self.device)
-        path = self.cache.path(f"siamese-{digest(self.key, to_dict(a.siamese_net), rows.tolist())}", ".pt")
+        units, unit = self.attacker_units
+        path = self.cache.path(f"siamese-{digest(self.key, to_dict(a.siamese_net), rows.tolist(), unit)}", ".pt")
         if path is not None and path.is_file():
             try:
                 net.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
@@ -244,7 +285,7 @@ class RealContext:
             except Exception as e:                  # written by an older version, or damaged: trained again below
                 log.warning("the cached Siamese attacker %s cannot be read (%s): training it again", path,
                             str(e).splitlines()[0][:120] if str(e) else type(e).__name__)
-        net = sia.train_siamese(self.real.images[rows], self.real.patients[rows], cfg=a.siamese_net,
+        net = sia.train_siamese(self.real.images[rows], np.asarray(units), cfg=a.siamese_net,
                                 device=self.device)
         if path is not None:
             import io

@@ -42,10 +42,12 @@ def network_checks(ctx: RealContext) -> dict:
     if ctx.real_emb_independent is not None:
         nets.append(("independent", ctx.real_emb_independent))
     for name, emb in nets:
-        row = {}
+        unit_name = ctx.unit_of(name)
+        row = {"identity_unit": unit_name}
         for group, rows in (("members", ctx.src), ("controls", ctx.held)):
-            pats = ctx.real.patients[rows]
-            sc, same, (i, j) = _pair_scores(emb[rows], pats, np.random.default_rng(ctx.cfg.seed), cap=CHECK_PAIRS)
+            pats = ctx.real.patients[rows]          # clusters: a patient's pairs are not independent, whatever the unit
+            ids = ctx.identity_ids(rows, unit_name)  # genuine pairs: two images of one identity as it was learned
+            sc, same, (i, j) = _pair_scores(emb[rows], ids, np.random.default_rng(ctx.cfg.seed), cap=CHECK_PAIRS)
             code = np.unique(pats, return_inverse=True)[1]
             pg = np.c_[code[i], code[j]]
             d = delong(sc[same], sc[~same], confidence=conf, pos_groups=pg[same], neg_groups=pg[~same],

@@ -126,6 +126,44 @@ def check_resumable(out: str | Path, cfg: IdentityTrainConfig, channels: int, *,
             _refuse_held(held, Path(out), ["settings"], _settings_changed(blob, cfg, channels))
 
 
+def eye_ids(patient_ids: Sequence[str], sides: Sequence[float]) -> list[str]:
+    """Each image's eye: its patient and side (``p1/L``, ``p1/R``; the patient where the side is unknown, NaN)."""
+    if len(sides) != len(patient_ids):
+        raise ValueError(f"{len(sides)} sides for {len(patient_ids)} patient ids")
+    return [str(p) if s != s else f"{p}/{'R' if float(s) >= 0.5 else 'L'}" for p, s in zip(patient_ids, sides,
+                                                                                            strict=True)]
+
+
+def identity_units(patient_ids: Sequence[str], sides: Sequence[float] | None = None) -> tuple[list[str], str]:
+    """The identities an attacker network learns, and their name: ``"eye"`` (patient and side, ``p1/L``) where
+    ``sides`` gives images' eyes (the ``laterality`` label: 0 left, 1 right, NaN unknown: the patient) and eyes are
+    photographed repeatedly, else ``"patient"``. A person's two retinas are different vessel patterns, so a network
+    taught to give both one identity learns neither well; but where each eye has one image (EyePACS), eyes teach
+    nothing about re-acquisition and the patient's two eyes are the only pairs. Eyes are chosen when the images of
+    eyes photographed twice or more are at least half the images of patients photographed twice or more. The attacks
+    still link a record to the patient (any of their images).
+
+    >>> identity_units(["p1", "p1", "p1", "p1", "p2"], [0.0, 0.0, 1.0, 1.0, float("nan")])
+    (['p1/L', 'p1/L', 'p1/R', 'p1/R', 'p2'], 'eye')
+    >>> identity_units(["p1", "p1", "p2", "p2"], [0.0, 1.0, 0.0, 1.0])      # one image of each eye: the patient
+    (['p1', 'p1', 'p2', 'p2'], 'patient')
+    """
+    ids = [str(p) for p in patient_ids]
+    if sides is None:
+        return ids, "patient"
+    eyes = eye_ids(ids, sides)
+
+    def repeated(units: list[str]) -> tuple[int, int]:
+        """Images of units photographed twice or more, and how many such units."""
+        many = [n for n in Counter(units).values() if n >= 2]
+        return sum(many), len(many)
+
+    (eye_images, eye_units), (patient_images, _) = repeated(eyes), repeated(ids)
+    if eyes != ids and eye_units >= 2 and 2 * eye_images >= patient_images:
+        return eyes, "eye"
+    return ids, "patient"
+
+
 def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,
                    out: str | Path | None = None, resume: bool = True, device: torch.device | str | None = None,
                    progress: bool = False, dist: Dist | None = None, accumulation: int = 1,

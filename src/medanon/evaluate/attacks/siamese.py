@@ -266,7 +266,8 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
                    record_patients: Sequence[frozenset], member_rows: np.ndarray, calib_rows: np.ndarray,
                    control_rows: np.ndarray, target_far: float = 0.01, fpr: float = 0.1, max_pairs: int = 5000,
                    seed: int = 0, confidence: float = 0.95, balance=None, tables: bool = True,
-                   n_resamples: int = BOOT_RESAMPLES, release_feats_mirrored: torch.Tensor | None = None) -> dict:
+                   n_resamples: int = BOOT_RESAMPLES, release_feats_mirrored: torch.Tensor | None = None,
+                   reference_ids: np.ndarray | None = None) -> dict:
     """Reference (real held-out pairs), outer verification and membership with its held-out control (reweighted
     to the members' strata where ``balance`` is given, :mod:`.balance`).
 
@@ -274,13 +275,17 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     ``calib_rows`` and ``control_rows`` are the two halves of the held-out patients. ``tables=False``: no outer
     verification table (its pair bootstrap), as the known-answer calibration needs; the risk entries are the same.
     ``release_feats_mirrored``: the records' features mirrored left-right; every pair with a record then scores the
-    record's better orientation (:mod:`.views`); the reference stays on real pairs as they are."""
+    record's better orientation (:mod:`.views`); the reference stays on real pairs as they are. ``reference_ids``:
+    the identity of each row as the network learned it (a fundus patient's eye, :func:`medanon.train.identity.
+    identity_units`), which makes the reference's genuine pairs; default the patient. Everything else is the patient's
+    (a record stands for patients)."""
 
     rng = np.random.default_rng(seed)
     boot = {"seed": seed, "n_resamples": n_resamples}
     held = np.r_[calib_rows, control_rows]
     hp = patients[held]
-    ci, cj, cl, _ = _pairs(hp[:, None] == hp[None, :], True, rng, 1_000_000, max_pairs)
+    hu = hp if reference_ids is None else np.asarray(reference_ids)[held]    # genuine: one identity as learned
+    ci, cj, cl, _ = _pairs(hu[:, None] == hu[None, :], True, rng, 1_000_000, max_pairs)
     if cl.sum() == 0 or (~cl).sum() == 0:
         raise ValueError("the Siamese attacker's reference needs held-out patients with two or more images")
     ref = score_pairs(net, real_feats[held], real_feats[held], ci, cj)

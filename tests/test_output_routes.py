@@ -46,7 +46,8 @@ def test_a_snow_sweep_does_not_put_one_mapping_into_another_release(tmp_path, ph
 
 
 def test_an_interrupted_close_resumes_with_its_own_mapping(tmp_path, phantom, monkeypatch):
-    """The mapping is written just before the release is renamed into place: a run stopped there resumes."""
+    """The mapping waits beside its path until the release is in place: a run stopped before leaves no mapping (and
+    no pending one), and resumes."""
     import medanon.release.writer as writer
 
     records = scan(phantom).records
@@ -58,7 +59,8 @@ def test_an_interrupted_close_resumes_with_its_own_mapping(tmp_path, phantom, mo
     monkeypatch.setattr(writer, "_shuffle", stop)
     with pytest.raises(KeyboardInterrupt):
         _release(tmp_path / "r", records, mapping=tmp_path / "m.json")
-    assert (tmp_path / "m.json").is_file() and not (tmp_path / "r").exists()
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "r").exists()
+    assert not (tmp_path / ".m.json.pending").exists()
     monkeypatch.setattr(writer, "_shuffle", real_shuffle)
     _release(tmp_path / "r", records, mapping=tmp_path / "m.json")
     assert len(json.loads((tmp_path / "m.json").read_text())["records"]) == len(records)
@@ -284,6 +286,54 @@ def test_a_release_killed_while_moving_into_place_resumes(tmp_path, phantom, mon
     assert len(json.loads((tmp_path / "m.json").read_text())["records"]) == len(records)
 
 
+@pytest.mark.parametrize("stop_at", ["_shuffle", "replace_output", "killed"])
+def test_an_overwrite_stopped_while_closing_keeps_each_release_with_its_own_mapping(tmp_path, phantom, monkeypatch,
+                                                                                      stop_at):
+    """Replacing a release and its mapping: stopped before the swap, the old release keeps its old mapping (it was
+    written over first, so the published release lost its only link to its sources); stopped after it, the new
+    release has its new mapping; killed in between the two renames, the next run puts the pending mapping in place."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    mapping = tmp_path / "m.json"
+    _release(tmp_path / "r", records[:4], mapping=mapping)
+    old = mapping.read_text()
+    real = {"_shuffle": writer._shuffle, "replace_output": writer.replace_output}
+
+    def stop(*args, **kwargs):
+        if stop_at == "replace_output":
+            real[stop_at](*args, **kwargs)               # the new release is in place, its mapping not yet
+        raise KeyboardInterrupt
+
+    if stop_at == "killed":                            # SIGKILL between the swap and the mapping's rename
+        monkeypatch.setattr(writer.os, "replace", _replace_killing_at(mapping, writer.os.replace))
+        with pytest.raises(SystemExit):
+            _release(tmp_path / "r", records, mapping=mapping, overwrite=True)
+        monkeypatch.undo()
+        assert (tmp_path / ".m.json.pending").is_file() and mapping.read_text() == old
+        # the next run opens the release (and its checks do not take the old mapping for another release's)
+        ReleaseWriter(tmp_path / "r", **SETTINGS, mapping=mapping, source={"sha256": "a"}, resume=False,
+                      overwrite=True).release_locks()
+    else:
+        monkeypatch.setattr(writer, stop_at, stop)
+        with pytest.raises(KeyboardInterrupt):
+            _release(tmp_path / "r", records, mapping=mapping, overwrite=True)
+    held = set(json.loads(mapping.read_text())["records"])
+    published = {f"images/{p.name}" for p in (tmp_path / "r" / "images").iterdir()}
+    assert held == published and not (tmp_path / ".m.json.pending").exists()
+    assert len(published) == (4 if stop_at == "_shuffle" else len(records))
+    assert (mapping.read_text() == old) == (stop_at == "_shuffle")
+
+
+def _replace_killing_at(mapping: Path, real):
+    """``os.replace`` that dies (as SIGKILL would, no clean-up) when asked to move ``mapping``'s pending file."""
+    def replace(src, dst, *a, **k):
+        if Path(dst) == mapping:
+            raise SystemExit("killed")
+        return real(src, dst, *a, **k)
+    return replace
+
+
 def test_foreign_files_in_the_closing_folder_are_refused(tmp_path, phantom):
     (tmp_path / ".r.closing").mkdir()
     (tmp_path / ".r.closing" / "notes.txt").write_text("mine")
@@ -312,8 +362,9 @@ def test_a_release_killed_while_closing_resumes_with_its_mapping_without_overwri
 @pytest.mark.parametrize("replacing", [False, True])
 def test_a_mapping_written_by_a_killed_close_goes_when_the_resume_writes_it_elsewhere(tmp_path, phantom, monkeypatch,
                                                                                          replacing):
-    """Killed between writing the mapping and publishing the release, then resumed with another mapping path: the
-    first file, which maps records never published, is removed (and said); a published release's mapping is kept."""
+    """Stopped between writing the mapping and publishing the release, then resumed with another mapping path: the
+    first path never holds the mapping of records never published (it waited beside it, and went); a published
+    release's mapping is kept."""
     import medanon.release.writer as writer
 
     records = scan(phantom).records
@@ -328,9 +379,8 @@ def test_a_mapping_written_by_a_killed_close_goes_when_the_resume_writes_it_else
     with pytest.raises(KeyboardInterrupt):
         _release(tmp_path / "r", records, mapping=tmp_path / "first.json", overwrite=replacing)
     monkeypatch.setattr(writer, "_stamp", real)
-    assert (tmp_path / "first.json").is_file()
-    with pytest.warns(UserWarning, match="removed .*first.json, the private mapping an interrupted run"):
-        _release(tmp_path / "r", records, mapping=tmp_path / "second.json", overwrite=replacing)
+    assert not (tmp_path / "first.json").exists() and not (tmp_path / ".first.json.pending").exists()
+    _release(tmp_path / "r", records, mapping=tmp_path / "second.json", overwrite=replacing)
     assert not (tmp_path / "first.json").exists()
     assert len(json.loads((tmp_path / "second.json").read_text())["records"]) == len(records)
     assert (tmp_path / "old.json").is_file() == replacing          # another release's mapping: never touched

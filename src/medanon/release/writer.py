@@ -69,7 +69,9 @@ from medanon.release.writer_safety import (  # noqa: F401  (check_release_output
     check_release_outputs,
     closing_folder,
     os_error,
+    pending_mapping,
     restore_closing_journals,
+    settle_pending_mapping,
     stale_sibling_mapping,
     unpublished_mapping,
 )
@@ -155,6 +157,7 @@ class ReleaseWriter:
         self._mapping_existed = self.mapping is not None and self.mapping.exists()
         try:
             remove_leftovers(self.out)                   # a killed run's replaced release
+            settle_pending_mapping(self.out, self.mapping)     # a killed run's mapping, pending while it closed
             restore_closing_journals(self.out, self.partial)   # a killed run's journals, while its release closed
             self._open(method, params, privacy, labels, seeds, models, source, phantom, resume, sharded)
         except BaseException:
@@ -294,8 +297,8 @@ class ReleaseWriter:
         self._drop_unpublished_mapping(head.get("mapping"))
 
     def _drop_unpublished_mapping(self, before: str | None) -> None:
-        """A run killed while finishing had already written its mapping (to ``before``) and not yet published the
-        release. Resumed with another mapping path, that file would stay behind: a second private copy of which
+        """A run killed while finishing (by a version that wrote the mapping before the release was in place, not
+        pending beside it) had already written its mapping (to ``before``) and not yet published the release. Resumed with another mapping path, that file would stay behind: a second private copy of which
         sources stand behind records, of a release never published under it. It is removed, if it maps records of
         this interrupted release only, and the removal is said."""
         if not before or self.mapping is None or Path(before).resolve() == Path(self.mapping).resolve():
@@ -378,8 +381,11 @@ class ReleaseWriter:
         """Write ``labels.csv`` and ``manifest.json``, the mapping if asked, and move into place."""
         try:
             return self._close()
-        except OSError as e:
-            raise os_error(e, self.partial) from None
+        except BaseException as e:
+            settle_pending_mapping(self.out, self.mapping)   # stopped while closing: release and mapping agree
+            if isinstance(e, OSError):
+                raise os_error(e, self.partial) from None
+            raise
         finally:
             self.release_locks()
 
@@ -407,10 +413,12 @@ class ReleaseWriter:
         atomic_write_text(self.partial / "manifest.json", manifest_json(
             rows, settings=self.settings, source=self.source, privacy=self.privacy, seeds=self.seeds,
             models=self.models, phantom=self.phantom))
-        if self.mapping is not None:
-            atomic_write_text(self.mapping, mapping_json(rows, release=self.out.name, method=self.settings["method"],
-                                                         source=self.source))
-            os.chmod(self.mapping, 0o600)                # private: record -> source patients
+        pending = None
+        if self.mapping is not None:                     # beside the mapping until the release is in place
+            pending = pending_mapping(self.mapping)
+            atomic_write_text(pending, mapping_json(rows, release=self.out.name, method=self.settings["method"],
+                                                    source=self.source))
+            os.chmod(pending, 0o600)                     # private: record -> source patients
         _shuffle(self.partial)
         # the private journals leave the folder before it is published, but are kept until it is in place: a run
         # killed from here on resumes from them (restore_closing_journals) instead of finding a folder it cannot read
@@ -424,6 +432,8 @@ class ReleaseWriter:
             replace_output(self.out, self.partial)
         else:
             self.partial.rename(self.out)
+        if pending is not None:                          # the old release's mapping goes only with it
+            os.replace(pending, self.mapping)
         shutil.rmtree(closing)
         stale = stale_sibling_mapping(self.out, self.mapping)
         if stale is not None:

@@ -83,6 +83,9 @@ def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
     another release's mapping is the only link of that release's records to their sources, so replacing it would
     leave that release impossible to audit or evaluate."""
     held = _held_mapping(mapping) if Path(mapping).is_file() else None
+    pending = pending_mapping(Path(mapping))
+    if pending.is_file() and (waiting := _held_mapping(pending)) is not None and _is_mapping_of(waiting, out):
+        return              # a run killed while closing this release: its own mapping replaces this one on opening
     if held is not None and not _is_mapping_of(held, out):
         whose = held.get("release")
         also = (f" (a release named {whose!r} whose records are not those of {out})" if whose == out.name else "")
@@ -93,6 +96,29 @@ def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
 
 
 MAPPING_SUFFIX = ".mapping.json"           # where evaluation and audit look for a release's mapping by default
+
+
+def pending_mapping(mapping: Path) -> Path:
+    """Where a closing release's mapping waits (beside ``mapping``, so that moving it into place is one rename) until
+    the release it describes is in place: an existing mapping is replaced only together with its release."""
+    return mapping.with_name(f".{mapping.name}.pending")
+
+
+def settle_pending_mapping(out: Path, mapping: Path | None) -> None:
+    """A release closing was stopped (interrupted, killed) with its mapping still pending: put the mapping in place
+    when its records are the release's now in place (the release was moved in, the mapping not yet), else remove it
+    (the release was not published: the old release keeps its mapping, and a resumed run writes it again)."""
+    if mapping is None:
+        return
+    pending = pending_mapping(mapping)
+    if not pending.is_file():
+        return
+    held = _held_mapping(pending)
+    records = (held or {}).get("records")
+    if held is not None and isinstance(records, dict) and records and set(records) <= _images_in(out):
+        os.replace(pending, mapping)
+    else:
+        pending.unlink(missing_ok=True)
 
 
 def stale_sibling_mapping(out: Path, written: Path | None) -> Path | None:
@@ -110,8 +136,9 @@ def stale_sibling_mapping(out: Path, written: Path | None) -> Path | None:
 
 
 def _written_by_interrupted_run(mapping: str | Path, out: Path) -> bool:
-    """Whether ``mapping`` is the one an interrupted run of ``out`` wrote while finishing (the mapping is written
-    just before the release is renamed into place): the same command resumes it and writes it again."""
+    """Whether ``mapping`` is the one an interrupted run of ``out`` wrote while finishing (versions before the pending
+    mapping, :func:`pending_mapping`, wrote it just before the release was renamed into place): the same command
+    resumes it and writes it again."""
     journals = (out.with_name(out.name + ".partial") / JOURNAL, closing_folder(out) / JOURNAL)
     if not any(j.is_file() for j in journals) or not Path(mapping).is_file():     # a run killed while closing
         return False

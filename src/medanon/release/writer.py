@@ -298,9 +298,10 @@ class ReleaseWriter:
 
     def _drop_unpublished_mapping(self, before: str | None) -> None:
         """A run killed while finishing (by a version that wrote the mapping before the release was in place, not
-        pending beside it) had already written its mapping (to ``before``) and not yet published the release. Resumed with another mapping path, that file would stay behind: a second private copy of which
-        sources stand behind records, of a release never published under it. It is removed, if it maps records of
-        this interrupted release only, and the removal is said."""
+        pending beside it) had already written its mapping (to ``before``) and not yet published the release.
+        Resumed with another mapping path, that file would stay behind: a second private copy of which sources stand
+        behind records, of a release never published under it. It is removed, if it maps records of this interrupted
+        release only, and the removal is said."""
         if not before or self.mapping is None or Path(before).resolve() == Path(self.mapping).resolve():
             return
         if unpublished_mapping(before, self.out):

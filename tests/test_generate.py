@@ -33,6 +33,18 @@ def test_generate_writes_n_reproducible_samples_and_a_grid(tmp_path):
     assert max(np.abs(first[0] - f).max() for f in first[1:]) > 10          # different latents, different images
 
 
+def test_a_model_is_given_by_name_as_everywhere(tmp_path):
+    """`medanon models` says a model is given by name or path: generate takes its name too (the same images)."""
+    r = _run("--model", "stylegan2-fundus64", "--n", 2, "--out", tmp_path / "byname", "--seed", 3)
+    assert r.exit_code == 0, r.output
+    r = _run("--model", CKPT / "stylegan2-fundus64.pt", "--n", 2, "--out", tmp_path / "bypath", "--seed", 3)
+    for name in ("000000.png", "000001.png"):
+        a, b = (np.asarray(Image.open(tmp_path / d / "images" / name)) for d in ("byname", "bypath"))
+        assert np.array_equal(a, b)
+    r = _run("--model", "no-such-model", "--n", 2, "--out", tmp_path / "none")
+    assert r.exit_code == 2 and "neither a file nor a model on the search path" in r.output
+
+
 def test_truncation_zero_gives_the_average_image_every_time(tmp_path):
     r = _run("--model", CKPT / "cotrained-fundus64.pt", "--n", 3, "--out", tmp_path / "t", "--truncation", 0,
              "--noise", "const")                                       # random noise differs per image

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from medanon.cli.anonymize_ksame import MODEL
 from medanon.cli.base import CONTEXT, FiniteRange, cli
 from medanon.cli.words import speaks_flags
 
@@ -15,8 +16,9 @@ FLAGS = {"pass n=1 or more": "pass --n 1 or more", "n=": "--n ", "truncation=": 
 
 
 @cli.command("generate", context_settings=CONTEXT)
-@click.option("--model", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="A `medanon train gan` checkpoint (its EMA generator), or an inversion codec (its generator).")
+@click.option("--model", type=MODEL, required=True,
+              help="A `medanon train gan` checkpoint (its EMA generator), or an inversion codec (its generator): "
+                   "a file, or a model's name (`medanon models`).")
 @click.option("--n", type=click.IntRange(min=1), default=64, help="Number of images.")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="New folder: images/NNNNNN.png, grid.png (the first 64), manifest.json.")

@@ -249,6 +249,8 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
         rep.add("the source given is of the release's modality (manifest)", made_from == source_modality,
                 "" if made_from == source_modality else f"made from {made_from} images, the source given holds "
                                                        f"{source_modality} images")
+        if made_from != source_modality:        # not the release's dataset: nothing compared with it means anything
+            rep.complete = False
     elif source_records is not None and made_from:
         rep.notes.append(f"the source's modality is not known from its layout: not compared with the release's "
                          f"({made_from})")

@@ -174,7 +174,8 @@ def test_network_checks_flag_a_network_that_knows_the_members():
     notes = []
     ctx = SimpleNamespace(src=np.arange(120), held=np.arange(120, 180), real=SimpleNamespace(patients=pats),
                           real_emb=emb, real_emb_independent=centres[np.repeat(np.arange(60), 3)] +
-                          0.5 * rng.standard_normal((180, 16)), cfg=EvalConfig(), note=notes.append)
+                          0.5 * rng.standard_normal((180, 16)), cfg=EvalConfig(), note=notes.append,
+                          unit_of=lambda net: "patient", identity_ids=lambda rows, unit: pats[rows])
     out = network_checks(ctx)
     assert out["identity"]["differs"] and out["identity"]["members"]["auc"] > out["identity"]["controls"]["auc"]
     assert not out["independent"]["differs"] and len(notes) == 1 and "trained on the members" in notes[0]

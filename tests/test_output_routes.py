@@ -286,7 +286,8 @@ def test_a_release_killed_while_moving_into_place_resumes(tmp_path, phantom, mon
     assert len(json.loads((tmp_path / "m.json").read_text())["records"]) == len(records)
 
 
-@pytest.mark.parametrize("stop_at", ["_shuffle", "replace_output", "killed"])
+@pytest.mark.parametrize("stop_at", ["_shuffle", "replace_output", "killed", "killed-other-mapping",
+                                     "killed-no-mapping"])
 def test_an_overwrite_stopped_while_closing_keeps_each_release_with_its_own_mapping(tmp_path, phantom, monkeypatch,
                                                                                       stop_at):
     """Replacing a release and its mapping: stopped before the swap, the old release keeps its old mapping (it was
@@ -305,14 +306,16 @@ def test_an_overwrite_stopped_while_closing_keeps_each_release_with_its_own_mapp
             real[stop_at](*args, **kwargs)               # the new release is in place, its mapping not yet
         raise KeyboardInterrupt
 
-    if stop_at == "killed":                            # SIGKILL between the swap and the mapping's rename
+    if stop_at.startswith("killed"):                   # SIGKILL between the swap and the mapping's rename
         monkeypatch.setattr(writer.os, "replace", _replace_killing_at(mapping, writer.os.replace))
         with pytest.raises(SystemExit):
             _release(tmp_path / "r", records, mapping=mapping, overwrite=True)
         monkeypatch.undo()
         assert (tmp_path / ".m.json.pending").is_file() and mapping.read_text() == old
-        # the next run opens the release (and its checks do not take the old mapping for another release's)
-        ReleaseWriter(tmp_path / "r", **SETTINGS, mapping=mapping, source={"sha256": "a"}, resume=False,
+        # the next run opens the release (and its checks do not take the old mapping for another release's), with
+        # the same mapping path, another, or none: the pending mapping goes where its run was asked to put it
+        then = {"killed": mapping, "killed-other-mapping": tmp_path / "m2.json", "killed-no-mapping": None}[stop_at]
+        ReleaseWriter(tmp_path / "r", **SETTINGS, mapping=then, source={"sha256": "a"}, resume=False,
                       overwrite=True).release_locks()
     else:
         monkeypatch.setattr(writer, stop_at, stop)
@@ -323,6 +326,32 @@ def test_an_overwrite_stopped_while_closing_keeps_each_release_with_its_own_mapp
     assert held == published and not (tmp_path / ".m.json.pending").exists()
     assert len(published) == (4 if stop_at == "_shuffle" else len(records))
     assert (mapping.read_text() == old) == (stop_at == "_shuffle")
+
+
+def test_a_mapping_pending_when_a_run_was_killed_before_its_release_went_in_goes(tmp_path, phantom, monkeypatch):
+    """Killed (no clean-up) after its mapping was pending and before the release was swapped in; the next run names
+    another mapping path: the pending file, which maps records never published, is removed and said, and the old
+    release keeps its mapping."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    mapping = tmp_path / "m.json"
+    _release(tmp_path / "r", records[:4], mapping=mapping)
+    old = mapping.read_text()
+
+    def killed(*a, **k):
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(writer, "_shuffle", killed)
+    monkeypatch.setattr(writer, "settle_pending_mapping", lambda *a, **k: None)     # SIGKILL: nothing runs after
+    with pytest.raises(SystemExit):
+        _release(tmp_path / "r", records, mapping=mapping, overwrite=True)
+    monkeypatch.undo()
+    assert (tmp_path / ".m.json.pending").is_file()
+    with pytest.warns(UserWarning, match=r"removed .*\.m\.json\.pending, the private mapping a stopped run"):
+        _release(tmp_path / "r2", records, mapping=tmp_path / "m2.json")     # another release: not this one
+        _release(tmp_path / "r", records, mapping=tmp_path / "other.json", overwrite=True)
+    assert not (tmp_path / ".m.json.pending").exists() and mapping.read_text() == old
 
 
 def _replace_killing_at(mapping: Path, real):

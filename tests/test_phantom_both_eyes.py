@@ -146,3 +146,29 @@ def test_attackers_learn_eyes_where_eyes_are_photographed_repeatedly(tmp_path: P
     assert len(set(units)) == len(set(patients)) * (2 if unit == "eye" else 1)
     assert ctx.unit_of("identity") == unit and len(set(ctx.siamese_ids)) == 12 * (2 if unit == "eye" else 1)
     assert list(ctx.identity_ids(np.arange(2), "patient")) == list(real.patients[:2])
+
+
+def test_eye_identities_need_both_eyes_and_fall_back_where_no_eye_repeats():
+    """Partly unlabelled one-eye data keeps the patient (an unlabelled image is not another eye); the Siamese
+    reference and the network checks verify patients' pairs where no eye is photographed twice among the held-out
+    images, instead of failing for want of genuine pairs."""
+    from medanon.evaluate.attacks.siamese import SiameseConfig, siamese_attack, train_siamese
+    from medanon.evaluate.attacks.siamese import embed as siamese_embed
+    from medanon.train.identity import identity_units
+
+    nan = float("nan")
+    assert identity_units(["a"] * 3 + ["b"] * 3, [1, 1, nan, 0, 0, nan])[1] == "patient"
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(40, 1, 16, 16, generator=g) * 2 - 1
+    pats = np.repeat(np.arange(20), 2).astype(str)                   # one image of each eye
+    eyes = np.asarray([f"{p}/{'LR'[i % 2]}" for i, p in enumerate(pats)])
+    net = train_siamese(images[:20], pats[:20], cfg=SiameseConfig(width=4, steps=2, batch=8))
+    feats = siamese_embed(net, images)
+    out = siamese_attack(net, real_feats=feats, release_feats=feats[20:30], patients=pats,
+                         source_rows=np.arange(20, 30), record_patients=[frozenset([p]) for p in pats[20:30]],
+                         member_rows=np.arange(20, 30),
+                         calib_rows=np.arange(30, 35), control_rows=np.arange(35, 40), max_pairs=50,
+                         reference_ids=eyes)
+    assert out["reference"]["AUC"] == out["reference"]["AUC"]       # ran, on the patients' pairs

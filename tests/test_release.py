@@ -53,18 +53,22 @@ def test_aggregation_rule():
 
 
 def test_laterality_counts_each_side_a_patient_has():
-    """A patient photographed in both eyes has both sides: each counts once (not the binary rule's right eye only),
-    and a record of such patients discloses no one's side (no homogeneity)."""
+    """A patient photographed in both eyes has both sides: each counts once (not the binary rule's right eye only).
+    A side every patient has is homogeneous (the counts say each member has that eye photographed); mixed sides are
+    not."""
     from medanon.release.aggregate import homogeneous_labels
 
     both = [{"laterality": 0.0}, {"laterality": 1.0}] * 2
     pids = ["a", "a", "b", "b"]
     out = aggregate_labels(both, ["laterality"], patients=pids)
     assert out["laterality_counts"] == "0:2;1:2" and out["laterality"] == 1.0          # a tie: a right eye
-    assert homogeneous_labels(both, ["laterality"], patients=pids) == []
+    assert homogeneous_labels(both, ["laterality"], patients=pids) == ["laterality"]
     mixed = [{"laterality": 0.0}, {"laterality": 1.0}, {"laterality": 0.0}, {"laterality": 0.0}]
     out = aggregate_labels(mixed, ["laterality"], patients=["a", "a", "b", "c"])
     assert out["laterality_counts"] == "0:3;1:1" and out["laterality"] == 0.0
+    assert homogeneous_labels(mixed, ["laterality"], patients=["a", "a", "b", "c"]) == ["laterality"]   # all: left
+    apart = [{"laterality": 0.0}, {"laterality": 1.0}]
+    assert homogeneous_labels(apart, ["laterality"], patients=["a", "b"]) == []
     right = [{"laterality": 1.0}, {"laterality": 1.0}]
     assert homogeneous_labels(right, ["laterality"], patients=["a", "b"]) == ["laterality"]
 

@@ -37,7 +37,7 @@ from medanon.errors import ConfigError, DataError
 from medanon.fsutil import atomic_dir, atomic_write_text
 from medanon.output_inventory import foreign_files
 from medanon.outputs import check_output, write_marker
-from medanon.phantoms.generate import generate
+from medanon.phantoms.generate import generate, recorded_settings
 from medanon.runtime import RunDir, resolve_device, seed_everything
 
 MIN_PATIENTS = 20      # per modality: the training split (about 70 %) must hold k = max(KS) = 10 patients
@@ -72,7 +72,7 @@ def _phantoms(cfg: PhantomConfig, out: Path) -> Path:
     info = out / "phantom.json"
     if info.exists():
         settings = json.loads(info.read_text())["settings"]
-        if settings == {k: v for k, v in to_dict(cfg).items() if k != "workers"}:
+        if settings == recorded_settings(cfg):
             edited = foreign_files(out)
             if edited:                          # its releases and audits would read data the demo did not make
                 raise DataError(f"{out} holds {len(edited)} file(s) changed or added since the demo generated it, "

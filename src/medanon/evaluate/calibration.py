@@ -68,7 +68,10 @@ KNOWN_WHAT = {"copy": "every source image released as its own record (must be de
                         "of its source's grade (or pneumonia) where the data has it (must not be detected; left out "
                         "when the attackers had to train on the members)"}
 MIN_CONTROL_PATIENTS = MIN_PATIENTS             # fewer control (or calibration) patients: the rate is not resolved
-VERSION = 9                                     # 9: top-K's interval resamples the held-out patients;
+VERSION = 10                                    # 10: inference's control reweighted on its secret; attackers
+#                                                 learn eyes (identity_unit); the screen reads the attacker split;
+#                                                 top-K is of people where a patient has several records;
+#                                                 9: top-K's interval resamples the held-out patients;
 #                                                 8: the others release matched on the label
 
 NAMES = {"membership": "Membership (top-K)", "nearest": "Nearest-record membership",

@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 RESULTS_VERSION = 26    # 26: inference's control reweighted to the members' mix of the secret; the screen reads
 #                         the attacker's split (screening.other); validity rows list their reasons; attackers
 #                         trained here learn a fundus patient's eyes where eyes repeat (identity_unit);
+#                         top-K takes a patient's records as one unit and leaves their other images out of a pool;
 #                         25: fundus differencing: both orientations, a both-eyes patient turned to one side;
 #                         24: top-K records how many held-out patients its pools draw from;
 #                         23: top-K's interval resamples the held-out patients of its pools too;

@@ -47,6 +47,8 @@ def network_checks(ctx: RealContext) -> dict:
         for group, rows in (("members", ctx.src), ("controls", ctx.held)):
             pats = ctx.real.patients[rows]          # clusters: a patient's pairs are not independent, whatever the unit
             ids = ctx.identity_ids(rows, unit_name)  # genuine pairs: two images of one identity as it was learned
+            if len(np.unique(ids)) == len(ids):      # no eye photographed twice among them: the patient's pairs
+                ids = np.asarray(pats)
             sc, same, (i, j) = _pair_scores(emb[rows], ids, np.random.default_rng(ctx.cfg.seed), cap=CHECK_PAIRS)
             code = np.unique(pats, return_inverse=True)[1]
             pg = np.c_[code[i], code[j]]

@@ -59,6 +59,12 @@ def patient_id(index: int) -> str:
     return f"P{index + 1:05d}"
 
 
+def recorded_settings(cfg: PhantomConfig) -> dict[str, Any]:
+    """The generator settings ``phantom.json`` records (all but ``workers``, which changes no byte; ``both_eyes``
+    only when used, so that a one-eye phantom's files stay those of earlier versions, whose digests are recorded)."""
+    return {k: v for k, v in to_dict(cfg).items() if k != "workers" and (k != "both_eyes" or v)}
+
+
 def _png_bytes(a: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(a).save(buf, format="PNG", compress_level=6)
@@ -152,8 +158,7 @@ def generate(cfg: PhantomConfig, out: str | Path, *, overwrite: bool = False, pr
                            + f", seed {cfg.seed}",
         }
         (tmp / "dataset.yaml").write_text(yaml.safe_dump(descriptor, sort_keys=False), encoding="utf-8")
-        # both_eyes only when used: a one-eye phantom's files stay those of earlier versions (recorded digests)
-        settings = {k: v for k, v in to_dict(cfg).items() if k != "workers" and (k != "both_eyes" or v)}
+        settings = recorded_settings(cfg)
         info = {"generator": f"medanon.phantoms.{cfg.modality}", "medanon_version": __version__,
                 "settings": settings, "images": len(rows), "patients": cfg.patients, "phantom": True,
                 **({"patients_both_eyes": two} if cfg.both_eyes else {})}

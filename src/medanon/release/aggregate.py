@@ -17,7 +17,8 @@ Rule across the patients of a record (documented in the release manifest):
 
 A label of the eye rather than the person (``laterality``, :data:`PER_EYE`) is not reduced to one value per
 patient: a patient photographed in both eyes counts once for each side they have (two such patients count
-``0:2;1:2``), and the record's value is the side most of its patients have, a tie to 1 (right).
+``0:2;1:2``, which says that both have both eyes photographed), and the record's value is the side most of its
+patients have, a tie to 1 (right).
 
 Missing values (``nan``) are left out; a label missing in every source stays ``nan``. The class
 counts of *patients* are released next to the value (``grade_counts`` = ``"0:3;2:2"``), so a user can
@@ -115,14 +116,14 @@ def aggregate_labels(values: Sequence[Any], names: Sequence[str], *,
 def homogeneous_labels(sources: Sequence[Any], names: Sequence[str], *,
                        patients: Sequence[str] | None = None) -> list[str]:
     """The non-continuous labels among ``names`` on which every patient of ``sources`` (at least two) agrees:
-    released with the record, such a label discloses each member's value. (Patients who all have both eyes agree on
-    no side: the record discloses no one's.)"""
+    released with the record, such a label discloses each member's value. For a :data:`PER_EYE` label: a side every
+    patient has (its count is the number of patients: every member has that eye photographed)."""
     out = []
     for name in names:
         if spec(name).kind == "continuous":
             continue
         per = list(patient_values(sources, name, patients=patients).values())
-        if len(per) >= 2 and len(set(per)) == 1 and len(per[0]) == 1:
+        if len(per) >= 2 and set(per[0]).intersection(*per[1:]):
             out.append(name)
     return out
 

@@ -68,8 +68,8 @@ from medanon.release.writer_safety import (  # noqa: F401  (check_release_output
     _partial_foreign,
     check_release_outputs,
     closing_folder,
+    note_pending_mapping,
     os_error,
-    pending_mapping,
     restore_closing_journals,
     settle_pending_mapping,
     stale_sibling_mapping,
@@ -414,17 +414,17 @@ class ReleaseWriter:
         atomic_write_text(self.partial / "manifest.json", manifest_json(
             rows, settings=self.settings, source=self.source, privacy=self.privacy, seeds=self.seeds,
             models=self.models, phantom=self.phantom))
-        pending = None
-        if self.mapping is not None:                     # beside the mapping until the release is in place
-            pending = pending_mapping(self.mapping)
-            atomic_write_text(pending, mapping_json(rows, release=self.out.name, method=self.settings["method"],
-                                                    source=self.source))
-            os.chmod(pending, 0o600)                     # private: record -> source patients
-        _shuffle(self.partial)
         # the private journals leave the folder before it is published, but are kept until it is in place: a run
         # killed from here on resumes from them (restore_closing_journals) instead of finding a folder it cannot read
         closing = closing_folder(self.out)
         closing.mkdir(mode=0o700, exist_ok=True)
+        pending = None
+        if self.mapping is not None:                     # beside the mapping until the release is in place
+            pending = note_pending_mapping(self.out, self.mapping)    # (noted: a later run settles it, any mapping)
+            atomic_write_text(pending, mapping_json(rows, release=self.out.name, method=self.settings["method"],
+                                                    source=self.source))
+            os.chmod(pending, 0o600)                     # private: record -> source patients
+        _shuffle(self.partial)
         for journal in (self.partial / JOURNAL, *self.partial.glob(RANK_JOURNAL_GLOB)):
             os.replace(journal, closing / journal.name)
         write_marker(self.partial, "release")           # its files and sizes: overwrite spares any edited since

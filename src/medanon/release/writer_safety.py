@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from medanon.errors import ConfigError, DataError, MedanonError, OutputExistsError
+from medanon.errors import ConfigError, DataError, MedanonError, OutputExistsError, user_stacklevel
+from medanon.fsutil import atomic_write_text
 from medanon.outputs import MARKER, check_output
 
 JOURNAL = ".journal.jsonl"
@@ -98,6 +100,41 @@ def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
 MAPPING_SUFFIX = ".mapping.json"           # where evaluation and audit look for a release's mapping by default
 
 
+PENDING_NOTE = "pending-mapping"             # in ``.OUT.closing``: where the closing run's mapping waits
+
+
+def note_pending_mapping(out: Path, mapping: Path) -> Path:
+    """Record in the closing folder (made first) where this run's mapping waits, so that a later run of ``out``
+    settles it even when given another mapping path, or none; returns the pending path."""
+    pending = pending_mapping(mapping)
+    atomic_write_text(closing_folder(out) / PENDING_NOTE, str(Path(mapping).absolute()) + "\n")
+    return pending
+
+
+def settle_noted_mapping(out: Path) -> None:
+    """The mapping a run killed while closing ``out`` had pending (its closing folder's note): put in place with its
+    release, or removed (:func:`settle_pending_mapping`); said when it is removed."""
+    note = closing_folder(out) / PENDING_NOTE
+    try:
+        mapping = Path(note.read_text(encoding="utf-8").strip())
+    except OSError:
+        return
+    pending = pending_mapping(mapping)
+    if pending.is_file():
+        published = _maps_published(pending, out)
+        settle_pending_mapping(out, mapping)
+        if not published:
+            warnings.warn(f"removed {pending}, the private mapping a stopped run of {out} left before its release "
+                          "was published", UserWarning, stacklevel=user_stacklevel())
+    note.unlink(missing_ok=True)
+
+
+def _maps_published(mapping: Path, out: Path) -> bool:
+    held = _held_mapping(mapping) if mapping.is_file() else None
+    records = (held or {}).get("records")
+    return isinstance(records, dict) and bool(records) and set(records) <= _images_in(out)
+
+
 def pending_mapping(mapping: Path) -> Path:
     """Where a closing release's mapping waits (beside ``mapping``, so that moving it into place is one rename) until
     the release it describes is in place: an existing mapping is replaced only together with its release."""
@@ -113,9 +150,7 @@ def settle_pending_mapping(out: Path, mapping: Path | None) -> None:
     pending = pending_mapping(mapping)
     if not pending.is_file():
         return
-    held = _held_mapping(pending)
-    records = (held or {}).get("records")
-    if held is not None and isinstance(records, dict) and records and set(records) <= _images_in(out):
+    if _maps_published(pending, out):
         os.replace(pending, mapping)
     else:
         pending.unlink(missing_ok=True)
@@ -199,7 +234,8 @@ def restore_closing_journals(out: Path, partial: Path) -> None:
     closing = closing_folder(out)
     if not closing.is_dir():
         return
-    names = [p.name for p in closing.iterdir()]
+    settle_noted_mapping(out)                           # the mapping that run had pending, wherever it was
+    names = [p.name for p in closing.iterdir() if p.name != PENDING_NOTE]
     if any(not (n == JOURNAL or Path(n).match(RANK_JOURNAL_GLOB)) for n in names):
         raise OutputExistsError(f"{closing} holds files medanon did not write there",
                                 fix=f"move {closing} away: medanon keeps a closing release's journals there")

@@ -127,31 +127,53 @@ def check_resumable(out: str | Path, cfg: IdentityTrainConfig, channels: int, *,
 
 
 def eye_ids(patient_ids: Sequence[str], sides: Sequence[float]) -> list[str]:
-    """Each image's eye: its patient and side (``p1/L``, ``p1/R``; the patient where the side is unknown, NaN)."""
+    """Each image's eye: its patient and side (``p1/L``, ``p1/R``). An image of unknown side (NaN) is of the patient's
+    one known side where they have one, of their own unit ``p1/?`` where they have both, and the patient where they
+    have none.
+
+    >>> eye_ids(["a", "a", "b", "b", "b", "c"], [1.0, float("nan"), 0.0, 1.0, float("nan"), float("nan")])
+    ['a/R', 'a/R', 'b/L', 'b/R', 'b/?', 'c']
+    """
     if len(sides) != len(patient_ids):
         raise ValueError(f"{len(sides)} sides for {len(patient_ids)} patient ids")
-    return [str(p) if s != s else f"{p}/{'R' if float(s) >= 0.5 else 'L'}" for p, s in zip(patient_ids, sides,
-                                                                                            strict=True)]
+    ids = [str(p) for p in patient_ids]
+    side = [None if s != s else ("R" if float(s) >= 0.5 else "L") for s in sides]
+    known: dict[str, set[str]] = {}
+    for p, s in zip(ids, side, strict=True):
+        if s is not None:
+            known.setdefault(p, set()).add(s)
+
+    def unit(p: str, s: str | None) -> str:
+        if s is not None:
+            return f"{p}/{s}"
+        have = known.get(p, set())
+        return p if not have else f"{p}/{next(iter(have))}" if len(have) == 1 else f"{p}/?"
+
+    return [unit(p, s) for p, s in zip(ids, side, strict=True)]
 
 
 def identity_units(patient_ids: Sequence[str], sides: Sequence[float] | None = None) -> tuple[list[str], str]:
-    """The identities an attacker network learns, and their name: ``"eye"`` (patient and side, ``p1/L``) where
-    ``sides`` gives images' eyes (the ``laterality`` label: 0 left, 1 right, NaN unknown: the patient) and eyes are
+    """The identities an attacker network learns, and their name: ``"eye"`` (:func:`eye_ids`) where ``sides`` (the
+    ``laterality`` label: 0 left, 1 right, NaN unknown) shows some patient photographed in both eyes and eyes are
     photographed repeatedly, else ``"patient"``. A person's two retinas are different vessel patterns, so a network
     taught to give both one identity learns neither well; but where each eye has one image (EyePACS), eyes teach
     nothing about re-acquisition and the patient's two eyes are the only pairs. Eyes are chosen when the images of
     eyes photographed twice or more are at least half the images of patients photographed twice or more. The attacks
-    still link a record to the patient (any of their images).
+    still link a record to the patient (any of their images). Data of one eye per patient keeps the patient.
 
     >>> identity_units(["p1", "p1", "p1", "p1", "p2"], [0.0, 0.0, 1.0, 1.0, float("nan")])
     (['p1/L', 'p1/L', 'p1/R', 'p1/R', 'p2'], 'eye')
     >>> identity_units(["p1", "p1", "p2", "p2"], [0.0, 1.0, 0.0, 1.0])      # one image of each eye: the patient
     (['p1', 'p1', 'p2', 'p2'], 'patient')
+    >>> identity_units(["a", "a", "b", "b"], [1.0, float("nan"), 0.0, 0.0])  # one eye each: the patient
+    (['a', 'a', 'b', 'b'], 'patient')
     """
     ids = [str(p) for p in patient_ids]
     if sides is None:
         return ids, "patient"
     eyes = eye_ids(ids, sides)
+    both = {e.rsplit("/", 1)[0] for e in eyes if e.endswith("/L")} & {e.rsplit("/", 1)[0] for e in eyes
+                                                                       if e.endswith("/R")}
 
     def repeated(units: list[str]) -> tuple[int, int]:
         """Images of units photographed twice or more, and how many such units."""
@@ -159,7 +181,7 @@ def identity_units(patient_ids: Sequence[str], sides: Sequence[float] | None = N
         return sum(many), len(many)
 
     (eye_images, eye_units), (patient_images, _) = repeated(eyes), repeated(ids)
-    if eyes != ids and eye_units >= 2 and 2 * eye_images >= patient_images:
+    if both and eye_units >= 2 and 2 * eye_images >= patient_images:
         return eyes, "eye"
     return ids, "patient"
 

@@ -108,18 +108,37 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
                                                               np.asarray(release_desc[r], np.float64).tobytes()))
     # records of one source set (augmentation views of one cluster) are one unit: split apart, the attacker would
     # train on a view of the very cluster it ranks, and a pool would hold the members once per view (chance 0.06
-    # read as 0.03); the first view ranks, every view trains
+    # read as 0.03); the first view ranks, every view trains. Records that share a patient (one record per image of
+    # a patient with several) are one unit too: the person is what is protected, and one of their images on the
+    # attacker's side would teach it the very person it ranks
+    sp = None if source_patients is None else np.asarray(source_patients)
     views: dict[frozenset, list[int]] = {}
     for r in canon:
         views.setdefault(frozenset(int(i) for i in record_sources[r]), []).append(int(r))
-    units = list(views.values())
+    sets = list(views.values())
+    if sp is not None:
+        linked = components([{sp[i] for i in record_sources[v[0]]} for v in sets])[0]
+        by_person: dict[int, list[list[int]]] = {}
+        for v, c in zip(sets, linked, strict=True):
+            by_person.setdefault(int(c), []).append(v)
+        units = list(by_person.values())
+    else:
+        units = [[v] for v in sets]
     n_rec = len(units)
     if n_rec < 4 or len(heldout_desc) < 2:
-        raise ValueError("membership inference needs at least 4 released clusters (records of distinct source sets) "
-                         "and 2 held-out images")
+        raise ValueError("membership inference needs at least 4 released clusters (records of distinct source sets "
+                         "and patients) and 2 held-out images")
     order = rng.permutation(n_rec)
-    train_recs = np.asarray([r for u in order[: n_rec // 2] for r in units[u]], np.int64)
-    target_recs = np.asarray([units[u][0] for u in order[n_rec // 2:]], np.int64)
+    train_recs = np.asarray([r for u in order[: n_rec // 2] for v in units[u] for r in v], np.int64)
+    target_recs = np.asarray([v[0] for u in order[n_rec // 2:] for v in units[u]], np.int64)
+
+    def own_people(r: int, candidates: np.ndarray) -> np.ndarray:
+        """Which ``candidates`` (source rows) are images of record ``r``'s patients that are not its sources: the
+        same people, so neither a non-member to train against nor one to rank below the record's sources."""
+        if sp is None:
+            return np.zeros(len(candidates), bool)
+        srcs = np.asarray(record_sources[r], np.int64)
+        return np.isin(sp[candidates], sp[srcs]) & ~np.isin(candidates, srcs)
 
     # 2. attacker training pairs
     feats, labels = [], []
@@ -127,6 +146,7 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     for r in train_recs:
         mem = np.asarray(record_sources[r], np.int64)
         others = np.setdiff1d(train_members, mem)
+        others = others[~own_people(r, others)]
         seen = facing(r, source_desc[mem], as_one=True)[:1]          # its orientation, from its known members
         feats.append(pair_features(np.repeat(seen, len(mem), 0), source_desc[mem]))
         labels += [1] * len(mem)
@@ -146,14 +166,16 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     chosen = [r for pool_recs in pools for r in pool_recs]
 
     # 4. rank each record within its pool and score (ties at the K-th place share the slots left)
-    hits, ks, hit_pmfs, pool_sizes, record_pool, scored = [], [], [], [], [], []
+    hits, ks, hit_pmfs, pool_sizes, record_pool, scored, ranked_in = [], [], [], [], [], [], []
     for pool_recs in pools:
-        mem_idx = np.concatenate([np.asarray(record_sources[r], np.int64) for r in pool_recs])
-        held = rng.choice(len(heldout_desc), len(mem_idx), replace=False)
-        pool_sizes.append(2 * len(mem_idx))
+        pool_idx = np.concatenate([np.asarray(record_sources[r], np.int64) for r in pool_recs])
+        held = rng.choice(len(heldout_desc), len(pool_idx), replace=False)
+        pool_sizes.append(2 * len(pool_idx))
         for r in pool_recs:
             srcs = {int(s) for s in record_sources[r]}
             k = len(srcs)
+            mem_idx = pool_idx[~own_people(r, pool_idx)]          # the record's people's other images: left out
+            ranked_in.append(len(mem_idx) + len(held))
             # each candidate is scored on its own (its orientation too): the pool's members, and the held-out
             # images: the pool's draw ``held``, or every one where the interval draws the pools again
             on_members = clf.decision_function(pair_features(facing(r, source_desc[mem_idx]), source_desc[mem_idx]))
@@ -171,10 +193,8 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
     observed = np.ones(1)
     for pmf in hit_pmfs:
         observed = np.convolve(observed, pmf)                         # the attacker's total hits, over tie breaks
-    null, expected_hits = np.ones(1), 0.0
-    for i, size in enumerate(pool_sizes):                             # pools are ranked independently
-        pmf, mean = topk_null([k for k, p in zip(ks, record_pool, strict=True) if p == i], size)
-        null, expected_hits = np.convolve(null, pmf), expected_hits + mean
+    # records are ranked independently, each among its pool less its own people's other images
+    null, expected_hits = topk_null(ks, ranked_in)
     hits_total, k_total = float(hits_a.sum()), int(ks_a.sum())
     groups = None
     if source_patients is not None:
@@ -205,7 +225,8 @@ def top_k_membership(*, release_desc: np.ndarray, record_sources: Sequence[Seque
                  "p_value_exact",
             "ties": "pool images tied at the K-th place share the slots left",
             "records_evaluated": len(chosen), "records_attacker": len(train_recs), "n": len(chosen),
-            "views_scored_once": len(record_sources) - n_rec,
+            "views_scored_once": len(record_sources) - sum(len(u) for u in units),
+            "own_people_left_out": int(sum(pool_sizes[p] - n for p, n in zip(record_pool, ranked_in, strict=True))),
             "records_not_evaluated": len(target_recs) - len(chosen), "pools": len(pools), "pool_sizes": pool_sizes,
             "pool": max(pool_sizes), "members_in_pool": sum(pool_sizes) // 2, "heldout_in_pool": sum(pool_sizes) // 2,
             "k": sorted(set(ks)), "assumptions": assumptions(ASSUMPTIONS, release_desc_mirrored),

@@ -10,7 +10,8 @@ networks (another architecture, another loss, pairs instead of patient classes).
 
 :func:`siamese_attack` runs it on a release, scored two-sided like the other attacks, each number with N:
 
-- ``reference``: verification of real held-out pairs (genuine: two images of one patient), the attacker's
+- ``reference``: verification of real held-out pairs (genuine: two images of one patient, or of one eye where the
+  network learned eyes), the attacker's
   strength on unprotected images (Packhäuser's number); its threshold at the target FAR on all impostor
   pairs is the one applied below;
 - ``outer``: pairs (real source image, released record), genuine when the record stands for the image's
@@ -61,9 +62,10 @@ from medanon.evaluate.attacks.nearest import membership_from_scores
 from medanon.evaluate.attacks.views import assumptions
 
 ASSUMPTIONS = ("attacker holds a Siamese network trained on pairs of real images of other patients (genuine: "
-               "the same patient) and the real images it wants to verify or find (for members, the very source "
-               "images); membership scores a record relative to the target image's own pair (a perfect match); "
-               "thresholds fixed on real held-out patients")
+               "the same patient, or the same eye of a fundus patient where eyes are photographed repeatedly) and "
+               "the real images it wants to verify or find (for members, the very source images); membership "
+               "scores a record relative to the target image's own pair (a perfect match); thresholds fixed on real "
+               "held-out patients")
 
 
 @dataclass
@@ -285,6 +287,8 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     held = np.r_[calib_rows, control_rows]
     hp = patients[held]
     hu = hp if reference_ids is None else np.asarray(reference_ids)[held]    # genuine: one identity as learned
+    if len(np.unique(hu)) == len(hu):           # no eye photographed twice among them: the patient's pairs
+        hu = hp
     ci, cj, cl, _ = _pairs(hu[:, None] == hu[None, :], True, rng, 1_000_000, max_pairs)
     if cl.sum() == 0 or (~cl).sum() == 0:
         raise ValueError("the Siamese attacker's reference needs held-out patients with two or more images")

@@ -151,16 +151,20 @@ def threshold_at_far(impostor_scores, far: float) -> float:
 
 # ---- top-K nulls ----------------------------------------------------------------------------------------
 
-def topk_null(ks, pool: int) -> tuple[np.ndarray, float]:
+def topk_null(ks, pool) -> tuple[np.ndarray, float]:
     """Exact null distribution of the total top-K hits of a random ranking: record ``r`` with ``k_r`` members
-    in a pool of ``pool`` images draws ``k_r`` of them at random, so its hits are hypergeometric
-    (``M = pool, n = k_r, N = k_r``) and the total is their convolution. Returns (pmf over 0..sum k, mean)."""
+    in a pool of ``pool`` images (one size for all, or one per record) draws ``k_r`` of them at random, so its hits
+    are hypergeometric (``M = pool_r, n = k_r, N = k_r``) and the total is their convolution. Returns (pmf over
+    0..sum k, mean)."""
     ks = [int(k) for k in ks]
-    each = {k: hypergeom.pmf(np.arange(k + 1), pool, k, k) for k in set(ks)}   # records share a few k
+    pools = [int(pool)] * len(ks) if np.ndim(pool) == 0 else [int(p) for p in pool]
+    if len(pools) != len(ks):
+        raise ValueError(f"{len(pools)} pool sizes for {len(ks)} records")
+    each = {kp: hypergeom.pmf(np.arange(kp[0] + 1), kp[1], kp[0], kp[0]) for kp in set(zip(ks, pools, strict=True))}
     pmf = np.ones(1)
-    for k in ks:
-        pmf = np.convolve(pmf, each[k])
-    return pmf, float(sum(k * k / pool for k in ks))
+    for kp in zip(ks, pools, strict=True):
+        pmf = np.convolve(pmf, each[kp])
+    return pmf, float(sum(k * k / p for k, p in zip(ks, pools, strict=True)))
 
 
 def upper_tail(pmf: np.ndarray, observed) -> float:

@@ -172,3 +172,30 @@ def test_eye_identities_need_both_eyes_and_fall_back_where_no_eye_repeats():
                          calib_rows=np.arange(30, 35), control_rows=np.arange(35, 40), max_pairs=50,
                          reference_ids=eyes)
     assert out["reference"]["AUC"] == out["reference"]["AUC"]       # ran, on the patients' pairs
+
+
+def test_the_audit_recounts_a_dp_releases_images_per_patient(tmp_path: Path):
+    """A patient photographed twice in each eye has four released images, so ε per patient is 4 × ε per image: the
+    audit recounts it from the mapping and fails a statement that understates it (one edited to say 2)."""
+    import json as _json
+    import warnings
+
+    from click.testing import CliRunner
+
+    import medanon
+    from medanon.cli import cli
+
+    data = medanon.make_phantom(tmp_path / "ph", patients=6, per_patient=2, size=16, seed=4, both_eyes=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = medanon.anonymize.ldp_image(medanon.open_dataset(data, size=16), epsilon=100.0)
+        rel.save(tmp_path / "rel", mapping=tmp_path / "map.json", progress=False)
+    manifest = _json.loads((tmp_path / "rel" / "manifest.json").read_text())
+    assert manifest["privacy"]["max_images_per_patient"] == 4 and manifest["privacy"]["epsilon_patient_max"] == 400
+    args = ["audit", str(tmp_path / "rel"), "--source", str(data), "--mapping", str(tmp_path / "map.json")]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0 and "per-patient budget covers the most images one patient has" in r.output, r.output
+    manifest["privacy"].update(max_images_per_patient=2, epsilon_patient_max=200.0)
+    (tmp_path / "rel" / "manifest.json").write_text(_json.dumps(manifest))
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 1 and "a patient has 4 released images (the statement: 2)" in r.output, r.output

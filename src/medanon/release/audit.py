@@ -43,6 +43,7 @@ from PIL import Image
 from medanon.errors import ConfigError, DataError
 from medanon.fsutil import read_json_object
 from medanon.outputs import MARKER
+from medanon.release.audit_budget import check_patient_budget
 from medanon.release.audit_clusters import check_clusters
 from medanon.release.audit_content import KpixelAverages
 from medanon.release.audit_source import (
@@ -256,7 +257,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
                          f"({made_from})")
     if mapping is not None:
         _check_mapping(rep, Path(mapping), rows, k, source_records, source_root, source_modality,
-                       method=manifest.get("method"),
+                       method=manifest.get("method"), privacy=manifest.get("privacy"),
                        views=_whole(((manifest.get("params") or {}).get("augmentation") or {}).get("views", 1) or 1,
                                     f"{man_path}: params.augmentation.views"))
         if source_records is not None:
@@ -356,7 +357,8 @@ def _whole(value, where: str) -> int | None:
 
 
 def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, source_root=None,
-                   source_modality=None, *, method: str | None = None, views: int = 1) -> None:
+                   source_modality=None, *, method: str | None = None, views: int = 1,
+                   privacy: dict | None = None) -> None:
     data = read_mapping(mapping)
     recs = data["records"]
     listed = {r["image"] for r in rows}
@@ -400,6 +402,7 @@ def _check_mapping(rep: AuditReport, mapping: Path, rows, k, source_records, sou
     confirmed = source_records is not None and why is None and not unknown
     check_clusters(rep, recs, method=method, views=views,
                    patient_of=(lambda s: by_id[s].patient_id) if confirmed else None)
+    check_patient_budget(rep, privacy, recs, patient_of=(lambda s: by_id[s].patient_id) if confirmed else None)
     if k is not None and counts:
         low = [img for img, n in counts.items() if n < k]
         rep.add(f"every record stands for >= {k} people (mapping)", not low,

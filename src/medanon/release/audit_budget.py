@@ -1,0 +1,51 @@
+"""The audit's check of a differentially private release's per-patient budget, from its private mapping.
+
+An ε-LDP release (DP-GLOW, LDP-image) protects each image at ``epsilon_image`` and a patient with ``n`` released
+images at ``n × epsilon_image`` (basic composition); its statement gives the most images one patient has
+(``max_images_per_patient``) and that patient's budget (``epsilon_patient_max``). Both are recounted here from the
+mapping: a statement that understates them (a patient with more images than it says, e.g. both eyes photographed
+twice) claims more protection than the release gives.
+
+>>> from types import SimpleNamespace
+>>> rep = SimpleNamespace(checks=[], add=lambda name, ok, detail="": rep.checks.append((name, ok, detail)))
+>>> recs = {f"images/{i}.png": {"sources": [f"s{i}"], "patients": ["p1" if i < 4 else "p2"]} for i in range(6)}
+>>> check_patient_budget(rep, {"epsilon_image": 2.0, "max_images_per_patient": 2, "epsilon_patient_max": 4.0}, recs)
+>>> rep.checks[-1][1], rep.checks[-1][2]
+(False, 'a patient has 4 released images (the statement: 2), so epsilon per patient is up to 8 (the statement: 4)')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+CHECK = "the per-patient budget covers the most images one patient has (mapping)"
+
+
+def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mapping[str, Mapping[str, Any]], *,
+                         patient_of: Callable[[str], str] | None = None) -> None:
+    """Add the per-patient budget check to ``rep`` (an :class:`.audit.AuditReport`) where ``privacy`` states a
+    numeric ``max_images_per_patient`` and ``epsilon_image``: the most source images of one patient among the
+    records (``{image: {"sources": [...], "patients": [...]}}``), each source's patient from ``patient_of`` (the
+    source dataset) or the record's own single patient, against the statement. Other releases: nothing is checked."""
+    privacy = privacy or {}
+    stated, eps = privacy.get("max_images_per_patient"), privacy.get("epsilon_image")
+    if not isinstance(stated, int) or isinstance(stated, bool) or not isinstance(eps, int | float) or not records:
+        return
+    images: dict[str, set[str]] = {}
+    for v in records.values():
+        sources, patients = list(v.get("sources") or ()), set(v.get("patients") or ())
+        for s in sources:
+            who = patient_of(s) if patient_of is not None else (next(iter(patients)) if len(patients) == 1 else None)
+            if who is None:
+                rep.notes.append(f"{CHECK}: not checked (a record of several patients, and no source dataset to "
+                                 "tell whose each source image is)")
+                return
+            images.setdefault(str(who), set()).add(str(s))
+    most = max(len(s) for s in images.values())
+    budget = privacy.get("epsilon_patient_max")
+    ok = most <= stated and (not isinstance(budget, int | float) or budget >= most * eps * (1 - 1e-9))
+    rep.add(CHECK, ok, f"{most} images at most" if ok else
+            f"a patient has {most} released images (the statement: {stated}), so epsilon per patient is up to "
+            f"{most * eps:g} (the statement: {budget:g})" if isinstance(budget, int | float) else
+            f"a patient has {most} released images (the statement: {stated})")

@@ -21,8 +21,8 @@ from medanon.config import PhantomConfig, build
 @click.option("--size", type=click.IntRange(16, 1024), default=None, help="Image side in pixels.  [default: 64]")
 @click.option("--seed", type=int, default=None, help="Random seed; same seed, same bytes.  [default: 0]")
 @click.option("--both-eyes", type=click.FloatRange(0, 1), default=None, metavar="SHARE",
-              help="Fundus: share of patients photographed in both eyes, the other eye's acquisitions numbered "
-                   "after the first's (EyePACS: 1).  [default: 0]")
+              help="Fundus: the chance that a patient is photographed in both eyes (drawn per patient), the other "
+                   "eye's acquisitions numbered after the first's (EyePACS: 1).  [default: 0]")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes (0 = all cores).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder (must not exist).")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")

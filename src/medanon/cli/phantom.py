@@ -17,7 +17,7 @@ from medanon.config import PhantomConfig, build
               help="Fundus photographs (RGB) or chest X-rays (grayscale).  [default: fundus]")
 @click.option("--patients", type=click.IntRange(min=1), default=None, help="Number of patients.  [default: 200]")
 @click.option("--per-patient", type=click.IntRange(min=1), default=None,
-              help="Acquisitions per patient.  [default: 4]")
+              help="Acquisitions per patient (per eye photographed, with --both-eyes).  [default: 4]")
 @click.option("--size", type=click.IntRange(16, 1024), default=None, help="Image side in pixels.  [default: 64]")
 @click.option("--seed", type=int, default=None, help="Random seed; same seed, same bytes.  [default: 0]")
 @click.option("--both-eyes", type=click.FloatRange(0, 1), default=None, metavar="SHARE",

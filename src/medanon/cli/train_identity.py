@@ -100,7 +100,10 @@ def _split_options(f):
 def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, stratify, out, steps, arch, embed_dim,
                        image_size, margin, seed, fresh, overwrite, **opts) -> None:
     """Train the identity network (ArcFace on patient ids) on the repeated acquisitions of DATA_DIR's patients,
-    then report verification AUC and rank-1 identification on the held-out test split.
+    then report verification AUC and rank-1 identification on the held-out test split. On fundus data whose
+    laterality label shows patients photographed in both eyes, each eye photographed repeatedly, it learns eyes
+    instead (a person's two retinas differ) and verifies by eye; `identity_unit` in its output and checkpoint says
+    which.
 
     \b
     Example:

@@ -97,6 +97,7 @@ class AttackConfig:
     membership_fpr: float = 0.1                 # its threshold: this share of calibration images pass it
     balance: str = "auto"                       # controls reweighted to the members' mix of this label (the one
                                                 # that drives similarity); auto: grade, else pneumonia; "" = off
+                                                # (inference's control: always on its own secret)
     independent_attacker: bool = True           # also attack with a second identity network: another architecture,
     independent_arch: str = "resnet10"          # input size and seed, trained on the attacker split with the
     independent_image_size: int = 48           # same budget (steps, batch, lr, loss) as attacks.identity

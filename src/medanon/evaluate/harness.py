@@ -292,9 +292,9 @@ def _independent_info(ctx: RealContext) -> dict | None:
                 "trained_on": checkpoint_trained_on(a.independent_checkpoint, ctx),
                 "config": {"arch": said.get("arch", "from the checkpoint"), "image_size": net.cfg.image_size,
                            "seed": said.get("seed"), "steps": said.get("steps"),
-                           "backbone": net.cfg.backbone.to_dict()}}
+                           "backbone": net.cfg.backbone.to_dict()}, "identity_unit": ctx.unit_of("independent")}
     return {"trained_on": f"real {ctx.attacker_from} split ({ctx.split_name(ctx.attacker_rows)})",
-            "config": to_dict(a.independent)}
+            "config": to_dict(a.independent), "identity_unit": ctx.attacker_units[1]}
 
 
 def _refuse_written(spec: ReleaseSpec) -> None:
@@ -449,15 +449,19 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
                      "attacker_split": {"split": ctx.attacker_from, "images": len(ctx.attacker_rows),
                                         "patients": len(set(real.patients[ctx.attacker_rows].tolist()))},
                      "checks": checks, "utility_learner": ctx.learner.describe() if tasks else None,
-                     "siamese": {"trained_on": ctx.siamese_trained_on} if cfg.attacks.siamese else None,
+                     "siamese": {"trained_on": ctx.siamese_trained_on,
+                                 "identity_unit": "patient" if cfg.attacks.siamese_checkpoint else
+                                 ctx.attacker_units[1]} if cfg.attacks.siamese else None,
                      "checkpoints_sha256": ckpts},
         "config": to_dict(cfg), "device": str(dev), "controls": controls, "releases": results,
         "comparisons": compared, "differencing": differenced,
         "calibration": calibration, "notes": ctx.notes,
         "controls_balanced_on": {"setting": cfg.attacks.balance, "label": ctx.balance_label,
-                                 "how": "every control rate of a residual risk reweighted to the members' strata of "
-                                        "this label (each risk's control.balanced: strata, shares, weights)"
-                                 if ctx.balance_label else "not reweighted"},
+                                 "how": ("every control rate of a residual risk but inference's reweighted to the "
+                                         "members' strata of this label" if ctx.balance_label else
+                                         "no control rate reweighted but inference's")
+                                 + "; inference's always to the members' strata of its secret (each risk's "
+                                   "control.balanced: strata, shares, weights)"},
         "studies": dict(studies or {}),
         "seconds": round(time.perf_counter() - t0, 1),
     }

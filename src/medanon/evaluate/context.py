@@ -139,7 +139,8 @@ class RealContext:
                       f"on the release's source split instead, i.e. on its members, and measure memorisation too")
         self.identity_info: dict[str, Any] = (
             {"checkpoint": a.identity_checkpoint, "sha256": sha256_file(a.identity_checkpoint),
-             "trained_on": checkpoint_trained_on(a.identity_checkpoint, self)}
+             "trained_on": checkpoint_trained_on(a.identity_checkpoint, self),
+             "identity_unit": self.unit_of("identity")}
             if a.identity_checkpoint else
             {"trained_on": f"real {self.attacker_from} split ({len(self.attacker_rows)} images, "
                            f"{len(set(real.patients[self.attacker_rows]))} patients)", "config": to_dict(a.identity),

@@ -205,3 +205,36 @@ def test_the_networks_correlation_agrees_with_scipy_and_its_interval_respects_pa
     independent = pair_correlation(a, b, np.c_[np.arange(len(a)), np.arange(len(a)) + len(a)])
     assert got["ci"][1] - got["ci"][0] > 2 * (independent["ci"][1] - independent["ci"][0])
     assert np.isnan(pair_correlation(np.ones(5), np.arange(5.0), groups[:5])["pearson_r"])
+
+
+def test_network_checks_do_not_compare_eye_pairs_with_patient_pairs():
+    """An eye-trained network, members photographed twice per eye, controls once per eye: the controls have no pair of
+    one eye, so they are verified on their patients' two eyes (pairs the network learned to tell apart), and the two
+    groups are not compared: no "trained on the members?" note from pairs of different kinds."""
+    from types import SimpleNamespace
+
+    from medanon.evaluate.config import EvalConfig
+    from medanon.evaluate.context import RealContext
+    from medanon.evaluate.network_checks import network_checks
+
+    rng = np.random.default_rng(0)
+    pats, sides, emb, centres = [], [], [], {}
+    for who, shots in (("m", (0.0, 0.0, 1.0, 1.0)), ("c", (0.0, 1.0))):
+        for p in range(30):
+            for s in shots:
+                c = centres.setdefault((who, p, s), rng.normal(size=32))
+                pats.append(f"{who}{p}")
+                sides.append(s)
+                emb.append(c + 0.3 * rng.normal(size=32))
+    pats, sides, emb = np.asarray(pats), np.asarray(sides), np.asarray(emb)
+    notes = []
+    ctx = SimpleNamespace(cfg=EvalConfig(), real=SimpleNamespace(patients=pats, label_names=["laterality"],
+                                                                  label=lambda name: sides),
+                          src=np.flatnonzero(np.char.startswith(pats, "m")),
+                          held=np.flatnonzero(np.char.startswith(pats, "c")), real_emb=emb,
+                          real_emb_independent=None, unit_of=lambda net: "eye", note=notes.append)
+    ctx.identity_ids = lambda rows, unit: RealContext.identity_ids(ctx, rows, unit)
+    row = network_checks(ctx)["identity"]
+    assert row["members"]["auc"] > 0.95 and row["members"]["genuine_pairs"] == 60     # same-eye pairs
+    assert row["verified_on_patients"] == ["controls"] and row["controls"]["genuine_pairs"] == 30
+    assert not row["differs"] and "not compared" in row["not_compared"] and not notes

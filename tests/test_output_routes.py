@@ -354,6 +354,29 @@ def test_a_mapping_pending_when_a_run_was_killed_before_its_release_went_in_goes
     assert not (tmp_path / ".m.json.pending").exists() and mapping.read_text() == old
 
 
+def test_another_release_never_takes_a_mapping_pending_for_a_killed_one(tmp_path, phantom, monkeypatch):
+    """Release A (its first) killed between its swap and its mapping's rename; release B then names the same mapping
+    path: B is refused (before, B's opening removed A's pending mapping and A was left with none), and A's own rerun
+    puts A's mapping in place."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    mapping = tmp_path / "m.json"
+    monkeypatch.setattr(writer.os, "replace", _replace_killing_at(mapping, writer.os.replace))
+    with pytest.raises(SystemExit):
+        _release(tmp_path / "a", records, mapping=mapping)
+    monkeypatch.undo()
+    pending = tmp_path / ".m.json.pending"
+    assert pending.is_file() and not mapping.exists() and (tmp_path / "a").is_dir()
+    with pytest.raises(OutputExistsError, match="is pending for the release 'a'"):
+        _release(tmp_path / "b", records[:4], mapping=mapping)
+    assert pending.is_file() and not (tmp_path / "b").exists()
+    ReleaseWriter(tmp_path / "a", **SETTINGS, mapping=mapping, source={"sha256": "a"}, resume=False,
+                  overwrite=True).release_locks()
+    held = set(json.loads(mapping.read_text())["records"])
+    assert held == {f"images/{p.name}" for p in (tmp_path / "a" / "images").iterdir()} and not pending.exists()
+
+
 def _replace_killing_at(mapping: Path, real):
     """``os.replace`` that dies (as SIGKILL would, no clean-up) when asked to move ``mapping``'s pending file."""
     def replace(src, dst, *a, **k):

@@ -43,12 +43,17 @@ def network_checks(ctx: RealContext) -> dict:
         nets.append(("independent", ctx.real_emb_independent))
     for name, emb in nets:
         unit_name = ctx.unit_of(name)
-        row = {"identity_unit": unit_name}
+        groups = {group: ctx.identity_ids(rows, unit_name) for group, rows in (("members", ctx.src),
+                                                                                ("controls", ctx.held))}
+        fell_back = [g for g, ids in groups.items() if unit_name == "eye" and len(np.unique(ids)) == len(ids)]
+        for g in fell_back:             # no eye photographed twice there: the patient's pairs (its two eyes)
+            groups[g] = np.asarray(ctx.real.patients[ctx.src if g == "members" else ctx.held])
+        row: dict[str, Any] = {"identity_unit": unit_name}
+        if fell_back:
+            row["verified_on_patients"] = fell_back
         for group, rows in (("members", ctx.src), ("controls", ctx.held)):
             pats = ctx.real.patients[rows]          # clusters: a patient's pairs are not independent, whatever the unit
-            ids = ctx.identity_ids(rows, unit_name)  # genuine pairs: two images of one identity as it was learned
-            if len(np.unique(ids)) == len(ids):      # no eye photographed twice among them: the patient's pairs
-                ids = np.asarray(pats)
+            ids = groups[group]                      # genuine pairs: two images of one identity as it was learned
             sc, same, (i, j) = _pair_scores(emb[rows], ids, np.random.default_rng(ctx.cfg.seed), cap=CHECK_PAIRS)
             code = np.unique(pats, return_inverse=True)[1]
             pg = np.c_[code[i], code[j]]
@@ -65,7 +70,11 @@ def network_checks(ctx: RealContext) -> dict:
         diff = m["auc"] - c["auc"]
         row["difference"] = {"value": diff, "ci": [diff - z * se, diff + z * se],
                              "interval": "normal, from the two intervals' standard errors"}
-        row["differs"] = bool(abs(diff) > z * se)
+        row["differs"] = bool(abs(diff) > z * se) and not fell_back   # else they answer different questions
+        if fell_back:
+            row["not_compared"] = (f"the {' and '.join(fell_back)} have no eye photographed twice, so they were "
+                                   "verified on their patients' two eyes, which this network learned to tell apart: "
+                                   "members and controls are not compared")
         if row["differs"]:
             ctx.note(f"the {name} network verifies members (AUC {m['auc']:.3f}) and controls (AUC {c['auc']:.3f}) "
                      f"differently (difference {diff:.3f} [{diff - z * se:.3f}, {diff + z * se:.3f}]): members and "

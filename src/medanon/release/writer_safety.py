@@ -86,8 +86,17 @@ def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
     leave that release impossible to audit or evaluate."""
     held = _held_mapping(mapping) if Path(mapping).is_file() else None
     pending = pending_mapping(Path(mapping))
-    if pending.is_file() and (waiting := _held_mapping(pending)) is not None and _is_mapping_of(waiting, out):
+    waiting = _held_mapping(pending) if pending.is_file() else None
+    if waiting is not None and _is_mapping_of(waiting, out):
         return              # a run killed while closing this release: its own mapping replaces this one on opening
+    if waiting is not None:             # another release's, pending since a run of it was stopped while publishing
+        whose = waiting.get("release")
+        raise OutputExistsError(f"the mapping {mapping} is pending for the release {whose!r} ({pending}): a run of "
+                                "it was stopped while publishing it, and this mapping is that release's only link to "
+                                "its sources",
+                                fix=f"run that release's command again with overwrite to finish it, or give this "
+                                    f"release another mapping path (if that release is gone, delete {pending} "
+                                    "yourself first)")
     if held is not None and not _is_mapping_of(held, out):
         whose = held.get("release")
         also = (f" (a release named {whose!r} whose records are not those of {out})" if whose == out.name else "")
@@ -148,12 +157,14 @@ def settle_pending_mapping(out: Path, mapping: Path | None) -> None:
     if mapping is None:
         return
     pending = pending_mapping(mapping)
-    if not pending.is_file():
-        return
+    held = _held_mapping(pending) if pending.is_file() else None
+    if held is None or held.get("release") != out.name:
+        return                          # not this release's (another release's is refused by the output checks)
     if _maps_published(pending, out):
         os.replace(pending, mapping)
-    else:
-        pending.unlink(missing_ok=True)
+    elif not set(held.get("records") or {}) & _images_in(out):
+        pending.unlink(missing_ok=True)     # of records never published (a release of the same name elsewhere maps
+        #                                     other records: random names; it is refused by the output checks)
 
 
 def stale_sibling_mapping(out: Path, written: Path | None) -> Path | None:

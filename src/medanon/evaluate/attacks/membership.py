@@ -32,10 +32,10 @@ ground truth, and the real data):
    (``heldout_patients``), from whose resample every pool's held-out images are drawn again: the rate rests on both
    samples (``ci``; :mod:`.bootstrap`); else, and always in
    ``ci_slots``, the exact (Clopper-Pearson) interval of the hits over the K slots. Its **baseline** is the
-   *exact* chance of a random ranking (record ``r`` draws ``k_r`` of the pool at random: hypergeometric
-   hits, expected ``k_r / pool``), and the p-value is the exact upper tail of the convolution of those
-   hypergeometric laws (:func:`medanon.evaluate.attacks.stats.topk_null`), averaged over the attacker's
-   hits under random tie breaking (``p_value_exact``). That test treats the pool's images as independent; with
+   *exact* chance of a random ranking (record ``r`` draws ``k_r`` of its pool at random, its own patients'
+   other images left out of it: hypergeometric hits, expected ``k_r / pool_r``), and the p-value is the exact
+   upper tail of the convolution of those hypergeometric laws (:func:`medanon.evaluate.attacks.stats.topk_null`),
+   averaged over the attacker's hits under random tie breaking (``p_value_exact``). That test treats the pool's images as independent; with
    ``source_patients`` the reported ``p_value`` is the patient cluster bootstrap's instead (one-sided: the share of
    resampled hit rates at or below the exact chance, :func:`.bootstrap.bootstrap_p`, never below 1 / (resamples + 1)).
    This is a

@@ -38,7 +38,8 @@ ground truth, and the real data):
    averaged over the attacker's hits under random tie breaking (``p_value_exact``). That test treats the pool's
    images as independent; with ``source_patients`` the reported ``p_value`` is the patient cluster bootstrap's
    instead (one-sided: the share of resampled hit rates at or below the exact chance, :func:`.bootstrap.bootstrap_p`,
-   never below 1 / (resamples + 1)). This is a baseline (random guessing), not a control: ranking held-out patients has no member to find.
+   never below 1 / (resamples + 1)). This is a baseline (random guessing), not a control: ranking held-out patients
+   has no member to find.
 
 Worst case as in the paper: the member images offered to the attacker are the exact source images.
 """

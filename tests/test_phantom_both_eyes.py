@@ -199,3 +199,19 @@ def test_the_audit_recounts_a_dp_releases_images_per_patient(tmp_path: Path):
     (tmp_path / "rel" / "manifest.json").write_text(_json.dumps(manifest))
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 1 and "a patient has 4 released images (the statement: 2)" in r.output, r.output
+
+
+def test_the_data_summary_counts_patients_with_both_eyes(tmp_path: Path):
+    """A data team sees how many patients have both eyes photographed (by the laterality label), which decides how a
+    patient's images count (ε per patient, eye identities)."""
+    import medanon
+    from medanon.data.summary import format_summary, summarize
+
+    data = generate(PhantomConfig(patients=8, per_patient=1, size=16, seed=1, workers=1, both_eyes=0.5),
+                    tmp_path / "ph", progress=False)
+    rows = _rows(data)
+    pids = {r["patient_id"] for r in rows}
+    both = sum(len({r["laterality"] for r in rows if r["patient_id"] == p}) == 2 for p in pids)
+    s = summarize(medanon.open_dataset(data, size=16))
+    assert (s["patients_both_eyes"], s["patients_one_eye"]) == (both, 8 - both) and 0 < both < 8
+    assert f"eyes: {both} patient(s) with both, {8 - both} with one" in format_summary(s)

@@ -37,6 +37,14 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
             c = Counter(sp.decode(float(v)) for v in present)
             entry = {"kind": sp.kind, "missing": missing, "counts": dict(sorted(c.items()))}
         labels[name] = entry
+    eyes = {}
+    if "laterality" in ds.label_names and patients_known(ds):
+        sides: dict[str, set[float]] = {}
+        for r, v in zip(ds.records, ds.label_array("laterality"), strict=True):
+            if not np.isnan(v):
+                sides.setdefault(str(r.patient_id), set()).add(float(v))
+        eyes = {"patients_both_eyes": sum(len(s) == 2 for s in sides.values()),
+                "patients_one_eye": sum(len(s) == 1 for s in sides.values())}
     return {
         "root": str(ds.root),
         "layout": ds.layout,
@@ -45,6 +53,7 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
         "images": len(ds),
         "patients": len(per_patient),
         "patient_ids_known": patients_known(ds),         # False: each image counted as its own patient
+        **eyes,                                          # by the laterality label, where there is one
         "images_per_patient": {"min": int(counts.min()), "mean": round(float(counts.mean()), 3),
                                "max": int(counts.max())} if counts.size else {},
         "source_sizes": dict(sizes.most_common(10)),
@@ -80,7 +89,9 @@ def format_summary(s: dict[str, Any]) -> str:
            f"unknown (no patient ids: each of the {s['images']} images counted as its own)")
         + "   images/patient "
         f"min {s['images_per_patient'].get('min')} mean {s['images_per_patient'].get('mean')} "
-        f"max {s['images_per_patient'].get('max')}",
+        f"max {s['images_per_patient'].get('max')}"
+        + (f"   eyes: {s['patients_both_eyes']} patient(s) with both, {s['patients_one_eye']} with one (laterality)"
+           if "patients_both_eyes" in s else ""),
         "sizes     " + ", ".join(f"{k} ({v})" for k, v in s["source_sizes"].items())
         + (f"  ... {s['distinct_source_sizes']} distinct" if s["distinct_source_sizes"] > 10 else ""),
         "channels  " + ", ".join(f"{k}: {v}" for k, v in s["source_channels"].items())

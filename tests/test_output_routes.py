@@ -377,6 +377,68 @@ def test_another_release_never_takes_a_mapping_pending_for_a_killed_one(tmp_path
     assert held == {f"images/{p.name}" for p in (tmp_path / "a" / "images").iterdir()} and not pending.exists()
 
 
+def test_a_release_killed_inside_its_shuffle_resumes_with_its_pending_mapping(tmp_path, phantom, monkeypatch):
+    """Killed while the shuffle had moved the images to ``.images.shuffled`` and deleted ``images``: the release's own
+    pending mapping is still recognised as its own (its journal names its records), so the same command resumes."""
+    import shutil
+
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    mapping = tmp_path / "m.json"
+
+    def killed(folder):
+        images, shuffled = folder / "images", folder / ".images.shuffled"
+        shuffled.mkdir()
+        for p in images.iterdir():
+            shutil.copyfile(p, shuffled / p.name)
+        shutil.rmtree(images)
+        raise SystemExit("killed")                       # before the rename back
+
+    monkeypatch.setattr(writer, "_shuffle", killed)
+    monkeypatch.setattr(writer, "settle_pending_mapping", lambda *a, **k: None)     # SIGKILL: nothing runs after
+    with pytest.raises(SystemExit):
+        _release(tmp_path / "r", records, mapping=mapping)
+    monkeypatch.undo()
+    assert (tmp_path / ".m.json.pending").is_file()
+    _release(tmp_path / "r", records, mapping=mapping)
+    held = set(json.loads(mapping.read_text())["records"])
+    assert held == {f"images/{p.name}" for p in (tmp_path / "r" / "images").iterdir()}
+    assert not (tmp_path / ".m.json.pending").exists()
+
+
+def test_a_noted_pending_mapping_of_another_release_of_the_same_name_is_left_alone(tmp_path, phantom, monkeypatch):
+    """s1/release stopped while shuffling (its note stays), then s2/release (same folder name, same mapping path)
+    killed between its swap and its mapping's rename; s1/release resumed with another mapping path must not remove
+    s2's pending mapping (its only one) nor say it did."""
+    import warnings
+
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s2").mkdir()
+    mapping = tmp_path / "m.json"
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "_shuffle", stop)
+    with pytest.raises(KeyboardInterrupt):
+        _release(tmp_path / "s1" / "release", records, mapping=mapping)
+    monkeypatch.undo()
+    monkeypatch.setattr(writer.os, "replace", _replace_killing_at(mapping, writer.os.replace))
+    with pytest.raises(SystemExit):
+        _release(tmp_path / "s2" / "release", records[:4], mapping=mapping)
+    monkeypatch.undo()
+    pending = tmp_path / ".m.json.pending"
+    assert pending.is_file()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        _release(tmp_path / "s1" / "release", records, mapping=tmp_path / "m1.json")
+    assert pending.is_file() and not [w for w in said if "m.json.pending" in str(w.message)]
+
+
 def _replace_killing_at(mapping: Path, real):
     """``os.replace`` that dies (as SIGKILL would, no clean-up) when asked to move ``mapping``'s pending file."""
     def replace(src, dst, *a, **k):

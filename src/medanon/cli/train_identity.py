@@ -153,7 +153,7 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
                 e = net.embed(images[test]).double().numpy()
                 p = (np.asarray(eye_ids(patients[test], ds.label_array("laterality")[test])) if unit == "eye"
                      else patients[test])                # verified as it was trained: eyes or patients
-                if unit == "eye" and len(np.unique(p)) == len(p):
+                if unit == "eye" and len(np.unique(p)) == len(p) and len(np.unique(patients[test])) < len(test):
                     p = patients[test]                   # no eye photographed twice there: its patients' two eyes
                     result["test_verified_on"] = ("patients: no eye is photographed twice in the test split, so its "
                                                   "pairs are a patient's two eyes, which this network learned to "

@@ -44,7 +44,8 @@ def summarize(ds: ImageDataset) -> dict[str, Any]:
             if not np.isnan(v):
                 sides.setdefault(str(r.patient_id), set()).add(float(v))
         eyes = {"patients_both_eyes": sum(len(s) == 2 for s in sides.values()),
-                "patients_one_eye": sum(len(s) == 1 for s in sides.values())}
+                "patients_one_eye": sum(len(s) == 1 for s in sides.values()),
+                "patients_side_unknown": len({str(r.patient_id) for r in ds.records}) - len(sides)}
     return {
         "root": str(ds.root),
         "layout": ds.layout,
@@ -90,7 +91,8 @@ def format_summary(s: dict[str, Any]) -> str:
         + "   images/patient "
         f"min {s['images_per_patient'].get('min')} mean {s['images_per_patient'].get('mean')} "
         f"max {s['images_per_patient'].get('max')}"
-        + (f"   eyes: {s['patients_both_eyes']} patient(s) with both, {s['patients_one_eye']} with one (laterality)"
+        + (f"   eyes: {s['patients_both_eyes']} patient(s) with both, {s['patients_one_eye']} with one"
+           + (f", {s['patients_side_unknown']} unknown" if s.get("patients_side_unknown") else "") + " (laterality)"
            if "patients_both_eyes" in s else ""),
         "sizes     " + ", ".join(f"{k} ({v})" for k, v in s["source_sizes"].items())
         + (f"  ... {s['distinct_source_sizes']} distinct" if s["distinct_source_sizes"] > 10 else ""),

@@ -70,8 +70,9 @@ def network_checks(ctx: RealContext) -> dict:
         diff = m["auc"] - c["auc"]
         row["difference"] = {"value": diff, "ci": [diff - z * se, diff + z * se],
                              "interval": "normal, from the two intervals' standard errors"}
-        row["differs"] = bool(abs(diff) > z * se) and not fell_back   # else they answer different questions
-        if fell_back:
+        one_fell_back = len(fell_back) == 1             # then the two groups answer different questions
+        row["differs"] = bool(abs(diff) > z * se) and not one_fell_back
+        if one_fell_back:
             row["not_compared"] = (f"the {' and '.join(fell_back)} have no eye photographed twice, so they were "
                                    "verified on their patients' two eyes, which this network learned to tell apart: "
                                    "members and controls are not compared")

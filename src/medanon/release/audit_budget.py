@@ -30,8 +30,8 @@ def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mappin
     source dataset) or the record's own single patient, against the statement. Other releases: nothing is checked."""
     privacy = privacy or {}
     stated, eps = privacy.get("max_images_per_patient"), privacy.get("epsilon_image")
-    if not isinstance(stated, int) or isinstance(stated, bool) or not isinstance(eps, int | float) or not records:
-        return
+    if not (_number(stated) and _number(eps)) or not records:
+        return                          # no numeric statement (a non-DP release, or "unknown: no patient ids")
     images: dict[str, set[str]] = {}
     for v in records.values():
         sources, patients = list(v.get("sources") or ()), set(v.get("patients") or ())
@@ -42,6 +42,8 @@ def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mappin
                                  "tell whose each source image is)")
                 return
             images.setdefault(str(who), set()).add(str(s))
+    if not images:
+        return
     most = max(len(s) for s in images.values())
     budget = privacy.get("epsilon_patient_max")
     ok = most <= stated and (not isinstance(budget, int | float) or budget >= most * eps * (1 - 1e-9))
@@ -49,3 +51,7 @@ def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mappin
             f"a patient has {most} released images (the statement: {stated}), so epsilon per patient is up to "
             f"{most * eps:g} (the statement: {budget:g})" if isinstance(budget, int | float) else
             f"a patient has {most} released images (the statement: {stated})")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)

@@ -280,6 +280,9 @@ class ReleaseWriter:
                               f"guarantee ({what}): one statement cannot cover both halves",
                               fix="resume with the seed setting it was started with, or pass overwrite=True to "
                                   "discard it and start over")
+        shuffled = self.partial / ".images.shuffled"
+        if shuffled.is_dir() and not (self.partial / "images").exists():
+            shuffled.rename(self.partial / "images")     # a close killed between its shuffle's delete and rename
         lines = (self.partial / JOURNAL).read_text(encoding="utf-8").splitlines()
         for line in lines[1:]:
             try:

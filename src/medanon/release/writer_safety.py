@@ -68,8 +68,29 @@ def _images_in(folder: Path) -> set[str]:
 
 
 def _record_names(out: Path) -> set[str]:
-    """The records of the release ``out``, in its folder or in the ``OUT.partial`` folder it is being written in."""
-    return _images_in(out) | _images_in(out.with_name(out.name + ".partial"))
+    """The records of the release ``out``: in its folder, in the ``OUT.partial`` folder it is being written in (its
+    images, the copy a stopped shuffle left in ``.images.shuffled``) and in that run's journal (in ``OUT.partial`` or,
+    while it is being published, ``.OUT.closing``)."""
+    import json
+
+    partial = out.with_name(out.name + ".partial")
+    names = _images_in(out) | _images_in(partial)
+    shuffled = partial / ".images.shuffled"
+    if shuffled.is_dir():
+        names |= {f"images/{p.name}" for p in shuffled.iterdir()}
+    for journal in (partial / JOURNAL, closing_folder(out) / JOURNAL):
+        try:
+            lines = journal.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue                                # the head line's settings, or a torn last line
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                names.add(f"images/{entry['name']}")
+    return names
 
 
 def _is_mapping_of(held: dict, out: Path) -> bool:
@@ -132,7 +153,7 @@ def settle_noted_mapping(out: Path) -> None:
     if pending.is_file():
         published = _maps_published(pending, out)
         settle_pending_mapping(out, mapping)
-        if not published:
+        if not published and not pending.exists():
             warnings.warn(f"removed {pending}, the private mapping a stopped run of {out} left before its release "
                           "was published", UserWarning, stacklevel=user_stacklevel())
     note.unlink(missing_ok=True)
@@ -162,9 +183,9 @@ def settle_pending_mapping(out: Path, mapping: Path | None) -> None:
         return                          # not this release's (another release's is refused by the output checks)
     if _maps_published(pending, out):
         os.replace(pending, mapping)
-    elif not set(held.get("records") or {}) & _images_in(out):
-        pending.unlink(missing_ok=True)     # of records never published (a release of the same name elsewhere maps
-        #                                     other records: random names; it is refused by the output checks)
+    elif _is_mapping_of(held, out):
+        pending.unlink(missing_ok=True)     # this release's, of records never published
+    # else: another release's of the same folder name (random record names tell them apart): not this run's to touch
 
 
 def stale_sibling_mapping(out: Path, written: Path | None) -> Path | None:

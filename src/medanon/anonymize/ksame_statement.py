@@ -186,9 +186,16 @@ def ksame_recorded_overlap(privacy: dict[str, Any], found: list[tuple[str, int |
         unknown_too = (f"the models {', '.join(sorted({m for m, _ in unknown}))} were trained on images of the "
                        f"released folder ({said}): whether they include the released patients is not known here, and "
                        "what the models memorised of any of them is accepted as outside this guarantee")
-        kept = [a for a in privacy.get("assumptions", []) if not a.startswith("the models (codec")]
+        kept = [a for a in privacy.get("assumptions", []) if not a.startswith("the models (codec")
+                and not _map_generator_among(a, [m for m, _ in unknown])]
         privacy = {**privacy, "assumptions": [*kept, unknown_too]}
     return privacy
+
+
+def _map_generator_among(assumption: str, files: list[str]) -> bool:
+    """Whether ``assumption`` is k-SALSA's map-prior assumption about one of ``files`` (:mod:`.map_prior`)."""
+    return assumption.startswith("the map generator (") and any(assumption.startswith(f"the map generator ({f})")
+                                                                   for f in files)
 
 
 def _released(most: int | None) -> str:
@@ -216,9 +223,11 @@ def _trained_on_released(privacy: dict[str, Any], most: int | None, files: str, 
               f"{_released(most)} ({files}: {source}; what they memorised of them is "
               "not covered)") if only in privacy["guarantee"] else privacy["guarantee"] + f"; {fact} (not covered)"
     # the assumption that the models were not trained on the released people is known to fail: state the fact
+    named = files.split(", ")
     assumptions = [f"what the models memorised of the released patients they were trained on is accepted as "
                    f"outside this guarantee ({fact}); the guarantee does not need the models to be secret"
-                   if a.startswith("the models (codec") else a for a in privacy.get("assumptions", [])]
+                   if a.startswith("the models (codec") else a for a in privacy.get("assumptions", [])
+                   if not _map_generator_among(a, named)]     # the map generator's own assumption, known to fail
     return {**privacy, "guarantee": guarantee, "assumptions": assumptions,
             "models_trained_on_released": {"files": files_all, "released_patients": max(counts) if counts else None},
             "not_protected": [*privacy.get("not_protected", []),

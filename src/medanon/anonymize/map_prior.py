@@ -136,14 +136,21 @@ def resolve_map_generator(cfg, ds, codec, value, device, used: dict[str, Any]):
                           fix="pass map_generator= a GAN checkpoint of this modality and size, or "
                               "map_init='centroid' to start from the members' mean map")
     path = model_arg(value, role="ksalsa-map-generator", ds=ds, argument="map_generator", method="ksalsa", used=used)
+    from medanon.data.training_people import model_people
+
     blob = load_checkpoint(path, map_location="cpu")
-    return load_any_generator(path, device=device), {"generator": Path(path).name, "sha256": blob["sha256"]}
+    # its training people (a `medanon train gan` run records digests of them), compared with the released patients
+    # like the codec's; private: not for the public params (map_prior_params leaves it out)
+    people = model_people({**blob, "path": str(path)})
+    return load_any_generator(path, device=device), {"generator": Path(path).name, "sha256": blob["sha256"],
+                                                     **({"_trained_people": people} if people else {})}
 
 
 def map_prior_params(cfg, codec, prior_gen) -> Any:
     """What the manifest's ``params.salsa.map_prior`` says."""
     if prior_gen is not None:
-        return {"candidates": cfg.salsa.map_samples, "seed": cfg.seed, **prior_gen[1],
+        return {"candidates": cfg.salsa.map_samples, "seed": cfg.seed,
+                **{k: v for k, v in prior_gen[1].items() if not k.startswith("_")},
                 "choice": "each cluster starts from its centroid's styles and the map of the synthetic image (a GAN "
                           "sample inverted by the codec) nearest to its centroid's map"}
     if codec is not None and not has_map(codec):

@@ -183,7 +183,9 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
         from medanon.anonymize.ksame_statement import ksame_recorded_overlap
         from medanon.data.training_people import released_overlap
 
-        privacy = ksame_recorded_overlap(privacy, released_overlap(codec.describe().get("trained_people") or [], ds))
+        people = [*(codec.describe().get("trained_people") or []),
+                  *((prior_gen[1].get("_trained_people") or []) if prior_gen is not None else [])]
+        privacy = ksame_recorded_overlap(privacy, released_overlap(people, ds))
     return Release(method=cfg.method, dataset=ds, params=params,
                    privacy=privacy, labels=labels, produce=produce,
                    seeds={**seeds_used(cfg, codec=codec), **({"map_prior": cfg.seed} if prior_gen else {})},

@@ -138,4 +138,6 @@ def test_a_map_generator_trained_on_the_released_patients_is_stated(tmp_path, ma
     assert "gan.pt" in privacy["models_trained_on_released"]["files"]
     assert privacy["models_trained_on_released"]["released_patients"] == 6
     assert not any(a.startswith("the map generator (gan.pt)") for a in privacy["assumptions"])
-    assert "_trained_people" not in rel.params["salsa"]["map_prior"]
+    prior = rel.params["salsa"]["map_prior"]
+    assert "_trained_people" not in prior and sorted(prior["trained_people"][0]) == [
+        "dataset_key", "images", "model", "people_key", "split"]                 # keyed: what evaluate reads

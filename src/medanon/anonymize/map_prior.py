@@ -149,8 +149,12 @@ def resolve_map_generator(cfg, ds, codec, value, device, used: dict[str, Any]):
 def map_prior_params(cfg, codec, prior_gen) -> Any:
     """What the manifest's ``params.salsa.map_prior`` says."""
     if prior_gen is not None:
+        from medanon.data.training_people import public_people
+
+        people = public_people(prior_gen[1].get("_trained_people") or [])     # keyed, as the codec's
         return {"candidates": cfg.salsa.map_samples, "seed": cfg.seed,
                 **{k: v for k, v in prior_gen[1].items() if not k.startswith("_")},
+                **({"trained_people": people} if people else {}),
                 "choice": "each cluster starts from its centroid's styles and the map of the synthetic image (a GAN "
                           "sample inverted by the codec) nearest to its centroid's map"}
     if codec is not None and not has_map(codec):

@@ -18,14 +18,12 @@ from medanon.evaluate.known_answers import DETECTED, KINDS, copy_ceiling, judge,
 from medanon.phantoms.generate import generate
 
 
-@pytest.fixture(scope="module")
-def answers(tmp_path_factory):
-    root = tmp_path_factory.mktemp("known")
-    # 80 x 3: at 60 x 2 the top-K membership attack reads the JPEG copy at 0.28-0.49 from run to run (its random
-    # half split and the identity network's float rounding), on either side of the 0.5 its calibration demands
-    data = generate(PhantomConfig(patients=80, per_patient=3, size=SIZE, workers=1), root / "fundus", progress=False)
-    other = generate(PhantomConfig(patients=20, per_patient=3, size=SIZE, workers=1, seed=7), root / "other",
-                     progress=False)
+def _answers(root, *, per_patient: int = 3, both_eyes: float = 0.0):
+    kw = {"both_eyes": both_eyes} if both_eyes else {}
+    data = generate(PhantomConfig(patients=80, per_patient=per_patient, size=SIZE, workers=1, **kw), root / "fundus",
+                    progress=False)
+    other = generate(PhantomConfig(patients=20, per_patient=per_patient, size=SIZE, workers=1, seed=7, **kw),
+                     root / "other", progress=False)
     # 32 held-out patients: 16 per half, above the minimum control of 10; the fast preset's attackers (the tiny
     # preset's identity network reads a JPEG copy at 0.15 and voids most rows, the verdict then resting on a few)
     cfg = tiny_config()
@@ -36,7 +34,14 @@ def answers(tmp_path_factory):
     rels = [write_known_answer(k, root / k, real, other=others.images, other_values=others.label("grade"),
                                match="grade") for k in KINDS]
     rep = evaluate(data, rels, root / "report", config=cfg, cache_dir=root / "cache", progress=False)
-    return {r["name"]: r for r in rep["releases"]}
+    return {r["name"]: r for r in rep["releases"]}, rep
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory):
+    # 80 x 3: at 60 x 2 the top-K membership attack reads the JPEG copy at 0.28-0.49 from run to run (its random
+    # half split and the identity network's float rounding), on either side of the 0.5 its calibration demands
+    return _answers(tmp_path_factory.mktemp("known"))[0]
 
 
 @pytest.mark.slow
@@ -44,6 +49,20 @@ def test_every_valid_attack_gives_the_known_answer(answers):
     """Every valid attack detects every copy. On the null releases a 95 % interval excludes 0 by chance for about
     2.5 % of valid rows (one-sided), so false alarms are allowed up to the 99.9 % quantile of that binomial count,
     and no more; every other wrong answer fails."""
+    _no_wrong_answers(answers)
+
+
+@pytest.mark.slow
+def test_known_answers_on_data_photographed_in_both_eyes(tmp_path_factory):
+    """EyePACS-shaped data (both eyes of every patient, two photographs of each): the attackers learn eyes, and every
+    valid row still gives its release's right answer, with enough rows valid for the check to mean something."""
+    answers, rep = _answers(tmp_path_factory.mktemp("known-both"), per_patient=2, both_eyes=1.0)
+    assert rep["networks"]["identity"]["identity_unit"] == "eye"
+    assert _no_wrong_answers(answers) >= 10
+
+
+def _no_wrong_answers(answers) -> int:
+    """Assert no copy missed and false alarms within chance; returns the number of valid rows."""
     missed, alarms, null_rows, valid = [], [], 0, 0
     for kind in KINDS:
         rel = answers[kind]
@@ -57,6 +76,7 @@ def test_every_valid_attack_gives_the_known_answer(answers):
     assert not missed
     assert len(alarms) <= binom.ppf(0.999, null_rows, 0.025), alarms
     assert valid >= 10                      # the check is not vacuous: most attacks are valid at this size
+    return valid
 
 
 @pytest.mark.slow

@@ -215,3 +215,16 @@ def test_the_data_summary_counts_patients_with_both_eyes(tmp_path: Path):
     s = summarize(medanon.open_dataset(data, size=16))
     assert (s["patients_both_eyes"], s["patients_one_eye"]) == (both, 8 - both) and 0 < both < 8
     assert f"eyes: {both} patient(s) with both, {8 - both} with one" in format_summary(s)
+
+
+def test_the_report_says_the_attackers_learned_eyes():
+    """The report page's protocol names the identity unit where the attackers learned eyes (and says nothing of it
+    otherwise)."""
+    from medanon.evaluate.report_attacks import _protocol
+
+    real = {"source_split": "train", "source_images": 10, "heldout_split": "test", "heldout_images": 4}
+    rep = {"real": real, "networks": {"attacker_split": {"split": "val", "images": 4, "patients": 2},
+                                      "identity": {"trained_on": "real val split", "identity_unit": "eye"}}}
+    assert "learned each eye of a patient as an identity" in _protocol(rep)
+    rep["networks"]["identity"]["identity_unit"] = "patient"
+    assert "learned each eye" not in _protocol(rep)

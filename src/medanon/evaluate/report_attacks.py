@@ -72,8 +72,11 @@ def _protocol(rep: dict) -> str:
             f"that attack's control.</li><li>Attackers (attribute classifier, independent identity network) are "
             f"trained on the <b>{_e(att.get('split', '?'))}</b> split ({att.get('images', '?')} images of "
             f"{att.get('patients', '?')} patients), neither members nor controls. The main identity network: "
-            f"{_e(ident.get('trained_on', '?'))}.</li><li>Hidden rate is given per image and per individual (GMIA "
-            f"counts individuals); local cloaking with both centres, named.</li></ul>")
+            f"{_e(ident.get('trained_on', '?'))}"
+            + (" (it learned each eye of a patient as an identity: a person's two retinas differ; the attacks link a "
+               "record to the patient through any of their images)" if ident.get("identity_unit") == "eye" else "")
+            + ".</li><li>Hidden rate is given per image and per individual (GMIA "
+              "counts individuals); local cloaking with both centres, named.</li></ul>")
 
 
 def _explain(rep: dict | None = None) -> str:

@@ -171,7 +171,7 @@ def test_eye_identities_need_both_eyes_and_fall_back_where_no_eye_repeats():
                          member_rows=np.arange(20, 30),
                          calib_rows=np.arange(30, 35), control_rows=np.arange(35, 40), max_pairs=50,
                          reference_ids=eyes)
-    assert out["reference"]["AUC"] == out["reference"]["AUC"]       # ran, on the patients' pairs
+    assert out["reference"]["genuine_pairs"] == 5                    # the 5 held-out patients' two eyes
 
 
 def test_the_audit_recounts_a_dp_releases_images_per_patient(tmp_path: Path):

@@ -122,7 +122,14 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
     from medanon.phantoms.provenance import trained_on_phantom
     from medanon.runtime import resolve_device
     from medanon.train.distributed import init_distributed, shutdown
-    from medanon.train.identity import IdentityTrainConfig, check_resumable, eye_ids, identity_units, train_identity
+    from medanon.train.identity import (
+        IdentityTrainConfig,
+        check_resumable,
+        eye_ids,
+        identity_units,
+        train_identity,
+        verification_ids,
+    )
 
     dist = init_distributed(resolve_device(ctx.obj["device"]))   # under torchrun: data-parallel, rank 0 writes
     try:
@@ -151,13 +158,13 @@ def train_identity_cmd(ctx: click.Context, data_dir, split, splits, split_seed, 
             if split not in ("all", "test"):         # trained on the test split: no held-out score exists
                 test = _split_rows(ds, splits, "test", split_seed, stratify)
                 e = net.embed(images[test]).double().numpy()
-                p = (np.asarray(eye_ids(patients[test], ds.label_array("laterality")[test])) if unit == "eye"
-                     else patients[test])                # verified as it was trained: eyes or patients
-                if unit == "eye" and len(np.unique(p)) == len(p) and len(np.unique(patients[test])) < len(test):
-                    p = patients[test]                   # no eye photographed twice there: its patients' two eyes
-                    result["test_verified_on"] = ("patients: no eye is photographed twice in the test split, so its "
-                                                  "pairs are a patient's two eyes, which this network learned to "
-                                                  "tell apart")
+                p = patients[test]                       # verified as it was trained: eyes or patients
+                if unit == "eye":
+                    p, fell = verification_ids(eye_ids(p, ds.label_array("laterality")[test]), p)
+                    if fell and len(np.unique(p)) < len(p):
+                        result["test_verified_on"] = ("patients: no eye is photographed twice in the test split, so "
+                                                      "its pairs are a patient's two eyes, which this network learned "
+                                                      "to tell apart")
                 sim = e @ e.T
                 iu = np.triu_indices(len(p), 1)
                 result["test_verification_auc"] = roc_auc((p[:, None] == p[None, :])[iu], sim[iu])

@@ -128,6 +128,7 @@ class RealContext:
         self._attribute_scores: dict[str, np.ndarray] = {}
         self._attribute_size: int | None = None         # a checkpointed attribute attacker's input side
         self.member_fallbacks: set[str] = set()         # attackers that had to be trained on the members
+        self._units_recorded: dict[str, str] = {}       # identity unit a network checkpoint records (unit_of)
         a = cfg.attacks
         att = real.rows(a.attacker_split) if a.attacker_split else np.zeros(0, np.int64)
         if _repeat_patients(real.patients[att]) >= 2:
@@ -158,14 +159,17 @@ class RealContext:
 
     def unit_of(self, net: str) -> str:
         """The identity a network learned (``identity``, ``independent``): recorded in its checkpoint (``patient``
-        where a checkpoint records none), else this evaluation's choice for the networks it trains."""
+        where a checkpoint records none; read once), else this evaluation's choice for the networks it trains."""
         a = self.cfg.attacks
         path = a.identity_checkpoint if net == "identity" else a.independent_checkpoint
         if not path:
             return self.attacker_units[1]
-        from medanon.checkpoint import load_checkpoint
+        if net not in self._units_recorded:
+            from medanon.checkpoint import load_checkpoint
 
-        return str((load_checkpoint(path, kind="identity").get("extra") or {}).get("identity_unit", "patient"))
+            extra = load_checkpoint(path, kind="identity").get("extra") or {}
+            self._units_recorded[net] = str(extra.get("identity_unit", "patient"))
+        return self._units_recorded[net]
 
     @cached_property
     def siamese_ids(self) -> np.ndarray:

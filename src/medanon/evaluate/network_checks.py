@@ -11,6 +11,7 @@ import numpy as np
 from scipy.stats import norm
 
 from medanon.evaluate.attacks.stats import unit
+from medanon.train.identity import verification_ids
 
 if TYPE_CHECKING:
     from medanon.evaluate.context import RealContext
@@ -43,11 +44,12 @@ def network_checks(ctx: RealContext) -> dict:
         nets.append(("independent", ctx.real_emb_independent))
     for name, emb in nets:
         unit_name = ctx.unit_of(name)
-        groups = {group: ctx.identity_ids(rows, unit_name) for group, rows in (("members", ctx.src),
-                                                                                ("controls", ctx.held))}
-        fell_back = [g for g, ids in groups.items() if unit_name == "eye" and len(np.unique(ids)) == len(ids)]
-        for g in fell_back:             # no eye photographed twice there: the patient's pairs (its two eyes)
-            groups[g] = np.asarray(ctx.real.patients[ctx.src if g == "members" else ctx.held])
+        groups, fell_back = {}, []
+        for group, rows in (("members", ctx.src), ("controls", ctx.held)):
+            # no eye photographed twice there: the patient's pairs (its two eyes)
+            groups[group], fell = verification_ids(ctx.identity_ids(rows, unit_name), ctx.real.patients[rows])
+            if fell and unit_name == "eye":
+                fell_back.append(group)
         row: dict[str, Any] = {"identity_unit": unit_name}
         if fell_back:
             row["verified_on_patients"] = fell_back

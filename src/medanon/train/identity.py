@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -172,8 +173,8 @@ def identity_units(patient_ids: Sequence[str], sides: Sequence[float] | None = N
     if sides is None:
         return ids, "patient"
     eyes = eye_ids(ids, sides)
-    both = {e.rsplit("/", 1)[0] for e in eyes if e.endswith("/L")} & {e.rsplit("/", 1)[0] for e in eyes
-                                                                       if e.endswith("/R")}
+    sided = {(p, float(s) >= 0.5) for p, s in zip(ids, sides, strict=True) if s == s}
+    both = {p for p, right in sided if right and (p, False) in sided}
 
     def repeated(units: list[str]) -> tuple[int, int]:
         """Images of units photographed twice or more, and how many such units."""
@@ -184,6 +185,20 @@ def identity_units(patient_ids: Sequence[str], sides: Sequence[float] | None = N
     if both and eye_units >= 2 and 2 * eye_images >= patient_images:
         return eyes, "eye"
     return ids, "patient"
+
+
+def verification_ids(ids: Sequence[str], patient_ids: Sequence[str]) -> tuple[np.ndarray, bool]:
+    """The identities a network's verification pairs are made of: ``ids`` (as it learned them, e.g. eyes) where some
+    identity has two or more images, else the patients (whose pairs are then a patient's two eyes); and whether it
+    fell back to the patients.
+
+    >>> verification_ids(["a/L", "a/R"], ["a", "a"])
+    (array(['a', 'a'], dtype='<U1'), True)
+    """
+    ids = np.asarray(ids)
+    if len(np.unique(ids)) < len(ids):
+        return ids, False
+    return np.asarray(patient_ids), True
 
 
 def train_identity(images: torch.Tensor, patient_ids: Sequence[str], *, cfg: IdentityTrainConfig | None = None,

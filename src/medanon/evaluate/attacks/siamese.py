@@ -60,6 +60,7 @@ from medanon.evaluate.attacks.linkability import (
 )
 from medanon.evaluate.attacks.nearest import membership_from_scores
 from medanon.evaluate.attacks.views import assumptions
+from medanon.train.identity import verification_ids
 
 ASSUMPTIONS = ("attacker holds a Siamese network trained on pairs of real images of other patients (genuine: "
                "the same patient, or the same eye of a fundus patient where eyes are photographed repeatedly) and "
@@ -286,9 +287,8 @@ def siamese_attack(net: SiameseNet, *, real_feats: torch.Tensor, release_feats: 
     boot = {"seed": seed, "n_resamples": n_resamples}
     held = np.r_[calib_rows, control_rows]
     hp = patients[held]
-    hu = hp if reference_ids is None else np.asarray(reference_ids)[held]    # genuine: one identity as learned
-    if len(np.unique(hu)) == len(hu):           # no eye photographed twice among them: the patient's pairs
-        hu = hp
+    # genuine: one identity as learned; where no eye is photographed twice among them, the patient's pairs
+    hu = hp if reference_ids is None else verification_ids(np.asarray(reference_ids)[held], hp)[0]
     ci, cj, cl, _ = _pairs(hu[:, None] == hu[None, :], True, rng, 1_000_000, max_pairs)
     if cl.sum() == 0 or (~cl).sum() == 0:
         raise ValueError("the Siamese attacker's reference needs held-out patients with two or more images")

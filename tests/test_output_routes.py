@@ -439,6 +439,27 @@ def test_a_noted_pending_mapping_of_another_release_of_the_same_name_is_left_alo
     assert pending.is_file() and not [w for w in said if "m.json.pending" in str(w.message)]
 
 
+def test_a_refused_rerun_still_puts_a_killed_runs_pending_mapping_in_place(tmp_path, phantom, monkeypatch):
+    """Killed between the swap and the mapping's rename, then run again *without* --overwrite: the rerun is refused
+    (the release exists), but the published release gets its mapping (before, it stayed pending until a run with
+    --overwrite, and the release had no mapping at its path)."""
+    import medanon.release.writer as writer
+
+    records = scan(phantom).records
+    mapping = tmp_path / "m.json"
+    _release(tmp_path / "r", records[:4], mapping=mapping)
+    monkeypatch.setattr(writer.os, "replace", _replace_killing_at(mapping, writer.os.replace))
+    with pytest.raises(SystemExit):
+        _release(tmp_path / "r", records, mapping=mapping, overwrite=True)
+    monkeypatch.undo()
+    assert (tmp_path / ".m.json.pending").is_file()
+    with pytest.raises(OutputExistsError):
+        _release(tmp_path / "r", records, mapping=mapping)
+    held = set(json.loads(mapping.read_text())["records"])
+    assert held == {f"images/{p.name}" for p in (tmp_path / "r" / "images").iterdir()} and len(held) == len(records)
+    assert not (tmp_path / ".m.json.pending").exists() and not (tmp_path / ".r.closing").exists()
+
+
 def _replace_killing_at(mapping: Path, real):
     """``os.replace`` that dies (as SIGKILL would, no clean-up) when asked to move ``mapping``'s pending file."""
     def replace(src, dst, *a, **k):

@@ -49,18 +49,19 @@ import torch
 from medanon.anonymize.privacy import with_standard_fields
 from medanon.config import differences
 from medanon.data.records import Record
-from medanon.errors import ConfigError, DataError, OutputExistsError, user_stacklevel
+from medanon.errors import ConfigError, DataError, MedanonError, OutputExistsError, user_stacklevel
 from medanon.fsutil import (
     atomic_write_text,
     remove_leftovers,
     replace_output,
 )
-from medanon.locks import OutputLock
+from medanon.locks import ConcurrentRunError, OutputLock
 from medanon.outputs import check_replaceable, checkpoint_files, write_marker
 from medanon.release.files import _json_default, labels_csv, manifest_json, mapping_json, write_record
 from medanon.release.order import _shuffle, _stamp
 from medanon.release.writer_safety import (  # noqa: F401  (check_release_outputs, OutputWriteError: re-exported)
     JOURNAL,
+    PENDING_NOTE,
     RANK_JOURNAL_GLOB,
     OutputWriteError,
     _check_each_source_once,
@@ -141,7 +142,11 @@ class ReleaseWriter:
         self.mapping = Path(mapping) if mapping else None
         self.overwrite = overwrite
         inputs = [*inputs, *checkpoint_files((models or {}).values())]     # the checkpoints the models came from
-        check_release_outputs(self.out, self.mapping, inputs=inputs, overwrite=overwrite)
+        try:
+            check_release_outputs(self.out, self.mapping, inputs=inputs, overwrite=overwrite)
+        except OutputExistsError:
+            self._settle_stopped_close()        # refused, but a killed run's published release gets its mapping
+            raise
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.lock = OutputLock(self.out).acquire()      # one writer per release, before anything is touched
         try:
@@ -163,6 +168,25 @@ class ReleaseWriter:
         except BaseException:
             self.release_locks()
             raise
+
+    def _settle_stopped_close(self) -> None:
+        """A run killed after its release went in and before its mapping did left the mapping pending (noted in
+        ``.OUT.closing``): put it in place, under the release's lock, even when this run is refused (the release
+        exists), so that the published release is not left without its only link to its sources. Nothing is done
+        while another run holds the lock (it may be closing now) or when there is nothing to settle."""
+        if not (closing_folder(self.out) / PENDING_NOTE).is_file():
+            return
+        try:
+            lock = OutputLock(self.out).acquire()
+        except ConcurrentRunError:
+            return
+        try:
+            settle_pending_mapping(self.out, self.mapping)
+            restore_closing_journals(self.out, self.out.with_name(self.out.name + ".partial"))
+        except MedanonError:
+            pass                                # the refusal stands; the next accepted run reports what is wrong
+        finally:
+            lock.release()
 
     def _open(self, method, params, privacy, labels, seeds, models, source, phantom, resume, sharded) -> None:
         overwrite = self.overwrite

@@ -121,6 +121,35 @@ def test_gmia_and_vs_snow_manifests_name_the_default_files_they_used(tmp_path):
     assert [f["file"] for f in files.values()] == ["unet-vessels64.pt"]
 
 
+def test_the_cli_records_the_model_files_it_used_as_the_api_does(tmp_path):
+    """A release made by the command names its models in ``params.model_files`` with why each was used, as one made
+    from Python does (before, k-Centroid, k-SALSA, GAN-Inverted and GMIA made by the command recorded none, and
+    DP-GLOW called its default flow "given")."""
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+    from medanon.config import PhantomConfig
+    from medanon.phantoms.generate import generate
+    from medanon.release import read_release
+
+    fundus = generate(PhantomConfig(patients=6, per_patient=1, size=64, workers=1), tmp_path / "f", progress=False)
+    xray = generate(PhantomConfig(modality="xray", patients=3, per_patient=1, size=64, workers=1, seed=7),
+                    tmp_path / "x", progress=False)
+    runs = {"kc": (["kcentroid", str(fundus), "--k", "3"], {"codec": ("restyle-map-fundus64.pt", "default for fundus")}),
+            "inv": (["inverted", str(fundus), "--model", "restyle-map-fundus64"],
+                    {"codec": ("restyle-map-fundus64.pt", "given")}),
+            "g": (["gmia", str(fundus), "--steps", "1", "--identity", "identity-fundus64"],
+                  {"model": ("cotrained-map-fundus64.pt", "default for fundus"),
+                   "identity": ("identity-fundus64.pt", "given"),
+                   "utility": ("classifier-grade-fundus64.pt", "default for fundus")}),
+            "dp": (["dpglow", str(xray), "--epsilon", "100"], {"flow": ("glow-xray64.pt", "default for xray")})}
+    for out, (args, want) in runs.items():
+        r = CliRunner().invoke(cli, ["anonymize", *args, "--out", str(tmp_path / out)])
+        assert r.exit_code == 0, r.output
+        files = read_release(tmp_path / out)[0]["params"]["model_files"]
+        assert {k: (v["file"], v["chosen"]) for k, v in files.items()} == want, out
+
+
 def test_the_shipped_table_is_the_checkpoints_folder_and_names_a_copy_anywhere(tmp_path, monkeypatch):
     """The digests of medanon's public checkpoints (medanon.models_shipped) are those of checkpoints/*.pt; a copy
     installed elsewhere under another name is recognised as the shipped one, an edited file is not."""

@@ -156,7 +156,8 @@ def dpglow_cmd(ctx, data_dir, flow_path, flow_training, out, center, epsilon, pe
     cfg = _config(config_file, overrides, epsilon=epsilon, per_element=per_pixel, clip_box=clip_box, alpha=alpha,
                   no_clip=no_clip, center=center, batch=batch)
     dev = resolve_device(ctx.obj["device"])
-    if flow_path is None:
+    defaulted = flow_path is None               # then the library chooses the same default, and records it so
+    if defaulted:
         flow_path = shipped_default(data_dir, data_opts, "dpglow-flow", flag="--flow", method="dpglow")
     check_release_before_work(out, mapping, overwrite, data_dir, data_opts, flow_path, calibrate_on,
                               data_opts.get("splits_csv"))        # before the flow is loaded or a box calibrated
@@ -171,10 +172,10 @@ def dpglow_cmd(ctx, data_dir, flow_path, flow_training, out, center, epsilon, pe
     split = [data_opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
     ds = open_split(data_dir, data_opts, *split, FLAGS)
     with library_call(FLAGS):
-        # the flow by file (read again, small), so that the manifest's model_files names it
-        release = dpglow(ds, flow=flow_path, **vars(cfg), calibrate_on=_calibration(calibrate_on, data_opts, ds),
-                         noise_seed=noise_seed, release_labels=release_labels, device=dev,
-                         flow_training=flow_training)
+        # the flow by file (read again, small), so that the manifest's model_files names it (and why it was used)
+        release = dpglow(ds, flow=None if defaulted else flow_path, **vars(cfg),
+                         calibrate_on=_calibration(calibrate_on, data_opts, ds), noise_seed=noise_seed,
+                         release_labels=release_labels, device=dev, flow_training=flow_training)
         release.save(out, mapping=mapping, overwrite=overwrite)
     _report(release, ds, out, mapping)
 

@@ -84,7 +84,7 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     """
     import torch
 
-    from medanon.cli.models import shipped_default
+    from medanon.cli.models import given_model, shipped_default
     from medanon.config import build
 
     with library_call(FLAGS):
@@ -93,12 +93,18 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
                     batch_size=batch_size)
     _check_loss_options(cfg.losses, overrides, margin=margin, lambda_id=lambda_id, identity=identity_path,
                         lambda_ut=lambda_ut, utility=utility_path)
+    used: dict = {}                              # the manifest's params.model_files, as the Python API writes it
+    for given in ((model_path, "model"), (identity_path, "identity"), (utility_path, "utility")):
+        given_model(used, given[1], given[0])
     if model_path is None:
-        model_path = shipped_default(data_dir, data_opts, "gmia-codec", flag="--model", method="gmia")
+        model_path = shipped_default(data_dir, data_opts, "gmia-codec", flag="--model", method="gmia", used=used,
+                                     argument="model")
     if identity_path is None and "id" in cfg.losses.split("+"):
-        identity_path = shipped_default(data_dir, data_opts, "gmia-identity", flag="--identity", method="gmia")
+        identity_path = shipped_default(data_dir, data_opts, "gmia-identity", flag="--identity", method="gmia",
+                                        used=used, argument="identity")
     if utility_path is None and "ut" in cfg.losses.split("+"):
-        utility_path = shipped_default(data_dir, data_opts, "gmia-utility", flag="--utility", method="gmia")
+        utility_path = shipped_default(data_dir, data_opts, "gmia-utility", flag="--utility", method="gmia",
+                                       used=used, argument="utility")
     check_release_before_work(out, mapping, overwrite, data_dir, data_opts, model_path, identity_path,
                               utility_path, splits_csv)             # before the networks are loaded
 
@@ -123,7 +129,8 @@ def gmia_cmd(ctx: click.Context, data_dir, model_path, identity_path, utility_pa
     ds = open_split(data_dir, data_opts, split, splits_csv, split_seed, FLAGS)
     labels = [s.strip() for s in release_labels.split(",") if s.strip()] if release_labels is not None else None
     with library_call(FLAGS):
-        path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite)
+        path, outcome = gmia_release(ds, out, gmia=gmia, labels=labels, mapping=mapping, overwrite=overwrite,
+                                     extra_params={"model_files": used} if used else None)
     note_without_mapping(mapping)
     click.echo(f"wrote {len(ds)} GMIA images ({cfg.losses}, {cfg.steps} steps, m={cfg.margin:g}, "
                f"{cfg.latent_space.upper()}) to {path}")

@@ -181,10 +181,14 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
     dev = resolve_device(ctx.obj["device"])
     amp = data_opts.pop("amp", "off")
     codec = None
-    if model is None and method in ("ksalsa", "kcentroid", "inverted"):
-        from medanon.cli.models import shipped_default
+    from medanon.cli.models import given_model, shipped_default
 
-        model = shipped_default(data_dir, data_opts, "ksame-codec", flag="--model", method=method)
+    used: dict = {}                              # the manifest's params.model_files, as the Python API writes it
+    if model is None and method in ("ksalsa", "kcentroid", "inverted"):
+        model = shipped_default(data_dir, data_opts, "ksame-codec", flag="--model", method=method, used=used,
+                                argument="codec")
+    elif model is not None:
+        given_model(used, "codec", model)
     check_release_before_work(out, mapping, overwrite, data_dir, data_opts, model, basis_from, split[1])
     if model is not None:
         with library_call(FLAGS):
@@ -213,7 +217,7 @@ def _run(ctx, method: str, *, data_dir, model, out, mapping, release_labels, ove
             cfg.salsa = apply_ablation(cfg.salsa, salsa["ablation"], lam_given=salsa["lam"] is not None)
             check_layers(cfg.salsa, net, image_size=ds.size, channels=ds.channels)
         release = ksame_release(ds, cfg, codec=codec, features=net, release_labels=release_labels, pca_basis=basis,
-                                device=dev, map_generator=(salsa or {}).get("map_generator"))
+                                device=dev, map_generator=(salsa or {}).get("map_generator"), model_files=used)
         release.save(out, mapping=mapping, overwrite=overwrite)
     note_without_mapping(mapping)
     summary = release.summary

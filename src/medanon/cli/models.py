@@ -68,9 +68,11 @@ def models(as_json: bool) -> None:
                        f"{'':<{width}}  quality: {card.quality}")
 
 
-def shipped_default(data_dir, data_opts: dict, role: str, *, flag: str, method: str):
+def shipped_default(data_dir, data_opts: dict, role: str, *, flag: str, method: str,
+                    used: dict | None = None, argument: str | None = None):
     """The shipped model ``role`` uses for the data's modality (``medanon models`` marks it), told to the user; the
-    modality is the ``--modality`` given or the layout's (no pixel is decoded)."""
+    modality is the ``--modality`` given or the layout's (no pixel is decoded). ``used[argument]`` records which
+    file was chosen and why, as the Python API records it (the manifest's ``params.model_files``)."""
     from pathlib import Path
 
     from medanon.data.layouts import scan
@@ -99,5 +101,15 @@ def shipped_default(data_dir, data_opts: dict, role: str, *, flag: str, method: 
     else:
         click.echo(f"{flag}: {path}, the {what} for {modality} data by its name, but not the shipped file (its "
                    "digest is none of medanon's public ones)", err=True)
+    if used is not None:
+        used[argument] = {"file": path.name, "chosen": f"default for {modality}"}
     return path
+
+
+def given_model(used: dict, argument: str, path) -> None:
+    """Record in ``used`` (the manifest's ``params.model_files``) that the model file ``path`` was given."""
+    from pathlib import Path
+
+    if path is not None:
+        used[argument] = {"file": Path(path).name, "chosen": "given"}
 

@@ -272,6 +272,61 @@ def test_cli_releases_with_the_privacy_record(tmp_path: Path, xray: Path, codec:
     assert res.exit_code != 0 and "--no-clip" in res.output
 
 
+def _checks(rep, word: str) -> dict[str, bool]:
+    return {c.name: c.passed for c in rep.checks if word in c.name}
+
+
+def test_the_audit_measures_an_ldp_release_s_noise_against_its_stated_epsilon(tmp_path: Path, xray: Path):
+    """An LDP-image release whose statement claims ten times less epsilon than its noise gives is caught by the
+    noise it holds (its values between black and white, against its sources), even when every number of the statement
+    was edited consistently; the release as written passes. An edit of one number is caught by the statement's own
+    arithmetic, without the source."""
+    import json
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["anonymize", "ldp-image", str(xray), "--epsilon", "100", "--out", str(tmp_path / "r"),
+                              "--mapping", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    records = scan(xray).records
+    rep = audit_release(tmp_path / "r", mapping=tmp_path / "m.json", source_records=records)
+    noise = _checks(rep, "noise the stated epsilon needs")
+    assert rep.passed and list(noise.values()) == [True], rep.format()
+    assert _checks(rep, "statement's numbers") == {"the statement's numbers are those of the method's settings "
+                                                   "(manifest)": True}
+    path = tmp_path / "r" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    p = manifest["privacy"]
+    d = p["D"]
+    manifest["params"]["epsilon"] = 10.0                 # ten times the protection, every number made to agree
+    p.update(epsilon_image=10.0, epsilon_element=10.0 / d, noise_scale_mean=2 * d / 10.0,
+             epsilon_patient_max=10.0 * p["max_images_per_patient"])
+    path.write_text(json.dumps(manifest))
+    rep = audit_release(tmp_path / "r", mapping=tmp_path / "m.json", source_records=records)
+    assert list(_checks(rep, "statement's numbers").values()) == [True]
+    assert list(_checks(rep, "noise the stated epsilon needs").values()) == [False], rep.format()
+    p["noise_scale_mean"] = 2 * d / 100.0                # one number left as the release's: the arithmetic fails
+    path.write_text(json.dumps(manifest))
+    rep = audit_release(tmp_path / "r")
+    assert list(_checks(rep, "statement's numbers").values()) == [False], rep.format()
+
+
+def test_the_audit_counts_people_against_the_k_the_statement_claims(tmp_path: Path, xray: Path):
+    """A k-Same statement edited to claim k = 4 over records of 2 people: the audit took k from the settings (2) and
+    passed it."""
+    import json
+
+    res = CliRunner().invoke(cli, ["anonymize", "kpixel", str(xray), "--k", "2", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    path = tmp_path / "r" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["privacy"]["k"] = 4
+    path.write_text(json.dumps(manifest))
+    rep = audit_release(tmp_path / "r")
+    assert not rep.passed
+    assert _checks(rep, "people") == {"every record stands for >= 4 people (labels.csv)": False}
+    assert list(_checks(rep, "statement's numbers").values()) == [False]
+
+
 def test_dpglow_refuses_a_flow_of_another_modality_or_size(tmp_path: Path):
     """A fundus dataset through the X-ray flow would be converted to grey and released as X-rays: refused, as the
     codec methods refuse; so is a --size the flow does not work at (it was silently replaced by the flow's)."""

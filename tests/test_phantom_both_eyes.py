@@ -199,6 +199,12 @@ def test_the_audit_recounts_a_dp_releases_images_per_patient(tmp_path: Path):
     (tmp_path / "rel" / "manifest.json").write_text(_json.dumps(manifest))
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 1 and "a patient has 4 released images (the statement: 2)" in r.output, r.output
+    # a statement that gives no count, where the source given has patient ids: the audit says what it counts
+    manifest["privacy"].update(max_images_per_patient="unknown: the source has no patient ids",
+                               epsilon_patient_max="unknown")
+    (tmp_path / "rel" / "manifest.json").write_text(_json.dumps(manifest))
+    r = CliRunner().invoke(cli, args)
+    assert "one patient has up to 4 released images, so epsilon per patient is up to 400" in " ".join(r.output.split())
 
 
 def test_the_data_summary_counts_patients_with_both_eyes(tmp_path: Path):

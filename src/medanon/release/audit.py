@@ -46,11 +46,13 @@ from medanon.outputs import MARKER
 from medanon.release.audit_budget import check_patient_budget
 from medanon.release.audit_clusters import check_clusters
 from medanon.release.audit_content import KpixelAverages
+from medanon.release.audit_noise import measured
 from medanon.release.audit_source import (
     check_copied_files,
     check_preprocessed_copies,
     check_source_counts,
 )
+from medanon.release.audit_statement import check_statement_numbers, stated_k
 from medanon.release.files import FORMAT
 from medanon.release.labels import RESERVED_COLUMNS
 from medanon.release.mapping import mapping_source_mismatch, read_mapping
@@ -234,8 +236,9 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
     _check_columns(rep, manifest, rows)
     _check_timestamps(rep, release)
 
-    # k: from the argument, else the method's own k
-    k = k if k is not None else _whole(manifest.get("params", {}).get("k"), f"{man_path}: params.k")
+    # k: from the argument, else the method's own k (the statement's, where it was changed to claim more)
+    check_statement_numbers(rep, manifest)
+    k = k if k is not None else stated_k(manifest, _whole(manifest.get("params", {}).get("k"), f"{man_path}: params.k"))
     people = [_whole(r.get("n_people", 0) or 0, f"{csv_path} row {i + 2}: n_people")
               for i, r in enumerate(rows)]
     if k is not None:
@@ -267,15 +270,19 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
             # kpixel is the one method whose records the audit can recompute, from the sources the copy check reads
             averages = KpixelAverages(eye_sides=(manifest.get("params") or {}).get("eye_sides") or "off") \
                 if manifest.get("method") == "kpixel" else None
+            noise, unmeasured = measured(manifest)      # LDP-image: the noise against the stated epsilon
+            if unmeasured:
+                rep.notes.append(unmeasured)
+            collector = averages or noise
             check_preprocessed_copies(rep, release, recs, source_records, source_modality or made_from,
                                       people={r.get("image", ""): n for r, n in zip(rows, people, strict=True)},
                                       image_dp=isinstance(eps, int | float) and not privacy.get("vacuous"),
                                       says_vacuous=bool(privacy.get("vacuous")
                                                         or (privacy.get("without_guarantee") or {}).get("vacuous")),
                                       crop=(manifest.get("params") or {}).get("crop"),
-                                      each_record=averages.add if averages is not None else None)
-            if averages is not None:
-                averages.report(rep, records=len(recs))
+                                      each_record=collector.add if collector is not None else None)
+            if collector is not None:
+                collector.report(rep, records=len(recs))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)
 

@@ -30,6 +30,11 @@ def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mappin
     source dataset) or the record's own single patient, against the statement. Other releases: nothing is checked."""
     privacy = privacy or {}
     stated, eps = privacy.get("max_images_per_patient"), privacy.get("epsilon_image")
+    if _number(eps) and stated is not None and not _number(stated) and patient_of is not None and records:
+        most = _most_images(records, patient_of)        # "unknown: no patient ids", yet the source given has them
+        rep.notes.append(f"the statement gives no number of images per patient ({stated}); by the patient ids of "
+                         f"the source given, one patient has up to {most} released images, so epsilon per patient "
+                         f"is up to {most * eps:g}")
     if not (_number(stated) and _number(eps)) or not records:
         return                          # no numeric statement (a non-DP release, or "unknown: no patient ids")
     images: dict[str, set[str]] = {}
@@ -51,6 +56,14 @@ def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mappin
             f"a patient has {most} released images (the statement: {stated}), so epsilon per patient is up to "
             f"{most * eps:g} (the statement: {budget:g})" if isinstance(budget, int | float) else
             f"a patient has {most} released images (the statement: {stated})")
+
+
+def _most_images(records: Mapping[str, Mapping[str, Any]], patient_of: Callable[[str], str]) -> int:
+    images: dict[str, set[str]] = {}
+    for v in records.values():
+        for s in v.get("sources") or ():
+            images.setdefault(str(patient_of(s)), set()).add(str(s))
+    return max((len(s) for s in images.values()), default=0)
 
 
 def _number(v: Any) -> bool:

@@ -706,3 +706,37 @@ def test_the_audit_finds_a_copy_of_a_held_out_patients_image(tmp_path, phantom):
     assert not report.passed and not check.passed, report.format()
     assert check.detail.startswith(f"1 are, e.g. {img} = source {Path(ds.records[held].path).name} (of no record: "), \
         check.detail
+
+
+def test_a_data_folder_that_is_a_loop_of_links_is_named(tmp_path):
+    """A dataset path through a loop of symbolic links ended in "an unexpected RuntimeError inside medanon"."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for args in (["data", "summary", tmp_path / "a"], ["anonymize", "snow", tmp_path / "a", "--p", "0.3", "--out",
+                                                       tmp_path / "r"]):
+        code, said = _run(*args)
+        assert code == 1 and "leads through a loop of symbolic links" in said, said
+
+
+def test_a_classifier_split_of_one_image_is_refused_before_reading(tmp_path):
+    """`train classifier` on a split of one image ended in "an unexpected ValueError inside medanon"."""
+    data = generate(PhantomConfig(patients=3, per_patient=1, size=16, workers=1), tmp_path / "p3", progress=False)
+    code, said = _run("train", "classifier", "--data", data, "--label", "grade", "--steps", "1", "--out",
+                      tmp_path / "c.pt")
+    assert code == 2 and "has 1 image(s) with a grade label; a classifier needs at least two" in said, said
+    assert not (tmp_path / "c.pt").exists()
+
+
+def test_snow_refuses_an_existing_out_before_decoding_every_image(tmp_path, phantom, monkeypatch):
+    """With --skip-bad every image is decoded when the data is opened: Snow did that before it looked at --out."""
+    import medanon.data.dataset as dataset
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x").write_text("mine")
+
+    def decoded(*a, **k):
+        raise AssertionError("decoded before --out was checked")
+
+    monkeypatch.setattr(dataset, "verify_decoding", decoded)
+    code, said = _run("anonymize", "snow", phantom, "--p", "0.3", "--skip-bad", "--out", tmp_path / "r")
+    assert code == 1 and "already exists" in said, said

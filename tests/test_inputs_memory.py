@@ -105,6 +105,47 @@ def test_a_transform_out_of_range_is_refused_not_clipped(phantom, transform, wor
     assert overshoot.load(0)["image"].abs().max() <= 1                      # an interpolation's overshoot: clamped
 
 
+def test_a_transform_to_0_1_is_warned_once_and_a_flip_is_not(phantom):
+    """A transform returning [0, 1] images (e.g. (x + 1) / 2) was accepted silently: the release came out washed out
+    (nothing black), while the same mistake on a tensor raised a ValueRangeWarning."""
+    ds, x, pids = phantom
+    for data in (as_dataset(x, patient_ids=pids, value_range=(-1, 1), transform=lambda im: (im + 1) / 2),
+                 medanon.open_dataset(ds.root, size=16, transform=lambda im: (im + 1) / 2)):
+        with pytest.warns(medanon.ValueRangeWarning, match=r"transform= returned values from 0 to .* \[0, 1\]"):
+            data.load(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            data.load(1)                                                     # said once per dataset
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        medanon.open_dataset(ds.root, size=16, transform=lambda im: im.flip(-1)).load(0)
+
+
+def test_grey_images_held_as_three_channels_need_their_modality(phantom):
+    """A grey X-ray repeated into 3 channels was read as a fundus photograph: fundus models by default, and some
+    images mirrored by the optic-disc rule before averaging."""
+    _, x, pids = phantom
+    grey = x[:, :1].expand(-1, 3, -1, -1).contiguous()
+    with pytest.raises(DataError, match="three channels are equal") as e:
+        as_dataset(grey, patient_ids=pids, value_range=(-1, 1))
+    assert "modality='xray'" in e.value.fix
+    assert as_dataset(grey, patient_ids=pids, value_range=(-1, 1), modality="fundus").modality == "fundus"
+    assert as_dataset(grey[:, :1], patient_ids=pids, value_range=(-1, 1)).modality == "xray"
+    assert as_dataset(x, patient_ids=pids, value_range=(-1, 1)).modality == "fundus"     # colour: as before
+
+
+def test_settings_that_would_change_nothing_are_refused(phantom):
+    """eye_sides='labels' on X-rays and alpha= with clip=False were accepted and silently dropped."""
+    import math
+
+    _, x, pids = phantom
+    xray = as_dataset(x[:, :1], patient_ids=pids, value_range=(-1, 1))
+    with pytest.raises(ConfigError, match="X-rays have none"):
+        medanon.anonymize.kpixel(xray, k=2, eye_sides="labels")
+    with pytest.raises(ConfigError, match="clip=False clips nothing"):
+        medanon.anonymize.ldp_image(xray, epsilon=math.inf, clip=False, alpha=0.3)
+
+
 def test_evaluate_refuses_a_part_of_a_folder_it_would_read_whole(phantom, tmp_path):
     ds = phantom[0]
     parts = medanon.split_dataset(ds)

@@ -327,6 +327,27 @@ def test_the_audit_counts_people_against_the_k_the_statement_claims(tmp_path: Pa
     assert list(_checks(rep, "statement's numbers").values()) == [False]
 
 
+def test_the_audit_finds_copies_of_16_bit_sources(tmp_path: Path, xray: Path):
+    """The pixel-for-pixel copy check converted 16-bit sources with Pillow's convert("L"), which makes every pixel
+    white: a release of exact copies of 16-bit X-rays (epsilon = inf, no clipping) passed it."""
+    import shutil
+
+    from PIL import Image
+
+    src = tmp_path / "x16"
+    shutil.copytree(xray, src)
+    for png in src.rglob("*.png"):
+        with Image.open(png) as im:
+            a = np.asarray(im.convert("L"), dtype=np.uint16) * 257
+        Image.fromarray(a).save(png)                      # 16-bit grey, the same picture
+    res = CliRunner().invoke(cli, ["anonymize", "ldp-image", str(src), "--epsilon", "inf", "--no-clip", "--size",
+                                   "16", "--out", str(tmp_path / "r"), "--mapping", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    rep = audit_release(tmp_path / "r", mapping=tmp_path / "m.json", source_records=scan(src).records)
+    copies = {c.name: c for c in rep.checks if "pixel for pixel" in c.name}
+    assert [c.passed for c in copies.values()] == [False] and "12 are" in next(iter(copies.values())).detail
+
+
 def test_dpglow_refuses_a_flow_of_another_modality_or_size(tmp_path: Path):
     """A fundus dataset through the X-ray flow would be converted to grey and released as X-rays: refused, as the
     codec methods refuse; so is a --size the flow does not work at (it was silently replaced by the flow's)."""

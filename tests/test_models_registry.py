@@ -135,7 +135,8 @@ def test_the_cli_records_the_model_files_it_used_as_the_api_does(tmp_path):
     fundus = generate(PhantomConfig(patients=6, per_patient=1, size=64, workers=1), tmp_path / "f", progress=False)
     xray = generate(PhantomConfig(modality="xray", patients=3, per_patient=1, size=64, workers=1, seed=7),
                     tmp_path / "x", progress=False)
-    runs = {"kc": (["kcentroid", str(fundus), "--k", "3"], {"codec": ("restyle-map-fundus64.pt", "default for fundus")}),
+    runs = {"kc": (["kcentroid", str(fundus), "--k", "3"],
+                   {"codec": ("restyle-map-fundus64.pt", "default for fundus")}),
             "inv": (["inverted", str(fundus), "--model", "restyle-map-fundus64"],
                     {"codec": ("restyle-map-fundus64.pt", "given")}),
             "g": (["gmia", str(fundus), "--steps", "1", "--identity", "identity-fundus64"],

@@ -139,6 +139,18 @@ def test_phantom_never_replaces_a_foreign_folder(tmp_path):
     assert r.exit_code == 0, r.output                   # medanon's own output: replaced with --overwrite
 
 
+def test_a_public_checkpoint_is_never_replaced_even_under_another_name(tmp_path, dataset):
+    """`train classifier --out COPY --overwrite` replaced a copy of a shipped checkpoint (the search path's default for
+    GMIA's utility network): later runs asking for it by name used a 1-step model trained on private patients."""
+    copy = tmp_path / "mine.pt"
+    shutil.copy(CKPT / "classifier-grade-fundus64.pt", copy)
+    before = copy.read_bytes()
+    r = CliRunner().invoke(cli, ["train", "classifier", "--data", str(dataset), "--label", "grade", "--steps", "1",
+                                 "--out", str(copy), "--overwrite"])
+    assert r.exit_code != 0 and "public checkpoint classifier-grade-fundus64.pt" in r.output, r.output
+    assert copy.read_bytes() == before
+
+
 def test_split_file_needs_overwrite(tmp_path, dataset):
     out = tmp_path / "splits.csv"
     args = ["data", "split", str(dataset), "--out", str(out)]

@@ -15,12 +15,17 @@ Example:
     >>> import medanon
     >>> sorted(n for n in medanon.__all__ if not n.startswith("_"))   # doctest: +NORMALIZE_WHITESPACE
     ['CalibrationOverlap', 'DataDependentRelease', 'EvaluationResult', 'LabelDisclosure', 'LabelHomogeneity',
-     'NoFormalGuarantee', 'NotAnonymised', 'PrivacyWarning', 'Release', 'WeakBudget', 'WeakSetting', 'anonymize',
-     'audit', 'evaluate', 'make_phantom', 'open_dataset', 'split_dataset']
+     'LayoutWarning', 'NoFormalGuarantee', 'NotAnonymised', 'PrivacyWarning', 'Release', 'ValueRangeWarning',
+     'WeakBudget', 'WeakSetting', 'anonymize', 'as_dataset', 'audit', 'evaluate', 'make_phantom', 'open_dataset',
+     'split_dataset']
 
 The warning classes name each reason a setting weakens a statement, so a caller can escalate one precisely::
 
     warnings.simplefilter("error", medanon.NoFormalGuarantee)        # refuse releases that claim nothing
+
+and the data warnings what looks wrong in the input (``ValueRangeWarning``: images using only a corner of their
+declared range; ``LayoutWarning``: ids or labels that look wrong). ``as_dataset`` turns images in memory (or a folder)
+into the dataset every method takes.
 """
 
 __version__ = "0.1.0"
@@ -42,10 +47,14 @@ from medanon.api.data import make_phantom, open_dataset, split_dataset
 from medanon.api.evaluate import audit
 from medanon.api.evaluate import evaluate as _evaluate
 from medanon.api.result import EvaluationResult
+from medanon.data.inputs import as_dataset
+from medanon.data.layouts.common import LayoutWarning
+from medanon.data.memory import ValueRangeWarning
 from medanon.release.release import Release
 
 evaluate = _make_callable("medanon.evaluate", _evaluate)   # the evaluation package, callable
 
 __all__ = ["CalibrationOverlap", "DataDependentRelease", "EvaluationResult", "LabelDisclosure", "LabelHomogeneity",
-           "NoFormalGuarantee", "NotAnonymised", "PrivacyWarning", "Release", "WeakBudget", "WeakSetting",
-           "__version__", "anonymize", "audit", "evaluate", "make_phantom", "open_dataset", "split_dataset"]
+           "LayoutWarning", "NoFormalGuarantee", "NotAnonymised", "PrivacyWarning", "Release", "ValueRangeWarning",
+           "WeakBudget", "WeakSetting", "__version__", "anonymize", "as_dataset", "audit", "evaluate", "make_phantom",
+           "open_dataset", "split_dataset"]

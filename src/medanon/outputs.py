@@ -193,6 +193,7 @@ def check_replaceable(out: str | os.PathLike, *, what: str | None = None, name: 
     out = Path(out)
     if not out.is_dir():
         _kind_check(out, file_kind(out), what, name, "file")
+        _refuse_shipped(out, name)
         return
     if not any(out.iterdir()):
         return
@@ -209,6 +210,22 @@ def check_replaceable(out: str | os.PathLike, *, what: str | None = None, name: 
         raise UnsafeOutputError(f"{name} {out} holds {foreign[0]}{more}, which medanon did not write there (or "
                                 "which changed since): overwrite never deletes your files",
                                 fix=f"move {out / foreign[0]} out of {out}, or choose another {name}")
+
+
+def _refuse_shipped(out: Path, name: str) -> None:
+    """A file that is one of medanon's public checkpoints (by its digest, under any name) is never replaced: runs that
+    ask for it by name would use another model under the public one's name, and its statements say it is public."""
+    from medanon.fsutil import sha256_file
+    from medanon.models_shipped import shipped_name
+
+    try:
+        shipped = shipped_name(sha256_file(out))
+    except OSError:
+        return
+    if shipped is not None:
+        raise UnsafeOutputError(f"{name} {out} is medanon's public checkpoint {shipped}: replacing it would make "
+                                "every run that asks for that model by name use another one under its name",
+                                fix=f"choose another {name}, e.g. {out.with_name('my-' + out.name)}")
 
 
 def _what(kind: str, name: str) -> str | None:
@@ -285,6 +302,8 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
         if kind == "file" and out.is_dir():
             raise UnsafeOutputError(f"{name} {out} is a folder, a file is needed here",
                                     fix=f"give a file path for {name}")
+        if out.is_file():
+            _refuse_shipped(out, name)              # neither replaced nor resumed into
         inside = _input_inside(target, [r for _, r in resolved]) if kind == "dir" else None
         if inside is not None:
             raise UnsafeOutputError(f"{name} {out} contains the input {inside}: medanon never writes into, over "

@@ -47,10 +47,14 @@ DISC_SIGMA = 0.04            # blur of the disc finder, in image widths (a disc 
 MIDLINE = 0.1                # a brightest blob within this fraction of the half-width of the centre: side unknown
 
 
-def check_mode(mode: str) -> None:
+def check_mode(mode: str, ds=None) -> None:
+    """A known mode; with the dataset ``ds``, not ``labels`` for X-rays (asked for, and nothing would use it)."""
     if mode not in MODES:
         raise ConfigError(f"eye_sides={mode!r} must be one of {', '.join(MODES)}",
                           fix="auto (labels, else the optic disc), labels (labels only) or off")
+    if mode == "labels" and getattr(ds, "modality", None) == "xray":
+        raise ConfigError("eye_sides='labels' aligns the left and right eyes of fundus photographs; chest X-rays "
+                          "have none, so it would change nothing", fix="leave eye_sides= out for X-rays")
 
 
 def disc_side(images: torch.Tensor, fov: torch.Tensor | None = None, *, sigma: float = DISC_SIGMA,
@@ -158,7 +162,7 @@ def image_sides(images: torch.Tensor, labels=None, *, batch: int = 256) -> np.nd
 def find_sides(ds, mode: str, *, batch: int = 256) -> EyeSides:
     """The :class:`EyeSides` of dataset ``ds`` under ``mode`` (see the module docstring); ``off`` (or a dataset that
     is not fundus) gives an :class:`EyeSides` that mirrors nothing."""
-    check_mode(mode)
+    check_mode(mode, ds)
     n = len(ds)
     if mode == "off" or getattr(ds, "modality", None) != "fundus":
         return EyeSides("off", np.full(n, UNKNOWN, dtype=int), asked=mode)

@@ -51,6 +51,9 @@ class LDPConfig:
                               fix="give epsilon=, e.g. epsilon=1 (per image)")
         check_budget(self.epsilon, self.clip)
         number("alpha", self.alpha, allow_none=True)
+        if not self.clip and self.alpha is not None:
+            raise ConfigError("alpha= sets the width of the clip box, and clip=False clips nothing: it would change "
+                              "nothing", fix="leave alpha= out with clip=False")
         if self.clip_box not in CLIP_BOXES:
             raise ConfigError(f"clip_box={self.clip_box!r} is not one of {', '.join(CLIP_BOXES)}")
         if self.center not in CENTERS:

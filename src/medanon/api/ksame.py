@@ -87,7 +87,9 @@ def ksame_release(ds: ImageDataset, cfg, *, codec=None, features=None,
     ``len(release)`` forms the clusters (the plan, not the images) and counts the records.
     """
     device = device_arg(device)
-    from medanon.anonymize.eye_sides import align
+    from medanon.anonymize.eye_sides import align, check_mode
+
+    check_mode(cfg.eye_sides, ds)                # now, not when the clusters are first planned
     from medanon.anonymize.ksame import (
         LATENT_METHODS,
         check_basis,

@@ -86,12 +86,19 @@ def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, s
          overwrite, config_file, overrides, opts, **fields) -> None:
     """Build the config, make the one library call, print."""
     from medanon.anonymize.snow import snow_sweep
+    from medanon.anonymize.snow_release import release_paths
+    from medanon.cli.anonymize_ksame import check_release_before_work
     from medanon.config import build
     from medanon.runtime import resolve_device
 
     device = resolve_device(ctx.obj["device"])
     with library_call(FLAGS):
         cfg = build(cfg_cls, path=config_file, overrides=overrides, p=_parse_ps(ps), **fields)
+        ps = sorted({float(p) for p in cfg.p})
+        outs = release_paths(out, ps)
+        maps = release_paths(mapping, ps, name="mapping") if mapping is not None else dict.fromkeys(ps)
+        for p in ps:                             # before any image is decoded (--skip-bad decodes them all)
+            check_release_before_work(outs[p], maps[p], overwrite, data_dir, opts, opts.get("splits_csv"))
         split = [opts.pop(k) for k in ("split", "splits_csv", "split_seed")]
         ds = open_split(data_dir, opts, *split, FLAGS)
         kw = {"fill": cfg.fill} if method == "snow" else {"vessels": cfg.source()}

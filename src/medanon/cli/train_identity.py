@@ -245,8 +245,11 @@ def _train_classifier(dist, data_dir, split, splits, split_seed, stratify, label
     if label == "sex":
         task = Task("sex", 2, "binary")
     rows = _split_rows(ds, splits, split, split_seed, stratify)
-    images, _ = ds.tensors()
     ok, y = task.targets(values[rows])
+    if len(y) < 2:                               # before any image is read
+        raise click.UsageError(f"the {split!r} split of {data_dir} has {len(y)} image(s) with a {label} label; a "
+                               "classifier needs at least two: use more patients, or --split all")
+    images, _ = ds.tensors()
     cfg = ClassifierTrainConfig(arch=arch, steps=steps, loss=loss, image_size=image_size or ds.size, seed=seed)
     model = train_classifier(images[rows[ok]], y, num_classes=task.num_classes, cfg=cfg, progress=True, dist=dist)
     if not dist.is_main:

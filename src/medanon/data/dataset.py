@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import math
 import threading
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -216,6 +217,16 @@ class ImageDataset(Dataset):
                             "(clipping them would change the image without a word)",
                             fix="return the image in [-1, 1], as the transform receives it (e.g. x.flip(-1)); "
                                 "undo any normalisation inside the transform")
+        if low >= 0 and float(image.min()) < -0.5 and not getattr(self, "_range_warned", False):
+            self._range_warned = True                       # (once per dataset)
+            from medanon.data.memory import ValueRangeWarning
+            from medanon.errors import user_stacklevel
+
+            warnings.warn(f"transform= returned values from {low:.4g} to {high:.4g} for an image read from "
+                          f"{float(image.min()):.4g}: only the upper half of [-1, 1], where images are read. If the "
+                          "transform returns images in [0, 1] (e.g. (x + 1) / 2 or a ToTensor-style step), the "
+                          "release is washed out (nothing is black): return the image in [-1, 1]",
+                          ValueRangeWarning, stacklevel=user_stacklevel())
         return out.clamp(-1, 1)                             # an interpolation's small overshoot
 
     def tensors(self, *, workers: int | None = None, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,7 +323,7 @@ def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions |
     at their defaults), so ``evaluate --real`` takes the same layout options as every other command, and
     ``medanon.evaluate(real=ds)`` reads ``ds``'s folder as ``ds`` was read (``reading(ds.root,
     **vars(ds.read_options))``)."""
-    key = Path(root).resolve()
+    key = _real_folder(root)
     opts = ReadOptions(layout, generic, skip_bad, max_pixels, allow_outside, channels, crop, modality, xray_views)
     with _DECLARED_LOCK:
         before = _DECLARED.get(key)
@@ -327,6 +338,17 @@ def reading(root: str | Path, *, layout: str = "auto", generic: GenericOptions |
                 _DECLARED[key] = before
 
 
+def _real_folder(root: str | Path) -> Path:
+    """The real path of the dataset folder ``root``; a loop of symbolic links is a :class:`DataError` naming it (Python
+    raises a bare RuntimeError)."""
+    try:
+        return Path(root).resolve()
+    except (RuntimeError, OSError) as e:
+        raise DataError(f"dataset folder {root} leads through a loop of symbolic links (or a link that cannot be "
+                        f"read): it names no folder ({e})", fix="fix or remove the link, or give the folder itself"
+                        ) from None
+
+
 def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: GenericOptions | None = None,
                  progress: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
                  allow_outside: bool = False, check_pixels: bool | None = None,
@@ -338,7 +360,7 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     every image now and skip those that fail (default: when ``cfg.skip_bad``; only with it)."""
     cfg = cfg or DataConfig()
     root = Path(root)
-    declared = _DECLARED.get(root.resolve())
+    declared = _DECLARED.get(_real_folder(root))
     if declared is not None and generic is None and cfg.layout == "auto":
         cfg = dataclasses.replace(cfg, layout=declared.layout, skip_bad=cfg.skip_bad or declared.skip_bad,
                                   channels=cfg.channels or declared.channels,

@@ -370,11 +370,14 @@ def _box_mean(a: np.ndarray, f: int) -> np.ndarray:
     return out / (count[..., None] if rest else count)
 
 
+HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")     # grey modes of more than 8 bits
+
+
 def pil_uint8(im: Image.Image) -> np.ndarray | None:
     """The 8-bit pixels of ``im`` as _pil_to_float converts them (L or RGB), or None for 16-bit/float modes."""
     if im.mode in ("1", "L", "LA", "La"):
         return np.asarray(im if im.mode == "L" else im.convert("L"))
-    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+    if im.mode in HIGH_BIT_MODES:
         return None
     return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
 

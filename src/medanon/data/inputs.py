@@ -8,7 +8,8 @@ accepts:
 * images in memory: a ``torch.Tensor`` or ``numpy`` array ``(N, C, H, W)`` (or ``(N, H, W)``; a numpy array
   may be ``(N, H, W, C)``), or a list of PIL images or of ``(C, H, W)`` tensors / arrays. They need
   ``patient_ids=`` (one per image) for the k-Same family; ``labels=`` (name -> one value per image) and
-  ``modality=`` (``fundus`` / ``xray``; default: fundus for 3 channels, X-ray for 1) are optional.
+  ``modality=`` (``fundus`` / ``xray``; default: fundus for 3 channels, X-ray for 1; 3 equal channels, grey images
+  repeated into RGB, are refused without it) are optional.
 
 Images in memory stay in memory (:class:`~medanon.data.memory.InMemoryDataset`): nothing is written to
 disk. Values: 8-bit integers span 0-255; floats need ``value_range=(low, high)`` (every method,
@@ -151,6 +152,11 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
     if known:
         _check_ids(pids, labelled.get("sex"))
     _refuse_copies(images, pids, argument=argument, known=known)
+    if modality is None and c == 3 and _grey(images):
+        raise DataError(f"{argument}= holds 3-channel images whose three channels are equal: grey images (e.g. chest "
+                        "X-rays repeated into RGB), which would be read as colour fundus photographs (fundus models, "
+                        "optic-disc eye sides)", fix="pass images[:, :1] with modality='xray' (X-rays have one "
+                                                     "channel), or modality='fundus' if they are fundus photographs")
     if modality is None:
         modality = "fundus" if c == 3 else "xray"
     if modality not in MODALITIES:
@@ -163,6 +169,11 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
                         f"images have {want}", fix=f"convert them ({how}) or pass the other modality")
     return InMemoryDataset(images, patient_ids=pids, labels=labelled, modality=modality,
                            transform=transform, patients_known=known)
+
+
+def _grey(images: torch.Tensor) -> bool:
+    """Whether every image's three channels are equal."""
+    return bool(torch.equal(images[:, 0], images[:, 1]) and torch.equal(images[:, 0], images[:, 2]))
 
 
 def _refuse_copies(images: torch.Tensor, pids: list[str], *, argument: str, known: bool) -> None:

@@ -17,11 +17,17 @@ def _pixels(path: Path, mode: str | None = None) -> tuple[tuple[int, int], str, 
     cannot be decoded."""
     import hashlib
 
+    import numpy as np
     from PIL import Image
+
+    from medanon.data.imageio import HIGH_BIT_MODES, _pil_to_float
 
     try:
         with Image.open(path) as im:
-            im = im.convert(mode or ("L" if im.mode in ("L", "I", "I;16", "1") else "RGB"))
+            if im.mode in HIGH_BIT_MODES:       # 16-bit (or 32-bit, float) grey: read as the methods read it, then
+                #                                 8-bit (Pillow's convert("L") clips every value above 255 to white)
+                im = Image.fromarray(np.rint(_pil_to_float(im, path) * 255).astype(np.uint8), "L")
+            im = im.convert(mode or ("L" if im.mode in ("L", "1") else "RGB"))
             return im.size, im.mode, hashlib.sha256(im.tobytes()).hexdigest()
     except (OSError, ValueError, Image.DecompressionBombError):
         return None

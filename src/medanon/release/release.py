@@ -280,6 +280,9 @@ class Release:
         return iter(self._computed_records(None, show_progress(None)))
 
     def __getitem__(self, index: int) -> ReleasedRecord:
+        """Record ``index``: before :meth:`save`, in the order computed; once saved, in the release folder's file
+        order, which is a secret shuffle (so that the order says nothing of the sources'), and as the 8-bit PNG
+        holds it. ``rel[0]`` before and after a save are in general two different records."""
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"release indices are integers, not {type(index).__name__}"
                             + ("; for the first records as one tensor use release.images(limit=N)"

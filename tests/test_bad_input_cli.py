@@ -240,9 +240,8 @@ def test_an_attacker_of_the_wrong_kind_is_refused_before_the_report_folder_exist
 
     rel = medanon.anonymize.kpixel(phantom, k=2).save(tmp_path / "r", mapping=tmp_path / "m.json", progress=False)
     code, out = _run("evaluate", "--real", phantom, "--release", rel, "--mapping", f"r={tmp_path / 'm.json'}",
-                     "--preset", "tiny", "--no-inception", "--out", tmp_path / "ev", "--identity",
-                     Path(__file__).resolve().parents[1] / "checkpoints" / "glow-xray64.pt")
-    assert code == 1 and "is a glow checkpoint, not the identity network" in out, out
+                     "--preset", "tiny", "--no-inception", "--out", tmp_path / "ev", "--identity", "glow-xray64")
+    assert code == 1 and "is a glow checkpoint, not the identity network" in out, out     # by name, as --model
     assert not (tmp_path / "ev").exists()
 
 

@@ -831,3 +831,70 @@ def test_a_damaged_cached_siamese_attacker_is_trained_again(world, tmp_path, cap
                  progress=False)
     assert "cached Siamese attacker" in caplog.text and "training it again" in caplog.text
     assert any(p.stat().st_size > 100 for p in torn) and not list(cache.rglob(".*.tmp"))
+
+
+def test_a_mapping_is_keyed_by_its_content_not_its_time(tmp_path):
+    """A mapping replaced by a copy that keeps the old modification time (cp -p, rsync -a) reused the cached numbers
+    of the mapping it replaced: the cache key held its mtime."""
+    import os
+
+    from medanon.evaluate.harness import mapping_key
+
+    m = tmp_path / "m.json"
+    m.write_text('{"records": {"a": ["s1"]}}')
+    before = mapping_key(m)
+    stamp = m.stat()
+    m.write_text('{"records": {"a": ["s2"]}}')
+    os.utime(m, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert mapping_key(m) != before and mapping_key(None) == "none"
+
+
+def test_a_release_of_another_split_is_refused_by_its_manifest_without_a_mapping():
+    """Without a mapping, a release of the train split recomputed with seed 0 was evaluated against a split
+    recomputed with seed 7: its patients could be the evaluation's held-out ones (issue: the counts were equal)."""
+    from types import SimpleNamespace
+
+    from medanon.evaluate.harness import _check_split_made
+
+    real = SimpleNamespace(split_settings={"seed": 7, "val": 0.15, "test": 0.15, "stratify": "grade"})
+    made = {"split": "train", "seed": 0, "val": 0.15, "test": 0.15, "stratify": "grade"}
+    rel = SimpleNamespace(path=Path("r"), params={"split": made})
+    with pytest.raises(DataError, match=r"recomputed with seed 0 \(the evaluation's: 7\)"):
+        _check_split_made(real, "train", rel)
+    _check_split_made(replace_settings(real, seed=0), "train", rel)                  # the same split: accepted
+    with pytest.raises(DataError, match="it is the 'train' split, and the evaluation takes releases of the 'val'"):
+        _check_split_made(replace_settings(real, seed=0), "val", rel)
+    rel.params["split"] = {"split": "train", "from": "splits file"}
+    with pytest.raises(DataError, match="made from a splits file, and the evaluation recomputes the split"):
+        _check_split_made(real, "train", rel)
+    _check_split_made(SimpleNamespace(split_settings=None), "train", rel)          # evaluated with a splits file
+    _check_split_made(real, "train", SimpleNamespace(path=Path("r"), params={}))     # released whole: not judged
+
+
+def replace_settings(real, **changes):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(split_settings={**real.split_settings, **changes})
+
+
+def test_releases_record_how_their_split_was_made(tmp_path):
+    """A release of one split records the split's settings (public: no patient) in params.split, by the command and
+    by the Python API."""
+    import warnings
+
+    import medanon
+    from medanon.release import read_release
+
+    data = generate(PhantomConfig(patients=10, per_patient=1, size=16, workers=1), tmp_path / "d", progress=False)
+    r = CliRunner().invoke(cli, ["anonymize", "snow", str(data), "--p", "0.3", "--split", "train", "--split-seed", "2",
+                                 "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert read_release(tmp_path / "s")[0]["params"]["split"] == {"split": "train", "seed": 2, "val": 0.15,
+                                                                  "test": 0.15, "stratify": "grade"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        part = medanon.split_dataset(medanon.open_dataset(data, size=16), seed=5, stratify="")["train"]
+        medanon.anonymize.kpixel(part, k=2).save(tmp_path / "k", progress=False)
+    assert read_release(tmp_path / "k")[0]["params"]["split"]["seed"] == 5
+    r = CliRunner().invoke(cli, ["anonymize", "kpixel", str(data), "--k", "2", "--out", str(tmp_path / "w")])
+    assert r.exit_code == 0 and "split" not in read_release(tmp_path / "w")[0]["params"], r.output

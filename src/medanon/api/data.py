@@ -150,7 +150,7 @@ def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: flo
     """
     from medanon.api._inputs import dataset_arg, number
     from medanon.data.dataset import subset
-    from medanon.data.splits import check_train_left, split_patients
+    from medanon.data.splits import check_train_left, split_made, split_patients
     from medanon.errors import ConfigError, a_type
 
     ds = dataset_arg(ds, method="split_dataset", patient_ids=patient_ids, labels=labels, modality=modality,
@@ -175,5 +175,8 @@ def split_dataset(ds: ImageDataset | str | Path, *, val: float = 0.15, test: flo
                           fix="pass one of its labels, 'auto' (the modality's utility label) or '' (no strata)")
     assignment = split_patients(ds.records, val=val, test=test, stratify=stratify, seed=seed)
     check_train_left(assignment, val=val, test=test)
-    return {name: subset(ds, [i for i, r in enumerate(ds.records) if assignment[r.patient_id] == name])
-            for name in ("train", "val", "test")}
+    parts = {name: subset(ds, [i for i, r in enumerate(ds.records) if assignment[r.patient_id] == name])
+             for name in ("train", "val", "test")}
+    for name, part in parts.items():                 # recorded by a release of it (params.split)
+        part.split_made = split_made(name, seed=seed, val=val, test=test, stratify=stratify)
+    return parts

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from medanon.anonymize.snow import SnowConfig, VSSnowConfig
-from medanon.cli.anonymize_ksame import MODEL
+from medanon.cli.anonymize_ksame import MODEL, check_release_before_work
 from medanon.cli.base import CONTEXT, FiniteRange, anonymize, note_without_mapping
 from medanon.cli.data import data_dir_argument, data_options
 from medanon.cli.library import RELEASE_FLAGS, config_options, default, library_call
@@ -87,7 +87,6 @@ def _run(ctx: click.Context, method: str, cfg_cls, *, data_dir: Path, ps, out, s
     """Build the config, make the one library call, print."""
     from medanon.anonymize.snow import snow_sweep
     from medanon.anonymize.snow_release import release_paths
-    from medanon.cli.anonymize_ksame import check_release_before_work
     from medanon.config import build
     from medanon.runtime import resolve_device
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from medanon.cli.anonymize_ksame import MODEL
 from medanon.cli.base import CONTEXT, cli
 from medanon.cli.data import declared_from_cli, file_options, layout_options
 from medanon.cli.words import speaks_flags
@@ -65,8 +66,9 @@ def _mappings(items: tuple[str, ...]) -> dict[str, Path]:
               help="Released images per method for FID/KID (0 = the smallest release).")
 @click.option("--no-inception", is_flag=True, help="Skip FID/KID on Inception-v3 (the slow part on a CPU).")
 @click.option("--seeds", default=None, help="Comma-separated utility seeds, e.g. 0,1,2.")
-@click.option("--identity", "identity_ckpt", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="A trained identity network (`medanon train identity`) instead of training one.")
+@click.option("--identity", "identity_ckpt", type=MODEL, default=None,
+              help="A trained identity network (`medanon train identity`; a name from `medanon models` or a path) "
+                   "instead of training one.")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Cache for what is computed from the real data alone (default: OUT/cache).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,

@@ -150,11 +150,14 @@ def select_split(ds, split: str, *, splits_csv=None, seed: int = 0):
         from medanon.evaluate.inputs import _read_splits_csv
 
         names = _read_splits_csv(splits_csv, ds.records)
+        made = {"split": split, "from": "splits file"}
     else:
         from medanon.release.labels import default_labels
 
-        a = split_patients(ds.records, stratify=(default_labels(ds) or [""])[0], seed=seed)   # the utility label
+        stratify = (default_labels(ds) or [""])[0]                # the utility label
+        a = split_patients(ds.records, stratify=stratify, seed=seed)
         names = np.array([a[r.patient_id] for r in ds.records])
+        made = split_made(split, seed=seed, val=0.15, test=0.15, stratify=stratify)
     rows = np.flatnonzero(names == split)
     if len(rows) == 0:
         from medanon.data.inputs import data_name
@@ -163,4 +166,12 @@ def select_split(ds, split: str, *, splits_csv=None, seed: int = 0):
                           fix="check the splits CSV, or release split='all'")
     part = subset(ds, rows.tolist())
     part.split_of = {r.record_id: str(n) for r, n in zip(ds.records, names, strict=True)}   # every record's split
+    part.split_made = made
     return part
+
+
+def split_made(split: str, *, seed: int, val: float, test: float, stratify: str) -> dict:
+    """How the part ``split`` of a recomputed patient split was made (public settings, no patient): a release records
+    it (``params.split``) so that an evaluation recomputing the split otherwise is refused even without the
+    mapping."""
+    return {"split": split, "seed": int(seed), "val": float(val), "test": float(test), "stratify": stratify}

@@ -126,7 +126,8 @@ def _fidelity(ctx: RealContext, rel: ReleaseData, n: int, rel_emb: np.ndarray) -
 def _check_sources(real, source_split: str, rel: ReleaseData) -> None:
     """A release whose mapping names images outside the source split is refused (before anything is written); without
     a mapping, one whose public counts exceed the split's people or images (it cannot have been made from the split
-    alone)."""
+    alone); and one made from a split that differs from the evaluation's, by the settings its manifest records."""
+    _check_split_made(real, source_split, rel)
     if rel.sources is None:
         _check_counts(real, source_split, rel)
         return
@@ -140,6 +141,36 @@ def _check_sources(real, source_split: str, rel: ReleaseData) -> None:
                             "split.seed); a release made from every patient cannot be evaluated: make it again "
                             f"from the {source_split!r} split only (anonymise medanon.split_dataset(...)"
                             f"[{source_split!r}])")
+
+
+def mapping_key(mapping: Path | None) -> str:
+    """A release's mapping in its cache key: its content (a copy restored with its old time, ``cp -p``, ``rsync -a``,
+    reused the numbers of the mapping it replaced when its modification time was the key)."""
+    return "none" if mapping is None else sha256_file(mapping)
+
+
+def _check_split_made(real, source_split: str, rel: ReleaseData) -> None:
+    """The release's ``params.split`` (how the one split it released was made) against the evaluation's split: another
+    split name, a splits file where the evaluation recomputes the split, or a recomputed split of other settings means
+    the evaluation's held-out patients may be in the release (without the mapping nothing else would tell)."""
+    made = rel.params.get("split")
+    if not isinstance(made, dict):
+        return                                   # released whole, or made before releases recorded it
+    why = None
+    if made.get("split") != source_split:
+        why = f"it is the {made.get('split')!r} split, and the evaluation takes releases of the {source_split!r} split"
+    elif real.split_settings is not None and made.get("from") == "splits file":
+        why = "it was made from a splits file, and the evaluation recomputes the split"
+    elif real.split_settings is not None and "seed" in made:
+        wrong = [f"{k} {made[k]!r} (the evaluation's: {real.split_settings[k]!r})" for k in real.split_settings
+                 if k in made and made[k] != real.split_settings[k]]
+        why = "its split was recomputed with " + ", ".join(wrong) if wrong else None
+    if why is not None:
+        raise DataError(f"release {rel.path} was made from another patient split than this evaluation's: {why} (its "
+                        "manifest's params.split); the evaluation's held-out patients may be in it and would be "
+                        "tested against themselves",
+                        fix="evaluate with the split the release was made from (the same splits= CSV, or the "
+                            f"config's split.seed, split fractions and strata: {made})")
 
 
 def _check_counts(real, source_split: str, rel: ReleaseData) -> None:
@@ -415,7 +446,7 @@ def evaluate(real_dir: str | Path, releases: Sequence[str | Path | ReleaseSpec],
     for rel in tqdm(rels, desc="releases", disable=not progress, unit="release"):
         key = digest(RESULTS_VERSION, rel.digest, ctx.key, result_key(cfg), ckpts, n_fid[rel.name],
                      [t.label for t in tasks],
-                     str(rel.mapping_path and rel.mapping_path.stat().st_mtime_ns))
+                     mapping_key(rel.mapping_path))
         got = cache.load_json(f"release-{key}")
         if got is None:
             got = cache.save_json(f"release-{key}", evaluate_release(ctx, rel, n_fid=n_fid[rel.name], tasks=tasks))

@@ -59,6 +59,7 @@ class RealData:
     phantom: bool
     digest: str                                 # content digest of the image files
     split_source: str                           # where the split came from (file or seed)
+    split_settings: dict | None = None          # the recomputed split's seed, val, test, stratify (None: a file)
     index: dict[str, int] = field(default_factory=dict)    # record_id -> row
     files_sha256: str | None = None             # runtime.files_digest of its files (a checkpoint's data.source)
 
@@ -165,6 +166,7 @@ def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = No
     if opened is not None:
         opened(ds)
     images, _ = ds.tensors(progress=progress)
+    settings = None
     if splits_csv is not None:
         split = _read_splits_csv(Path(splits_csv), ds.records)
         where = str(splits_csv)
@@ -174,6 +176,8 @@ def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = No
         assignment = split_patients(ds.records, val=val, test=test, stratify=stratify, seed=seed)
         split = np.array([assignment[r.patient_id] for r in ds.records])
         where = f"split_patients(val={val}, test={test}, stratify={stratify!r}, seed={seed})"
+        settings = {"seed": int(seed), "val": float(val), "test": float(test),
+                    "stratify": stratify if stratify in ds.label_names else ""}
     phantom = (root / "phantom.json").is_file()
     # the cache key of everything computed from the real data: its images and what labels.csv says of them (patient
     # ids and labels: an edited label must not reuse results computed with the old one)
@@ -184,7 +188,7 @@ def load_real(root: str | Path, *, size: int, splits_csv: str | Path | None = No
     dig = digest(files, records_digest(ds.records))
     return RealData(root=root, dataset=ds, images=images,
                     patients=np.array([r.patient_id for r in ds.records]), split=split, modality=ds.modality,
-                    phantom=phantom, digest=dig, split_source=where,
+                    phantom=phantom, digest=dig, split_source=where, split_settings=settings,
                     index={r.record_id: i for i, r in enumerate(ds.records)}, files_sha256=files)
 
 

@@ -83,10 +83,13 @@ def reading_params(dataset) -> dict[str, Any]:
     """How the images were read (side, channels, crop, and the chest X-ray views where only some were read): part
     of a release's settings, so that a resume reading them otherwise is refused instead of mixing records of both
     readings (the source digest covers the files' bytes, not how they were decoded). ``xray_views`` only where set:
-    the settings of releases read whole stay as they were, and their resumes with them."""
+    the settings of releases read whole stay as they were, and their resumes with them. ``split``: how the one
+    patient-level split released was made (the splits file, or the seed, fractions and strata of the recomputed
+    split), which the evaluation compares with its own."""
     views = getattr(getattr(dataset, "read_options", None), "xray_views", "")
+    made = getattr(dataset, "split_made", None)         # one split of a folder: how it was made (no patient)
     return {"size": int(dataset.size), "channels": int(dataset.channels), "crop": getattr(dataset, "crop", None),
-            **({"xray_views": views} if views else {})}
+            **({"xray_views": views} if views else {}), **({"split": dict(made)} if made else {})}
 
 
 def show_progress(progress: bool | None) -> bool:

@@ -43,7 +43,9 @@ def test_shapes_that_could_be_read_two_ways_are_refused(phantom):  # noqa: F811
         medanon.data.as_dataset(tiny)
     with pytest.raises(DataError, match=r"list of \(3, 3, 3\) arrays: \(C, H, W\) or \(H, W, C\)\?"):
         medanon.data.as_dataset(list(tiny))
-    assert medanon.data.as_dataset(torch.from_numpy(tiny)).channels == 3      # a tensor is (N, C, H, W): said
+    colour = torch.from_numpy(tiny).clone()
+    colour[:, 0] = 9                                                         # (equal channels need modality=)
+    assert medanon.data.as_dataset(colour).channels == 3                     # a tensor is (N, C, H, W): said
 
 
 def test_float_images_need_value_range_so_no_image_changes_how_another_is_read(phantom):  # noqa: F811

@@ -114,8 +114,9 @@ def test_paired_bootstrap_equals_scoring_each_resample_alone():
 
 def test_utility_share_counts_from_chance_so_a_constant_release_keeps_nothing():
     """The share a release keeps is (release - chance) / (real - chance): a constant score has AUROC 0.5 and keeps 0
-    of the AUROC (it read 0.5 / real, e.g. 0.66 of the real images' 0.756); κ and AP count from 0. Every resample's
-    share is the same formula (checked on the interval against scipy's bootstrap of it)."""
+    of the AUROC (it read 0.5 / real, e.g. 0.66 of the real images' 0.756); κ counts from 0, AP from the prevalence,
+    a macro-F1 from always saying the majority (a floor of 0 read that as keeping a third of the real images' gain).
+    Every resample's share is the same formula (checked on the interval against scipy's bootstrap of it)."""
     from scipy.stats import bootstrap
     from sklearn.metrics import average_precision_score, roc_auc_score
 
@@ -127,8 +128,15 @@ def test_utility_share_counts_from_chance_so_a_constant_release_keeps_nothing():
     out = U.paired_intervals(task, y, [two(np.full(n, 0.3))], [two(real)], n_resamples=80, seed=2)
     assert out["auroc"]["release"]["value"] == 0.5 and out["auroc"]["ratio"]["value"] == 0.0
     assert out["auroc"]["ratio"]["ci"] == [0.0, 0.0]
-    assert out["ap"]["ratio"]["value"] == pytest.approx(
-        average_precision_score(y, np.full(n, 0.3)) / average_precision_score(y, real))
+    assert out["ap"]["chance"] == average_precision_score(y, np.full(n, 0.3)) == 0.5
+    assert out["ap"]["ratio"]["value"] == 0.0
+    three = U.Task("view", 3, "multiclass")
+    y3 = np.repeat([0, 1, 2], [36, 18, 6])
+    good = np.eye(3)[y3] * 0.7 + 0.1                          # right on every image
+    majority = np.tile([0.8, 0.1, 0.1], (60, 1))              # always the majority: macro-F1 0.25
+    out = U.paired_intervals(three, y3, [majority], [good], n_resamples=40, seed=2)
+    assert out["f1_macro"]["chance"] == pytest.approx(0.25) and out["f1_macro"]["ratio"]["value"] == pytest.approx(0)
+    assert out["acc"]["chance"] == pytest.approx(0.6) and out["acc"]["ratio"]["value"] == pytest.approx(0)
     half = np.where(rng.random(n) < 0.5, real, 0.5)          # part of the real signal
     out = U.paired_intervals(task, y, [two(half)], [two(real)], n_resamples=80, seed=2)
     share = lambda idx: (roc_auc_score(y[idx], half[idx]) - 0.5) / (roc_auc_score(y[idx], real[idx]) - 0.5)  # noqa: E731
@@ -310,3 +318,19 @@ def test_labels_that_are_not_classes_are_refused_not_truncated():
     assert M.accuracy(np.array([1.0, 0.0]), [1, 1]) == 0.5
     assert M.roc_auc([0.0, 1.0, 0.0, 1.0], [0.1, 0.9, 0.2, 0.8]) == skm.roc_auc_score([0, 1, 0, 1],
                                                                                       [0.1, 0.9, 0.2, 0.8])
+
+
+def test_fd_gives_no_interval_from_one_cluster_and_names_nan_features():
+    """Every image in one patient cluster: each resample was the set itself, and the interval [6.31, 6.31] posed as
+    certainty; NaN features gave numpy's "Eigenvalues did not converge"."""
+    from medanon.evaluate.fidelity import bootstrap_fd, fd_from_features
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(12, 4)), rng.normal(size=(12, 4)) + 1
+    one = bootstrap_fd(a, b, n_boot=20, groups_ref=[0] * 12, groups_eval=[0] * 12)
+    assert np.isnan(one.low) and np.isnan(one.high) and one.resamples == 0 and one.value > 0
+    two = bootstrap_fd(a, b, n_boot=20, groups_ref=[0] * 6 + [1] * 6, groups_eval=[0] * 6 + [1] * 6)
+    assert two.low < two.value < two.high
+    a[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        fd_from_features(a, b)

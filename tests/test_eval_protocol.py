@@ -32,6 +32,26 @@ def test_delong_matches_sklearn_and_a_bootstrap():
     assert flipped["auc"] == pytest.approx(1 - d["auc"]) and flipped["two_sided_auc"] == pytest.approx(d["auc"])
 
 
+def test_patient_auc_intervals_keep_their_width_at_1_and_few_patients_prove_nothing():
+    """A perfectly separating attack on 10 patients a side got the interval [1, 1] (every patient resample separates
+    too), and 2 patients a side a p-value of 0.006; the interval now keeps the score interval's width with one unit
+    per patient, and the p-value is at least the smallest an exact permutation test over patients can give."""
+    from medanon.evaluate.attacks.auc import newcombe_interval
+
+    rng = np.random.default_rng(1)
+    pos = np.repeat(rng.normal(6, 1, 10), 4) + 0.1 * rng.standard_normal(40)
+    neg = np.repeat(rng.normal(0, 1, 10), 4) + 0.1 * rng.standard_normal(40)
+    gp, gn = np.repeat([f"p{i}" for i in range(10)], 4), np.repeat([f"n{i}" for i in range(10)], 4)
+    d = delong(pos, neg, pos_groups=gp, neg_groups=gn)
+    assert d["auc"] == 1.0 and d["ci"][0] == pytest.approx(newcombe_interval(1.0, 10, 10)[0]) and d["ci"][0] < 0.85
+    assert "widened to the score interval" in d["interval"]
+    few = delong([.9, .8, .95, .85], [.1, .2, .15, .3], pos_groups=["a", "a", "b", "b"],
+                 neg_groups=["c", "c", "d", "d"])
+    assert few["p_value"] >= 2 / 6 and few["ci"][0] < 0.6          # 2 + 2 patients: at best 1 of C(4, 2) = 6 orders
+    mid = delong(rng.normal(0.5, 1, 40), rng.normal(0, 1, 40), pos_groups=gp, neg_groups=gn)
+    assert "widened" not in mid["interval"]                          # away from 0 and 1: the bootstrap's as before
+
+
 def test_topk_null_is_exact_and_calibrated_at_k2():
     """Item 8: the exact null of top-K hits (convolved hypergeometrics) against simulation; under the null the
     p-value rejects at the nominal rate and the exact interval covers chance (the bootstrap did not)."""

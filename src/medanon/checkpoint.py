@@ -15,7 +15,7 @@ import torch
 
 from medanon import __version__
 from medanon.errors import ConfigError
-from medanon.fsutil import atomic_write_bytes, sha256_file
+from medanon.fsutil import atomic_write_bytes
 
 FORMAT = "medanon-checkpoint"
 VERSION = 1
@@ -94,9 +94,17 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
         raise ConfigError(f"checkpoint {path} does not exist",
                           fix="pass the path of a .pt file written by `medanon train` (see checkpoints/README.md)")
     _check_readable(path)
-    try:
-        blob = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises several types for corrupt or unsafe files
+    with open(path, "rb") as f:                 # one file, hashed and loaded: a replacement renamed over the path
+        digest = _sha256_of(f)                  # meanwhile (a training run's export) cannot give the weights of one
+        f.seek(0)                               # file and the digest of another
+        try:
+            blob = torch.load(f, map_location=map_location, weights_only=True)
+        except Exception as e:  # torch raises several types for corrupt or unsafe files
+            failed = e
+        else:
+            failed = None
+    if failed is not None:
+        e = failed
         import pickle
 
         if isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e):
@@ -128,12 +136,21 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
                           f"{' or '.join(kinds)}",
                           fix=f"pass a checkpoint of kind {' or '.join(kinds)} where {path} was given "
                               "(`medanon models` lists the checkpoints with their kinds)")
-    blob["sha256"] = sha256_file(path)
+    blob["sha256"] = digest
     blob["path"] = str(path)
     from medanon.outputs import note_checkpoint_read
 
     note_checkpoint_read(path, blob["sha256"])          # no output of this process may replace it (rule 1)
     return blob
+
+
+def _sha256_of(f) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    while block := f.read(1 << 20):
+        h.update(block)
+    return h.hexdigest()
 
 
 # The networks an exported model of each kind holds (what the loaders read): a file without them is damaged.

@@ -70,7 +70,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # in the folder the system resolves (tempfile makes ``dir`` absolute as text: LINK/../x would be beside LINK)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=os.path.realpath(path.parent))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -124,7 +125,7 @@ def atomic_dir(out: str | os.PathLike, *, overwrite: bool = False, marker: str =
         check_output(out, overwrite=overwrite, kind="dir", what=marker)   # again: another run may have written it
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(out)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=os.path.realpath(out.parent)))
         try:
             claim_working_path(out, tmp)               # inside: a full disk here must not leave tmp behind
             yield tmp

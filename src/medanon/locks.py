@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import warnings
 from pathlib import Path
 
@@ -34,6 +36,7 @@ class ConcurrentRunError(MedanonError):
     """Another process is writing the same output."""
 
 
+_SIGNATURE = b"process "                              # how a lock holder's line starts (:meth:`OutputLock._sign`)
 _HELD: dict[str, OutputLock] = {}                     # lock file -> the lock of this process that holds it
 
 
@@ -66,7 +69,7 @@ class OutputLock:
         import socket
         import sys
 
-        text = (f"process {os.getpid()} on {socket.gethostname()}, started "
+        text = (f"{_SIGNATURE.decode()}{os.getpid()} on {socket.gethostname()}, started "
                 f"{datetime.datetime.now().astimezone().isoformat(timespec='seconds')}: "
                 f"{' '.join([os.path.basename(sys.argv[0] or 'python'), *sys.argv[1:]])[:300]}")
         with contextlib.suppress(OSError):
@@ -94,7 +97,7 @@ class OutputLock:
                 self._refuse()
             return self
         for _ in range(100):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = self._open_own()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -119,6 +122,32 @@ class OutputLock:
             os.close(fd)
         self._refuse()
         return self
+
+    def _open_own(self) -> int:
+        """The lock file, opened for writing: never through a link (``O_NOFOLLOW``), never a file with other names
+        (hard links) or other contents than a holder's line: its signature would be written over it (a dataset's
+        labels.csv linked as the lock file was replaced by a command line)."""
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as e:
+            self._not_a_lock(f"it is a link ({e.strerror})")
+        st = os.fstat(fd)
+        why = ("it is not a plain file" if not stat.S_ISREG(st.st_mode) else
+               f"it has {st.st_nlink} names (hard links)" if st.st_nlink != 1 else
+               "it holds something else than a lock holder's line" if st.st_size and
+               not os.pread(fd, len(_SIGNATURE), 0).startswith(_SIGNATURE) else None)
+        if why is not None:
+            os.close(fd)
+            self._not_a_lock(why)
+        return fd
+
+    def _not_a_lock(self, why: str) -> None:
+        from medanon.outputs import UnsafeOutputError
+
+        raise UnsafeOutputError(f"{self.path}, where medanon keeps the lock of {self.out.name}, is not a medanon lock "
+                                f"file: {why}; medanon writes its lock there and would write over it",
+                                fix=f"move {self.path} away (it is not medanon's), then run again")
 
     def release(self) -> None:
         if self._fd is None:
@@ -209,11 +238,23 @@ def refuse_inside_written(out: str | os.PathLike, *, name: str = "out") -> None:
     for folder in Path(os.path.realpath(out)).parents:
         if folder.parent == folder:
             break
-        holder = writer_of(folder)
-        if holder is not None:
-            raise ConcurrentRunError(f"{name} {out} is inside {folder}, which another medanon run is writing now"
-                                     + (f" ({holder})" if holder else ""),
-                                     fix=f"choose a {name} outside it, or wait for that run to finish")
+        for owner in (folder, *_owners(folder)):    # a working folder of an output is covered by that output's lock
+            holder = writer_of(owner)
+            if holder is not None:
+                raise ConcurrentRunError(f"{name} {out} is inside {folder}, which another medanon run is writing now"
+                                         + (f" ({holder})" if holder else "")
+                                         + (f", as the working folder of {owner.name}" if owner != folder else ""),
+                                         fix=f"choose a {name} outside it, or wait for that run to finish")
+
+
+_WORKING = (re.compile(r"\.(?P<out>.+)\.[a-z0-9_]{8}\.partial"), re.compile(r"(?P<out>.+)\.partial"),
+            re.compile(r"\.(?P<out>.+)\.closing"), re.compile(r"\.(?P<out>.+)\.old-\d+"))
+
+
+def _owners(folder: Path) -> list[Path]:
+    """The outputs whose working folder ``folder`` may be by its name (``OUT.partial``, ``.OUT.closing``,
+    ``.OUT.<8>.partial``, ``.OUT.old-N``): what is put there is published with, or removed with, that output."""
+    return [folder.with_name(m["out"]) for pattern in _WORKING if (m := pattern.fullmatch(folder.name))]
 
 
 def _holder(path: Path) -> str:

@@ -268,7 +268,7 @@ def gmia_release(dataset: ImageDataset, out: str | Path, *,
 
     with open_release(out, method="gmia", params=params, privacy=privacy, labels=names,
                       seeds={}, models=models, source=source, phantom=phantom, mapping=mapping,
-                      overwrite=overwrite) as writer:
+                      overwrite=overwrite, source_now=lambda: source_digest(dataset)) as writer:
         if len(writer):
             log.info("resuming: %d of %d images already released", len(writer), len(dataset))
         # two batches side by side on a CPU, one torch thread each: each image's optimisation is its own

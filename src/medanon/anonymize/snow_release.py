@@ -259,17 +259,21 @@ def snow_sweep(dataset: ImageDataset, out: str | Path, *,
                       vessels=vessels.describe())
     models = {"vessel-segmenter": vessels.describe()["checkpoint_sha256"]} \
         if vessels is not None and "checkpoint_sha256" in vessels.describe() else {}
-    source, phantom = source_digest(dataset), is_phantom(dataset)
-    masks = vessels.mask_digest(dataset.records, dataset.root) if vessels is not None else None
-    if masks is not None:                                      # read files: a resume notices edited or other masks
-        source["vessel_masks"] = masks
+    def source_now() -> dict[str, Any]:
+        now = source_digest(dataset)
+        masks = vessels.mask_digest(dataset.records, dataset.root) if vessels is not None else None
+        if masks is not None:                                  # read files: a resume notices edited or other masks
+            now["vessel_masks"] = masks
+        return now
+
+    source, phantom = source_now(), is_phantom(dataset)
     records = dataset.records
     unchanged = dict.fromkeys(ps, 0)
     with contextlib.ExitStack() as stack:
         writers = {p: stack.enter_context(ReleaseWriter(
             outs[p], method=method, params={"p": p, **common, **(extra_params or {})}, privacy=privacy[p], labels=names,
             seeds={method: seed} if seeded else {}, models=models, source=source, phantom=phantom, mapping=maps[p],
-            overwrite=overwrite)) for p in ps}
+            overwrite=overwrite, source_now=source_now)) for p in ps}
         todo = [i for i in range(len(records)) if not all(wr.done(records[i].record_id) for wr in writers.values())]
         if len(todo) < len(records):
             log.info("resuming: %d of %d images already released", len(records) - len(todo), len(records))

@@ -374,6 +374,9 @@ def open_dataset(root: str | Path, cfg: DataConfig | None = None, *, generic: Ge
     if not root.is_dir():
         raise DataError(f"dataset folder {root} does not exist or is not a folder",
                         fix="pass the folder that holds the images and the labels CSV")
+    from medanon.locks import refuse_while_written
+
+    refuse_while_written(root, what="dataset")          # being made or replaced now (a phantom): its files change
     layout = "generic" if generic is not None and cfg.layout == "auto" else cfg.layout
     sc: Scan = scan(root, layout, generic=generic, allow_outside=allow_outside)
     if cfg.modality != "auto" and sc.modality is not None and cfg.modality != sc.modality:

@@ -68,7 +68,8 @@ KNOWN_WHAT = {"copy": "every source image released as its own record (must be de
                         "of its source's grade (or pneumonia) where the data has it (must not be detected; left out "
                         "when the attackers had to train on the members)"}
 MIN_CONTROL_PATIENTS = MIN_PATIENTS             # fewer control (or calibration) patients: the rate is not resolved
-VERSION = 10                                    # 10: inference's control reweighted on its secret; attackers
+VERSION = 11                                    # 11: AUC intervals at 0 or 1 widened (score interval);
+#                                                 10: inference's control reweighted on its secret; attackers
 #                                                 learn eyes (identity_unit); the screen reads the attacker split;
 #                                                 top-K is of people where a patient has several records;
 #                                                 9: top-K's interval resamples the held-out patients;
@@ -419,7 +420,7 @@ def _utility_kept(rel: dict) -> list[dict]:
             continue
         metric = HEADLINE[kind_of(label)]
         boot = (u.get("paired_bootstrap") or {}).get(metric) or {}
-        real, chance = u["real_same_n"][metric]["mean"], HEADLINE_CHANCE.get(metric, 0.0)
+        real, chance = u["real_same_n"][metric]["mean"], boot.get("chance", HEADLINE_CHANCE.get(metric, 0.0))
         base_ci = (boot.get("real_same_n") or {}).get("ci")
         ratio_ci = (boot.get("ratio") or {}).get("ci")
         floor = base_ci[0] if base_ci and np.isfinite(base_ci[0]) else real

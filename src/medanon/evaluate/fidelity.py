@@ -102,6 +102,9 @@ def fd_from_features(f1, f2) -> float:
         raise ValueError(f"feature sizes differ: {a.shape[1]} vs {b.shape[1]}")
     if len(a) < 2 or len(b) < 2:
         raise ValueError("each set needs at least two feature vectors")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):     # (the eigen-solver's "did not converge" otherwise)
+        raise ValueError("the feature vectors hold NaN or infinite values (an image with NaN pixels, or a feature "
+                         "network that overflowed): no Fréchet distance")
     ma, mb = a.mean(0), b.mean(0)
     ac, bc = a - ma, b - mb
     tr_a = float((ac * ac).sum() / (len(a) - 1.0))
@@ -256,9 +259,11 @@ def bootstrap_fd(f_ref, f_eval, *, n_boot: int = 50, confidence: float = 0.95, s
     value = max(fd_from_features(a, b), 0.0)     # a distance: rounding puts a set's FD to itself just below 0
     rng = np.random.default_rng(seed)
     unit = resampling_unit(groups_ref, groups_eval)
+    one = [g is not None and len(np.unique(np.asarray(g).astype(str))) < 2 for g in (groups_ref, groups_eval)]
     boots = [fd_from_features(a[resample_rows(rng, len(a), groups_ref)], b[resample_rows(rng, len(b), groups_eval)])
-             for _ in range(n_boot)]
-    if not boots:                               # no resamples: no interval (not a point posing as one)
+             for _ in range(n_boot)] if not any(one) else []
+    if not boots:                               # no resamples (or one cluster: every resample is the set itself):
+        #                                         no interval, not a point posing as one
         return Interval(value, math.nan, math.nan, confidence, (len(a), len(b)), unit, 0)
     q = (1.0 - confidence) / 2.0
     shift = float(np.mean(boots)) - value                       # resampling bias (duplicates inflate FD)

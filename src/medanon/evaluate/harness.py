@@ -59,7 +59,9 @@ from medanon.runtime import RunDir
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 26    # 26: inference's control reweighted to the members' mix of the secret; the screen reads
+RESULTS_VERSION = 27    # 27: a patient-clustered AUC interval that reaches 0 or 1 is widened to the score interval
+#                         with one unit per patient, and its p-value is at least an exact permutation test's smallest;
+#                         26: inference's control reweighted to the members' mix of the secret; the screen reads
 #                         the attacker's split (screening.other); validity rows list their reasons; attackers
 #                         trained here learn a fundus patient's eyes where eyes repeat (identity_unit);
 #                         top-K takes a patient's records as one unit and leaves their other images out of a pool;

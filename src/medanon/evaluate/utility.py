@@ -59,9 +59,27 @@ HEADLINE_CHANCE = {"kappa": 0.0, "auroc": 0.5, "f1_macro": 0.0}   # what a learn
 
 
 def chance_of(metric: str) -> float:
-    """The value a share of a metric is counted from: 0.5 for an AUROC (a constant score reaches it), else 0 (κ's
-    chance; the floor of accuracy, F1 and AP, whose chance depends on the classes' prevalence)."""
+    """The chance of a metric that does not depend on the classes' frequencies: 0.5 for an AUROC (a constant score
+    reaches it), 0 for κ; for the others a floor (their chance is :func:`chance_scores`'s)."""
     return 0.5 if metric == "auroc" or metric.endswith("_auroc") else 0.0
+
+
+def chance_scores(task: Task, y: np.ndarray, classes: int) -> dict[str, float]:
+    """What a learner that learned only the classes' frequencies scores on ``y`` in every metric of ``task``: each
+    image predicted with the test classes' prevalence (so always the majority class). 0.5 for an AUROC and 0 for κ
+    as :func:`chance_of`; the majority's share for an accuracy, the prevalence for average precision, the
+    always-majority value for an F1 (macro-F1 0.25 with classes at 60/30/10 %, where a floor of 0 read a classifier
+    that always says the majority as keeping a third of the real images' gain).
+
+    >>> chance_scores(Task("view", 3, "multiclass"), np.array([0] * 6 + [1] * 3 + [2]), 3)
+    {'acc': 0.6, 'f1_macro': 0.25}
+    """
+    y = np.asarray(y, np.int64)
+    prior = np.bincount(y, minlength=classes)[:classes] / max(len(y), 1)
+    rows = score_rows(task, y[None], np.tile(prior, (len(y), 1))[None])
+    out = {k: float(v[0]) for k, v in rows.items()}
+    return {k: (chance_of(k) if k in ("kappa",) or k.endswith("auroc") or not np.isfinite(v) else round(v, 12))
+            for k, v in out.items()}
 
 METRIC_NAMES = {
     "accuracy": "Accuracy (5-class)", "kappa": "Cohen's κ (quadratic)", "binary_accuracy": "Accuracy normal vs DR",
@@ -195,7 +213,7 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
             names: tuple[str, str]) -> tuple[list[str], dict, dict, np.ndarray, np.ndarray, dict]:
     """The paired bootstrap behind :func:`paired_intervals` and :func:`compare_releases`: the seed-averaged metrics
     of ``a`` and ``b`` on the whole test set, and the percentile interval of a, b, a - b and the share
-    (a - chance) / (b - chance) (rows in that order, one per metric; :func:`chance_of`), resampling images, or
+    (a - chance) / (b - chance) (rows in that order, one per metric; :func:`chance_scores`), resampling images, or
     patients when ``groups`` is given."""
     import warnings
 
@@ -207,10 +225,11 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
     full = np.arange(n)
     a0, b0 = _seed_mean(task, y, a, full[None]), _seed_mean(task, y, b, full[None])
     keys = list(a0)
+    chance = chance_scores(task, y, np.asarray(a[0]).shape[-1])
 
     def stacked(ra, rb):
         with np.errstate(divide="ignore", invalid="ignore"):        # no share of a reference at chance (not inf)
-            ratio = [np.where(rb[k] != chance_of(k), (ra[k] - chance_of(k)) / (rb[k] - chance_of(k)), np.nan)
+            ratio = [np.where(rb[k] != chance[k], (ra[k] - chance[k]) / (rb[k] - chance[k]), np.nan)
                      for k in keys]
         return np.stack([ra[k] for k in keys] + [rb[k] for k in keys] + [ra[k] - rb[k] for k in keys] + ratio)
 
@@ -233,6 +252,7 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
             w = counts[:, codes]
             return stacked(_seed_mean(task, y, a, weights=w), _seed_mean(task, y, b, weights=w))
 
+    unit["chance"] = chance
     if len(data) < 2:                                   # nothing to resample: no interval
         nan = np.full(4 * len(keys), np.nan)
         return keys, a0, b0, nan, nan, unit
@@ -255,7 +275,8 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
     """Paired percentile bootstrap (``scipy.stats.bootstrap``, ``paired=True``) of every metric, averaged over
     seeds: the release's, the same-N real classifiers' (``real_same_n``; a reference, not a random-guessing
     baseline), the difference release - real and the ratio (release - chance) / (real - chance) (the share of the
-    real images' gain over chance the release keeps: 0.5 for an AUROC, 0 for the others, :func:`chance_of`; a
+    real images' gain over chance the release keeps; chance is what predicting the test classes' prevalence scores,
+    :func:`chance_scores`, given as ``chance``: 0.5 for an AUROC, 0 for κ, the majority's share for an accuracy; a
     constant release keeps 0 of an AUROC, not 0.5 / real), each as
     ``{"value", "ci"}``, with ``n`` (test images), ``resampled`` and ``resamples``.
 
@@ -270,12 +291,12 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
     out: dict[str, dict] = {}
     n = len(keys)
     for i, k in enumerate(keys):
-        rv, bv = float(r0[k][0]), float(b0[k][0])
+        rv, bv, c = float(r0[k][0]), float(b0[k][0]), unit["chance"][k]
         out[k] = {"release": {"value": rv, "ci": [float(lo[i]), float(hi[i])]},
                   "real_same_n": {"value": bv, "ci": [float(lo[n + i]), float(hi[n + i])]},
                   "difference": {"value": rv - bv, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
-                  "ratio": {"value": (rv - chance_of(k)) / (bv - chance_of(k)) if bv != chance_of(k) else float("nan"),
-                            "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]},
+                  "ratio": {"value": (rv - c) / (bv - c) if bv != c else float("nan"),
+                            "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]}, "chance": c,
                   **_unit(unit, len(y), n_resamples, [i, n + i, 2 * n + i], ratio=3 * n + i)}
     return out
 
@@ -283,7 +304,7 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
 def _unit(unit: dict, n: int, n_resamples: int, rows: list[int], ratio: int | None = None) -> dict:
     """An interval entry's sample description: images, what was resampled, resamples (and undefined ones: of the
     metric, and apart from them those of the ratio, undefined also where the real classifiers' metric is 0)."""
-    out = {"n": n, **{k: v for k, v in unit.items() if k != "undefined"}, "resamples": n_resamples}
+    out = {"n": n, **{k: v for k, v in unit.items() if k not in ("undefined", "chance")}, "resamples": n_resamples}
     bad = int(max(unit["undefined"][rows])) if "undefined" in unit else 0
     if bad:
         out["undefined_resamples"] = bad                # left out of the percentiles (the metric had no value)

@@ -356,7 +356,7 @@ class Release:
         with open_release(out, method=self.method, params=self.params, privacy=self.privacy, labels=self.labels,
                           seeds=self.seeds, models=self.models, source=self._source(),
                           phantom=is_phantom(self.dataset), mapping=mapping, overwrite=overwrite,
-                          inputs=[*dataset_inputs(self.dataset), *self.inputs]) as writer:
+                          inputs=[*dataset_inputs(self.dataset), *self.inputs], source_now=self._source) as writer:
             resumed = len(writer)
             summary = self.produce(writer, progress)
             if isinstance(writer, ShardWriter):          # torchrun: this process computed one share

@@ -39,7 +39,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +131,8 @@ class ReleaseWriter:
                  overwrite: bool = False,
                  resume: bool = True,
                  inputs: Sequence[str | Path] = (),              # what the method reads (never written)
-                 sharded: bool = False):                         # rank 0 of a torchrun job (release/sharded.py)
+                 sharded: bool = False,                          # rank 0 of a torchrun job (release/sharded.py)
+                 source_now: Callable[[], Mapping[str, Any]] | None = None):   # ``source`` computed again
         if launched_by_torchrun() and not sharded:
             raise ConfigError(f"release {out}: this method writes its release from one process only, and this is "
                               f"one of {os.environ['WORLD_SIZE']} processes started by torchrun (they would write "
@@ -140,6 +141,7 @@ class ReleaseWriter:
                                   "and ldp-image are the methods that run sharded (docs/distributed.md)")
         self.out = Path(out)
         self.mapping = Path(mapping) if mapping else None
+        self.source_now = source_now                 # at close: the source is what it was when the release began
         self.overwrite = overwrite
         inputs = [*inputs, *checkpoint_files((models or {}).values())]     # the checkpoints the models came from
         try:
@@ -161,6 +163,11 @@ class ReleaseWriter:
             raise
         self._mapping_existed = self.mapping is not None and self.mapping.exists()
         try:
+            for working in (self.partial, closing_folder(self.out)):
+                if working.is_symlink():                 # its files would be written (and removed) where it leads
+                    raise OutputExistsError(f"{working} is a link to {os.readlink(working)}, not a folder medanon made",
+                                            fix=f"remove the link {working} (not where it leads): medanon keeps "
+                                                "interrupted releases there")
             remove_leftovers(self.out)                   # a killed run's replaced release
             settle_pending_mapping(self.out, self.mapping)     # a killed run's mapping, pending while it closed
             restore_closing_journals(self.out, self.partial)   # a killed run's journals, while its release closed
@@ -426,6 +433,12 @@ class ReleaseWriter:
     def _close(self) -> Path:
         if not self.entries:
             raise DataError(f"release {self.out} has no records", fix="check the input data and method settings")
+        if self.source_now is not None and dict(self.source_now()) != self.source:
+            raise DataError(f"the source of release {self.out} changed while it was being made (its images, patient "
+                            "ids or labels were replaced or edited meanwhile): its records mix the old and the new "
+                            f"source, so it is not published (it stays in {self.partial})",
+                            fix="run it again with overwrite once nothing writes the source (a resume is refused: "
+                                "its journal holds the old source)")
         if self.out.exists():                            # files may have been added to the old release meanwhile
             check_replaceable(self.out, what="release", name="out")
         if self.mapping is not None and self.mapping.exists():
@@ -437,6 +450,14 @@ class ReleaseWriter:
         rows = sorted(self.entries.values(), key=lambda e: e["name"])
         views = (self.settings["params"].get("augmentation") or {}).get("views", 1)
         _check_each_source_once(rows, views=int(views or 1), out=self.out)
+        foreign = _partial_foreign(self.partial)     # put there by someone else while this run wrote it
+        written = {e["name"] for e in rows}
+        foreign += sorted(f"images/{q.name}" for q in (self.partial / "images").glob("*.png") if q.name not in written)
+        if foreign:
+            raise OutputExistsError(f"{self.partial} holds {foreign[0]}"
+                                    + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+                                    + ", which this run did not write: publishing the folder would publish it",
+                                    fix=f"move it out of {self.partial}, then run the same command again (it resumes)")
         atomic_write_text(self.partial / "labels.csv", labels_csv(rows))
         atomic_write_text(self.partial / "manifest.json", manifest_json(
             rows, settings=self.settings, source=self.source, privacy=self.privacy, seeds=self.seeds,

@@ -111,7 +111,14 @@ def _check_mapping_is_of(mapping: str | Path, out: Path) -> None:
     if waiting is not None and _is_mapping_of(waiting, out):
         return              # a run killed while closing this release: its own mapping replaces this one on opening
     if waiting is not None:             # another release's, pending since a run of it was stopped while publishing
+        from medanon.locks import ConcurrentRunError, writer_of
+
         whose = waiting.get("release")
+        holder = writer_of(mapping)     # ... or being published now by a live run, which must not be disturbed
+        if holder is not None:
+            raise ConcurrentRunError(f"another medanon run is writing the mapping {mapping} now, for the release "
+                                     f"{whose!r}" + (f" ({holder})" if holder else ""),
+                                     fix="wait for it to finish, or give this release another mapping path")
         raise OutputExistsError(f"the mapping {mapping} is pending for the release {whose!r} ({pending}): a run of "
                                 "it was stopped while publishing it, and this mapping is that release's only link to "
                                 "its sources",

@@ -68,14 +68,54 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
                                 n_resamples=n_resamples)["x"] if fast is not None else
                 cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
                                 n_resamples=n_resamples))
+        ci, how = boot["ci"], boot["interval"]
+        units = (_units(pos_groups), _units(neg_groups))
+        if ci[0] <= 1e-12 or ci[1] >= 1 - 1e-12:    # at the edge the percentile interval under-covers, or collapses
+            lo, hi = newcombe_interval(auc, *units, confidence=confidence)
+            ci = [min(ci[0], lo), max(ci[1], hi)]
+            how += (f"; it reaches {'1' if boot['ci'][1] >= 1 - 1e-12 else '0'}, so widened to the score "
+                    f"interval with one unit per patient ({units[0]} and {units[1]})")
+        floor = min(1.0, 2.0 / math.comb(sum(units), units[0])) if all(units) else 1.0
         # the image of the AUC's interval, not the percentiles of folded draws: those never reach 0.5, so a null
         # attack would read as above chance
-        out.update(ci=boot["ci"], two_sided_ci=two_sided_interval(boot["ci"]),
-                   interval=boot["interval"], patients=boot["clusters"],
-                   resamples=boot["resamples"], seed=seed, p_value=bootstrap_p(boot["draws"], 0.5),
+        out.update(ci=ci, two_sided_ci=two_sided_interval(ci),
+                   interval=how, patients=boot["clusters"],
+                   resamples=boot["resamples"], seed=seed, p_value=max(bootstrap_p(boot["draws"], 0.5), floor),
                    p_value_test=f"patient cluster bootstrap, interval inversion: twice the smaller share of the "
-                                f"{boot['resamples']} resampled AUCs on either side of 0.5")
+                                f"{boot['resamples']} resampled AUCs on either side of 0.5, and at least "
+                                f"{floor:.3g}, the smallest two-sided p-value of an exact permutation test of "
+                                f"{units[0]} and {units[1]} patients")
     return out
+
+
+def _units(groups) -> int:
+    """The number of patients on one side (pairs: of either image of a pair)."""
+    return len(np.unique(np.asarray(groups).astype(str).ravel()))
+
+
+def newcombe_interval(auc: float, m: int, n: int, *, confidence: float = 0.95) -> list[float]:
+    """The score interval of an AUC from ``m`` positive and ``n`` negative units (Newcombe 2006's approach): the
+    values θ with ``(auc - θ)² <= z² V(θ)``, V Hanley and McNeil's (1982) variance with m - 1 and n - 1 replaced by
+    their mean. Unlike a Wald or percentile interval it keeps its width at AUC = 0 or 1.
+
+    >>> [round(v, 3) for v in newcombe_interval(1.0, 10, 10)]
+    [0.8, 1.0]
+    """
+    from scipy.optimize import brentq
+
+    if m < 1 or n < 1 or not math.isfinite(auc):
+        return [float("nan"), float("nan")]
+    z2 = float(norm.ppf(0.5 + confidence / 2)) ** 2
+    others = (m + n) / 2 - 1                        # the mean of m - 1 and n - 1
+
+    def gap(t: float) -> float:
+        v = t * (1 - t) * (1 + others * ((1 - t) / (2 - t) + t / (1 + t))) / (m * n)
+        return (auc - t) ** 2 - z2 * max(v, 0.0)
+
+    eps = 1e-12
+    lo = 0.0 if auc <= eps or gap(0.0) <= 0 else brentq(gap, 0.0, auc - eps)
+    hi = 1.0 if auc >= 1 - eps or gap(1.0) <= 0 else brentq(gap, auc + eps, 1.0)
+    return [float(lo), float(hi)]
 
 
 def two_sided_interval(ci) -> list[float]:

@@ -191,3 +191,23 @@ def test_a_mapping_being_published_by_a_live_run_is_named_not_called_stopped(tmp
                                                             "records": {"images/x.png": {}}}))
     with _Holder(mapping), pytest.raises(ConcurrentRunError, match="another medanon run is writing the mapping"):
         ReleaseWriter(tmp_path / "b", **SETTINGS, mapping=mapping, source={"sha256": "a"})
+
+
+def test_a_lock_file_removed_by_its_holder_as_it_is_opened_is_opened_again(tmp_path, monkeypatch):
+    """The holder finishing (and removing the file) between this run's open and its check left a file of no name:
+    it was refused as "not a medanon lock file" with the fix of moving medanon's own lock away."""
+    import medanon.locks as locks
+
+    real, calls = os.open, []
+
+    def opened_then_removed(path, *a, **k):
+        fd = real(path, *a, **k)
+        if str(path).endswith(".rel.lock") and not calls:
+            calls.append(path)
+            os.unlink(path)                                          # the holder's release, just now
+        return fd
+
+    monkeypatch.setattr(locks.os, "open", opened_then_removed)
+    lock = OutputLock(tmp_path / "rel").acquire()
+    assert calls and lock.held and (tmp_path / ".rel.lock").is_file()
+    lock.release()

@@ -50,6 +50,11 @@ def test_patient_auc_intervals_keep_their_width_at_1_and_few_patients_prove_noth
     assert few["p_value"] >= 2 / 6 and few["ci"][0] < 0.6          # 2 + 2 patients: at best 1 of C(4, 2) = 6 orders
     mid = delong(rng.normal(0.5, 1, 40), rng.normal(0, 1, 40), pos_groups=gp, neg_groups=gn)
     assert "widened" not in mid["interval"]                          # away from 0 and 1: the bootstrap's as before
+    people = [f"q{i}" for i in range(6)]                             # pairs: both sides are the same 6 people
+    genuine = np.array([[p, p] for p in people])
+    impostor = np.array([[a, b] for a in people for b in people if a < b])
+    pairs = delong(np.full(6, 0.9), np.full(len(impostor), 0.1), pos_groups=genuine, neg_groups=impostor)
+    assert "3 and 3 patients" in pairs["p_value_test"] and pairs["p_value"] >= 2 / 20
 
 
 def test_topk_null_is_exact_and_calibrated_at_k2():

@@ -98,6 +98,8 @@ class OutputLock:
             return self
         for _ in range(100):
             fd = self._open_own()
+            if fd is None:                            # removed by its holder as this run opened it: again
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -123,16 +125,20 @@ class OutputLock:
         self._refuse()
         return self
 
-    def _open_own(self) -> int:
+    def _open_own(self) -> int | None:
         """The lock file, opened for writing: never through a link (``O_NOFOLLOW``), never a file with other names
         (hard links) or other contents than a holder's line: its signature would be written over it (a dataset's
-        labels.csv linked as the lock file was replaced by a command line)."""
+        labels.csv linked as the lock file was replaced by a command line). None: the file was removed as it was
+        opened (its holder finished): open it again."""
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
         try:
             fd = os.open(self.path, flags, 0o600)
         except OSError as e:
             self._not_a_lock(f"it is a link ({e.strerror})")
         st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 0:     # its holder finished and removed it meanwhile
+            os.close(fd)
+            return None
         why = ("it is not a plain file" if not stat.S_ISREG(st.st_mode) else
                f"it has {st.st_nlink} names (hard links)" if st.st_nlink != 1 else
                "it holds something else than a lock holder's line" if st.st_size and

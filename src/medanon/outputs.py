@@ -218,6 +218,8 @@ def _refuse_shipped(out: Path, name: str) -> None:
     from medanon.fsutil import sha256_file
     from medanon.models_shipped import shipped_name
 
+    if out.suffix != ".pt":                         # every public checkpoint is one: nothing else is hashed
+        return
     try:
         shipped = shipped_name(sha256_file(out))
     except OSError:

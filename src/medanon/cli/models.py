@@ -96,13 +96,15 @@ def shipped_default(data_dir, data_opts: dict, role: str, *, flag: str, method: 
                                f"{modality or 'this'} data (train one: docs/backbone.md)")
     path = find_model(name)
     what = ROLE_WORDS[role].split(' (')[0]
-    if shipped_name(sha256_file(path)) == name:
+    shipped = shipped_name(sha256_file(path)) == name
+    if shipped:
         click.echo(f"{flag}: {name}, the shipped {what} for {modality} data", err=True)
     else:
         click.echo(f"{flag}: {path}, the {what} for {modality} data by its name, but not the shipped file (its "
                    "digest is none of medanon's public ones)", err=True)
     if used is not None:
-        used[argument] = {"file": path.name, "chosen": f"default for {modality}"}
+        used[argument] = {"file": path.name, "chosen": f"default for {modality}"
+                          + ("" if shipped else " by its name; not the shipped file")}
     return path
 
 

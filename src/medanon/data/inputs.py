@@ -154,9 +154,10 @@ def from_images(images: torch.Tensor, *, patient_ids=None, labels=None, modality
     _refuse_copies(images, pids, argument=argument, known=known)
     if modality is None and c == 3 and _grey(images):
         raise DataError(f"{argument}= holds 3-channel images whose three channels are equal: grey images (e.g. chest "
-                        "X-rays repeated into RGB), which would be read as colour fundus photographs (fundus models, "
-                        "optic-disc eye sides)", fix="pass images[:, :1] with modality='xray' (X-rays have one "
-                                                     "channel), or modality='fundus' if they are fundus photographs")
+                        "X-rays repeated into RGB, or blank images), which would be read as colour fundus photographs "
+                        "(fundus models, optic-disc eye sides)",
+                        fix="pass images[:, :1] with modality='xray' (X-rays have one channel), or modality='fundus' "
+                            "if they are fundus photographs")
     if modality is None:
         modality = "fundus" if c == 3 else "xray"
     if modality not in MODALITIES:

@@ -229,8 +229,8 @@ def _paired(task: Task, y, probs_a, probs_b, *, groups, n_resamples: int, confid
 
     def stacked(ra, rb):
         with np.errstate(divide="ignore", invalid="ignore"):        # no share of a reference at chance (not inf)
-            ratio = [np.where(rb[k] != chance[k], (ra[k] - chance[k]) / (rb[k] - chance[k]), np.nan)
-                     for k in keys]
+            ratio = [np.where(rb[k] > chance[k], (ra[k] - chance[k]) / (rb[k] - chance[k]), np.nan)
+                     for k in keys]                     # (real images at or below chance: no gain to share)
         return np.stack([ra[k] for k in keys] + [rb[k] for k in keys] + [ra[k] - rb[k] for k in keys] + ratio)
 
     if groups is None:
@@ -295,7 +295,7 @@ def paired_intervals(task: Task, y: np.ndarray, release_probs: Sequence[np.ndarr
         out[k] = {"release": {"value": rv, "ci": [float(lo[i]), float(hi[i])]},
                   "real_same_n": {"value": bv, "ci": [float(lo[n + i]), float(hi[n + i])]},
                   "difference": {"value": rv - bv, "ci": [float(lo[2 * n + i]), float(hi[2 * n + i])]},
-                  "ratio": {"value": (rv - c) / (bv - c) if bv != c else float("nan"),
+                  "ratio": {"value": (rv - c) / (bv - c) if bv > c else float("nan"),
                             "ci": [float(lo[3 * n + i]), float(hi[3 * n + i])]}, "chance": c,
                   **_unit(unit, len(y), n_resamples, [i, n + i, 2 * n + i], ratio=3 * n + i)}
     return out

@@ -69,7 +69,11 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
                 cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
                                 n_resamples=n_resamples))
         ci, how = boot["ci"], boot["interval"]
-        units = (_units(pos_groups), _units(neg_groups))
+        if groups.ndim == 2:                            # pairs: both sides are pairs of the same people, taken as
+            people = _units(groups)                     # two halves of them (not twice as many independent units)
+            units = (max(people // 2, 1), max(people - people // 2, 1))
+        else:
+            units = (_units(pos_groups), _units(neg_groups))
         if ci[0] <= 1e-12 or ci[1] >= 1 - 1e-12:    # at the edge the percentile interval under-covers, or collapses
             lo, hi = newcombe_interval(auc, *units, confidence=confidence)
             ci = [min(ci[0], lo), max(ci[1], hi)]

@@ -61,6 +61,20 @@ def test_the_verdict_takes_the_largest_valid_risk_only():
     assert "0.30" in v["sentence"]
 
 
+def test_a_tie_goes_to_an_attack_shown_to_catch_copies_not_to_a_reverse_one():
+    """Every valid row at 0 [0, 0.06]: the verdict named the reverse linkability attacker (by its name, in a tie),
+    which no copy could ever show working."""
+    copy = {"nearest": {"risk": _risk(0.9, 0.7, 1.0), "risk_reverse": _risk(0.0, 0.0, 0.0)}}
+    null = {"nearest": {"risk": _risk(0.0, 0.0, 0.06), "risk_reverse": _risk(0.0, 0.0, 0.06)}}
+    table = calibration_table({"copy": copy, "jpeg": copy, "shift": copy, "mirror": copy, "constant": null,
+                               "noise": null})
+    rel = {"name": "R", "utility": {}, "attacks": {"nearest": {"risk": _risk(0.0, 0.0, 0.06),
+                                                               "risk_reverse": _risk(0.0, 0.0, 0.06)}}}
+    rel["validity"] = validity(rel, table, checks={}, trained_on_members={})
+    assert rel["validity"]["nearest (reverse)"]["valid"] and rel["validity"]["nearest"]["valid"]
+    assert verdict(rel)["attack"] == "nearest"
+
+
 def test_a_valid_row_without_a_defined_risk_does_not_hide_the_others():
     """A row whose reference succeeds on every target has a NaN residual; compared with NaN nothing is larger, so
     listed first it took the verdict and the 1.00 of the next row went unsaid."""
@@ -529,3 +543,17 @@ def test_an_attacker_checkpoint_trained_on_the_members_is_recognised_by_its_reco
     assert _checkpoint_people(others, ctx) == [] and "exactly" not in checkpoint_trained_on(others, ctx)
     assert _checkpoint_people(ckpt("n.pt", {}), ctx) == []
     assert "not known here" in checkpoint_trained_on(str(tmp_path / "n.pt"), ctx)
+
+
+def test_near_copies_by_identity_are_a_finding_only_beyond_new_peoples_rate_with_their_own_interval():
+    """5 of 9 released images over the identity threshold against new people's 17 % [0 %, 50 %] read as "near-copies
+    by identity": the count was compared with the control's bound alone, on a threshold set on 3 patients."""
+    from medanon.evaluate.verdict_text import exposure
+
+    def screen(k: int, n: int, hi: float) -> dict:
+        return {"copies": 0, "n": n, "near_copies_pixel": 0, "near_copies_identity": k,
+                "control": {"identity_rate": hi / 3, "identity_rate_ci": [0.0, hi], "identity_n": 6,
+                            "pixel_rate_ci": [0.0, 0.1]}}
+
+    assert not exposure(screen(5, 9, 0.5))["identity_beyond_control"]
+    assert exposure(screen(18, 20, 0.2))["identity_beyond_control"]

@@ -263,3 +263,13 @@ def test_network_checks_do_not_compare_eye_pairs_with_patient_pairs():
     assert row["members"]["auc"] > 0.95 and row["members"]["genuine_pairs"] == 60     # same-eye pairs
     assert row["verified_on_patients"] == ["controls"] and row["controls"]["genuine_pairs"] == 30
     assert not row["differs"] and "not compared" in row["not_compared"] and not notes
+
+
+def test_the_attribute_attacks_auroc_interval_keeps_its_width_at_1():
+    """The attribute attack's AUROC on held-out images read [1.0, 1.0] on 12 patients (every resample separates)."""
+    from medanon.evaluate.attacks.attribute import _auc_ci
+
+    truth = np.repeat([0, 1], 12)
+    prob = np.r_[np.linspace(0.1, 0.3, 12), np.linspace(0.7, 0.9, 12)]
+    ci = _auc_ci(truth, prob, 1.0, np.repeat(np.arange(12), 2), stream=0, seed=0, n_resamples=200)
+    assert ci[1] == 1.0 and 0.5 < ci[0] < 0.95

@@ -112,10 +112,15 @@ def attribute_inference(*, attacker: ResNet, image_size: int, release_images: to
 
 
 def _auc_ci(truth: np.ndarray, prob: np.ndarray, estimate: float, units, *, stream: int, **boot) -> list[float]:
-    """The AUROC's (``estimate``'s) percentile interval over resamples of ``units`` (NaN with one class)."""
+    """The AUROC's (``estimate``'s) percentile interval over resamples of ``units`` (NaN with one class), widened
+    where it reaches 0 or 1 (:func:`.auc.widened_at_edges`: the units of each class)."""
+    from medanon.evaluate.attacks.auc import widened_at_edges
+
     if len(np.unique(truth)) < 2:
         return [float("nan"), float("nan")]
-    return cluster_summary(weighted_auc(prob, truth == 1), units, estimate, stream=stream, **boot)["ci"]
+    ci = cluster_summary(weighted_auc(prob, truth == 1), units, estimate, stream=stream, **boot)["ci"]
+    units = np.asarray(units).astype(str)
+    return widened_at_edges(ci, estimate, len(np.unique(units[truth == 1])), len(np.unique(units[truth != 1])))[0]
 
 
 def _leak_ci(release_right, original_right, baseline_right, estimate: float, units, **boot) -> list[float]:

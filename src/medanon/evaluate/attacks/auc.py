@@ -74,11 +74,7 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
             units = (max(people // 2, 1), max(people - people // 2, 1))
         else:
             units = (_units(pos_groups), _units(neg_groups))
-        if ci[0] <= 1e-12 or ci[1] >= 1 - 1e-12:    # at the edge the percentile interval under-covers, or collapses
-            lo, hi = newcombe_interval(auc, *units, confidence=confidence)
-            ci = [min(ci[0], lo), max(ci[1], hi)]
-            how += (f"; it reaches {'1' if boot['ci'][1] >= 1 - 1e-12 else '0'}, so widened to the score "
-                    f"interval with one unit per patient ({units[0]} and {units[1]})")
+        ci, how = widened_at_edges(ci, auc, *units, confidence=confidence, how=how)
         floor = min(1.0, 2.0 / math.comb(sum(units), units[0])) if all(units) else 1.0
         # the image of the AUC's interval, not the percentiles of folded draws: those never reach 0.5, so a null
         # attack would read as above chance
@@ -90,6 +86,18 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
                                 f"{floor:.3g}, the smallest two-sided p-value of an exact permutation test of "
                                 f"{units[0]} and {units[1]} patients")
     return out
+
+
+def widened_at_edges(ci, auc: float, m: int, n: int, *, confidence: float = 0.95, how: str = "") -> tuple[list, str]:
+    """A percentile interval of an AUC that reaches 0 or 1 (where it under-covers, or collapses to a point when every
+    resample separates) widened to contain :func:`newcombe_interval` with ``m`` and ``n`` units (patients); others
+    as they are. Returns the interval and ``how`` with the widening said."""
+    lo0, hi0 = (float(v) for v in ci)
+    if not (lo0 <= 1e-12 or hi0 >= 1 - 1e-12) or not math.isfinite(auc):
+        return [lo0, hi0], how
+    lo, hi = newcombe_interval(auc, m, n, confidence=confidence)
+    return [min(lo0, lo), max(hi0, hi)], how + (f"; it reaches {'1' if hi0 >= 1 - 1e-12 else '0'}, so widened to "
+                                                f"the score interval with one unit per patient ({m} and {n})")
 
 
 def _units(groups) -> int:

@@ -739,3 +739,19 @@ def test_snow_refuses_an_existing_out_before_decoding_every_image(tmp_path, phan
     monkeypatch.setattr(dataset, "verify_decoding", decoded)
     code, said = _run("anonymize", "snow", phantom, "--p", "0.3", "--skip-bad", "--out", tmp_path / "r")
     assert code == 1 and "already exists" in said, said
+
+
+def test_an_image_path_that_is_a_pipe_or_a_dangling_link_is_named_as_such(tmp_path, phantom):
+    """A FIFO or a link that leads nowhere at an image's path was reported as "not on disk" (it is there)."""
+    import os
+
+    data = tmp_path / "d"
+    shutil.copytree(phantom, data)
+    images = sorted((data / "images").iterdir())
+    images[0].unlink()
+    os.mkfifo(images[0])
+    images[1].unlink()
+    images[1].symlink_to(tmp_path / "gone.png")
+    code, said = _run("data", "summary", data)
+    assert code == 1 and "is not a plain file (a pipe, a device or a socket)" in said, said
+    assert "is a link that leads nowhere" in said, said

@@ -193,6 +193,11 @@ class Collector:
             self.problem(expected, "unreadable", f"{what} listed in {self.csv_name} row {line} is a folder, "
                                                  "not an image file")
             return
+        if expected.is_symlink() or os.path.lexists(expected):     # there, but no file: a FIFO, a device, a loop
+            how = ("a link that leads nowhere (or through a loop of links)" if expected.is_symlink()
+                   and not expected.exists() else "not a plain file (a pipe, a device or a socket)")
+            self.problem(expected, "unreadable", f"{what} listed in {self.csv_name} row {line} is {how}")
+            return
         self.problem(expected, "missing", f"{what} listed in {self.csv_name} row {line} is not on disk"
                      + (f" ({looked})" if looked else ""))
 

@@ -273,3 +273,19 @@ def test_the_attribute_attacks_auroc_interval_keeps_its_width_at_1():
     prob = np.r_[np.linspace(0.1, 0.3, 12), np.linspace(0.7, 0.9, 12)]
     ci = _auc_ci(truth, prob, 1.0, np.repeat(np.arange(12), 2), stream=0, seed=0, n_resamples=200)
     assert ci[1] == 1.0 and 0.5 < ci[0] < 0.95
+
+
+def test_linkability_pair_auc_keeps_its_width_at_1():
+    """10 people, 2 images each, every genuine pair above every impostor: the pair bootstrap's AUC interval read
+    [1.0, 1.0] with p = 0.005 (only delong's AUCs were widened and floored)."""
+    from medanon.evaluate.attacks.linkability import verification_rates
+
+    rng = np.random.default_rng(0)
+    images = [(p, k) for p in range(10) for k in range(2)]
+    pairs = [(a, b) for i, a in enumerate(images) for b in images[i + 1:]]
+    genuine = np.array([a[0] == b[0] for a, b in pairs])
+    scores = np.where(genuine, 0.9, 0.1) + 0.01 * rng.random(len(pairs))
+    groups = np.array([[f"q{a[0]}", f"q{b[0]}"] for a, b in pairs])
+    r = verification_rates(scores, genuine, 0.5, groups=groups)
+    assert r["AUC"] == 1.0 and r["AUC_ci"][1] == 1.0 and r["AUC_ci"][0] < 0.9 and "widened" in r["interval"]
+    assert r["AUC_p_value"] >= 2 / 252                                # 5 + 5 people: 2 / C(10, 5)

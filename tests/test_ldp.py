@@ -308,6 +308,7 @@ def test_the_audit_measures_an_ldp_release_s_noise_against_its_stated_epsilon(tm
     path.write_text(json.dumps(manifest))
     rep = audit_release(tmp_path / "r")
     assert list(_checks(rep, "statement's numbers").values()) == [False], rep.format()
+    assert any("LDP noise was not measured" in n for n in rep.notes)      # without the mapping: said, not passed
 
 
 def test_the_audit_counts_people_against_the_k_the_statement_claims(tmp_path: Path, xray: Path):

@@ -162,6 +162,9 @@ def test_the_shipped_table_is_the_checkpoints_folder_and_names_a_copy_anywhere(t
         pytest.skip("no source checkout")
     now = {p.name: sha256_file(p) for p in sorted(SOURCE_CHECKPOINTS.glob("*.pt"))}
     assert SHIPPED == now, "a checkpoint was retrained or added: update src/medanon/models_shipped.py to " + repr(now)
+    from medanon.outputs import SHIPPED_MAX_BYTES  # the replace guard hashes files up to that size
+
+    assert max(p.stat().st_size for p in SOURCE_CHECKPOINTS.glob("*.pt")) < SHIPPED_MAX_BYTES
     readme = (SOURCE_CHECKPOINTS / "README.md").read_text()
     table = dict(re.findall(r"^\| `([\w.-]+\.pt)` \| `([0-9a-f]{64})` \|$", readme, re.M))
     assert table == now, "update the checksum table of checkpoints/README.md"

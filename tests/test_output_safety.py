@@ -142,7 +142,7 @@ def test_phantom_never_replaces_a_foreign_folder(tmp_path):
 def test_a_public_checkpoint_is_never_replaced_even_under_another_name(tmp_path, dataset):
     """`train classifier --out COPY --overwrite` replaced a copy of a shipped checkpoint (the search path's default for
     GMIA's utility network): later runs asking for it by name used a 1-step model trained on private patients."""
-    copy = tmp_path / "mine.pt"
+    copy = tmp_path / "mine"                                   # any name: the guard reads its content
     shutil.copy(CKPT / "classifier-grade-fundus64.pt", copy)
     before = copy.read_bytes()
     r = CliRunner().invoke(cli, ["train", "classifier", "--data", str(dataset), "--label", "grade", "--steps", "1",

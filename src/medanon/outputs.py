@@ -212,15 +212,18 @@ def check_replaceable(out: str | os.PathLike, *, what: str | None = None, name: 
                                 fix=f"move {out / foreign[0]} out of {out}, or choose another {name}")
 
 
+SHIPPED_MAX_BYTES = 64 << 20     # above the largest public checkpoint (11 MB; tests/test_models_registry.py checks)
+
+
 def _refuse_shipped(out: Path, name: str) -> None:
     """A file that is one of medanon's public checkpoints (by its digest, under any name) is never replaced: runs that
     ask for it by name would use another model under the public one's name, and its statements say it is public."""
     from medanon.fsutil import sha256_file
     from medanon.models_shipped import shipped_name
 
-    if out.suffix != ".pt":                         # every public checkpoint is one: nothing else is hashed
-        return
     try:
+        if out.stat().st_size > SHIPPED_MAX_BYTES:    # larger than any public checkpoint: not one (not hashed)
+            return
         shipped = shipped_name(sha256_file(out))
     except OSError:
         return

@@ -27,7 +27,10 @@ from medanon.cli.data import layout_options, scan_from_cli
 @click.pass_context
 def audit(ctx: click.Context, release: Path, k, mapping, source, modality, as_json, **layout_opts) -> None:
     """Verify that every record of RELEASE stands for at least k people and that no source file name,
-    record id or patient id appears anywhere in it (paths, CSV, manifest, image metadata).
+    record id or patient id appears anywhere in it (paths, CSV, manifest, image metadata); that the privacy
+    statement's numbers agree with each other and the settings; with --source and --mapping, that no record is a
+    copy of a source, that each kpixel record is its sources' average, and that an LDP-image release holds the
+    noise its epsilon needs.
 
     Exit status: 0 every check passed, 1 a check failed, 2 a usage error (an option, or a path that does not
     exist), 3 the audit could not run (not a release, an unreadable mapping or source, another release's mapping,

@@ -285,6 +285,9 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
                 collector.report(rep, records=len(recs))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)
+    if (mapping is None or source_records is None) and measured(manifest)[0] is not None:
+        rep.notes.append("the LDP noise was not measured against the stated epsilon: that needs the source and the "
+                         "mapping (each record's source), so only the statement's own numbers were compared")
 
     if source_records is not None:
         _check_identifiers(rep, release, identifiers_from_records(source_records))

@@ -69,13 +69,9 @@ def delong(pos_scores, neg_scores, *, confidence: float = 0.95, pos_groups=None,
                 cluster_summary(weighted_auc(np.r_[x, y], pos), groups, auc, confidence=confidence, seed=seed,
                                 n_resamples=n_resamples))
         ci, how = boot["ci"], boot["interval"]
-        if groups.ndim == 2:                            # pairs: both sides are pairs of the same people, taken as
-            people = _units(groups)                     # two halves of them (not twice as many independent units)
-            units = (max(people // 2, 1), max(people - people // 2, 1))
-        else:
-            units = (_units(pos_groups), _units(neg_groups))
+        units = pair_units(groups) if groups.ndim == 2 else (_units(pos_groups), _units(neg_groups))
         ci, how = widened_at_edges(ci, auc, *units, confidence=confidence, how=how)
-        floor = min(1.0, 2.0 / math.comb(sum(units), units[0])) if all(units) else 1.0
+        floor = permutation_floor(*units)
         # the image of the AUC's interval, not the percentiles of folded draws: those never reach 0.5, so a null
         # attack would read as above chance
         out.update(ci=ci, two_sided_ci=two_sided_interval(ci),
@@ -98,6 +94,18 @@ def widened_at_edges(ci, auc: float, m: int, n: int, *, confidence: float = 0.95
     lo, hi = newcombe_interval(auc, m, n, confidence=confidence)
     return [min(lo0, lo), max(hi0, hi)], how + (f"; it reaches {'1' if hi0 >= 1 - 1e-12 else '0'}, so widened to "
                                                 f"the score interval with one unit per patient ({m} and {n})")
+
+
+def pair_units(groups) -> tuple[int, int]:
+    """The units of an AUC over pairs (``groups`` (n, 2): each pair's two patients): both sides are pairs of the same
+    people, taken as two halves of them (not twice as many independent units)."""
+    people = _units(groups)
+    return max(people // 2, 1), max(people - people // 2, 1)
+
+
+def permutation_floor(m: int, n: int) -> float:
+    """The smallest two-sided p-value an exact permutation test of ``m`` and ``n`` units can give: 2 / C(m + n, m)."""
+    return min(1.0, 2.0 / math.comb(m + n, m)) if m and n else 1.0
 
 
 def _units(groups) -> int:

@@ -56,7 +56,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from medanon.evaluate.attacks.auc import delong, two_sided_interval
+from medanon.evaluate.attacks.auc import (
+    delong,
+    pair_units,
+    permutation_floor,
+    two_sided_interval,
+    widened_at_edges,
+)
 from medanon.evaluate.attacks.balance import Balance, control_rates
 from medanon.evaluate.attacks.bootstrap import (
     BOOT_RESAMPLES,
@@ -132,13 +138,19 @@ def _pair_intervals(sc, g, acc, rev, groups, out: dict, *, confidence: float, se
         stat = _gathered_stat(sc, g, acc, rev)
         b = cluster_summaries(lambda w: _derived(stat(w)), _sorted(sc, g, groups), est, confidence=confidence,
                               seed=seed, n_resamples=n_resamples)
+    units = pair_units(groups)                  # the AUC at 0 or 1 widened, its p-value floored, as delong's
+    auc_ci, how = widened_at_edges(b["AUC"]["ci"], out["AUC"], *units, confidence=confidence,
+                                   how=b["AUC"]["interval"])
+    floor = permutation_floor(*units)
     upd = {"TAR_ci": b["TAR"]["ci"], "FAR_ci": b["FAR"]["ci"], "AUC_delong_ci": out["AUC_ci"],
-           "AUC_ci": b["AUC"]["ci"], "accuracy_ci": b["accuracy"]["ci"], "F1_ci": b["F1"]["ci"],
-           "AUC_two_sided_ci": two_sided_interval(b["AUC"]["ci"]), "interval": b["AUC"]["interval"],
+           "AUC_ci": auc_ci, "accuracy_ci": b["accuracy"]["ci"], "F1_ci": b["F1"]["ci"],
+           "AUC_two_sided_ci": two_sided_interval(auc_ci), "interval": how,
            "patients": b["AUC"]["clusters"],
-           "resamples": b["AUC"]["resamples"], "seed": seed, "AUC_p_value": bootstrap_p(b["AUC"]["draws"], 0.5),
+           "resamples": b["AUC"]["resamples"], "seed": seed,
+           "AUC_p_value": max(bootstrap_p(b["AUC"]["draws"], 0.5), floor),
            "AUC_p_value_test": "patient cluster bootstrap, interval inversion (twice the smaller share of resampled "
-                               "AUCs on either side of 0.5)"}
+                               f"AUCs on either side of 0.5), and at least {floor:.3g}, the smallest two-sided "
+                               f"p-value of an exact permutation test of {units[0]} and {units[1]} patients"}
     if rev is not None:
         upd["reverse_TAR_ci"] = b["reverse_TAR"]["ci"]
     return upd

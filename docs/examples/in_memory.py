@@ -26,7 +26,7 @@ grades = [r.labels["grade"] for r in phantom.records]
 print(images.shape, images.dtype, len(set(patients)), "patients")
 
 # %% Release the training patients only; the held-out ones measure the release
-data = medanon.data.as_dataset(images, patient_ids=patients, labels={"grade": grades}, value_range=(0, 1))
+data = medanon.as_dataset(images, patient_ids=patients, labels={"grade": grades}, value_range=(0, 1))
 train = medanon.split_dataset(data)["train"]              # the evaluation recomputes the same split
 rows = [i for i, p in enumerate(patients) if p in set(train.patients)]
 x, ids, y = images[rows], [patients[i] for i in rows], {"grade": [grades[i] for i in rows]}

@@ -12,7 +12,7 @@ from PIL import Image
 from medanon.cli import cli
 from medanon.config import PhantomConfig
 from medanon.data.layouts import scan
-from medanon.errors import DataError
+from medanon.errors import ConfigError, DataError
 from medanon.phantoms.generate import generate
 from medanon.segment.mask_files import MaskIndex, read_mask
 
@@ -755,3 +755,14 @@ def test_an_image_path_that_is_a_pipe_or_a_dangling_link_is_named_as_such(tmp_pa
     code, said = _run("data", "summary", data)
     assert code == 1 and "is not a plain file (a pipe, a device or a socket)" in said, said
     assert "is a link that leads nowhere" in said, said
+
+
+def test_a_bad_classifier_setting_names_itself_and_a_fix():
+    """`--set utility.classifier.steps=-5` said "steps=-5 must be >= 1 and batch=16 >= 2", no fix."""
+    from medanon.train.classifier import ClassifierTrainConfig
+
+    for kw, words in ((dict(steps=-5), "steps=-5 must be at least 1"), (dict(batch=1), "batch=1 must be at least 2"),
+                      (dict(lr=0.0), "lr=0.0 must be positive")):
+        with pytest.raises(ConfigError, match=words) as e:
+            ClassifierTrainConfig(**kw).validate()
+        assert e.value.fix

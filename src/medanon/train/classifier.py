@@ -49,14 +49,18 @@ class ClassifierTrainConfig:
             raise ConfigError(f"classifier arch={self.arch!r} is unknown", fix=f"use one of {sorted(PRESETS)}")
         if self.loss not in LOSSES:
             raise ConfigError(f"classifier loss={self.loss!r} is unknown", fix=f"use one of {', '.join(LOSSES)}")
-        if self.steps < 1 or self.batch < 2:
-            raise ConfigError(f"classifier steps={self.steps} must be >= 1 and batch={self.batch} >= 2")
+        if self.steps < 1:
+            raise ConfigError(f"classifier steps={self.steps} must be at least 1", fix="e.g. steps=150")
+        if self.batch < 2:
+            raise ConfigError(f"classifier batch={self.batch} must be at least 2 (batch norm)", fix="e.g. batch=16")
         if self.image_size < 8:
-            raise ConfigError(f"classifier image_size={self.image_size} must be at least 8")
+            raise ConfigError(f"classifier image_size={self.image_size} must be at least 8", fix="e.g. image_size=64")
         if self.precision not in PRECISIONS:
-            raise ConfigError(f"classifier precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
+            raise ConfigError(f"classifier precision={self.precision!r} must be one of {', '.join(PRECISIONS)}",
+                              fix=f"use one of {', '.join(PRECISIONS)}")
         if self.lr <= 0 or self.weight_decay < 0 or self.focal_gamma < 0:
-            raise ConfigError("classifier lr must be positive, weight_decay and focal_gamma non-negative")
+            raise ConfigError(f"classifier lr={self.lr} must be positive, weight_decay={self.weight_decay} and "
+                              f"focal_gamma={self.focal_gamma} non-negative", fix="e.g. lr=0.001, weight_decay=0")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -251,3 +251,15 @@ def test_loaders_take_a_models_name_and_a_loaded_model_is_recorded_as_loaded(tmp
     with pytest.warns(medanon.WeakSetting):
         rel = medanon.anonymize.kcentroid(x, k=2, patient_ids=[0, 0, 1, 1], value_range=(-1, 1), codec=codec)
     assert rel.params["model_files"] == {"codec": {"file": "restyle-map-fundus64.pt", "chosen": "loaded"}}
+
+
+def test_a_search_path_entry_that_is_a_file_is_said_to_be_one(tmp_path, monkeypatch):
+    """`MEDANON_MODELS=some.pt` (a file, where folders are searched) was listed as "(missing)"."""
+    from click.testing import CliRunner
+
+    from medanon.cli import cli
+
+    (tmp_path / "one.pt").write_bytes(b"x")
+    monkeypatch.setenv(ENV, str(tmp_path / "one.pt"))
+    r = CliRunner().invoke(cli, ["models"])
+    assert r.exit_code == 0 and "one.pt  (a file, not a folder: searched for nothing)" in r.output, r.output

@@ -38,7 +38,8 @@ def models(as_json: bool) -> None:
         return
     click.echo("search path ($" + ENV + ", then the source checkout's checkpoints/ if medanon runs from one):")
     for p in search_path():
-        click.echo(f"  {p}" + ("" if p.is_dir() else "  (missing)"))
+        click.echo(f"  {p}" + ("" if p.is_dir() else "  (a file, not a folder: searched for nothing)" if p.exists()
+                               else "  (missing)"))
     if not found:
         click.echo(f"no checkpoints found: set {ENV} to a folder holding the shipped checkpoints/*.pt")
         return

@@ -331,6 +331,19 @@ def test_resume_does_not_redo_written_clusters(tmp_path, phantoms, interrupted_a
     assert meta["counts"]["records"] == 6 and meta["counts"]["people"] == 13
 
 
+def test_a_resumed_ksalsa_says_its_style_losses_are_of_the_clusters_it_computed(tmp_path, phantoms, codec_ckpt,
+                                                                                 interrupted_after):
+    """The summary's style_loss_start/end of a resumed run cover only the clusters that run computed, and said
+    nothing of it (they differ from an uninterrupted run's)."""
+    out = tmp_path / "rel"
+    args = ["ksalsa", "--data", phantoms, "--model", codec_ckpt, "--k", 2, "--steps", 1, "--batch", 1, "--out", out]
+    with interrupted_after(3):
+        r = CliRunner().invoke(cli, ["--device", "cpu", "anonymize", *map(str, args)])
+    assert r.exit_code != 0 and (tmp_path / "rel.partial").exists()
+    r = run_cli(args)
+    assert "resuming: 2 records" in r.output and "style_loss_clusters 4" in r.output, r.output
+
+
 def test_bad_input_is_named(tmp_path, phantoms):
     r = CliRunner().invoke(cli, ["anonymize", "kpixel", "--data", str(phantoms), "--set", "k=1", "--out",
                                  str(tmp_path / "x")])

@@ -325,6 +325,8 @@ def release_ksame(ds, writer, cfg: KSameConfig, *, codec=None, features=None, de
     if style:
         summary["style_loss_start"] = float(np.mean([v for s in style for v in s["style_start"]]))  # over clusters
         summary["style_loss_end"] = float(np.mean([v for s in style for v in s["style_end"]]))
+        if resumed:                             # a resumed run's losses are of the clusters it computed itself
+            summary["style_loss_clusters"] = len(keys) - resumed
         maps = [m for s in style for m in s["maps"]]
         if maps:                                # how many distinct synthetic maps this run's clusters took
             summary["synthetic_maps"] = {"clusters": len(maps), "distinct": len(set(maps))}

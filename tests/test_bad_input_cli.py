@@ -766,3 +766,24 @@ def test_a_bad_classifier_setting_names_itself_and_a_fix():
         with pytest.raises(ConfigError, match=words) as e:
             ClassifierTrainConfig(**kw).validate()
         assert e.value.fix
+
+
+def test_a_missing_mask_offers_emptying_its_cell_not_only_dropping_the_image(tmp_path, phantom):
+    """A missing mask stopped kpixel (which reads no mask) and the fix offered only deleting the image's row or
+    --skip-bad, which drops the image too; an empty mask cell is read as no mask."""
+    import csv
+
+    data = tmp_path / "d"
+    shutil.copytree(phantom, data)
+    rows = list(csv.DictReader((data / "labels.csv").open()))
+    gone = rows[0]["mask"]
+    (data / gone).unlink()
+    code, said = _run("anonymize", "kpixel", data, "--k", "2", "--out", tmp_path / "r")
+    assert code == 1 and "empty the image's mask cell in the CSV" in said, said
+    rows[0]["mask"] = ""
+    with (data / "labels.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    code, said = _run("anonymize", "kpixel", data, "--k", "2", "--out", tmp_path / "r")
+    assert code == 0, said

@@ -303,6 +303,9 @@ def raise_for_problems(problems: Sequence[Problem], *, root: Path) -> None:
     by_kind = Counter(p.kind for p in problems)
     parts = ", ".join(f"{n} {k}" for k, n in by_kind.most_common())
     fixes = "; ".join(f"{k}: {_FIXES.get(k, 'fix the file')}" for k in by_kind)
+    if any(p.kind == "missing" and "mask of" in p.detail for p in problems):   # (skip_bad would drop the image too)
+        fixes += ("; a missing mask: restore it, or empty the image's mask cell in the CSV (only VS-Snow with "
+                  "vessels from the dataset and the segmenter's training read masks)")
     raise DataError(f"{len(problems)} problem(s) in dataset {root} ({parts}):",
                     files=[str(p) for p in problems],
                     fix=f"{fixes}; or pass skip_bad=True to leave these files out and continue")

@@ -557,3 +557,5 @@ def test_near_copies_by_identity_are_a_finding_only_beyond_new_peoples_rate_with
 
     assert not exposure(screen(5, 9, 0.5))["identity_beyond_control"]
     assert exposure(screen(18, 20, 0.2))["identity_beyond_control"]
+    over_patients = {**screen(5, 9, 0.25), "near_copies_identity_ci": [0.212, 0.863]}   # the screen's own interval
+    assert not exposure(over_patients)["identity_beyond_control"]                       # (Wilson's: [0.27, 0.81])

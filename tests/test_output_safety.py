@@ -203,3 +203,14 @@ def test_what_counts_as_medanons_own_output(tmp_path):
     (tmp_path / "labels.csv").write_text("image,grade\n")
     for p in ("other", "notes.json", "labels.csv"):
         assert not is_medanon_output(tmp_path / p), p
+
+
+def test_an_output_file_that_is_a_pipe_is_refused_not_read(tmp_path):
+    """A named pipe given as an output file with --overwrite hung the output check (it read the pipe)."""
+    import os
+
+    from medanon.outputs import UnsafeOutputError, check_output
+
+    os.mkfifo(tmp_path / "p")
+    with pytest.raises(UnsafeOutputError, match="is not a plain file"):
+        check_output(tmp_path / "p", kind="file", overwrite=True)

@@ -307,6 +307,9 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
         if kind == "file" and out.is_dir():
             raise UnsafeOutputError(f"{name} {out} is a folder, a file is needed here",
                                     fix=f"give a file path for {name}")
+        if kind == "file" and not out.is_file() and not out.is_dir():   # a pipe would block the checks reading it
+            raise UnsafeOutputError(f"{name} {out} exists and is not a plain file (a pipe, a device or a socket)",
+                                    fix=f"choose another {name}")
         if out.is_file():
             _refuse_shipped(out, name)              # neither replaced nor resumed into
         inside = _input_inside(target, [r for _, r in resolved]) if kind == "dir" else None

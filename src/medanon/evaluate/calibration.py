@@ -456,9 +456,9 @@ def verdict(rel: dict) -> dict:
     out["valid_attacks"] = len(valid)                  # with a defined risk; the undefined ones counted apart
     detectors = [row for row in valid if rel["validity"][row].get("catches_copies")]
     if valid:
-        # ties (several rows at 1.00, or all at 0) go to the surer row (its lower bound, then its upper one), then to
-        # a row shown to catch copies (a reverse attacker never is), then by the row's name, so the verdict never
-        # depends on the order the attacks were stored in
+        # ties (several rows at 1.00, or at 0) go to the surer row (its lower bound, then its upper one: the larger
+        # plausible risk), then to a row shown to catch copies (a reverse attacker never is), then by the row's
+        # name, so the verdict never depends on the order the attacks were stored in
         row, r = max(valid.items(), key=lambda kv: (kv[1]["residual_risk"]["risk"], kv[1]["residual_risk"]["ci"][0],
                                                     kv[1]["residual_risk"]["ci"][1], kv[0] in detectors, kv[0]))
         found = r["residual_risk"]["ci"][0] > 0

@@ -39,7 +39,8 @@ def exposure(screen: dict | None) -> dict:
             "copies_not_of_own_source": screen.get("copies_not_of_own_source"),
             "identity_near_copies": screen.get("near_copies_identity", 0),
             "identity_control_rate": control.get("identity_rate"),
-            "identity_beyond_control": _beyond(screen.get("near_copies_identity", 0), n, identity_hi),
+            "identity_beyond_control": _beyond(screen.get("near_copies_identity", 0), n, identity_hi,
+                                               screen.get("near_copies_identity_ci")),
             "heldout_copies": heldout.get("copies", 0),
             "other_copies": (screen.get("other") or {}).get("copies", 0),
             "heldout_near_copies": heldout.get("near_copies_not_of_sources", 0),
@@ -49,13 +50,17 @@ def exposure(screen: dict | None) -> dict:
                                                        identity_hi)}
 
 
-def _beyond(count: int, n: int, control_hi: float) -> bool:
+def _beyond(count: int, n: int, control_hi: float, ci=None) -> bool:
     """Whether ``count`` of ``n`` images crossing the identity threshold is more than new people's images do: its own
-    Wilson interval lies above the control's upper bound (the threshold rests on a quantile of few held-out patients,
-    so a count just over the control's bound, 5 of 9 against [0, 0.50], is no finding)."""
+    interval (``ci``, the screen's, over patients where they are known; else Wilson's over the images) lies above
+    the control's upper bound (the threshold rests on a quantile of few held-out patients, so a count just over the
+    control's bound, 5 of 9 against [0, 0.50], is no finding)."""
     from medanon.evaluate.attacks.stats import wilson
 
-    return bool(n and count and np.isfinite(control_hi) and wilson(count, n)[0] > control_hi)
+    if not (n and count and np.isfinite(control_hi)):
+        return False
+    low = float(ci[0]) if ci is not None and len(ci) == 2 and np.isfinite(ci[0]) else wilson(count, n)[0]
+    return bool(low > control_hi)
 
 
 def heldout_in_release(e: dict) -> bool:

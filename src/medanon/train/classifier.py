@@ -60,7 +60,8 @@ class ClassifierTrainConfig:
                               fix=f"use one of {', '.join(PRECISIONS)}")
         if self.lr <= 0 or self.weight_decay < 0 or self.focal_gamma < 0:
             raise ConfigError(f"classifier lr={self.lr} must be positive, weight_decay={self.weight_decay} and "
-                              f"focal_gamma={self.focal_gamma} non-negative", fix="e.g. lr=0.001, weight_decay=0")
+                              f"focal_gamma={self.focal_gamma} non-negative",
+                              fix="e.g. the defaults: lr=0.002, weight_decay=0.0001, focal_gamma=0.6")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -194,9 +194,13 @@ class Collector:
                                                  "not an image file")
             return
         if expected.is_symlink() or os.path.lexists(expected):     # there, but no file: a FIFO, a device, a loop
-            how = ("a link that leads nowhere (or through a loop of links)" if expected.is_symlink()
-                   and not expected.exists() else "not a plain file (a pipe, a device or a socket)")
-            self.problem(expected, "unreadable", f"{what} listed in {self.csv_name} row {line} is {how}")
+            if expected.is_symlink() and not expected.exists():
+                how, kind = "is a link that leads nowhere (or through a loop of links)", "unreadable"
+            elif expected.is_file():                                # a file its folder's listing did not show
+                how, kind = "is there, but its folder could not be listed (not readable)", "denied"
+            else:
+                how, kind = "is not a plain file (a pipe, a device or a socket)", "unreadable"
+            self.problem(expected, kind, f"{what} listed in {self.csv_name} row {line} {how}")
             return
         self.problem(expected, "missing", f"{what} listed in {self.csv_name} row {line} is not on disk"
                      + (f" ({looked})" if looked else ""))

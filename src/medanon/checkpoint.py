@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
 from medanon import __version__
 from medanon.errors import ConfigError
-from medanon.fsutil import atomic_write_bytes
+from medanon.fsutil import atomic_write_bytes, sha256_of
 
 FORMAT = "medanon-checkpoint"
 VERSION = 1
@@ -95,34 +95,45 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
                           fix="pass the path of a .pt file written by `medanon train` (see checkpoints/README.md)")
     _check_readable(path)
     with open(path, "rb") as f:                 # one file, hashed and loaded: a replacement renamed over the path
-        digest = _sha256_of(f)                  # meanwhile (a training run's export) cannot give the weights of one
+        digest = sha256_of(f)                   # meanwhile (a training run's export) cannot give the weights of one
         f.seek(0)                               # file and the digest of another
         try:
             blob = torch.load(f, map_location=map_location, weights_only=True)
         except Exception as e:  # torch raises several types for corrupt or unsafe files
-            failed = e
-        else:
-            failed = None
-    if failed is not None:
-        e = failed
-        import pickle
+            _refuse_unloadable(path, e)
+    _check_blob(path, blob, kind)
+    blob["sha256"] = digest
+    blob["path"] = str(path)
+    from medanon.outputs import note_checkpoint_read
 
-        if isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e):
-            # torch's own message advises weights_only=False: medanon never does that, and says why.
-            raise ConfigError(f"checkpoint {path} cannot be loaded safely: it holds pickled Python objects, not only "
-                              "tensors and numbers: "
-                              "loading it would run whatever code the file contains (arbitrary code execution), "
-                              "so medanon refuses it",
-                              fix="use a checkpoint written by `medanon train` (state_dicts and plain config "
-                                  "only); a model from elsewhere must be converted to a state_dict by someone "
-                                  "who trusts its source") from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, RuntimeError) and ("inline_container" in first or "archive" in first):
-            raise ConfigError(f"{path} is a zip archive but not one written by torch.save ({first.split('. ')[-1]})",
-                              fix="copy or export the checkpoint again; pass a file written by `medanon train`") \
-                from None
-        raise ConfigError(f"checkpoint {path} cannot be read: {type(e).__name__}: {first}",
-                          fix="copy or export the checkpoint again; pass a file written by `medanon train`") from None
+    note_checkpoint_read(path, blob["sha256"])          # no output of this process may replace it (rule 1)
+    return blob
+
+
+def _refuse_unloadable(path: Path, e: Exception) -> NoReturn:
+    """The :class:`ConfigError` for a checkpoint ``torch.load`` refused (``e``): unsafe, not torch's, or damaged."""
+    import pickle
+
+    if isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e):
+        # torch's own message advises weights_only=False: medanon never does that, and says why.
+        raise ConfigError(f"checkpoint {path} cannot be loaded safely: it holds pickled Python objects, not only "
+                          "tensors and numbers: "
+                          "loading it would run whatever code the file contains (arbitrary code execution), "
+                          "so medanon refuses it",
+                          fix="use a checkpoint written by `medanon train` (state_dicts and plain config "
+                              "only); a model from elsewhere must be converted to a state_dict by someone "
+                              "who trusts its source") from None
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, RuntimeError) and ("inline_container" in first or "archive" in first):
+        raise ConfigError(f"{path} is a zip archive but not one written by torch.save ({first.split('. ')[-1]})",
+                          fix="copy or export the checkpoint again; pass a file written by `medanon train`") \
+            from None
+    raise ConfigError(f"checkpoint {path} cannot be read: {type(e).__name__}: {first}",
+                      fix="copy or export the checkpoint again; pass a file written by `medanon train`") from None
+
+
+def _check_blob(path: Path, blob: Any, kind: str | tuple[str, ...] | None) -> None:
+    """A loaded ``blob`` is a medanon checkpoint of a version this medanon reads, and of ``kind`` where given."""
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a medanon checkpoint", fix="pass a file written by `medanon train`")
     version = blob.get("version")
@@ -136,21 +147,6 @@ def load_checkpoint(path: str | Path, *, kind: str | tuple[str, ...] | None = No
                           f"{' or '.join(kinds)}",
                           fix=f"pass a checkpoint of kind {' or '.join(kinds)} where {path} was given "
                               "(`medanon models` lists the checkpoints with their kinds)")
-    blob["sha256"] = digest
-    blob["path"] = str(path)
-    from medanon.outputs import note_checkpoint_read
-
-    note_checkpoint_read(path, blob["sha256"])          # no output of this process may replace it (rule 1)
-    return blob
-
-
-def _sha256_of(f) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    while block := f.read(1 << 20):
-        h.update(block)
-    return h.hexdigest()
 
 
 # The networks an exported model of each kind holds (what the loaders read): a file without them is damaged.

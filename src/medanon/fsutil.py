@@ -25,6 +25,14 @@ def _stamp(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def sha256_of(f, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of what is left to read of the open binary file ``f``."""
+    h = hashlib.sha256()
+    while block := f.read(chunk):
+        h.update(block)
+    return h.hexdigest()
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex SHA-256 of a file's bytes. A file hashed before in this process, unchanged since (same device, inode,
     size, modification and change times: any write or rename of it moves its change time), is not read again: a
@@ -35,11 +43,8 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         before = _stamp(os.fstat(f.fileno()))
         if before in _DIGESTS:
             return _DIGESTS[before]
-        h = hashlib.sha256()
-        while block := f.read(chunk):
-            h.update(block)
+        digest = sha256_of(f, chunk)
         after = _stamp(os.fstat(f.fileno()))
-    digest = h.hexdigest()
     settled = time.time_ns() - max(after[3], after[4]) > _SETTLED_NS
     if before == after and settled:                 # not written to while it was read, nor just before
         if len(_DIGESTS) >= _DIGESTS_MAX:

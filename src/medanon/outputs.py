@@ -193,7 +193,6 @@ def check_replaceable(out: str | os.PathLike, *, what: str | None = None, name: 
     out = Path(out)
     if not out.is_dir():
         _kind_check(out, file_kind(out), what, name, "file")
-        _refuse_shipped(out, name)
         return
     if not any(out.iterdir()):
         return
@@ -311,7 +310,7 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
             raise UnsafeOutputError(f"{name} {out} exists and is not a plain file (a pipe, a device or a socket)",
                                     fix=f"choose another {name}")
         if out.is_file():
-            _refuse_shipped(out, name)              # neither replaced nor resumed into
+            _refuse_shipped(out, name)              # neither replaced nor resumed into (the one place it is read)
         inside = _input_inside(target, [r for _, r in resolved]) if kind == "dir" else None
         if inside is not None:
             raise UnsafeOutputError(f"{name} {out} contains the input {inside}: medanon never writes into, over "

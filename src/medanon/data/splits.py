@@ -41,7 +41,10 @@ def check_stratify(stratify: str) -> None:
                                            "nothing (stratify='')")
 
 
-def split_patients(records: Sequence[Record], *, val: float = 0.15, test: float = 0.15, stratify: str = "",
+VAL = TEST = 0.15                               # the default shares of patients held out for validation and test
+
+
+def split_patients(records: Sequence[Record], *, val: float = VAL, test: float = TEST, stratify: str = "",
                    seed: int = 0) -> dict[str, str]:
     """Assign every patient to train, val or test.
 
@@ -157,7 +160,7 @@ def select_split(ds, split: str, *, splits_csv=None, seed: int = 0):
         stratify = (default_labels(ds) or [""])[0]                # the utility label
         a = split_patients(ds.records, stratify=stratify, seed=seed)
         names = np.array([a[r.patient_id] for r in ds.records])
-        made = split_made(split, seed=seed, val=0.15, test=0.15, stratify=stratify)
+        made = split_made(split, seed=seed, val=VAL, test=TEST, stratify=stratify)
     rows = np.flatnonzero(names == split)
     if len(rows) == 0:
         from medanon.data.inputs import data_name

@@ -78,7 +78,7 @@ def chance_scores(task: Task, y: np.ndarray, classes: int) -> dict[str, float]:
     prior = np.bincount(y, minlength=classes)[:classes] / max(len(y), 1)
     rows = score_rows(task, y[None], np.tile(prior, (len(y), 1))[None])
     out = {k: float(v[0]) for k, v in rows.items()}
-    return {k: (chance_of(k) if k in ("kappa",) or k.endswith("auroc") or not np.isfinite(v) else round(v, 12))
+    return {k: (chance_of(k) if k == "kappa" or k.endswith("auroc") or not np.isfinite(v) else round(v, 12))
             for k, v in out.items()}
 
 METRIC_NAMES = {

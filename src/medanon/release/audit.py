@@ -238,6 +238,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
 
     # k: from the argument, else the method's own k (the statement's, where it was changed to claim more)
     check_statement_numbers(rep, manifest)
+    noise, unmeasured = measured(manifest)      # LDP-image: its noise against the stated epsilon (with the mapping)
     k = k if k is not None else stated_k(manifest, _whole(manifest.get("params", {}).get("k"), f"{man_path}: params.k"))
     people = [_whole(r.get("n_people", 0) or 0, f"{csv_path} row {i + 2}: n_people")
               for i, r in enumerate(rows)]
@@ -270,7 +271,6 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
             # kpixel is the one method whose records the audit can recompute, from the sources the copy check reads
             averages = KpixelAverages(eye_sides=(manifest.get("params") or {}).get("eye_sides") or "off") \
                 if manifest.get("method") == "kpixel" else None
-            noise, unmeasured = measured(manifest)      # LDP-image: the noise against the stated epsilon
             if unmeasured:
                 rep.notes.append(unmeasured)
             collector = averages or noise
@@ -285,7 +285,7 @@ def audit_release(release: str | Path, *, k: int | None = None, mapping: str | P
                 collector.report(rep, records=len(recs))
     elif source_records is not None:
         check_source_counts(rep, manifest, source_records)
-    if (mapping is None or source_records is None) and measured(manifest)[0] is not None:
+    if (mapping is None or source_records is None) and noise is not None:
         rep.notes.append("the LDP noise was not measured against the stated epsilon: that needs the source and the "
                          "mapping (each record's source), so only the statement's own numbers were compared")
 

@@ -37,19 +37,13 @@ def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mappin
                          f"is up to {most * eps:g}")
     if not (_number(stated) and _number(eps)) or not records:
         return                          # no numeric statement (a non-DP release, or "unknown: no patient ids")
-    images: dict[str, set[str]] = {}
-    for v in records.values():
-        sources, patients = list(v.get("sources") or ()), set(v.get("patients") or ())
-        for s in sources:
-            who = patient_of(s) if patient_of is not None else (next(iter(patients)) if len(patients) == 1 else None)
-            if who is None:
-                rep.notes.append(f"{CHECK}: not checked (a record of several patients, and no source dataset to "
-                                 "tell whose each source image is)")
-                return
-            images.setdefault(str(who), set()).add(str(s))
-    if not images:
+    most = _most_images(records, patient_of)
+    if most is None:
+        rep.notes.append(f"{CHECK}: not checked (a record of several patients, and no source dataset to tell whose "
+                         "each source image is)")
         return
-    most = max(len(s) for s in images.values())
+    if not most:
+        return
     budget = privacy.get("epsilon_patient_max")
     ok = most <= stated and (not isinstance(budget, int | float) or budget >= most * eps * (1 - 1e-9))
     rep.add(CHECK, ok, f"{most} images at most" if ok else
@@ -58,11 +52,17 @@ def check_patient_budget(rep, privacy: Mapping[str, Any] | None, records: Mappin
             f"a patient has {most} released images (the statement: {stated})")
 
 
-def _most_images(records: Mapping[str, Mapping[str, Any]], patient_of: Callable[[str], str]) -> int:
+def _most_images(records: Mapping[str, Mapping[str, Any]], patient_of: Callable[[str], str] | None) -> int | None:
+    """The most source images of one patient among ``records``: each source's patient from ``patient_of``, else the
+    record's own single patient; None where a record of several patients leaves a source's patient unknown."""
     images: dict[str, set[str]] = {}
     for v in records.values():
+        patients = set(v.get("patients") or ())
         for s in v.get("sources") or ():
-            images.setdefault(str(patient_of(s)), set()).add(str(s))
+            who = patient_of(s) if patient_of is not None else (next(iter(patients)) if len(patients) == 1 else None)
+            if who is None:
+                return None
+            images.setdefault(str(who), set()).add(str(s))
     return max((len(s) for s in images.values()), default=0)
 
 
